@@ -1,0 +1,74 @@
+"""The ``thatch`` command: a click group whose subcommands are imported on demand.
+
+Hook commands run on every agent turn, so ``thatch buffer-batch`` must not pay for
+importing grpc, numpy or the MCP SDK: each subcommand lives in its own module and is
+imported only when invoked (or when ``--help`` lists them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+# name -> "module:attribute"; modules are imported only when the command runs.
+COMMANDS: dict[str, str] = {
+    "embedder": "thatch.cli.embedder_cmds:embedder",
+    "model": "thatch.cli.model_cmds:model",
+}
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+def thatch_version() -> str:
+    try:
+        return version("thatch")
+    except PackageNotFoundError:  # running from a source tree without install
+        return "0.0.0"
+
+
+class LazyGroup(click.Group):
+    def __init__(self, *args: object, lazy: dict[str, str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            module_name, attr = self._lazy[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(thatch_version())
+        ctx.exit(0)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "-v",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the version and exit.",
+)
+def cli() -> None:
+    """thatch: persistent memory for AI coding agents.
+
+    Agents save what they learn with thatch's MCP tools and recall it by meaning in
+    later sessions. This command inspects and edits the store, runs the shared
+    embedding service, manages models and wires thatch into agent hosts.
+    """
+
+
+def main() -> None:
+    cli(prog_name="thatch")

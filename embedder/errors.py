@@ -1,0 +1,51 @@
+"""Errors of the embedder package, each with a message meant for people.
+
+    ThatchEmbedderError
+     ├── ModelError            a model cannot be resolved, downloaded, loaded or imported
+     ├── AddressError          THATCH_EMBEDDER_ADDR / --listen is malformed, socket path too long
+     ├── ServerStartError      a server cannot start (already running, directory not ours)
+     └── EmbedderUnavailable   a frontend cannot get vectors: "<cause>. Fix: <fix>"
+
+The CLI turns every one of them into ``click.ClickException``; the MCP tool layer into an
+``isError`` result. None of them carries a traceback to the user.
+"""
+
+from __future__ import annotations
+
+
+class ThatchEmbedderError(Exception):
+    """Base class: ``str(error)`` is a complete one-line message."""
+
+
+class ModelError(ThatchEmbedderError):
+    pass
+
+
+class AddressError(ThatchEmbedderError):
+    pass
+
+
+class ServerStartError(ThatchEmbedderError):
+    pass
+
+
+class EmbedderUnavailable(ThatchEmbedderError):
+    """The embedding service cannot be used; ``cause`` and ``fix`` per spec/tools.md §1.3."""
+
+    def __init__(self, cause: str, fix: str) -> None:
+        self.cause = cause.rstrip(".")
+        self.fix = fix
+        super().__init__(f"{self.cause}. Fix: {fix}")
+
+
+FIX_START = "run thatch embedder start"
+FIX_STARTING = "retry in a minute, or run thatch embedder status"
+FIX_REMOTE = "check THATCH_EMBEDDER_ADDR and that the remote embedder is running"
+FIX_OVERLOADED = "retry shortly"
+
+
+def fix_offline(model_id: str) -> str:
+    return (
+        f"run thatch model pull {model_id} on a connected machine, "
+        "or set THATCH_MODEL to a local directory"
+    )

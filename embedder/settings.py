@@ -1,0 +1,149 @@
+"""Environment-derived settings shared by the embedder and its clients.
+
+Everything here is a pure function of an environment mapping (``os.environ`` by default)
+so tests pass their own dict; nothing is cached at module level.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from thatch.embedder.errors import AddressError
+
+DEFAULT_MODEL = "Xenova/bge-small-en-v1.5"
+DEFAULT_IDLE_SECONDS = 600
+DEFAULT_EXIT_SECONDS = 3600
+MAX_SOCKET_PATH_BYTES = 107
+
+Env = Mapping[str, str]
+
+
+def env_get(env: Env, name: str) -> str | None:
+    """The variable's value, or None when unset or empty (empty counts as unset)."""
+    value = env.get(name)
+    return value if value else None
+
+
+def expand(path: str) -> Path:
+    return Path(os.path.expanduser(path))
+
+
+def home(env: Env) -> Path:
+    value = env_get(env, "HOME")
+    return Path(value) if value else Path.home()
+
+
+def cache_home(env: Env) -> Path:
+    value = env_get(env, "XDG_CACHE_HOME")
+    return expand(value) if value else home(env) / ".cache"
+
+
+def config_home(env: Env) -> Path:
+    value = env_get(env, "XDG_CONFIG_HOME")
+    return expand(value) if value else home(env) / ".config"
+
+
+def thatch_cache_dir(env: Env) -> Path:
+    return cache_home(env) / "thatch"
+
+
+def models_dir(env: Env) -> Path:
+    """Where ``thatch model import`` writes converted models by default."""
+    return thatch_cache_dir(env) / "models"
+
+
+def embedder_log_file(env: Env) -> Path:
+    return thatch_cache_dir(env) / "embedder.log"
+
+
+def socket_dir(env: Env) -> Path:
+    runtime = env_get(env, "XDG_RUNTIME_DIR")
+    return (expand(runtime) / "thatch") if runtime else thatch_cache_dir(env)
+
+
+def default_address(env: Env) -> str:
+    return f"unix://{socket_dir(env) / 'embedder.sock'}"
+
+
+def configured_model(env: Env) -> str:
+    return env_get(env, "THATCH_MODEL") or DEFAULT_MODEL
+
+
+def int_setting(env: Env, name: str, default: int) -> int:
+    value = env_get(env, name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        return default
+    return number if number >= 0 else default
+
+
+@dataclass(frozen=True)
+class Address:
+    """A parsed embedder address.
+
+    ``target`` is what grpc wants (``unix:///abs``, ``host:port``, ``dns:///host:port``);
+    ``path`` is the socket file for unix addresses.
+    """
+
+    kind: Literal["unix", "tcp", "dns"]
+    target: str
+    path: Path | None = None
+
+    @property
+    def is_unix(self) -> bool:
+        return self.kind == "unix"
+
+    def __str__(self) -> str:
+        return self.target
+
+
+def _bad_address(value: str) -> AddressError:
+    return AddressError(
+        f'invalid THATCH_EMBEDDER_ADDR "{value}": '
+        "expected unix:///path, host:port or dns:///host:port"
+    )
+
+
+def _valid_host_port(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return False
+    if host.startswith("[") and host.endswith("]"):
+        return len(host) > 2
+    return bool(host) and "/" not in host and ":" not in host and " " not in host
+
+
+def parse_address(value: str) -> Address:
+    """Parse ``unix:///abs/path``, ``host:port`` or ``dns:///host:port``."""
+    value = value.strip()
+    if value.startswith("unix://"):
+        path = value[len("unix://") :]
+        if not path.startswith("/") or path == "/":
+            raise _bad_address(value)
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            raise AddressError(
+                f"socket path too long ({len(os.fsencode(path))} bytes; "
+                f"max {MAX_SOCKET_PATH_BYTES}): set THATCH_EMBEDDER_ADDR to a shorter "
+                "unix:/// path"
+            )
+        return Address("unix", f"unix://{path}", Path(path))
+    if value.startswith("dns:///"):
+        rest = value[len("dns:///") :]
+        if not _valid_host_port(rest):
+            raise _bad_address(value)
+        return Address("dns", value)
+    if _valid_host_port(value):
+        return Address("tcp", value)
+    raise _bad_address(value)
+
+
+def configured_address(env: Env) -> Address:
+    value = env_get(env, "THATCH_EMBEDDER_ADDR")
+    return parse_address(value if value else default_address(env))
