@@ -1,0 +1,71 @@
+"""``thatch setup``: a thin click adapter over ``thatch.frontend.setup`` (hooks.md §9)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+from thatch.cli.main import CONTEXT_SETTINGS, thatch_version
+
+
+@click.command("setup", context_settings=CONTEXT_SETTINGS)
+@click.option("--claude", is_flag=True, help="Set up Claude Code.")
+@click.option("--cursor", is_flag=True, help="Set up Cursor.")
+@click.option("--opencode", is_flag=True, help="Set up opencode.")
+@click.option("--local", "local", is_flag=True, help="Write into the project (default).")
+@click.option("--global", "global_", is_flag=True, help="Write into your user configuration.")
+@click.option(
+    "--post-tool-use",
+    is_flag=True,
+    help="Claude Code: buffer tool calls on PostToolUse (for versions without PostToolBatch).",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+def setup(
+    claude: bool,
+    cursor: bool,
+    opencode: bool,
+    local: bool,
+    global_: bool,
+    post_tool_use: bool,
+    dry_run: bool,
+) -> None:
+    """Install thatch's MCP server, hooks, instructions and skills for agent hosts.
+
+    Rerunning is safe: files already up to date are left alone, and only thatch's own
+    entries are replaced. Each host prints one line per file it touched.
+    """
+    from thatch.frontend.setup import SetupRequest, resolve_bin, run_setup
+    from thatch.frontend.setup.hosts import project_dir_from_env
+
+    hosts = [
+        name
+        for name, chosen in (("claude", claude), ("cursor", cursor), ("opencode", opencode))
+        if chosen
+    ]
+    if not hosts:
+        raise click.UsageError("choose at least one host: --claude, --cursor, --opencode.")
+    if local and global_:
+        raise click.UsageError("--local and --global are mutually exclusive.")
+    env = dict(os.environ)
+    request = SetupRequest(
+        hosts=hosts,
+        project_dir=project_dir_from_env(env, Path.cwd()),
+        env=env,
+        bin_path=resolve_bin(sys.argv[0], env),
+        version=thatch_version(),
+        scope="global" if global_ else "local",
+        post_tool_use=post_tool_use,
+        dry_run=dry_run,
+    )
+    try:
+        result = run_setup(request)
+    except OSError as error:
+        raise click.ClickException(f"setup could not write a file: {error}") from None
+    for line in result.stdout_lines():
+        click.echo(line)
+    for detail in result.details():
+        click.echo(f"[thatch setup] {detail}", err=True)
+    if result.exit_code:
+        click.get_current_context().exit(result.exit_code)

@@ -1,0 +1,131 @@
+"""Recognise and replace thatch's hook entries in host hook files (hooks.md §9.4).
+
+An entry is thatch's only when its command, split with shell rules, is exactly a thatch
+hook invocation. Earlier releases removed every hook whose command merely contained
+"thatch", which deleted users' own hooks; anything not matching the strict shape is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+HOOK_SUBCOMMANDS = frozenset(
+    {
+        "reminder",
+        "buffer-batch",
+        "buffer-tool",
+        "flush-tools",
+        "flush-predictions",
+        "chat-notify",
+        "echo",
+    }
+)
+
+
+class HookFileConflict(ValueError):
+    """The hook file has a shape setup cannot merge into without losing the user's data."""
+
+
+def is_thatch_command(command: object) -> bool:
+    if not isinstance(command, str):
+        return False
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    if not 2 <= len(words) <= 4:
+        return False
+    if os.path.basename(words[0]) != "thatch" or words[1] not in HOOK_SUBCOMMANDS:
+        return False
+    rest = words[2:]
+    while rest:
+        if rest[0] == "--json":
+            rest = rest[1:]
+        elif rest[0] == "--host" and len(rest) >= 2:
+            rest = rest[2:]
+        else:
+            return False
+    return True
+
+
+def claude_commands(bin_word: str, post_tool_use: bool) -> dict[str, str]:
+    """Event -> command for Claude Code; ``bin_word`` is already shell-quoted."""
+    return {
+        "SessionStart": f"{bin_word} reminder",
+        "PostToolUse" if post_tool_use else "PostToolBatch": f"{bin_word} buffer-batch",
+        "UserPromptSubmit": f"{bin_word} flush-tools",
+    }
+
+
+def cursor_commands(bin_word: str) -> dict[str, str]:
+    return {
+        "sessionStart": f"{bin_word} reminder --json",
+        "postToolUse": f"{bin_word} buffer-tool",
+        "beforeSubmitPrompt": f"{bin_word} flush-tools --json",
+    }
+
+
+def _hooks_map(doc: dict[str, Any]) -> dict[str, Any]:
+    hooks = doc.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise HookFileConflict('"hooks" is not an object')
+    return hooks
+
+
+def _event_list(hooks: dict[str, Any], event: str) -> list[Any]:
+    entries = hooks.get(event, [])
+    if not isinstance(entries, list):
+        raise HookFileConflict(f'"hooks.{event}" is not a list')
+    return entries
+
+
+def _without_thatch_groups(groups: list[Any]) -> list[Any]:
+    kept: list[Any] = []
+    for group in groups:
+        inner = group.get("hooks") if isinstance(group, dict) else None
+        if not isinstance(inner, list):
+            kept.append(group)
+            continue
+        remaining = [h for h in inner if not (isinstance(h, dict) and is_thatch(h))]
+        if len(remaining) == len(inner):
+            kept.append(group)
+        elif remaining:
+            kept.append({**group, "hooks": remaining})
+    return kept
+
+
+def is_thatch(entry: dict[str, Any]) -> bool:
+    return is_thatch_command(entry.get("command"))
+
+
+def merge_claude(doc: dict[str, Any], bin_word: str, post_tool_use: bool) -> dict[str, Any]:
+    """``doc`` (a settings.json object, modified in place) with thatch's hooks current."""
+    hooks = _hooks_map(doc)
+    other = "PostToolBatch" if post_tool_use else "PostToolUse"
+    if other in hooks:
+        remaining = _without_thatch_groups(_event_list(hooks, other))
+        if remaining:
+            hooks[other] = remaining
+        else:
+            del hooks[other]
+    for event, command in claude_commands(bin_word, post_tool_use).items():
+        groups = _without_thatch_groups(_event_list(hooks, event))
+        entry = {"type": "command", "command": command}
+        group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
+        group["hooks"] = [entry]
+        hooks[event] = [*groups, group]
+    return doc
+
+
+def merge_cursor(doc: dict[str, Any], bin_word: str) -> dict[str, Any]:
+    """A Cursor hooks.json object with thatch's hooks current (``"version": 1`` first if new)."""
+    if "version" not in doc:
+        doc = {"version": 1, **doc}
+    hooks = _hooks_map(doc)
+    for event, command in cursor_commands(bin_word).items():
+        entries = _event_list(hooks, event)
+        kept = [e for e in entries if not (isinstance(e, dict) and is_thatch(e))]
+        hooks[event] = [*kept, {"command": command}]
+    return doc

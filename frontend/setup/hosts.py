@@ -1,0 +1,131 @@
+"""Where each host keeps its configuration, and which command setup writes for thatch.
+
+Everything is a pure function of an environment mapping and the project directory, so
+tests pass their own temporary directories (hooks.md §9.1, §9.2).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Env = Mapping[str, str]
+Scope = Literal["local", "global"]
+
+HOSTS: tuple[str, ...] = ("claude", "cursor", "opencode")
+HOST_NAMES: dict[str, str] = {"claude": "Claude Code", "cursor": "Cursor", "opencode": "opencode"}
+
+
+def _get(env: Env, name: str) -> str | None:
+    value = env.get(name)
+    return value if value else None  # empty counts as unset
+
+
+def expand(path: str, env: Env) -> Path:
+    """``~`` expanded against the given environment's HOME, not the process's."""
+    if path == "~" or path.startswith("~/"):
+        return home(env) / path[2:]
+    return Path(path)
+
+
+def home(env: Env) -> Path:
+    value = _get(env, "HOME")
+    return Path(value) if value else Path.home()
+
+
+def claude_config_dir(env: Env) -> Path:
+    value = _get(env, "CLAUDE_CONFIG_DIR")
+    return expand(value, env) if value else home(env) / ".claude"
+
+
+def cursor_config_dir(env: Env) -> Path:
+    value = _get(env, "CURSOR_CONFIG_DIR")
+    return expand(value, env) if value else home(env) / ".cursor"
+
+
+def opencode_config_dir(env: Env) -> Path:
+    value = _get(env, "XDG_CONFIG_HOME")
+    base = expand(value, env) if value else home(env) / ".config"
+    return base / "opencode"
+
+
+def project_dir_from_env(env: Env, cwd: Path) -> Path:
+    """README.md's project directory order, without the hook-payload steps."""
+    for name in ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR"):
+        value = _get(env, name)
+        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
+            return expand(value, env)
+    return cwd
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """The files setup manages for one host in one scope (``None``: not a file here)."""
+
+    mcp: Path | None  # None: Claude's user-scope MCP entry goes through `claude mcp add`
+    instructions: Path
+    hooks: Path | None
+    plugin: Path | None
+    skills: Path
+
+
+def _opencode_config_file(directory: Path) -> Path:
+    # opencode reads either name; keep using a .jsonc the user already has.
+    jsonc = directory / "opencode.jsonc"
+    if jsonc.exists() and not (directory / "opencode.json").exists():
+        return jsonc
+    return directory / "opencode.json"
+
+
+def host_paths(host: str, scope: Scope, project_dir: Path, env: Env) -> HostPaths:
+    local = scope == "local"
+    if host == "claude":
+        base = claude_config_dir(env)
+        return HostPaths(
+            mcp=project_dir / ".mcp.json" if local else None,
+            instructions=(project_dir if local else base) / "CLAUDE.md",
+            hooks=project_dir / ".claude" / "settings.json" if local else base / "settings.json",
+            plugin=None,
+            skills=base / "skills",
+        )
+    if host == "cursor":
+        base = cursor_config_dir(env)
+        where = project_dir / ".cursor" if local else base
+        return HostPaths(
+            mcp=where / "mcp.json",
+            instructions=(project_dir if local else base) / "AGENTS.md",
+            hooks=where / "hooks.json",
+            plugin=None,
+            skills=base / "skills",
+        )
+    if host == "opencode":
+        base = opencode_config_dir(env)
+        return HostPaths(
+            mcp=_opencode_config_file(project_dir if local else base),
+            instructions=(project_dir if local else base) / "AGENTS.md",
+            hooks=None,
+            plugin=(project_dir / ".opencode" if local else base) / "plugins" / "thatch.js",
+            skills=base / "skills",
+        )
+    raise ValueError(f"unknown host {host!r}")
+
+
+def instruction_files(host: str, project_dir: Path, env: Env) -> tuple[Path, Path]:
+    """The host's (local, global) instruction files, in the order the setup check reads them."""
+    return (
+        host_paths(host, "local", project_dir, env).instructions,
+        host_paths(host, "global", project_dir, env).instructions,
+    )
+
+
+def resolve_bin(argv0: str, env: Env) -> str:
+    """``thatch`` when PATH finds this very entry point, else the script's absolute path."""
+    running = os.path.abspath(argv0)
+    on_path = shutil.which("thatch", path=env.get("PATH", os.defpath))
+    if on_path and os.path.realpath(on_path) == os.path.realpath(running):
+        return "thatch"
+    return running

@@ -1,0 +1,273 @@
+"""``thatch setup``: write every host artifact and report one line per artifact (§9.9).
+
+Each step is idempotent and independent: a broken instruction file or a conflicting
+plugin is reported and the remaining artifacts are still brought up to date, so one
+damaged file never leaves a host half-configured.
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from thatch.frontend.setup import block, hooks, jsonfiles, opencode_plugin, skills
+from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths
+from thatch.frontend.setup.instructions import BLOCK
+
+FAILED_STATUSES = frozenset({"broken", "conflict"})
+CLAUDE_TIMEOUT_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Line:
+    """One artifact's outcome: ``status`` and the path or command it concerns."""
+
+    status: str
+    target: str
+    detail: str = ""  # why, for people; printed to stderr
+
+
+@dataclass
+class HostReport:
+    host: str
+    scope: Scope
+    lines: list[Line] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SetupRequest:
+    hosts: Sequence[str]
+    project_dir: Path
+    env: Mapping[str, str]
+    bin_path: str
+    version: str
+    scope: Scope = "local"
+    post_tool_use: bool = False
+    dry_run: bool = False
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    reports: list[HostReport]
+
+    @property
+    def exit_code(self) -> int:
+        failed = any(line.status in FAILED_STATUSES for r in self.reports for line in r.lines)
+        return 1 if failed else 0
+
+    def stdout_lines(self) -> list[str]:
+        out: list[str] = []
+        for report in self.reports:
+            name = HOST_NAMES[report.host]
+            out.append(f"{name} ({report.scope}):")
+            out.extend(f"  {line.status}  {line.target}" for line in report.lines)
+            out.append(f"Restart {name} to load the changes.")
+        return out
+
+    def details(self) -> list[str]:
+        return [line.detail for r in self.reports for line in r.lines if line.detail]
+
+
+class _Writer:
+    """Applies or, in a dry run, only describes file changes."""
+
+    def __init__(self, dry_run: bool, now: Callable[[], datetime]) -> None:
+        self.dry_run = dry_run
+        self.now = now
+
+    def text(self, path: Path, new: str, old: str | None) -> Line:
+        if old == new:
+            return Line("unchanged", str(path))
+        if self.dry_run:
+            return Line("would-write", str(path))
+        jsonfiles.write_atomic(path, new.encode("utf-8", "surrogateescape"))
+        return Line("created" if old is None else "written", str(path))
+
+    def json(self, path: Path, update: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Line]:
+        loaded = jsonfiles.load_object(path)
+        try:
+            updated = update(copy.deepcopy(loaded.data))
+        except hooks.HookFileConflict as error:
+            detail = f"{path}: {error}; fix it by hand, then rerun thatch setup"
+            return [Line("conflict", str(path), detail)]
+        has_content = loaded.text is not None and loaded.text.strip() != ""
+        if loaded.problem is None and has_content and jsonfiles.same_document(updated, loaded.data):
+            return [Line("unchanged", str(path))]
+        new_text = jsonfiles.dump(updated)
+        if loaded.problem is None:
+            return [self.text(path, new_text, loaded.text)]
+        if self.dry_run:
+            detail = f"{path} {loaded.problem}; a copy would be saved before rewriting it"
+            return [Line("would-write", str(path), detail)]
+        saved = jsonfiles.backup(path, self.now())
+        jsonfiles.write_atomic(path, new_text.encode("utf-8"))
+        detail = f"{path} {loaded.problem}; the original is saved as {saved}"
+        return [Line("backed-up", str(saved), detail), Line("written", str(path))]
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return None
+
+
+def _set_key(doc: dict[str, Any], key: str, entry: dict[str, Any]) -> dict[str, Any]:
+    servers = doc.setdefault(key, {})
+    if not isinstance(servers, dict):
+        raise hooks.HookFileConflict(f'"{key}" is not an object')
+    servers["thatch"] = entry
+    return doc
+
+
+def _stdio_entry(bin_path: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"type": "stdio", "command": bin_path, "args": ["mcp"]}
+    if env is not None:
+        entry["env"] = env
+    return entry
+
+
+def _opencode_mcp(doc: dict[str, Any], bin_path: str) -> dict[str, Any]:
+    mcp = doc.setdefault("mcp", {})
+    if not isinstance(mcp, dict):
+        raise hooks.HookFileConflict('"mcp" is not an object')
+    entry: dict[str, Any] = {"type": "local", "command": [bin_path, "mcp"]}
+    if "servers" in mcp:
+        entry["environment"] = {"THATCH_HOST": "opencode"}
+        _set_key(mcp, "servers", entry)
+        return doc
+    entry["enabled"] = True
+    entry["environment"] = {"THATCH_HOST": "opencode"}
+    mcp["thatch"] = entry
+    return doc
+
+
+def _claude_user_mcp(request: SetupRequest) -> Line:
+    add = ["claude", "mcp", "add", "--scope", "user", "thatch", "--", request.bin_path, "mcp"]
+    shown = shlex.join(add)
+    claude = shutil.which("claude", path=request.env.get("PATH"))
+    if claude is None:
+        return Line("printed", shown, f"claude is not on PATH; run this yourself: {shown}")
+    try:
+        known = _run([claude, "mcp", "get", "thatch"], request.env)
+    except (OSError, subprocess.SubprocessError) as error:
+        return Line("printed", shown, f"claude mcp get thatch failed ({error}); run: {shown}")
+    if known.returncode == 0:
+        return Line("unchanged", shown)
+    if request.dry_run:
+        return Line("would-write", shown)
+    try:
+        added = _run([claude, *add[1:]], request.env)
+    except (OSError, subprocess.SubprocessError) as error:
+        return Line("printed", shown, f"claude mcp add failed ({error}); run: {shown}")
+    if added.returncode != 0:
+        said = (added.stderr or added.stdout).strip().splitlines()
+        why = said[-1] if said else f"exit status {added.returncode}"
+        return Line("printed", shown, f"claude mcp add failed ({why}); run: {shown}")
+    return Line("written", shown)
+
+
+def _run(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=CLAUDE_TIMEOUT_SECONDS,
+        check=False,
+    )
+
+
+def _instructions(writer: _Writer, path: Path) -> Line:
+    old = _read_text(path)
+    new, outcome, reason = block.install(old, BLOCK)
+    if new is None:
+        detail = f"{path}: damaged thatch block ({reason}); remove the partial block, then rerun"
+        return Line(outcome, str(path), detail)
+    return writer.text(path, new, old)
+
+
+def _plugin(writer: _Writer, path: Path, request: SetupRequest) -> Line:
+    old = _read_text(path)
+    if old is not None and not opencode_plugin.is_generated(old):
+        detail = f"{path} was not written by thatch setup; move it away, then rerun"
+        return Line("conflict", str(path), detail)
+    return writer.text(path, opencode_plugin.render(request.version, request.bin_path), old)
+
+
+Step = tuple[Path, Callable[[], list[Line]]]
+
+
+def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
+    """(file, action) per artifact, in output order."""
+    paths = host_paths(host, request.scope, request.project_dir, request.env)
+    bin_path, bin_word = request.bin_path, shlex.quote(request.bin_path)
+    steps: list[Step] = []
+    if host == "claude":
+        claude_hooks, post = paths.hooks, request.post_tool_use
+        assert claude_hooks is not None
+        if paths.mcp is None:
+            steps.append((Path("claude"), lambda: [_claude_user_mcp(request)]))
+        else:
+            project_mcp, stdio = paths.mcp, _stdio_entry(bin_path)
+            steps.append(
+                (
+                    project_mcp,
+                    lambda: writer.json(project_mcp, lambda d: _set_key(d, "mcpServers", stdio)),
+                )
+            )
+        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
+        steps.append(
+            (
+                claude_hooks,
+                lambda: writer.json(claude_hooks, lambda d: hooks.merge_claude(d, bin_word, post)),
+            )
+        )
+    elif host == "cursor":
+        assert paths.mcp is not None and paths.hooks is not None
+        env = {"THATCH_PROJECT_DIR": "${workspaceFolder}", "THATCH_HOST": "cursor"}
+        entry = _stdio_entry(bin_path, env)
+        mcp, hook_file = paths.mcp, paths.hooks
+        steps.append((mcp, lambda: writer.json(mcp, lambda d: _set_key(d, "mcpServers", entry))))
+        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
+        steps.append(
+            (hook_file, lambda: writer.json(hook_file, lambda d: hooks.merge_cursor(d, bin_word)))
+        )
+    else:
+        assert paths.mcp is not None and paths.plugin is not None
+        mcp, plugin = paths.mcp, paths.plugin
+        steps.append((mcp, lambda: writer.json(mcp, lambda d: _opencode_mcp(d, bin_path))))
+        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
+        steps.append((plugin, lambda: [_plugin(writer, plugin, request)]))
+    for path, text in skills.skill_files(paths.skills):
+        steps.append((path, lambda p=path, t=text: [writer.text(p, t, _read_text(p))]))
+    return steps
+
+
+def _host(request: SetupRequest, host: str, writer: _Writer) -> HostReport:
+    report = HostReport(host, request.scope)
+    for path, action in _steps(request, host, writer):
+        try:
+            report.lines += action()
+        except OSError as error:  # one unreadable file must not stop the other steps
+            why = error.strerror or str(error)
+            detail = f"{path}: {why}; check the file and its directory, then rerun"
+            report.lines.append(Line("conflict", str(path), detail))
+    return report
+
+
+def run_setup(request: SetupRequest) -> SetupResult:
+    unknown = [h for h in request.hosts if h not in HOST_NAMES]
+    if unknown:
+        raise ValueError(f"unknown host {unknown[0]!r}")
+    writer = _Writer(request.dry_run, request.now)
+    return SetupResult([_host(request, host, writer) for host in request.hosts])

@@ -1,0 +1,136 @@
+"""Is thatch set up for the host that started this MCP server? (hooks.md §9.6, cli.md §5)
+
+The MCP server calls ``setup_warning`` once at start and shows the message to the agent
+so it can tell the user; the server never rewrites setup files itself. ``doctor_status``
+gives ``thatch doctor`` its ``setup:<host>`` verdict by dry-running setup.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from thatch.frontend.setup import block
+from thatch.frontend.setup.hosts import HOST_NAMES, HOSTS, Scope, host_paths, instruction_files
+
+Status = Literal["installed", "markers-broken", "not-installed"]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError:  # missing or unreadable: nothing thatch can rely on
+        return None
+
+
+def setup_status(host: str, project_dir: Path, env: Mapping[str, str]) -> tuple[Status, Path]:
+    """The host's setup state and the instruction file it concerns.
+
+    Installed when the local or the global instruction file holds a well-formed block;
+    else markers-broken naming the first file with a damaged block; else not-installed
+    naming the local file.
+    """
+    files = instruction_files(host, project_dir, env)
+    broken: Path | None = None
+    for path in files:
+        text = _read(path)
+        if text is None:
+            continue
+        kind = block.analyse(text).kind
+        if kind in ("sentinel", "legacy"):
+            return "installed", path
+        if kind == "broken" and broken is None:
+            broken = path
+    if broken is not None:
+        return "markers-broken", broken
+    return "not-installed", files[0]
+
+
+def _scope_flag(host: str, path: Path, project_dir: Path, env: Mapping[str, str]) -> str:
+    _, global_file = instruction_files(host, project_dir, env)
+    return f"thatch setup --{host} --global" if path == global_file else f"thatch setup --{host}"
+
+
+def setup_warning(
+    context: object | None = None,
+    /,
+    *,
+    host: str | None = None,
+    project_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """The message for the agent, without the ``[thatch] `` prefix; None when all is well.
+
+    Pass ``host``, ``project_dir`` and ``env`` by keyword, or one object carrying them as
+    attributes (the MCP server's ToolContext); this module does not import that class.
+    """
+    if context is not None:
+        host = getattr(context, "host", None)
+        project_dir = getattr(context, "project_dir", None)
+        env = getattr(context, "env", None)
+    if host not in HOSTS or project_dir is None:
+        return None
+    assert host is not None
+    env = {} if env is None else env
+    status, path = setup_status(host, project_dir, env)
+    if status == "installed":
+        return None
+    if status == "markers-broken":
+        command = _scope_flag(host, path, project_dir, env)
+        return (
+            f"Tell the user: the thatch block in {path} is damaged; remove the partial block, "
+            f"then run `{command}`."
+        )
+    return (
+        f"Tell the user: thatch runs as an MCP server but was never set up for "
+        f"{HOST_NAMES[host]} (instructions missing from {path}); run `thatch setup --{host}`."
+    )
+
+
+def _uses_post_tool_use(host: str, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
+    from thatch.frontend.setup.hooks import is_thatch_command
+
+    hooks_file = host_paths(host, scope, project_dir, env).hooks
+    text = _read(hooks_file) if host == "claude" and hooks_file else None
+    try:
+        groups = json.loads(text)["hooks"]["PostToolUse"] if text else []
+        return any(is_thatch_command(h.get("command")) for g in groups for h in g.get("hooks", []))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def doctor_status(
+    host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
+) -> tuple[Literal["ok", "warn", "FAIL"], str, str | None]:
+    """(status, detail, fix) for doctor's ``setup:<host>`` check; changes nothing."""
+    from thatch.frontend.setup.run import SetupRequest, run_setup
+
+    status, path = setup_status(host, project_dir, env)
+    if status == "markers-broken":
+        fix = f"remove the partial thatch block, then {_scope_flag(host, path, project_dir, env)}"
+        return "FAIL", f"damaged thatch block in {path}", fix
+    if status == "not-installed":
+        return "warn", f"not installed (instructions missing from {path})", f"thatch setup --{host}"
+    _, global_file = instruction_files(host, project_dir, env)
+    scope: Scope = "global" if path == global_file else "local"
+    request = SetupRequest(
+        hosts=[host],
+        project_dir=project_dir,
+        env={**env, "PATH": ""},  # never run `claude mcp get` from doctor
+        bin_path=bin_path,
+        version=version,
+        scope=scope,
+        post_tool_use=_uses_post_tool_use(host, scope, project_dir, env),
+        dry_run=True,
+    )
+    lines = run_setup(request).reports[0].lines
+    fix = _scope_flag(host, path, project_dir, env)
+    failed = [line.target for line in lines if line.status in ("broken", "conflict")]
+    if failed:
+        return "FAIL", f"cannot update {', '.join(failed)}", fix
+    drifted = [line.target for line in lines if line.status == "would-write"]
+    if drifted:
+        return "warn", f"drifted ({scope}): {', '.join(drifted)}", fix
+    return "ok", f"installed ({scope})", None

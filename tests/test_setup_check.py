@@ -1,0 +1,116 @@
+"""The MCP server's setup check: installed, markers-broken, not-installed and the
+messages the agent relays (hooks.md §9.6), plus doctor's verdict."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from thatch.frontend.setup import SetupRequest, run_setup
+from thatch.frontend.setup.block import BEGIN, END
+from thatch.frontend.setup_check import doctor_status, setup_status, setup_warning
+
+LOCAL_FILE = {"claude": "CLAUDE.md", "cursor": "AGENTS.md", "opencode": "AGENTS.md"}
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
+    monkeypatch.setenv("CURSOR_CONFIG_DIR", str(tmp_path / "cursor-config"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    return dict(os.environ)
+
+
+def global_file(tmp_path: Path, host: str) -> Path:
+    return {
+        "claude": tmp_path / "claude-config" / "CLAUDE.md",
+        "cursor": tmp_path / "cursor-config" / "AGENTS.md",
+        "opencode": tmp_path / "home" / ".config" / "opencode" / "AGENTS.md",
+    }[host]
+
+
+@pytest.mark.parametrize("host", ["claude", "cursor", "opencode"])
+def test_not_installed_message(tmp_path: Path, env: dict[str, str], host: str) -> None:
+    """No block anywhere → not-installed naming the local file and the setup command."""
+    local = tmp_path / LOCAL_FILE[host]
+    local.write_text("# my notes\n")
+    assert setup_status(host, tmp_path, env) == ("not-installed", local)
+    name = {"claude": "Claude Code", "cursor": "Cursor", "opencode": "opencode"}[host]
+    assert setup_warning(host=host, project_dir=tmp_path, env=env) == (
+        f"Tell the user: thatch runs as an MCP server but was never set up for {name} "
+        f"(instructions missing from {local}); run `thatch setup --{host}`."
+    )
+
+
+@pytest.mark.parametrize("host", ["claude", "cursor", "opencode"])
+def test_installed_locally_or_globally(tmp_path: Path, env: dict[str, str], host: str) -> None:
+    """A well-formed block in the local or else the global file → installed, no warning."""
+    target = global_file(tmp_path, host)
+    target.parent.mkdir(parents=True)
+    target.write_text(f"x\n{BEGIN}\nbody\n{END}\n")
+    assert setup_status(host, tmp_path, env) == ("installed", target)
+    assert setup_warning(host=host, project_dir=tmp_path, env=env) is None
+
+
+def test_legacy_block_counts_as_installed(tmp_path: Path, env: dict[str, str]) -> None:
+    """The legacy `# Persistence` block is installed too."""
+    (tmp_path / "CLAUDE.md").write_text(
+        '# Persistence\nThatch provides persistent memory across sessions.\n"Forget X" ok\n'
+    )
+    assert setup_status("claude", tmp_path, env)[0] == "installed"
+
+
+def test_markers_broken_local(tmp_path: Path, env: dict[str, str]) -> None:
+    """A damaged local block → markers-broken, fix without --global."""
+    local = tmp_path / "CLAUDE.md"
+    local.write_text(f"{BEGIN}\nhalf\n")
+    assert setup_warning(host="claude", project_dir=tmp_path, env=env) == (
+        f"Tell the user: the thatch block in {local} is damaged; remove the partial block, "
+        "then run `thatch setup --claude`."
+    )
+
+
+def test_markers_broken_global(tmp_path: Path, env: dict[str, str]) -> None:
+    """A damaged global block (local has none) → the fix names --global."""
+    target = global_file(tmp_path, "cursor")
+    target.parent.mkdir(parents=True)
+    target.write_text(f"{END}\n")
+    (tmp_path / "AGENTS.md").write_text("no markers\n")
+    warning = setup_warning(host="cursor", project_dir=tmp_path, env=env)
+    assert warning is not None
+    assert f"the thatch block in {target} is damaged" in warning
+    assert warning.endswith("run `thatch setup --cursor --global`.")
+
+
+@pytest.mark.parametrize("host", [None, "vscode", ""])
+def test_unknown_host_no_check(tmp_path: Path, env: dict[str, str], host: str | None) -> None:
+    """Unknown or missing host → no warning."""
+    assert setup_warning(host=host, project_dir=tmp_path, env=env) is None
+
+
+def test_doctor_status_ok_drifted_and_missing(tmp_path: Path, env: dict[str, str]) -> None:
+    """Doctor: warn before setup, ok right after, warn once a hook is removed."""
+    status = doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")
+    assert status[0] == "warn" and status[2] == "thatch setup --cursor"
+    run_setup(
+        SetupRequest(
+            hosts=["cursor"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    assert doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
+    (tmp_path / ".cursor" / "hooks.json").write_text('{"version": 1}\n')
+    state, detail, fix = doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")
+    assert state == "warn" and "hooks.json" in detail and fix == "thatch setup --cursor"
+
+
+def test_context_object_accepted(tmp_path: Path, env: dict[str, str]) -> None:
+    """An object with host, project_dir and env attributes works like the keywords."""
+
+    class Context:
+        host = "opencode"
+        project_dir = tmp_path
+
+    Context.env = env  # type: ignore[attr-defined]
+    warning = setup_warning(Context())
+    assert warning is not None and "never set up for opencode" in warning

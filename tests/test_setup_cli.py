@@ -1,0 +1,127 @@
+"""`thatch setup` on the command line: usage errors, help, output, exit codes, <bin>."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from thatch.cli.main import cli
+from thatch.frontend.setup.block import BEGIN
+from thatch.frontend.setup.hosts import project_dir_from_env, resolve_bin
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project dir as cwd, host config dirs in tmp, and an installed-looking thatch script."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "thatch"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(proj)
+    monkeypatch.setattr(sys, "argv", [str(script), "setup"])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
+    monkeypatch.setenv("CURSOR_CONFIG_DIR", str(tmp_path / "cursor-config"))
+    return proj
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "Error: choose at least one host: --claude, --cursor, --opencode."),
+        (["--local"], "Error: choose at least one host: --claude, --cursor, --opencode."),
+        (
+            ["--claude", "--local", "--global"],
+            "Error: --local and --global are mutually exclusive.",
+        ),
+    ],
+)
+def test_usage_errors(project: Path, args: list[str], message: str) -> None:
+    """Missing host or both scopes → exit 2 with the exact message; nothing written."""
+    result = CliRunner().invoke(cli, ["setup", *args])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1] == message
+    assert list(project.iterdir()) == []
+
+
+def test_help() -> None:
+    """--help lists every option."""
+    result = CliRunner().invoke(cli, ["setup", "--help"])
+    assert result.exit_code == 0
+    for option in [
+        "--claude",
+        "--cursor",
+        "--opencode",
+        "--local",
+        "--global",
+        "--post-tool-use",
+        "--dry-run",
+    ]:
+        assert option in result.stdout
+
+
+def test_setup_writes_with_script_path(project: Path) -> None:
+    """Not on PATH → hook commands use the running script's absolute path."""
+    result = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "Claude Code (local):"
+    assert result.stdout.splitlines()[-1] == "Restart Claude Code to load the changes."
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    assert command == f"{sys.argv[0]} reminder"
+
+
+def test_broken_block_exit_1_and_reason(project: Path) -> None:
+    """A broken block → exit 1, a `broken` line on stdout and the reason on stderr."""
+    (project / "AGENTS.md").write_text(f"{BEGIN}\n")
+    result = CliRunner().invoke(cli, ["setup", "--cursor", "--opencode"])
+    assert result.exit_code == 1
+    assert f"  broken  {project / 'AGENTS.md'}" in result.stdout.splitlines()
+    assert "remove the partial block" in result.stderr
+    assert (project / ".cursor" / "hooks.json").is_file()
+
+
+def test_dry_run_cli(project: Path, tmp_path: Path) -> None:
+    """--dry-run prints would-write lines and creates nothing."""
+    result = CliRunner().invoke(cli, ["setup", "--opencode", "--global", "--dry-run"])
+    assert result.exit_code == 0
+    assert "  would-write  " in result.stdout
+    assert not (tmp_path / "home" / ".config" / "opencode").exists()
+    assert list(project.iterdir()) == []
+
+
+def test_resolve_bin(tmp_path: Path) -> None:
+    """`thatch` when PATH finds the running script (through a symlink too), else its path."""
+    real = tmp_path / "venv" / "thatch"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    linked = tmp_path / "path"
+    linked.mkdir()
+    (linked / "thatch").symlink_to(real)
+    assert resolve_bin(str(real), {"PATH": str(linked)}) == "thatch"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "thatch").write_text("#!/bin/sh\n")
+    (other / "thatch").chmod(0o755)
+    assert resolve_bin(str(real), {"PATH": str(other)}) == str(real)
+    assert resolve_bin(str(real), {"PATH": ""}) == str(real)
+
+
+def test_project_dir_order(tmp_path: Path) -> None:
+    """THATCH_PROJECT_DIR → CURSOR_PROJECT_DIR → CLAUDE_PROJECT_DIR → cwd; `${` ignored."""
+    cwd = tmp_path / "cwd"
+    assert project_dir_from_env({}, cwd) == cwd
+    env = {"CLAUDE_PROJECT_DIR": "/c", "CURSOR_PROJECT_DIR": "/u"}
+    assert project_dir_from_env(env, cwd) == Path("/u")
+    env["THATCH_PROJECT_DIR"] = "${workspaceFolder}"
+    assert project_dir_from_env(env, cwd) == Path("/u")
+    env["THATCH_PROJECT_DIR"] = "~/p"
+    env["HOME"] = "/home/x"
+    assert project_dir_from_env(env, cwd) == Path("/home/x/p")
