@@ -1,0 +1,113 @@
+"""Check an exported BERT graph before it is installed: fp32 against the numpy reference,
+int8 against fp32, both on a padded batch of sample sentences after pooling.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from thatch.embedder import numpy_bert
+from thatch.embedder.bert_weights import BertConfig, Weights
+from thatch.embedder.errors import ModelError
+from tokenizers import Encoding, Tokenizer
+
+SAMPLES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Run `make -j8 release` from the repo root; the debug build lives under build/debug.",
+    "thatch remembers",
+)
+FP32_TOLERANCE = 1e-4
+INT8_MIN_COSINE = 0.99
+
+
+def encode_samples(tokenizer: Tokenizer, max_tokens: int) -> list[Encoding]:
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_tokens)
+    return [tokenizer.encode(text) for text in SAMPLES]
+
+
+def _batch(encodings: list[Encoding]) -> dict[str, npt.NDArray[np.int64]]:
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, encoding in enumerate(encodings):
+        ids[row, : len(encoding.ids)] = encoding.ids
+        mask[row, : len(encoding.ids)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+def pool(
+    hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64], pooling: str
+) -> npt.NDArray[np.float32]:
+    """Spec §2 pooling (mean over the mask, or first token) and L2 normalisation."""
+    if pooling == "cls":
+        vectors = hidden[:, 0, :]
+    else:
+        weights = mask[:, :, None].astype(np.float32)
+        vectors = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return (vectors / norms).astype(np.float32)
+
+
+def run_onnx(path: Path, encodings: list[Encoding], pooling: str) -> npt.NDArray[np.float32]:
+    """Pooled, normalised vectors of ``encodings`` run as one padded batch."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: warnings would clutter the import's stderr
+    options.intra_op_num_threads = min(4, os.cpu_count() or 1)
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        feed = _batch(encodings)
+        (hidden,) = session.run(["last_hidden_state"], feed)
+    except Exception as error:  # onnxruntime raises its own unexported exception types
+        raise ModelError(
+            f"verification failed: onnxruntime cannot run {path.name}: {error}"
+        ) from None
+    return pool(np.asarray(hidden, dtype=np.float32), feed["attention_mask"], pooling)
+
+
+def reference_vectors(
+    weights: Weights, config: BertConfig, encodings: list[Encoding], pooling: str
+) -> npt.NDArray[np.float32]:
+    """The numpy reference, one unpadded sequence at a time."""
+    # Widen the dense weights once rather than in every call; the embedding tables are
+    # only indexed, so they stay float32.
+    wide = {
+        name: value if name.startswith("embeddings.") else value.astype(np.float64)
+        for name, value in weights.items()
+    }
+    rows = [
+        numpy_bert.pooled(
+            numpy_bert.forward(wide, config, np.asarray(e.ids, dtype=np.int64)), pooling
+        )
+        for e in encodings
+    ]
+    return np.stack(rows).astype(np.float32)
+
+
+def check_fp32(onnx_vectors: npt.NDArray[np.float32], reference: npt.NDArray[np.float32]) -> float:
+    """The largest component difference; ModelError when beyond FP32_TOLERANCE."""
+    diff = float(np.max(np.abs(onnx_vectors - reference)))
+    if not diff <= FP32_TOLERANCE:  # also catches NaN
+        raise ModelError(
+            f"verification failed: the ONNX graph and the numpy reference differ by {diff:.2e} "
+            f"(max {FP32_TOLERANCE:.0e}) on the sample sentences; nothing was written"
+        )
+    return diff
+
+
+def check_int8(
+    int8_vectors: npt.NDArray[np.float32], fp32_vectors: npt.NDArray[np.float32]
+) -> float:
+    """The lowest cosine between int8 and fp32 vectors; ModelError below INT8_MIN_COSINE."""
+    cosine = float(np.min(np.sum(int8_vectors * fp32_vectors, axis=1)))
+    if not cosine >= INT8_MIN_COSINE:
+        raise ModelError(
+            f"verification failed: the int8 model's vectors have cosine {cosine:.4f} with fp32 "
+            f"(min {INT8_MIN_COSINE}); nothing was written; import with --no-quantize instead"
+        )
+    return cosine

@@ -1,0 +1,134 @@
+"""A BERT checkpoint's shape (from config.json) and its weights under canonical names.
+
+Hugging Face saves ``BertModel`` weights as ``embeddings.…`` / ``encoder.layer.N.…`` and
+task models (``BertForMaskedLM`` …) as ``bert.embeddings.…``; both are accepted. The pooler
+and task heads are not part of the encoder output that sentence-transformers pools, so
+they are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from thatch.embedder.errors import ModelError
+
+# float32 as read; the numpy reference widens the dense ones to float64.
+Weights = dict[str, npt.NDArray[np.floating[Any]]]
+
+_LAYER_NAMES = (
+    "attention.self.query.weight",
+    "attention.self.query.bias",
+    "attention.self.key.weight",
+    "attention.self.key.bias",
+    "attention.self.value.weight",
+    "attention.self.value.bias",
+    "attention.output.dense.weight",
+    "attention.output.dense.bias",
+    "attention.output.LayerNorm.weight",
+    "attention.output.LayerNorm.bias",
+    "intermediate.dense.weight",
+    "intermediate.dense.bias",
+    "output.dense.weight",
+    "output.dense.bias",
+    "output.LayerNorm.weight",
+    "output.LayerNorm.bias",
+)
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The numbers that fix a BERT encoder's shape."""
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    vocab_size: int
+    max_positions: int
+    type_vocab_size: int
+    layer_norm_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @classmethod
+    def from_json(cls, config: Mapping[str, Any]) -> BertConfig:
+        """Validate a config.json already known to be BERT with GELU."""
+        try:
+            parsed = cls(
+                layers=int(config["num_hidden_layers"]),
+                hidden=int(config["hidden_size"]),
+                heads=int(config["num_attention_heads"]),
+                intermediate=int(config["intermediate_size"]),
+                vocab_size=int(config["vocab_size"]),
+                max_positions=int(config.get("max_position_embeddings", 512)),
+                type_vocab_size=int(config.get("type_vocab_size", 2)),
+                layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+            )
+        except KeyError as error:
+            raise ModelError(f"config.json lacks {error.args[0]}") from None
+        except (TypeError, ValueError) as error:
+            raise ModelError(f"config.json has a malformed number: {error}") from None
+        numbers = (parsed.layers, parsed.hidden, parsed.heads, parsed.intermediate)
+        if min(numbers) <= 0 or parsed.hidden % parsed.heads:
+            raise ModelError(
+                f"config.json describes an impossible BERT (hidden_size {parsed.hidden}, "
+                f"num_attention_heads {parsed.heads}, layers {parsed.layers})"
+            )
+        return parsed
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        h, i = self.hidden, self.intermediate
+        shapes: dict[str, tuple[int, ...]] = {
+            "embeddings.word_embeddings.weight": (self.vocab_size, h),
+            "embeddings.position_embeddings.weight": (self.max_positions, h),
+            "embeddings.token_type_embeddings.weight": (self.type_vocab_size, h),
+            "embeddings.LayerNorm.weight": (h,),
+            "embeddings.LayerNorm.bias": (h,),
+        }
+        per_layer = {
+            "attention.self.query.weight": (h, h),
+            "attention.self.key.weight": (h, h),
+            "attention.self.value.weight": (h, h),
+            "attention.output.dense.weight": (h, h),
+            "intermediate.dense.weight": (i, h),
+            "intermediate.dense.bias": (i,),
+            "output.dense.weight": (h, i),
+        }
+        for n in range(self.layers):
+            for suffix in _LAYER_NAMES:
+                shapes[f"encoder.layer.{n}.{suffix}"] = per_layer.get(suffix, (h,))
+        return shapes
+
+
+def layer_weight(weights: Weights, layer: int, suffix: str) -> npt.NDArray[np.float32]:
+    return weights[f"encoder.layer.{layer}.{suffix}"]
+
+
+def canonical_weights(
+    tensors: Mapping[str, npt.NDArray[np.generic]], config: BertConfig, source: Path
+) -> Weights:
+    """The encoder's weights without ``bert.`` prefix, checked against ``config``."""
+    wanted = config.expected_shapes()
+    found: Weights = {}
+    for name, array in tensors.items():
+        canonical = name[len("bert.") :] if name.startswith("bert.") else name
+        if canonical in wanted:
+            found[canonical] = np.asarray(array, dtype=np.float32)
+    missing = [name for name in wanted if name not in found]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ModelError(f"{source} lacks the BERT weight {missing[0]}{more}")
+    for name, shape in wanted.items():
+        if found[name].shape != shape:
+            raise ModelError(
+                f"{source}: weight {name} has shape {list(found[name].shape)}, "
+                f"config.json implies {list(shape)}"
+            )
+    return found
