@@ -1,0 +1,127 @@
+"""Hub ids download just the needed files into the HF cache, then resolve offline (spec §3.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+from thatch.embedder.errors import ModelError
+from thatch.embedder.models import resolve_model
+
+from tests.support.fake_hub import COMMIT, FakeHub
+
+REPO = "acme/minilm-test"
+
+
+@pytest.fixture
+def hub(minilm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """The fake hub serving minilm_dir as acme/minilm-test, with offline mode off."""
+    with FakeHub({REPO: minilm_dir}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        # huggingface_hub copied HF_HUB_OFFLINE=1 from the test environment at import.
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        yield server
+
+
+def declared_onnx(minilm_dir: Path) -> str:
+    import json
+
+    return str(json.loads((minilm_dir / "thatch_model.json").read_text())["onnx"])
+
+
+def test_first_resolve_downloads_needed_files_with_progress(
+    hub: FakeHub, minilm_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Only required + optional files and the one ONNX file are fetched, with a progress bar."""
+    settings = resolve_model(REPO, env=dict(os.environ))
+    onnx = declared_onnx(minilm_dir)
+    assert settings.source == "downloaded"
+    assert settings.model_id == REPO and settings.revision == COMMIT
+    assert hub.downloaded() == {
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "thatch_model.json",
+        "modules.json",
+        "1_Pooling/config.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+        onnx,
+    }
+    assert settings.sha256 == hashlib.sha256((minilm_dir / onnx).read_bytes()).hexdigest()
+    assert settings.path is not None and "models--acme--minilm-test" in str(settings.path)
+    err = capfd.readouterr().err
+    assert "100%" in err and Path(onnx).name in err
+
+
+def test_second_resolve_uses_cache(hub: FakeHub) -> None:
+    """Once cached, resolving again makes no request at all, online or offline."""
+    resolve_model(REPO, env=dict(os.environ), progress=False)
+    hub.clear()
+    again = resolve_model(REPO, env=dict(os.environ))
+    assert again.source == "hub cache"
+    offline = resolve_model(REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert offline.path == again.path
+    assert hub.seen() == []
+
+
+def test_pinned_revision_downloads_that_commit(hub: FakeHub) -> None:
+    """org/name@<commit> resolves to that snapshot."""
+    settings = resolve_model(f"{REPO}@{COMMIT}", env=dict(os.environ), progress=False)
+    assert settings.revision == COMMIT and settings.path is not None
+    assert settings.path.name == COMMIT
+
+
+def test_offline_with_empty_cache_gives_spec_message(hub: FakeHub) -> None:
+    """HF_HUB_OFFLINE=1 and nothing cached: exact spec error, no request made."""
+    with pytest.raises(ModelError) as error:
+        resolve_model(REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert str(error.value) == f"model {REPO} is not in the local cache and HF_HUB_OFFLINE=1"
+    assert hub.seen() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("acme/unknown", "model acme/unknown was not found on http://127.0.0.1:"),
+        (f"{REPO}@v9", f"revision v9 of model {REPO} was not found"),
+    ],
+)
+def test_hub_errors_name_the_cause(hub: FakeHub, name: str, message: str) -> None:
+    """Unknown repos and revisions fail with a one-line cause."""
+    with pytest.raises(ModelError, match=message.replace(".", r"\.")):
+        resolve_model(name, env=dict(os.environ), progress=False)
+
+
+def test_unreachable_hub_names_endpoint(hub: FakeHub) -> None:
+    """A hub that refuses connections gives an error naming the endpoint and cause."""
+    import socket
+
+    with socket.socket() as probe:  # a port that is certainly closed: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        with pytest.raises(ModelError, match=f"cannot download model {REPO} from {dead}"):
+            resolve_model(REPO, env={**os.environ, "HF_ENDPOINT": dead}, progress=False)
+
+
+def test_missing_required_file_on_hub_is_named(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub repo without tokenizer.json fails naming it, before downloading the ONNX file."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(minilm_dir, repo, ignore=shutil.ignore_patterns("*.onnx", "tokenizer.json"))
+    with FakeHub({"acme/no-tokenizer": repo}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        env = {**os.environ, "HF_ENDPOINT": server.url}
+        with pytest.raises(ModelError, match=r"has no tokenizer\.json"):
+            resolve_model("acme/no-tokenizer", env=env, progress=False)
+        assert server.downloaded() == set()

@@ -1,0 +1,118 @@
+"""`thatch model import|info|pull` (spec/cli.md §4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+from click.testing import CliRunner
+from thatch.cli.main import cli
+
+from tests.support.fake_hub import FakeHub
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["model", *args], env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("sub", [[], ["import"], ["info"], ["pull"]])
+def test_help(sub: list[str]) -> None:
+    """Every model command has --help."""
+    code, out, _ = run(*sub, "--help")
+    assert code == 0 and "Usage:" in out
+
+
+def test_info_mock() -> None:
+    """`model info mock` shows the built-in model."""
+    code, out, _ = run("info", "mock")
+    assert code == 0
+    assert "id:" in out and "mock" in out and "384" in out
+
+
+def test_info_local_dir_json(minilm_dir: Path) -> None:
+    """`model info DIR --json` reports id, source, files, dim and sha256 without loading."""
+    code, out, _ = run("info", str(minilm_dir), "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert data["source"] == "local dir"
+    assert data["dim"] == 384 and data["max_tokens"] == 256 and data["pooling"] == "mean"
+    assert "config.json" in data["files"] and len(data["onnx_sha256"]) == 64
+
+
+def test_info_defaults_to_thatch_model(minilm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without MODEL, info describes THATCH_MODEL."""
+    monkeypatch.setenv("THATCH_MODEL", str(minilm_dir))
+    code, out, _ = run("info")
+    assert code == 0 and "sentence-transformers/all-MiniLM-L6-v2" in out and "local dir" in out
+
+
+def test_info_uncached_hub_model_needs_download() -> None:
+    """An uncached hub model is described as needing download (exit 0, offline)."""
+    code, out, _ = run("info", "bge-small-en-v1.5")
+    assert code == 0 and "Xenova/bge-small-en-v1.5" in out and "needs download" in out
+
+
+def test_info_unresolvable_exits_1() -> None:
+    """A name that resolves to nothing is `Error: ...`, exit 1, no traceback."""
+    code, out, err = run("info", "/no/such/model")
+    assert code == 1 and out == ""
+    assert err.startswith("Error: model directory /no/such/model does not exist")
+    assert "Traceback" not in err
+
+
+def test_pull_offline_missing_exits_1() -> None:
+    """`model pull` offline with an empty cache fails with the spec message."""
+    code, _, err = run("pull", "acme/absent")
+    assert code == 1
+    assert err.strip() == (
+        "Error: model acme/absent is not in the local cache and HF_HUB_OFFLINE=1"
+    )
+
+
+def test_pull_downloads_and_reports(minilm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model pull` fetches from the hub with progress on stderr and prints where it is."""
+    with FakeHub({"acme/cli-model": minilm_dir}) as hub:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        code, out, err = run("pull", "acme/cli-model", "--revision", "main")
+    assert code == 0
+    assert out.startswith("model acme/cli-model ready at ")
+    path = Path(out.strip().split(" ready at ", 1)[1])
+    assert (path / "config.json").is_file() and "models--acme--cli-model" in str(path)
+    assert "100%" in err
+
+
+def test_pull_mock_needs_nothing() -> None:
+    """Pulling the mock model succeeds at once."""
+    code, out, _ = run("pull", "mock")
+    assert code == 0 and out.strip() == "model mock ready at (built in)"
+
+
+def test_import_writes_model_and_prints_export(minilm_source: Path, tmp_path: Path) -> None:
+    """`model import` converts the checkpoint and prints the directory and export line."""
+    out_dir = tmp_path / "imported"
+    code, out, _ = run(
+        "import", str(minilm_source), "--out", str(out_dir), "--no-quantize", "--max-tokens", "128"
+    )
+    assert code == 0
+    assert out.splitlines() == [str(out_dir), f"export THATCH_MODEL={out_dir}"]
+    meta = json.loads((out_dir / "thatch_model.json").read_text())
+    assert meta["max_tokens"] == 128 and not (out_dir / "onnx" / "model_quantized.onnx").exists()
+
+
+def test_import_missing_source_exits_1(tmp_path: Path) -> None:
+    """Importing from a directory without a checkpoint is a one-line error, exit 1."""
+    code, out, err = run("import", str(tmp_path / "nothing"), "--out", str(tmp_path / "o"))
+    assert code == 1 and out == "" and err.startswith("Error: ")
+    assert not (tmp_path / "o").exists()
+
+
+def test_import_bad_pooling_is_usage_error(tmp_path: Path) -> None:
+    """An invalid --pooling value is a usage error (exit 2)."""
+    code, _, err = run("import", str(tmp_path), "--pooling", "max")
+    assert code == 2 and "--pooling" in err
