@@ -4,7 +4,9 @@
      ├── ModelError            a model cannot be resolved, downloaded, loaded or imported
      ├── AddressError          THATCH_EMBEDDER_ADDR / --listen is malformed, socket path too long
      ├── ServerStartError      a server cannot start (already running, directory not ours)
-     └── EmbedderUnavailable   a frontend cannot get vectors: "<cause>. Fix: <fix>"
+     ├── EmbedderUnavailable   a frontend cannot get vectors: "<cause>. Fix: <fix>"
+     └── EmbedRequestError     the embedder refused the request itself (INVALID_ARGUMENT):
+                               retrying cannot help; also a ValueError
 
 The CLI turns every one of them into ``click.ClickException``; the MCP tool layer into an
 ``isError`` result. None of them carries a traceback to the user.
@@ -36,6 +38,10 @@ class EmbedderUnavailable(ThatchEmbedderError):
         self.cause = cause.rstrip(".")
         self.fix = fix
         super().__init__(f"{self.cause}. Fix: {fix}")
+
+
+class EmbedRequestError(ThatchEmbedderError, ValueError):
+    """The texts or kind sent were invalid (empty, too many, too long ...); not an outage."""
 
 
 FIX_START = "run thatch embedder start"

@@ -1,0 +1,207 @@
+"""``thatch embedder serve|start|stop|status`` (spec/cli.md §4).
+
+A thin adapter: ``start`` is ``EmbedderClient.ensure_started`` with the CLI's budget,
+``status`` reads health and ``Info``, ``stop`` signals the pid from the pid file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+
+import click
+from thatch.cli.errors import FixableError, translate_errors
+from thatch.embedder.autostart import (
+    POLL_SECONDS,
+    looks_like_embedder,
+    probe_socket,
+    process_alive,
+    read_pid_file,
+)
+from thatch.embedder.client import EmbedderClient
+from thatch.embedder.errors import FIX_REMOTE, FIX_STARTING, EmbedderUnavailable
+from thatch.embedder.serve_cmd import serve
+from thatch.embedder.settings import Address, configured_address, embedder_log_file
+from thatch.embedder.v1 import embedder_pb2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def embedder() -> None:
+    """Run, start, stop and inspect the shared embedding service."""
+
+
+embedder.add_command(serve)
+
+
+def _local_address(env: Mapping[str, str], command: str) -> Address:
+    address = configured_address(env)
+    if not address.is_unix:
+        raise FixableError(
+            f"thatch embedder {command} manages a local unix-socket embedder only; "
+            f"{address} is remote."
+        )
+    return address
+
+
+def _starting_notice() -> None:
+    click.echo("Starting embedder…", err=True)
+
+
+@embedder.command()
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for the embedder to serve.",
+)
+def start(wait: float) -> None:
+    """Start a detached embedder on the local socket and wait until it serves."""
+    env = dict(os.environ)
+    with translate_errors():
+        address = _local_address(env, "start")
+        with EmbedderClient(address.target, env=env, notice=_starting_notice) as client:
+            assert address.path is not None
+            already = probe_socket(address.path) in ("listening", "busy")
+            try:
+                client.ensure_started(wait=wait)
+            except EmbedderUnavailable as error:
+                log = embedder_log_file(env)
+                if error.fix == FIX_STARTING:
+                    message = f"the embedder did not start serving within {wait:g} s; log: {log}"
+                else:
+                    message = f"{error.cause}; log: {log}"
+                raise FixableError(message, error.fix) from None
+            if wait <= 0 and client.health() != "SERVING":
+                click.echo(f"embedder starting at {address}; see thatch embedder status")
+                return
+            info = client.info()
+        verb = "already running" if already else "serving"
+        click.echo(f"embedder {verb} at {address} (pid {info.pid}, model {info.model_id})")
+
+
+@embedder.command()
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for the embedder to exit.",
+)
+def stop(timeout: float) -> None:
+    """Stop the local embedder (SIGTERM) and wait for it to exit."""
+    env = dict(os.environ)
+    with translate_errors():
+        address = _local_address(env, "stop")
+        assert address.path is not None
+        pid = read_pid_file(address.path)
+        if pid is None:  # the pid file appears once the model is loaded; ask a starting one
+            with EmbedderClient(address.target, env=env, autostart=False) as client:
+                try:
+                    pid = client.info(timeout=2.0).pid or None
+                except EmbedderUnavailable:
+                    pid = None
+        if pid is None or not process_alive(pid) or not looks_like_embedder(pid):
+            click.echo("embedder not running")
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            click.echo("embedder not running")
+            return
+        deadline = time.monotonic() + timeout
+        while process_alive(pid):
+            if time.monotonic() >= deadline:
+                raise FixableError(
+                    f"the embedder (pid {pid}) did not exit within {timeout:g} s",
+                    f"kill -KILL {pid}",
+                )
+            time.sleep(POLL_SECONDS)
+        click.echo("embedder stopped")
+
+
+@embedder.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def status(as_json: bool) -> None:
+    """Show whether the embedder serves, and its model and runtime facts."""
+    env = dict(os.environ)
+    with translate_errors():
+        address = configured_address(env)
+        with EmbedderClient(address.target, env=env, autostart=False) as client:
+            health = client.health(timeout=1.0)
+            info = None
+            if health != "UNREACHABLE":
+                try:
+                    info = client.info(timeout=2.0)
+                except EmbedderUnavailable:
+                    info = None
+        if info is None:
+            fix = "thatch embedder start" if address.is_unix else FIX_REMOTE
+            raise FixableError(f"no embedder answering at {address}.", fix)
+    facts = status_facts(str(address), health, info)
+    if as_json:
+        click.echo(json.dumps(facts, ensure_ascii=False, indent=2))
+        return
+    for label, value in status_lines(facts):
+        click.echo(f"{label + ':':<14} {value}")
+
+
+def status_facts(address: str, health: str, info: embedder_pb2.InfoResponse) -> dict[str, object]:
+    return {
+        "address": address,
+        "health": health,
+        "pid": info.pid,
+        "auto_started": info.auto_started,
+        "model_id": info.model_id,
+        "model_revision": info.model_revision,
+        "dim": info.dim,
+        "max_tokens": info.max_tokens,
+        "pooling": info.pooling,
+        "quantized": info.quantized,
+        "loaded": info.loaded,
+        "uptime_s": info.uptime_s,
+        "requests_served": info.requests_served,
+        "idle_release_seconds": info.idle_release_seconds,
+        "exit_after_seconds": info.exit_after_seconds,
+        "server_version": info.server_version,
+    }
+
+
+LABELS = {
+    "address": "address",
+    "health": "health",
+    "pid": "pid",
+    "auto_started": "auto-started",
+    "model_id": "model",
+    "model_revision": "revision",
+    "dim": "dim",
+    "max_tokens": "max tokens",
+    "pooling": "pooling",
+    "quantized": "quantized",
+    "loaded": "loaded",
+    "uptime_s": "uptime",
+    "requests_served": "requests",
+    "idle_release_seconds": "idle release",
+    "exit_after_seconds": "exit after",
+    "server_version": "version",
+}
+SECONDS = ("uptime_s", "idle_release_seconds", "exit_after_seconds")
+
+
+def status_lines(facts: Mapping[str, object]) -> list[tuple[str, str]]:
+    lines = []
+    for key, label in LABELS.items():
+        value = facts[key]
+        if isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif key in SECONDS:
+            text = "never" if value == 0 and key != "uptime_s" else f"{value} s"
+        else:
+            text = str(value) if value != "" else "-"
+        lines.append((label, text))
+    return lines

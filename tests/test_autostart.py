@@ -1,0 +1,242 @@
+"""Auto-start of a local embedder: one server for racing frontends, stale sockets replaced,
+live servers never replaced, failures explained (real processes, mock model)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from thatch.embedder.autostart import probe_socket
+from thatch.embedder.client import EmbedderClient
+from thatch.embedder.encoder import Kind
+from thatch.embedder.errors import (
+    FIX_START,
+    FIX_STARTING,
+    EmbedderUnavailable,
+    fix_offline,
+)
+
+from tests.support.embedder_cleanup import (
+    alive,
+    cmdline,
+    embedder_pids,
+    expected_mock_vector,
+    stop_embedders,
+    wait_until,
+)
+
+
+@pytest.fixture
+def sock(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A socket path in a fresh directory, set as THATCH_EMBEDDER_ADDR; servers stopped after."""
+    path = short_tmp / "run" / "e.sock"
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{path}")
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    try:
+        yield path
+    finally:
+        stop_embedders(str(path))
+
+
+def log_file(home: Path) -> Path:
+    return home / ".cache" / "thatch" / "embedder.log"
+
+
+def stale_socket(path: Path) -> None:
+    """Leave a socket file nobody listens on, as a crashed server would."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(path))
+    assert probe_socket(path) == "refused"
+
+
+RACER = """
+import sys
+from thatch.embedder.client import EmbedderClient
+from thatch.embedder.encoder import Kind
+with EmbedderClient() as client:
+    result = client.embed([sys.argv[1]], Kind.PASSAGE, start_wait=90)
+print(result.model_id, result.vectors.astype("<f4").tobytes().hex())
+"""
+
+
+def test_racing_frontends_start_exactly_one_server(sock: Path) -> None:
+    """Eight processes embedding at once against no server end with one server, 8 answers."""
+    texts = [f"racer number {i} asks" for i in range(8)]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, text], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for text in texts
+    ]
+    outputs = [racer.communicate(timeout=120) for racer in racers]
+    for racer, (_out, err) in zip(racers, outputs, strict=True):
+        assert racer.returncode == 0, err.decode()
+    for text, (out, _err) in zip(texts, outputs, strict=True):
+        model_id, hex_vector = out.decode().split()
+        vector = np.frombuffer(bytes.fromhex(hex_vector), dtype="<f4")
+        assert model_id == "mock"
+        np.testing.assert_allclose(vector, expected_mock_vector(text), atol=1e-6)
+    servers = embedder_pids(str(sock))
+    assert len(servers) == 1
+    assert Path(f"{sock}.pid").read_text().strip() == str(servers[0])
+
+
+HOOK = """
+from thatch.embedder.client import EmbedderClient
+with EmbedderClient() as client:
+    client.ensure_started(wait=0)
+"""
+
+
+def launchers(socket_path: Path) -> list[int]:
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and "thatch.embedder.autostart" in cmdline(int(entry.name))
+        and str(socket_path) in cmdline(int(entry.name))
+        and alive(int(entry.name))
+    ]
+
+
+def test_racing_background_starts_spawn_one_server(sock: Path) -> None:
+    """Hooks starting in the background at once (wait=0) also end with exactly one server."""
+    hooks = [subprocess.Popen([sys.executable, "-c", HOOK]) for _ in range(6)]
+    assert [hook.wait(timeout=60) for hook in hooks] == [0] * 6
+    with EmbedderClient() as client:
+        wait_until(lambda: client.health(timeout=1) == "SERVING", 30, "the background server")
+    wait_until(lambda: not launchers(sock), 15, "the launcher to exit once the server bound")
+    assert len(embedder_pids(str(sock))) == 1
+
+
+def test_stale_socket_is_replaced(sock: Path) -> None:
+    """A socket file nobody listens on (refused) is replaced by a new server."""
+    stale_socket(sock)
+    with EmbedderClient() as client:
+        result = client.embed(["stale socket"], Kind.QUERY)
+        assert client.health() == "SERVING"
+    np.testing.assert_allclose(result.vectors[0], expected_mock_vector("stale socket"), atol=1e-6)
+    assert len(embedder_pids(str(sock))) == 1
+
+
+def test_regular_file_at_socket_path_is_replaced(sock: Path) -> None:
+    """A regular file where the socket belongs is removed and a server takes its place."""
+    sock.parent.mkdir(mode=0o700, parents=True)
+    sock.write_text("not a socket")
+    with EmbedderClient() as client:
+        client.ensure_started(wait=30)
+    assert stat.S_ISSOCK(sock.stat().st_mode)
+    assert len(embedder_pids(str(sock))) == 1
+
+
+def test_live_server_is_never_replaced(sock: Path) -> None:
+    """ensure_started from a second client keeps the running server (same pid, same socket)."""
+    with EmbedderClient() as first:
+        first.ensure_started(wait=30)
+        pid = first.info().pid
+    inode = sock.stat().st_ino
+    with EmbedderClient() as second:
+        second.ensure_started(wait=30)
+        assert second.info().pid == pid
+        second.embed(["still here"], Kind.PASSAGE)
+    assert sock.stat().st_ino == inode
+    assert embedder_pids(str(sock)) == [pid]
+
+
+def test_slow_listener_is_never_unlinked(sock: Path) -> None:
+    """A socket that accepts but never answers counts as a live server: kept, nothing spawned."""
+    sock.parent.mkdir(mode=0o700, parents=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(sock))
+        silent.listen(64)
+        inode = sock.stat().st_ino
+        with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+            client.embed(["x"], Kind.QUERY, timeout=0.5, start_wait=1.0)
+        assert sock.stat().st_ino == inode
+    assert caught.value.fix == FIX_STARTING
+    assert embedder_pids(str(sock)) == []
+
+
+def test_socket_directory_created_private(sock: Path) -> None:
+    """The socket directory an auto-start creates is mode 0700."""
+    assert not sock.parent.exists()
+    with EmbedderClient() as client:
+        client.ensure_started(wait=30)
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+
+
+def test_background_start_returns_at_once(sock: Path) -> None:
+    """embed with start_wait=0 (hooks) fails with 'still starting' and a server comes up."""
+    with EmbedderClient() as client:
+        with pytest.raises(EmbedderUnavailable) as caught:
+            client.embed(["hook"], Kind.QUERY, start_wait=0)
+        assert caught.value.fix == FIX_STARTING
+        wait_until(lambda: client.health(timeout=1) == "SERVING", 30, "the background server")
+        assert client.embed(["hook"], Kind.QUERY).model_id == "mock"
+    assert len(embedder_pids(str(sock))) == 1
+
+
+def test_server_restarted_after_it_exits(sock: Path) -> None:
+    """A client whose server went away starts a new one; the old process is reaped."""
+    with EmbedderClient() as client:
+        client.embed(["one"], Kind.PASSAGE)
+        old = client.info().pid
+        os.kill(old, signal.SIGTERM)
+        # The server is this process's child: gone from /proc means the reaper thread ran.
+        wait_until(lambda: not Path(f"/proc/{old}").exists(), 20, "the old server to be reaped")
+        result = client.embed(["two"], Kind.PASSAGE)
+        new = client.info().pid
+    assert new != old and alive(new)
+    np.testing.assert_allclose(result.vectors[0], expected_mock_vector("two"), atol=1e-6)
+
+
+def test_offline_missing_model_explained(
+    sock: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that exits because its model is not cached offline yields the offline fix."""
+    monkeypatch.setenv("THATCH_MODEL", "thatch-test/no-such-model")
+    with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+        client.embed(["x"], Kind.QUERY)
+    assert caught.value.cause == (
+        "model thatch-test/no-such-model is not in the local cache and HF_HUB_OFFLINE=1"
+    )
+    assert caught.value.fix == fix_offline("thatch-test/no-such-model")
+    assert log_file(isolated_env).is_file()
+
+
+def test_spawn_failure_names_the_log_reason(
+    sock: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any other early exit: 'nothing is listening … (auto-start failed: <last log line>)'."""
+    monkeypatch.setenv("THATCH_MODEL", str(isolated_env / "missing-model-dir" / "x"))
+    with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+        client.ensure_started(wait=30)
+    prefix = f"nothing is listening at unix://{sock} (auto-start failed: "
+    assert caught.value.cause.startswith(prefix)
+    assert caught.value.fix == FIX_START
+    reason = caught.value.cause[len(prefix) : -1]
+    assert reason and reason in log_file(isolated_env).read_text()
+    assert embedder_pids(str(sock)) == []
+
+
+def test_remote_address_never_spawns(isolated_env: Path) -> None:
+    """TCP addresses are never auto-started: no process, no log."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+    with EmbedderClient(f"127.0.0.1:{port}") as client:
+        with pytest.raises(EmbedderUnavailable, match="no embedder answering"):
+            client.ensure_started(wait=0.3)
+        client.ensure_started(wait=0)  # hooks: nothing to do for a remote address
+    assert embedder_pids(f"127.0.0.1:{port}") == []
+    assert not log_file(isolated_env).exists()
