@@ -1,0 +1,445 @@
+"""The memory store (store.md §6–§9): memories in SQLite, searched by vectors handed in.
+
+The store never embeds text. It stores BLOBs, compares the vectors the tool layer gives
+it, and keeps one decoded matrix per store between calls (``matrix_cache``). Every write is
+one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+from thatch.frontend import db
+from thatch.frontend.errors import DatabaseBusyError, DatabaseOpenError, InvalidInputError
+from thatch.frontend.matrix_cache import (
+    MatrixCache,
+    StoreMatrix,
+    build_matrix,
+    pairs_above,
+    rows_above,
+    top_rows,
+)
+from thatch.frontend.memory import (
+    DUPLICATE_THRESHOLD,
+    VERDICTS,
+    DuplicatePair,
+    Match,
+    Memory,
+    RememberOutcome,
+)
+from thatch.frontend.schema import init_schema
+from thatch.frontend.slugs import slugify
+from thatch.frontend.store_rows import (
+    COLUMNS,
+    USABLE,
+    locked,
+    memory_from_row,
+    store_list,
+    store_name,
+    threshold_value,
+)
+from thatch.frontend.store_upkeep import UpkeepQueries
+from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.frontend.vectors import as_vector, encode
+
+__all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
+
+
+class Store(UpkeepQueries):
+    """All memory queries over one connection (see store.md §6–§9)."""
+
+    def __init__(self, conn: sqlite3.Connection, *, clock: Clock = utc_now) -> None:
+        self.conn = conn
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._writes = 0
+        self._cache = MatrixCache()
+        self._owns_conn = False
+        db.configure(conn)
+        init_schema(conn, self._now())
+        self.path = self._file_path()
+
+    @classmethod
+    def open(cls, path: Path | str, *, clock: Clock = utc_now) -> Store:
+        """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
+        conn = db.connect(path)
+        try:
+            store = cls(conn, clock=clock)
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            if db.is_busy(error):
+                raise DatabaseBusyError() from None
+            raise DatabaseOpenError(path, str(error)) from None
+        except BaseException:
+            conn.close()
+            raise
+        store._owns_conn = True
+        return store
+
+    def close(self) -> None:
+        """Close the connection if ``open`` made it; a passed-in connection stays the caller's."""
+        self._cache.clear()
+        if self._owns_conn:
+            self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _now(self) -> str:
+        return format_timestamp(self.clock())
+
+    def _file_path(self) -> Path | None:
+        for row in self.conn.execute("PRAGMA database_list"):
+            if row[1] == "main":
+                return Path(row[2]) if row[2] else None
+        return None
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            with db.atomic(self.conn) as conn:
+                yield conn
+        finally:
+            # Any write attempt invalidates our cached matrices (data_version only sees others).
+            self._writes += 1
+
+    def _matrix(self, store: str) -> StoreMatrix:
+        """The store's matrix; call inside a read transaction so the key matches the rows."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        key = (version, self.conn.total_changes, self._writes)
+        return self._cache.get(store, key, self._load_matrix)
+
+    def _load_matrix(self, store: str) -> StoreMatrix:
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS}, embedding FROM entries WHERE store = ? AND {USABLE} ORDER BY slug",
+            (store,),
+        ).fetchall()
+        return build_matrix(rows)
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot for the cache key and the rows."""
+        # Inside a caller's transaction the rows may hold uncommitted writes that could be
+        # rolled back: use them, but never keep them in the cache.
+        nested = self.conn.in_transaction
+        if nested:
+            self._cache.clear()
+        try:
+            with db.atomic(self.conn, immediate=False) as conn:
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                yield conn
+        finally:
+            if nested:
+                self._cache.clear()
+
+    # -- stores --------------------------------------------------------------------------
+
+    @locked
+    def store_names(self) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT name FROM stores UNION SELECT DISTINCT store FROM entries ORDER BY 1"
+        )
+        return [row[0] for row in rows]
+
+    @locked
+    def store_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.store_names(), 0)
+        for name, count in self.conn.execute("SELECT store, count(*) FROM entries GROUP BY store"):
+            counts[name] = count
+        return counts
+
+    @locked
+    def store_exists(self, name: str) -> bool:
+        row = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM stores WHERE name = ?) "
+            "OR EXISTS (SELECT 1 FROM entries WHERE store = ?)",
+            (name, name),
+        ).fetchone()
+        return bool(row[0])
+
+    # -- writes --------------------------------------------------------------------------
+
+    @locked
+    def remember(
+        self,
+        store: str,
+        label: str,
+        stored_text: str,
+        vector: Any | None,
+        model: str | None,
+        *,
+        branch: str | None = None,
+        confidence: int | None = None,
+        overwrite: bool = False,
+        archived: bool | None = None,
+    ) -> RememberOutcome:
+        """Save one memory (§6 remember); a None vector saves it pending (NULL embedding)."""
+        store = store_name(store)
+        if not isinstance(label, str) or not isinstance(stored_text, str):
+            raise InvalidInputError("label and stored text must be strings")
+        blob = None if vector is None else encode(vector)
+        model = None if blob is None else model
+        slug = slugify(label)
+        now = self._now()
+        with self._write() as conn:
+            conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
+            if not overwrite:
+                inserted = conn.execute(
+                    "INSERT INTO entries (slug, store, label, content, embedding, model, branch, "
+                    "confidence, archived, created_at, updated_at, recall_count, "
+                    "last_recalled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL) "
+                    "ON CONFLICT (slug, store) DO NOTHING",
+                    (
+                        slug,
+                        store,
+                        label,
+                        stored_text,
+                        blob,
+                        model,
+                        branch,
+                        confidence,
+                        int(bool(archived)),
+                        now,
+                        now,
+                    ),
+                ).rowcount
+                return RememberOutcome.SAVED if inserted == 1 else RememberOutcome.EXISTS
+            old = conn.execute(
+                "SELECT archived, branch, confidence FROM entries WHERE slug = ? AND store = ?",
+                (slug, store),
+            ).fetchone()
+            if old is None:
+                conn.execute(
+                    "INSERT INTO entries (slug, store, label, content, embedding, model, branch, "
+                    "confidence, archived, created_at, updated_at, recall_count, "
+                    "last_recalled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)",
+                    (
+                        slug,
+                        store,
+                        label,
+                        stored_text,
+                        blob,
+                        model,
+                        branch,
+                        confidence,
+                        int(bool(archived)),
+                        now,
+                        now,
+                    ),
+                )
+            else:
+                if old[0] and archived is None:
+                    return RememberOutcome.ARCHIVED_GUARD
+                conn.execute(
+                    "UPDATE entries SET label = ?, content = ?, embedding = ?, model = ?, "
+                    "updated_at = ?, branch = ?, confidence = ?, archived = ? "
+                    "WHERE slug = ? AND store = ?",
+                    (
+                        label,
+                        stored_text,
+                        blob,
+                        model,
+                        now,
+                        old[1] if branch is None else branch,
+                        old[2] if confidence is None else confidence,
+                        old[0] if archived is None else int(archived),
+                        slug,
+                        store,
+                    ),
+                )
+            conn.execute(
+                "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
+                (store, slug, slug),
+            )
+        return RememberOutcome.SAVED
+
+    @locked
+    def forget(self, store: str, label: str) -> Memory | None:
+        """Delete the memory and its dedup verdicts; the deleted row, or None."""
+        slug = slugify(label)
+        with self._write() as conn:
+            row = conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", (slug, store)
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute("DELETE FROM entries WHERE slug = ? AND store = ?", (slug, store))
+            conn.execute(
+                "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
+                (store, slug, slug),
+            )
+        return memory_from_row(row)
+
+    @locked
+    def mark_checked(self, store: str, slug_a: str, slug_b: str, status: str) -> None:
+        """Record a verdict for the (sorted) slug pair; it hides the pair from duplicates."""
+        store = store_name(store)
+        if status not in VERDICTS:
+            raise InvalidInputError(
+                f"unknown verdict {status!r}; expected one of: {', '.join(VERDICTS)}"
+            )
+        first, second = sorted((slug_a, slug_b))
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO dedup_pairs (store, slug_a, slug_b, status, checked_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (store, first, second, status, self._now()),
+            )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @locked
+    def list(self, store: str) -> list[Memory]:
+        """Every memory of the store, archived included, by label (BINARY collation)."""
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE store = ? ORDER BY label, slug", (store,)
+        )
+        return [memory_from_row(row) for row in rows]
+
+    @locked
+    def show(self, store: str, label: str) -> Memory | None:
+        row = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", (slugify(label), store)
+        ).fetchone()
+        return None if row is None else memory_from_row(row)
+
+    @locked
+    def find_similar(
+        self,
+        store: str,
+        vector: Any,
+        *,
+        threshold: float = DUPLICATE_THRESHOLD,
+        limit: int = 3,
+        exclude_slug: str | None = None,
+    ) -> list[Match]:
+        """Live memories of one store with cosine ≥ threshold, best first. No telemetry."""
+        query = as_vector(vector)
+        threshold = threshold_value(threshold)
+        if limit <= 0:
+            return []
+        with self._read():
+            matrix = self._matrix(store_name(store))
+            group = matrix.groups.get(query.size)
+            if group is None:
+                return []
+            mask = ~group.archived
+            if exclude_slug is not None:
+                mask &= np.array([matrix.slugs[p] != exclude_slug for p in group.positions])
+            rows, scores = rows_above(group, query, mask, threshold)
+            found = [
+                Match(matrix.memory(group.positions[row]), float(score))
+                for row, score in zip(rows, scores, strict=True)
+            ]
+        found.sort(key=lambda match: (-match.score, match.memory.slug))
+        return found[:limit]
+
+    @locked
+    def search(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> list[Match]:
+        """Best matches over the stores, ties by (store, slug). Records no usage."""
+        query = as_vector(vector)
+        names = store_list(stores)
+        if limit <= 0:
+            return []
+        found: list[Match] = []
+        with self._read():
+            for name in names:
+                matrix = self._matrix(name)
+                group = matrix.groups.get(query.size)
+                if group is None:
+                    continue
+                mask = np.ones(len(group.positions), dtype=bool)
+                if not include_archived:
+                    mask &= ~group.archived
+                if branch is not None:
+                    mask &= np.array([b is None or b == branch for b in group.branches])
+                rows, scores = top_rows(group, query, mask, limit)
+                found.extend(
+                    Match(matrix.memory(group.positions[row]), float(score))
+                    for row, score in zip(rows, scores, strict=True)
+                )
+        found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
+        return found[:limit]
+
+    @locked
+    def recall(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> list[Match]:
+        """``search``, then stamp recall_count/last_recalled_at on exactly the returned rows.
+
+        The returned memories show the telemetry as it was before this recall.
+        """
+        matches = self.search(
+            stores, vector, branch=branch, limit=limit, include_archived=include_archived
+        )
+        if matches:
+            now = self._now()
+            with self._write() as conn:
+                conn.executemany(
+                    "UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ? "
+                    "WHERE slug = ? AND store = ?",
+                    [(now, match.memory.slug, match.memory.store) for match in matches],
+                )
+        return matches
+
+    @locked
+    def find_duplicates(
+        self, store: str, threshold: float = DUPLICATE_THRESHOLD
+    ) -> list[DuplicatePair]:
+        """Unreviewed pairs of live memories with cosine ≥ threshold, best first."""
+        threshold = threshold_value(threshold)
+        pairs: list[DuplicatePair] = []
+        with self._read() as conn:
+            matrix = self._matrix(store_name(store))
+            checked = set(
+                conn.execute("SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ?", (store,))
+            )
+            for group in matrix.groups.values():
+                for i, j, score in pairs_above(group, ~group.archived, threshold):
+                    first = matrix.memory(group.positions[i])
+                    second = matrix.memory(group.positions[j])
+                    if second.slug < first.slug:
+                        first, second = second, first
+                    if (first.slug, second.slug) in checked:
+                        continue
+                    pairs.append(
+                        DuplicatePair(first.slug, first.label, second.slug, second.label, score)
+                    )
+        pairs.sort(key=lambda pair: (-pair.score, pair.slug_a, pair.slug_b))
+        return pairs
+
+    @locked
+    def duplicate_count(self, store: str) -> int:
+        """``len(find_duplicates(store, 0.85))`` (§8)."""
+        return len(self.find_duplicates(store, DUPLICATE_THRESHOLD))

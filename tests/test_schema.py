@@ -1,0 +1,357 @@
+"""Schema, connection settings, migrations and the transaction helper (store.md §1, §3)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from thatch.frontend.db import atomic, connect, default_db_path
+from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
+from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE
+from thatch.frontend.store import Store
+
+# (name, type, notnull, default, pk) per column, exactly as store.md §3 declares them.
+EXPECTED: dict[str, list[tuple[str, str, int, str | None, int]]] = {
+    "stores": [("name", "TEXT", 0, None, 1)],
+    "entries": [
+        ("slug", "TEXT", 1, None, 1),
+        ("store", "TEXT", 1, None, 2),
+        ("label", "TEXT", 1, None, 0),
+        ("content", "TEXT", 1, None, 0),
+        ("embedding", "BLOB", 0, None, 0),
+        ("model", "TEXT", 0, None, 0),
+        ("branch", "TEXT", 0, None, 0),
+        ("confidence", "INTEGER", 0, None, 0),
+        ("archived", "INTEGER", 1, "0", 0),
+        ("created_at", "TEXT", 1, None, 0),
+        ("updated_at", "TEXT", 1, None, 0),
+        ("recall_count", "INTEGER", 1, "0", 0),
+        ("last_recalled_at", "TEXT", 0, None, 0),
+    ],
+    "dedup_pairs": [
+        ("store", "TEXT", 1, None, 1),
+        ("slug_a", "TEXT", 1, None, 2),
+        ("slug_b", "TEXT", 1, None, 3),
+        ("status", "TEXT", 1, None, 0),
+        ("checked_at", "TEXT", 1, None, 0),
+    ],
+    "prediction_matchers": [
+        ("id", "TEXT", 0, None, 1),
+        ("store", "TEXT", 1, None, 0),
+        ("description", "TEXT", 1, None, 0),
+        ("embedding", "BLOB", 0, None, 0),
+        ("model", "TEXT", 0, None, 0),
+        ("created_at", "TEXT", 1, None, 0),
+        ("updated_at", "TEXT", 1, None, 0),
+    ],
+    "predictions": [
+        ("id", "TEXT", 0, None, 1),
+        ("store", "TEXT", 1, None, 0),
+        ("statement", "TEXT", 1, None, 0),
+        ("rationale", "TEXT", 0, None, 0),
+        ("embedding", "BLOB", 0, None, 0),
+        ("model", "TEXT", 0, None, 0),
+        ("confidence", "REAL", 1, "0.5", 0),
+        ("confirm_count", "REAL", 1, "0", 0),
+        ("disconfirm_count", "REAL", 1, "0", 0),
+        ("created_at", "TEXT", 1, None, 0),
+        ("updated_at", "TEXT", 1, None, 0),
+    ],
+    "prediction_edges": [
+        ("matcher_id", "TEXT", 1, None, 1),
+        ("prediction_id", "TEXT", 1, None, 2),
+        ("weight", "REAL", 1, "1.0", 0),
+        ("created_at", "TEXT", 1, None, 0),
+    ],
+    "prediction_provenance": [
+        ("id", "TEXT", 0, None, 1),
+        ("prediction_id", "TEXT", 1, None, 0),
+        ("signal", "TEXT", 1, None, 0),
+        ("detail", "TEXT", 0, None, 0),
+        ("created_at", "TEXT", 1, None, 0),
+    ],
+    "chat_sessions": [
+        ("session_id", "TEXT", 0, None, 1),
+        ("name", "TEXT", 1, None, 0),
+        ("topic", "TEXT", 0, None, 0),
+        ("project", "TEXT", 0, None, 0),
+        ("host_kind", "TEXT", 1, "'opencode'", 0),
+        ("registered_at", "TEXT", 1, None, 0),
+        ("last_seen", "TEXT", 1, None, 0),
+        ("auto", "INTEGER", 1, "0", 0),
+        ("worktree", "TEXT", 1, "''", 0),
+    ],
+    "chat_messages": [
+        ("id", "INTEGER", 0, None, 1),
+        ("from_session", "TEXT", 1, None, 0),
+        ("to_session", "TEXT", 1, None, 0),
+        ("body", "TEXT", 1, None, 0),
+        ("created_at", "TEXT", 1, None, 0),
+        ("delivered_at", "TEXT", 0, None, 0),
+        ("read_at", "TEXT", 0, None, 0),
+        ("via_broadcast", "INTEGER", 1, "0", 0),
+    ],
+    "repo_paths": [
+        ("worktree_path", "TEXT", 0, None, 1),
+        ("main_path", "TEXT", 1, None, 0),
+        ("repo_slug", "TEXT", 1, None, 0),
+        ("resolved_at", "INTEGER", 1, None, 0),
+    ],
+}
+EXPECTED["behavior_matchers"] = EXPECTED["prediction_matchers"]
+EXPECTED["behaviors"] = [
+    (name.replace("prediction", "behavior"), *rest) for name, *rest in EXPECTED["predictions"]
+]
+EXPECTED["behavior_edges"] = [
+    (name.replace("prediction", "behavior"), *rest) for name, *rest in EXPECTED["prediction_edges"]
+]
+EXPECTED["behavior_provenance"] = [
+    (name.replace("prediction", "behavior"), *rest)
+    for name, *rest in EXPECTED["prediction_provenance"]
+]
+
+TABLE_ORDER = [
+    "stores",
+    "entries",
+    "dedup_pairs",
+    "prediction_matchers",
+    "predictions",
+    "prediction_edges",
+    "prediction_provenance",
+    "behavior_matchers",
+    "behaviors",
+    "behavior_edges",
+    "behavior_provenance",
+    "chat_sessions",
+    "chat_messages",
+    "repo_paths",
+]
+
+# (table, from column, to table, to column, on_delete)
+EXPECTED_FOREIGN_KEYS = {
+    ("entries", "store", "stores", "name", "NO ACTION"),
+    ("prediction_matchers", "store", "stores", "name", "NO ACTION"),
+    ("predictions", "store", "stores", "name", "NO ACTION"),
+    ("prediction_edges", "matcher_id", "prediction_matchers", "id", "CASCADE"),
+    ("prediction_edges", "prediction_id", "predictions", "id", "CASCADE"),
+    ("prediction_provenance", "prediction_id", "predictions", "id", "CASCADE"),
+    ("behavior_matchers", "store", "stores", "name", "NO ACTION"),
+    ("behaviors", "store", "stores", "name", "NO ACTION"),
+    ("behavior_edges", "matcher_id", "behavior_matchers", "id", "CASCADE"),
+    ("behavior_edges", "behavior_id", "behaviors", "id", "CASCADE"),
+    ("behavior_provenance", "behavior_id", "behaviors", "id", "CASCADE"),
+}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "thatch.db") as opened:
+        yield opened
+
+
+def test_fresh_file_has_the_14_tables_exactly(store: Store) -> None:
+    """Every column of every table matches the spec: name, type, notnull, default, pk."""
+    for table, columns in EXPECTED.items():
+        info = [tuple(row[1:]) for row in store.conn.execute(f"PRAGMA table_info({table})")]
+        assert info == columns, table
+
+
+def test_tables_are_created_in_spec_order(store: Store) -> None:
+    """The 14 tables appear in sqlite_master in the order store.md §3 lists them."""
+    names = [
+        row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    ]
+    assert [name for name in names if name in EXPECTED] == TABLE_ORDER
+    assert set(names) - set(EXPECTED) <= {MIGRATIONS_TABLE, "sqlite_sequence"}
+
+
+def test_foreign_keys_and_nocase_are_declared(store: Store) -> None:
+    """References, ON DELETE CASCADE and chat_sessions.name NOCASE UNIQUE are as specified."""
+    found = set()
+    for table in EXPECTED:
+        for row in store.conn.execute(f"PRAGMA foreign_key_list({table})"):
+            found.add((table, row[3], row[2], row[4], row[6]))
+    assert found == EXPECTED_FOREIGN_KEYS
+    store.conn.execute(
+        "INSERT INTO chat_sessions (session_id, name, registered_at, last_seen) "
+        "VALUES ('s1', 'Alice', 't', 't')"
+    )
+    with pytest.raises(sqlite3.IntegrityError):
+        store.conn.execute(
+            "INSERT INTO chat_sessions (session_id, name, registered_at, last_seen) "
+            "VALUES ('s2', 'ALICE', 't', 't')"
+        )
+
+
+def test_global_store_row_exists(store: Store) -> None:
+    """Schema init inserts the 'global' store."""
+    assert store.conn.execute("SELECT name FROM stores").fetchall() == [("global",)]
+
+
+def test_connection_pragmas(store: Store, tmp_path: Path) -> None:
+    """WAL (the -wal file exists), busy_timeout 5000, foreign_keys 1, autocommit mode."""
+    assert store.conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert store.conn.execute("PRAGMA busy_timeout").fetchone() == (5000,)
+    assert store.conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+    assert store.conn.isolation_level is None
+    assert (tmp_path / "thatch.db-wal").exists()
+
+
+def test_second_init_changes_nothing(tmp_path: Path) -> None:
+    """Opening an initialised file again writes nothing at all."""
+    path = tmp_path / "thatch.db"
+    Store.open(path).close()
+    before = path.read_bytes()
+    with Store.open(path) as again:
+        assert again.conn.total_changes == 0
+        dump = list(again.conn.iterdump())
+    assert path.read_bytes() == before
+    with Store.open(path) as third:
+        assert list(third.conn.iterdump()) == dump
+
+
+def test_migrations_are_recorded_by_name_in_order(store: Store) -> None:
+    """Each named migration is recorded once in _thatch_migrations, in order."""
+    rows = store.conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY rowid").fetchall()
+    assert [row[0] for row in rows] == [name for name, _ in MIGRATIONS]
+
+
+def test_legacy_entries_gain_columns_with_defaults(tmp_path: Path) -> None:
+    """entries without recall_count/last_recalled_at/archived gain (0, NULL, 0), rows intact."""
+    path = tmp_path / "legacy.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE stores (name TEXT PRIMARY KEY);
+        CREATE TABLE entries (slug TEXT NOT NULL, store TEXT NOT NULL REFERENCES stores(name),
+          label TEXT NOT NULL, content TEXT NOT NULL, embedding BLOB, model TEXT, branch TEXT,
+          confidence INTEGER, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+          PRIMARY KEY (slug, store));
+        INSERT INTO stores VALUES ('o/r');
+        INSERT INTO entries VALUES ('a', 'o/r', 'A', '# A\n\nx', X'0000803f', 'm', 'dev', 7,
+          '2024-01-01T00:00:00.000Z', '2024-01-02T00:00:00.000Z');
+        """
+    )
+    conn.close()
+    with Store.open(path) as store:
+        row = store.conn.execute(
+            "SELECT slug, store, label, content, embedding, model, branch, confidence, "
+            "created_at, updated_at, recall_count, last_recalled_at, archived FROM entries"
+        ).fetchone()
+        assert row == (
+            "a", "o/r", "A", "# A\n\nx", b"\x00\x00\x80\x3f", "m", "dev", 7,
+            "2024-01-01T00:00:00.000Z", "2024-01-02T00:00:00.000Z", 0, None, 0,
+        )  # fmt: skip
+        info = [tuple(r[1:]) for r in store.conn.execute("PRAGMA table_info(entries)")]
+        assert sorted(info) == sorted(EXPECTED["entries"])
+
+
+def test_chat_sessions_without_nocase_are_rebuilt(tmp_path: Path) -> None:
+    """First row per case-insensitive name wins, by registered_at then rowid; columns added."""
+    path = tmp_path / "legacy.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE chat_sessions (session_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+          registered_at TEXT NOT NULL, last_seen TEXT NOT NULL);
+        INSERT INTO chat_sessions VALUES ('s1', 'Alice', '2024-01-02T00:00:00.000Z', 'x');
+        INSERT INTO chat_sessions VALUES ('s2', 'alice', '2024-01-01T00:00:00.000Z', 'y');
+        INSERT INTO chat_sessions VALUES ('s3', 'ALICE', '2024-01-01T00:00:00.000Z', 'z');
+        INSERT INTO chat_sessions VALUES ('s4', 'bob', '2024-01-03T00:00:00.000Z', 'w');
+        CREATE TABLE chat_messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+          from_session TEXT NOT NULL, to_session TEXT NOT NULL, body TEXT NOT NULL,
+          created_at TEXT NOT NULL);
+        INSERT INTO chat_messages (from_session, to_session, body, created_at)
+          VALUES ('s1', 's4', 'hi', 't');
+        """
+    )
+    conn.close()
+    with Store.open(path) as store:
+        rows = store.conn.execute(
+            "SELECT session_id, name, last_seen, topic, project, host_kind, auto, worktree "
+            "FROM chat_sessions ORDER BY session_id"
+        ).fetchall()
+        assert rows == [
+            ("s2", "alice", "y", None, None, "opencode", 0, ""),
+            ("s4", "bob", "w", None, None, "opencode", 0, ""),
+        ]
+        for table in ("chat_sessions", "chat_messages"):
+            info = [tuple(r[1:]) for r in store.conn.execute(f"PRAGMA table_info({table})")]
+            assert sorted(info) == sorted(EXPECTED[table]), table
+        assert store.conn.execute(
+            "SELECT body, delivered_at, read_at, via_broadcast FROM chat_messages"
+        ).fetchall() == [("hi", None, None, 0)]
+        with pytest.raises(sqlite3.IntegrityError):
+            store.conn.execute(
+                "INSERT INTO chat_sessions (session_id, name, registered_at, last_seen) "
+                "VALUES ('s5', 'BOB', 't', 't')"
+            )
+
+
+def test_parent_directory_is_created_0700(tmp_path: Path) -> None:
+    """A missing parent directory is created with mode 0700."""
+    path = tmp_path / "deep" / "thatch" / "thatch.db"
+    connect(path).close()
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("kind", ["parent_is_file", "is_directory", "not_a_database"])
+def test_unopenable_database_gives_one_line_error(tmp_path: Path, kind: str) -> None:
+    """`cannot open database at <path>: <reason>` for every way a path can be unusable."""
+    if kind == "parent_is_file":
+        (tmp_path / "file").write_text("x")
+        path = tmp_path / "file" / "thatch.db"
+    elif kind == "is_directory":
+        path = tmp_path / "dir.db"
+        path.mkdir()
+    else:
+        path = tmp_path / "junk.db"
+        path.write_bytes(b"this is not sqlite at all, " * 100)
+    with pytest.raises(DatabaseOpenError) as caught:
+        Store.open(path)
+    message = str(caught.value)
+    assert message.startswith(f"cannot open database at {path}: ")
+    assert "\n" not in message and len(message) > len(f"cannot open database at {path}: ")
+
+
+def test_default_db_path_follows_env(tmp_path: Path) -> None:
+    """THATCH_DB_PATH wins; else $XDG_CONFIG_HOME/thatch/thatch.db; else ~/.config."""
+    assert default_db_path({"THATCH_DB_PATH": "/x/y.db"}) == Path("/x/y.db")
+    assert default_db_path({"XDG_CONFIG_HOME": str(tmp_path)}) == tmp_path / "thatch/thatch.db"
+    assert default_db_path({"HOME": "/h"}) == Path("/h/.config/thatch/thatch.db")
+
+
+def test_atomic_nests_with_savepoints(store: Store) -> None:
+    """An inner failure rolls back only the savepoint; an outer one rolls back everything."""
+    conn = store.conn
+    with atomic(conn):
+        conn.execute("INSERT INTO stores VALUES ('outer')")
+        with pytest.raises(RuntimeError), atomic(conn):
+            conn.execute("INSERT INTO stores VALUES ('inner')")
+            raise RuntimeError("inner")
+    assert not conn.in_transaction
+    with pytest.raises(KeyboardInterrupt), atomic(conn):
+        conn.execute("INSERT INTO stores VALUES ('lost')")
+        raise KeyboardInterrupt
+    names = {row[0] for row in conn.execute("SELECT name FROM stores")}
+    assert names == {"global", "outer"}
+
+
+def test_busy_write_lock_gives_busy_error(tmp_path: Path, store: Store) -> None:
+    """A write lock held elsewhere past the timeout raises the spec's busy message."""
+    holder = connect(tmp_path / "thatch.db")
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        store.conn.execute("PRAGMA busy_timeout = 20")  # keep the test fast
+        with pytest.raises(DatabaseBusyError) as caught:
+            store.remember("global", "x", "# x", None, None)
+        assert str(caught.value) == BUSY_MESSAGE
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+    assert not store.conn.in_transaction
+    assert store.list("global") == []

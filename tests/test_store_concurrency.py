@@ -1,0 +1,174 @@
+"""Several processes on one database file, and the matrix cache staying correct meanwhile."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from thatch.frontend.db import atomic
+from thatch.frontend.store import Store
+
+WORKERS = 6
+WRITES_PER_WORKER = 150
+
+# count < 0 writes until killed.
+WRITER = """
+import sys
+import numpy as np
+from thatch.frontend.store import Store, RememberOutcome
+
+path, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(worker)
+with Store.open(path) as store:
+    i = 0
+    while count < 0 or i < count:
+        vector = rng.normal(size=384).astype(np.float32)
+        outcome = store.remember("p", f"w{worker}-{i}", f"# w{worker}-{i}", vector, "m")
+        assert outcome is RememberOutcome.SAVED, outcome
+        i += 1
+print("ok")
+"""
+
+
+def spawn_writer(path: Path, worker: int, count: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(worker), str(count)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def row_count(path: Path) -> int:
+    conn = sqlite3.connect(path, timeout=5)
+    try:
+        return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_parallel_writers_lose_nothing_and_never_see_locked(tmp_path: Path) -> None:
+    """6 processes × 150 remembers into one fresh file: exact row count, no lock errors."""
+    path = tmp_path / "thatch.db"
+    writers = [spawn_writer(path, worker, WRITES_PER_WORKER) for worker in range(WORKERS)]
+    results = [writer.communicate(timeout=120) for writer in writers]
+    for writer, (out, err) in zip(writers, results, strict=True):
+        assert "locked" not in err and "busy" not in err, err
+        assert writer.returncode == 0 and out.strip() == "ok", err
+    assert row_count(path) == WORKERS * WRITES_PER_WORKER
+    with Store.open(path) as store:
+        assert store.store_counts() == {"global": 0, "p": WORKERS * WRITES_PER_WORKER}
+        assert store.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_killed_writer_leaves_a_sound_database(tmp_path: Path) -> None:
+    """SIGKILL in the middle of a write stream: integrity_check ok, store keeps working."""
+    path = tmp_path / "thatch.db"
+    Store.open(path).close()
+    writer = spawn_writer(path, 99, -1)
+    try:
+        deadline = time.monotonic() + 60
+        while row_count(path) < 100:
+            assert writer.poll() is None, writer.communicate()[1]
+            assert time.monotonic() < deadline, "writer made no progress"
+            time.sleep(0.005)  # polling interval; the condition above is the synchronisation
+        writer.send_signal(signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.communicate()
+    assert writer.returncode == -signal.SIGKILL
+    with Store.open(path) as store:
+        assert store.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        written = store.store_counts()["p"]
+        assert written >= 100
+        assert [m.slug for m in store.list("p")] == sorted(f"w99-{i}" for i in range(written))
+        store.remember("p", "after", "# after", np.ones(384, dtype=np.float32), "m")
+        assert store.store_counts()["p"] == written + 1
+
+
+@pytest.fixture
+def long_lived(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "thatch.db") as store:
+        yield store
+
+
+def vec(*values: float) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+def slugs(store: Store, query: np.ndarray) -> list[str]:
+    return [m.memory.slug for m in store.search(["p"], query)]
+
+
+def test_cache_sees_writes_of_another_connection(long_lived: Store, tmp_path: Path) -> None:
+    """Insert, fill, archive and forget through a second connection all show up at once."""
+    long_lived.remember("p", "first", "# first", vec(1, 0), "m")
+    assert slugs(long_lived, vec(1, 0)) == ["first"]
+    with Store.open(tmp_path / "thatch.db") as other:
+        other.remember("p", "second", "# second", vec(1, 0.1), "m")
+        assert slugs(long_lived, vec(1, 0)) == ["first", "second"]
+        other.remember("p", "pending", "# pending", None, None)
+        [pending] = other.pending_memories()
+        assert other.fill_embedding(pending, vec(1, 0.05), "m")
+        assert slugs(long_lived, vec(1, 0)) == ["first", "pending", "second"]
+        other.remember("p", "first", "# first", vec(1, 0), "m", overwrite=True, archived=True)
+        assert slugs(long_lived, vec(1, 0)) == ["pending", "second"]
+        other.forget("p", "second")
+        assert slugs(long_lived, vec(1, 0)) == ["pending"]
+        assert [p.slug_a for p in long_lived.find_duplicates("p")] == []
+
+
+def test_cache_sees_writes_of_another_process(long_lived: Store, tmp_path: Path) -> None:
+    """A memory written by another process is found by the next search of a long-lived store."""
+    long_lived.remember("p", "mine", "# mine", np.ones(384, dtype=np.float32), "m")
+    assert len(long_lived.search(["p"], np.ones(384, dtype=np.float32))) == 1
+    writer = spawn_writer(tmp_path / "thatch.db", 5, 3)
+    _out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    found = long_lived.search(["p"], np.ones(384, dtype=np.float32))
+    assert sorted(m.memory.slug for m in found) == ["mine", "w5-0", "w5-1", "w5-2"]
+
+
+def test_cache_is_reused_until_something_changes(
+    long_lived: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unchanged database: no reload between searches; own write or recall: reload."""
+    long_lived.remember("p", "a", "# a", vec(1, 0), "m")
+    loads: list[str] = []
+    original = long_lived._load_matrix
+
+    def counting(store: str):  # type: ignore[no-untyped-def]
+        loads.append(store)
+        return original(store)
+
+    monkeypatch.setattr(long_lived, "_load_matrix", counting)
+    long_lived.search(["p"], vec(1, 0))
+    long_lived.search(["p"], vec(0, 1))
+    long_lived.find_similar("p", vec(1, 0))
+    assert loads == ["p"]
+    long_lived.recall(["p"], vec(1, 0))
+    [match] = long_lived.search(["p"], vec(1, 0))
+    assert match.memory.recall_count == 1
+    assert loads == ["p", "p"]
+
+
+def test_rolled_back_writes_never_linger_in_the_cache(long_lived: Store) -> None:
+    """A search inside a caller's transaction that is then rolled back leaves no trace."""
+    long_lived.remember("p", "kept", "# kept", vec(1, 0), "m")
+    assert slugs(long_lived, vec(1, 0)) == ["kept"]
+    with pytest.raises(RuntimeError), atomic(long_lived.conn):
+        long_lived.conn.execute(
+            "INSERT INTO entries (slug, store, label, content, embedding, created_at, "
+            "updated_at) VALUES ('ghost', 'p', 'ghost', '# g', ?, 't', 't')",
+            (vec(1, 0).tobytes(),),
+        )
+        assert slugs(long_lived, vec(1, 0)) == ["ghost", "kept"]
+        raise RuntimeError("roll back")
+    assert slugs(long_lived, vec(1, 0)) == ["kept"]
