@@ -1,0 +1,56 @@
+"""Helpers shared by the benchmarks: timing statistics and synthetic memory texts."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+VOCABULARY = """
+the build uses make and the release target writes binaries under build release while
+integration tests need postgres on port 5433 with the test database seeded from fixtures
+user prefers tabs in go code and small pull requests under four hundred lines reviewed
+by two people deploys run from github actions on tags the staging cluster mirrors
+production redis keys carry the schema version so a migration invalidates the cache
+alembic autogenerate misses server defaults so write them by hand the auth flow uses
+oauth pkce and tokens refresh in the middleware logging goes through structlog as json
+node is pinned in nvmrc and newer versions break the bundler windows paths need pathlib
+"""
+
+
+def memory_texts(n: int, *, seed: int = 7, min_words: int = 12, max_words: int = 160) -> list[str]:
+    """``n`` memory-like passages ("# label\\n\\ncontent") of varied length."""
+    rng = random.Random(seed)
+    words = VOCABULARY.split()
+    texts = []
+    for i in range(n):
+        label = " ".join(rng.choices(words, k=rng.randint(2, 6)))
+        body = " ".join(rng.choices(words, k=rng.randint(min_words, max_words)))
+        texts.append(f"# {label} {i}\n\n{body}.")
+    return texts
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def timed(func: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+def median_of(repeats: int, func: Callable[[], object]) -> float:
+    return statistics.median(timed(func) for _ in range(repeats))
+
+
+def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    print(f"\n## {title}\n")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")

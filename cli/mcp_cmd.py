@@ -1,0 +1,22 @@
+"""``thatch mcp``: run the MCP server on stdio (spec/cli.md §3, tools.md §1)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("mcp", context_settings={"help_option_names": ["-h", "--help"]})
+def mcp() -> None:
+    """Run the MCP server on stdio (one per host session)."""
+    from thatch.cli.errors import translate_errors
+    from thatch.frontend.context import build_context, setup_prefix
+    from thatch.frontend.errors import StoreError
+    from thatch.frontend.mcp_server import run_stdio
+
+    with translate_errors():
+        try:
+            ctx = build_context()
+        except StoreError as error:
+            raise click.ClickException(str(error)) from None
+        ctx.first_result_prefix = setup_prefix(ctx)
+        run_stdio(ctx)

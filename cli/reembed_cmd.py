@@ -1,0 +1,109 @@
+"""``thatch reembed``: fill pending embeddings and migrate memories to the active model."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from thatch.cli.errors import FixableError, translate_errors
+
+CLI_START_WAIT = 120.0
+
+
+def _progress(done: int, total: int) -> None:
+    click.echo(f"\rRe-embedding {done}/{total}", err=True, nl=done == total)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--missing", is_flag=True, help="Only memories saved without an embedding.")
+@click.option("--store", "store_name", metavar="S", help="Only this store.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 256),
+    default=32,
+    show_default=True,
+    help="Texts per embedding call.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be re-embedded; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def reembed(
+    missing: bool, store_name: str | None, batch: int, dry_run: bool, as_json: bool
+) -> None:
+    """Re-embed memories from their stored text.
+
+    Fills memories saved while the embedder was unreachable and, unless --missing,
+    migrates memories embedded with another model than the one the embedder serves.
+    Memories changed meanwhile are skipped, never overwritten.
+    """
+    from thatch.frontend.context import build_context
+    from thatch.frontend.reembed import plan_reembed, run_reembed
+
+    with translate_errors():
+        ctx = build_context(start_wait=CLI_START_WAIT, notice=_starting)
+        try:
+            if store_name is not None and not ctx.store.store_exists(store_name):
+                names = ", ".join(ctx.store.store_names())
+                raise FixableError(f'no store named "{store_name}".\nStores: {names}')
+            active = _active_model(ctx, need_embedder=not (dry_run or missing))
+            plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
+            if dry_run:
+                if as_json:
+                    _emit({"would_reembed": len(plan.memories), "stores": plan.stores})
+                else:
+                    click.echo(
+                        f"Would re-embed {len(plan.memories)} memories in "
+                        f"{len(plan.stores)} stores."
+                    )
+                return
+            summary = run_reembed(
+                ctx.store,
+                ctx.embedder,
+                plan,
+                batch=batch,
+                start_wait=CLI_START_WAIT,
+                progress=None if as_json else _progress,
+            )
+        finally:
+            ctx.store.close()
+            close = getattr(ctx.embedder, "close", None)
+            if close:
+                close()
+    if as_json:
+        _emit({"reembedded": summary.reembedded, "skipped": summary.skipped})
+    else:
+        click.echo(
+            f"Re-embedded {summary.reembedded} memories "
+            f"({summary.skipped} skipped: changed meanwhile)."
+        )
+
+
+def _starting() -> None:
+    click.echo("Starting embedder…", err=True)
+
+
+def _emit(document: object) -> None:
+    click.echo(json.dumps(document, ensure_ascii=False))
+
+
+def _active_model(ctx: object, *, need_embedder: bool) -> str:
+    """The model id the embedder serves; for a dry run, the configured one if none answers.
+
+    A real run needs the embedder anyway, so it asks it (auto-starting it if needed);
+    the model tag written afterwards is always the one each Embed response carries.
+    """
+    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.errors import EmbedderUnavailable
+    from thatch.embedder.models import describe_model
+    from thatch.embedder.settings import configured_model
+
+    client = getattr(ctx, "embedder", None)
+    env = getattr(ctx, "env", {})
+    if isinstance(client, EmbedderClient):
+        try:
+            if need_embedder:
+                client.ensure_started(wait=CLI_START_WAIT)
+            return client.info(timeout=2.0).model_id
+        except EmbedderUnavailable:
+            if need_embedder:
+                raise
+    return describe_model(configured_model(env), env=env).model_id

@@ -1,0 +1,337 @@
+"""Store commands: stores, list, show, forget, search, remember (spec/cli.md §2).
+
+Thin adapters over ``thatch.frontend.tools.Tools``: the same operations the MCP tools
+run, with the CLI's own output shapes, ``--json`` documents and exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+from thatch.cli.errors import debug_traceback, translate_errors
+
+if TYPE_CHECKING:
+    from thatch.frontend.context import ToolContext
+    from thatch.frontend.memory import Memory
+    from thatch.frontend.tools import Tools
+
+CLI_START_WAIT = 120.0
+SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+# -- plumbing ---------------------------------------------------------------------------
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Library errors → ``Error: …`` (exit 1); refused arguments → usage errors (exit 2)."""
+    from thatch.frontend.errors import StoreError
+    from thatch.frontend.tools import Refused
+    from thatch.frontend.validation import ArgumentError
+
+    with translate_errors():
+        try:
+            yield
+        except (StoreError, Refused) as error:
+            debug_traceback()
+            raise click.ClickException(str(error)) from None
+        except ArgumentError as error:
+            raise click.UsageError(str(error)) from None
+
+
+def _tools() -> Tools:
+    from thatch.frontend.context import build_context
+    from thatch.frontend.tools import Tools
+
+    def notice() -> None:
+        click.echo("Starting embedder…", err=True)
+
+    return Tools(build_context(start_wait=CLI_START_WAIT, notice=notice))
+
+
+def _close(ctx: ToolContext) -> None:
+    ctx.store.close()
+    close: Callable[[], None] | None = getattr(ctx.embedder, "close", None)
+    if close is not None:
+        close()
+
+
+def _emit_json(document: object) -> None:
+    click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+
+
+def _check(param_name: str, tool: str, value: object) -> Any:
+    """One value through the tool's own parameter rules (same limits and messages)."""
+    from thatch.frontend.tool_specs import SPECS_BY_NAME
+    from thatch.frontend.validation import validate
+
+    params = [p for p in SPECS_BY_NAME[tool].params if p.name == param_name]
+    return validate(params, {param_name: value})[param_name]
+
+
+def _reading_store(tools: Tools, store: str | None) -> str:
+    """The store to read: project store when omitted; a named one must exist."""
+    if store is None or not store.strip():
+        return tools.ctx.project_store
+    if not tools.ctx.store.store_exists(store):
+        names = ", ".join(sorted(tools.ctx.store.store_names()))
+        raise click.ClickException(f'no store named "{store}".\nStores: {names}')
+    return store
+
+
+def _memory_json(memory: Memory, *, content: bool = False) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "store": memory.store,
+        "label": memory.label,
+        "slug": memory.slug,
+        "branch": memory.branch,
+        "confidence": memory.confidence,
+        "archived": memory.archived,
+        "embedding": "pending" if memory.pending else "ok",
+        "model": memory.model,
+        "created_at": memory.created_at,
+        "updated_at": memory.updated_at,
+        "recall_count": memory.recall_count,
+        "last_recalled_at": memory.last_recalled_at,
+    }
+    if content:
+        document["content"] = memory.content
+    return document
+
+
+def _not_found(label: str, store: str) -> click.ClickException:
+    return click.ClickException(f'no memory labeled "{label}" in "{store}".')
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@click.command("stores", context_settings=SETTINGS)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def stores(as_json: bool) -> None:
+    """List store names, sorted."""
+    with _errors():
+        tools = _tools()
+        counts = tools.ctx.store.store_counts()
+        _close(tools.ctx)
+    names = sorted(counts)
+    if as_json:
+        _emit_json([{"name": name, "memories": counts[name]} for name in names])
+    else:
+        for name in names:
+            click.echo(name)
+
+
+@click.command("list", context_settings=SETTINGS)
+@click.argument("store", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(store: str | None, as_json: bool) -> None:
+    """List the memories of STORE (default: the project store)."""
+    from thatch.frontend import formatting as fmt
+
+    with _errors():
+        tools = _tools()
+        name = _reading_store(tools, store)
+        memories = tools.ctx.store.list(name)
+        _close(tools.ctx)
+    if as_json:
+        _emit_json([_memory_json(memory) for memory in memories])
+    else:
+        click.echo(fmt.memory_list(name, memories))
+
+
+@click.command("show", context_settings=SETTINGS)
+@click.argument("label")
+@click.argument("store", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show(label: str, store: str | None, as_json: bool) -> None:
+    """Show one memory by LABEL."""
+    with _errors():
+        label = _check("label", "memory_show", label)
+        tools = _tools()
+        name = _reading_store(tools, store)
+        memory = tools.ctx.store.show(name, label)
+        _close(tools.ctx)
+    if memory is None:
+        raise _not_found(label.strip(), name)
+    if as_json:
+        _emit_json(_memory_json(memory, content=True))
+        return
+    lines = [f"[{memory.store}] {memory.label}"]
+    if memory.branch:
+        lines.append(f"branch: {memory.branch}")
+    if memory.confidence:
+        lines.append(f"confidence: {memory.confidence}")
+    if memory.archived:
+        lines.append("archived: true")
+    if memory.pending:
+        lines.append("embedding: pending")
+    lines.append(f"created: {memory.created_at}  updated: {memory.updated_at}")
+    click.echo("\n".join(lines) + "\n\n" + body_text(memory))
+
+
+def body_text(memory: Memory) -> str:
+    """The stored text without its ``# <label>`` line and the blank line after it."""
+    header = f"# {memory.label}\n"
+    text = memory.content
+    if text.startswith(header):
+        text = text[len(header) :]
+        if text.startswith("\n"):
+            text = text[1:]
+    return text
+
+
+@click.command("forget", context_settings=SETTINGS)
+@click.argument("label")
+@click.argument("store", required=False)
+def forget(label: str, store: str | None) -> None:
+    """Delete the memory LABEL."""
+    from thatch.frontend import formatting as fmt
+
+    with _errors():
+        label = _check("label", "memory_forget", label)
+        tools = _tools()
+        name = _reading_store(tools, store)
+        memory = tools.ctx.store.forget(name, label)
+        _close(tools.ctx)
+    if memory is None:
+        raise _not_found(label.strip(), name)
+    click.echo(fmt.forgotten(name, memory.label))
+
+
+@click.command("search", context_settings=SETTINGS)
+@click.argument("query", nargs=-1, required=True)
+@click.option("--store", "store", help="Search only this store (all = project + global).")
+@click.option("--branch", help="Current branch: its memories plus unscoped ones.")
+@click.option("--limit", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option("--include-archived", is_flag=True, help="Also search archived memories.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def search(
+    query: tuple[str, ...],
+    store: str | None,
+    branch: str | None,
+    limit: int,
+    include_archived: bool,
+    as_json: bool,
+) -> None:
+    """Search memories by meaning; all QUERY words form one query."""
+    from thatch.frontend import formatting as fmt
+
+    text = " ".join(query)
+    with _errors():
+        text = _check("query", "memory_recall", text)
+        branch = _check("branch", "memory_recall", branch)
+        tools = _tools()
+        last = query[-1]
+        if len(query) >= 2 and (last == "all" or tools.ctx.store.store_exists(last)):
+            click.echo(
+                f'note: "{last}" was read as part of the query; to search that store '
+                f"use --store {last}",
+                err=True,
+            )
+        scope = None if store in (None, "", "all") else [_reading_store(tools, store)]
+        report = tools.recall(
+            query=text, stores=scope, branch=branch, limit=limit, include_archived=include_archived
+        )
+        _close(tools.ctx)
+    if as_json:
+        _emit_json(
+            [
+                {
+                    "store": m.memory.store,
+                    "label": m.memory.label,
+                    "slug": m.memory.slug,
+                    "score": round(m.score, 6),
+                    "branch": m.memory.branch,
+                    "confidence": m.memory.confidence,
+                    "archived": m.memory.archived,
+                    "updated_at": m.memory.updated_at,
+                }
+                for m in report.matches
+            ]
+        )
+        return
+    if not report.matches:
+        click.echo(f'No matches for "{text}" in [{", ".join(report.stores)}].')
+    for match in report.matches:
+        memory = match.memory
+        meta = [memory.store]
+        if memory.branch:
+            meta.append(f"branch:{memory.branch}")
+        if memory.confidence:
+            meta.append(f"c:{memory.confidence}")
+        click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {memory.label}")
+    if report.pending:
+        click.echo(fmt.not_indexed(report.pending), err=True)
+
+
+@click.command("remember", context_settings=SETTINGS)
+@click.argument("label")
+@click.argument("content", required=False)
+@click.option("--store", help="Store to write (default: the project store).")
+@click.option("--branch", help="Scope the memory to a git branch.")
+@click.option("--confidence", type=click.IntRange(1, 10), help="1..10.")
+@click.option("--overwrite", is_flag=True, help="Replace a memory with the same label.")
+@click.option("--archived/--no-archived", default=None, help="Archive or unarchive.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def remember(
+    label: str,
+    content: str | None,
+    store: str | None,
+    branch: str | None,
+    confidence: int | None,
+    overwrite: bool,
+    archived: bool | None,
+    as_json: bool,
+) -> None:
+    """Save a memory; CONTENT comes from stdin when omitted or "-"."""
+    from thatch.frontend import formatting as fmt
+
+    if content is None or content == "-":
+        stdin = sys.stdin
+        if content is None and _is_terminal(stdin):
+            raise click.UsageError("missing content: pass it as an argument or pipe it on stdin.")
+        content = stdin.read()
+    with _errors():
+        values = {
+            "label": _check("label", "memory_remember", label),
+            "content": _check("content", "memory_remember", content),
+            "store": _check("store", "memory_remember", store),
+            "branch": _check("branch", "memory_remember", branch),
+        }
+        tools = _tools()
+        report = tools.remember(
+            **values, confidence=confidence, overwrite=overwrite, archived=archived
+        )
+        _close(tools.ctx)
+    if as_json:
+        _emit_json(
+            {
+                "store": report.store,
+                "label": report.label,
+                "slug": report.slug,
+                "similar": [
+                    {"label": m.memory.label, "score": round(m.score, 6)} for m in report.similar
+                ],
+                "embedding": "pending" if report.pending_cause is not None else "ok",
+            }
+        )
+    else:
+        text = fmt.saved(report.store, report.label)
+        if report.similar:
+            text += "\n\n" + fmt.similar_warning(report.similar)
+        click.echo(text)
+    if report.pending_cause is not None:
+        click.echo(fmt.pending_notice(report.pending_cause), err=True)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,109 @@
+"""Re-embedding memories from their stored text (store.md §9).
+
+Pending memories (saved while the embedder was unreachable) and memories tagged with
+another model than the active one are embedded again from ``content`` — the exact text
+that was embedded originally — and written with a compare-and-set on ``updated_at``, so
+a memory changed meanwhile is skipped rather than overwritten with a stale vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from thatch.embedder.encoder import Kind
+from thatch.frontend.store import Memory, Store
+
+REEMBED_TIMEOUT_S = 120.0
+OPPORTUNISTIC_LIMIT = 32
+
+
+class EmbedResultLike(Protocol):
+    @property
+    def vectors(self) -> npt.NDArray[np.float32]: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+
+class Embeds(Protocol):
+    def embed(
+        self, texts: Sequence[str], kind: Kind, *, timeout: float = ..., start_wait: float = ...
+    ) -> EmbedResultLike: ...
+
+
+@dataclass(frozen=True)
+class ReembedPlan:
+    memories: list[Memory]
+
+    @property
+    def stores(self) -> list[str]:
+        return sorted({memory.store for memory in self.memories})
+
+
+@dataclass(frozen=True)
+class ReembedSummary:
+    reembedded: int
+    skipped: int
+
+
+def plan_reembed(
+    store: Store, active_model: str, *, store_name: str | None = None, missing_only: bool = False
+) -> ReembedPlan:
+    return ReembedPlan(
+        store.reembed_candidates(active_model, store=store_name, missing_only=missing_only)
+    )
+
+
+def run_reembed(
+    store: Store,
+    embedder: Embeds,
+    plan: ReembedPlan,
+    *,
+    batch: int = 32,
+    start_wait: float = 120.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReembedSummary:
+    """Embed ``plan`` in batches of ``batch`` texts; raises EmbedderUnavailable."""
+    done = skipped = 0
+    total = len(plan.memories)
+    for offset in range(0, total, batch):
+        chunk = plan.memories[offset : offset + batch]
+        result = embedder.embed(
+            [memory.content for memory in chunk],
+            Kind.PASSAGE,
+            timeout=REEMBED_TIMEOUT_S,
+            start_wait=start_wait,
+        )
+        for memory, vector in zip(chunk, result.vectors, strict=True):
+            if store.fill_embedding(memory, vector, result.model_id):
+                done += 1
+            else:
+                skipped += 1
+        if progress:
+            progress(offset + len(chunk), total)
+    return ReembedSummary(done, skipped)
+
+
+def fill_pending_opportunistically(store: Store, embedder: Embeds, *, timeout: float) -> int:
+    """Fill up to 32 pending memories, oldest first; any failure is ignored.
+
+    Called by frontends (never hooks) right after one of their Embed calls succeeded,
+    so the embedder is known to be up and this costs one more request at most.
+    """
+    try:
+        pending = store.pending_memories(limit=OPPORTUNISTIC_LIMIT)
+        if not pending:
+            return 0
+        result = embedder.embed(
+            [memory.content for memory in pending], Kind.PASSAGE, timeout=timeout, start_wait=0
+        )
+        return sum(
+            store.fill_embedding(memory, vector, result.model_id)
+            for memory, vector in zip(pending, result.vectors, strict=True)
+        )
+    except Exception:
+        return 0

@@ -1,0 +1,111 @@
+"""The MCP server in-process: tools/list contract, results, isError, first-result prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp.client import Client
+from thatch.frontend.mcp_server import FirstCallMiddleware, make_server
+
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
+
+pytestmark = pytest.mark.anyio
+
+ORDER = [
+    "memory_remember",
+    "memory_recall",
+    "memory_list",
+    "memory_show",
+    "memory_forget",
+    "store_list",
+    "find_duplicates",
+    "dedup_mark_checked",
+    "extraction_done",
+    "get_extraction_payload",
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_initialize_and_tools_list(tmp_path: Path) -> None:
+    """serverInfo is thatch + version; tools come in spec order with full input schemas."""
+    async with Client(make_server(tool_context(tmp_path)), mode="legacy") as client:
+        assert client.server_info is not None and client.server_info.name == "thatch"
+        assert client.server_info.version
+        assert client.server_capabilities.tools is not None
+        assert not client.server_capabilities.tools.list_changed
+        listed = (await client.list_tools()).tools
+    assert [tool.name for tool in listed] == ORDER
+    recall = listed[1].input_schema
+    assert recall["type"] == "object" and recall["required"] == ["query"]
+    assert recall["properties"]["limit"] == {
+        "type": "integer",
+        "description": "Maximum number of results (1-20, default 10).",
+        "minimum": 1,
+        "maximum": 20,
+        "default": 10,
+    }
+    assert all(tool.description for tool in listed)
+
+
+async def test_calls_return_text_and_is_error(tmp_path: Path) -> None:
+    """Results are one text block; refusals, bad arguments and unknown tools set isError."""
+    ctx = tool_context(tmp_path, FakeEmbedder())
+    async with Client(make_server(ctx), mode="legacy") as client:
+        saved = await client.call_tool("memory_remember", {"label": "L", "content": "[1, 2]"})
+        assert (saved.is_error, saved.content[0].text) == (False, "[saved] o/r :: L")
+        again = await client.call_tool("memory_remember", {"label": "l", "content": "x"})
+        assert again.is_error and again.content[0].text.startswith('A memory with label "L"')
+        bad = await client.call_tool("memory_recall", {"query": 3, "limit": "0"})
+        assert bad.is_error
+        assert bad.content[0].text == (
+            "Invalid arguments: query: must be a string; limit: must be an integer from 1 to 20"
+        )
+        unknown = await client.call_tool("nope", {})
+        assert (unknown.is_error, unknown.content[0].text) == (True, "Unknown tool: nope")
+        empty = await client.call_tool("memory_list", None)
+        assert empty.content[0].text.startswith("[o/r] L (")
+    assert rows(tmp_path / "thatch.db", "SELECT content FROM entries") == [("# L\n\n[1, 2]",)]
+
+
+async def test_setup_warning_prefixes_only_the_first_result(tmp_path: Path) -> None:
+    """The first tools/call result (even an error) starts with the warning; later ones don't."""
+    ctx = tool_context(tmp_path)
+    ctx.first_result_prefix = "[thatch] run thatch setup --claude\n\n"
+    async with Client(make_server(ctx), mode="legacy") as client:
+        first = await client.call_tool("nope", {})
+        second = await client.call_tool("store_list", {})
+    assert first.content[0].text == "[thatch] run thatch setup --claude\n\nUnknown tool: nope"
+    assert second.content[0].text == "- global"
+
+
+async def test_modern_in_process_mode_works_too(tmp_path: Path) -> None:
+    """The SDK's direct (non-handshake) in-process path serves the same tools."""
+    async with Client(make_server(tool_context(tmp_path))) as client:
+        result = await client.call_tool("store_list", {})
+    assert result.content[0].text == "- global"
+
+
+async def test_non_object_arguments_answer_as_tool_error() -> None:
+    """The middleware turns non-object arguments into an isError result, not a protocol error."""
+    from mcp.server.context import ServerRequestContext
+
+    async def never(_ctx: object) -> dict[str, object]:
+        raise AssertionError("must not reach the handler")
+
+    middleware = FirstCallMiddleware(None)
+    ctx = ServerRequestContext(
+        session=None,  # type: ignore[arg-type]
+        lifespan_context=None,
+        protocol_version="2025-06-18",
+        method="tools/call",
+        params={"name": "memory_recall", "arguments": ["q"]},
+        request_id=1,
+    )
+    result = await middleware(ctx, never)  # type: ignore[arg-type]
+    text = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
+    assert result == {"content": [{"type": "text", "text": text}], "isError": True}

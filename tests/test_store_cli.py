@@ -1,0 +1,136 @@
+"""Store commands (cli.md §2) against a real DB file and a real (mock-model) embedder."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from thatch.cli.main import cli
+
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.fake_embedder import rows
+
+
+@pytest.fixture(scope="module")
+def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
+    home = tmp_path_factory.mktemp("cli-home")
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "c")}
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
+        yield proc
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess) -> Path:
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    return tmp_path / "thatch.db"
+
+
+def run(*args: str, stdin: str | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=stdin)
+
+
+def test_remember_list_show_forget(db: Path) -> None:
+    """remember prints the tool text; list/show/forget use the CLI shapes; missing exits 1."""
+    saved = run("remember", "Deploy", "push a tag", "--branch", "main", "--confidence", "8")
+    assert (saved.exit_code, saved.stdout) == (0, "[saved] proj :: Deploy\n")
+    listed = run("list")
+    assert listed.stdout.startswith("[proj] Deploy (branch:main) (c:8) (")
+    shown = run("show", "deploy")
+    lines = shown.stdout.split("\n")
+    assert lines[:3] == ["[proj] Deploy", "branch: main", "confidence: 8"]
+    assert lines[3].startswith("created: ") and "  updated: " in lines[3]
+    assert lines[4:] == ["", "push a tag", ""]
+    document = json.loads(run("show", "Deploy", "--json").stdout)
+    assert document["content"] == "# Deploy\n\npush a tag" and document["embedding"] == "ok"
+    assert run("forget", "DEPLOY").stdout == "[forgotten] proj :: Deploy\n"
+    missing = run("forget", "Deploy")
+    assert (missing.exit_code, missing.stderr) == (
+        1,
+        'Error: no memory labeled "Deploy" in "proj".\n',
+    )
+    assert run("show", "Deploy").exit_code == 1
+    assert rows(db) == []
+
+
+def test_remember_from_stdin_refusals_and_json(db: Path) -> None:
+    """Content from stdin, label derived from ""; existing label → exit 1; JSON report."""
+    piped = run("remember", "", "--store", "global", "--json", stdin="# Tabs\n\nuser likes tabs\n")
+    assert piped.exit_code == 0, piped.stderr
+    assert json.loads(piped.stdout) == {
+        "store": "global",
+        "label": "Tabs",
+        "slug": "tabs",
+        "similar": [],
+        "embedding": "ok",
+    }
+    again = run("remember", "tabs", "x", "--store", "global")
+    assert again.exit_code == 1
+    assert again.stderr == (
+        'Error: A memory with label "Tabs" already exists in store "global". '
+        "Pass overwrite: true to replace it.\n"
+    )
+    empty = run("remember", "L", "-", stdin="")
+    assert empty.exit_code == 2 and "content: must not be empty" in empty.stderr
+    multi = run("remember", "a\nb", "text")
+    assert multi.exit_code == 2 and "label: must be a single line" in multi.stderr
+    assert run("remember", "L", "x", "--confidence", "11").exit_code == 2
+    assert rows(db) == [("global", "tabs", "Tabs")]
+
+
+def test_stores_and_unknown_store_errors(db: Path) -> None:
+    """stores lists names (JSON with counts); reading an unknown store names the known ones."""
+    run("remember", "A", "alpha", "--store", "team")
+    assert run("stores").stdout == "global\nteam\n"
+    assert json.loads(run("stores", "--json").stdout) == [
+        {"name": "global", "memories": 0},
+        {"name": "team", "memories": 1},
+    ]
+    for args in (["list", "nope"], ["show", "A", "nope"], ["search", "x", "--store", "nope"]):
+        result = run(*args)
+        assert result.exit_code == 1, args
+        assert result.stderr == 'Error: no store named "nope".\nStores: global, team\n'
+    assert run("list").stdout == 'No memories in "proj".\n'
+
+
+def test_search_joins_words_notes_store_and_stamps(db: Path) -> None:
+    """Words form one query; a trailing store name is noted; results print score lines."""
+    run("remember", "Tests", "run the tests with make check", "--confidence", "5")
+    run("remember", "Editor", "prefers vim", "--store", "global")
+    result = run("search", "run", "the", "tests", "global")
+    assert result.exit_code == 0
+    assert result.stderr == (
+        'note: "global" was read as part of the query; to search that store use --store global\n'
+    )
+    first = result.stdout.split("\n")[0]
+    assert first.startswith("[score:") and first.endswith("] [proj c:5] Tests")
+    assert rows(db, "SELECT slug, recall_count FROM entries ORDER BY slug") == [
+        ("editor", 1),
+        ("tests", 1),
+    ]
+    only = json.loads(run("search", "vim", "--store", "global", "--json").stdout)
+    assert [hit["label"] for hit in only] == ["Editor"]
+    none = run("search", "anything", "--store", "all", "--limit", "1", "--branch", "x")
+    assert none.exit_code == 0
+    assert run("search", "x", "--limit", "0").exit_code == 2
+
+
+def test_search_with_no_matches(db: Path) -> None:
+    """An empty scope prints the no-matches line naming the stores searched."""
+    result = run("search", "how", "do", "we", "deploy")
+    assert result.stdout == 'No matches for "how do we deploy" in [proj, global].\n'
+
+
+def test_missing_argument_is_usage_error(db: Path) -> None:
+    """thatch show without LABEL is a click usage error (exit 2)."""
+    result = run("show")
+    assert result.exit_code == 2 and "Missing argument 'LABEL'" in result.stderr

@@ -1,0 +1,118 @@
+"""find_duplicates clusters and dedup_mark_checked verdicts (tools.md §3.7, §3.8)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from thatch.frontend.formatting import clusters
+from thatch.frontend.memory import DuplicatePair
+from thatch.frontend.tools import Tools
+
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
+
+BASE = "the deploy pipeline pushes images to the registry then rolls out to the cluster"
+
+
+@pytest.fixture
+def fake() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+@pytest.fixture
+def tools(tmp_path: Path, fake: FakeEmbedder) -> Tools:
+    return Tools(tool_context(tmp_path, fake))
+
+
+def save(tools: Tools, label: str, content: str, **extra: object) -> None:
+    result = tools.call("memory_remember", {"label": label, "content": content, **extra})
+    assert not result.is_error, result.text
+
+
+def test_clusters_are_connected_components_strongest_first() -> None:
+    """Pairs sharing a memory form one cluster; clusters rank by their best pair."""
+    pairs = [
+        DuplicatePair("a", "A", "b", "B", 0.99),
+        DuplicatePair("x", "X", "y", "Y", 0.95),
+        DuplicatePair("b", "B", "c", "C", 0.90),
+    ]
+    found = clusters(pairs)
+    assert [cluster.size for cluster in found] == [3, 2]
+    assert [pair.score for pair in found[0].pairs] == [0.99, 0.90]
+
+
+def test_find_duplicates_output(tools: Tools) -> None:
+    """Near-duplicates print as 'Cluster of N:' blocks with scored pairs; none → message."""
+    save(tools, "Deploy", BASE)
+    save(tools, "Deploy pipeline", BASE + " quickly")
+    save(tools, "Unrelated", "tabs versus spaces in the editor configuration")
+    text = tools.call("find_duplicates", {}).text
+    assert re.fullmatch(
+        r'Cluster of 2:\n  \[score:0\.\d{3}\] "Deploy" ↔ "Deploy pipeline"', text
+    ), text
+    assert tools.call("find_duplicates", {"threshold": 1}).text == (
+        'No duplicate candidates found in "o/r" above threshold 1.'
+    )
+    assert tools.call("find_duplicates", {"store": "global", "threshold": "0.9"}).text == (
+        'No duplicate candidates found in "global" above threshold 0.9.'
+    )
+
+
+def test_mark_checked_hides_the_pair(tools: Tools, tmp_path: Path) -> None:
+    """A verdict is recorded under stored labels and the pair stops being reported."""
+    save(tools, "Deploy", BASE)
+    save(tools, "Deploy pipeline", BASE + " quickly")
+    result = tools.call(
+        "dedup_mark_checked",
+        {"label_a": "deploy pipeline", "label_b": "DEPLOY", "status": "supplement"},
+    )
+    assert (result.is_error, result.text) == (
+        False,
+        '[checked] o/r :: "Deploy pipeline" ↔ "Deploy" → supplement',
+    )
+    assert rows(
+        tmp_path / "thatch.db", "SELECT store, slug_a, slug_b, status FROM dedup_pairs"
+    ) == [("o/r", "deploy", "deploy-pipeline", "supplement")]
+    assert tools.call("find_duplicates", {}).text.startswith("No duplicate candidates")
+
+
+def test_mark_checked_refusals_record_nothing(tools: Tools, tmp_path: Path) -> None:
+    """Same slug, missing labels (one or both) → isError and no verdict row."""
+    save(tools, "Deploy", BASE)
+    same = tools.call(
+        "dedup_mark_checked", {"label_a": "Deploy", "label_b": "deploy!", "status": "unrelated"}
+    )
+    assert (same.is_error, same.text) == (
+        True,
+        'label_a and label_b name the same memory ("deploy")',
+    )
+    one = tools.call(
+        "dedup_mark_checked", {"label_a": "Deploy", "label_b": "Gone", "status": "duplicate"}
+    )
+    assert (one.is_error, one.text) == (
+        True,
+        'Not recorded: no memory labeled "Gone" in store "o/r".',
+    )
+    both = tools.call("dedup_mark_checked", {"label_a": "P", "label_b": "Q", "status": "duplicate"})
+    assert both.text == (
+        'Not recorded: no memory labeled "P" in store "o/r" and '
+        'no memory labeled "Q" in store "o/r".'
+    )
+    assert rows(tmp_path / "thatch.db", "SELECT * FROM dedup_pairs") == []
+
+
+def test_find_duplicates_fills_pending_first(tools: Tools, fake: FakeEmbedder) -> None:
+    """Pending memories are embedded before the scan; embedder down then → isError."""
+    fake.unavailable = "nothing is listening at unix:///x.sock"
+    save(tools, "Deploy", BASE)
+    save(tools, "Deploy pipeline", BASE + " quickly")
+    down = tools.call("find_duplicates", {})
+    assert (down.is_error, down.text) == (
+        True,
+        "Embedding service unavailable: nothing is listening at unix:///x.sock. "
+        "Fix: run thatch embedder start",
+    )
+    fake.unavailable = None
+    assert tools.call("find_duplicates", {}).text.startswith("Cluster of 2:")
+    assert tools.ctx.store.pending_count("o/r") == 0

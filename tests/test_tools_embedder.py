@@ -1,0 +1,148 @@
+"""Embedder use by the tools: unavailable → pending save or isError; real server round trips."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from thatch.embedder.client import EmbedderClient
+from thatch.embedder.encoder import Kind
+from thatch.frontend.tools import Tools
+
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
+
+CAUSE = "nothing is listening at unix:///tmp/x/embedder.sock (auto-start failed: no model)"
+
+
+def test_remember_without_embedder_saves_pending(tmp_path: Path) -> None:
+    """Unavailable embedder: the memory is saved with NULL embedding and the pending notice."""
+    tools = Tools(tool_context(tmp_path, FakeEmbedder(unavailable=CAUSE)))
+    result = tools.call("memory_remember", {"label": "Port", "content": "api on 8080"})
+    assert not result.is_error
+    assert result.text == (
+        "[saved] o/r :: Port\n\n"
+        f"Embedding pending: the embedding service is unreachable ({CAUSE}), so this memory "
+        "is saved but not searchable yet. It is indexed automatically when the service is "
+        "back; to start it: thatch embedder start"
+    )
+    assert rows(tmp_path / "thatch.db", "SELECT slug, embedding, model FROM entries") == [
+        ("port", None, None)
+    ]
+    listed = tools.call("memory_list", {}).text
+    assert listed.startswith("[o/r] Port (unindexed) (")
+    assert " unindexed created:" in tools.call("memory_show", {"label": "port"}).text
+
+
+def test_recall_without_embedder_is_an_error(tmp_path: Path) -> None:
+    """Recall needs a query vector: isError with cause and fix; tools wait 20 s by default."""
+    fake = FakeEmbedder(unavailable=CAUSE)
+    result = Tools(tool_context(tmp_path, fake)).call("memory_recall", {"query": "port"})
+    assert (result.is_error, result.text) == (
+        True,
+        f"Embedding service unavailable: {CAUSE}. Fix: run thatch embedder start",
+    )
+    assert fake.calls[0][2] == 20.0
+
+
+def test_pending_memories_fill_after_the_service_returns(tmp_path: Path) -> None:
+    """Pending memories are indexed on the next successful Embed and then found."""
+    fake = FakeEmbedder(unavailable=CAUSE)
+    tools = Tools(tool_context(tmp_path, fake))
+    tools.call("memory_remember", {"label": "Port", "content": "api listens on port 8080"})
+    tools.call("memory_remember", {"label": "Db", "content": "postgres 16", "store": "global"})
+    fake.unavailable = None
+    text = tools.call("memory_recall", {"query": "which port does the api use"}).text
+    assert "# Port" in text and "not indexed" not in text
+    assert rows(tmp_path / "thatch.db", "SELECT count(*) FROM entries WHERE embedding IS NULL") == [
+        (0,)
+    ]
+
+
+def test_recall_reports_unindexed_memories(tmp_path: Path) -> None:
+    """A pending memory the fill could not index is counted under the results."""
+    fake = FakeEmbedder(unavailable=CAUSE)
+    tools = Tools(tool_context(tmp_path, fake))
+    tools.call("memory_remember", {"label": "A", "content": "alpha"})
+    tools.call("memory_remember", {"label": "B", "content": "beta"})
+
+    class QueryOnly(FakeEmbedder):
+        def embed(self, texts, kind, **kwargs):  # type: ignore[no-untyped-def,override]
+            if kind is Kind.PASSAGE:
+                raise RuntimeError("passages fail")
+            return super().embed(texts, kind, **kwargs)
+
+    tools.ctx.embedder = QueryOnly()
+    assert tools.call("memory_recall", {"query": "alpha"}).text == (
+        "No matching memories found.\n\n(2 memories are not indexed yet and were not searched.)"
+    )
+    tools.call("memory_forget", {"label": "B"})
+    assert tools.call("memory_recall", {"query": "alpha"}).text.endswith(
+        "(1 memory is not indexed yet and was not searched.)"
+    )
+
+
+def test_real_client_with_nothing_listening(tmp_path: Path, short_tmp: Path) -> None:
+    """The real client without a server: recall is an isError naming the socket; remember
+    still saves."""
+    client = EmbedderClient(f"unix://{short_tmp}/none.sock", autostart=False)
+    tools = Tools(tool_context(tmp_path, client))
+    recall = tools.call("memory_recall", {"query": "x"})
+    assert recall.is_error
+    assert recall.text.startswith("Embedding service unavailable: ")
+    assert "none.sock" in recall.text and "Fix: " in recall.text
+    saved = tools.call("memory_remember", {"label": "Kept", "content": "never lost"})
+    assert not saved.is_error and "Embedding pending" in saved.text
+    assert rows(tmp_path / "thatch.db") == [("o/r", "kept", "Kept")]
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
+    import tempfile
+
+    home = tmp_path_factory.mktemp("mock-home")
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / "c"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
+        yield proc
+
+
+def test_round_trip_with_real_mock_embedder(tmp_path: Path, mock_embedder: EmbedderProcess) -> None:
+    """Against a real embedder process: remember tags the model, recall finds it first."""
+    client = EmbedderClient(mock_embedder.address, autostart=False)
+    tools = Tools(tool_context(tmp_path, client))
+    tools.call("memory_remember", {"label": "Tests", "content": "run the tests with make check"})
+    tools.call("memory_remember", {"label": "Editor", "content": "the user prefers vim keys"})
+    text = tools.call("memory_recall", {"query": "run the tests"}).text
+    assert text.split("\n")[1] == "# Tests"
+    models = rows(tmp_path / "thatch.db", "SELECT DISTINCT model FROM entries")
+    assert len(models) == 1 and models[0][0]
+    client.close()
+
+
+def test_meaning_level_recall_with_minilm(
+    tmp_path: Path, minilm_dir: Path, short_tmp: Path
+) -> None:
+    """With the real MiniLM model, a paraphrased question finds the right memory."""
+    with embedder_process(str(minilm_dir), socket_dir=short_tmp) as proc:
+        client = EmbedderClient(proc.address, autostart=False)
+        tools = Tools(tool_context(tmp_path, client))
+        for label, content in [
+            ("Deployment", "Production is deployed by pushing a git tag; CI ships it to Fly.io."),
+            ("Editor", "The user prefers tabs over spaces in every language."),
+            ("Database", "The service stores its data in PostgreSQL 16."),
+        ]:
+            assert not tools.call("memory_remember", {"label": label, "content": content}).is_error
+        text = tools.call("memory_recall", {"query": "how do we release to prod?"}).text
+        assert text.split("\n")[1] == "# Deployment"
+        text = tools.call("memory_recall", {"query": "indentation style", "limit": 1}).text
+        assert text.split("\n")[1] == "# Editor"
+        client.close()

@@ -1,0 +1,51 @@
+"""get_extraction_payload peeks, extraction_done drains (tools.md §3.9, §3.10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from thatch.frontend import queue
+from thatch.frontend.tools import Tools
+
+from tests.support.fake_embedder import FakeEmbedder, tool_context
+
+CALL = {
+    "tool_name": "Bash",
+    "tool_input": {"command": "make test"},
+    "tool_use_id": "t1",
+    "tool_response": "42 passed",
+}
+
+
+def test_payload_is_read_only_and_done_drains(tmp_path: Path) -> None:
+    """The payload JSON names the stores; reading twice works; done empties the queue."""
+    fake = FakeEmbedder()
+    tools = Tools(tool_context(tmp_path, fake))
+    queue.append_calls(tools.ctx.queue_dir, "sess-1", [CALL])
+    first = tools.call("get_extraction_payload", {"session_id": "sess-1"})
+    assert not first.is_error
+    payload = json.loads(first.text)
+    assert payload["projectStore"] == "o/r" and payload["globalStore"] == "global"
+    assert payload["interactions"][0]["tool"] == "Bash"
+    assert tools.call("get_extraction_payload", {"session_id": "sess-1"}).text == first.text
+    assert tools.call("extraction_done", {"session_id": "sess-1"}).text == "[acknowledged]"
+    assert tools.call("get_extraction_payload", {"session_id": "sess-1"}).text == (
+        "No queued tool interactions found for this session."
+    )
+    assert fake.calls == []  # neither tool needs the embedder
+
+
+def test_done_without_id_and_unknown_sessions(tmp_path: Path) -> None:
+    """No id (or a blank one) just acknowledges; an unknown or hostile id has nothing queued."""
+    tools = Tools(tool_context(tmp_path))
+    assert tools.call("extraction_done", {}).text == "[acknowledged]"
+    assert tools.call("extraction_done", {"session_id": "  "}).text == "[acknowledged]"
+    hostile = tools.call("get_extraction_payload", {"session_id": "../../etc/passwd"})
+    assert (hostile.is_error, hostile.text) == (
+        False,
+        "No queued tool interactions found for this session.",
+    )
+    assert tools.call("get_extraction_payload", {}).text == (
+        "Invalid arguments: session_id: required"
+    )

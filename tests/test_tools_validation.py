@@ -1,0 +1,216 @@
+"""Argument validation and label derivation of the tool layer (tools.md §1.1, §3.1 step 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from thatch.frontend.labels import derive_label
+from thatch.frontend.tool_specs import TOOL_SPECS
+from thatch.frontend.tools import Tools
+from thatch.frontend.validation import NOT_AN_OBJECT, input_schema, shortest
+
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Tools:
+    return Tools(tool_context(tmp_path))
+
+
+def refused(tools: Tools, name: str, arguments: object) -> str:
+    result = tools.call(name, arguments)
+    assert result.is_error, result.text
+    return result.text
+
+
+@pytest.mark.parametrize("arguments", ["text", 5, ["a"], True])
+def test_non_object_arguments_are_refused(tools: Tools, arguments: object) -> None:
+    """Anything but a JSON object gets the spec's 'expected an object' message."""
+    assert refused(tools, "memory_recall", arguments) == NOT_AN_OBJECT
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "message"),
+    [
+        ("memory_remember", {}, "Invalid arguments: content: required"),
+        ("memory_remember", {"content": None}, "Invalid arguments: content: required"),
+        ("memory_remember", {"content": "  \n"}, "Invalid arguments: content: must not be empty"),
+        ("memory_remember", {"content": 7}, "Invalid arguments: content: must be a string"),
+        (
+            "memory_remember",
+            {"content": "x" * 50_001},
+            "Invalid arguments: content: too long (50001 characters; maximum 50000)",
+        ),
+        (
+            "memory_remember",
+            {"content": "x", "label": "two\nlines"},
+            "Invalid arguments: label: must be a single line",
+        ),
+        (
+            "memory_remember",
+            {"content": "x", "label": "l" * 201},
+            "Invalid arguments: label: too long (201 characters; maximum 200)",
+        ),
+        (
+            "memory_remember",
+            {"content": "x", "confidence": 0},
+            "Invalid arguments: confidence: must be an integer from 1 to 10",
+        ),
+        (
+            "memory_remember",
+            {"content": "x", "confidence": 2.5},
+            "Invalid arguments: confidence: must be an integer",
+        ),
+        (
+            "memory_remember",
+            {"content": "x", "overwrite": "yes"},
+            "Invalid arguments: overwrite: must be a boolean",
+        ),
+        (
+            "memory_remember",
+            {"content": "x", "store": {"a": 1}},
+            "Invalid arguments: store: must be a string",
+        ),
+        (
+            "memory_recall",
+            {"query": "", "limit": 21},
+            "Invalid arguments: query: must not be empty; limit: must be an integer from 1 to 20",
+        ),
+        (
+            "memory_recall",
+            {"query": "q" * 10_001},
+            "Invalid arguments: query: too long (10001 characters; maximum 10000)",
+        ),
+        (
+            "memory_recall",
+            {"query": "q", "includeArchived": 1},
+            "Invalid arguments: includeArchived: must be a boolean",
+        ),
+        ("memory_show", {"label": ""}, "Invalid arguments: label: must not be empty"),
+        ("memory_forget", {}, "Invalid arguments: label: required"),
+        (
+            "find_duplicates",
+            {"threshold": 1.5},
+            "Invalid arguments: threshold: must be a number from 0 to 1",
+        ),
+        (
+            "find_duplicates",
+            {"threshold": "high"},
+            "Invalid arguments: threshold: must be a number",
+        ),
+        (
+            "dedup_mark_checked",
+            {"label_a": "a", "label_b": "b", "status": "same"},
+            "Invalid arguments: status: must be one of duplicate, supplement, contradiction, "
+            'unrelated (got "same")',
+        ),
+        (
+            "get_extraction_payload",
+            {"session_id": "s" * 513},
+            "Invalid arguments: session_id: too long (513 characters; maximum 512)",
+        ),
+    ],
+)
+def test_bad_arguments_get_the_spec_reason_and_write_nothing(
+    tools: Tools, tmp_path: Path, name: str, arguments: object, message: str
+) -> None:
+    """Each invalid argument is named with its reason; nothing reaches the database."""
+    assert refused(tools, name, arguments) == message
+    assert rows(tmp_path / "thatch.db") == []
+
+
+def test_lax_coercion_accepts_strings_and_integral_floats(tools: Tools, tmp_path: Path) -> None:
+    """Numeric strings, "true"/"false" and 7.0 are coerced before checking."""
+    result = tools.call(
+        "memory_remember",
+        {"content": "c", "label": "L", "confidence": "7", "overwrite": "false", "archived": "true"},
+    )
+    assert not result.is_error, result.text
+    assert tools.call("memory_remember", {"content": "d", "label": "M", "confidence": 7.0}).text
+    stored = rows(
+        tmp_path / "thatch.db", "SELECT slug, confidence, archived FROM entries ORDER BY 1"
+    )
+    assert stored == [("l", 7, 1), ("m", 7, 0)]
+
+
+def test_blank_store_counts_as_omitted_and_unknown_arguments_are_ignored(tools: Tools) -> None:
+    """store "  " means the project store; an unexpected key does not fail the call."""
+    result = tools.call("memory_remember", {"content": "c", "label": "L", "store": " ", "x": 1})
+    assert result.text == "[saved] o/r :: L"
+
+
+def test_numeric_text_stays_text_for_string_fields(tools: Tools, tmp_path: Path) -> None:
+    """Coercion is by declared type: content "42" or "null" is saved as text."""
+    assert tools.call("memory_remember", {"content": "42", "label": "null"}).text == (
+        "[saved] o/r :: null"
+    )
+    assert rows(tmp_path / "thatch.db", "SELECT content FROM entries") == [("# null\n\n42",)]
+
+
+def test_schema_lists_required_ranges_and_enums() -> None:
+    """Every tool publishes an object schema with descriptions, required, bounds and enum."""
+    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+    assert schemas["memory_remember"]["required"] == ["content"]
+    confidence = schemas["memory_remember"]["properties"]["confidence"]
+    assert (confidence["type"], confidence["minimum"], confidence["maximum"]) == ("integer", 1, 10)
+    assert schemas["memory_recall"]["properties"]["limit"]["maximum"] == 20
+    assert schemas["find_duplicates"]["properties"]["threshold"]["type"] == "number"
+    assert schemas["dedup_mark_checked"]["properties"]["status"]["enum"] == [
+        "duplicate",
+        "supplement",
+        "contradiction",
+        "unrelated",
+    ]
+    assert schemas["store_list"] == {"type": "object", "properties": {}, "required": []}
+    for schema in schemas.values():
+        assert all(prop["description"] for prop in schema["properties"].values())
+
+
+@pytest.mark.parametrize(
+    ("content", "label", "kept"),
+    [
+        ("# Build & Test\n\nRun make.", "Build & Test", "Run make."),
+        ("## Title ##\n", "Title", "## Title ##\n"),
+        ("\n\n- Use uv, not pip.\nmore", "Use uv, not pip", "\n\n- Use uv, not pip.\nmore"),
+        ("12. numbered   item;", "numbered item", "12. numbered   item;"),
+        ("> quoted:", "quoted", "> quoted:"),
+        ("#nospace heading", "#nospace heading", "#nospace heading"),
+    ],
+)
+def test_label_derivation(content: str, label: str, kept: str) -> None:
+    """First non-empty line: headings leave the content, markers and trailing punctuation go."""
+    derived = derive_label(content)
+    assert (derived.label, derived.content) == (label, kept)
+
+
+def test_long_derived_labels_cut_at_a_word_boundary() -> None:
+    """Over 80 characters: cut at the last space at or before 80 when it is at index ≥ 40."""
+    words = "word " * 30
+    assert derive_label(words).label == ("word " * 16).strip()
+    assert derive_label("x" * 100).label == "x" * 80
+    assert derive_label("a " + "y" * 100).label == ("a " + "y" * 100)[:80]
+
+
+@pytest.mark.parametrize("content", ["# \n\nbody", "...\nbody", "#"])
+def test_underivable_label_is_refused(tools: Tools, tmp_path: Path, content: str) -> None:
+    """Content without a usable first line and no label → the spec's could-not-derive error."""
+    message = refused(tools, "memory_remember", {"content": content, "label": "  "})
+    assert message == "Invalid arguments: label: could not be derived from content; pass a label"
+    assert rows(tmp_path / "thatch.db") == []
+
+
+def test_shortest_decimal() -> None:
+    """Thresholds print in shortest form: 0.85, 0.9, 1, 0."""
+    assert [shortest(v) for v in (0.85, 0.9, 1.0, 0)] == ["0.85", "0.9", "1", "0"]
+
+
+def test_unexpected_failure_is_one_line_tool_error(tmp_path: Path) -> None:
+    """An exception inside a tool becomes 'Tool error: <one line>', never a traceback."""
+
+    class Broken(FakeEmbedder):
+        def embed(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+            raise RuntimeError("boom\nsecond line")
+
+    result = Tools(tool_context(tmp_path, Broken())).call("memory_recall", {"query": "q"})
+    assert (result.is_error, result.text) == (True, "Tool error: boom second line")
