@@ -1,0 +1,128 @@
+"""thatch reembed fills pending memories and migrates other-model rows (store.md §9)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+from thatch.cli.main import cli
+from thatch.embedder.mock import mock_vector
+from thatch.frontend.store import Store
+
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.fake_embedder import rows
+
+
+@pytest.fixture(scope="module")
+def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
+    home = tmp_path_factory.mktemp("reembed-home")
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "c")}
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
+        yield proc
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    project = tmp_path / "proj"
+    project.mkdir()
+    path = tmp_path / "thatch.db"
+    monkeypatch.setenv("THATCH_DB_PATH", str(path))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    with Store.open(path) as store:
+        store.remember("proj", "Pending one", "# Pending one\n\nrun make test", None, None)
+        store.remember("global", "Pending two", "# Pending two\n\ntabs not spaces", None, None)
+        old = np.ones(384, dtype=np.float32) / np.sqrt(384)
+        store.remember("proj", "Old model", "# Old model\n\ndeploy on tags", old, "old/model")
+        store.remember("proj", "Current", "# Current\n\nuse structlog", mock_vector("x"), "mock")
+    return path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["reembed", *args])
+
+
+def _embedded(db: Path) -> dict[str, tuple[str | None, bytes | None, str]]:
+    return {
+        label: (model, blob, updated)
+        for label, model, blob, updated in rows(
+            db, "SELECT label, model, embedding, updated_at FROM entries"
+        )
+    }
+
+
+def test_reembed_fills_pending_and_migrates_other_models(
+    db: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
+) -> None:
+    """Pending and other-model rows get the embedder's vector and tag; updated_at stays."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    before = _embedded(db)
+    result = run()
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Re-embedded 3 memories (0 skipped: changed meanwhile).\n"
+    after = _embedded(db)
+    for label, text in [
+        ("Pending one", "# Pending one\n\nrun make test"),
+        ("Pending two", "# Pending two\n\ntabs not spaces"),
+        ("Old model", "# Old model\n\ndeploy on tags"),
+    ]:
+        model, blob, updated = after[label]
+        assert model == "mock" and updated == before[label][2]
+        assert blob is not None
+        assert np.allclose(np.frombuffer(blob, "<f4"), mock_vector(text), atol=1e-6)
+    assert after["Current"] == before["Current"]
+
+
+def test_missing_only_leaves_other_models(
+    db: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
+) -> None:
+    """--missing fills pending memories only."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    result = run("--missing", "--json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == '{"reembedded": 2, "skipped": 0}\n'
+    assert _embedded(db)["Old model"][0] == "old/model"
+
+
+def test_dry_run_counts_and_changes_nothing(
+    db: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
+) -> None:
+    """--dry-run reports what would be re-embedded and writes nothing."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    before = _embedded(db)
+    result = run("--dry-run")
+    assert (result.exit_code, result.stdout) == (0, "Would re-embed 3 memories in 2 stores.\n")
+    assert _embedded(db) == before
+    one_store = run("--dry-run", "--store", "global")
+    assert one_store.stdout == "Would re-embed 1 memories in 1 stores.\n"
+
+
+def test_unknown_store_is_an_error(db: Path) -> None:
+    """A --store that does not exist names the stores that do, exit 1."""
+    result = run("--store", "nope")
+    assert result.exit_code == 1
+    assert result.stderr == 'Error: no store named "nope".\nStores: global, proj\n'
+
+
+def test_bad_batch_is_a_usage_error(db: Path) -> None:
+    """--batch outside 1..256 is refused before anything runs (exit 2)."""
+    result = run("--batch", "0")
+    assert result.exit_code == 2 and "--batch" in result.stderr
+
+
+def test_embedder_unreachable_loses_nothing(
+    db: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No embedder at a remote address: one clear error with a fix, rows untouched."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "127.0.0.1:9")
+    before = _embedded(db)
+    result = run("--missing")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: embedding service unavailable: ")
+    assert "\nFix: " in result.stderr
+    assert _embedded(db) == before
