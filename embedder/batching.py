@@ -1,0 +1,366 @@
+"""Dynamic batching: request threads enqueue tokenized texts, one thread runs the model.
+
+Request handlers call ``Batcher.submit`` with an ``EmbedCall`` (one item per text) and wait
+on ``call.done``. The single inference thread owns every model-runtime call (``load``,
+``encode``, ``release``): when it finds items after being idle it waits at most
+``max_wait_ms`` for companions, then runs the oldest pending item together with the items
+closest to it in token length (``select_batch``). Items whose call expired or was cancelled
+are dropped before inference (spec/embedder.md §4).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+from thatch.embedder.encoder import Encoder, Tokenized
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+LoadListener = Callable[[bool, str], None]
+
+DEADLINE_MESSAGE = "deadline exceeded before inference"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's limits, reported verbatim by ``Info`` (spec/embedder.md §4, §6)."""
+
+    max_texts_per_request: int = 256
+    max_chars_per_text: int = 100_000
+    max_batch_tokens: int = 8192
+    max_batch_size: int = 64
+    max_queued_texts: int = 4096
+    max_wait_ms: int = 2
+
+
+class Overloaded(Exception):
+    """The queue is full; ``str`` is the RESOURCE_EXHAUSTED message."""
+
+    def __init__(self, queued: int, limit: int) -> None:
+        super().__init__(f"embedder overloaded: {queued} texts queued (max {limit}); retry shortly")
+
+
+@dataclass
+class EmbedCall:
+    """One Embed request in flight: its tokenized texts, and where the results go.
+
+    Mutated only under the batcher's lock; ``done`` is set once, with either every row of
+    ``vectors`` filled or ``error`` set.
+    """
+
+    texts: list[Tokenized]
+    dim: int
+    deadline: float | None  # on the batcher's clock; None = no deadline
+    arrived: float
+    vectors: npt.NDArray[np.float32] = field(init=False)
+    remaining: int = field(init=False)
+    error: tuple[grpc.StatusCode, str] | None = None
+    first_batch_start: float | None = None
+    inference_s: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.vectors = np.zeros((len(self.texts), self.dim), dtype=np.float32)
+        self.remaining = len(self.texts)
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+    @property
+    def started(self) -> bool:
+        return self.first_batch_start is not None
+
+
+@dataclass
+class _Item:
+    call: EmbedCall
+    index: int
+    n_tokens: int
+
+
+def select_batch(
+    lengths: Sequence[int], *, max_batch_tokens: int, max_batch_size: int
+) -> list[int]:
+    """Pick the next batch from pending items given oldest first, as sorted indices.
+
+    The oldest item always goes in (so nothing starves); then the items closest to it in
+    token length (ties: the older first) while the padded cost ``max_len * n`` stays within
+    ``max_batch_tokens`` and ``n`` within ``max_batch_size``.
+    """
+    if not lengths:
+        return []
+    anchor = lengths[0]
+    chosen = [0]
+    longest = anchor
+    for i in sorted(range(1, len(lengths)), key=lambda i: (abs(lengths[i] - anchor), i)):
+        if len(chosen) >= max_batch_size:
+            break
+        new_longest = max(longest, lengths[i])
+        if new_longest * (len(chosen) + 1) > max_batch_tokens:
+            break
+        chosen.append(i)
+        longest = new_longest
+    return sorted(chosen)
+
+
+def _trim_heap() -> None:
+    """Hand freed arena pages back to the OS so an idle release actually lowers RSS."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(name).malloc_trim(0)
+
+
+class Batcher:
+    """The queue and the one inference thread."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        *,
+        limits: Limits | None = None,
+        idle_release_seconds: float = 0,
+        clock: Clock = time.monotonic,
+        on_load: LoadListener | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        # Batch invariance of int8 graphs (per-tensor activation scales) is the encoder's
+        # job: OnnxEncoder runs such graphs one text per run, whatever batch it is given.
+        self.encoder = encoder
+        self.limits = limits or Limits()
+        self.idle_release_seconds = idle_release_seconds
+        self._clock = clock
+        self._on_load = on_load
+        self._log = logger or logging.getLogger("thatch.embedder")
+        self._cond = threading.Condition()
+        self._pending: deque[_Item] = deque()
+        self._tasks: deque[tuple[Callable[[], object], concurrent.futures.Future[object]]] = deque()
+        self._stopping = False
+        self._idle = True
+        self._last_embed = clock()
+        self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
+
+    # -- request threads -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def pending_count(self) -> int:
+        """Queued texts still wanted (cancelled or failed calls' texts do not count)."""
+        with self._cond:
+            return self._live_pending()
+
+    def _live_pending(self) -> int:
+        return sum(not item.call.finished for item in self._pending)
+
+    def submit(self, call: EmbedCall) -> None:
+        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full."""
+        with self._cond:
+            queued = self._live_pending()
+            if queued + len(call.texts) > self.limits.max_queued_texts:
+                raise Overloaded(queued, self.limits.max_queued_texts)
+            for index, tokenized in enumerate(call.texts):
+                self._pending.append(_Item(call, index, tokenized.n_tokens))
+            self._last_embed = self._clock()
+            self._cond.notify_all()
+
+    def cancel(self, call: EmbedCall, code: grpc.StatusCode, message: str) -> None:
+        """Finish ``call`` with an error; its queued items are dropped before inference."""
+        with self._cond:
+            self._finish(call, (code, message))
+            self._cond.notify_all()
+
+    def run_in_thread(self, func: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run ``func`` on the inference thread (the model runtime lives there)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._cond:
+            self._tasks.append((func, future))  # type: ignore[arg-type]
+            self._cond.notify_all()
+        return future
+
+    def load(self) -> concurrent.futures.Future[None]:
+        """Load and warm up the model on the inference thread."""
+        return self.run_in_thread(self._load)
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Finish the queued work, then end the thread; False if it is still running."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- inference thread ------------------------------------------------------------
+
+    def _finish(self, call: EmbedCall, error: tuple[grpc.StatusCode, str] | None) -> None:
+        if call.finished:
+            return
+        call.error = error
+        call.done.set()
+
+    def _drop_dead(self, now: float) -> None:
+        if not any(
+            item.call.finished or (item.call.deadline is not None and item.call.deadline <= now)
+            for item in self._pending
+        ):
+            return
+        alive: deque[_Item] = deque()
+        for item in self._pending:
+            call = item.call
+            if not call.finished and call.deadline is not None and call.deadline <= now:
+                self._finish(call, (grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE_MESSAGE))
+            if not call.finished:
+                alive.append(item)
+        self._pending = alive
+
+    def _take_batch(self) -> list[_Item]:
+        lengths = [item.n_tokens for item in self._pending]
+        chosen = select_batch(
+            lengths,
+            max_batch_tokens=self.limits.max_batch_tokens,
+            max_batch_size=self.limits.max_batch_size,
+        )
+        chosen_set = set(chosen)
+        batch = [self._pending[i] for i in chosen]
+        self._pending = deque(item for i, item in enumerate(self._pending) if i not in chosen_set)
+        return batch
+
+    def _next_action(self) -> Callable[[], None] | None:
+        """Block until there is something to do; None means the thread should end."""
+        gather_until: float | None = None
+        with self._cond:
+            while True:
+                if self._tasks:
+                    func, future = self._tasks.popleft()
+                    return lambda: self._run_task(func, future)
+                now = self._clock()
+                self._drop_dead(now)
+                if self._pending:
+                    wait_ms = self.limits.max_wait_ms
+                    if self._idle and wait_ms > 0 and not self._stopping:
+                        if gather_until is None:
+                            gather_until = now + wait_ms / 1000
+                        if now < gather_until and len(self._pending) < self.limits.max_batch_size:
+                            self._cond.wait(gather_until - now)
+                            continue
+                    batch = self._take_batch()
+                    # Whatever arrives while this batch runs forms the next one at once.
+                    self._idle = False
+                    return lambda: self._run_batch(batch)
+                gather_until = None
+                self._idle = True
+                if self._stopping:
+                    return None
+                timeout = None
+                if self.idle_release_seconds > 0 and self.encoder.loaded:
+                    timeout = self._last_embed + self.idle_release_seconds - now
+                    if timeout <= 0:
+                        return self._release
+                self._cond.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            action = self._next_action()
+            if action is None:
+                return
+            try:
+                action()
+            except Exception:  # keep serving; the failure is already reported to callers
+                self._log.exception("inference thread error")
+
+    def _run_task(
+        self, func: Callable[[], object], future: concurrent.futures.Future[object]
+    ) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(func())
+        except BaseException as error:
+            future.set_exception(error)
+
+    def _load(self) -> None:
+        try:
+            self.encoder.load()
+        except Exception as error:
+            if self._on_load:
+                self._on_load(False, str(error))
+            raise
+        with self._cond:
+            self._last_embed = self._clock()
+        if self._on_load:
+            self._on_load(True, "")
+
+    def _release(self) -> None:
+        idle = self.idle_release_seconds
+        self.encoder.release()
+        _trim_heap()
+        self._log.info("released the model session after %g s without Embed calls", idle)
+
+    def _run_batch(self, batch: list[_Item]) -> None:
+        start = self._clock()
+        with self._cond:
+            for item in batch:
+                if item.call.first_batch_start is None:
+                    item.call.first_batch_start = start
+        if not self.encoder.loaded:
+            self._log.info("reloading the model session")
+            try:
+                self._load()
+            except Exception as error:
+                self._log.error("model could not be loaded: %s", error)
+                self._fail_all(batch, f"model could not be loaded: {error}")
+                return
+        began = time.perf_counter()
+        try:
+            rows = [item.call.texts[item.index] for item in batch]
+            vectors = self.encoder.encode(rows)
+        except Exception as error:
+            self._log.exception("inference failed")
+            with self._cond:
+                for item in batch:
+                    self._finish(
+                        item.call, (grpc.StatusCode.INTERNAL, f"inference failed: {error}")
+                    )
+            return
+        elapsed = time.perf_counter() - began
+        with self._cond:
+            counted: set[int] = set()
+            for item, row in zip(batch, vectors, strict=True):
+                call = item.call
+                if call.finished:
+                    continue
+                call.vectors[item.index] = row
+                if id(call) not in counted:
+                    call.inference_s += elapsed
+                    counted.add(id(call))
+                call.remaining -= 1
+                if call.remaining == 0:
+                    self._finish(call, None)
+            self._last_embed = max(self._last_embed, self._clock())
+
+    def _fail_all(self, batch: list[_Item], message: str) -> None:
+        """A failed reload fails this batch and everything queued: no reload storm."""
+        with self._cond:
+            for item in [*batch, *self._pending]:
+                self._finish(item.call, (grpc.StatusCode.FAILED_PRECONDITION, message))
+            self._pending.clear()

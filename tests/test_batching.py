@@ -1,0 +1,304 @@
+"""Dynamic batching: batch selection, the single inference thread, drops and invariance."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from thatch.embedder.batching import Batcher, EmbedCall, Limits, Overloaded, select_batch
+from thatch.embedder.encoder import Kind
+from thatch.embedder.v1 import embedder_pb2 as pb
+
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.fake_encoder import FakeEncoder
+
+
+def poll(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Wait for ``condition`` (a real state change), giving up after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    event = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        event.wait(0.01)
+    return True
+
+
+# -- select_batch -------------------------------------------------------------------------
+
+
+def test_select_batch_always_takes_the_oldest_item() -> None:
+    """The oldest item goes first even when it is far from every other length."""
+    assert select_batch([500, 10, 10, 10], max_batch_tokens=1000, max_batch_size=64) == [0, 1]
+
+
+def test_select_batch_prefers_lengths_closest_to_the_oldest() -> None:
+    """Companions are the pending items nearest in token length, not the next in line."""
+    lengths = [20, 90, 21, 5, 19, 40]
+    assert select_batch(lengths, max_batch_tokens=4 * 21, max_batch_size=64) == [0, 2, 3, 4]
+
+
+def test_select_batch_breaks_ties_by_age() -> None:
+    """Of two items equally close in length, the older one is taken."""
+    assert select_batch([10, 12, 8, 12], max_batch_tokens=24, max_batch_size=64) == [0, 1]
+
+
+def test_select_batch_respects_the_padded_token_budget() -> None:
+    """max_len × n never exceeds max_batch_tokens."""
+    lengths = [100, 100, 100, 100, 100]
+    chosen = select_batch(lengths, max_batch_tokens=350, max_batch_size=64)
+    assert chosen == [0, 1, 2]
+    assert max(lengths[i] for i in chosen) * len(chosen) <= 350
+
+
+def test_select_batch_respects_the_batch_size() -> None:
+    """No batch holds more than max_batch_size items."""
+    assert select_batch([3] * 100, max_batch_tokens=8192, max_batch_size=64) == list(range(64))
+
+
+def test_select_batch_of_nothing_is_empty() -> None:
+    """An empty queue gives an empty batch."""
+    assert select_batch([], max_batch_tokens=8192, max_batch_size=64) == []
+
+
+# -- Batcher with a fake encoder ----------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # never leave the inference thread blocked
+
+
+def make_call(encoder: FakeEncoder, texts: list[str], deadline: float | None = None) -> EmbedCall:
+    tokens = [encoder.tokenize(text, Kind.PASSAGE) for text in texts]
+    return EmbedCall(tokens, encoder.settings.dim, deadline, arrived=time.monotonic())
+
+
+def started(batcher: Batcher, **limits: int) -> Batcher:
+    batcher.start()
+    batcher.load().result(10)
+    return batcher
+
+
+def test_results_come_back_in_input_order() -> None:
+    """Each row of a call's vectors is its own text's vector, in input order."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder))
+    texts = ["alpha beta", "gamma", "delta epsilon zeta", "eta"]
+    call = make_call(encoder, texts)
+    batcher.submit(call)
+    assert call.done.wait(10) and call.error is None
+    expected = np.stack([encoder.expected(text) for text in texts])
+    np.testing.assert_array_equal(call.vectors, expected)
+    assert call.started and call.inference_s >= 0
+    batcher.stop(10)
+
+
+def test_model_calls_run_on_the_inference_thread_only() -> None:
+    """load, encode and release all run on the one inference thread."""
+    encoder = FakeEncoder(loaded=False)
+    batcher = started(Batcher(encoder, idle_release_seconds=0.05))
+    call = make_call(encoder, ["one two"])
+    batcher.submit(call)
+    assert call.done.wait(10)
+    assert poll(lambda: not encoder.loaded)
+    assert encoder.threads == {
+        "encode": {"inference"},
+        "load": {"inference"},
+        "release": {"inference"},
+    }
+    batcher.stop(10)
+
+
+def test_arrivals_during_a_run_form_the_next_batch(gate: threading.Event) -> None:
+    """Texts queued while a batch runs are batched together right after it."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder))
+    first = make_call(encoder, ["a"])
+    batcher.submit(first)
+    assert encoder.encode_started.wait(10)
+    later = [make_call(encoder, ["b c"]), make_call(encoder, ["d e f", "g"])]
+    for call in later:
+        batcher.submit(call)
+    gate.set()
+    assert all(call.done.wait(10) for call in [first, *later])
+    assert encoder.batch_lengths == [[3], [4, 5, 3]]
+    batcher.stop(10)
+
+
+def test_expired_items_are_dropped_before_inference(gate: threading.Event) -> None:
+    """A call whose deadline passed while queued gets DEADLINE_EXCEEDED and is never run."""
+    clock = FakeClock()
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder, clock=clock, limits=Limits(max_wait_ms=0)))
+    blocker = make_call(encoder, ["x"])
+    batcher.submit(blocker)
+    assert encoder.encode_started.wait(10)
+    late = make_call(encoder, ["never run at all"], deadline=clock.now + 1)
+    batcher.submit(late)
+    clock.now += 2
+    gate.set()
+    assert late.done.wait(10)
+    assert late.error == (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded before inference")
+    assert blocker.done.wait(10) and blocker.error is None
+    batcher.stop(10)
+    assert encoder.batch_lengths == [[3]]
+
+
+def test_cancelled_items_are_dropped_before_inference(gate: threading.Event) -> None:
+    """A call cancelled while queued is never run."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder))
+    blocker = make_call(encoder, ["x"])
+    batcher.submit(blocker)
+    assert encoder.encode_started.wait(10)
+    cancelled = make_call(encoder, ["gone before its turn"])
+    batcher.submit(cancelled)
+    batcher.cancel(cancelled, grpc.StatusCode.CANCELLED, "call cancelled")
+    gate.set()
+    assert blocker.done.wait(10)
+    batcher.stop(10)
+    assert cancelled.error == (grpc.StatusCode.CANCELLED, "call cancelled")
+    assert encoder.batch_lengths == [[3]]
+
+
+def test_a_full_queue_refuses_at_once(gate: threading.Event) -> None:
+    """Beyond max_queued_texts pending texts, submit raises Overloaded with the count."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder, limits=Limits(max_queued_texts=4)))
+    running = make_call(encoder, ["x"])
+    batcher.submit(running)
+    assert encoder.encode_started.wait(10)
+    batcher.submit(make_call(encoder, ["a", "b", "c"]))
+    with pytest.raises(Overloaded) as raised:
+        batcher.submit(make_call(encoder, ["d", "e"]))
+    assert str(raised.value) == "embedder overloaded: 3 texts queued (max 4); retry shortly"
+    batcher.submit(make_call(encoder, ["d"]))
+    assert batcher.pending_count() == 4
+    gate.set()
+    batcher.stop(10)
+
+
+def test_failed_reload_fails_the_queued_calls_then_recovers() -> None:
+    """A reload error gives FAILED_PRECONDITION with its cause; a later load serves again."""
+    events: list[tuple[bool, str]] = []
+    encoder = FakeEncoder(loaded=False)
+    batcher = Batcher(encoder, on_load=lambda ok, cause: events.append((ok, cause)))
+    batcher.start()
+    encoder.fail_load = "model.onnx vanished"
+    call = make_call(encoder, ["hello"])
+    batcher.submit(call)
+    assert call.done.wait(10)
+    assert call.error == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "model could not be loaded: model.onnx vanished",
+    )
+    encoder.fail_load = None
+    again = make_call(encoder, ["hello"])
+    batcher.submit(again)
+    assert again.done.wait(10) and again.error is None
+    assert events == [(False, "model.onnx vanished"), (True, "")]
+    batcher.stop(10)
+
+
+def test_stop_finishes_queued_work(gate: threading.Event) -> None:
+    """stop() lets every queued call finish before the thread ends."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder))
+    calls = [make_call(encoder, [f"text {i}"]) for i in range(5)]
+    for call in calls:
+        batcher.submit(call)
+    assert encoder.encode_started.wait(10)
+    stopper = threading.Thread(target=batcher.stop, args=(10,))
+    stopper.start()
+    gate.set()
+    stopper.join(15)
+    assert not batcher.alive
+    assert all(call.done.is_set() and call.error is None for call in calls)
+
+
+# -- invariance over the real server and model --------------------------------------------
+
+SENTENCE = (
+    "the embedder batches texts of similar length together so padding stays small while "
+    "the oldest request always goes first and nothing starves under load"
+)
+WORDS = tuple(SENTENCE.split())
+
+
+def mixed_texts(seed: int, count: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [
+        " ".join(rng.choice(WORDS, size=int(rng.integers(1, 60))).tolist()) for _ in range(count)
+    ]
+
+
+def fp32_variant(minilm_dir: Path, out: Path) -> Path:
+    """The imported model served from its fp32 ONNX (really batched, with padding)."""
+    shutil.copytree(minilm_dir, out, copy_function=os.link)
+    meta_path = out / "thatch_model.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(onnx="onnx/model.onnx", quantized=False)
+    meta_path.unlink()  # a hard link: do not write through to the shared model
+    meta_path.write_text(json.dumps(meta))
+    return out
+
+
+@pytest.fixture(scope="module", params=["int8", "fp32"])
+def minilm_server(
+    request: pytest.FixtureRequest, minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmbedderProcess]:
+    model = minilm_dir
+    if request.param == "fp32":
+        model = fp32_variant(minilm_dir, tmp_path_factory.mktemp("fp32") / "minilm")
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))  # short: a socket lives here
+    try:
+        with embedder_process(str(model), socket_dir=socket_dir) as proc:
+            assert proc.info().quantized == (request.param == "int8")
+            yield proc
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_concurrent_callers_get_the_vectors_they_get_alone(minilm_server: EmbedderProcess) -> None:
+    """32 concurrent mixed-length calls get their solo vectors (≤1e-5), in input order."""
+    stub = minilm_server.stub()
+    requests = [mixed_texts(seed, 1 + seed % 2) for seed in range(32)]
+    alone = []
+    for texts in requests:
+        response = stub.Embed(pb.EmbedRequest(texts=texts, kind=pb.PASSAGE), timeout=60)
+        alone.append(np.frombuffer(response.vectors, dtype="<f4").reshape(response.count, -1))
+    barrier = threading.Barrier(32)
+
+    def call(texts: list[str]) -> pb.EmbedResponse:
+        barrier.wait(30)
+        return stub.Embed(pb.EmbedRequest(texts=texts, kind=pb.PASSAGE), timeout=120)
+
+    with ThreadPoolExecutor(32) as pool:
+        together = list(pool.map(call, requests))
+    for texts, solo, response in zip(requests, alone, together, strict=True):
+        assert response.count == len(texts) and response.dim == 384
+        vectors = np.frombuffer(response.vectors, dtype="<f4").reshape(response.count, 384)
+        assert np.max(np.abs(vectors - solo)) <= 1e-5
+    # Calls answered by one shared batch report the same inference time: batching happened.
+    assert len({response.timing.inference_us for response in together}) < len(together)
