@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from thatch.embedder.probe_cmd import probe
 from thatch.embedder.serve_cmd import serve
 
 
@@ -12,6 +13,7 @@ def main() -> None:
 
 
 main.add_command(serve)
+main.add_command(probe)
 
 if __name__ == "__main__":
     main(prog_name="thatch-embedder")

@@ -19,13 +19,12 @@ DEPLOY = ROOT / "deploy"
 
 def _parse_with_real_cli(argv: list[str]) -> click.Context:
     """Parse argv with thatch-embedder's own click group, without running anything."""
-    from thatch.embedder.__main__ import cli
+    from thatch.embedder.__main__ import main as cli
 
     assert argv[0] == "thatch-embedder"
-    ctx = cli.make_context("thatch-embedder", argv[1:], resilient_parsing=False)
-    sub_name, sub_cmd, sub_args = cli.resolve_command(ctx, ctx.protected_args + ctx.args)
-    assert sub_cmd is not None, sub_name
-    return sub_cmd.make_context(sub_name or "", sub_args, parent=ctx)
+    sub = cli.commands.get(argv[1])
+    assert sub is not None, f"thatch-embedder has no {argv[1]!r} command"
+    return sub.make_context(argv[1], list(argv[2:]))
 
 
 def _containerfile_json_commands() -> dict[str, list[str]]:
@@ -93,3 +92,16 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     argv = exec_start.group(1).split()
     argv[0] = "thatch-embedder"
     _parse_with_real_cli(argv)
+
+
+def test_probe_reports_serving_and_unreachable(short_tmp: Path) -> None:
+    """The container's health probe exits 0 for a serving embedder and 1 without one."""
+    from tests.support.embedder_proc import embedder_process
+
+    probe = [sys.executable, "-m", "thatch.embedder", "probe", "--addr"]
+    with embedder_process("mock", socket_dir=short_tmp) as proc:
+        ok = subprocess.run([*probe, proc.address], capture_output=True, text=True)
+        assert (ok.returncode, ok.stdout) == (0, "SERVING\n")
+    gone = subprocess.run([*probe, proc.address], capture_output=True, text=True)
+    assert gone.returncode == 1
+    assert gone.stderr == f"Error: embedder at {proc.address} is UNREACHABLE\n"
