@@ -21,7 +21,7 @@ class FixableError(click.ClickException):
         super().__init__(message)
         self.fix = fix
 
-    def show(self, file: object = None) -> None:  # noqa: ARG002 - click's signature
+    def show(self, file: object = None) -> None:
         click.echo(f"Error: {self.format_message()}", err=True)
         if self.fix:
             click.echo(f"Fix: {self.fix}", err=True)

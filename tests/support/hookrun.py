@@ -1,0 +1,61 @@
+"""Running ``thatch`` hook commands as real processes, the way hosts run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# Port 1 on loopback refuses at once, and a TCP address is never auto-started: the
+# "no embedder anywhere" setting for hook tests that must not spawn one.
+NO_EMBEDDER = "127.0.0.1:1"
+
+
+def hook_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The test process's (isolated) environment plus a queue dir, a DB and ``extra``."""
+    env = dict(os.environ)
+    env.setdefault("THATCH_QUEUE_DIR", str(tmp_path / "queue"))
+    env.setdefault("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    env.setdefault("THATCH_EMBEDDER_ADDR", NO_EMBEDDER)
+    env.update(extra)
+    return env
+
+
+def thatch_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "thatch.cli", *args]
+
+
+def run_hook(
+    args: list[str],
+    payload: Mapping[str, Any] | str | bytes | None,
+    env: Mapping[str, str],
+    *,
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``thatch <args>`` with ``payload`` on stdin (dicts as JSON)."""
+    if payload is None:
+        data = b""
+    elif isinstance(payload, bytes):
+        data = payload
+    elif isinstance(payload, str):
+        data = payload.encode()
+    else:
+        data = json.dumps(payload).encode()
+    return subprocess.run(
+        thatch_command(*args),
+        input=data,
+        capture_output=True,
+        env=dict(env),
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -1,0 +1,371 @@
+"""The prompt hook: extraction nudges escalate, recall nudges name memories, else write nudge."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from thatch.frontend import queue
+
+from tests.support.embedder_cleanup import stop_embedders, wait_until
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.hookrun import hook_env, run_hook
+
+WRITE = (
+    "[thatch] After responding, check whether this turn taught you something durable "
+    "(project knowledge, a user preference, a correction). If so, save it with memory_remember."
+)
+PROMPT = "please continue with the refactoring of the parser"
+BATCH_CALLS = [
+    {"tool_name": "Bash", "tool_input": {"command": "make test"}, "tool_use_id": "u1"},
+    {"tool_name": "Read", "tool_input": {"file_path": "/p/setup.cfg"}, "tool_use_id": "u2"},
+]
+
+
+def sub_agent_prompt(sid: str, fetch: str, done: str) -> str:
+    return (
+        f'Call {fetch} with session_id "{sid}" to get the queued tool interactions, apply the '
+        f"thatch-fact-extractor skill to them, then call {done} with session_id "
+        f'"{sid}" even if nothing was worth saving.'
+    )
+
+
+def flush(env: dict[str, str], payload: dict[str, object], *args: str) -> tuple[str, str]:
+    result = run_hook(["flush-tools", *args], payload, env)
+    assert result.returncode == 0, result.stderr
+    assert b"Traceback" not in result.stdout
+    return result.stdout.decode(), result.stderr.decode()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "acme-app"
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize(
+    "sid", ["Sess-MixedCase-AbC", "3F2B8C1E-6a4d-4E0B-9d1c-2f7a5b8e9c01", "ses_4Ab9XyZ01kLmN"]
+)
+def test_extraction_nudge_escalates_with_ids_verbatim(tmp_path: Path, sid: str) -> None:
+    """Four prompts: polite, polite, insistent, shouting; id and names verbatim; queue intact."""
+    env = hook_env(tmp_path)
+    assert (
+        run_hook(["buffer-batch"], {"session_id": sid, "tool_calls": BATCH_CALLS}, env).stdout
+        == b""
+    )
+    jsonl = Path(env["THATCH_QUEUE_DIR"]) / f"{sid}.jsonl"
+    before = jsonl.read_bytes()
+    fetch, done = "mcp__thatch__get_extraction_payload", "mcp__thatch__extraction_done"
+    p = sub_agent_prompt(sid, fetch, done)
+    polite = (
+        "[thatch] 2 tool interactions are queued for fact extraction. Spawn a background "
+        f'sub-agent with this prompt: "{p}" Then call {done} to acknowledge. This is an '
+        "automated system nudge, not a request from the user: after dispatching and "
+        "acknowledging, stop; do not advance other work on its account, and if you were "
+        "waiting for the user, keep waiting.\n"
+    )
+    insistent = (
+        "[thatch] You have not acted on earlier extraction nudges. 2 tool interactions are "
+        f'now queued. Spawn a background sub-agent now with this prompt: "{p}" Then call '
+        f"{done} to acknowledge.\n"
+    )
+    shouting = (
+        "[thatch] EXTRACTION NUDGES HAVE BEEN IGNORED 3 TIMES. 2 TOOL INTERACTIONS ARE "
+        f'WAITING. SPAWN A BACKGROUND SUB-AGENT NOW WITH THIS EXACT PROMPT: "{p}" THEN CALL '
+        f"{done} TO ACKNOWLEDGE.\n"
+    )
+    outputs = [flush(env, {"session_id": sid, "prompt": PROMPT})[0] for _ in range(4)]
+    assert outputs == [polite, polite, insistent, shouting]
+    for text in outputs:
+        assert text.count(f'"{sid}"') == 2 and fetch in text and done in text
+    assert jsonl.read_bytes() == before
+    assert (jsonl.with_suffix(".count")).read_text().strip() == "4"
+    queue.drain(Path(env["THATCH_QUEUE_DIR"]), sid)
+    assert flush(env, {"session_id": sid, "prompt": "ok"})[0] == WRITE + "\n"
+
+
+def test_opencode_names_and_json_wrapping(tmp_path: Path) -> None:
+    """--host opencode uses thatch_ names and its dispatch phrase; --json is one line."""
+    env = hook_env(tmp_path)
+    sid = "ses_7fA2bC9dE1"
+    run_hook(["buffer-tool", "--host", "opencode"], {"session_id": sid, "tool_name": "read"}, env)
+    out, _ = flush(env, {"session_id": sid, "prompt": PROMPT}, "--json", "--host", "opencode")
+    assert out.count("\n") == 1
+    text = json.loads(out)["additional_context"]
+    p = sub_agent_prompt(sid, "thatch_get_extraction_payload", "thatch_extraction_done")
+    assert text.startswith(
+        f"[thatch] 1 tool interaction is queued for fact extraction. Start a background task "
+        f'with this prompt: "{p}" Then call thatch_extraction_done to acknowledge.'
+    )
+    empty, _ = flush(env, {"prompt": "hi"}, "--json", "--host", "opencode")
+    assert json.loads(empty) == {
+        "additional_context": WRITE.replace("memory_remember", "thatch_memory_remember")
+    }
+
+
+def test_cursor_conversation_id_and_host_from_env(tmp_path: Path, project: Path) -> None:
+    """Cursor's beforeSubmitPrompt: conversation_id keys the queue; CURSOR_PROJECT_DIR → cursor."""
+    env = hook_env(tmp_path, CURSOR_PROJECT_DIR=str(project))
+    cid = "c0ffee00-1234-4abc-8def-00000000cafe"
+    run_hook(["buffer-tool"], {"conversation_id": cid, "tool_name": "Shell"}, env)
+    out, _ = flush(
+        env, {"conversation_id": cid, "prompt": PROMPT, "workspace_roots": [str(project)]}, "--json"
+    )
+    assert "mcp__thatch__get_extraction_payload" in json.loads(out)["additional_context"]
+
+
+def test_broken_queue_dir_falls_back_to_write_nudge(tmp_path: Path) -> None:
+    """A queue path that is a file cannot hold a queue: the write nudge still prints."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    env = hook_env(tmp_path, THATCH_QUEUE_DIR=str(blocker))
+    out, _ = flush(env, {"session_id": "s", "prompt": "hi"})
+    assert out == WRITE + "\n"
+
+
+def test_absent_embedder_gives_write_nudge(tmp_path: Path, short_tmp: Path, project: Path) -> None:
+    """Nothing listening and a model that cannot load: the write nudge, exit 0."""
+    socket = short_tmp / "none.sock"
+    env = hook_env(
+        tmp_path,
+        THATCH_EMBEDDER_ADDR=f"unix://{socket}",
+        THATCH_MODEL=str(tmp_path / "no-such-model"),
+        THATCH_PROJECT_DIR=str(project),
+    )
+    try:
+        out, err = flush(env, {"session_id": "s1", "prompt": "how do we deploy the service?"})
+        assert out == WRITE + "\n"
+        assert "Traceback" not in err
+    finally:
+        stop_embedders(str(socket))
+
+
+def test_absent_embedder_is_started_in_background(
+    tmp_path: Path, short_tmp: Path, project: Path
+) -> None:
+    """flush-tools does not wait for a missing embedder but leaves one starting."""
+    from thatch.embedder.client import EmbedderClient
+
+    socket = short_tmp / "bg.sock"
+    env = hook_env(
+        tmp_path,
+        THATCH_EMBEDDER_ADDR=f"unix://{socket}",
+        THATCH_MODEL="mock",
+        THATCH_PROJECT_DIR=str(project),
+    )
+    try:
+        out, _ = flush(env, {"prompt": "how do we deploy the service?"})
+        assert out == WRITE + "\n"
+        with EmbedderClient(env=env, autostart=False) as client:
+            wait_until(lambda: client.health(timeout=0.5) == "SERVING", 60, "background embedder")
+    finally:
+        stop_embedders(str(socket))
+
+
+# -- with a running embedder ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def socket_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="thf-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mock_embedder(socket_dir: Path) -> Iterator[EmbedderProcess]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "THATCH_EMBEDDER_EXIT_SECONDS": "0"}
+    with embedder_process("mock", socket_dir=socket_dir, env=env, socket_name="m.sock") as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def minilm_embedder(socket_dir: Path, minilm_dir: Path) -> Iterator[EmbedderProcess]:
+    sub = socket_dir / "minilm"
+    sub.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "THATCH_EMBEDDER_EXIT_SECONDS": "0"}
+    with embedder_process(str(minilm_dir), socket_dir=sub, env=env, socket_name="l.sock") as proc:
+        yield proc
+
+
+def test_short_prompts_never_reach_the_embedder(
+    tmp_path: Path, project: Path, mock_embedder: EmbedderProcess
+) -> None:
+    """Prompts under 10 characters (after stripping) give the write nudge without an Embed."""
+    env = hook_env(
+        tmp_path, THATCH_EMBEDDER_ADDR=mock_embedder.address, THATCH_PROJECT_DIR=str(project)
+    )
+    served = mock_embedder.info().requests_served
+    for prompt in ["", "fix it", "   123456789   ", "\n\tshort\n"]:
+        assert flush(env, {"session_id": "s", "prompt": prompt})[0] == WRITE + "\n"
+    assert mock_embedder.info().requests_served == served
+    flush(env, {"session_id": "s", "prompt": "a prompt long enough to embed"})
+    assert mock_embedder.info().requests_served == served + 1
+
+
+MEMORIES = {
+    "acme-app": [
+        (
+            "Deploying to production",
+            "Deploy with `fly deploy` from the main branch; the release "
+            "workflow builds the Docker image and runs database migrations first.",
+        ),
+        (
+            "Running the test suite",
+            "Run the tests with `make test`, which calls pytest -q with "
+            "the fixtures in tests/conftest.py.",
+        ),
+        (
+            "Integration test database",
+            "Integration tests need a local PostgreSQL database; "
+            "start it with docker compose up db before running the tests.",
+        ),
+        (
+            "Flaky test retries",
+            "CI retries flaky tests twice; mark known flaky tests with "
+            "@pytest.mark.flaky so the test runner reruns them.",
+        ),
+    ],
+    "global": [
+        ("User prefers short answers", "The user prefers concise answers without emojis."),
+    ],
+}
+ARCHIVED = ("Old deploy notes", "We used to deploy to production with Heroku git push.")
+
+
+@pytest.fixture
+def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) -> dict[str, str]:
+    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.encoder import Kind
+    from thatch.frontend.store import Store
+
+    env = hook_env(
+        tmp_path, THATCH_EMBEDDER_ADDR=minilm_embedder.address, THATCH_PROJECT_DIR=str(project)
+    )
+    items = [(s, label, text) for s, rows in MEMORIES.items() for label, text in rows]
+    items.append(("acme-app", *ARCHIVED))
+    with (
+        EmbedderClient(env=env, autostart=False) as client,
+        Store.open(env["THATCH_DB_PATH"]) as store,
+    ):
+        texts = [f"# {label}\n\n{text}" for _, label, text in items]
+        result = client.embed(texts, Kind.PASSAGE)
+        for (name, label, _), stored, vector in zip(items, texts, result.vectors, strict=True):
+            archived = label == ARCHIVED[0]
+            store.remember(name, label, stored, vector, result.model_id, archived=archived)
+    return env
+
+
+def scores(env: dict[str, str], prompt: str, *, archived: bool = False) -> dict[str, float]:
+    """Independent check of what search sees: cosine of the prompt with every live memory."""
+    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.encoder import Kind
+    from thatch.frontend.store import Store
+
+    with (
+        EmbedderClient(env=env, autostart=False) as client,
+        Store.open(env["THATCH_DB_PATH"]) as store,
+    ):
+        query = client.embed([prompt], Kind.QUERY).vectors[0]
+        return {
+            m.memory.label: m.score
+            for m in store.search(
+                ["acme-app", "global"], query, limit=50, include_archived=archived
+            )
+        }
+
+
+def test_recall_nudge_names_matching_memories(recall_env: dict[str, str]) -> None:
+    """Singular, plural and `, etc.` forms name the best labels; no telemetry is stamped."""
+    from thatch.frontend.store import Store
+
+    prompt = "How do I deploy this app to production?"
+    ranked = scores(recall_env, prompt)
+    assert max(ranked, key=ranked.__getitem__) == "Deploying to production"
+    top = ranked["Deploying to production"]
+    others = max(v for k, v in ranked.items() if k != "Deploying to production")
+    threshold = (top + others) / 2
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{threshold:.4f}"}
+    out, _ = flush(env, {"session_id": "fresh", "prompt": prompt})
+    assert out == (
+        '[thatch] 1 memory relates to this prompt ("Deploying to production"). '
+        "Use memory_recall before responding.\n"
+    )
+
+    tests_prompt = "how do I run the tests?"
+    ranked = sorted(scores(recall_env, tests_prompt).items(), key=lambda kv: -kv[1])
+    assert {label for label, _ in ranked[:3]} == {
+        "Running the test suite",
+        "Integration test database",
+        "Flaky test retries",
+    }
+    two = (ranked[1][1] + ranked[2][1]) / 2
+    env2 = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{two:.4f}"}
+    out, _ = flush(env2, {"prompt": tests_prompt})
+    assert out == (
+        f'[thatch] 2 memories relate to this prompt ("{ranked[0][0]}", "{ranked[1][0]}"). '
+        "Use memory_recall before responding.\n"
+    )
+    three = (ranked[2][1] + ranked[3][1]) / 2
+    env3 = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{three:.4f}"}
+    out, _ = flush(env3, {"prompt": tests_prompt}, "--json")
+    assert json.loads(out) == {
+        "additional_context": f'[thatch] 3 memories relate to this prompt ("{ranked[0][0]}", '
+        f'"{ranked[1][0]}", etc.). Use memory_recall before responding.'
+    }
+    with Store.open(recall_env["THATCH_DB_PATH"]) as store:
+        rows = store.list("acme-app") + store.list("global")
+    assert rows and all(m.recall_count == 0 and m.last_recalled_at is None for m in rows)
+
+
+def test_recall_excludes_archived_and_respects_default_threshold(
+    recall_env: dict[str, str],
+) -> None:
+    """Archived memories never appear; an unrelated prompt stays below 0.55 → write nudge."""
+    prompt = "Heroku git push deploy"
+    ranked = scores(recall_env, prompt)
+    top_live = max(ranked, key=ranked.__getitem__)
+    everything = scores(recall_env, prompt, archived=True)
+    assert max(everything, key=everything.__getitem__) == "Old deploy notes"
+    out, _ = flush({**recall_env, "THATCH_RECALL_THRESHOLD": "0"}, {"prompt": prompt})
+    assert "Old deploy notes" not in out
+    assert out.startswith(f"[thatch] {sum(v >= 0 for v in ranked.values())} memories relate")
+    assert f'("{top_live}", ' in out
+    ranked = scores(recall_env, "what is the capital of Mongolia, roughly?")
+    assert max(ranked.values()) < 0.55
+    out, _ = flush(recall_env, {"prompt": "what is the capital of Mongolia, roughly?"})
+    assert out == WRITE + "\n"
+
+
+def test_queue_wins_over_recall(recall_env: dict[str, str]) -> None:
+    """With queued records the extraction nudge prints and no recall label appears."""
+    sid = "Q-session"
+    run_hook(["buffer-batch"], {"session_id": sid, "tool_calls": BATCH_CALLS}, recall_env)
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": "0"}
+    out, _ = flush(env, {"session_id": sid, "prompt": "How do I deploy this app to production?"})
+    assert out.startswith("[thatch] 2 tool interactions are queued")
+    assert "Deploying to production" not in out and "memory_recall" not in out
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5", "-0.1", "nan"])
+def test_invalid_threshold_warns_once_and_uses_default(
+    recall_env: dict[str, str], value: str
+) -> None:
+    """A threshold outside [0, 1] is ignored with one stderr line; 0.55 applies."""
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": value}
+    prompt = "How do I deploy this app to production?"
+    expected_labels = [k for k, v in scores(recall_env, prompt).items() if v >= 0.55]
+    out, err = flush(env, {"prompt": prompt})
+    assert err.splitlines() == [
+        f'[thatch] ignoring THATCH_RECALL_THRESHOLD="{value}": not a number between 0 and 1'
+    ]
+    if expected_labels:
+        assert f'("{expected_labels[0]}"' in out
+    else:
+        assert out == WRITE + "\n"

@@ -1,0 +1,189 @@
+"""Hostile input to hook commands: never a file outside the queue, never a traceback, exit 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.hookrun import hook_env, run_hook, thatch_command
+
+HOOKS = ["buffer-batch", "buffer-tool", "flush-tools", "reminder"]
+HOSTILE_IDS = ["../../x", "a/b", "a_b", "/etc/passwd", "x" * 10_000, "nul\x00byte", "..", "ü/../ü"]
+
+
+def all_files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    project = tmp_path / "work" / "proj"
+    project.mkdir(parents=True)
+    return hook_env(
+        tmp_path, THATCH_QUEUE_DIR=str(tmp_path / "work" / "q"), THATCH_PROJECT_DIR=str(project)
+    )
+
+
+def test_hostile_session_ids_stay_in_the_queue_dir(tmp_path: Path, env: dict[str, str]) -> None:
+    """Traversal, separators, huge ids and NUL bytes only ever create files in the queue dir."""
+    qdir = Path(env["THATCH_QUEUE_DIR"])
+    before = all_files(tmp_path)
+    for sid in HOSTILE_IDS:
+        call = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t"}
+        for args, payload in [
+            (["buffer-batch"], {"session_id": sid, "tool_calls": [call]}),
+            (["buffer-tool"], {"conversation_id": sid, **call}),
+            (["flush-tools"], {"session_id": sid, "prompt": "x"}),
+        ]:
+            result = run_hook(args, payload, env)
+            assert result.returncode == 0 and b"Traceback" not in result.stdout + result.stderr
+    created = all_files(tmp_path) - before
+    outside = {
+        p
+        for p in created
+        if p.parent != qdir and p.name not in {"thatch.db", "thatch.db-wal", "thatch.db-shm"}
+    }
+    assert outside == set()
+    names = sorted(p.name for p in qdir.glob("*.jsonl"))
+    assert len(names) == len(HOSTILE_IDS)  # a/b and a_b (and all the others) are distinct
+    assert all(len(name) <= 64 + 1 + 16 + len(".jsonl") for name in names)
+    for path in qdir.glob("*.jsonl"):
+        (record,) = [json.loads(line) for line in path.read_text().splitlines()]
+        assert record["sessionID"] in HOSTILE_IDS
+
+
+def test_hostile_ids_are_verbatim_in_the_nudge(env: dict[str, str]) -> None:
+    """The nudge carries a hostile id exactly (JSON-escaped with --json), never mangled."""
+    sid = 'we"ird/../Id\x00'
+    run_hook(["buffer-batch"], {"session_id": sid, "tool_name": "Bash"}, env)
+    result = run_hook(["flush-tools", "--json"], {"session_id": sid, "prompt": "x"}, env)
+    text = json.loads(result.stdout)["additional_context"]
+    assert text.count(f'session_id "{sid}"') == 2
+
+
+STDIN_CASES = {
+    "empty": (b"", None),
+    "not-json": (b"{not json", "stdin is not JSON; input ignored"),
+    "array": (b'[{"session_id": "s"}]', "stdin is a JSON list, not an object; input ignored"),
+    "binary": (b"\xff\xfe\x00garbage", "stdin is not JSON; input ignored"),
+    "deep": (b"[" * 100_000, "stdin is not JSON; input ignored"),
+}
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+@pytest.mark.parametrize("case", sorted(STDIN_CASES))
+def test_bad_stdin_is_an_empty_payload(env: dict[str, str], hook: str, case: str) -> None:
+    """Empty, non-JSON, non-object and binary stdin: {} plus at most one stderr line, exit 0."""
+    data, message = STDIN_CASES[case]
+    result = run_hook([hook], data, env)
+    assert result.returncode == 0
+    stderr = result.stderr.decode().splitlines()
+    assert stderr == ([f"[thatch {hook}] {message}"] if message else [])
+    stdout = result.stdout.decode()
+    if hook.startswith("buffer"):
+        assert stdout == ""
+    elif hook == "flush-tools":
+        assert stdout.startswith("[thatch] After responding")
+    else:
+        assert stdout.startswith("[thatch] Before you reply") and '"proj"' in stdout
+    assert not Path(env["THATCH_QUEUE_DIR"]).exists() or not list(
+        Path(env["THATCH_QUEUE_DIR"]).glob("*.jsonl")
+    )
+
+
+@pytest.mark.parametrize("hook", ["buffer-batch", "flush-tools"])
+def test_oversized_stdin_is_ignored(env: dict[str, str], hook: str) -> None:
+    """20 MB of stdin is refused with one line; nothing is queued."""
+    big = json.dumps({"session_id": "s", "tool_name": "Bash", "tool_response": "y" * 20_000_000})
+    result = run_hook([hook], big.encode(), env)
+    assert result.returncode == 0
+    assert result.stderr.decode().splitlines() == [
+        f"[thatch {hook}] stdin larger than 16 MiB; input ignored"
+    ]
+    assert (
+        not list(Path(env["THATCH_QUEUE_DIR"]).glob("*.jsonl"))
+        if Path(env["THATCH_QUEUE_DIR"]).exists()
+        else True
+    )
+
+
+@pytest.mark.parametrize(("hook", "limit"), [("buffer-tool", "2"), ("reminder", "0.5")])
+def test_stdin_that_never_closes(
+    tmp_path: Path, env: dict[str, str], hook: str, limit: str
+) -> None:
+    """A pipe held open: the hook gives up at its deadline, exits 0 and writes no queue."""
+    before = all_files(tmp_path)
+    proc = subprocess.Popen(
+        thatch_command(hook),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(b'{"session_id": "s", "tool_name": "Bash"')  # never finished
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0  # the pipe is still open on our side
+        out, err = proc.stdout.read(), proc.stderr.read()
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert err.decode().splitlines() == [
+        f"[thatch {hook}] stdin not closed within {limit} s; input ignored"
+    ]
+    assert b"Traceback" not in out
+    created = {p for p in all_files(tmp_path) - before if p.suffix == ".jsonl"}
+    assert created == set()
+
+
+def test_unknown_options_and_bad_host_still_exit_zero(env: dict[str, str]) -> None:
+    """Options a newer host might pass, or a bad --host, never turn a hook into exit 2."""
+    result = run_hook(["flush-tools", "--frobnicate", "--host", "vim"], {"prompt": "x"}, env)
+    assert result.returncode == 0
+    assert result.stdout.decode().startswith("[thatch] After responding")
+    assert result.stderr.decode().splitlines() == [
+        '[thatch flush-tools] ignoring --host "vim": expected claude, cursor or opencode'
+    ]
+    assert run_hook(["buffer-batch", "--extra"], {}, env).returncode == 0
+
+
+def test_internal_failure_is_one_line_and_traceback_only_with_debug(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """An unusable database: reminder still prints; one stderr line; traceback only in debug."""
+    bad_db = tmp_path / "db-is-a-dir"
+    bad_db.mkdir()
+    env = {**env, "THATCH_DB_PATH": str(bad_db)}
+    result = run_hook(["reminder", "--json"], {}, env)
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["additional_context"].startswith("[thatch] Before you reply")
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[thatch reminder] internal error:")
+    debug = run_hook(["reminder", "--json"], {}, {**env, "THATCH_DEBUG": "1"})
+    assert debug.returncode == 0 and b"Traceback" in debug.stderr
+    assert b"Traceback" not in debug.stdout
+    assert json.loads(debug.stdout)["additional_context"].startswith("[thatch] Before you reply")
+
+
+def test_queue_lock_held_elsewhere_gives_one_line(env: dict[str, str]) -> None:
+    """A queue lock held by another process past 2 s: one stderr line, exit 0, nothing lost."""
+    import fcntl
+
+    qdir = Path(env["THATCH_QUEUE_DIR"])
+    qdir.mkdir(parents=True)
+    fd = os.open(qdir / "s.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = run_hook(["buffer-batch"], {"session_id": "s", "tool_name": "Bash"}, env)
+    finally:
+        os.close(fd)
+    assert result.returncode == 0 and result.stdout == b""
+    assert result.stderr.decode().splitlines() == [
+        "[thatch buffer-batch] queue lock s.lock busy for 2 s; gave up"
+    ]

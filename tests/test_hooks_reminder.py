@@ -1,0 +1,127 @@
+"""The session-start reminder: exact text per host, hygiene paragraph only when needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from thatch.frontend.store import Store
+
+from tests.support.embedder_proc import embedder_process
+from tests.support.hookrun import hook_env, run_hook
+
+CLAUDE_TEXT = (
+    "[thatch] Before you reply, load what earlier sessions learned:\n"
+    "(1) the user's preferences and working style,\n"
+    '(2) architecture and conventions of the project store "{store}",\n'
+    "(3) if you are not on the main branch, notes scoped to this branch.\n"
+    "Call store_list and memory_list to see what exists, then memory_recall for what you need."
+)
+
+
+def reminder(env: dict[str, str], payload: object, *args: str) -> str:
+    result = run_hook(["reminder", *args], payload, env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b""
+    return result.stdout.decode()
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
+            cwd=path,
+            check=True,
+            capture_output=True,
+        )
+    return path
+
+
+def test_claude_session_start_uses_payload_cwd(tmp_path: Path) -> None:
+    """SessionStart's cwd picks the project; a healthy store adds no hygiene paragraph."""
+    project = tmp_path / "shop-api"
+    project.mkdir()
+    env = hook_env(tmp_path)
+    payload = {
+        "session_id": "3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01",
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+        "cwd": str(project),
+    }
+    assert reminder(env, payload) == CLAUDE_TEXT.format(store="shop-api") + "\n"
+
+
+def test_cursor_json_uses_workspace_root(tmp_path: Path) -> None:
+    """Cursor's sessionStart: workspace_roots[0] is the project; output is one JSON line."""
+    project = tmp_path / "web-ui"
+    project.mkdir()
+    env = hook_env(tmp_path)
+    payload = {"conversation_id": "c1", "workspace_roots": [str(project), "/elsewhere"]}
+    out = reminder(env, payload, "--json")
+    assert out.count("\n") == 1
+    assert json.loads(out) == {"additional_context": CLAUDE_TEXT.format(store="web-ui")}
+
+
+def test_opencode_names_are_prefixed(tmp_path: Path) -> None:
+    """opencode's reminder names thatch_ tools; env project dir beats the payload's cwd."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project))
+    out = reminder(env, {"session_id": "ses_1", "cwd": "/"}, "--host", "opencode")
+    assert out.endswith(
+        '"proj",\n(3) if you are not on the main branch, notes scoped to this branch.\n'
+        "Call thatch_store_list and thatch_memory_list to see what exists, then "
+        "thatch_memory_recall for what you need.\n"
+    )
+
+
+def test_unhealthy_store_adds_hygiene_paragraph(tmp_path: Path) -> None:
+    """Pending and deleted-branch memories: a blank line, the report, then the advice."""
+    project = git_repo(tmp_path / "acme")
+    env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project), THATCH_MODEL="test/model-a")
+    with Store.open(env["THATCH_DB_PATH"]) as store:
+        store.remember("acme", "pending one", "# pending one\n\nx", None, None)
+        vector = np.ones(8, dtype=np.float32)
+        store.remember("acme", "orphan", "# orphan\n\nx", vector, "test/model-a", branch="old-wip")
+    out = reminder(env, {})
+    base, hygiene_block = out.rstrip("\n").split("\n\n")
+    report, advice = hygiene_block.split("\n")
+    assert base == CLAUDE_TEXT.format(store="acme")
+    assert report == (
+        '[thatch hygiene] Store "acme": 1 memory scoped to deleted branches (old-wip); '
+        "1 memory not embedded yet."
+    )
+    assert "after you have handled the user's request (never before)" in advice.lower()
+    for word in (
+        "find_duplicates",
+        "thatch-dedup-classifier",
+        "memory_show",
+        "archived",
+        "thatch reembed",
+    ):
+        assert word in advice
+
+
+def test_active_model_comes_from_running_embedder(tmp_path: Path, short_tmp: Path) -> None:
+    """With an embedder answering Info, its model is the active one (here "mock")."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    env_srv = {**os.environ, "THATCH_EMBEDDER_EXIT_SECONDS": "0"}
+    with embedder_process("mock", socket_dir=short_tmp, env=env_srv) as proc:
+        env = hook_env(
+            tmp_path,
+            THATCH_PROJECT_DIR=str(project),
+            THATCH_EMBEDDER_ADDR=proc.address,
+            THATCH_MODEL="configured/other",
+        )
+        with Store.open(env["THATCH_DB_PATH"]) as store:
+            vector = np.ones(8, dtype=np.float32)
+            store.remember("proj", "a", "# a\n\nx", vector, "configured/other")
+            store.remember("proj", "b", "# b\n\nx", -vector, "mock")
+        out = reminder(env, {}, "--json")
+    text = json.loads(out)["additional_context"]
+    assert '[thatch hygiene] Store "proj": 1 memory embedded with another model than mock.' in text

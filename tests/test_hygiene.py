@@ -1,0 +1,225 @@
+"""The hygiene report: each signal alone and together, healthy stores silent, archived ignored."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from thatch.cli.main import cli
+from thatch.frontend.hygiene import hygiene, hygiene_report
+from thatch.frontend.store import Store
+
+ACTIVE = "test/model-a"
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+DIM = 64
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A real git repository ``acme`` with branches main and feature-live."""
+    path = tmp_path / "acme"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    git(path, "commit", "-q", "--allow-empty", "-m", "init")
+    git(path, "branch", "feature-live")
+    return path
+
+
+@pytest.fixture
+def vec() -> Callable[[], np.ndarray]:
+    rng = np.random.default_rng(7)
+
+    def make() -> np.ndarray:
+        v = rng.standard_normal(DIM).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    return make
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path / "thatch.db", clock=lambda: NOW)
+    yield s
+    s.close()
+
+
+def add(
+    store: Store, name: str, label: str, vector: object, model: str | None = ACTIVE, **kw: object
+) -> None:
+    store.remember(name, label, f"# {label}\n\ntext of {label}", vector, model, **kw)
+
+
+def test_healthy_store_is_silent(store: Store, repo: Path, vec: Callable[[], np.ndarray]) -> None:
+    """Fresh, distinct, current-model memories on live branches: no report."""
+    add(store, "acme", "one", vec())
+    add(store, "acme", "two", vec(), branch="feature-live")
+    add(store, "global", "pref", vec())
+    assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) is None
+
+
+def test_duplicates_alone(store: Store, repo: Path, vec: Callable[[], np.ndarray]) -> None:
+    """Two near-identical memories: one duplicate-candidate pair."""
+    v = vec()
+    add(store, "acme", "deploy a", v)
+    add(store, "acme", "deploy b", v + 0.01 * vec())
+    add(store, "acme", "other", vec())
+    assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) == (
+        'Store "acme": 1 duplicate-candidate pair pending review.'
+    )
+
+
+def test_stale_alone_via_clock(tmp_path: Path, repo: Path, vec: Callable[[], np.ndarray]) -> None:
+    """Memories written 91 days ago and never recalled are stale; archived ones are not."""
+    old = NOW - timedelta(days=91)
+    with Store.open(tmp_path / "thatch.db", clock=lambda: old) as past:
+        add(past, "acme", "old one", vec())
+        add(past, "acme", "old two", vec())
+        add(past, "acme", "old archived", vec(), archived=True)
+    with Store.open(tmp_path / "thatch.db", clock=lambda: NOW) as store:
+        add(store, "acme", "fresh", vec())
+        assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) == (
+            'Store "acme": 2 memories neither updated nor recalled in 90+ days.'
+        )
+
+
+def test_deleted_branches_alone(store: Store, repo: Path, vec: Callable[[], np.ndarray]) -> None:
+    """Branches missing from git are named; live and archived-only branches are not."""
+    add(store, "acme", "live", vec(), branch="feature-live")
+    add(store, "acme", "gone 1", vec(), branch="gone-b")
+    add(store, "acme", "gone 2", vec(), branch="gone-a")
+    add(store, "acme", "gone 3", vec(), branch="gone-a")
+    add(store, "acme", "archived gone", vec(), branch="gone-c", archived=True)
+    result = hygiene(store, "acme", repo, ACTIVE, now=NOW)
+    assert result.report == 'Store "acme": 3 memories scoped to deleted branches (gone-a, gone-b).'
+    assert result.as_json()["orphaned"] == {"branches": ["gone-a", "gone-b"], "count": 3}
+
+
+def test_orphan_check_skipped_outside_git(
+    store: Store, tmp_path: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """Without a git repository every branch would look deleted, so nothing is reported."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    add(store, "plain", "scoped", vec(), branch="feature-x")
+    assert hygiene_report(store, "plain", plain, ACTIVE, now=NOW) is None
+
+
+def test_model_and_pending_alone(store: Store, repo: Path, vec: Callable[[], np.ndarray]) -> None:
+    """Other-model and unembedded memories, singular forms."""
+    add(store, "acme", "old model", vec(), model="test/model-b")
+    add(store, "acme", "pending", None, model=None)
+    assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) == (
+        'Store "acme": 1 memory embedded with another model than test/model-a; '
+        "1 memory not embedded yet."
+    )
+
+
+def test_all_signals_together_with_global_appended(
+    tmp_path: Path, repo: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """Every part in order, then global's model/pending parts (not its other parts)."""
+    old = NOW - timedelta(days=120)
+    with Store.open(tmp_path / "thatch.db", clock=lambda: old) as past:
+        add(past, "acme", "stale", vec())
+        add(past, "global", "stale global", vec())  # global's staleness is not appended
+    with Store.open(tmp_path / "thatch.db", clock=lambda: NOW) as store:
+        v = vec()
+        add(store, "acme", "dup a", v)
+        add(store, "acme", "dup b", v)
+        add(store, "acme", "orphan", vec(), branch="gone")
+        add(store, "acme", "m1", vec(), model="test/model-b")
+        add(store, "acme", "m2", vec(), model="test/model-c")
+        add(store, "acme", "p1", None)
+        add(store, "acme", "p2", None, archived=True)  # pending counts archived too
+        add(store, "global", "g other", vec(), model="test/model-b")
+        add(store, "global", "g pending", None)
+        result = hygiene(store, "acme", repo, ACTIVE, now=NOW)
+    assert result.report == (
+        'Store "acme": 1 duplicate-candidate pair pending review; '
+        "1 memory neither updated nor recalled in 90+ days; "
+        "1 memory scoped to deleted branches (gone); "
+        "2 memories embedded with another model than test/model-a; "
+        '2 memories not embedded yet. Store "global": 1 memory embedded with another model '
+        "than test/model-a; 1 memory not embedded yet."
+    )
+    assert result.as_json() == {
+        "store": "acme",
+        "report": result.report,
+        "duplicates": 1,
+        "stale": 1,
+        "orphaned": {"branches": ["gone"], "count": 1},
+        "other_model": 2,
+        "pending": 2,
+    }
+
+
+def test_global_project_store_reports_once(store: Store, tmp_path: Path) -> None:
+    """When the project store is global its parts appear once, not appended again."""
+    add(store, "global", "p", None)
+    assert hygiene_report(store, "global", tmp_path, ACTIVE, now=NOW) == (
+        'Store "global": 1 memory not embedded yet.'
+    )
+
+
+def test_archived_excluded_from_duplicates_and_model(
+    store: Store, repo: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """Archived memories never count as duplicates or other-model memories."""
+    v = vec()
+    add(store, "acme", "live", v)
+    add(store, "acme", "archived twin", v, archived=True)
+    add(store, "acme", "archived old model", vec(), model="test/model-b", archived=True)
+    assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) is None
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, repo: Path) -> Path:
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(repo))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "127.0.0.1:1")
+    monkeypatch.setenv("THATCH_MODEL", ACTIVE)
+    return tmp_path / "thatch.db"
+
+
+def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> None:
+    """`thatch hygiene` prints "Store is healthy." (exit 0) and JSON with a null report."""
+    runner = CliRunner()
+    result = runner.invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert (result.exit_code, result.stdout) == (0, "Store is healthy.\n")
+    result = runner.invoke(cli, ["hygiene", "--json"], catch_exceptions=False)
+    assert json.loads(result.stdout) == {
+        "store": "acme",
+        "report": None,
+        "duplicates": 0,
+        "stale": 0,
+        "orphaned": {"branches": [], "count": 0},
+        "other_model": 0,
+        "pending": 0,
+    }
+
+
+def test_cli_report_uses_configured_model(cli_env: Path, vec: Callable[[], np.ndarray]) -> None:
+    """Without an embedder the configured model is the active one; the report prints as is."""
+    with Store.open(cli_env) as store:
+        add(store, "acme", "m", vec(), model="test/model-b")
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.stdout == (
+        'Store "acme": 1 memory embedded with another model than test/model-a.\n'
+    )
+    assert json.loads(CliRunner().invoke(cli, ["hygiene", "--json"]).stdout)["other_model"] == 1

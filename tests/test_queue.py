@@ -1,0 +1,250 @@
+"""The extraction queue library: file names, classification, records, append, drain, payload."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from thatch.frontend import queue
+
+
+def call(name: str, use_id: str | None = None, **extra: object) -> dict[str, object]:
+    result: dict[str, object] = {"tool_name": name, "tool_input": extra or {}}
+    if use_id is not None:
+        result["tool_use_id"] = use_id
+    result["tool_response"] = f"output of {use_id or name}"
+    return result
+
+
+@pytest.fixture
+def qdir(tmp_path: Path) -> Path:
+    return tmp_path / "queue"
+
+
+def test_queue_dir_prefers_variable_then_xdg_cache() -> None:
+    """THATCH_QUEUE_DIR wins; otherwise $XDG_CACHE_HOME/thatch/queue; empty counts as unset."""
+    assert queue.queue_dir({"THATCH_QUEUE_DIR": "/q", "XDG_CACHE_HOME": "/c"}) == Path("/q")
+    assert queue.queue_dir({"THATCH_QUEUE_DIR": "", "XDG_CACHE_HOME": "/c"}) == Path(
+        "/c/thatch/queue"
+    )
+    assert queue.queue_dir({"HOME": "/h"}) == Path("/h/.cache/thatch/queue")
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01", "ses_4Ab9XyZ01kLmN", "MixedCase_id-7"],
+)
+def test_safe_ids_map_to_themselves(session_id: str) -> None:
+    """UUIDs, opencode ids and other safe ids are their own file stems."""
+    assert queue.safe_name(session_id) == session_id
+
+
+def test_unsafe_and_long_ids_get_a_hash_suffix() -> None:
+    """Sanitised ids get sha256 suffixes, so a/b and a_b differ; long ids are bounded."""
+    digest = hashlib.sha256(b"a/b").hexdigest()[:16]
+    assert queue.safe_name("a/b") == f"a_b-{digest}"
+    assert queue.safe_name("a_b") == "a_b"
+    long_id = "x" * 200
+    assert (
+        queue.safe_name(long_id)
+        == "x" * 64 + "-" + hashlib.sha256(long_id.encode()).hexdigest()[:16]
+    )
+    assert queue.safe_name("../../etc").startswith("______etc-")
+
+
+def test_queue_paths_stay_in_the_directory(qdir: Path) -> None:
+    """Every hostile id maps to files whose parent is the queue directory."""
+    for hostile in ["../../x", "/abs/path", "..", ".", "a\x00b", "é" * 300]:
+        for path in queue.queue_paths(qdir, hostile):
+            assert path.parent == qdir
+    with pytest.raises(queue.QueueError):
+        queue.queue_paths(qdir, "")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("mcp__thatch__memory_remember", ("thatch", "memory_remember")),
+        ("MCP__Thatch__Memory_Recall", ("thatch", "memory_recall")),
+        ("thatch_extraction_done", ("thatch", "extraction_done")),
+        ("thatch:store_list", ("thatch", "store_list")),
+        ("thatch.memory_show", ("thatch", "memory_show")),
+        ("mcp_thatch_find_duplicates", ("thatch", "find_duplicates")),
+        ("mcp:memory_forget", ("thatch", "memory_forget")),
+        ("memory_list", ("thatch", "memory_list")),
+        ("  Skill ", ("meta", None)),
+        ("task", ("meta", None)),
+        ("Agent", ("meta", None)),
+        ("Bash", ("other", None)),
+        ("mcp__github__create_issue", ("other", None)),
+        ("taskmaster", ("other", None)),
+    ],
+)
+def test_classification(name: str, expected: tuple[str, str | None]) -> None:
+    """Tool names classify as thatch's own, meta or other (hooks.md §6.2)."""
+    assert queue.classify(name) == expected
+
+
+def test_aggregator_calls_are_searched_for_thatch_tools() -> None:
+    """An `execute` aggregator naming a thatch tool counts as thatch's own; writes win."""
+    assert queue.classify("mcp__hub__execute", {"tool": "memory_recall"}) == (
+        "thatch",
+        "memory_recall",
+    )
+    assert queue.classify("hub:execute", {"steps": ["memory_recall", "extraction_done"]}) == (
+        "thatch",
+        "memory_remember",
+    )
+    assert queue.classify("mcp__hub__execute", {"tool": "xmemory_recallx"}) == ("other", None)
+    assert queue.classify("execute", {"cmd": "ls"}) == ("other", None)
+
+
+def test_record_fields_and_cuts() -> None:
+    """Records cut strings in args to 500 and output to 2,000; titles follow the tool."""
+    record = queue.make_record(
+        "S",
+        {
+            "tool_name": "Read",
+            "tool_input": {"file_path": "/a/b/c.py", "note": "n" * 900},
+            "tool_use_id": "u1",
+            "tool_response": {"content": "y" * 5000},
+        },
+    )
+    assert list(record) == ["tool", "sessionID", "args", "title", "output", "tool_use_id"]
+    assert record["title"] == "c.py"
+    assert record["args"]["note"] == "n" * 500
+    assert len(record["output"]) == 2000 and record["output"].startswith('{"content":"yyy')
+    bash = queue.make_record("S", {"tool_name": "bash", "tool_input": {"command": "c" * 100}})
+    assert bash["title"] == "c" * 80 and bash["output"] == ""
+    grep = queue.make_record("S", {"tool_name": "Grep", "tool_input": {"pattern": "TODO"}})
+    assert grep["title"] == "TODO" and "tool_use_id" not in grep
+    scalar = queue.make_record("S", {"tool_name": "x", "tool_input": "plain"})
+    assert scalar["args"] == {"value": "plain"}
+    assert scalar["title"] == '{"value":"plain"}'
+    absent = queue.make_record("S", {"tool_name": "x"})
+    assert absent["args"] == {} and absent["title"] == "{}"
+
+
+def test_append_keeps_newest_twenty_in_arrival_order(qdir: Path) -> None:
+    """25 calls leave the newest 20, oldest first, one JSON object per line."""
+    for i in range(25):
+        queue.append_calls(qdir, "s1", [call("Bash", f"id{i}", command=f"echo {i}")])
+    lines = (qdir / "s1.jsonl").read_text().splitlines()
+    assert [json.loads(line)["tool_use_id"] for line in lines] == [f"id{i}" for i in range(5, 25)]
+
+
+def test_append_skips_duplicates_own_and_meta_tools(qdir: Path) -> None:
+    """A queued tool_use_id, thatch's own and meta tools are not queued."""
+    queue.append_calls(qdir, "s", [call("Bash", "a"), call("Bash", "a"), call("Read", "")])
+    queue.append_calls(
+        qdir, "s", [call("Bash", "a"), call("mcp__thatch__memory_recall", "r"), call("Task", "t")]
+    )
+    records = queue.peek_records(qdir, "s")
+    assert [(r["tool"], r.get("tool_use_id")) for r in records] == [("Bash", "a"), ("Read", None)]
+
+
+def test_memory_write_in_batch_drains_queue_and_earlier_calls(qdir: Path) -> None:
+    """memory_remember drains the queue, the count and the batch's earlier calls."""
+    queue.append_calls(qdir, "s", [call("Bash", "old")])
+    queue.increment_count(qdir, "s")
+    queue.append_calls(
+        qdir,
+        "s",
+        [call("Edit", "before"), call("mcp__thatch__memory_remember", "w"), call("Grep", "after")],
+    )
+    assert [r["tool_use_id"] for r in queue.peek_records(qdir, "s")] == ["after"]
+    assert queue.read_count(qdir, "s") == 0
+    queue.append_calls(qdir, "s", [call("thatch_extraction_done", "d")])
+    assert not (qdir / "s.jsonl").exists()
+    assert queue.peek_records(qdir, "s") == []
+
+
+def test_count_increments_and_drain_removes_both(qdir: Path) -> None:
+    """increment_count returns the previous value; drain deletes .jsonl and .count."""
+    assert queue.read_count(qdir, "s") == 0
+    assert [queue.increment_count(qdir, "s") for _ in range(3)] == [0, 1, 2]
+    assert queue.read_count(qdir, "s") == 3
+    (qdir / "s.count").write_text("garbage")
+    assert queue.read_count(qdir, "s") == 0
+    queue.append_calls(qdir, "s", [call("Bash", "x")])
+    queue.drain(qdir, "s")
+    assert not (qdir / "s.jsonl").exists() and not (qdir / "s.count").exists()
+    queue.drain(tmp_missing := qdir / "nope", "s")
+    assert not tmp_missing.exists()
+
+
+def test_peek_skips_damaged_lines(qdir: Path) -> None:
+    """A torn or foreign line does not hide the valid records."""
+    qdir.mkdir()
+    (qdir / "s.jsonl").write_text('{"tool":"a"}\n{broken\n[1]\n\n{"tool":"b"}\n')
+    assert [r["tool"] for r in queue.peek_records(qdir, "s")] == ["a", "b"]
+
+
+def test_lock_timeout_gives_up_with_a_message(qdir: Path) -> None:
+    """A lock held elsewhere makes append give up with QueueError, file unchanged."""
+    import fcntl
+
+    qdir.mkdir()
+    fd = os.open(qdir / "s.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(queue.QueueError, match="busy"):
+            queue.append_calls(qdir, "s", [call("Bash", "x")])
+    finally:
+        os.close(fd)
+    assert not (qdir / "s.jsonl").exists()
+
+
+def test_queue_dir_is_private(qdir: Path) -> None:
+    """The queue directory is created 0700."""
+    queue.append_calls(qdir, "s", [call("Bash", "x")])
+    assert (qdir.stat().st_mode & 0o777) == 0o700
+
+
+def test_cleanup_removes_week_old_files_once_a_day(qdir: Path) -> None:
+    """Files untouched for 7 days go; fresh ones stay; a second run within a day is a no-op."""
+    queue.append_calls(qdir, "old", [call("Bash", "x")])
+    queue.append_calls(qdir, "new", [call("Bash", "y")])
+    now = time.time()
+    week_ago = now - 8 * 24 * 3600
+    for suffix in (".jsonl", ".lock"):
+        os.utime(qdir / f"old{suffix}", (week_ago, week_ago))
+    assert queue.cleanup(qdir, now=now) == 2
+    assert sorted(p.name for p in qdir.iterdir() if not p.name.startswith(".")) == [
+        "new.jsonl",
+        "new.lock",
+    ]
+    os.utime(qdir / "new.jsonl", (week_ago, week_ago))
+    assert queue.cleanup(qdir, now=now + 3600) == 0
+    assert queue.cleanup(qdir, now=now + 25 * 3600) == 1
+
+
+def test_payload_shape_and_summaries() -> None:
+    """The payload is compact, non-ASCII-escaped JSON with summarised args, oldest first."""
+    records = [
+        queue.make_record(
+            "S", {"tool_name": "Edit", "tool_input": {"filePath": "/x/é.py"}, "tool_response": "o"}
+        ),
+        queue.make_record(
+            "S",
+            {"tool_name": "bash", "tool_input": {"command": "z" * 300}, "tool_response": "q" * 600},
+        ),
+        queue.make_record("S", {"tool_name": "glob", "tool_input": {"pattern": "*.md"}}),
+        queue.make_record("S", {"tool_name": "WebFetch", "tool_input": {"url": "u" * 200}}),
+    ]
+    text = queue.build_payload(records, "acme/app")
+    assert text is not None and "é" in text and ", " not in text[:40]
+    payload = json.loads(text)
+    assert list(payload) == ["interactions", "projectStore", "globalStore"]
+    assert payload["projectStore"] == "acme/app" and payload["globalStore"] == "global"
+    first, second, third, fourth = payload["interactions"]
+    assert list(first) == ["tool", "title", "args", "output"]
+    assert first["args"] == "file: /x/é.py" and first["title"] == "é.py"
+    assert second["args"] == "z" * 120 and second["output"] == "q" * 500 + "..."
+    assert third["args"] == "pattern: *.md"
+    assert fourth["args"] == json.dumps({"url": "u" * 200}, separators=(",", ":"))[:120]
+    assert queue.build_payload([], "acme/app") is None
