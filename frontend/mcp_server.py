@@ -27,6 +27,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import PlainValidator
 from thatch.frontend.context import ToolContext
+from thatch.frontend.mcp_stdio import serve_stdio
 from thatch.frontend.tool_specs import TOOL_SPECS, ToolSpec
 from thatch.frontend.tools import Tools
 from thatch.frontend.validation import NOT_AN_OBJECT, input_schema
@@ -175,7 +176,7 @@ def run_stdio(ctx: ToolContext) -> None:
                         os._exit(0)
 
             group.start_soon(watch_signals)
-            await server.run_stdio_async()
+            await serve_stdio(server)
             group.cancel_scope.cancel()
 
     anyio.run(serve)

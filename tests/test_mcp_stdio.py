@@ -118,3 +118,31 @@ def test_sigterm_exits_zero(server_env: dict[str, str]) -> None:
     process.stdout.close()
     assert process.stderr is not None
     process.stderr.close()
+
+
+def test_unparsable_lines_get_json_rpc_errors(server_env: dict[str, str]) -> None:
+    """Garbage gets -32700 (id null), non-JSON-RPC JSON -32600, and the server keeps going."""
+    process = _start(server_env)
+    assert process.stdin is not None and process.stdout is not None
+
+    def exchange(line: str) -> dict[str, object]:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(line + "\n")
+        process.stdin.flush()
+        reply: dict[str, object] = json.loads(process.stdout.readline())
+        return reply
+
+    parse = exchange("this is {not json")
+    assert parse == {"jsonrpc": "2.0", "id": None, "error": parse["error"]}
+    assert parse["error"] == {"code": -32700, "message": "Parse error"}
+    invalid = exchange("[1, 2, 3]")
+    assert invalid["id"] is None and invalid["error"] == {
+        "code": -32600,
+        "message": "Invalid Request",
+    }
+    assert exchange(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}))["id"] == 7
+    process.stdin.close()
+    assert process.wait(30) == 0
+    process.stdout.close()
+    assert process.stderr is not None
+    process.stderr.close()
