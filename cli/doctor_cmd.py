@@ -1,0 +1,41 @@
+"""``thatch doctor [--json]``: check the installation, change nothing (spec/cli.md §5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+from thatch.cli.main import CONTEXT_SETTINGS, thatch_version
+
+
+@click.command("doctor", context_settings=CONTEXT_SETTINGS)
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON document.")
+def doctor(as_json: bool) -> None:
+    """Check the database, queue, embedder, model, memories and host setup.
+
+    Prints one line per check (ok, warn or FAIL) with a fix under each problem, and exits
+    1 if any check failed. Doctor only looks: it starts no embedder, downloads nothing and
+    creates no file.
+    """
+    from thatch.frontend.doctor import exit_code, run_checks
+    from thatch.frontend.setup.hosts import project_dir_from_env, resolve_bin
+
+    env = dict(os.environ)
+    checks = run_checks(
+        env,
+        project_dir=project_dir_from_env(env, Path.cwd()),
+        bin_path=resolve_bin(sys.argv[0], env),
+        version=thatch_version(),
+    )
+    if as_json:
+        document = [check.as_json() for check in checks]
+        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+    else:
+        for check in checks:
+            for line in check.lines():
+                click.echo(line)
+    if exit_code(checks):
+        click.get_current_context().exit(1)

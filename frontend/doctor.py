@@ -1,0 +1,358 @@
+"""``thatch doctor``'s checks as a library (spec/cli.md §5): look, never touch.
+
+Every check only reads. The database is opened read-only and never migrated; when no
+``-wal`` file exists (no process has it open) it is opened ``immutable`` so that SQLite
+does not leave ``-wal``/``-shm`` files behind. The embedder is asked for health and info
+on a client that cannot auto-start; models are described without network access.
+
+Decisions the spec leaves open:
+- a database file that does not exist yet is ``warn`` (thatch creates it on first use)
+  when its directory can be created, ``FAIL`` when it cannot;
+- an outdated schema or a non-WAL journal is ``warn``: the next thatch command that opens
+  the database migrates it and switches it to WAL;
+- ``setup:<host>`` runs for hosts with thatch artifacts, the host named by the
+  environment (``THATCH_HOST``, ``CURSOR_PROJECT_DIR``, ``CLAUDE_PROJECT_DIR``), and hosts
+  whose configuration directory exists (the host is installed for this user).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+Status = Literal["ok", "warn", "FAIL"]
+DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
+QUEUE_FIX = "check permissions of {dir} or set THATCH_QUEUE_DIR"
+RESTART_FIX = "thatch embedder stop && thatch embedder start"
+HEALTH_TIMEOUT = 1.0
+INFO_TIMEOUT = 2.0
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+@dataclass(frozen=True)
+class Check:
+    status: Status
+    name: str
+    detail: str
+    fix: str | None = None
+
+    def lines(self) -> list[str]:
+        """``<status>  <check>  <detail>`` and, when not ok, ``      fix: <action>``."""
+        out = [f"{self.status}  {self.name}  {self.detail}"]
+        if self.status != "ok" and self.fix:
+            out.append(f"      fix: {self.fix}")
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status, "check": self.name, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the running embedder told us (None fields: it did not answer)."""
+
+    address: str
+    model_id: str | None = None
+    remote: bool = False
+
+
+# -- database ---------------------------------------------------------------------------
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(os.fspath(path))}?mode=ro"
+    if not Path(f"{path}-wal").exists():
+        uri += "&immutable=1"  # nobody has it open: read it without WAL side files
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+def _is_wal(path: Path) -> bool:
+    """WAL mode is recorded in the header: file format versions (bytes 18, 19) are 2."""
+    with path.open("rb") as handle:
+        header = handle.read(20)
+    return header[:16] == _SQLITE_HEADER and header[18] == 2 and header[19] == 2
+
+
+def _creatable(directory: Path) -> bool:
+    """True if ``directory`` exists writable, or its nearest existing ancestor is."""
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            return candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+    return False
+
+
+def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
+    """The database check and, when it could be read, an open read-only connection."""
+    from thatch.frontend.schema import MIGRATIONS, applied_migrations
+
+    fix = DB_FIX.format(dir=path.parent)
+    if not path.exists():
+        if _creatable(path.parent):
+            return Check(
+                "warn",
+                "database",
+                f"{path} does not exist yet (thatch creates it on first use)",
+                "run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
+            ), None
+        return Check("FAIL", "database", f"{path} does not exist and cannot be created", fix), None
+    if not path.is_file():
+        return Check("FAIL", "database", f"{path} is not a file", fix), None
+    try:
+        wal = _is_wal(path)
+        conn = _open_read_only(path)
+    except (OSError, sqlite3.Error) as error:
+        return Check("FAIL", "database", f"cannot open {path}: {error}", fix), None
+    try:
+        problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+        if problems != ["ok"]:
+            conn.close()
+            return Check("FAIL", "database", f"{path} is damaged: {problems[0]}", fix), None
+        missing = [name for name, _ in MIGRATIONS if name not in applied_migrations(conn)]
+        memories, stores = _counts(conn) if not missing else (0, 0)
+    except sqlite3.Error as error:
+        conn.close()
+        return Check("FAIL", "database", f"cannot read {path}: {error}", fix), None
+    if missing:
+        return Check(
+            "warn",
+            "database",
+            f"{path} has an older schema ({len(missing)} migrations pending)",
+            "run thatch stores once: it migrates the database",
+        ), conn
+    detail = f"{path} ({_plural(memories, 'memory', 'memories')} in {_plural(stores, 'store')})"
+    if not wal:
+        return Check(
+            "warn", "database", f"{detail}, not in WAL mode", "run thatch stores once"
+        ), conn
+    return Check("ok", "database", detail), conn
+
+
+def _counts(conn: sqlite3.Connection) -> tuple[int, int]:
+    memories = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+    stores = conn.execute(
+        "SELECT count(*) FROM (SELECT name FROM stores UNION SELECT store FROM entries)"
+    ).fetchone()[0]
+    return int(memories), int(stores)
+
+
+def _plural(count: int, word: str, plural: str | None = None) -> str:
+    return f"{count} {word if count == 1 else (plural or word + 's')}"
+
+
+# -- queue ------------------------------------------------------------------------------
+
+
+def check_queue(directory: Path) -> Check:
+    fix = QUEUE_FIX.format(dir=directory)
+    if directory.exists():
+        if not directory.is_dir():
+            return Check("FAIL", "queue", f"{directory} is not a directory", fix)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            return Check("FAIL", "queue", f"{directory} is not writable", fix)
+        return Check("ok", "queue", f"{directory} is writable")
+    if _creatable(directory):
+        return Check("ok", "queue", f"{directory} (created on first use)")
+    return Check("FAIL", "queue", f"{directory} does not exist and cannot be created", fix)
+
+
+# -- embedder and model -----------------------------------------------------------------
+
+
+def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
+    """Health at the configured address; never starts anything."""
+    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.settings import configured_address, embedder_log_file
+
+    try:
+        address = configured_address(env)
+    except ThatchEmbedderError as error:
+        fix = "set THATCH_EMBEDDER_ADDR to unix:///path, host:port or dns:///host:port"
+        return Check("FAIL", "embedder", str(error), fix), None
+    remote = not address.is_unix
+    fix = "check THATCH_EMBEDDER_ADDR" if remote else "thatch embedder start"
+    try:
+        client = EmbedderClient(env=env, autostart=False)
+    except ThatchEmbedderError as error:
+        return Check("FAIL", "embedder", str(error), fix), None
+    try:
+        health = client.health(timeout=HEALTH_TIMEOUT)
+        unknown = Served(str(address), None, remote)
+        if health == "UNREACHABLE":
+            return Check("FAIL", "embedder", f"nothing is answering at {address}", fix), unknown
+        if health == "NOT_SERVING":
+            where = "the remote embedder" if remote else f"the log {embedder_log_file(env)}"
+            return Check(
+                "FAIL",
+                "embedder",
+                f"an embedder at {address} is not serving (still loading, or its model failed)",
+                f"wait a moment and rerun thatch doctor; if it persists, see {where}",
+            ), unknown
+        try:
+            info = client.info(timeout=INFO_TIMEOUT)
+        except ThatchEmbedderError:
+            return Check("ok", "embedder", f"serving at {address}"), unknown
+    finally:
+        client.close()
+    pid = f", pid {info.pid}" if info.pid else ""
+    detail = f"serving at {address} (model {info.model_id}{pid})"
+    return Check("ok", "embedder", detail), Served(str(address), info.model_id, remote)
+
+
+def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, str | None]:
+    """The configured model's local availability and the served id; also the active id."""
+    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.models import describe_model, hub_offline
+    from thatch.embedder.settings import configured_model
+
+    name = configured_model(env)
+    served_id = served.model_id if served else None
+    try:
+        settings = describe_model(name, env=env)
+    except ThatchEmbedderError as error:
+        fix = "set THATCH_MODEL to a short name, a hub id org/name or a model directory"
+        return Check("FAIL", "model", str(error), fix), served_id
+    model_id = settings.model_id
+    if served_id is not None and served_id != model_id:
+        fix = (
+            f"set THATCH_MODEL={served_id} or point THATCH_EMBEDDER_ADDR at one serving {model_id}"
+            if served and served.remote
+            else RESTART_FIX
+        )
+        detail = f"the embedder serves {served_id} but THATCH_MODEL resolves to {model_id}"
+        return Check("warn", "model", detail, fix), served_id
+    if settings.source == "needs download" and served is not None and served.remote:
+        detail = f"{model_id} (not cached here; the remote embedder at {served.address} loads it)"
+        return Check("ok", "model", detail), model_id
+    if settings.source == "needs download" and served_id is None:
+        if hub_offline(env):
+            from thatch.embedder.errors import fix_offline
+
+            detail = f"model {model_id} is not in the local cache and HF_HUB_OFFLINE=1"
+            return Check("FAIL", "model", detail, fix_offline(model_id)), model_id
+        detail = f"{model_id} is not cached; the embedder downloads it on first start"
+        return Check("warn", "model", detail, "thatch model pull"), model_id
+    where = f" at {settings.path}" if settings.path else ""
+    serving = ", served by the embedder" if served_id else ""
+    return Check("ok", "model", f"{model_id} ({settings.source}{where}){serving}"), model_id
+
+
+# -- memories ---------------------------------------------------------------------------
+
+
+def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str | None) -> Check:
+    from thatch.frontend.store_rows import MISSING, USABLE
+
+    if conn is None:
+        if not db_exists:
+            return Check("ok", "memories", "no memories yet")
+        return Check("warn", "memories", "not checked: the database cannot be read", "see database")
+    try:
+        pending = conn.execute(f"SELECT count(*) FROM entries WHERE {MISSING}").fetchone()[0]
+        other = 0
+        if model is not None:
+            other = conn.execute(
+                f"SELECT count(*) FROM entries WHERE {USABLE} AND model IS NOT ?", (model,)
+            ).fetchone()[0]
+        total = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+    except sqlite3.Error as error:  # an outdated schema may lack columns
+        return Check("warn", "memories", f"not checked: {error}", "run thatch stores once")
+    if other:
+        detail = f"{_plural(other, 'memory', 'memories')} embedded with another model than {model}"
+        if pending:
+            detail += f", {pending} pending"
+        return Check("warn", "memories", detail, "thatch reembed")
+    if pending:
+        detail = f"{_plural(pending, 'memory', 'memories')} not indexed yet (pending)"
+        return Check("warn", "memories", detail, "thatch reembed --missing")
+    suffix = f", all embedded with {model}" if model and total else ""
+    return Check("ok", "memories", f"{_plural(total, 'memory', 'memories')}{suffix}")
+
+
+# -- setup ------------------------------------------------------------------------------
+
+
+def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
+    from thatch.frontend.context import resolve_host
+    from thatch.frontend.setup.hosts import (
+        HOSTS,
+        claude_config_dir,
+        cursor_config_dir,
+        host_paths,
+        opencode_config_dir,
+    )
+    from thatch.frontend.setup_check import setup_status
+
+    config_dirs = {
+        "claude": claude_config_dir(env),
+        "cursor": cursor_config_dir(env),
+        "opencode": opencode_config_dir(env),
+    }
+    named = resolve_host(env)
+    chosen = []
+    for host in HOSTS:
+        artifacts = setup_status(host, project_dir, env)[0] != "not-installed"
+        for scope in ("local", "global"):
+            paths = host_paths(host, scope, project_dir, env)
+            for path in (paths.mcp, paths.hooks, paths.plugin):
+                artifacts = artifacts or (path is not None and _mentions_thatch(path))
+        if artifacts or host == named or config_dirs[host].is_dir():
+            chosen.append(host)
+    return chosen
+
+
+def _mentions_thatch(path: Path) -> bool:
+    try:
+        return path.is_file() and "thatch" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def check_setup(
+    host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
+) -> Check:
+    from thatch.frontend.setup_check import doctor_status
+
+    try:
+        status, detail, fix = doctor_status(
+            host, project_dir, env, bin_path=bin_path, version=version
+        )
+    except (OSError, ValueError) as error:
+        return Check("warn", f"setup:{host}", f"could not check: {error}", f"thatch setup --{host}")
+    return Check(status, f"setup:{host}", detail, fix)
+
+
+# -- all of them ------------------------------------------------------------------------
+
+
+def run_checks(
+    env: Mapping[str, str], *, project_dir: Path, bin_path: str, version: str
+) -> list[Check]:
+    """Every check of cli.md §5, in the spec's order."""
+    from thatch.frontend.db import default_db_path
+    from thatch.frontend.queue import queue_dir
+
+    db_path = default_db_path(env)
+    database, conn = check_database(db_path)
+    try:
+        embedder, served = check_embedder(env)
+        model, active = check_model(env, served)
+        checks = [database, check_queue(queue_dir(env)), embedder, model]
+        checks.append(check_memories(conn, db_path.exists(), active))
+    finally:
+        if conn is not None:
+            conn.close()
+    for host in hosts_to_check(project_dir, env):
+        checks.append(check_setup(host, project_dir, env, bin_path=bin_path, version=version))
+    return checks
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(check.status == "FAIL" for check in checks) else 0

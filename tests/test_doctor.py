@@ -1,0 +1,316 @@
+"""`thatch doctor`: every check against real files and a real embedder process; never touches."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from thatch.cli.main import cli
+from thatch.embedder.errors import fix_offline
+from thatch.frontend.db import default_db_path
+from thatch.frontend.queue import queue_dir
+from thatch.frontend.store import Store
+
+from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+
+
+@pytest.fixture(scope="module")
+def mock_embedder() -> Iterator[EmbedderProcess]:
+    """One real embedder serving the mock model for the whole module."""
+    directory = Path(tempfile.mkdtemp(prefix="thd-", dir="/tmp"))
+    env = {**os.environ, "HOME": str(directory), "HF_HUB_OFFLINE": "1"}
+    try:
+        with embedder_process("mock", socket_dir=directory, env=env) as proc:
+            yield proc
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project directory without host files, so no setup:<host> check appears."""
+    path = tmp_path / "project"
+    path.mkdir()
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def healthy(project: Path, mock_embedder: EmbedderProcess, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A database with one mock-embedded memory, a queue dir, the embedder, THATCH_MODEL=mock."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    path = default_db_path(os.environ)
+    with Store.open(path) as store:
+        text = "# Tests\n\nRun pytest."
+        store.remember("proj", "Tests", text, expected_mock_vector(text), "mock")
+    queue_dir(os.environ).mkdir(parents=True)
+    return path
+
+
+def doctor(*args: str) -> Result:
+    return CliRunner().invoke(cli, ["doctor", *args], catch_exceptions=False)
+
+
+def lines_of(result: Result) -> dict[str, list[str]]:
+    """Check name -> its output lines (status line first, then the fix line if any)."""
+    checks: dict[str, list[str]] = {}
+    name = ""
+    for line in result.stdout.splitlines():
+        if line.startswith("      fix: "):
+            checks[name].append(line)
+        else:
+            name = line.split("  ")[1]
+            checks[name] = [line]
+    return checks
+
+
+def tree(*roots: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(path): (path.stat().st_size, path.stat().st_mtime_ns)
+        for root in roots
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def test_healthy_setup_prints_ok_lines_and_exits_0(
+    healthy: Path, mock_embedder: EmbedderProcess
+) -> None:
+    """All checks ok: exact `<status>  <check>  <detail>` lines, no fix lines, exit 0."""
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    queue = queue_dir(os.environ)
+    pid = mock_embedder.pid
+    assert result.stdout.splitlines() == [
+        f"ok  database  {healthy} (1 memory in 2 stores)",
+        f"ok  queue  {queue} is writable",
+        f"ok  embedder  serving at {mock_embedder.address} (model mock, pid {pid})",
+        "ok  model  mock (mock), served by the embedder",
+        "ok  memories  1 memory, all embedded with mock",
+    ]
+
+
+def test_json_is_one_document_of_checks(healthy: Path) -> None:
+    """--json prints a list of {status, check, detail, fix} objects, fix null when ok."""
+    result = doctor("--json")
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+    assert [item["check"] for item in document] == [
+        "database",
+        "queue",
+        "embedder",
+        "model",
+        "memories",
+    ]
+    for item in document:
+        assert set(item) == {"status", "check", "detail", "fix"}
+        assert item["status"] == "ok" and item["fix"] is None
+        assert isinstance(item["detail"], str) and item["detail"]
+
+
+def test_no_embedder_fails_without_starting_one(
+    healthy: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Nothing listening: FAIL embedder with `thatch embedder start`, exit 1, no server spawned."""
+    socket_path = short_tmp / "none.sock"
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{socket_path}")
+    before = tree(tmp_path, short_tmp)
+    result = doctor()
+    assert result.exit_code == 1
+    assert lines_of(result)["embedder"] == [
+        f"FAIL  embedder  nothing is answering at unix://{socket_path}",
+        "      fix: thatch embedder start",
+    ]
+    assert not socket_path.exists()
+    assert embedder_pids(str(socket_path)) == []
+    assert tree(tmp_path, short_tmp) == before
+
+
+def test_remote_embedder_unreachable_names_the_address_variable(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Remote address unanswered: FAIL naming THATCH_EMBEDDER_ADDR; no local-cache model alarm."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "127.0.0.1:9")
+    monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
+    result = doctor()
+    assert result.exit_code == 1
+    assert lines_of(result)["embedder"] == [
+        "FAIL  embedder  nothing is answering at 127.0.0.1:9",
+        "      fix: check THATCH_EMBEDDER_ADDR",
+    ]
+    assert lines_of(result)["model"] == [
+        "ok  model  some-org/some-model (not cached here; the remote embedder at 127.0.0.1:9 "
+        "loads it)"
+    ]
+
+
+def test_missing_database_is_reported_not_created(project: Path, tmp_path: Path) -> None:
+    """No database yet: warn with a fix, and doctor does not create the file or its directory."""
+    path = default_db_path(os.environ)
+    result = doctor()
+    assert lines_of(result)["database"] == [
+        f"warn  database  {path} does not exist yet (thatch creates it on first use)",
+        "      fix: run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
+    ]
+    assert lines_of(result)["memories"] == ["ok  memories  no memories yet"]
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_database_that_cannot_be_created_fails(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database path under a regular file: FAIL database with the permissions fix."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("THATCH_DB_PATH", str(blocker / "thatch.db"))
+    result = doctor()
+    assert result.exit_code == 1
+    assert lines_of(result)["database"] == [
+        f"FAIL  database  {blocker / 'thatch.db'} does not exist and cannot be created",
+        f"      fix: check permissions of {blocker} or set THATCH_DB_PATH",
+    ]
+
+
+def test_corrupt_database_fails_and_is_left_alone(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A garbage database file: FAIL database with its fix; bytes unchanged, memories unchecked."""
+    path = tmp_path / "db" / "thatch.db"
+    path.parent.mkdir()
+    garbage = b"this is not sqlite " * 400
+    path.write_bytes(garbage)
+    monkeypatch.setenv("THATCH_DB_PATH", str(path))
+    result = doctor()
+    assert result.exit_code == 1
+    database = lines_of(result)["database"]
+    assert database[0].startswith(f"FAIL  database  cannot read {path}: ")
+    assert database[1] == f"      fix: check permissions of {path.parent} or set THATCH_DB_PATH"
+    assert lines_of(result)["memories"][0].startswith("warn  memories  not checked")
+    assert path.read_bytes() == garbage
+    assert sorted(p.name for p in path.parent.iterdir()) == ["thatch.db"]
+
+
+def test_outdated_schema_warns_and_is_not_migrated(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database without thatch's migrations: warn, and doctor runs no migration."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE stores (name TEXT PRIMARY KEY)")
+    conn.commit()
+    conn.close()
+    monkeypatch.setenv("THATCH_DB_PATH", str(path))
+    result = doctor()
+    assert lines_of(result)["database"] == [
+        f"warn  database  {path} has an older schema (3 migrations pending)",
+        "      fix: run thatch stores once: it migrates the database",
+    ]
+    conn = sqlite3.connect(path)
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert tables == {"stores", "sqlite_autoindex_stores_1"}
+
+
+def test_pending_memories_warn_with_reembed_missing(healthy: Path) -> None:
+    """A memory saved without a vector: warn memories, fix `thatch reembed --missing`."""
+    with Store.open(healthy) as store:
+        store.remember("proj", "Later", "# Later\n\nNo vector yet.", None, None)
+    result = doctor()
+    assert result.exit_code == 0
+    assert lines_of(result)["memories"] == [
+        "warn  memories  1 memory not indexed yet (pending)",
+        "      fix: thatch reembed --missing",
+    ]
+
+
+def test_memories_of_another_model_warn_with_reembed(healthy: Path) -> None:
+    """A memory tagged with another model than the served one: warn, fix `thatch reembed`."""
+    with Store.open(healthy) as store:
+        text = "# Old\n\nFrom bge."
+        store.remember("proj", "Old", text, expected_mock_vector(text), "Xenova/bge-small-en-v1.5")
+    result = doctor()
+    assert lines_of(result)["memories"] == [
+        "warn  memories  1 memory embedded with another model than mock",
+        "      fix: thatch reembed",
+    ]
+
+
+def test_model_that_needs_download_warns(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub model not in the cache while online: warn, fix `thatch model pull`; no download."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # any contact would fail loudly
+    monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
+    result = doctor()
+    assert lines_of(result)["model"] == [
+        "warn  model  some-org/some-model is not cached; the embedder downloads it on first start",
+        "      fix: thatch model pull",
+    ]
+
+
+def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1 and a hub model not cached: FAIL model with the offline fix."""
+    monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
+    result = doctor()
+    assert result.exit_code == 1
+    assert lines_of(result)["model"] == [
+        "FAIL  model  model some-org/some-model is not in the local cache and HF_HUB_OFFLINE=1",
+        f"      fix: {fix_offline('some-org/some-model')}",
+    ]
+
+
+def test_served_model_differs_from_configured_warns(
+    healthy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL names another model than the embedder serves: warn with the restart fix."""
+    model = tmp_path / "fake-model"
+    (model / "onnx").mkdir(parents=True)
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    (model / "tokenizer.json").write_text("{}")
+    (model / "onnx" / "model.onnx").write_bytes(b"onnx")
+    (model / "thatch_model.json").write_text('{"model_id": "local:fake"}')
+    monkeypatch.setenv("THATCH_MODEL", str(model))
+    result = doctor()
+    assert lines_of(result)["model"] == [
+        "warn  model  the embedder serves mock but THATCH_MODEL resolves to local:fake",
+        "      fix: thatch embedder stop && thatch embedder start",
+    ]
+    # The served model is the active one: the mock-embedded memory is not "another model".
+    assert lines_of(result)["memories"] == ["ok  memories  1 memory, all embedded with mock"]
+
+
+def test_detected_host_without_setup_warns(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """THATCH_HOST=claude and no setup: a `setup:claude` warn line with `thatch setup --claude`."""
+    monkeypatch.setenv("THATCH_HOST", "claude")
+    result = doctor()
+    setup = lines_of(result)["setup:claude"]
+    assert setup[0].startswith("warn  setup:claude  not installed")
+    assert setup[1] == "      fix: thatch setup --claude"
+    assert "setup:cursor" not in lines_of(result)
+
+
+def test_doctor_changes_no_file(
+    healthy: Path, tmp_path: Path, mock_embedder: EmbedderProcess
+) -> None:
+    """Database closed or held open by another connection: doctor adds and changes no file."""
+    before = tree(tmp_path)
+    assert doctor().exit_code == 0
+    assert tree(tmp_path) == before  # no -wal/-shm left behind, no migration, no queue file
+
+    with Store.open(healthy) as store:  # a live connection owns -wal and -shm now
+        store.store_names()
+        during = tree(tmp_path)
+        result = doctor()
+        assert result.exit_code == 0, result.output
+        assert set(tree(tmp_path)) == set(during)
+    assert embedder_pids(str(tmp_path)) == []
+    assert re.search(r"\(1 memory in 2 stores\)", result.stdout)
