@@ -188,12 +188,14 @@ def pairs_above(
     found_j: list[npt.NDArray[np.intp]] = []
     for start in range(0, count, DUPLICATE_BLOCK_ROWS):
         stop = min(start + DUPLICATE_BLOCK_ROWS, count)
-        block = unit[start:stop] @ unit.T
+        # Only columns from ``start`` on: pairs (i, j) with i < j, so half the product.
+        block = unit[start:stop] @ unit[start:].T
         local_i, local_j = np.nonzero(block >= threshold - SCREEN_MARGIN)
         absolute_i = local_i + start
-        upper = local_j > absolute_i
+        absolute_j = local_j + start
+        upper = absolute_j > absolute_i
         found_i.append(absolute_i[upper])
-        found_j.append(local_j[upper])
+        found_j.append(absolute_j[upper])
     first = rows[np.concatenate(found_i)]
     second = rows[np.concatenate(found_j)]
     if first.size == 0:
