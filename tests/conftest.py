@@ -105,3 +105,38 @@ def minilm_reference() -> list[dict[str, object]]:
     data = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
     items: list[dict[str, object]] = data["items"]
     return items
+
+
+def fp32_variant(minilm_dir: Path, out: Path) -> Path:
+    """The imported model served from its fp32 ONNX file (hard links, own metadata)."""
+    import json
+    import shutil
+
+    shutil.copytree(minilm_dir, out, copy_function=os.link)
+    meta_path = out / "thatch_model.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(onnx="onnx/model.onnx", quantized=False)
+    meta_path.unlink()  # a hard link: do not write through to the shared model
+    meta_path.write_text(json.dumps(meta))
+    return out
+
+
+@pytest.fixture(scope="session", params=["int8", "fp32"])
+def minilm_server(
+    request: pytest.FixtureRequest, minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """A real embedder process serving the imported MiniLM (int8, then fp32), shared."""
+    import shutil
+
+    from tests.support.embedder_proc import embedder_process
+
+    model = minilm_dir
+    if request.param == "fp32":
+        model = fp32_variant(minilm_dir, tmp_path_factory.mktemp("fp32") / "minilm")
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))  # short: a socket lives here
+    try:
+        with embedder_process(str(model), socket_dir=socket_dir) as proc:
+            assert proc.info().quantized == (request.param == "int8")
+            yield proc
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)

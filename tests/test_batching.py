@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -19,7 +14,7 @@ from thatch.embedder.batching import Batcher, EmbedCall, Limits, Overloaded, sel
 from thatch.embedder.encoder import Kind
 from thatch.embedder.v1 import embedder_pb2 as pb
 
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_encoder import FakeEncoder
 
 
@@ -251,33 +246,6 @@ def mixed_texts(seed: int, count: int) -> list[str]:
     return [
         " ".join(rng.choice(WORDS, size=int(rng.integers(1, 60))).tolist()) for _ in range(count)
     ]
-
-
-def fp32_variant(minilm_dir: Path, out: Path) -> Path:
-    """The imported model served from its fp32 ONNX (really batched, with padding)."""
-    shutil.copytree(minilm_dir, out, copy_function=os.link)
-    meta_path = out / "thatch_model.json"
-    meta = json.loads(meta_path.read_text())
-    meta.update(onnx="onnx/model.onnx", quantized=False)
-    meta_path.unlink()  # a hard link: do not write through to the shared model
-    meta_path.write_text(json.dumps(meta))
-    return out
-
-
-@pytest.fixture(scope="module", params=["int8", "fp32"])
-def minilm_server(
-    request: pytest.FixtureRequest, minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[EmbedderProcess]:
-    model = minilm_dir
-    if request.param == "fp32":
-        model = fp32_variant(minilm_dir, tmp_path_factory.mktemp("fp32") / "minilm")
-    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))  # short: a socket lives here
-    try:
-        with embedder_process(str(model), socket_dir=socket_dir) as proc:
-            assert proc.info().quantized == (request.param == "int8")
-            yield proc
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def test_concurrent_callers_get_the_vectors_they_get_alone(minilm_server: EmbedderProcess) -> None:
