@@ -3,9 +3,9 @@
 A long-lived frontend (the MCP server) searches the same store many times; decoding every
 BLOB per search is the slow part. ``MatrixCache`` keeps, per store, the usable rows grouped
 by dimension (so the dimension guard stays exact: a query only meets rows of its own
-length) and is dropped whole whenever its key changes. The key is chosen by the caller:
-``PRAGMA data_version`` (moves when another connection commits) plus the connection's own
-write count. Scores are screened in float32, then recomputed exactly in float64 for every
+length) and is reloaded when its key changes. The key is chosen by the caller: the
+store's change counter, which triggers move on every change except recall telemetry.
+Scores are screened in float32, then recomputed exactly in float64 for every
 row that can reach the result, so caching and float32 never change a result.
 """
 
@@ -100,24 +100,21 @@ def build_matrix(rows: list[tuple[Any, ...]]) -> StoreMatrix:
 
 
 class MatrixCache:
-    """Per-store matrices valid for one key; a new key empties the cache."""
+    """Per-store matrices, each valid for the key it was loaded under."""
 
     def __init__(self) -> None:
-        self._key: Hashable = None
-        self._matrices: dict[str, StoreMatrix] = {}
+        self._matrices: dict[str, tuple[Hashable, StoreMatrix]] = {}
 
     def get(self, store: str, key: Hashable, load: Callable[[str], StoreMatrix]) -> StoreMatrix:
-        if key != self._key:
-            self._matrices.clear()
-            self._key = key
-        matrix = self._matrices.get(store)
-        if matrix is None:
-            matrix = self._matrices[store] = load(store)
+        cached = self._matrices.get(store)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        matrix = load(store)
+        self._matrices[store] = (key, matrix)
         return matrix
 
     def clear(self) -> None:
         self._matrices.clear()
-        self._key = None
 
 
 def exact_scores(group: DimGroup, rows: npt.NDArray[np.intp], query: F32) -> F64:

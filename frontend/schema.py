@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 
 from thatch.frontend.db import atomic
+from thatch.frontend.store_rows import MISSING
 
 MIGRATIONS_TABLE = "_thatch_migrations"
 
@@ -208,10 +209,65 @@ def m003_add_columns(conn: sqlite3.Connection) -> None:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
 
+VERSIONS_TABLE = "_thatch_store_versions"
+# Every change to an entry except its recall telemetry: what a cached vector matrix or
+# a displayed row depends on. Telemetry stamps (every recall) must not drop the cache.
+_VERSIONED_COLUMNS = (
+    "slug, store, label, content, embedding, model, branch, confidence, archived, "
+    "created_at, updated_at"
+)
+
+
+def _bump(row: str) -> str:
+    return (
+        f"INSERT OR IGNORE INTO {VERSIONS_TABLE} (store, version) VALUES ({row}.store, 0); "
+        f"UPDATE {VERSIONS_TABLE} SET version = version + 1 WHERE store = {row}.store;"
+    )
+
+
+def m004_store_versions(conn: sqlite3.Connection) -> None:
+    """Per-store change counters kept by triggers, so caches survive unrelated commits.
+
+    Triggers live in the database, so writes by any client (an earlier release included)
+    move the counter; ``PRAGMA data_version`` alone would drop every cached matrix on each
+    commit anywhere in the file, telemetry stamps and chat heartbeats included.
+    """
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} "
+        "(store TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TRIGGER IF NOT EXISTS thatch_entries_insert AFTER INSERT ON entries "
+        f"BEGIN {_bump('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER IF NOT EXISTS thatch_entries_delete AFTER DELETE ON entries "
+        f"BEGIN {_bump('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS thatch_entries_update AFTER UPDATE OF {_VERSIONED_COLUMNS} "
+        f"ON entries BEGIN {_bump('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER IF NOT EXISTS thatch_entries_move AFTER UPDATE OF store ON entries "
+        f"WHEN OLD.store IS NOT NEW.store BEGIN {_bump('OLD')} END"
+    )
+
+
+def m005_pending_index(conn: sqlite3.Connection) -> None:
+    """Pending rows found without scanning the table (every recall asks for them)."""
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_entries_pending "
+        f"ON entries (updated_at, store, slug) WHERE {MISSING}"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_create_tables", m001_create_tables),
     ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
     ("m003_add_columns", m003_add_columns),
+    ("m004_store_versions", m004_store_versions),
+    ("m005_pending_index", m005_pending_index),
 ]
 
 

@@ -34,7 +34,7 @@ from thatch.frontend.memory import (
     Memory,
     RememberOutcome,
 )
-from thatch.frontend.schema import init_schema
+from thatch.frontend.schema import VERSIONS_TABLE, init_schema
 from thatch.frontend.slugs import slugify
 from thatch.frontend.store_rows import (
     COLUMNS,
@@ -59,7 +59,6 @@ class Store(UpkeepQueries):
         self.conn = conn
         self.clock = clock
         self._lock = threading.RLock()
-        self._writes = 0
         self._cache = MatrixCache()
         self._owns_conn = False
         db.configure(conn)
@@ -113,18 +112,37 @@ class Store(UpkeepQueries):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        try:
-            with db.atomic(self.conn) as conn:
-                yield conn
-        finally:
-            # Any write attempt invalidates our cached matrices (data_version only sees others).
-            self._writes += 1
+        with db.atomic(self.conn) as conn:
+            yield conn
 
     def _matrix(self, store: str) -> StoreMatrix:
-        """The store's matrix; call inside a read transaction so the key matches the rows."""
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-        key = (version, self.conn.total_changes, self._writes)
-        return self._cache.get(store, key, self._load_matrix)
+        """The store's matrix; call inside a read transaction so the key matches the rows.
+
+        Keyed on the store's change counter (schema ``m004``): recall stamps and writes to
+        other stores or tables keep the cached matrix, any change to the store's rows
+        (from any process) reloads it.
+        """
+        row = self.conn.execute(
+            f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)
+        ).fetchone()
+        return self._cache.get(store, row[0] if row else 0, self._load_matrix)
+
+    def _current(self, matches: list[Match]) -> list[Match]:
+        """The matches with their rows as they are now (cached rows hold old telemetry)."""
+        if not matches:
+            return matches
+        keys = [(match.memory.slug, match.memory.store) for match in matches]
+        fresh = {}
+        for key in keys:  # primary-key lookups: a row-value IN would scan the index
+            row = self.conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", key
+            ).fetchone()
+            if row is not None:
+                fresh[key] = memory_from_row(row)
+        return [
+            Match(fresh.get(key, match.memory), match.score)
+            for key, match in zip(keys, matches, strict=True)
+        ]
 
     def _load_matrix(self, store: str) -> StoreMatrix:
         rows = self.conn.execute(
@@ -348,8 +366,8 @@ class Store(UpkeepQueries):
                 Match(matrix.memory(group.positions[row]), float(score))
                 for row, score in zip(rows, scores, strict=True)
             ]
-        found.sort(key=lambda match: (-match.score, match.memory.slug))
-        return found[:limit]
+            found.sort(key=lambda match: (-match.score, match.memory.slug))
+            return self._current(found[:limit])
 
     @locked
     def search(
@@ -383,8 +401,8 @@ class Store(UpkeepQueries):
                     Match(matrix.memory(group.positions[row]), float(score))
                     for row, score in zip(rows, scores, strict=True)
                 )
-        found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
-        return found[:limit]
+            found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
+            return self._current(found[:limit])
 
     @locked
     def recall(

@@ -17,6 +17,7 @@ from thatch.cli.main import cli
 from thatch.embedder.errors import fix_offline
 from thatch.frontend.db import default_db_path
 from thatch.frontend.queue import queue_dir
+from thatch.frontend.schema import MIGRATIONS
 from thatch.frontend.store import Store
 
 from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
@@ -212,7 +213,7 @@ def test_outdated_schema_warns_and_is_not_migrated(
     monkeypatch.setenv("THATCH_DB_PATH", str(path))
     result = doctor()
     assert lines_of(result)["database"] == [
-        f"warn  database  {path} has an older schema (3 migrations pending)",
+        f"warn  database  {path} has an older schema ({len(MIGRATIONS)} migrations pending)",
         "      fix: run thatch stores once: it migrates the database",
     ]
     conn = sqlite3.connect(path)

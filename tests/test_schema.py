@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from thatch.frontend.db import atomic, connect, default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
-from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE
+from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
 from thatch.frontend.store import Store
 
 # (name, type, notnull, default, pk) per column, exactly as store.md §3 declares them.
@@ -166,7 +166,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
-    assert set(names) - set(EXPECTED) <= {MIGRATIONS_TABLE, "sqlite_sequence"}
+    assert set(names) - set(EXPECTED) <= {MIGRATIONS_TABLE, VERSIONS_TABLE, "sqlite_sequence"}
 
 
 def test_foreign_keys_and_nocase_are_declared(store: Store) -> None:
@@ -355,3 +355,39 @@ def test_busy_write_lock_gives_busy_error(tmp_path: Path, store: Store) -> None:
         holder.close()
     assert not store.conn.in_transaction
     assert store.list("global") == []
+
+
+def test_store_versions_move_on_changes_but_not_on_recall_stamps(store: Store) -> None:
+    """The per-store counter the cache keys on: writes move it, telemetry does not."""
+
+    def version(name: str) -> int | None:
+        row = store.conn.execute(
+            f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (name,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    vector = [1.0, 0.0]
+    store.remember("p", "a", "# a", vector, "m")
+    first = version("p")
+    assert first is not None and version("q") is None
+    store.recall(["p"], vector)
+    assert version("p") == first
+    store.remember("p", "a", "# a\n\nmore", vector, "m", overwrite=True)
+    store.forget("p", "a")
+    assert version("p") == (first or 0) + 2
+    store.remember("q", "b", "# b", None, None)
+    [pending] = store.pending_memories()
+    store.fill_embedding(pending, vector, "m")
+    assert version("q") == 2 and version("p") == (first or 0) + 2
+
+
+def test_pending_lookups_use_the_partial_index(store: Store) -> None:
+    """Finding pending rows reads an index of pending rows, not the whole table."""
+    from thatch.frontend.store_rows import MISSING
+
+    plan = store.conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT slug FROM entries WHERE store = ? AND {MISSING} "
+        "ORDER BY updated_at LIMIT 32",
+        ("p",),
+    ).fetchall()
+    assert any("thatch_entries_pending" in str(step) for step in plan), plan

@@ -136,10 +136,10 @@ def test_cache_sees_writes_of_another_process(long_lived: Store, tmp_path: Path)
     assert sorted(m.memory.slug for m in found) == ["mine", "w5-0", "w5-1", "w5-2"]
 
 
-def test_cache_is_reused_until_something_changes(
+def test_cache_is_reused_until_the_store_changes(
     long_lived: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Unchanged database: no reload between searches; own write or recall: reload."""
+    """No reload for searches, recall stamps or other stores' writes; a change reloads."""
     long_lived.remember("p", "a", "# a", vec(1, 0), "m")
     loads: list[str] = []
     original = long_lived._load_matrix
@@ -155,7 +155,12 @@ def test_cache_is_reused_until_something_changes(
     assert loads == ["p"]
     long_lived.recall(["p"], vec(1, 0))
     [match] = long_lived.search(["p"], vec(1, 0))
-    assert match.memory.recall_count == 1
+    assert match.memory.recall_count == 1  # shown as it is now, from the row itself
+    long_lived.remember("q", "elsewhere", "# e", vec(1, 0), "m")
+    long_lived.search(["p"], vec(1, 0))
+    assert loads == ["p"]
+    long_lived.remember("p", "b", "# b", vec(0, 1), "m")
+    assert slugs(long_lived, vec(0, 1)) == ["b", "a"]
     assert loads == ["p", "p"]
 
 
