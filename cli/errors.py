@@ -31,11 +31,15 @@ class FixableError(click.ClickException):
 def translate_errors() -> Iterator[None]:
     """Turn thatch's own exceptions into one-line CLI errors (exit 1)."""
     from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
+    from thatch.frontend.errors import StoreError
 
     try:
         yield
     except click.ClickException:
         raise
+    except StoreError as error:
+        debug_traceback()
+        raise FixableError(str(error)) from None
     except EmbedderUnavailable as error:
         debug_traceback()
         raise FixableError(f"embedding service unavailable: {error.cause}.", error.fix) from None

@@ -9,7 +9,6 @@ inside the functions that use it. Every command exits 0 whatever happens (spec/h
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,17 +35,44 @@ HOOK_SETTINGS: dict[str, Any] = {
 }
 
 
+def _lenient_params(args: list[str]) -> dict[str, Any]:
+    """``--json`` and ``--host`` read by hand when click refused the command line."""
+    params: dict[str, Any] = {"as_json": False, "host": None}
+    for i, arg in enumerate(args):
+        if arg == "--json" or arg.startswith("--json="):
+            params["as_json"] = True
+        elif arg == "--host" and i + 1 < len(args):
+            params["host"] = args[i + 1]
+        elif arg.startswith("--host="):
+            params["host"] = arg.split("=", 1)[1]
+    return params
+
+
+class HookCommand(click.Command):
+    """A hook always exits 0: malformed options of its own are reported, not fatal."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        original = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:
+            hookio.warn(self.name or "hook", f"ignoring bad options: {error.format_message()}")
+            lenient = _lenient_params(original)
+            ctx.params = {p.name: lenient.get(p.name) for p in self.params if p.name}
+            return []
+
+
 # -- tool hooks ------------------------------------------------------------------------
 
 
-@click.command("buffer-batch", context_settings=HOOK_SETTINGS)
+@click.command("buffer-batch", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def buffer_batch(host: str | None) -> None:
     """Claude Code tool hook: queue a batch of tool calls for fact extraction."""
     run_buffer_hook("buffer-batch")
 
 
-@click.command("buffer-tool", context_settings=HOOK_SETTINGS)
+@click.command("buffer-tool", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def buffer_tool(host: str | None) -> None:
     """Cursor/opencode tool hook: queue one tool call for fact extraction."""
@@ -164,7 +190,7 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
     return write_nudge(host)
 
 
-@click.command("flush-tools", context_settings=HOOK_SETTINGS)
+@click.command("flush-tools", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help='Print {"additional_context": …}.')
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def flush_tools(as_json: bool, host: str | None) -> None:
@@ -184,24 +210,9 @@ def flush_tools(as_json: bool, host: str | None) -> None:
 def active_model(env: Mapping[str, str]) -> str:
     """The running embedder's model if it answers within 300 ms, else the configured id
     (and a local embedder is started in the background for the session's first prompt)."""
-    from thatch.embedder.client import EmbedderClient
-    from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.settings import configured_model
+    from thatch.frontend.active_model import active_model as resolve_active
 
-    try:
-        client = EmbedderClient(env=env, autostart=True)
-    except ThatchEmbedderError:
-        return configured_model(env)
-    try:
-        try:
-            return str(client.info(timeout=INFO_DEADLINE).model_id)
-        except ThatchEmbedderError:
-            pass
-        with contextlib.suppress(ThatchEmbedderError):
-            client.ensure_started(wait=0)
-        return configured_model(env)
-    finally:
-        client.close()
+    return resolve_active(env, timeout=INFO_DEADLINE, start_if_absent=True)
 
 
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
@@ -230,7 +241,7 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     return reminder_text(project, host, report)
 
 
-@click.command("reminder", context_settings=HOOK_SETTINGS)
+@click.command("reminder", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help='Print {"additional_context": …}.')
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def reminder(as_json: bool, host: str | None) -> None:

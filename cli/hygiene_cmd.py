@@ -10,9 +10,10 @@ from thatch.cli.errors import FixableError, debug_traceback
 
 
 def _active_model() -> str:
-    from thatch.cli.hook_cmds import active_model
+    # A report command: ask a running embedder, never start one.
+    from thatch.frontend.active_model import active_model
 
-    return active_model(os.environ)
+    return active_model(os.environ, timeout=2.0)
 
 
 @click.command("hygiene")
@@ -32,7 +33,7 @@ def hygiene(as_json: bool) -> None:
     from thatch.frontend.timefmt import utc_now
 
     directory = project_dir(os.environ, {})
-    project = project_store(directory)
+    project = project_store(directory, os.environ)
     try:
         store = Store.open(default_db_path(os.environ), clock=utc_now)
         try:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 from thatch.cli.errors import FixableError, translate_errors
+
+if TYPE_CHECKING:
+    from thatch.frontend.context import ToolContext
 
 CLI_START_WAIT = 120.0
 
@@ -85,7 +89,7 @@ def _emit(document: object) -> None:
     click.echo(json.dumps(document, ensure_ascii=False))
 
 
-def _active_model(ctx: object, *, need_embedder: bool) -> str:
+def _active_model(ctx: ToolContext, *, need_embedder: bool) -> str:
     """The model id the embedder serves; for a dry run, the configured one if none answers.
 
     A real run needs the embedder anyway, so it asks it (auto-starting it if needed);
@@ -93,11 +97,9 @@ def _active_model(ctx: object, *, need_embedder: bool) -> str:
     """
     from thatch.embedder.client import EmbedderClient
     from thatch.embedder.errors import EmbedderUnavailable
-    from thatch.embedder.models import describe_model
-    from thatch.embedder.settings import configured_model
+    from thatch.frontend.active_model import configured_model_id
 
-    client = getattr(ctx, "embedder", None)
-    env = getattr(ctx, "env", {})
+    client = ctx.embedder
     if isinstance(client, EmbedderClient):
         try:
             if need_embedder:
@@ -106,4 +108,4 @@ def _active_model(ctx: object, *, need_embedder: bool) -> str:
         except EmbedderUnavailable:
             if need_embedder:
                 raise
-    return describe_model(configured_model(env), env=env).model_id
+    return configured_model_id(ctx.env)

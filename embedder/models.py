@@ -163,6 +163,19 @@ def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:
     return f"local:{path.name}"
 
 
+def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
+    """The model id ``name`` (default THATCH_MODEL) resolves to, cheaply: no network, no
+    loading, no hashing. Used where a frontend must name the active model without asking
+    the embedder (hygiene at session start, reembed --dry-run)."""
+    env = os.environ if env is None else env
+    target = parse_name(name if name is not None else configured_model(env), env)
+    if isinstance(target, HubRef):
+        return target.repo_id
+    if isinstance(target, Path):
+        return directory_model_id(target, read_json(target / "thatch_model.json"))
+    return target
+
+
 # --- settings from a directory ---------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from thatch.frontend.validation import NOT_AN_OBJECT, input_schema
 # Annotated as ``str`` so the SDK does not JSON-decode string values; the validator hands
 # the raw JSON value through untouched for the tool layer to check.
 RawArgument = Annotated[str, PlainValidator(lambda value: value)]
+TOOL_THREADS = 4
 
 
 def server_version() -> str:
@@ -46,8 +47,10 @@ def server_version() -> str:
 def make_server(ctx: ToolContext) -> MCPServer:
     """An MCP server exposing the phase-1 tools over ``ctx`` (one per host session)."""
     tools = Tools(ctx)
-    # Serialises tool calls: one SQLite connection and one vector cache per process.
-    limiter = anyio.CapacityLimiter(1)
+    # Tool calls run in worker threads: one waiting for the embedder (up to 20 s) must not
+    # hold up tools that need none. The Store serialises its own methods (one lock, one
+    # connection), so concurrent calls interleave like separate frontends would.
+    limiter = anyio.CapacityLimiter(TOOL_THREADS)
 
     def make_tool(spec: ToolSpec) -> Tool:
         async def run_tool(**arguments: Any) -> types.CallToolResult:

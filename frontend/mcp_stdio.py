@@ -78,12 +78,13 @@ class RepliesToGarbage:
 
 
 async def serve_stdio(server: MCPServer) -> None:
-    """``MCPServer.run_stdio_async`` with parse-error replies."""
+    """``MCPServer.run_stdio_async`` with parse-error replies and tools-only capabilities."""
     # The SDK keeps its low-level server private; run_stdio_async does exactly this.
     lowlevel = server._lowlevel_server
+    options = lowlevel.create_initialization_options()
+    # thatch serves tools only; the SDK would also advertise (empty) prompts and resources.
+    options.capabilities = options.capabilities.model_copy(
+        update={"prompts": None, "resources": None}
+    )
     async with stdio_server() as (read_stream, write_stream):
-        await lowlevel.run(
-            RepliesToGarbage(read_stream, write_stream),
-            write_stream,
-            lowlevel.create_initialization_options(),
-        )
+        await lowlevel.run(RepliesToGarbage(read_stream, write_stream), write_stream, options)

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 from thatch.embedder.encoder import Kind
+from thatch.embedder.errors import EmbedRequestError
 from thatch.frontend.store import Memory, Store
 
 REEMBED_TIMEOUT_S = 120.0
@@ -50,6 +51,41 @@ class ReembedSummary:
     skipped: int
 
 
+def embed_stored_texts(
+    embedder: Embeds, memories: Sequence[Memory], *, timeout: float, start_wait: float
+) -> tuple[list[tuple[Memory, npt.NDArray[np.float32]]], str, list[Memory]]:
+    """Passage vectors of the memories' stored texts: ``(pairs, model_id, refused)``.
+
+    A text the embedder refuses (a legacy row that is empty or over its length limit)
+    must not block the rows around it forever: a refused batch is retried one by one and
+    the refused rows are returned apart. Outages (EmbedderUnavailable) propagate.
+    """
+    if not memories:
+        return [], "", []
+    try:
+        result = embedder.embed(
+            [memory.content for memory in memories],
+            Kind.PASSAGE,
+            timeout=timeout,
+            start_wait=start_wait,
+        )
+    except EmbedRequestError:
+        if len(memories) == 1:
+            return [], "", list(memories)
+        pairs: list[tuple[Memory, npt.NDArray[np.float32]]] = []
+        refused: list[Memory] = []
+        model_id = ""
+        for memory in memories:
+            one, one_model, one_refused = embed_stored_texts(
+                embedder, [memory], timeout=timeout, start_wait=start_wait
+            )
+            pairs += one
+            refused += one_refused
+            model_id = one_model or model_id
+        return pairs, model_id, refused
+    return list(zip(memories, result.vectors, strict=True)), result.model_id, []
+
+
 def plan_reembed(
     store: Store, active_model: str, *, store_name: str | None = None, missing_only: bool = False
 ) -> ReembedPlan:
@@ -72,14 +108,12 @@ def run_reembed(
     total = len(plan.memories)
     for offset in range(0, total, batch):
         chunk = plan.memories[offset : offset + batch]
-        result = embedder.embed(
-            [memory.content for memory in chunk],
-            Kind.PASSAGE,
-            timeout=REEMBED_TIMEOUT_S,
-            start_wait=start_wait,
+        pairs, model_id, refused = embed_stored_texts(
+            embedder, chunk, timeout=REEMBED_TIMEOUT_S, start_wait=start_wait
         )
-        for memory, vector in zip(chunk, result.vectors, strict=True):
-            if store.fill_embedding(memory, vector, result.model_id):
+        skipped += len(refused)
+        for memory, vector in pairs:
+            if store.fill_embedding(memory, vector, model_id):
                 done += 1
             else:
                 skipped += 1
@@ -96,14 +130,9 @@ def fill_pending_opportunistically(store: Store, embedder: Embeds, *, timeout: f
     """
     try:
         pending = store.pending_memories(limit=OPPORTUNISTIC_LIMIT)
-        if not pending:
-            return 0
-        result = embedder.embed(
-            [memory.content for memory in pending], Kind.PASSAGE, timeout=timeout, start_wait=0
+        pairs, model_id, _refused = embed_stored_texts(
+            embedder, pending, timeout=timeout, start_wait=0
         )
-        return sum(
-            store.fill_embedding(memory, vector, result.model_id)
-            for memory, vector in zip(pending, result.vectors, strict=True)
-        )
-    except Exception:
+        return sum(store.fill_embedding(memory, vector, model_id) for memory, vector in pairs)
+    except Exception:  # opportunistic: the caller's answer must not depend on it
         return 0

@@ -121,15 +121,17 @@ class UpkeepQueries:
     def fill_embedding(self, memory: Memory, vector: Any, model: str) -> bool:
         """Compare-and-set the vector and model tag; False when the row changed meanwhile.
 
-        Only ``embedding`` and ``model`` change: never ``updated_at`` or telemetry.
+        Only ``embedding`` and ``model`` change: never ``updated_at`` or telemetry. The
+        stored text is compared too: ``updated_at`` has millisecond resolution, and an
+        overwrite within the same millisecond must not receive the old text's vector.
         """
         blob = encode(vector)
-        condition = "slug = ? AND store = ? AND updated_at = ?"
+        condition = "slug = ? AND store = ? AND updated_at = ? AND content = ?"
         if memory.pending:
             condition += f" AND {MISSING}"
         with self._write() as conn:
             changed = conn.execute(
                 f"UPDATE entries SET embedding = ?, model = ? WHERE {condition}",
-                (blob, model, memory.slug, memory.store, memory.updated_at),
+                (blob, model, memory.slug, memory.store, memory.updated_at, memory.content),
             ).rowcount
         return changed == 1

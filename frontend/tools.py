@@ -122,15 +122,35 @@ class Tools:
         )
 
     def fill_pending_in(self, store: str) -> None:
-        """Every pending memory of ``store``; raises EmbedderUnavailable when needed."""
-        while pending := self.ctx.store.pending_memories(limit=PENDING_BATCH, store=store):
-            result = self.embed([memory.content for memory in pending], Kind.PASSAGE)
-            filled = [
-                self.ctx.store.fill_embedding(memory, vector, result.model_id)
-                for memory, vector in zip(pending, result.vectors, strict=True)
+        """Every pending memory of ``store``; raises EmbedderUnavailable when needed.
+
+        Rows the embedder refuses stay pending (and are not asked for again here).
+        """
+        from thatch.frontend.reembed import embed_stored_texts
+
+        refused: set[tuple[str, str]] = set()
+        while True:
+            pending = [
+                memory
+                for memory in self.ctx.store.pending_memories(
+                    limit=PENDING_BATCH + len(refused), store=store
+                )
+                if (memory.slug, memory.store) not in refused
             ]
-            if not any(filled):  # every row changed meanwhile; the next look decides
-                break
+            if not pending:
+                return
+            pairs, model_id, rejected = embed_stored_texts(
+                self.ctx.embedder,
+                pending,
+                timeout=self.ctx.embed_timeout,
+                start_wait=self.ctx.start_wait,
+            )
+            refused.update((memory.slug, memory.store) for memory in rejected)
+            filled = [
+                self.ctx.store.fill_embedding(memory, vector, model_id) for memory, vector in pairs
+            ]
+            if not any(filled) and not rejected:  # every row changed meanwhile
+                return
 
     # -- typed operations (also used by the CLI) ---------------------------------------
 

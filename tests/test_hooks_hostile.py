@@ -153,6 +153,31 @@ def test_unknown_options_and_bad_host_still_exit_zero(env: dict[str, str]) -> No
     assert run_hook(["buffer-batch", "--extra"], {}, env).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "json_output"),
+    [
+        (["flush-tools", "--host"], False),
+        (["flush-tools", "--json", "--host"], True),
+        (["reminder", "--json=1"], True),
+        (["buffer-tool", "--host"], False),
+    ],
+)
+def test_malformed_own_options_still_exit_zero(
+    env: dict[str, str], args: list[str], json_output: bool
+) -> None:
+    """A missing option value or a value on a flag: one stderr line, the usual output, exit 0."""
+    result = run_hook(args, {"prompt": "hello there, world"}, env)
+    assert result.returncode == 0
+    out = result.stdout.decode()
+    if args[0] == "buffer-tool":
+        assert out == ""
+    elif json_output:
+        assert json.loads(out)["additional_context"].startswith("[thatch]")
+    else:
+        assert out.startswith("[thatch]")
+    assert b"Traceback" not in result.stderr
+
+
 def test_internal_failure_is_one_line_and_traceback_only_with_debug(
     tmp_path: Path, env: dict[str, str]
 ) -> None:

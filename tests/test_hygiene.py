@@ -223,3 +223,35 @@ def test_cli_report_uses_configured_model(cli_env: Path, vec: Callable[[], np.nd
         'Store "acme": 1 memory embedded with another model than test/model-a.\n'
     )
     assert json.loads(CliRunner().invoke(cli, ["hygiene", "--json"]).stdout)["other_model"] == 1
+
+
+@pytest.mark.parametrize("configured", ["bge-small-en-v1.5", "Xenova/bge-small-en-v1.5@main"])
+def test_cli_compares_with_the_id_the_configured_model_resolves_to(
+    cli_env: Path,
+    vec: Callable[[], np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+    configured: str,
+) -> None:
+    """A short name or a pinned revision names the same model: no other-model alarm."""
+    monkeypatch.setenv("THATCH_MODEL", configured)
+    with Store.open(cli_env) as store:
+        add(store, "acme", "m", vec(), model="Xenova/bge-small-en-v1.5")
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert (result.exit_code, result.stdout) == (0, "Store is healthy.\n")
+
+
+def test_cli_compares_with_a_model_directory_id(
+    cli_env: Path, vec: Callable[[], np.ndarray], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """THATCH_MODEL as a directory: its thatch_model.json id is the active model."""
+    model_dir = tmp_path / "my-model"
+    model_dir.mkdir()
+    (model_dir / "thatch_model.json").write_text(json.dumps({"model_id": "acme/minilm"}))
+    monkeypatch.setenv("THATCH_MODEL", str(model_dir))
+    with Store.open(cli_env) as store:
+        add(store, "acme", "ok", vec(), model="acme/minilm")
+        add(store, "acme", "old", vec(), model=str(model_dir))
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert result.stdout == (
+        'Store "acme": 1 memory embedded with another model than acme/minilm.\n'
+    )

@@ -109,3 +109,36 @@ async def test_non_object_arguments_answer_as_tool_error() -> None:
     result = await middleware(ctx, never)  # type: ignore[arg-type]
     text = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
     assert result == {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(tmp_path: Path) -> None:
+    """memory_list answers while a memory_recall is still waiting on a slow embedder."""
+    import threading
+
+    import anyio
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    class SlowEmbedder(FakeEmbedder):
+        def embed(self, texts, kind, *, timeout=30.0, start_wait=20.0):  # type: ignore[no-untyped-def]
+            entered.set()
+            assert release.wait(30)
+            return super().embed(texts, kind, timeout=timeout, start_wait=start_wait)
+
+    ctx = tool_context(tmp_path, SlowEmbedder())
+    async with Client(make_server(ctx), mode="legacy") as client:
+        recalled: list[str] = []
+
+        async def recall() -> None:
+            result = await client.call_tool("memory_recall", {"query": "anything at all"})
+            recalled.append(result.content[0].text)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(recall)
+            await anyio.to_thread.run_sync(entered.wait, 30)
+            listed = await client.call_tool("memory_list", {})
+            assert listed.content[0].text == 'No memories in "o/r".'
+            assert recalled == []  # still waiting on the embedder
+            release.set()
+    assert recalled == ["No matching memories found."]

@@ -102,6 +102,7 @@ def test_stdout_is_protocol_only_and_eof_exits_zero(server_env: dict[str, str]) 
     assert result["serverInfo"]["name"] == "thatch"
     assert result["protocolVersion"] == "2025-06-18"
     assert result["capabilities"]["tools"] == {"listChanged": False}
+    assert "prompts" not in result["capabilities"] and "resources" not in result["capabilities"]
     assert all(line.startswith("[thatch]") for line in err.splitlines() if line.strip())
 
 

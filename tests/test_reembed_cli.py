@@ -126,3 +126,14 @@ def test_embedder_unreachable_loses_nothing(
     assert result.stderr.startswith("Error: embedding service unavailable: ")
     assert "\nFix: " in result.stderr
     assert _embedded(db) == before
+
+
+def test_unreadable_database_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that is not a database: `Error: cannot open database at …`, exit 1, no traceback."""
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 100)
+    monkeypatch.setenv("THATCH_DB_PATH", str(junk))
+    result = run("--dry-run")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: cannot open database at {junk}: ")
+    assert "Traceback" not in result.output

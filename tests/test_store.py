@@ -433,6 +433,16 @@ def test_fill_embedding_compare_and_set(store: Store, clock: StepClock) -> None:
     assert row == (None, "# p2\n\nnewer")
 
 
+def test_fill_skips_an_overwrite_in_the_same_millisecond(store: Store) -> None:
+    """Same updated_at but new text (clock did not move): the old text's vector is refused."""
+    save(store, "p1", None)
+    [read] = store.pending_memories()
+    store.remember("p", "p1", "# p1\n\nrewritten", None, None, overwrite=True)
+    assert store.show("p", "p1").updated_at == read.updated_at  # type: ignore[union-attr]
+    assert store.fill_embedding(read, unit(1, 0), "m9") is False
+    assert store.pending_count("p") == 1
+
+
 def test_reembed_candidates_and_migration_fill(store: Store) -> None:
     """Candidates: pending rows plus other-model rows; fill keeps updated_at and telemetry."""
     save(store, "current", unit(1, 0))

@@ -146,3 +146,25 @@ def test_meaning_level_recall_with_minilm(
         text = tools.call("memory_recall", {"query": "indentation style", "limit": 1}).text
         assert text.split("\n")[1] == "# Editor"
         client.close()
+
+
+def test_a_text_the_embedder_refuses_does_not_block_the_others(tmp_path: Path) -> None:
+    """find_duplicates fills what it can; a refused legacy row stays pending, no error."""
+    from thatch.embedder.errors import EmbedRequestError
+
+    class Picky(FakeEmbedder):
+        def embed(self, texts, kind, *, timeout=30.0, start_wait=20.0):  # type: ignore[no-untyped-def]
+            if any("REFUSED" in text for text in texts):
+                raise EmbedRequestError("texts[0] is too long: 100001 characters (max 100000)")
+            return super().embed(texts, kind, timeout=timeout, start_wait=start_wait)
+
+    ctx = tool_context(tmp_path, Picky())
+    ctx.store.remember("o/r", "legacy", "# legacy\n\nREFUSED", None, None)
+    ctx.store.remember("o/r", "fine", "# fine\n\nport 8080", None, None)
+    result = Tools(ctx).call("find_duplicates", {})
+    assert (result.is_error, result.text) == (
+        False,
+        'No duplicate candidates found in "o/r" above threshold 0.85.',
+    )
+    pending = rows(tmp_path / "thatch.db", "SELECT slug FROM entries WHERE embedding IS NULL")
+    assert pending == [("legacy",)]
