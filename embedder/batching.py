@@ -3,9 +3,9 @@
 Request handlers call ``Batcher.submit`` with an ``EmbedCall`` (one item per text) and wait
 on ``call.done``. The single inference thread owns every model-runtime call (``load``,
 ``encode``, ``release``): when it finds items after being idle it waits at most
-``max_wait_ms`` for companions, then runs the oldest pending item together with the items
-closest to it in token length (``select_batch``). Items whose call expired or was cancelled
-are dropped before inference (spec/embedder.md §4).
+``max_wait_ms`` for companions still on their way (``arriving``), then runs the oldest
+pending item together with the items closest to it in token length (``select_batch``).
+Items whose call expired or was cancelled are dropped before inference (embedder.md §4).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -151,6 +151,7 @@ class Batcher:
         self._pending: deque[_Item] = deque()
         self._tasks: deque[tuple[Callable[[], object], concurrent.futures.Future[object]]] = deque()
         self._stopping = False
+        self._arriving = 0  # calls between arrival and submit (validating, tokenizing)
         self._idle = True
         self._last_embed = clock()
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
@@ -182,6 +183,22 @@ class Batcher:
                 self._pending.append(_Item(call, index, tokenized.n_tokens))
             self._last_embed = self._clock()
             self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Mark a call from its arrival until it is submitted (or refused).
+
+        The inference thread waits for companions (at most ``max_wait_ms``) only while
+        some call is on its way: a lone request runs at once instead of paying the wait.
+        """
+        with self._cond:
+            self._arriving += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._arriving -= 1
+                self._cond.notify_all()
 
     def cancel(self, call: EmbedCall, code: grpc.StatusCode, message: str) -> None:
         """Finish ``call`` with an error; its queued items are dropped before inference."""
@@ -257,7 +274,8 @@ class Batcher:
                 self._drop_dead(now)
                 if self._pending:
                     wait_ms = self.limits.max_wait_ms
-                    if self._idle and wait_ms > 0 and not self._stopping:
+                    gathering = self._idle and wait_ms > 0 and not self._stopping
+                    if gathering and self._arriving > 0:
                         if gather_until is None:
                             gather_until = now + wait_ms / 1000
                         if now < gather_until and len(self._pending) < self.limits.max_batch_size:

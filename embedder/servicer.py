@@ -216,20 +216,22 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
         assert state.encoder is not None and state.batcher is not None
         encoder, batcher = state.encoder, state.batcher
         kind = KINDS[request.kind]
-        began = time.perf_counter()
-        tokenized = [encoder.tokenize(text, kind) for text in texts if text is not None]
-        tokenize_s = time.perf_counter() - began
-        remaining = context.time_remaining()
-        now = state.clock()
-        deadline = now + remaining if remaining is not None and remaining < NO_DEADLINE_S else None
-        call = EmbedCall(tokenized, encoder.settings.dim, deadline, arrived=now)
-        context.add_callback(
-            lambda: batcher.cancel(call, grpc.StatusCode.CANCELLED, "call cancelled")
-        )
-        try:
-            batcher.submit(call)
-        except Overloaded as error:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        with batcher.arriving():
+            began = time.perf_counter()
+            tokenized = [encoder.tokenize(text, kind) for text in texts if text is not None]
+            tokenize_s = time.perf_counter() - began
+            remaining = context.time_remaining()
+            now = state.clock()
+            no_deadline = remaining is None or remaining >= NO_DEADLINE_S
+            deadline = None if no_deadline else now + remaining
+            call = EmbedCall(tokenized, encoder.settings.dim, deadline, arrived=now)
+            context.add_callback(
+                lambda: batcher.cancel(call, grpc.StatusCode.CANCELLED, "call cancelled")
+            )
+            try:
+                batcher.submit(call)
+            except Overloaded as error:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         self._log.debug("Embed call: %d %s texts queued", len(tokenized), kind.value)
         self._wait(call, batcher)
         if call.error is not None:

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from thatch.frontend.queue import first_string
+
 __all__ = [
     "HOSTS",
     "MAX_STDIN_BYTES",
@@ -106,15 +108,6 @@ def read_payload(
         warn(command, f"stdin is a JSON {type(value).__name__}, not an object; input ignored")
         return {}
     return value
-
-
-def first_string(payload: Mapping[str, Any], *names: str) -> str:
-    """The first present non-empty string among ``names`` (hooks.md's ``a`` → ``b``)."""
-    for name in names:
-        value = payload.get(name)
-        if isinstance(value, str) and value:
-            return value
-    return ""
 
 
 def resolve_host(option: str | None, env: Mapping[str, str], command: str = "hook") -> str:

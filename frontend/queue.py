@@ -240,7 +240,8 @@ def _cut_strings(value: Any) -> Any:
     return value
 
 
-def _str_field(args: Mapping[str, Any], *names: str) -> str:
+def first_string(args: Mapping[str, Any], *names: str) -> str:
+    """The first present non-empty string among ``names`` (hooks.md's ``a`` → ``b``)."""
     for name in names:
         value = args.get(name)
         if isinstance(value, str) and value:
@@ -251,11 +252,11 @@ def _str_field(args: Mapping[str, Any], *names: str) -> str:
 def _title(tool: str, args: Mapping[str, Any]) -> str:
     name = tool.strip().lower()
     if name in ("read", "edit", "write"):
-        return _str_field(args, "filePath", "file_path").rsplit("/", 1)[-1]
+        return first_string(args, "filePath", "file_path").rsplit("/", 1)[-1]
     if name in ("bash", "shell"):
-        return _str_field(args, "command")[:80]
+        return first_string(args, "command")[:80]
     if name in ("grep", "glob"):
-        return _str_field(args, "pattern")
+        return first_string(args, "pattern")
     return _compact(args)[:80]
 
 
@@ -420,11 +421,11 @@ def _summarize_args(tool: str, args: Any) -> str:
     name = tool.strip().lower()
     mapping = args if isinstance(args, dict) else {}
     if name in ("read", "edit", "write"):
-        return "file: " + _str_field(mapping, "filePath", "file_path")
+        return "file: " + first_string(mapping, "filePath", "file_path")
     if name in ("bash", "shell"):
-        return _str_field(mapping, "command")[:120]
+        return first_string(mapping, "command")[:120]
     if name in ("grep", "glob"):
-        return "pattern: " + _str_field(mapping, "pattern")
+        return "pattern: " + first_string(mapping, "pattern")
     return _compact(args)[:120]
 
 

@@ -10,30 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedRequestError
+from thatch.frontend.context import Embedder
 from thatch.frontend.store import Memory, Store
 
 REEMBED_TIMEOUT_S = 120.0
 OPPORTUNISTIC_LIMIT = 32
-
-
-class EmbedResultLike(Protocol):
-    @property
-    def vectors(self) -> npt.NDArray[np.float32]: ...
-
-    @property
-    def model_id(self) -> str: ...
-
-
-class Embeds(Protocol):
-    def embed(
-        self, texts: Sequence[str], kind: Kind, *, timeout: float = ..., start_wait: float = ...
-    ) -> EmbedResultLike: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +38,7 @@ class ReembedSummary:
 
 
 def embed_stored_texts(
-    embedder: Embeds, memories: Sequence[Memory], *, timeout: float, start_wait: float
+    embedder: Embedder, memories: Sequence[Memory], *, timeout: float, start_wait: float
 ) -> tuple[list[tuple[Memory, npt.NDArray[np.float32]]], str, list[Memory]]:
     """Passage vectors of the memories' stored texts: ``(pairs, model_id, refused)``.
 
@@ -96,7 +82,7 @@ def plan_reembed(
 
 def run_reembed(
     store: Store,
-    embedder: Embeds,
+    embedder: Embedder,
     plan: ReembedPlan,
     *,
     batch: int = 32,
@@ -122,7 +108,7 @@ def run_reembed(
     return ReembedSummary(done, skipped)
 
 
-def fill_pending_opportunistically(store: Store, embedder: Embeds, *, timeout: float) -> int:
+def fill_pending_opportunistically(store: Store, embedder: Embedder, *, timeout: float) -> int:
     """Fill up to 32 pending memories, oldest first; any failure is ignored.
 
     Called by frontends (never hooks) right after one of their Embed calls succeeded,

@@ -141,6 +141,31 @@ def test_arrivals_during_a_run_form_the_next_batch(gate: threading.Event) -> Non
     batcher.stop(10)
 
 
+def test_calls_on_their_way_join_the_batch() -> None:
+    """While another call is still arriving (tokenizing), the queued one waits for it."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=60_000)))
+    first = make_call(encoder, ["a"])
+    second = make_call(encoder, ["b c"])
+    with batcher.arriving():
+        batcher.submit(first)
+        assert not first.done.wait(0.2)  # held back for the call on its way
+        batcher.submit(second)
+    assert first.done.wait(10) and second.done.wait(10)
+    assert encoder.batch_lengths == [[3, 4]]
+    batcher.stop(10)
+
+
+def test_a_lone_call_does_not_wait_for_companions() -> None:
+    """With nobody on the way, a call runs at once rather than after max_wait_ms."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=600_000)))
+    call = make_call(encoder, ["alone"])
+    batcher.submit(call)
+    assert call.done.wait(10) and call.error is None
+    batcher.stop(10)
+
+
 def test_expired_items_are_dropped_before_inference(gate: threading.Event) -> None:
     """A call whose deadline passed while queued gets DEADLINE_EXCEEDED and is never run."""
     clock = FakeClock()
