@@ -1,24 +1,24 @@
 """The ``thatch`` console entry point.
 
-Tool hooks (``buffer-batch``, ``buffer-tool``) run after every tool call of every agent
-session, so they skip click and everything else: only the standard library and the
-queue module are imported. Every other command goes through the click group.
+Hook commands run on every tool call, prompt and session start of every agent session,
+so they skip click: the tool hooks import only the standard library and the queue
+module, the prompt hooks what their tier needs. Every other command (and any hook's
+``--help``) goes through the click group.
 """
 
 from __future__ import annotations
 
 import sys
 
-FAST_HOOKS = frozenset({"buffer-batch", "buffer-tool"})
+HOOKS = frozenset({"buffer-batch", "buffer-tool", "flush-tools", "reminder"})
 
 
 def main() -> None:
     args = sys.argv[1:]
-    if args and args[0] in FAST_HOOKS and not {"-h", "--help"} & set(args[1:]):
-        # --host only changes tool naming in printed nudges; tool hooks print nothing.
-        from thatch.frontend.hook_runner import run_buffer_hook
+    if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):
+        from thatch.frontend.hook_runner import run_hook_command
 
-        run_buffer_hook(args[0])
+        run_hook_command(args[0], args[1:])
         sys.exit(0)
     from thatch.cli.main import main as click_main
 

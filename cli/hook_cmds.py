@@ -9,23 +9,11 @@ inside the functions that use it. Every command exits 0 whatever happens (spec/h
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import click
-from thatch.frontend import hookio, queue
-from thatch.frontend.hook_runner import report_failure as _report_failure
-from thatch.frontend.hook_runner import run_buffer_hook
-from thatch.frontend.hook_runner import run_hook as _run_hook
-
-MIN_PROMPT_LEN = 10
-PROMPT_EMBED_CHARS = 2000
-PROMPT_EMBED_DEADLINE = 1.5
-INFO_DEADLINE = 0.3
-RECALL_LIMIT = 5
-DEFAULT_RECALL_THRESHOLD = 0.55
+from thatch.frontend import hookio
+from thatch.frontend.hook_runner import hook_options, run_buffer_hook
 
 # Hosts add options over time; an unknown one must not turn a hook into exit 2.
 HOOK_SETTINGS: dict[str, Any] = {
@@ -33,19 +21,6 @@ HOOK_SETTINGS: dict[str, Any] = {
     "allow_extra_args": True,
     "help_option_names": ["-h", "--help"],
 }
-
-
-def _lenient_params(args: list[str]) -> dict[str, Any]:
-    """``--json`` and ``--host`` read by hand when click refused the command line."""
-    params: dict[str, Any] = {"as_json": False, "host": None}
-    for i, arg in enumerate(args):
-        if arg == "--json" or arg.startswith("--json="):
-            params["as_json"] = True
-        elif arg == "--host" and i + 1 < len(args):
-            params["host"] = args[i + 1]
-        elif arg.startswith("--host="):
-            params["host"] = arg.split("=", 1)[1]
-    return params
 
 
 class HookCommand(click.Command):
@@ -57,7 +32,7 @@ class HookCommand(click.Command):
             return super().parse_args(ctx, args)
         except click.UsageError as error:
             hookio.warn(self.name or "hook", f"ignoring bad options: {error.format_message()}")
-            lenient = _lenient_params(original)
+            lenient = hook_options(self.name or "hook", original)
             ctx.params = {p.name: lenient.get(p.name) for p in self.params if p.name}
             return []
 
@@ -79,166 +54,14 @@ def buffer_tool(host: str | None) -> None:
     run_buffer_hook("buffer-tool")
 
 
-# -- prompt hook -----------------------------------------------------------------------
-
-
-def recall_threshold(env: Mapping[str, str]) -> float:
-    """``THATCH_RECALL_THRESHOLD`` when a number in [0, 1], else the default (with a warning)."""
-    value = env.get("THATCH_RECALL_THRESHOLD")
-    if not value:
-        return DEFAULT_RECALL_THRESHOLD
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0.0 <= number <= 1.0:  # also rejects nan
-        hookio.warn_plain(
-            f'ignoring THATCH_RECALL_THRESHOLD="{value}": not a number between 0 and 1'
-        )
-        return DEFAULT_RECALL_THRESHOLD
-    return number
-
-
-def _cleanup_queue(command: str, directory: Path) -> None:
-    try:
-        queue.cleanup(directory)
-    except OSError as error:
-        hookio.warn(command, f"queue cleanup failed: {error.strerror or error}")
-
-
-def extraction_tier(directory: Path, session: str, host: str) -> str | None:
-    """The extraction nudge when the session has queued records (bumps the count)."""
-    from thatch.frontend.nudges import extraction_nudge
-
-    if not session:
-        return None
-    records = queue.peek_records(directory, session)
-    if not records:
-        return None
-    missed = queue.increment_count(directory, session)
-    return extraction_nudge(host, session, len(records), missed)
-
-
-def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) -> str | None:
-    """The recall nudge for a prompt of ≥ 10 characters, or None (embedder absent,
-    nothing above the threshold)."""
-    prompt = prompt.strip()
-    if len(prompt) < MIN_PROMPT_LEN:
-        return None
-    from thatch.frontend.nudges import recall_nudge
-
-    threshold = recall_threshold(env)
-    vector = embed_prompt(prompt[:PROMPT_EMBED_CHARS], env)
-    if vector is None:
-        return None
-    from thatch.frontend.db import default_db_path
-    from thatch.frontend.store import Store
-    from thatch.frontend.timefmt import utc_now
-
-    stores = [project] if project == "global" else [project, "global"]
-    store = Store.open(default_db_path(env), clock=utc_now)
-    try:
-        matches = store.search(stores, vector, limit=RECALL_LIMIT)
-    finally:
-        store.close()
-    labels = [match.memory.label for match in matches if match.score >= threshold]
-    return recall_nudge(host, labels)
-
-
-def embed_prompt(text: str, env: Mapping[str, str]) -> Any | None:
-    """One query vector within the prompt deadline; None when the embedder cannot answer
-    (a local one is then started in the background for the next prompt)."""
-    from thatch.embedder.client import EmbedderClient
-    from thatch.embedder.encoder import Kind
-    from thatch.embedder.errors import ThatchEmbedderError
-
-    try:
-        client = EmbedderClient(env=env, autostart=True)
-    except ThatchEmbedderError:
-        return None
-    try:
-        result = client.embed([text], Kind.QUERY, timeout=PROMPT_EMBED_DEADLINE, start_wait=0)
-    except ThatchEmbedderError:
-        return None
-    finally:
-        client.close()
-    return result.vectors[0]
-
-
-def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
-    """The one nudge for this prompt: extraction, else recall, else the write nudge."""
-    from thatch.frontend.nudges import write_nudge
-
-    command = "flush-tools"
-    try:
-        directory = queue.queue_dir(env)
-        _cleanup_queue(command, directory)
-        session = hookio.first_string(payload, "session_id", "conversation_id")
-        text = extraction_tier(directory, session, host)
-        if text:
-            return text
-        prompt = hookio.first_string(payload, "prompt", "message", "text", "user_input", "input")
-        if len(prompt.strip()) >= MIN_PROMPT_LEN:
-            from thatch.frontend.project import project_store
-
-            project = project_store(hookio.project_dir(env, payload), env)
-            text = recall_tier(prompt, env, project, host)
-            if text:
-                return text
-    except Exception as error:  # any failure falls through to the write nudge
-        _report_failure(command, error)
-    return write_nudge(host)
-
-
 @click.command("flush-tools", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help='Print {"additional_context": …}.')
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def flush_tools(as_json: bool, host: str | None) -> None:
     """Prompt hook: print one nudge (extraction, relevant memories, or save reminder)."""
+    from thatch.frontend.prompt_hooks import run_flush_tools
 
-    def body() -> str | None:
-        payload = hookio.read_payload("flush-tools")
-        resolved = hookio.resolve_host(host, os.environ, "flush-tools")
-        return flush_text(payload, os.environ, resolved)
-
-    _run_hook("flush-tools", body, as_json)
-
-
-# -- session start ---------------------------------------------------------------------
-
-
-def active_model(env: Mapping[str, str]) -> str:
-    """The running embedder's model if it answers within 300 ms, else the configured id
-    (and a local embedder is started in the background for the session's first prompt)."""
-    from thatch.frontend.active_model import active_model as resolve_active
-
-    return resolve_active(env, timeout=INFO_DEADLINE, start_if_absent=True)
-
-
-def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
-    """The session-start reminder, with the hygiene paragraph when the store needs it."""
-    from thatch.frontend.db import default_db_path
-    from thatch.frontend.hygiene import hygiene_report
-    from thatch.frontend.project import project_store
-    from thatch.frontend.reminder import reminder_text
-    from thatch.frontend.store import Store
-    from thatch.frontend.timefmt import utc_now
-
-    command = "reminder"
-    directory = hookio.project_dir(env, payload)
-    project = project_store(directory, env)
-    _cleanup_queue(command, queue.queue_dir(env))
-    report = None
-    try:
-        model = active_model(env)
-        store = Store.open(default_db_path(env), clock=utc_now)
-        try:
-            report = hygiene_report(store, project, directory, model)
-        finally:
-            store.close()
-    except Exception as error:  # the reminder itself matters more than hygiene
-        _report_failure(command, error)
-    return reminder_text(project, host, report)
+    run_flush_tools(as_json, host)
 
 
 @click.command("reminder", cls=HookCommand, context_settings=HOOK_SETTINGS)
@@ -246,10 +69,6 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def reminder(as_json: bool, host: str | None) -> None:
     """Session-start hook: remind the agent to load memories; report store hygiene."""
+    from thatch.frontend.prompt_hooks import run_reminder
 
-    def body() -> str | None:
-        payload = hookio.read_payload("reminder", deadline=hookio.REMINDER_STDIN_DEADLINE)
-        resolved = hookio.resolve_host(host, os.environ, "reminder")
-        return reminder_output(payload, os.environ, resolved)
-
-    _run_hook("reminder", body, as_json)
+    run_reminder(as_json, host)

@@ -1,7 +1,8 @@
 """What the hook commands share, importing only the standard library and the queue.
 
-``buffer-batch`` and ``buffer-tool`` run after every tool call of every agent: the
-``thatch`` entry point (``thatch.cli.entry``) runs them from here without importing click.
+The hook commands run on every tool call, prompt and session start of every agent: the
+``thatch`` entry point (``thatch.cli.entry``) runs them from here without importing click,
+and the tool hooks import nothing beyond this module, ``hookio`` and ``queue``.
 """
 
 from __future__ import annotations
@@ -99,3 +100,35 @@ def run_buffer_hook(command: str) -> None:
         return None
 
     run_hook(command, run)
+
+
+def hook_options(command: str, args: list[str]) -> dict[str, Any]:
+    """``--json`` and ``--host`` read by hand: hooks never fail on their command line.
+
+    Unknown options are ignored (hosts add options over time); a ``--host`` without a
+    value is reported on stderr and ignored.
+    """
+    options: dict[str, Any] = {"as_json": False, "host": None}
+    for i, arg in enumerate(args):
+        if arg == "--json" or arg.startswith("--json="):
+            options["as_json"] = True
+        elif arg == "--host":
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                options["host"] = args[i + 1]
+            else:
+                hookio.warn(command, "ignoring --host without a value")
+        elif arg.startswith("--host="):
+            options["host"] = arg.split("=", 1)[1]
+    return options
+
+
+def run_hook_command(command: str, args: list[str]) -> None:
+    """Run one of the four hook commands without click (see ``thatch.cli.entry``)."""
+    options = hook_options(command, args)
+    if command in ("buffer-batch", "buffer-tool"):
+        run_buffer_hook(command)
+        return
+    from thatch.frontend.prompt_hooks import run_flush_tools, run_reminder
+
+    run = run_flush_tools if command == "flush-tools" else run_reminder
+    run(options["as_json"], options["host"])
