@@ -52,6 +52,13 @@ from thatch.frontend.vectors import as_vector, encode
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
 
 
+INSERT_ENTRY = (
+    "INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, "
+    "archived, created_at, updated_at, recall_count, last_recalled_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)"
+)
+
+
 class Store(UpkeepQueries):
     """All memory queries over one connection (see store.md §6–§9)."""
 
@@ -218,25 +225,11 @@ class Store(UpkeepQueries):
         now = self._now()
         with self._write() as conn:
             conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
+            flag = int(bool(archived))
+            row = (slug, store, label, stored_text, blob, model, branch, confidence, flag, now, now)
             if not overwrite:
                 inserted = conn.execute(
-                    "INSERT INTO entries (slug, store, label, content, embedding, model, branch, "
-                    "confidence, archived, created_at, updated_at, recall_count, "
-                    "last_recalled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL) "
-                    "ON CONFLICT (slug, store) DO NOTHING",
-                    (
-                        slug,
-                        store,
-                        label,
-                        stored_text,
-                        blob,
-                        model,
-                        branch,
-                        confidence,
-                        int(bool(archived)),
-                        now,
-                        now,
-                    ),
+                    f"{INSERT_ENTRY} ON CONFLICT (slug, store) DO NOTHING", row
                 ).rowcount
                 return RememberOutcome.SAVED if inserted == 1 else RememberOutcome.EXISTS
             old = conn.execute(
@@ -244,24 +237,7 @@ class Store(UpkeepQueries):
                 (slug, store),
             ).fetchone()
             if old is None:
-                conn.execute(
-                    "INSERT INTO entries (slug, store, label, content, embedding, model, branch, "
-                    "confidence, archived, created_at, updated_at, recall_count, "
-                    "last_recalled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)",
-                    (
-                        slug,
-                        store,
-                        label,
-                        stored_text,
-                        blob,
-                        model,
-                        branch,
-                        confidence,
-                        int(bool(archived)),
-                        now,
-                        now,
-                    ),
-                )
+                conn.execute(INSERT_ENTRY, row)
             else:
                 if old[0] and archived is None:
                     return RememberOutcome.ARCHIVED_GUARD
