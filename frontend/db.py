@@ -7,31 +7,20 @@ after connecting, outside any transaction (journal_mode cannot change inside one
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from thatch.frontend.db_path import DB_FILE_NAME, default_db_path
 from thatch.frontend.errors import DatabaseBusyError, DatabaseOpenError
 
+__all__ = ["DB_FILE_NAME", "atomic", "configure", "connect", "default_db_path", "is_busy"]
+
 BUSY_TIMEOUT_MS = 5000
-DB_FILE_NAME = "thatch.db"
 
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
-
-
-def default_db_path(env: Mapping[str, str] | None = None) -> Path:
-    """``$THATCH_DB_PATH``, else ``$XDG_CONFIG_HOME/thatch/thatch.db`` (``~/.config``)."""
-    env = os.environ if env is None else env
-    explicit = env.get("THATCH_DB_PATH")
-    if explicit:
-        return Path(os.path.expanduser(explicit))
-    config = env.get("XDG_CONFIG_HOME")
-    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    base = Path(os.path.expanduser(config)) if config else home / ".config"
-    return base / "thatch" / DB_FILE_NAME
 
 
 def connect(path: Path | str) -> sqlite3.Connection:

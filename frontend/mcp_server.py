@@ -163,9 +163,13 @@ def start_embedder_in_background(ctx: ToolContext) -> threading.Thread | None:
 
 def run_stdio(ctx: ToolContext) -> None:
     """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0."""
+    from thatch.frontend.recall_scan import start_scan_service
+
     configure_stderr_logging()
     server = make_server(ctx)
     start_embedder_in_background(ctx)
+    # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
+    scan = start_scan_service(ctx)
 
     async def serve() -> None:
         async with anyio.create_task_group() as group:
@@ -176,10 +180,16 @@ def run_stdio(ctx: ToolContext) -> None:
                         # The stdin reader sits in a blocking read no cancellation can
                         # interrupt; SQLite transactions make an immediate exit safe.
                         sys.stdout.flush()
+                        if scan is not None:
+                            scan.close()
                         os._exit(0)
 
             group.start_soon(watch_signals)
             await serve_stdio(server)
             group.cancel_scope.cancel()
 
-    anyio.run(serve)
+    try:
+        anyio.run(serve)
+    finally:
+        if scan is not None:
+            scan.close()

@@ -69,14 +69,18 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     from thatch.frontend.nudges import recall_nudge
 
     threshold = recall_threshold(env)
-    vector = embed_prompt(prompt[:PROMPT_EMBED_CHARS], env)
+    stores = [project] if project == "global" else [project, "global"]
+    text = prompt[:PROMPT_EMBED_CHARS]
+    labels = warm_recall_labels(text, env, stores, threshold)
+    if labels is not None:
+        return recall_nudge(host, labels)
+    vector = embed_prompt(text, env)
     if vector is None:
         return None
     from thatch.frontend.db import default_db_path
     from thatch.frontend.store import Store
     from thatch.frontend.timefmt import utc_now
 
-    stores = [project] if project == "global" else [project, "global"]
     store = Store.open(default_db_path(env), clock=utc_now)
     try:
         matches = store.search(stores, vector, limit=RECALL_LIMIT)
@@ -84,6 +88,21 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
         store.close()
     labels = [match.memory.label for match in matches if match.score >= threshold]
     return recall_nudge(host, labels)
+
+
+def warm_recall_labels(
+    text: str, env: Mapping[str, str], stores: list[str], threshold: float
+) -> list[str] | None:
+    """The recall labels from a running ``thatch mcp`` for this database (no numpy, no
+    grpc in this process); None when none answers, and the cold path runs instead."""
+    from thatch.frontend import recall_scan
+
+    path = recall_scan.socket_path(recall_scan.db_path(env), env)
+    if path is None:
+        return None
+    return recall_scan.request_labels(
+        path, text, stores, RECALL_LIMIT, threshold, deadline=PROMPT_EMBED_DEADLINE
+    )
 
 
 def embed_prompt(text: str, env: Mapping[str, str]) -> Any | None:

@@ -1,0 +1,312 @@
+"""The warm recall path: ``thatch mcp`` answers ``flush-tools``' recall scan over a socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from thatch.embedder.mock import mock_vector
+from thatch.frontend import recall_scan
+from thatch.frontend.db import default_db_path
+from thatch.frontend.store import Store
+
+from tests.support.embedder_cleanup import wait_until
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.hookrun import NO_EMBEDDER, run_hook
+
+THATCH = str(Path(sys.executable).with_name("thatch"))
+LABEL = "Deploy checklist"
+CONTENT = f"# {LABEL}\n\nTo deploy the service run make release from the main branch."
+PROMPT = "how do we deploy the service to production today?"
+THRESHOLD = "0.05"
+RECALL = (
+    f'[thatch] 1 memory relates to this prompt ("{LABEL}"). Use memory_recall before responding.\n'
+)
+WRITE = (
+    "[thatch] After responding, check whether this turn taught you something durable "
+    "(project knowledge, a user preference, a correction). If so, save it with memory_remember.\n"
+)
+
+
+@pytest.fixture(scope="module")
+def mock_embedder() -> Iterator[EmbedderProcess]:
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    try:
+        with embedder_process("mock", socket_dir=socket_dir) as proc:
+            yield proc
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@dataclass
+class Setup:
+    env: dict[str, str]  # what `thatch mcp` runs with (the live embedder)
+    db: Path
+    scan: Path
+
+    def hook_env(self, **extra: str) -> dict[str, str]:
+        """The hook's environment: same DB and runtime dir, but an embedder that is dead."""
+        return {**self.env, "THATCH_EMBEDDER_ADDR": NO_EMBEDDER, **extra}
+
+
+def make_setup(root: Path, runtime: Path, embedder: EmbedderProcess) -> Setup:
+    """A DB holding one memory that shares words with PROMPT, and the env to serve it."""
+    project = root / "myproject"
+    project.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("THATCH_")}
+    env.update(
+        HOME=str(root / "home"),
+        XDG_CONFIG_HOME=str(root / "home" / ".config"),
+        XDG_CACHE_HOME=str(root / "home" / ".cache"),
+        XDG_RUNTIME_DIR=str(runtime),
+        THATCH_DB_PATH=str(root / "db" / "thatch.db"),
+        THATCH_QUEUE_DIR=str(root / "queue"),
+        THATCH_PROJECT_DIR=str(project),
+        THATCH_EMBEDDER_ADDR=embedder.address,
+        THATCH_RECALL_THRESHOLD=THRESHOLD,
+    )
+    db = root / "db" / "thatch.db"
+    with Store.open(db) as store:
+        store.remember("myproject", LABEL, CONTENT, mock_vector(CONTENT), "mock")
+    assert float(mock_vector(PROMPT) @ mock_vector(CONTENT)) >= float(THRESHOLD)
+    scan = recall_scan.socket_path(db, env)
+    assert scan is not None
+    return Setup(env, db, scan)
+
+
+def answers(path: Path) -> bool:
+    """Something accepts connections at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+@contextmanager
+def mcp_server(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``thatch mcp`` with stdin held open (closing it ends the server); stderr to ``log``."""
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [THATCH, "mcp"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        yield process
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        if process.poll() is None:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_serving(process: subprocess.Popen[bytes], path: Path, log: Path) -> None:
+    def up() -> bool:
+        assert process.poll() is None, log.read_text()
+        return answers(path)
+
+    wait_until(up, 60, f"the recall scan socket {path}")
+
+
+def ask(path: Path, data: bytes) -> dict[str, object]:
+    """Send raw ``data``, half-close, read the one reply line."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    assert reply.count(b"\n") == 1 and reply.endswith(b"\n"), reply
+    parsed: dict[str, object] = json.loads(reply)
+    return parsed
+
+
+def request(prompt: str = PROMPT, **fields: object) -> bytes:
+    body = {"prompt": prompt, "stores": ["myproject", "global"], "limit": 5, "threshold": 0.05}
+    return json.dumps({**body, **fields}).encode() + b"\n"
+
+
+def flush(env: dict[str, str]) -> str:
+    result = run_hook(["flush-tools"], {"session_id": "s1", "prompt": PROMPT}, env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, mock_embedder: EmbedderProcess
+) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("scan")
+    runtime = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    setup = make_setup(root, runtime, mock_embedder)
+    try:
+        with mcp_server(setup.env, root / "mcp.err") as process:
+            wait_serving(process, setup.scan, root / "mcp.err")
+            yield setup
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_hook_recall_is_served_warm_and_records_nothing(served: Setup) -> None:
+    """With its own embedder address dead, flush-tools still names the memory (the MCP
+    process embedded and searched), and the memory's recall telemetry is untouched."""
+    assert flush(served.hook_env()) == RECALL
+    with Store.open(served.db) as store:
+        memory = store.show("myproject", LABEL)
+    assert memory is not None and memory.recall_count == 0 and memory.last_recalled_at is None
+    assert flush(served.hook_env(THATCH_RECALL_THRESHOLD="0.99")) == WRITE  # threshold sent
+
+
+def test_malformed_requests_get_one_error_line_and_serving_goes_on(served: Setup) -> None:
+    """Garbage, wrong types, out-of-range values and oversize lines each get {"error": ...}."""
+    bad = [
+        b"this is {not json\n",
+        b"[1, 2, 3]\n",
+        request(prompt=""),
+        request(prompt=7),
+        request(stores=[]),
+        request(stores=["ok", 3]),
+        request(limit=0),
+        request(limit=True),
+        request(threshold=1.5),
+        request(threshold="0.5"),
+        b"x" * (recall_scan.MAX_REQUEST_BYTES + 10),
+        b"\xff\xfe\n",
+    ]
+    for data in bad:
+        reply = ask(served.scan, data)
+        assert list(reply) == ["error"], (data[:40], reply)
+        assert isinstance(reply["error"], str) and "\n" not in reply["error"] and reply["error"]
+    assert ask(served.scan, request()) == {"labels": [LABEL]}
+    assert ask(served.scan, request(stores=["global"])) == {"labels": []}
+
+
+def test_stale_socket_replaced_live_one_kept_removed_on_exit(
+    tmp_path: Path, short_tmp: Path, mock_embedder: EmbedderProcess
+) -> None:
+    """A dead socket file is replaced; a second server leaves the live one alone (and does
+    not remove it on exit); SIGTERM removes it; then the hook falls back to the cold path."""
+    setup = make_setup(tmp_path, short_tmp, mock_embedder)
+    setup.scan.parent.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
+        stale.bind(str(setup.scan))  # closed without unlinking: connections are refused
+    assert setup.scan.exists() and not answers(setup.scan)
+    with mcp_server(setup.env, tmp_path / "a.err") as first:
+        wait_serving(first, setup.scan, tmp_path / "a.err")
+        live_inode = setup.scan.stat().st_ino
+        assert oct(setup.scan.stat().st_mode & 0o777) == "0o600"
+        second_log = tmp_path / "b.err"
+        with mcp_server({**setup.env, "THATCH_DEBUG": "1"}, second_log) as second:
+            wait_until(
+                lambda: "already serves this database" in second_log.read_text(),
+                60,
+                "the second server to decline",
+            )
+            assert second.stdin is not None
+            second.stdin.close()  # EOF: the normal way a host ends the server
+            assert second.wait(30) == 0
+        assert setup.scan.stat().st_ino == live_inode
+        assert ask(setup.scan, request()) == {"labels": [LABEL]}
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+    assert not setup.scan.exists()
+    assert flush(setup.hook_env()) == WRITE  # cold path, and it cannot embed
+
+
+# -- in-process parts -----------------------------------------------------------------------
+
+
+class FixedSearcher:
+    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
+        return [f"{prompt}|{','.join(stores)}|{limit}|{threshold}"]
+
+
+def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
+    """A non-socket at the path is replaced; the client gets the labels; close removes it."""
+    path = short_tmp / "scan-test.sock"
+    path.write_text("leftover")
+    service = recall_scan.ScanService(path, FixedSearcher(), {})
+    service.start()
+    assert service.ready.wait(30)
+    try:
+        labels = recall_scan.request_labels(path, "some prompt", ["p", "global"], 5, 0.5)
+        assert labels == ["some prompt|p,global|5|0.5"]
+    finally:
+        service.close()
+    assert not path.exists()
+    assert recall_scan.request_labels(path, "some prompt", ["p"], 5, 0.5) is None
+
+
+def test_client_gives_none_on_error_or_garbage_replies(short_tmp: Path) -> None:
+    """An error reply, a non-JSON reply, wrong label types or no reply mean "cold path"."""
+    path = short_tmp / "fake.sock"
+    for reply in (b'{"error": "embedder down"}\n', b"garbage\n", b'{"labels": [1]}\n', b""):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            server.listen(1)
+            server.settimeout(10)
+            received: list[bytes] = []
+
+            def serve(
+                server: socket.socket = server,
+                reply: bytes = reply,
+                received: list[bytes] = received,
+            ) -> None:
+                conn, _ = server.accept()
+                with conn:
+                    received.append(conn.recv(65536))
+                    conn.sendall(reply)
+
+            thread = threading.Thread(target=serve)
+            thread.start()
+            assert recall_scan.request_labels(path, "p" * 20, ["g"], 5, 0.5) is None, reply
+            thread.join(10)
+            assert json.loads(received[0]) == {
+                "prompt": "p" * 20,
+                "stores": ["g"],
+                "limit": 5,
+                "threshold": 0.5,
+            }
+        path.unlink()
+
+
+def test_db_path_and_socket_path_rules(tmp_path: Path) -> None:
+    """The hook's sqlite-free DB path equals the store's; a too-long socket path is None."""
+    envs = [
+        {"HOME": "/h"},
+        {"HOME": "/h", "XDG_CONFIG_HOME": "/x/cfg"},
+        {"HOME": "/h", "THATCH_DB_PATH": "~/data/t.db"},
+        {"HOME": "/h", "XDG_CONFIG_HOME": "~/cfg", "THATCH_DB_PATH": ""},
+    ]
+    for env in envs:
+        assert recall_scan.db_path(env) == default_db_path(env)
+    short = recall_scan.socket_path(tmp_path / "a.db", {"XDG_RUNTIME_DIR": "/run/u"})
+    assert short is not None and short.parent == Path("/run/u/thatch")
+    assert short.name.startswith("scan-") and len(short.name) == len("scan-") + 16 + 5
+    long_dir = {"XDG_RUNTIME_DIR": "/" + "d" * 120}
+    assert recall_scan.socket_path(tmp_path / "a.db", long_dir) is None
