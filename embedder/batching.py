@@ -92,6 +92,12 @@ class _Item:
     n_tokens: int
 
 
+# A batch whose padded size exceeds its real tokens by more than this costs more than
+# running its texts in separate batches (attention and the per-token work on padding
+# are wasted); measured on MiniLM and a bge-small-shaped model on 2 cores.
+MAX_PADDED_RATIO = 1.3
+
+
 def select_batch(
     lengths: Sequence[int], *, max_batch_tokens: int, max_batch_size: int
 ) -> list[int]:
@@ -106,14 +112,19 @@ def select_batch(
     anchor = lengths[0]
     chosen = [0]
     longest = anchor
+    real = anchor
     for i in sorted(range(1, len(lengths)), key=lambda i: (abs(lengths[i] - anchor), i)):
         if len(chosen) >= max_batch_size:
             break
         new_longest = max(longest, lengths[i])
-        if new_longest * (len(chosen) + 1) > max_batch_tokens:
+        padded = new_longest * (len(chosen) + 1)
+        if padded > max_batch_tokens:
             break
+        if padded > MAX_PADDED_RATIO * (real + lengths[i]):
+            continue  # mostly padding: it runs in a later batch of its own length
         chosen.append(i)
         longest = new_longest
+        real += lengths[i]
     return sorted(chosen)
 
 

@@ -10,7 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 import pytest
-from thatch.embedder.batching import Batcher, EmbedCall, Limits, Overloaded, select_batch
+from thatch.embedder.batching import (
+    MAX_PADDED_RATIO,
+    Batcher,
+    EmbedCall,
+    Limits,
+    Overloaded,
+    select_batch,
+)
 from thatch.embedder.encoder import Kind
 from thatch.embedder.v1 import embedder_pb2 as pb
 
@@ -34,7 +41,17 @@ def poll(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 def test_select_batch_always_takes_the_oldest_item() -> None:
     """The oldest item goes first even when it is far from every other length."""
-    assert select_batch([500, 10, 10, 10], max_batch_tokens=1000, max_batch_size=64) == [0, 1]
+    assert select_batch([500, 10, 10, 10], max_batch_tokens=1000, max_batch_size=64) == [0]
+    assert select_batch([10, 500, 10, 10], max_batch_tokens=1000, max_batch_size=64) == [0, 2, 3]
+
+
+def test_select_batch_leaves_out_items_that_would_be_mostly_padding() -> None:
+    """Padded size stays within MAX_PADDED_RATIO × real tokens; the rest waits its turn."""
+    lengths = [40, 38, 44, 4, 120, 41]
+    chosen = select_batch(lengths, max_batch_tokens=8192, max_batch_size=64)
+    assert chosen == [0, 1, 2, 5]
+    real = sum(lengths[i] for i in chosen)
+    assert max(lengths[i] for i in chosen) * len(chosen) <= MAX_PADDED_RATIO * real
 
 
 def test_select_batch_prefers_lengths_closest_to_the_oldest() -> None:
