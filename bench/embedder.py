@@ -11,7 +11,9 @@ Figures, each the median of --repeats runs, with the in-process baseline measure
 same run (the machine is noisy; compare ratios, not absolute numbers):
 - throughput on memory-like passages: in-process batched vs the server with 1, 4 and 16
   concurrent single-text clients;
-- single query latency in-process vs over the unix socket (p50, p95);
+- single query latency in-process vs over the unix socket (p50, p95; the two measured
+  alternately, query by query), and the bare round trip of the mock model (no inference:
+  gRPC, queueing and batching alone);
 - embedder RSS: started (model loaded and warmed up), after the load, after idle release.
 """
 
@@ -111,20 +113,29 @@ def batches(tokens: list[Tokenized]) -> list[list[Tokenized]]:
     return out
 
 
-def in_process(encoder: Encoder, texts: list[str], repeats: int) -> tuple[float, list[float]]:
+def in_process(encoder: Encoder, texts: list[str], repeats: int) -> float:
     def run() -> None:
         tokens = [encoder.tokenize(text, Kind.PASSAGE) for text in texts]
         for batch in batches(tokens):
             encoder.encode(batch)
 
     run()  # warm
-    throughput = len(texts) / median_of(repeats, run)
-    latencies = []
-    for _ in range(100):
+    return len(texts) / median_of(repeats, run)
+
+
+def interleaved_latency(
+    encoder: Encoder, client: EmbedderClient, rounds: int = 200
+) -> tuple[list[float], list[float]]:
+    """One query in-process, then one over the socket, alternately: drift hits both."""
+    local, remote = [], []
+    for _ in range(rounds):
         start = time.perf_counter()
         encoder.encode([encoder.tokenize(QUERY, Kind.QUERY)])
-        latencies.append(time.perf_counter() - start)
-    return throughput, latencies
+        local.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        client.embed([QUERY], Kind.QUERY, timeout=10)
+        remote.append(time.perf_counter() - start)
+    return local, remote
 
 
 def rss_kb(pid: int) -> int:
@@ -157,13 +168,41 @@ def server_throughput(address: str, texts: list[str], clients: int, repeats: int
     return len(texts) / median_of(repeats, run)
 
 
+def mock_round_trip(rounds: int = 300) -> list[float]:
+    """Embed round trips against the mock model: transport, queueing, batching; no model."""
+    sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
+    address = f"unix://{sock_dir / 'e.sock'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", address,
+         "--model", "mock", "--log-file", str(sock_dir / "log")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with EmbedderClient(address, autostart=False) as client:
+            deadline = time.monotonic() + 60
+            while client.health(timeout=1.0) != "SERVING":
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"mock embedder did not start; see {sock_dir / 'log'}")
+                time.sleep(0.1)
+            for _ in range(20):
+                client.embed([QUERY], Kind.QUERY, timeout=10)
+            times = []
+            for _ in range(rounds):
+                start = time.perf_counter()
+                client.embed([QUERY], Kind.QUERY, timeout=10)
+                times.append(time.perf_counter() - start)
+            return times
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
 def bench_model(name: str, model_dir: Path, texts: list[str], repeats: int) -> dict[str, object]:
     settings = resolve_model(str(model_dir), env=dict(os.environ))
     encoder = create_encoder(settings)
     encoder.load()
-    base_tput, base_lat = in_process(encoder, texts, repeats)
-    encoder.release()
-    del encoder
+    base_tput = in_process(encoder, texts, repeats)
 
     sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
     address = f"unix://{sock_dir / 'e.sock'}"
@@ -183,11 +222,8 @@ def bench_model(name: str, model_dir: Path, texts: list[str], repeats: int) -> d
                 time.sleep(0.1)
             rss_started = rss_kb(proc.pid)
             tputs = {n: server_throughput(address, texts, n, repeats) for n in (1, 4, 16)}
-            latencies = []
-            for _ in range(100):
-                start = time.perf_counter()
-                client.embed([QUERY], Kind.QUERY, timeout=10)
-                latencies.append(time.perf_counter() - start)
+            base_lat, latencies = interleaved_latency(encoder, client)
+            encoder.release()
             rss_loaded = rss_kb(proc.pid)
             deadline = time.monotonic() + idle + 30
             while client.info(timeout=2).loaded:
@@ -223,6 +259,7 @@ def main() -> None:
     models = prepare_models(args.cache, args.models.split(","))
     texts = memory_texts(args.texts)
     results = [bench_model(name, path, texts, args.repeats) for name, path in models.items()]
+    mock = mock_round_trip()
 
     print(f"\n{len(texts)} passages, median of {args.repeats}; {os.cpu_count()} CPUs")
     rows = []
@@ -246,8 +283,12 @@ def main() -> None:
             [str(r["model"]), f"{i50 * 1e3:.2f}", f"{i95 * 1e3:.2f}", f"{g50 * 1e3:.2f}",
              f"{g95 * 1e3:.2f}", f"{(g50 - i50) * 1e3:.2f}"]
         )  # fmt: skip
+    rows.append(
+        ["mock (no inference)", "—", "—", f"{percentile(mock, 50) * 1e3:.2f}",
+         f"{percentile(mock, 95) * 1e3:.2f}", f"{percentile(mock, 50) * 1e3:.2f}"]
+    )  # fmt: skip
     print_table(
-        "Single query latency (ms)",
+        "Single query latency (ms; in-process and socket measured alternately)",
         ["model", "in-process p50", "p95", "unix socket p50", "p95", "overhead p50"],
         rows,
     )
