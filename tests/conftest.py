@@ -140,3 +140,21 @@ def minilm_server(
             yield proc
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real embedder process serving the mock model, shared by the whole run."""
+    import shutil
+
+    from tests.support.embedder_proc import embedder_process
+
+    home = tmp_path_factory.mktemp("mock-embedder-home")
+    env = {name: value for name, value in os.environ.items() if name not in THATCH_VARS}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / "c"), HF_HUB_OFFLINE="1")
+    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))  # short: a socket lives here
+    try:
+        with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
+            yield proc
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)

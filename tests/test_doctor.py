@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sqlite3
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,19 +18,7 @@ from thatch.frontend.schema import MIGRATIONS
 from thatch.frontend.store import Store
 
 from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
-
-
-@pytest.fixture(scope="module")
-def mock_embedder() -> Iterator[EmbedderProcess]:
-    """One real embedder serving the mock model for the whole module."""
-    directory = Path(tempfile.mkdtemp(prefix="thd-", dir="/tmp"))
-    env = {**os.environ, "HOME": str(directory), "HF_HUB_OFFLINE": "1"}
-    try:
-        with embedder_process("mock", socket_dir=directory, env=env) as proc:
-            yield proc
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+from tests.support.embedder_proc import EmbedderProcess
 
 
 @pytest.fixture

@@ -7,15 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import rows
 
 pytestmark = pytest.mark.anyio
@@ -25,15 +23,6 @@ THATCH = str(Path(sys.executable).with_name("thatch"))
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
-    home = tmp_path_factory.mktemp("mcp-home")
-    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "c")}
-    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
-    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
-        yield proc
 
 
 @pytest.fixture

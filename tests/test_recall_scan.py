@@ -23,7 +23,7 @@ from thatch.frontend.db import default_db_path
 from thatch.frontend.store import Store
 
 from tests.support.embedder_cleanup import wait_until
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import NO_EMBEDDER, run_hook
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
@@ -38,16 +38,6 @@ WRITE = (
     "[thatch] After responding, check whether this turn taught you something durable "
     "(project knowledge, a user preference, a correction). If so, save it with memory_remember.\n"
 )
-
-
-@pytest.fixture(scope="module")
-def mock_embedder() -> Iterator[EmbedderProcess]:
-    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
-    try:
-        with embedder_process("mock", socket_dir=socket_dir) as proc:
-            yield proc
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 @dataclass

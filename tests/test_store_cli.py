@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from thatch.cli.main import cli
 
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import rows
-
-
-@pytest.fixture(scope="module")
-def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
-    home = tmp_path_factory.mktemp("cli-home")
-    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "c")}
-    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
-    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
-        yield proc
 
 
 @pytest.fixture

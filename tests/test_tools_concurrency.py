@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from thatch.frontend.store import Store
 
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.embedder_proc import EmbedderProcess
 
 PROCESSES = 8
 CALLS = 200
@@ -35,15 +32,6 @@ for i in range(calls):
         sys.exit(1)
 print("ok")
 """
-
-
-@pytest.fixture(scope="module")
-def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
-    home = tmp_path_factory.mktemp("conc-home")
-    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / "c")}
-    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
-    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
-        yield proc
 
 
 def test_eight_processes_remember_1600_memories(

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from thatch.embedder.client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.frontend.tools import Tools
@@ -97,22 +94,6 @@ def test_real_client_with_nothing_listening(tmp_path: Path, short_tmp: Path) -> 
     assert not saved.is_error and "Embedding pending" in saved.text
     assert rows(tmp_path / "thatch.db") == [("o/r", "kept", "Kept")]
     client.close()
-
-
-@pytest.fixture(scope="module")
-def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbedderProcess]:
-    import tempfile
-
-    home = tmp_path_factory.mktemp("mock-home")
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_CACHE_HOME": str(home / "c"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    socket_dir = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
-    with embedder_process("mock", socket_dir=socket_dir, env=env) as proc:
-        yield proc
 
 
 def test_round_trip_with_real_mock_embedder(tmp_path: Path, mock_embedder: EmbedderProcess) -> None:
