@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import random
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 VOCABULARY = """
 the build uses make and the release target writes binaries under build release while
@@ -54,3 +60,38 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+
+
+@contextmanager
+def embedder_running(
+    model: str, extra_args: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real embedder process on a temp unix socket, SERVING; yields (address, process).
+
+    Always stopped (SIGTERM, then SIGKILL) and its directory removed.
+    """
+    from thatch.embedder.client import EmbedderClient
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
+    address = f"unix://{sock_dir / 'e.sock'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", address,
+         "--model", model, "--log-file", str(sock_dir / "log"), *extra_args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with EmbedderClient(address, autostart=False) as client:
+            deadline = time.monotonic() + 120
+            while client.health(timeout=1.0) != "SERVING":
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"embedder did not start; see {sock_dir / 'log'}")
+                time.sleep(0.1)
+        yield address, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(sock_dir, ignore_errors=True)

@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from _common import median_of, memory_texts, percentile, print_table
+from _common import embedder_running, median_of, memory_texts, percentile, print_table
 from thatch.embedder.client import EmbedderClient
 from thatch.embedder.encoder import Encoder, Kind, Tokenized
 from thatch.embedder.models import create_encoder, resolve_model
@@ -170,32 +168,16 @@ def server_throughput(address: str, texts: list[str], clients: int, repeats: int
 
 def mock_round_trip(rounds: int = 300) -> list[float]:
     """Embed round trips against the mock model: transport, queueing, batching; no model."""
-    sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
-    address = f"unix://{sock_dir / 'e.sock'}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", address,
-         "--model", "mock", "--log-file", str(sock_dir / "log")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        with EmbedderClient(address, autostart=False) as client:
-            deadline = time.monotonic() + 60
-            while client.health(timeout=1.0) != "SERVING":
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"mock embedder did not start; see {sock_dir / 'log'}")
-                time.sleep(0.1)
-            for _ in range(20):
-                client.embed([QUERY], Kind.QUERY, timeout=10)
-            times = []
-            for _ in range(rounds):
-                start = time.perf_counter()
-                client.embed([QUERY], Kind.QUERY, timeout=10)
-                times.append(time.perf_counter() - start)
-            return times
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(sock_dir, ignore_errors=True)
+    serving = embedder_running("mock")
+    with serving as (address, _proc), EmbedderClient(address, autostart=False) as client:
+        for _ in range(20):
+            client.embed([QUERY], Kind.QUERY, timeout=10)
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            client.embed([QUERY], Kind.QUERY, timeout=10)
+            times.append(time.perf_counter() - start)
+        return times
 
 
 def bench_model(name: str, model_dir: Path, texts: list[str], repeats: int) -> dict[str, object]:
@@ -204,37 +186,20 @@ def bench_model(name: str, model_dir: Path, texts: list[str], repeats: int) -> d
     encoder.load()
     base_tput = in_process(encoder, texts, repeats)
 
-    sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
-    address = f"unix://{sock_dir / 'e.sock'}"
     idle = 4
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", address,
-         "--model", str(model_dir), "--idle-seconds", str(idle),
-         "--log-file", str(sock_dir / "log")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        with EmbedderClient(address, autostart=False) as client:
-            deadline = time.monotonic() + 120
-            while client.health(timeout=1.0) != "SERVING":
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"embedder did not start; see {sock_dir / 'log'}")
-                time.sleep(0.1)
-            rss_started = rss_kb(proc.pid)
-            tputs = {n: server_throughput(address, texts, n, repeats) for n in (1, 4, 16)}
-            base_lat, latencies = interleaved_latency(encoder, client)
-            encoder.release()
-            rss_loaded = rss_kb(proc.pid)
-            deadline = time.monotonic() + idle + 30
-            while client.info(timeout=2).loaded:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the embedder never released the model")
-                time.sleep(0.2)
-            rss_released = rss_kb(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(sock_dir, ignore_errors=True)
+    serving = embedder_running(str(model_dir), ["--idle-seconds", str(idle)])
+    with serving as (address, proc), EmbedderClient(address, autostart=False) as client:
+        rss_started = rss_kb(proc.pid)
+        tputs = {n: server_throughput(address, texts, n, repeats) for n in (1, 4, 16)}
+        base_lat, latencies = interleaved_latency(encoder, client)
+        encoder.release()
+        rss_loaded = rss_kb(proc.pid)
+        deadline = time.monotonic() + idle + 30
+        while client.info(timeout=2).loaded:
+            if time.monotonic() > deadline:
+                raise SystemExit("the embedder never released the model")
+            time.sleep(0.2)
+        rss_released = rss_kb(proc.pid)
     return {
         "model": name,
         "in_process": base_tput,

@@ -26,17 +26,15 @@ import os
 import shutil
 import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from _common import median_of, memory_texts, percentile, print_table, timed
+from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from thatch.embedder.client import EmbedderClient
@@ -100,34 +98,6 @@ class SizeResult:
 
 
 # -- processes ---------------------------------------------------------------------------
-
-
-@contextmanager
-def embedder_running(model_dir: Path) -> Iterator[str]:
-    """A real embedder process on a temp unix socket; yields its address, always stopped."""
-    sock_dir = Path(tempfile.mkdtemp(prefix="ths-", dir="/tmp"))
-    address = f"unix://{sock_dir / 'e.sock'}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", address,
-         "--model", str(model_dir), "--log-file", str(sock_dir / "log")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        with EmbedderClient(address, autostart=False) as client:
-            deadline = time.monotonic() + 120
-            while client.health(timeout=1.0) != "SERVING":
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"embedder did not start; see {sock_dir / 'log'}")
-                time.sleep(0.1)
-        yield address
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def server_params(tmp: Path, address: str) -> StdioServerParameters:
@@ -413,7 +383,7 @@ def main() -> None:
     model_dir = prepare_models(args.cache, ["minilm-int8"])["minilm-int8"]
     load_before = loadavg()
     started = time.perf_counter()
-    with embedder_running(model_dir) as address:
+    with embedder_running(str(model_dir)) as (address, _proc):
         with EmbedderClient(address, autostart=False) as client:
             embedded = client.embed(QUESTIONS, Kind.QUERY, timeout=60)
             queries = np.array(embedded.vectors, dtype=np.float32)
