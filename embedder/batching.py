@@ -1,11 +1,14 @@
-"""Dynamic batching: request threads enqueue tokenized texts, one thread runs the model.
+"""Dynamic batching: request threads enqueue tokenized texts, one batch runs at a time.
 
-Request handlers call ``Batcher.submit`` with an ``EmbedCall`` (one item per text) and wait
-on ``call.done``. The single inference thread owns every model-runtime call (``load``,
-``encode``, ``release``): when it finds items after being idle it waits at most
-``max_wait_ms`` for companions still on their way (``arriving``), then runs the oldest
-pending item together with the items closest to it in token length (``select_batch``).
-Items whose call expired or was cancelled are dropped before inference (embedder.md §4).
+Request handlers call ``Batcher.submit`` with an ``EmbedCall`` (one item per text) inside
+``arriving()`` and wait on ``call.done``. The inference thread owns loading and releasing
+the model and runs the batches: when it finds items after being idle it waits at most
+``max_wait_ms`` for companions still on their way, then runs the oldest pending item
+together with the items closest to it in token length (``select_batch``). One shortcut: the
+last call to arrive, finding the model loaded and nothing running, runs the batch on its own
+thread, so a lone query pays no hand-off to the inference thread and back (two thread
+wake-ups, ~0.2 ms on 2 cores). Either way only one batch runs at a time. Items whose call
+expired or was cancelled are dropped before inference (embedder.md §4).
 """
 
 from __future__ import annotations
@@ -163,6 +166,8 @@ class Batcher:
         self._tasks: deque[tuple[Callable[[], object], concurrent.futures.Future[object]]] = deque()
         self._stopping = False
         self._arriving = 0  # calls between arrival and submit (validating, tokenizing)
+        self._busy = False  # the model runtime is in use: a batch, a load or a release
+        self._wanted = False  # the inference thread waits for a caller's batch to end
         self._idle = True
         self._last_embed = clock()
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
@@ -193,7 +198,9 @@ class Batcher:
             for index, tokenized in enumerate(call.texts):
                 self._pending.append(_Item(call, index, tokenized.n_tokens))
             self._last_embed = self._clock()
-            self._cond.notify_all()
+            if self._arriving != 1:
+                # With this call the only one on its way, leaving arriving() decides.
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def arriving(self) -> Iterator[None]:
@@ -201,15 +208,49 @@ class Batcher:
 
         The inference thread waits for companions (at most ``max_wait_ms``) only while
         some call is on its way: a lone request runs at once instead of paying the wait.
+        On a normal exit, the last call on its way runs the pending batch itself when
+        nothing else is using the model (see the module docstring).
         """
         with self._cond:
             self._arriving += 1
         try:
             yield
-        finally:
+        except BaseException:
             with self._cond:
                 self._arriving -= 1
                 self._cond.notify_all()
+            raise
+        with self._cond:
+            self._arriving -= 1
+            batch = self._claim_batch()
+            if batch is None:
+                self._cond.notify_all()
+        if batch is not None:
+            self._run_claimed(batch)
+
+    def _claim_batch(self) -> list[_Item] | None:
+        """Under the lock: take the next batch for the calling thread, if it may run it."""
+        if self._arriving or self._busy or self._tasks or self._stopping:
+            return None
+        if not self.encoder.loaded:
+            return None  # reloading is the inference thread's job (with its logging)
+        self._drop_dead(self._clock())
+        if not self._pending:
+            return None
+        self._busy = True
+        self._idle = False
+        return self._take_batch()
+
+    def _run_claimed(self, batch: list[_Item]) -> None:
+        try:
+            self._run_batch(batch)
+        finally:
+            with self._cond:
+                self._busy = False
+                if self._pending or self._tasks or self._stopping or self._wanted:
+                    self._cond.notify_all()
+                else:
+                    self._idle = True
 
     def cancel(self, call: EmbedCall, code: grpc.StatusCode, message: str) -> None:
         """Finish ``call`` with an error; its queued items are dropped before inference."""
@@ -278,8 +319,14 @@ class Batcher:
         gather_until: float | None = None
         with self._cond:
             while True:
+                if self._busy:  # a request thread is running a batch
+                    self._wanted = True
+                    self._cond.wait()
+                    continue
+                self._wanted = False
                 if self._tasks:
                     func, future = self._tasks.popleft()
+                    self._busy = True
                     return lambda: self._run_task(func, future)
                 now = self._clock()
                 self._drop_dead(now)
@@ -295,6 +342,7 @@ class Batcher:
                     batch = self._take_batch()
                     # Whatever arrives while this batch runs forms the next one at once.
                     self._idle = False
+                    self._busy = True
                     return lambda: self._run_batch(batch)
                 gather_until = None
                 self._idle = True
@@ -304,6 +352,7 @@ class Batcher:
                 if self.idle_release_seconds > 0 and self.encoder.loaded:
                     timeout = self._last_embed + self.idle_release_seconds - now
                     if timeout <= 0:
+                        self._busy = True
                         return self._release
                 self._cond.wait(timeout)
 
@@ -316,6 +365,9 @@ class Batcher:
                 action()
             except Exception:  # keep serving; the failure is already reported to callers
                 self._log.exception("inference thread error")
+            finally:
+                with self._cond:
+                    self._busy = False
 
     def _run_task(
         self, func: Callable[[], object], future: concurrent.futures.Future[object]

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 import grpc
@@ -53,6 +53,8 @@ class EmbedResult:
     model_id: str
     token_counts: list[int]
     truncated: list[bool]
+    # The server's own account of the call (queue, tokenize, inference, total), in µs.
+    timing: embedder_pb2.Timing = field(default_factory=embedder_pb2.Timing)
 
 
 def clean_text(text: str) -> str:
@@ -313,4 +315,5 @@ def _result(response: embedder_pb2.EmbedResponse, count: int) -> EmbedResult:
         model_id=response.model_id,
         token_counts=list(response.token_counts),
         truncated=list(response.truncated),
+        timing=response.timing,
     )

@@ -1,4 +1,4 @@
-"""Dynamic batching: batch selection, the single inference thread, drops and invariance."""
+"""Dynamic batching: batch selection, one batch at a time, drops and invariance."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_results_come_back_in_input_order() -> None:
 
 
 def test_model_calls_run_on_the_inference_thread_only() -> None:
-    """load, encode and release all run on the one inference thread."""
+    """Submitted outside arriving(), load, encode and release all run on the inference thread."""
     encoder = FakeEncoder(loaded=False)
     batcher = started(Batcher(encoder, idle_release_seconds=0.05))
     call = make_call(encoder, ["one two"])
@@ -165,11 +165,25 @@ def test_calls_on_their_way_join_the_batch() -> None:
     first = make_call(encoder, ["a"])
     second = make_call(encoder, ["b c"])
     with batcher.arriving():
-        batcher.submit(first)
+        with batcher.arriving():
+            batcher.submit(first)
         assert not first.done.wait(0.2)  # held back for the call on its way
         batcher.submit(second)
-    assert first.done.wait(10) and second.done.wait(10)
+    assert first.done.is_set() and second.done.is_set()
     assert encoder.batch_lengths == [[3, 4]]
+    batcher.stop(10)
+
+
+def test_the_inference_thread_stops_gathering_after_max_wait() -> None:
+    """A call still on its way holds the queued ones back for max_wait_ms, not longer."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=50)))
+    first = make_call(encoder, ["a"])
+    with batcher.arriving():
+        with batcher.arriving():
+            batcher.submit(first)
+        assert first.done.wait(10) and first.error is None  # the other never submits
+    assert encoder.threads["encode"] == {"inference"}
     batcher.stop(10)
 
 
@@ -181,6 +195,76 @@ def test_a_lone_call_does_not_wait_for_companions() -> None:
     batcher.submit(call)
     assert call.done.wait(10) and call.error is None
     batcher.stop(10)
+
+
+def test_a_lone_arrival_runs_its_batch_on_its_own_thread() -> None:
+    """The last call on its way, with the model idle, runs the batch without a hand-off."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=600_000)))
+    call = make_call(encoder, ["alone", "and another"])
+    with batcher.arriving():
+        batcher.submit(call)
+    assert call.done.is_set() and call.error is None  # finished before arriving() returned
+    expected = np.stack([encoder.expected(text) for text in ["alone", "and another"]])
+    np.testing.assert_array_equal(call.vectors, expected)
+    assert encoder.threads["encode"] == {threading.current_thread().name}
+    batcher.stop(10)
+
+
+def test_an_arrival_while_a_batch_runs_leaves_it_to_the_inference_thread(
+    gate: threading.Event,
+) -> None:
+    """Never two batches at once: an arrival during a run returns and waits its turn."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder))
+    running = make_call(encoder, ["x"])
+    batcher.submit(running)
+    assert encoder.encode_started.wait(10)
+    later = make_call(encoder, ["y z"])
+    with batcher.arriving():
+        batcher.submit(later)
+    assert not later.done.is_set()
+    gate.set()
+    assert later.done.wait(10) and later.error is None
+    assert encoder.threads["encode"] == {"inference"}
+    assert encoder.batch_lengths == [[3], [4]]
+    batcher.stop(10)
+
+
+def test_a_released_model_is_reloaded_on_the_inference_thread() -> None:
+    """A lone arrival does not reload the model itself: loading stays on one thread."""
+    encoder = FakeEncoder(loaded=False)
+    batcher = Batcher(encoder)
+    batcher.start()
+    call = make_call(encoder, ["hello"])
+    with batcher.arriving():
+        batcher.submit(call)
+    assert call.done.wait(10) and call.error is None
+    assert encoder.threads["load"] == {"inference"}
+    assert encoder.threads["encode"] == {"inference"}
+    batcher.stop(10)
+
+
+def test_many_arriving_callers_never_run_the_model_twice_at_once() -> None:
+    """16 threads arriving and submitting: correct vectors, one model call at a time."""
+    encoder = FakeEncoder(work_seconds=0.0005)
+    batcher = started(Batcher(encoder, idle_release_seconds=0.01))
+    texts = [" ".join(["word"] * (1 + i % 7) + [f"w{i}"]) for i in range(320)]
+
+    def one(text: str) -> EmbedCall:
+        call = make_call(encoder, [text])
+        with batcher.arriving():
+            batcher.submit(call)
+        assert call.done.wait(10)
+        return call
+
+    with ThreadPoolExecutor(16) as pool:
+        calls = list(pool.map(one, texts))
+    batcher.stop(10)
+    for text, call in zip(texts, calls, strict=True):
+        assert call.error is None
+        np.testing.assert_array_equal(call.vectors[0], encoder.expected(text))
+    assert encoder.most_at_once == 1
 
 
 def test_expired_items_are_dropped_before_inference(gate: threading.Event) -> None:

@@ -3,11 +3,16 @@
 Tokens are the whitespace-separated words plus [CLS]/[SEP]; a vector is a normalised
 histogram of token ids, so it depends only on its own text. ``gate`` (when given) holds
 every ``encode`` until the test sets it; ``encode_started`` tells the test a batch began.
+``most_at_once`` is the largest number of model-runtime calls (load, encode, release) seen
+running at the same time; ``work_seconds`` makes each ``encode`` take that long, like a model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +30,7 @@ class FakeEncoder:
         max_tokens: int = 16,
         gate: threading.Event | None = None,
         loaded: bool = True,
+        work_seconds: float = 0.0,
     ) -> None:
         self.settings = ModelSettings(
             model_id="test/fake",
@@ -41,7 +47,23 @@ class FakeEncoder:
         self.encode_started = threading.Event()
         self.batch_lengths: list[list[int]] = []
         self.threads: dict[str, set[str]] = {"encode": set(), "load": set(), "release": set()}
+        self.work_seconds = work_seconds
+        self.most_at_once = 0
+        self._running = 0
+        self._counter = threading.Lock()
         self._loaded = loaded
+
+    @contextlib.contextmanager
+    def _in_use(self, what: str) -> Iterator[None]:
+        self.threads[what].add(threading.current_thread().name)
+        with self._counter:
+            self._running += 1
+            self.most_at_once = max(self.most_at_once, self._running)
+        try:
+            yield
+        finally:
+            with self._counter:
+                self._running -= 1
 
     def tokenize(self, text: str, kind: Kind) -> Tokenized:
         if kind is Kind.QUERY:
@@ -54,11 +76,16 @@ class FakeEncoder:
         return Tokenized(ids=np.array(ids, dtype=np.int64), truncated=truncated)
 
     def encode(self, batch: list[Tokenized]) -> npt.NDArray[np.float32]:
-        self.threads["encode"].add(threading.current_thread().name)
-        self.batch_lengths.append([item.n_tokens for item in batch])
-        self.encode_started.set()
-        if self.gate is not None and not self.gate.wait(30):
-            raise RuntimeError("test gate never opened")
+        with self._in_use("encode"):
+            self.batch_lengths.append([item.n_tokens for item in batch])
+            self.encode_started.set()
+            if self.gate is not None and not self.gate.wait(30):
+                raise RuntimeError("test gate never opened")
+            if self.work_seconds:
+                time.sleep(self.work_seconds)  # the model's compute time, not a synchronisation
+            return self._vectors(batch)
+
+    def _vectors(self, batch: list[Tokenized]) -> npt.NDArray[np.float32]:
         out = np.zeros((len(batch), self.settings.dim), dtype=np.float32)
         for row, item in enumerate(batch):
             for position, token in enumerate(item.ids):
@@ -71,20 +98,15 @@ class FakeEncoder:
         return self._loaded
 
     def load(self) -> None:
-        self.threads["load"].add(threading.current_thread().name)
-        if self.fail_load is not None:
-            raise ModelError(self.fail_load)
-        self._loaded = True
+        with self._in_use("load"):
+            if self.fail_load is not None:
+                raise ModelError(self.fail_load)
+            self._loaded = True
 
     def release(self) -> None:
-        self.threads["release"].add(threading.current_thread().name)
-        self._loaded = False
+        with self._in_use("release"):
+            self._loaded = False
 
     def expected(self, text: str, kind: Kind = Kind.PASSAGE) -> npt.NDArray[np.float32]:
-        """The vector this encoder gives ``text`` alone."""
-        gate, self.gate = self.gate, None
-        try:
-            return self.encode([self.tokenize(text, kind)])[0]
-        finally:
-            self.gate = gate
-            self.batch_lengths.pop()
+        """The vector this encoder gives ``text`` alone (not counted as a model call)."""
+        return self._vectors([self.tokenize(text, kind)])[0]
