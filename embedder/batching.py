@@ -76,7 +76,8 @@ class EmbedCall:
     done: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        self.vectors = np.zeros((len(self.texts), self.dim), dtype=np.float32)
+        # Little-endian, as EmbedResponse.vectors carries them: tobytes() needs no conversion.
+        self.vectors = np.zeros((len(self.texts), self.dim), dtype="<f4")
         self.remaining = len(self.texts)
 
     @property
@@ -303,15 +304,25 @@ class Batcher:
         self._pending = alive
 
     def _take_batch(self) -> list[_Item]:
-        lengths = [item.n_tokens for item in self._pending]
-        chosen = select_batch(
-            lengths,
-            max_batch_tokens=self.limits.max_batch_tokens,
-            max_batch_size=self.limits.max_batch_size,
-        )
-        chosen_set = set(chosen)
-        batch = [self._pending[i] for i in chosen]
-        self._pending = deque(item for i, item in enumerate(self._pending) if i not in chosen_set)
+        """Under the lock: remove the next batch from the queue and mark its calls started."""
+        if len(self._pending) == 1:
+            batch = [self._pending.popleft()]
+        else:
+            lengths = [item.n_tokens for item in self._pending]
+            chosen = select_batch(
+                lengths,
+                max_batch_tokens=self.limits.max_batch_tokens,
+                max_batch_size=self.limits.max_batch_size,
+            )
+            chosen_set = set(chosen)
+            batch = [self._pending[i] for i in chosen]
+            self._pending = deque(
+                item for i, item in enumerate(self._pending) if i not in chosen_set
+            )
+        start = self._clock()
+        for item in batch:
+            if item.call.first_batch_start is None:
+                item.call.first_batch_start = start
         return batch
 
     def _next_action(self) -> Callable[[], None] | None:
@@ -398,11 +409,6 @@ class Batcher:
         self._log.info("released the model session after %g s without Embed calls", idle)
 
     def _run_batch(self, batch: list[_Item]) -> None:
-        start = self._clock()
-        with self._cond:
-            for item in batch:
-                if item.call.first_batch_start is None:
-                    item.call.first_batch_start = start
         if not self.encoder.loaded:
             self._log.info("reloading the model session")
             try:

@@ -232,34 +232,36 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
                 batcher.submit(call)
             except Overloaded as error:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
-        self._log.debug("Embed call: %d %s texts queued", len(tokenized), kind.value)
+        debug = self._log.isEnabledFor(logging.DEBUG)  # the hot path skips building the args
+        if debug:
+            self._log.debug("Embed call: %d %s texts queued", len(tokenized), kind.value)
         self._wait(call, batcher)
         if call.error is not None:
             context.abort(*call.error)
         start = call.first_batch_start if call.first_batch_start is not None else call.arrived
         response = pb.EmbedResponse(
-            vectors=call.vectors.astype("<f4", copy=False).tobytes(),
+            vectors=call.vectors.tobytes(),  # little-endian float32 (EmbedCall's dtype)
             dim=encoder.settings.dim,
             count=len(tokenized),
             model_id=encoder.settings.model_id,
             token_counts=[t.n_tokens for t in tokenized],
             truncated=[t.truncated for t in tokenized],
-            timing=pb.Timing(
-                queue_us=_us(start - call.arrived),
-                tokenize_us=_us(tokenize_s),
-                inference_us=_us(call.inference_s),
-                total_us=_us(time.perf_counter() - received),
-            ),
         )
-        self._log.debug(
-            "Embed %d %s texts, %d tokens: queue %d us, inference %d us, total %d us",
-            len(tokenized),
-            kind.value,
-            sum(response.token_counts),
-            response.timing.queue_us,
-            response.timing.inference_us,
-            response.timing.total_us,
-        )
+        timing = response.timing
+        timing.queue_us = _us(start - call.arrived)
+        timing.tokenize_us = _us(tokenize_s)
+        timing.inference_us = _us(call.inference_s)
+        timing.total_us = _us(time.perf_counter() - received)
+        if debug:
+            self._log.debug(
+                "Embed %d %s texts, %d tokens: queue %d us, inference %d us, total %d us",
+                len(tokenized),
+                kind.value,
+                sum(response.token_counts),
+                timing.queue_us,
+                timing.inference_us,
+                timing.total_us,
+            )
         return response
 
     def _wait(self, call: EmbedCall, batcher: Batcher) -> None:
