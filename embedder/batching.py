@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import grpc
 import numpy as np
@@ -87,6 +87,13 @@ class EmbedCall:
     @property
     def started(self) -> bool:
         return self.first_batch_start is not None
+
+
+class Arrival:
+    """What ``Batcher.arriving()`` yields: pass it to ``submit`` for the call it carries."""
+
+    def __init__(self) -> None:
+        self.call: EmbedCall | None = None
 
 
 @dataclass
@@ -190,8 +197,11 @@ class Batcher:
     def _live_pending(self) -> int:
         return sum(not item.call.finished for item in self._pending)
 
-    def submit(self, call: EmbedCall) -> None:
-        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full."""
+    def submit(self, call: EmbedCall, arrival: Arrival | None = None) -> None:
+        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full.
+
+        ``arrival`` is the handle of the ``arriving()`` block the call was made in.
+        """
         with self._cond:
             queued = self._live_pending()
             if queued + len(call.texts) > self.limits.max_queued_texts:
@@ -199,52 +209,60 @@ class Batcher:
             for index, tokenized in enumerate(call.texts):
                 self._pending.append(_Item(call, index, tokenized.n_tokens))
             self._last_embed = self._clock()
-            if self._arriving != 1:
-                # With this call the only one on its way, leaving arriving() decides.
+            if arrival is not None:
+                arrival.call = call
+            if arrival is None or self._arriving != 1:
                 self._cond.notify_all()
+            # else this is the only call on its way: leaving arriving() decides who runs it
 
     @contextlib.contextmanager
-    def arriving(self) -> Iterator[None]:
+    def arriving(self) -> Iterator[Arrival]:
         """Mark a call from its arrival until it is submitted (or refused).
 
         The inference thread waits for companions (at most ``max_wait_ms``) only while
         some call is on its way: a lone request runs at once instead of paying the wait.
-        On a normal exit, the last call on its way runs the pending batch itself when
-        nothing else is using the model (see the module docstring).
+        On a normal exit, the last call on its way runs the next batch itself when nothing
+        else is using the model and that batch holds its own call (see the module docstring).
         """
+        arrival = Arrival()
         with self._cond:
             self._arriving += 1
         try:
-            yield
+            yield arrival
         except BaseException:
             with self._cond:
                 self._arriving -= 1
                 self._cond.notify_all()
             raise
+        batch = None
         with self._cond:
             self._arriving -= 1
-            batch = self._claim_batch()
-            if batch is None:
-                self._cond.notify_all()
+            try:
+                batch = self._claim_batch(arrival.call)
+            finally:
+                if batch is None:
+                    self._cond.notify_all()
         if batch is not None:
             self._run_claimed(batch)
 
-    def _claim_batch(self) -> list[_Item] | None:
+    def _claim_batch(self, own: EmbedCall | None) -> list[_Item] | None:
         """Under the lock: take the next batch for the calling thread, if it may run it."""
-        if self._arriving or self._busy or self._tasks or self._stopping:
+        if own is None or self._arriving or self._busy or self._tasks or self._stopping:
             return None
         if not self.encoder.loaded:
             return None  # reloading is the inference thread's job (with its logging)
         self._drop_dead(self._clock())
-        if not self._pending:
-            return None
-        self._busy = True
-        self._idle = False
-        return self._take_batch()
+        batch = self._take_batch(containing=own)
+        if batch is not None:
+            self._busy = True
+            self._idle = False
+        return batch
 
     def _run_claimed(self, batch: list[_Item]) -> None:
         try:
             self._run_batch(batch)
+        except Exception:  # keep serving; the batch's calls are already finished
+            self._log.exception("inference error")
         finally:
             with self._cond:
                 self._busy = False
@@ -303,10 +321,23 @@ class Batcher:
                 alive.append(item)
         self._pending = alive
 
-    def _take_batch(self) -> list[_Item]:
-        """Under the lock: remove the next batch from the queue and mark its calls started."""
+    @overload
+    def _take_batch(self) -> list[_Item]: ...
+
+    @overload
+    def _take_batch(self, containing: EmbedCall) -> list[_Item] | None: ...
+
+    def _take_batch(self, containing: EmbedCall | None = None) -> list[_Item] | None:
+        """Under the lock: remove the next batch from the queue and mark its calls started.
+
+        With ``containing``, only a batch holding one of that call's items is taken (else
+        None, and the queue is left as it was).
+        """
+        if not self._pending:
+            return None if containing is not None else []
         if len(self._pending) == 1:
-            batch = [self._pending.popleft()]
+            batch = [self._pending[0]]
+            rest: deque[_Item] = deque()
         else:
             lengths = [item.n_tokens for item in self._pending]
             chosen = select_batch(
@@ -316,9 +347,10 @@ class Batcher:
             )
             chosen_set = set(chosen)
             batch = [self._pending[i] for i in chosen]
-            self._pending = deque(
-                item for i, item in enumerate(self._pending) if i not in chosen_set
-            )
+            rest = deque(item for i, item in enumerate(self._pending) if i not in chosen_set)
+        if containing is not None and all(item.call is not containing for item in batch):
+            return None
+        self._pending = rest
         start = self._clock()
         for item in batch:
             if item.call.first_batch_start is None:
@@ -421,6 +453,9 @@ class Batcher:
         try:
             rows = [item.call.texts[item.index] for item in batch]
             vectors = self.encoder.encode(rows)
+            elapsed = time.perf_counter() - began
+            with self._cond:
+                self._deliver(batch, vectors, elapsed)
         except Exception as error:
             self._log.exception("inference failed")
             with self._cond:
@@ -428,22 +463,26 @@ class Batcher:
                     self._finish(
                         item.call, (grpc.StatusCode.INTERNAL, f"inference failed: {error}")
                     )
-            return
-        elapsed = time.perf_counter() - began
-        with self._cond:
-            counted: set[int] = set()
-            for item, row in zip(batch, vectors, strict=True):
-                call = item.call
-                if call.finished:
-                    continue
-                call.vectors[item.index] = row
-                if id(call) not in counted:
-                    call.inference_s += elapsed
-                    counted.add(id(call))
-                call.remaining -= 1
-                if call.remaining == 0:
-                    self._finish(call, None)
-            self._last_embed = max(self._last_embed, self._clock())
+
+    def _deliver(
+        self, batch: list[_Item], vectors: npt.NDArray[np.float32], elapsed: float
+    ) -> None:
+        """Under the lock: each item's row to its call; a call with every row is done."""
+        if len(vectors) != len(batch):
+            raise ValueError(f"the model returned {len(vectors)} vectors for {len(batch)} texts")
+        counted: set[int] = set()
+        for item, row in zip(batch, vectors, strict=True):
+            call = item.call
+            if call.finished:
+                continue
+            call.vectors[item.index] = row
+            if id(call) not in counted:
+                call.inference_s += elapsed
+                counted.add(id(call))
+            call.remaining -= 1
+            if call.remaining == 0:
+                self._finish(call, None)
+        self._last_embed = max(self._last_embed, self._clock())
 
     def _fail_all(self, batch: list[_Item], message: str) -> None:
         """A failed reload fails this batch and everything queued: no reload storm."""

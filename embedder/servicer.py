@@ -216,7 +216,7 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
         assert state.encoder is not None and state.batcher is not None
         encoder, batcher = state.encoder, state.batcher
         kind = KINDS[request.kind]
-        with batcher.arriving():
+        with batcher.arriving() as arrival:
             began = time.perf_counter()
             tokenized = [encoder.tokenize(text, kind) for text in texts if text is not None]
             tokenize_s = time.perf_counter() - began
@@ -229,7 +229,7 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
                 lambda: batcher.cancel(call, grpc.StatusCode.CANCELLED, "call cancelled")
             )
             try:
-                batcher.submit(call)
+                batcher.submit(call, arrival)
             except Overloaded as error:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         debug = self._log.isEnabledFor(logging.DEBUG)  # the hot path skips building the args

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import pytest
 from thatch.embedder.batching import (
     MAX_PADDED_RATIO,
@@ -18,7 +19,7 @@ from thatch.embedder.batching import (
     Overloaded,
     select_batch,
 )
-from thatch.embedder.encoder import Kind
+from thatch.embedder.encoder import Kind, Tokenized
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess
@@ -164,11 +165,11 @@ def test_calls_on_their_way_join_the_batch() -> None:
     batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=60_000)))
     first = make_call(encoder, ["a"])
     second = make_call(encoder, ["b c"])
-    with batcher.arriving():
-        with batcher.arriving():
-            batcher.submit(first)
+    with batcher.arriving() as later:
+        with batcher.arriving() as arrival:
+            batcher.submit(first, arrival)
         assert not first.done.wait(0.2)  # held back for the call on its way
-        batcher.submit(second)
+        batcher.submit(second, later)
     assert first.done.is_set() and second.done.is_set()
     assert encoder.batch_lengths == [[3, 4]]
     batcher.stop(10)
@@ -180,8 +181,8 @@ def test_the_inference_thread_stops_gathering_after_max_wait() -> None:
     batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=50)))
     first = make_call(encoder, ["a"])
     with batcher.arriving():
-        with batcher.arriving():
-            batcher.submit(first)
+        with batcher.arriving() as arrival:
+            batcher.submit(first, arrival)
         assert first.done.wait(10) and first.error is None  # the other never submits
     assert encoder.threads["encode"] == {"inference"}
     batcher.stop(10)
@@ -202,8 +203,8 @@ def test_a_lone_arrival_runs_its_batch_on_its_own_thread() -> None:
     encoder = FakeEncoder()
     batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=600_000)))
     call = make_call(encoder, ["alone", "and another"])
-    with batcher.arriving():
-        batcher.submit(call)
+    with batcher.arriving() as arrival:
+        batcher.submit(call, arrival)
     assert call.done.is_set() and call.error is None  # finished before arriving() returned
     expected = np.stack([encoder.expected(text) for text in ["alone", "and another"]])
     np.testing.assert_array_equal(call.vectors, expected)
@@ -221,8 +222,8 @@ def test_an_arrival_while_a_batch_runs_leaves_it_to_the_inference_thread(
     batcher.submit(running)
     assert encoder.encode_started.wait(10)
     later = make_call(encoder, ["y z"])
-    with batcher.arriving():
-        batcher.submit(later)
+    with batcher.arriving() as arrival:
+        batcher.submit(later, arrival)
     assert not later.done.is_set()
     gate.set()
     assert later.done.wait(10) and later.error is None
@@ -237,8 +238,8 @@ def test_a_released_model_is_reloaded_on_the_inference_thread() -> None:
     batcher = Batcher(encoder)
     batcher.start()
     call = make_call(encoder, ["hello"])
-    with batcher.arriving():
-        batcher.submit(call)
+    with batcher.arriving() as arrival:
+        batcher.submit(call, arrival)
     assert call.done.wait(10) and call.error is None
     assert encoder.threads["load"] == {"inference"}
     assert encoder.threads["encode"] == {"inference"}
@@ -253,8 +254,8 @@ def test_many_arriving_callers_never_run_the_model_twice_at_once() -> None:
 
     def one(text: str) -> EmbedCall:
         call = make_call(encoder, [text])
-        with batcher.arriving():
-            batcher.submit(call)
+        with batcher.arriving() as arrival:
+            batcher.submit(call, arrival)
         assert call.done.wait(10)
         return call
 
@@ -265,6 +266,127 @@ def test_many_arriving_callers_never_run_the_model_twice_at_once() -> None:
         assert call.error is None
         np.testing.assert_array_equal(call.vectors[0], encoder.expected(text))
     assert encoder.most_at_once == 1
+
+
+def arrive_and_submit(batcher: Batcher, call: EmbedCall) -> None:
+    with batcher.arriving() as arrival:
+        batcher.submit(call, arrival)
+
+
+def test_submitting_outside_arriving_never_waits_for_a_call_on_its_way() -> None:
+    """A call submitted without an arrival handle is not held back by another's arrival."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder))  # max_wait_ms 2
+    call = make_call(encoder, ["a"])
+    with batcher.arriving():  # on its way for as long as the test likes
+        batcher.submit(call)
+        assert call.done.wait(10) and call.error is None
+    batcher.stop(10)
+
+
+def test_stop_waits_for_a_batch_a_caller_runs(gate: threading.Event) -> None:
+    """stop() returns only after a batch running on a request thread has finished."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder))
+    call = make_call(encoder, ["held"])
+    caller = threading.Thread(target=arrive_and_submit, args=(batcher, call), name="caller")
+    caller.start()
+    assert encoder.encode_started.wait(10)
+    stopper = threading.Thread(target=batcher.stop, args=(10,))
+    stopper.start()
+    stopper.join(0.2)
+    assert stopper.is_alive() and batcher.alive
+    gate.set()
+    stopper.join(15)
+    caller.join(15)
+    assert not batcher.alive
+    assert call.done.is_set() and call.error is None
+    assert encoder.threads["encode"] == {"caller"}
+
+
+def test_an_error_after_submit_still_runs_the_call() -> None:
+    """If the arriving block raises after submitting, the queued call is still served."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=600_000)))
+    call = make_call(encoder, ["queued anyway"])
+    with pytest.raises(RuntimeError), batcher.arriving() as arrival:
+        batcher.submit(call, arrival)
+        raise RuntimeError("the handler failed after submitting")
+    assert call.done.wait(10) and call.error is None
+    assert encoder.threads["encode"] == {"inference"}
+    batcher.stop(10)
+
+
+def test_an_expired_call_is_dropped_on_the_callers_path_too() -> None:
+    """A lone arrival whose deadline passed is refused before inference, not run."""
+    clock = FakeClock()
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, clock=clock))
+    call = make_call(encoder, ["too late"], deadline=clock.now + 1)
+    with batcher.arriving() as arrival:
+        batcher.submit(call, arrival)
+        clock.now += 2
+    assert call.done.wait(10)
+    assert call.error == (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded before inference")
+    assert encoder.batch_lengths == []
+    batcher.stop(10)
+
+
+def test_idle_release_still_happens_after_batches_run_by_callers() -> None:
+    """Callers running every batch do not stop the inference thread releasing the model."""
+    encoder = FakeEncoder()
+    batcher = started(Batcher(encoder, idle_release_seconds=0.05))
+    call = make_call(encoder, ["one"])
+    arrive_and_submit(batcher, call)
+    assert call.done.is_set()
+    assert poll(lambda: not encoder.loaded)
+    assert encoder.threads["release"] == {"inference"}
+    again = make_call(encoder, ["two"])
+    arrive_and_submit(batcher, again)  # released: the inference thread reloads and runs it
+    assert again.done.wait(10) and again.error is None
+    assert encoder.threads["load"] == {"inference"}
+    batcher.stop(10)
+
+
+class WrongRowCount(FakeEncoder):
+    def encode(self, batch: list[Tokenized]) -> npt.NDArray[np.float32]:
+        return np.concatenate([super().encode(batch), super().encode(batch[:1])])
+
+
+@pytest.mark.parametrize("via", ["caller", "inference thread"])
+def test_a_model_returning_the_wrong_row_count_fails_the_calls(via: str) -> None:
+    """Every call of the batch gets INTERNAL; none hangs; the batcher keeps serving."""
+    encoder = WrongRowCount()
+    batcher = started(Batcher(encoder))
+    call = make_call(encoder, ["a b", "c"])
+    if via == "caller":
+        arrive_and_submit(batcher, call)
+    else:
+        batcher.submit(call)
+    assert call.done.wait(10)
+    assert call.error == (
+        grpc.StatusCode.INTERNAL,
+        "inference failed: the model returned 3 vectors for 2 texts",
+    )
+    assert batcher.alive
+    batcher.stop(10)
+
+
+def test_a_caller_runs_only_a_batch_holding_its_own_call() -> None:
+    """A short lone arrival does not run an older long call's batch in its own thread."""
+    encoder = FakeEncoder(max_tokens=64)
+    batcher = started(Batcher(encoder, limits=Limits(max_wait_ms=600_000)))
+    long_call = make_call(encoder, [" ".join(["w"] * 40)])
+    short = make_call(encoder, ["s"])
+    with batcher.arriving() as outer:
+        arrive_and_submit(batcher, long_call)  # queued; the inference thread gathers
+        batcher.submit(short, outer)
+    # The oldest (long) item goes first, and the short one would be mostly padding next
+    # to it: that batch is not the caller's, so the inference thread runs both.
+    assert long_call.done.wait(10) and short.done.wait(10)
+    assert encoder.batch_lengths == [[42], [3]]
+    assert encoder.threads["encode"] == {"inference"}
+    batcher.stop(10)
 
 
 def test_expired_items_are_dropped_before_inference(gate: threading.Event) -> None:
