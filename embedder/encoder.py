@@ -1,7 +1,8 @@
 """The interface between the gRPC server and a model runtime.
 
 The server (batching, lifecycle) only talks to an ``Encoder``: tokenize in the request
-thread, run batches in the inference thread, release/reload the session when idle.
+thread, run batches one at a time (from whichever thread runs the batch), release/reload
+the session when idle (always from the inference thread).
 ``thatch.embedder.runtime.OnnxEncoder`` is the real one, ``thatch.embedder.mock.MockEncoder``
 the test model of spec/embedder.md §3.4.
 """

@@ -1,7 +1,8 @@
 """The Embedder gRPC service: validation, tokenization, admission and Info.
 
-Handler threads only validate, tokenize and wait; the model runs on the batcher's
-inference thread. Error messages are those of spec/embedder.md §6.
+Handler threads validate, tokenize and queue their texts, then wait; the batcher runs the
+model one batch at a time (a lone call's batch on its own handler thread, see
+``batching``). Error messages are those of spec/embedder.md §6.
 """
 
 from __future__ import annotations
