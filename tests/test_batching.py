@@ -107,6 +107,20 @@ def make_call(encoder: FakeEncoder, texts: list[str], deadline: float | None = N
     return EmbedCall(tokens, encoder.settings.dim, deadline, arrived=time.monotonic())
 
 
+def hold_the_model(batcher: Batcher, encoder: FakeEncoder, text: str = "x") -> EmbedCall:
+    """Submit a call and return once its batch is running (held there by the gate)."""
+    call = make_call(encoder, [text])
+    batcher.submit(call)
+    assert encoder.encode_started.wait(10)
+    return call
+
+
+def arrive_and_submit(batcher: Batcher, call: EmbedCall) -> None:
+    """What a request handler does: submit inside arriving() with its handle."""
+    with batcher.arriving() as arrival:
+        batcher.submit(call, arrival)
+
+
 def started(batcher: Batcher, **limits: int) -> Batcher:
     batcher.start()
     batcher.load().result(10)
@@ -147,9 +161,7 @@ def test_arrivals_during_a_run_form_the_next_batch(gate: threading.Event) -> Non
     """Texts queued while a batch runs are batched together right after it."""
     encoder = FakeEncoder(gate=gate)
     batcher = started(Batcher(encoder))
-    first = make_call(encoder, ["a"])
-    batcher.submit(first)
-    assert encoder.encode_started.wait(10)
+    first = hold_the_model(batcher, encoder, "a")
     later = [make_call(encoder, ["b c"]), make_call(encoder, ["d e f", "g"])]
     for call in later:
         batcher.submit(call)
@@ -218,12 +230,9 @@ def test_an_arrival_while_a_batch_runs_leaves_it_to_the_inference_thread(
     """Never two batches at once: an arrival during a run returns and waits its turn."""
     encoder = FakeEncoder(gate=gate)
     batcher = started(Batcher(encoder))
-    running = make_call(encoder, ["x"])
-    batcher.submit(running)
-    assert encoder.encode_started.wait(10)
+    hold_the_model(batcher, encoder)
     later = make_call(encoder, ["y z"])
-    with batcher.arriving() as arrival:
-        batcher.submit(later, arrival)
+    arrive_and_submit(batcher, later)
     assert not later.done.is_set()
     gate.set()
     assert later.done.wait(10) and later.error is None
@@ -266,11 +275,6 @@ def test_many_arriving_callers_never_run_the_model_twice_at_once() -> None:
         assert call.error is None
         np.testing.assert_array_equal(call.vectors[0], encoder.expected(text))
     assert encoder.most_at_once == 1
-
-
-def arrive_and_submit(batcher: Batcher, call: EmbedCall) -> None:
-    with batcher.arriving() as arrival:
-        batcher.submit(call, arrival)
 
 
 def test_submitting_outside_arriving_never_waits_for_a_call_on_its_way() -> None:
@@ -394,9 +398,7 @@ def test_expired_items_are_dropped_before_inference(gate: threading.Event) -> No
     clock = FakeClock()
     encoder = FakeEncoder(gate=gate)
     batcher = started(Batcher(encoder, clock=clock, limits=Limits(max_wait_ms=0)))
-    blocker = make_call(encoder, ["x"])
-    batcher.submit(blocker)
-    assert encoder.encode_started.wait(10)
+    blocker = hold_the_model(batcher, encoder)
     late = make_call(encoder, ["never run at all"], deadline=clock.now + 1)
     batcher.submit(late)
     clock.now += 2
@@ -412,9 +414,7 @@ def test_cancelled_items_are_dropped_before_inference(gate: threading.Event) -> 
     """A call cancelled while queued is never run."""
     encoder = FakeEncoder(gate=gate)
     batcher = started(Batcher(encoder))
-    blocker = make_call(encoder, ["x"])
-    batcher.submit(blocker)
-    assert encoder.encode_started.wait(10)
+    blocker = hold_the_model(batcher, encoder)
     cancelled = make_call(encoder, ["gone before its turn"])
     batcher.submit(cancelled)
     batcher.cancel(cancelled, grpc.StatusCode.CANCELLED, "call cancelled")
@@ -429,9 +429,7 @@ def test_a_full_queue_refuses_at_once(gate: threading.Event) -> None:
     """Beyond max_queued_texts pending texts, submit raises Overloaded with the count."""
     encoder = FakeEncoder(gate=gate)
     batcher = started(Batcher(encoder, limits=Limits(max_queued_texts=4)))
-    running = make_call(encoder, ["x"])
-    batcher.submit(running)
-    assert encoder.encode_started.wait(10)
+    hold_the_model(batcher, encoder)
     batcher.submit(make_call(encoder, ["a", "b", "c"]))
     with pytest.raises(Overloaded) as raised:
         batcher.submit(make_call(encoder, ["d", "e"]))
