@@ -343,13 +343,18 @@ def print_latency(results: list[dict[str, object]], mock: list[float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--texts", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--models", default="minilm-int8,minilm-fp32,bge-shape-int8")
+    parser.add_argument("--texts", type=int, default=512, help="passages for throughput")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput runs (median)")
+    parser.add_argument(
+        "--models",
+        default="minilm-int8,minilm-fp32,bge-shape-int8",
+        help="comma-separated; also minilm-*, bge-shape-fp32",
+    )
     parser.add_argument(
         "--cache",
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
+        help="where imported models are kept between runs",
     )
     parser.add_argument(
         "--latency-only", action="store_true", help="skip the throughput runs (minutes)"
@@ -367,6 +372,11 @@ def main() -> None:
     if not args.latency_only:
         print_throughput(results)
     print_latency(results, mock)
+    if not args.latency_only:  # "loaded" means after real work: the throughput runs
+        print_rss(results)
+
+
+def print_rss(results: list[dict[str, object]]) -> None:
     rows = []
     for r in results:
         started, loaded, released = r["rss"]  # type: ignore[misc]
