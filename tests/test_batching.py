@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -24,18 +24,7 @@ from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_encoder import FakeEncoder
-
-
-def poll(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Wait for ``condition`` (a real state change), giving up after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    event = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        event.wait(0.01)
-    return True
-
+from tests.support.polling import poll
 
 # -- select_batch -------------------------------------------------------------------------
 

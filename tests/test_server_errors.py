@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
 from tests.support.fake_encoder import FakeEncoder
+from tests.support.polling import poll
 
 EMBED = "/thatch.embedder.v1.Embedder/Embed"
 
@@ -73,16 +73,6 @@ def running_server(
 def server() -> Iterator[Running]:
     with running_server(FakeEncoder()) as running:
         yield running
-
-
-def poll(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.01)
-    return True
 
 
 def embed_error(stub: pb_grpc.EmbedderStub, texts: list[str], kind: int) -> grpc.RpcError:

@@ -7,9 +7,6 @@ import os
 import re
 import shutil
 import signal
-import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,20 +19,11 @@ from thatch.embedder.serve_cmd import setup_logging
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.polling import poll
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) \S")
-
-
-def poll(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.05)
-    return True
 
 
 def rss_kib(pid: int) -> int:
@@ -115,7 +103,7 @@ def test_idle_release_drops_memory_and_reloads(short_tmp: Path, minilm_dir: Path
     with embedder_process(str(minilm_dir), socket_dir=short_tmp, args=args) as proc:
         first = embed(proc, ["an idle server gives its memory back"])
         loaded_rss = rss_kib(proc.pid)
-        assert poll(lambda: not proc.info().loaded), proc.output()
+        assert poll(lambda: not proc.info().loaded, timeout=30), proc.output()
         released_rss = rss_kib(proc.pid)
         assert proc.health() == SERVING
         again = embed(proc, ["an idle server gives its memory back"])
@@ -130,7 +118,7 @@ def test_failed_reload_reports_and_recovers(short_tmp: Path, minilm_copy: Path) 
     """A reload that fails gives FAILED_PRECONDITION and NOT_SERVING until a load succeeds."""
     args = ("--idle-seconds", "1")
     with embedder_process(str(minilm_copy), socket_dir=short_tmp, args=args) as proc:
-        assert poll(lambda: not proc.info().loaded), proc.output()
+        assert poll(lambda: not proc.info().loaded, timeout=30), proc.output()
         hidden = minilm_copy / "hidden"
         hidden.mkdir()
         onnx_files = list((minilm_copy / "onnx").iterdir())

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from tests.support.polling import poll
+
 
 def cmdline(pid: int) -> list[str]:
     try:
@@ -53,11 +55,8 @@ def embedder_pids(mentioning: str) -> list[int]:
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
     """Poll ``condition`` until true; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
+    if not poll(condition, timeout):
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def stop_embedders(mentioning: str, timeout: float = 15.0) -> None:
