@@ -16,9 +16,11 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from thatch.frontend import db
 from thatch.frontend.errors import DatabaseBusyError, DatabaseOpenError, InvalidInputError
 from thatch.frontend.matrix_cache import (
+    DimGroup,
     MatrixCache,
     StoreMatrix,
     build_matrix,
@@ -337,11 +339,7 @@ class Store(UpkeepQueries):
             mask = ~group.archived
             if exclude_slug is not None:
                 mask &= np.array([matrix.slugs[p] != exclude_slug for p in group.positions])
-            rows, scores = rows_above(group, query, mask, threshold)
-            found = [
-                Match(matrix.memory(group.positions[row]), float(score))
-                for row, score in zip(rows, scores, strict=True)
-            ]
+            found = _matches(matrix, group, *rows_above(group, query, mask, threshold))
             found.sort(key=lambda match: (-match.score, match.memory.slug))
             return self._current(found[:limit])
 
@@ -372,11 +370,7 @@ class Store(UpkeepQueries):
                     mask &= ~group.archived
                 if branch is not None:
                     mask &= np.array([b is None or b == branch for b in group.branches])
-                rows, scores = top_rows(group, query, mask, limit)
-                found.extend(
-                    Match(matrix.memory(group.positions[row]), float(score))
-                    for row, score in zip(rows, scores, strict=True)
-                )
+                found.extend(_matches(matrix, group, *top_rows(group, query, mask, limit)))
             found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
             return self._current(found[:limit])
 
@@ -437,3 +431,16 @@ class Store(UpkeepQueries):
     def duplicate_count(self, store: str) -> int:
         """``len(find_duplicates(store, 0.85))`` (§8)."""
         return len(self.find_duplicates(store, DUPLICATE_THRESHOLD))
+
+
+def _matches(
+    matrix: StoreMatrix,
+    group: DimGroup,
+    rows: npt.NDArray[np.intp],
+    scores: npt.NDArray[np.float64],
+) -> list[Match]:
+    """The memories at ``rows`` of ``group``, with their scores."""
+    return [
+        Match(matrix.memory(group.positions[row]), float(score))
+        for row, score in zip(rows, scores, strict=True)
+    ]
