@@ -125,14 +125,204 @@ def test_unparsable_lines_get_json_rpc_errors(server_env: dict[str, str]) -> Non
     parse = exchange("this is {not json")
     assert parse == {"jsonrpc": "2.0", "id": None, "error": parse["error"]}
     assert parse["error"] == {"code": -32700, "message": "Parse error"}
-    invalid = exchange("[1, 2, 3]")
-    assert invalid["id"] is None and invalid["error"] == {
+    invalid = exchange('{"jsonrpc": "2.0", "id": 4}')  # JSON, no message: its id is kept
+    assert invalid["id"] == 4 and invalid["error"] == {
         "code": -32600,
-        "message": "Invalid Request",
+        "message": "Invalid Request: not a JSON-RPC 2.0 request, notification or response",
     }
+    batch = exchange("[1, 2, 3]")  # no batches before initialize negotiated 2025-03-26
+    assert batch["id"] is None and batch["error"]["code"] == -32600
     assert exchange(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}))["id"] == 7
     process.stdin.close()
     assert process.wait(30) == 0
     process.stdout.close()
     assert process.stderr is not None
     process.stderr.close()
+
+
+# -- every request answered: stdin EOF, hostile lines, batches ---------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def _initialize(version: str) -> list[dict[str, object]]:
+    return [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]
+
+
+def _call(request_id: int | str, name: str, arguments: dict[str, object]) -> dict[str, object]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+
+
+def _lines(*messages: object) -> bytes:
+    return b"".join(
+        (message if isinstance(message, bytes) else json.dumps(message).encode()) + b"\n"
+        for message in messages
+    )
+
+
+def _run_to_eof(env: dict[str, str], data: bytes) -> tuple[list[object], str]:
+    """Write everything at once, close stdin, and collect every reply until exit."""
+    done = subprocess.run([THATCH, "mcp"], input=data, env=env, capture_output=True, timeout=120)
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, err
+    assert "Traceback" not in err
+    return [json.loads(line) for line in done.stdout.splitlines()], err
+
+
+def test_every_request_read_is_answered_when_stdin_closes(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """Requests still running at stdin EOF are answered before the server exits."""
+    calls = [
+        _call(2, "memory_remember", {"content": "# Drain one\n\nAnswered before exit."}),
+        _call(3, "memory_recall", {"query": "answered before exit"}),
+        _call(4, "store_list", {}),
+        _call(5, "memory_remember", {"content": "# Drain two\n\nAlso acknowledged."}),
+        _call(6, "memory_list", {}),
+        {"jsonrpc": "2.0", "id": 7, "method": "ping"},
+    ]
+    replies, _ = _run_to_eof(server_env, _lines(*_initialize("2025-06-18"), *calls))
+    by_id = {reply["id"]: reply for reply in replies}  # type: ignore[index]
+    assert sorted(by_id) == [1, 2, 3, 4, 5, 6, 7] and len(replies) == 7
+    assert all("result" in reply for reply in by_id.values()), replies
+    assert not any(by_id[i]["result"].get("isError") for i in range(2, 7))
+    assert by_id[2]["result"]["content"][0]["text"] == "[saved] myproject :: Drain one"
+    assert by_id[5]["result"]["content"][0]["text"] == "[saved] myproject :: Drain two"
+    db = tmp_path / "db" / "thatch.db"
+    assert rows(db, "SELECT slug FROM entries ORDER BY slug") == [("drain-one",), ("drain-two",)]
+
+
+def test_hostile_lines_are_answered_with_the_callers_id(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """Lone surrogates are served; huge integers and deep nesting get errors with their id."""
+    process = subprocess.Popen(
+        [THATCH, "mcp"],
+        env=server_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    def exchange(data: bytes) -> dict[str, object]:
+        stdin.write(data)
+        stdin.flush()
+        reply: dict[str, object] = json.loads(stdout.readline())
+        return reply
+
+    init, initialized = _initialize("2025-06-18")
+    assert "result" in exchange(_lines(init))
+    stdin.write(_lines(initialized))
+    # What JavaScript's JSON.stringify writes for a string holding half a surrogate pair.
+    surrogate = json.dumps(
+        _call(2, "memory_remember", {"content": "# Half pair\n\nbroken HALF emoji"})
+    ).replace("HALF", "\\ud800")
+    saved = exchange(_lines(surrogate.encode()))
+    assert saved["id"] == 2 and saved["result"]["content"][0]["text"] == (  # type: ignore[index]
+        "[saved] myproject :: Half pair"
+    )
+    db = tmp_path / "db" / "thatch.db"
+    assert rows(db, "SELECT content FROM entries") == [("# Half pair\n\nbroken \ufffd emoji",)]
+
+    huge = b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": '
+    huge += b'"memory_recall", "arguments": {"query": "x", "limit": ' + b"9" * 5000 + b"}}}"
+    assert exchange(_lines(huge)) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "error": {"code": -32700, "message": "Parse error: an integer with more than 4300 digits"},
+    }
+    deep = '{"jsonrpc": "2.0", "method": "tools/call", "params": ' + DEEP + ', "id": "deep"}'
+    assert exchange(_lines(deep.encode())) == {
+        "jsonrpc": "2.0",
+        "id": "deep",
+        "error": {"code": -32700, "message": "Parse error: nested too deeply"},
+    }
+    big = exchange(_lines(_call(4, "memory_remember", {"content": "# Big\n\n" + "x" * 10**7})))
+    assert big["id"] == 4 and big["result"]["isError"] is True  # type: ignore[index]
+    assert "too long" in big["result"]["content"][0]["text"]  # type: ignore[index]
+    for garbage in (b"{" * 10**7, b"x" * 10**7, bytes(range(256)).replace(b"\n", b"")):
+        assert exchange(_lines(garbage)) == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32700, "message": "Parse error"},
+        }
+    # Blank lines are no messages: the next reply is the ping's.
+    assert exchange(b"\n  \n\r\n" + _lines({"jsonrpc": "2.0", "id": 5, "method": "ping"})) == {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "result": {},
+    }
+    stdin.close()
+    assert process.wait(60) == 0
+    assert stdout.read() == b""
+    assert process.stderr is not None
+    err = process.stderr.read().decode(errors="replace")
+    process.stdout.close()
+    process.stderr.close()
+    assert all(line.startswith("[thatch]") for line in err.splitlines() if line.strip()), err
+    assert rows(db, "SELECT slug FROM entries") == [("half-pair",)]
+
+
+def test_batches_are_served_at_2025_03_26(tmp_path: Path, server_env: dict[str, str]) -> None:
+    """One array answers a batch's requests; notifications get nothing; [] is invalid."""
+    batch = [
+        {"jsonrpc": "2.0", "id": 10, "method": "ping"},
+        _call(11, "memory_remember", {"content": "# Batched\n\nSaved from a batch."}),
+        {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+        {"jsonrpc": "2.0", "id": 12},
+    ]
+    notifications = [{"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}]
+    ping = {"jsonrpc": "2.0", "id": 13, "method": "ping"}
+    data = _lines(*_initialize("2025-03-26"), batch, notifications, [], ping)
+    replies, _ = _run_to_eof(server_env, data)
+    arrays = [reply for reply in replies if isinstance(reply, list)]
+    singles = {reply["id"]: reply for reply in replies if isinstance(reply, dict)}
+    assert len(replies) == 4 and len(arrays) == 1, replies
+    assert sorted(singles, key=str) == [1, 13, None]
+    assert singles[None]["error"] == {"code": -32600, "message": "Invalid Request: an empty batch"}
+    by_id = {item["id"]: item for item in arrays[0]}
+    assert sorted(by_id) == [10, 11, 12] and len(arrays[0]) == 3
+    assert by_id[10]["result"] == {}
+    assert by_id[11]["result"]["content"][0]["text"] == "[saved] myproject :: Batched"
+    assert by_id[12]["error"]["code"] == -32600
+    db = tmp_path / "db" / "thatch.db"
+    assert rows(db, "SELECT slug FROM entries") == [("batched",)]
+
+
+def test_batches_are_refused_where_the_protocol_removed_them(
+    tmp_path: Path, server_env: dict[str, str]
+) -> None:
+    """At 2025-06-18 a batch gets one error naming the version, and nothing in it runs."""
+    batch = [
+        _call(10, "memory_remember", {"content": "# Never\n\nNot saved."}),
+        {"jsonrpc": "2.0", "id": 11, "method": "ping"},
+    ]
+    ping = {"jsonrpc": "2.0", "id": 12, "method": "ping"}
+    replies, _ = _run_to_eof(server_env, _lines(*_initialize("2025-06-18"), batch, ping))
+    assert len(replies) == 3, replies
+    init, refused, pong = replies
+    assert init["id"] == 1 and pong == {"jsonrpc": "2.0", "id": 12, "result": {}}  # type: ignore[index]
+    assert refused["id"] is None and refused["error"]["code"] == -32600  # type: ignore[index]
+    message = refused["error"]["message"]  # type: ignore[index]
+    assert "batches" in message and "2025-06-18" in message
+    db = tmp_path / "db" / "thatch.db"
+    assert rows(db, "SELECT count(*) FROM entries") == [(0,)]
