@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 
@@ -14,6 +16,11 @@ def mcp() -> None:
     from thatch.frontend.mcp_server import run_stdio
 
     with translate_errors():
+        if sys.stdin is None or sys.stdout is None:
+            # Started with fd 0 or 1 closed: the database would open on that descriptor.
+            raise click.ClickException(
+                "thatch mcp speaks MCP on stdin and stdout, and one of them is closed."
+            )
         try:
             ctx = build_context()
         except StoreError as error:

@@ -89,11 +89,11 @@ class Wire:
                 await self._cancelled(message)
             return
         key = id_key(message.id)
-        if not self._owed:
+        if not +self._owed:
             self._drained = anyio.Event()
         self._owed[key] += 1
         if message.method == "initialize":
-            if not self._handshakes:
+            if not +self._handshakes:
                 self._handshake_done = anyio.Event()
             self._handshakes[key] += 1
 
@@ -110,6 +110,7 @@ class Wire:
             if batch is not None and batch.owed[key]:
                 batch.owed[key] -= 1
                 await self._finish_if_complete(batch)
+            self._handshake_answered(key, None)
             self._settle(key)
 
     def open_batch(self, items: list[JSONRPCMessage | Refused]) -> list[str] | None:
@@ -137,14 +138,8 @@ class Wire:
             await self.write_line(_dump(message))
             return
         key = id_key(message.id) if message.id is not None else None
-        if key is not None and self._handshakes[key]:
-            self._handshakes[key] -= 1
-            if isinstance(message, mcp_types.JSONRPCResponse):
-                version = message.result.get("protocolVersion")
-                self.protocol_version = version if isinstance(version, str) else None
-            if not +self._handshakes:
-                self._handshakes.clear()
-                self._handshake_done.set()
+        if key is not None:
+            self._handshake_answered(key, message)
         batch = self._batches.get(key) if key is not None else None
         if batch is not None and batch.owed[key]:  # type: ignore[index]
             batch.owed[key] -= 1  # type: ignore[index]
@@ -154,6 +149,19 @@ class Wire:
             await self.write_line(_dump(message))
         if key is not None:
             self._settle(key)
+
+    def _handshake_answered(
+        self, key: IdKey, answer: mcp_types.JSONRPCResponse | mcp_types.JSONRPCError | None
+    ) -> None:
+        if not self._handshakes[key]:
+            return
+        self._handshakes[key] -= 1
+        if isinstance(answer, mcp_types.JSONRPCResponse):
+            version = answer.result.get("protocolVersion")
+            self.protocol_version = version if isinstance(version, str) else None
+        if not +self._handshakes:
+            self._handshakes.clear()
+            self._handshake_done.set()
 
     async def _finish_if_complete(self, batch: _BatchReply) -> None:
         if +batch.owed:
@@ -304,13 +312,12 @@ async def dispatch_batch(
 @contextlib.contextmanager
 def wire_descriptors() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     """Private duplicates of stdin/stdout for the protocol; fds 0 and 1 diverted meanwhile."""
-    try:
-        wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-        wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
-    except OSError:  # no descriptors to divert (an embedding host): serve in place
-        yield sys.stdin.buffer, sys.stdout.buffer
+    if not (_backed_by(sys.stdin, 0) and _backed_by(sys.stdout, 1)):
+        yield sys.stdin.buffer, sys.stdout.buffer  # replaced streams (tests): serve in place
         return
     sys.stdout.flush()
+    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -321,6 +328,13 @@ def wire_descriptors() -> Iterator[tuple[BinaryIO, BinaryIO]]:
     finally:
         os.dup2(wire_in, 0)
         os.dup2(wire_out, 1)
+
+
+def _backed_by(stream: object, fd: int) -> bool:
+    try:
+        return stream.buffer.fileno() == fd  # type: ignore[attr-defined, no-any-return]
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 async def serve_stdio(server: MCPServer) -> None:

@@ -326,3 +326,23 @@ def test_batches_are_refused_where_the_protocol_removed_them(
     assert "batches" in message and "2025-06-18" in message
     db = tmp_path / "db" / "thatch.db"
     assert rows(db, "SELECT count(*) FROM entries") == [(0,)]
+
+
+@pytest.mark.parametrize("closed", [0, 1])
+def test_a_closed_stdin_or_stdout_is_one_clear_error(
+    tmp_path: Path, server_env: dict[str, str], closed: int
+) -> None:
+    """Started with fd 0 or 1 closed, thatch refuses before the database could take it."""
+    done = subprocess.run(
+        [THATCH, "mcp"],
+        env=server_env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        preexec_fn=lambda: os.close(closed),
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        "Error: thatch mcp speaks MCP on stdin and stdout, and one of them is closed."
+    ]
+    assert not (tmp_path / "db" / "thatch.db").exists()
