@@ -259,6 +259,13 @@ def test_hostile_lines_are_answered_with_the_callers_id(
     big = exchange(_lines(_call(4, "memory_remember", {"content": "# Big\n\n" + "x" * 10**7})))
     assert big["id"] == 4 and big["result"]["isError"] is True  # type: ignore[index]
     assert "too long" in big["result"]["content"][0]["text"]  # type: ignore[index]
+    over = b'{"jsonrpc": "2.0", "id": 77, "method": "ping", "params": {"x": "'
+    over += b"a" * (33 * 1024 * 1024) + b'"}}'
+    assert exchange(_lines(over)) == {
+        "jsonrpc": "2.0",
+        "id": 77,
+        "error": {"code": -32700, "message": "Parse error: line longer than 33554432 bytes"},
+    }
     for garbage in (b"{" * 10**7, b"x" * 10**7, bytes(range(256)).replace(b"\n", b"")):
         assert exchange(_lines(garbage)) == {
             "jsonrpc": "2.0",
@@ -282,7 +289,10 @@ def test_hostile_lines_are_answered_with_the_callers_id(
     assert rows(db, "SELECT slug FROM entries") == [("half-pair",)]
 
 
-def test_batches_are_served_at_2025_03_26(tmp_path: Path, server_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("version", ["2025-03-26", "2024-11-05"])
+def test_batches_are_served_where_the_protocol_has_them(
+    tmp_path: Path, server_env: dict[str, str], version: str
+) -> None:
     """One array answers a batch's requests; notifications get nothing; [] is invalid."""
     batch = [
         {"jsonrpc": "2.0", "id": 10, "method": "ping"},
@@ -292,7 +302,7 @@ def test_batches_are_served_at_2025_03_26(tmp_path: Path, server_env: dict[str, 
     ]
     notifications = [{"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}]
     ping = {"jsonrpc": "2.0", "id": 13, "method": "ping"}
-    data = _lines(*_initialize("2025-03-26"), batch, notifications, [], ping)
+    data = _lines(*_initialize(version), batch, notifications, [], ping)
     replies, _ = _run_to_eof(server_env, data)
     arrays = [reply for reply in replies if isinstance(reply, list)]
     singles = {reply["id"]: reply for reply in replies if isinstance(reply, dict)}
