@@ -241,12 +241,13 @@ def read_raw_line(source: BinaryIO, limit: int = MAX_LINE_BYTES) -> tuple[bytes,
     return line[:limit], True
 
 
-def read_message(source: BinaryIO) -> JSONRPCMessage | Batch | Refused | EOFError:
-    """Read and parse one line (in a worker thread: parsing a 10 MB line takes a while)."""
+def read_message(source: BinaryIO) -> JSONRPCMessage | Batch | Refused | None:
+    """The next non-blank line parsed, ``None`` at EOF (run in a worker thread: reading
+    and parsing a 10 MB line takes a while)."""
     while True:
         read = read_raw_line(source)
         if read is None:
-            return EOFError()
+            return None
         raw, cut = read
         text = raw.decode("utf-8", "replace")
         if cut:
@@ -267,7 +268,7 @@ async def read_loop(
     async with inbox:
         while True:
             line = await anyio.to_thread.run_sync(read_message, source, abandon_on_cancel=True)
-            if isinstance(line, EOFError):
+            if line is None:
                 break
             if isinstance(line, Refused):
                 await wire.refuse(line)
