@@ -57,11 +57,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def _maybe_control(text: str) -> bool:
-    """False when ``text`` surely holds nothing for CONTROL (a C-speed check: the regex
-    scan costs ~30 ns a character, and a memory can be 50,000 of them)."""
-    if not text.replace("\n", "").replace("\t", "").isprintable():
-        return True
-    return not text.isascii() and max(text) >= "\U000e0100"  # printable, yet in CONTROL
+    """False when ASCII ``text`` surely holds nothing for the body scan: a C-speed check,
+    where the regex costs ~30 ns a character and a memory can be 50,000 of them."""
+    return not (text.isascii() and text.replace("\n", "").replace("\t", "").isprintable())
 
 
 def body(text: str) -> str:
