@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from thatch.cli.errors import debug_traceback, translate_errors
+from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:
     from thatch.frontend.context import ToolContext
@@ -79,8 +80,8 @@ def _reading_store(tools: Tools, store: str | None) -> str:
     if store is None or not store.strip():
         return tools.ctx.project_store
     if not tools.ctx.store.store_exists(store):
-        names = ", ".join(sorted(tools.ctx.store.store_names()))
-        raise click.ClickException(f'no store named "{store}".\nStores: {names}')
+        names = ", ".join(map(token, sorted(tools.ctx.store.store_names())))
+        raise click.ClickException(f"no store named {quoted(store)}.\nStores: {names}")
     return store
 
 
@@ -105,7 +106,7 @@ def _memory_json(memory: Memory, *, content: bool = False) -> dict[str, Any]:
 
 
 def _not_found(label: str, store: str) -> click.ClickException:
-    return click.ClickException(f'no memory labeled "{label}" in "{store}".')
+    return click.ClickException(f"no memory labeled {quoted(label)} in {quoted(store)}.")
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def stores(as_json: bool) -> None:
         _emit_json([{"name": name, "memories": counts[name]} for name in names])
     else:
         for name in names:
-            click.echo(name)
+            click.echo(token(name))
 
 
 @click.command("list", context_settings=SETTINGS)
@@ -162,9 +163,9 @@ def show(label: str, store: str | None, as_json: bool) -> None:
     if as_json:
         _emit_json(_memory_json(memory, content=True))
         return
-    lines = [f"[{memory.store}] {memory.label}"]
+    lines = [f"[{token(memory.store)}] {inline(memory.label)}"]
     if memory.branch:
-        lines.append(f"branch: {memory.branch}")
+        lines.append(f"branch: {token(memory.branch)}")
     if memory.confidence:
         lines.append(f"confidence: {memory.confidence}")
     if memory.archived:
@@ -172,7 +173,7 @@ def show(label: str, store: str | None, as_json: bool) -> None:
     if memory.pending:
         lines.append("embedding: pending")
     lines.append(f"created: {memory.created_at}  updated: {memory.updated_at}")
-    click.echo("\n".join(lines) + "\n\n" + body_text(memory))
+    click.echo("\n".join(lines) + "\n\n" + body(body_text(memory)))
 
 
 def body_text(memory: Memory) -> str:
@@ -257,15 +258,19 @@ def search(
         )
         return
     if not report.matches:
-        click.echo(f'No matches for "{text}" in [{", ".join(report.stores)}].')
+        searched = ", ".join(map(token, report.stores))
+        click.echo(f"No matches for {quoted(text)} in [{searched}].")
+    else:
+        click.echo(fmt.RECALL_FRAME)
     for match in report.matches:
         memory = match.memory
-        meta = [memory.store]
+        meta = [token(memory.store)]
         if memory.branch:
-            meta.append(f"branch:{memory.branch}")
+            meta.append(f"branch:{token(memory.branch)}")
         if memory.confidence:
             meta.append(f"c:{memory.confidence}")
-        click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {memory.label}")
+        label = inline(memory.label)
+        click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {label}")
     if report.pending:
         click.echo(fmt.not_indexed(report.pending), err=True)
 

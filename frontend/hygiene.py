@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from thatch.frontend.untrusted import inline, quoted, token
+
 __all__ = [
     "GLOBAL_STORE",
     "Hygiene",
@@ -58,7 +60,7 @@ class StoreHygiene:
         if self.other_model:
             parts.append(
                 _plural(self.other_model, "memory", "memories")
-                + f" embedded with another model than {self.active_model}"
+                + f" embedded with another model than {inline(self.active_model)}"
             )
         if self.pending:
             parts.append(_plural(self.pending, "memory", "memories") + " not embedded yet")
@@ -79,7 +81,7 @@ class StoreHygiene:
         if self.orphaned:
             parts.append(
                 _plural(self.orphaned, "memory", "memories")
-                + f" scoped to deleted branches ({', '.join(self.orphaned_branches)})"
+                + f" scoped to deleted branches ({', '.join(map(token, self.orphaned_branches))})"
             )
         return parts + self.model_parts()
 
@@ -166,10 +168,10 @@ def hygiene(
     sentences = []
     parts = project.parts()
     if parts:
-        sentences.append(f'Store "{project_store}": {"; ".join(parts)}.')
+        sentences.append(f"Store {quoted(project_store)}: {'; '.join(parts)}.")
     global_parts = global_store.model_parts() if global_store else []
     if global_parts:
-        sentences.append(f'Store "{GLOBAL_STORE}": {"; ".join(global_parts)}.')
+        sentences.append(f"Store {quoted(GLOBAL_STORE)}: {'; '.join(global_parts)}.")
     report = " ".join(sentences) or None
     return Hygiene(project=project, global_store=global_store, report=report)
 

@@ -56,8 +56,25 @@ def extraction_tier(directory: Path, session: str, host: str) -> str | None:
     records = queue.peek_records(directory, session)
     if not records:
         return None
+    if not usable_session_id(session):
+        # The nudge would ask for tools that refuse this id (and echo all of it).
+        hookio.warn("flush-tools", "session id refused by the extraction tools; no nudge")
+        return None
     missed = queue.increment_count(directory, session)
     return extraction_nudge(host, session, len(records), missed)
+
+
+def usable_session_id(session: str) -> bool:
+    """Whether ``get_extraction_payload`` and ``extraction_done`` accept ``session``."""
+    from thatch.frontend.tool_specs import SPECS_BY_NAME
+    from thatch.frontend.validation import ArgumentError, validate
+
+    for tool in ("get_extraction_payload", "extraction_done"):
+        try:
+            validate(SPECS_BY_NAME[tool].params, {"session_id": session})
+        except ArgumentError:
+            return False
+    return True
 
 
 def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) -> str | None:

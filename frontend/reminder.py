@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from thatch.frontend.nudges import host_names
+from thatch.frontend.untrusted import quoted
 
 __all__ = ["reminder_text"]
 
@@ -14,7 +15,7 @@ def reminder_text(project_store: str, host: str, hygiene_report: str | None = No
     text = (
         "[thatch] Before you reply, load what earlier sessions learned:\n"
         "(1) the user's preferences and working style,\n"
-        f'(2) architecture and conventions of the project store "{project_store}",\n'
+        f"(2) architecture and conventions of the project store {quoted(project_store)},\n"
         "(3) if you are not on the main branch, notes scoped to this branch.\n"
         f"Call {tool('store_list')} and {tool('memory_list')} to see what exists, "
         f"then {tool('memory_recall')} for what you need."

@@ -77,6 +77,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "Git branch this memory applies to; omit when it holds on every branch.",
                 max_length=_BRANCH_MAX,
                 single_line=True,
+                no_control=True,
                 blank_is_omitted=True,
             ),
             Param(
@@ -124,6 +125,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "Omit to search all branches.",
                 max_length=_BRANCH_MAX,
                 single_line=True,
+                no_control=True,
                 blank_is_omitted=True,
             ),
             Param(

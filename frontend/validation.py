@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from thatch.frontend.untrusted import CONTROL
+
 ParamType = Literal["string", "integer", "number", "boolean"]
 
 NOT_AN_OBJECT = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
@@ -38,6 +40,9 @@ class Param:
     enum: tuple[str, ...] | None = None
     max_length: int | None = None
     single_line: bool = False
+    # Names shown in thatch's own lines (branches): control and invisible format
+    # characters are refused (untrusted.CONTROL).
+    no_control: bool = False
     # Text that must carry something: "" and whitespace-only are refused.
     non_empty: bool = False
     # Text where "" / whitespace-only means "not given" (store names).
@@ -129,6 +134,8 @@ def _check_text(param: Param, value: object) -> str:
         raise _Reason(f"too long ({len(value)} characters; maximum {param.max_length})")
     if param.single_line and any(char in value for char in "\r\n\u2028\u2029\x0b\x0c\x85"):
         raise _Reason("must be a single line")
+    if param.no_control and CONTROL.search(value):
+        raise _Reason("must not contain control characters")
     return value
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -56,13 +57,16 @@ def test_hostile_session_ids_stay_in_the_queue_dir(tmp_path: Path, env: dict[str
         assert record["sessionID"] in HOSTILE_IDS
 
 
-def test_hostile_ids_are_verbatim_in_the_nudge(env: dict[str, str]) -> None:
-    """The nudge carries a hostile id exactly (JSON-escaped with --json), never mangled."""
+def test_hostile_ids_are_exact_in_the_nudge(env: dict[str, str]) -> None:
+    """The nudge carries a hostile id exactly, never mangled: as a JSON string literal
+    (its quote and NUL escaped), which a tool call's JSON arguments decode to the id."""
     sid = 'we"ird/../Id\x00'
     run_hook(["buffer-batch"], {"session_id": sid, "tool_name": "Bash"}, env)
     result = run_hook(["flush-tools", "--json"], {"session_id": sid, "prompt": "x"}, env)
     text = json.loads(result.stdout)["additional_context"]
-    assert text.count(f'session_id "{sid}"') == 2
+    literals = re.findall(r'session_id ("(?:[^"\\]|\\.)*")', text)
+    assert literals == [r'"we\"ird/../Id\u0000"'] * 2
+    assert [json.loads(literal) for literal in literals] == [sid, sid]
 
 
 STDIN_CASES = {

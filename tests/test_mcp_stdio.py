@@ -48,7 +48,7 @@ async def test_remember_then_recall_over_stdio(tmp_path: Path, server_env: dict[
         assert saved.content[0].text == "[saved] myproject :: Test command"
         found = await client.call_tool("memory_recall", {"query": "make check"})
         assert not found.is_error
-        assert found.content[0].text.split("\n")[1:] == [
+        assert found.content[0].text.split("\n")[3:] == [
             "# Test command",
             "",
             "Run make check before pushing.",

@@ -103,7 +103,7 @@ def test_round_trip_with_real_mock_embedder(tmp_path: Path, mock_embedder: Embed
     tools.call("memory_remember", {"label": "Tests", "content": "run the tests with make check"})
     tools.call("memory_remember", {"label": "Editor", "content": "the user prefers vim keys"})
     text = tools.call("memory_recall", {"query": "run the tests"}).text
-    assert text.split("\n")[1] == "# Tests"
+    assert text.split("\n")[3] == "# Tests"
     models = rows(tmp_path / "thatch.db", "SELECT DISTINCT model FROM entries")
     assert len(models) == 1 and models[0][0]
     client.close()
@@ -123,9 +123,9 @@ def test_meaning_level_recall_with_minilm(
         ]:
             assert not tools.call("memory_remember", {"label": label, "content": content}).is_error
         text = tools.call("memory_recall", {"query": "how do we release to prod?"}).text
-        assert text.split("\n")[1] == "# Deployment"
+        assert text.split("\n")[3] == "# Deployment"
         text = tools.call("memory_recall", {"query": "indentation style", "limit": 1}).text
-        assert text.split("\n")[1] == "# Editor"
+        assert text.split("\n")[3] == "# Editor"
         client.close()
 
 

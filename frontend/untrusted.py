@@ -1,0 +1,90 @@
+"""Showing text that agents wrote: always as data, never as thatch's own words.
+
+Memories, labels, store and branch names and session ids come from agents, or from what
+they read. thatch's own lines start with ``[`` (``[thatch] …``, a record's
+``[store:…] [score:…]`` meta line, ``[<S>] <label>``) and recall records are separated by
+a ``-----`` line, so stored text must imitate none of that wherever it is shown:
+
+- ``body``: multi-line stored text. A line that could pass for thatch's own (its first
+  non-blank character is ``[``, or it is a rule of dashes) gets a leading backslash,
+  Markdown's escape, so it still reads the same to a person.
+- ``inline``: text inside one of thatch's lines; line breaks are shown as escapes.
+- ``quoted``: a JSON string literal, so a ``"`` inside cannot end it early, and an id
+  copied from it into a tool call's JSON arguments is exactly the original.
+- ``token``: a meta value (``main``, ``owner/repo``, a UUID) verbatim when it is one plain
+  word, else quoted with its brackets escaped.
+
+All four show control characters, line separators and invisible format characters (bidi
+overrides, zero-width and tag characters) as ``\\uXXXX``, and break every ``[thatch``
+marker (``\\[thatch``; ``\\u005bthatch`` inside a quoted literal, the same string once
+decoded). Text from agents that passes through them cannot speak with thatch's voice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["CONTROL", "body", "inline", "quoted", "token"]
+
+# C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
+# hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
+# paragraph separators, BOM, interlinear annotations, lone surrogates, tag characters and
+# the supplementary variation selectors (the last two can carry invisible ASCII text).
+# ZWNJ/ZWJ (U+200C/U+200D) stay: Persian, Indic scripts and emoji need them.
+CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
+    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+)
+_BODY_CONTROL = re.compile(CONTROL.pattern.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_MARKER = re.compile(r"\[(?=[ \t]*thatch)", re.IGNORECASE)
+# Matched after a newline (the text gets one in front), a literal prefix regex scans fast.
+_LOOKALIKE = re.compile(r"\n([ \t]*)(\[|-[ \t]*-[ \t]*-[- \t]*(?=\n|\Z))")
+_PLAIN = re.compile(r"[\w.@/+:#-]+")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    if code > 0xFFFF:  # as JSON writes it: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def _maybe_control(text: str) -> bool:
+    """False when ASCII ``text`` surely holds nothing for the body scan: a C-speed check,
+    where the regex costs ~30 ns a character and a memory can be 50,000 of them."""
+    return not (text.isascii() and text.replace("\n", "").replace("\t", "").isprintable())
+
+
+def body(text: str) -> str:
+    """Multi-line stored text, neutralised; newlines and tabs kept."""
+    text = text.replace("\r\n", "\n")
+    if _maybe_control(text):
+        text = _BODY_CONTROL.sub(_escape, text)
+    text = _MARKER.sub(r"\\[", text)
+    return _LOOKALIKE.sub(r"\n\1\\\2", "\n" + text)[1:]
+
+
+def inline(text: str) -> str:
+    """Stored text inside one of thatch's lines: one line, no marker, no invisible part."""
+    return _MARKER.sub(r"\\[", CONTROL.sub(_escape, text))
+
+
+def quoted(text: str) -> str:
+    """``"text"`` as a JSON string literal; readable non-ASCII characters stay as they are."""
+    literal = CONTROL.sub(_escape, json.dumps(text, ensure_ascii=False))
+    return _MARKER.sub(r"\\u005b", literal)
+
+
+def token(text: str) -> str:
+    """A name in a meta line: verbatim when one plain word, else ``quoted`` with its
+    brackets escaped too, so the only brackets in a meta line are thatch's."""
+    if _PLAIN.fullmatch(text):
+        return text
+    return quoted(text).replace("[", "\\u005b").replace("]", "\\u005d")
