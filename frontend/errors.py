@@ -3,15 +3,19 @@
     StoreError                  base: ``str(error)`` is a complete one-line message
      ├── DatabaseOpenError      "cannot open database at <path>: <reason>"
      ├── DatabaseBusyError      another process held the write lock past the busy timeout
+     ├── DatabaseWriteError     "cannot write database <path>: <reason>" (read-only, full)
+     ├── DatabaseDamagedError   "database <path> is damaged (<sqlite's words>): run …"
      └── InvalidInputError      a value handed to the store cannot be stored or compared
           (also a ValueError)   (empty/2-D/non-finite vector, unknown verdict status, ...)
 
 The CLI turns every one of them into ``click.ClickException``; the MCP tool layer into an
-``isError`` result. None of them carries a traceback to the user.
+``isError`` result. None of them carries a traceback to the user. ``db.store_error`` maps
+a raw ``sqlite3.Error`` onto the right one.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 BUSY_MESSAGE = "database is busy (another thatch process holds the write lock); try again"
@@ -35,6 +39,27 @@ class DatabaseBusyError(StoreError):
 
     def __init__(self) -> None:
         super().__init__(BUSY_MESSAGE)
+
+
+class DatabaseWriteError(StoreError):
+    """A write was refused by the file system (read-only, permissions, disk full)."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"cannot write database {path}: {reason}")
+
+
+class DatabaseDamagedError(StoreError):
+    """SQLite found the file malformed; nothing thatch does can repair it."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        quoted = shlex.quote(str(path))
+        super().__init__(
+            f'database {path} is damaged ({reason}): run sqlite3 {quoted} "PRAGMA integrity_check"'
+        )
 
 
 class InvalidInputError(StoreError, ValueError):
