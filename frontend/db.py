@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 from urllib.parse import quote
 
 from thatch.frontend.db_path import DB_FILE_NAME, default_db_path
@@ -40,10 +40,12 @@ __all__ = [
     "is_write_refused",
     "read_leniently",
     "store_error",
+    "write_fault",
     "write_problem",
 ]
 
 T = TypeVar("T")
+WriteFault = Literal["read-only", "permission", "immutable", "directory", "full", "other"]
 
 BUSY_TIMEOUT_MS = 5000
 # Below this much free space a commit (WAL frames, then a checkpoint) is likely to fail.
@@ -199,7 +201,13 @@ def _words(error: BaseException) -> str:
 
 
 def write_problem(path: Path) -> str | None:
-    """Why SQLite could not write ``path`` and its -wal/-shm files, or None if it can.
+    """Why SQLite could not write ``path`` and its -wal/-shm files, or None if it can."""
+    fault = write_fault(path)
+    return None if fault is None else fault[1]
+
+
+def write_fault(path: Path) -> tuple[WriteFault, str] | None:
+    """The kind and description of what stops writes to ``path``, or None.
 
     Opens the file for writing (which changes nothing), so it reports what a write would
     meet: a read-only mount, permissions or an immutable attribute, an unwritable
@@ -208,7 +216,7 @@ def write_problem(path: Path) -> str | None:
     directory = path.parent
     try:
         if os.statvfs(directory).f_flag & os.ST_RDONLY:
-            return f"the file system holding {directory} is mounted read-only"
+            return "read-only", f"the file system holding {directory} is mounted read-only"
     except OSError:
         pass
     for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
@@ -219,24 +227,24 @@ def write_problem(path: Path) -> str | None:
         except OSError as error:
             return _refusal(candidate, error)
     if not _directory_writable(directory) and not Path(f"{path}-wal").exists():
-        return (
+        return "directory", (
             f"its directory {directory} is not writable "
             f"(SQLite creates {path.name}-wal and {path.name}-shm there)"
         )
     free = free_bytes(directory)
     if free is not None and free < FREE_SPACE_MIN_BYTES:
-        return f"the disk holding {directory} is full ({free // 1024} KiB free)"
+        return "full", f"the disk holding {directory} is full ({free // 1024} KiB free)"
     return None
 
 
-def _refusal(path: Path, error: OSError) -> str:
+def _refusal(path: Path, error: OSError) -> tuple[WriteFault, str]:
     if error.errno == errno.EROFS:
-        return f"the file system holding {path.parent} is mounted read-only"
+        return "read-only", f"the file system holding {path.parent} is mounted read-only"
     if error.errno == errno.EACCES:
-        return f"permission denied: {path} is not writable by this user"
+        return "permission", f"permission denied: {path} is not writable by this user"
     if error.errno == errno.EPERM:
-        return f"{path} does not permit writes (is it immutable? see lsattr {path})"
-    return f"{path}: {error.strerror or error}"
+        return "immutable", f"{path} does not permit writes (is it immutable? see lsattr {path})"
+    return "other", f"{path}: {error.strerror or error}"
 
 
 def _directory_writable(directory: Path) -> bool:
