@@ -87,6 +87,11 @@ def _reading_store(tools: Tools, store: str | None) -> str:
     if store is None or not store.strip():
         return tools.ctx.project_store
     if not tools.ctx.store.store_exists(store):
+        from thatch.frontend.identifiers import store_name_problem
+
+        problem = store_name_problem(store)
+        if problem is not None:  # existing stores stay readable whatever their name
+            raise click.ClickException(f"Invalid arguments: store: {problem}")
         names = ", ".join(sorted(tools.ctx.store.store_names()))
         raise click.ClickException(f'no store named "{store}".\nStores: {names}')
     return store

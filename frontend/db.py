@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
@@ -188,6 +189,10 @@ def open_error(error: sqlite3.Error, path: Path | str) -> StoreError:
     code = _code(error)
     if is_busy(error):
         return DatabaseBusyError()
+    if code == sqlite3.SQLITE_NOTADB:  # maybe never was one: say so, and how to tell
+        quoted = shlex.quote(os.fspath(path))
+        check = f'if it held memories, run sqlite3 {quoted} "PRAGMA integrity_check"'
+        return DatabaseOpenError(path, f"{_words(error)} ({check})")
     if code in _DAMAGED_CODES or "malformed" in str(error) or is_undecodable(error):
         return DatabaseDamagedError(path, _words(error))
     reason = _words(error)

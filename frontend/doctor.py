@@ -31,8 +31,11 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from thatch.frontend.db import WriteFault
 
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
@@ -172,7 +175,9 @@ def _write_check(path: Path) -> Check | None:
     from thatch.frontend.db import write_fault
 
     found = write_fault(path)
-    if found is None:
+    if found is None and (Path(f"{path}-wal").exists() or not _is_wal(path)):
+        # Only when it creates no file: with no -wal (nobody has it open) a WAL database
+        # would get -wal/-shm files made and removed, and nobody holds the lock anyway.
         found = _lock_fault(path)
     if found is None:
         return None
@@ -186,7 +191,7 @@ def _write_check(path: Path) -> Check | None:
     return Check("FAIL", "database", f"{path} cannot be written: {detail}", fix)
 
 
-def _lock_fault(path: Path) -> tuple[str, str] | None:
+def _lock_fault(path: Path) -> tuple[WriteFault, str] | None:
     """Take the write lock as a write would, and give it back: nothing is written.
 
     Busy is fine (another session is writing right now); anything else is a fault the
