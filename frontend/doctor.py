@@ -128,7 +128,11 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         wal = _is_wal(path)
         conn = _open_read_only(path)
     except (OSError, sqlite3.Error) as error:
-        return Check("FAIL", "database", f"cannot open {path}: {error}", fix), None
+        # Reading a WAL database needs its -shm file: a full disk or read-only mount can
+        # stop even that, and is then the fault to name.
+        return _write_check(path) or Check(
+            "FAIL", "database", f"cannot open {path}: {error}", fix
+        ), None
     try:
         problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
         if problems != ["ok"]:
@@ -140,7 +144,9 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         conn.close()
         if isinstance(error, sqlite3.DatabaseError) and "malformed" in str(error):
             return _damaged(path, str(error)), None
-        return Check("FAIL", "database", f"cannot read {path}: {error}", fix), None
+        return _write_check(path) or Check(
+            "FAIL", "database", f"cannot read {path}: {error}", fix
+        ), None
     unwritable = _write_check(path)
     if unwritable is not None:
         return unwritable, conn
