@@ -23,7 +23,7 @@ from thatch.frontend.tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import bag_vector, rows
-from tests.support.hookrun import thatch_command
+from tests.support.hookrun import run_hook, thatch_command
 from tests.support.mounts import immutable, in_namespace, read_only, small_tmpfs
 
 DAMAGED = 'is damaged (database disk image is malformed): run sqlite3 {db} "PRAGMA integrity_check"'
@@ -199,6 +199,11 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
             assert (done[0], done[2]) == (1, expected + "\n"), args
             failed.add(args[0])
     assert {"list", "search", "hygiene"} <= failed
+    hook_env = {**env, "THATCH_PROJECT_DIR": str(Path(env["THATCH_PROJECT_DIR"]))}
+    for hook, payload in (("flush-tools", {"prompt": "how do I push a tag"}), ("reminder", {})):
+        done = run_hook([hook], {"session_id": "s", **payload}, hook_env)
+        assert done.returncode == 0  # hooks never fail the host's turn
+        assert done.stderr.decode() == f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n"
     tools = Tools(build_context())
     listed = tools.call("memory_list", {"store": "proj"})
     assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))
