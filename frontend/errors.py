@@ -25,13 +25,25 @@ class StoreError(Exception):
     """Base class of every error the store layer raises on purpose."""
 
 
-class DatabaseOpenError(StoreError):
-    """The database file cannot be created, opened or initialised."""
+class _FileError(StoreError):
+    """An error about the database file at ``path``, for ``reason``."""
 
     def __init__(self, path: Path | str, reason: str) -> None:
         self.path = Path(path)
         self.reason = reason
-        super().__init__(f"cannot open database at {path}: {reason}")
+        super().__init__(self.describe(str(path), reason))
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        raise NotImplementedError
+
+
+class DatabaseOpenError(_FileError):
+    """The database file cannot be created, opened or initialised."""
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        return f"cannot open database at {path}: {reason}"
 
 
 class DatabaseBusyError(StoreError):
@@ -41,25 +53,21 @@ class DatabaseBusyError(StoreError):
         super().__init__(BUSY_MESSAGE)
 
 
-class DatabaseWriteError(StoreError):
+class DatabaseWriteError(_FileError):
     """A write was refused by the file system (read-only, permissions, disk full)."""
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        super().__init__(f"cannot write database {path}: {reason}")
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        return f"cannot write database {path}: {reason}"
 
 
-class DatabaseDamagedError(StoreError):
+class DatabaseDamagedError(_FileError):
     """SQLite found the file malformed; nothing thatch does can repair it."""
 
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        quoted = shlex.quote(str(path))
-        super().__init__(
-            f'database {path} is damaged ({reason}): run sqlite3 {quoted} "PRAGMA integrity_check"'
-        )
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        check = f'sqlite3 {shlex.quote(path)} "PRAGMA integrity_check"'
+        return f"database {path} is damaged ({reason}): run {check}"
 
 
 class InvalidInputError(StoreError, ValueError):

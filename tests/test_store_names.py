@@ -3,15 +3,11 @@ into look-alike stores; case is kept (names are literal, tools.md §2)."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from thatch.cli.main import cli
 from thatch.frontend.tools import Tools
 
-from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import rows, tool_context
 
 BAD = {
@@ -56,35 +52,3 @@ def test_case_is_kept_and_blank_means_omitted(tmp_path: Path) -> None:
         assert tools.ctx.store.store_names() == ["GLOBAL", "global", "o/r"]
     finally:
         tools.ctx.store.close()
-
-
-@pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess) -> Path:
-    project = tmp_path / "proj"
-    project.mkdir()
-    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
-    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
-    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
-    return tmp_path / "thatch.db"
-
-
-def test_cli_refuses_bad_store_names_but_reads_existing_ones(db: Path) -> None:
-    runner = CliRunner()
-    saved = runner.invoke(cli, ["remember", "L", "c", "--store", "global "])
-    assert saved.exit_code == 2
-    assert saved.stderr.splitlines()[-1] == (
-        "Error: Invalid arguments: store: must not start or end with whitespace"
-    )
-    for args in (["list", " global"], ["search", "q", "--store", "glo\x00bal"]):
-        result = runner.invoke(cli, args)
-        assert result.exit_code == 1, args
-        assert result.stderr.startswith("Error: Invalid arguments: store: ")
-        assert len(result.stderr.splitlines()) == 1
-    assert runner.invoke(cli, ["remember", "Kept", "c"]).exit_code == 0
-    conn = sqlite3.connect(db)  # a store an earlier release made stays readable
-    conn.execute("UPDATE entries SET store = 'legacy ' WHERE slug = 'kept'")
-    conn.execute("INSERT INTO stores (name) VALUES ('legacy ')")
-    conn.commit()
-    conn.close()
-    listed = runner.invoke(cli, ["list", "legacy "])
-    assert listed.exit_code == 0 and "Kept" in listed.stdout
