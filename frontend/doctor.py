@@ -130,7 +130,7 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
     except (OSError, sqlite3.Error) as error:
         # Reading a WAL database needs its -shm file: a full disk or read-only mount can
         # stop even that, and is then the fault to name.
-        return _write_check(path) or Check(
+        return _write_check(path, lock=False) or Check(
             "FAIL", "database", f"cannot open {path}: {error}", fix
         ), None
     try:
@@ -144,7 +144,7 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         conn.close()
         if isinstance(error, sqlite3.DatabaseError) and "malformed" in str(error):
             return _damaged(path, str(error)), None
-        return _write_check(path) or Check(
+        return _write_check(path, lock=False) or Check(
             "FAIL", "database", f"cannot read {path}: {error}", fix
         ), None
     unwritable = _write_check(path)
@@ -176,12 +176,15 @@ def _damaged(path: Path, problem: str) -> Check:
     )
 
 
-def _write_check(path: Path) -> Check | None:
-    """FAIL naming what stops the other commands from writing, or None when they can."""
+def _write_check(path: Path, *, lock: bool = True) -> Check | None:
+    """FAIL naming what stops the other commands from writing, or None when they can.
+
+    ``lock=False`` probes the file system only (for a file SQLite could not even read).
+    """
     from thatch.frontend.db import write_fault
 
     found = write_fault(path)
-    if found is None and (Path(f"{path}-wal").exists() or not _is_wal(path)):
+    if found is None and lock and (Path(f"{path}-wal").exists() or not _is_wal(path)):
         # Only when it creates no file: with no -wal (nobody has it open) a WAL database
         # would get -wal/-shm files made and removed, and nobody holds the lock anyway.
         found = _lock_fault(path)
