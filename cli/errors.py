@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -37,6 +38,11 @@ def translate_errors() -> Iterator[None]:
         yield
     except click.ClickException:
         raise
+    except sqlite3.Error as error:  # one the store layer did not name: name it here
+        debug_traceback()
+        from thatch.frontend.db import default_db_path, store_error
+
+        raise FixableError(str(store_error(error, default_db_path(os.environ)))) from None
     except StoreError as error:
         debug_traceback()
         raise FixableError(str(error)) from None

@@ -6,7 +6,7 @@ import json
 import os
 
 import click
-from thatch.cli.errors import FixableError, debug_traceback
+from thatch.cli.errors import translate_errors
 
 
 def _active_model() -> str:
@@ -24,8 +24,7 @@ def hygiene(as_json: bool) -> None:
     Prints the report, or "Store is healthy." when there is nothing to tend. Exits 0
     either way; thatch never deletes anything for hygiene.
     """
-    from thatch.frontend.db import default_db_path
-    from thatch.frontend.errors import StoreError
+    from thatch.frontend.db import default_db_path, read_leniently
     from thatch.frontend.hookio import project_dir
     from thatch.frontend.hygiene import hygiene as compute_hygiene
     from thatch.frontend.project import project_store
@@ -34,15 +33,14 @@ def hygiene(as_json: bool) -> None:
 
     directory = project_dir(os.environ, {})
     project = project_store(directory, os.environ)
-    try:
+    with translate_errors():  # damaged or unreadable files included: one line, no traceback
         store = Store.open(default_db_path(os.environ), clock=utc_now)
         try:
-            result = compute_hygiene(store, project, directory, _active_model())
+            result = read_leniently(
+                store.conn, lambda: compute_hygiene(store, project, directory, _active_model())
+            )
         finally:
             store.close()
-    except StoreError as error:
-        debug_traceback()
-        raise FixableError(str(error)) from None
     if as_json:
         click.echo(json.dumps(result.as_json(), ensure_ascii=False))
     else:

@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from thatch.cli.errors import debug_traceback, translate_errors
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 CLI_START_WAIT = 120.0
 SETTINGS = {"help_option_names": ["-h", "--help"]}
+T = TypeVar("T")
 
 
 # -- plumbing ---------------------------------------------------------------------------
@@ -55,6 +56,13 @@ def _tools() -> Tools:
     return Tools(build_context(start_wait=CLI_START_WAIT, notice=notice))
 
 
+def _leniently(tools: Tools, operation: Callable[[], T]) -> T:
+    """``operation()``, read again with replacement characters if a stored text is not UTF-8."""
+    from thatch.frontend.db import read_leniently
+
+    return read_leniently(tools.ctx.store.conn, operation)
+
+
 def _close(ctx: ToolContext) -> None:
     ctx.store.close()
     close: Callable[[], None] | None = getattr(ctx.embedder, "close", None)
@@ -80,6 +88,11 @@ def _reading_store(tools: Tools, store: str | None) -> str:
     if store is None or not store.strip():
         return tools.ctx.project_store
     if not tools.ctx.store.store_exists(store):
+        from thatch.frontend.identifiers import store_name_problem
+
+        problem = store_name_problem(store)
+        if problem is not None:  # existing stores stay readable whatever their name
+            raise click.ClickException(f"Invalid arguments: store: {problem}")
         names = ", ".join(map(token, sorted(tools.ctx.store.store_names())))
         raise click.ClickException(f"no store named {quoted(store)}.\nStores: {names}")
     return store
@@ -118,7 +131,7 @@ def stores(as_json: bool) -> None:
     """List store names, sorted."""
     with _errors():
         tools = _tools()
-        counts = tools.ctx.store.store_counts()
+        counts = _leniently(tools, tools.ctx.store.store_counts)
         _close(tools.ctx)
     names = sorted(counts)
     if as_json:
@@ -138,7 +151,7 @@ def list_cmd(store: str | None, as_json: bool) -> None:
     with _errors():
         tools = _tools()
         name = _reading_store(tools, store)
-        memories = tools.ctx.store.list(name)
+        memories = _leniently(tools, lambda: tools.ctx.store.list(name))
         _close(tools.ctx)
     if as_json:
         _emit_json([_memory_json(memory) for memory in memories])
@@ -156,7 +169,7 @@ def show(label: str, store: str | None, as_json: bool) -> None:
         label = _check("label", "memory_show", label)
         tools = _tools()
         name = _reading_store(tools, store)
-        memory = tools.ctx.store.show(name, label)
+        memory = _leniently(tools, lambda: tools.ctx.store.show(name, label))
         _close(tools.ctx)
     if memory is None:
         raise _not_found(label.strip(), name)
@@ -198,7 +211,7 @@ def forget(label: str, store: str | None) -> None:
         label = _check("label", "memory_forget", label)
         tools = _tools()
         name = _reading_store(tools, store)
-        memory = tools.ctx.store.forget(name, label)
+        memory = _leniently(tools, lambda: tools.ctx.store.forget(name, label))
         _close(tools.ctx)
     if memory is None:
         raise _not_found(label.strip(), name)
@@ -236,10 +249,19 @@ def search(
                 err=True,
             )
         scope = None if store in (None, "", "all") else [_reading_store(tools, store)]
-        report = tools.recall(
-            query=text, stores=scope, branch=branch, limit=limit, include_archived=include_archived
+        report = _leniently(
+            tools,
+            lambda: tools.recall(
+                query=text,
+                stores=scope,
+                branch=branch,
+                limit=limit,
+                include_archived=include_archived,
+            ),
         )
         _close(tools.ctx)
+    if report.telemetry_skipped is not None:
+        click.echo(f"note: recall counts not updated: {report.telemetry_skipped}", err=True)
     if as_json:
         _emit_json(
             [
@@ -310,8 +332,11 @@ def remember(
             "branch": _check("branch", "memory_remember", branch),
         }
         tools = _tools()
-        report = tools.remember(
-            **values, confidence=confidence, overwrite=overwrite, archived=archived
+        report = _leniently(
+            tools,
+            lambda: tools.remember(
+                **values, confidence=confidence, overwrite=overwrite, archived=archived
+            ),
         )
         _close(tools.ctx)
     if as_json:

@@ -1,15 +1,23 @@
 """``thatch doctor``'s checks as a library (spec/cli.md §5): look, never touch.
 
-Every check only reads. The database is opened read-only and never migrated; when no
-``-wal`` file exists (no process has it open) it is opened ``immutable`` so that SQLite
-does not leave ``-wal``/``-shm`` files behind. The embedder is asked for health and info
-on a client that cannot auto-start; models are described without network access.
+Every check only reads. The database is read read-only and never migrated; when no
+``-wal`` file exists (no process has it open) it is read ``immutable`` so that SQLite
+does not leave ``-wal``/``-shm`` files behind. Reading is not what the other commands
+need, though: the database check also tests writing as they do (the file, its -wal/-shm
+files and its directory opened for writing, free space, the write lock taken with
+``BEGIN IMMEDIATE`` and released with ``ROLLBACK``), none of which changes the file, and
+names the fault it meets. The embedder is asked for health and info on a client that
+cannot auto-start; models are described without network access.
 
 Decisions the spec leaves open:
 - a database file that does not exist yet is ``warn`` (thatch creates it on first use)
   when its directory can be created, ``FAIL`` when it cannot;
 - an outdated schema or a non-WAL journal is ``warn``: the next thatch command that opens
   the database migrates it and switches it to WAL;
+- a 0-byte file is ``FAIL``: thatch never leaves one (it writes the schema on first
+  open), so something truncated or replaced the database;
+- each fault has its own fix: the spec's ``check permissions …`` is kept for permission
+  problems; a read-only mount, an immutable file, a full disk and damage say what to do;
 - ``setup:<host>`` runs for hosts with thatch artifacts, the host named by the
   environment (``THATCH_HOST``, ``CURSOR_PROJECT_DIR``, ``CLAUDE_PROJECT_DIR``), and hosts
   whose configuration directory exists (the host is installed for this user).
@@ -18,12 +26,16 @@ Decisions the spec leaves open:
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from thatch.frontend.db import WriteFault
 
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
@@ -105,20 +117,39 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
     if not path.is_file():
         return Check("FAIL", "database", f"{path} is not a file", fix), None
     try:
+        if path.stat().st_size == 0:
+            return Check(
+                "FAIL",
+                "database",
+                f"{path} is an empty file (0 bytes): it holds no memories and no schema",
+                f"restore {path} from a backup if it held memories; "
+                "otherwise delete it and thatch creates a new one",
+            ), None
         wal = _is_wal(path)
         conn = _open_read_only(path)
     except (OSError, sqlite3.Error) as error:
-        return Check("FAIL", "database", f"cannot open {path}: {error}", fix), None
+        # Reading a WAL database needs its -shm file: a full disk or read-only mount can
+        # stop even that, and is then the fault to name.
+        return _write_check(path, lock=False) or Check(
+            "FAIL", "database", f"cannot open {path}: {error}", fix
+        ), None
     try:
         problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
         if problems != ["ok"]:
             conn.close()
-            return Check("FAIL", "database", f"{path} is damaged: {problems[0]}", fix), None
+            return _damaged(path, problems[0]), None
         missing = [name for name, _ in MIGRATIONS if name not in applied_migrations(conn)]
         memories, stores = _counts(conn) if not missing else (0, 0)
     except sqlite3.Error as error:
         conn.close()
-        return Check("FAIL", "database", f"cannot read {path}: {error}", fix), None
+        if isinstance(error, sqlite3.DatabaseError) and "malformed" in str(error):
+            return _damaged(path, str(error)), None
+        return _write_check(path, lock=False) or Check(
+            "FAIL", "database", f"cannot read {path}: {error}", fix
+        ), None
+    unwritable = _write_check(path)
+    if unwritable is not None:
+        return unwritable, conn
     if missing:
         return Check(
             "warn",
@@ -132,6 +163,65 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
             "warn", "database", f"{detail}, not in WAL mode", "run thatch stores once"
         ), conn
     return Check("ok", "database", detail), conn
+
+
+def _damaged(path: Path, problem: str) -> Check:
+    quoted = shlex.quote(os.fspath(path))
+    return Check(
+        "FAIL",
+        "database",
+        f"{path} is damaged: {' '.join(problem.split())}",
+        f'run sqlite3 {quoted} "PRAGMA integrity_check"; then restore a backup, or move '
+        "the file aside (thatch starts a new one)",
+    )
+
+
+def _write_check(path: Path, *, lock: bool = True) -> Check | None:
+    """FAIL naming what stops the other commands from writing, or None when they can.
+
+    ``lock=False`` probes the file system only (for a file SQLite could not even read).
+    """
+    from thatch.frontend.db import write_fault
+
+    found = write_fault(path)
+    if found is None and lock and (Path(f"{path}-wal").exists() or not _is_wal(path)):
+        # Only when it creates no file: with no -wal (nobody has it open) a WAL database
+        # would get -wal/-shm files made and removed, and nobody holds the lock anyway.
+        found = _lock_fault(path)
+    if found is None:
+        return None
+    kind, detail = found
+    fixes = {
+        "read-only": "remount it read-write, or set THATCH_DB_PATH to a writable place",
+        "immutable": f"chattr -i {shlex.quote(os.fspath(path))}",
+        "full": "free space on that disk, or set THATCH_DB_PATH to a disk with room",
+    }
+    fix = fixes.get(kind, DB_FIX.format(dir=path.parent))
+    return Check("FAIL", "database", f"{path} cannot be written: {detail}", fix)
+
+
+def _lock_fault(path: Path) -> tuple[WriteFault, str] | None:
+    """Take the write lock as a write would, and give it back: nothing is written.
+
+    Busy is fine (another session is writing right now); anything else is a fault the
+    file-system probe did not see (a lock-less network mount, a file SQLite refuses).
+    """
+    from thatch.frontend.db import is_busy
+
+    uri = f"file:{quote(os.fspath(path))}?mode=rw"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as error:
+        return "other", str(error)
+    try:
+        conn.execute("PRAGMA busy_timeout = 200")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as error:
+        return None if is_busy(error) else ("other", str(error))
+    finally:
+        conn.close()
+    return None
 
 
 def _counts(conn: sqlite3.Connection) -> tuple[int, int]:

@@ -3,15 +3,19 @@
     StoreError                  base: ``str(error)`` is a complete one-line message
      ├── DatabaseOpenError      "cannot open database at <path>: <reason>"
      ├── DatabaseBusyError      another process held the write lock past the busy timeout
+     ├── DatabaseWriteError     "cannot write database <path>: <reason>" (read-only, full)
+     ├── DatabaseDamagedError   "database <path> is damaged (<sqlite's words>): run …"
      └── InvalidInputError      a value handed to the store cannot be stored or compared
           (also a ValueError)   (empty/2-D/non-finite vector, unknown verdict status, ...)
 
 The CLI turns every one of them into ``click.ClickException``; the MCP tool layer into an
-``isError`` result. None of them carries a traceback to the user.
+``isError`` result. None of them carries a traceback to the user. ``db.store_error`` maps
+a raw ``sqlite3.Error`` onto the right one.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 BUSY_MESSAGE = "database is busy (another thatch process holds the write lock); try again"
@@ -21,13 +25,25 @@ class StoreError(Exception):
     """Base class of every error the store layer raises on purpose."""
 
 
-class DatabaseOpenError(StoreError):
-    """The database file cannot be created, opened or initialised."""
+class _FileError(StoreError):
+    """An error about the database file at ``path``, for ``reason``."""
 
     def __init__(self, path: Path | str, reason: str) -> None:
         self.path = Path(path)
         self.reason = reason
-        super().__init__(f"cannot open database at {path}: {reason}")
+        super().__init__(self.describe(str(path), reason))
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        raise NotImplementedError
+
+
+class DatabaseOpenError(_FileError):
+    """The database file cannot be created, opened or initialised."""
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        return f"cannot open database at {path}: {reason}"
 
 
 class DatabaseBusyError(StoreError):
@@ -35,6 +51,23 @@ class DatabaseBusyError(StoreError):
 
     def __init__(self) -> None:
         super().__init__(BUSY_MESSAGE)
+
+
+class DatabaseWriteError(_FileError):
+    """A write was refused by the file system (read-only, permissions, disk full)."""
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        return f"cannot write database {path}: {reason}"
+
+
+class DatabaseDamagedError(_FileError):
+    """SQLite found the file malformed; nothing thatch does can repair it."""
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        check = f'sqlite3 {shlex.quote(path)} "PRAGMA integrity_check"'
+        return f"database {path} is damaged ({reason}): run {check}"
 
 
 class InvalidInputError(StoreError, ValueError):

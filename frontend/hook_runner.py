@@ -30,6 +30,12 @@ def report_failure(command: str, error: BaseException) -> None:
         import traceback
 
         traceback.print_exception(error, file=sys.stderr)
+    sqlite3 = sys.modules.get("sqlite3")  # only loaded if a database was opened
+    if sqlite3 is not None and isinstance(error, sqlite3.Error):
+        from thatch.frontend.db import default_db_path, store_error
+
+        hookio.warn(command, str(store_error(error, default_db_path(os.environ))))
+        return
     hookio.warn(command, f"internal error: {type(error).__name__}: {error}".splitlines()[0])
 
 

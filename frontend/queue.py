@@ -6,6 +6,12 @@ library (spec/hooks.md §1). Layout per session id ``I`` in the queue directory:
 drain) and ``<safe>.lock`` (flock target). Every read-modify-write holds the lock and
 replaces the file atomically, so readers (which never lock) see either the old or the new
 file, never a torn one.
+
+Everything stored is bounded (the ``*_LIMIT`` constants below): hosts pass tool names,
+argument names, ids and values as they come, and one 5 MB tool name once made a 10 MB
+queue and a 10 MB ``get_extraction_payload``. Records are capped when written and again
+when read, so a file written by anyone else is bounded too. A session id the extraction
+tools would refuse (``session_id_problem``) gets no queue at all, hence no nudge.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 
 __all__ = [
     "MAX_RECORDS",
@@ -36,12 +44,27 @@ __all__ = [
     "queue_paths",
     "read_count",
     "safe_name",
+    "session_id_problem",
 ]
 
 MAX_RECORDS = 20
 ARG_STRING_LIMIT = 500
 OUTPUT_LIMIT = 2000
 PAYLOAD_OUTPUT_LIMIT = 500
+TOOL_NAME_LIMIT = 200  # host-prefixed tool names are well under 100 characters
+KEY_LIMIT = 100  # an argument's name
+ID_LIMIT = 200  # tool_use_id (hosts send ~40-character ids)
+ARG_ITEMS_LIMIT = 50  # entries kept per object or array inside args
+ARG_DEPTH_LIMIT = 8  # nesting kept inside args; deeper values become "…"
+ARGS_CHARS_LIMIT = 4000  # budget of one record's args (names and strings counted)
+TITLE_LIMIT = 200
+# One record is at most about the sum of its fields' limits (~7.5k characters), so a
+# queue of MAX_RECORDS stays under QUEUE_BYTES_LIMIT; reading never takes more than that
+# from the end of a file (a foreign or older file may be larger).
+RECORD_CHARS_LIMIT = (
+    TOOL_NAME_LIMIT + SESSION_ID_MAX + ARGS_CHARS_LIMIT + TITLE_LIMIT + OUTPUT_LIMIT + ID_LIMIT
+)
+QUEUE_BYTES_LIMIT = 4 * MAX_RECORDS * RECORD_CHARS_LIMIT  # UTF-8: up to 4 bytes a character
 LOCK_TIMEOUT_SECONDS = 2.0
 STALE_SECONDS = 7 * 24 * 3600
 CLEANUP_INTERVAL_SECONDS = 24 * 3600
@@ -185,21 +208,29 @@ def _unlink(path: Path) -> None:
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The file's records, newest MAX_RECORDS, each capped; at most QUEUE_BYTES_LIMIT read."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > QUEUE_BYTES_LIMIT:
+                handle.seek(size - QUEUE_BYTES_LIMIT)  # the first (partial) line is skipped
+            data = handle.read(QUEUE_BYTES_LIMIT)
     except FileNotFoundError:
         return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > QUEUE_BYTES_LIMIT:
+        lines = lines[1:]
     records: list[dict[str, Any]] = []
-    for line in text.splitlines():
+    for line in lines[-MAX_RECORDS * 2 :]:
         if not line.strip():
             continue
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # a foreign or damaged line must not hide the others
         if isinstance(value, dict):
-            records.append(value)
-    return records
+            records.append(_capped(value))
+    return records[-MAX_RECORDS:]
 
 
 def _compact(value: Any) -> str:
@@ -231,13 +262,39 @@ def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:
 
 
 def _cut_strings(value: Any) -> Any:
+    """``value`` with every string cut to 500 characters and its size bounded (the caps)."""
+    return _bounded(value, 0, [ARGS_CHARS_LIMIT])
+
+
+def _bounded(value: Any, depth: int, budget: list[int]) -> Any:
     if isinstance(value, str):
-        return value[:ARG_STRING_LIMIT]
-    if isinstance(value, dict):
-        return {str(key): _cut_strings(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_cut_strings(item) for item in value]
-    return value
+        value = value[: max(0, min(ARG_STRING_LIMIT, budget[0]))]
+        budget[0] -= len(value) + 2
+        return value
+    if value is None or isinstance(value, bool | float):
+        budget[0] -= 5
+        return value
+    if isinstance(value, int):  # a 5,000-digit integer cannot even be printed as JSON
+        budget[0] -= 20
+        return value if -(2**63) <= value < 2**63 else "…"
+    if isinstance(value, dict | list):
+        if depth >= ARG_DEPTH_LIMIT:
+            budget[0] -= 3
+            return "…"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        out: dict[str, Any] = {}
+        for index, (key, item) in enumerate(items):
+            if index >= ARG_ITEMS_LIMIT or budget[0] <= 0:
+                break
+            name = str(key)[:KEY_LIMIT]
+            budget[0] -= len(name) + 4 if isinstance(value, dict) else 1
+            out[name] = _bounded(item, depth + 1, budget)
+        return out if isinstance(value, dict) else list(out.values())
+    return _bounded(str(value), depth, budget)
+
+
+def _cut(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
 
 
 def first_string(args: Mapping[str, Any], *names: str) -> str:
@@ -264,7 +321,7 @@ def make_record(session_id: str, call: Mapping[str, Any]) -> dict[str, Any]:
     """The queue record of one call (``tool_name``, ``tool_input``, ``tool_use_id``,
     ``tool_response`` as the hosts send them)."""
     tool = call.get("tool_name")
-    tool = tool if isinstance(tool, str) else str(tool)
+    tool = (tool if isinstance(tool, str) else str(tool))[:TOOL_NAME_LIMIT]
     raw_input = call.get("tool_input")
     if isinstance(raw_input, dict):
         args: dict[str, Any] = _cut_strings(raw_input)
@@ -279,15 +336,30 @@ def make_record(session_id: str, call: Mapping[str, Any]) -> dict[str, Any]:
         output = response if isinstance(response, str) else _compact(response)
     record: dict[str, Any] = {
         "tool": tool,
-        "sessionID": session_id,
+        "sessionID": session_id[:SESSION_ID_MAX],
         "args": args,
-        "title": _title(tool, args),
+        "title": _title(tool, args)[:TITLE_LIMIT],
         "output": output[:OUTPUT_LIMIT],
     }
     use_id = call.get("tool_use_id")
     if isinstance(use_id, str) and use_id:
-        record["tool_use_id"] = use_id
+        record["tool_use_id"] = use_id[:ID_LIMIT]
     return record
+
+
+def _capped(record: dict[str, Any]) -> dict[str, Any]:
+    """A record read back, bounded like one written now (older or foreign files)."""
+    capped: dict[str, Any] = {
+        "tool": _cut(record.get("tool"), TOOL_NAME_LIMIT),
+        "sessionID": _cut(record.get("sessionID"), SESSION_ID_MAX),
+        "args": _cut_strings(record.get("args", {})),
+        "title": _cut(record.get("title"), TITLE_LIMIT),
+        "output": _cut(record.get("output"), OUTPUT_LIMIT),
+    }
+    use_id = record.get("tool_use_id")
+    if isinstance(use_id, str) and use_id:
+        capped["tool_use_id"] = use_id[:ID_LIMIT]
+    return capped
 
 
 # -- operations ------------------------------------------------------------------------
@@ -300,8 +372,8 @@ def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, 
     discards the calls gathered before it; thatch's own and meta tools are skipped, as
     are calls whose ``tool_use_id`` is already queued. The newest 20 records are kept.
     """
-    if not session_id:
-        return
+    if session_id_problem(session_id) is not None:
+        return  # the tools would refuse this id: a queue for it could never be fetched
     calls = list(calls)
     if not calls:
         return
@@ -323,6 +395,7 @@ def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, 
             if kind != "other":
                 continue
             use_id = call.get("tool_use_id")
+            use_id = use_id[:ID_LIMIT] if isinstance(use_id, str) else use_id
             if isinstance(use_id, str) and any(
                 use_id and record.get("tool_use_id") == use_id for record in existing
             ):
@@ -341,7 +414,7 @@ def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, 
 
 def peek_records(directory: Path, session_id: str) -> list[dict[str, Any]]:
     """The queued records, oldest first, without locking or changing anything."""
-    if not session_id:
+    if session_id_problem(session_id) is not None:
         return []
     jsonl, _count, _lock = queue_paths(directory, session_id)
     return _read_lines(jsonl)

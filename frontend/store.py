@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from thatch.frontend import db
-from thatch.frontend.errors import DatabaseBusyError, DatabaseOpenError, InvalidInputError
+from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.matrix_cache import (
     DimGroup,
     MatrixCache,
@@ -84,7 +84,7 @@ class Store(UpkeepQueries):
             conn.close()
             if db.is_busy(error):
                 raise DatabaseBusyError() from None
-            raise DatabaseOpenError(path, str(error)) from None
+            raise db.open_error(error, path) from None
         except BaseException:
             conn.close()
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thatch.frontend.identifiers import session_id_problem, store_name_problem
 from thatch.frontend.validation import (
     CONTENT_MAX,
     LABEL_MAX,
@@ -30,6 +31,7 @@ def _store(what: str) -> Param:
         max_length=LABEL_MAX,
         single_line=True,
         blank_is_omitted=True,
+        check=store_name_problem,
     )
 
 
@@ -230,6 +232,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "The parent session id from the extraction nudge; its queue is cleared.",
                 max_length=SESSION_ID_MAX,
                 single_line=True,
+                check=session_id_problem,
                 blank_is_omitted=True,
             ),
         ),
@@ -248,6 +251,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 non_empty=True,
                 max_length=SESSION_ID_MAX,
                 single_line=True,
+                check=session_id_problem,
             ),
         ),
     ),

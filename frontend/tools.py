@@ -8,6 +8,7 @@ returns a ``ToolResult``; it never raises. The CLI calls the typed operations
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from typing import Any
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
+from thatch.frontend import db
 from thatch.frontend import formatting as fmt
 from thatch.frontend.context import EmbedResultLike, ToolContext
 from thatch.frontend.errors import StoreError
@@ -60,6 +62,9 @@ class RecallReport:
     stores: list[str]
     matches: list[Match]
     pending: int
+    # Set when the recall counts could not be stamped (read-only or full database, lock
+    # not obtained): the answer stands, the CLI says so on stderr, MCP skips it silently.
+    telemetry_skipped: str | None = None
 
     def text(self) -> str:
         return fmt.recall_results(self.matches, self.pending)
@@ -96,7 +101,11 @@ class Tools:
             return ToolResult(f"Unknown tool: {name}", True)
         try:
             values = validate(spec.params, arguments)
-            return ToolResult(self._handlers[name](values))
+            # Reads fail before any write, so a retry with lenient decoding is safe.
+            text = db.read_leniently(self.ctx.store.conn, lambda: self._handlers[name](values))
+            return ToolResult(text)
+        except sqlite3.Error as error:
+            return ToolResult(str(db.store_error(error, self.ctx.store.path)), True)
         except (ArgumentError, Refused, StoreError) as error:
             return ToolResult(str(error), True)
         except EmbedderUnavailable as error:
@@ -223,14 +232,23 @@ class Tools:
         result = self.embed([query], Kind.QUERY)
         # Filling first lets a memory saved while the embedder was down be found now.
         self.fill_pending_opportunistically()
-        matches = self.ctx.store.recall(
-            scope,
-            result.vectors[0],
-            branch=branch or None,
-            limit=limit,
-            include_archived=include_archived,
-        )
-        return RecallReport(scope, list(matches), self.ctx.store.pending_count_in(scope))
+        options = {"branch": branch or None, "limit": limit, "include_archived": include_archived}
+        skipped = None
+        try:
+            matches = self.ctx.store.recall(scope, result.vectors[0], **options)
+        except (sqlite3.OperationalError, StoreError) as error:
+            # Stamping recall counts is telemetry: a database that refuses the write still
+            # answers. Reads that fail the same way fail again below, with their error.
+            if not db.is_write_refused(error):
+                raise
+            skipped = str(
+                db.store_error(error, self.ctx.store.path)
+                if isinstance(error, sqlite3.Error)
+                else error
+            )
+            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+        pending = self.ctx.store.pending_count_in(scope)
+        return RecallReport(scope, list(matches), pending, skipped)
 
     def duplicate_pairs(self, store: str, threshold: float) -> list[DuplicatePair]:
         if self.ctx.store.pending_count(store):

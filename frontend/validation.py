@@ -9,7 +9,7 @@ Messages follow spec/tools.md ยง1.1: ``Invalid arguments: <field>: <reason>[; โ€
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ NOT_AN_OBJECT = 'Invalid arguments: expected an object of named arguments, e.g. 
 LABEL_MAX = 200
 CONTENT_MAX = 50_000
 QUERY_MAX = 10_000
-SESSION_ID_MAX = 512
+SESSION_ID_MAX = 512  # = identifiers.SESSION_ID_MAX, which the hooks use
 
 
 class ArgumentError(Exception):
@@ -48,6 +48,9 @@ class Param:
     # Text where "" / whitespace-only means "not given" (store names).
     blank_is_omitted: bool = False
     default: Any = None
+    # A last rule for text, run after the ones above: returns the reason or None
+    # (``identifiers.store_name_problem``, ``identifiers.session_id_problem``).
+    check: Callable[[str], str | None] | None = None
 
 
 def input_schema(params: Sequence[Param]) -> dict[str, Any]:
@@ -136,6 +139,10 @@ def _check_text(param: Param, value: object) -> str:
         raise _Reason("must be a single line")
     if param.no_control and CONTROL.search(value):
         raise _Reason("must not contain control characters")
+    if param.check is not None:
+        problem = param.check(value)
+        if problem is not None:
+            raise _Reason(problem)
     return value
 
 

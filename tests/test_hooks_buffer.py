@@ -237,8 +237,8 @@ def _payload(session: str, i: int) -> dict[str, object]:
 
 
 def test_sessions_never_share_a_file(env: dict[str, str]) -> None:
-    """Parallel hooks for a/b and a_b write two files, each with only its own records."""
-    procs = [_spawn_buffer_tool(env, session, i) for i in range(6) for session in ("a/b", "a_b")]
+    """Parallel hooks for a.b and a_b (alike once sanitised) write two files, each its own."""
+    procs = [_spawn_buffer_tool(env, session, i) for i in range(6) for session in ("a.b", "a_b")]
     for proc in procs:
         proc.communicate(timeout=120)
         assert proc.returncode == 0
@@ -294,6 +294,7 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch.frontend",
         "thatch.frontend.hook_runner",
         "thatch.frontend.hookio",
+        "thatch.frontend.identifiers",
         "thatch.frontend.queue",
     }
     assert len(read_jsonl(queue_file(env, "s"))) == 1

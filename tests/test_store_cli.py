@@ -123,3 +123,28 @@ def test_missing_argument_is_usage_error(db: Path) -> None:
     """thatch show without LABEL is a click usage error (exit 2)."""
     result = run("show")
     assert result.exit_code == 2 and "Missing argument 'LABEL'" in result.stderr
+
+
+def test_bad_store_names_refused_existing_ones_readable(db: Path) -> None:
+    """Control characters or surrounding whitespace: one-line error; a store an earlier
+    release made with such a name stays readable."""
+    saved = run("remember", "L", "c", "--store", "global ")
+    assert saved.exit_code == 2
+    assert saved.stderr.splitlines()[-1] == (
+        "Error: Invalid arguments: store: must not start or end with whitespace"
+    )
+    for args in (["list", " global"], ["search", "q", "--store", "glo\x00bal"]):
+        result = run(*args)
+        assert result.exit_code == 1, args
+        assert result.stderr.startswith("Error: Invalid arguments: store: ")
+        assert len(result.stderr.splitlines()) == 1
+    assert run("remember", "Kept", "c").exit_code == 0
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE entries SET store = 'legacy ' WHERE slug = 'kept'")
+    conn.execute("INSERT INTO stores (name) VALUES ('legacy ')")
+    conn.commit()
+    conn.close()
+    listed = run("list", "legacy ")
+    assert listed.exit_code == 0 and "Kept" in listed.stdout

@@ -37,14 +37,20 @@ def test_payload_is_read_only_and_done_drains(tmp_path: Path) -> None:
 
 
 def test_done_without_id_and_unknown_sessions(tmp_path: Path) -> None:
-    """No id (or a blank one) just acknowledges; an unknown or hostile id has nothing queued."""
+    """No id (or a blank one) just acknowledges; an unknown id has nothing queued; a path
+    is refused (the hooks never queue, so never nudge with, such an id)."""
     tools = Tools(tool_context(tmp_path))
     assert tools.call("extraction_done", {}).text == "[acknowledged]"
     assert tools.call("extraction_done", {"session_id": "  "}).text == "[acknowledged]"
-    hostile = tools.call("get_extraction_payload", {"session_id": "../../etc/passwd"})
-    assert (hostile.is_error, hostile.text) == (
+    unknown = tools.call("get_extraction_payload", {"session_id": "ses_unknown"})
+    assert (unknown.is_error, unknown.text) == (
         False,
         "No queued tool interactions found for this session.",
+    )
+    hostile = tools.call("get_extraction_payload", {"session_id": "../../etc/passwd"})
+    assert (hostile.is_error, hostile.text) == (
+        True,
+        "Invalid arguments: session_id: must not be a path (no /, \\, . or ..)",
     )
     assert tools.call("get_extraction_payload", {}).text == (
         "Invalid arguments: session_id: required"

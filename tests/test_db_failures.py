@@ -1,0 +1,266 @@
+"""Failures read as failures: read-only, full, damaged and undecodable databases.
+
+Real SQLite files, real ``thatch`` processes, the real (mock-model) embedder. Read-only and
+full file systems are real mounts in a private namespace (tests/support/mounts.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from thatch.cli.main import cli
+from thatch.frontend.context import build_context
+from thatch.frontend.errors import DatabaseOpenError
+from thatch.frontend.store import Store
+from thatch.frontend.tools import Tools
+
+from tests.support.embedder_proc import EmbedderProcess
+from tests.support.fake_embedder import bag_vector, rows
+from tests.support.hookrun import run_hook, thatch_command
+from tests.support.mounts import immutable, in_namespace, read_only, small_tmpfs
+
+DAMAGED = 'is damaged (database disk image is malformed): run sqlite3 {db} "PRAGMA integrity_check"'
+
+# Inside the namespace: the MCP tool layer over the same file, as `thatch mcp` runs it.
+TOOLS_PROBE = """
+import json
+from thatch.frontend.context import build_context
+from thatch.frontend.tools import Tools
+tools = Tools(build_context())
+out = {}
+for name, args in [
+    ("memory_recall", {"query": "push a tag"}),
+    ("memory_remember", {"label": "New", "content": "x"}),
+    ("memory_forget", {"label": "Deploy"}),
+]:
+    result = tools.call(name, args)
+    out[name] = [result.is_error, result.text]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path, mock_embedder: EmbedderProcess, monkeypatch: pytest.MonkeyPatch) -> dict:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (tmp_path / "data").mkdir()
+    values = {
+        "THATCH_DB_PATH": str(tmp_path / "data" / "thatch.db"),
+        "THATCH_PROJECT_DIR": str(project),
+        "THATCH_EMBEDDER_ADDR": mock_embedder.address,
+        "THATCH_QUEUE_DIR": str(tmp_path / "queue"),
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return dict(os.environ)
+
+
+def db_of(env: dict) -> Path:
+    return Path(env["THATCH_DB_PATH"])
+
+
+def cli_run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def seed(env: dict) -> None:
+    """Two embedded memories (CLI) and one pending one (saved with no vector)."""
+    assert cli_run("remember", "Deploy", "push a tag to deploy")[0] == 0
+    assert cli_run("remember", "Tabs", "user likes tabs", "--store", "global")[0] == 0
+    with Store.open(db_of(env)) as store:
+        store.remember("proj", "Later", "# Later\n\nembedded later", None, None)
+    assert not Path(f"{db_of(env)}-wal").exists()  # closed cleanly: nobody has it open
+
+
+def telemetry(db: Path) -> list[tuple]:
+    return rows(db, "SELECT slug, recall_count, last_recalled_at FROM entries ORDER BY slug")
+
+
+def test_read_only_file_system_reads_answer_and_writes_fail_in_one_line(env: dict) -> None:
+    """On a read-only mount: search, stores, list and MCP recall answer; remember, forget
+    and reembed fail with one line naming the file and the mount; nothing changes."""
+    seed(env)
+    db = db_of(env)
+    before = telemetry(db)
+    reason = f"the file system holding {db.parent} is mounted read-only"
+    commands = [
+        thatch_command("search", "push", "a", "tag"),
+        thatch_command("stores"),
+        thatch_command("list"),
+        thatch_command("remember", "New", "x"),
+        thatch_command("forget", "Deploy"),
+        thatch_command("reembed", "--missing"),
+        [sys.executable, "-c", TOOLS_PROBE],
+    ]
+    search, stores, listed, remember, forget, reembed, probe = in_namespace(
+        read_only(db.parent), commands, env
+    )
+    assert search.returncode == 0
+    assert search.stderr.splitlines() == [
+        f"note: recall counts not updated: cannot write database {db}: {reason}",
+        "(1 memory is not indexed yet and was not searched.)",  # "Later" stays pending
+    ]
+    assert search.stdout.splitlines()[1].endswith("[proj] Deploy")
+    assert (stores.returncode, stores.stdout) == (0, "global\nproj\n")
+    assert listed.returncode == 0 and "Deploy" in listed.stdout
+    for failed in (remember, forget, reembed):
+        assert failed.returncode == 1
+        assert failed.stderr.splitlines()[-1] == f"Error: cannot write database {db}: {reason}"
+        assert "Traceback" not in failed.stderr and len(failed.stderr.splitlines()) <= 2
+    tools = json.loads(probe.stdout)
+    assert tools["memory_recall"][0] is False and "Deploy" in tools["memory_recall"][1]
+    assert tools["memory_remember"] == [True, f"cannot write database {db}: {reason}"]
+    assert tools["memory_forget"] == [True, f"cannot write database {db}: {reason}"]
+    assert telemetry(db) == before
+    assert not Path(f"{db}-wal").exists()
+
+
+def test_read_only_file_reads_answer_and_writes_fail_in_one_line(env: dict) -> None:
+    """An immutable database file (root ignores 0444): the same, naming the file."""
+    seed(env)
+    db = db_of(env)
+    before = telemetry(db)
+    reason = f"{db} does not permit writes (is it immutable? see lsattr {db})"
+    with immutable(db):
+        code, out, err = cli_run("search", "push a tag")
+        assert code == 0 and out.splitlines()[1].endswith("[proj] Deploy")
+        assert err.splitlines()[0] == (
+            f"note: recall counts not updated: cannot write database {db}: {reason}"
+        )
+        for args in (["remember", "New", "x"], ["forget", "Deploy"], ["reembed", "--missing"]):
+            code, _out, err = cli_run(*args)
+            assert code == 1, args
+            assert err.splitlines()[-1] == f"Error: cannot write database {db}: {reason}"
+        tools = Tools(build_context())
+        recalled = tools.call("memory_recall", {"query": "push a tag"})
+        assert not recalled.is_error and "Deploy" in recalled.text
+        saved = tools.call("memory_remember", {"label": "New", "content": "x"})
+        assert (saved.is_error, saved.text) == (True, f"cannot write database {db}: {reason}")
+        tools.ctx.store.close()
+    assert telemetry(db) == before
+
+
+def test_current_database_opens_without_writing(tmp_path: Path) -> None:
+    """Opening a fully migrated database changes no byte of it; an immutable one opens for
+    reading. One that still needs a migration says why it cannot be opened, in one line."""
+    db = tmp_path / "thatch.db"
+    with Store.open(db) as store:
+        store.remember("global", "A", "# A\n\nalpha", bag_vector("alpha", 8), "m")
+    content, mtime = db.read_bytes(), db.stat().st_mtime_ns
+    with Store.open(db) as store:
+        assert store.store_names() == ["global"]
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == (content, mtime)
+    with immutable(db), Store.open(db) as store:
+        assert [m.label for m in store.list("global")] == ["A"]
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM _thatch_migrations WHERE name = 'm005_pending_index'")
+    conn.commit()
+    conn.close()
+    with immutable(db), pytest.raises(DatabaseOpenError) as caught:
+        Store.open(db)
+    assert str(caught.value) == (
+        f"cannot open database at {db}: {db} does not permit writes (is it immutable? "
+        f"see lsattr {db})"
+    )
+
+
+def damage(db: Path) -> None:
+    """Overwrite three pages in the middle of the file (it is checkpointed and closed)."""
+    pages = db.stat().st_size // 4096
+    with db.open("r+b") as handle:
+        handle.seek(pages // 2 * 4096)
+        handle.write(b"\xa5" * 4096 * 3)
+
+
+def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
+    """stores/list/search/hygiene/remember/show never print a traceback: each works or
+    gives the damaged-file line with the integrity_check command; so do the MCP tools."""
+    db = db_of(env)
+    rng = np.random.default_rng(7)
+    with Store.open(db) as store:
+        for i in range(60):
+            vector = rng.standard_normal(16).astype(np.float32)
+            store.remember("proj", f"Mem {i}", f"# Mem {i}\n\n" + f"{i} " * 900, vector, "m")
+    damage(db)
+    expected = f"Error: database {db} " + DAMAGED.format(db=db)
+    failed = set()
+    for args in (["stores"], ["list"], ["search", "m"], ["hygiene"], ["remember", "Z", "z"]):
+        done = cli_run(*args)
+        assert "Traceback" not in done[2], args
+        if done[0] != 0:
+            assert (done[0], done[2]) == (1, expected + "\n"), args
+            failed.add(args[0])
+    assert {"list", "search", "hygiene"} <= failed
+    hook_env = {**env, "THATCH_PROJECT_DIR": str(Path(env["THATCH_PROJECT_DIR"]))}
+    for hook, payload in (("flush-tools", {"prompt": "how do I push a tag"}), ("reminder", {})):
+        done = run_hook([hook], {"session_id": "s", **payload}, hook_env)
+        assert done.returncode == 0  # hooks never fail the host's turn
+        assert done.stderr.decode() == f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n"
+    tools = Tools(build_context())
+    listed = tools.call("memory_list", {"store": "proj"})
+    assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))
+    tools.ctx.store.close()
+
+
+def test_undecodable_text_is_read_with_replacement_and_never_blocks_writes(env: dict) -> None:
+    """A label and a content holding invalid UTF-8 (a BLOB cast into TEXT) are shown with
+    U+FFFD; remember, list, recall keep working, in the tools and the CLI."""
+    db = db_of(env)
+    assert cli_run("remember", "Deploy", "push a tag")[0] == 0
+    assert cli_run("remember", "Broken", "to be damaged")[0] == 0
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE entries SET label = CAST(X'4e6f74ff20fe' AS TEXT), "
+        "content = CAST(X'2320ff0a0a78' AS TEXT) WHERE slug = 'broken'"
+    )
+    conn.commit()
+    conn.close()
+    code, out, err = cli_run("remember", "Fresh", "a new memory")
+    assert (code, err) == (0, "")
+    code, out, _ = cli_run("list")
+    assert code == 0 and "Not\ufffd \ufffd" in out
+    code, out, _ = cli_run("search", "push a tag")
+    assert code == 0 and "Deploy" in out
+    tools = Tools(build_context())
+    saved = tools.call("memory_remember", {"label": "Tool write", "content": "works"})
+    assert not saved.is_error, saved.text
+    listed = tools.call("memory_list", {})
+    assert not listed.is_error and "Not\ufffd \ufffd" in listed.text
+    tools.ctx.store.close()
+    slugs = rows(db, "SELECT slug FROM entries WHERE store = 'proj' ORDER BY 1")
+    assert slugs == [("broken",), ("deploy",), ("fresh",), ("tool-write",)]
+
+
+def test_full_disk_writes_fail_in_one_line(env: dict, tmp_path: Path) -> None:
+    """A full file system: remember says the disk is full, naming the file, never a
+    traceback; doctor names the full disk, not permissions."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    db = disk / "thatch.db"
+    env = {**env, "THATCH_DB_PATH": str(db)}
+    seeded, _fill, big, doctor = in_namespace(
+        small_tmpfs(disk),
+        [
+            thatch_command("remember", "Seed", "saved before the disk filled"),
+            ["fill", str(disk)],
+            thatch_command("remember", "Big", "y " * 20_000),
+            thatch_command("doctor"),
+        ],
+        env,
+    )
+    assert seeded.returncode == 0, seeded.stderr
+    assert big.returncode == 1 and "Traceback" not in big.stderr
+    (line,) = big.stderr.splitlines()
+    assert line.startswith("Error: cannot ") and str(db) in line
+    assert f"the disk holding {disk} is full" in line
+    (database,) = [x for x in doctor.stdout.splitlines() if x.startswith(("ok  d", "FAIL  d"))]
+    assert database.startswith(f"FAIL  database  {db} cannot be written: the disk holding")
+    assert "check permissions" not in doctor.stdout.split(database)[1].splitlines()[1]

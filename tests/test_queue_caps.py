@@ -1,0 +1,147 @@
+"""Every queued field is bounded, and only usable session ids get a queue (and a nudge)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from thatch.frontend import queue
+from thatch.frontend.identifiers import session_id_problem
+from thatch.frontend.tools import Tools
+
+from tests.support.fake_embedder import tool_context
+from tests.support.hookrun import hook_env, run_hook
+
+SESSION = "ses_caps"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    project = tmp_path / "proj"
+    project.mkdir()
+    return hook_env(tmp_path, THATCH_PROJECT_DIR=str(project))
+
+
+def payload_of(tmp_path: Path, session: str) -> str:
+    tools = Tools(tool_context(tmp_path))
+    try:
+        result = tools.call("get_extraction_payload", {"session_id": session})
+    finally:
+        tools.ctx.store.close()
+    assert not result.is_error, result.text
+    return result.text
+
+
+def test_huge_tool_name_is_capped_in_queue_and_payload(tmp_path: Path, env: dict) -> None:
+    """A 5 MB tool_name (once a 10 MB queue and a 10,000,161-character payload)."""
+    call = {"tool_name": "T" * 5_000_000, "tool_input": {"k": "v"}, "tool_use_id": "u1"}
+    result = run_hook(["buffer-batch"], {"session_id": SESSION, "tool_calls": [call]}, env)
+    assert result.returncode == 0 and result.stderr == b""
+    jsonl = queue.queue_paths(Path(env["THATCH_QUEUE_DIR"]), SESSION)[0]
+    (record,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert record["tool"] == "T" * queue.TOOL_NAME_LIMIT
+    assert jsonl.stat().st_size < queue.RECORD_CHARS_LIMIT
+    payload = payload_of(tmp_path, SESSION)
+    assert len(payload) < 1000
+    assert json.loads(payload)["interactions"][0]["tool"] == "T" * queue.TOOL_NAME_LIMIT
+
+
+def test_keys_ids_values_and_nesting_are_capped() -> None:
+    deep: object = "bottom"
+    for _ in range(5000):
+        deep = [deep]
+    record = queue.make_record(
+        SESSION,
+        {
+            "tool_name": "Bash",
+            "tool_input": {
+                "K" * 1_000_000: "v",
+                "many": list(range(100_000)),
+                "keys": {f"k{i}": i for i in range(100_000)},
+                "deep": deep,
+                "int": 10**5000,
+                "command": "c" * 1_000_000,
+            },
+            "tool_use_id": "U" * 1_000_000,
+            "tool_response": "r" * 1_000_000,
+        },
+    )
+    text = json.dumps(record)  # a 5,000-digit integer would not even print
+    assert len(text) <= queue.RECORD_CHARS_LIMIT
+    args = record["args"]
+    assert "K" * queue.KEY_LIMIT in args
+    assert args["int"] == "…"
+    assert record["tool_use_id"] == "U" * queue.ID_LIMIT
+    assert len(record["output"]) == queue.OUTPUT_LIMIT
+    assert len(record["title"]) <= queue.TITLE_LIMIT
+
+
+def test_long_tool_use_ids_still_deduplicate(tmp_path: Path) -> None:
+    call = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "U" * 10_000}
+    queue.append_calls(tmp_path, SESSION, [call])
+    queue.append_calls(tmp_path, SESSION, [call])
+    assert len(queue.peek_records(tmp_path, SESSION)) == 1
+
+
+def test_full_queue_and_foreign_files_stay_bounded(tmp_path: Path) -> None:
+    """Twenty maximal records fit the per-queue cap; a 10 MB file written by someone else
+    (an older release) is read from its end only, each record capped again."""
+    big = {"command": "c" * 10_000, **{f"a{i}": "v" * 600 for i in range(200)}}
+    calls = [
+        {
+            "tool_name": "X" * 500,
+            "tool_input": big,
+            "tool_use_id": f"{i}",
+            "tool_response": "o" * 9999,
+        }
+        for i in range(40)
+    ]
+    queue.append_calls(tmp_path, SESSION, calls)
+    jsonl = queue.queue_paths(tmp_path, SESSION)[0]
+    assert jsonl.stat().st_size <= queue.QUEUE_BYTES_LIMIT
+    assert len(queue.peek_records(tmp_path, SESSION)) == queue.MAX_RECORDS
+    foreign = {"tool": "F" * 5_000_000, "sessionID": SESSION, "args": {}, "output": "x"}
+    jsonl.write_text(json.dumps(foreign) + "\n" + json.dumps({**foreign, "tool": "ok"}) + "\n")
+    records = queue.peek_records(tmp_path, SESSION)
+    assert [r["tool"] for r in records] == ["ok"]  # the 5 MB line lies before the window
+    payload = queue.build_payload(records, "proj")
+    assert payload is not None and len(payload) < 1000
+
+
+USABLE = ["ses_dcc66450bffep2Ud0biMgDPOtj", "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9", "a.b", "we ird"]
+UNUSABLE = [
+    "x" * 10_000,
+    "first\nsecond",
+    "bell\x07",
+    "nul\x00byte",
+    "\u202eevil",
+    "../../etc/passwd",
+    "a/b",
+    "back\\slash",
+    "..",
+    " padded",
+]
+
+
+@pytest.mark.parametrize("session", USABLE + UNUSABLE)
+def test_nudge_only_for_ids_the_tools_accept(tmp_path: Path, env: dict, session: str) -> None:
+    """Real hooks: an id gets queued and named in a nudge exactly when the extraction
+    tools accept it; the same predicate decides both."""
+    call = {"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_use_id": "t"}
+    run_hook(["buffer-batch"], {"session_id": session, "tool_calls": [call]}, env)
+    flush = run_hook(["flush-tools"], {"session_id": session, "prompt": "next"}, env)
+    assert flush.returncode == 0 and b"Traceback" not in flush.stderr
+    nudged = "get_extraction_payload" in flush.stdout.decode()
+    tools = Tools(tool_context(tmp_path))
+    try:
+        accepted = not tools.call("get_extraction_payload", {"session_id": session}).is_error
+        done = tools.call("extraction_done", {"session_id": session})
+    finally:
+        tools.ctx.store.close()
+    assert accepted == (session in USABLE) == (session_id_problem(session) is None)
+    assert nudged == accepted
+    assert done.is_error == (not accepted)
+    if not accepted:
+        assert done.text.startswith("Invalid arguments: session_id: ")
+        assert len(flush.stdout) < 1000

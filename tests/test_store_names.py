@@ -1,0 +1,54 @@
+"""Store names with control characters or surrounding whitespace are refused, never made
+into look-alike stores; case is kept (names are literal, tools.md §2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from thatch.frontend.tools import Tools
+
+from tests.support.fake_embedder import rows, tool_context
+
+BAD = {
+    "global ": "must not start or end with whitespace",
+    " GLOBAL": "must not start or end with whitespace",
+    "\tglobal": "must not contain control characters",
+    "glo\x00bal": "must not contain control characters",
+    "glo\x1bbal": "must not contain control characters",
+    "x\u202ey": "must not contain control characters",
+    "a\nb": "must be a single line",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_tools_refuse_bad_store_names(tmp_path: Path, name: str) -> None:
+    tools = Tools(tool_context(tmp_path))
+    try:
+        expected = f"Invalid arguments: store: {BAD[name]}"
+        for tool, args in [
+            ("memory_remember", {"label": "L", "content": "c", "store": name}),
+            ("memory_recall", {"query": "q", "store": name}),
+            ("memory_list", {"store": name}),
+            ("memory_forget", {"label": "L", "store": name}),
+        ]:
+            result = tools.call(tool, args)
+            assert (result.is_error, result.text) == (True, expected), tool
+        assert tools.ctx.store.store_names() == ["global"]
+    finally:
+        tools.ctx.store.close()
+    assert rows(tmp_path / "thatch.db") == []
+
+
+def test_case_is_kept_and_blank_means_omitted(tmp_path: Path) -> None:
+    tools = Tools(tool_context(tmp_path))
+    try:
+        assert not tools.call(
+            "memory_remember", {"label": "A", "content": "a", "store": "GLOBAL"}
+        ).is_error
+        assert not tools.call(
+            "memory_remember", {"label": "B", "content": "b", "store": "  "}
+        ).is_error
+        assert tools.ctx.store.store_names() == ["GLOBAL", "global", "o/r"]
+    finally:
+        tools.ctx.store.close()
