@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -21,6 +22,8 @@ from thatch.embedder.batching import (
     select_batch,
 )
 from thatch.embedder.encoder import Kind, Tokenized
+from thatch.embedder.models import resolve_model
+from thatch.embedder.runtime import encode_truncated, load_tokenizer
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess
@@ -630,6 +633,41 @@ def test_a_batch_never_exceeds_the_run_token_ceiling() -> None:
     batcher.stop(10)
     per_batch = MAX_RUN_TOKENS // 512
     assert encoder.batch_lengths == [[512] * per_batch] * (16 // per_batch)
+
+
+# -- tokenizing a maximal request ---------------------------------------------------------
+
+
+def long_texts() -> dict[str, str]:
+    """Texts far over max_tokens, with what could make a cut at a space change the tokens."""
+    words = SENTENCE.split()
+    return {
+        "prose": " ".join(words[i % len(words)] for i in range(12_000))[:65_000],
+        "combining mark after each space": "ab \u0301cd e\u0301 " * 7_000,
+        "control characters glued to words": "ab\x1ccd ef\x00gh \ufffd " * 5_000,
+        "cjk": "漢字かな 混じり文 " * 9_000,
+        "punctuation": "a.b,c!d? (e) " * 8_000,
+        "no plain space": "word\n\t" * 14_000,
+        "one huge word": "x" * 99_000,
+        "mostly spaces": "start" + " " * 95_000 + " end of the text",
+        "uppercase and accents": "Ärger ÜBER Straße ÉTÉ " * 4_000,
+    }
+
+
+def test_long_texts_tokenize_as_if_read_whole(minilm_dir: Path) -> None:
+    """Reading a long text only up to a space past what truncation keeps gives the same
+    tokens and truncation flag as tokenizing all of it (which held the GIL for 60 ms)."""
+    settings = resolve_model(str(minilm_dir), env={})
+    tokenizer, _ = load_tokenizer(settings)
+    read_in_part = set()
+    for name, text in long_texts().items():
+        whole = tokenizer.encode(text, add_special_tokens=True)
+        read = encode_truncated(tokenizer, text, settings.max_tokens)
+        assert read.ids == whole.ids, name
+        assert bool(read.overflowing) == bool(whole.overflowing), name
+        if len(read.overflowing) < len(whole.overflowing):
+            read_in_part.add(name)
+    assert read_in_part == set(long_texts()) - {"no plain space", "one huge word", "mostly spaces"}
 
 
 # -- invariance over the real server and model --------------------------------------------
