@@ -119,10 +119,12 @@ MAX_PADDED_RATIO = 1.3
 
 # No batch runs more padded tokens than this, below the spec's max_batch_tokens (8192): a
 # query arriving during a batch waits for all of it, and past a few hundred tokens a
-# bigger batch embeds no more tokens per second on CPU (MiniLM, 2 cores: ~1.2-1.5 ms per
-# token from 256 to 8192 tokens, on a loaded machine), so a full 8192 only made that wait
-# 4x longer. bench/embedder.py --behind-max measures the wait.
-MAX_RUN_TOKENS = 2048
+# bigger batch embeds no more per second on CPU. MiniLM fp32 on 2 (loaded) cores: 192
+# memory-like passages (23-226 tokens) took 0.7-0.8x the time in batches of at most
+# 512-2048 padded tokens that they took at 8192, and 256-token texts cost the same per
+# token alone as 32 at a time. 1024 still batches 64 short queries; bench/embedder.py
+# --behind-max measures what a query waits.
+MAX_RUN_TOKENS = 1024
 
 
 def select_batch(
