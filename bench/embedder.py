@@ -33,7 +33,7 @@ MAX_RUN_TOKENS (1024) padded tokens. Measured on 2 cores shared with other jobs 
 MiniLM fp32: that batch 1.0 s in-process (the spec's 8192 tokens: 11 s); queries during
 the request's inference p50 1.1 s, max 1.7 s (at 59e7880: one waited 110 s, for the whole
 request); during its tokenization p50 88 ms, max 0.3 s (351 ms / 1.0 s); the request
-itself 81 s (140 s). Unloaded, expect about a tenth of each.
+itself 81 s (140 s).
 """
 
 from __future__ import annotations
