@@ -64,10 +64,11 @@ def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:
 
 @contextmanager
 def embedder_running(
-    model: str, extra_args: Sequence[str] = ()
+    model: str, extra_args: Sequence[str] = (), *, python: str = sys.executable
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A real embedder process on a temp unix socket, SERVING; yields (address, process).
 
+    ``python`` runs it: another checkout's interpreter serves that checkout's embedder.
     Always stopped (SIGTERM, then SIGKILL) and its directory removed.
     """
     from thatch.embedder.client import EmbedderClient
@@ -75,7 +76,7 @@ def embedder_running(
     sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
     address = f"unix://{sock_dir / 'e.sock'}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "thatch.embedder", "serve", "--listen", address,
+        [python, "-m", "thatch.embedder", "serve", "--listen", address,
          "--model", model, "--log-file", str(sock_dir / "log"), *extra_args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

