@@ -147,6 +147,8 @@ def status(as_json: bool) -> None:
         if info is None:
             if address.path is not None:
                 _explain_silent_server(address.path)
+            else:
+                _explain_unreachable_remote(address)
             fix = "thatch embedder start" if address.is_unix else FIX_REMOTE
             raise FixableError(f"no embedder answering at {address}.", fix)
     facts = status_facts(str(address), health, info)
@@ -168,6 +170,14 @@ def _explain_silent_server(path: Path) -> None:
             f"the embedder (pid {pid}) is running but its socket {path} is missing.", fix
         )
     raise FixableError(f"the embedder (pid {pid}) is running but does not answer at {path}.", fix)
+
+
+def _explain_unreachable_remote(address: Address) -> None:
+    """A TLS mismatch (certificate not trusted, client certificate missing...) is named."""
+    with EmbedderClient(address.target, autostart=False) as client:
+        problem = client.connection_problem()
+    if problem is not None:
+        raise FixableError(f"{problem.cause}.", problem.fix)
 
 
 def status_facts(address: str, health: str, info: embedder_pb2.InfoResponse) -> dict[str, object]:

@@ -213,6 +213,12 @@ class EmbedderClient:
         """``SERVING``, ``NOT_SERVING`` (starting, stopping, load failed) or ``UNREACHABLE``."""
         return self._check_health(timeout, wait_for_ready=False)
 
+    def connection_problem(self) -> EmbedderUnavailable | None:
+        """Why a remote embedder cannot be reached at the TLS layer (its real cause), if so."""
+        if self.address.is_unix:
+            return None
+        return diagnose(self.address, self._tls)
+
     def ensure_started(self, *, wait: float) -> None:
         """Auto-start a local embedder if none runs and wait up to ``wait`` s for SERVING.
 
@@ -271,7 +277,7 @@ class EmbedderClient:
     def _remote_unavailable(self, details: str) -> EmbedderUnavailable:
         """The TLS mismatch behind a failed connection, when that is what it is."""
         if any(sign in details for sign in _CONNECT_FAILURES):
-            diagnosis = diagnose(self.address, self._tls)
+            diagnosis = self.connection_problem()
             if diagnosis is not None:
                 return diagnosis
         return EmbedderUnavailable(f"no embedder answering at {self.address}", FIX_REMOTE)

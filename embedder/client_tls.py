@@ -25,7 +25,7 @@ from thatch.embedder.settings import Address, env_get
 
 CA, CERT, KEY = "THATCH_EMBEDDER_CA", "THATCH_EMBEDDER_CERT", "THATCH_EMBEDDER_KEY"
 DIAGNOSE_SECONDS = 2.0
-HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+HOST_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 # The HTTP/2 client preface and an empty SETTINGS frame: a gRPC server answers it.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 _NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG")
@@ -161,15 +161,15 @@ def diagnose(
 def _untrusted_server(
     address: Address, host: str, config: TlsConfig | None, error: ssl.SSLCertVerificationError
 ) -> EmbedderUnavailable:
-    if error.verify_code == HOSTNAME_MISMATCH:
+    detail = str(error.verify_message).rstrip(".")
+    if error.verify_code in HOST_MISMATCH:
         return EmbedderUnavailable(
-            f"the embedder's certificate is not valid for {host} ({error.verify_message})",
+            f"the embedder's certificate is not valid for {host} ({detail})",
             "connect by a name the certificate lists (THATCH_EMBEDDER_ADDR), or reissue it",
         )
     by = f"{CA} {config.ca_path}" if config is not None and config.ca_path else "the system's CAs"
     return EmbedderUnavailable(
-        f"the certificate of the embedder at {address} is not trusted by {by} "
-        f"({error.verify_message})",
+        f"the certificate of the embedder at {address} is not trusted by {by} ({detail})",
         FIX_CA,
     )
 

@@ -32,6 +32,7 @@ from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.fake_encoder import FakeEncoder
+from tests.support.tls_certs import make_certs
 
 # -- unix socket preparation --------------------------------------------------------------
 
@@ -160,26 +161,10 @@ def test_tcp_beyond_loopback_without_tls_warns(short_tmp: Path) -> None:
 # -- TLS ----------------------------------------------------------------------------------
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA, a server certificate for localhost/127.0.0.1 and a client certificate."""
-    d = tmp_path_factory.mktemp("tls")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=thatch test CA", cwd=d)  # fmt: skip
-    (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
-        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", f"/CN={name}", cwd=d)  # fmt: skip
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-                "-extfile", f"{name}.ext", cwd=d)  # fmt: skip
-    return d
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 @contextmanager
