@@ -3,6 +3,8 @@
 Frontends call ``AutoStarter.run`` (through ``EmbedderClient.ensure_started``) when no
 embedder answers. The rules that keep concurrent frontends safe:
 
+- nothing is started (or trusted) in a directory that is not ours or is writable by
+  group/other, nor behind a socket or listener of another user (``socket_trust``);
 - the socket is probed at the OS level first, because only a *refused* connection or a
   path that is not a socket proves nothing lives there; a timeout means a slow live server,
   which must never be replaced;

@@ -5,6 +5,11 @@ embedder on a unix socket when nothing answers, retries an overloaded server twi
 100 ms and 300 ms, within the deadline) and a channel that dropped once. Every failure is
 an ``EmbedderUnavailable(cause, fix)`` except a request the server rejects as invalid,
 which is an ``EmbedRequestError`` (also a ``ValueError``): retrying cannot fix that one.
+
+Before any call on a unix socket the client checks that the socket, its directory and the
+process listening are the current user's (``socket_trust``), else ``EmbedderUntrusted``
+and nothing is sent. TCP and dns addresses use TLS per ``client_tls``, which also names
+the cause of a failed handshake.
 """
 
 from __future__ import annotations
