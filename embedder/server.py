@@ -28,8 +28,14 @@ from thatch.embedder.batching import Batcher, Limits
 from thatch.embedder.errors import AddressError, ModelError, ServerStartError
 from thatch.embedder.instance import InstanceLock
 from thatch.embedder.servicer import SERVICE_NAME, EmbedderServicer, ServerState, add_to_server
-from thatch.embedder.settings import Address, default_address, env_get, parse_address
-from thatch.embedder.socket_trust import probe
+from thatch.embedder.settings import (
+    Address,
+    default_address,
+    env_get,
+    parse_address,
+    socket_dir,
+)
+from thatch.embedder.socket_trust import probe, tighten_own_directory
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -125,16 +131,19 @@ def is_loopback(address: Address) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def prepare_socket_dir(directory: Path, *, uid: int | None = None) -> None:
+def prepare_socket_dir(directory: Path, *, uid: int | None = None, own: bool = False) -> None:
     """Create ``directory`` 0700, or refuse one of another user or writable by others.
 
     Whoever can write the directory can replace our socket with a listener of their own
-    and read every memory and prompt sent to it.
+    and read every memory and prompt sent to it. ``own``: it is thatch's default socket
+    directory, which is made private when it is ours but group/other-writable.
     """
     uid = os.geteuid() if uid is None else uid
     if not directory.exists():
         directory.mkdir(mode=0o700, parents=True)
         directory.chmod(0o700)
+    if own:
+        tighten_own_directory(directory, uid)
     info = directory.stat()
     if info.st_uid != uid:
         raise ServerStartError(
@@ -212,14 +221,14 @@ class _Process:
     instance: InstanceLock | None = None
     socket_inode: int | None = None
 
-    def claim_address(self) -> None:
+    def claim_address(self, env: Mapping[str, str]) -> None:
         """Hold the address for this process's lifetime (unix: the instance lock), then
         clear a stale socket; raises ``ServerStartError`` when another server holds it."""
         path = self.address.path
         if path is None:
             return
         try:
-            prepare_socket_dir(path.parent)
+            prepare_socket_dir(path.parent, own=path.parent == socket_dir(env))
             self.instance = InstanceLock.acquire(path, str(self.address))
             prepare_unix_socket(path)
         except OSError as error:
@@ -281,7 +290,7 @@ def serve(
 
     address = listen_address(options.listen, env)
     process = _Process(address)
-    process.claim_address()
+    process.claim_address(env)
     if address.path is None and options.tls is None and not is_loopback(address):
         logger.warning("listening on %s without TLS: anyone who can reach it can use it", address)
     stop = stop or threading.Event()

@@ -119,6 +119,24 @@ def directory_problem(directory: Path, uid: int | None = None) -> str | None:
     return None
 
 
+def tighten_own_directory(directory: Path, uid: int | None = None) -> bool:
+    """Make a directory of ours that group or others can write 0700; True if it changed.
+
+    Only for thatch's own socket directory, which ``thatch model import`` or a log file may
+    have created first under a umask of 002. Safe: from the chmod on nobody else can add
+    an entry, and what is already there is still checked by owner and by listener.
+    """
+    uid = os.geteuid() if uid is None else uid
+    try:
+        info = os.stat(directory)
+        if info.st_uid != uid or not info.st_mode & _SHARED_WRITE:
+            return False
+        os.chmod(directory, 0o700)
+    except OSError:
+        return False
+    return True
+
+
 def check_path(path: Path, uid: int | None = None) -> PathCheck:
     """The socket file and its directory: owned by ``uid`` (default: us), not shared-writable."""
     uid = os.geteuid() if uid is None else uid

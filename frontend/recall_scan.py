@@ -34,6 +34,7 @@ from thatch.embedder.socket_trust import (
     directory_problem,
     peer_credentials,
     peer_problem,
+    tighten_own_directory,
 )
 from thatch.frontend.db_path import default_db_path as db_path
 
@@ -225,6 +226,7 @@ def _bind(path: Path) -> socket.socket:
     from thatch.embedder.autostart import make_private_dir
 
     make_private_dir(path.parent)
+    tighten_own_directory(path.parent)  # always thatch's own socket directory
     problem = directory_problem(path.parent)
     if problem is not None:
         raise PermissionError(problem)

@@ -129,15 +129,30 @@ def test_runtime_dir_of_another_user_gets_no_text(setup: Setup, tmp_path: Path) 
         assert listener.received() == b""
 
 
-def test_our_dir_writable_by_others_gets_no_text(setup: Setup, tmp_path: Path) -> None:
-    """Our own directory, but mode 0777: someone else's listener may sit in it."""
-    directory = setup.socket.parent
+def test_chosen_dir_writable_by_others_gets_no_text(setup: Setup, tmp_path: Path) -> None:
+    """THATCH_EMBEDDER_ADDR in a directory of ours, mode 0777: someone else may listen there."""
+    directory = setup.runtime / "shared"
     directory.mkdir()
     directory.chmod(0o777)
+    setup.socket = directory / "embedder.sock"
+    setup.env["THATCH_EMBEDDER_ADDR"] = f"unix://{setup.socket}"
     with foreign_listener([setup.socket], record=tmp_path / "got.bin") as listener:
         reason = f"socket directory {directory} is writable by group or others (mode 0777)"
         assert_refused_everything(setup, reason)
         assert listener.received() == b""
+    assert directory.stat().st_mode & 0o777 == 0o777  # the user chose it: not ours to fix
+
+
+def test_own_default_dir_writable_by_group_is_made_private(setup: Setup) -> None:
+    """thatch's own socket directory, left 0775 by a umask of 002: made 0700, then used."""
+    directory = setup.socket.parent
+    directory.mkdir()
+    directory.chmod(0o775)
+    remembered = thatch(setup, "remember", "rotation secret", SECRET_CONTENT)
+    assert remembered.returncode == 0, remembered.stderr
+    [(_, embedding)] = saved_rows(setup.db)
+    assert embedding is not None
+    assert directory.stat().st_mode & 0o777 == 0o700
 
 
 def test_socket_file_of_another_user_gets_no_text(setup: Setup, tmp_path: Path) -> None:
