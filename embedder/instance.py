@@ -1,8 +1,8 @@
 """One embedder per socket address, and finding it again (spec/embedder.md §5, §8).
 
 A server holds an exclusive ``flock`` on ``<socket>.instance.lock`` for its whole life and
-records its pid in ``<socket>.pid`` as soon as it holds the lock, before it binds: a
-second server on the same address fails at once, even when both start at the same
+records its pid in ``<socket>.pid`` once it holds the lock, before it binds: a second
+server on the same address fails at once, even when both start at the same
 instant or the socket file was deleted meanwhile. ``<socket>.lock`` is a different lock:
 auto-start holds it only while it spawns a server, so the two never wait on each other.
 
@@ -98,7 +98,7 @@ class InstanceLock:
 
     @classmethod
     def acquire(cls, socket_path: Path, address: str) -> InstanceLock:
-        """Hold ``<socket>.instance.lock`` and write the pid file, or fail naming the holder."""
+        """Hold ``<socket>.instance.lock``, or fail naming the holder (then ``write_pid``)."""
         path = lock_path(socket_path)
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -122,13 +122,10 @@ class InstanceLock:
             if same:
                 break
             os.close(fd)
-        lock = cls(socket_path, fd)
-        try:
-            pid_path(socket_path).write_text(f"{os.getpid()}\n")
-        except BaseException:
-            lock.release()
-            raise
-        return lock
+        return cls(socket_path, fd)
+
+    def write_pid(self) -> None:
+        pid_path(self.socket_path).write_text(f"{os.getpid()}\n")
 
     def release(self) -> None:
         """Remove the pid file (if still ours) and the lock file, then drop the lock."""

@@ -231,6 +231,7 @@ class _Process:
             prepare_socket_dir(path.parent, own=path.parent == socket_dir(env))
             self.instance = InstanceLock.acquire(path, str(self.address))
             prepare_unix_socket(path)
+            self.instance.write_pid()
         except OSError as error:
             self.remove_files()
             raise ServerStartError(f"cannot prepare {path}: {error.strerror}") from None

@@ -7,11 +7,7 @@ test with the openssl CLI.
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,7 +18,7 @@ from thatch.embedder.client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
 
-from tests.support.embedder_proc import EmbedderProcess
+from tests.support.embedder_proc import tcp_embedder
 from tests.support.tls_certs import make_certs
 
 CERT_FIX = (
@@ -35,23 +31,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_certs(tmp_path_factory.mktemp("tls"))
 
 
-@contextmanager
-def tcp_embedder(directory: Path, *args: str) -> Iterator[int]:
-    """A real `thatch-embedder serve --listen 127.0.0.1:0 ...`; its port once it serves."""
-    log = directory / "embedder.log"
-    command = [sys.executable, "-m", "thatch.embedder", "serve", "--listen", "127.0.0.1:0"]
-    command += ["--model", "mock", "--log-file", str(log), *args]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    proc = EmbedderProcess("", directory / "none", log, log, log, process)
-    try:
-        assert proc.wait_for_log(" INFO serving at "), proc.output()
-        match = re.search(r"serving at 127\.0\.0\.1:(\d+) model mock", proc.log_text())
-        assert match, proc.log_text()
-        yield int(match.group(1))
-    finally:
-        proc.stop()
-
-
 @pytest.fixture(scope="module")
 def servers(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
     """Ports of an mTLS, a TLS-only and a plaintext embedder."""
@@ -60,10 +39,10 @@ def servers(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     mtls = [*tls, "--tls-client-ca", str(certs / "ca.pem")]
     dirs = [tmp_path_factory.mktemp(name) for name in ("mtls", "tls", "named", "plain")]
     with (
-        tcp_embedder(dirs[0], *mtls) as mtls_port,
-        tcp_embedder(dirs[1], *tls) as tls_port,
-        tcp_embedder(dirs[2], *named) as named_port,
-        tcp_embedder(dirs[3]) as plain_port,
+        tcp_embedder(dirs[0], *mtls) as (_, mtls_port),
+        tcp_embedder(dirs[1], *tls) as (_, tls_port),
+        tcp_embedder(dirs[2], *named) as (_, named_port),
+        tcp_embedder(dirs[3]) as (_, plain_port),
     ):
         yield {"mtls": mtls_port, "tls": tls_port, "named": named_port, "plain": plain_port}
 
