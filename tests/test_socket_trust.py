@@ -122,11 +122,13 @@ def test_runtime_dir_of_another_user_gets_no_text(setup: Setup, tmp_path: Path) 
     directory.mkdir(mode=0o777)
     directory.chmod(0o777)
     os.chown(directory, NOBODY, NOBODY)
-    paths = [setup.socket, setup.scan_socket]
-    with foreign_listener(paths, record=tmp_path / "got.bin") as listener:
+    with (
+        foreign_listener([setup.socket], record=tmp_path / "texts.txt", kind="grpc") as thief,
+        foreign_listener([setup.scan_socket], record=tmp_path / "scan.bin") as scan,
+    ):
         reason = f"socket directory {directory} belongs to nobody (uid {NOBODY}), not to you"
         assert_refused_everything(setup, reason)
-        assert listener.received() == b""
+        assert thief.received() == b"" and scan.received() == b""
 
 
 def test_chosen_dir_writable_by_others_gets_no_text(setup: Setup, tmp_path: Path) -> None:
@@ -136,7 +138,8 @@ def test_chosen_dir_writable_by_others_gets_no_text(setup: Setup, tmp_path: Path
     directory.chmod(0o777)
     setup.socket = directory / "embedder.sock"
     setup.env["THATCH_EMBEDDER_ADDR"] = f"unix://{setup.socket}"
-    with foreign_listener([setup.socket], record=tmp_path / "got.bin") as listener:
+    record = tmp_path / "texts.txt"
+    with foreign_listener([setup.socket], record=record, kind="grpc") as listener:
         reason = f"socket directory {directory} is writable by group or others (mode 0777)"
         assert_refused_everything(setup, reason)
         assert listener.received() == b""
@@ -184,7 +187,9 @@ def test_listener_of_another_user_behind_our_socket_gets_no_text(
         directory.chmod(0o700)
 
     record = tmp_path / "got.bin"
-    with foreign_listener([setup.socket], record=record, after_bind=make_it_look_ours) as listener:
+    with foreign_listener(
+        [setup.socket], record=record, kind="grpc", after_bind=make_it_look_ours
+    ) as listener:
         pid = listener.process.pid
         reason = (
             f"the process listening at {setup.socket} (pid {pid}) runs as nobody "
