@@ -70,6 +70,8 @@ def start(wait: float) -> None:
             already = probe_socket(address.path) in ("listening", "busy")
             try:
                 client.ensure_started(wait=wait)
+            except EmbedderUntrusted:
+                raise  # nothing was started, so the log has nothing to add
             except EmbedderUnavailable as error:
                 log = embedder_log_file(env)
                 if error.fix == FIX_STARTING:

@@ -241,3 +241,18 @@ def test_shared_sticky_directory_is_refused(short_tmp: Path) -> None:
     directory.chmod(0o1777)
     with pytest.raises(ServerStartError, match="is writable by group or others"):
         prepare_unix_socket(directory / "e.sock")
+
+
+def test_embedder_start_refuses_in_one_line(setup: Setup) -> None:
+    """`thatch embedder start` in a directory of another user: the reason, nothing started."""
+    directory = setup.socket.parent
+    directory.mkdir(mode=0o777)
+    os.chown(directory, NOBODY, NOBODY)
+    result = thatch(setup, "embedder", "start")
+    assert result.returncode == 1
+    cause = (
+        f"refusing to send text to unix://{setup.socket}: socket directory {directory} "
+        f"belongs to nobody (uid {NOBODY}), not to you"
+    )
+    assert result.stderr == f"Error: embedding service unavailable: {cause}.\nFix: {FIX}\n"
+    assert embedder_pids(str(setup.socket)) == []
