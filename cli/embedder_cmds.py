@@ -11,18 +11,19 @@ import os
 import signal
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import click
 from thatch.cli.errors import FixableError, translate_errors
-from thatch.embedder.autostart import (
-    POLL_SECONDS,
-    looks_like_embedder,
-    probe_socket,
-    process_alive,
-    read_pid_file,
-)
+from thatch.embedder.autostart import POLL_SECONDS, probe_socket
 from thatch.embedder.client import EmbedderClient
-from thatch.embedder.errors import FIX_REMOTE, FIX_STARTING, EmbedderUnavailable
+from thatch.embedder.errors import (
+    FIX_REMOTE,
+    FIX_STARTING,
+    EmbedderUnavailable,
+    EmbedderUntrusted,
+)
+from thatch.embedder.instance import looks_like_embedder, process_alive, running_pid
 from thatch.embedder.serve_cmd import serve
 from thatch.embedder.settings import Address, configured_address, embedder_log_file
 from thatch.embedder.v1 import embedder_pb2
@@ -69,6 +70,8 @@ def start(wait: float) -> None:
             already = probe_socket(address.path) in ("listening", "busy")
             try:
                 client.ensure_started(wait=wait)
+            except EmbedderUntrusted:
+                raise  # nothing was started, so the log has nothing to add
             except EmbedderUnavailable as error:
                 log = embedder_log_file(env)
                 if error.fix == FIX_STARTING:
@@ -99,8 +102,9 @@ def stop(timeout: float) -> None:
     with translate_errors():
         address = _local_address(env, "stop")
         assert address.path is not None
-        pid = read_pid_file(address.path)
-        if pid is None:  # the pid file appears once the model is loaded; ask a starting one
+        # From the pid file or the instance lock: found even when its socket was deleted.
+        pid = running_pid(address.path)
+        if pid is None:  # a server of an earlier release holds no lock: ask it
             with EmbedderClient(address.target, env=env, autostart=False) as client:
                 try:
                     pid = client.info(timeout=2.0).pid or None
@@ -138,9 +142,15 @@ def status(as_json: bool) -> None:
             if health != "UNREACHABLE":
                 try:
                     info = client.info(timeout=2.0)
+                except EmbedderUntrusted:
+                    raise
                 except EmbedderUnavailable:
                     info = None
         if info is None:
+            if address.path is not None:
+                _explain_silent_server(address.path)
+            else:
+                _explain_unreachable_remote(address)
             fix = "thatch embedder start" if address.is_unix else FIX_REMOTE
             raise FixableError(f"no embedder answering at {address}.", fix)
     facts = status_facts(str(address), health, info)
@@ -149,6 +159,27 @@ def status(as_json: bool) -> None:
         return
     for label, value in status_lines(facts):
         click.echo(f"{label + ':':<14} {value}")
+
+
+def _explain_silent_server(path: Path) -> None:
+    """A server that runs but does not answer (its socket deleted, say) is named, not hidden."""
+    pid = running_pid(path)
+    if pid is None:
+        return
+    fix = "thatch embedder stop, then thatch embedder start"
+    if not os.path.lexists(path):
+        raise FixableError(
+            f"the embedder (pid {pid}) is running but its socket {path} is missing.", fix
+        )
+    raise FixableError(f"the embedder (pid {pid}) is running but does not answer at {path}.", fix)
+
+
+def _explain_unreachable_remote(address: Address) -> None:
+    """A TLS mismatch (certificate not trusted, client certificate missing...) is named."""
+    with EmbedderClient(address.target, autostart=False) as client:
+        problem = client.connection_problem()
+    if problem is not None:
+        raise FixableError(f"{problem.cause}.", problem.fix)
 
 
 def status_facts(address: str, health: str, info: embedder_pb2.InfoResponse) -> dict[str, object]:

@@ -3,6 +3,8 @@
 Frontends call ``AutoStarter.run`` (through ``EmbedderClient.ensure_started``) when no
 embedder answers. The rules that keep concurrent frontends safe:
 
+- nothing is started (or trusted) in a directory that is not ours or is writable by
+  group/other, nor behind a socket or listener of another user (``socket_trust``);
 - the socket is probed at the OS level first, because only a *refused* connection or a
   path that is not a socket proves nothing lives there; a timeout means a slow live server,
   which must never be replaced;
@@ -18,12 +20,9 @@ embedder answers. The rules that keep concurrent frontends safe:
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import re
-import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ from thatch.embedder.errors import (
     FIX_START,
     FIX_STARTING,
     EmbedderUnavailable,
+    EmbedderUntrusted,
     fix_offline,
 )
 from thatch.embedder.settings import (
@@ -46,46 +46,26 @@ from thatch.embedder.settings import (
     embedder_log_file,
     int_setting,
 )
+from thatch.embedder.socket_trust import PROBE_SECONDS, SocketState, probe, socket_problem
 
-SocketState = Literal["absent", "not_socket", "refused", "listening", "busy", "denied"]
 Health = Literal["SERVING", "NOT_SERVING", "UNREACHABLE"]
 
 LOCK_WAIT_SECONDS = 30.0
 BIND_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.05
-PROBE_SECONDS = 0.2
 STILL_STARTING = "the embedder is still starting (the first start downloads the model)"
+FIX_ORPHAN = "run thatch embedder stop, then retry"
+FIX_UNTRUSTED = (
+    "set THATCH_EMBEDDER_ADDR to a unix:/// path in a directory only you can write, "
+    "or remove that directory so thatch recreates it with mode 0700"
+)
 _OFFLINE = re.compile(r"model (\S+) is not in the local cache and HF_HUB_OFFLINE=1")
 _LOG_PREFIX = re.compile(r"^.*?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+")
 
 
 def probe_socket(path: Path, timeout: float = PROBE_SECONDS) -> SocketState:
     """What lives at ``path``, judged by one raw connect (no gRPC)."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "not_socket" if os.path.lexists(path) else "absent"  # dangling symlink
-    except PermissionError:
-        return "denied"
-    if not stat.S_ISSOCK(mode):
-        return "not_socket"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(os.fspath(path))
-        except ConnectionRefusedError:
-            return "refused"
-        except FileNotFoundError:
-            return "absent"
-        except PermissionError:
-            return "denied"
-        except (TimeoutError, BlockingIOError):
-            return "busy"  # full backlog: alive but slow
-        except OSError as error:
-            if error.errno in (errno.EAGAIN, errno.EINPROGRESS):
-                return "busy"
-            raise
-    return "listening"
+    return probe(path, timeout).state
 
 
 def make_private_dir(path: Path) -> None:
@@ -221,9 +201,24 @@ def start_failure(address: Address, reason: str) -> EmbedderUnavailable:
     offline = offline_error(reason)
     if offline is not None:
         return offline
+    # An embedder that lost its socket file still holds the address: only stopping it helps.
+    fix = FIX_ORPHAN if "an embedder is already running at" in reason else FIX_START
     return EmbedderUnavailable(
-        f"nothing is listening at {address} (auto-start failed: {reason.rstrip('.')})", FIX_START
+        f"nothing is listening at {address} (auto-start failed: {reason.rstrip('.')})", fix
     )
+
+
+def untrusted(address: Address, problem: str) -> EmbedderUntrusted:
+    """The error for a socket that is not ours; the caller sends nothing."""
+    return EmbedderUntrusted(f"refusing to send text to {address}: {problem}", FIX_UNTRUSTED)
+
+
+def check_trusted(address: Address) -> None:
+    """Raise ``EmbedderUntrusted`` unless the socket (if any) and its directory are ours."""
+    assert address.path is not None
+    problem = socket_problem(address.path)
+    if problem is not None:
+        raise untrusted(address, problem)
 
 
 def _log_size(log: Path) -> int:
@@ -282,6 +277,7 @@ class AutoStarter:
         proc: subprocess.Popen[bytes] | None = None
         log_offset = 0
         try:
+            check_trusted(self.address)
             while True:
                 state = self.state(min(PROBE_SECONDS, max(deadline - time.monotonic(), 0.05)))
                 if state == "SERVING":
@@ -312,6 +308,7 @@ class AutoStarter:
         """Spawn a server under the lock unless someone else's is there by then."""
         try:
             make_private_dir(self.path.parent)
+            check_trusted(self.address)  # the directory may have appeared meanwhile
             lock_wait = 0.0 if background else min(LOCK_WAIT_SECONDS, deadline - time.monotonic())
             with exclusive_lock(Path(f"{self.path}.lock"), max(lock_wait, 0.0)) as lock:
                 if not lock.acquired:
@@ -340,38 +337,6 @@ class AutoStarter:
         except OSError as error:
             where = f": {error.filename}" if error.filename else ""
             raise start_failure(self.address, f"{error.strerror or error}{where}") from error
-
-
-def read_pid_file(path: Path) -> int | None:
-    try:
-        text = Path(f"{path}.pid").read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() and int(text) > 0 else None
-
-
-def process_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return True
-    return fields[0] not in ("Z", "X")
-
-
-def looks_like_embedder(pid: int) -> bool:
-    """Guard against a recycled pid in a stale pid file: the process must be an embedder."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return process_alive(pid)  # no /proc: trust the pid file
-    return any(b"embedder" in part for part in cmdline)
 
 
 if __name__ == "__main__":

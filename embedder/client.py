@@ -5,6 +5,11 @@ embedder on a unix socket when nothing answers, retries an overloaded server twi
 100 ms and 300 ms, within the deadline) and a channel that dropped once. Every failure is
 an ``EmbedderUnavailable(cause, fix)`` except a request the server rejects as invalid,
 which is an ``EmbedRequestError`` (also a ``ValueError``): retrying cannot fix that one.
+
+Before any call on a unix socket the client checks that the socket, its directory and the
+process listening are the current user's (``socket_trust``), else ``EmbedderUntrusted``
+and nothing is sent. TCP and dns addresses use TLS per ``client_tls``, which also names
+the cause of a failed handshake.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
+import thatch.embedder.grpc_env  # noqa: F401  (first: it quiets gRPC's C core before it loads)
+
+# isort: split
+
 import grpc
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +35,9 @@ from thatch.embedder.autostart import (
     Health,
     offline_error,
     start_failure,
+    untrusted,
 )
+from thatch.embedder.client_tls import TlsConfig, diagnose, tls_config
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
     FIX_OVERLOADED,
@@ -36,13 +47,16 @@ from thatch.embedder.errors import (
     EmbedderUnavailable,
     EmbedRequestError,
 )
-from thatch.embedder.settings import Address, configured_address, env_get, parse_address
+from thatch.embedder.settings import Address, configured_address, parse_address, socket_dir
+from thatch.embedder.socket_trust import check_path, peer_problem, probe, tighten_own_directory
 from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 OVERLOAD_DELAYS = (0.1, 0.3)
 FIX_FAILED = "run thatch doctor"
 OVERLOADED = "the embedder is overloaded"
+# What gRPC's status details say when a connection (or its TLS handshake) failed.
+_CONNECT_FAILURES = ("failed to connect", "Socket closed", "andshake", "Connection reset")
 
 _KINDS = {Kind.QUERY: embedder_pb2.QUERY, Kind.PASSAGE: embedder_pb2.PASSAGE}
 
@@ -86,7 +100,7 @@ def build_request(texts: Sequence[str], kind: Kind) -> embedder_pb2.EmbedRequest
     return request
 
 
-def make_channel(address: Address, env: Mapping[str, str]) -> grpc.Channel:
+def make_channel(address: Address, tls: TlsConfig | None) -> grpc.Channel:
     options: list[tuple[str, int | str]] = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -98,18 +112,11 @@ def make_channel(address: Address, env: Mapping[str, str]) -> grpc.Channel:
     ]
     if address.kind == "dns":
         options.append(("grpc.lb_policy_name", "round_robin"))
-    ca = env_get(env, "THATCH_EMBEDDER_CA")
-    if ca is None or address.is_unix:
+    if tls is None:
         return grpc.insecure_channel(address.target, options=options)
-    try:
-        with open(os.path.expanduser(ca), "rb") as handle:
-            root = handle.read()
-    except OSError as error:
-        raise EmbedderUnavailable(
-            f"cannot read THATCH_EMBEDDER_CA {ca}: {error.strerror or error}",
-            "point THATCH_EMBEDDER_CA at a readable PEM file of the embedder's CA",
-        ) from error
-    credentials = grpc.ssl_channel_credentials(root_certificates=root)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert
+    )
     return grpc.secure_channel(address.target, credentials, options=options)
 
 
@@ -132,10 +139,12 @@ class EmbedderClient:
         self.address = configured_address(self.env) if address is None else parse_address(address)
         self.autostart = autostart and self.address.is_unix
         self._notice = notice
-        self._channel = make_channel(self.address, self.env)
+        self._tls = tls_config(self.address, self.env)
+        self._channel = make_channel(self.address, self._tls)
         self._stub = embedder_pb2_grpc.EmbedderStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._worked = False  # a call has succeeded on this channel
+        self._trusted: tuple[int, int] | None = None  # the socket file whose peer we checked
         self._start_lock = threading.Lock()
 
     # -- public API -------------------------------------------------------------------
@@ -161,6 +170,13 @@ class EmbedderClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._deadline_error(timeout)
+            if not self._socket_ready():
+                if self.autostart and not started:
+                    started = True
+                    self._start(start_wait, required=True)
+                    deadline = time.monotonic() + timeout
+                    continue
+                raise self._absent_error(started)
             try:
                 response = self._stub.Embed(request, timeout=remaining)
             except grpc.RpcError as error:
@@ -187,6 +203,8 @@ class EmbedderClient:
 
     def info(self, *, timeout: float = 2.0) -> embedder_pb2.InfoResponse:
         """The server's model and runtime facts; never starts an embedder."""
+        if not self._socket_ready():
+            raise self._absent_error(started=False)
         try:
             response: embedder_pb2.InfoResponse = self._stub.Info(
                 embedder_pb2.InfoRequest(), timeout=timeout
@@ -199,6 +217,12 @@ class EmbedderClient:
     def health(self, *, timeout: float = 0.2) -> Health:
         """``SERVING``, ``NOT_SERVING`` (starting, stopping, load failed) or ``UNREACHABLE``."""
         return self._check_health(timeout, wait_for_ready=False)
+
+    def connection_problem(self) -> EmbedderUnavailable | None:
+        """Why a remote embedder cannot be reached at the TLS layer (its real cause), if so."""
+        if self.address.is_unix:
+            return None
+        return diagnose(self.address, self._tls)
 
     def ensure_started(self, *, wait: float) -> None:
         """Auto-start a local embedder if none runs and wait up to ``wait`` s for SERVING.
@@ -223,6 +247,48 @@ class EmbedderClient:
         self.close()
 
     # -- internals --------------------------------------------------------------------
+
+    def _socket_ready(self) -> bool:
+        """Whether a call may go out: False when no socket is there (unix), True for TCP.
+
+        Raises ``EmbedderUntrusted`` before anything is sent when the socket, its directory
+        or the process listening is not the current user's. A directory only we can write
+        keeps a checked socket file ours, so its listener is probed once per socket file.
+        """
+        path = self.address.path
+        if path is None:
+            return True
+        check = check_path(path)
+        own = path.parent == socket_dir(self.env)  # thatch's own directory: made private
+        if check.problem is not None and own and tighten_own_directory(path.parent):
+            check = check_path(path)
+        if check.problem is not None:
+            raise untrusted(self.address, check.problem)
+        if check.identity is None:
+            return False
+        if check.identity != self._trusted:
+            peer = probe(path)
+            if peer.state == "listening" and peer.pid is not None and peer.uid is not None:
+                problem = peer_problem(path, peer.pid, peer.uid)
+                if problem is not None:
+                    raise untrusted(self.address, problem)
+                self._trusted = check.identity
+            elif peer.state in ("absent", "not_socket"):
+                return False
+        return True
+
+    def _absent_error(self, started: bool) -> EmbedderUnavailable:
+        if started:  # it served a moment ago, then went away again
+            return start_failure(self.address, "the embedder went away")
+        return EmbedderUnavailable(f"nothing is listening at {self.address}", FIX_START)
+
+    def _remote_unavailable(self, details: str) -> EmbedderUnavailable:
+        """The TLS mismatch behind a failed connection, when that is what it is."""
+        if any(sign in details for sign in _CONNECT_FAILURES):
+            diagnosis = self.connection_problem()
+            if diagnosis is not None:
+                return diagnosis
+        return EmbedderUnavailable(f"no embedder answering at {self.address}", FIX_REMOTE)
 
     def _check_health(self, timeout: float, *, wait_for_ready: bool) -> Health:
         try:
@@ -263,7 +329,7 @@ class EmbedderClient:
             if self._check_health(max(min(remaining, 1.0), 0.2), wait_for_ready=True) == "SERVING":
                 return
             if time.monotonic() >= deadline:
-                raise EmbedderUnavailable(f"no embedder answering at {self.address}", FIX_REMOTE)
+                raise self._remote_unavailable(_CONNECT_FAILURES[0])
 
     def _deadline_error(self, timeout: float) -> EmbedderUnavailable:
         return EmbedderUnavailable(
@@ -285,7 +351,7 @@ class EmbedderClient:
             if "starting" in details:
                 return EmbedderUnavailable(STILL_STARTING, FIX_STARTING)
             if not self.address.is_unix:
-                return EmbedderUnavailable(f"no embedder answering at {self.address}", FIX_REMOTE)
+                return self._remote_unavailable(details)
             if started:  # it served a moment ago, then went away again
                 return start_failure(self.address, details or "the embedder went away")
             return EmbedderUnavailable(f"nothing is listening at {self.address}", FIX_START)

@@ -5,6 +5,8 @@
      ├── AddressError          THATCH_EMBEDDER_ADDR / --listen is malformed, socket path too long
      ├── ServerStartError      a server cannot start (already running, directory not ours)
      ├── EmbedderUnavailable   a frontend cannot get vectors: "<cause>. Fix: <fix>"
+     │    └── EmbedderUntrusted  the socket or its listener is not the current user's:
+     │                           nothing was sent (memories are saved as pending)
      └── EmbedRequestError     the embedder refused the request itself (INVALID_ARGUMENT):
                                retrying cannot help; also a ValueError
 
@@ -38,6 +40,14 @@ class EmbedderUnavailable(ThatchEmbedderError):
         self.cause = cause.rstrip(".")
         self.fix = fix
         super().__init__(f"{self.cause}. Fix: {fix}")
+
+
+class EmbedderUntrusted(EmbedderUnavailable):
+    """A unix socket (or its directory, or the process behind it) is not ours: no text sent.
+
+    An ``EmbedderUnavailable``, so every frontend treats it as an outage: a memory is saved
+    without its vector (pending), a hook stays silent.
+    """
 
 
 class EmbedRequestError(ThatchEmbedderError, ValueError):

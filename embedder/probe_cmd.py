@@ -24,8 +24,11 @@ def probe(addr: str, timeout: float) -> None:
     try:
         with EmbedderClient(addr, autostart=False) as client:
             status = client.health(timeout=timeout)
+            problem = client.connection_problem() if status == "UNREACHABLE" else None
     except ThatchEmbedderError as error:
         raise click.ClickException(str(error)) from None
+    if problem is not None:  # a TLS mismatch, named
+        raise click.ClickException(f"embedder at {addr} is {status}: {problem}")
     if status != "SERVING":
         raise click.ClickException(f"embedder at {addr} is {status}")
     click.echo("SERVING")

@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import stat
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,8 +26,16 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from thatch.embedder.batching import Batcher, Limits
 from thatch.embedder.errors import AddressError, ModelError, ServerStartError
+from thatch.embedder.instance import InstanceLock
 from thatch.embedder.servicer import SERVICE_NAME, EmbedderServicer, ServerState, add_to_server
-from thatch.embedder.settings import Address, default_address, env_get, parse_address
+from thatch.embedder.settings import (
+    Address,
+    default_address,
+    env_get,
+    parse_address,
+    socket_dir,
+)
+from thatch.embedder.socket_trust import probe, tighten_own_directory
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -125,56 +131,47 @@ def is_loopback(address: Address) -> bool:
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def _listening_pid(path: Path) -> tuple[bool, int | None]:
-    """(something answers at the socket, its pid when known)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except (ConnectionRefusedError, FileNotFoundError):
-            return False, None
-        except OSError:  # e.g. a full backlog: alive, but busy
-            return True, None
-        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return True, struct.unpack("3i", creds)[0]
+def prepare_socket_dir(directory: Path, *, uid: int | None = None, own: bool = False) -> None:
+    """Create ``directory`` 0700, or refuse one of another user or writable by others.
 
-
-def pid_file(socket_path: Path) -> Path:
-    return socket_path.with_name(socket_path.name + ".pid")
-
-
-def prepare_unix_socket(path: Path, *, uid: int | None = None) -> None:
-    """Create the socket's directory 0700, refuse foreign ones, replace a stale socket."""
+    Whoever can write the directory can replace our socket with a listener of their own
+    and read every memory and prompt sent to it. ``own``: it is thatch's default socket
+    directory, which is made private when it is ours but group/other-writable.
+    """
     uid = os.geteuid() if uid is None else uid
-    directory = path.parent
     if not directory.exists():
         directory.mkdir(mode=0o700, parents=True)
         directory.chmod(0o700)
+    if own:
+        tighten_own_directory(directory, uid)
     info = directory.stat()
-    shared_sticky = info.st_uid == 0 and info.st_mode & stat.S_ISVTX  # /tmp and the like
-    if info.st_uid != uid and not shared_sticky:
+    if info.st_uid != uid:
         raise ServerStartError(
             f"socket directory {directory} belongs to another user (uid {info.st_uid}); "
             "choose a directory of your own with --listen unix:///path"
         )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ServerStartError(
+            f"socket directory {directory} is writable by group or others "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}); run chmod 700 {directory} "
+            "or choose a directory of your own with --listen unix:///path"
+        )
+
+
+def prepare_unix_socket(path: Path, *, uid: int | None = None) -> None:
+    """A private directory for ``path`` (see ``prepare_socket_dir``); a stale socket removed."""
+    prepare_socket_dir(path.parent, uid=uid)
     if not (path.exists() or path.is_symlink()):
         return
     if not stat.S_ISSOCK(path.lstat().st_mode):
         raise ServerStartError(f"{path} exists and is not a socket; remove it or use another path")
-    alive, peer_pid = _listening_pid(path)
-    if alive:
-        pid = _read_pid(pid_file(path)) or peer_pid
+    peer = probe(path, timeout=1.0)
+    if peer.state in ("listening", "busy"):  # e.g. a server of a release without the lock
         raise ServerStartError(
-            f"an embedder is already running at unix://{path} (pid {pid or 'unknown'})"
+            f"an embedder is already running at unix://{path} (pid {peer.pid or 'unknown'})"
         )
-    path.unlink()  # refused: a stale socket left by a crash
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    if peer.state == "refused":
+        path.unlink()  # a stale socket left by a crash
 
 
 # -- the server ---------------------------------------------------------------------------
@@ -218,20 +215,33 @@ def create_server(
 
 @dataclass
 class _Process:
-    """The files a running server owns and removes when it ends."""
+    """The files a running server owns (socket, pid file, instance lock), removed at the end."""
 
     address: Address
+    instance: InstanceLock | None = None
     socket_inode: int | None = None
-    pid_path: Path | None = None
+
+    def claim_address(self, env: Mapping[str, str]) -> None:
+        """Hold the address for this process's lifetime (unix: the instance lock), then
+        clear a stale socket; raises ``ServerStartError`` when another server holds it."""
+        path = self.address.path
+        if path is None:
+            return
+        try:
+            prepare_socket_dir(path.parent, own=path.parent == socket_dir(env))
+            self.instance = InstanceLock.acquire(path, str(self.address))
+            prepare_unix_socket(path)
+            self.instance.write_pid()
+        except OSError as error:
+            self.remove_files()
+            raise ServerStartError(f"cannot prepare {path}: {error.strerror}") from None
+        except BaseException:
+            self.remove_files()
+            raise
 
     def claim_socket(self) -> None:
         if self.address.path is not None:
             self.socket_inode = self.address.path.stat().st_ino
-
-    def write_pid(self) -> None:
-        if self.address.path is not None:
-            self.pid_path = pid_file(self.address.path)
-            self.pid_path.write_text(f"{os.getpid()}\n")
 
     def remove_files(self) -> None:
         path = self.address.path
@@ -240,8 +250,9 @@ class _Process:
                 path.unlink()
         except OSError:
             pass
-        if self.pid_path is not None and _read_pid(self.pid_path) == os.getpid():
-            self.pid_path.unlink(missing_ok=True)
+        if self.instance is not None:
+            self.instance.release()
+            self.instance = None
 
 
 @contextmanager
@@ -279,12 +290,9 @@ def serve(
     from thatch.embedder.models import create_encoder, resolve_model
 
     address = listen_address(options.listen, env)
-    if address.path is not None:
-        try:
-            prepare_unix_socket(address.path)
-        except OSError as error:
-            raise ServerStartError(f"cannot prepare {address.path}: {error.strerror}") from None
-    elif options.tls is None and not is_loopback(address):
+    process = _Process(address)
+    process.claim_address(env)
+    if address.path is None and options.tls is None and not is_loopback(address):
         logger.warning("listening on %s without TLS: anyone who can reach it can use it", address)
     stop = stop or threading.Event()
     state = ServerState(
@@ -296,16 +304,19 @@ def serve(
     )
     health_servicer = health.HealthServicer()
     set_health(health_servicer, NOT_SERVING)
-    server, port = create_server(
-        EmbedderServicer(state, logger=logger),
-        health_servicer,
-        address,
-        tls=options.tls,
-        max_workers=options.max_workers,
-    )
+    try:
+        server, port = create_server(
+            EmbedderServicer(state, logger=logger),
+            health_servicer,
+            address,
+            tls=options.tls,
+            max_workers=options.max_workers,
+        )
+        process.claim_socket()
+    except BaseException:
+        process.remove_files()
+        raise
     shown = address if address.path is not None or port == 0 else _with_port(address, port)
-    process = _Process(address)
-    process.claim_socket()
     server.start()
 
     def exit_now() -> None:
@@ -325,6 +336,8 @@ def serve(
         try:
             logger.info("starting: model %s, listening at %s", options.model, shown)
             settings = resolve_model(options.model, env=env)
+            if settings.onnx_path is not None:
+                _quiet_onnxruntime()
             encoder = create_encoder(settings, threads=options.threads)
             batcher = Batcher(
                 encoder,
@@ -337,7 +350,6 @@ def serve(
             batcher.start()
             _wait_loaded(batcher, stop, settings.model_id)
             if not stop.is_set():
-                process.write_pid()
                 state.ready(settings, encoder, batcher)
                 set_health(health_servicer, SERVING)
                 logger.info("serving at %s model %s", shown, settings.model_id)
@@ -357,6 +369,13 @@ def serve(
 @contextmanager
 def _no_signals() -> Iterator[None]:
     yield
+
+
+def _quiet_onnxruntime() -> None:
+    """No telemetry events (``ORT_DISABLE_TELEMETRY``, set by ``serve``, stops the files)."""
+    import onnxruntime
+
+    onnxruntime.disable_telemetry_events()
 
 
 def _with_port(address: Address, port: int) -> Address:

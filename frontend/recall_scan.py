@@ -21,7 +21,6 @@ import math
 import os
 import socket
 import stat
-import struct
 import sys
 import threading
 import time
@@ -30,6 +29,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from thatch.embedder.settings import MAX_SOCKET_PATH_BYTES, socket_dir
+from thatch.embedder.socket_trust import (
+    check_path,
+    directory_problem,
+    peer_credentials,
+    peer_problem,
+    tighten_own_directory,
+)
 from thatch.frontend.db_path import default_db_path as db_path
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -73,12 +79,15 @@ def request_labels(
     request = {"prompt": prompt, "stores": list(stores), "limit": limit, "threshold": threshold}
     end = time.monotonic() + deadline
     try:
+        # Only a server of our own user, in a directory nobody else can write, may see the
+        # prompt and answer for our memories (the same check as the embedder's client).
+        if check_path(path).problem is not None:
+            return None
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(CONNECT_TIMEOUT)
             sock.connect(os.fspath(path))
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            if struct.unpack("3i", creds)[1] != os.geteuid():
-                return None  # only a server of our own user may answer for our memories
+            if peer_problem(path, *peer_credentials(sock)) is not None:
+                return None
             sock.settimeout(max(end - time.monotonic(), 0.01))
             sock.sendall(json.dumps(request).encode() + b"\n")
             reply = _read_line(sock, end, MAX_REQUEST_BYTES)
@@ -217,8 +226,10 @@ def _bind(path: Path) -> socket.socket:
     from thatch.embedder.autostart import make_private_dir
 
     make_private_dir(path.parent)
-    if path.parent.stat().st_uid != os.geteuid():
-        raise PermissionError(f"{path.parent} belongs to another user")
+    tighten_own_directory(path.parent)  # always thatch's own socket directory
+    problem = directory_problem(path.parent)
+    if problem is not None:
+        raise PermissionError(problem)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     previous = os.umask(0o077)
     try:

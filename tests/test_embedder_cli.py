@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,9 +14,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from thatch.cli.main import cli
-from thatch.embedder.errors import FIX_REMOTE, fix_offline
+from thatch.embedder.client import EmbedderClient
+from thatch.embedder.encoder import Kind
+from thatch.embedder.errors import FIX_REMOTE, EmbedderUnavailable, fix_offline
+from thatch.embedder.instance import lock_holder, lock_path, pid_path, running_pid
 
-from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders
+from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders, wait_until
 
 
 @pytest.fixture
@@ -156,3 +161,59 @@ def test_stop_ignores_stale_pid_file(sock: Path) -> None:
     Path(f"{sock}.pid").write_text(dead.stdout)
     result = run("stop")
     assert (result.exit_code, result.stdout) == (0, "embedder not running\n")
+
+
+# -- one server per address, found without its socket ------------------------------------
+
+
+def started(sock: Path) -> int:
+    result = run("start")
+    assert result.exit_code == 0, result.stderr
+    [pid] = embedder_pids(str(sock))
+    return pid
+
+
+@pytest.mark.parametrize("pid_file", ["kept", "deleted"])
+def test_server_without_its_socket_is_found_and_stopped(sock: Path, pid_file: str) -> None:
+    """Socket deleted (and even the pid file): no second server, status explains, stop works."""
+    pid = started(sock)
+    assert pid_path(sock).read_text() == f"{pid}\n"
+    assert lock_holder(lock_path(sock)) == pid
+    sock.unlink()
+    if pid_file == "deleted":
+        pid_path(sock).unlink()
+
+    status = run("status")
+    assert status.exit_code == 1
+    assert status.stderr == (
+        f"Error: the embedder (pid {pid}) is running but its socket {sock} is missing.\n"
+        "Fix: thatch embedder stop, then thatch embedder start\n"
+    )
+
+    # A frontend's auto-start cannot start a rival: it explains what holds the address.
+    with EmbedderClient(f"unix://{sock}") as client, pytest.raises(EmbedderUnavailable) as caught:
+        client.embed(["x"], Kind.QUERY, timeout=60, start_wait=60)
+    assert caught.value.cause == (
+        f"nothing is listening at unix://{sock} (auto-start failed: an embedder is already "
+        f"running at unix://{sock} (pid {pid}))"
+    )
+    assert caught.value.fix == "run thatch embedder stop, then retry"
+    assert embedder_pids(str(sock)) == [pid]
+
+    stopped = run("stop")
+    assert (stopped.exit_code, stopped.stdout) == (0, "embedder stopped\n")
+    assert not alive(pid)
+    assert embedder_pids(str(sock)) == []
+    assert not lock_path(sock).exists() and not pid_path(sock).exists()
+    assert run("stop").stdout == "embedder not running\n"
+
+
+def test_a_new_server_starts_after_the_old_one_is_killed(sock: Path) -> None:
+    """SIGKILL leaves the lock file and a stale pid file; neither blocks the next server."""
+    pid = started(sock)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not alive(pid), 30, "the killed embedder to go")
+    assert pid_path(sock).exists() and lock_path(sock).exists()
+    assert running_pid(sock) is None
+    new = started(sock)
+    assert new != pid and pid_path(sock).read_text() == f"{new}\n"

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,8 +27,9 @@ from thatch.embedder.settings import Address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.embedder_proc import embedder_process, tcp_embedder
 from tests.support.fake_encoder import FakeEncoder
+from tests.support.tls_certs import make_certs
 
 # -- unix socket preparation --------------------------------------------------------------
 
@@ -136,50 +134,22 @@ def test_too_long_socket_path_is_refused() -> None:
 
 def test_tcp_beyond_loopback_without_tls_warns(short_tmp: Path) -> None:
     """0.0.0.0 without TLS serves but logs a warning; `serving at` names the real port."""
-    log = short_tmp / "embedder.log"
-    command = [sys.executable, "-m", "thatch.embedder", "serve", "--listen", "0.0.0.0:0"]
-    command += ["--model", "mock", "--log-file", str(log)]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    proc = EmbedderProcess("", short_tmp / "none", log, log, log, process)
-    try:
-        assert proc.wait_for_log(" INFO serving at "), proc.output()
-        match = re.search(r"serving at 0\.0\.0\.0:(\d+) model mock", proc.log_text())
-        assert match, proc.log_text()
-        with grpc.insecure_channel(f"127.0.0.1:{match.group(1)}") as channel:
+    with tcp_embedder(short_tmp, host="0.0.0.0") as (proc, port):
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.EmbedderStub(channel)
             response = stub.Embed(pb.EmbedRequest(texts=["tcp"], kind=pb.QUERY), timeout=10)
         assert response.model_id == "mock"
         assert "WARNING listening on 0.0.0.0:0 without TLS" in proc.log_text()
         assert proc.stop() == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 # -- TLS ----------------------------------------------------------------------------------
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA, a server certificate for localhost/127.0.0.1 and a client certificate."""
-    d = tmp_path_factory.mktemp("tls")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=thatch test CA", cwd=d)  # fmt: skip
-    (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
-        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", f"/CN={name}", cwd=d)  # fmt: skip
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
-                "-extfile", f"{name}.ext", cwd=d)  # fmt: skip
-    return d
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 @contextmanager

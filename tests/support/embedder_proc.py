@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -125,6 +126,16 @@ class EmbedderProcess:
             self.process.send_signal(sig)
         return self.process.wait(timeout)
 
+    def shut_down(self) -> None:
+        """SIGTERM and wait (30 s), then SIGKILL: whatever state the test left it in."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
     def close_channels(self) -> None:
         for channel in self._channels:
             channel.close()
@@ -192,10 +203,26 @@ def embedder_process(
         yield proc
     finally:
         proc.close_channels()
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        proc.shut_down()
+
+
+@contextmanager
+def tcp_embedder(
+    directory: Path, *args: str, host: str = "127.0.0.1"
+) -> Iterator[tuple[EmbedderProcess, int]]:
+    """``thatch-embedder serve --listen <host>:0 --model mock``; the process and its port.
+
+    The port is read from the ``serving at`` log line; on exit the process is stopped.
+    """
+    log = directory / "embedder.log"
+    command = [sys.executable, "-m", "thatch.embedder", "serve", "--listen", f"{host}:0"]
+    command += ["--model", "mock", "--log-file", str(log), *args]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    proc = EmbedderProcess("", directory / "none", log, log, log, process)
+    try:
+        assert proc.wait_for_log(" INFO serving at "), proc.output()
+        match = re.search(rf"serving at {re.escape(host)}:(\d+) model mock", proc.log_text())
+        assert match, proc.log_text()
+        yield proc, int(match.group(1))
+    finally:
+        proc.shut_down()
