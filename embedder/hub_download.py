@@ -31,7 +31,6 @@ from thatch.embedder.models import (
 )
 from thatch.embedder.settings import Env
 
-
 FP32_REFERENCE = "onnx/model.onnx"
 
 
