@@ -233,3 +233,18 @@ def test_info_describes_the_file_really_served(
     assert info.model_sha256 == sha256_file(model / FP32)
     assert info.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert log.count(WARNING) == 1 and "WARNING" in log
+
+
+def test_demo_with_a_broken_int8_model_runs_on_fp32_and_says_why(
+    minilm_dir: Path, tmp_path: Path
+) -> None:
+    """`thatch demo` never fails because of quantization: one line, then the demo goes on."""
+    from tests.test_demo import demo_env, run_demo
+
+    model = linked_copy(minilm_dir, tmp_path / "model")
+    scramble_int8(model)
+    run = run_demo(demo_env(tmp_path / "home", tmp_path / "cache"), "--model", str(model))
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stdout.splitlines() if WARNING in line]
+    assert len(lines) == 1 and lines[0].endswith(f"serving {FP32} instead"), run.stdout
+    assert run.leftover == []
