@@ -87,7 +87,7 @@ def main() -> None:
 
     def encoder(settings: ModelSettings) -> OnnxEncoder:
         # Not checked at load: the point here is to measure the file itself.
-        loaded = OnnxEncoder(replace(settings, quantized=False), threads=args.threads)
+        loaded = OnnxEncoder(settings, threads=args.threads, check_int8=False)
         loaded.load()
         return loaded
 

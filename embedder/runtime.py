@@ -159,6 +159,7 @@ class OnnxEncoder:
         *,
         threads: int | None = None,
         logger: logging.Logger | None = None,
+        check_int8: bool = True,
     ) -> None:
         if settings.onnx_path is None:
             raise ModelError(f"model {settings.model_id} has no ONNX file")
@@ -173,7 +174,7 @@ class OnnxEncoder:
         self._use_file(settings)
         # An int8 file is checked against fp32 at its first load (see _check_int8); after
         # that ``settings`` names the file really served.
-        self._checked = not self.settings.quantized
+        self._checked = not (check_int8 and self.settings.quantized)
         self._log = logger or logging.getLogger("thatch.embedder")
         # load/release/encode may come from different threads (inference vs idle timer).
         self._lock = threading.RLock()
@@ -256,7 +257,7 @@ class OnnxEncoder:
 
         settings = self.settings
         assert settings.path is not None and settings.onnx_path is not None
-        served = settings.onnx_path.relative_to(settings.path).as_posix()
+        served = os.path.relpath(settings.onnx_path, settings.path)
         fp32 = known_answers.fp32_beside(settings.path, settings.onnx_path)
         reference = known_answers.read(settings.path, settings.dim)
         if reference is None and fp32 is not None:
