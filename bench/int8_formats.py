@@ -10,6 +10,18 @@ texts, the largest component difference between a text alone and in one padded b
 speed: a 16-text batch and a one-text query, fp32 and every format timed in alternating
 rounds (medians; compare ratios, the machine is noisy). This is how the default format was
 chosen: exact products (no saturation) and the best worst case that is faster than fp32.
+
+Other x86 CPU classes, with Debian's qemu-user (its TCG has AVX2 but no AVX-512/VNNI): run
+once natively (imports the fp32 model into the cache), then, with the same XDG_CACHE_HOME,
+
+    SITE=$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')
+    qemu-x86_64 -cpu Haswell "$(readlink -f .venv/bin/python)" - --formats u8u8,u8s8 <<EOF
+    import runpy, site, sys
+    site.addsitedir("$SITE"); sys.path.insert(0, "bench")
+    runpy.run_path("bench/int8_formats.py", run_name="__main__")
+    EOF
+
+(``-cpu Nehalem`` for SSE4.2 only; the speed table means nothing under emulation).
 """
 
 from __future__ import annotations

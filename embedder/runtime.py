@@ -256,10 +256,11 @@ class OnnxEncoder:
         from thatch.embedder.models import with_onnx
 
         settings = self.settings
-        assert settings.path is not None and settings.onnx_path is not None
-        served = os.path.relpath(settings.onnx_path, settings.path)
-        fp32 = known_answers.fp32_beside(settings.path, settings.onnx_path)
-        reference = known_answers.read(settings.path, settings.dim)
+        assert settings.onnx_path is not None
+        model_dir = settings.path or settings.onnx_path.parent
+        served = os.path.relpath(settings.onnx_path, model_dir)
+        fp32 = known_answers.fp32_beside(model_dir, settings.onnx_path)
+        reference = known_answers.read(model_dir, settings.dim)
         if reference is None and fp32 is not None:
             checker = OnnxEncoder(with_onnx(settings, fp32), threads=self.threads)
             try:
