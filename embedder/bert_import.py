@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx
-from thatch.embedder import bert_quantize, bert_verify, settings
+from thatch.embedder import bert_quantize, bert_verify, known_answers, settings
 from thatch.embedder.bert_onnx import build_bert_onnx
 from thatch.embedder.bert_weights import BertConfig, canonical_weights
 from thatch.embedder.errors import ModelError
 from thatch.embedder.safetensors_io import read_safetensors
 from thatch.embedder.wordpiece import build_wordpiece_tokenizer
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 FP32_ONNX = "onnx/model.onnx"
 INT8_ONNX = "onnx/model_quantized.onnx"
@@ -284,23 +285,7 @@ def import_checkpoint(
         diff = bert_verify.check_fp32(fp32_vectors, reference)
         log(f"fp32 graph matches the numpy reference (max difference {diff:.1e})")
         if quantize:
-            log("quantizing weights to int8")
-            quantize_int8(build / FP32_ONNX, build / INT8_ONNX, tokenizer, chosen.max_tokens)
-            int8_vectors = bert_verify.run_onnx(build / INT8_ONNX, samples, chosen.pooling)
-            try:
-                cosine = bert_verify.check_int8(int8_vectors, fp32_vectors)
-            except ModelError:
-                # The int8 kernels differ per CPU: wrong vectors must never reach a shared
-                # database, and a working fp32 model beats a failed import.
-                cosine = float(np.min(np.sum(int8_vectors * fp32_vectors, axis=1)))
-                log(
-                    f"int8 disagrees with fp32 on this CPU (lowest cosine {cosine:.4f}, "
-                    f"min {bert_verify.INT8_MIN_COSINE}): using the fp32 model"
-                )
-                (build / INT8_ONNX).unlink()
-                quantize = False
-            else:
-                log(f"int8 model agrees with fp32 (lowest cosine {cosine:.4f})")
+            quantize = _add_int8(build, tokenizer, chosen, samples, fp32_vectors, log)
         _copy_support_files(src, build, tokenizer, built_tokenizer)
         _write_model_json(build, chosen, bert, src, quantize)
         _install(build, out)
@@ -308,6 +293,36 @@ def import_checkpoint(
         shutil.rmtree(build, ignore_errors=True)
     log(f"imported {chosen.model_id} into {out}")
     return out
+
+
+def _add_int8(
+    build: Path,
+    tokenizer: Tokenizer,
+    chosen: ImportSettings,
+    samples: list[Encoding],
+    fp32_samples: npt.NDArray[np.float32],
+    log: Callable[[str], None],
+) -> bool:
+    """Write the int8 model and its known answers; False (and no int8 file) when it is wrong
+    on this CPU."""
+    log("quantizing weights to int8")
+    quantize_int8(build / FP32_ONNX, build / INT8_ONNX, tokenizer, chosen.max_tokens)
+    known = bert_verify.encode_samples(tokenizer, chosen.max_tokens, known_answers.TEXTS)
+    fp32_known = bert_verify.run_onnx(build / FP32_ONNX, known, chosen.pooling)
+    int8_vectors = bert_verify.run_onnx(build / INT8_ONNX, samples + known, chosen.pooling)
+    agrees, cosine = bert_verify.int8_agrees(int8_vectors, np.vstack([fp32_samples, fp32_known]))
+    if not agrees:
+        # int8 kernels differ per CPU: wrong vectors must never reach a shared database,
+        # and a working fp32 model beats a failed import.
+        log(
+            f"int8 disagrees with fp32 on this CPU (lowest cosine {cosine:.4f}, "
+            f"min {bert_verify.INT8_MIN_COSINE}): using the fp32 model"
+        )
+        (build / INT8_ONNX).unlink()
+        return False
+    known_answers.write(build, fp32_known, FP32_ONNX)
+    log(f"int8 model agrees with fp32 (lowest cosine {cosine:.4f})")
+    return True
 
 
 def _write_model_json(

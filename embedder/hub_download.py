@@ -31,6 +31,8 @@ from thatch.embedder.models import (
 )
 from thatch.embedder.settings import Env
 
+FP32_REFERENCE = "onnx/model.onnx"
+
 
 def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
     """Fetch the needed files of ref; return the snapshot directory that now holds them."""
@@ -73,6 +75,8 @@ def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
         if onnx not in listed:
             raise ModelError(f"model {ref.repo_id} on {endpoint} has no {onnx}")
         fetch(onnx)
+        if "quantized" in onnx and FP32_REFERENCE in listed:
+            fetch(FP32_REFERENCE)  # the embedder checks the int8 file against it at load
     if revision != commit:
         _write_ref(cache_dir, ref.repo_id, revision, commit)
     return snapshot

@@ -80,6 +80,7 @@ OPTIONAL_FILES = (
     "1_Pooling/config.json",
     "sentence_bert_config.json",
     "config_sentence_transformers.json",
+    "thatch_known_answers.json",
 )
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -11,14 +11,17 @@ import contextlib
 import ctypes
 import gc
 import json
+import logging
 import os
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from thatch.embedder import known_answers
 from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
 from thatch.embedder.errors import ModelError
 from tokenizers import Tokenizer
@@ -154,40 +157,71 @@ def pool(
 
 
 DYNAMIC_QUANTIZATION_OPS = frozenset({"DynamicQuantizeLinear", "DynamicQuantizeMatMul"})
+# Ops that make onnxruntime run integer kernels (QDQ graphs are fused into them at load).
+INTEGER_OPS = DYNAMIC_QUANTIZATION_OPS | {
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "QLinearMatMul",
+    "QGemm",
+    "QAttention",
+    "QuantizeLinear",
+    "ConvInteger",
+    "QLinearConv",
+}
 
 
-def _has_dynamic_activation_quantization(path: Path) -> bool:
-    """True when the graph quantizes activations with one scale per tensor (per run)."""
+def _op_types(path: Path) -> frozenset[str]:
+    """Every op type in the graph (and its functions); empty when unreadable here."""
     import onnx
 
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:  # unreadable here: onnxruntime reports it properly at load time
-        return False
+        return frozenset()
     graphs = [model.graph, *(f for f in model.functions)]
-    return any(node.op_type in DYNAMIC_QUANTIZATION_OPS for g in graphs for node in g.node)
+    return frozenset(node.op_type for g in graphs for node in g.node)
 
 
 class OnnxEncoder:
     """``Encoder`` backed by an onnxruntime ``InferenceSession``."""
 
-    def __init__(self, settings: ModelSettings, *, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: ModelSettings,
+        *,
+        threads: int | None = None,
+        logger: logging.Logger | None = None,
+        check_int8: bool = True,
+    ) -> None:
         if settings.onnx_path is None:
             raise ModelError(f"model {settings.model_id} has no ONNX file")
         if settings.pooling not in ("mean", "cls"):
             raise ModelError(f"unknown pooling {settings.pooling!r} (expected mean or cls)")
-        self.settings = settings
         self.threads = threads if threads and threads > 0 else default_threads()
         self._tokenizer, self._pad_id = load_tokenizer(settings)
         self._session: onnxruntime.InferenceSession | None = None
         self._inputs: dict[str, np.dtype[Any]] = {}
         self._output = ""
+        self._one_text_per_run = False
+        self._use_file(settings)
+        # An int8 file is checked against fp32 at its first load (see _check_int8); after
+        # that ``settings`` names the file really served.
+        self._checked = not (check_int8 and self.settings.quantized)
+        self._log = logger or logging.getLogger("thatch.embedder")
+        # load/release/encode may come from different threads (inference vs idle timer).
+        self._lock = threading.RLock()
+
+    def _use_file(self, settings: ModelSettings) -> None:
+        """Serve settings.onnx_path; ``quantized`` follows the graph, not the file's name."""
+        assert settings.onnx_path is not None
+        ops = _op_types(settings.onnx_path)
+        if ops:
+            settings = replace(settings, quantized=bool(ops & INTEGER_OPS))
+        self.settings = settings
         # Per-tensor dynamic activation quantization (onnxruntime's quantize_dynamic, the
         # hub's int8 files) picks one scale per run, so a text's vector would depend on its
         # batch companions and padding; such graphs run one text per run (also faster here).
-        self._one_text_per_run = _has_dynamic_activation_quantization(settings.onnx_path)
-        # load/release/encode may come from different threads (inference vs idle timer).
-        self._lock = threading.RLock()
+        self._one_text_per_run = bool(ops & DYNAMIC_QUANTIZATION_OPS)
 
     @property
     def pad_id(self) -> int:
@@ -212,6 +246,8 @@ class OnnxEncoder:
                 return
             self._session = self._create_session()
             try:
+                if not self._checked:
+                    self._check_int8()
                 self._warm_up()
             except Exception:
                 self._session = None
@@ -231,9 +267,63 @@ class OnnxEncoder:
             return np.zeros((0, self.settings.dim), dtype=np.float32)
         with self._lock:
             self.load()
-            if self._one_text_per_run and len(batch) > 1:
-                return np.concatenate([self._encode_padded([item]) for item in batch])
-            return self._encode_padded(batch)
+            return self._encode_loaded(batch)
+
+    def _encode_loaded(self, batch: list[Tokenized]) -> npt.NDArray[np.float32]:
+        if self._one_text_per_run and len(batch) > 1:
+            return np.concatenate([self._encode_padded([item]) for item in batch])
+        return self._encode_padded(batch)
+
+    def _known_answers(self) -> npt.NDArray[np.float32]:
+        batch = [self.tokenize(text, Kind.PASSAGE) for text in known_answers.TEXTS]
+        return self._encode_loaded(batch)
+
+    def _check_int8(self) -> None:
+        """Serve the fp32 file instead when the int8 session is wrong on this CPU.
+
+        int8 kernels differ per CPU, and vectors that silently differ per machine would
+        poison a shared database. The reference is the fp32 vectors the import stored, else
+        the fp32 file beside the int8 one (the hub's onnx/model.onnx), run here.
+        """
+        from thatch.embedder.models import with_onnx
+
+        settings = self.settings
+        assert settings.onnx_path is not None
+        model_dir = settings.path or settings.onnx_path.parent
+        served = os.path.relpath(settings.onnx_path, model_dir)
+        fp32 = known_answers.fp32_beside(model_dir, settings.onnx_path)
+        reference = known_answers.read(model_dir, settings.dim)
+        if reference is None and fp32 is not None:
+            checker = OnnxEncoder(with_onnx(settings, fp32), threads=self.threads)
+            try:
+                checker.load()
+                reference = checker._known_answers()
+            finally:
+                checker.release()
+        if reference is None:
+            self._checked = True
+            self._log.warning(
+                "int8 model %s cannot be checked on this CPU (no fp32 reference vectors and "
+                "no fp32 file beside it): serving it unchecked",
+                served,
+            )
+            return
+        cosine = known_answers.lowest_cosine(self._known_answers(), reference)
+        if cosine >= known_answers.MIN_COSINE:
+            self._checked = True
+            return
+        why = (
+            f"int8 model {served} disagrees with fp32 on this CPU (lowest cosine "
+            f"{cosine:.4f}, min {known_answers.MIN_COSINE})"
+        )
+        if fp32 is None:
+            raise ModelError(f"{why}, and the model has no fp32 file to serve instead")
+        self._log.warning("%s: serving %s instead", why, fp32)
+        self._use_file(with_onnx(settings, fp32))
+        self._checked = True
+        self._session = None
+        gc.collect()
+        self._session = self._create_session()
 
     def _encode_padded(self, batch: list[Tokenized]) -> npt.NDArray[np.float32]:
         ids, mask = self._pad(batch)

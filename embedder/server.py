@@ -350,7 +350,8 @@ def serve(
             batcher.start()
             _wait_loaded(batcher, stop, settings.model_id)
             if not stop.is_set():
-                state.ready(settings, encoder, batcher)
+                # The encoder's settings: the file it serves after its load-time int8 check.
+                state.ready(encoder.settings, encoder, batcher)
                 set_health(health_servicer, SERVING)
                 logger.info("serving at %s model %s", shown, settings.model_id)
                 _wait_for_exit(state, stop, options.exit_after, clock, logger)

@@ -276,6 +276,18 @@ def running_embedder(
         stop_process(proc)
 
 
+def int8_fallback_line(log: Path) -> str | None:
+    """The embedder's one warning that it serves fp32 because int8 is wrong on this CPU."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if " WARNING " in line and "disagrees with fp32 on this CPU" in line:
+            return line.split(" WARNING ", 1)[1]
+    return None
+
+
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM, wait; SIGKILL if it does not exit in time."""
     if proc.poll() is None:
@@ -322,6 +334,9 @@ def run_demo(
         steps.start(f"Starting an embedder (model {choice.model_id})")
         with running_embedder(choice.name, directory, scratch_env, steps):
             out(f"   serving at {scratch_env['THATCH_EMBEDDER_ADDR']}")
+            fallback = int8_fallback_line(directory / "embedder.log")
+            if fallback:
+                out(f"   {fallback}")
             exercise_tools(scratch_env, steps, out)
             steps.start("Stopping the embedder")
         out("   embedder stopped")

@@ -10,6 +10,7 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 from thatch.embedder.errors import ModelError
+from thatch.embedder.known_answers import KNOWN_ANSWERS_FILE
 from thatch.embedder.models import resolve_model
 
 from tests.support.fake_hub import COMMIT, FakeHub
@@ -37,7 +38,8 @@ def declared_onnx(minilm_dir: Path) -> str:
 def test_first_resolve_downloads_needed_files_with_progress(
     hub: FakeHub, minilm_dir: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Only required + optional files and the one ONNX file are fetched, with a progress bar."""
+    """Only required + optional files and the ONNX file are fetched (plus the fp32 file beside
+    an int8 one: the embedder checks int8 against it at load), with a progress bar."""
     settings = resolve_model(REPO, env=dict(os.environ))
     onnx = declared_onnx(minilm_dir)
     assert settings.source == "downloaded"
@@ -53,6 +55,8 @@ def test_first_resolve_downloads_needed_files_with_progress(
         "sentence_bert_config.json",
         "config_sentence_transformers.json",
         onnx,
+        *(["onnx/model.onnx"] if "quantized" in onnx else []),
+        *([KNOWN_ANSWERS_FILE] if (minilm_dir / KNOWN_ANSWERS_FILE).is_file() else []),
     }
     assert settings.sha256 == hashlib.sha256((minilm_dir / onnx).read_bytes()).hexdigest()
     assert settings.path is not None and "models--acme--minilm-test" in str(settings.path)

@@ -311,13 +311,21 @@ def test_failed_verification_writes_nothing(
     assert not parent.exists() or list(parent.iterdir()) == []
 
 
-def test_failed_int8_check_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An int8 model below the cosine bar fails the import, and nothing is left behind."""
+def test_failed_int8_check_falls_back_to_fp32_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An int8 model below the cosine bar is dropped: the import serves fp32 and says why."""
     src = write_tiny_bert(tmp_path / "tiny")
     monkeypatch.setattr(bert_verify, "INT8_MIN_COSINE", 1.5)
-    with pytest.raises(ModelError, match="int8 model's vectors have cosine"):
-        import_checkpoint(src, tmp_path / "models/out")
-    assert list((tmp_path / "models").iterdir()) == []
+    messages: list[str] = []
+    out = import_checkpoint(src, tmp_path / "models/out", log=messages.append)
+    record = json.loads((out / "thatch_model.json").read_text())
+    assert record["onnx"] == "onnx/model.onnx" and record["quantized"] is False
+    assert not (out / "onnx/model_quantized.onnx").exists()
+    assert not (out / "thatch_known_answers.json").exists()
+    (line,) = [m for m in messages if "int8" in m and "fp32" in m]
+    assert "disagrees with fp32 on this CPU" in line and line.endswith("using the fp32 model")
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["out"]  # no build leftovers
 
 
 def test_non_bert_config_is_refused(tmp_path: Path) -> None:
