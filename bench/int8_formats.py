@@ -52,7 +52,9 @@ REFERENCE = Path(__file__).parent.parent / "tests" / "data" / "minilm_reference.
 
 def max_product_error(fmt: bert_quantize.Int8Format) -> int:
     """|onnxruntime - numpy| of MatMulInteger on the format's largest operands."""
-    import onnxruntime as ort
+    from thatch.embedder.ort_loader import load_onnxruntime
+
+    ort = load_onnxruntime()
 
     a_type, a_dtype = (
         (TensorProto.INT8, np.int8) if fmt.act_signed else (TensorProto.UINT8, np.uint8)

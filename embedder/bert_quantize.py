@@ -129,7 +129,9 @@ def activation_absmax(
     model: onnx.ModelProto, feeds: list[Feed]
 ) -> dict[str, npt.NDArray[np.float32]]:
     """Per channel, the largest |value| each quantized MatMul's input reaches on ``feeds``."""
-    import onnxruntime as ort
+    from thatch.embedder.ort_loader import load_onnxruntime
+
+    ort = load_onnxruntime()
 
     names = sorted({node.input[0] for node in _weight_matmuls(model)})
     probe = onnx.ModelProto()

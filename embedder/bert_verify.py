@@ -61,7 +61,9 @@ def pool(
 
 def run_onnx(path: Path, encodings: list[Encoding], pooling: str) -> npt.NDArray[np.float32]:
     """Pooled, normalised vectors of ``encodings`` run as one padded batch."""
-    import onnxruntime as ort
+    from thatch.embedder.ort_loader import load_onnxruntime
+
+    ort = load_onnxruntime()
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: warnings would clutter the import's stderr

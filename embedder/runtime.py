@@ -45,7 +45,9 @@ def default_threads() -> int:
 
 def session_options(threads: int) -> onnxruntime.SessionOptions:
     """Session options of spec §4: sequential, all optimizations, no spinning, CPU arena."""
-    import onnxruntime as ort
+    from thatch.embedder.ort_loader import load_onnxruntime
+
+    ort = load_onnxruntime()
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -357,7 +359,9 @@ class OnnxEncoder:
         return np.asarray(hidden)
 
     def _create_session(self) -> onnxruntime.InferenceSession:
-        import onnxruntime as ort
+        from thatch.embedder.ort_loader import load_onnxruntime
+
+        ort = load_onnxruntime()
 
         path = self.settings.onnx_path
         assert path is not None

@@ -116,9 +116,6 @@ def serve(
         raise click.UsageError("--tls-cert and --tls-key must be given together")
     if tls_client_ca is not None and tls_cert is None:
         raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
-    # onnxruntime writes a device id and telemetry events under $XDG_CACHE_HOME/Microsoft
-    # from the moment it loads unless this is set; a user's own value wins.
-    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     from thatch.embedder import server
 
     env = dict(os.environ)

@@ -373,10 +373,9 @@ def _no_signals() -> Iterator[None]:
 
 
 def _quiet_onnxruntime() -> None:
-    """No telemetry events (``ORT_DISABLE_TELEMETRY``, set by ``serve``, stops the files)."""
-    import onnxruntime
+    from thatch.embedder.ort_loader import load_onnxruntime
 
-    onnxruntime.disable_telemetry_events()
+    load_onnxruntime()
 
 
 def _with_port(address: Address, port: int) -> Address:

@@ -123,6 +123,9 @@ def test_offline_demo_runs_end_to_end(first_run: Run) -> None:
     assert not first_run.scratch.exists()
     assert f"Removed {first_run.scratch}" in lines
     assert_left_nothing(first_run)
+    # The import runs onnxruntime in the CLI process too: no telemetry files from either.
+    for root in (Path(first_run.env["HOME"]), Path(first_run.env["XDG_CACHE_HOME"])):
+        assert [p for p in root.rglob("*") if "Microsoft" in p.name] == []
 
 
 def test_second_run_reuses_the_imported_model(first_run: Run, cache_home: Path, home: Path) -> None:
