@@ -314,6 +314,59 @@ def m006_conflict_free_triggers(conn: sqlite3.Connection) -> None:
     )
 
 
+CHANGES_TABLE = "_thatch_entry_changes"
+# Log entries kept: a cache further behind than this reloads its store once instead.
+CHANGES_KEPT = 10_000
+
+
+def _log(row: str) -> str:
+    """Append the row's key to the change log and drop entries past the kept window.
+
+    Neither statement can conflict (the sequence is assigned, the delete has no key), so
+    the outer statement's conflict policy never matters.
+    """
+    return (
+        f"INSERT INTO {CHANGES_TABLE} (store, slug) VALUES ({row}.store, {row}.slug); "
+        f"DELETE FROM {CHANGES_TABLE} WHERE seq <= "
+        f"(SELECT max(seq) FROM {CHANGES_TABLE}) - {CHANGES_KEPT};"
+    )
+
+
+def m007_change_log(conn: sqlite3.Connection) -> None:
+    """A log of which (store, slug) changed, so caches re-read those rows, not the store.
+
+    The same triggers as m006 (counters and all, for thatch processes that key on them),
+    each also logging the row it touched; a slug or store change logs the old key too.
+    AUTOINCREMENT keeps sequence numbers from ever being reused after pruning.
+    """
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {CHANGES_TABLE} (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "store TEXT NOT NULL, slug TEXT NOT NULL)"
+    )
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_entry_changes_store ON {CHANGES_TABLE} (store, seq)"
+    )
+    for name in ENTRY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_insert AFTER INSERT ON entries "
+        f"BEGIN {_bump_never_conflicting('NEW')} {_log('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_delete AFTER DELETE ON entries "
+        f"BEGIN {_bump_never_conflicting('OLD')} {_log('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER thatch_entries_update AFTER UPDATE OF {_VERSIONED_COLUMNS} "
+        f"ON entries BEGIN {_bump_never_conflicting('NEW')} {_log('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_move AFTER UPDATE OF slug, store ON entries "
+        "WHEN OLD.store IS NOT NEW.store OR OLD.slug IS NOT NEW.slug "
+        f"BEGIN {_bump_never_conflicting('OLD')} {_log('OLD')} END"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_create_tables", m001_create_tables),
     ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
@@ -321,6 +374,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m004_store_versions", m004_store_versions),
     ("m005_pending_index", m005_pending_index),
     ("m006_conflict_free_triggers", m006_conflict_free_triggers),
+    ("m007_change_log", m007_change_log),
 ]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from thatch.frontend.db import atomic, connect, default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
-from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
+from thatch.frontend.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
 from thatch.frontend.store import Store
 
 # (name, type, notnull, default, pk) per column, exactly as store.md §3 declares them.
@@ -166,7 +166,8 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
-    assert set(names) - set(EXPECTED) <= {MIGRATIONS_TABLE, VERSIONS_TABLE, "sqlite_sequence"}
+    extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence"}
+    assert set(names) - set(EXPECTED) <= extra
 
 
 def test_foreign_keys_and_nocase_are_declared(store: Store) -> None:
