@@ -88,7 +88,7 @@ class DimGroup:
         self._reserve(size)
         stop = start + size
         self._write(start, stop, raw)
-        self.archived_flags[start:stop] = [bool(flag) for flag in archived]
+        self.archived_flags[start:stop] = np.asarray(archived, dtype=bool)
         self.branch_codes[start:stop] = codes
         self.slugs.extend(slugs)
         self.count = stop
@@ -129,15 +129,26 @@ class StoreMatrix:
     """What ranking one store needs, valid for the log sequence and counter it was read at."""
 
     groups: dict[int, DimGroup] = field(default_factory=dict)
-    where: dict[str, tuple[int, int]] = field(default_factory=dict)  # slug → (dim, row)
     branch_names: dict[str | None, int] = field(default_factory=lambda: {None: NO_BRANCH})
     seq: int = 0
     version: int = 0
     capacity: int = 0
+    _where: dict[str, tuple[int, int]] | None = None
+
+    @property
+    def where(self) -> dict[str, tuple[int, int]]:
+        """slug → (dim, row); built on first need (a store that is only searched never does)."""
+        if self._where is None:
+            self._where = {
+                slug: (dim, row)
+                for dim, group in self.groups.items()
+                for row, slug in enumerate(group.slugs)
+            }
+        return self._where
 
     @property
     def size(self) -> int:
-        return len(self.where)
+        return sum(group.count for group in self.groups.values())
 
     def code(self, branch: str | None) -> int:
         found = self.branch_names.get(branch)
@@ -193,12 +204,11 @@ class StoreMatrix:
             slugs, flags, branches, blobs = zip(*same, strict=True)
             raw = np.frombuffer(b"".join(blobs), dtype=FLOAT32_LE).reshape(len(same), dim)
             group = self.group_for(dim, capacity=self.capacity)
-            start = group.append(
+            group.append(
                 list(slugs), raw.astype(np.float32, copy=False), list(flags),
                 [self.code(branch) for branch in branches],
             )  # fmt: skip
-            for offset, slug in enumerate(slugs):
-                self.where[slug] = (dim, start + offset)
+        self._where = None
 
 
 def _usable(blob: object) -> F32 | None:
@@ -213,7 +223,9 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     Only ranking columns are read, and never more than one chunk of BLOBs is alive, so a
     load peaks at one copy of the vectors plus a chunk.
     """
-    (count,) = conn.execute("SELECT count(*) FROM entries WHERE store = ?", (store,)).fetchone()
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
+    ).fetchone()
     # Room for a few writes before the arrays grow; untouched pages cost no memory.
     matrix = StoreMatrix(capacity=int(count) + int(count) // 16 + 16)
     cursor = conn.execute(

@@ -464,3 +464,16 @@ def test_upgrade_replaces_m004_triggers_and_keeps_m004_recorded(tmp_path: Path) 
             fresh.close()
         assert triggers == expected
         assert not any("OR IGNORE" in sql for _, sql in triggers)
+
+
+def test_loading_a_store_reads_only_its_usable_rows(store: Store) -> None:
+    """A store's vectors come through an index of usable rows; pending lookups keep theirs."""
+    from thatch.frontend.store_rows import MISSING, USABLE
+
+    def plan(sql: str) -> str:
+        return str(store.conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("p",)).fetchall())
+
+    load = f"SELECT slug, archived, branch, embedding FROM entries WHERE store = ? AND {USABLE}"
+    assert "thatch_entries_usable" in plan(load)
+    pending = f"SELECT count(*) FROM entries WHERE store IN (?) AND {MISSING}"
+    assert "thatch_entries_pending" in plan(pending)
