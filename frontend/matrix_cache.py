@@ -114,14 +114,19 @@ class DimGroup:
         return moved
 
     def _write(self, start: int, stop: int, raw: F32) -> None:
-        """Normalise ``raw`` into rows [start, stop): zero rows for zero or non-finite ones."""
-        finite = np.all(np.isfinite(raw), axis=1)
-        if not finite.all():
-            raw = np.where(finite[:, None], raw, np.float32(0.0))
+        """Normalise ``raw`` into rows [start, stop): zero rows for zero or non-finite ones.
+
+        A float64 sum of float32 squares cannot overflow, so the norm is finite exactly
+        when every value is: one pass finds both.
+        """
         norms = np.sqrt(np.einsum("ij,ij->i", raw, raw, dtype=np.float64))
+        usable = np.isfinite(norms) & (norms > 0)
+        norms[~usable] = 0.0
         self.norms[start:stop] = norms
-        safe = np.where(norms > 0, norms, 1.0)
-        self.unit[start:stop] = raw / safe[:, None]
+        target = self.unit[start:stop]
+        # Divided in float64 (a tiny norm's reciprocal can overflow float32), stored float32.
+        np.divide(raw, norms[:, None], out=target, where=usable[:, None], casting="unsafe")
+        target[~usable] = 0.0
 
 
 @dataclass

@@ -238,3 +238,28 @@ def test_writes_by_other_processes_are_seen(cached: tuple[Store, list[str]], pat
         ]
         assert_same([(m.memory.store, m.memory.slug, m.score) for m in similar], expected)
     assert loads == ["p"]
+
+
+def test_extreme_vectors_rank_exactly(cached: tuple[Store, list[str]], path: Path) -> None:
+    """Subnormal, huge and non-finite stored vectors: screening never hides a winner."""
+    store, _ = cached
+    rows = {
+        "tiny": [1e-45] + [0.0] * (DIM - 1),
+        "huge": [3e38] * DIM,
+        "nan": [float("nan")] + [1.0] * (DIM - 1),
+        "zero": [0.0] * DIM,
+        "plain": [1.0, 2.0] + [0.0] * (DIM - 2),
+    }
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for slug, values in rows.items():
+            conn.execute(
+                "INSERT INTO entries (slug, store, label, content, embedding, created_at, "
+                "updated_at) VALUES (?, 'p', ?, '#', ?, 't', 't')",
+                (slug, slug, np.asarray(values, dtype="<f4").tobytes()),
+            )
+    finally:
+        conn.close()
+    for query in (np.eye(DIM, dtype=np.float32)[0], np.ones(DIM, dtype=np.float32)):
+        assert_same(found(store, ["p"], query), brute_force(path, ["p"], query))
+        assert found(store, ["p"], query)[0][1] in {"tiny", "huge"}
