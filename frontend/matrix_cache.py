@@ -88,7 +88,7 @@ class DimGroup:
         self._reserve(size)
         stop = start + size
         self._write(start, stop, raw)
-        self.archived_flags[start:stop] = np.asarray(archived, dtype=bool)
+        self.archived_flags[start:stop] = [bool(flag) for flag in archived]  # any SQLite value
         self.branch_codes[start:stop] = codes
         self.slugs.extend(slugs)
         self.count = stop
