@@ -248,6 +248,7 @@ def test_extreme_vectors_rank_exactly(cached: tuple[Store, list[str]], path: Pat
         "huge": [3e38] * DIM,
         "nan": [float("nan")] + [1.0] * (DIM - 1),
         "zero": [0.0] * DIM,
+        "signalling": b"\x01\x00\x80\x7f" * DIM,  # raw bits: a float conversion quiets it
         "plain": [1.0, 2.0] + [0.0] * (DIM - 2),
     }
     conn = sqlite3.connect(path, isolation_level=None)
@@ -256,7 +257,13 @@ def test_extreme_vectors_rank_exactly(cached: tuple[Store, list[str]], path: Pat
             conn.execute(
                 "INSERT INTO entries (slug, store, label, content, embedding, created_at, "
                 "updated_at) VALUES (?, 'p', ?, '#', ?, 't', 't')",
-                (slug, slug, np.asarray(values, dtype="<f4").tobytes()),
+                (
+                    slug,
+                    slug,
+                    values
+                    if isinstance(values, bytes)
+                    else np.asarray(values, dtype="<f4").tobytes(),
+                ),
             )
     finally:
         conn.close()
