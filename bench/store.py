@@ -1,45 +1,45 @@
-"""Store benchmark: recall over a real stdio MCP session vs in-process search (prints tables).
+"""Store benchmark: the issue-9 §3 figures, each beside its same-run baseline (prints tables).
 
-    python bench/store.py [--sizes 1000,10000,100000] [--repeats 30]
+    python bench/store.py [--model minilm-int8|minilm-fp32|mock] [--repeats 30]
+                          [--big 100000] [--sessions 8] [--session-ops 100]
 
-Rows are N random unit vectors of the model's dimension (384), inserted straight into a
-temp SQLite file in the project store ``benchproj``; queries are real developer questions
-embedded by a real embedder process serving all-MiniLM-L6-v2 int8 (imported by thatch's
-importer into the bench cache, see bench/embedder.py). Figures per size:
-- memory_recall end to end: client-side time of ``tools/call`` over one ``thatch mcp``
-  stdio session (query embedding, pending checks, search, telemetry write, formatting);
-- in-process search alone: a long-lived Store, warm matrix cache;
-- the parts of a recall timed in-process, to see where the end-to-end time goes;
-- memory_remember (passage embedding + find_similar + the write with fsync) and
-  find_duplicates at the sizes asked;
-- the naive baseline in the same run: read every BLOB, decode into Python floats, cosine
-  row by row in pure Python, sort, top 10 (what a straight port does).
-Other processes may share the machine: compare ratios, not absolute numbers.
+Rows are random unit vectors of the model's dimension inserted straight into a temp SQLite
+file in the project store ``benchproj``; every tool call goes over a real stdio ``thatch mcp``
+session and every query is embedded by a real embedder process serving ``--model``. Figures:
+- recall with a write between every recall (one session alternating memory_remember and
+  memory_recall) at 10k, against store_list's round trip + one query embed;
+- memory_remember in that alternation at 10k against the same at 1k;
+- a fresh ``thatch search`` process at 10k against the same at 100 memories;
+- recall p50 at ``--big`` (warm, no writes between), and the first recall of a new process;
+- RSS of one ``thatch mcp`` after a recall at ``--big`` over its RSS after a recall on an
+  empty store, and the total of ``--sessions`` such processes;
+- ``--sessions`` sessions at once, each alternating ``--session-ops`` remembers and recalls
+  on a store that starts empty (p50/p99 of each).
+Other processes may share the machine: compare figures with their same-run baselines.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import shutil
-import sqlite3
-import struct
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
+from _common import embedder_running, memory_texts, percentile, print_table, timed
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from thatch.embedder.client import EmbedderClient
 from thatch.embedder.encoder import Kind
-from thatch.frontend import formatting as fmt
 from thatch.frontend.slugs import slugify
 from thatch.frontend.store import Store
 from thatch.frontend.vectors import encode
@@ -47,7 +47,6 @@ from thatch.frontend.vectors import encode
 from embedder import prepare_models
 
 PROJECT = "benchproj"
-SCOPE = [PROJECT, "global"]
 STAMP = "2025-01-01T00:00:00.000Z"
 WARMUP = 3
 MS = 1000.0
@@ -68,293 +67,287 @@ QUESTIONS = [
     "where are the test fixtures seeded from",
     "what does the make release target do",
     "how do I regenerate the grpc stubs",
-    "the CI job fails on tags, why",
-    "how to reset the local database",
-    "which environment variables configure the embedder socket",
-    "what is the retry policy when the embedding service is overloaded",
-    "how do I profile a slow endpoint",
-    "where do feature flags live",
-    "how is the schema version stored in cache keys",
-    "what linters run before commit",
-    "how do I add a new CLI command",
-    "what timezone are timestamps stored in",
-    "how are secrets provided to the staging cluster",
-    "how should errors be shown to users",
-    "what is the maximum size of a memory",
-    "which python version does the project target",
 ]
 
 
-@dataclass
-class SizeResult:
-    size: int
-    figures: dict[str, list[float]] = field(default_factory=dict)
-    naive_s: float | None = None
-    naive_note: str = ""
-
-    def p(self, name: str, q: float) -> float | None:
-        values = self.figures.get(name)
-        return percentile(values, q) if values else None
+# -- places and processes ----------------------------------------------------------------
 
 
-# -- processes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Place:
+    """One temp home: a database file, a project dir, the env a frontend runs with."""
+
+    root: Path
+    address: str
+
+    @property
+    def db(self) -> Path:
+        return self.root / "db" / "thatch.db"
+
+    def env(self) -> dict[str, str]:
+        home = self.root / "home"
+        return {
+            **os.environ,
+            "HOME": str(home),
+            "XDG_CACHE_HOME": str(home / "cache"),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "XDG_DATA_HOME": str(home / "data"),
+            "XDG_STATE_HOME": str(home / "state"),
+            "THATCH_DB_PATH": str(self.db),
+            "THATCH_EMBEDDER_ADDR": self.address,
+            "THATCH_PROJECT_DIR": str(self.root / PROJECT),
+        }
+
+    def command(self, *args: str) -> list[str]:
+        thatch = Path(sys.executable).with_name("thatch")
+        if thatch.exists():
+            return [str(thatch), *args]
+        return [sys.executable, "-m", "thatch.cli", *args]
+
+    def server(self) -> StdioServerParameters:
+        command = self.command("mcp")
+        return StdioServerParameters(command=command[0], args=command[1:], env=self.env())
 
 
-def server_params(tmp: Path, address: str) -> StdioServerParameters:
-    thatch = Path(sys.executable).with_name("thatch")
-    command, args = (
-        (str(thatch), ["mcp"]) if thatch.exists() else (sys.executable, ["-m", "thatch.cli", "mcp"])
-    )
-    home = tmp / "home"
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_DATA_HOME": str(home / "data"),
-        "XDG_STATE_HOME": str(home / "state"),
-        "THATCH_DB_PATH": str(tmp / "db" / "thatch.db"),
-        "THATCH_EMBEDDER_ADDR": address,
-        "THATCH_PROJECT_DIR": str(tmp / PROJECT),
-    }
-    return StdioServerParameters(command=command, args=args, env=env)
+@contextmanager
+def place(address: str, rows: int, dim: int, model: str) -> Iterator[Place]:
+    root = Path(tempfile.mkdtemp(prefix=f"thatch-store-{rows}-"))
+    try:
+        (root / PROJECT).mkdir()
+        (root / "db").mkdir()
+        here = Place(root, address)
+        started = time.perf_counter()
+        fill(here.db, rows, dim, model)
+        print(f"[{rows}] filled in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        yield here
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
-# -- data --------------------------------------------------------------------------------
-
-
-def unit_vectors(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    vectors = rng.normal(size=(n, dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors
-
-
-def fill(path: Path, vectors: np.ndarray, model: str) -> None:
-    """Insert the rows directly: one transaction, one executemany (no embedding)."""
+def fill(path: Path, rows: int, dim: int, model: str) -> None:
+    """Random unit vectors inserted directly: one transaction, chunked executemany."""
+    rng = np.random.default_rng(rows)
     with Store.open(path) as store:
         conn = store.conn
         conn.execute("BEGIN")
         conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (PROJECT,))
-        conn.executemany(
-            "INSERT INTO entries (slug, store, label, content, embedding, model, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                (slugify(f"memory {i}"), PROJECT, f"memory {i}",
-                 f"# memory {i}\n\nsynthetic memory number {i}", encode(v), model, STAMP, STAMP)
-                for i, v in enumerate(vectors)
-            ),
-        )  # fmt: skip
+        for start in range(0, rows, 10_000):
+            vectors = rng.normal(size=(min(10_000, rows - start), dim)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            conn.executemany(
+                "INSERT INTO entries (slug, store, label, content, embedding, model, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    (slugify(f"memory {i}"), PROJECT, f"memory {i}",
+                     f"# memory {i}\n\nsynthetic memory number {i}", encode(v), model, STAMP,
+                     STAMP)
+                    for i, v in enumerate(vectors, start)
+                ),
+            )  # fmt: skip
         conn.execute("COMMIT")
 
 
-# -- the naive port ----------------------------------------------------------------------
+def children() -> set[int]:
+    """Pids of this process's children that run ``thatch mcp``."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and b"mcp" in cmdline:
+            found.add(int(entry.name))
+    return found
 
 
-def naive_search(path: Path, query: Sequence[float], limit: int = 10) -> list[tuple[float, str]]:
-    """Every row read and scored in pure Python, as a straight port would do it."""
-    conn = sqlite3.connect(path)
-    try:
-        q_norm = math.sqrt(sum(x * x for x in query))
-        scored = []
-        rows = conn.execute(
-            "SELECT slug, embedding FROM entries WHERE store IN (?, ?)", tuple(SCOPE)
-        )
-        for slug, blob in rows:
-            vector = struct.unpack(f"<{len(blob) // 4}f", blob)
-            dot = norm = 0.0
-            for a, b in zip(query, vector, strict=True):
-                dot += a * b
-                norm += b * b
-            scored.append((dot / (q_norm * math.sqrt(norm)) if norm else 0.0, slug))
-        scored.sort(reverse=True)
-        return scored[:limit]
-    finally:
-        conn.close()
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise SystemExit(f"no VmRSS for {pid}")
+
+
+class Session:
+    """One stdio MCP session (a ``thatch mcp`` process) and its pid."""
+
+    def __init__(self, client: Client, pid: int) -> None:
+        self.client = client
+        self.pid = pid
+
+    async def call(self, name: str, arguments: dict[str, object], expect: str = "") -> float:
+        start = time.perf_counter()
+        answer = await self.client.call_tool(name, arguments)
+        elapsed = time.perf_counter() - start
+        text = answer.content[0].text if answer.content else ""
+        if answer.is_error or expect not in text:
+            raise SystemExit(f"{name} failed over MCP: {text[:300]}")
+        return elapsed
+
+    async def recall(self, i: int, expect: str = "store:") -> float:
+        return await self.call("memory_recall", {"query": QUESTIONS[i % len(QUESTIONS)]}, expect)
+
+    async def remember(self, label: str, text: str) -> float:
+        return await self.call("memory_remember", {"label": label, "content": text}, "[saved]")
+
+
+async def open_session(stack: AsyncExitStack, where: Place) -> Session:
+    before = children()
+    client = await stack.enter_async_context(Client(where.server(), mode="legacy"))
+    [pid] = children() - before
+    return Session(client, pid)
 
 
 # -- measurements ------------------------------------------------------------------------
 
 
-def in_process(
-    result: SizeResult, path: Path, queries: np.ndarray, repeats: int, dup_sizes: set[int]
-) -> None:
-    slow = max(3, min(repeats, 10))  # parts that reload the whole store each time
-    cycle = [queries[i % len(queries)] for i in range(repeats)]
-    figures = result.figures
-    with Store.open(path) as store:
-        store.search(SCOPE, queries[0])  # fills the matrix cache
-        figures["search"] = [timed(lambda q=q: store.search(SCOPE, q)) for q in cycle]
-        matches = store.search(SCOPE, queries[0])
-        figures["format"] = [timed(lambda: fmt.recall_results(matches, 0)) for _ in cycle]
-        figures["pending"] = [
-            timed(lambda: (store.pending_memories(limit=32), store.pending_count_in(SCOPE)))
-            for _ in range(slow)
-        ]
-        # Store.recall stamps telemetry, so each call finds its own cache invalidated.
-        store.recall(SCOPE, queries[0])
-        figures["recall"] = [timed(lambda q=q: store.recall(SCOPE, q)) for q in cycle[:slow]]
-        if result.size in dup_sizes:
-            store.search(SCOPE, queries[0])
-            figures["dups"] = [median_of(3, lambda: store.find_duplicates(PROJECT))]
-
-    def cold(query: np.ndarray) -> None:
-        with Store.open(path) as fresh:
-            fresh.search(SCOPE, query)
-
-    figures["cold"] = [timed(lambda q=q: cold(q)) for q in cycle[:slow]]
+Figures = dict[str, list[float]]
 
 
-def naive(result: SizeResult, path: Path, queries: np.ndarray, budget_s: float) -> None:
-    query = [float(x) for x in queries[0]]
-    per_row = timed(lambda: naive_search(path, query)) / result.size
-    estimate = per_row * result.size
-    if estimate > budget_s:
-        result.naive_s, result.naive_note = estimate, "extrapolated from one run"
-        return
-    runs = 3 if estimate * 3 < budget_s / 4 else 1
-    lists = [[float(x) for x in q] for q in queries[1 : runs + 1]]
-    result.naive_s = float(np.median([timed(lambda q=q: naive_search(path, q)) for q in lists]))
-    result.naive_note = f"median of {runs}"
-
-
-async def over_mcp(
-    result: SizeResult, params: StdioServerParameters, repeats: int, remember: bool, dups: bool
-) -> None:
-    async def call(name: str, arguments: dict[str, object], expect: str | None) -> float:
-        start = time.perf_counter()
-        answer = await client.call_tool(name, arguments)
-        elapsed = time.perf_counter() - start
-        text = answer.content[0].text if answer.content else ""
-        if answer.is_error or (expect is not None and expect not in text):
-            raise SystemExit(f"{name} failed over MCP: {text[:300]}")
-        return elapsed
-
-    async with Client(params, mode="legacy") as client:
+async def alternate(where: Place, size: int, repeats: int, figures: Figures) -> None:
+    """One session: store_list round trips, then remember/recall alternating."""
+    async with AsyncExitStack() as stack:
+        session = await open_session(stack, where)
         for i in range(WARMUP):
-            await call("memory_recall", {"query": QUESTIONS[-1 - i]}, "store:")
-        result.figures["mcp_recall"] = [
-            await call("memory_recall", {"query": QUESTIONS[i % len(QUESTIONS)]}, "store:")
-            for i in range(repeats)
+            await session.recall(i)
+        figures[f"store_list {size}"] = [
+            await session.call("store_list", {}, PROJECT) for _ in range(repeats)
         ]
-        if remember:
-            texts = memory_texts(repeats, seed=result.size)
-            result.figures["mcp_remember"] = [
-                await call(
-                    "memory_remember", {"label": f"bench note {i}", "content": text}, "[saved]"
-                )
-                for i, text in enumerate(texts)
-            ]
-        if dups:
-            result.figures["mcp_dups"] = [await call("find_duplicates", {}, None)]
+        remember, recall = [], []
+        for i, text in enumerate(memory_texts(repeats, seed=size)):
+            remember.append(await session.remember(f"bench note {i}", text))
+            recall.append(await session.recall(i))
+        figures[f"remember {size}"] = remember
+        figures[f"recall after write {size}"] = recall
 
 
-def run_size(
-    size: int, args: argparse.Namespace, model: str, queries: np.ndarray, address: str
-) -> SizeResult:
-    result = SizeResult(size)
-    rng = np.random.default_rng(size)
-    tmp = Path(tempfile.mkdtemp(prefix=f"thatch-store-{size}-"))
-    try:
-        (tmp / PROJECT).mkdir()
-        (tmp / "db").mkdir()
-        path = tmp / "db" / "thatch.db"
-        started = time.perf_counter()
-        fill(path, unit_vectors(rng, size, queries.shape[1]), model)
-        print(f"[{size}] filled in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-        in_process(result, path, queries, args.repeats, args.dup_sizes)
-        naive(result, path, queries, args.naive_budget)
-        print(f"[{size}] in-process + naive done; MCP session …", file=sys.stderr)
-        asyncio.run(
-            over_mcp(
-                result,
-                server_params(tmp, address),
-                args.repeats,
-                remember=size in args.remember_sizes,
-                dups=size in args.dup_sizes and size in args.remember_sizes,
-            )
-        )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return result
+def fresh_searches(small: Place, large: Place, sizes: tuple[int, int], runs: int) -> Figures:
+    """``thatch search`` in a new process, the two sizes interleaved so load hits both."""
+    figures: Figures = {f"search cli {sizes[0]}": [], f"search cli {sizes[1]}": []}
+    for i in range(runs + 1):
+        for size, where in zip(sizes, (small, large), strict=True):
+            command = where.command("search", QUESTIONS[i % len(QUESTIONS)])
+            start = time.perf_counter()
+            done = subprocess.run(command, env=where.env(), capture_output=True, text=True)
+            elapsed = time.perf_counter() - start
+            if done.returncode != 0:
+                raise SystemExit(f"thatch search failed: {done.stderr.strip()[:300]}")
+            if i > 0:  # the first round warms the page cache and the embedder
+                figures[f"search cli {size}"].append(elapsed)
+    return figures
+
+
+async def big_store(
+    empty: Place, big: Place, size: int, repeats: int, sessions: int, figures: Figures
+) -> None:
+    async with AsyncExitStack() as stack:
+        session = await open_session(stack, empty)
+        await session.recall(0, expect="")
+        figures["rss empty"] = [rss_mb(session.pid)]
+    firsts = []
+    for i in range(3):
+        async with AsyncExitStack() as stack:
+            session = await open_session(stack, big)
+            firsts.append(await session.recall(i))
+            if i == 2:
+                figures[f"rss {size}"] = [rss_mb(session.pid)]
+                for j in range(WARMUP):
+                    await session.recall(j)
+                figures[f"recall warm {size}"] = [await session.recall(j) for j in range(repeats)]
+    figures[f"first recall {size}"] = firsts
+    async with AsyncExitStack() as stack:
+        opened = [await open_session(stack, big) for _ in range(sessions)]
+        await asyncio.gather(*(s.recall(k) for k, s in enumerate(opened)))
+        figures[f"rss {sessions} sessions {size}"] = [sum(rss_mb(s.pid) for s in opened)]
+
+
+async def many_sessions(where: Place, sessions: int, ops: int, figures: Figures) -> None:
+    """Every session alternates remember and recall, all at once, on one store."""
+    remember: list[float] = []
+    recall: list[float] = []
+
+    async def run(session: Session, k: int) -> None:
+        for i, text in enumerate(memory_texts(ops, seed=1000 + k)):
+            remember.append(await session.remember(f"s{k} note {i}", text))
+            recall.append(await session.recall(i + k))
+
+    async with AsyncExitStack() as stack:
+        opened = [await open_session(stack, where) for _ in range(sessions)]
+        for s in opened:
+            await s.recall(0, expect="")
+        await asyncio.gather(*(run(s, k) for k, s in enumerate(opened)))
+    figures["sessions remember"] = remember
+    figures["sessions recall"] = recall
 
 
 # -- report ------------------------------------------------------------------------------
 
 
-def ms(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{value * MS:.{digits}f}"
+def p50(figures: Figures, name: str) -> float:
+    return statistics.median(figures[name])
 
 
-def bar(value: float | None, limit_s: float) -> str:
-    if value is None:
-        return "n/a"
-    return f"{'PASS' if value <= limit_s else 'FAIL'} (≤ {limit_s * MS:g} ms)"
+def ms(value: float) -> str:
+    return f"{value * MS:.1f}"
 
 
-RECALL_BARS = {10000: 0.020, 100000: 0.060}
-SEARCH_BARS = {10000: 0.005}
-DUPS_BARS = {10000: 2.0}
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
 
 
-def report(results: list[SizeResult], embed: list[float], repeats: int) -> None:
+def report(figures: Figures, args: argparse.Namespace) -> None:
+    big, n = args.big, args.sessions
+    floor = p50(figures, "store_list 10000") + p50(figures, "embed")
+    recall_w = p50(figures, "recall after write 10000")
+    rem_10k, rem_1k = p50(figures, "remember 10000"), p50(figures, "remember 1000")
+    cli_10k, cli_100 = p50(figures, "search cli 10000"), p50(figures, "search cli 100")
+    warm, first = p50(figures, f"recall warm {big}"), p50(figures, f"first recall {big}")
+    rss_empty, rss_big = figures["rss empty"][0], figures[f"rss {big}"][0]
+    rss_all = figures[f"rss {n} sessions {big}"][0]
+    rows = [
+        ["recall p50, a write between recalls, 10k", ms(recall_w),
+         f"store_list {ms(p50(figures, 'store_list 10000'))} + embed "
+         f"{ms(p50(figures, 'embed'))} = {ms(floor)}",
+         f"+{ms(recall_w - floor)}", f"≤ +5 ms: {verdict(recall_w - floor <= 0.005)}"],
+        ["remember p50 (in that alternation), 10k", ms(rem_10k), f"1k: {ms(rem_1k)}",
+         f"+{ms(rem_10k - rem_1k)}", f"≤ +10 ms: {verdict(rem_10k - rem_1k <= 0.010)}"],
+        ["fresh `thatch search` p50, 10k", ms(cli_10k), f"100: {ms(cli_100)}",
+         f"+{ms(cli_10k - cli_100)}", f"≤ +25 ms: {verdict(cli_10k - cli_100 <= 0.025)}"],
+        [f"recall p50 over MCP, {big:,} (warm)", ms(warm), "—", "—",
+         f"≤ 30 ms: {verdict(warm <= 0.030)}"],
+        [f"first recall of a new process, {big:,} (median of 3)", ms(first), "—", "—",
+         f"≤ 300 ms: {verdict(first <= 0.300)}"],
+    ]  # fmt: skip
     print_table(
-        f"memory_recall end to end over one stdio MCP session ({repeats} calls, "
-        f"{WARMUP} warm-up)",
-        ["memories", "p50 ms", "p95 ms", "bar (p50)"],
-        [
-            [str(r.size), ms(r.p("mcp_recall", 50), 1), ms(r.p("mcp_recall", 95), 1),
-             bar(r.p("mcp_recall", 50), RECALL_BARS[r.size]) if r.size in RECALL_BARS else "—"]
-            for r in results
-        ],
-    )  # fmt: skip
-    rows = []
-    for r in results:
-        search = r.p("search", 50)
-        speedup = "—" if not (r.naive_s and search) else f"{r.naive_s / search:,.0f}×"
-        rows.append(
-            [str(r.size), ms(search, 3), ms(r.p("search", 95), 3),
-             bar(search, SEARCH_BARS[r.size]) if r.size in SEARCH_BARS else "—",
-             f"{ms(r.naive_s, 0)} ({r.naive_note})", speedup]
-        )  # fmt: skip
-    print_table(
-        "In-process search (long-lived Store, warm cache) vs naive pure-Python port",
-        ["memories", "search p50 ms", "p95 ms", "bar (p50)", "naive ms", "speedup (p50)"],
+        "Issue 9 §3 targets (ms, medians; baselines from this run)",
+        ["figure", "value", "baseline", "delta", "target"],
         rows,
     )
     print_table(
-        "Where a recall's time goes (in-process, p50 ms; query embed over the socket: "
-        f"p50 {ms(percentile(embed, 50))}, p95 {ms(percentile(embed, 95))})",
-        ["memories", "pending checks", "Store.recall", "cold search (fresh Store)",
-         "warm search", "format"],
+        f"Memory: RSS of `thatch mcp` after one recall (MB); vectors at {big:,}: "
+        f"{big * args.dim * 4 / 2**20:.0f} MB",
+        ["process", "RSS MB", "over empty-store RSS", "target"],
         [
-            [str(r.size), ms(r.p("pending", 50)), ms(r.p("recall", 50)), ms(r.p("cold", 50)),
-             ms(r.p("search", 50), 3), ms(r.p("format", 50), 3)]
-            for r in results
+            ["one, empty store", f"{rss_empty:.0f}", "—", "—"],
+            [f"one, {big:,}", f"{rss_big:.0f}", f"+{rss_big - rss_empty:.0f}",
+             f"≤ +200 MB: {verdict(rss_big - rss_empty <= 200)}"],
+            [f"{n} sessions, {big:,} (total)", f"{rss_all:.0f}",
+             f"+{rss_all - n * rss_empty:.0f} over {n}× empty", "report"],
         ],
     )  # fmt: skip
-    rows = []
-    for r in results:
-        if "mcp_remember" in r.figures:
-            rows.append(
-                ["memory_remember (MCP)", str(r.size), ms(r.p("mcp_remember", 50), 1),
-                 ms(r.p("mcp_remember", 95), 1), "—"]
-            )  # fmt: skip
-    for r in results:
-        if "dups" in r.figures:
-            value = r.figures["dups"][0]
-            rows.append(
-                ["Store.find_duplicates (median of 3)", str(r.size), ms(value, 0), "—",
-                 bar(value, DUPS_BARS[r.size]) if r.size in DUPS_BARS else "—"]
-            )  # fmt: skip
-        if "mcp_dups" in r.figures:
-            rows.append(
-                ["find_duplicates (MCP, once, after remembers)", str(r.size),
-                 ms(r.figures["mcp_dups"][0], 0), "—", "—"]
-            )  # fmt: skip
+    rem, rec = figures["sessions remember"], figures["sessions recall"]
+    total = args.sessions * args.session_ops
     print_table(
-        "Writes and duplicate scans (remember = passage embed + find_similar + write w/ fsync)",
-        ["operation", "memories", "p50 ms", "p95 ms", "bar"],
-        rows,
+        f"{n} sessions × {args.session_ops} remember + {args.session_ops} recall at once "
+        f"(store starts empty, ends with {total} memories; ms)",
+        ["call", "p50", "p99", "calls"],
+        [
+            ["memory_remember", ms(percentile(rem, 50)), ms(percentile(rem, 99)), str(len(rem))],
+            ["memory_recall", ms(percentile(rec, 50)), ms(percentile(rec, 99)), str(len(rec))],
+        ],
     )
 
 
@@ -365,41 +358,60 @@ def loadavg() -> str:
         return "n/a"
 
 
+async def measure(args: argparse.Namespace, address: str, model: str, figures: Figures) -> None:
+    for size in (1000, 10000):
+        with place(address, size, args.dim, model) as where:
+            await alternate(where, size, args.repeats, figures)
+    with (
+        place(address, 100, args.dim, model) as small,
+        place(address, 10000, args.dim, model) as large,
+    ):
+        figures.update(fresh_searches(small, large, (100, 10000), args.cli_runs))
+    with (
+        place(address, 0, args.dim, model) as empty,
+        place(address, args.big, args.dim, model) as big,
+    ):
+        await big_store(empty, big, args.big, args.repeats, args.sessions, figures)
+    with place(address, 0, args.dim, model) as shared:
+        await many_sessions(shared, args.sessions, args.session_ops, figures)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--model", default="minilm-int8", help="minilm-int8, minilm-fp32, mock")
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--remember-sizes", default="10000")
-    parser.add_argument("--dup-sizes", default="1000,10000")
-    parser.add_argument("--naive-budget", type=float, default=60.0, help="seconds")
+    parser.add_argument("--cli-runs", type=int, default=7)
+    parser.add_argument("--big", type=int, default=100_000)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--session-ops", type=int, default=100)
     parser.add_argument(
         "--cache",
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    args.remember_sizes = {int(n) for n in args.remember_sizes.split(",") if n}
-    args.dup_sizes = {int(n) for n in args.dup_sizes.split(",") if n}
-    model_dir = prepare_models(args.cache, ["minilm-int8"])["minilm-int8"]
+    model_path = (
+        "mock"
+        if args.model == "mock"
+        else str(prepare_models(args.cache, [args.model])[args.model])
+    )
     load_before = loadavg()
     started = time.perf_counter()
-    with embedder_running(str(model_dir)) as (address, _proc):
+    figures: Figures = {}
+    with embedder_running(model_path) as (address, _proc):
         with EmbedderClient(address, autostart=False) as client:
             embedded = client.embed(QUESTIONS, Kind.QUERY, timeout=60)
-            queries = np.array(embedded.vectors, dtype=np.float32)
-            embed = [
-                timed(lambda q=q: client.embed([q], Kind.QUERY, timeout=10)) for q in QUESTIONS
+            args.dim = len(embedded.vectors[0])
+            figures["embed"] = [
+                timed(lambda q=q: client.embed([q], Kind.QUERY, timeout=10)) for q in QUESTIONS * 2
             ]
-        results = [
-            run_size(int(n), args, embedded.model_id, queries, address)
-            for n in args.sizes.split(",")
-        ]
+        asyncio.run(measure(args, address, embedded.model_id, figures))
     print(
-        f"\nmodel {embedded.model_id} (int8), dim {queries.shape[1]}; {os.cpu_count()} CPUs; "
+        f"\nmodel {embedded.model_id} ({args.model}), dim {args.dim}; {os.cpu_count()} CPUs; "
         f"run took {time.perf_counter() - started:.0f} s; load average before {load_before}, "
         f"after {loadavg()}"
     )
-    report(results, embed, args.repeats)
+    report(figures, args)
 
 
 if __name__ == "__main__":

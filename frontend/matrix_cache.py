@@ -1,130 +1,331 @@
-"""Decoded, L2-normalised vector matrices, one per store, reused until the database changes.
+"""Per-store vector matrices for ranking, kept current row by row from the change log.
 
-A long-lived frontend (the MCP server) searches the same store many times; decoding every
-BLOB per search is the slow part. ``MatrixCache`` keeps, per store, the usable rows grouped
-by dimension (so the dimension guard stays exact: a query only meets rows of its own
-length) and is reloaded when its key changes. The key is chosen by the caller: the
-store's change counter, which triggers move on every change except recall telemetry.
-Scores are screened in float32, then recomputed exactly in float64 for every
-row that can reach the result, so caching and float32 never change a result.
+A long-lived frontend (the MCP server) searches the same store many times while other
+processes write to it. ``MatrixCache`` keeps, per store, only what ranking needs: the
+slugs, one L2-normalised float32 copy of the vectors (normalised in place, with their
+float64 norms), the archived flags and branch codes, grouped by dimension so the
+dimension guard stays exact. No row text is kept: the rows that win are read afresh.
+
+The cache follows the database through the change log the entry triggers keep (schema
+``m007``): a store whose counter moved reads the slugs logged since its cached sequence
+number and re-reads just those rows, so one write anywhere costs a few primary-key
+lookups, never a reload. A full load happens on first use, when the log no longer reaches
+back to the cached state (pruned), or when so many rows changed that reloading is cheaper.
+Scores are screened in float32, then recomputed exactly in float64 from the stored BLOBs
+of every row that can reach the result, so caching and float32 never change a result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from thatch.frontend.memory import Memory
-from thatch.frontend.store_rows import memory_from_row
+from thatch.frontend.schema import CHANGES_TABLE, VERSIONS_TABLE
+from thatch.frontend.store_rows import USABLE
 from thatch.frontend.vectors import FLOAT32_LE
 
 # float32 screening may misjudge a cosine by ~1e-6; anything this close is re-checked in float64.
 SCREEN_MARGIN = 1e-4
 DUPLICATE_BLOCK_ROWS = 1024
+LOAD_CHUNK_ROWS = 2048
+# Past this share of a store's rows changed since the cached state, one load is cheaper.
+INCREMENTAL_SHARE = 8
+INCREMENTAL_MIN = 512
+NO_BRANCH = 0
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
+Indices = npt.NDArray[np.intp]
 
 
-@dataclass
 class DimGroup:
-    """The rows of one store whose vectors have one dimension."""
+    """The rows of one store whose vectors have one dimension, in preallocated arrays.
 
-    positions: list[int]  # indices into StoreMatrix.rows
-    raw: F32  # (n, dim) as stored (non-finite rows zeroed)
-    norms: F64  # (n,) float64 norms; 0 for zero or non-finite rows
-    unit: F32  # (n, dim) raw / norm, zero rows where norm is 0
-    archived: npt.NDArray[np.bool_]
-    branches: list[str | None]
+    Rows ``[0, count)`` are live; removal moves the last row into the hole, so positions
+    change: callers map rows back to slugs through ``slugs`` right after a query.
+    """
+
+    def __init__(self, dim: int, capacity: int) -> None:
+        self.dim = dim
+        self.count = 0
+        self.unit: F32 = np.empty((max(capacity, 1), dim), dtype=np.float32)
+        self.norms: F64 = np.empty(max(capacity, 1), dtype=np.float64)
+        self.archived_flags = np.empty(max(capacity, 1), dtype=bool)
+        self.branch_codes = np.empty(max(capacity, 1), dtype=np.int32)
+        self.slugs: list[str] = []
+
+    @property
+    def vectors(self) -> F32:
+        return self.unit[: self.count]
+
+    @property
+    def archived(self) -> npt.NDArray[np.bool_]:
+        return self.archived_flags[: self.count]
+
+    @property
+    def branches(self) -> npt.NDArray[np.int32]:
+        return self.branch_codes[: self.count]
+
+    def _reserve(self, extra: int) -> None:
+        needed = self.count + extra
+        capacity = len(self.norms)
+        if needed <= capacity:
+            return
+        capacity = max(needed, capacity + capacity // 2 + 16)
+        for name in ("unit", "norms", "archived_flags", "branch_codes"):
+            old = getattr(self, name)
+            new = np.empty((capacity, *old.shape[1:]), dtype=old.dtype)
+            new[: self.count] = old[: self.count]
+            setattr(self, name, new)
+
+    def append(self, slugs: list[str], raw: F32, archived: list[object], codes: list[int]) -> int:
+        """Add rows (raw float32 vectors, as stored); returns the first new row's index."""
+        start = self.count
+        size = len(slugs)
+        self._reserve(size)
+        stop = start + size
+        self._write(start, stop, raw)
+        self.archived_flags[start:stop] = [bool(flag) for flag in archived]  # any SQLite value
+        self.branch_codes[start:stop] = codes
+        self.slugs.extend(slugs)
+        self.count = stop
+        return start
+
+    def replace(self, row: int, raw: F32, archived: object, code: int) -> None:
+        self._write(row, row + 1, raw.reshape(1, -1))
+        self.archived_flags[row] = bool(archived)
+        self.branch_codes[row] = code
+
+    def remove(self, row: int) -> str | None:
+        """Drop ``row``; returns the slug moved into its place (None if it was the last)."""
+        last = self.count - 1
+        moved = None
+        if row != last:
+            self.unit[row] = self.unit[last]
+            self.norms[row] = self.norms[last]
+            self.archived_flags[row] = self.archived_flags[last]
+            self.branch_codes[row] = self.branch_codes[last]
+            moved = self.slugs[row] = self.slugs[last]
+        self.slugs.pop()
+        self.count = last
+        return moved
+
+    def _write(self, start: int, stop: int, raw: F32) -> None:
+        """Normalise ``raw`` into rows [start, stop): zero rows for zero or non-finite ones.
+
+        A float64 sum of float32 squares cannot overflow, so the norm is finite exactly
+        when every value is: one pass finds both.
+        """
+        with np.errstate(all="ignore"):  # a stored signalling NaN must not warn
+            norms = np.sqrt(np.einsum("ij,ij->i", raw, raw, dtype=np.float64))
+            usable = np.isfinite(norms) & (norms > 0)
+            norms[~usable] = 0.0
+            self.norms[start:stop] = norms
+            target = self.unit[start:stop]
+            # Divided in float64 (a tiny norm's reciprocal overflows float32), stored float32.
+            np.divide(raw, np.where(usable, norms, 1.0)[:, None], out=target, casting="unsafe")
+            target[~usable] = 0.0
 
 
 @dataclass
 class StoreMatrix:
-    """Every row of a store with a usable embedding: its columns plus the vector groups.
+    """What ranking one store needs, valid for the log sequence and counter it was read at."""
 
-    ``rows`` are raw ``SELECT {COLUMNS}`` tuples; Memory objects are built only for the rows
-    a query returns (building thousands per reload would cost more than the vectors).
-    """
-
-    rows: list[tuple[Any, ...]]
-    slugs: list[str]
     groups: dict[int, DimGroup] = field(default_factory=dict)
-    _memories: dict[int, Memory] = field(default_factory=dict)
+    branch_names: dict[str | None, int] = field(default_factory=lambda: {None: NO_BRANCH})
+    seq: int = 0
+    version: int = 0
+    capacity: int = 0
+    _where: dict[str, tuple[int, int]] | None = None
 
-    def memory(self, position: int) -> Memory:
-        found = self._memories.get(position)
+    @property
+    def where(self) -> dict[str, tuple[int, int]]:
+        """slug → (dim, row); built on first need (a store that is only searched never does)."""
+        if self._where is None:
+            self._where = {
+                slug: (dim, row)
+                for dim, group in self.groups.items()
+                for row, slug in enumerate(group.slugs)
+            }
+        return self._where
+
+    @property
+    def size(self) -> int:
+        return sum(group.count for group in self.groups.values())
+
+    def code(self, branch: str | None) -> int:
+        found = self.branch_names.get(branch)
         if found is None:
-            found = self._memories[position] = memory_from_row(self.rows[position])
+            found = self.branch_names[branch] = len(self.branch_names)
         return found
 
+    def branch_mask(self, group: DimGroup, branch: str) -> npt.NDArray[np.bool_]:
+        """Rows without a branch or on ``branch``."""
+        codes = group.branches
+        code = self.branch_names.get(branch)
+        mask = codes == NO_BRANCH
+        return mask if code is None else mask | (codes == code)
 
-def build_matrix(rows: list[tuple[Any, ...]]) -> StoreMatrix:
-    """From ``(*columns, embedding)`` rows (slug first, archived 8th, branch 6th).
+    def group_for(self, dim: int, capacity: int = 0) -> DimGroup:
+        group = self.groups.get(dim)
+        if group is None:
+            group = self.groups[dim] = DimGroup(dim, capacity)
+        return group
 
-    Unusable BLOBs are skipped; rows are grouped by dimension, and each group is decoded
-    with one ``frombuffer`` over the concatenated BLOBs.
+    def put(self, slug: str, blob: object, archived: object, branch: str | None) -> None:
+        """The row as it is now: added, replaced or (unusable BLOB) dropped."""
+        vector = _usable(blob)
+        if vector is None:
+            self.drop(slug)
+            return
+        dim = vector.size
+        placed = self.where.get(slug)
+        if placed is not None and placed[0] == dim:
+            self.groups[dim].replace(placed[1], vector, archived, self.code(branch))
+            return
+        if placed is not None:
+            self.drop(slug)
+        group = self.group_for(dim, capacity=16)
+        row = group.append([slug], vector.reshape(1, -1), [archived], [self.code(branch)])
+        self.where[slug] = (dim, row)
+
+    def drop(self, slug: str) -> None:
+        placed = self.where.pop(slug, None)
+        if placed is None:
+            return
+        dim, row = placed
+        moved = self.groups[dim].remove(row)
+        if moved is not None:
+            self.where[moved] = (dim, row)
+
+    def add_rows(self, rows: list[tuple[str, object, str | None, bytes]]) -> None:
+        """Bulk add ``(slug, archived, branch, blob)`` rows of usable BLOBs (a load chunk)."""
+        by_dim: dict[int, list[tuple[str, object, str | None, bytes]]] = {}
+        for row in rows:
+            by_dim.setdefault(len(row[3]) // 4, []).append(row)
+        for dim, same in by_dim.items():
+            slugs, flags, branches, blobs = zip(*same, strict=True)
+            raw = np.frombuffer(b"".join(blobs), dtype=FLOAT32_LE).reshape(len(same), dim)
+            group = self.group_for(dim, capacity=self.capacity)
+            group.append(
+                list(slugs), raw.astype(np.float32, copy=False), list(flags),
+                [self.code(branch) for branch in branches],
+            )  # fmt: skip
+        self._where = None
+
+
+def _usable(blob: object) -> F32 | None:
+    if not isinstance(blob, bytes) or len(blob) == 0 or len(blob) % 4 != 0:
+        return None
+    return np.frombuffer(blob, dtype=FLOAT32_LE).astype(np.float32)
+
+
+def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
+    """Every usable row of the store, streamed in chunks into preallocated arrays.
+
+    Only ranking columns are read, and never more than one chunk of BLOBs is alive, so a
+    load peaks at one copy of the vectors plus a chunk.
     """
-    matrix = StoreMatrix(rows=[], slugs=[])
-    by_dim: dict[int, list[int]] = {}
-    blobs: list[bytes] = []
-    for row in rows:
-        blob = row[-1]
-        if not isinstance(blob, bytes) or len(blob) == 0 or len(blob) % 4 != 0:
-            continue
-        position = len(matrix.rows)
-        matrix.rows.append(row[:-1])
-        matrix.slugs.append(row[0])
-        blobs.append(blob)
-        by_dim.setdefault(len(blob) // 4, []).append(position)
-    for dim, positions in by_dim.items():
-        joined = b"".join(blobs[position] for position in positions)
-        raw = np.frombuffer(joined, dtype=FLOAT32_LE).reshape(len(positions), dim)
-        raw = raw.astype(np.float32)  # native-order, writable copy
-        finite = np.all(np.isfinite(raw), axis=1)
-        raw[~finite] = 0.0
-        norms = np.sqrt(np.einsum("ij,ij->i", raw, raw, dtype=np.float64))
-        safe = np.where(norms > 0, norms, 1.0)
-        unit = (raw / safe[:, None]).astype(np.float32)
-        matrix.groups[dim] = DimGroup(
-            positions=positions,
-            raw=raw,
-            norms=norms,
-            unit=unit,
-            archived=np.array([bool(matrix.rows[p][7]) for p in positions], dtype=bool),
-            branches=[matrix.rows[p][5] for p in positions],
-        )
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
+    ).fetchone()
+    # Room for a few writes before the arrays grow; untouched pages cost no memory.
+    matrix = StoreMatrix(capacity=int(count) + int(count) // 16 + 16)
+    cursor = conn.execute(
+        f"SELECT slug, archived, branch, embedding FROM entries WHERE store = ? AND {USABLE}",
+        (store,),
+    )
+    while rows := cursor.fetchmany(LOAD_CHUNK_ROWS):
+        matrix.add_rows(rows)
     return matrix
 
 
 class MatrixCache:
-    """Per-store matrices, each valid for the key it was loaded under."""
+    """Per-store matrices, each brought up to date from the change log before use."""
 
     def __init__(self) -> None:
-        self._matrices: dict[str, tuple[Hashable, StoreMatrix]] = {}
+        self._matrices: dict[str, StoreMatrix] = {}
 
-    def get(self, store: str, key: Hashable, load: Callable[[str], StoreMatrix]) -> StoreMatrix:
+    def get(
+        self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
+    ) -> StoreMatrix:
+        """The store's matrix as of the caller's read transaction (``load`` reads it whole)."""
+        row = conn.execute(
+            f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)
+        ).fetchone()
+        version = int(row[0]) if row else 0
         cached = self._matrices.get(store)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if cached is not None and cached.version == version:
+            return cached
+        low, high = conn.execute(
+            f"SELECT (SELECT min(seq) FROM {CHANGES_TABLE}), (SELECT max(seq) FROM {CHANGES_TABLE})"
+        ).fetchone()
+        high = int(high or 0)
+        if cached is not None and _catch_up(conn, cached, store, low, high):
+            cached.version = version
+            return cached
         matrix = load(store)
-        self._matrices[store] = (key, matrix)
+        matrix.seq, matrix.version = high, version
+        self._matrices[store] = matrix
         return matrix
 
     def clear(self) -> None:
         self._matrices.clear()
 
 
-def exact_scores(group: DimGroup, rows: npt.NDArray[np.intp], query: F32) -> F64:
-    """float64 cosine of the query against the given group rows; 0 where a norm is 0."""
+def _catch_up(
+    conn: sqlite3.Connection, matrix: StoreMatrix, store: str, low: int | None, high: int
+) -> bool:
+    """Apply the logged changes since ``matrix.seq``; False when a full load is needed."""
+    if high < matrix.seq:
+        return False  # the log went backwards: not the file this matrix was read from
+    if high > matrix.seq and (low is None or low > matrix.seq + 1):
+        return False  # entries after matrix.seq were pruned
+    slugs = [
+        row[0]
+        for row in conn.execute(
+            f"SELECT DISTINCT slug FROM {CHANGES_TABLE} WHERE store = ? AND seq > ?",
+            (store, matrix.seq),
+        )
+    ]
+    if len(slugs) > max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE):
+        return False
+    for slug in slugs:
+        row = conn.execute(
+            "SELECT archived, branch, embedding FROM entries WHERE slug = ? AND store = ?",
+            (slug, store),
+        ).fetchone()
+        if row is None:
+            matrix.drop(slug)
+        else:
+            matrix.put(slug, row[2], row[0], row[1])
+    matrix.seq = high
+    return True
+
+
+# -- scoring ---------------------------------------------------------------------------
+
+
+def _decode64(blobs: list[bytes], dim: int) -> F64:
+    """Stored BLOBs as float64 rows; rows with a non-finite value become zero rows."""
+    raw = np.frombuffer(b"".join(blobs), dtype=FLOAT32_LE).reshape(len(blobs), dim)
+    finite = np.all(np.isfinite(raw), axis=1)
+    clean = np.where(finite[:, None], raw, np.float32(0.0))  # before any arithmetic
+    return clean.astype(np.float64)
+
+
+def exact_scores(blobs: list[bytes], query: F32) -> F64:
+    """float64 cosine of the query against stored BLOBs of its dimension; 0 where a norm is 0."""
     query64 = query.astype(np.float64)
     query_norm = float(np.linalg.norm(query64))
-    if query_norm == 0.0 or rows.size == 0:
-        return np.zeros(rows.size, dtype=np.float64)
-    dots = group.raw[rows].astype(np.float64) @ query64
-    norms = group.norms[rows] * query_norm
+    if query_norm == 0.0 or not blobs:
+        return np.zeros(len(blobs), dtype=np.float64)
+    raw64 = _decode64(blobs, query.size)
+    norms = np.sqrt(np.einsum("ij,ij->i", raw64, raw64)) * query_norm
+    dots = raw64 @ query64
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
 
@@ -133,56 +334,55 @@ def screen_scores(group: DimGroup, query: F32) -> F32:
     query64 = query.astype(np.float64)
     query_norm = float(np.linalg.norm(query64))
     if query_norm == 0.0:
-        return np.zeros(len(group.positions), dtype=np.float32)
+        return np.zeros(group.count, dtype=np.float32)
     unit_query = (query64 / query_norm).astype(np.float32)
-    scores: F32 = group.unit @ unit_query
+    # einsum, not ``@``: BLAS's threaded gemv waits for a second core, and with several
+    # agents busy it took 15 ms where one core takes 2 (10k rows). Its float32 sum over
+    # 384 unit terms errs by < 384·2⁻²⁴ ≈ 2.3e-5, inside SCREEN_MARGIN.
+    scores: F32 = np.einsum("ij,j->i", group.vectors, unit_query)
     return scores
 
 
-def top_rows(
-    group: DimGroup, query: F32, mask: npt.NDArray[np.bool_], limit: int
-) -> tuple[npt.NDArray[np.intp], F64]:
-    """Rows (of the group) that may be among the best ``limit``, with exact scores."""
+def top_candidates(group: DimGroup, query: F32, mask: npt.NDArray[np.bool_], limit: int) -> Indices:
+    """Rows (of the group) that may be among the best ``limit`` by exact score."""
     eligible = np.flatnonzero(mask)
-    if eligible.size == 0 or limit <= 0:
-        return eligible, np.zeros(0, dtype=np.float64)
-    if eligible.size > limit:
-        screened = screen_scores(group, query)[eligible]
-        kth = np.argpartition(-screened, limit - 1)[:limit]
-        floor = float(screened[kth].min()) - SCREEN_MARGIN
-        eligible = eligible[screened >= floor]
-    return eligible, exact_scores(group, eligible, query)
+    if eligible.size <= limit or limit <= 0:
+        return eligible if limit > 0 else eligible[:0]
+    screened = screen_scores(group, query)[eligible]
+    kth = np.argpartition(-screened, limit - 1)[:limit]
+    floor = float(screened[kth].min()) - SCREEN_MARGIN
+    result: Indices = eligible[screened >= floor]
+    return result
 
 
-def rows_above(
+def candidates_above(
     group: DimGroup, query: F32, mask: npt.NDArray[np.bool_], threshold: float
-) -> tuple[npt.NDArray[np.intp], F64]:
-    """Rows with exact cosine ≥ threshold among the masked rows, with their scores."""
+) -> Indices:
+    """Masked rows whose exact cosine may reach ``threshold``."""
     eligible = np.flatnonzero(mask)
     if eligible.size == 0:
-        return eligible, np.zeros(0, dtype=np.float64)
+        return eligible
     screened = screen_scores(group, query)[eligible]
-    eligible = eligible[screened >= threshold - SCREEN_MARGIN]
-    scores = exact_scores(group, eligible, query)
-    keep = scores >= threshold
-    return eligible[keep], scores[keep]
+    result: Indices = eligible[screened >= threshold - SCREEN_MARGIN]
+    return result
 
 
-def pairs_above(
+def candidate_pairs(
     group: DimGroup, mask: npt.NDArray[np.bool_], threshold: float
-) -> list[tuple[int, int, float]]:
-    """Pairs ``(i, j)`` of masked group rows, i < j, with exact cosine ≥ threshold.
+) -> tuple[Indices, Indices]:
+    """Pairs ``(i, j)`` of masked group rows, i < j, whose exact cosine may reach threshold.
 
     One matrix product over the store, computed in row blocks so 5,000+ rows never need a
     full n×n float32 matrix at once.
     """
     rows = np.flatnonzero(mask)
     count = rows.size
+    empty = np.zeros(0, dtype=np.intp)
     if count < 2:
-        return []
-    unit = group.unit[rows]
-    found_i: list[npt.NDArray[np.intp]] = []
-    found_j: list[npt.NDArray[np.intp]] = []
+        return empty, empty
+    unit = group.vectors[rows]
+    found_i: list[Indices] = []
+    found_j: list[Indices] = []
     for start in range(0, count, DUPLICATE_BLOCK_ROWS):
         stop = min(start + DUPLICATE_BLOCK_ROWS, count)
         # Only columns from ``start`` on: pairs (i, j) with i < j, so half the product.
@@ -193,17 +393,17 @@ def pairs_above(
         upper = absolute_j > absolute_i
         found_i.append(absolute_i[upper])
         found_j.append(absolute_j[upper])
-    first = rows[np.concatenate(found_i)]
-    second = rows[np.concatenate(found_j)]
-    if first.size == 0:
-        return []
-    dots = np.einsum(
-        "ij,ij->i", group.raw[first].astype(np.float64), group.raw[second].astype(np.float64)
+    return rows[np.concatenate(found_i)], rows[np.concatenate(found_j)]
+
+
+def pair_scores(first: list[bytes], second: list[bytes], dim: int) -> F64:
+    """Exact float64 cosines of BLOB pairs (same dimension); 0 where a norm is 0."""
+    if not first:
+        return np.zeros(0, dtype=np.float64)
+
+    left, right = _decode64(first, dim), _decode64(second, dim)
+    dots = np.einsum("ij,ij->i", left, right)
+    norms = np.sqrt(np.einsum("ij,ij->i", left, left)) * np.sqrt(
+        np.einsum("ij,ij->i", right, right)
     )
-    norms = group.norms[first] * group.norms[second]
-    scores = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-    keep = scores >= threshold
-    return [
-        (int(i), int(j), float(score))
-        for i, j, score in zip(first[keep], second[keep], scores[keep], strict=True)
-    ]
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)

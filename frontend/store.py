@@ -23,10 +23,12 @@ from thatch.frontend.matrix_cache import (
     DimGroup,
     MatrixCache,
     StoreMatrix,
-    build_matrix,
-    pairs_above,
-    rows_above,
-    top_rows,
+    candidate_pairs,
+    candidates_above,
+    exact_scores,
+    load_matrix,
+    pair_scores,
+    top_candidates,
 )
 from thatch.frontend.memory import (
     DUPLICATE_THRESHOLD,
@@ -36,11 +38,10 @@ from thatch.frontend.memory import (
     Memory,
     RememberOutcome,
 )
-from thatch.frontend.schema import VERSIONS_TABLE, init_schema
+from thatch.frontend.schema import init_schema
 from thatch.frontend.slugs import slugify
 from thatch.frontend.store_rows import (
     COLUMNS,
-    USABLE,
     locked,
     memory_from_row,
     store_list,
@@ -125,40 +126,37 @@ class Store(UpkeepQueries):
             yield conn
 
     def _matrix(self, store: str) -> StoreMatrix:
-        """The store's matrix; call inside a read transaction so the key matches the rows.
+        """The store's ranking matrix; call inside a read transaction (one snapshot).
 
-        Keyed on the store's change counter (schema ``m004``): recall stamps and writes to
-        other stores or tables keep the cached matrix, any change to the store's rows
-        (from any process) reloads it.
+        Brought up to date from the change log (schema ``m007``): recall stamps and writes
+        to other stores cost nothing, a change to a few rows (from any process) re-reads
+        those rows only.
         """
-        row = self.conn.execute(
-            f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)
-        ).fetchone()
-        return self._cache.get(store, row[0] if row else 0, self._load_matrix)
-
-    def _current(self, matches: list[Match]) -> list[Match]:
-        """The matches with their rows as they are now (cached rows hold old telemetry)."""
-        if not matches:
-            return matches
-        keys = [(match.memory.slug, match.memory.store) for match in matches]
-        fresh = {}
-        for key in keys:  # primary-key lookups: a row-value IN would scan the index
-            row = self.conn.execute(
-                f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", key
-            ).fetchone()
-            if row is not None:
-                fresh[key] = memory_from_row(row)
-        return [
-            Match(fresh.get(key, match.memory), match.score)
-            for key, match in zip(keys, matches, strict=True)
-        ]
+        return self._cache.get(self.conn, store, self._load_matrix)
 
     def _load_matrix(self, store: str) -> StoreMatrix:
-        rows = self.conn.execute(
-            f"SELECT {COLUMNS}, embedding FROM entries WHERE store = ? AND {USABLE} ORDER BY slug",
-            (store,),
-        ).fetchall()
-        return build_matrix(rows)
+        return load_matrix(self.conn, store)
+
+    def _scored(
+        self, store: str, group: DimGroup, rows: npt.NDArray[np.intp], query: npt.NDArray[Any]
+    ) -> list[Match]:
+        """The candidate rows' memories read now, with exact float64 scores from their BLOBs.
+
+        Inside the same read transaction as the matrix, so every candidate still exists
+        with the vector it was screened by.
+        """
+        found: list[tuple[Memory, bytes]] = []
+        for row in rows:  # primary-key lookups: a row-value IN would scan the index
+            fetched = self.conn.execute(
+                f"SELECT {COLUMNS}, embedding FROM entries WHERE slug = ? AND store = ?",
+                (group.slugs[row], store),
+            ).fetchone()
+            if fetched is not None:
+                found.append((memory_from_row(fetched), fetched[-1]))
+        scores = exact_scores([blob for _, blob in found], query)
+        return [
+            Match(memory, float(score)) for (memory, _), score in zip(found, scores, strict=True)
+        ]
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -331,17 +329,25 @@ class Store(UpkeepQueries):
         threshold = threshold_value(threshold)
         if limit <= 0:
             return []
+        name = store_name(store)
         with self._read():
-            matrix = self._matrix(store_name(store))
+            matrix = self._matrix(name)
             group = matrix.groups.get(query.size)
             if group is None:
                 return []
             mask = ~group.archived
-            if exclude_slug is not None:
-                mask &= np.array([matrix.slugs[p] != exclude_slug for p in group.positions])
-            found = _matches(matrix, group, *rows_above(group, query, mask, threshold))
+            placed = matrix.where.get(exclude_slug) if exclude_slug is not None else None
+            if placed is not None and placed[0] == query.size:
+                mask[placed[1]] = False
+            found = [
+                match
+                for match in self._scored(
+                    name, group, candidates_above(group, query, mask, threshold), query
+                )
+                if match.score >= threshold
+            ]
             found.sort(key=lambda match: (-match.score, match.memory.slug))
-            return self._current(found[:limit])
+            return found[:limit]
 
     @locked
     def search(
@@ -365,14 +371,15 @@ class Store(UpkeepQueries):
                 group = matrix.groups.get(query.size)
                 if group is None:
                     continue
-                mask = np.ones(len(group.positions), dtype=bool)
+                mask = np.ones(group.count, dtype=bool)
                 if not include_archived:
                     mask &= ~group.archived
                 if branch is not None:
-                    mask &= np.array([b is None or b == branch for b in group.branches])
-                found.extend(_matches(matrix, group, *top_rows(group, query, mask, limit)))
+                    mask &= matrix.branch_mask(group, branch)
+                rows = top_candidates(group, query, mask, limit)
+                found.extend(self._scored(name, group, rows, query))
             found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
-            return self._current(found[:limit])
+            return found[:limit]
 
     @locked
     def recall(
@@ -407,23 +414,36 @@ class Store(UpkeepQueries):
     ) -> list[DuplicatePair]:
         """Unreviewed pairs of live memories with cosine ≥ threshold, best first."""
         threshold = threshold_value(threshold)
+        name = store_name(store)
         pairs: list[DuplicatePair] = []
         with self._read() as conn:
-            matrix = self._matrix(store_name(store))
+            matrix = self._matrix(name)
             checked = set(
-                conn.execute("SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ?", (store,))
+                conn.execute("SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ?", (name,))
             )
             for group in matrix.groups.values():
-                for i, j, score in pairs_above(group, ~group.archived, threshold):
-                    first = matrix.memory(group.positions[i])
-                    second = matrix.memory(group.positions[j])
-                    if second.slug < first.slug:
-                        first, second = second, first
-                    if (first.slug, second.slug) in checked:
+                first, second = candidate_pairs(group, ~group.archived, threshold)
+                rows = {int(row) for row in np.concatenate([first, second])}
+                fetched = {}
+                for row in rows:
+                    fetched[row] = conn.execute(
+                        "SELECT slug, label, embedding FROM entries WHERE slug = ? AND store = ?",
+                        (group.slugs[row], name),
+                    ).fetchone()
+                scores = pair_scores(
+                    [fetched[int(i)][2] for i in first],
+                    [fetched[int(j)][2] for j in second],
+                    group.dim,
+                )
+                for i, j, score in zip(first, second, scores, strict=True):
+                    if score < threshold:
                         continue
-                    pairs.append(
-                        DuplicatePair(first.slug, first.label, second.slug, second.label, score)
-                    )
+                    a, b = fetched[int(i)], fetched[int(j)]
+                    if b[0] < a[0]:
+                        a, b = b, a
+                    if (a[0], b[0]) in checked:
+                        continue
+                    pairs.append(DuplicatePair(a[0], a[1], b[0], b[1], float(score)))
         pairs.sort(key=lambda pair: (-pair.score, pair.slug_a, pair.slug_b))
         return pairs
 
@@ -431,16 +451,3 @@ class Store(UpkeepQueries):
     def duplicate_count(self, store: str) -> int:
         """``len(find_duplicates(store, 0.85))`` (§8)."""
         return len(self.find_duplicates(store, DUPLICATE_THRESHOLD))
-
-
-def _matches(
-    matrix: StoreMatrix,
-    group: DimGroup,
-    rows: npt.NDArray[np.intp],
-    scores: npt.NDArray[np.float64],
-) -> list[Match]:
-    """The memories at ``rows`` of ``group``, with their scores."""
-    return [
-        Match(matrix.memory(group.positions[row]), float(score))
-        for row, score in zip(rows, scores, strict=True)
-    ]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from thatch.frontend.db import atomic, connect, default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
-from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
+from thatch.frontend.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
 from thatch.frontend.store import Store
 
 # (name, type, notnull, default, pk) per column, exactly as store.md §3 declares them.
@@ -166,7 +166,8 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
-    assert set(names) - set(EXPECTED) <= {MIGRATIONS_TABLE, VERSIONS_TABLE, "sqlite_sequence"}
+    extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence"}
+    assert set(names) - set(EXPECTED) <= extra
 
 
 def test_foreign_keys_and_nocase_are_declared(store: Store) -> None:
@@ -391,3 +392,88 @@ def test_pending_lookups_use_the_partial_index(store: Store) -> None:
         ("p",),
     ).fetchall()
     assert any("thatch_entries_pending" in str(step) for step in plan), plan
+
+
+ENTRY_COLUMNS = "slug, store, label, content, created_at, updated_at"
+OUTER_POLICIES = [
+    f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",
+    f"INSERT OR ABORT INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",
+    f"INSERT OR FAIL INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",
+    f"INSERT OR ROLLBACK INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",
+    f"INSERT OR IGNORE INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",
+    f"INSERT OR REPLACE INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",
+    f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't') "
+    "ON CONFLICT (slug, store) DO UPDATE SET content = excluded.content",
+]
+
+
+@pytest.mark.parametrize("statement", OUTER_POLICIES)
+def test_entry_triggers_never_conflict_under_any_outer_policy(store: Store, statement: str) -> None:
+    """Counter rows already exist; every outer policy still writes and moves the counter.
+
+    (m004's ``INSERT OR IGNORE`` aborted under ABORT/FAIL/ROLLBACK and upserts, and under
+    an outer REPLACE it replaced the counter row, resetting it to a value seen before.)
+    """
+
+    def version() -> int:
+        return int(
+            store.conn.execute(
+                f"SELECT version FROM {VERSIONS_TABLE} WHERE store = 'p'"
+            ).fetchone()[0]
+        )
+
+    store.remember("p", "a", "# a", [1.0, 0.0], "m")
+    store.remember("p", "b", "# b", [0.0, 1.0], "m")
+    before = version()
+    store.conn.execute(statement, ("c", "c", "# c"))  # a new row
+    assert version() == before + 1
+    if any(word in statement for word in ("IGNORE", "REPLACE", "ON CONFLICT")):  # existing row
+        store.conn.execute(statement, ("a", "a", "# a again"))
+        ignored = "IGNORE" in statement  # nothing written, nothing to count
+        assert version() == before + 1 if ignored else version() > before + 1
+    store.conn.execute("UPDATE OR REPLACE entries SET content = '# b2' WHERE slug = 'b'")
+    store.conn.execute("UPDATE OR IGNORE entries SET content = '# b3' WHERE slug = 'b'")
+    assert version() > before + 2
+    assert store.show("p", "c") is not None
+
+
+def test_upgrade_replaces_m004_triggers_and_keeps_m004_recorded(tmp_path: Path) -> None:
+    """A file left by the previous thatch (m001–m005) gets m006; m004 stays recorded."""
+    path = tmp_path / "thatch.db"
+    conn = connect(path)
+    with atomic(conn):
+        conn.execute(f"CREATE TABLE {MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT)")
+        for name, migrate in MIGRATIONS[:5]:
+            migrate(conn)
+            conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, 't')", (name,))
+    old = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    assert any("OR IGNORE" in sql for (sql,) in old)
+    conn.close()
+    with Store.open(path) as store:
+        names = [r[0] for r in store.conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")]
+        assert names == [name for name, _ in MIGRATIONS]
+        triggers = store.conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+        ).fetchall()
+        fresh = Store.open(tmp_path / "fresh.db")
+        try:
+            expected = fresh.conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+            ).fetchall()
+        finally:
+            fresh.close()
+        assert triggers == expected
+        assert not any("OR IGNORE" in sql for _, sql in triggers)
+
+
+def test_loading_a_store_reads_only_its_usable_rows(store: Store) -> None:
+    """A store's vectors come through an index of usable rows; pending lookups keep theirs."""
+    from thatch.frontend.store_rows import MISSING, USABLE
+
+    def plan(sql: str) -> str:
+        return str(store.conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("p",)).fetchall())
+
+    load = f"SELECT slug, archived, branch, embedding FROM entries WHERE store = ? AND {USABLE}"
+    assert "thatch_entries_usable" in plan(load)
+    pending = f"SELECT count(*) FROM entries WHERE store IN (?) AND {MISSING}"
+    assert "thatch_entries_pending" in plan(pending)

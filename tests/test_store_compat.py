@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +168,159 @@ def test_store_writes_blobs_the_earlier_release_reads(tmp_path: Path) -> None:
         assert rows == [("deploy-steps",), ("new-one",), ("ünïcode-label",)]
     finally:
         raw.close()
+
+
+# The earlier release's statements, exactly as its src/db.ts (v0.1.30) prepares them, run by a
+# separate process over a plain sqlite3 connection. It never writes INSERT OR REPLACE into
+# entries itself; that one stands for any other client of the file.
+EARLIER_STATEMENTS = {
+    "ensure_store": "INSERT OR IGNORE INTO stores (name) VALUES (?)",
+    "insert": """INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, archived, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",  # noqa: E501 (verbatim)
+    "upsert": """
+      INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, archived, created_at, updated_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT(slug, store) DO UPDATE SET
+        label = excluded.label,
+        content = excluded.content,
+        embedding = excluded.embedding,
+        model = excluded.model,
+        branch = COALESCE(excluded.branch, entries.branch),
+        confidence = COALESCE(excluded.confidence, entries.confidence),
+        archived = COALESCE(?, entries.archived),
+        updated_at = excluded.updated_at
+      """,  # noqa: E501 (verbatim)
+    "replace_entry": "INSERT OR REPLACE INTO entries (slug, store, label, content, embedding, "
+    "model, branch, confidence, archived, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "unpair": "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
+    "telemetry": """UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ?
+         WHERE (store, slug) IN (VALUES (?, ?))""",
+    "forget": "DELETE FROM entries WHERE slug = ? AND store = ?",
+    "mark_checked": "INSERT OR REPLACE INTO dedup_pairs (store, slug_a, slug_b, status, "
+    "checked_at) VALUES (?, ?, ?, ?, ?)",
+}
+
+# argv: path, then JSON [[statement name, [params…]], …]; bytes params as {"hex": …}.
+EARLIER_CLIENT = """
+import json, sqlite3, sys
+statements = json.loads(sys.argv[2])
+steps = json.loads(sys.argv[3])
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=5)
+conn.execute("PRAGMA journal_mode = WAL")
+conn.execute("PRAGMA busy_timeout = 5000")
+conn.execute("PRAGMA foreign_keys = ON")
+for name, params in steps:
+    values = [bytes.fromhex(p["hex"]) if isinstance(p, dict) else p for p in params]
+    try:
+        conn.execute(statements[name], values)
+    except sqlite3.Error as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        sys.exit(1)
+conn.close()
+"""
+
+
+def run_earlier_release(path: Path, *steps: tuple[str, list[object]]) -> None:
+    encoded = [
+        [name, [{"hex": p.hex()} if isinstance(p, bytes) else p for p in params]]
+        for name, params in steps
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", EARLIER_CLIENT, str(path), json.dumps(EARLIER_STATEMENTS),
+         json.dumps(encoded)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def entry_params(slug: str, content: str, vector: np.ndarray, **extra: object) -> list[object]:
+    """The earlier release's remember() parameters for a memory in 'acme/app'."""
+    now = "2024-07-01T10:00:00.000Z"
+    return [slug, "acme/app", slug.title(), content, earlier_release_blob(vector), "m",
+            extra.get("branch"), extra.get("confidence"), 0, now, now]  # fmt: skip
+
+
+def migrated_by_previous_thatch(path: Path) -> None:
+    """The file as the previous thatch left it: m001–m005 applied (m004's triggers)."""
+    from thatch.frontend import db
+    from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE
+
+    conn = db.connect(path)
+    try:
+        with db.atomic(conn):
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} "
+                "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            for name, migrate in MIGRATIONS[:5]:
+                migrate(conn)
+                conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, 't')", (name,))
+    finally:
+        conn.close()
+
+
+def unit(rng: np.random.Generator) -> np.ndarray:
+    vector = rng.normal(size=384).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+@pytest.mark.parametrize("start", ["fresh", "upgraded"])
+def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, start: str) -> None:
+    """Each earlier-release statement succeeds on a migrated file; a warm store sees it."""
+    path = tmp_path / "thatch.db"
+    if start == "upgraded":
+        migrated_by_previous_thatch(path)
+    rng = np.random.default_rng(9)
+    a, b, c, d = (unit(rng) for _ in range(4))
+    near_a = (a + 0.01 * unit(rng)).astype(np.float32)
+    with Store.open(path) as store:
+        triggers = store.conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger'"
+        ).fetchall()
+        assert len(triggers) == 4
+        store.remember("acme/app", "alpha", "# alpha", a, "m")
+        store.remember("acme/app", "alpha twin", "# alpha twin", near_a, "m")
+        assert [p.slug_b for p in store.find_duplicates("acme/app")] == ["alpha-twin"]
+
+        def top(vector: np.ndarray) -> tuple[str, str, float]:
+            best = store.search(["acme/app"], vector, limit=1)[0]
+            return best.memory.slug, best.memory.content, best.score
+
+        run_earlier_release(path, ("ensure_store", ["acme/app"]),
+                            ("insert", entry_params("beta", "# beta", b)))  # fmt: skip
+        assert top(b) == ("beta", "# beta", pytest.approx(1.0, abs=1e-9))
+
+        # The upsert, both ways: onto an existing row (with thatch's counter row present)
+        # and as a plain insert.
+        run_earlier_release(path, ("upsert", [*entry_params("beta", "# beta v2", c), None]))
+        assert top(c) == ("beta", "# beta v2", pytest.approx(1.0, abs=1e-9))
+        assert top(b)[0] != "beta" or top(b)[2] < 0.5
+        run_earlier_release(path, ("upsert", [*entry_params("gamma", "# gamma", d), None]))
+        assert top(d) == ("gamma", "# gamma", pytest.approx(1.0, abs=1e-9))
+
+        run_earlier_release(path, ("replace_entry", entry_params("gamma", "# gamma v2", b)))
+        assert top(b) == ("gamma", "# gamma v2", pytest.approx(1.0, abs=1e-9))
+        assert store.show("acme/app", "gamma").content == "# gamma v2"  # type: ignore[union-attr]
+
+        verdict = ["acme/app", "alpha", "alpha-twin", "duplicate", "2024-07-01T10:00:00.000Z"]
+        run_earlier_release(path, ("mark_checked", verdict))
+        assert store.find_duplicates("acme/app") == []
+        run_earlier_release(path, ("unpair", ["acme/app", "alpha", "alpha"]))
+        assert [p.slug_b for p in store.find_duplicates("acme/app")] == ["alpha-twin"]
+
+        run_earlier_release(path, ("telemetry", ["2024-07-02T00:00:00.000Z", "acme/app", "beta"]))
+        shown = store.search(["acme/app"], c, limit=1)[0].memory
+        assert (shown.slug, shown.recall_count) == ("beta", 1)
+        assert shown.last_recalled_at == "2024-07-02T00:00:00.000Z"
+
+        run_earlier_release(path, ("forget", ["beta", "acme/app"]),
+                            ("unpair", ["acme/app", "beta", "beta"]))  # fmt: skip
+        assert store.show("acme/app", "beta") is None
+        assert "beta" not in [m.memory.slug for m in store.search(["acme/app"], c)]
+        assert sorted(m.slug for m in store.list("acme/app")) == ["alpha", "alpha-twin", "gamma"]
+
+    with Store.open(path) as again:
+        names = [row[0] for row in again.conn.execute("SELECT name FROM _thatch_migrations")]
+        assert "m004_store_versions" in names and "m006_conflict_free_triggers" in names
+        assert again.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
