@@ -347,6 +347,27 @@ def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
     return snapshot
 
 
+def _int8_checkable(snapshot: Path, ref: HubRef) -> bool:
+    """False for a cached int8 file with nothing to check it against on this CPU.
+
+    Snapshots cached before the load-time check hold only ``onnx/model_quantized.onnx``;
+    resolving such a one downloads the missing fp32 file (the check's reference) instead of
+    serving int8 that may be wrong here.
+    """
+    from thatch.embedder import known_answers
+
+    meta = read_json(snapshot / "thatch_model.json")
+    present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
+    onnx = choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
+    if onnx is None or "quantized" not in onnx:
+        return True
+    served = snapshot / onnx
+    return (
+        known_answers.fp32_beside(snapshot, served) is not None
+        or (snapshot / known_answers.KNOWN_ANSWERS_FILE).is_file()
+    )
+
+
 def _hub_settings(ref: HubRef, snapshot: Path, source: str) -> ModelSettings:
     return settings_from_dir(snapshot, source=source, model_id=ref.repo_id, revision=snapshot.name)
 
@@ -371,9 +392,11 @@ def resolve_model(
         return settings_from_dir(target, source="local dir")
     assert isinstance(target, HubRef)
     snapshot = cached_snapshot(target, env)
-    if snapshot is not None:
+    if snapshot is not None and (
+        _int8_checkable(snapshot, target) or hub_offline(env) or not download
+    ):
         return _hub_settings(target, snapshot, "hub cache")
-    if hub_offline(env):
+    if snapshot is None and hub_offline(env):
         raise offline_error(target.repo_id)
     if not download:
         raise ModelError(f"model {target.repo_id} needs download: run thatch model pull")

@@ -302,6 +302,13 @@ class OnnxEncoder:
                 reference = checker._known_answers()
             finally:
                 checker.release()
+        if reference is None and settings.source in ("hub cache", "downloaded"):
+            # The hub has the fp32 file; serving unchecked int8 from it could poison the db.
+            raise ModelError(
+                f"int8 model {served} of {settings.model_id} cannot be checked on this CPU: "
+                f"its fp32 file is not in the cache; run thatch model pull with the hub "
+                "reachable (HF_HUB_OFFLINE unset) to fetch it"
+            )
         if reference is None:
             self._checked = True
             self._log.warning(

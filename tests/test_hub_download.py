@@ -129,3 +129,27 @@ def test_missing_required_file_on_hub_is_named(
         with pytest.raises(ModelError, match=r"has no tokenizer\.json"):
             resolve_model("acme/no-tokenizer", env=env, progress=False)
         assert server.downloaded() == set()
+
+
+def test_cached_int8_without_its_fp32_file_is_completed_or_refused(
+    hub: FakeHub, minilm_dir: Path
+) -> None:
+    """A snapshot cached before the load-time check (int8 file only) is never served
+    unchecked: online the fp32 reference is fetched; offline the load names the fix."""
+    from thatch.embedder.models import create_encoder
+
+    settings = resolve_model(REPO, env=dict(os.environ), progress=False)
+    assert settings.path is not None and settings.quantized
+    for name in ("onnx/model.onnx", KNOWN_ANSWERS_FILE):
+        (settings.path / name).unlink(missing_ok=True)
+    offline = resolve_model(REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert offline.source == "hub cache"
+    encoder = create_encoder(offline, threads=1)
+    with pytest.raises(ModelError, match="cannot be checked on this CPU.*thatch model pull"):
+        encoder.load()
+    online = resolve_model(REPO, env=dict(os.environ), progress=False)
+    assert online.source == "downloaded" and online.path == settings.path
+    assert (settings.path / "onnx/model.onnx").is_file()
+    loaded = create_encoder(online, threads=1)
+    loaded.load()  # checked against the fp32 file now beside it
+    loaded.release()
