@@ -137,6 +137,10 @@ def _code(error: BaseException) -> int | None:
     return None if code is None else code & 0xFF
 
 
+def is_read_only(error: BaseException) -> bool:
+    return _code(error) == sqlite3.SQLITE_READONLY
+
+
 def is_undecodable(error: BaseException) -> bool:
     """A TEXT value that is not UTF-8 (written as a BLOB cast, or by a broken client)."""
     return isinstance(error, sqlite3.OperationalError) and str(error).startswith(_UNDECODABLE)

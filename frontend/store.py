@@ -72,7 +72,15 @@ class Store(UpkeepQueries):
         self._cache = MatrixCache()
         self._owns_conn = False
         db.configure(conn)
-        init_schema(conn, self._now())
+        self._tracked = True  # the change counters and log of m004/m007 exist
+        try:
+            init_schema(conn, self._now())
+        except sqlite3.OperationalError as error:
+            if not db.is_read_only(error):
+                raise
+            # A file this process may not write, left unmigrated by the earlier release:
+            # read it in its own schema, without the change log (so without caching).
+            self._tracked = False
         self.path = self._file_path()
 
     @classmethod
@@ -132,6 +140,8 @@ class Store(UpkeepQueries):
         to other stores cost nothing, a change to a few rows (from any process) re-reads
         those rows only.
         """
+        if not self._tracked:
+            return self._load_matrix(store)
         return self._cache.get(self.conn, store, self._load_matrix)
 
     def _load_matrix(self, store: str) -> StoreMatrix:

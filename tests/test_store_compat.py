@@ -149,6 +149,25 @@ def test_earlier_release_database_opens_unchanged(tmp_path: Path, variant: str) 
         assert snapshot(again.conn) == before
 
 
+def test_unmigrated_earlier_release_file_that_cannot_be_written_is_read(tmp_path: Path) -> None:
+    """The earlier release's file, immutable to this process before thatch ever migrated
+    it: lists, shows and searches answer from its own schema; writes fail as read-only."""
+    from tests.support.mounts import immutable
+
+    path = tmp_path / "thatch.db"
+    vectors = build_database(path, CURRENT_ENTRIES)
+    with immutable(path), Store.open(path) as store:
+        assert [m.label for m in store.list("acme/app")] == ["  Ünïcode Label ", "Deploy steps"]
+        for _ in range(2):  # no change log here: every search reads the rows afresh
+            found = store.search(["acme/app", "global"], vectors[0], limit=3)
+            assert found[0].memory.slug == "deploy-steps"
+            assert found[0].score == pytest.approx(1.0, abs=1e-9)
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store.forget("acme/app", "Deploy steps")
+    with Store.open(path) as migrated:  # writable again: migrated as usual
+        assert migrated.search(["global"], vectors[2], limit=1)[0].memory.slug == "xpa9"
+
+
 def test_store_writes_blobs_the_earlier_release_reads(tmp_path: Path) -> None:
     """A vector saved by the store is exactly the bytes the earlier release would write."""
     path = tmp_path / "thatch.db"
