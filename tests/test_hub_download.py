@@ -145,7 +145,7 @@ def test_cached_int8_without_its_fp32_file_is_completed_or_refused(
     offline = resolve_model(REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert offline.source == "hub cache"
     encoder = create_encoder(offline, threads=1)
-    with pytest.raises(ModelError, match="cannot be checked on this CPU.*thatch model pull"):
+    with pytest.raises(ModelError, match=r"cannot be checked on this CPU.*thatch model pull"):
         encoder.load()
     online = resolve_model(REPO, env=dict(os.environ), progress=False)
     assert online.source == "downloaded" and online.path == settings.path
