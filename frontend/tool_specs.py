@@ -23,7 +23,9 @@ class ToolSpec:
     params: tuple[Param, ...]
 
 
-def _store(what: str) -> Param:
+def _store(what: str, *, creates: bool = False) -> Param:
+    # Only a tool that creates stores refuses odd names: memories already saved under
+    # "global " or a control character stay listable, showable and forgettable.
     return Param(
         "store",
         "string",
@@ -31,7 +33,7 @@ def _store(what: str) -> Param:
         max_length=LABEL_MAX,
         single_line=True,
         blank_is_omitted=True,
-        check=store_name_problem,
+        check=store_name_problem if creates else None,
     )
 
 
@@ -72,7 +74,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 non_empty=True,
                 max_length=CONTENT_MAX,
             ),
-            _store("the current project's store"),
+            _store("the current project's store", creates=True),
             Param(
                 "branch",
                 "string",

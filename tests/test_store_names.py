@@ -26,14 +26,8 @@ def test_tools_refuse_bad_store_names(tmp_path: Path, name: str) -> None:
     tools = Tools(tool_context(tmp_path))
     try:
         expected = f"Invalid arguments: store: {BAD[name]}"
-        for tool, args in [
-            ("memory_remember", {"label": "L", "content": "c", "store": name}),
-            ("memory_recall", {"query": "q", "store": name}),
-            ("memory_list", {"store": name}),
-            ("memory_forget", {"label": "L", "store": name}),
-        ]:
-            result = tools.call(tool, args)
-            assert (result.is_error, result.text) == (True, expected), tool
+        result = tools.call("memory_remember", {"label": "L", "content": "c", "store": name})
+        assert (result.is_error, result.text) == (True, expected)
         assert tools.ctx.store.store_names() == ["global"]
     finally:
         tools.ctx.store.close()
@@ -50,5 +44,24 @@ def test_case_is_kept_and_blank_means_omitted(tmp_path: Path) -> None:
             "memory_remember", {"label": "B", "content": "b", "store": "  "}
         ).is_error
         assert tools.ctx.store.store_names() == ["GLOBAL", "global", "o/r"]
+    finally:
+        tools.ctx.store.close()
+
+
+def test_existing_odd_stores_stay_readable(tmp_path: Path) -> None:
+    """Memories an earlier version saved under "global " or a control character can still
+    be listed, shown and forgotten: only creating such a store is refused."""
+    tools = Tools(tool_context(tmp_path))
+    try:
+        store = tools.ctx.store
+        for name in ("global ", "glo\x1bbal"):
+            store.conn.execute("INSERT INTO stores (name) VALUES (?)", (name,))
+            store.remember(name, "Odd", f"# Odd\n\nsaved in {name!r}", None, None)
+            listed = tools.call("memory_list", {"store": name})
+            assert not listed.is_error and "Odd" in listed.text
+            assert not tools.call("memory_show", {"label": "Odd", "store": name}).is_error
+            forgotten = tools.call("memory_forget", {"label": "Odd", "store": name})
+            assert not forgotten.is_error, forgotten.text
+        assert rows(tmp_path / "thatch.db") == []
     finally:
         tools.ctx.store.close()
