@@ -137,10 +137,36 @@ def tighten_own_directory(directory: Path, uid: int | None = None) -> bool:
     return True
 
 
-def check_path(path: Path, uid: int | None = None) -> PathCheck:
-    """The socket file and its directory: owned by ``uid`` (default: us), not shared-writable."""
+def ancestors_problem(directory: Path, uid: int | None = None) -> str | None:
+    """Why a directory above ``directory`` lets someone else swap it, or None.
+
+    Whoever can rename entries in a parent can replace our private directory with theirs
+    between our check and gRPC's connect: every ancestor must belong to us or root and be
+    writable by nobody else unless sticky (like /tmp, where only owners rename entries).
+    """
     uid = os.geteuid() if uid is None else uid
-    problem = directory_problem(path.parent, uid)
+    for ancestor in Path(os.path.abspath(directory)).parents:
+        try:
+            info = os.stat(ancestor)
+        except OSError as error:
+            return f"cannot inspect {ancestor}: {error.strerror or error}"
+        if info.st_uid not in (uid, 0):
+            return (
+                f"{ancestor} (above socket directory {directory}) belongs to "
+                f"{user(info.st_uid)}, who could replace it"
+            )
+        if info.st_mode & _SHARED_WRITE and not info.st_mode & stat.S_ISVTX:
+            return (
+                f"{ancestor} (above socket directory {directory}) is writable by group or "
+                f"others (mode {stat.S_IMODE(info.st_mode):04o}), who could replace it"
+            )
+    return None
+
+
+def check_path(path: Path, uid: int | None = None) -> PathCheck:
+    """The socket file, its directory and the directories above it (see the two checks)."""
+    uid = os.geteuid() if uid is None else uid
+    problem = directory_problem(path.parent, uid) or ancestors_problem(path.parent, uid)
     if problem is not None:
         return PathCheck(problem)
     try:

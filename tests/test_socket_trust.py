@@ -131,6 +131,20 @@ def test_runtime_dir_of_another_user_gets_no_text(setup: Setup, tmp_path: Path) 
         assert thief.received() == b"" and scan.received() == b""
 
 
+def test_private_dir_inside_another_users_runtime_dir_gets_no_text(setup: Setup) -> None:
+    """runtime is nobody's (0777), runtime/thatch ours and private: nobody could rename
+    it and put a directory of theirs in its place between the check and the connect."""
+    setup.runtime.chmod(0o777)
+    os.chown(setup.runtime, NOBODY, NOBODY)
+    directory = setup.socket.parent
+    directory.mkdir(mode=0o700)
+    reason = (
+        f"{setup.runtime} (above socket directory {directory}) belongs to nobody "
+        f"(uid {NOBODY}), who could replace it"
+    )
+    assert_refused_everything(setup, reason)
+
+
 def test_chosen_dir_writable_by_others_gets_no_text(setup: Setup, tmp_path: Path) -> None:
     """THATCH_EMBEDDER_ADDR in a directory of ours, mode 0777: someone else may listen there."""
     directory = setup.runtime / "shared"
