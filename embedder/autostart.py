@@ -40,6 +40,7 @@ from thatch.embedder.errors import (
     EmbedderUntrusted,
     fix_offline,
 )
+from thatch.embedder.grpc_env import child_environment
 from thatch.embedder.settings import (
     DEFAULT_EXIT_SECONDS,
     Address,
@@ -138,7 +139,7 @@ def detached(
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd="/",
-            env=dict(env),
+            env=child_environment(dict(env)),
             start_new_session=True,
             close_fds=True,
             pass_fds=pass_fds,

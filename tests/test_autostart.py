@@ -240,3 +240,28 @@ def test_remote_address_never_spawns(isolated_env: Path) -> None:
         client.ensure_started(wait=0)  # hooks: nothing to do for a remote address
     assert embedder_pids(f"127.0.0.1:{port}") == []
     assert not log_file(isolated_env).exists()
+
+
+
+def test_auto_started_embedder_keeps_grpc_core_logging(
+    sock: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontend quiets gRPC's core on its own stderr only: the embedder it starts does
+    not inherit GRPC_VERBOSITY=NONE (its log keeps the core's lines); a user's value does."""
+    from thatch.embedder.grpc_env import QUIETED
+
+    cases = [
+        ({QUIETED: "1", "GRPC_VERBOSITY": "NONE"}, []),
+        ({"GRPC_VERBOSITY": "INFO"}, [b"INFO"]),
+    ]
+    for inherited, expected in cases:
+        monkeypatch.delenv(QUIETED, raising=False)
+        for name, value in inherited.items():
+            monkeypatch.setenv(name, value)
+        with EmbedderClient() as client:
+            client.embed(["env"], Kind.QUERY)
+            environ = Path(f"/proc/{client.info().pid}/environ").read_bytes().split(b"\0")
+        stop_embedders(str(sock))
+        found = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"GRPC_VERBOSITY=")]
+        assert found == expected
+        assert not [e for e in environ if e.startswith(QUIETED.encode() + b"=")]
