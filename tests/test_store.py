@@ -486,3 +486,21 @@ def test_passed_in_connection_stays_open(tmp_path: Path) -> None:
         assert conn.execute("SELECT name FROM stores").fetchall() == [("global",)]
     finally:
         conn.close()
+
+
+def test_memories_are_written_durably_and_recall_counts_without_fsync(store: Store) -> None:
+    """A memory's commit runs at synchronous FULL; only the recall stamp drops to NORMAL
+    (no fsync on every recall), and the connection is FULL again afterwards."""
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    try:
+        save(store, "Topic", unit(0, 1))
+        assert store.recall(["p"], unit(0, 1), limit=1)[0].memory.label == "Topic"
+    finally:
+        store.conn.set_trace_callback(None)
+    insert = next(i for i, s in enumerate(statements) if s.startswith("INSERT INTO entries"))
+    stamp = next(i for i, s in enumerate(statements) if "recall_count = recall_count + 1" in s)
+    lowered = [i for i, s in enumerate(statements) if s == "PRAGMA synchronous = NORMAL"]
+    assert lowered and insert < lowered[0] < stamp
+    (level,) = store.conn.execute("PRAGMA synchronous").fetchone()
+    assert level == 2  # FULL
