@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import thatch.embedder.grpc_env  # noqa: F401  (first: it quiets gRPC's C core before it loads)
 
@@ -37,7 +38,6 @@ from thatch.embedder.autostart import (
     start_failure,
     untrusted,
 )
-from thatch.embedder.client_tls import TlsConfig, diagnose, tls_config
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
     FIX_OVERLOADED,
@@ -50,6 +50,9 @@ from thatch.embedder.errors import (
 from thatch.embedder.settings import Address, configured_address, parse_address, socket_dir
 from thatch.embedder.socket_trust import check_path, peer_problem, probe, tighten_own_directory
 from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
+
+if TYPE_CHECKING:
+    from thatch.embedder.client_tls import TlsConfig
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 OVERLOAD_DELAYS = (0.1, 0.3)
@@ -100,6 +103,13 @@ def build_request(texts: Sequence[str], kind: Kind) -> embedder_pb2.EmbedRequest
     return request
 
 
+def _tls_config(address: Address, env: Mapping[str, str]) -> TlsConfig | None:
+    # Imported for TCP addresses only: ssl costs a unix-socket hook ~5 ms to import.
+    from thatch.embedder.client_tls import tls_config
+
+    return tls_config(address, env)
+
+
 def make_channel(address: Address, tls: TlsConfig | None) -> grpc.Channel:
     options: list[tuple[str, int | str]] = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -139,7 +149,7 @@ class EmbedderClient:
         self.address = configured_address(self.env) if address is None else parse_address(address)
         self.autostart = autostart and self.address.is_unix
         self._notice = notice
-        self._tls = tls_config(self.address, self.env)
+        self._tls = None if self.address.is_unix else _tls_config(self.address, self.env)
         self._channel = make_channel(self.address, self._tls)
         self._stub = embedder_pb2_grpc.EmbedderStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
@@ -222,6 +232,8 @@ class EmbedderClient:
         """Why a remote embedder cannot be reached at the TLS layer (its real cause), if so."""
         if self.address.is_unix:
             return None
+        from thatch.embedder.client_tls import diagnose
+
         return diagnose(self.address, self._tls)
 
     def ensure_started(self, *, wait: float) -> None:

@@ -22,22 +22,45 @@ decoded). Text from agents that passes through them cannot speak with thatch's v
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
-__all__ = ["CONTROL", "body", "inline", "quoted", "token"]
+__all__ = ["body", "has_control", "inline", "quoted", "token"]
 
 # C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
 # paragraph separators, BOM, interlinear annotations, lone surrogates, tag characters and
 # the supplementary variation selectors (the last two can carry invisible ASCII text).
 # ZWNJ/ZWJ (U+200C/U+200D) stay: Persian, Indic scripts and emoji need them.
-CONTROL = re.compile(
+_CONTROL_CLASS = (
     "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e"
     "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
     "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
 )
-_BODY_CONTROL = re.compile(CONTROL.pattern.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
+
+
+# Compiled on first need (each costs ~2 ms, and a hook showing plain ASCII never needs one).
+@functools.cache
+def _control() -> re.Pattern[str]:
+    return re.compile(_CONTROL_CLASS)
+
+
+@functools.cache
+def _body_control() -> re.Pattern[str]:
+    return re.compile(_CONTROL_CLASS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a character ``inline``/``quoted`` would show escaped."""
+    return not _plain_ascii(text) and _control().search(text) is not None
+
+
+def _plain_ascii(text: str) -> bool:
+    # Printable ASCII holds none of the class: no C0 control, no DEL, nothing non-ASCII.
+    return text.isascii() and text.isprintable()
+
+
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _MARKER = re.compile(r"\[(?=[ \t]*thatch)", re.IGNORECASE)
 # Matched after a newline (the text gets one in front), a literal prefix regex scans fast.
@@ -66,19 +89,23 @@ def body(text: str) -> str:
     """Multi-line stored text, neutralised; newlines and tabs kept."""
     text = text.replace("\r\n", "\n")
     if _maybe_control(text):
-        text = _BODY_CONTROL.sub(_escape, text)
+        text = _body_control().sub(_escape, text)
     text = _MARKER.sub(r"\\[", text)
     return _LOOKALIKE.sub(r"\n\1\\\2", "\n" + text)[1:]
 
 
 def inline(text: str) -> str:
     """Stored text inside one of thatch's lines: one line, no marker, no invisible part."""
-    return _MARKER.sub(r"\\[", CONTROL.sub(_escape, text))
+    if not _plain_ascii(text):
+        text = _control().sub(_escape, text)
+    return _MARKER.sub(r"\\[", text)
 
 
 def quoted(text: str) -> str:
     """``"text"`` as a JSON string literal; readable non-ASCII characters stay as they are."""
-    literal = CONTROL.sub(_escape, json.dumps(text, ensure_ascii=False))
+    literal = json.dumps(text, ensure_ascii=False)
+    if not _plain_ascii(literal):
+        literal = _control().sub(_escape, literal)
     return _MARKER.sub(r"\\u005b", literal)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from thatch.frontend.untrusted import CONTROL
+from thatch.frontend.untrusted import has_control
 
 ParamType = Literal["string", "integer", "number", "boolean"]
 
@@ -41,7 +41,7 @@ class Param:
     max_length: int | None = None
     single_line: bool = False
     # Names shown in thatch's own lines (branches): control and invisible format
-    # characters are refused (untrusted.CONTROL).
+    # characters are refused (untrusted.has_control).
     no_control: bool = False
     # Text that must carry something: "" and whitespace-only are refused.
     non_empty: bool = False
@@ -137,7 +137,7 @@ def _check_text(param: Param, value: object) -> str:
         raise _Reason(f"too long ({len(value)} characters; maximum {param.max_length})")
     if param.single_line and any(char in value for char in "\r\n\u2028\u2029\x0b\x0c\x85"):
         raise _Reason("must be a single line")
-    if param.no_control and CONTROL.search(value):
+    if param.no_control and has_control(value):
         raise _Reason("must not contain control characters")
     if param.check is not None:
         problem = param.check(value)
