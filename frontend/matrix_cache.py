@@ -20,11 +20,20 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from thatch.frontend.schema import CHANGES_TABLE, VERSIONS_TABLE
+from thatch.frontend.schema import CHANGES_KEPT, CHANGES_TABLE, VERSIONS_TABLE
 from thatch.frontend.store_rows import USABLE
+from thatch.frontend.vector_snapshot import (
+    DatabaseIdentity,
+    fingerprint,
+    peek_seq,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
 from thatch.frontend.vectors import FLOAT32_LE
 
 # float32 screening may misjudge a cosine by ~1e-6; anything this close is re-checked in float64.
@@ -56,6 +65,25 @@ class DimGroup:
         self.archived_flags = np.empty(max(capacity, 1), dtype=bool)
         self.branch_codes = np.empty(max(capacity, 1), dtype=np.int32)
         self.slugs: list[str] = []
+
+    @classmethod
+    def over(
+        cls,
+        dim: int,
+        count: int,
+        unit: F32,
+        norms: F64,
+        archived: npt.NDArray[np.bool_],
+        codes: npt.NDArray[np.int32],
+        slugs: list[str],
+    ) -> DimGroup:
+        """A group over arrays it does not allocate (a mapped snapshot's, ``capacity`` rows)."""
+        group = cls.__new__(cls)
+        group.dim, group.count = dim, count
+        group.unit, group.norms = unit, norms
+        group.archived_flags, group.branch_codes = archived, codes
+        group.slugs = slugs
+        return group
 
     @property
     def vectors(self) -> F32:
@@ -139,6 +167,8 @@ class StoreMatrix:
     seq: int = 0
     version: int = 0
     capacity: int = 0
+    # The change-log sequence number of the shared snapshot this matrix came from or wrote.
+    snapshot_seq: int | None = None
     _where: dict[str, tuple[int, int]] | None = None
 
     @property
@@ -243,11 +273,26 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     return matrix
 
 
-class MatrixCache:
-    """Per-store matrices, each brought up to date from the change log before use."""
+@dataclass(frozen=True)
+class SnapshotPlace:
+    """Where this database's shared snapshots live, and which file they must belong to."""
 
-    def __init__(self) -> None:
+    directory: Path
+    identity: DatabaseIdentity
+
+
+class MatrixCache:
+    """Per-store matrices, each brought up to date from the change log before use.
+
+    With a ``SnapshotPlace``, a store's first use maps its shared snapshot (see
+    ``vector_snapshot``) instead of loading, and full loads or long catch-ups leave a
+    fresh snapshot to write once the read is over (``write_snapshots``).
+    """
+
+    def __init__(self, snapshots: SnapshotPlace | None = None) -> None:
         self._matrices: dict[str, StoreMatrix] = {}
+        self._snapshots = snapshots
+        self._to_write: dict[str, tuple[StoreMatrix, int, str]] = {}
 
     def get(
         self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
@@ -264,16 +309,89 @@ class MatrixCache:
             f"SELECT (SELECT min(seq) FROM {CHANGES_TABLE}), (SELECT max(seq) FROM {CHANGES_TABLE})"
         ).fetchone()
         high = int(high or 0)
+        if cached is None and self._snapshots is not None:
+            cached = self._mapped(conn, store, version, low, high)
         if cached is not None and _catch_up(conn, cached, store, low, high):
             cached.version = version
+            self._matrices[store] = cached
+            self._note_drift(conn, store, cached)
             return cached
         matrix = load(store)
         matrix.seq, matrix.version = high, version
         self._matrices[store] = matrix
+        if self._snapshots is not None:
+            self._to_write[store] = (matrix, high, fingerprint(conn, high))
         return matrix
+
+    def _mapped(
+        self, conn: sqlite3.Connection, store: str, version: int, low: int | None, high: int
+    ) -> StoreMatrix | None:
+        """The store's snapshot as a matrix at its own sequence number, if it is this file's."""
+        assert self._snapshots is not None
+        place = self._snapshots
+        snapshot = read_snapshot(
+            snapshot_path(place.directory, place.identity, store), place.identity, store
+        )
+        if snapshot is None or snapshot.seq > high or snapshot.version > version:
+            return None
+        if snapshot.seq == high and snapshot.version != version:
+            return None
+        if fingerprint(conn, snapshot.seq) != snapshot.fingerprint:
+            return None  # another history at this path, or the log was pruned past it
+        matrix = StoreMatrix(seq=snapshot.seq, version=snapshot.version)
+        matrix.snapshot_seq = snapshot.seq
+        matrix.branch_names = {name: code for code, name in enumerate(snapshot.branches)}
+        if len(matrix.branch_names) != len(snapshot.branches):
+            return None
+        for mapped in snapshot.groups:
+            if mapped.dim in matrix.groups:
+                return None
+            codes = mapped.codes[: mapped.count]
+            if mapped.count and (codes.min() < 0 or codes.max() >= len(snapshot.branches)):
+                return None
+            matrix.groups[mapped.dim] = DimGroup.over(
+                mapped.dim, mapped.count, mapped.unit, mapped.norms, mapped.archived,
+                mapped.codes, mapped.slugs,
+            )  # fmt: skip
+        return matrix
+
+    def _note_drift(self, conn: sqlite3.Connection, store: str, matrix: StoreMatrix) -> None:
+        """Queue a fresh snapshot once the log since the last one nears what catch-up allows."""
+        if self._snapshots is None:
+            return
+        since = matrix.seq - (matrix.snapshot_seq if matrix.snapshot_seq is not None else 0)
+        allowed = min(CHANGES_KEPT, max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE))
+        if matrix.snapshot_seq is None or since > allowed // 2:
+            self._to_write[store] = (matrix, matrix.seq, fingerprint(conn, matrix.seq))
+
+    def write_snapshots(self) -> None:
+        """Write the queued snapshots (after the read: never while it holds the file)."""
+        queued, self._to_write = self._to_write, {}
+        if self._snapshots is None:
+            return
+        place = self._snapshots
+        for store, (matrix, seq, log_fingerprint) in queued.items():
+            if self._matrices.get(store) is not matrix or matrix.seq != seq:
+                continue  # changed or dropped since it was queued
+            path = snapshot_path(place.directory, place.identity, store)
+            current = peek_seq(path, place.identity, store)
+            # Marked whatever happens next: a failed write is retried only after more drift.
+            matrix.snapshot_seq = seq
+            if current is not None and current >= seq:
+                continue  # another process wrote one at least as new
+            names = sorted(matrix.branch_names.items(), key=lambda item: item[1])
+            groups = [
+                (g.dim, g.count, g.unit, g.norms, g.archived_flags, g.branch_codes, g.slugs)
+                for g in matrix.groups.values()
+            ]
+            write_snapshot(
+                path, place.identity, store, seq, matrix.version, log_fingerprint,
+                [name for name, _ in names], groups,
+            )  # fmt: skip
 
     def clear(self) -> None:
         self._matrices.clear()
+        self._to_write.clear()
 
 
 def _catch_up(

@@ -22,6 +22,7 @@ from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.matrix_cache import (
     DimGroup,
     MatrixCache,
+    SnapshotPlace,
     StoreMatrix,
     candidate_pairs,
     candidates_above,
@@ -50,6 +51,7 @@ from thatch.frontend.store_rows import (
 )
 from thatch.frontend.store_upkeep import UpkeepQueries
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.frontend.vector_snapshot import DatabaseIdentity
 from thatch.frontend.vectors import as_vector, encode
 
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
@@ -65,22 +67,34 @@ INSERT_ENTRY = (
 class Store(UpkeepQueries):
     """All memory queries over one connection (see store.md §6–§9)."""
 
-    def __init__(self, conn: sqlite3.Connection, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        clock: Clock = utc_now,
+        snapshot_dir: Path | None = None,
+    ) -> None:
+        """``snapshot_dir``: where to share vector snapshots with other processes (none: off)."""
         self.conn = conn
         self.clock = clock
         self._lock = threading.RLock()
-        self._cache = MatrixCache()
         self._owns_conn = False
         db.configure(conn)
         init_schema(conn, self._now())
         self.path = self._file_path()
+        identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
+        self._cache = MatrixCache(
+            SnapshotPlace(snapshot_dir, identity) if snapshot_dir and identity else None
+        )
 
     @classmethod
-    def open(cls, path: Path | str, *, clock: Clock = utc_now) -> Store:
+    def open(
+        cls, path: Path | str, *, clock: Clock = utc_now, snapshot_dir: Path | None = None
+    ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
         try:
-            store = cls(conn, clock=clock)
+            store = cls(conn, clock=clock, snapshot_dir=snapshot_dir)
         except sqlite3.DatabaseError as error:
             conn.close()
             if db.is_busy(error):
@@ -170,6 +184,8 @@ class Store(UpkeepQueries):
             with db.atomic(self.conn, immediate=False) as conn:
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                 yield conn
+            if not nested:
+                self._cache.write_snapshots()
         finally:
             if nested:
                 self._cache.clear()
