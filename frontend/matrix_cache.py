@@ -28,7 +28,9 @@ from thatch.frontend.schema import CHANGES_KEPT, CHANGES_TABLE, VERSIONS_TABLE
 from thatch.frontend.store_rows import USABLE
 from thatch.frontend.vector_snapshot import (
     DatabaseIdentity,
+    Fingerprint,
     fingerprint,
+    fingerprint_holds,
     peek_seq,
     read_snapshot,
     snapshot_path,
@@ -259,11 +261,9 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     Only ranking columns are read, and never more than one chunk of BLOBs is alive, so a
     load peaks at one copy of the vectors plus a chunk.
     """
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
-    ).fetchone()
+    count = _usable_count(conn, store)
     # Room for a few writes before the arrays grow; untouched pages cost no memory.
-    matrix = StoreMatrix(capacity=int(count) + int(count) // 16 + 16)
+    matrix = StoreMatrix(capacity=count + count // 16 + 16)
     cursor = conn.execute(
         f"SELECT slug, archived, branch, embedding FROM entries WHERE store = ? AND {USABLE}",
         (store,),
@@ -292,7 +292,8 @@ class MatrixCache:
     def __init__(self, snapshots: SnapshotPlace | None = None) -> None:
         self._matrices: dict[str, StoreMatrix] = {}
         self._snapshots = snapshots
-        self._to_write: dict[str, tuple[StoreMatrix, int, str]] = {}
+        self._to_write: dict[str, tuple[StoreMatrix, int, Fingerprint]] = {}
+        self._unusable: set[str] = set()
 
     def get(
         self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
@@ -309,13 +310,23 @@ class MatrixCache:
             f"SELECT (SELECT min(seq) FROM {CHANGES_TABLE}), (SELECT max(seq) FROM {CHANGES_TABLE})"
         ).fetchone()
         high = int(high or 0)
-        if cached is None and self._snapshots is not None:
-            cached = self._mapped(conn, store, version, low, high)
         if cached is not None and _catch_up(conn, cached, store, low, high):
             cached.version = version
-            self._matrices[store] = cached
             self._note_drift(conn, store, cached)
             return cached
+        if cached is None and self._snapshots is not None:
+            mapped = self._mapped(conn, store, version, high)
+            # The row count is one more check that snapshot + log equal this database.
+            if (
+                mapped is not None
+                and _catch_up(conn, mapped, store, low, high)
+                and mapped.size == _usable_count(conn, store)
+            ):
+                mapped.version = version
+                self._matrices[store] = mapped
+                self._note_drift(conn, store, mapped)
+                return mapped
+            self._unusable.add(store)  # replace it, whatever its header claims
         matrix = load(store)
         matrix.seq, matrix.version = high, version
         self._matrices[store] = matrix
@@ -324,7 +335,7 @@ class MatrixCache:
         return matrix
 
     def _mapped(
-        self, conn: sqlite3.Connection, store: str, version: int, low: int | None, high: int
+        self, conn: sqlite3.Connection, store: str, version: int, high: int
     ) -> StoreMatrix | None:
         """The store's snapshot as a matrix at its own sequence number, if it is this file's."""
         assert self._snapshots is not None
@@ -336,7 +347,7 @@ class MatrixCache:
             return None
         if snapshot.seq == high and snapshot.version != version:
             return None
-        if fingerprint(conn, snapshot.seq) != snapshot.fingerprint:
+        if not fingerprint_holds(conn, snapshot.seq, snapshot.fingerprint):
             return None  # another history at this path, or the log was pruned past it
         matrix = StoreMatrix(seq=snapshot.seq, version=snapshot.version)
         matrix.snapshot_seq = snapshot.seq
@@ -374,7 +385,8 @@ class MatrixCache:
             if self._matrices.get(store) is not matrix or matrix.seq != seq:
                 continue  # changed or dropped since it was queued
             path = snapshot_path(place.directory, place.identity, store)
-            current = peek_seq(path, place.identity, store)
+            current = None if store in self._unusable else peek_seq(path, place.identity, store)
+            self._unusable.discard(store)
             # Marked whatever happens next: a failed write is retried only after more drift.
             matrix.snapshot_seq = seq
             if current is not None and current >= seq:
@@ -392,6 +404,13 @@ class MatrixCache:
     def clear(self) -> None:
         self._matrices.clear()
         self._to_write.clear()
+
+
+def _usable_count(conn: sqlite3.Connection, store: str) -> int:
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
+    ).fetchone()
+    return int(count)
 
 
 def _catch_up(

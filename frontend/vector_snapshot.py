@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from thatch.frontend.schema import CHANGES_TABLE, VERSIONS_TABLE
+from thatch.frontend.schema import CHANGES_TABLE
 
 MAGIC = b"THATCHVS"
 FORMAT = 1
@@ -76,18 +76,59 @@ def snapshot_path(directory: Path, identity: DatabaseIdentity, store: str) -> Pa
     return directory / f"{hashlib.sha256(key).hexdigest()[:32]}.vec"
 
 
-def fingerprint(conn: sqlite3.Connection, seq: int) -> str:
-    """A hash of the last logged keys up to ``seq`` ("" when the log holds none of them)."""
-    rows = conn.execute(
+Fingerprint = list[list[object]]
+
+
+def fingerprint(conn: sqlite3.Connection, seq: int) -> Fingerprint:
+    """The last logged keys up to ``seq``, each with a hash of its row as it is now.
+
+    Read in the same transaction as ``seq``. A database recreated or restored at the same
+    path that reached the same sequence number by the same keys still differs in the rows.
+    """
+    entries: Fingerprint = []
+    for number, store, slug in conn.execute(
+        f"SELECT seq, store, slug FROM {CHANGES_TABLE} WHERE seq > ? AND seq <= ? ORDER BY seq",
+        (seq - FINGERPRINT_ENTRIES, seq),
+    ).fetchall():
+        entries.append([number, store, slug, _row_hash(conn, store, slug)])
+    return entries
+
+
+def _row_hash(conn: sqlite3.Connection, store: str, slug: str) -> str | None:
+    row = conn.execute(
+        "SELECT archived, branch, embedding FROM entries WHERE slug = ? AND store = ?",
+        (slug, store),
+    ).fetchone()
+    if row is None:
+        return None
+    digest = hashlib.sha256(repr(row[:2]).encode("utf-8", "surrogatepass"))
+    digest.update(row[2] if isinstance(row[2], bytes) else repr(row[2]).encode())
+    return digest.hexdigest()
+
+
+def fingerprint_holds(conn: sqlite3.Connection, seq: int, recorded: Fingerprint) -> bool:
+    """Whether this database logged the same keys up to ``seq`` and still holds those rows.
+
+    A row changed after ``seq`` is logged again, so only rows not logged since are compared.
+    False when the log no longer reaches ``seq`` (pruned) or never did.
+    """
+    if seq == 0:
+        return recorded == []
+    current = conn.execute(
         f"SELECT seq, store, slug FROM {CHANGES_TABLE} WHERE seq > ? AND seq <= ? ORDER BY seq",
         (seq - FINGERPRINT_ENTRIES, seq),
     ).fetchall()
-    if not rows:
-        return ""
-    digest = hashlib.sha256()
-    for number, store, slug in rows:
-        digest.update(f"{number}\0{store}\0{slug}\0".encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    if not current or [list(row) for row in current] != [entry[:3] for entry in recorded]:
+        return False
+    for number, store, slug, row_hash in recorded:
+        del number
+        later = conn.execute(
+            f"SELECT 1 FROM {CHANGES_TABLE} WHERE store = ? AND seq > ? AND slug = ? LIMIT 1",
+            (store, seq, slug),
+        ).fetchone()
+        if later is None and _row_hash(conn, str(store), str(slug)) != row_hash:
+            return False
+    return True
 
 
 @dataclass
@@ -108,7 +149,7 @@ class Snapshot:
 
     seq: int
     version: int
-    fingerprint: str
+    fingerprint: Fingerprint
     branches: list[str | None]
     groups: list[MappedGroup]
 
@@ -203,17 +244,8 @@ def _parse(mapped: mmap.mmap, size: int, identity: DatabaseIdentity, store: str)
     if not branches or branches[0] is not None:
         return None
     return Snapshot(
-        int(header["seq"]), int(header["version"]), str(header["fingerprint"]), branches, groups
+        int(header["seq"]), int(header["version"]), list(header["fingerprint"]), branches, groups
     )
-
-
-def matches(
-    conn: sqlite3.Connection, store: str, seq: int, version: int, expected_fingerprint: str
-) -> bool:
-    """Whether the database (in the caller's read transaction) descends from this state."""
-    row = conn.execute(f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)).fetchone()
-    current = int(row[0]) if row else 0
-    return current >= version and fingerprint(conn, seq) == expected_fingerprint
 
 
 def write_snapshot(
@@ -222,7 +254,7 @@ def write_snapshot(
     store: str,
     seq: int,
     version: int,
-    log_fingerprint: str,
+    log_fingerprint: Fingerprint,
     branches: list[str | None],
     groups: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]],
 ) -> bool:
@@ -288,6 +320,7 @@ def peek_seq(path: Path, identity: DatabaseIdentity, store: str) -> int | None:
     """The sequence number of the snapshot at ``path`` if it is this store's, else None."""
     try:
         with open(path, "rb") as source:
+            size = os.fstat(source.fileno()).st_size
             prefix = source.read(PREFIX.size)
             magic, version, header_len = PREFIX.unpack(prefix)
             if magic != MAGIC or version != FORMAT or header_len > 1 << 24:
@@ -295,7 +328,7 @@ def peek_seq(path: Path, identity: DatabaseIdentity, store: str) -> int | None:
             header = json.loads(source.read(header_len))
     except (OSError, ValueError, struct.error):
         return None
-    if header.get("store") != store or header.get("db") != [
+    if header.get("size") != size or header.get("store") != store or header.get("db") != [
         identity.path, identity.device, identity.inode
     ]:  # fmt: skip
         return None
