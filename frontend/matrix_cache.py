@@ -46,6 +46,8 @@ LOAD_CHUNK_ROWS = 2048
 INCREMENTAL_SHARE = 8
 INCREMENTAL_MIN = 512
 NO_BRANCH = 0
+# Smaller stores load in a few milliseconds: a shared snapshot would only be clutter.
+SNAPSHOT_MIN_ROWS = 1000
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -330,7 +332,7 @@ class MatrixCache:
         matrix = load(store)
         matrix.seq, matrix.version = high, version
         self._matrices[store] = matrix
-        if self._snapshots is not None:
+        if self._snapshots is not None and matrix.size >= SNAPSHOT_MIN_ROWS:
             self._to_write[store] = (matrix, high, fingerprint(conn, high))
         return matrix
 
@@ -368,7 +370,7 @@ class MatrixCache:
 
     def _note_drift(self, conn: sqlite3.Connection, store: str, matrix: StoreMatrix) -> None:
         """Queue a fresh snapshot once the log since the last one nears what catch-up allows."""
-        if self._snapshots is None:
+        if self._snapshots is None or matrix.size < SNAPSHOT_MIN_ROWS:
             return
         since = matrix.seq - (matrix.snapshot_seq if matrix.snapshot_seq is not None else 0)
         allowed = min(CHANGES_KEPT, max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE))

@@ -120,8 +120,7 @@ def fingerprint_holds(conn: sqlite3.Connection, seq: int, recorded: Fingerprint)
     ).fetchall()
     if not current or [list(row) for row in current] != [entry[:3] for entry in recorded]:
         return False
-    for number, store, slug, row_hash in recorded:
-        del number
+    for _number, store, slug, row_hash in recorded:
         later = conn.execute(
             f"SELECT 1 FROM {CHANGES_TABLE} WHERE store = ? AND seq > ? AND slug = ? LIMIT 1",
             (store, seq, slug),
@@ -240,12 +239,16 @@ def _parse(mapped: mmap.mmap, size: int, identity: DatabaseIdentity, store: str)
                 slugs,
             )
         )  # fmt: skip
-    branches = header["branches"]
-    if not branches or branches[0] is not None:
+    branches, recorded = header["branches"], header["fingerprint"]
+    if not isinstance(branches, list) or not branches or branches[0] is not None:
         return None
-    return Snapshot(
-        int(header["seq"]), int(header["version"]), list(header["fingerprint"]), branches, groups
-    )
+    if not all(isinstance(name, str) for name in branches[1:]):
+        return None
+    if not isinstance(recorded, list) or not all(
+        isinstance(entry, list) and len(entry) == 4 for entry in recorded
+    ):
+        return None
+    return Snapshot(int(header["seq"]), int(header["version"]), recorded, branches, groups)
 
 
 def write_snapshot(

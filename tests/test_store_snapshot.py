@@ -121,7 +121,7 @@ def snapshot_files(snaps: Path) -> list[Path]:
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
     path = tmp_path / "thatch.db"
-    fill(path, 400, seed=1)
+    fill(path, 2400, seed=1)
     return path
 
 
@@ -204,8 +204,8 @@ def test_a_database_recreated_at_the_same_path_never_uses_the_old_snapshot(
     (Copied over the old file in place, as a restore with ``cp`` does.)
     """
     path, other = tmp_path / "thatch.db", tmp_path / "other.db"
-    fill(path, 200, seed=6)
-    fill(other, 200, seed=8)
+    fill(path, 2400, seed=6)
+    fill(other, 2400, seed=8)
     asked = queries(7)
     search_in_new_process(path, snaps, asked)
     inode = path.stat().st_ino
@@ -236,6 +236,17 @@ def test_a_pruned_log_forces_a_reload(path: Path, snaps: Path) -> None:
     answer = search_in_new_process(path, snaps, asked)
     assert "p" in answer["loads"]
     assert_exact(path, answer, asked)
+
+
+def test_small_stores_get_no_snapshot(tmp_path: Path, snaps: Path) -> None:
+    path = tmp_path / "small.db"
+    fill(path, 300, seed=15)
+    asked = queries(16)
+    for _ in range(2):
+        answer = search_in_new_process(path, snaps, asked)
+        assert sorted(answer["loads"]) == ["p", "q"]
+        assert_exact(path, answer, asked)
+    assert snapshot_files(snaps) == []
 
 
 def test_a_read_only_cache_dir_still_answers_exactly(path: Path, snaps: Path) -> None:
@@ -270,7 +281,7 @@ def test_results_are_identical_with_and_without_snapshots(path: Path, snaps: Pat
     with Store.open(path) as plain, Store.open(path, snapshot_dir=snaps) as mapped:
         try:
             for step in range(200):
-                slug = f"m{rng.integers(0, 420)}"
+                slug = f"m{rng.integers(0, 2420)}"
                 kind = rng.integers(0, 3)
                 if kind == 0:
                     other.execute(
