@@ -377,6 +377,9 @@ class MatrixCache:
         if matrix.snapshot_seq is None or since > allowed // 2:
             self._to_write[store] = (matrix, matrix.seq, fingerprint(conn, matrix.seq))
 
+    def snapshots_queued(self) -> bool:
+        return bool(self._to_write)
+
     def write_snapshots(self) -> None:
         """Write the queued snapshots (after the read: never while it holds the file)."""
         queued, self._to_write = self._to_write, {}

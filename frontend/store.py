@@ -7,6 +7,7 @@ one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -78,6 +79,7 @@ class Store(UpkeepQueries):
         self.conn = conn
         self.clock = clock
         self._lock = threading.RLock()
+        self._snapshot_writer: threading.Thread | None = None
         self._owns_conn = False
         db.configure(conn)
         init_schema(conn, self._now())
@@ -108,6 +110,9 @@ class Store(UpkeepQueries):
 
     def close(self) -> None:
         """Close the connection if ``open`` made it; a passed-in connection stays the caller's."""
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.join()  # a half-written snapshot is only a temp file, but
+            self._snapshot_writer = None  # a finished one saves the next process its load
         self._cache.clear()
         if self._owns_conn:
             self.conn.close()
@@ -185,10 +190,29 @@ class Store(UpkeepQueries):
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                 yield conn
             if not nested:
-                self._cache.write_snapshots()
+                self._write_snapshots_later()
         finally:
             if nested:
                 self._cache.clear()
+
+    def _write_snapshots_later(self) -> None:
+        """Write queued snapshots in a thread that waits for the lock: off the answer's path.
+
+        (Writing 100k vectors takes 0.1–0.3 s; the call that loaded them returns first.)
+        """
+        if not self._cache.snapshots_queued():
+            return
+        if self._snapshot_writer is not None and self._snapshot_writer.is_alive():
+            return  # still writing: the queue waits for a later read
+        self._snapshot_writer = threading.Thread(
+            target=self._write_snapshots, name="thatch-snapshot-writer"
+        )
+        self._snapshot_writer.start()
+
+    def _write_snapshots(self) -> None:
+        # A cache never fails a call nor prints: on any error the next process just loads.
+        with self._lock, contextlib.suppress(Exception):
+            self._cache.write_snapshots()
 
     # -- stores --------------------------------------------------------------------------
 

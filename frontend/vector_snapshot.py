@@ -24,6 +24,7 @@ import os
 import sqlite3
 import struct
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ ALIGN = 4096  # each array starts on a page: the matrix maps without a copy
 # Log entries hashed into the identity: a database restored or recreated at the same path
 # with the same sequence number still differs in the keys it logged.
 FINGERPRINT_ENTRIES = 16
+TEMP_PREFIX = ".snap-"
+ABANDONED_SECONDS = 600
 # Slugs are joined by NUL: a store with a NUL in a slug gets no snapshot.
 
 
@@ -293,7 +296,8 @@ def write_snapshot(
         size = base + end
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".snap-", suffix=".tmp", dir=path.parent)
+        _remove_abandoned(path.parent)
+        fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=path.parent)
     except OSError:
         return False
     try:
@@ -317,6 +321,16 @@ def write_snapshot(
             os.unlink(temp)
         return False
     return True
+
+
+def _remove_abandoned(directory: Path) -> None:
+    """Temp files of writers that died mid-write (older than any write takes)."""
+    now = time.time()
+    for entry in os.scandir(directory):
+        if entry.name.startswith(TEMP_PREFIX) and entry.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                if now - entry.stat().st_mtime > ABANDONED_SECONDS:
+                    os.unlink(entry.path)
 
 
 def peek_seq(path: Path, identity: DatabaseIdentity, store: str) -> int | None:

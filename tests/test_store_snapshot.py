@@ -308,3 +308,39 @@ def test_results_are_identical_with_and_without_snapshots(path: Path, snaps: Pat
                 assert got == expected
         finally:
             other.close()
+
+
+def test_a_mapped_store_never_writes_the_shared_file(path: Path, snaps: Path) -> None:
+    """Catch-up edits rows of the private map; the file other processes map stays as is."""
+    asked = queries(17)
+    search_in_new_process(path, snaps, asked)
+    before = {file: file.read_bytes() for file in snapshot_files(snaps)}
+    rng = np.random.default_rng(18)
+    with Store.open(path, snapshot_dir=snaps) as mapped:
+        mapped.search(["p", "q"], rng.normal(size=DIM))
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            for i in range(0, 40, 2):
+                other.execute(
+                    "UPDATE entries SET embedding = ? WHERE slug = ?", (blob(rng), f"m{i}")
+                )
+            other.execute("DELETE FROM entries WHERE slug IN ('m1', 'm3')")
+        finally:
+            other.close()
+        query = rng.normal(size=DIM).astype(np.float32)
+        got = [[m.memory.store, m.memory.slug, m.score] for m in mapped.search(["p", "q"], query)]
+    expected = brute_force(path, query)
+    assert [row[:2] for row in got] == [row[:2] for row in expected]
+    assert {file: file.read_bytes() for file in snapshot_files(snaps)} == before
+
+
+def test_temp_files_of_dead_writers_are_removed(path: Path, snaps: Path) -> None:
+    snaps.mkdir(parents=True)
+    abandoned, recent = snaps / ".snap-dead.tmp", snaps / ".snap-busy.tmp"
+    abandoned.write_bytes(b"half a snapshot")
+    recent.write_bytes(b"being written")
+    os.utime(abandoned, (1, 1))
+    search_in_new_process(path, snaps, queries(19))
+    assert not abandoned.exists()
+    assert recent.exists()
+    assert len(snapshot_files(snaps)) == 2
