@@ -344,3 +344,33 @@ def test_temp_files_of_dead_writers_are_removed(path: Path, snaps: Path) -> None
     assert not abandoned.exists()
     assert recent.exists()
     assert len(snapshot_files(snaps)) == 2
+
+
+def test_a_long_lived_process_refreshes_a_snapshot_that_drifted(path: Path, snaps: Path) -> None:
+    """Past half of what catch-up allows, the process writes its caught-up matrix anew."""
+    search_in_new_process(path, snaps, queries(20))
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    target = snapshot_path(snaps, identity, "p")
+    old_seq = peek_seq(target, identity, "p")
+    assert old_seq is not None
+    rng = np.random.default_rng(21)
+    with Store.open(path, snapshot_dir=snaps) as mapped:
+        mapped.search(["p"], rng.normal(size=DIM))
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN")
+            other.executemany(
+                "UPDATE entries SET embedding = ? WHERE slug = ?",
+                [(blob(rng), f"m{i}") for i in range(0, 800, 2)],  # 400 rows of store p
+            )
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        mapped.search(["p"], rng.normal(size=DIM))
+    new_seq = peek_seq(target, identity, "p")
+    assert new_seq is not None and new_seq >= old_seq + 400
+    asked = queries(22)
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] == []
+    assert_exact(path, answer, asked)
