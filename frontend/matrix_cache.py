@@ -13,6 +13,10 @@ lookups, never a reload. A full load happens on first use, when the log no longe
 back to the cached state (pruned), or when so many rows changed that reloading is cheaper.
 Scores are screened in float32, then recomputed exactly in float64 from the stored BLOBs
 of every row that can reach the result, so caching and float32 never change a result.
+
+Given a ``SnapshotPlace``, a store's first use in a process maps the shared snapshot other
+processes wrote (``vector_snapshot``) and catches up from the log from its sequence number
+on; a full load, or a catch-up far past the snapshot, queues a fresh one for the store.
 """
 
 from __future__ import annotations
