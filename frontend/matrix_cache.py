@@ -22,6 +22,7 @@ on; a full load, or a catch-up far past the snapshot, queues a fresh one for the
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,11 +301,20 @@ class MatrixCache:
         self._snapshots = snapshots
         self._to_write: dict[str, tuple[StoreMatrix, int, Fingerprint]] = {}
         self._unusable: set[str] = set()
+        # Held while a matrix may change or is being written out: a snapshot writer thread
+        # then never sees half a catch-up, and only a call that needs a matrix waits for it.
+        self._guard = threading.Lock()
 
     def get(
         self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
     ) -> StoreMatrix:
         """The store's matrix as of the caller's read transaction (``load`` reads it whole)."""
+        with self._guard:
+            return self._get(conn, store, load)
+
+    def _get(
+        self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
+    ) -> StoreMatrix:
         row = conn.execute(
             f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)
         ).fetchone()
@@ -386,6 +396,10 @@ class MatrixCache:
 
     def write_snapshots(self) -> None:
         """Write the queued snapshots (after the read: never while it holds the file)."""
+        with self._guard:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
         queued, self._to_write = self._to_write, {}
         if self._snapshots is None:
             return
@@ -411,8 +425,9 @@ class MatrixCache:
             )  # fmt: skip
 
     def clear(self) -> None:
-        self._matrices.clear()
-        self._to_write.clear()
+        with self._guard:
+            self._matrices.clear()
+            self._to_write.clear()
 
 
 def _usable_count(conn: sqlite3.Connection, store: str) -> int:

@@ -196,9 +196,10 @@ class Store(UpkeepQueries):
                 self._cache.clear()
 
     def _write_snapshots_later(self) -> None:
-        """Write queued snapshots in a thread that waits for the lock: off the answer's path.
+        """Write queued snapshots in a thread: off the answer's path.
 
-        (Writing 100k vectors takes 0.1–0.3 s; the call that loaded them returns first.)
+        Writing 100k vectors takes 0.1–0.3 s; the call that loaded them returns first, and
+        only a call that needs a matrix meanwhile waits (on the cache's guard, not our lock).
         """
         if not self._cache.snapshots_queued():
             return
@@ -211,7 +212,7 @@ class Store(UpkeepQueries):
 
     def _write_snapshots(self) -> None:
         # A cache never fails a call nor prints: on any error the next process just loads.
-        with self._lock, contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
             self._cache.write_snapshots()
 
     # -- stores --------------------------------------------------------------------------
