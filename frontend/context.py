@@ -100,10 +100,11 @@ def build_context(
     from thatch.frontend.project import project_store
     from thatch.frontend.queue import queue_dir
     from thatch.frontend.timefmt import utc_now
+    from thatch.frontend.vector_snapshot import snapshot_dir
 
     env = dict(os.environ) if env is None else dict(env)
     project_dir = resolve_project_dir(env)
-    store = Store.open(default_db_path(env), clock=utc_now)
+    store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
     if embedder is None:
         from thatch.embedder.client import EmbedderClient
 

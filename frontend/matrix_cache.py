@@ -13,18 +13,34 @@ lookups, never a reload. A full load happens on first use, when the log no longe
 back to the cached state (pruned), or when so many rows changed that reloading is cheaper.
 Scores are screened in float32, then recomputed exactly in float64 from the stored BLOBs
 of every row that can reach the result, so caching and float32 never change a result.
+
+Given a ``SnapshotPlace``, a store's first use in a process maps the shared snapshot other
+processes wrote (``vector_snapshot``) and catches up from the log from its sequence number
+on; a full load, or a catch-up far past the snapshot, queues a fresh one for the store.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from thatch.frontend.schema import CHANGES_TABLE, VERSIONS_TABLE
+from thatch.frontend.schema import CHANGES_KEPT, CHANGES_TABLE, VERSIONS_TABLE
 from thatch.frontend.store_rows import USABLE
+from thatch.frontend.vector_snapshot import (
+    DatabaseIdentity,
+    Fingerprint,
+    fingerprint,
+    fingerprint_holds,
+    peek_seq,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
 from thatch.frontend.vectors import FLOAT32_LE
 
 # float32 screening may misjudge a cosine by ~1e-6; anything this close is re-checked in float64.
@@ -35,6 +51,8 @@ LOAD_CHUNK_ROWS = 2048
 INCREMENTAL_SHARE = 8
 INCREMENTAL_MIN = 512
 NO_BRANCH = 0
+# Smaller stores load in a few milliseconds: a shared snapshot would only be clutter.
+SNAPSHOT_MIN_ROWS = 1000
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -56,6 +74,25 @@ class DimGroup:
         self.archived_flags = np.empty(max(capacity, 1), dtype=bool)
         self.branch_codes = np.empty(max(capacity, 1), dtype=np.int32)
         self.slugs: list[str] = []
+
+    @classmethod
+    def over(
+        cls,
+        dim: int,
+        count: int,
+        unit: F32,
+        norms: F64,
+        archived: npt.NDArray[np.bool_],
+        codes: npt.NDArray[np.int32],
+        slugs: list[str],
+    ) -> DimGroup:
+        """A group over arrays it does not allocate (a mapped snapshot's, ``capacity`` rows)."""
+        group = cls.__new__(cls)
+        group.dim, group.count = dim, count
+        group.unit, group.norms = unit, norms
+        group.archived_flags, group.branch_codes = archived, codes
+        group.slugs = slugs
+        return group
 
     @property
     def vectors(self) -> F32:
@@ -139,6 +176,8 @@ class StoreMatrix:
     seq: int = 0
     version: int = 0
     capacity: int = 0
+    # The change-log sequence number of the shared snapshot this matrix came from or wrote.
+    snapshot_seq: int | None = None
     _where: dict[str, tuple[int, int]] | None = None
 
     @property
@@ -229,11 +268,9 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     Only ranking columns are read, and never more than one chunk of BLOBs is alive, so a
     load peaks at one copy of the vectors plus a chunk.
     """
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
-    ).fetchone()
+    count = _usable_count(conn, store)
     # Room for a few writes before the arrays grow; untouched pages cost no memory.
-    matrix = StoreMatrix(capacity=int(count) + int(count) // 16 + 16)
+    matrix = StoreMatrix(capacity=count + count // 16 + 16)
     cursor = conn.execute(
         f"SELECT slug, archived, branch, embedding FROM entries WHERE store = ? AND {USABLE}",
         (store,),
@@ -243,16 +280,41 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     return matrix
 
 
-class MatrixCache:
-    """Per-store matrices, each brought up to date from the change log before use."""
+@dataclass(frozen=True)
+class SnapshotPlace:
+    """Where this database's shared snapshots live, and which file they must belong to."""
 
-    def __init__(self) -> None:
+    directory: Path
+    identity: DatabaseIdentity
+
+
+class MatrixCache:
+    """Per-store matrices, each brought up to date from the change log before use.
+
+    With a ``SnapshotPlace``, a store's first use maps its shared snapshot (see
+    ``vector_snapshot``) instead of loading, and full loads or long catch-ups leave a
+    fresh snapshot to write once the read is over (``write_snapshots``).
+    """
+
+    def __init__(self, snapshots: SnapshotPlace | None = None) -> None:
         self._matrices: dict[str, StoreMatrix] = {}
+        self._snapshots = snapshots
+        self._to_write: dict[str, tuple[StoreMatrix, int, Fingerprint]] = {}
+        self._unusable: set[str] = set()
+        # Held while a matrix may change or is being written out: a snapshot writer thread
+        # then never sees half a catch-up, and only a call that needs a matrix waits for it.
+        self._guard = threading.Lock()
 
     def get(
         self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
     ) -> StoreMatrix:
         """The store's matrix as of the caller's read transaction (``load`` reads it whole)."""
+        with self._guard:
+            return self._get(conn, store, load)
+
+    def _get(
+        self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
+    ) -> StoreMatrix:
         row = conn.execute(
             f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)
         ).fetchone()
@@ -266,14 +328,113 @@ class MatrixCache:
         high = int(high or 0)
         if cached is not None and _catch_up(conn, cached, store, low, high):
             cached.version = version
+            self._note_drift(conn, store, cached)
             return cached
+        if cached is None and self._snapshots is not None:
+            mapped = self._mapped(conn, store, version, high)
+            # The row count is one more check that snapshot + log equal this database.
+            if (
+                mapped is not None
+                and _catch_up(conn, mapped, store, low, high)
+                and mapped.size == _usable_count(conn, store)
+            ):
+                mapped.version = version
+                self._matrices[store] = mapped
+                self._note_drift(conn, store, mapped)
+                return mapped
+            self._unusable.add(store)  # replace it, whatever its header claims
         matrix = load(store)
         matrix.seq, matrix.version = high, version
         self._matrices[store] = matrix
+        if self._snapshots is not None and matrix.size >= SNAPSHOT_MIN_ROWS:
+            self._to_write[store] = (matrix, high, fingerprint(conn, high))
         return matrix
 
+    def _mapped(
+        self, conn: sqlite3.Connection, store: str, version: int, high: int
+    ) -> StoreMatrix | None:
+        """The store's snapshot as a matrix at its own sequence number, if it is this file's."""
+        assert self._snapshots is not None
+        place = self._snapshots
+        snapshot = read_snapshot(
+            snapshot_path(place.directory, place.identity, store), place.identity, store
+        )
+        if snapshot is None or snapshot.seq > high or snapshot.version > version:
+            return None
+        if snapshot.seq == high and snapshot.version != version:
+            return None
+        if not fingerprint_holds(conn, snapshot.seq, snapshot.fingerprint):
+            return None  # another history at this path, or the log was pruned past it
+        matrix = StoreMatrix(seq=snapshot.seq, version=snapshot.version)
+        matrix.snapshot_seq = snapshot.seq
+        matrix.branch_names = {name: code for code, name in enumerate(snapshot.branches)}
+        if len(matrix.branch_names) != len(snapshot.branches):
+            return None
+        for mapped in snapshot.groups:
+            if mapped.dim in matrix.groups:
+                return None
+            codes = mapped.codes[: mapped.count]
+            if mapped.count and (codes.min() < 0 or codes.max() >= len(snapshot.branches)):
+                return None
+            matrix.groups[mapped.dim] = DimGroup.over(
+                mapped.dim, mapped.count, mapped.unit, mapped.norms, mapped.archived,
+                mapped.codes, mapped.slugs,
+            )  # fmt: skip
+        return matrix
+
+    def _note_drift(self, conn: sqlite3.Connection, store: str, matrix: StoreMatrix) -> None:
+        """Queue a fresh snapshot once the log since the last one nears what catch-up allows."""
+        if self._snapshots is None or matrix.size < SNAPSHOT_MIN_ROWS:
+            return
+        since = matrix.seq - (matrix.snapshot_seq if matrix.snapshot_seq is not None else 0)
+        allowed = min(CHANGES_KEPT, max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE))
+        if matrix.snapshot_seq is None or since > allowed // 2:
+            self._to_write[store] = (matrix, matrix.seq, fingerprint(conn, matrix.seq))
+
+    def snapshots_queued(self) -> bool:
+        return bool(self._to_write)
+
+    def write_snapshots(self) -> None:
+        """Write the queued snapshots (after the read: never while it holds the file)."""
+        with self._guard:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        queued, self._to_write = self._to_write, {}
+        if self._snapshots is None:
+            return
+        place = self._snapshots
+        for store, (matrix, seq, log_fingerprint) in queued.items():
+            if self._matrices.get(store) is not matrix or matrix.seq != seq:
+                continue  # changed or dropped since it was queued
+            path = snapshot_path(place.directory, place.identity, store)
+            current = None if store in self._unusable else peek_seq(path, place.identity, store)
+            self._unusable.discard(store)
+            # Marked whatever happens next: a failed write is retried only after more drift.
+            matrix.snapshot_seq = seq
+            if current is not None and current >= seq:
+                continue  # another process wrote one at least as new
+            names = sorted(matrix.branch_names.items(), key=lambda item: item[1])
+            groups = [
+                (g.dim, g.count, g.unit, g.norms, g.archived_flags, g.branch_codes, g.slugs)
+                for g in matrix.groups.values()
+            ]
+            write_snapshot(
+                path, place.identity, store, seq, matrix.version, log_fingerprint,
+                [name for name, _ in names], groups,
+            )  # fmt: skip
+
     def clear(self) -> None:
-        self._matrices.clear()
+        with self._guard:
+            self._matrices.clear()
+            self._to_write.clear()
+
+
+def _usable_count(conn: sqlite3.Connection, store: str) -> int:
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
+    ).fetchone()
+    return int(count)
 
 
 def _catch_up(

@@ -95,8 +95,9 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     from thatch.frontend.db import default_db_path
     from thatch.frontend.store import Store
     from thatch.frontend.timefmt import utc_now
+    from thatch.frontend.vector_snapshot import snapshot_dir
 
-    store = Store.open(default_db_path(env), clock=utc_now)
+    store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
     try:
         matches = store.search(stores, vector, limit=RECALL_LIMIT)
     finally:

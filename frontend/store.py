@@ -7,6 +7,7 @@ one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.matrix_cache import (
     DimGroup,
     MatrixCache,
+    SnapshotPlace,
     StoreMatrix,
     candidate_pairs,
     candidates_above,
@@ -50,6 +52,7 @@ from thatch.frontend.store_rows import (
 )
 from thatch.frontend.store_upkeep import UpkeepQueries
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.frontend.vector_snapshot import DatabaseIdentity
 from thatch.frontend.vectors import as_vector, encode
 
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
@@ -65,11 +68,18 @@ INSERT_ENTRY = (
 class Store(UpkeepQueries):
     """All memory queries over one connection (see store.md §6–§9)."""
 
-    def __init__(self, conn: sqlite3.Connection, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        clock: Clock = utc_now,
+        snapshot_dir: Path | None = None,
+    ) -> None:
+        """``snapshot_dir``: where to share vector snapshots with other processes (none: off)."""
         self.conn = conn
         self.clock = clock
         self._lock = threading.RLock()
-        self._cache = MatrixCache()
+        self._snapshot_writer: threading.Thread | None = None
         self._owns_conn = False
         db.configure(conn)
         self._tracked = True  # the change counters and log of m004/m007 exist
@@ -82,13 +92,19 @@ class Store(UpkeepQueries):
             # read it in its own schema, without the change log (so without caching).
             self._tracked = False
         self.path = self._file_path()
+        identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
+        self._cache = MatrixCache(
+            SnapshotPlace(snapshot_dir, identity) if snapshot_dir and identity else None
+        )
 
     @classmethod
-    def open(cls, path: Path | str, *, clock: Clock = utc_now) -> Store:
+    def open(
+        cls, path: Path | str, *, clock: Clock = utc_now, snapshot_dir: Path | None = None
+    ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
         try:
-            store = cls(conn, clock=clock)
+            store = cls(conn, clock=clock, snapshot_dir=snapshot_dir)
         except sqlite3.DatabaseError as error:
             conn.close()
             if db.is_busy(error):
@@ -102,6 +118,9 @@ class Store(UpkeepQueries):
 
     def close(self) -> None:
         """Close the connection if ``open`` made it; a passed-in connection stays the caller's."""
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.join()  # a half-written snapshot is only a temp file, but
+            self._snapshot_writer = None  # a finished one saves the next process its load
         self._cache.clear()
         if self._owns_conn:
             self.conn.close()
@@ -195,9 +214,31 @@ class Store(UpkeepQueries):
             with db.atomic(self.conn, immediate=False) as conn:
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                 yield conn
+            if not nested:
+                self._write_snapshots_later()
         finally:
             if nested:
                 self._cache.clear()
+
+    def _write_snapshots_later(self) -> None:
+        """Write queued snapshots in a thread: off the answer's path.
+
+        Writing 100k vectors takes 0.1–0.3 s; the call that loaded them returns first, and
+        only a call that needs a matrix meanwhile waits (on the cache's guard, not our lock).
+        """
+        if not self._cache.snapshots_queued():
+            return
+        if self._snapshot_writer is not None and self._snapshot_writer.is_alive():
+            return  # still writing: the queue waits for a later read
+        self._snapshot_writer = threading.Thread(
+            target=self._write_snapshots, name="thatch-snapshot-writer"
+        )
+        self._snapshot_writer.start()
+
+    def _write_snapshots(self) -> None:
+        # A cache never fails a call nor prints: on any error the next process just loads.
+        with contextlib.suppress(Exception):
+            self._cache.write_snapshots()
 
     # -- stores --------------------------------------------------------------------------
 

@@ -1,0 +1,376 @@
+"""Shared vector snapshots: a new process maps them, and they never change a result."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from thatch.frontend.schema import CHANGES_KEPT
+from thatch.frontend.store import Store
+from thatch.frontend.vector_snapshot import DatabaseIdentity, peek_seq, snapshot_path
+from thatch.frontend.vectors import cosine
+
+DIM = 16
+INSERT = (
+    "INSERT INTO entries (slug, store, label, content, embedding, archived, branch, "
+    "created_at, updated_at) VALUES (?, ?, ?, '#', ?, ?, ?, 't', 't')"
+)
+
+# Run in a new process: search with snapshots on, print the results and how many full
+# loads it needed (zero when it mapped the snapshot).
+SEARCHER = """
+import json, sys
+import numpy as np
+from pathlib import Path
+from thatch.frontend.store import Store
+
+db, snaps, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+loads = []
+with Store.open(db, snapshot_dir=Path(snaps)) as store:
+    original = store._load_matrix
+    store._load_matrix = lambda name: (loads.append(name), original(name))[1]
+    results = []
+    for query, options in queries:
+        found = store.search(["p", "q"], np.array(query, dtype=np.float32), **options)
+        results.append([[m.memory.store, m.memory.slug, m.score] for m in found])
+print(json.dumps({"loads": loads, "results": results}))
+"""
+
+
+def blob(rng: np.random.Generator, dim: int = DIM) -> bytes:
+    return rng.normal(size=dim).astype("<f4").tobytes()
+
+
+def fill(path: Path, rows: int, seed: int) -> None:
+    """Rows of two dimensions, some archived, some on branches, in stores p and q."""
+    rng = np.random.default_rng(seed)
+    with Store.open(path) as store:
+        conn = store.conn
+        conn.execute("BEGIN")
+        conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('p'), ('q')")
+        conn.executemany(
+            INSERT,
+            [
+                (f"m{i}", "pq"[i % 2], f"m{i}", blob(rng, DIM * 2 if i % 17 == 0 else DIM),
+                 int(i % 5 == 0), [None, "dev", "main"][i % 3])
+                for i in range(rows)
+            ],
+        )  # fmt: skip
+        conn.execute("COMMIT")
+
+
+def brute_force(path: Path, query: np.ndarray, **options: object) -> list:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT store, slug, embedding, archived, branch FROM entries")
+        rows = rows.fetchall()
+    finally:
+        conn.close()
+    branch = options.get("branch")
+    scored = []
+    for store, slug, vector_blob, archived, row_branch in rows:
+        if store not in ("p", "q") or not isinstance(vector_blob, bytes):
+            continue
+        if len(vector_blob) != 4 * query.size:
+            continue
+        if archived and not options.get("include_archived"):
+            continue
+        if branch is not None and row_branch is not None and row_branch != branch:
+            continue
+        vector = np.frombuffer(vector_blob, dtype="<f4")
+        score = cosine(vector, query) if np.all(np.isfinite(vector)) else 0.0
+        scored.append((-score, store, slug))
+    scored.sort()
+    limit = int(options.get("limit", 10))  # type: ignore[call-overload]
+    return [[store, slug, -neg] for neg, store, slug in scored[:limit]]
+
+
+def queries(seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    options = [{}, {"branch": "dev"}, {"include_archived": True}, {"limit": 3}]
+    found = [[rng.normal(size=DIM).tolist(), option] for option in options]
+    return [*found, [rng.normal(size=DIM * 2).tolist(), {}]]
+
+
+def search_in_new_process(path: Path, snaps: Path, asked: list) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", SEARCHER, str(path), str(snaps), json.dumps(asked)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def assert_exact(path: Path, answer: dict, asked: list) -> None:
+    for (query, options), got in zip(asked, answer["results"], strict=True):
+        expected = brute_force(path, np.array(query, dtype=np.float32), **options)
+        assert [row[:2] for row in got] == [row[:2] for row in expected]
+        assert [row[2] for row in got] == pytest.approx([row[2] for row in expected], abs=1e-12)
+
+
+def snapshot_files(snaps: Path) -> list[Path]:
+    return sorted(snaps.glob("*.vec")) if snaps.exists() else []
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    path = tmp_path / "thatch.db"
+    fill(path, 2400, seed=1)
+    return path
+
+
+@pytest.fixture
+def snaps(tmp_path: Path) -> Path:
+    return tmp_path / "cache" / "thatch" / "vectors"
+
+
+def test_a_new_process_maps_the_snapshot_and_matches_brute_force(path: Path, snaps: Path) -> None:
+    asked = queries(2)
+    first = search_in_new_process(path, snaps, asked)
+    assert sorted(first["loads"]) == ["p", "q"]  # nothing to map yet: loaded, then written
+    assert len(snapshot_files(snaps)) == 2
+    second = search_in_new_process(path, snaps, asked)
+    assert second["loads"] == []
+    assert_exact(path, second, asked)
+    assert second["results"] == first["results"]
+
+
+def test_writes_by_another_process_after_the_snapshot_are_seen(path: Path, snaps: Path) -> None:
+    asked = queries(3)
+    search_in_new_process(path, snaps, asked)
+    rng = np.random.default_rng(4)
+    target = np.array(asked[0][0], dtype=np.float32).astype("<f4").tobytes()
+    writer = (
+        "import sqlite3, sys\n"
+        "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        f"conn.execute({INSERT!r}, ('new', 'p', 'new', bytes.fromhex(sys.argv[2]), 0, None))\n"
+        "conn.execute(\"UPDATE entries SET embedding = ? WHERE slug = 'm2'\", "
+        "(bytes.fromhex(sys.argv[3]),))\n"
+        "conn.execute(\"UPDATE entries SET archived = 1 WHERE slug = 'm4'\")\n"
+        "conn.execute(\"UPDATE entries SET branch = 'dev' WHERE slug = 'm6'\")\n"
+        "conn.execute(\"UPDATE entries SET store = 'q' WHERE slug = 'm8'\")\n"
+        "conn.execute(\"UPDATE entries SET embedding = NULL WHERE slug = 'm10'\")\n"
+        "conn.execute(\"DELETE FROM entries WHERE slug IN ('m12', 'm13', 'm17')\")\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", writer, str(path), target.hex(), blob(rng).hex()],
+        check=True, timeout=60,
+    )  # fmt: skip
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] == []  # mapped, then caught up from the log
+    assert answer["results"][0][0][1] == "new"
+    assert_exact(path, answer, asked)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "magic", "header", "foreign store", "empty"])
+def test_a_damaged_or_foreign_snapshot_is_ignored_and_replaced(
+    path: Path, snaps: Path, damage: str
+) -> None:
+    asked = queries(5)
+    search_in_new_process(path, snaps, asked)
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    target = snapshot_path(snaps, identity, "p")
+    other = snapshot_path(snaps, identity, "q")
+    data = target.read_bytes()
+    if damage == "truncated":
+        target.write_bytes(data[: len(data) // 2])
+    elif damage == "magic":
+        target.write_bytes(b"X" + data[1:])
+    elif damage == "header":
+        target.write_bytes(data[:20] + b"\xff{" + data[22:])
+    elif damage == "foreign store":
+        target.write_bytes(other.read_bytes())
+    else:
+        target.write_bytes(b"")
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] == ["p"]
+    assert_exact(path, answer, asked)
+    assert peek_seq(target, identity, "p") is not None  # replaced by a good one
+    assert search_in_new_process(path, snaps, asked)["loads"] == []
+
+
+def test_a_database_recreated_at_the_same_path_never_uses_the_old_snapshot(
+    tmp_path: Path, snaps: Path
+) -> None:
+    """Same path and inode, same slugs in the same order, so the same log: only rows differ.
+
+    (Copied over the old file in place, as a restore with ``cp`` does.)
+    """
+    path, other = tmp_path / "thatch.db", tmp_path / "other.db"
+    fill(path, 2400, seed=6)
+    fill(other, 2400, seed=8)
+    asked = queries(7)
+    search_in_new_process(path, snaps, asked)
+    inode = path.stat().st_ino
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with open(path, "r+b") as target:
+        target.truncate(0)
+        target.write(other.read_bytes())
+    assert path.stat().st_ino == inode
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] != []
+    assert_exact(path, answer, asked)
+
+
+def test_a_pruned_log_forces_a_reload(path: Path, snaps: Path) -> None:
+    asked = queries(9)
+    search_in_new_process(path, snaps, asked)
+    rng = np.random.default_rng(10)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        conn.executemany(
+            INSERT, [(f"bulk{i}", "p", "b", blob(rng), 0, None) for i in range(CHANGES_KEPT + 20)]
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    answer = search_in_new_process(path, snaps, asked)
+    assert "p" in answer["loads"]
+    assert_exact(path, answer, asked)
+
+
+def test_small_stores_get_no_snapshot(tmp_path: Path, snaps: Path) -> None:
+    path = tmp_path / "small.db"
+    fill(path, 300, seed=15)
+    asked = queries(16)
+    for _ in range(2):
+        answer = search_in_new_process(path, snaps, asked)
+        assert sorted(answer["loads"]) == ["p", "q"]
+        assert_exact(path, answer, asked)
+    assert snapshot_files(snaps) == []
+
+
+def test_a_read_only_cache_dir_still_answers_exactly(path: Path, snaps: Path) -> None:
+    """(Run as root, the directory stays writable: then only the answers are checked.)"""
+    snaps.mkdir(parents=True)
+    snaps.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        asked = queries(11)
+        answer = search_in_new_process(path, snaps, asked)
+        assert_exact(path, answer, asked)
+        if os.geteuid() != 0:
+            assert snapshot_files(snaps) == []
+            assert search_in_new_process(path, snaps, asked)["results"] == answer["results"]
+    finally:
+        snaps.chmod(stat.S_IRWXU)
+
+
+def test_an_unusable_cache_path_still_answers_exactly(path: Path, tmp_path: Path) -> None:
+    """A file where the directory should be: nothing can be written, nothing fails."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    asked = queries(12)
+    answer = search_in_new_process(path, blocker / "vectors", asked)
+    assert_exact(path, answer, asked)
+
+
+def test_results_are_identical_with_and_without_snapshots(path: Path, snaps: Path) -> None:
+    """One long-lived store without snapshots, one mapped, through 200 random writes."""
+    search_in_new_process(path, snaps, queries(13))
+    rng = np.random.default_rng(14)
+    other = sqlite3.connect(path, isolation_level=None)
+    with Store.open(path) as plain, Store.open(path, snapshot_dir=snaps) as mapped:
+        try:
+            for step in range(200):
+                slug = f"m{rng.integers(0, 2420)}"
+                kind = rng.integers(0, 3)
+                if kind == 0:
+                    other.execute(
+                        "INSERT OR REPLACE INTO entries (slug, store, label, content, embedding, "
+                        "created_at, updated_at) VALUES (?, ?, ?, '#', ?, 't', 't')",
+                        (slug, str(rng.choice(["p", "q"])), slug, blob(rng)),
+                    )
+                elif kind == 1:
+                    other.execute("DELETE FROM entries WHERE slug = ?", (slug,))
+                else:
+                    other.execute(
+                        "UPDATE entries SET embedding = ? WHERE slug = ?", (blob(rng), slug)
+                    )
+                query = rng.normal(size=DIM).astype(np.float32)
+                options = {"branch": "dev"} if step % 3 == 0 else {}
+                got = [
+                    (m.memory.store, m.memory.slug, m.score)
+                    for m in mapped.search(["p", "q"], query, limit=5, **options)
+                ]
+                expected = [
+                    (m.memory.store, m.memory.slug, m.score)
+                    for m in plain.search(["p", "q"], query, limit=5, **options)
+                ]
+                assert got == expected
+        finally:
+            other.close()
+
+
+def test_a_mapped_store_never_writes_the_shared_file(path: Path, snaps: Path) -> None:
+    """Catch-up edits rows of the private map; the file other processes map stays as is."""
+    asked = queries(17)
+    search_in_new_process(path, snaps, asked)
+    before = {file: file.read_bytes() for file in snapshot_files(snaps)}
+    rng = np.random.default_rng(18)
+    with Store.open(path, snapshot_dir=snaps) as mapped:
+        mapped.search(["p", "q"], rng.normal(size=DIM))
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            for i in range(0, 40, 2):
+                other.execute(
+                    "UPDATE entries SET embedding = ? WHERE slug = ?", (blob(rng), f"m{i}")
+                )
+            other.execute("DELETE FROM entries WHERE slug IN ('m1', 'm3')")
+        finally:
+            other.close()
+        query = rng.normal(size=DIM).astype(np.float32)
+        got = [[m.memory.store, m.memory.slug, m.score] for m in mapped.search(["p", "q"], query)]
+    expected = brute_force(path, query)
+    assert [row[:2] for row in got] == [row[:2] for row in expected]
+    assert {file: file.read_bytes() for file in snapshot_files(snaps)} == before
+
+
+def test_temp_files_of_dead_writers_are_removed(path: Path, snaps: Path) -> None:
+    snaps.mkdir(parents=True)
+    abandoned, recent = snaps / ".snap-dead.tmp", snaps / ".snap-busy.tmp"
+    abandoned.write_bytes(b"half a snapshot")
+    recent.write_bytes(b"being written")
+    os.utime(abandoned, (1, 1))
+    search_in_new_process(path, snaps, queries(19))
+    assert not abandoned.exists()
+    assert recent.exists()
+    assert len(snapshot_files(snaps)) == 2
+
+
+def test_a_long_lived_process_refreshes_a_snapshot_that_drifted(path: Path, snaps: Path) -> None:
+    """Past half of what catch-up allows, the process writes its caught-up matrix anew."""
+    search_in_new_process(path, snaps, queries(20))
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    target = snapshot_path(snaps, identity, "p")
+    old_seq = peek_seq(target, identity, "p")
+    assert old_seq is not None
+    rng = np.random.default_rng(21)
+    with Store.open(path, snapshot_dir=snaps) as mapped:
+        mapped.search(["p"], rng.normal(size=DIM))
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN")
+            other.executemany(
+                "UPDATE entries SET embedding = ? WHERE slug = ?",
+                [(blob(rng), f"m{i}") for i in range(0, 800, 2)],  # 400 rows of store p
+            )
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        mapped.search(["p"], rng.normal(size=DIM))
+    new_seq = peek_seq(target, identity, "p")
+    assert new_seq is not None and new_seq >= old_seq + 400
+    asked = queries(22)
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] == []
+    assert_exact(path, answer, asked)
