@@ -97,7 +97,10 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     from thatch.frontend.timefmt import utc_now
     from thatch.frontend.vector_snapshot import snapshot_dir
 
-    store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
+    # Maps a snapshot another process wrote, never writes one: the host waits for exit.
+    store = Store.open(
+        default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env), write_snapshots=False
+    )
     try:
         matches = store.search(stores, vector, limit=RECALL_LIMIT)
     finally:

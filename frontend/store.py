@@ -74,9 +74,12 @@ class Store(UpkeepQueries):
         *,
         clock: Clock = utc_now,
         snapshot_dir: Path | None = None,
+        write_snapshots: bool = True,
     ) -> None:
-        """``snapshot_dir``: where to share vector snapshots with other processes (none: off)."""
+        """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
+        ``write_snapshots=False`` only maps them (a hook must not wait for a write)."""
         self.conn = conn
+        self._writes_snapshots = write_snapshots
         self.clock = clock
         self._lock = threading.RLock()
         self._snapshot_writer: threading.Thread | None = None
@@ -99,12 +102,19 @@ class Store(UpkeepQueries):
 
     @classmethod
     def open(
-        cls, path: Path | str, *, clock: Clock = utc_now, snapshot_dir: Path | None = None
+        cls,
+        path: Path | str,
+        *,
+        clock: Clock = utc_now,
+        snapshot_dir: Path | None = None,
+        write_snapshots: bool = True,
     ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
         try:
-            store = cls(conn, clock=clock, snapshot_dir=snapshot_dir)
+            store = cls(
+                conn, clock=clock, snapshot_dir=snapshot_dir, write_snapshots=write_snapshots
+            )
         except sqlite3.DatabaseError as error:
             conn.close()
             if db.is_busy(error):
@@ -226,7 +236,7 @@ class Store(UpkeepQueries):
         Writing 100k vectors takes 0.1–0.3 s; the call that loaded them returns first, and
         only a call that needs a matrix meanwhile waits (on the cache's guard, not our lock).
         """
-        if not self._cache.snapshots_queued():
+        if not self._writes_snapshots or not self._cache.snapshots_queued():
             return
         if self._snapshot_writer is not None and self._snapshot_writer.is_alive():
             return  # still writing: the queue waits for a later read

@@ -374,3 +374,22 @@ def test_a_long_lived_process_refreshes_a_snapshot_that_drifted(path: Path, snap
     answer = search_in_new_process(path, snaps, asked)
     assert answer["loads"] == []
     assert_exact(path, answer, asked)
+
+
+def test_a_map_only_store_writes_no_snapshot_but_maps_one(path: Path, snaps: Path) -> None:
+    """The prompt hook's store (write_snapshots=False) never writes a file (its host waits
+    for it to exit); once another process wrote one, it maps it with no load."""
+    asked = queries(7)
+    with Store.open(path, snapshot_dir=snaps, write_snapshots=False) as store:
+        for query, options in asked:
+            store.search(["p", "q"], np.array(query, dtype=np.float32), **options)
+    assert snapshot_files(snaps) == []
+    search_in_new_process(path, snaps, asked)  # writes them
+    written = snapshot_files(snaps)
+    assert written
+    loads: list[str] = []
+    with Store.open(path, snapshot_dir=snaps, write_snapshots=False) as store:
+        original = store._load_matrix
+        store._load_matrix = lambda name: (loads.append(name), original(name))[1]  # type: ignore[method-assign]
+        store.search(["p", "q"], np.array(asked[0][0], dtype=np.float32))
+    assert loads == [] and snapshot_files(snaps) == written
