@@ -1,4 +1,4 @@
-"""Where the database lives (store.md §1), without importing sqlite3.
+"""Where the database and thatch's cache files live (store.md §1), without importing sqlite3.
 
 Hooks need the path before (or instead of) opening the database: the prompt hook keys
 its warm recall socket on it.
@@ -23,3 +23,14 @@ def default_db_path(env: Mapping[str, str] | None = None) -> Path:
     home = Path(env["HOME"]) if env.get("HOME") else Path.home()
     base = Path(os.path.expanduser(config)) if config else home / ".config"
     return base / "thatch" / DB_FILE_NAME
+
+
+def thatch_cache_dir(env: Mapping[str, str]) -> Path:
+    """``$XDG_CACHE_HOME/thatch`` (``~/.cache/thatch`` when unset or empty)."""
+    cache = env.get("XDG_CACHE_HOME")
+    if cache:
+        base = Path(os.path.expanduser(cache))
+    else:
+        home = env.get("HOME")
+        base = (Path(home) if home else Path.home()) / ".cache"
+    return base / "thatch"

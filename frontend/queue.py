@@ -122,13 +122,9 @@ def queue_dir(env: Mapping[str, str]) -> Path:
     explicit = env.get("THATCH_QUEUE_DIR")
     if explicit:
         return Path(os.path.expanduser(explicit))
-    cache = env.get("XDG_CACHE_HOME")
-    if cache:
-        base = Path(os.path.expanduser(cache))
-    else:
-        home = env.get("HOME")
-        base = (Path(home) if home else Path.home()) / ".cache"
-    return base / "thatch" / "queue"
+    from thatch.frontend.db_path import thatch_cache_dir
+
+    return thatch_cache_dir(env) / "queue"
 
 
 def safe_name(session_id: str) -> str:

@@ -46,13 +46,9 @@ ABANDONED_SECONDS = 600
 
 def snapshot_dir(env: Mapping[str, str]) -> Path:
     """``$XDG_CACHE_HOME/thatch/vectors`` (``~/.cache`` when unset or empty)."""
-    cache = env.get("XDG_CACHE_HOME")
-    if cache:
-        base = Path(os.path.expanduser(cache))
-    else:
-        home = env.get("HOME")
-        base = (Path(home) if home else Path.home()) / ".cache"
-    return base / "thatch" / "vectors"
+    from thatch.frontend.db_path import thatch_cache_dir
+
+    return thatch_cache_dir(env) / "vectors"
 
 
 @dataclass(frozen=True)
