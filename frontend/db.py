@@ -15,6 +15,7 @@ import errno
 import os
 import shlex
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,18 +119,35 @@ def configure(conn: sqlite3.Connection) -> None:
     """
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if str(mode).lower() != "wal":
-            try:
-                conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            except sqlite3.OperationalError as error:
-                if _code(error) != sqlite3.SQLITE_READONLY:
-                    raise
+        _switch_to_wal(conn)
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.OperationalError as error:
         if is_busy(error):
             raise DatabaseBusyError() from None
         raise
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode, switched only when not yet in it; a busy switch is retried.
+
+    Several processes opening a new file at once all try the switch, and SQLite answers
+    a loser SQLITE_BUSY at once (without the busy handler) when waiting could deadlock:
+    retry within the busy timeout, until this or another process has switched it.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() == "wal":
+                return
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as error:
+            if _code(error) == sqlite3.SQLITE_READONLY:
+                return
+            if not is_busy(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
 
 
 def _code(error: BaseException) -> int | None:

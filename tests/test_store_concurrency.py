@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -180,3 +181,43 @@ def test_rolled_back_writes_never_linger_in_the_cache(long_lived: Store) -> None
         assert slugs(long_lived, vec(1, 0)) == ["ghost", "kept"]
         raise RuntimeError("roll back")
     assert slugs(long_lived, vec(1, 0)) == ["kept"]
+
+
+OPENER = """
+import os, sys
+ready, go = int(sys.argv[2]), int(sys.argv[3])
+os.write(ready, b"r")
+os.read(go, 1)  # all released at once
+from thatch.frontend.store import Store
+with Store.open(sys.argv[1]) as store:
+    store.store_names()
+"""
+
+
+def test_processes_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """8 processes released together onto a file none has made yet: every one opens it
+    (SQLite answers losers of the WAL switch SQLITE_BUSY at once; they must retry)."""
+    for round_ in range(5):
+        db = tmp_path / f"round{round_}.db"
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        openers = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, str(db), str(ready_w), str(go_r)],
+                pass_fds=(ready_w, go_r),
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(8)
+        ]
+        for _ in openers:
+            assert os.read(ready_r, 1) == b"r"
+        os.write(go_w, b"g" * len(openers))
+        results = [opener.communicate(timeout=120) for opener in openers]
+        for fd in (ready_r, ready_w, go_r, go_w):
+            os.close(fd)
+        assert [(o.returncode, err) for o, (_, err) in zip(openers, results, strict=True)] == [
+            (0, "")
+        ] * len(openers)
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
