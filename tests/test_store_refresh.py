@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from thatch.frontend.schema import CHANGES_KEPT, CHANGES_TABLE
 from thatch.frontend.store import Store
-from thatch.frontend.vectors import cosine
+
+from tests.support.brute_force import brute_force
 
 DIM = 16
 
@@ -35,31 +36,6 @@ def cached(path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Store,
 
         monkeypatch.setattr(store, "_load_matrix", counting)
         yield store, loads
-
-
-def brute_force(path: Path, stores: list[str], query: np.ndarray, **options: object) -> list:
-    """Every usable row read now, scored in float64: what any search must return."""
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT store, slug, embedding, archived, branch FROM entries"
-        ).fetchall()
-    finally:
-        conn.close()
-    branch = options.get("branch")
-    scored = []
-    for store, slug, blob, archived, row_branch in rows:
-        if store not in stores or not isinstance(blob, bytes) or len(blob) != 4 * query.size:
-            continue
-        if archived and not options.get("include_archived"):
-            continue
-        if branch is not None and row_branch is not None and row_branch != branch:
-            continue
-        vector = np.frombuffer(blob, dtype="<f4")
-        score = cosine(vector, query) if np.all(np.isfinite(vector)) else 0.0
-        scored.append((-score, store, slug))
-    scored.sort()
-    return [(store, slug, -neg) for neg, store, slug in scored[: int(options.get("limit", 10))]]  # type: ignore[call-overload]
 
 
 def found(store: Store, stores: list[str], query: np.ndarray, **options: object) -> list:

@@ -15,7 +15,8 @@ import pytest
 from thatch.frontend.schema import CHANGES_KEPT
 from thatch.frontend.store import Store
 from thatch.frontend.vector_snapshot import DatabaseIdentity, peek_seq, snapshot_path
-from thatch.frontend.vectors import cosine
+
+from tests.support.brute_force import brute_force
 
 DIM = 16
 INSERT = (
@@ -66,32 +67,6 @@ def fill(path: Path, rows: int, seed: int) -> None:
         conn.execute("COMMIT")
 
 
-def brute_force(path: Path, query: np.ndarray, **options: object) -> list:
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute("SELECT store, slug, embedding, archived, branch FROM entries")
-        rows = rows.fetchall()
-    finally:
-        conn.close()
-    branch = options.get("branch")
-    scored = []
-    for store, slug, vector_blob, archived, row_branch in rows:
-        if store not in ("p", "q") or not isinstance(vector_blob, bytes):
-            continue
-        if len(vector_blob) != 4 * query.size:
-            continue
-        if archived and not options.get("include_archived"):
-            continue
-        if branch is not None and row_branch is not None and row_branch != branch:
-            continue
-        vector = np.frombuffer(vector_blob, dtype="<f4")
-        score = cosine(vector, query) if np.all(np.isfinite(vector)) else 0.0
-        scored.append((-score, store, slug))
-    scored.sort()
-    limit = int(options.get("limit", 10))  # type: ignore[call-overload]
-    return [[store, slug, -neg] for neg, store, slug in scored[:limit]]
-
-
 def queries(seed: int) -> list:
     rng = np.random.default_rng(seed)
     options = [{}, {"branch": "dev"}, {"include_archived": True}, {"limit": 3}]
@@ -109,8 +84,8 @@ def search_in_new_process(path: Path, snaps: Path, asked: list) -> dict:
 
 def assert_exact(path: Path, answer: dict, asked: list) -> None:
     for (query, options), got in zip(asked, answer["results"], strict=True):
-        expected = brute_force(path, np.array(query, dtype=np.float32), **options)
-        assert [row[:2] for row in got] == [row[:2] for row in expected]
+        expected = brute_force(path, ["p", "q"], np.array(query, dtype=np.float32), **options)
+        assert [tuple(row[:2]) for row in got] == [row[:2] for row in expected]
         assert [row[2] for row in got] == pytest.approx([row[2] for row in expected], abs=1e-12)
 
 
@@ -329,8 +304,8 @@ def test_a_mapped_store_never_writes_the_shared_file(path: Path, snaps: Path) ->
             other.close()
         query = rng.normal(size=DIM).astype(np.float32)
         got = [[m.memory.store, m.memory.slug, m.score] for m in mapped.search(["p", "q"], query)]
-    expected = brute_force(path, query)
-    assert [row[:2] for row in got] == [row[:2] for row in expected]
+    expected = brute_force(path, ["p", "q"], query)
+    assert [tuple(row[:2]) for row in got] == [row[:2] for row in expected]
     assert {file: file.read_bytes() for file in snapshot_files(snaps)} == before
 
 
