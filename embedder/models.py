@@ -339,12 +339,17 @@ def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
     snapshot = storage / "snapshots" / commit
     if not all((snapshot / name).is_file() for name in REQUIRED_FILES):
         return None
-    meta = read_json(snapshot / "thatch_model.json")
-    present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
-    onnx = choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
+    onnx = _snapshot_onnx(snapshot, ref)
     if onnx is None or not (snapshot / onnx).is_file():
         return None
     return snapshot
+
+
+def _snapshot_onnx(snapshot: Path, ref: HubRef) -> str | None:
+    """The ONNX file a cached snapshot serves (its metadata, the registry, what is there)."""
+    meta = read_json(snapshot / "thatch_model.json")
+    present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
+    return choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
 
 
 def _int8_checkable(snapshot: Path, ref: HubRef) -> bool:
@@ -356,9 +361,7 @@ def _int8_checkable(snapshot: Path, ref: HubRef) -> bool:
     """
     from thatch.embedder import known_answers
 
-    meta = read_json(snapshot / "thatch_model.json")
-    present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
-    onnx = choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
+    onnx = _snapshot_onnx(snapshot, ref)
     if onnx is None or "quantized" not in onnx:
         return True
     served = snapshot / onnx
