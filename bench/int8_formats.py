@@ -40,11 +40,12 @@ import numpy as np
 from _common import print_table
 from make_random_bert import minilm_source
 from onnx import TensorProto, helper, numpy_helper
-from thatch.embedder import bert_quantize, bert_verify, known_answers
-from thatch.embedder.bert_import import import_checkpoint
+from thatch.embedder.convert import quantize as bert_quantize
+from thatch.embedder.convert import verify as bert_verify
+from thatch.embedder.convert.importer import import_checkpoint
 from thatch.embedder.encoder import Kind, ModelSettings
-from thatch.embedder.models import settings_from_dir
-from thatch.embedder.runtime import OnnxEncoder
+from thatch.embedder.models.registry import known_answers, settings_from_dir
+from thatch.embedder.models.runtime import OnnxEncoder
 from tokenizers import Tokenizer
 
 REFERENCE = Path(__file__).parent.parent / "tests" / "data" / "minilm_reference.json"
@@ -52,7 +53,7 @@ REFERENCE = Path(__file__).parent.parent / "tests" / "data" / "minilm_reference.
 
 def max_product_error(fmt: bert_quantize.Int8Format) -> int:
     """|onnxruntime - numpy| of MatMulInteger on the format's largest operands."""
-    from thatch.embedder.ort_loader import load_onnxruntime
+    from thatch.embedder.models.ort_loader import load_onnxruntime
 
     ort = load_onnxruntime()
 

@@ -38,11 +38,11 @@ import numpy as np
 from _common import embedder_running, memory_texts, percentile, print_table, timed
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
-from thatch.frontend.slugs import slugify
-from thatch.frontend.store import Store
-from thatch.frontend.vectors import encode
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.slugs import slugify
+from thatch.frontend.store.vectors import encode
 
 from embedder import prepare_models
 

@@ -16,7 +16,7 @@ HOOKS = frozenset({"buffer-batch", "buffer-tool", "flush-tools", "reminder"})
 def main() -> None:
     args = sys.argv[1:]
     if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):
-        from thatch.frontend.hook_runner import run_hook_command
+        from thatch.frontend.hooks.runner import run_hook_command
 
         run_hook_command(args[0], args[1:])
         sys.exit(0)

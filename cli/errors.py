@@ -40,7 +40,7 @@ def translate_errors() -> Iterator[None]:
         raise
     except sqlite3.Error as error:  # one the store layer did not name: name it here
         debug_traceback()
-        from thatch.frontend.db import default_db_path, store_error
+        from thatch.frontend.store.db import default_db_path, store_error
 
         raise FixableError(str(store_error(error, default_db_path(os.environ)))) from None
     except StoreError as error:

@@ -1,7 +1,7 @@
 """The hook commands hosts run on every session start, tool call and prompt.
 
 ``buffer-batch`` and ``buffer-tool`` run after every tool call, so this module imports
-only the standard library, click and ``thatch.frontend.queue``/``hookio`` at the top;
+only the standard library, click and ``thatch.frontend.hooks.queue``/``hookio`` at the top;
 what ``reminder`` and ``flush-tools`` need (store, embedder client, git) is imported
 inside the functions that use it. Every command exits 0 whatever happens (spec/hooks.md
 §1): problems are one stderr line, tracebacks only with ``THATCH_DEBUG=1``.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from thatch.frontend import hookio
-from thatch.frontend.hook_runner import hook_options, run_buffer_hook
+from thatch.frontend.hooks import hookio
+from thatch.frontend.hooks.runner import hook_options, run_buffer_hook
 
 # Hosts add options over time; an unknown one must not turn a hook into exit 2.
 HOOK_SETTINGS: dict[str, Any] = {
@@ -59,7 +59,7 @@ def buffer_tool(host: str | None) -> None:
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def flush_tools(as_json: bool, host: str | None) -> None:
     """Prompt hook: print one nudge (extraction, relevant memories, or save reminder)."""
-    from thatch.frontend.prompt_hooks import run_flush_tools
+    from thatch.frontend.hooks.prompt_hooks import run_flush_tools
 
     run_flush_tools(as_json, host)
 
@@ -69,6 +69,6 @@ def flush_tools(as_json: bool, host: str | None) -> None:
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def reminder(as_json: bool, host: str | None) -> None:
     """Session-start hook: remind the agent to load memories; report store hygiene."""
-    from thatch.frontend.prompt_hooks import run_reminder
+    from thatch.frontend.hooks.prompt_hooks import run_reminder
 
     run_reminder(as_json, host)

@@ -11,7 +11,7 @@ from thatch.cli.errors import translate_errors
 
 def _active_model() -> str:
     # A report command: ask a running embedder, never start one.
-    from thatch.frontend.active_model import active_model
+    from thatch.frontend.tools.active_model import active_model
 
     return active_model(os.environ, timeout=2.0)
 
@@ -24,12 +24,12 @@ def hygiene(as_json: bool) -> None:
     Prints the report, or "Store is healthy." when there is nothing to tend. Exits 0
     either way; thatch never deletes anything for hygiene.
     """
-    from thatch.frontend.db import default_db_path, read_leniently
-    from thatch.frontend.hookio import project_dir
-    from thatch.frontend.hygiene import hygiene as compute_hygiene
+    from thatch.frontend.hooks.hookio import project_dir
     from thatch.frontend.project import project_store
-    from thatch.frontend.store import Store
+    from thatch.frontend.store.db import default_db_path, read_leniently
+    from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
+    from thatch.frontend.tools.hygiene import hygiene as compute_hygiene
 
     directory = project_dir(os.environ, {})
     project = project_store(directory, os.environ)

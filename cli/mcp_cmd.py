@@ -11,9 +11,9 @@ import click
 def mcp() -> None:
     """Run the MCP server on stdio (one per host session)."""
     from thatch.cli.errors import translate_errors
-    from thatch.frontend.context import build_context, setup_prefix
     from thatch.frontend.errors import StoreError
-    from thatch.frontend.mcp_server import run_stdio
+    from thatch.frontend.mcp.server import run_stdio
+    from thatch.frontend.tools.context import build_context, setup_prefix
 
     with translate_errors():
         if sys.stdin is None or sys.stdout is None:

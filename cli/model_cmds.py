@@ -44,7 +44,7 @@ def import_cmd(
     PyTorch. Prints the output directory and the THATCH_MODEL line to use it.
     """
     with translate_errors():
-        from thatch.embedder.bert_import import import_checkpoint
+        from thatch.embedder.convert.importer import import_checkpoint
 
         directory = import_checkpoint(
             src,
@@ -67,7 +67,7 @@ def import_cmd(
 def info_cmd(name: str | None, as_json: bool) -> None:
     """Show how MODEL resolves, without downloading or loading it."""
     with translate_errors():
-        from thatch.embedder.models import describe_model
+        from thatch.embedder.models.registry import describe_model
 
         settings = describe_model(name, env=os.environ)
     fields = info_fields(settings)
@@ -113,7 +113,7 @@ def pull_cmd(name: str | None, revision: str | None) -> None:
     HF_HUB_OFFLINE (offline and not cached is an error).
     """
     with translate_errors():
-        from thatch.embedder.models import pull_model
+        from thatch.embedder.models.registry import pull_model
 
         settings = pull_model(name, revision=revision, env=os.environ)
     where = settings.path if settings.path is not None else "(built in)"

@@ -9,7 +9,7 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 
 if TYPE_CHECKING:
-    from thatch.frontend.context import ToolContext
+    from thatch.frontend.tools.context import ToolContext
 
 CLI_START_WAIT = 120.0
 
@@ -39,8 +39,8 @@ def reembed(
     migrates memories embedded with another model than the one the embedder serves.
     Memories changed meanwhile are skipped, never overwritten.
     """
-    from thatch.frontend.context import build_context
-    from thatch.frontend.reembed import plan_reembed, run_reembed
+    from thatch.frontend.tools.context import build_context
+    from thatch.frontend.tools.reembed import plan_reembed, run_reembed
 
     with translate_errors():
         ctx = build_context(start_wait=CLI_START_WAIT, notice=_starting)
@@ -95,9 +95,9 @@ def _active_model(ctx: ToolContext, *, need_embedder: bool) -> str:
     A real run needs the embedder anyway, so it asks it (auto-starting it if needed);
     the model tag written afterwards is always the one each Embed response carries.
     """
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.errors import EmbedderUnavailable
-    from thatch.frontend.active_model import configured_model_id
+    from thatch.frontend.tools.active_model import configured_model_id
 
     client = ctx.embedder
     if isinstance(client, EmbedderClient):

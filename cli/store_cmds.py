@@ -1,6 +1,6 @@
 """Store commands: stores, list, show, forget, search, remember (spec/cli.md §2).
 
-Thin adapters over ``thatch.frontend.tools.Tools``: the same operations the MCP tools
+Thin adapters over ``thatch.frontend.tools.memory_tools.Tools``: the same operations the MCP tools
 run, with the CLI's own output shapes, ``--json`` documents and exit codes.
 """
 
@@ -17,9 +17,9 @@ from thatch.cli.errors import debug_traceback, translate_errors
 from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:
-    from thatch.frontend.context import ToolContext
-    from thatch.frontend.memory import Memory
-    from thatch.frontend.tools import Tools
+    from thatch.frontend.store.memory import Memory
+    from thatch.frontend.tools.context import ToolContext
+    from thatch.frontend.tools.memory_tools import Tools
 
 CLI_START_WAIT = 120.0
 SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -33,8 +33,8 @@ T = TypeVar("T")
 def _errors() -> Iterator[None]:
     """Library errors → ``Error: …`` (exit 1); refused arguments → usage errors (exit 2)."""
     from thatch.frontend.errors import StoreError
-    from thatch.frontend.tools import Refused
-    from thatch.frontend.validation import ArgumentError
+    from thatch.frontend.tools.memory_tools import Refused
+    from thatch.frontend.tools.validation import ArgumentError
 
     with translate_errors():
         try:
@@ -47,8 +47,8 @@ def _errors() -> Iterator[None]:
 
 
 def _tools() -> Tools:
-    from thatch.frontend.context import build_context
-    from thatch.frontend.tools import Tools
+    from thatch.frontend.tools.context import build_context
+    from thatch.frontend.tools.memory_tools import Tools
 
     def notice() -> None:
         click.echo("Starting embedder…", err=True)
@@ -58,7 +58,7 @@ def _tools() -> Tools:
 
 def _leniently(tools: Tools, operation: Callable[[], T]) -> T:
     """``operation()``, read again with replacement characters if a stored text is not UTF-8."""
-    from thatch.frontend.db import read_leniently
+    from thatch.frontend.store.db import read_leniently
 
     return read_leniently(tools.ctx.store.conn, operation)
 
@@ -76,8 +76,8 @@ def _emit_json(document: object) -> None:
 
 def _check(param_name: str, tool: str, value: object) -> Any:
     """One value through the tool's own parameter rules (same limits and messages)."""
-    from thatch.frontend.tool_specs import SPECS_BY_NAME
-    from thatch.frontend.validation import validate
+    from thatch.frontend.tools.specs import SPECS_BY_NAME
+    from thatch.frontend.tools.validation import validate
 
     params = [p for p in SPECS_BY_NAME[tool].params if p.name == param_name]
     return validate(params, {param_name: value})[param_name]
@@ -146,7 +146,7 @@ def stores(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(store: str | None, as_json: bool) -> None:
     """List the memories of STORE (default: the project store)."""
-    from thatch.frontend import formatting as fmt
+    from thatch.frontend.tools import formatting as fmt
 
     with _errors():
         tools = _tools()
@@ -205,7 +205,7 @@ def body_text(memory: Memory) -> str:
 @click.argument("store", required=False)
 def forget(label: str, store: str | None) -> None:
     """Delete the memory LABEL."""
-    from thatch.frontend import formatting as fmt
+    from thatch.frontend.tools import formatting as fmt
 
     with _errors():
         label = _check("label", "memory_forget", label)
@@ -234,7 +234,7 @@ def search(
     as_json: bool,
 ) -> None:
     """Search memories by meaning; all QUERY words form one query."""
-    from thatch.frontend import formatting as fmt
+    from thatch.frontend.tools import formatting as fmt
 
     text = " ".join(query)
     with _errors():
@@ -317,7 +317,7 @@ def remember(
     as_json: bool,
 ) -> None:
     """Save a memory; CONTENT comes from stdin when omitted or "-"."""
-    from thatch.frontend import formatting as fmt
+    from thatch.frontend.tools import formatting as fmt
 
     if content is None or content == "-":
         stdin = sys.stdin

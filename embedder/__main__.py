@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import click
-from thatch.embedder.probe_cmd import probe
-from thatch.embedder.serve_cmd import serve
+from thatch.embedder.client.probe_cmd import probe
+from thatch.embedder.server.serve_cmd import serve
 
 
 @click.group(name="thatch-embedder", context_settings={"help_option_names": ["-h", "--help"]})

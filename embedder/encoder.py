@@ -3,8 +3,8 @@
 The server (batching, lifecycle) only talks to an ``Encoder``: tokenize in the request
 thread, run batches one at a time (from whichever thread runs the batch), release/reload
 the session when idle (always from the inference thread).
-``thatch.embedder.runtime.OnnxEncoder`` is the real one, ``thatch.embedder.mock.MockEncoder``
-the test model of spec/embedder.md §3.4.
+``thatch.embedder.models.runtime.OnnxEncoder`` is the real one,
+``thatch.embedder.models.mock.MockEncoder`` the test model of spec/embedder.md §3.4.
 """
 
 from __future__ import annotations

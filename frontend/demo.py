@@ -122,7 +122,7 @@ def offline_package_dir() -> Path | None:
 
 def hub_reachable(env: Mapping[str, str], timeout: float = HUB_CONNECT_SECONDS) -> bool:
     """One TCP connect to the hub endpoint; a thread bounds slow DNS lookups too."""
-    from thatch.embedder.models import hub_endpoint
+    from thatch.embedder.models.registry import hub_endpoint
 
     parts = urlsplit(hub_endpoint(env))
     host = parts.hostname
@@ -144,7 +144,7 @@ def hub_reachable(env: Mapping[str, str], timeout: float = HUB_CONNECT_SECONDS) 
 
 def import_offline_model(env: Mapping[str, str], log: Output) -> tuple[Path, bool]:
     """The packaged MiniLM in thatch's model cache: (directory, imported now)."""
-    from thatch.embedder.bert_import import import_checkpoint
+    from thatch.embedder.convert.importer import import_checkpoint
     from thatch.embedder.settings import models_dir
 
     target = models_dir(env) / OFFLINE_MODEL_ID.replace("/", "__")
@@ -161,7 +161,7 @@ def choose_model(
 ) -> ModelChoice:
     """``--model``, else the configured model when usable now, else the packaged MiniLM."""
     from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.models import describe_model, hub_offline, pull_model
+    from thatch.embedder.models.registry import describe_model, hub_offline, pull_model
     from thatch.embedder.settings import configured_model
 
     name = requested or configured_model(env)
@@ -226,8 +226,8 @@ def running_embedder(
     model: str, directory: Path, env: Mapping[str, str], steps: Steps
 ) -> Iterator[None]:
     """A child embedder on the scratch socket, SERVING on entry, stopped on exit."""
-    from thatch.embedder.autostart import log_reason
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.autostart import log_reason
+    from thatch.embedder.client.embedder_client import EmbedderClient
 
     log = directory / "embedder.log"
     command = [
@@ -352,10 +352,10 @@ def run_demo(
 def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
     """Three memory_remember calls and two memory_recall calls through the tool layer."""
     from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.frontend.context import build_context
     from thatch.frontend.errors import StoreError
-    from thatch.frontend.tools import Refused, Tools
-    from thatch.frontend.validation import ArgumentError
+    from thatch.frontend.tools.context import build_context
+    from thatch.frontend.tools.memory_tools import Refused, Tools
+    from thatch.frontend.tools.validation import ArgumentError
 
     ctx = build_context(env, autostart=False, start_wait=0.0)
     tools = Tools(ctx)

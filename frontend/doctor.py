@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from thatch.frontend.db import WriteFault
+    from thatch.frontend.store.db import WriteFault
 
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
@@ -102,7 +102,7 @@ def _creatable(directory: Path) -> bool:
 
 def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
     """The database check and, when it could be read, an open read-only connection."""
-    from thatch.frontend.schema import MIGRATIONS, applied_migrations
+    from thatch.frontend.store.schema import MIGRATIONS, applied_migrations
 
     fix = DB_FIX.format(dir=path.parent)
     if not path.exists():
@@ -181,7 +181,7 @@ def _write_check(path: Path, *, lock: bool = True) -> Check | None:
 
     ``lock=False`` probes the file system only (for a file SQLite could not even read).
     """
-    from thatch.frontend.db import write_fault
+    from thatch.frontend.store.db import write_fault
 
     found = write_fault(path)
     if found is None and lock and (Path(f"{path}-wal").exists() or not _is_wal(path)):
@@ -206,7 +206,7 @@ def _lock_fault(path: Path) -> tuple[WriteFault, str] | None:
     Busy is fine (another session is writing right now); anything else is a fault the
     file-system probe did not see (a lock-less network mount, a file SQLite refuses).
     """
-    from thatch.frontend.db import is_busy
+    from thatch.frontend.store.db import is_busy
 
     uri = f"file:{quote(os.fspath(path))}?mode=rw"
     try:
@@ -257,7 +257,7 @@ def check_queue(directory: Path) -> Check:
 
 def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     """Health at the configured address; never starts anything."""
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.errors import ThatchEmbedderError
     from thatch.embedder.settings import configured_address, embedder_log_file
 
@@ -299,7 +299,7 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
 def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, str | None]:
     """The configured model's local availability and the served id; also the active id."""
     from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.models import describe_model, hub_offline
+    from thatch.embedder.models.registry import describe_model, hub_offline
     from thatch.embedder.settings import configured_model
 
     name = configured_model(env)
@@ -338,7 +338,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
 
 
 def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str | None) -> Check:
-    from thatch.frontend.store_rows import MISSING, USABLE
+    from thatch.frontend.store.rows import MISSING, USABLE
 
     if conn is None:
         if not db_exists:
@@ -370,7 +370,7 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
 
 
 def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
-    from thatch.frontend.context import resolve_host
+    from thatch.frontend.setup.check import setup_status
     from thatch.frontend.setup.hosts import (
         HOSTS,
         claude_config_dir,
@@ -378,7 +378,7 @@ def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
         host_paths,
         opencode_config_dir,
     )
-    from thatch.frontend.setup_check import setup_status
+    from thatch.frontend.tools.context import resolve_host
 
     config_dirs = {
         "claude": claude_config_dir(env),
@@ -408,7 +408,7 @@ def _mentions_thatch(path: Path) -> bool:
 def check_setup(
     host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
 ) -> Check:
-    from thatch.frontend.setup_check import doctor_status
+    from thatch.frontend.setup.check import doctor_status
 
     try:
         status, detail, fix = doctor_status(
@@ -426,8 +426,8 @@ def run_checks(
     env: Mapping[str, str], *, project_dir: Path, bin_path: str, version: str
 ) -> list[Check]:
     """Every check of cli.md §5, in the spec's order."""
-    from thatch.frontend.db import default_db_path
-    from thatch.frontend.queue import queue_dir
+    from thatch.frontend.hooks.queue import queue_dir
+    from thatch.frontend.store.db import default_db_path
 
     db_path = default_db_path(env)
     database, conn = check_database(db_path)

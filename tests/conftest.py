@@ -87,7 +87,7 @@ def minilm_source() -> Path:
 @pytest.fixture(scope="session")
 def minilm_dir(minilm_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """all-MiniLM-L6-v2 imported once per test run by our own importer (fp32 + int8)."""
-    from thatch.embedder.bert_import import import_checkpoint
+    from thatch.embedder.convert.importer import import_checkpoint
 
     out = tmp_path_factory.mktemp("models") / "minilm"
     import_checkpoint(

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.embedder.autostart import probe_socket
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.autostart import probe_socket
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
     FIX_START,
@@ -60,7 +60,7 @@ def stale_socket(path: Path) -> None:
 
 RACER = """
 import sys
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 with EmbedderClient() as client:
     result = client.embed([sys.argv[1]], Kind.PASSAGE, start_wait=90)
@@ -91,7 +91,7 @@ def test_racing_frontends_start_exactly_one_server(sock: Path) -> None:
 
 
 HOOK = """
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 with EmbedderClient() as client:
     client.ensure_started(wait=0)
 """
@@ -102,7 +102,7 @@ def launchers(socket_path: Path) -> list[int]:
         int(entry.name)
         for entry in Path("/proc").iterdir()
         if entry.name.isdigit()
-        and "thatch.embedder.autostart" in cmdline(int(entry.name))
+        and "thatch.embedder.client.autostart" in cmdline(int(entry.name))
         and str(socket_path) in cmdline(int(entry.name))
         and alive(int(entry.name))
     ]

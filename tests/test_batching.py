@@ -12,7 +12,10 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 import pytest
-from thatch.embedder.batching import (
+from thatch.embedder.encoder import Kind, Tokenized
+from thatch.embedder.models.registry import resolve_model
+from thatch.embedder.models.runtime import encode_truncated, load_tokenizer
+from thatch.embedder.server.batching import (
     MAX_PADDED_RATIO,
     MAX_RUN_TOKENS,
     Batcher,
@@ -21,9 +24,6 @@ from thatch.embedder.batching import (
     Overloaded,
     select_batch,
 )
-from thatch.embedder.encoder import Kind, Tokenized
-from thatch.embedder.models import resolve_model
-from thatch.embedder.runtime import encode_truncated, load_tokenizer
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from thatch.embedder.client import EmbedderClient, EmbedResult
+from thatch.embedder.client.embedder_client import EmbedderClient, EmbedResult
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
     FIX_OVERLOADED,

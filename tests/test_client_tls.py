@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from thatch.cli.main import cli
 from thatch.embedder.__main__ import main as embedder_main
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from thatch.cli.main import cli
-from thatch.frontend.context import build_context
-from thatch.frontend.store import Store
-from thatch.frontend.tools import Tools
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.context import build_context
+from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import bag_vector, rows
@@ -30,8 +30,8 @@ DAMAGED = 'is damaged (database disk image is malformed): run sqlite3 {db} "PRAG
 # Inside the namespace: the MCP tool layer over the same file, as `thatch mcp` runs it.
 TOOLS_PROBE = """
 import json
-from thatch.frontend.context import build_context
-from thatch.frontend.tools import Tools
+from thatch.frontend.tools.context import build_context
+from thatch.frontend.tools.memory_tools import Tools
 tools = Tools(build_context())
 out = {}
 for name, args in [

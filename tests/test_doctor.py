@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner, Result
 from thatch.cli.main import cli
 from thatch.embedder.errors import fix_offline
-from thatch.frontend.db import default_db_path
-from thatch.frontend.queue import queue_dir
-from thatch.frontend.schema import MIGRATIONS
-from thatch.frontend.store import Store
+from thatch.frontend.hooks.queue import queue_dir
+from thatch.frontend.store.db import default_db_path
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.schema import MIGRATIONS
 
 from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
 from tests.support.embedder_proc import EmbedderProcess

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from thatch.cli.main import cli
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import FIX_REMOTE, EmbedderUnavailable, fix_offline
-from thatch.embedder.instance import lock_holder, lock_path, pid_path, running_pid
+from thatch.embedder.server.instance import lock_holder, lock_path, pid_path, running_pid
 
 from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders, wait_until
 
@@ -41,7 +41,7 @@ def run(*args: str) -> Result:
 def test_serve_is_the_server_command() -> None:
     """`thatch embedder serve` is the very command object of `thatch-embedder serve`."""
     from thatch.cli.embedder_cmds import embedder
-    from thatch.embedder.serve_cmd import serve
+    from thatch.embedder.server.serve_cmd import serve
 
     assert embedder.commands["serve"] is serve
 

@@ -292,9 +292,10 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch.cli",
         "thatch.cli.entry",
         "thatch.frontend",
-        "thatch.frontend.hook_runner",
-        "thatch.frontend.hookio",
+        "thatch.frontend.hooks",
+        "thatch.frontend.hooks.runner",
+        "thatch.frontend.hooks.hookio",
         "thatch.frontend.identifiers",
-        "thatch.frontend.queue",
+        "thatch.frontend.hooks.queue",
     }
     assert len(read_jsonl(queue_file(env, "s"))) == 1

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from thatch.frontend import queue
+from thatch.frontend.hooks import queue
 
 from tests.support.embedder_cleanup import stop_embedders, wait_until
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
@@ -151,7 +151,7 @@ def test_absent_embedder_is_started_in_background(
     tmp_path: Path, short_tmp: Path, project: Path
 ) -> None:
     """flush-tools does not wait for a missing embedder but leaves one starting."""
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
 
     socket = short_tmp / "bg.sock"
     env = hook_env(
@@ -242,9 +242,9 @@ ARCHIVED = ("Old deploy notes", "We used to deploy to production with Heroku git
 
 @pytest.fixture
 def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) -> dict[str, str]:
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.encoder import Kind
-    from thatch.frontend.store import Store
+    from thatch.frontend.store.memory_store import Store
 
     env = hook_env(
         tmp_path, THATCH_EMBEDDER_ADDR=minilm_embedder.address, THATCH_PROJECT_DIR=str(project)
@@ -265,9 +265,9 @@ def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) 
 
 def scores(env: dict[str, str], prompt: str, *, archived: bool = False) -> dict[str, float]:
     """Independent check of what search sees: cosine of the prompt with every live memory."""
-    from thatch.embedder.client import EmbedderClient
+    from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.encoder import Kind
-    from thatch.frontend.store import Store
+    from thatch.frontend.store.memory_store import Store
 
     with (
         EmbedderClient(env=env, autostart=False) as client,
@@ -284,7 +284,7 @@ def scores(env: dict[str, str], prompt: str, *, archived: bool = False) -> dict[
 
 def test_recall_nudge_names_matching_memories(recall_env: dict[str, str]) -> None:
     """Singular, plural and `, etc.` forms name the best labels; no telemetry is stamped."""
-    from thatch.frontend.store import Store
+    from thatch.frontend.store.memory_store import Store
 
     prompt = "How do I deploy this app to production?"
     ranked = scores(recall_env, prompt)

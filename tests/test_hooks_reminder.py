@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from thatch.frontend.store import Store
+from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_proc import embedder_process
 from tests.support.hookrun import hook_env, run_hook

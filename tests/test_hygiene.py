@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from thatch.cli.main import cli
-from thatch.frontend.hygiene import hygiene, hygiene_report
-from thatch.frontend.store import Store
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.hygiene import hygiene, hygiene_report
 
 ACTIVE = "test/model-a"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

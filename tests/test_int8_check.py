@@ -19,11 +19,16 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from thatch.embedder import known_answers
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import ModelError
-from thatch.embedder.models import create_encoder, resolve_model, sha256_file, with_onnx
-from thatch.embedder.runtime import OnnxEncoder
+from thatch.embedder.models import known_answers
+from thatch.embedder.models.registry import (
+    create_encoder,
+    resolve_model,
+    sha256_file,
+    with_onnx,
+)
+from thatch.embedder.models.runtime import OnnxEncoder
 
 from tests.support.embedder_proc import embedder_process
 

@@ -17,8 +17,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from thatch.embedder import bert_quantize
-from thatch.embedder.bert_import import import_checkpoint
+from thatch.embedder.convert import quantize as bert_quantize
+from thatch.embedder.convert.importer import import_checkpoint
 
 from tests.test_model_import import write_tiny_bert
 

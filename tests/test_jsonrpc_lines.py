@@ -7,7 +7,7 @@ import json
 
 import mcp_types
 import pytest
-from thatch.frontend.jsonrpc_lines import (
+from thatch.frontend.mcp.jsonrpc_lines import (
     EMPTY_BATCH,
     NOT_A_MESSAGE,
     Batch,
@@ -16,7 +16,7 @@ from thatch.frontend.jsonrpc_lines import (
     top_level_id,
     without_lone_surrogates,
 )
-from thatch.frontend.mcp_stdio import read_raw_line
+from thatch.frontend.mcp.stdio import read_raw_line
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE_INT = "7" * 5000

@@ -6,8 +6,8 @@ import itertools
 import os
 
 import numpy as np
-from thatch.frontend import matrix_cache
-from thatch.frontend.matrix_cache import PARALLEL_ROWS, DimGroup, screen_scores
+from thatch.frontend.store import matrix_cache
+from thatch.frontend.store.matrix_cache import PARALLEL_ROWS, DimGroup, screen_scores
 
 
 def group_of(rows: int, dim: int = 24) -> DimGroup:

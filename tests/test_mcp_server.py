@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from mcp.client import Client
-from thatch.frontend.mcp_server import FirstCallMiddleware, make_server
+from thatch.frontend.mcp.server import FirstCallMiddleware, make_server
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 

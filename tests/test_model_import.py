@@ -21,11 +21,12 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 import pytest
-from thatch.embedder import bert_verify, numpy_bert
-from thatch.embedder.bert_import import import_checkpoint
+from thatch.embedder.convert import numpy_bert
+from thatch.embedder.convert import verify as bert_verify
+from thatch.embedder.convert.importer import import_checkpoint
+from thatch.embedder.convert.safetensors_io import write_safetensors
+from thatch.embedder.convert.wordpiece import build_wordpiece_tokenizer
 from thatch.embedder.errors import ModelError
-from thatch.embedder.safetensors_io import write_safetensors
-from thatch.embedder.wordpiece import build_wordpiece_tokenizer
 from tokenizers import Tokenizer
 
 TINY_VOCAB = [

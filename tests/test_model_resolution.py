@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from thatch.embedder.errors import ModelError
-from thatch.embedder.models import (
+from thatch.embedder.models.registry import (
     REGISTRY,
     create_encoder,
     describe_model,

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from thatch.frontend import queue
+from thatch.frontend.hooks import queue
 
 
 def call(name: str, use_id: str | None = None, **extra: object) -> dict[str, object]:

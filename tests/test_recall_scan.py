@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from thatch.embedder.mock import mock_vector
-from thatch.frontend import recall_scan
-from thatch.frontend.db import default_db_path
-from thatch.frontend.store import Store
+from thatch.embedder.models.mock import mock_vector
+from thatch.frontend.hooks import recall_scan
+from thatch.frontend.store.db import default_db_path
+from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_cleanup import wait_until
 from tests.support.embedder_proc import EmbedderProcess

@@ -12,9 +12,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from thatch.embedder.encoder import Kind
-from thatch.embedder.mock import MOCK_DIM, MockEncoder, mock_vector
-from thatch.embedder.models import create_encoder, resolve_model, with_onnx
-from thatch.embedder.runtime import OnnxEncoder, default_threads, pool, session_options
+from thatch.embedder.models.mock import MOCK_DIM, MockEncoder, mock_vector
+from thatch.embedder.models.registry import create_encoder, resolve_model, with_onnx
+from thatch.embedder.models.runtime import OnnxEncoder, default_threads, pool, session_options
 
 MIXED = [
     "x",
@@ -198,5 +198,5 @@ def test_mock_matches_spec_hash_rule() -> None:
 
 def test_mock_module_does_not_import_onnxruntime() -> None:
     """mock.py stays free of onnxruntime (it is the no-dependency model)."""
-    source = Path(__import__("thatch.embedder.mock", fromlist=["x"]).__file__).read_text()
+    source = Path(__import__("thatch.embedder.models.mock", fromlist=["x"]).__file__).read_text()
     assert "onnxruntime" not in source.replace("no onnxruntime", "")

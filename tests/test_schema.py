@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from thatch.frontend.db import atomic, connect, default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
-from thatch.frontend.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
-from thatch.frontend.store import Store
+from thatch.frontend.store.db import atomic, connect, default_db_path
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
 
 # (name, type, notnull, default, pk) per column, exactly as store.md §3 declares them.
 EXPECTED: dict[str, list[tuple[str, str, int, str | None, int]]] = {
@@ -384,7 +384,7 @@ def test_store_versions_move_on_changes_but_not_on_recall_stamps(store: Store) -
 
 def test_pending_lookups_use_the_partial_index(store: Store) -> None:
     """Finding pending rows reads an index of pending rows, not the whole table."""
-    from thatch.frontend.store_rows import MISSING
+    from thatch.frontend.store.rows import MISSING
 
     plan = store.conn.execute(
         f"EXPLAIN QUERY PLAN SELECT slug FROM entries WHERE store = ? AND {MISSING} "
@@ -468,7 +468,7 @@ def test_upgrade_replaces_m004_triggers_and_keeps_m004_recorded(tmp_path: Path) 
 
 def test_loading_a_store_reads_only_its_usable_rows(store: Store) -> None:
     """A store's vectors come through an index of usable rows; pending lookups keep theirs."""
-    from thatch.frontend.store_rows import MISSING, USABLE
+    from thatch.frontend.store.rows import MISSING, USABLE
 
     def plan(sql: str) -> str:
         return str(store.conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("p",)).fetchall())

@@ -17,10 +17,10 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health
-from thatch.embedder.batching import Batcher, Limits
 from thatch.embedder.encoder import Kind
-from thatch.embedder.server import MAX_MESSAGE_BYTES, create_server
-from thatch.embedder.servicer import EmbedderServicer, ServerState
+from thatch.embedder.server.batching import Batcher, Limits
+from thatch.embedder.server.grpc_server import MAX_MESSAGE_BYTES, create_server
+from thatch.embedder.server.servicer import EmbedderServicer, ServerState
 from thatch.embedder.settings import parse_address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc

@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thatch.embedder.client import EmbedderClient
+from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
-from thatch.embedder.instance import running_pid
+from thatch.embedder.server.instance import running_pid
 
 from tests.support.embedder_cleanup import wait_until
 
@@ -25,7 +25,9 @@ ROUNDS = 5
 RACER = """
 import sys
 from thatch.embedder.__main__ import main
-import thatch.embedder.server, thatch.embedder.mock, thatch.embedder.models
+import thatch.embedder.server.grpc_server
+import thatch.embedder.models.mock
+import thatch.embedder.models.registry
 sys.stdin.buffer.read(1)
 main(["serve", "--listen", sys.argv[1], "--model", "mock", "--log-file", sys.argv[2]])
 """

@@ -13,16 +13,16 @@ import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health
 from thatch.embedder.__main__ import main
-from thatch.embedder.batching import Batcher
 from thatch.embedder.errors import AddressError, ServerStartError
-from thatch.embedder.server import (
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.grpc_server import (
     MAX_MESSAGE_BYTES,
     TlsFiles,
     create_server,
     listen_address,
     prepare_unix_socket,
 )
-from thatch.embedder.servicer import EmbedderServicer, ServerState
+from thatch.embedder.server.servicer import EmbedderServicer, ServerState
 from thatch.embedder.settings import Address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc

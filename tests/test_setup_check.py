@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from thatch.frontend.setup import SetupRequest, run_setup
 from thatch.frontend.setup.block import BEGIN, END
-from thatch.frontend.setup_check import doctor_status, setup_status, setup_warning
+from thatch.frontend.setup.check import doctor_status, setup_status, setup_warning
 
 LOCAL_FILE = {"claude": "CLAUDE.md", "cursor": "AGENTS.md", "opencode": "AGENTS.md"}
 

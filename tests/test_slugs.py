@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from thatch.frontend.slugs import slugify
+from thatch.frontend.store.slugs import slugify
 
 SPEC_WHITESPACE = [
     *range(0x09, 0x0E),

@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 from thatch.embedder.__main__ import main as embedder_main
 from thatch.embedder.errors import ServerStartError
-from thatch.embedder.server import prepare_unix_socket
+from thatch.embedder.server.grpc_server import prepare_unix_socket
 from thatch.embedder.socket_trust import check_path, socket_problem
-from thatch.frontend import recall_scan
+from thatch.frontend.hooks import recall_scan
 
 from tests.support.embedder_cleanup import embedder_pids, stop_embedders
 from tests.support.foreign_listener import NOBODY, foreign_listener

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from thatch.frontend.errors import InvalidInputError
-from thatch.frontend.store import Memory, RememberOutcome, Store
+from thatch.frontend.store.memory_store import Memory, RememberOutcome, Store
+from thatch.frontend.store.vectors import cosine, decode, encode
 from thatch.frontend.timefmt import format_timestamp, parse_timestamp
-from thatch.frontend.vectors import cosine, decode, encode
 
 START = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.frontend.store import Store
-from thatch.frontend.vectors import cosine
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.vectors import cosine
 
 # The earlier release's DDL, written out by hand; LEGACY_ENTRIES predates the three
 # telemetry/archive columns.
@@ -262,8 +262,8 @@ def entry_params(slug: str, content: str, vector: np.ndarray, **extra: object) -
 
 def migrated_by_previous_thatch(path: Path) -> None:
     """The file as the previous thatch left it: m001–m005 applied (m004's triggers)."""
-    from thatch.frontend import db
-    from thatch.frontend.schema import MIGRATIONS, MIGRATIONS_TABLE
+    from thatch.frontend.store import db
+    from thatch.frontend.store.schema import MIGRATIONS, MIGRATIONS_TABLE
 
     conn = db.connect(path)
     try:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.frontend.db import atomic
-from thatch.frontend.store import Store
+from thatch.frontend.store.db import atomic
+from thatch.frontend.store.memory_store import Store
 
 WORKERS = 6
 WRITES_PER_WORKER = 150
@@ -23,7 +23,7 @@ WRITES_PER_WORKER = 150
 WRITER = """
 import sys
 import numpy as np
-from thatch.frontend.store import Store, RememberOutcome
+from thatch.frontend.store.memory_store import Store, RememberOutcome
 
 path, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rng = np.random.default_rng(worker)
@@ -188,7 +188,7 @@ import os, sys
 ready, go = int(sys.argv[2]), int(sys.argv[3])
 os.write(ready, b"r")
 os.read(go, 1)  # all released at once
-from thatch.frontend.store import Store
+from thatch.frontend.store.memory_store import Store
 with Store.open(sys.argv[1]) as store:
     store.store_names()
 """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.frontend.schema import CHANGES_KEPT, CHANGES_TABLE
-from thatch.frontend.store import Store
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE
 
 from tests.support.brute_force import brute_force
 

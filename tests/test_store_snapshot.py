@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.frontend.schema import CHANGES_KEPT
-from thatch.frontend.store import Store
-from thatch.frontend.vector_snapshot import DatabaseIdentity, peek_seq, snapshot_path
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.schema import CHANGES_KEPT
+from thatch.frontend.store.vector_snapshot import DatabaseIdentity, peek_seq, snapshot_path
 
 from tests.support.brute_force import brute_force
 
@@ -30,7 +30,7 @@ SEARCHER = """
 import json, sys
 import numpy as np
 from pathlib import Path
-from thatch.frontend.store import Store
+from thatch.frontend.store.memory_store import Store
 
 db, snaps, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 loads = []

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 from thatch.cli.main import cli
-from thatch.embedder.mock import mock_vector
+from thatch.embedder.models.mock import mock_vector
 from thatch.frontend.project import project_store
-from thatch.frontend.store import Store
-from thatch.frontend.tools import Tools
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thatch.frontend.store import Store
+from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_proc import EmbedderProcess
 
@@ -17,8 +17,8 @@ CALLS = 200
 # One frontend process: its own ToolContext (Store + embedder client), like `thatch mcp`.
 WRITER = """
 import sys
-from thatch.frontend.context import build_context
-from thatch.frontend.tools import Tools
+from thatch.frontend.tools.context import build_context
+from thatch.frontend.tools.memory_tools import Tools
 
 worker, calls = int(sys.argv[1]), int(sys.argv[2])
 tools = Tools(build_context(autostart=False))

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from thatch.frontend.formatting import clusters
-from thatch.frontend.memory import DuplicatePair
-from thatch.frontend.tools import Tools
+from thatch.frontend.store.memory import DuplicatePair
+from thatch.frontend.tools.formatting import clusters
+from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from thatch.frontend import queue
-from thatch.frontend.tools import Tools
+from thatch.frontend.hooks import queue
+from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.fake_embedder import FakeEmbedder, tool_context
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from thatch.frontend.tools import Tools
+from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from thatch.frontend.labels import derive_label
-from thatch.frontend.tool_specs import TOOL_SPECS
-from thatch.frontend.tools import Tools
-from thatch.frontend.validation import NOT_AN_OBJECT, input_schema, shortest
+from thatch.frontend.tools.labels import derive_label
+from thatch.frontend.tools.memory_tools import Tools
+from thatch.frontend.tools.specs import TOOL_SPECS
+from thatch.frontend.tools.validation import NOT_AN_OBJECT, input_schema, shortest
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 

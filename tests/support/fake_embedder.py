@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import FIX_START, EmbedderUnavailable
-from thatch.frontend.context import ToolContext
+from thatch.frontend.tools.context import ToolContext
 
 MODEL_ID = "test/fake-embedder"
 
@@ -64,7 +64,7 @@ def tool_context(
     tmp_path: Path, embedder: object | None = None, *, project_store: str = "o/r"
 ) -> ToolContext:
     """A ToolContext over a real SQLite file in ``tmp_path`` and (by default) a FakeEmbedder."""
-    from thatch.frontend.store import Store
+    from thatch.frontend.store.memory_store import Store
 
     return ToolContext(
         store=Store.open(tmp_path / "thatch.db"),

@@ -1,0 +1,344 @@
+"""Auto-start of a local embedder on a unix socket (spec/embedder.md §7, §8).
+
+Frontends call ``AutoStarter.run`` (through ``EmbedderClient.ensure_started``) when no
+embedder answers. The rules that keep concurrent frontends safe:
+
+- nothing is started (or trusted) in a directory that is not ours or is writable by
+  group/other, nor behind a socket or listener of another user (``socket_trust``);
+- the socket is probed at the OS level first, because only a *refused* connection or a
+  path that is not a socket proves nothing lives there; a timeout means a slow live server,
+  which must never be replaced;
+- spawning happens under an exclusive ``flock`` on ``<socket>.lock``, after checking again,
+  so eight frontends starting at once produce one server;
+- the lock is released once the new server has bound its socket (at most 10 s later);
+  a background start (hooks, ``wait=0``) hands the lock to a tiny launcher process
+  (``hold_until_bound``) so the hook returns at once while the lock still covers the bind;
+- the server runs detached (own session, stdin/stdout on /dev/null, stderr to the log,
+  cwd ``/``, environment inherited). A daemon thread waits for each child so a long-lived
+  frontend never keeps a zombie; when the frontend exits first, init adopts the server.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from thatch.embedder.errors import (
+    FIX_START,
+    FIX_STARTING,
+    EmbedderUnavailable,
+    EmbedderUntrusted,
+    fix_offline,
+)
+from thatch.embedder.grpc_env import child_environment
+from thatch.embedder.settings import (
+    DEFAULT_EXIT_SECONDS,
+    Address,
+    embedder_log_file,
+    int_setting,
+)
+from thatch.embedder.socket_trust import PROBE_SECONDS, SocketState, probe, socket_problem
+
+Health = Literal["SERVING", "NOT_SERVING", "UNREACHABLE"]
+
+LOCK_WAIT_SECONDS = 30.0
+BIND_WAIT_SECONDS = 10.0
+POLL_SECONDS = 0.05
+STILL_STARTING = "the embedder is still starting (the first start downloads the model)"
+FIX_ORPHAN = "run thatch embedder stop, then retry"
+FIX_UNTRUSTED = (
+    "set THATCH_EMBEDDER_ADDR to a unix:/// path in a directory only you can write, "
+    "or remove that directory so thatch recreates it with mode 0700"
+)
+_OFFLINE = re.compile(r"model (\S+) is not in the local cache and HF_HUB_OFFLINE=1")
+_LOG_PREFIX = re.compile(r"^.*?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+")
+
+
+def probe_socket(path: Path, timeout: float = PROBE_SECONDS) -> SocketState:
+    """What lives at ``path``, judged by one raw connect (no gRPC)."""
+    return probe(path, timeout).state
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) with mode 0700; existing dirs are left as they are."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # another frontend made it meanwhile
+        os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
+
+
+@dataclass
+class LockHold:
+    acquired: bool
+    fd: int
+    handed_off: bool = False  # a child holds it now: closing our fd must not unlock it
+
+
+@contextmanager
+def exclusive_lock(path: Path, wait: float) -> Iterator[LockHold]:
+    """Try for ``wait`` s to hold an exclusive flock on ``path``; see ``acquired``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    hold = LockHold(acquired=False, fd=fd)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                hold.acquired = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(POLL_SECONDS)
+        yield hold
+    finally:
+        if hold.acquired and not hold.handed_off:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def spawn_command(address: Address, env: Mapping[str, str], log: Path) -> list[str]:
+    exit_after = int_setting(env, "THATCH_EMBEDDER_EXIT_SECONDS", DEFAULT_EXIT_SECONDS)
+    return [
+        sys.executable,
+        "-m",
+        "thatch.embedder",
+        "serve",
+        "--listen",
+        address.target,
+        "--exit-after",
+        str(exit_after),
+        "--auto-started",
+        "--log-file",
+        str(log),
+    ]
+
+
+def detached(
+    command: list[str], env: Mapping[str, str], log: Path, pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session, output to the log, reaped by a daemon thread."""
+    make_private_dir(log.parent)
+    with open(log, "ab") as stderr:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd="/",
+            env=child_environment(dict(env)),
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=pass_fds,
+        )
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc
+
+
+def wait_bound(path: Path, proc: subprocess.Popen[bytes], until: float) -> None:
+    """Return once a server listens at ``path``, ``proc`` exited, or ``until`` passed."""
+    while time.monotonic() < until and proc.poll() is None:
+        if probe_socket(path) in ("listening", "busy"):
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def hold_until_bound(argv: list[str]) -> int:
+    """``python -m thatch.embedder.client.autostart LOCK_FD SOCKET -- COMMAND…``.
+
+    The launcher of background starts (hooks): it inherits the frontend's flock, starts the
+    server and keeps the lock until the server has bound, so the frontend returns at once
+    and no second frontend can spawn a rival meanwhile. The server outlives it (init
+    adopts it), so nobody is left holding a zombie.
+    """
+    lock_fd, socket_path, separator, *command = argv
+    assert separator == "--" and command, "usage: LOCK_FD SOCKET -- COMMAND..."
+    server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    wait_bound(Path(socket_path), server, time.monotonic() + BIND_WAIT_SECONDS)
+    os.close(int(lock_fd))
+    return 0
+
+
+def log_reason(log: Path, offset: int) -> str | None:
+    """The last line the spawned server wrote after ``offset``, without timestamp and level."""
+    try:
+        with open(log, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) >= offset:
+                handle.seek(offset)
+            else:  # rotated meanwhile: read the new file from its start
+                handle.seek(0)
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        if line and not line.startswith("Fix: "):  # the CLI's fix line follows its error
+            return _LOG_PREFIX.sub("", line, count=1).removeprefix("Error: ")
+    return None
+
+
+def offline_error(text: str) -> EmbedderUnavailable | None:
+    """The offline-cache failure named in a log line or status detail, if that is what it is."""
+    offline = _OFFLINE.search(text)
+    if offline is None:
+        return None
+    return EmbedderUnavailable(offline.group(0), fix_offline(offline.group(1)))
+
+
+def start_failure(address: Address, reason: str) -> EmbedderUnavailable:
+    offline = offline_error(reason)
+    if offline is not None:
+        return offline
+    # An embedder that lost its socket file still holds the address: only stopping it helps.
+    fix = FIX_ORPHAN if "an embedder is already running at" in reason else FIX_START
+    return EmbedderUnavailable(
+        f"nothing is listening at {address} (auto-start failed: {reason.rstrip('.')})", fix
+    )
+
+
+def untrusted(address: Address, problem: str) -> EmbedderUntrusted:
+    """The error for a socket that is not ours; the caller sends nothing."""
+    return EmbedderUntrusted(f"refusing to send text to {address}: {problem}", FIX_UNTRUSTED)
+
+
+def check_trusted(address: Address) -> None:
+    """Raise ``EmbedderUntrusted`` unless the socket (if any) and its directory are ours."""
+    assert address.path is not None
+    problem = socket_problem(address.path)
+    if problem is not None:
+        raise untrusted(address, problem)
+
+
+def _log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class StartOutcome:
+    serving: bool
+    spawned_pid: int | None  # the server this call started, None if one was already there
+
+
+NEEDS_SPAWN = ("absent", "not_socket", "refused")
+
+
+class AutoStarter:
+    """One auto-start attempt against a unix address.
+
+    ``health(timeout)`` is the client's gRPC health check on its own channel, waiting for
+    the channel to become ready; ``notice`` runs once if starting takes over a second.
+    """
+
+    def __init__(
+        self,
+        address: Address,
+        env: Mapping[str, str],
+        health: Callable[[float], Health],
+        notice: Callable[[], None] | None = None,
+    ) -> None:
+        assert address.path is not None, "auto-start needs a unix address"
+        self.address = address
+        self.path = address.path
+        self.env = env
+        self.health = health
+        self.notice = notice
+        self.log = embedder_log_file(env)
+
+    def state(self, timeout: float = PROBE_SECONDS) -> SocketState | Health:
+        """``SERVING`` / ``NOT_SERVING`` for a live server, else the socket's state."""
+        found = probe_socket(self.path, timeout)
+        if found not in ("listening", "busy"):
+            return found
+        return "SERVING" if self.health(timeout) == "SERVING" else "NOT_SERVING"
+
+    def run(self, wait: float) -> StartOutcome:
+        """Make sure an embedder runs; wait up to ``wait`` s for it to serve (0: don't wait)."""
+        deadline = time.monotonic() + wait
+        timer = None
+        if self.notice is not None and wait > 1.0:
+            timer = threading.Timer(1.0, self.notice)
+            timer.daemon = True
+            timer.start()
+        proc: subprocess.Popen[bytes] | None = None
+        log_offset = 0
+        try:
+            check_trusted(self.address)
+            while True:
+                state = self.state(min(PROBE_SECONDS, max(deadline - time.monotonic(), 0.05)))
+                if state == "SERVING":
+                    return StartOutcome(True, proc.pid if proc else None)
+                if state == "denied":
+                    raise start_failure(self.address, f"permission denied on {self.path}")
+                if state in NEEDS_SPAWN and (proc is None or proc.poll() is not None):
+                    if proc is not None:  # ours exited and nobody else serves: say why
+                        reason = log_reason(self.log, log_offset)
+                        raise start_failure(
+                            self.address, reason or f"the embedder exited with {proc.returncode}"
+                        )
+                    log_offset = _log_size(self.log)
+                    proc = self._spawn_locked(deadline, background=wait <= 0)
+                    if wait <= 0:
+                        return StartOutcome(False, proc.pid if proc else None)
+                    continue
+                if wait <= 0:
+                    return StartOutcome(False, None)
+                if time.monotonic() >= deadline:
+                    raise EmbedderUnavailable(STILL_STARTING, FIX_STARTING)
+                time.sleep(POLL_SECONDS)
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _spawn_locked(self, deadline: float, *, background: bool) -> subprocess.Popen[bytes] | None:
+        """Spawn a server under the lock unless someone else's is there by then."""
+        try:
+            make_private_dir(self.path.parent)
+            check_trusted(self.address)  # the directory may have appeared meanwhile
+            lock_wait = 0.0 if background else min(LOCK_WAIT_SECONDS, deadline - time.monotonic())
+            with exclusive_lock(Path(f"{self.path}.lock"), max(lock_wait, 0.0)) as lock:
+                if not lock.acquired:
+                    # Another frontend is starting one right now (background: let it), or
+                    # started one and still holds the lock: fine as long as it listens.
+                    if background or probe_socket(self.path) in ("listening", "busy"):
+                        return None
+                    raise start_failure(
+                        self.address, f"another process held {self.path}.lock for {lock_wait:g} s"
+                    )
+                found = probe_socket(self.path)
+                if found not in NEEDS_SPAWN:
+                    return None
+                if found != "absent":  # refused or not a socket: provably dead, replace it
+                    self.path.unlink(missing_ok=True)
+                command = spawn_command(self.address, self.env, self.log)
+                if background:
+                    launcher = [sys.executable, "-m", "thatch.embedder.client.autostart"]
+                    launcher += [str(lock.fd), str(self.path), "--", *command]
+                    detached(launcher, self.env, self.log, pass_fds=(lock.fd,))
+                    lock.handed_off = True
+                    return None
+                proc = detached(command, self.env, self.log)
+                wait_bound(self.path, proc, min(deadline, time.monotonic() + BIND_WAIT_SECONDS))
+                return proc
+        except OSError as error:
+            where = f": {error.filename}" if error.filename else ""
+            raise start_failure(self.address, f"{error.strerror or error}{where}") from error
+
+
+if __name__ == "__main__":
+    sys.exit(hold_until_bound(sys.argv[1:]))

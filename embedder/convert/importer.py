@@ -1,0 +1,346 @@
+"""``thatch model import``: a sentence-transformers BERT checkpoint -> a servable model dir.
+
+No PyTorch and no ``safetensors`` package: weights are read with numpy, the graph is built
+with the ``onnx`` helper API, checked against a numpy forward pass, optionally quantized to
+int8 with onnxruntime, and only then moved into place (spec/embedder.md §3.3). Everything
+is built in a temporary sibling of the output directory and renamed at the end, so a
+failed import never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+from thatch.embedder import settings
+from thatch.embedder.convert import quantize as bert_quantize
+from thatch.embedder.convert import verify as bert_verify
+from thatch.embedder.convert.onnx_graph import build_bert_onnx
+from thatch.embedder.convert.safetensors_io import read_safetensors
+from thatch.embedder.convert.weights import BertConfig, canonical_weights
+from thatch.embedder.convert.wordpiece import build_wordpiece_tokenizer
+from thatch.embedder.errors import ModelError
+from thatch.embedder.models import known_answers
+from tokenizers import Encoding, Tokenizer
+
+FP32_ONNX = "onnx/model.onnx"
+INT8_ONNX = "onnx/model_quantized.onnx"
+OPTIONAL_FILES = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "modules.json",
+    "1_Pooling/config.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+)
+POOLINGS = ("mean", "cls")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ImportSettings:
+    model_id: str
+    pooling: str
+    max_tokens: int
+    query_prefix: str
+
+
+def load_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``, {} when absent; ModelError when malformed."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} is not a JSON object")
+    return data
+
+
+def _noop(_message: str) -> None:
+    pass
+
+
+def read_bert_config(src: Path) -> tuple[dict[str, Any], BertConfig]:
+    path = src / "config.json"
+    if not path.is_file():
+        raise ModelError(f"no config.json in {src}")
+    config = load_json_object(path)
+    model_type = config.get("model_type")
+    if model_type != "bert":
+        raise ModelError(f"only BERT checkpoints with GELU are supported (model_type={model_type})")
+    if config.get("hidden_act", "gelu") != "gelu":
+        raise ModelError(
+            "only BERT checkpoints with GELU are supported "
+            f"(model_type=bert, hidden_act={config.get('hidden_act')})"
+        )
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise ModelError(
+            "only BERT checkpoints with absolute position embeddings are supported "
+            f"(position_embedding_type={config.get('position_embedding_type')})"
+        )
+    return config, BertConfig.from_json(config)
+
+
+def load_tokenizer(src: Path) -> tuple[Tokenizer, bool]:
+    """The checkpoint's tokenizer and whether it had to be built from vocab.txt."""
+    tokenizer_json = src / "tokenizer.json"
+    if tokenizer_json.is_file():
+        try:
+            return Tokenizer.from_file(str(tokenizer_json)), False
+        except Exception as error:  # tokenizers raises a bare Exception on malformed files
+            raise ModelError(f"{tokenizer_json} cannot be loaded: {error}") from None
+    if (src / "vocab.txt").is_file():
+        tokenizer_config = {
+            **load_json_object(src / "special_tokens_map.json"),
+            **load_json_object(src / "tokenizer_config.json"),
+        }
+        return build_wordpiece_tokenizer(src / "vocab.txt", tokenizer_config), True
+    raise ModelError(f"no tokenizer.json or vocab.txt in {src}")
+
+
+def default_model_id(src: Path, config: Mapping[str, Any]) -> str:
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and _HUB_ID.match(name):
+        return name
+    return src.name
+
+
+def resolve_settings(
+    src: Path,
+    config: Mapping[str, Any],
+    bert: BertConfig,
+    *,
+    model_id: str | None,
+    pooling: str | None,
+    max_tokens: int | None,
+    query_prefix: str | None,
+) -> ImportSettings:
+    """Options first, then the checkpoint's sentence-transformers files, then defaults."""
+    if pooling is None:
+        pooling_config = load_json_object(src / "1_Pooling" / "config.json")
+        if pooling_config.get("pooling_mode_mean_tokens"):
+            pooling = "mean"
+        elif pooling_config.get("pooling_mode_cls_token"):
+            pooling = "cls"
+        elif pooling_config:
+            raise ModelError(
+                f"{src / '1_Pooling' / 'config.json'} uses a pooling mode thatch does not "
+                "support; choose mean or cls pooling explicitly"
+            )
+        else:
+            pooling = "mean"
+    if pooling not in POOLINGS:
+        raise ModelError(f"pooling must be mean or cls, not {pooling!r}")
+    if max_tokens is None:
+        st_length = load_json_object(src / "sentence_bert_config.json").get("max_seq_length")
+        if isinstance(st_length, int) and st_length > 0:
+            max_tokens = min(st_length, bert.max_positions)
+        else:
+            tokenizer_limit = load_json_object(src / "tokenizer_config.json").get(
+                "model_max_length"
+            )
+            limits = [512, bert.max_positions]
+            if isinstance(tokenizer_limit, int | float) and tokenizer_limit > 0:
+                limits.append(int(min(tokenizer_limit, 1 << 30)))
+            max_tokens = min(limits)
+    if not 2 <= max_tokens <= bert.max_positions:
+        raise ModelError(
+            f"max tokens must be between 2 and the model's max_position_embeddings "
+            f"({bert.max_positions}), not {max_tokens}"
+        )
+    if query_prefix is None:
+        prompts = load_json_object(src / "config_sentence_transformers.json").get("prompts")
+        prefix = prompts.get("query") if isinstance(prompts, dict) else None
+        query_prefix = prefix if isinstance(prefix, str) else ""
+    return ImportSettings(
+        model_id=model_id or default_model_id(src, config),
+        pooling=pooling,
+        max_tokens=max_tokens,
+        query_prefix=query_prefix,
+    )
+
+
+def _check_replaceable(out: Path) -> None:
+    """Only an empty directory or an earlier import may be replaced: never user files."""
+    if not out.exists():
+        return
+    if out.is_dir() and (not any(out.iterdir()) or (out / "thatch_model.json").is_file()):
+        return
+    raise ModelError(
+        f"{out} already exists and is not a thatch model directory; choose another --out"
+    )
+
+
+def quantize_int8(fp32: Path, int8: Path, tokenizer: Tokenizer, max_tokens: int) -> None:
+    """Write the int8 model: smoothed, per-token activation scales (see bert_quantize)."""
+    # Not onnxruntime's quantize_dynamic: its one activation scale per tensor leaves "x" at
+    # cosine 0.987 with sentence-transformers on all-MiniLM-L6-v2 (this: 0.996) and makes a
+    # vector depend on its batch companions; speed is about the same.
+    try:
+        bert_quantize.quantize_file(
+            fp32, int8, bert_quantize.calibration_feeds(tokenizer, max_tokens)
+        )
+    except Exception as error:  # onnx/onnxruntime raise assorted internal errors
+        raise ModelError(f"int8 quantization failed: {error}") from None
+
+
+def _copy_support_files(src: Path, build: Path, tokenizer: Tokenizer, built: bool) -> None:
+    shutil.copyfile(src / "config.json", build / "config.json")
+    if built:
+        tokenizer.save(str(build / "tokenizer.json"))
+    else:
+        shutil.copyfile(src / "tokenizer.json", build / "tokenizer.json")
+    for name in OPTIONAL_FILES:
+        if (src / name).is_file():
+            (build / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, build / name)
+
+
+def _install(build: Path, out: Path) -> None:
+    """Move the finished build to ``out``, replacing an earlier import in one rename."""
+    _check_replaceable(out)
+    if not out.exists():
+        build.rename(out)
+        return
+    old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
+    out.rename(old)
+    try:
+        build.rename(out)
+    except OSError:
+        old.rename(out)  # put the earlier import back rather than leave nothing
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def import_checkpoint(
+    src: Path,
+    out: Path | None = None,
+    *,
+    model_id: str | None = None,
+    quantize: bool = True,
+    pooling: str | None = None,
+    max_tokens: int | None = None,
+    query_prefix: str | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Convert the BERT checkpoint in ``src`` into a servable model directory; return it."""
+    env = os.environ if env is None else env
+    log = log or _noop
+    src = settings.expand(str(src)).resolve()
+    if not src.is_dir():
+        raise ModelError(f"{src} is not a directory")
+    config, bert = read_bert_config(src)
+    weights_path = src / "model.safetensors"
+    if not weights_path.is_file():
+        raise ModelError(
+            f"no model.safetensors in {src} (PyTorch .bin weights are not supported; "
+            "convert them to safetensors first)"
+        )
+    tokenizer, built_tokenizer = load_tokenizer(src)
+    if tokenizer.get_vocab_size(with_added_tokens=True) > bert.vocab_size:
+        raise ModelError(
+            f"the tokenizer in {src} has {tokenizer.get_vocab_size(with_added_tokens=True)} "
+            f"tokens but config.json's vocab_size is {bert.vocab_size}"
+        )
+    chosen = resolve_settings(
+        src,
+        config,
+        bert,
+        model_id=model_id,
+        pooling=pooling,
+        max_tokens=max_tokens,
+        query_prefix=query_prefix,
+    )
+    out = (
+        settings.expand(str(out))
+        if out is not None
+        else settings.models_dir(env) / chosen.model_id.replace("/", "__")
+    ).absolute()
+    _check_replaceable(out)
+
+    log(f"reading {weights_path}")
+    weights = canonical_weights(read_safetensors(weights_path), bert, weights_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build = out.parent / f".{out.name}.importing-{secrets.token_hex(4)}"
+    try:
+        (build / "onnx").mkdir(parents=True)
+        log(f"building the ONNX graph ({bert.layers} layers, hidden size {bert.hidden})")
+        onnx.save_model(build_bert_onnx(weights, bert, name=chosen.model_id), build / FP32_ONNX)
+        samples = bert_verify.encode_samples(tokenizer, chosen.max_tokens)
+        fp32_vectors = bert_verify.run_onnx(build / FP32_ONNX, samples, chosen.pooling)
+        reference = bert_verify.reference_vectors(weights, bert, samples, chosen.pooling)
+        del weights
+        diff = bert_verify.check_fp32(fp32_vectors, reference)
+        log(f"fp32 graph matches the numpy reference (max difference {diff:.1e})")
+        if quantize:
+            quantize = _add_int8(build, tokenizer, chosen, samples, fp32_vectors, log)
+        _copy_support_files(src, build, tokenizer, built_tokenizer)
+        _write_model_json(build, chosen, bert, src, quantize)
+        _install(build, out)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    log(f"imported {chosen.model_id} into {out}")
+    return out
+
+
+def _add_int8(
+    build: Path,
+    tokenizer: Tokenizer,
+    chosen: ImportSettings,
+    samples: list[Encoding],
+    fp32_samples: npt.NDArray[np.float32],
+    log: Callable[[str], None],
+) -> bool:
+    """Write the int8 model and its known answers; False (and no int8 file) when it is wrong
+    on this CPU."""
+    log("quantizing weights to int8")
+    quantize_int8(build / FP32_ONNX, build / INT8_ONNX, tokenizer, chosen.max_tokens)
+    known = bert_verify.encode_samples(tokenizer, chosen.max_tokens, known_answers.TEXTS)
+    fp32_known = bert_verify.run_onnx(build / FP32_ONNX, known, chosen.pooling)
+    int8_vectors = bert_verify.run_onnx(build / INT8_ONNX, samples + known, chosen.pooling)
+    agrees, cosine = bert_verify.int8_agrees(int8_vectors, np.vstack([fp32_samples, fp32_known]))
+    if not agrees:
+        # int8 kernels differ per CPU: wrong vectors must never reach a shared database,
+        # and a working fp32 model beats a failed import.
+        log(
+            f"int8 disagrees with fp32 on this CPU (lowest cosine {cosine:.4f}, "
+            f"min {bert_verify.INT8_MIN_COSINE}): using the fp32 model"
+        )
+        (build / INT8_ONNX).unlink()
+        return False
+    known_answers.write(build, fp32_known, FP32_ONNX)
+    log(f"int8 model agrees with fp32 (lowest cosine {cosine:.4f})")
+    return True
+
+
+def _write_model_json(
+    build: Path, chosen: ImportSettings, bert: BertConfig, src: Path, quantized: bool
+) -> None:
+    now = datetime.now(UTC)
+    record = {
+        "model_id": chosen.model_id,
+        "pooling": chosen.pooling,
+        "max_tokens": chosen.max_tokens,
+        "query_prefix": chosen.query_prefix,
+        "onnx": INT8_ONNX if quantized else FP32_ONNX,
+        "quantized": quantized,
+        "dim": bert.hidden,
+        "source": str(src),
+        "created_at": now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z",
+    }
+    (build / "thatch_model.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,155 @@
+"""Download just the files a hub model needs into the Hugging Face cache (spec §3.1 step 4).
+
+One listing call (``/api/models/<id>/revision/<rev>``) pins the commit and tells which of
+the required and optional files exist; each file then comes through ``hf_hub_download``
+pinned to that commit, so the cache layout (blobs, snapshots, refs) is the library's own
+and later runs find the snapshot offline. Every failure becomes a one-line ModelError
+naming its cause.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from thatch.embedder.errors import ModelError
+from thatch.embedder.models.registry import (
+    ONNX_CANDIDATES,
+    OPTIONAL_FILES,
+    REGISTRY,
+    REQUIRED_FILES,
+    HubRef,
+    choose_onnx,
+    hub_cache_dir,
+    hub_endpoint,
+    offline_error,
+    read_json,
+)
+from thatch.embedder.settings import Env
+
+FP32_REFERENCE = "onnx/model.onnx"
+
+
+def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
+    """Fetch the needed files of ref; return the snapshot directory that now holds them."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    endpoint = hub_endpoint(env)
+    cache_dir = hub_cache_dir(env)
+    revision = ref.revision or "main"
+    bar = progress_bar_class(enabled=progress)
+    with hub_errors(ref, endpoint):
+        info = HfApi(endpoint=endpoint).model_info(ref.repo_id, revision=revision)
+        commit = info.sha or revision
+        listed = {sibling.rfilename for sibling in info.siblings or []}
+
+        def fetch(filename: str) -> Path:
+            return Path(
+                hf_hub_download(
+                    ref.repo_id,
+                    filename,
+                    revision=commit,
+                    cache_dir=str(cache_dir),
+                    endpoint=endpoint,
+                    tqdm_class=bar,
+                )
+            )
+
+        for name in REQUIRED_FILES:
+            if name not in listed:
+                raise ModelError(f"model {ref.repo_id} on {endpoint} has no {name}")
+        small = [name for name in (*REQUIRED_FILES, *OPTIONAL_FILES) if name in listed]
+        paths = {name: fetch(name) for name in small}
+        snapshot = paths["config.json"].parent
+        meta = read_json(snapshot / "thatch_model.json")
+        onnx = choose_onnx(meta, REGISTRY.get(ref.repo_id), listed & set(ONNX_CANDIDATES))
+        if onnx is None:
+            raise ModelError(
+                f"model {ref.repo_id} on {endpoint} has no ONNX file "
+                f"(looked for {', '.join(ONNX_CANDIDATES)})"
+            )
+        if onnx not in listed:
+            raise ModelError(f"model {ref.repo_id} on {endpoint} has no {onnx}")
+        fetch(onnx)
+        if "quantized" in onnx and FP32_REFERENCE in listed:
+            fetch(FP32_REFERENCE)  # the embedder checks the int8 file against it at load
+    if revision != commit:
+        _write_ref(cache_dir, ref.repo_id, revision, commit)
+    return snapshot
+
+
+def _write_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> None:
+    """Record revision -> commit like huggingface_hub does, so offline lookups find it."""
+    ref_path = cache_dir / ("models--" + repo_id.replace("/", "--")) / "refs" / revision
+    ref_path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=ref_path.parent, prefix=".ref-")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(commit)
+    os.replace(tmp, ref_path)
+
+
+def progress_bar_class(*, enabled: bool) -> Callable[..., Any]:
+    """A plain tqdm on stderr: huggingface_hub's own hides itself when stderr is no TTY."""
+    from tqdm import tqdm
+
+    class DownloadBar(tqdm):  # type: ignore[type-arg]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.pop("name", None)
+            kwargs["disable"] = not enabled
+            super().__init__(*args, **kwargs)
+
+    return DownloadBar
+
+
+@contextmanager
+def hub_errors(ref: HubRef, endpoint: str) -> Iterator[None]:
+    """Translate huggingface_hub / httpx / OS errors into one-line ModelErrors."""
+    from huggingface_hub import errors
+
+    model = ref.repo_id
+    rev = ref.revision or "main"
+    try:
+        yield
+    except ModelError:
+        raise
+    except errors.OfflineModeIsEnabled:
+        raise offline_error(model) from None
+    except errors.GatedRepoError:
+        raise ModelError(
+            f"model {model} is gated on {endpoint}: accept its terms there and set HF_TOKEN"
+        ) from None
+    except errors.RepositoryNotFoundError:
+        raise ModelError(
+            f"model {model} was not found on {endpoint} (a private model needs HF_TOKEN)"
+        ) from None
+    except errors.RevisionNotFoundError:
+        raise ModelError(f"revision {rev} of model {model} was not found on {endpoint}") from None
+    except errors.RemoteEntryNotFoundError as error:
+        raise ModelError(f"downloading model {model} failed: {_first_line(error)}") from None
+    except errors.HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else "?"
+        raise ModelError(
+            f"downloading model {model} from {endpoint} failed: HTTP {status}"
+            f" ({_first_line(error)})"
+        ) from None
+    except errors.LocalEntryNotFoundError as error:
+        cause = error.__cause__ or error.__context__ or error
+        raise ModelError(
+            f"cannot download model {model} from {endpoint}: {_first_line(cause)}"
+        ) from None
+    except OSError as error:
+        raise ModelError(f"downloading model {model} failed: {_first_line(error)}") from None
+    except Exception as error:  # httpx connection errors and anything unforeseen
+        raise ModelError(
+            f"cannot download model {model} from {endpoint}: "
+            f"{type(error).__name__}: {_first_line(error)}"
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

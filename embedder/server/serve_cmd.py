@@ -1,0 +1,150 @@
+"""``serve``: run the embedder in the foreground (spec/cli.md §4, spec/embedder.md §5).
+
+Shared by ``thatch-embedder serve`` and ``thatch embedder serve``. The command only reads
+options and the environment, sets up logging and calls ``thatch.embedder.server.grpc_server.serve``.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+from pathlib import Path
+
+import click
+from thatch.cli.errors import translate_errors
+from thatch.embedder.errors import ThatchEmbedderError
+from thatch.embedder.settings import (
+    DEFAULT_IDLE_SECONDS,
+    configured_model,
+    int_setting,
+)
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+LOG_MAX_BYTES = 5 * 1024 * 1024
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+
+def setup_logging(log_file: Path | None, level: str) -> tuple[logging.Logger, logging.Handler]:
+    """The embedder's logger writing to ``log_file`` (rotated) or stderr, never stdout."""
+    handler: logging.Handler
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            log_file, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8"
+        )
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger = logging.getLogger("thatch.embedder")
+    logger.setLevel(LEVELS[level])
+    logger.propagate = False
+    logger.addHandler(handler)
+    return logger, handler
+
+
+def _file_option(name: str, help_text: str):  # type: ignore[no-untyped-def]
+    return click.option(
+        name,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help=help_text,
+    )
+
+
+@click.command("serve")
+@click.option(
+    "--listen",
+    metavar="ADDR",
+    help="unix:///path, host:port or :port (127.0.0.1). "
+    "Default: THATCH_EMBEDDER_ADDR if unix, else the default socket.",
+)
+@click.option(
+    "--model", metavar="M", help="Model: short name, hub id or directory [env THATCH_MODEL]."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="onnxruntime intra-op threads (default: CPUs, ≤8).",
+)
+@click.option(
+    "--idle-seconds",
+    type=click.IntRange(min=0),
+    help="Release the model after N s without Embed; 0 never "
+    f"[env THATCH_EMBEDDER_IDLE_SECONDS, default {DEFAULT_IDLE_SECONDS}].",
+)
+@click.option(
+    "--exit-after",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Exit after N s without Embed or Info calls; 0 never.",
+)
+@_file_option("--tls-cert", "Serve TLS with this certificate (PEM); needs --tls-key.")
+@_file_option("--tls-key", "Private key (PEM) of --tls-cert.")
+@_file_option("--tls-client-ca", "Require client certificates signed by this CA (PEM).")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Log here (rotated at 5 MB, one backup) instead of stderr.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(list(LEVELS)),
+    default="info",
+    show_default=True,
+    help="debug also logs every request.",
+)
+@click.option("--auto-started", is_flag=True, hidden=True)
+def serve(
+    listen: str | None,
+    model: str | None,
+    threads: int | None,
+    idle_seconds: int | None,
+    exit_after: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    log_file: Path | None,
+    log_level: str,
+    auto_started: bool,
+) -> None:
+    """Run the embedding service in the foreground until SIGTERM or Ctrl-C."""
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key must be given together")
+    if tls_client_ca is not None and tls_cert is None:
+        raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    from thatch.embedder.server import grpc_server as server
+
+    env = dict(os.environ)
+    tls = None
+    if tls_cert is not None and tls_key is not None:
+        tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
+    options = server.ServeOptions(
+        model=model or configured_model(env),
+        listen=listen,
+        threads=threads,
+        idle_seconds=(
+            idle_seconds
+            if idle_seconds is not None
+            else int_setting(env, "THATCH_EMBEDDER_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
+        ),
+        exit_after=exit_after,
+        tls=tls,
+        auto_started=auto_started,
+    )
+    logger, handler = setup_logging(log_file, log_level)
+    try:
+        with translate_errors():
+            try:
+                status = server.serve(options, env=env, logger=logger)
+            except ThatchEmbedderError as error:
+                if log_file is not None:  # whoever reads the log learns why it stopped
+                    logger.error("%s", error)
+                raise
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    sys.exit(status)

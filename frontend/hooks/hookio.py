@@ -1,0 +1,139 @@
+"""Reading a host's hook payload and resolving what a hook needs from its environment.
+
+Standard library only: the tool hooks import this module on every tool call. Nothing
+here raises on bad input; problems become one stderr line ``[thatch <command>] <message>``
+(spec/hooks.md §1) and an empty payload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from thatch.frontend.hooks.queue import first_string
+
+__all__ = [
+    "HOSTS",
+    "MAX_STDIN_BYTES",
+    "REMINDER_STDIN_DEADLINE",
+    "STDIN_DEADLINE",
+    "first_string",
+    "project_dir",
+    "read_payload",
+    "resolve_host",
+    "warn",
+    "warn_plain",
+]
+
+MAX_STDIN_BYTES = 16 * 1024 * 1024
+STDIN_DEADLINE = 2.0
+REMINDER_STDIN_DEADLINE = 0.5
+HOSTS = ("claude", "cursor", "opencode")
+_CHUNK = 1 << 16
+
+
+def warn(command: str, message: str, stderr: IO[str] | None = None) -> None:
+    """One diagnostic line on stderr; never raises (stderr may be closed)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"[thatch {command}] {message}", file=stderr or sys.stderr, flush=True)
+
+
+def warn_plain(message: str) -> None:
+    """A ``[thatch] <message>`` stderr line (the README's wording for settings warnings)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"[thatch] {message}", file=sys.stderr, flush=True)
+
+
+def _read_with_deadline(fd: int, deadline: float, limit: int) -> tuple[bytes, str | None]:
+    """Bytes up to EOF, or what arrived before the deadline / size limit plus a problem."""
+    chunks: list[bytes] = []
+    size = 0
+    end = time.monotonic() + deadline
+    while True:
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            return b"", f"stdin not closed within {deadline:g} s; input ignored"
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return b"".join(chunks), None
+        size += len(chunk)
+        if size > limit:
+            return b"", f"stdin larger than {limit // (1024 * 1024)} MiB; input ignored"
+        chunks.append(chunk)
+
+
+def read_payload(
+    command: str,
+    *,
+    deadline: float = STDIN_DEADLINE,
+    limit: int = MAX_STDIN_BYTES,
+    stdin: IO[bytes] | IO[str] | None = None,
+) -> dict[str, Any]:
+    """The hook's stdin as a JSON object; ``{}`` for a TTY, nothing, or anything else."""
+    stream = sys.stdin if stdin is None else stdin
+    if stream is None:
+        return {}
+    try:
+        if stream.isatty():
+            return {}
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return {}
+    try:
+        data, problem = _read_with_deadline(fd, deadline, limit)
+    except OSError as error:
+        warn(command, f"cannot read stdin: {error.strerror or error}")
+        return {}
+    if problem:
+        warn(command, problem)
+        return {}
+    if not data.strip():
+        return {}
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        warn(command, "stdin is not JSON; input ignored")
+        return {}
+    if not isinstance(value, dict):
+        warn(command, f"stdin is a JSON {type(value).__name__}, not an object; input ignored")
+        return {}
+    return value
+
+
+def resolve_host(option: str | None, env: Mapping[str, str], command: str = "hook") -> str:
+    """``--host`` → ``THATCH_HOST`` → cursor/claude by project-dir variables → claude."""
+    for source, value in (("--host", option), ("THATCH_HOST", env.get("THATCH_HOST"))):
+        if value:
+            host = value.strip().lower()
+            if host in HOSTS:
+                return host
+            warn(command, f'ignoring {source} "{value}": expected claude, cursor or opencode')
+    if env.get("CURSOR_PROJECT_DIR"):
+        return "cursor"
+    return "claude"
+
+
+def project_dir(env: Mapping[str, str], payload: Mapping[str, Any]) -> Path:
+    """Project directory for hooks (spec/README.md): env, then payload ``cwd``, then
+    ``workspace_roots[0]``, then the working directory."""
+    for name in ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR"):
+        value = env.get(name)
+        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
+            return Path(os.path.expanduser(value))
+    cwd = payload.get("cwd")
+    if isinstance(cwd, str) and cwd:
+        return Path(cwd)
+    roots = payload.get("workspace_roots")
+    if isinstance(roots, list) and roots and isinstance(roots[0], str) and roots[0]:
+        return Path(roots[0])
+    return Path.cwd()

@@ -1,0 +1,225 @@
+"""What ``flush-tools`` and ``reminder`` compute (spec/hooks.md §7–§8), without click.
+
+Both run on the agent's hot path (every prompt, every session start), so the ``thatch``
+entry point calls ``run_flush_tools``/``run_reminder`` directly; the store, the embedder
+client and git are imported only by the tiers that need them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from thatch.frontend.hooks import hookio, queue
+from thatch.frontend.hooks.runner import report_failure, run_hook
+
+MIN_PROMPT_LEN = 10
+PROMPT_EMBED_CHARS = 2000
+PROMPT_EMBED_DEADLINE = 1.5
+INFO_DEADLINE = 0.3
+RECALL_LIMIT = 5
+DEFAULT_RECALL_THRESHOLD = 0.55
+
+
+def recall_threshold(env: Mapping[str, str]) -> float:
+    """``THATCH_RECALL_THRESHOLD`` when a number in [0, 1], else the default (with a warning)."""
+    value = env.get("THATCH_RECALL_THRESHOLD")
+    if not value:
+        return DEFAULT_RECALL_THRESHOLD
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:  # also rejects nan
+        hookio.warn_plain(
+            f'ignoring THATCH_RECALL_THRESHOLD="{value}": not a number between 0 and 1'
+        )
+        return DEFAULT_RECALL_THRESHOLD
+    return number
+
+
+def _cleanup_queue(command: str, directory: Path) -> None:
+    try:
+        queue.cleanup(directory)
+    except OSError as error:
+        hookio.warn(command, f"queue cleanup failed: {error.strerror or error}")
+
+
+def extraction_tier(directory: Path, session: str, host: str) -> str | None:
+    """The extraction nudge when the session has queued records (bumps the count)."""
+    from thatch.frontend.hooks.nudges import extraction_nudge
+
+    if not session:
+        return None
+    records = queue.peek_records(directory, session)
+    if not records:
+        return None
+    if not usable_session_id(session):
+        # The nudge would ask for tools that refuse this id (and echo all of it).
+        hookio.warn("flush-tools", "session id refused by the extraction tools; no nudge")
+        return None
+    missed = queue.increment_count(directory, session)
+    return extraction_nudge(host, session, len(records), missed)
+
+
+def usable_session_id(session: str) -> bool:
+    """Whether ``get_extraction_payload`` and ``extraction_done`` accept ``session``.
+
+    Their ``session_id`` parameters are checked by this same stdlib predicate, so the
+    hook needs neither the tool specs nor the validator (~7 ms of imports per prompt).
+    """
+    from thatch.frontend.identifiers import session_id_problem
+
+    return session_id_problem(session) is None
+
+
+def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) -> str | None:
+    """The recall nudge for a prompt of ≥ 10 characters, or None (embedder absent,
+    nothing above the threshold)."""
+    prompt = prompt.strip()
+    if len(prompt) < MIN_PROMPT_LEN:
+        return None
+    from thatch.frontend.hooks.nudges import recall_nudge
+
+    threshold = recall_threshold(env)
+    stores = [project] if project == "global" else [project, "global"]
+    text = prompt[:PROMPT_EMBED_CHARS]
+    labels = warm_recall_labels(text, env, stores, threshold)
+    if labels is not None:
+        return recall_nudge(host, labels)
+    vector = embed_prompt(text, env)
+    if vector is None:
+        return None
+    from thatch.frontend.store.db import default_db_path
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.store.vector_snapshot import snapshot_dir
+    from thatch.frontend.timefmt import utc_now
+
+    # Maps a snapshot another process wrote, never writes one: the host waits for exit.
+    store = Store.open(
+        default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env), write_snapshots=False
+    )
+    try:
+        matches = store.search(stores, vector, limit=RECALL_LIMIT)
+    finally:
+        store.close()
+    labels = [match.memory.label for match in matches if match.score >= threshold]
+    return recall_nudge(host, labels)
+
+
+def warm_recall_labels(
+    text: str, env: Mapping[str, str], stores: list[str], threshold: float
+) -> list[str] | None:
+    """The recall labels from a running ``thatch mcp`` for this database (no numpy, no
+    grpc in this process); None when none answers, and the cold path runs instead."""
+    from thatch.frontend.hooks import recall_scan
+
+    path = recall_scan.socket_path(recall_scan.db_path(env), env)
+    if path is None:
+        return None
+    return recall_scan.request_labels(
+        path, text, stores, RECALL_LIMIT, threshold, deadline=PROMPT_EMBED_DEADLINE
+    )
+
+
+def embed_prompt(text: str, env: Mapping[str, str]) -> Any | None:
+    """One query vector within the prompt deadline; None when the embedder cannot answer
+    (a local one is then started in the background for the next prompt)."""
+    from thatch.embedder.client.embedder_client import EmbedderClient
+    from thatch.embedder.encoder import Kind
+    from thatch.embedder.errors import ThatchEmbedderError
+
+    try:
+        client = EmbedderClient(env=env, autostart=True)
+    except ThatchEmbedderError:
+        return None
+    try:
+        result = client.embed([text], Kind.QUERY, timeout=PROMPT_EMBED_DEADLINE, start_wait=0)
+    except ThatchEmbedderError:
+        return None
+    finally:
+        client.close()
+    return result.vectors[0]
+
+
+def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
+    """The one nudge for this prompt: extraction, else recall, else the write nudge."""
+    from thatch.frontend.hooks.nudges import write_nudge
+
+    command = "flush-tools"
+    try:
+        directory = queue.queue_dir(env)
+        _cleanup_queue(command, directory)
+        session = hookio.first_string(payload, "session_id", "conversation_id")
+        text = extraction_tier(directory, session, host)
+        if text:
+            return text
+        prompt = hookio.first_string(payload, "prompt", "message", "text", "user_input", "input")
+        if len(prompt.strip()) >= MIN_PROMPT_LEN:
+            from thatch.frontend.project import project_store
+
+            project = project_store(hookio.project_dir(env, payload), env)
+            text = recall_tier(prompt, env, project, host)
+            if text:
+                return text
+    except Exception as error:  # any failure falls through to the write nudge
+        report_failure(command, error)
+    return write_nudge(host)
+
+
+def run_flush_tools(as_json: bool, host: str | None) -> None:
+    """Prompt hook: print one nudge (extraction, relevant memories, or save reminder)."""
+
+    def body() -> str | None:
+        payload = hookio.read_payload("flush-tools")
+        resolved = hookio.resolve_host(host, os.environ, "flush-tools")
+        return flush_text(payload, os.environ, resolved)
+
+    run_hook("flush-tools", body, as_json)
+
+
+def active_model(env: Mapping[str, str]) -> str:
+    """The running embedder's model if it answers within 300 ms, else the configured id
+    (and a local embedder is started in the background for the session's first prompt)."""
+    from thatch.frontend.tools.active_model import active_model as resolve_active
+
+    return resolve_active(env, timeout=INFO_DEADLINE, start_if_absent=True)
+
+
+def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
+    """The session-start reminder, with the hygiene paragraph when the store needs it."""
+    from thatch.frontend.hooks.reminder import reminder_text
+    from thatch.frontend.project import project_store
+    from thatch.frontend.store.db import default_db_path
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.timefmt import utc_now
+    from thatch.frontend.tools.hygiene import hygiene_report
+
+    command = "reminder"
+    directory = hookio.project_dir(env, payload)
+    project = project_store(directory, env)
+    _cleanup_queue(command, queue.queue_dir(env))
+    report = None
+    try:
+        model = active_model(env)
+        store = Store.open(default_db_path(env), clock=utc_now)
+        try:
+            report = hygiene_report(store, project, directory, model)
+        finally:
+            store.close()
+    except Exception as error:  # the reminder itself matters more than hygiene
+        report_failure(command, error)
+    return reminder_text(project, host, report)
+
+
+def run_reminder(as_json: bool, host: str | None) -> None:
+    """Session-start hook: remind the agent to load memories; report store hygiene."""
+
+    def body() -> str | None:
+        payload = hookio.read_payload("reminder", deadline=hookio.REMINDER_STDIN_DEADLINE)
+        resolved = hookio.resolve_host(host, os.environ, "reminder")
+        return reminder_output(payload, os.environ, resolved)
+
+    run_hook("reminder", body, as_json)

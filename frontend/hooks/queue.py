@@ -1,0 +1,524 @@
+"""The extraction queue: one JSONL file of recent tool calls per agent session.
+
+Tool hooks append here on every tool call, so this module imports only the standard
+library (spec/hooks.md §1). Layout per session id ``I`` in the queue directory:
+``<safe>.jsonl`` (records, oldest first), ``<safe>.count`` (nudges printed since the last
+drain) and ``<safe>.lock`` (flock target). Every read-modify-write holds the lock and
+replaces the file atomically, so readers (which never lock) see either the old or the new
+file, never a torn one.
+
+Everything stored is bounded (the ``*_LIMIT`` constants below): hosts pass tool names,
+argument names, ids and values as they come, and one 5 MB tool name once made a 10 MB
+queue and a 10 MB ``get_extraction_payload``. Records are capped when written and again
+when read, so a file written by anyone else is bounded too. A session id the extraction
+tools would refuse (``session_id_problem``) gets no queue at all, hence no nudge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
+
+__all__ = [
+    "MAX_RECORDS",
+    "QueueError",
+    "append_calls",
+    "build_payload",
+    "classify",
+    "cleanup",
+    "drain",
+    "increment_count",
+    "make_record",
+    "peek_records",
+    "queue_dir",
+    "queue_paths",
+    "read_count",
+    "safe_name",
+    "session_id_problem",
+]
+
+MAX_RECORDS = 20
+ARG_STRING_LIMIT = 500
+OUTPUT_LIMIT = 2000
+PAYLOAD_OUTPUT_LIMIT = 500
+TOOL_NAME_LIMIT = 200  # host-prefixed tool names are well under 100 characters
+KEY_LIMIT = 100  # an argument's name
+ID_LIMIT = 200  # tool_use_id (hosts send ~40-character ids)
+ARG_ITEMS_LIMIT = 50  # entries kept per object or array inside args
+ARG_DEPTH_LIMIT = 8  # nesting kept inside args; deeper values become "…"
+ARGS_CHARS_LIMIT = 4000  # budget of one record's args (names and strings counted)
+TITLE_LIMIT = 200
+# One record is at most about the sum of its fields' limits (~7.5k characters), so a
+# queue of MAX_RECORDS stays under QUEUE_BYTES_LIMIT; reading never takes more than that
+# from the end of a file (a foreign or older file may be larger).
+RECORD_CHARS_LIMIT = (
+    TOOL_NAME_LIMIT + SESSION_ID_MAX + ARGS_CHARS_LIMIT + TITLE_LIMIT + OUTPUT_LIMIT + ID_LIMIT
+)
+QUEUE_BYTES_LIMIT = 4 * MAX_RECORDS * RECORD_CHARS_LIMIT  # UTF-8: up to 4 bytes a character
+LOCK_TIMEOUT_SECONDS = 2.0
+STALE_SECONDS = 7 * 24 * 3600
+CLEANUP_INTERVAL_SECONDS = 24 * 3600
+CLEANUP_MARKER = ".last-cleanup"
+
+# Bare names of thatch's MCP tools (spec/tools.md §4 plus the later-phase ones), used to
+# recognise thatch's own calls however a host prefixes them.
+THATCH_TOOLS = (
+    "memory_remember",
+    "memory_recall",
+    "memory_list",
+    "memory_show",
+    "memory_forget",
+    "store_list",
+    "find_duplicates",
+    "dedup_mark_checked",
+    "extraction_done",
+    "get_extraction_payload",
+    "prediction_query",
+    "prediction_update",
+    "prediction_list",
+    "prediction_delete",
+    "behavior_codify",
+    "behavior_feedback",
+    "behavior_list",
+    "behavior_delete",
+    "chat_register",
+    "chat_list",
+    "chat_send",
+    "chat_read",
+    "chat_unregister",
+    "chat_broadcast",
+    "chat_status",
+)
+DRAINING_TOOLS = ("memory_remember", "extraction_done")
+THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
+META_TOOLS = ("skill", "task", "agent")
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_LAST_SEGMENT = re.compile(r"(?:__|[:./])")
+# A pattern string, not a compiled object: only aggregator calls need it, and compiling it
+# costs more than the rest of a tool hook's work (re caches it after the first use).
+_TOOL_WORDS = r"\b(" + "|".join(THATCH_TOOLS) + r")\b"
+
+
+class QueueError(Exception):
+    """A queue operation could not be done (lock timeout, unsafe path); one-line message."""
+
+
+# -- locations -------------------------------------------------------------------------
+
+
+def queue_dir(env: Mapping[str, str]) -> Path:
+    """``$THATCH_QUEUE_DIR``, else ``$XDG_CACHE_HOME/thatch/queue`` (empty counts as unset)."""
+    explicit = env.get("THATCH_QUEUE_DIR")
+    if explicit:
+        return Path(os.path.expanduser(explicit))
+    from thatch.frontend.store.db_path import thatch_cache_dir
+
+    return thatch_cache_dir(env) / "queue"
+
+
+def safe_name(session_id: str) -> str:
+    """File stem for a session id: itself when already safe, else sanitised plus a hash."""
+    safe = _UNSAFE.sub("_", session_id)
+    if safe != session_id or len(session_id) > 128:
+        import hashlib  # loads OpenSSL (~3 ms); UUIDs and opencode ids never need it
+
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+        safe = safe[:64] + "-" + digest[:16]
+    return safe
+
+
+def queue_paths(directory: Path, session_id: str) -> tuple[Path, Path, Path]:
+    """The ``.jsonl``, ``.count`` and ``.lock`` paths of a non-empty session id."""
+    if not session_id:
+        raise QueueError("empty session id has no queue")
+    stem = safe_name(session_id)
+    paths = tuple(directory / f"{stem}{suffix}" for suffix in (".jsonl", ".count", ".lock"))
+    for path in paths:
+        # Belt and braces: the sanitising above already rules out separators and "..".
+        if path.parent != directory or path.name in (".", ".."):
+            raise QueueError(f"session id {session_id[:40]!r} does not map into the queue")
+    return paths  # type: ignore[return-value]
+
+
+def _ensure_dir(directory: Path) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+# -- locking and atomic files ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise QueueError(
+                        f"queue lock {lock_path.name} busy for {timeout:g} s; gave up"
+                    ) from None
+                time.sleep(delay)  # waiting for another hook process; no event to wait on
+                delay = min(delay * 2, 0.05)
+        # Touch the lock so the 7-day cleanup never removes a lock that is in use.
+        os.utime(fd)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    # Not tempfile.mkstemp: importing tempfile costs a tool hook ~3 ms.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The file's records, newest MAX_RECORDS, each capped; at most QUEUE_BYTES_LIMIT read."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > QUEUE_BYTES_LIMIT:
+                handle.seek(size - QUEUE_BYTES_LIMIT)  # the first (partial) line is skipped
+            data = handle.read(QUEUE_BYTES_LIMIT)
+    except FileNotFoundError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > QUEUE_BYTES_LIMIT:
+        lines = lines[1:]
+    records: list[dict[str, Any]] = []
+    for line in lines[-MAX_RECORDS * 2 :]:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # a foreign or damaged line must not hide the others
+        if isinstance(value, dict):
+            records.append(_capped(value))
+    return records[-MAX_RECORDS:]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# -- classification and records ----------------------------------------------------------
+
+
+def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:
+    """``("thatch", bare)``, ``("meta", None)`` or ``("other", None)`` per hooks.md §6.2."""
+    name = tool_name.strip().lower()
+    for prefix in THATCH_PREFIXES:
+        if name.startswith(prefix):
+            return "thatch", name[len(prefix) :]
+    if name.startswith("mcp:") and name[4:] in THATCH_TOOLS:
+        return "thatch", name[4:]
+    if name in THATCH_TOOLS:
+        return "thatch", name
+    if name in META_TOOLS:
+        return "meta", None
+    if _LAST_SEGMENT.split(name)[-1] == "execute":
+        found = re.findall(_TOOL_WORDS, _compact(tool_input if tool_input is not None else {}))
+        if found:
+            if any(word in DRAINING_TOOLS for word in found):
+                return "thatch", "memory_remember"
+            return "thatch", found[0]
+    return "other", None
+
+
+def _cut_strings(value: Any) -> Any:
+    """``value`` with every string cut to 500 characters and its size bounded (the caps)."""
+    return _bounded(value, 0, [ARGS_CHARS_LIMIT])
+
+
+def _bounded(value: Any, depth: int, budget: list[int]) -> Any:
+    if isinstance(value, str):
+        value = value[: max(0, min(ARG_STRING_LIMIT, budget[0]))]
+        budget[0] -= len(value) + 2
+        return value
+    if value is None or isinstance(value, bool | float):
+        budget[0] -= 5
+        return value
+    if isinstance(value, int):  # a 5,000-digit integer cannot even be printed as JSON
+        budget[0] -= 20
+        return value if -(2**63) <= value < 2**63 else "…"
+    if isinstance(value, dict | list):
+        if depth >= ARG_DEPTH_LIMIT:
+            budget[0] -= 3
+            return "…"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        out: dict[str, Any] = {}
+        for index, (key, item) in enumerate(items):
+            if index >= ARG_ITEMS_LIMIT or budget[0] <= 0:
+                break
+            name = str(key)[:KEY_LIMIT]
+            budget[0] -= len(name) + 4 if isinstance(value, dict) else 1
+            out[name] = _bounded(item, depth + 1, budget)
+        return out if isinstance(value, dict) else list(out.values())
+    return _bounded(str(value), depth, budget)
+
+
+def _cut(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def first_string(args: Mapping[str, Any], *names: str) -> str:
+    """The first present non-empty string among ``names`` (hooks.md's ``a`` → ``b``)."""
+    for name in names:
+        value = args.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _title(tool: str, args: Mapping[str, Any]) -> str:
+    name = tool.strip().lower()
+    if name in ("read", "edit", "write"):
+        return first_string(args, "filePath", "file_path").rsplit("/", 1)[-1]
+    if name in ("bash", "shell"):
+        return first_string(args, "command")[:80]
+    if name in ("grep", "glob"):
+        return first_string(args, "pattern")
+    return _compact(args)[:80]
+
+
+def make_record(session_id: str, call: Mapping[str, Any]) -> dict[str, Any]:
+    """The queue record of one call (``tool_name``, ``tool_input``, ``tool_use_id``,
+    ``tool_response`` as the hosts send them)."""
+    tool = call.get("tool_name")
+    tool = (tool if isinstance(tool, str) else str(tool))[:TOOL_NAME_LIMIT]
+    raw_input = call.get("tool_input")
+    if isinstance(raw_input, dict):
+        args: dict[str, Any] = _cut_strings(raw_input)
+    elif raw_input is None:
+        args = {}
+    else:
+        args = {"value": _cut_strings(raw_input)}
+    response = call.get("tool_response")
+    if response is None:
+        output = ""
+    else:
+        output = response if isinstance(response, str) else _compact(response)
+    record: dict[str, Any] = {
+        "tool": tool,
+        "sessionID": session_id[:SESSION_ID_MAX],
+        "args": args,
+        "title": _title(tool, args)[:TITLE_LIMIT],
+        "output": output[:OUTPUT_LIMIT],
+    }
+    use_id = call.get("tool_use_id")
+    if isinstance(use_id, str) and use_id:
+        record["tool_use_id"] = use_id[:ID_LIMIT]
+    return record
+
+
+def _capped(record: dict[str, Any]) -> dict[str, Any]:
+    """A record read back, bounded like one written now (older or foreign files)."""
+    capped: dict[str, Any] = {
+        "tool": _cut(record.get("tool"), TOOL_NAME_LIMIT),
+        "sessionID": _cut(record.get("sessionID"), SESSION_ID_MAX),
+        "args": _cut_strings(record.get("args", {})),
+        "title": _cut(record.get("title"), TITLE_LIMIT),
+        "output": _cut(record.get("output"), OUTPUT_LIMIT),
+    }
+    use_id = record.get("tool_use_id")
+    if isinstance(use_id, str) and use_id:
+        capped["tool_use_id"] = use_id[:ID_LIMIT]
+    return capped
+
+
+# -- operations ------------------------------------------------------------------------
+
+
+def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, Any]]) -> None:
+    """Queue a batch of tool calls for a session (hooks.md §6.3).
+
+    A thatch memory write or ``extraction_done`` in the batch drains the queue and
+    discards the calls gathered before it; thatch's own and meta tools are skipped, as
+    are calls whose ``tool_use_id`` is already queued. The newest 20 records are kept.
+    """
+    if session_id_problem(session_id) is not None:
+        return  # the tools would refuse this id: a queue for it could never be fetched
+    calls = list(calls)
+    if not calls:
+        return
+    jsonl, count, lock = queue_paths(directory, session_id)
+    _ensure_dir(directory)
+    with _locked(lock):
+        existing = _read_lines(jsonl)
+        original_len = len(existing)
+        drained = False
+        for call in calls:
+            tool = call.get("tool_name")
+            if not isinstance(tool, str) or not tool.strip():
+                continue
+            kind, bare = classify(tool, call.get("tool_input"))
+            if kind == "thatch" and bare in DRAINING_TOOLS:
+                existing = []
+                drained = True
+                continue
+            if kind != "other":
+                continue
+            use_id = call.get("tool_use_id")
+            use_id = use_id[:ID_LIMIT] if isinstance(use_id, str) else use_id
+            if isinstance(use_id, str) and any(
+                use_id and record.get("tool_use_id") == use_id for record in existing
+            ):
+                continue
+            existing.append(make_record(session_id, call))
+        if drained:
+            _unlink(count)
+        if not drained and len(existing) == original_len:
+            return  # nothing changed; leave the file (and its mtime) alone
+        kept = existing[-MAX_RECORDS:]
+        if kept:
+            _write_atomic(jsonl, "".join(_compact(record) + "\n" for record in kept))
+        else:
+            _unlink(jsonl)
+
+
+def peek_records(directory: Path, session_id: str) -> list[dict[str, Any]]:
+    """The queued records, oldest first, without locking or changing anything."""
+    if session_id_problem(session_id) is not None:
+        return []
+    jsonl, _count, _lock = queue_paths(directory, session_id)
+    return _read_lines(jsonl)
+
+
+def drain(directory: Path, session_id: str) -> None:
+    """Delete the session's records and nudge count (``extraction_done``, memory writes)."""
+    if not session_id:
+        return
+    jsonl, count, lock = queue_paths(directory, session_id)
+    if not directory.is_dir():
+        return
+    with _locked(lock):
+        _unlink(jsonl)
+        _unlink(count)
+
+
+def _parse_count(path: Path) -> int:
+    try:
+        value = int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return 0
+    return max(value, 0)
+
+
+def read_count(directory: Path, session_id: str) -> int:
+    """Extraction nudges printed since the last drain (missing or unparsable = 0)."""
+    if not session_id:
+        return 0
+    _jsonl, count, _lock = queue_paths(directory, session_id)
+    return _parse_count(count)
+
+
+def increment_count(directory: Path, session_id: str) -> int:
+    """Add one to the session's nudge count; returns the count *before* the increment."""
+    _jsonl, count, lock = queue_paths(directory, session_id)
+    _ensure_dir(directory)
+    with _locked(lock):
+        missed = _parse_count(count)
+        _write_atomic(count, f"{missed + 1}\n")
+    return missed
+
+
+def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
+    """Delete queue files untouched for 7 days, at most once a day; returns files removed."""
+    now = time.time() if now is None else now
+    if not directory.is_dir():
+        return 0
+    marker = directory / CLEANUP_MARKER
+    try:
+        last = marker.stat().st_mtime
+    except FileNotFoundError:
+        last = 0.0
+    if not force and now - last < CLEANUP_INTERVAL_SECONDS:
+        return 0
+    marker.touch()
+    os.utime(marker, (now, now))
+    removed = 0
+    for entry in os.scandir(directory):
+        if entry.name == CLEANUP_MARKER or not entry.is_file(follow_symlinks=False):
+            continue
+        if not entry.name.endswith((".jsonl", ".count", ".lock", ".tmp")):
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
+                os.unlink(entry.path)
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+# -- payload -------------------------------------------------------------------------------
+
+
+def _summarize_args(tool: str, args: Any) -> str:
+    name = tool.strip().lower()
+    mapping = args if isinstance(args, dict) else {}
+    if name in ("read", "edit", "write"):
+        return "file: " + first_string(mapping, "filePath", "file_path")
+    if name in ("bash", "shell"):
+        return first_string(mapping, "command")[:120]
+    if name in ("grep", "glob"):
+        return "pattern: " + first_string(mapping, "pattern")
+    return _compact(args)[:120]
+
+
+def build_payload(records: list[dict[str, Any]], project_store: str) -> str | None:
+    """The ``get_extraction_payload`` JSON (hooks.md §6.5), or None when nothing is queued."""
+    if not records:
+        return None
+    interactions = []
+    for record in records:
+        tool = record.get("tool")
+        tool = tool if isinstance(tool, str) else ""
+        output = record.get("output")
+        output = output if isinstance(output, str) else _compact(output)
+        if len(output) > PAYLOAD_OUTPUT_LIMIT:
+            output = output[:PAYLOAD_OUTPUT_LIMIT] + "..."
+        title = record.get("title")
+        interactions.append(
+            {
+                "tool": tool,
+                "title": title if isinstance(title, str) else "",
+                "args": _summarize_args(tool, record.get("args", {})),
+                "output": output,
+            }
+        )
+    return _compact(
+        {"interactions": interactions, "projectStore": project_store, "globalStore": "global"}
+    )

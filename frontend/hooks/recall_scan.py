@@ -1,0 +1,360 @@
+"""The prompt hook's recall tier served warm by ``thatch mcp`` over a unix socket.
+
+A fresh ``flush-tools`` process spends most of its budget importing numpy and grpc and
+loading the vectors; ``thatch mcp`` already holds all three. Each MCP process offers a
+"recall scan" socket per database (``scan-<sha256 of the DB path>.sock`` beside the
+embedder's socket): the hook sends one JSON line
+``{"prompt", "stores", "limit", "threshold"}`` and reads one back, ``{"labels": [...]}``
+or ``{"error": "..."}``. Any failure on the hook's side means "use the cold path".
+
+The client half (``socket_path``, ``request_labels``) imports only the standard library
+and ``thatch.embedder.settings``; the server half imports its heavy parts lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import math
+import os
+import socket
+import stat
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from thatch.embedder.settings import MAX_SOCKET_PATH_BYTES, socket_dir
+from thatch.embedder.socket_trust import (
+    check_path,
+    directory_problem,
+    peer_credentials,
+    peer_problem,
+    tighten_own_directory,
+)
+from thatch.frontend.store.db_path import default_db_path as db_path
+
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_PROMPT_CHARS = 2000
+MAX_LIMIT = 100
+CONNECT_TIMEOUT = 0.2
+CLIENT_DEADLINE = 1.5
+CONNECTION_TIMEOUT = 2.0
+EMBED_TIMEOUT = 1.5
+PROBE_TIMEOUT = 0.2
+MAX_CONNECTIONS = 8
+
+
+class ScanError(ValueError):
+    """A request the scan cannot answer; its text is the one-line error reply."""
+
+
+# -- where ---------------------------------------------------------------------------------
+
+
+def socket_path(db: Path | str, env: Mapping[str, str]) -> Path | None:
+    """The scan socket for database ``db``; None when the path would not fit in sun_path."""
+    digest = hashlib.sha256(os.fsencode(os.path.realpath(db))).hexdigest()[:16]
+    path = socket_dir(env) / f"scan-{digest}.sock"
+    return None if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES else path
+
+
+# -- client (the hook) ---------------------------------------------------------------------
+
+
+def request_labels(
+    path: Path,
+    prompt: str,
+    stores: Sequence[str],
+    limit: int,
+    threshold: float,
+    *,
+    deadline: float = CLIENT_DEADLINE,
+) -> list[str] | None:
+    """The labels the serving MCP process found, or None on any failure (use the cold path)."""
+    request = {"prompt": prompt, "stores": list(stores), "limit": limit, "threshold": threshold}
+    end = time.monotonic() + deadline
+    try:
+        # Only a server of our own user, in a directory nobody else can write, may see the
+        # prompt and answer for our memories (the same check as the embedder's client).
+        if check_path(path).problem is not None:
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(CONNECT_TIMEOUT)
+            sock.connect(os.fspath(path))
+            if peer_problem(path, *peer_credentials(sock)) is not None:
+                return None
+            sock.settimeout(max(end - time.monotonic(), 0.01))
+            sock.sendall(json.dumps(request).encode() + b"\n")
+            reply = _read_line(sock, end, MAX_REQUEST_BYTES)
+    except (OSError, ValueError):
+        return None
+    try:
+        answer = json.loads(reply)
+    except ValueError:
+        return None
+    labels = answer.get("labels") if isinstance(answer, dict) else None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        return None
+    return labels
+
+
+def _read_line(sock: socket.socket, end: float, limit: int) -> bytes:
+    """Bytes up to the first newline (or EOF); ScanError past ``limit``, TimeoutError at ``end``."""
+    data = bytearray()
+    while b"\n" not in data:
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no complete line before the deadline")
+        sock.settimeout(remaining)
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > limit and b"\n" not in data[: limit + 1]:
+            raise ScanError(f"request longer than {limit} bytes")
+    return bytes(data.split(b"\n", 1)[0])
+
+
+# -- answering -----------------------------------------------------------------------------
+
+
+class Searcher(Protocol):
+    """What answering needs: embed a query and search the stores (``ToolContext`` parts)."""
+
+    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
+        """Labels scoring ≥ threshold, best first; raises with a one-line message on failure."""
+        ...
+
+
+class ContextSearcher:
+    """``Searcher`` over a ToolContext's Store and embedder: no telemetry, archived excluded."""
+
+    # Plain classes, not dataclasses, here: building those costs the hook milliseconds.
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx  # a ToolContext; typed loosely so the hook never imports it
+
+    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
+        from thatch.embedder.encoder import Kind
+
+        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
+        matches = self.ctx.store.search(stores, result.vectors[0], limit=limit)
+        return [match.memory.label for match in matches if match.score >= threshold]
+
+
+def parse_request(line: bytes) -> tuple[str, list[str], int, float]:
+    """(prompt, stores, limit, threshold) from one request line, or ScanError saying why."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        raise ScanError("request is not valid JSON") from None
+    if not isinstance(request, dict):
+        raise ScanError("request must be a JSON object")
+    prompt = request.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ScanError('"prompt" must be a non-empty string')
+    stores = request.get("stores")
+    if (
+        not isinstance(stores, list)
+        or not stores
+        or not all(isinstance(name, str) and name for name in stores)
+    ):
+        raise ScanError('"stores" must be a non-empty list of store names')
+    limit = request.get("limit")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ScanError(f'"limit" must be an integer from 1 to {MAX_LIMIT}')
+    threshold = request.get("threshold")
+    valid_number = isinstance(threshold, int | float) and not isinstance(threshold, bool)
+    if not valid_number or math.isnan(threshold) or not 0.0 <= threshold <= 1.0:
+        raise ScanError('"threshold" must be a number from 0 to 1')
+    return prompt[:MAX_PROMPT_CHARS], list(dict.fromkeys(stores)), limit, float(threshold)
+
+
+def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
+    """The reply object for one request line; every failure becomes ``{"error": ...}``."""
+    try:
+        prompt, stores, limit, threshold = parse_request(line)
+        return {"labels": searcher.labels(prompt, stores, limit, threshold)}
+    except Exception as error:  # one bad request must not take the service down
+        text = " ".join(str(error).split()) or type(error).__name__
+        return {"error": text}
+
+
+# -- server (inside ``thatch mcp``) ---------------------------------------------------------
+
+
+def _warn(message: str) -> None:
+    print(f"[thatch] recall scan not served: {message}", file=sys.stderr, flush=True)
+
+
+def _debug(env: Mapping[str, str], message: str) -> None:
+    if env.get("THATCH_DEBUG") == "1":
+        print(f"[thatch] recall scan: {message}", file=sys.stderr, flush=True)
+
+
+def _claim(path: Path) -> str | None:
+    """Clear ``path`` for binding; a reason (not to bind) when something live holds it."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISSOCK(mode):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(PROBE_TIMEOUT)
+            try:
+                probe.connect(os.fspath(path))
+                return "another thatch mcp already serves this database"
+            except ConnectionRefusedError:
+                pass  # a stale socket left by a crash
+            except FileNotFoundError:
+                return None
+            except (TimeoutError, BlockingIOError):
+                return f"{path} is busy (not replacing a live socket)"
+            except OSError as error:
+                if error.errno in (errno.EAGAIN, errno.EINPROGRESS):
+                    return f"{path} is busy (not replacing a live socket)"
+                raise
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _bind(path: Path) -> socket.socket:
+    from thatch.embedder.client.autostart import make_private_dir
+
+    make_private_dir(path.parent)
+    tighten_own_directory(path.parent)  # always thatch's own socket directory
+    problem = directory_problem(path.parent)
+    if problem is not None:
+        raise PermissionError(problem)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    previous = os.umask(0o077)
+    try:
+        sock.bind(os.fspath(path))
+        os.chmod(path, 0o600)
+        sock.listen(16)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(previous)
+    return sock
+
+
+class ScanService:
+    """One process's scan socket: bound and served by a daemon thread, removed by ``close``."""
+
+    def __init__(self, path: Path, searcher: Searcher, env: Mapping[str, str]) -> None:
+        self.path = path
+        self.searcher = searcher
+        self.env = env
+        self.ready = threading.Event()  # set once the socket is bound or given up on
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._inode: int | None = None
+        self._closed = False
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="thatch-recall-scan", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self) -> None:
+        try:
+            if not self._open():
+                return
+        except Exception as error:  # the MCP server goes on without the scan
+            _warn(f"{self.path}: {getattr(error, 'strerror', None) or error}")
+            return
+        finally:
+            self.ready.set()
+        self._serve()
+
+    def _open(self) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            reason = _claim(self.path)
+            if reason is not None:
+                _debug(self.env, reason)
+                return False
+            self._sock = _bind(self.path)
+            self._inode = self.path.stat().st_ino
+        _debug(self.env, f"serving {self.path}")
+        return True
+
+    def _serve(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while not self._closed:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.05)  # e.g. out of file descriptors: back off, keep serving
+                continue
+            if not self._slots.acquire(blocking=False):
+                self._reply(conn, {"error": "recall scan busy"})
+                continue
+            threading.Thread(
+                target=self._handle, args=(conn,), name="thatch-recall-scan-conn", daemon=True
+            ).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            end = time.monotonic() + CONNECTION_TIMEOUT
+            try:
+                line = _read_line(conn, end, MAX_REQUEST_BYTES)
+            except ScanError as error:
+                self._reply(conn, {"error": str(error)})
+                return
+            except OSError:
+                conn.close()  # timed out or went away: nobody to answer
+                return
+            if not line.strip():
+                conn.close()  # a liveness probe connects and leaves without asking
+                return
+            self._reply(conn, answer(line, self.searcher))
+        finally:
+            self._slots.release()
+
+    @staticmethod
+    def _reply(conn: socket.socket, reply: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.settimeout(CONNECTION_TIMEOUT)
+            conn.sendall(json.dumps(reply, ensure_ascii=False).encode() + b"\n")
+
+    def close(self) -> None:
+        """Stop serving; remove the socket file only while it is still the one we bound."""
+        with self._lock:
+            self._closed = True
+            sock, self._sock = self._sock, None
+            if self._inode is not None:
+                with contextlib.suppress(OSError):
+                    if self.path.lstat().st_ino == self._inode:
+                        self.path.unlink()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() in the serving thread
+            sock.close()
+
+
+def start_scan_service(ctx: Any) -> ScanService | None:
+    """Serve the recall scan for ``ctx``'s database in the background; never raises."""
+    try:
+        db = ctx.store.path or db_path(ctx.env)
+        path = socket_path(db, ctx.env)
+        if path is None:
+            _debug(ctx.env, "socket path too long")
+            return None
+        service = ScanService(path, ContextSearcher(ctx), ctx.env)
+        service.start()
+    except Exception as error:  # the MCP server matters more than the scan
+        _warn(str(error))
+        return None
+    return service

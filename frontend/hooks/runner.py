@@ -1,0 +1,140 @@
+"""What the hook commands share, importing only the standard library and the queue.
+
+The hook commands run on every tool call, prompt and session start of every agent: the
+``thatch`` entry point (``thatch.cli.entry``) runs them from here without importing click,
+and the tool hooks import nothing beyond this module, ``hookio`` and ``queue``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from thatch.frontend.hooks import hookio, queue
+
+CURSOR_RESPONSE_FIELDS = (
+    "tool_output",
+    "tool_result",
+    "tool_response",
+    "result_json",
+    "result",
+    "output",
+)
+
+
+def report_failure(command: str, error: BaseException) -> None:
+    if os.environ.get("THATCH_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(error, file=sys.stderr)
+    sqlite3 = sys.modules.get("sqlite3")  # only loaded if a database was opened
+    if sqlite3 is not None and isinstance(error, sqlite3.Error):
+        from thatch.frontend.store.db import default_db_path, store_error
+
+        hookio.warn(command, str(store_error(error, default_db_path(os.environ))))
+        return
+    hookio.warn(command, f"internal error: {type(error).__name__}: {error}".splitlines()[0])
+
+
+def run_hook(command: str, body: Callable[[], str | None], as_json: bool = False) -> None:
+    """Run ``body``; print its text (or the ``--json`` form); swallow every failure."""
+    try:
+        text = body()
+    except Exception as error:  # a hook must never fail its host's turn
+        report_failure(command, error)
+        text = None
+    try:
+        if as_json:
+            document = {"additional_context": text} if text else {}
+            sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+        elif text:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # the host closed our stdout; nothing left to tell it
+
+
+def _batch_calls(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    calls = payload.get("tool_calls")
+    if isinstance(calls, list):
+        return [call for call in calls if isinstance(call, dict)]
+    if "tool_name" in payload:
+        return [dict(payload)]
+    return []
+
+
+def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Claude Code's PostToolBatch (or PostToolUse): queue the batch's calls."""
+    session = hookio.first_string(payload, "session_id", "conversation_id")
+    queue.append_calls(queue.queue_dir(env), session, _batch_calls(payload))
+
+
+def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Cursor's postToolUse and opencode's plugin: queue one call."""
+    session = hookio.first_string(payload, "conversation_id", "session_id")
+    tool = payload.get("tool_name")
+    if not isinstance(tool, str) or not tool.strip():
+        return
+    response: Any = None
+    for field in CURSOR_RESPONSE_FIELDS:
+        if payload.get(field) is not None:
+            response = payload[field]
+            break
+    call = {
+        "tool_name": tool,
+        "tool_input": payload.get("tool_input"),
+        "tool_use_id": payload.get("tool_use_id"),
+        "tool_response": response if response is not None else "",
+    }
+    queue.append_calls(queue.queue_dir(env), session, [call])
+
+
+def run_buffer_hook(command: str) -> None:
+    """Run ``buffer-batch`` or ``buffer-tool``: read stdin, queue, print nothing."""
+    body = buffer_batch_body if command == "buffer-batch" else buffer_tool_body
+
+    def run() -> None:
+        try:
+            body(hookio.read_payload(command), os.environ)
+        except queue.QueueError as error:
+            hookio.warn(command, str(error))
+        except OSError as error:
+            hookio.warn(command, f"cannot write the queue: {error.strerror or error}")
+        return None
+
+    run_hook(command, run)
+
+
+def hook_options(command: str, args: list[str]) -> dict[str, Any]:
+    """``--json`` and ``--host`` read by hand: hooks never fail on their command line.
+
+    Unknown options are ignored (hosts add options over time); a ``--host`` without a
+    value is reported on stderr and ignored.
+    """
+    options: dict[str, Any] = {"as_json": False, "host": None}
+    for i, arg in enumerate(args):
+        if arg == "--json" or arg.startswith("--json="):
+            options["as_json"] = True
+        elif arg == "--host":
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                options["host"] = args[i + 1]
+            else:
+                hookio.warn(command, "ignoring --host without a value")
+        elif arg.startswith("--host="):
+            options["host"] = arg.split("=", 1)[1]
+    return options
+
+
+def run_hook_command(command: str, args: list[str]) -> None:
+    """Run one of the four hook commands without click (see ``thatch.cli.entry``)."""
+    options = hook_options(command, args)
+    if command in ("buffer-batch", "buffer-tool"):
+        run_buffer_hook(command)
+        return
+    from thatch.frontend.hooks.prompt_hooks import run_flush_tools, run_reminder
+
+    run = run_flush_tools if command == "flush-tools" else run_reminder
+    run(options["as_json"], options["host"])

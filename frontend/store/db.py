@@ -1,0 +1,337 @@
+"""Connections and transactions: the only place that talks to sqlite3 about either.
+
+Every connection runs in autocommit mode (``isolation_level=None``) so that ``atomic`` is
+the one thing that begins and ends transactions. WAL and the busy timeout are set right
+after connecting, outside any transaction (journal_mode cannot change inside one).
+
+Failures are named here too: ``store_error`` turns a raw ``sqlite3.Error`` into the
+StoreError that says what is wrong with the file (read-only, full, damaged), probing the
+file system with ``write_problem`` rather than repeating SQLite's generic words.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shlex
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal, TypeVar
+from urllib.parse import quote
+
+from thatch.frontend.errors import (
+    DatabaseBusyError,
+    DatabaseDamagedError,
+    DatabaseOpenError,
+    DatabaseWriteError,
+    StoreError,
+)
+from thatch.frontend.store.db_path import DB_FILE_NAME, default_db_path
+
+__all__ = [
+    "DB_FILE_NAME",
+    "atomic",
+    "configure",
+    "connect",
+    "default_db_path",
+    "is_busy",
+    "is_write_refused",
+    "read_leniently",
+    "store_error",
+    "write_fault",
+    "write_problem",
+]
+
+T = TypeVar("T")
+WriteFault = Literal["read-only", "permission", "immutable", "directory", "full", "other"]
+
+BUSY_TIMEOUT_MS = 5000
+# Below this much free space a commit (WAL frames, then a checkpoint) is likely to fail.
+FREE_SPACE_MIN_BYTES = 4 * 1024 * 1024
+
+_BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+_DAMAGED_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+_WRITE_CODES = {
+    sqlite3.SQLITE_READONLY,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_PERM,
+}
+_UNDECODABLE = "Could not decode to UTF-8"
+
+
+def connect(path: Path | str) -> sqlite3.Connection:
+    """A configured connection to ``path``; the parent directory is created 0700 if missing."""
+    path = Path(path)
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise DatabaseOpenError(path, error.strerror or str(error)) from None
+    if path.is_dir():
+        raise DatabaseOpenError(path, "is a directory")
+    try:
+        return _configured(sqlite3.connect(path, isolation_level=None, check_same_thread=False))
+    except sqlite3.Error as error:
+        if _code(error) != sqlite3.SQLITE_CANTOPEN or not _readable_only_immutable(path):
+            raise open_error(error, path) from None
+    # A WAL database on a read-only file system cannot get its -shm file, so SQLite refuses
+    # even to read it. No -wal file means no writer has it open (one would have made it),
+    # so reading it as immutable is exact; writes then fail as read-only, as they must.
+    uri = f"file:{quote(os.fspath(path))}?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        return _configured(conn)
+    except sqlite3.Error as error:
+        raise open_error(error, path) from None
+
+
+def _configured(conn: sqlite3.Connection) -> sqlite3.Connection:
+    try:
+        configure(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _readable_only_immutable(path: Path) -> bool:
+    try:
+        return (
+            path.is_file()
+            and path.stat().st_size > 0
+            and not Path(f"{path}-wal").exists()
+            and not _directory_writable(path.parent)
+        )
+    except OSError:
+        return False
+
+
+def configure(conn: sqlite3.Connection) -> None:
+    """busy_timeout first (so the WAL switch itself waits for locks), then WAL, then FKs.
+
+    Only a database not yet in WAL mode is switched (a write): opening a current one writes
+    nothing, so a read-only file still opens for reading.
+    """
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _switch_to_wal(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.OperationalError as error:
+        if is_busy(error):
+            raise DatabaseBusyError() from None
+        raise
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode, switched only when not yet in it; a busy switch is retried.
+
+    Several processes opening a new file at once all try the switch, and SQLite answers
+    a loser SQLITE_BUSY at once (without the busy handler) when waiting could deadlock:
+    retry within the busy timeout, until this or another process has switched it.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() == "wal":
+                return
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as error:
+            if _code(error) == sqlite3.SQLITE_READONLY:
+                return
+            if not is_busy(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
+
+
+def _code(error: BaseException) -> int | None:
+    code = getattr(error, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def is_read_only(error: BaseException) -> bool:
+    return _code(error) == sqlite3.SQLITE_READONLY
+
+
+def is_undecodable(error: BaseException) -> bool:
+    """A TEXT value that is not UTF-8 (written as a BLOB cast, or by a broken client)."""
+    return isinstance(error, sqlite3.OperationalError) and str(error).startswith(_UNDECODABLE)
+
+
+def lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def read_leniently(conn: sqlite3.Connection, operation: Callable[[], T]) -> T:
+    """``operation()``; when a stored text is not UTF-8, again with replacement characters.
+
+    The connection keeps the lenient decoder from then on. It is not the default because
+    a Python text factory makes every text column of a matrix load about 1.5x slower, and
+    only damaged rows need it. Callers pass operations that fail before they write.
+    """
+    try:
+        return operation()
+    except sqlite3.OperationalError as error:
+        if not is_undecodable(error) or conn.text_factory is lenient_text:
+            raise
+    conn.text_factory = lenient_text
+    return operation()
+
+
+def is_write_refused(error: BaseException) -> bool:
+    """The file system refused a write (read-only, full, I/O), or the lock was not had."""
+    if isinstance(error, DatabaseBusyError | DatabaseWriteError):
+        return True
+    return isinstance(error, sqlite3.OperationalError) and (
+        is_busy(error) or _code(error) in _WRITE_CODES
+    )
+
+
+def store_error(error: sqlite3.Error, path: Path | str | None) -> StoreError:
+    """The StoreError naming what is wrong with the database file behind ``error``."""
+    where = Path(path) if path else Path("(in memory)")
+    if _code(error) in _WRITE_CODES:
+        reason = (write_problem(where) if path else None) or _words(error)
+        return DatabaseWriteError(where, reason)
+    found = open_error(error, where)
+    if isinstance(found, DatabaseOpenError):  # not an opening problem: say it plainly
+        return StoreError(f"database {where}: {_words(error)}")
+    return found
+
+
+def open_error(error: sqlite3.Error, path: Path | str) -> StoreError:
+    """The StoreError for a failure while opening (or initialising) ``path``."""
+    path = Path(path)
+    code = _code(error)
+    if is_busy(error):
+        return DatabaseBusyError()
+    if code == sqlite3.SQLITE_NOTADB:  # maybe never was one: say so, and how to tell
+        quoted = shlex.quote(os.fspath(path))
+        check = f'if it held memories, run sqlite3 {quoted} "PRAGMA integrity_check"'
+        return DatabaseOpenError(path, f"{_words(error)} ({check})")
+    if code in _DAMAGED_CODES or "malformed" in str(error) or is_undecodable(error):
+        return DatabaseDamagedError(path, _words(error))
+    reason = _words(error)
+    if code in _WRITE_CODES or code == sqlite3.SQLITE_CANTOPEN:
+        reason = write_problem(path) or reason
+    return DatabaseOpenError(path, reason)
+
+
+def _words(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def write_problem(path: Path) -> str | None:
+    """Why SQLite could not write ``path`` and its -wal/-shm files, or None if it can."""
+    fault = write_fault(path)
+    return None if fault is None else fault[1]
+
+
+def write_fault(path: Path) -> tuple[WriteFault, str] | None:
+    """The kind and description of what stops writes to ``path``, or None.
+
+    Opens the file for writing (which changes nothing), so it reports what a write would
+    meet: a read-only mount, permissions or an immutable attribute, an unwritable
+    directory (SQLite creates <name>-wal and <name>-shm beside the file), a full disk.
+    """
+    directory = path.parent
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "read-only", f"the file system holding {directory} is mounted read-only"
+    except OSError:
+        pass
+    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            os.close(os.open(candidate, os.O_RDWR))
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            return _refusal(candidate, error)
+    if not _directory_writable(directory) and not Path(f"{path}-wal").exists():
+        return "directory", (
+            f"its directory {directory} is not writable "
+            f"(SQLite creates {path.name}-wal and {path.name}-shm there)"
+        )
+    free = free_bytes(directory)
+    if free is not None and free < FREE_SPACE_MIN_BYTES:
+        return "full", f"the disk holding {directory} is full ({free // 1024} KiB free)"
+    return None
+
+
+def _refusal(path: Path, error: OSError) -> tuple[WriteFault, str]:
+    if error.errno == errno.EROFS:
+        return "read-only", f"the file system holding {path.parent} is mounted read-only"
+    if error.errno == errno.EACCES:
+        return "permission", f"permission denied: {path} is not writable by this user"
+    if error.errno == errno.EPERM:
+        return "immutable", f"{path} does not permit writes (is it immutable? see lsattr {path})"
+    return "other", f"{path}: {error.strerror or error}"
+
+
+def _directory_writable(directory: Path) -> bool:
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        return False
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+def free_bytes(directory: Path) -> int | None:
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def is_busy(error: BaseException) -> bool:
+    """True for SQLITE_BUSY / SQLITE_LOCKED ("database is locked")."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF) in _BUSY_CODES:
+        return True
+    message = str(error)
+    return "database is locked" in message or "database is busy" in message
+
+
+@contextmanager
+def atomic(conn: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+    """One transaction: ``BEGIN [IMMEDIATE]`` outermost, ``SAVEPOINT`` when nested.
+
+    Rolls back on any BaseException (KeyboardInterrupt included) and re-raises; a lock
+    not obtained within the busy timeout becomes DatabaseBusyError.
+    """
+    if conn.in_transaction:
+        name = f"thatch_{uuid.uuid4().hex}"
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+            conn.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        conn.execute(f"RELEASE SAVEPOINT {name}")
+        return
+    try:
+        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    except sqlite3.OperationalError as error:
+        if is_busy(error):
+            raise DatabaseBusyError() from None
+        raise
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException as error:
+        if conn.in_transaction:
+            conn.rollback()
+        if is_busy(error):
+            raise DatabaseBusyError() from None
+        raise

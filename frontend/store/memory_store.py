@@ -1,0 +1,529 @@
+"""The memory store (store.md §6–§9): memories in SQLite, searched by vectors handed in.
+
+The store never embeds text. It stores BLOBs, compares the vectors the tool layer gives
+it, and keeps one decoded matrix per store between calls (``matrix_cache``). Every write is
+one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
+from thatch.frontend.store import db
+from thatch.frontend.store.matrix_cache import (
+    DimGroup,
+    MatrixCache,
+    SnapshotPlace,
+    StoreMatrix,
+    candidate_pairs,
+    candidates_above,
+    exact_scores,
+    load_matrix,
+    pair_scores,
+    top_candidates,
+)
+from thatch.frontend.store.memory import (
+    DUPLICATE_THRESHOLD,
+    VERDICTS,
+    DuplicatePair,
+    Match,
+    Memory,
+    RememberOutcome,
+)
+from thatch.frontend.store.rows import (
+    COLUMNS,
+    locked,
+    memory_from_row,
+    store_list,
+    store_name,
+    threshold_value,
+)
+from thatch.frontend.store.schema import init_schema
+from thatch.frontend.store.slugs import slugify
+from thatch.frontend.store.upkeep import UpkeepQueries
+from thatch.frontend.store.vector_snapshot import DatabaseIdentity
+from thatch.frontend.store.vectors import as_vector, encode
+from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+
+__all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
+
+
+INSERT_ENTRY = (
+    "INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, "
+    "archived, created_at, updated_at, recall_count, last_recalled_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)"
+)
+
+
+class Store(UpkeepQueries):
+    """All memory queries over one connection (see store.md §6–§9)."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        clock: Clock = utc_now,
+        snapshot_dir: Path | None = None,
+        write_snapshots: bool = True,
+    ) -> None:
+        """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
+        ``write_snapshots=False`` only maps them (a hook must not wait for a write)."""
+        self.conn = conn
+        self._writes_snapshots = write_snapshots
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._snapshot_writer: threading.Thread | None = None
+        self._owns_conn = False
+        db.configure(conn)
+        self._tracked = True  # the change counters and log of m004/m007 exist
+        try:
+            init_schema(conn, self._now())
+        except sqlite3.OperationalError as error:
+            if not db.is_read_only(error):
+                raise
+            # A file this process may not write, left unmigrated by the earlier release:
+            # read it in its own schema, without the change log (so without caching).
+            self._tracked = False
+        self.path = self._file_path()
+        identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
+        self._cache = MatrixCache(
+            SnapshotPlace(snapshot_dir, identity) if snapshot_dir and identity else None
+        )
+
+    @classmethod
+    def open(
+        cls,
+        path: Path | str,
+        *,
+        clock: Clock = utc_now,
+        snapshot_dir: Path | None = None,
+        write_snapshots: bool = True,
+    ) -> Store:
+        """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
+        conn = db.connect(path)
+        try:
+            store = cls(
+                conn, clock=clock, snapshot_dir=snapshot_dir, write_snapshots=write_snapshots
+            )
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            if db.is_busy(error):
+                raise DatabaseBusyError() from None
+            raise db.open_error(error, path) from None
+        except BaseException:
+            conn.close()
+            raise
+        store._owns_conn = True
+        return store
+
+    def close(self) -> None:
+        """Close the connection if ``open`` made it; a passed-in connection stays the caller's."""
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.join()  # a half-written snapshot is only a temp file, but
+            self._snapshot_writer = None  # a finished one saves the next process its load
+        self._cache.clear()
+        if self._owns_conn:
+            self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _now(self) -> str:
+        return format_timestamp(self.clock())
+
+    def _file_path(self) -> Path | None:
+        for row in self.conn.execute("PRAGMA database_list"):
+            if row[1] == "main":
+                return Path(row[2]) if row[2] else None
+        return None
+
+    @contextmanager
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``durable=False`` skips its fsync (recall counts only).
+
+        In WAL mode ``synchronous = NORMAL`` still never corrupts the file; a power cut may
+        lose the last such commits, harmless for statistics and ~1 ms off every recall.
+        Memories are always written with the connection's own (FULL) setting.
+        """
+        if durable:
+            with db.atomic(self.conn) as conn:
+                yield conn
+            return
+        (level,) = self.conn.execute("PRAGMA synchronous").fetchone()
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            with db.atomic(self.conn) as conn:
+                yield conn
+        finally:
+            self.conn.execute(f"PRAGMA synchronous = {int(level)}")
+
+    def _matrix(self, store: str) -> StoreMatrix:
+        """The store's ranking matrix; call inside a read transaction (one snapshot).
+
+        Brought up to date from the change log (schema ``m007``): recall stamps and writes
+        to other stores cost nothing, a change to a few rows (from any process) re-reads
+        those rows only.
+        """
+        if not self._tracked:
+            return self._load_matrix(store)
+        return self._cache.get(self.conn, store, self._load_matrix)
+
+    def _load_matrix(self, store: str) -> StoreMatrix:
+        return load_matrix(self.conn, store)
+
+    def _scored(
+        self, store: str, group: DimGroup, rows: npt.NDArray[np.intp], query: npt.NDArray[Any]
+    ) -> list[Match]:
+        """The candidate rows' memories read now, with exact float64 scores from their BLOBs.
+
+        Inside the same read transaction as the matrix, so every candidate still exists
+        with the vector it was screened by.
+        """
+        found: list[tuple[Memory, bytes]] = []
+        for row in rows:  # primary-key lookups: a row-value IN would scan the index
+            fetched = self.conn.execute(
+                f"SELECT {COLUMNS}, embedding FROM entries WHERE slug = ? AND store = ?",
+                (group.slugs[row], store),
+            ).fetchone()
+            if fetched is not None:
+                found.append((memory_from_row(fetched), fetched[-1]))
+        scores = exact_scores([blob for _, blob in found], query)
+        return [
+            Match(memory, float(score)) for (memory, _), score in zip(found, scores, strict=True)
+        ]
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot for the cache key and the rows."""
+        # Inside a caller's transaction the rows may hold uncommitted writes that could be
+        # rolled back: use them, but never keep them in the cache.
+        nested = self.conn.in_transaction
+        if nested:
+            self._cache.clear()
+        try:
+            with db.atomic(self.conn, immediate=False) as conn:
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                yield conn
+            if not nested:
+                self._write_snapshots_later()
+        finally:
+            if nested:
+                self._cache.clear()
+
+    def _write_snapshots_later(self) -> None:
+        """Write queued snapshots in a thread: off the answer's path.
+
+        Writing 100k vectors takes 0.1–0.3 s; the call that loaded them returns first, and
+        only a call that needs a matrix meanwhile waits (on the cache's guard, not our lock).
+        """
+        if not self._writes_snapshots or not self._cache.snapshots_queued():
+            return
+        if self._snapshot_writer is not None and self._snapshot_writer.is_alive():
+            return  # still writing: the queue waits for a later read
+        self._snapshot_writer = threading.Thread(
+            target=self._write_snapshots, name="thatch-snapshot-writer"
+        )
+        self._snapshot_writer.start()
+
+    def _write_snapshots(self) -> None:
+        # A cache never fails a call nor prints: on any error the next process just loads.
+        with contextlib.suppress(Exception):
+            self._cache.write_snapshots()
+
+    # -- stores --------------------------------------------------------------------------
+
+    @locked
+    def store_names(self) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT name FROM stores UNION SELECT DISTINCT store FROM entries ORDER BY 1"
+        )
+        return [row[0] for row in rows]
+
+    @locked
+    def store_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.store_names(), 0)
+        for name, count in self.conn.execute("SELECT store, count(*) FROM entries GROUP BY store"):
+            counts[name] = count
+        return counts
+
+    @locked
+    def store_exists(self, name: str) -> bool:
+        row = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM stores WHERE name = ?) "
+            "OR EXISTS (SELECT 1 FROM entries WHERE store = ?)",
+            (name, name),
+        ).fetchone()
+        return bool(row[0])
+
+    # -- writes --------------------------------------------------------------------------
+
+    @locked
+    def remember(
+        self,
+        store: str,
+        label: str,
+        stored_text: str,
+        vector: Any | None,
+        model: str | None,
+        *,
+        branch: str | None = None,
+        confidence: int | None = None,
+        overwrite: bool = False,
+        archived: bool | None = None,
+    ) -> RememberOutcome:
+        """Save one memory (§6 remember); a None vector saves it pending (NULL embedding)."""
+        store = store_name(store)
+        if not isinstance(label, str) or not isinstance(stored_text, str):
+            raise InvalidInputError("label and stored text must be strings")
+        blob = None if vector is None else encode(vector)
+        model = None if blob is None else model
+        slug = slugify(label)
+        now = self._now()
+        with self._write() as conn:
+            conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
+            flag = int(bool(archived))
+            row = (slug, store, label, stored_text, blob, model, branch, confidence, flag, now, now)
+            if not overwrite:
+                inserted = conn.execute(
+                    f"{INSERT_ENTRY} ON CONFLICT (slug, store) DO NOTHING", row
+                ).rowcount
+                return RememberOutcome.SAVED if inserted == 1 else RememberOutcome.EXISTS
+            old = conn.execute(
+                "SELECT archived, branch, confidence FROM entries WHERE slug = ? AND store = ?",
+                (slug, store),
+            ).fetchone()
+            if old is None:
+                conn.execute(INSERT_ENTRY, row)
+            else:
+                if old[0] and archived is None:
+                    return RememberOutcome.ARCHIVED_GUARD
+                conn.execute(
+                    "UPDATE entries SET label = ?, content = ?, embedding = ?, model = ?, "
+                    "updated_at = ?, branch = ?, confidence = ?, archived = ? "
+                    "WHERE slug = ? AND store = ?",
+                    (
+                        label,
+                        stored_text,
+                        blob,
+                        model,
+                        now,
+                        old[1] if branch is None else branch,
+                        old[2] if confidence is None else confidence,
+                        old[0] if archived is None else int(archived),
+                        slug,
+                        store,
+                    ),
+                )
+            conn.execute(
+                "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
+                (store, slug, slug),
+            )
+        return RememberOutcome.SAVED
+
+    @locked
+    def forget(self, store: str, label: str) -> Memory | None:
+        """Delete the memory and its dedup verdicts; the deleted row, or None."""
+        slug = slugify(label)
+        with self._write() as conn:
+            row = conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", (slug, store)
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute("DELETE FROM entries WHERE slug = ? AND store = ?", (slug, store))
+            conn.execute(
+                "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
+                (store, slug, slug),
+            )
+        return memory_from_row(row)
+
+    @locked
+    def mark_checked(self, store: str, slug_a: str, slug_b: str, status: str) -> None:
+        """Record a verdict for the (sorted) slug pair; it hides the pair from duplicates."""
+        store = store_name(store)
+        if status not in VERDICTS:
+            raise InvalidInputError(
+                f"unknown verdict {status!r}; expected one of: {', '.join(VERDICTS)}"
+            )
+        first, second = sorted((slug_a, slug_b))
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO dedup_pairs (store, slug_a, slug_b, status, checked_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (store, first, second, status, self._now()),
+            )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @locked
+    def list(self, store: str) -> list[Memory]:
+        """Every memory of the store, archived included, by label (BINARY collation)."""
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE store = ? ORDER BY label, slug", (store,)
+        )
+        return [memory_from_row(row) for row in rows]
+
+    @locked
+    def show(self, store: str, label: str) -> Memory | None:
+        row = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", (slugify(label), store)
+        ).fetchone()
+        return None if row is None else memory_from_row(row)
+
+    @locked
+    def find_similar(
+        self,
+        store: str,
+        vector: Any,
+        *,
+        threshold: float = DUPLICATE_THRESHOLD,
+        limit: int = 3,
+        exclude_slug: str | None = None,
+    ) -> list[Match]:
+        """Live memories of one store with cosine ≥ threshold, best first. No telemetry."""
+        query = as_vector(vector)
+        threshold = threshold_value(threshold)
+        if limit <= 0:
+            return []
+        name = store_name(store)
+        with self._read():
+            matrix = self._matrix(name)
+            group = matrix.groups.get(query.size)
+            if group is None:
+                return []
+            mask = ~group.archived
+            placed = matrix.where.get(exclude_slug) if exclude_slug is not None else None
+            if placed is not None and placed[0] == query.size:
+                mask[placed[1]] = False
+            found = [
+                match
+                for match in self._scored(
+                    name, group, candidates_above(group, query, mask, threshold), query
+                )
+                if match.score >= threshold
+            ]
+            found.sort(key=lambda match: (-match.score, match.memory.slug))
+            return found[:limit]
+
+    @locked
+    def search(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> list[Match]:
+        """Best matches over the stores, ties by (store, slug). Records no usage."""
+        query = as_vector(vector)
+        names = store_list(stores)
+        if limit <= 0:
+            return []
+        found: list[Match] = []
+        with self._read():
+            for name in names:
+                matrix = self._matrix(name)
+                group = matrix.groups.get(query.size)
+                if group is None:
+                    continue
+                mask = np.ones(group.count, dtype=bool)
+                if not include_archived:
+                    mask &= ~group.archived
+                if branch is not None:
+                    mask &= matrix.branch_mask(group, branch)
+                rows = top_candidates(group, query, mask, limit)
+                found.extend(self._scored(name, group, rows, query))
+            found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
+            return found[:limit]
+
+    @locked
+    def recall(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> list[Match]:
+        """``search``, then stamp recall_count/last_recalled_at on exactly the returned rows.
+
+        The returned memories show the telemetry as it was before this recall.
+        """
+        matches = self.search(
+            stores, vector, branch=branch, limit=limit, include_archived=include_archived
+        )
+        if matches:
+            now = self._now()
+            with self._write(durable=False) as conn:
+                conn.executemany(
+                    "UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ? "
+                    "WHERE slug = ? AND store = ?",
+                    [(now, match.memory.slug, match.memory.store) for match in matches],
+                )
+        return matches
+
+    @locked
+    def find_duplicates(
+        self, store: str, threshold: float = DUPLICATE_THRESHOLD
+    ) -> list[DuplicatePair]:
+        """Unreviewed pairs of live memories with cosine ≥ threshold, best first."""
+        threshold = threshold_value(threshold)
+        name = store_name(store)
+        pairs: list[DuplicatePair] = []
+        with self._read() as conn:
+            matrix = self._matrix(name)
+            checked = set(
+                conn.execute("SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ?", (name,))
+            )
+            for group in matrix.groups.values():
+                first, second = candidate_pairs(group, ~group.archived, threshold)
+                rows = {int(row) for row in np.concatenate([first, second])}
+                fetched = {}
+                for row in rows:
+                    fetched[row] = conn.execute(
+                        "SELECT slug, label, embedding FROM entries WHERE slug = ? AND store = ?",
+                        (group.slugs[row], name),
+                    ).fetchone()
+                scores = pair_scores(
+                    [fetched[int(i)][2] for i in first],
+                    [fetched[int(j)][2] for j in second],
+                    group.dim,
+                )
+                for i, j, score in zip(first, second, scores, strict=True):
+                    if score < threshold:
+                        continue
+                    a, b = fetched[int(i)], fetched[int(j)]
+                    if b[0] < a[0]:
+                        a, b = b, a
+                    if (a[0], b[0]) in checked:
+                        continue
+                    pairs.append(DuplicatePair(a[0], a[1], b[0], b[1], float(score)))
+        pairs.sort(key=lambda pair: (-pair.score, pair.slug_a, pair.slug_b))
+        return pairs
+
+    @locked
+    def duplicate_count(self, store: str) -> int:
+        """``len(find_duplicates(store, 0.85))`` (§8)."""
+        return len(self.find_duplicates(store, DUPLICATE_THRESHOLD))

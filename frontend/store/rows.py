@@ -1,0 +1,82 @@
+"""Shared pieces of the Store's SQL: row predicates, the memory column list, argument checks."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+import numpy as np
+from thatch.frontend.errors import InvalidInputError
+from thatch.frontend.store.memory import Memory
+
+# A usable embedding is a BLOB of 4·k bytes, k > 0; anything else counts as missing.
+USABLE = "(typeof(embedding) = 'blob' AND length(embedding) > 0 AND length(embedding) % 4 = 0)"
+MISSING = f"(NOT {USABLE})"
+COLUMNS = (
+    "slug, store, label, content, model, branch, confidence, archived, created_at, "
+    f"updated_at, recall_count, last_recalled_at, CASE WHEN {USABLE} "
+    "THEN length(embedding) / 4 END"
+)
+
+
+class Lockable(Protocol):
+    _lock: threading.RLock
+
+
+S = TypeVar("S", bound=Lockable)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def locked(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Serialise calls: one connection, possibly shared by a server's worker threads."""
+
+    @functools.wraps(method)
+    def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def memory_from_row(row: Sequence[Any]) -> Memory:
+    """A Memory from the first 13 values of a ``SELECT {COLUMNS}`` row."""
+    return Memory(
+        slug=row[0],
+        store=row[1],
+        label=row[2],
+        content=row[3],
+        model=row[4],
+        branch=row[5],
+        confidence=row[6],
+        archived=bool(row[7]),
+        created_at=row[8],
+        updated_at=row[9],
+        recall_count=int(row[10] or 0),
+        last_recalled_at=row[11],
+        dim=row[12],
+    )
+
+
+def store_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError("store name must be a non-empty string")
+    return name
+
+
+def store_list(stores: Sequence[str] | str) -> list[str]:
+    """Distinct store names in order; a bare string counts as one name."""
+    names = [stores] if isinstance(stores, str) else list(stores)
+    return list(dict.fromkeys(store_name(name) for name in names))
+
+
+def threshold_value(value: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError("threshold must be a number") from None
+    if not np.isfinite(number):
+        raise InvalidInputError("threshold must be a finite number")
+    return number

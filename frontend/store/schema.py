@@ -1,0 +1,419 @@
+"""The schema (store.md §3) and its named, ordered migrations, applied on open.
+
+Each migration runs in its own ``BEGIN IMMEDIATE`` transaction together with the row that
+records it in ``_thatch_migrations``; a process that finds every name recorded does no
+write at all. Each step is also idempotent on its own (it inspects the schema first), so a
+database touched by the earlier release, which does not know the record table, migrates
+correctly whatever state it is in.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+
+from thatch.frontend.store.db import atomic
+from thatch.frontend.store.rows import MISSING, USABLE
+
+MIGRATIONS_TABLE = "_thatch_migrations"
+
+# The 14 tables, in creation order, exactly as the earlier release declares them.
+TABLES: dict[str, str] = {
+    "stores": "CREATE TABLE IF NOT EXISTS stores (name TEXT PRIMARY KEY)",
+    "entries": """CREATE TABLE IF NOT EXISTS entries (
+  slug TEXT NOT NULL,
+  store TEXT NOT NULL REFERENCES stores(name),
+  label TEXT NOT NULL,
+  content TEXT NOT NULL,
+  embedding BLOB,
+  model TEXT,
+  branch TEXT,
+  confidence INTEGER,
+  archived INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  recall_count INTEGER NOT NULL DEFAULT 0,
+  last_recalled_at TEXT,
+  PRIMARY KEY (slug, store)
+)""",
+    "dedup_pairs": """CREATE TABLE IF NOT EXISTS dedup_pairs (
+  store TEXT NOT NULL,
+  slug_a TEXT NOT NULL,
+  slug_b TEXT NOT NULL,
+  status TEXT NOT NULL,
+  checked_at TEXT NOT NULL,
+  PRIMARY KEY (store, slug_a, slug_b)
+)""",
+    "prediction_matchers": """CREATE TABLE IF NOT EXISTS prediction_matchers (
+  id TEXT PRIMARY KEY,
+  store TEXT NOT NULL REFERENCES stores(name),
+  description TEXT NOT NULL,
+  embedding BLOB,
+  model TEXT,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+)""",
+    "predictions": """CREATE TABLE IF NOT EXISTS predictions (
+  id TEXT PRIMARY KEY,
+  store TEXT NOT NULL REFERENCES stores(name),
+  statement TEXT NOT NULL,
+  rationale TEXT,
+  embedding BLOB,
+  model TEXT,
+  confidence REAL NOT NULL DEFAULT 0.5,
+  confirm_count REAL NOT NULL DEFAULT 0,
+  disconfirm_count REAL NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+)""",
+    "prediction_edges": """CREATE TABLE IF NOT EXISTS prediction_edges (
+  matcher_id TEXT NOT NULL REFERENCES prediction_matchers(id) ON DELETE CASCADE,
+  prediction_id TEXT NOT NULL REFERENCES predictions(id) ON DELETE CASCADE,
+  weight REAL NOT NULL DEFAULT 1.0,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (matcher_id, prediction_id)
+)""",
+    "prediction_provenance": """CREATE TABLE IF NOT EXISTS prediction_provenance (
+  id TEXT PRIMARY KEY,
+  prediction_id TEXT NOT NULL REFERENCES predictions(id) ON DELETE CASCADE,
+  signal TEXT NOT NULL,
+  detail TEXT,
+  created_at TEXT NOT NULL
+)""",
+    "behavior_matchers": """CREATE TABLE IF NOT EXISTS behavior_matchers (
+  id TEXT PRIMARY KEY,
+  store TEXT NOT NULL REFERENCES stores(name),
+  description TEXT NOT NULL,
+  embedding BLOB,
+  model TEXT,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+)""",
+    "behaviors": """CREATE TABLE IF NOT EXISTS behaviors (
+  id TEXT PRIMARY KEY,
+  store TEXT NOT NULL REFERENCES stores(name),
+  statement TEXT NOT NULL,
+  rationale TEXT,
+  embedding BLOB,
+  model TEXT,
+  confidence REAL NOT NULL DEFAULT 0.5,
+  confirm_count REAL NOT NULL DEFAULT 0,
+  disconfirm_count REAL NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+)""",
+    "behavior_edges": """CREATE TABLE IF NOT EXISTS behavior_edges (
+  matcher_id TEXT NOT NULL REFERENCES behavior_matchers(id) ON DELETE CASCADE,
+  behavior_id TEXT NOT NULL REFERENCES behaviors(id) ON DELETE CASCADE,
+  weight REAL NOT NULL DEFAULT 1.0,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (matcher_id, behavior_id)
+)""",
+    "behavior_provenance": """CREATE TABLE IF NOT EXISTS behavior_provenance (
+  id TEXT PRIMARY KEY,
+  behavior_id TEXT NOT NULL REFERENCES behaviors(id) ON DELETE CASCADE,
+  signal TEXT NOT NULL,
+  detail TEXT,
+  created_at TEXT NOT NULL
+)""",
+    "chat_sessions": """CREATE TABLE IF NOT EXISTS chat_sessions (
+  session_id TEXT PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+  topic TEXT,
+  project TEXT,
+  host_kind TEXT NOT NULL DEFAULT 'opencode',
+  registered_at TEXT NOT NULL,
+  last_seen TEXT NOT NULL,
+  auto INTEGER NOT NULL DEFAULT 0,
+  worktree TEXT NOT NULL DEFAULT ''
+)""",
+    "chat_messages": """CREATE TABLE IF NOT EXISTS chat_messages (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  from_session TEXT NOT NULL,
+  to_session TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  delivered_at TEXT,
+  read_at TEXT,
+  via_broadcast INTEGER NOT NULL DEFAULT 0
+)""",
+    "repo_paths": """CREATE TABLE IF NOT EXISTS repo_paths (
+  worktree_path TEXT PRIMARY KEY,
+  main_path TEXT NOT NULL,
+  repo_slug TEXT NOT NULL,
+  resolved_at INTEGER NOT NULL
+)""",
+}
+
+# Columns later releases added, with the declarations ALTER TABLE gives them.
+ADDED_COLUMNS: dict[str, list[tuple[str, str]]] = {
+    "entries": [
+        ("recall_count", "INTEGER NOT NULL DEFAULT 0"),
+        ("last_recalled_at", "TEXT"),
+        ("archived", "INTEGER NOT NULL DEFAULT 0"),
+    ],
+    "chat_sessions": [
+        ("topic", "TEXT"),
+        ("project", "TEXT"),
+        ("host_kind", "TEXT NOT NULL DEFAULT 'opencode'"),
+        ("auto", "INTEGER NOT NULL DEFAULT 0"),
+        ("worktree", "TEXT NOT NULL DEFAULT ''"),
+    ],
+    "chat_messages": [
+        ("delivered_at", "TEXT"),
+        ("read_at", "TEXT"),
+        ("via_broadcast", "INTEGER NOT NULL DEFAULT 0"),
+    ],
+}
+
+_NOCASE_NAME = re.compile(r"""(^|[\s(,])["`\[]?name["`\]]?\s[^,]*\bCOLLATE\s+NOCASE\b""", re.I)
+
+
+def m001_create_tables(conn: sqlite3.Connection) -> None:
+    for ddl in TABLES.values():
+        conn.execute(ddl)
+    conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('global')")
+
+
+def m002_chat_sessions_nocase(conn: sqlite3.Connection) -> None:
+    """Rebuild a chat_sessions table whose ``name`` predates ``COLLATE NOCASE``."""
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chat_sessions'"
+    ).fetchone()
+    if row is None or _NOCASE_NAME.search(row[0] or ""):
+        return
+    old_columns = table_columns(conn, "chat_sessions")
+    conn.execute("DROP TABLE IF EXISTS chat_sessions_nocase")
+    conn.execute(
+        TABLES["chat_sessions"].replace("IF NOT EXISTS chat_sessions", "chat_sessions_nocase", 1)
+    )
+    new_columns = table_columns(conn, "chat_sessions_nocase")
+    shared = [name for name in old_columns if name in new_columns]
+    listed = ", ".join(f'"{name}"' for name in shared)
+    order = "registered_at, rowid" if "registered_at" in old_columns else "rowid"
+    # INSERT OR IGNORE in registered_at order: the first row of each case group wins.
+    conn.execute(
+        f"INSERT OR IGNORE INTO chat_sessions_nocase ({listed}) "
+        f"SELECT {listed} FROM chat_sessions ORDER BY {order}"
+    )
+    conn.execute("DROP TABLE chat_sessions")
+    conn.execute("ALTER TABLE chat_sessions_nocase RENAME TO chat_sessions")
+
+
+def m003_add_columns(conn: sqlite3.Connection) -> None:
+    for table, columns in ADDED_COLUMNS.items():
+        present = table_columns(conn, table)
+        for name, declaration in columns:
+            if name not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+
+
+VERSIONS_TABLE = "_thatch_store_versions"
+# Every change to an entry except its recall telemetry: what a cached vector matrix or
+# a displayed row depends on. Telemetry stamps (every recall) must not drop the cache.
+_VERSIONED_COLUMNS = (
+    "slug, store, label, content, embedding, model, branch, confidence, archived, "
+    "created_at, updated_at"
+)
+
+
+def _bump(row: str) -> str:
+    return (
+        f"INSERT OR IGNORE INTO {VERSIONS_TABLE} (store, version) VALUES ({row}.store, 0); "
+        f"UPDATE {VERSIONS_TABLE} SET version = version + 1 WHERE store = {row}.store;"
+    )
+
+
+def m004_store_versions(conn: sqlite3.Connection) -> None:
+    """Per-store change counters kept by triggers, so caches survive unrelated commits.
+
+    Triggers live in the database, so writes by any client (an earlier release included)
+    move the counter; ``PRAGMA data_version`` alone would drop every cached matrix on each
+    commit anywhere in the file, telemetry stamps and chat heartbeats included.
+    Its trigger bodies conflict under an outer upsert; m006 replaces them (this step is
+    kept as it was so that databases which recorded it stay comparable).
+    """
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} "
+        "(store TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TRIGGER IF NOT EXISTS thatch_entries_insert AFTER INSERT ON entries "
+        f"BEGIN {_bump('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER IF NOT EXISTS thatch_entries_delete AFTER DELETE ON entries "
+        f"BEGIN {_bump('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS thatch_entries_update AFTER UPDATE OF {_VERSIONED_COLUMNS} "
+        f"ON entries BEGIN {_bump('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER IF NOT EXISTS thatch_entries_move AFTER UPDATE OF store ON entries "
+        f"WHEN OLD.store IS NOT NEW.store BEGIN {_bump('OLD')} END"
+    )
+
+
+def m005_pending_index(conn: sqlite3.Connection) -> None:
+    """Pending rows found without scanning the table (every recall asks for them)."""
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_entries_pending "
+        f"ON entries (updated_at, store, slug) WHERE {MISSING}"
+    )
+
+
+def _bump_never_conflicting(row: str) -> str:
+    """The counter bump as statements that cannot conflict under any outer policy.
+
+    Inside a trigger the outer statement's conflict policy replaces the trigger's own
+    (an ``INSERT OR IGNORE`` fired by an upsert aborts on conflict), so the row is created
+    only when missing, and the bump itself is an UPDATE of a key it does not change.
+    """
+    return (
+        f"INSERT INTO {VERSIONS_TABLE} (store, version) SELECT {row}.store, 0 "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {VERSIONS_TABLE} WHERE store = {row}.store); "
+        f"UPDATE {VERSIONS_TABLE} SET version = version + 1 WHERE store = {row}.store;"
+    )
+
+
+ENTRY_TRIGGERS = (
+    "thatch_entries_insert",
+    "thatch_entries_delete",
+    "thatch_entries_update",
+    "thatch_entries_move",
+)
+
+
+def m006_conflict_free_triggers(conn: sqlite3.Connection) -> None:
+    """Replace m004's triggers: the earlier release's upsert failed on their INSERT OR IGNORE.
+
+    ``INSERT … ON CONFLICT(slug, store) DO UPDATE`` into entries fired the insert trigger
+    under the upsert's ABORT policy, so its ``INSERT OR IGNORE`` into the counters raised
+    ``UNIQUE constraint failed``. The counters stay (older thatch processes still key on
+    them); only the trigger bodies change.
+    """
+    for name in ENTRY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_insert AFTER INSERT ON entries "
+        f"BEGIN {_bump_never_conflicting('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_delete AFTER DELETE ON entries "
+        f"BEGIN {_bump_never_conflicting('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER thatch_entries_update AFTER UPDATE OF {_VERSIONED_COLUMNS} "
+        f"ON entries BEGIN {_bump_never_conflicting('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_move AFTER UPDATE OF store ON entries "
+        f"WHEN OLD.store IS NOT NEW.store BEGIN {_bump_never_conflicting('OLD')} END"
+    )
+
+
+CHANGES_TABLE = "_thatch_entry_changes"
+# Log entries kept: a cache further behind than this reloads its store once instead.
+CHANGES_KEPT = 10_000
+
+
+def _log(row: str) -> str:
+    """Append the row's key to the change log and drop entries past the kept window.
+
+    Neither statement can conflict (the sequence is assigned, the delete has no key), so
+    the outer statement's conflict policy never matters.
+    """
+    return (
+        f"INSERT INTO {CHANGES_TABLE} (store, slug) VALUES ({row}.store, {row}.slug); "
+        f"DELETE FROM {CHANGES_TABLE} WHERE seq <= "
+        f"(SELECT max(seq) FROM {CHANGES_TABLE}) - {CHANGES_KEPT};"
+    )
+
+
+def m007_change_log(conn: sqlite3.Connection) -> None:
+    """A log of which (store, slug) changed, so caches re-read those rows, not the store.
+
+    The same triggers as m006 (counters and all, for thatch processes that key on them),
+    each also logging the row it touched; a slug or store change logs the old key too.
+    AUTOINCREMENT keeps sequence numbers from ever being reused after pruning.
+    """
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {CHANGES_TABLE} (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "store TEXT NOT NULL, slug TEXT NOT NULL)"
+    )
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_entry_changes_store ON {CHANGES_TABLE} (store, seq)"
+    )
+    # A store's usable rows without a scan of every store's (a 10-row store in a 100k
+    # file). Partial, so pending lookups keep using m005's index of pending rows.
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_entries_usable ON entries (store) WHERE {USABLE}"
+    )
+    for name in ENTRY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_insert AFTER INSERT ON entries "
+        f"BEGIN {_bump_never_conflicting('NEW')} {_log('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_delete AFTER DELETE ON entries "
+        f"BEGIN {_bump_never_conflicting('OLD')} {_log('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER thatch_entries_update AFTER UPDATE OF {_VERSIONED_COLUMNS} "
+        f"ON entries BEGIN {_bump_never_conflicting('NEW')} {_log('NEW')} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER thatch_entries_move AFTER UPDATE OF slug, store ON entries "
+        "WHEN OLD.store IS NOT NEW.store OR OLD.slug IS NOT NEW.slug "
+        f"BEGIN {_bump_never_conflicting('OLD')} {_log('OLD')} END"
+    )
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("m001_create_tables", m001_create_tables),
+    ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
+    ("m003_add_columns", m003_add_columns),
+    ("m004_store_versions", m004_store_versions),
+    ("m005_pending_index", m005_pending_index),
+    ("m006_conflict_free_triggers", m006_conflict_free_triggers),
+    ("m007_change_log", m007_change_log),
+]
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def applied_migrations(conn: sqlite3.Connection) -> set[str]:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MIGRATIONS_TABLE,)
+    ).fetchone()
+    if exists is None:
+        return set()
+    return {row[0] for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
+
+
+def init_schema(conn: sqlite3.Connection, applied_at: str) -> list[str]:
+    """Apply every migration not yet recorded; returns the names applied now."""
+    if applied_migrations(conn) >= {name for name, _ in MIGRATIONS}:
+        return []
+    done: list[str] = []
+    for name, migrate in MIGRATIONS:
+        with atomic(conn):
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} "
+                "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            # Re-checked under the write lock: another process may have just applied it.
+            if name in applied_migrations(conn):
+                continue
+            migrate(conn)
+            conn.execute(
+                f"INSERT INTO {MIGRATIONS_TABLE} (name, applied_at) VALUES (?, ?)",
+                (name, applied_at),
+            )
+            done.append(name)
+    return done

@@ -1,0 +1,137 @@
+"""Hygiene counts (store.md §8) and the pending/re-embed queries (§9) of the Store.
+
+A mixin so that ``Store`` keeps one public surface while each module stays small; it relies
+only on ``conn``, ``clock``, ``_lock`` and ``_write`` of the class it is mixed into.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any
+
+from thatch.frontend.store.memory import STALE_DAYS, Memory
+from thatch.frontend.store.rows import (
+    COLUMNS,
+    MISSING,
+    USABLE,
+    locked,
+    memory_from_row,
+    store_list,
+)
+from thatch.frontend.store.vectors import encode
+from thatch.frontend.timefmt import Clock, format_timestamp
+
+
+class UpkeepQueries:
+    """Counts for the hygiene report and the rows ``reembed`` works through."""
+
+    conn: sqlite3.Connection
+    clock: Clock
+    _lock: threading.RLock
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    @locked
+    def stale_count(self, store: str, now: datetime | None = None) -> int:
+        cutoff = format_timestamp((now or self.clock()) - timedelta(days=STALE_DAYS))
+        return self._count(
+            "store = ? AND archived = 0 AND "
+            "max(updated_at, COALESCE(last_recalled_at, updated_at)) < ?",
+            (store, cutoff),
+        )
+
+    @locked
+    def branches_in_store(self, store: str) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT DISTINCT branch FROM entries WHERE store = ? AND branch IS NOT NULL "
+            "ORDER BY branch",
+            (store,),
+        )
+        return [row[0] for row in rows]
+
+    @locked
+    def count_for_branches(self, store: str, branches: Sequence[str]) -> int:
+        if not branches:
+            return 0
+        return self._count(
+            "store = ? AND archived = 0 AND branch IN (SELECT value FROM json_each(?))",
+            (store, json.dumps(list(branches))),
+        )
+
+    @locked
+    def model_mismatch_count(self, store: str, active_model: str) -> int:
+        return self._count(
+            f"store = ? AND archived = 0 AND {USABLE} AND model IS NOT ?", (store, active_model)
+        )
+
+    @locked
+    def pending_count(self, store: str | None = None) -> int:
+        """Memories without a usable embedding (archived included); None = every store."""
+        if store is None:
+            return self._count(MISSING, ())
+        return self.pending_count_in([store])
+
+    @locked
+    def pending_count_in(self, stores: Sequence[str]) -> int:
+        names = store_list(stores)
+        if not names:
+            return 0
+        marks = ", ".join("?" for _ in names)
+        return self._count(f"store IN ({marks}) AND {MISSING}", tuple(names))
+
+    def _count(self, where: str, params: tuple[Any, ...]) -> int:
+        row = self.conn.execute(f"SELECT count(*) FROM entries WHERE {where}", params).fetchone()
+        return int(row[0])
+
+    # -- pending embeddings and model migration (§9) -------------------------------------
+
+    @locked
+    def pending_memories(self, *, limit: int = 32, store: str | None = None) -> list[Memory]:
+        """Memories without a usable embedding, oldest ``updated_at`` first."""
+        where, params = (MISSING, ()) if store is None else (f"store = ? AND {MISSING}", (store,))
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE {where} ORDER BY updated_at, store, slug LIMIT ?",
+            (*params, max(0, int(limit))),
+        )
+        return [memory_from_row(row) for row in rows]
+
+    @locked
+    def reembed_candidates(
+        self, active_model: str, *, store: str | None = None, missing_only: bool = False
+    ) -> list[Memory]:
+        """Pending memories, plus (unless ``missing_only``) those tagged with another model."""
+        condition = MISSING if missing_only else f"({MISSING} OR model IS NOT ?)"
+        params: list[Any] = [] if missing_only else [active_model]
+        if store is not None:
+            condition = f"store = ? AND {condition}"
+            params.insert(0, store)
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE {condition} ORDER BY updated_at, store, slug",
+            params,
+        )
+        return [memory_from_row(row) for row in rows]
+
+    @locked
+    def fill_embedding(self, memory: Memory, vector: Any, model: str) -> bool:
+        """Compare-and-set the vector and model tag; False when the row changed meanwhile.
+
+        Only ``embedding`` and ``model`` change: never ``updated_at`` or telemetry. The
+        stored text is compared too: ``updated_at`` has millisecond resolution, and an
+        overwrite within the same millisecond must not receive the old text's vector.
+        """
+        blob = encode(vector)
+        condition = "slug = ? AND store = ? AND updated_at = ? AND content = ?"
+        if memory.pending:
+            condition += f" AND {MISSING}"
+        with self._write() as conn:
+            changed = conn.execute(
+                f"UPDATE entries SET embedding = ?, model = ? WHERE {condition}",
+                (blob, model, memory.slug, memory.store, memory.updated_at, memory.content),
+            ).rowcount
+        return changed == 1

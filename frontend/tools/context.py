@@ -1,0 +1,138 @@
+"""What every tool call needs: one Store, one embedder client, and the resolved project.
+
+A frontend builds one ``ToolContext`` per process (MCP server) or invocation (CLI) with
+``build_context(env)``; nothing here is global, so tests build their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from thatch.embedder.encoder import Kind
+from thatch.frontend.store.memory_store import Store
+
+HOSTS = ("claude", "cursor", "opencode")
+TOOL_START_WAIT = 20.0
+EMBED_TIMEOUT = 30.0
+
+
+class EmbedResultLike(Protocol):
+    @property
+    def vectors(self) -> npt.NDArray[np.float32]: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+
+class Embedder(Protocol):
+    """The part of ``EmbedderClient`` the tools use."""
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        kind: Kind,
+        *,
+        timeout: float = ...,
+        start_wait: float = ...,
+    ) -> EmbedResultLike: ...
+
+
+@dataclass
+class ToolContext:
+    store: Store
+    embedder: Embedder
+    project_store: str
+    project_dir: Path
+    host: str | None
+    env: Mapping[str, str]
+    queue_dir: Path
+    # Prepended (once) to the first tools/call result: the setup-check warning.
+    first_result_prefix: str | None = None
+    # Seconds a call waits for an embedder that is starting: tools 20, CLI 120.
+    start_wait: float = TOOL_START_WAIT
+    embed_timeout: float = EMBED_TIMEOUT
+
+    @property
+    def default_scope(self) -> list[str]:
+        """``[project store, "global"]``, one entry when they are equal."""
+        return list(dict.fromkeys([self.project_store, "global"]))
+
+
+def resolve_project_dir(env: Mapping[str, str]) -> Path:
+    """``THATCH_PROJECT_DIR`` (unless it still holds ``${``) → Cursor's → Claude's → cwd."""
+    for name in ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR"):
+        value = env.get(name)
+        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
+            return Path(os.path.expanduser(value))
+    return Path.cwd()
+
+
+def resolve_host(env: Mapping[str, str]) -> str | None:
+    """``THATCH_HOST`` → cursor → claude by project-dir variables → None (unknown)."""
+    explicit = (env.get("THATCH_HOST") or "").strip().lower()
+    if explicit in HOSTS:
+        return explicit
+    if env.get("CURSOR_PROJECT_DIR"):
+        return "cursor"
+    if env.get("CLAUDE_PROJECT_DIR"):
+        return "claude"
+    return None
+
+
+def build_context(
+    env: Mapping[str, str] | None = None,
+    *,
+    embedder: Embedder | None = None,
+    start_wait: float = TOOL_START_WAIT,
+    autostart: bool = True,
+    notice: Callable[[], None] | None = None,
+) -> ToolContext:
+    """Resolve project dir, project store and host, open the database, make a client."""
+    from thatch.frontend.hooks.queue import queue_dir
+    from thatch.frontend.project import project_store
+    from thatch.frontend.store.db import default_db_path
+    from thatch.frontend.store.vector_snapshot import snapshot_dir
+    from thatch.frontend.timefmt import utc_now
+
+    env = dict(os.environ) if env is None else dict(env)
+    project_dir = resolve_project_dir(env)
+    store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
+    if embedder is None:
+        from thatch.embedder.client.embedder_client import EmbedderClient
+
+        embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
+    return ToolContext(
+        store=store,
+        embedder=embedder,
+        project_store=project_store(project_dir, env),
+        project_dir=project_dir,
+        host=resolve_host(env),
+        env=env,
+        queue_dir=queue_dir(env),
+        start_wait=start_wait,
+    )
+
+
+def setup_prefix(ctx: ToolContext) -> str | None:
+    """The setup-check warning as the first result's prefix, when that check exists."""
+    if importlib.util.find_spec("thatch.frontend.setup.check") is None:
+        return None
+    from thatch.frontend.setup.check import setup_warning  # type: ignore[import-not-found]
+
+    try:
+        message = setup_warning(ctx)
+    except Exception as error:  # a broken check must not stop the server
+        print(f"[thatch] setup check failed: {error}", file=sys.stderr)
+        return None
+    if not message:
+        return None
+    print(message if message.startswith("[thatch]") else f"[thatch] {message}", file=sys.stderr)
+    return (message if message.startswith("[thatch]") else f"[thatch] {message}") + "\n\n"

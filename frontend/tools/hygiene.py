@@ -1,0 +1,188 @@
+"""The hygiene report: what in a store needs tending (spec/hooks.md §8, store.md §8).
+
+Thatch never deletes anything for hygiene; the report only names counts, and the
+session-start reminder asks the agent to tend the store after the user's request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from thatch.frontend.untrusted import inline, quoted, token
+
+__all__ = [
+    "GLOBAL_STORE",
+    "Hygiene",
+    "HygieneQueries",
+    "StoreHygiene",
+    "hygiene",
+    "hygiene_report",
+]
+
+GLOBAL_STORE = "global"
+
+
+class HygieneQueries(Protocol):
+    """The store queries of store.md §8 (``frontend.store.memory_store.Store`` provides them)."""
+
+    def stale_count(self, store: str, now: datetime | None = None) -> int: ...
+    def branches_in_store(self, store: str) -> list[str]: ...
+    def count_for_branches(self, store: str, branches: Sequence[str]) -> int: ...
+    def duplicate_count(self, store: str) -> int: ...
+    def model_mismatch_count(self, store: str, active_model: str) -> int: ...
+    def pending_count(self, store: str) -> int: ...
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+@dataclass(frozen=True)
+class StoreHygiene:
+    """Counts for one store; ``orphaned_branches`` only lists deleted branches that still
+    have live memories."""
+
+    store: str
+    duplicates: int = 0
+    stale: int = 0
+    orphaned_branches: tuple[str, ...] = ()
+    orphaned: int = 0
+    other_model: int = 0
+    pending: int = 0
+    active_model: str = ""
+
+    def model_parts(self) -> list[str]:
+        parts = []
+        if self.other_model:
+            parts.append(
+                _plural(self.other_model, "memory", "memories")
+                + f" embedded with another model than {inline(self.active_model)}"
+            )
+        if self.pending:
+            parts.append(_plural(self.pending, "memory", "memories") + " not embedded yet")
+        return parts
+
+    def parts(self) -> list[str]:
+        parts = []
+        if self.duplicates:
+            parts.append(
+                _plural(self.duplicates, "duplicate-candidate pair", "duplicate-candidate pairs")
+                + " pending review"
+            )
+        if self.stale:
+            parts.append(
+                _plural(self.stale, "memory", "memories")
+                + " neither updated nor recalled in 90+ days"
+            )
+        if self.orphaned:
+            parts.append(
+                _plural(self.orphaned, "memory", "memories")
+                + f" scoped to deleted branches ({', '.join(map(token, self.orphaned_branches))})"
+            )
+        return parts + self.model_parts()
+
+
+@dataclass(frozen=True)
+class Hygiene:
+    """The project store's counts, the global store's model/pending counts (None when the
+    project store is ``global``) and the report text (None when healthy)."""
+
+    project: StoreHygiene
+    global_store: StoreHygiene | None = None
+    report: str | None = field(default=None)
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``thatch hygiene --json`` document (cli.md §2)."""
+        return {
+            "store": self.project.store,
+            "report": self.report,
+            "duplicates": self.project.duplicates,
+            "stale": self.project.stale,
+            "orphaned": {
+                "branches": list(self.project.orphaned_branches),
+                "count": self.project.orphaned,
+            },
+            "other_model": self.project.other_model,
+            "pending": self.project.pending,
+        }
+
+
+def _store_hygiene(
+    db: HygieneQueries,
+    name: str,
+    active_model: str,
+    live_branches: Sequence[str],
+    now: datetime | None,
+) -> StoreHygiene:
+    orphaned_branches: list[str] = []
+    orphaned = 0
+    # Without a branch list (not a git repo, git failed) every branch would look deleted.
+    if live_branches:
+        live = set(live_branches)
+        deleted = [b for b in db.branches_in_store(name) if b not in live]
+        counts = {b: db.count_for_branches(name, [b]) for b in deleted}
+        orphaned_branches = [b for b in deleted if counts[b] > 0]
+        orphaned = sum(counts.values())
+    return StoreHygiene(
+        store=name,
+        duplicates=db.duplicate_count(name),
+        stale=db.stale_count(name, now),
+        orphaned_branches=tuple(orphaned_branches),
+        orphaned=orphaned,
+        other_model=db.model_mismatch_count(name, active_model),
+        pending=db.pending_count(name),
+        active_model=active_model,
+    )
+
+
+def _default_branches(project_dir: Path) -> list[str]:
+    from thatch.frontend.project import list_branches
+
+    return list(list_branches(project_dir))
+
+
+def hygiene(
+    db: HygieneQueries,
+    project_store: str,
+    project_dir: Path,
+    active_model: str,
+    *,
+    now: datetime | None = None,
+    list_branches: Callable[[Path], Sequence[str]] | None = None,
+) -> Hygiene:
+    """Counts and report for ``project_store`` (plus global's model/pending parts)."""
+    branches = (list_branches or _default_branches)(project_dir)
+    project = _store_hygiene(db, project_store, active_model, branches, now)
+    global_store = None
+    if project_store != GLOBAL_STORE:
+        global_store = StoreHygiene(
+            store=GLOBAL_STORE,
+            other_model=db.model_mismatch_count(GLOBAL_STORE, active_model),
+            pending=db.pending_count(GLOBAL_STORE),
+            active_model=active_model,
+        )
+    sentences = []
+    parts = project.parts()
+    if parts:
+        sentences.append(f"Store {quoted(project_store)}: {'; '.join(parts)}.")
+    global_parts = global_store.model_parts() if global_store else []
+    if global_parts:
+        sentences.append(f"Store {quoted(GLOBAL_STORE)}: {'; '.join(global_parts)}.")
+    report = " ".join(sentences) or None
+    return Hygiene(project=project, global_store=global_store, report=report)
+
+
+def hygiene_report(
+    store: HygieneQueries,
+    project_store: str,
+    project_dir: Path,
+    active_model: str,
+    *,
+    now: datetime | None = None,
+) -> str | None:
+    """``Store "<S>": <parts>.`` (plus global's model/pending parts), or None when healthy."""
+    return hygiene(store, project_store, project_dir, active_model, now=now).report

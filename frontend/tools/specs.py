@@ -1,0 +1,262 @@
+"""Names, descriptions and parameters of the phase-1 tools, in tools/list order (tools.md §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from thatch.frontend.identifiers import session_id_problem, store_name_problem
+from thatch.frontend.tools.validation import (
+    CONTENT_MAX,
+    LABEL_MAX,
+    QUERY_MAX,
+    SESSION_ID_MAX,
+    Param,
+)
+
+STATUSES = ("duplicate", "supplement", "contradiction", "unrelated")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    params: tuple[Param, ...]
+
+
+def _store(what: str, *, creates: bool = False) -> Param:
+    # Only a tool that creates stores refuses odd names: memories already saved under
+    # "global " or a control character stay listable, showable and forgettable.
+    return Param(
+        "store",
+        "string",
+        f"Store name (e.g. owner/repo or global). Omit for {what}.",
+        max_length=LABEL_MAX,
+        single_line=True,
+        blank_is_omitted=True,
+        check=store_name_problem if creates else None,
+    )
+
+
+def _label(description: str, *, required: bool = True) -> Param:
+    return Param(
+        "label",
+        "string",
+        description,
+        required=required,
+        non_empty=required,
+        max_length=LABEL_MAX,
+        single_line=True,
+    )
+
+
+_BRANCH_MAX = LABEL_MAX
+
+TOOL_SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "memory_remember",
+        "Persist one focused piece of knowledge (a fact, convention, gotcha, command or "
+        "preference) so that a future session starting with zero context can use it. "
+        "Write it self-contained. Before saving, look for an existing memory on the same "
+        "topic (memory_recall or memory_list) and update it with overwrite: true rather "
+        "than creating a duplicate. The label is optional (derived from the content's "
+        "first line); the same label in a store names the same memory. Updating an "
+        "archived memory needs archived: true (keep archived) or false (unarchive).",
+        (
+            _label(
+                "Short one-line title (5-8 words). Omit to derive it from the content.",
+                required=False,
+            ),
+            Param(
+                "content",
+                "string",
+                "The knowledge itself: a few self-contained sentences or Markdown.",
+                required=True,
+                non_empty=True,
+                max_length=CONTENT_MAX,
+            ),
+            _store("the current project's store", creates=True),
+            Param(
+                "branch",
+                "string",
+                "Git branch this memory applies to; omit when it holds on every branch.",
+                max_length=_BRANCH_MAX,
+                single_line=True,
+                no_control=True,
+                blank_is_omitted=True,
+            ),
+            Param(
+                "confidence",
+                "integer",
+                "How sure this is, 1-10: 1-2 a single weak signal, 5-6 moderate, "
+                "9 explicitly stated by the user, 10 a hard constraint.",
+                minimum=1,
+                maximum=10,
+            ),
+            Param(
+                "overwrite",
+                "boolean",
+                "Replace an existing memory with the same label (default false).",
+                default=False,
+            ),
+            Param(
+                "archived",
+                "boolean",
+                "true archives the memory (kept, hidden from search), false unarchives it; "
+                "required when overwriting an archived memory.",
+            ),
+        ),
+    ),
+    ToolSpec(
+        "memory_recall",
+        "Search memories by meaning across stores (the current project's and global by "
+        "default), best matches first with a similarity score. Use it before answering "
+        "questions about the project, its conventions or the user, and before writing a "
+        "memory (to update an existing one instead of duplicating it).",
+        (
+            Param(
+                "query",
+                "string",
+                "What you want to know, in natural language.",
+                required=True,
+                non_empty=True,
+                max_length=QUERY_MAX,
+            ),
+            _store("the project store plus global"),
+            Param(
+                "branch",
+                "string",
+                "Current git branch: returns memories for that branch plus unscoped ones. "
+                "Omit to search all branches.",
+                max_length=_BRANCH_MAX,
+                single_line=True,
+                no_control=True,
+                blank_is_omitted=True,
+            ),
+            Param(
+                "limit",
+                "integer",
+                "Maximum number of results (1-20, default 10).",
+                minimum=1,
+                maximum=20,
+                default=10,
+            ),
+            Param(
+                "includeArchived",
+                "boolean",
+                "Also search archived memories (default false).",
+                default=False,
+            ),
+        ),
+    ),
+    ToolSpec(
+        "memory_list",
+        "List the labels and metadata of every memory in a store (no content), to see "
+        "what is known before pulling full content with memory_show.",
+        (_store("the current project's store"),),
+    ),
+    ToolSpec(
+        "memory_show",
+        "Show the full content of one memory by its exact label.",
+        (_label("The memory's label."), _store("the current project's store")),
+    ),
+    ToolSpec(
+        "memory_forget",
+        "Delete a memory by label. Use it when the user asks to forget something or when "
+        "consolidating duplicates (after merging their content into one memory).",
+        (_label("The label of the memory to delete."), _store("the current project's store")),
+    ),
+    ToolSpec(
+        "store_list",
+        "List the memory stores. global always exists; a project's store appears on its "
+        "first write.",
+        (),
+    ),
+    ToolSpec(
+        "find_duplicates",
+        "Find near-duplicate memories in one store so they can be consolidated. Related "
+        "pairs are grouped into clusters (a cluster of 3 or more usually means one topic "
+        "was fragmented). Pairs already reviewed with dedup_mark_checked are skipped.",
+        (
+            _store("the current project's store"),
+            Param(
+                "threshold",
+                "number",
+                "Minimum similarity, 0-1 (default 0.85).",
+                minimum=0,
+                maximum=1,
+                default=0.85,
+            ),
+        ),
+    ),
+    ToolSpec(
+        "dedup_mark_checked",
+        "Record your verdict on a reviewed pair from find_duplicates so it stops being "
+        "reported. Overwriting or forgetting either memory clears the verdict.",
+        (
+            Param(
+                "label_a",
+                "string",
+                "Label of the first memory.",
+                required=True,
+                non_empty=True,
+                max_length=LABEL_MAX,
+                single_line=True,
+            ),
+            Param(
+                "label_b",
+                "string",
+                "Label of the second memory.",
+                required=True,
+                non_empty=True,
+                max_length=LABEL_MAX,
+                single_line=True,
+            ),
+            Param(
+                "status",
+                "string",
+                "Verdict: duplicate, supplement (one adds to the other), contradiction, "
+                "or unrelated.",
+                required=True,
+                enum=STATUSES,
+            ),
+            _store("the current project's store"),
+        ),
+    ),
+    ToolSpec(
+        "extraction_done",
+        "Acknowledge extraction work. The fact-extractor sub-agent calls it at the end of "
+        "its run with the parent session's id, even when nothing was saved; the parent "
+        "session may call it without an id after dispatching the sub-agent.",
+        (
+            Param(
+                "session_id",
+                "string",
+                "The parent session id from the extraction nudge; its queue is cleared.",
+                max_length=SESSION_ID_MAX,
+                single_line=True,
+                check=session_id_problem,
+                blank_is_omitted=True,
+            ),
+        ),
+    ),
+    ToolSpec(
+        "get_extraction_payload",
+        "Fetch the queued tool interactions for the session id given in the extraction "
+        "nudge, as JSON, then run the thatch-fact-extractor skill on them. Read-only: the "
+        "queue is cleared by extraction_done.",
+        (
+            Param(
+                "session_id",
+                "string",
+                "The session id from the extraction nudge.",
+                required=True,
+                non_empty=True,
+                max_length=SESSION_ID_MAX,
+                single_line=True,
+                check=session_id_problem,
+            ),
+        ),
+    ),
+)
+
+SPECS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOL_SPECS}
