@@ -70,8 +70,11 @@ STALE_SECONDS = 7 * 24 * 3600
 CLEANUP_INTERVAL_SECONDS = 24 * 3600
 CLEANUP_MARKER = ".last-cleanup"
 
-# Bare names of thatch's MCP tools (spec/tools.md §4 plus the later-phase ones), used to
-# recognise thatch's own calls however a host prefixes them.
+# Bare names of thatch's MCP tools, used to recognise thatch's own calls however a host
+# prefixes them, and the ones whose call drains the queue. The tool registry
+# (tools/registry.py: hook_tool_names, draining_tool_names) is their source; they are
+# copied here because this hot path imports the standard library only, and
+# tests/test_tool_registry.py fails when a copy and its source differ.
 THATCH_TOOLS = (
     "memory_remember",
     "memory_recall",

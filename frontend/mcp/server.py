@@ -29,7 +29,7 @@ from pydantic import PlainValidator
 from thatch.frontend.mcp.stdio import serve_stdio
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
-from thatch.frontend.tools.specs import TOOL_SPECS, ToolSpec
+from thatch.frontend.tools.registry import TOOL_SPECS, ToolSpec
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, input_schema
 
 # Annotated as ``str`` so the SDK does not JSON-decode string values; the validator hands
