@@ -6,8 +6,8 @@ arguments in, result text out, over the typed operations of ``memory_tools.Tools
 its role in the extraction queue. Adding a tool is one entry here.
 
 The tool hooks cannot import this module (their hot path imports the standard library
-only), so ``hooks/queue.py`` keeps its own tuple of names; ``hook_tool_names()`` and
-``draining_tool_names()`` say what that tuple must hold, and a test holds it to them.
+only), so ``hooks/queue.py`` keeps a copy of the names (``SERVED_TOOLS``) and of the
+draining ones (``DRAINING_TOOLS``); tests/test_tool_registry.py fails when they differ.
 """
 
 from __future__ import annotations
@@ -366,34 +366,3 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
 )
 
 SPECS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOL_SPECS}
-
-# Tools of later phases (engines, chat), served today by the earlier TypeScript release:
-# the hooks already recognise calls of them as thatch's own (hooks.md §6.2). A tool that
-# lands here moves from this tuple into TOOL_SPECS.
-LATER_PHASE_TOOLS = (
-    "prediction_query",
-    "prediction_update",
-    "prediction_list",
-    "prediction_delete",
-    "behavior_codify",
-    "behavior_feedback",
-    "behavior_list",
-    "behavior_delete",
-    "chat_register",
-    "chat_list",
-    "chat_send",
-    "chat_read",
-    "chat_unregister",
-    "chat_broadcast",
-    "chat_status",
-)
-
-
-def hook_tool_names() -> tuple[str, ...]:
-    """The bare names the tool hooks recognise as thatch's (``queue.THATCH_TOOLS``)."""
-    return tuple(spec.name for spec in TOOL_SPECS) + LATER_PHASE_TOOLS
-
-
-def draining_tool_names() -> tuple[str, ...]:
-    """The tools whose call drains the session's queue (``queue.DRAINING_TOOLS``)."""
-    return tuple(spec.name for spec in TOOL_SPECS if spec.drains_queue)
