@@ -1,8 +1,9 @@
 """The tool layer shared by the MCP server and the CLI (spec/tools.md §2-§3).
 
-``Tools(ctx).call(name, arguments)`` validates raw JSON arguments, runs one tool and
-returns a ``ToolResult``; it never raises. The CLI calls the typed operations
-(``remember``, ``recall`` …) directly and formats their reports its own way.
+``Tools(ctx).call(name, arguments)`` looks the tool up in the registry (registry.py),
+validates raw JSON arguments, runs its handler and returns a ``ToolResult``; it never
+raises. The handlers and the CLI call the typed operations (``remember``, ``recall`` …);
+the CLI formats their reports its own way.
 """
 
 from __future__ import annotations
