@@ -76,7 +76,7 @@ def _emit_json(document: object) -> None:
 
 def _check(param_name: str, tool: str, value: object) -> Any:
     """One value through the tool's own parameter rules (same limits and messages)."""
-    from thatch.frontend.tools.specs import SPECS_BY_NAME
+    from thatch.frontend.tools.registry import SPECS_BY_NAME
     from thatch.frontend.tools.validation import validate
 
     params = [p for p in SPECS_BY_NAME[tool].params if p.name == param_name]

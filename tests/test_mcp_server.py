@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 from mcp.client import Client
-from thatch.frontend.mcp.server import FirstCallMiddleware, make_server
+from mcp_types import JSONRPCRequest
+from thatch.frontend.mcp.server import make_server
+from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, with_arguments_set_aside
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 
@@ -90,25 +92,25 @@ async def test_modern_in_process_mode_works_too(tmp_path: Path) -> None:
     assert result.content[0].text == "- global"
 
 
-async def test_non_object_arguments_answer_as_tool_error() -> None:
-    """The middleware turns non-object arguments into an isError result, not a protocol error."""
-    from mcp.server.context import ServerRequestContext
-
-    async def never(_ctx: object) -> dict[str, object]:
-        raise AssertionError("must not reach the handler")
-
-    middleware = FirstCallMiddleware(None)
-    ctx = ServerRequestContext(
-        session=None,  # type: ignore[arg-type]
-        lifespan_context=None,
-        protocol_version="2025-06-18",
+async def test_non_object_arguments_answer_as_tool_error(tmp_path: Path) -> None:
+    """Non-object arguments (which the stdio transport sets aside under ``_meta``, as the
+    SDK would refuse them) become an isError result, not a protocol error."""
+    message = JSONRPCRequest(
+        jsonrpc="2.0",
+        id=1,
         method="tools/call",
-        params={"name": "memory_recall", "arguments": ["q"]},
-        request_id=1,
+        params={"name": "memory_recall", "arguments": ["q"], "_meta": {"progressToken": 3}},
     )
-    result = await middleware(ctx, never)  # type: ignore[arg-type]
+    assert with_arguments_set_aside(message).params == {
+        "name": "memory_recall",
+        "_meta": {"progressToken": 3, ARGUMENTS_META_KEY: ["q"]},
+    }
     text = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
-    assert result == {"content": [{"type": "text", "text": text}], "isError": True}
+    async with Client(make_server(tool_context(tmp_path)), mode="legacy") as client:
+        for arguments in (["q"], "q", 5):
+            for name in ("memory_recall", "nope"):
+                result = await client.call_tool(name, meta={ARGUMENTS_META_KEY: arguments})
+                assert (result.is_error, result.content[0].text) == (True, text)
 
 
 async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(tmp_path: Path) -> None:

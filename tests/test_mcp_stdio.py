@@ -289,6 +289,24 @@ def test_hostile_lines_are_answered_with_the_callers_id(
     assert rows(db, "SELECT slug FROM entries") == [("half-pair",)]
 
 
+def test_non_object_arguments_are_a_tool_error(server_env: dict[str, str]) -> None:
+    """Arguments that are no JSON object get the spec's isError result, batched or not."""
+    text = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
+    calls = [
+        {**_call(2, "memory_recall", {}), "params": {"name": "memory_recall", "arguments": ["q"]}},
+        {**_call(3, "memory_list", {}), "params": {"name": "memory_list", "arguments": "x"}},
+        {**_call(4, "nope", {}), "params": {"name": "nope", "arguments": 5}},
+        {**_call(5, "store_list", {}), "params": {"name": "store_list", "arguments": None}},
+    ]
+    replies, _ = _run_to_eof(server_env, _lines(*_initialize("2025-03-26"), *calls, calls[:2]))
+    arrays = [reply for reply in replies if isinstance(reply, list)]
+    singles = {reply["id"]: reply for reply in replies if isinstance(reply, dict)}
+    assert sorted(singles) == [1, 2, 3, 4, 5] and len(arrays) == 1, replies
+    for reply in [singles[2], singles[3], singles[4], *arrays[0]]:
+        assert reply["result"] == {"content": [{"text": text, "type": "text"}], "isError": True}
+    assert singles[5]["result"]["content"][0]["text"] == "- global"
+
+
 @pytest.mark.parametrize("version", ["2025-03-26", "2024-11-05"])
 def test_batches_are_served_where_the_protocol_has_them(
     tmp_path: Path, server_env: dict[str, str], version: str

@@ -70,9 +70,11 @@ STALE_SECONDS = 7 * 24 * 3600
 CLEANUP_INTERVAL_SECONDS = 24 * 3600
 CLEANUP_MARKER = ".last-cleanup"
 
-# Bare names of thatch's MCP tools (spec/tools.md §4 plus the later-phase ones), used to
-# recognise thatch's own calls however a host prefixes them.
-THATCH_TOOLS = (
+# Bare names of thatch's MCP tools, used to recognise thatch's own calls however a host
+# prefixes them. SERVED_TOOLS and DRAINING_TOOLS (the tools whose call drains the queue)
+# are copies of what the tool registry (tools/registry.py) says; this hot path imports the
+# standard library only, and tests/test_tool_registry.py fails when a copy differs.
+SERVED_TOOLS = (
     "memory_remember",
     "memory_recall",
     "memory_list",
@@ -83,6 +85,10 @@ THATCH_TOOLS = (
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
+)
+# Tools of later phases (engines, chat), served today by the earlier TypeScript release; a
+# tool that lands in the registry moves from here to SERVED_TOOLS.
+LATER_PHASE_TOOLS = (
     "prediction_query",
     "prediction_update",
     "prediction_list",
@@ -99,6 +105,7 @@ THATCH_TOOLS = (
     "chat_broadcast",
     "chat_status",
 )
+THATCH_TOOLS = SERVED_TOOLS + LATER_PHASE_TOOLS
 DRAINING_TOOLS = ("memory_remember", "extraction_done")
 THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
 META_TOOLS = ("skill", "task", "agent")

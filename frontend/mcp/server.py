@@ -1,40 +1,32 @@
 """``thatch mcp``: the stdio MCP server over the tool layer (spec/tools.md §1).
 
-The SDK handles the protocol; thatch keeps argument checking to itself so that hosts get
-the spec's one-line messages: each tool is registered with the JSON Schema of its
-``Param`` list and a pass-through argument model, and ``Tools.call`` validates the raw
-values. A middleware answers non-object ``arguments`` (which the SDK would reject as a
-protocol error) and prepends the setup-check warning to the first ``tools/call`` result.
+thatch owns its tools' schemas and argument checks, so it sits on the SDK's low-level
+``Server``: ``tools/list`` publishes each registry entry's ``input_schema``, and
+``tools/call`` hands the raw JSON arguments to ``Tools.call``, which validates them and
+answers with the spec's one-line messages. The first ``tools/call`` result starts with
+the setup-check warning. Arguments that are no JSON object reach the handler through the
+stdio transport (stdio.py: the SDK would refuse them as a protocol error).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 import mcp.types as types
-from mcp.server import MCPServer
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver.tools import Tool
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import PlainValidator
-from thatch.frontend.mcp.stdio import serve_stdio
+from mcp.server import Server, ServerRequestContext
+from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
-from thatch.frontend.tools.specs import TOOL_SPECS, ToolSpec
-from thatch.frontend.tools.validation import NOT_AN_OBJECT, input_schema
+from thatch.frontend.tools.registry import TOOL_SPECS, ToolSpec
+from thatch.frontend.tools.validation import input_schema
 
-# Annotated as ``str`` so the SDK does not JSON-decode string values; the validator hands
-# the raw JSON value through untouched for the tool layer to check.
-RawArgument = Annotated[str, PlainValidator(lambda value: value)]
 TOOL_THREADS = 4
 
 
@@ -44,87 +36,82 @@ def server_version() -> str:
     return thatch_version()
 
 
-def make_server(ctx: ToolContext) -> MCPServer:
+def make_server(ctx: ToolContext) -> Server[Any]:
     """An MCP server exposing the phase-1 tools over ``ctx`` (one per host session)."""
     tools = Tools(ctx)
     # Tool calls run in worker threads: one waiting for the embedder (up to 20 s) must not
     # hold up tools that need none. The Store serialises its own methods (one lock, one
     # connection), so concurrent calls interleave like separate frontends would.
     limiter = anyio.CapacityLimiter(TOOL_THREADS)
+    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+    prefix = FirstResultPrefix(ctx.first_result_prefix)
 
-    def make_tool(spec: ToolSpec) -> Tool:
-        async def run_tool(**arguments: Any) -> types.CallToolResult:
-            raw = {key: value for key, value in arguments.items() if value is not None}
-            result = await anyio.to_thread.run_sync(tools.call, spec.name, raw, limiter=limiter)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=result.text)],
-                is_error=result.is_error,
-            )
+    async def list_tools(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[listed_tool(spec) for spec in TOOL_SPECS])
 
-        run_tool.__name__ = spec.name
-        run_tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [
-                inspect.Parameter(
-                    param.name,
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=None,
-                    annotation=RawArgument,
-                )
-                for param in spec.params
-            ],
-            return_annotation=types.CallToolResult,
+    async def call_tool(
+        _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments = raw_arguments(params)
+        result = await anyio.to_thread.run_sync(tools.call, params.name, arguments, limiter=limiter)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=prefix.take() + result.text)],
+            is_error=result.is_error,
         )
-        tool = Tool.from_function(
-            run_tool, name=spec.name, description=spec.description, structured_output=False
-        )
-        tool.parameters = input_schema(spec.params)
-        return tool
 
-    return MCPServer(
-        name="thatch",
+    async def no_prompts(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[])
+
+    async def no_resources(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])
+
+    async def no_resource_templates(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
+    return Server(
+        "thatch",
         version=server_version(),
-        tools=[make_tool(spec) for spec in TOOL_SPECS],
-        middleware=[FirstCallMiddleware(ctx.first_result_prefix)],
-        log_level="WARNING",
-        # No list-changed notifications: the tool set is fixed for the process.
-        subscriptions=False,
+        get_tool_input_schema=schemas.get,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        # Empty lists for hosts that ask whatever the capabilities say (thatch answered
+        # them so from the start); serve_stdio advertises tools only.
+        on_list_prompts=no_prompts,
+        on_list_resources=no_resources,
+        on_list_resource_templates=no_resource_templates,
     )
 
 
-@dataclass
-class FirstCallMiddleware:
-    """Answers non-object arguments and prefixes the first tools/call result (once)."""
+def listed_tool(spec: ToolSpec) -> types.Tool:
+    return types.Tool(
+        name=spec.name, description=spec.description, input_schema=input_schema(spec.params)
+    )
 
-    prefix: str | None
 
-    async def __call__(
-        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> HandlerResult:
-        if ctx.method != "tools/call":
-            return await call_next(ctx)
-        params = ctx.params or {}
-        arguments = params.get("arguments")
-        result: HandlerResult
-        if arguments is not None and not isinstance(arguments, dict):
-            result = types.CallToolResult(
-                content=[types.TextContent(type="text", text=NOT_AN_OBJECT)], is_error=True
-            ).model_dump(by_alias=True, mode="json", exclude_none=True)
-            if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-                result.pop("resultType", None)  # a 2026-era field older clients don't know
-        else:
-            result = await call_next(ctx)
-        return self._prefixed(result)
+def raw_arguments(params: types.CallToolRequestParams) -> object:
+    """The caller's arguments as sent: non-object ones travel in ``_meta`` (stdio.py)."""
+    meta: Mapping[str, Any] = params.meta or {}
+    return meta.get(ARGUMENTS_META_KEY, params.arguments)
 
-    def _prefixed(self, result: HandlerResult) -> HandlerResult:
-        prefix, self.prefix = self.prefix, None
-        if not prefix or not isinstance(result, dict):
-            return result
-        content = result.get("content")
-        if isinstance(content, list) and content and content[0].get("type") == "text":
-            first = dict(content[0])
-            first["text"] = prefix + str(first.get("text", ""))
-            result = {**result, "content": [first, *content[1:]]}
-        return result
+
+class FirstResultPrefix:
+    """The setup-check warning, handed out once: to the first tools/call result."""
+
+    def __init__(self, prefix: str | None) -> None:
+        self._prefix = prefix or ""
+
+    def take(self) -> str:
+        # Only the event loop's thread calls this, so no lock is needed.
+        prefix, self._prefix = self._prefix, ""
+        return prefix
 
 
 # -- stdio process ----------------------------------------------------------------------

@@ -11,7 +11,10 @@ already read (a ``memory_remember`` could commit without its answer). Here:
   has them (2024-11-05 and 2025-03-26; 2025-06-18 removed them) and answered with one
   array of the requests' responses; elsewhere they are refused with one error;
 - at EOF the reader waits until every request it read has been answered (or cancelled
-  by the client), then ends the stream; the server then exits with status 0.
+  by the client), then ends the stream; the server then exits with status 0;
+- a ``tools/call`` whose ``arguments`` are no JSON object, which the SDK refuses as a
+  protocol error before any handler runs, has them moved under ``_meta`` (the protocol's
+  open map, ``ARGUMENTS_META_KEY``): the tool layer answers it with the spec's tool error.
 
 While serving, fds 0 and 1 point at the null device and stderr, as the SDK's transport
 does, so that a handler or child process writing to stdout cannot corrupt the wire.
@@ -27,12 +30,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import anyio
 import mcp_types
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp.server import MCPServer
+from mcp.server import Server
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCMessage, RequestId
 from thatch.frontend.mcp.jsonrpc_lines import Batch, Refused, read_line, top_level_id
@@ -45,6 +48,9 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 # After stdin EOF, how long requests already read may take to answer before the server
 # exits anyway (a safety net: every request path answers or is cancelled by the client).
 DRAIN_SECONDS = 120.0
+
+# Where a tools/call's non-object arguments travel to the handler (server.raw_arguments).
+ARGUMENTS_META_KEY = "dev.thatch/arguments"
 
 IdKey = tuple[type, RequestId]
 
@@ -275,8 +281,7 @@ async def read_loop(
             elif isinstance(line, Batch):
                 await dispatch_batch(line, inbox, wire)
             else:
-                await wire.expect(line)
-                await inbox.send(SessionMessage(line))
+                await dispatch(line, inbox, wire)
         owed = await wire.drained()
         if owed:
             print(
@@ -306,8 +311,28 @@ async def dispatch_batch(
     if parts:
         await wire.write_line("[" + ",".join(parts) + "]")
     for message in messages:
-        await wire.expect(message)
-        await inbox.send(SessionMessage(message))
+        await dispatch(message, inbox, wire)
+
+
+async def dispatch(
+    message: JSONRPCMessage, inbox: MemoryObjectSendStream[SessionMessage | Exception], wire: Wire
+) -> None:
+    await wire.expect(message)
+    await inbox.send(SessionMessage(with_arguments_set_aside(message)))
+
+
+def with_arguments_set_aside(message: JSONRPCMessage) -> JSONRPCMessage:
+    """``message``, or the ``tools/call`` it is with non-object arguments moved to ``_meta``."""
+    if not isinstance(message, mcp_types.JSONRPCRequest) or message.method != "tools/call":
+        return message
+    params: dict[str, Any] = dict(message.params or {})
+    arguments = params.get("arguments")
+    meta = params.get("_meta") or {}
+    if arguments is None or isinstance(arguments, dict) or not isinstance(meta, dict):
+        return message
+    del params["arguments"]
+    params["_meta"] = {**meta, ARGUMENTS_META_KEY: arguments}
+    return message.model_copy(update={"params": params})
 
 
 @contextlib.contextmanager
@@ -338,12 +363,11 @@ def _backed_by(stream: object, fd: int) -> bool:
         return False
 
 
-async def serve_stdio(server: MCPServer) -> None:
+async def serve_stdio(server: Server[Any]) -> None:
     """Serve ``server`` on stdin/stdout until stdin ends and every request is answered."""
-    # The SDK keeps its low-level server private; run_stdio_async does exactly this.
-    lowlevel = server._lowlevel_server
-    options = lowlevel.create_initialization_options()
-    # thatch serves tools only; the SDK would also advertise (empty) prompts and resources.
+    options = server.create_initialization_options()
+    # thatch serves tools only; the SDK would also advertise the (empty) prompt and
+    # resource lists the server answers.
     options.capabilities = options.capabilities.model_copy(
         update={"prompts": None, "resources": None}
     )
@@ -352,5 +376,5 @@ async def serve_stdio(server: MCPServer) -> None:
         inbox, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         async with anyio.create_task_group() as group:
             group.start_soon(read_loop, source, inbox, wire)
-            await lowlevel.run(messages, wire, options)
+            await server.run(messages, wire, options)
             group.cancel_scope.cancel()  # the server stopped on its own: stop reading too

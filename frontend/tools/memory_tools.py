@@ -1,8 +1,9 @@
 """The tool layer shared by the MCP server and the CLI (spec/tools.md §2-§3).
 
-``Tools(ctx).call(name, arguments)`` validates raw JSON arguments, runs one tool and
-returns a ``ToolResult``; it never raises. The CLI calls the typed operations
-(``remember``, ``recall`` …) directly and formats their reports its own way.
+``Tools(ctx).call(name, arguments)`` looks the tool up in the registry (registry.py),
+validates raw JSON arguments, runs its handler and returns a ``ToolResult``; it never
+raises. The handlers and the CLI call the typed operations (``remember``, ``recall`` …);
+the CLI formats their reports its own way.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sqlite3
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,8 @@ from thatch.frontend.store.slugs import slugify
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.context import EmbedResultLike, ToolContext
 from thatch.frontend.tools.labels import derive_label
-from thatch.frontend.tools.specs import SPECS_BY_NAME
-from thatch.frontend.tools.validation import ArgumentError, validate
+from thatch.frontend.tools.registry import SPECS_BY_NAME
+from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError, validate
 
 PENDING_BATCH = 32
 
@@ -79,30 +80,20 @@ class Tools:
 
     def __init__(self, ctx: ToolContext) -> None:
         self.ctx = ctx
-        self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
-            "memory_remember": self._remember_tool,
-            "memory_recall": self._recall_tool,
-            "memory_list": self._list_tool,
-            "memory_show": self._show_tool,
-            "memory_forget": self._forget_tool,
-            "store_list": self._store_list_tool,
-            "find_duplicates": self._duplicates_tool,
-            "dedup_mark_checked": self._mark_checked_tool,
-            "extraction_done": self._extraction_done_tool,
-            "get_extraction_payload": self._payload_tool,
-        }
 
     # -- dispatch ----------------------------------------------------------------------
 
     def call(self, name: str, arguments: object) -> ToolResult:
         """Run tool ``name`` with raw JSON ``arguments``; every failure is an isError result."""
+        if arguments is not None and not isinstance(arguments, Mapping):
+            return ToolResult(NOT_AN_OBJECT, True)  # whatever the name, as MCP answered it
         spec = SPECS_BY_NAME.get(name)
         if spec is None:
             return ToolResult(f"Unknown tool: {name}", True)
         try:
             values = validate(spec.params, arguments)
             # Reads fail before any write, so a retry with lenient decoding is safe.
-            text = db.read_leniently(self.ctx.store.conn, lambda: self._handlers[name](values))
+            text = db.read_leniently(self.ctx.store.conn, lambda: spec.run(self, values))
             return ToolResult(text)
         except sqlite3.Error as error:
             return ToolResult(str(db.store_error(error, self.ctx.store.path)), True)
@@ -272,72 +263,23 @@ class Tools:
         self.ctx.store.mark_checked(store, found[0].slug, found[1].slug, status)
         return fmt.checked(store, found[0].label, found[1].label, status)
 
-    # -- tool adapters -----------------------------------------------------------------
-
-    def _remember_tool(self, args: dict[str, Any]) -> str:
-        return self.remember(
-            label=args["label"],
-            content=args["content"],
-            store=args["store"],
-            branch=args["branch"],
-            confidence=args["confidence"],
-            overwrite=args["overwrite"],
-            archived=args["archived"],
-        ).text()
-
-    def _recall_tool(self, args: dict[str, Any]) -> str:
-        stores = [args["store"]] if args["store"] else None
-        return self.recall(
-            query=args["query"],
-            stores=stores,
-            branch=args["branch"],
-            limit=args["limit"],
-            include_archived=args["includeArchived"],
-        ).text()
-
-    def _list_tool(self, args: dict[str, Any]) -> str:
-        store = self.store_or_project(args["store"])
-        return fmt.memory_list(store, self.ctx.store.list(store))
-
-    def _show_tool(self, args: dict[str, Any]) -> str:
-        store = self.store_or_project(args["store"])
-        memory = self.ctx.store.show(store, args["label"])
-        return fmt.show(memory) if memory else fmt.not_found(args["label"].strip(), store)
-
-    def _forget_tool(self, args: dict[str, Any]) -> str:
-        store = self.store_or_project(args["store"])
-        memory = self.ctx.store.forget(store, args["label"])
-        if memory is None:
-            return fmt.not_found(args["label"].strip(), store)
-        return fmt.forgotten(store, memory.label)
-
-    def _store_list_tool(self, _args: dict[str, Any]) -> str:
-        return fmt.store_list(self.ctx.store.store_names())
-
-    def _duplicates_tool(self, args: dict[str, Any]) -> str:
-        store = self.store_or_project(args["store"])
-        threshold = args["threshold"]
-        return fmt.duplicates(store, self.duplicate_pairs(store, threshold), threshold)
-
-    def _mark_checked_tool(self, args: dict[str, Any]) -> str:
-        store = self.store_or_project(args["store"])
-        return self.mark_checked(store, args["label_a"], args["label_b"], args["status"])
-
-    def _extraction_done_tool(self, args: dict[str, Any]) -> str:
-        if args["session_id"]:
+    def extraction_done(self, session_id: str | None) -> str:
+        """Acknowledge extraction; with a session id, clear that session's queue."""
+        if session_id:
             from thatch.frontend.hooks import queue
 
             try:
-                queue.drain(self.ctx.queue_dir, args["session_id"])
+                queue.drain(self.ctx.queue_dir, session_id)
             except queue.QueueError as error:
                 raise Refused(str(error)) from None
         return fmt.ACKNOWLEDGED
 
-    def _payload_tool(self, args: dict[str, Any]) -> str:
+    def extraction_payload(self, session_id: str) -> str:
+        """The session's queued tool interactions as JSON (the queue stays as it is)."""
         from thatch.frontend.hooks import queue
 
         try:
-            records = queue.peek_records(self.ctx.queue_dir, args["session_id"])
+            records = queue.peek_records(self.ctx.queue_dir, session_id)
         except queue.QueueError as error:
             raise Refused(str(error)) from None
         payload = queue.build_payload(records, self.ctx.project_store)

@@ -1,10 +1,24 @@
-"""Names, descriptions and parameters of the phase-1 tools, in tools/list order (tools.md §4)."""
+"""The tool registry: every MCP tool of this release, in tools/list order (tools.md §4).
+
+A ``ToolSpec`` is the whole of a tool: its name, description and parameters (published by
+the MCP server as ``tools/list``, checked by ``Tools.call``), its handler (validated
+arguments in, result text out, over the typed operations of ``memory_tools.Tools``) and
+its role in the extraction queue. Adding a tool is one entry here.
+
+The tool hooks cannot import this module (their hot path imports the standard library
+only), so ``hooks/queue.py`` keeps a copy of the names (``SERVED_TOOLS``) and of the
+draining ones (``DRAINING_TOOLS``); tests/test_tool_registry.py fails when they differ.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.identifiers import session_id_problem, store_name_problem
+from thatch.frontend.store.memory import VERDICTS
+from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.validation import (
     CONTENT_MAX,
     LABEL_MAX,
@@ -13,7 +27,12 @@ from thatch.frontend.tools.validation import (
     Param,
 )
 
-STATUSES = ("duplicate", "supplement", "contradiction", "unrelated")
+if TYPE_CHECKING:
+    from thatch.frontend.tools.memory_tools import Tools
+
+# Validated arguments (every declared parameter, None when omitted) in, result text out;
+# raises what the typed operations raise (ArgumentError, Refused, StoreError, ...).
+Handler = Callable[["Tools", dict[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -21,6 +40,10 @@ class ToolSpec:
     name: str
     description: str
     params: tuple[Param, ...]
+    run: Handler
+    # A call of this tool acknowledges the session's queued tool interactions: the tool
+    # hooks drain the session's extraction queue instead of queueing the call (hooks.md §6).
+    drains_queue: bool = False
 
 
 def _store(what: str, *, creates: bool = False) -> Param:
@@ -50,6 +73,77 @@ def _label(description: str, *, required: bool = True) -> Param:
 
 
 _BRANCH_MAX = LABEL_MAX
+
+
+# -- handlers: validated arguments to the typed operations of ``Tools`` --------------------
+
+
+def _remember(tools: Tools, args: dict[str, Any]) -> str:
+    return tools.remember(
+        label=args["label"],
+        content=args["content"],
+        store=args["store"],
+        branch=args["branch"],
+        confidence=args["confidence"],
+        overwrite=args["overwrite"],
+        archived=args["archived"],
+    ).text()
+
+
+def _recall(tools: Tools, args: dict[str, Any]) -> str:
+    stores = [args["store"]] if args["store"] else None
+    return tools.recall(
+        query=args["query"],
+        stores=stores,
+        branch=args["branch"],
+        limit=args["limit"],
+        include_archived=args["includeArchived"],
+    ).text()
+
+
+def _list(tools: Tools, args: dict[str, Any]) -> str:
+    store = tools.store_or_project(args["store"])
+    return fmt.memory_list(store, tools.ctx.store.list(store))
+
+
+def _show(tools: Tools, args: dict[str, Any]) -> str:
+    store = tools.store_or_project(args["store"])
+    memory = tools.ctx.store.show(store, args["label"])
+    return fmt.show(memory) if memory else fmt.not_found(args["label"].strip(), store)
+
+
+def _forget(tools: Tools, args: dict[str, Any]) -> str:
+    store = tools.store_or_project(args["store"])
+    memory = tools.ctx.store.forget(store, args["label"])
+    if memory is None:
+        return fmt.not_found(args["label"].strip(), store)
+    return fmt.forgotten(store, memory.label)
+
+
+def _store_list(tools: Tools, _args: dict[str, Any]) -> str:
+    return fmt.store_list(tools.ctx.store.store_names())
+
+
+def _find_duplicates(tools: Tools, args: dict[str, Any]) -> str:
+    store = tools.store_or_project(args["store"])
+    threshold = args["threshold"]
+    return fmt.duplicates(store, tools.duplicate_pairs(store, threshold), threshold)
+
+
+def _mark_checked(tools: Tools, args: dict[str, Any]) -> str:
+    store = tools.store_or_project(args["store"])
+    return tools.mark_checked(store, args["label_a"], args["label_b"], args["status"])
+
+
+def _extraction_done(tools: Tools, args: dict[str, Any]) -> str:
+    return tools.extraction_done(args["session_id"])
+
+
+def _extraction_payload(tools: Tools, args: dict[str, Any]) -> str:
+    return tools.extraction_payload(args["session_id"])
+
+
+# -- the table ---------------------------------------------------------------------------
 
 TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -105,6 +199,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "required when overwriting an archived memory.",
             ),
         ),
+        _remember,
+        drains_queue=True,
     ),
     ToolSpec(
         "memory_recall",
@@ -147,29 +243,34 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 default=False,
             ),
         ),
+        _recall,
     ),
     ToolSpec(
         "memory_list",
         "List the labels and metadata of every memory in a store (no content), to see "
         "what is known before pulling full content with memory_show.",
         (_store("the current project's store"),),
+        _list,
     ),
     ToolSpec(
         "memory_show",
         "Show the full content of one memory by its exact label.",
         (_label("The memory's label."), _store("the current project's store")),
+        _show,
     ),
     ToolSpec(
         "memory_forget",
         "Delete a memory by label. Use it when the user asks to forget something or when "
         "consolidating duplicates (after merging their content into one memory).",
         (_label("The label of the memory to delete."), _store("the current project's store")),
+        _forget,
     ),
     ToolSpec(
         "store_list",
         "List the memory stores. global always exists; a project's store appears on its "
         "first write.",
         (),
+        _store_list,
     ),
     ToolSpec(
         "find_duplicates",
@@ -187,6 +288,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 default=0.85,
             ),
         ),
+        _find_duplicates,
     ),
     ToolSpec(
         "dedup_mark_checked",
@@ -217,10 +319,11 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "Verdict: duplicate, supplement (one adds to the other), contradiction, "
                 "or unrelated.",
                 required=True,
-                enum=STATUSES,
+                enum=VERDICTS,
             ),
             _store("the current project's store"),
         ),
+        _mark_checked,
     ),
     ToolSpec(
         "extraction_done",
@@ -238,6 +341,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 blank_is_omitted=True,
             ),
         ),
+        _extraction_done,
+        drains_queue=True,
     ),
     ToolSpec(
         "get_extraction_payload",
@@ -256,6 +361,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 check=session_id_problem,
             ),
         ),
+        _extraction_payload,
     ),
 )
 
