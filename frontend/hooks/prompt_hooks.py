@@ -115,8 +115,9 @@ def warm_recall_labels(
     """The recall labels from a running ``thatch mcp`` for this database (no numpy, no
     grpc in this process); None when none answers, and the cold path runs instead."""
     from thatch.frontend.hooks import recall_scan
+    from thatch.frontend.store.db_path import default_db_path
 
-    path = recall_scan.socket_path(recall_scan.db_path(env), env)
+    path = recall_scan.socket_path(default_db_path(env), env)
     if path is None:
         return None
     return recall_scan.request_labels(
