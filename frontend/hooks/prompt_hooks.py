@@ -115,9 +115,9 @@ def warm_recall_labels(
     """The recall labels from a running ``thatch mcp`` for this database (no numpy, no
     grpc in this process); None when none answers, and the cold path runs instead."""
     from thatch.frontend.hooks import recall_scan
-    from thatch.frontend.store.db_path import default_db_path
 
-    path = recall_scan.socket_path(default_db_path(env), env)
+    # recall_scan re-exports default_db_path as db_path, which strict mypy does not see.
+    path = recall_scan.socket_path(recall_scan.db_path(env), env)  # type: ignore[attr-defined]
     if path is None:
         return None
     return recall_scan.request_labels(
