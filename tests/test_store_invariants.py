@@ -15,10 +15,13 @@ import thatch.frontend
 from thatch.frontend.store.memory_store import RememberOutcome, Store
 
 # The whole store package plus the frontend modules it uses.
-STORE_MODULES = ["project", "errors", "timefmt"] + sorted(
-    f"store/{path.stem}"
-    for path in (Path(thatch.frontend.__file__).parent / "store").glob("*.py")
-)
+STORE_DIR = Path(thatch.frontend.__file__).parent / "store"
+STORE_MODULES = [
+    "project",
+    "errors",
+    "timefmt",
+    *sorted(f"store/{path.stem}" for path in STORE_DIR.glob("*.py")),
+]
 EMBEDDING_MODULES = ("thatch.embedder", "onnxruntime", "tokenizers", "grpc", "huggingface_hub")
 
 
