@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import thatch.embedder.grpc_env  # noqa: F401  (first: it quiets gRPC's C core before it loads)
 
@@ -152,7 +152,8 @@ class EmbedderClient:
         self._tls = None if self.address.is_unix else _tls_config(self.address, self.env)
         self._channel = make_channel(self.address, self._tls)
         self._stub = embedder_pb2_grpc.EmbedderStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        # Any: types-grpcio-health-checking declares no methods on HealthStub.
+        self._health: Any = health_pb2_grpc.HealthStub(self._channel)
         self._worked = False  # a call has succeeded on this channel
         self._trusted: tuple[int, int] | None = None  # the socket file whose peer we checked
         self._start_lock = threading.Lock()

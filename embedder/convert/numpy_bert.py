@@ -10,6 +10,7 @@ padding invisible.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +24,8 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def gelu(x: F64) -> F64:
     """The exact (erf) GELU that BERT's ``hidden_act: gelu`` means."""
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
+    erf = cast("npt.NDArray[np.object_]", _erf(x / math.sqrt(2.0)))  # array in, array out
+    return 0.5 * x * (1.0 + erf.astype(np.float64))
 
 
 def layer_norm(

@@ -17,6 +17,7 @@ import mmap
 import struct
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -111,8 +112,9 @@ def read_safetensors(path: Path) -> dict[str, npt.NDArray[np.generic]]:
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             for name, entry in header.items():
                 dtype = str(entry["dtype"])
-                begin, end = entry["data_offsets"]  # type: ignore[misc]
-                shape = tuple(entry["shape"])  # type: ignore[arg-type]
+                # read_header checked both: two ints, a list of ints.
+                begin, end = cast("list[int]", entry["data_offsets"])
+                shape = tuple(cast("list[int]", entry["shape"]))
                 raw = np.frombuffer(
                     mapped,
                     dtype=_NUMPY_DTYPES[dtype],

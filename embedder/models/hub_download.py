@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models.registry import (
@@ -30,6 +30,9 @@ from thatch.embedder.models.registry import (
     read_json,
 )
 from thatch.embedder.settings import Env
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 FP32_REFERENCE = "onnx/model.onnx"
 
@@ -92,11 +95,11 @@ def _write_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> Non
     os.replace(tmp, ref_path)
 
 
-def progress_bar_class(*, enabled: bool) -> Callable[..., Any]:
+def progress_bar_class(*, enabled: bool) -> type[tqdm[Any]]:
     """A plain tqdm on stderr: huggingface_hub's own hides itself when stderr is no TTY."""
     from tqdm import tqdm
 
-    class DownloadBar(tqdm):  # type: ignore[type-arg]
+    class DownloadBar(tqdm):  # type: ignore[type-arg]  # generic in the stubs only
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.pop("name", None)
             kwargs["disable"] = not enabled

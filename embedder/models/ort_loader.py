@@ -17,4 +17,5 @@ def load_onnxruntime() -> ModuleType:
     import onnxruntime
 
     onnxruntime.disable_telemetry_events()
-    return onnxruntime
+    module: ModuleType = onnxruntime  # untyped package: mypy sees Any
+    return module

@@ -127,8 +127,8 @@ def _pad_id(tokenizer: Tokenizer, settings: ModelSettings) -> int:
     if settings.path is not None:
         for name, key in (("tokenizer_config.json", "pad_token"), ("config.json", "pad_token_id")):
             value = _json_value(settings.path / name, key)
-            if isinstance(value, str) and tokenizer.token_to_id(value) is not None:
-                return int(tokenizer.token_to_id(value))
+            if isinstance(value, str) and (token_id := tokenizer.token_to_id(value)) is not None:
+                return int(token_id)
             if isinstance(value, int) and not isinstance(value, bool):
                 return value
     return 0
@@ -180,7 +180,7 @@ def _op_types(path: Path) -> frozenset[str]:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:  # unreadable here: onnxruntime reports it properly at load time
         return frozenset()
-    graphs = [model.graph, *(f for f in model.functions)]
+    graphs: list[onnx.GraphProto | onnx.FunctionProto] = [model.graph, *model.functions]
     return frozenset(node.op_type for g in graphs for node in g.node)
 
 

@@ -10,7 +10,9 @@ import logging
 import logging.handlers
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from thatch.cli.errors import translate_errors
@@ -44,7 +46,10 @@ def setup_logging(log_file: Path | None, level: str) -> tuple[logging.Logger, lo
     return logger, handler
 
 
-def _file_option(name: str, help_text: str):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _file_option(name: str, help_text: str) -> Callable[[F], F]:
     return click.option(
         name,
         type=click.Path(exists=True, dir_okay=False, path_type=Path),

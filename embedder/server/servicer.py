@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
@@ -25,7 +26,7 @@ from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 SERVICE_NAME = "thatch.embedder.v1.Embedder"
 STARTING = "embedder is starting"
 SHUTTING_DOWN = "embedder is shutting down"
-KINDS = {pb.QUERY: Kind.QUERY, pb.PASSAGE: Kind.PASSAGE}
+KINDS: dict[int, Kind] = {pb.QUERY: Kind.QUERY, pb.PASSAGE: Kind.PASSAGE}
 # A deadline further away than this is grpc's "none" (it reports a huge remaining time).
 NO_DEADLINE_S = 1e8
 
@@ -324,7 +325,7 @@ def _us(seconds: float) -> int:
 
 def add_to_server(servicer: EmbedderServicer, server: grpc.Server) -> None:
     """Register the service like the generated helper, with the UTF-8-aware parser."""
-    handlers = {
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "Embed": grpc.unary_unary_rpc_method_handler(
             servicer.Embed,
             request_deserializer=servicer.parse_request,

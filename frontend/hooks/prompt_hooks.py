@@ -116,7 +116,8 @@ def warm_recall_labels(
     grpc in this process); None when none answers, and the cold path runs instead."""
     from thatch.frontend.hooks import recall_scan
 
-    path = recall_scan.socket_path(recall_scan.db_path(env), env)
+    # recall_scan re-exports default_db_path as db_path, which strict mypy does not see.
+    path = recall_scan.socket_path(recall_scan.db_path(env), env)  # type: ignore[attr-defined]
     if path is None:
         return None
     return recall_scan.request_labels(

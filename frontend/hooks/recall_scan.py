@@ -168,8 +168,12 @@ def parse_request(line: bytes) -> tuple[str, list[str], int, float]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ScanError(f'"limit" must be an integer from 1 to {MAX_LIMIT}')
     threshold = request.get("threshold")
-    valid_number = isinstance(threshold, int | float) and not isinstance(threshold, bool)
-    if not valid_number or math.isnan(threshold) or not 0.0 <= threshold <= 1.0:
+    if (
+        not isinstance(threshold, int | float)
+        or isinstance(threshold, bool)
+        or math.isnan(threshold)
+        or not 0.0 <= threshold <= 1.0
+    ):
         raise ScanError('"threshold" must be a number from 0 to 1')
     return prompt[:MAX_PROMPT_CHARS], list(dict.fromkeys(stores)), limit, float(threshold)
 

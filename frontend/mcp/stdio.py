@@ -358,7 +358,7 @@ def wire_descriptors() -> Iterator[tuple[BinaryIO, BinaryIO]]:
 
 def _backed_by(stream: object, fd: int) -> bool:
     try:
-        return stream.buffer.fileno() == fd  # type: ignore[attr-defined, no-any-return]
+        return stream.buffer.fileno() == fd  # type: ignore[attr-defined]  # any object; caught
     except (AttributeError, OSError, ValueError):
         return False
 

@@ -249,7 +249,11 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
         steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
         steps.append((plugin, lambda: [_plugin(writer, plugin, request)]))
     for path, text in skills.skill_files(paths.skills):
-        steps.append((path, lambda p=path, t=text: [writer.text(p, t, _read_text(p))]))
+
+        def write_skill(p: Path = path, t: str = text) -> list[Line]:
+            return [writer.text(p, t, _read_text(p))]
+
+        steps.append((path, write_skill))
     return steps
 
 

@@ -7,6 +7,7 @@ one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import sqlite3
 import threading
@@ -399,7 +400,7 @@ class Store(UpkeepQueries):
         threshold: float = DUPLICATE_THRESHOLD,
         limit: int = 3,
         exclude_slug: str | None = None,
-    ) -> list[Match]:
+    ) -> builtins.list[Match]:
         """Live memories of one store with cosine ≥ threshold, best first. No telemetry."""
         query = as_vector(vector)
         threshold = threshold_value(threshold)
@@ -434,7 +435,7 @@ class Store(UpkeepQueries):
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
-    ) -> list[Match]:
+    ) -> builtins.list[Match]:
         """Best matches over the stores, ties by (store, slug). Records no usage."""
         query = as_vector(vector)
         names = store_list(stores)
@@ -466,7 +467,7 @@ class Store(UpkeepQueries):
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
-    ) -> list[Match]:
+    ) -> builtins.list[Match]:
         """``search``, then stamp recall_count/last_recalled_at on exactly the returned rows.
 
         The returned memories show the telemetry as it was before this recall.
@@ -487,7 +488,7 @@ class Store(UpkeepQueries):
     @locked
     def find_duplicates(
         self, store: str, threshold: float = DUPLICATE_THRESHOLD
-    ) -> list[DuplicatePair]:
+    ) -> builtins.list[DuplicatePair]:
         """Unreviewed pairs of live memories with cosine ≥ threshold, best first."""
         threshold = threshold_value(threshold)
         name = store_name(store)

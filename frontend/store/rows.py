@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 import numpy as np
 from thatch.frontend.errors import InvalidInputError
@@ -38,7 +38,8 @@ def locked(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P]
         with self._lock:
             return method(self, *args, **kwargs)
 
-    return wrapper
+    # mypy does not equate functools.wraps' _Wrapped[[S, **P], ...] with Concatenate[S, P].
+    return cast("Callable[Concatenate[S, P], R]", wrapper)
 
 
 def memory_from_row(row: Sequence[Any]) -> Memory:

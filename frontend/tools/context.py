@@ -125,7 +125,7 @@ def setup_prefix(ctx: ToolContext) -> str | None:
     """The setup-check warning as the first result's prefix, when that check exists."""
     if importlib.util.find_spec("thatch.frontend.setup.check") is None:
         return None
-    from thatch.frontend.setup.check import setup_warning  # type: ignore[import-not-found]
+    from thatch.frontend.setup.check import setup_warning
 
     try:
         message = setup_warning(ctx)

@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
@@ -69,6 +69,14 @@ class RecallReport:
 
     def text(self) -> str:
         return fmt.recall_results(self.matches, self.pending)
+
+
+class _SearchOptions(TypedDict):
+    """The keyword arguments recall passes to Store.recall, and to Store.search after it."""
+
+    branch: str | None
+    limit: int
+    include_archived: bool
 
 
 def embedder_error(error: EmbedderUnavailable) -> str:
@@ -223,7 +231,11 @@ class Tools:
         result = self.embed([query], Kind.QUERY)
         # Filling first lets a memory saved while the embedder was down be found now.
         self.fill_pending_opportunistically()
-        options = {"branch": branch or None, "limit": limit, "include_archived": include_archived}
+        options: _SearchOptions = {
+            "branch": branch or None,
+            "limit": limit,
+            "include_archived": include_archived,
+        }
         skipped = None
         try:
             matches = self.ctx.store.recall(scope, result.vectors[0], **options)
