@@ -72,7 +72,7 @@ def test_tool_context_closes_its_store_and_embedder(
 def test_cli_commands_close_what_they_open(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
 ) -> None:
-    """Each store command, reembed and their failure paths: no connection or client left open."""
+    """Store commands, reembed, hygiene, doctor and failure paths: nothing left open."""
     monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
     commands = [
         (["remember", "Deploy", "push a tag"], 0),
@@ -86,11 +86,13 @@ def test_cli_commands_close_what_they_open(
         (["reembed", "--dry-run"], 0),
         (["reembed", "--store", "nope"], 1),
         (["forget", "Deploy"], 0),
+        (["hygiene"], 0),
+        (["doctor"], None),  # its verdict depends on this machine's setup
     ]
     with tracking_opens(monkeypatch) as tracker:
         for args, code in commands:
             result = CliRunner().invoke(cli, args)
-            assert result.exit_code == code, (args, result.output)
+            assert code is None or result.exit_code == code, (args, result.output)
             assert tracker.open_connections() == [], args
             assert tracker.open_clients() == [], args
         opened = len(tracker.connections)
@@ -98,7 +100,7 @@ def test_cli_commands_close_what_they_open(
         failed = CliRunner().invoke(cli, ["search", "anything"])
         assert failed.exit_code == 1 and "embedding service unavailable" in failed.stderr
         assert (tracker.open_connections(), tracker.open_clients()) == ([], [])
-    assert opened >= len(commands) - 1  # each opened the database (tracking works)
+    assert opened >= len(commands) - 2  # each opened the database (tracking works)
     assert tracker.unraisable == []
 
 
@@ -133,33 +135,17 @@ def test_mcp_server_closes_its_context_at_eof(
 ) -> None:
     """After serving calls (the background fill running), stdin EOF closes every connection."""
     requests = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "memory_remember", "arguments": {"label": "A", "content": "b"}},
-        },
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "memory_recall", "arguments": {"query": "b"}},
-        },
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+        '"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}',
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_remember",'
+        '"arguments":{"label":"A","content":"b"}}}',
+        '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory_recall",'
+        '"arguments":{"query":"b"}}}',
     ]
     done = subprocess.run(
         [sys.executable, "-c", MCP_PROBE],
-        input="".join(json.dumps(request) + "\n" for request in requests),
+        input="".join(request + "\n" for request in requests),
         env={**env, "THATCH_EMBEDDER_ADDR": mock_embedder.address},
         capture_output=True,
         text=True,

@@ -7,12 +7,12 @@ on the background thread (``PendingFill.start``).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from thatch.embedder.encoder import Kind
 from thatch.frontend.tools.memory_tools import Tools
 
@@ -113,11 +113,20 @@ def test_close_stops_the_background_thread(tmp_path: Path) -> None:
     assert not fill_threads[0].is_alive()
 
 
-def test_mcp_server_fills_pending_memories_in_the_background(
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_mcp_server_fills_pending_memories_in_the_background(
     tmp_path: Path, mock_embedder: EmbedderProcess
 ) -> None:
     """A real ``thatch mcp``: one recall with the embedder up, and the memory saved while it
     was down gets its vector without any further call."""
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
     from thatch.frontend.store.memory_store import Store
 
     from tests.support.polling import poll
@@ -134,28 +143,11 @@ def test_mcp_server_fills_pending_memories_in_the_background(
         "THATCH_EMBEDDER_ADDR": mock_embedder.address,
     }
     thatch = str(Path(sys.executable).with_name("thatch"))
-    server = subprocess.Popen(
-        [thatch, "mcp"],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdin is not None and server.stdout is not None
-    try:
-        for line in (
-            '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
-            '"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}',
-            '{"jsonrpc":"2.0","method":"notifications/initialized"}',
-            '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_recall",'
-            '"arguments":{"query":"which port"}}}',
-        ):
-            server.stdin.write(line + "\n")
-            server.stdin.flush()
-            if '"id"' in line:
-                assert server.stdout.readline()  # answered
-        assert poll(lambda: rows(db, UNINDEXED) == [(0,)], timeout=60)
-    finally:
-        _out, err = server.communicate(timeout=60)
-    assert server.returncode == 0, err
+    params = StdioServerParameters(command=thatch, args=["mcp"], env=env)
+    async with Client(params, mode="legacy") as client:
+        recalled = await client.call_tool("memory_recall", {"query": "which port"})
+        assert not recalled.is_error
+        filled = await anyio.to_thread.run_sync(
+            lambda: poll(lambda: rows(db, UNINDEXED) == [(0,)], timeout=60)
+        )
+        assert filled
