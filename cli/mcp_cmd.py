@@ -13,7 +13,7 @@ def mcp() -> None:
     from thatch.cli.errors import translate_errors
     from thatch.frontend.errors import StoreError
     from thatch.frontend.mcp.server import run_stdio
-    from thatch.frontend.tools.context import build_context, setup_prefix
+    from thatch.frontend.tools.context import ToolContext, setup_prefix
 
     with translate_errors():
         if sys.stdin is None or sys.stdout is None:
@@ -22,8 +22,11 @@ def mcp() -> None:
                 "thatch mcp speaks MCP on stdin and stdout, and one of them is closed."
             )
         try:
-            ctx = build_context()
+            ctx = ToolContext.from_env()
         except StoreError as error:
             raise click.ClickException(str(error)) from None
+        # At EOF: the background fill stops after its batch, then Store and client close.
+        # (SIGTERM ends the process at once; SQLite transactions make that safe.)
+        click.get_current_context().call_on_close(ctx.close)
         ctx.first_result_prefix = setup_prefix(ctx)
         run_stdio(ctx)

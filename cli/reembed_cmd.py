@@ -39,45 +39,37 @@ def reembed(
     migrates memories embedded with another model than the one the embedder serves.
     Memories changed meanwhile are skipped, never overwritten.
     """
-    from thatch.frontend.tools.context import build_context
-    from thatch.frontend.tools.reembed import plan_reembed, run_reembed
+    from thatch.frontend.tools.context import ToolContext
+    from thatch.frontend.tools.reembed import REEMBED_TIMEOUT_S, plan_reembed
 
     with translate_errors():
-        ctx = build_context(start_wait=CLI_START_WAIT, notice=_starting)
-        try:
-            if store_name is not None and not ctx.store.store_exists(store_name):
-                names = ", ".join(ctx.store.store_names())
-                raise FixableError(f'no store named "{store_name}".\nStores: {names}')
-            active = _active_model(ctx, need_embedder=not (dry_run or missing))
-            plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
-            if dry_run:
-                if as_json:
-                    _emit({"would_reembed": len(plan.memories), "stores": plan.stores})
-                else:
-                    click.echo(
-                        f"Would re-embed {len(plan.memories)} memories in "
-                        f"{len(plan.stores)} stores."
-                    )
-                return
-            summary = run_reembed(
-                ctx.store,
-                ctx.embedder,
-                plan,
-                batch=batch,
-                start_wait=CLI_START_WAIT,
-                progress=None if as_json else _progress,
-            )
-        finally:
-            ctx.store.close()
-            close = getattr(ctx.embedder, "close", None)
-            if close:
-                close()
+        ctx = ToolContext.from_env(start_wait=CLI_START_WAIT, notice=_starting)
+        click.get_current_context().call_on_close(ctx.close)
+        if store_name is not None and not ctx.store.store_exists(store_name):
+            names = ", ".join(ctx.store.store_names())
+            raise FixableError(f'no store named "{store_name}".\nStores: {names}')
+        active = _active_model(ctx, need_embedder=not (dry_run or missing))
+        plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
+        if dry_run:
+            if as_json:
+                _emit({"would_reembed": len(plan.memories), "stores": plan.stores})
+            else:
+                click.echo(
+                    f"Would re-embed {len(plan.memories)} memories in {len(plan.stores)} stores."
+                )
+            return
+        summary = ctx.pending_fill.fill(
+            plan.memories,
+            batch=batch,
+            timeout=REEMBED_TIMEOUT_S,
+            start_wait=CLI_START_WAIT,
+            progress=None if as_json else _progress,
+        )
     if as_json:
-        _emit({"reembedded": summary.reembedded, "skipped": summary.skipped})
+        _emit({"reembedded": summary.filled, "skipped": summary.skipped})
     else:
         click.echo(
-            f"Re-embedded {summary.reembedded} memories "
-            f"({summary.skipped} skipped: changed meanwhile)."
+            f"Re-embedded {summary.filled} memories ({summary.skipped} skipped: changed meanwhile)."
         )
 
 

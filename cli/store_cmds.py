@@ -18,7 +18,6 @@ from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory import Memory
-    from thatch.frontend.tools.context import ToolContext
     from thatch.frontend.tools.memory_tools import Tools
 
 CLI_START_WAIT = 120.0
@@ -47,13 +46,16 @@ def _errors() -> Iterator[None]:
 
 
 def _tools() -> Tools:
-    from thatch.frontend.tools.context import build_context
+    """The tools over a ToolContext that closes when the command ends (after its output)."""
+    from thatch.frontend.tools.context import ToolContext
     from thatch.frontend.tools.memory_tools import Tools
 
     def notice() -> None:
         click.echo("Starting embedder…", err=True)
 
-    return Tools(build_context(start_wait=CLI_START_WAIT, notice=notice))
+    ctx = ToolContext.from_env(start_wait=CLI_START_WAIT, notice=notice)
+    click.get_current_context().call_on_close(ctx.close)
+    return Tools(ctx)
 
 
 def _leniently(tools: Tools, operation: Callable[[], T]) -> T:
@@ -61,13 +63,6 @@ def _leniently(tools: Tools, operation: Callable[[], T]) -> T:
     from thatch.frontend.store.db import read_leniently
 
     return read_leniently(tools.ctx.store.conn, operation)
-
-
-def _close(ctx: ToolContext) -> None:
-    ctx.store.close()
-    close: Callable[[], None] | None = getattr(ctx.embedder, "close", None)
-    if close is not None:
-        close()
 
 
 def _emit_json(document: object) -> None:
@@ -132,7 +127,6 @@ def stores(as_json: bool) -> None:
     with _errors():
         tools = _tools()
         counts = _leniently(tools, tools.ctx.store.store_counts)
-        _close(tools.ctx)
     names = sorted(counts)
     if as_json:
         _emit_json([{"name": name, "memories": counts[name]} for name in names])
@@ -152,7 +146,6 @@ def list_cmd(store: str | None, as_json: bool) -> None:
         tools = _tools()
         name = _reading_store(tools, store)
         memories = _leniently(tools, lambda: tools.ctx.store.list(name))
-        _close(tools.ctx)
     if as_json:
         _emit_json([_memory_json(memory) for memory in memories])
     else:
@@ -170,7 +163,6 @@ def show(label: str, store: str | None, as_json: bool) -> None:
         tools = _tools()
         name = _reading_store(tools, store)
         memory = _leniently(tools, lambda: tools.ctx.store.show(name, label))
-        _close(tools.ctx)
     if memory is None:
         raise _not_found(label.strip(), name)
     if as_json:
@@ -212,7 +204,6 @@ def forget(label: str, store: str | None) -> None:
         tools = _tools()
         name = _reading_store(tools, store)
         memory = _leniently(tools, lambda: tools.ctx.store.forget(name, label))
-        _close(tools.ctx)
     if memory is None:
         raise _not_found(label.strip(), name)
     click.echo(fmt.forgotten(name, memory.label))
@@ -259,7 +250,6 @@ def search(
                 include_archived=include_archived,
             ),
         )
-        _close(tools.ctx)
     if report.telemetry_skipped is not None:
         click.echo(f"note: recall counts not updated: {report.telemetry_skipped}", err=True)
     if as_json:
@@ -338,7 +328,6 @@ def remember(
                 **values, confidence=confidence, overwrite=overwrite, archived=archived
             ),
         )
-        _close(tools.ctx)
     if as_json:
         _emit_json(
             {

@@ -353,13 +353,12 @@ def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
     """Three memory_remember calls and two memory_recall calls through the tool layer."""
     from thatch.embedder.errors import ThatchEmbedderError
     from thatch.frontend.errors import StoreError
-    from thatch.frontend.tools.context import build_context
+    from thatch.frontend.tools.context import ToolContext
     from thatch.frontend.tools.memory_tools import Refused, Tools
     from thatch.frontend.tools.validation import ArgumentError
 
-    ctx = build_context(env, autostart=False, start_wait=0.0)
-    tools = Tools(ctx)
-    try:
+    with ToolContext.from_env(env, autostart=False, start_wait=0.0) as ctx:
+        tools = Tools(ctx)
         steps.start(f'Saving three memories in store "{DEMO_STORE}" (memory_remember)')
         for label, content in MEMORIES:
             try:
@@ -382,8 +381,3 @@ def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
             out(f'\n> memory_recall {{"query": "{query}", "store": "{DEMO_STORE}"}}\n')
             out(recall.text())
             out("")
-    finally:
-        ctx.store.close()
-        close = getattr(ctx.embedder, "close", None)
-        if close is not None:
-            close()

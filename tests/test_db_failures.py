@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.context import build_context
+from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
@@ -30,17 +30,18 @@ DAMAGED = 'is damaged (database disk image is malformed): run sqlite3 {db} "PRAG
 # Inside the namespace: the MCP tool layer over the same file, as `thatch mcp` runs it.
 TOOLS_PROBE = """
 import json
-from thatch.frontend.tools.context import build_context
+from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
-tools = Tools(build_context())
 out = {}
-for name, args in [
-    ("memory_recall", {"query": "push a tag"}),
-    ("memory_remember", {"label": "New", "content": "x"}),
-    ("memory_forget", {"label": "Deploy"}),
-]:
-    result = tools.call(name, args)
-    out[name] = [result.is_error, result.text]
+with ToolContext.from_env() as ctx:
+    tools = Tools(ctx)
+    for name, args in [
+        ("memory_recall", {"query": "push a tag"}),
+        ("memory_remember", {"label": "New", "content": "x"}),
+        ("memory_forget", {"label": "Deploy"}),
+    ]:
+        result = tools.call(name, args)
+        out[name] = [result.is_error, result.text]
 print(json.dumps(out))
 """
 
@@ -138,12 +139,12 @@ def test_read_only_file_reads_answer_and_writes_fail_in_one_line(env: dict) -> N
             code, _out, err = cli_run(*args)
             assert code == 1, args
             assert err.splitlines()[-1] == f"Error: cannot write database {db}: {reason}"
-        tools = Tools(build_context())
-        recalled = tools.call("memory_recall", {"query": "push a tag"})
-        assert not recalled.is_error and "Deploy" in recalled.text
-        saved = tools.call("memory_remember", {"label": "New", "content": "x"})
-        assert (saved.is_error, saved.text) == (True, f"cannot write database {db}: {reason}")
-        tools.ctx.store.close()
+        with ToolContext.from_env() as ctx:
+            tools = Tools(ctx)
+            recalled = tools.call("memory_recall", {"query": "push a tag"})
+            assert not recalled.is_error and "Deploy" in recalled.text
+            saved = tools.call("memory_remember", {"label": "New", "content": "x"})
+            assert (saved.is_error, saved.text) == (True, f"cannot write database {db}: {reason}")
     assert telemetry(db) == before
 
 
@@ -201,10 +202,9 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
         done = run_hook([hook], {"session_id": "s", **payload}, hook_env)
         assert done.returncode == 0  # hooks never fail the host's turn
         assert done.stderr.decode() == f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n"
-    tools = Tools(build_context())
-    listed = tools.call("memory_list", {"store": "proj"})
+    with ToolContext.from_env() as ctx:
+        listed = Tools(ctx).call("memory_list", {"store": "proj"})
     assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))
-    tools.ctx.store.close()
 
 
 def test_undecodable_text_is_read_with_replacement_and_never_blocks_writes(env: dict) -> None:
@@ -226,12 +226,12 @@ def test_undecodable_text_is_read_with_replacement_and_never_blocks_writes(env: 
     assert code == 0 and "Not\ufffd \ufffd" in out
     code, out, _ = cli_run("search", "push a tag")
     assert code == 0 and "Deploy" in out
-    tools = Tools(build_context())
-    saved = tools.call("memory_remember", {"label": "Tool write", "content": "works"})
-    assert not saved.is_error, saved.text
-    listed = tools.call("memory_list", {})
-    assert not listed.is_error and "Not\ufffd \ufffd" in listed.text
-    tools.ctx.store.close()
+    with ToolContext.from_env() as ctx:
+        tools = Tools(ctx)
+        saved = tools.call("memory_remember", {"label": "Tool write", "content": "works"})
+        assert not saved.is_error, saved.text
+        listed = tools.call("memory_list", {})
+        assert not listed.is_error and "Not\ufffd \ufffd" in listed.text
     slugs = rows(db, "SELECT slug FROM entries WHERE store = 'proj' ORDER BY 1")
     assert slugs == [("broken",), ("deploy",), ("fresh",), ("tool-write",)]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -29,13 +31,22 @@ ORDER = [
 
 
 @pytest.fixture
+def closing() -> Iterator[ExitStack]:
+    """Closes the ToolContexts a test opens (with ``closing.enter_context``) when it ends."""
+    with ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 
 
-async def test_initialize_and_tools_list(tmp_path: Path) -> None:
+async def test_initialize_and_tools_list(tmp_path: Path, closing: ExitStack) -> None:
     """serverInfo is thatch + version; tools come in spec order with full input schemas."""
-    async with Client(make_server(tool_context(tmp_path)), mode="legacy") as client:
+    async with Client(
+        make_server(closing.enter_context(tool_context(tmp_path))), mode="legacy"
+    ) as client:
         assert client.server_info is not None and client.server_info.name == "thatch"
         assert client.server_info.version
         assert client.server_capabilities.tools is not None
@@ -54,9 +65,9 @@ async def test_initialize_and_tools_list(tmp_path: Path) -> None:
     assert all(tool.description for tool in listed)
 
 
-async def test_calls_return_text_and_is_error(tmp_path: Path) -> None:
+async def test_calls_return_text_and_is_error(tmp_path: Path, closing: ExitStack) -> None:
     """Results are one text block; refusals, bad arguments and unknown tools set isError."""
-    ctx = tool_context(tmp_path, FakeEmbedder())
+    ctx = closing.enter_context(tool_context(tmp_path, FakeEmbedder()))
     async with Client(make_server(ctx), mode="legacy") as client:
         saved = await client.call_tool("memory_remember", {"label": "L", "content": "[1, 2]"})
         assert (saved.is_error, saved.content[0].text) == (False, "[saved] o/r :: L")
@@ -74,9 +85,11 @@ async def test_calls_return_text_and_is_error(tmp_path: Path) -> None:
     assert rows(tmp_path / "thatch.db", "SELECT content FROM entries") == [("# L\n\n[1, 2]",)]
 
 
-async def test_setup_warning_prefixes_only_the_first_result(tmp_path: Path) -> None:
+async def test_setup_warning_prefixes_only_the_first_result(
+    tmp_path: Path, closing: ExitStack
+) -> None:
     """The first tools/call result (even an error) starts with the warning; later ones don't."""
-    ctx = tool_context(tmp_path)
+    ctx = closing.enter_context(tool_context(tmp_path))
     ctx.first_result_prefix = "[thatch] run thatch setup --claude\n\n"
     async with Client(make_server(ctx), mode="legacy") as client:
         first = await client.call_tool("nope", {})
@@ -85,9 +98,9 @@ async def test_setup_warning_prefixes_only_the_first_result(tmp_path: Path) -> N
     assert second.content[0].text == "- global"
 
 
-async def test_modern_in_process_mode_works_too(tmp_path: Path) -> None:
+async def test_modern_in_process_mode_works_too(tmp_path: Path, closing: ExitStack) -> None:
     """The SDK's direct (non-handshake) in-process path serves the same tools."""
-    async with Client(make_server(tool_context(tmp_path))) as client:
+    async with Client(make_server(closing.enter_context(tool_context(tmp_path)))) as client:
         result = await client.call_tool("store_list", {})
     assert result.content[0].text == "- global"
 
@@ -113,7 +126,9 @@ async def test_non_object_arguments_answer_as_tool_error(tmp_path: Path) -> None
                 assert (result.is_error, result.content[0].text) == (True, text)
 
 
-async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(tmp_path: Path) -> None:
+async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(
+    tmp_path: Path, closing: ExitStack
+) -> None:
     """memory_list answers while a memory_recall is still waiting on a slow embedder."""
     import threading
 
@@ -128,7 +143,7 @@ async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(tmp_pa
             assert release.wait(30)
             return super().embed(texts, kind, timeout=timeout, start_wait=start_wait)
 
-    ctx = tool_context(tmp_path, SlowEmbedder())
+    ctx = closing.enter_context(tool_context(tmp_path, SlowEmbedder()))
     async with Client(make_server(ctx), mode="legacy") as client:
         recalled: list[str] = []
 

@@ -24,11 +24,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def payload_of(tmp_path: Path, session: str) -> str:
-    tools = Tools(tool_context(tmp_path))
-    try:
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
         result = tools.call("get_extraction_payload", {"session_id": session})
-    finally:
-        tools.ctx.store.close()
     assert not result.is_error, result.text
     return result.text
 
@@ -133,12 +131,10 @@ def test_nudge_only_for_ids_the_tools_accept(tmp_path: Path, env: dict, session:
     flush = run_hook(["flush-tools"], {"session_id": session, "prompt": "next"}, env)
     assert flush.returncode == 0 and b"Traceback" not in flush.stderr
     nudged = "get_extraction_payload" in flush.stdout.decode()
-    tools = Tools(tool_context(tmp_path))
-    try:
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
         accepted = not tools.call("get_extraction_payload", {"session_id": session}).is_error
         done = tools.call("extraction_done", {"session_id": session})
-    finally:
-        tools.ctx.store.close()
     assert accepted == (session in USABLE) == (session_id_problem(session) is None)
     assert nudged == accepted
     assert done.is_error == (not accepted)

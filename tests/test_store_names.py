@@ -23,20 +23,18 @@ BAD = {
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_tools_refuse_bad_store_names(tmp_path: Path, name: str) -> None:
-    tools = Tools(tool_context(tmp_path))
-    try:
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
         expected = f"Invalid arguments: store: {BAD[name]}"
         result = tools.call("memory_remember", {"label": "L", "content": "c", "store": name})
         assert (result.is_error, result.text) == (True, expected)
         assert tools.ctx.store.store_names() == ["global"]
-    finally:
-        tools.ctx.store.close()
     assert rows(tmp_path / "thatch.db") == []
 
 
 def test_case_is_kept_and_blank_means_omitted(tmp_path: Path) -> None:
-    tools = Tools(tool_context(tmp_path))
-    try:
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
         assert not tools.call(
             "memory_remember", {"label": "A", "content": "a", "store": "GLOBAL"}
         ).is_error
@@ -44,15 +42,13 @@ def test_case_is_kept_and_blank_means_omitted(tmp_path: Path) -> None:
             "memory_remember", {"label": "B", "content": "b", "store": "  "}
         ).is_error
         assert tools.ctx.store.store_names() == ["GLOBAL", "global", "o/r"]
-    finally:
-        tools.ctx.store.close()
 
 
 def test_existing_odd_stores_stay_readable(tmp_path: Path) -> None:
     """Memories an earlier version saved under "global " or a control character can still
     be listed, shown and forgotten: only creating such a store is refused."""
-    tools = Tools(tool_context(tmp_path))
-    try:
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
         store = tools.ctx.store
         for name in ("global ", "glo\x1bbal"):
             store.conn.execute("INSERT INTO stores (name) VALUES (?)", (name,))
@@ -63,5 +59,3 @@ def test_existing_odd_stores_stay_readable(tmp_path: Path) -> None:
             forgotten = tools.call("memory_forget", {"label": "Odd", "store": name})
             assert not forgotten.is_error, forgotten.text
         assert rows(tmp_path / "thatch.db") == []
-    finally:
-        tools.ctx.store.close()

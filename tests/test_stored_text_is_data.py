@@ -77,8 +77,9 @@ def assert_no_invisible(text: str) -> None:
 
 
 @pytest.fixture
-def tools(tmp_path: Path) -> Tools:
-    return Tools(tool_context(tmp_path, FakeEmbedder()))
+def tools(tmp_path: Path) -> Iterator[Tools]:
+    with tool_context(tmp_path, FakeEmbedder()) as ctx:
+        yield Tools(ctx)
 
 
 def ok(tools: Tools, name: str, arguments: dict[str, object]) -> str:

@@ -17,19 +17,20 @@ CALLS = 200
 # One frontend process: its own ToolContext (Store + embedder client), like `thatch mcp`.
 WRITER = """
 import sys
-from thatch.frontend.tools.context import build_context
+from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
 
 worker, calls = int(sys.argv[1]), int(sys.argv[2])
-tools = Tools(build_context(autostart=False))
-for i in range(calls):
-    result = tools.call(
-        "memory_remember",
-        {"label": f"w{worker} note {i}", "content": f"worker {worker} learned fact {i}"},
-    )
-    if result.is_error or not result.text.startswith("[saved] "):
-        print(result.text, file=sys.stderr)
-        sys.exit(1)
+with ToolContext.from_env(autostart=False) as ctx:
+    tools = Tools(ctx)
+    for i in range(calls):
+        result = tools.call(
+            "memory_remember",
+            {"label": f"w{worker} note {i}", "content": f"worker {worker} learned fact {i}"},
+        )
+        if result.is_error or not result.text.startswith("[saved] "):
+            print(result.text, file=sys.stderr)
+            sys.exit(1)
 print("ok")
 """
 

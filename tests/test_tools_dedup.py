@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,9 @@ def fake() -> FakeEmbedder:
 
 
 @pytest.fixture
-def tools(tmp_path: Path, fake: FakeEmbedder) -> Tools:
-    return Tools(tool_context(tmp_path, fake))
+def tools(tmp_path: Path, fake: FakeEmbedder) -> Iterator[Tools]:
+    with tool_context(tmp_path, fake) as ctx:
+        yield Tools(ctx)
 
 
 def save(tools: Tools, label: str, content: str, **extra: object) -> None:

@@ -16,27 +16,29 @@ CAUSE = "nothing is listening at unix:///tmp/x/embedder.sock (auto-start failed:
 
 def test_remember_without_embedder_saves_pending(tmp_path: Path) -> None:
     """Unavailable embedder: the memory is saved with NULL embedding and the pending notice."""
-    tools = Tools(tool_context(tmp_path, FakeEmbedder(unavailable=CAUSE)))
-    result = tools.call("memory_remember", {"label": "Port", "content": "api on 8080"})
-    assert not result.is_error
-    assert result.text == (
-        "[saved] o/r :: Port\n\n"
-        f"Embedding pending: the embedding service is unreachable ({CAUSE}), so this memory "
-        "is saved but not searchable yet. It is indexed automatically when the service is "
-        "back; to start it: thatch embedder start"
-    )
-    assert rows(tmp_path / "thatch.db", "SELECT slug, embedding, model FROM entries") == [
-        ("port", None, None)
-    ]
-    listed = tools.call("memory_list", {}).text
-    assert listed.startswith("[o/r] Port (unindexed) (")
-    assert " unindexed created:" in tools.call("memory_show", {"label": "port"}).text
+    with tool_context(tmp_path, FakeEmbedder(unavailable=CAUSE)) as ctx:
+        tools = Tools(ctx)
+        result = tools.call("memory_remember", {"label": "Port", "content": "api on 8080"})
+        assert not result.is_error
+        assert result.text == (
+            "[saved] o/r :: Port\n\n"
+            f"Embedding pending: the embedding service is unreachable ({CAUSE}), so this memory "
+            "is saved but not searchable yet. It is indexed automatically when the service is "
+            "back; to start it: thatch embedder start"
+        )
+        assert rows(tmp_path / "thatch.db", "SELECT slug, embedding, model FROM entries") == [
+            ("port", None, None)
+        ]
+        listed = tools.call("memory_list", {}).text
+        assert listed.startswith("[o/r] Port (unindexed) (")
+        assert " unindexed created:" in tools.call("memory_show", {"label": "port"}).text
 
 
 def test_recall_without_embedder_is_an_error(tmp_path: Path) -> None:
     """Recall needs a query vector: isError with cause and fix; tools wait 20 s by default."""
     fake = FakeEmbedder(unavailable=CAUSE)
-    result = Tools(tool_context(tmp_path, fake)).call("memory_recall", {"query": "port"})
+    with tool_context(tmp_path, fake) as ctx:
+        result = Tools(ctx).call("memory_recall", {"query": "port"})
     assert (result.is_error, result.text) == (
         True,
         f"Embedding service unavailable: {CAUSE}. Fix: run thatch embedder start",
@@ -45,77 +47,87 @@ def test_recall_without_embedder_is_an_error(tmp_path: Path) -> None:
 
 
 def test_pending_memories_fill_after_the_service_returns(tmp_path: Path) -> None:
-    """Pending memories are indexed on the next successful Embed and then found."""
+    """Pending memories are indexed after the next successful Embed and then found; the
+    recall that scheduled the fill answers first, counting them as not indexed."""
     fake = FakeEmbedder(unavailable=CAUSE)
-    tools = Tools(tool_context(tmp_path, fake))
-    tools.call("memory_remember", {"label": "Port", "content": "api listens on port 8080"})
-    tools.call("memory_remember", {"label": "Db", "content": "postgres 16", "store": "global"})
-    fake.unavailable = None
-    text = tools.call("memory_recall", {"query": "which port does the api use"}).text
-    assert "# Port" in text and "not indexed" not in text
-    assert rows(tmp_path / "thatch.db", "SELECT count(*) FROM entries WHERE embedding IS NULL") == [
-        (0,)
-    ]
+    with tool_context(tmp_path, fake) as ctx:
+        tools = Tools(ctx)
+        tools.call("memory_remember", {"label": "Port", "content": "api listens on port 8080"})
+        tools.call("memory_remember", {"label": "Db", "content": "postgres 16", "store": "global"})
+        fake.unavailable = None
+        query = {"query": "which port does the api use"}
+        first = tools.call("memory_recall", query).text
+        assert first.endswith("(2 memories are not indexed yet and were not searched.)")
+        assert ctx.pending_fill.run_scheduled() == 2
+        text = tools.call("memory_recall", query).text
+        assert "# Port" in text and "not indexed" not in text
+    unindexed = "SELECT count(*) FROM entries WHERE embedding IS NULL"
+    assert rows(tmp_path / "thatch.db", unindexed) == [(0,)]
 
 
 def test_recall_reports_unindexed_memories(tmp_path: Path) -> None:
     """A pending memory the fill could not index is counted under the results."""
     fake = FakeEmbedder(unavailable=CAUSE)
-    tools = Tools(tool_context(tmp_path, fake))
-    tools.call("memory_remember", {"label": "A", "content": "alpha"})
-    tools.call("memory_remember", {"label": "B", "content": "beta"})
+    with tool_context(tmp_path, fake) as ctx:
+        tools = Tools(ctx)
+        tools.call("memory_remember", {"label": "A", "content": "alpha"})
+        tools.call("memory_remember", {"label": "B", "content": "beta"})
 
-    class QueryOnly(FakeEmbedder):
-        def embed(self, texts, kind, **kwargs):  # type: ignore[no-untyped-def,override]
-            if kind is Kind.PASSAGE:
-                raise RuntimeError("passages fail")
-            return super().embed(texts, kind, **kwargs)
+        class QueryOnly(FakeEmbedder):
+            def embed(self, texts, kind, **kwargs):  # type: ignore[no-untyped-def,override]
+                if kind is Kind.PASSAGE:
+                    raise RuntimeError("passages fail")
+                return super().embed(texts, kind, **kwargs)
 
-    tools.ctx.embedder = QueryOnly()
-    assert tools.call("memory_recall", {"query": "alpha"}).text == (
-        "No matching memories found.\n\n(2 memories are not indexed yet and were not searched.)"
-    )
-    tools.call("memory_forget", {"label": "B"})
-    assert tools.call("memory_recall", {"query": "alpha"}).text.endswith(
-        "(1 memory is not indexed yet and was not searched.)"
-    )
+        tools.ctx.embedder = QueryOnly()
+        assert tools.call("memory_recall", {"query": "alpha"}).text == (
+            "No matching memories found.\n\n(2 memories are not indexed yet and were not searched.)"
+        )
+        tools.call("memory_forget", {"label": "B"})
+        assert tools.call("memory_recall", {"query": "alpha"}).text.endswith(
+            "(1 memory is not indexed yet and was not searched.)"
+        )
 
 
 def test_real_client_with_nothing_listening(tmp_path: Path, short_tmp: Path) -> None:
     """The real client without a server: recall is an isError naming the socket; remember
     still saves."""
     client = EmbedderClient(f"unix://{short_tmp}/none.sock", autostart=False)
-    tools = Tools(tool_context(tmp_path, client))
-    recall = tools.call("memory_recall", {"query": "x"})
-    assert recall.is_error
-    assert recall.text.startswith("Embedding service unavailable: ")
-    assert "none.sock" in recall.text and "Fix: " in recall.text
-    saved = tools.call("memory_remember", {"label": "Kept", "content": "never lost"})
-    assert not saved.is_error and "Embedding pending" in saved.text
-    assert rows(tmp_path / "thatch.db") == [("o/r", "kept", "Kept")]
-    client.close()
+    with tool_context(tmp_path, client) as ctx:
+        tools = Tools(ctx)
+        recall = tools.call("memory_recall", {"query": "x"})
+        assert recall.is_error
+        assert recall.text.startswith("Embedding service unavailable: ")
+        assert "none.sock" in recall.text and "Fix: " in recall.text
+        saved = tools.call("memory_remember", {"label": "Kept", "content": "never lost"})
+        assert not saved.is_error and "Embedding pending" in saved.text
+        assert rows(tmp_path / "thatch.db") == [("o/r", "kept", "Kept")]
 
 
 def test_round_trip_with_real_mock_embedder(tmp_path: Path, mock_embedder: EmbedderProcess) -> None:
     """Against a real embedder process: remember tags the model, recall finds it first."""
     client = EmbedderClient(mock_embedder.address, autostart=False)
-    tools = Tools(tool_context(tmp_path, client))
-    tools.call("memory_remember", {"label": "Tests", "content": "run the tests with make check"})
-    tools.call("memory_remember", {"label": "Editor", "content": "the user prefers vim keys"})
-    text = tools.call("memory_recall", {"query": "run the tests"}).text
-    assert text.split("\n")[3] == "# Tests"
-    models = rows(tmp_path / "thatch.db", "SELECT DISTINCT model FROM entries")
-    assert len(models) == 1 and models[0][0]
-    client.close()
+    with tool_context(tmp_path, client) as ctx:
+        tools = Tools(ctx)
+        tools.call(
+            "memory_remember", {"label": "Tests", "content": "run the tests with make check"}
+        )
+        tools.call("memory_remember", {"label": "Editor", "content": "the user prefers vim keys"})
+        text = tools.call("memory_recall", {"query": "run the tests"}).text
+        assert text.split("\n")[3] == "# Tests"
+        models = rows(tmp_path / "thatch.db", "SELECT DISTINCT model FROM entries")
+        assert len(models) == 1 and models[0][0]
 
 
 def test_meaning_level_recall_with_minilm(
     tmp_path: Path, minilm_dir: Path, short_tmp: Path
 ) -> None:
     """With the real MiniLM model, a paraphrased question finds the right memory."""
-    with embedder_process(str(minilm_dir), socket_dir=short_tmp) as proc:
-        client = EmbedderClient(proc.address, autostart=False)
-        tools = Tools(tool_context(tmp_path, client))
+    with (
+        embedder_process(str(minilm_dir), socket_dir=short_tmp) as proc,
+        tool_context(tmp_path, EmbedderClient(proc.address, autostart=False)) as ctx,
+    ):
+        tools = Tools(ctx)
         for label, content in [
             ("Deployment", "Production is deployed by pushing a git tag; CI ships it to Fly.io."),
             ("Editor", "The user prefers tabs over spaces in every language."),
@@ -126,7 +138,6 @@ def test_meaning_level_recall_with_minilm(
         assert text.split("\n")[3] == "# Deployment"
         text = tools.call("memory_recall", {"query": "indentation style", "limit": 1}).text
         assert text.split("\n")[3] == "# Editor"
-        client.close()
 
 
 def test_a_text_the_embedder_refuses_does_not_block_the_others(tmp_path: Path) -> None:
@@ -139,13 +150,13 @@ def test_a_text_the_embedder_refuses_does_not_block_the_others(tmp_path: Path) -
                 raise EmbedRequestError("texts[0] is too long: 100001 characters (max 100000)")
             return super().embed(texts, kind, timeout=timeout, start_wait=start_wait)
 
-    ctx = tool_context(tmp_path, Picky())
-    ctx.store.remember("o/r", "legacy", "# legacy\n\nREFUSED", None, None)
-    ctx.store.remember("o/r", "fine", "# fine\n\nport 8080", None, None)
-    result = Tools(ctx).call("find_duplicates", {})
-    assert (result.is_error, result.text) == (
-        False,
-        'No duplicate candidates found in "o/r" above threshold 0.85.',
-    )
-    pending = rows(tmp_path / "thatch.db", "SELECT slug FROM entries WHERE embedding IS NULL")
-    assert pending == [("legacy",)]
+    with tool_context(tmp_path, Picky()) as ctx:
+        ctx.store.remember("o/r", "legacy", "# legacy\n\nREFUSED", None, None)
+        ctx.store.remember("o/r", "fine", "# fine\n\nport 8080", None, None)
+        result = Tools(ctx).call("find_duplicates", {})
+        assert (result.is_error, result.text) == (
+            False,
+            'No duplicate candidates found in "o/r" above threshold 0.85.',
+        )
+        pending = rows(tmp_path / "thatch.db", "SELECT slug FROM entries WHERE embedding IS NULL")
+        assert pending == [("legacy",)]

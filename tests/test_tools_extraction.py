@@ -21,37 +21,39 @@ CALL = {
 def test_payload_is_read_only_and_done_drains(tmp_path: Path) -> None:
     """The payload JSON names the stores; reading twice works; done empties the queue."""
     fake = FakeEmbedder()
-    tools = Tools(tool_context(tmp_path, fake))
-    queue.append_calls(tools.ctx.queue_dir, "sess-1", [CALL])
-    first = tools.call("get_extraction_payload", {"session_id": "sess-1"})
-    assert not first.is_error
-    payload = json.loads(first.text)
-    assert payload["projectStore"] == "o/r" and payload["globalStore"] == "global"
-    assert payload["interactions"][0]["tool"] == "Bash"
-    assert tools.call("get_extraction_payload", {"session_id": "sess-1"}).text == first.text
-    assert tools.call("extraction_done", {"session_id": "sess-1"}).text == "[acknowledged]"
-    assert tools.call("get_extraction_payload", {"session_id": "sess-1"}).text == (
-        "No queued tool interactions found for this session."
-    )
-    assert fake.calls == []  # neither tool needs the embedder
+    with tool_context(tmp_path, fake) as ctx:
+        tools = Tools(ctx)
+        queue.append_calls(tools.ctx.queue_dir, "sess-1", [CALL])
+        first = tools.call("get_extraction_payload", {"session_id": "sess-1"})
+        assert not first.is_error
+        payload = json.loads(first.text)
+        assert payload["projectStore"] == "o/r" and payload["globalStore"] == "global"
+        assert payload["interactions"][0]["tool"] == "Bash"
+        assert tools.call("get_extraction_payload", {"session_id": "sess-1"}).text == first.text
+        assert tools.call("extraction_done", {"session_id": "sess-1"}).text == "[acknowledged]"
+        assert tools.call("get_extraction_payload", {"session_id": "sess-1"}).text == (
+            "No queued tool interactions found for this session."
+        )
+        assert fake.calls == []  # neither tool needs the embedder
 
 
 def test_done_without_id_and_unknown_sessions(tmp_path: Path) -> None:
     """No id (or a blank one) just acknowledges; an unknown id has nothing queued; a path
     is refused (the hooks never queue, so never nudge with, such an id)."""
-    tools = Tools(tool_context(tmp_path))
-    assert tools.call("extraction_done", {}).text == "[acknowledged]"
-    assert tools.call("extraction_done", {"session_id": "  "}).text == "[acknowledged]"
-    unknown = tools.call("get_extraction_payload", {"session_id": "ses_unknown"})
-    assert (unknown.is_error, unknown.text) == (
-        False,
-        "No queued tool interactions found for this session.",
-    )
-    hostile = tools.call("get_extraction_payload", {"session_id": "../../etc/passwd"})
-    assert (hostile.is_error, hostile.text) == (
-        True,
-        "Invalid arguments: session_id: must not be a path (no /, \\, . or ..)",
-    )
-    assert tools.call("get_extraction_payload", {}).text == (
-        "Invalid arguments: session_id: required"
-    )
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        assert tools.call("extraction_done", {}).text == "[acknowledged]"
+        assert tools.call("extraction_done", {"session_id": "  "}).text == "[acknowledged]"
+        unknown = tools.call("get_extraction_payload", {"session_id": "ses_unknown"})
+        assert (unknown.is_error, unknown.text) == (
+            False,
+            "No queued tool interactions found for this session.",
+        )
+        hostile = tools.call("get_extraction_payload", {"session_id": "../../etc/passwd"})
+        assert (hostile.is_error, hostile.text) == (
+            True,
+            "Invalid arguments: session_id: must not be a path (no /, \\, . or ..)",
+        )
+        assert tools.call("get_extraction_payload", {}).text == (
+            "Invalid arguments: session_id: required"
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ def fake() -> FakeEmbedder:
 
 
 @pytest.fixture
-def tools(tmp_path: Path, fake: FakeEmbedder) -> Tools:
-    return Tools(tool_context(tmp_path, fake))
+def tools(tmp_path: Path, fake: FakeEmbedder) -> Iterator[Tools]:
+    with tool_context(tmp_path, fake) as ctx:
+        yield Tools(ctx)
 
 
 def ok(tools: Tools, name: str, arguments: dict[str, object]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 
 
 @pytest.fixture
-def tools(tmp_path: Path) -> Tools:
-    return Tools(tool_context(tmp_path))
+def tools(tmp_path: Path) -> Iterator[Tools]:
+    with tool_context(tmp_path) as ctx:
+        yield Tools(ctx)
 
 
 def refused(tools: Tools, name: str, arguments: object) -> str:
@@ -212,5 +214,6 @@ def test_unexpected_failure_is_one_line_tool_error(tmp_path: Path) -> None:
         def embed(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
             raise RuntimeError("boom\nsecond line")
 
-    result = Tools(tool_context(tmp_path, Broken())).call("memory_recall", {"query": "q"})
+    with tool_context(tmp_path, Broken()) as ctx:
+        result = Tools(ctx).call("memory_recall", {"query": "q"})
     assert (result.is_error, result.text) == (True, "Tool error: boom second line")

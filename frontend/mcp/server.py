@@ -131,15 +131,12 @@ def configure_stderr_logging() -> None:
     root.setLevel(logging.WARNING)
 
 
-def start_embedder_in_background(ctx: ToolContext) -> threading.Thread | None:
+def start_embedder_in_background(ctx: ToolContext) -> threading.Thread:
     """Ensure an embedder runs without delaying replies (embedder.md §7)."""
-    ensure: Callable[..., object] | None = getattr(ctx.embedder, "ensure_started", None)
-    if ensure is None:
-        return None
 
     def run() -> None:
         try:
-            ensure(wait=0)
+            ctx.embedder.ensure_started(wait=0)
         except Exception as error:  # tools report the embedder state themselves
             print(f"[thatch] embedder not started: {error}", file=sys.stderr)
 
@@ -155,6 +152,9 @@ def run_stdio(ctx: ToolContext) -> None:
     configure_stderr_logging()
     server = make_server(ctx)
     start_embedder_in_background(ctx)
+    # Pending memories are filled on this thread when a tool call schedules it, never on
+    # a request's path; ``ctx.close`` stops it.
+    ctx.pending_fill.start()
     # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
     scan = start_scan_service(ctx)
 

@@ -1,7 +1,9 @@
 """What every tool call needs: one Store, one embedder client, and the resolved project.
 
 A frontend builds one ``ToolContext`` per process (MCP server) or invocation (CLI) with
-``build_context(env)``; nothing here is global, so tests build their own.
+``ToolContext.from_env(env)`` and closes it (``with``, or click's ``call_on_close``):
+closing runs or stops the pending fill, then closes the Store and the embedder client.
+Nothing here is global, so tests build their own.
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 from thatch.embedder.encoder import Kind
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.pending_fill import PendingFill
 
 HOSTS = ("claude", "cursor", "opencode")
 TOOL_START_WAIT = 20.0
@@ -33,7 +37,7 @@ class EmbedResultLike(Protocol):
 
 
 class Embedder(Protocol):
-    """The part of ``EmbedderClient`` the tools use."""
+    """The part of ``EmbedderClient`` the frontends use."""
 
     def embed(
         self,
@@ -43,6 +47,12 @@ class Embedder(Protocol):
         timeout: float = ...,
         start_wait: float = ...,
     ) -> EmbedResultLike: ...
+
+    def ensure_started(self, *, wait: float) -> None:
+        """Start a local embedder if none runs; wait up to ``wait`` s (0: do not wait)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -59,11 +69,56 @@ class ToolContext:
     # Seconds a call waits for an embedder that is starting: tools 20, CLI 120.
     start_wait: float = TOOL_START_WAIT
     embed_timeout: float = EMBED_TIMEOUT
+    pending_fill: PendingFill = field(init=False, repr=False, compare=False)
+    _closed: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.pending_fill = PendingFill(self)
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        embedder: Embedder | None = None,
+        start_wait: float = TOOL_START_WAIT,
+        autostart: bool = True,
+        notice: Callable[[], None] | None = None,
+    ) -> ToolContext:
+        """The context for ``env`` (default: this process's); the caller closes it."""
+        return build_context(
+            env, embedder=embedder, start_wait=start_wait, autostart=autostart, notice=notice
+        )
 
     @property
     def default_scope(self) -> list[str]:
         """``[project store, "global"]``, one entry when they are equal."""
         return list(dict.fromkeys([self.project_store, "global"]))
+
+    def close(self) -> None:
+        """Finish (CLI) or stop (server) the pending fill, then close the Store and the
+        embedder client, which the context owns. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.pending_fill.close()
+        finally:
+            try:
+                self.store.close()
+            finally:
+                self.embedder.close()
+
+    def __enter__(self) -> ToolContext:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def resolve_project_dir(env: Mapping[str, str]) -> Path:
@@ -95,7 +150,9 @@ def build_context(
     autostart: bool = True,
     notice: Callable[[], None] | None = None,
 ) -> ToolContext:
-    """Resolve project dir, project store and host, open the database, make a client."""
+    """Resolve project dir, project store and host, open the database, make a client.
+
+    ``ToolContext.from_env`` is the way in; this is its body."""
     from thatch.frontend.hooks.queue import queue_dir
     from thatch.frontend.project import project_store
     from thatch.frontend.store.db import default_db_path
@@ -105,20 +162,24 @@ def build_context(
     env = dict(os.environ) if env is None else dict(env)
     project_dir = resolve_project_dir(env)
     store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
-    if embedder is None:
-        from thatch.embedder.client.embedder_client import EmbedderClient
+    try:
+        if embedder is None:
+            from thatch.embedder.client.embedder_client import EmbedderClient
 
-        embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
-    return ToolContext(
-        store=store,
-        embedder=embedder,
-        project_store=project_store(project_dir, env),
-        project_dir=project_dir,
-        host=resolve_host(env),
-        env=env,
-        queue_dir=queue_dir(env),
-        start_wait=start_wait,
-    )
+            embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
+        return ToolContext(
+            store=store,
+            embedder=embedder,
+            project_store=project_store(project_dir, env),
+            project_dir=project_dir,
+            host=resolve_host(env),
+            env=env,
+            queue_dir=queue_dir(env),
+            start_wait=start_wait,
+        )
+    except BaseException:  # nobody else holds the Store yet
+        store.close()
+        raise
 
 
 def setup_prefix(ctx: ToolContext) -> str | None:

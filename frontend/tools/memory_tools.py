@@ -28,8 +28,6 @@ from thatch.frontend.tools.labels import derive_label
 from thatch.frontend.tools.registry import SPECS_BY_NAME
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError, validate
 
-PENDING_BATCH = 32
-
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -121,45 +119,6 @@ class Tools:
             texts, kind, timeout=self.ctx.embed_timeout, start_wait=self.ctx.start_wait
         )
 
-    def fill_pending_opportunistically(self) -> None:
-        """Up to 32 pending memories, after an Embed call succeeded; failures ignored."""
-        from thatch.frontend.tools.reembed import fill_pending_opportunistically
-
-        fill_pending_opportunistically(
-            self.ctx.store, self.ctx.embedder, timeout=self.ctx.embed_timeout
-        )
-
-    def fill_pending_in(self, store: str) -> None:
-        """Every pending memory of ``store``; raises EmbedderUnavailable when needed.
-
-        Rows the embedder refuses stay pending (and are not asked for again here).
-        """
-        from thatch.frontend.tools.reembed import embed_stored_texts
-
-        refused: set[tuple[str, str]] = set()
-        while True:
-            pending = [
-                memory
-                for memory in self.ctx.store.pending_memories(
-                    limit=PENDING_BATCH + len(refused), store=store
-                )
-                if (memory.slug, memory.store) not in refused
-            ]
-            if not pending:
-                return
-            pairs, model_id, rejected = embed_stored_texts(
-                self.ctx.embedder,
-                pending,
-                timeout=self.ctx.embed_timeout,
-                start_wait=self.ctx.start_wait,
-            )
-            refused.update((memory.slug, memory.store) for memory in rejected)
-            filled = [
-                self.ctx.store.fill_embedding(memory, vector, model_id) for memory, vector in pairs
-            ]
-            if not any(filled) and not rejected:  # every row changed meanwhile
-                return
-
     # -- typed operations (also used by the CLI) ---------------------------------------
 
     def store_or_project(self, store: str | None) -> str:
@@ -214,7 +173,7 @@ class Tools:
             existing = db.show(name, label)
             raise Refused(fmt.archived_guard(existing.label if existing else label))
         if vector is not None:
-            self.fill_pending_opportunistically()
+            self.ctx.pending_fill.schedule()  # the embedder is up: index what waits for it
         return RememberReport(name, label, slug, list(similar), cause)
 
     def recall(
@@ -229,8 +188,9 @@ class Tools:
         """Search and stamp telemetry (tools.md §3.2); raises EmbedderUnavailable."""
         scope = stores if stores else self.ctx.default_scope
         result = self.embed([query], Kind.QUERY)
-        # Filling first lets a memory saved while the embedder was down be found now.
-        self.fill_pending_opportunistically()
+        # Memories saved while the embedder was down get indexed off this request; until
+        # then the answer counts them as not indexed.
+        self.ctx.pending_fill.schedule()
         options: _SearchOptions = {
             "branch": branch or None,
             "limit": limit,
@@ -255,7 +215,7 @@ class Tools:
 
     def duplicate_pairs(self, store: str, threshold: float) -> list[DuplicatePair]:
         if self.ctx.store.pending_count(store):
-            self.fill_pending_in(store)
+            self.ctx.pending_fill.fill_store(store)
         return list(self.ctx.store.find_duplicates(store, threshold))
 
     def mark_checked(self, store: str, label_a: str, label_b: str, status: str) -> str:

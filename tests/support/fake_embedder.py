@@ -44,6 +44,7 @@ class FakeEmbedder:
     unavailable: str | None = None
     calls: list[tuple[list[str], Kind, float]] = field(default_factory=list)
     started: int = 0
+    closed: int = 0
 
     def embed(
         self, texts: Sequence[str], kind: Kind, *, timeout: float = 30.0, start_wait: float = 20.0
@@ -57,13 +58,14 @@ class FakeEmbedder:
         self.started += 1
 
     def close(self) -> None:
-        pass
+        self.closed += 1
 
 
 def tool_context(
     tmp_path: Path, embedder: object | None = None, *, project_store: str = "o/r"
 ) -> ToolContext:
-    """A ToolContext over a real SQLite file in ``tmp_path`` and (by default) a FakeEmbedder."""
+    """A ToolContext over a real SQLite file in ``tmp_path`` and (by default) a FakeEmbedder;
+    the caller closes it (``with tool_context(...) as ctx``), embedder included."""
     from thatch.frontend.store.memory_store import Store
 
     return ToolContext(
