@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import click
-from thatch.cli.errors import translate_errors
+from thatch.embedder.cli_errors import translate_embedder_errors
 from thatch.embedder.errors import ThatchEmbedderError
 from thatch.embedder.settings import (
     DEFAULT_IDLE_SECONDS,
@@ -137,7 +137,7 @@ def serve(
     )
     logger, handler = setup_logging(log_file, log_level)
     try:
-        with translate_errors():
+        with translate_embedder_errors():
             try:
                 status = server.serve(options, env=env, logger=logger)
             except ThatchEmbedderError as error:

@@ -39,7 +39,7 @@ TOOL_THREADS = 4
 
 
 def server_version() -> str:
-    from thatch.cli.main import thatch_version
+    from thatch.common.version import thatch_version
 
     return thatch_version()
 

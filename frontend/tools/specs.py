@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thatch.frontend.identifiers import session_id_problem, store_name_problem
+from thatch.frontend.store.memory import VERDICTS
 from thatch.frontend.tools.validation import (
     CONTENT_MAX,
     LABEL_MAX,
@@ -12,8 +13,6 @@ from thatch.frontend.tools.validation import (
     SESSION_ID_MAX,
     Param,
 )
-
-STATUSES = ("duplicate", "supplement", "contradiction", "unrelated")
 
 
 @dataclass(frozen=True)
@@ -217,7 +216,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "Verdict: duplicate, supplement (one adds to the other), contradiction, "
                 "or unrelated.",
                 required=True,
-                enum=STATUSES,
+                enum=VERDICTS,
             ),
             _store("the current project's store"),
         ),
