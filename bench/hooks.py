@@ -64,7 +64,7 @@ def row(name: str, times: list[float], baseline: list[float] | None = None) -> s
 def model_dir(arg: str | None, env: dict[str, str]) -> str:
     if arg:
         return arg
-    from thatch.embedder.settings import models_dir
+    from thatch.common.environment import models_dir
 
     out = models_dir(env) / "bench-all-minilm-l6-v2"
     if not (out / "thatch_model.json").exists():
@@ -120,9 +120,10 @@ def mcp_server(thatch: list[str], env: dict[str, str]) -> Iterator[None]:
     """A ``thatch mcp`` for the bench DB, serving the recall scan; stdin open until the end."""
     import socket
 
-    from thatch.frontend.hooks.recall_scan import db_path, socket_path
+    from thatch.common.environment import default_db_path
+    from thatch.frontend.hooks.recall_scan import socket_path
 
-    path = socket_path(db_path(env), env)
+    path = socket_path(default_db_path(env), env)
     if path is None:
         raise SystemExit("the recall scan socket path is too long")
     proc = subprocess.Popen(
@@ -155,7 +156,7 @@ def precompile() -> None:
     """
     import compileall
 
-    for package in ("embedder", "frontend", "cli"):
+    for package in ("common", "embedder", "frontend", "cli"):
         compileall.compile_dir(str(HERE.parent / package), quiet=1)
 
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import click
-from thatch.cli.main import CONTEXT_SETTINGS, thatch_version
+from thatch.cli.main import CONTEXT_SETTINGS
+from thatch.common.version import thatch_version
 
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
@@ -20,13 +21,14 @@ def doctor(as_json: bool) -> None:
     1 if any check failed. Doctor only looks: it starts no embedder, downloads nothing and
     creates no file.
     """
+    from thatch.common.environment import project_dir_from_env
     from thatch.frontend.doctor import exit_code, run_checks
-    from thatch.frontend.setup.hosts import project_dir_from_env, resolve_bin
+    from thatch.frontend.setup.hosts import resolve_bin
 
     env = dict(os.environ)
     checks = run_checks(
         env,
-        project_dir=project_dir_from_env(env, Path.cwd()),
+        project_dir=project_dir_from_env(env) or Path.cwd(),
         bin_path=resolve_bin(sys.argv[0], env),
         version=thatch_version(),
     )

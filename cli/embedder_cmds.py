@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 from thatch.cli.errors import FixableError, translate_errors
+from thatch.common.environment import embedder_log_file
 from thatch.embedder.client.autostart import POLL_SECONDS, probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.errors import (
@@ -25,7 +26,7 @@ from thatch.embedder.errors import (
 )
 from thatch.embedder.server.instance import looks_like_embedder, process_alive, running_pid
 from thatch.embedder.server.serve_cmd import serve
-from thatch.embedder.settings import Address, configured_address, embedder_log_file
+from thatch.embedder.settings import Address, configured_address
 from thatch.embedder.v1 import embedder_pb2
 
 

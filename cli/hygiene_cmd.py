@@ -24,9 +24,10 @@ def hygiene(as_json: bool) -> None:
     Prints the report, or "Store is healthy." when there is nothing to tend. Exits 0
     either way; thatch never deletes anything for hygiene.
     """
+    from thatch.common.environment import default_db_path
     from thatch.frontend.hooks.hookio import project_dir
     from thatch.frontend.project import project_store
-    from thatch.frontend.store.db import default_db_path, read_leniently
+    from thatch.frontend.store.db import read_leniently
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
     from thatch.frontend.tools.hygiene import hygiene as compute_hygiene

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 import click
+from thatch.common.version import thatch_version
 
 # name -> "module:attribute"; modules are imported only when the command runs.
 COMMANDS: dict[str, str] = {
@@ -34,16 +35,6 @@ COMMANDS: dict[str, str] = {
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
-
-
-def thatch_version() -> str:
-    # Imported here: importlib.metadata costs ~25 ms, and tool hooks run on every call.
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("thatch")
-    except PackageNotFoundError:  # running from a source tree without install
-        return "0.0.0"
 
 
 class LazyGroup(click.Group):

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import click
-from thatch.cli.main import CONTEXT_SETTINGS, thatch_version
+from thatch.cli.main import CONTEXT_SETTINGS
+from thatch.common.version import thatch_version
 
 
 @click.command("setup", context_settings=CONTEXT_SETTINGS)
@@ -36,8 +37,8 @@ def setup(
     Rerunning is safe: files already up to date are left alone, and only thatch's own
     entries are replaced. Each host prints one line per file it touched.
     """
+    from thatch.common.environment import project_dir_from_env
     from thatch.frontend.setup import SetupRequest, resolve_bin, run_setup
-    from thatch.frontend.setup.hosts import project_dir_from_env
 
     hosts = [
         name
@@ -51,7 +52,7 @@ def setup(
     env = dict(os.environ)
     request = SetupRequest(
         hosts=hosts,
-        project_dir=project_dir_from_env(env, Path.cwd()),
+        project_dir=project_dir_from_env(env) or Path.cwd(),
         env=env,
         bin_path=resolve_bin(sys.argv[0], env),
         version=thatch_version(),

@@ -1,17 +1,18 @@
 """Environment-derived settings shared by the embedder and its clients.
 
-Everything here is a pure function of an environment mapping (``os.environ`` by default)
-so tests pass their own dict; nothing is cached at module level.
+Everything here is a pure function of an environment mapping so tests pass their own dict;
+nothing is cached at module level. Paths (HOME, XDG, the default socket) come from
+``thatch.common.environment``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from thatch.common.environment import Env, default_socket_path, env_get
 from thatch.embedder.errors import AddressError
 
 DEFAULT_MODEL = "Xenova/bge-small-en-v1.5"
@@ -19,54 +20,9 @@ DEFAULT_IDLE_SECONDS = 600
 DEFAULT_EXIT_SECONDS = 3600
 MAX_SOCKET_PATH_BYTES = 107
 
-Env = Mapping[str, str]
-
-
-def env_get(env: Env, name: str) -> str | None:
-    """The variable's value, or None when unset or empty (empty counts as unset)."""
-    value = env.get(name)
-    return value if value else None
-
-
-def expand(path: str) -> Path:
-    return Path(os.path.expanduser(path))
-
-
-def home(env: Env) -> Path:
-    value = env_get(env, "HOME")
-    return Path(value) if value else Path.home()
-
-
-def cache_home(env: Env) -> Path:
-    value = env_get(env, "XDG_CACHE_HOME")
-    return expand(value) if value else home(env) / ".cache"
-
-
-def config_home(env: Env) -> Path:
-    value = env_get(env, "XDG_CONFIG_HOME")
-    return expand(value) if value else home(env) / ".config"
-
-
-def thatch_cache_dir(env: Env) -> Path:
-    return cache_home(env) / "thatch"
-
-
-def models_dir(env: Env) -> Path:
-    """Where ``thatch model import`` writes converted models by default."""
-    return thatch_cache_dir(env) / "models"
-
-
-def embedder_log_file(env: Env) -> Path:
-    return thatch_cache_dir(env) / "embedder.log"
-
-
-def socket_dir(env: Env) -> Path:
-    runtime = env_get(env, "XDG_RUNTIME_DIR")
-    return (expand(runtime) / "thatch") if runtime else thatch_cache_dir(env)
-
 
 def default_address(env: Env) -> str:
-    return f"unix://{socket_dir(env) / 'embedder.sock'}"
+    return f"unix://{default_socket_path(env)}"
 
 
 def configured_model(env: Env) -> str:

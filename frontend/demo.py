@@ -144,8 +144,8 @@ def hub_reachable(env: Mapping[str, str], timeout: float = HUB_CONNECT_SECONDS) 
 
 def import_offline_model(env: Mapping[str, str], log: Output) -> tuple[Path, bool]:
     """The packaged MiniLM in thatch's model cache: (directory, imported now)."""
+    from thatch.common.environment import models_dir
     from thatch.embedder.convert.importer import import_checkpoint
-    from thatch.embedder.settings import models_dir
 
     target = models_dir(env) / OFFLINE_MODEL_ID.replace("/", "__")
     if (target / "thatch_model.json").is_file():

@@ -257,9 +257,10 @@ def check_queue(directory: Path) -> Check:
 
 def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     """Health at the configured address; never starts anything."""
+    from thatch.common.environment import embedder_log_file
     from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.settings import configured_address, embedder_log_file
+    from thatch.embedder.settings import configured_address
 
     try:
         address = configured_address(env)
@@ -370,22 +371,21 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
 
 
 def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
+    from thatch.common.environment import HOSTS, host_from_env
     from thatch.frontend.setup.check import setup_status
     from thatch.frontend.setup.hosts import (
-        HOSTS,
         claude_config_dir,
         cursor_config_dir,
         host_paths,
         opencode_config_dir,
     )
-    from thatch.frontend.tools.context import resolve_host
 
     config_dirs = {
         "claude": claude_config_dir(env),
         "cursor": cursor_config_dir(env),
         "opencode": opencode_config_dir(env),
     }
-    named = resolve_host(env)
+    named = host_from_env(env)
     chosen = []
     for host in HOSTS:
         artifacts = setup_status(host, project_dir, env)[0] != "not-installed"
@@ -426,8 +426,7 @@ def run_checks(
     env: Mapping[str, str], *, project_dir: Path, bin_path: str, version: str
 ) -> list[Check]:
     """Every check of cli.md §5, in the spec's order."""
-    from thatch.frontend.hooks.queue import queue_dir
-    from thatch.frontend.store.db import default_db_path
+    from thatch.common.environment import default_db_path, queue_dir
 
     db_path = default_db_path(env)
     database, conn = check_database(db_path)

@@ -32,7 +32,3 @@ def parse_timestamp(text: str) -> datetime:
     if len(text) != 24 or not text.endswith("Z"):
         raise ValueError(f"not a thatch timestamp (YYYY-MM-DDTHH:MM:SS.mmmZ): {text!r}")
     return datetime.strptime(text[:-1] + "+0000", _PARSE_FORMAT).astimezone(UTC)
-
-
-def now_timestamp(clock: Clock) -> str:
-    return format_timestamp(clock())

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from thatch.frontend.hooks.queue import queue_dir
-from thatch.frontend.store.db import default_db_path
+from thatch.common.environment import default_db_path, queue_dir
 
 from tests.support.embedder_cleanup import embedder_pids, stop_embedders
 from tests.support.fake_hub import FakeHub

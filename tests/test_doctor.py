@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from thatch.cli.main import cli
+from thatch.common.environment import default_db_path, queue_dir
 from thatch.embedder.errors import fix_offline
-from thatch.frontend.hooks.queue import queue_dir
-from thatch.frontend.store.db import default_db_path
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import MIGRATIONS
 

@@ -291,6 +291,8 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch",
         "thatch.cli",
         "thatch.cli.entry",
+        "thatch.common",
+        "thatch.common.environment",
         "thatch.frontend",
         "thatch.frontend.hooks",
         "thatch.frontend.hooks.runner",

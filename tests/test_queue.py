@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from thatch.common.environment import queue_dir
 from thatch.frontend.hooks import queue
 
 
@@ -27,11 +28,11 @@ def qdir(tmp_path: Path) -> Path:
 
 def test_queue_dir_prefers_variable_then_xdg_cache() -> None:
     """THATCH_QUEUE_DIR wins; otherwise $XDG_CACHE_HOME/thatch/queue; empty counts as unset."""
-    assert queue.queue_dir({"THATCH_QUEUE_DIR": "/q", "XDG_CACHE_HOME": "/c"}) == Path("/q")
-    assert queue.queue_dir({"THATCH_QUEUE_DIR": "", "XDG_CACHE_HOME": "/c"}) == Path(
+    assert queue_dir({"THATCH_QUEUE_DIR": "/q", "XDG_CACHE_HOME": "/c"}) == Path("/q")
+    assert queue_dir({"THATCH_QUEUE_DIR": "", "XDG_CACHE_HOME": "/c"}) == Path(
         "/c/thatch/queue"
     )
-    assert queue.queue_dir({"HOME": "/h"}) == Path("/h/.cache/thatch/queue")
+    assert queue_dir({"HOME": "/h"}) == Path("/h/.cache/thatch/queue")
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from thatch.common.environment import default_db_path
 from thatch.embedder.models.mock import mock_vector
 from thatch.frontend.hooks import recall_scan
-from thatch.frontend.store.db import default_db_path
 from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_cleanup import wait_until
@@ -287,15 +287,16 @@ def test_client_gives_none_on_error_or_garbage_replies(short_tmp: Path) -> None:
 
 
 def test_db_path_and_socket_path_rules(tmp_path: Path) -> None:
-    """The hook's sqlite-free DB path equals the store's; a too-long socket path is None."""
-    envs = [
-        {"HOME": "/h"},
-        {"HOME": "/h", "XDG_CONFIG_HOME": "/x/cfg"},
-        {"HOME": "/h", "THATCH_DB_PATH": "~/data/t.db"},
-        {"HOME": "/h", "XDG_CONFIG_HOME": "~/cfg", "THATCH_DB_PATH": ""},
-    ]
-    for env in envs:
-        assert recall_scan.db_path(env) == default_db_path(env)
+    """The DB path the hook keys its socket on (``~`` is the env's HOME); a too-long socket
+    path is None."""
+    envs = {
+        "/h/.config/thatch/thatch.db": {"HOME": "/h"},
+        "/x/cfg/thatch/thatch.db": {"HOME": "/h", "XDG_CONFIG_HOME": "/x/cfg"},
+        "/h/data/t.db": {"HOME": "/h", "THATCH_DB_PATH": "~/data/t.db"},
+        "/h/cfg/thatch/thatch.db": {"HOME": "/h", "XDG_CONFIG_HOME": "~/cfg", "THATCH_DB_PATH": ""},
+    }
+    for expected, env in envs.items():
+        assert default_db_path(env) == Path(expected)
     short = recall_scan.socket_path(tmp_path / "a.db", {"XDG_RUNTIME_DIR": "/run/u"})
     assert short is not None and short.parent == Path("/run/u/thatch")
     assert short.name.startswith("scan-") and len(short.name) == len("scan-") + 16 + 5

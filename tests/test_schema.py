@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from thatch.common.environment import default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
-from thatch.frontend.store.db import atomic, connect, default_db_path
+from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from thatch.cli.main import cli
+from thatch.common.environment import project_dir_from_env
 from thatch.frontend.setup.block import BEGIN
-from thatch.frontend.setup.hosts import project_dir_from_env, resolve_bin
+from thatch.frontend.setup.hosts import resolve_bin
 
 
 @pytest.fixture
@@ -114,14 +115,14 @@ def test_resolve_bin(tmp_path: Path) -> None:
     assert resolve_bin(str(real), {"PATH": ""}) == str(real)
 
 
-def test_project_dir_order(tmp_path: Path) -> None:
-    """THATCH_PROJECT_DIR → CURSOR_PROJECT_DIR → CLAUDE_PROJECT_DIR → cwd; `${` ignored."""
-    cwd = tmp_path / "cwd"
-    assert project_dir_from_env({}, cwd) == cwd
+def test_project_dir_order() -> None:
+    """THATCH_PROJECT_DIR → CURSOR_PROJECT_DIR → CLAUDE_PROJECT_DIR → None (setup: the
+    cwd); `${` ignored."""
+    assert project_dir_from_env({}) is None
     env = {"CLAUDE_PROJECT_DIR": "/c", "CURSOR_PROJECT_DIR": "/u"}
-    assert project_dir_from_env(env, cwd) == Path("/u")
+    assert project_dir_from_env(env) == Path("/u")
     env["THATCH_PROJECT_DIR"] = "${workspaceFolder}"
-    assert project_dir_from_env(env, cwd) == Path("/u")
+    assert project_dir_from_env(env) == Path("/u")
     env["THATCH_PROJECT_DIR"] = "~/p"
     env["HOME"] = "/home/x"
-    assert project_dir_from_env(env, cwd) == Path("/home/x/p")
+    assert project_dir_from_env(env) == Path("/home/x/p")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from thatch.common.environment import embedder_log_file
 from thatch.embedder.errors import (
     FIX_START,
     FIX_STARTING,
@@ -41,12 +42,7 @@ from thatch.embedder.errors import (
     fix_offline,
 )
 from thatch.embedder.grpc_env import child_environment
-from thatch.embedder.settings import (
-    DEFAULT_EXIT_SECONDS,
-    Address,
-    embedder_log_file,
-    int_setting,
-)
+from thatch.embedder.settings import DEFAULT_EXIT_SECONDS, Address, int_setting
 from thatch.embedder.socket_trust import PROBE_SECONDS, SocketState, probe, socket_problem
 
 Health = Literal["SERVING", "NOT_SERVING", "UNREACHABLE"]

@@ -30,6 +30,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from thatch.common.environment import socket_dir
 from thatch.embedder.client.autostart import (
     STILL_STARTING,
     AutoStarter,
@@ -47,7 +48,7 @@ from thatch.embedder.errors import (
     EmbedderUnavailable,
     EmbedRequestError,
 )
-from thatch.embedder.settings import Address, configured_address, parse_address, socket_dir
+from thatch.embedder.settings import Address, configured_address, parse_address
 from thatch.embedder.socket_trust import check_path, peer_problem, probe, tighten_own_directory
 from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
 

@@ -14,14 +14,15 @@ speak TLS at all.
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from thatch.common.environment import env_get, expand_user
 from thatch.embedder.errors import EmbedderUnavailable
-from thatch.embedder.settings import Address, env_get
+from thatch.embedder.settings import Address
 
 CA, CERT, KEY = "THATCH_EMBEDDER_CA", "THATCH_EMBEDDER_CERT", "THATCH_EMBEDDER_KEY"
 DIAGNOSE_SECONDS = 2.0
@@ -40,14 +41,16 @@ class TlsConfig:
     ca: bytes | None
     cert: bytes | None
     key: bytes | None
-    ca_path: str | None = None
+    ca_path: str | None = None  # as the settings name them (messages quote these)
     cert_path: str | None = None
     key_path: str | None = None
+    cert_file: Path | None = None  # cert_path and key_path with ~ expanded
+    key_file: Path | None = None
 
 
-def _read(name: str, value: str, what: str) -> bytes:
+def _read(name: str, value: str, what: str, env: Mapping[str, str]) -> bytes:
     try:
-        with open(os.path.expanduser(value), "rb") as handle:
+        with open(expand_user(value, env), "rb") as handle:
             return handle.read()
     except OSError as error:
         raise EmbedderUnavailable(
@@ -71,23 +74,25 @@ def tls_config(address: Address, env: Mapping[str, str]) -> TlsConfig | None:
     if ca is None and cert is None:
         return None
     config = TlsConfig(
-        ca=_read(CA, ca, "the embedder's CA") if ca else None,
-        cert=_read(CERT, cert, "the client certificate") if cert else None,
-        key=_read(KEY, key, "the client certificate's private key") if key else None,
+        ca=_read(CA, ca, "the embedder's CA", env) if ca else None,
+        cert=_read(CERT, cert, "the client certificate", env) if cert else None,
+        key=_read(KEY, key, "the client certificate's private key", env) if key else None,
         ca_path=ca,
         cert_path=cert,
         key_path=key,
+        cert_file=expand_user(cert, env) if cert else None,
+        key_file=expand_user(key, env) if key else None,
     )
     if cert is not None and key is not None:
-        _check_pair(cert, key)
+        _check_pair(cert, key, env)
     return config
 
 
-def _check_pair(cert: str, key: str) -> None:
+def _check_pair(cert: str, key: str, env: Mapping[str, str]) -> None:
     """A certificate and key that do not belong together fail here, not in every handshake."""
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
-            os.path.expanduser(cert), os.path.expanduser(key)
+            expand_user(cert, env), expand_user(key, env)
         )
     except (ssl.SSLError, OSError) as error:
         reason = getattr(error, "reason", None) or error.strerror or str(error)
@@ -113,10 +118,8 @@ def _context(config: TlsConfig | None, host: str) -> ssl.SSLContext:
         context = ssl.create_default_context(cadata=config.ca.decode("ascii", "replace"))
     else:
         context = ssl.create_default_context()
-    if config is not None and config.cert_path and config.key_path:
-        context.load_cert_chain(
-            os.path.expanduser(config.cert_path), os.path.expanduser(config.key_path)
-        )
+    if config is not None and config.cert_file and config.key_file:
+        context.load_cert_chain(config.cert_file, config.key_file)
     context.set_alpn_protocols(["h2"])
     return context
 

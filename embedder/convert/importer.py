@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import onnx
-from thatch.embedder import settings
+from thatch.common.environment import expand_user, models_dir
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.onnx_graph import build_bert_onnx
@@ -241,7 +241,7 @@ def import_checkpoint(
     """Convert the BERT checkpoint in ``src`` into a servable model directory; return it."""
     env = os.environ if env is None else env
     log = log or _noop
-    src = settings.expand(str(src)).resolve()
+    src = expand_user(str(src), env).resolve()
     if not src.is_dir():
         raise ModelError(f"{src} is not a directory")
     config, bert = read_bert_config(src)
@@ -267,9 +267,9 @@ def import_checkpoint(
         query_prefix=query_prefix,
     )
     out = (
-        settings.expand(str(out))
+        expand_user(str(out), env)
         if out is not None
-        else settings.models_dir(env) / chosen.model_id.replace("/", "__")
+        else models_dir(env) / chosen.model_id.replace("/", "__")
     ).absolute()
     _check_replaceable(out)
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from thatch.common.environment import Env
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models.registry import (
     ONNX_CANDIDATES,
@@ -29,7 +30,6 @@ from thatch.embedder.models.registry import (
     offline_error,
     read_json,
 )
-from thatch.embedder.settings import Env
 
 if TYPE_CHECKING:
     from tqdm import tqdm

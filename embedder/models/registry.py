@@ -20,10 +20,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from thatch.common.environment import Env, cache_home, env_get, expand_user
 from thatch.embedder.encoder import ModelSettings
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models.mock import mock_settings
-from thatch.embedder.settings import Env, configured_model, env_get, expand, home
+from thatch.embedder.settings import configured_model
 
 if TYPE_CHECKING:
     from thatch.embedder.encoder import Encoder
@@ -101,13 +102,11 @@ def hub_cache_dir(env: Env) -> Path:
     """The hub cache as huggingface_hub computes it: HF_HUB_CACHE, else HF_HOME/hub."""
     explicit = env_get(env, "HF_HUB_CACHE") or env_get(env, "HUGGINGFACE_HUB_CACHE")
     if explicit:
-        return expand(os.path.expandvars(explicit))
+        return expand_user(os.path.expandvars(explicit), env)
     hf_home = env_get(env, "HF_HOME")
     if hf_home:
-        return expand(os.path.expandvars(hf_home)) / "hub"
-    xdg = env_get(env, "XDG_CACHE_HOME")
-    base = expand(xdg) if xdg else home(env) / ".cache"
-    return base / "huggingface" / "hub"
+        return expand_user(os.path.expandvars(hf_home), env) / "hub"
+    return cache_home(env) / "huggingface" / "hub"
 
 
 def hub_endpoint(env: Env) -> str:
@@ -136,7 +135,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
     base, _, at_revision = name.partition("@")
     if base in SHORT_NAMES:
         return HubRef(SHORT_NAMES[base], revision or at_revision or None)
-    path = expand(name)
+    path = expand_user(name, env)
     if path.is_dir():
         return path.absolute()
     if _HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):

@@ -24,6 +24,7 @@ from types import FrameType
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from thatch.common.environment import env_get, socket_dir
 from thatch.embedder.errors import AddressError, ModelError, ServerStartError
 from thatch.embedder.server.batching import Batcher, Limits
 from thatch.embedder.server.instance import InstanceLock
@@ -33,13 +34,7 @@ from thatch.embedder.server.servicer import (
     ServerState,
     add_to_server,
 )
-from thatch.embedder.settings import (
-    Address,
-    default_address,
-    env_get,
-    parse_address,
-    socket_dir,
-)
+from thatch.embedder.settings import Address, default_address, parse_address
 from thatch.embedder.socket_trust import probe, tighten_own_directory
 
 __all__ = [

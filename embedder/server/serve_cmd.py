@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from thatch.cli.errors import translate_errors
+from thatch.embedder.cli_errors import translate_embedder_errors
 from thatch.embedder.errors import ThatchEmbedderError
 from thatch.embedder.settings import (
     DEFAULT_IDLE_SECONDS,
@@ -142,7 +142,7 @@ def serve(
     )
     logger, handler = setup_logging(log_file, log_level)
     try:
-        with translate_errors():
+        with translate_embedder_errors():
             try:
                 status = server.serve(options, env=env, logger=logger)
             except ThatchEmbedderError as error:

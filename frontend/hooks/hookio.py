@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from thatch.common.environment import HOSTS, host_from_project_vars, known_host
+from thatch.common.environment import project_dir_from_env as env_project_dir
 from thatch.frontend.hooks.queue import first_string
 
 __all__ = [
+    "HOOK_FALLBACK_HOST",
     "HOSTS",
     "MAX_STDIN_BYTES",
     "REMINDER_STDIN_DEADLINE",
@@ -35,7 +38,9 @@ __all__ = [
 MAX_STDIN_BYTES = 16 * 1024 * 1024
 STDIN_DEADLINE = 2.0
 REMINDER_STDIN_DEADLINE = 0.5
-HOSTS = ("claude", "cursor", "opencode")
+# The host a hook assumes when neither --host, THATCH_HOST nor a project-dir variable
+# names one: Claude Code's hooks are the ones that run without any of them.
+HOOK_FALLBACK_HOST = "claude"
 _CHUNK = 1 << 16
 
 
@@ -111,25 +116,23 @@ def read_payload(
 
 
 def resolve_host(option: str | None, env: Mapping[str, str], command: str = "hook") -> str:
-    """``--host`` → ``THATCH_HOST`` → cursor/claude by project-dir variables → claude."""
+    """``--host`` → ``THATCH_HOST`` → cursor/claude by project-dir variables →
+    ``HOOK_FALLBACK_HOST``; a value naming no host is ignored with a warning."""
     for source, value in (("--host", option), ("THATCH_HOST", env.get("THATCH_HOST"))):
         if value:
-            host = value.strip().lower()
-            if host in HOSTS:
+            host = known_host(value)
+            if host is not None:
                 return host
             warn(command, f'ignoring {source} "{value}": expected claude, cursor or opencode')
-    if env.get("CURSOR_PROJECT_DIR"):
-        return "cursor"
-    return "claude"
+    return host_from_project_vars(env) or HOOK_FALLBACK_HOST
 
 
 def project_dir(env: Mapping[str, str], payload: Mapping[str, Any]) -> Path:
     """Project directory for hooks (spec/README.md): env, then payload ``cwd``, then
     ``workspace_roots[0]``, then the working directory."""
-    for name in ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR"):
-        value = env.get(name)
-        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
-            return Path(os.path.expanduser(value))
+    named = env_project_dir(env)
+    if named is not None:
+        return named
     cwd = payload.get("cwd")
     if isinstance(cwd, str) and cwd:
         return Path(cwd)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
 from thatch.frontend.hooks import hookio, queue
 from thatch.frontend.hooks.runner import report_failure, run_hook
 
@@ -92,9 +93,7 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     vector = embed_prompt(text, env)
     if vector is None:
         return None
-    from thatch.frontend.store.db import default_db_path
     from thatch.frontend.store.memory_store import Store
-    from thatch.frontend.store.vector_snapshot import snapshot_dir
     from thatch.frontend.timefmt import utc_now
 
     # Maps a snapshot another process wrote, never writes one: the host waits for exit.
@@ -116,8 +115,7 @@ def warm_recall_labels(
     grpc in this process); None when none answers, and the cold path runs instead."""
     from thatch.frontend.hooks import recall_scan
 
-    # recall_scan re-exports default_db_path as db_path, which strict mypy does not see.
-    path = recall_scan.socket_path(recall_scan.db_path(env), env)  # type: ignore[attr-defined]
+    path = recall_scan.socket_path(default_db_path(env), env)
     if path is None:
         return None
     return recall_scan.request_labels(
@@ -151,7 +149,7 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
 
     command = "flush-tools"
     try:
-        directory = queue.queue_dir(env)
+        directory = queue_dir(env)
         _cleanup_queue(command, directory)
         session = hookio.first_string(payload, "session_id", "conversation_id")
         text = extraction_tier(directory, session, host)
@@ -193,7 +191,6 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     """The session-start reminder, with the hygiene paragraph when the store needs it."""
     from thatch.frontend.hooks.reminder import reminder_text
     from thatch.frontend.project import project_store
-    from thatch.frontend.store.db import default_db_path
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
     from thatch.frontend.tools.hygiene import hygiene_report
@@ -201,7 +198,7 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     command = "reminder"
     directory = hookio.project_dir(env, payload)
     project = project_store(directory, env)
-    _cleanup_queue(command, queue.queue_dir(env))
+    _cleanup_queue(command, queue_dir(env))
     report = None
     try:
         model = active_model(env)

@@ -40,7 +40,6 @@ __all__ = [
     "increment_count",
     "make_record",
     "peek_records",
-    "queue_dir",
     "queue_paths",
     "read_count",
     "safe_name",
@@ -122,16 +121,6 @@ class QueueError(Exception):
 
 
 # -- locations -------------------------------------------------------------------------
-
-
-def queue_dir(env: Mapping[str, str]) -> Path:
-    """``$THATCH_QUEUE_DIR``, else ``$XDG_CACHE_HOME/thatch/queue`` (empty counts as unset)."""
-    explicit = env.get("THATCH_QUEUE_DIR")
-    if explicit:
-        return Path(os.path.expanduser(explicit))
-    from thatch.frontend.store.db_path import thatch_cache_dir
-
-    return thatch_cache_dir(env) / "queue"
 
 
 def safe_name(session_id: str) -> str:

@@ -7,8 +7,9 @@ embedder's socket): the hook sends one JSON line
 ``{"prompt", "stores", "limit", "threshold"}`` and reads one back, ``{"labels": [...]}``
 or ``{"error": "..."}``. Any failure on the hook's side means "use the cold path".
 
-The client half (``socket_path``, ``request_labels``) imports only the standard library
-and ``thatch.embedder.settings``; the server half imports its heavy parts lazily.
+The client half (``socket_path``, ``request_labels``) imports only the standard library,
+``thatch.common.environment`` and ``thatch.embedder.settings``; the server half imports its
+heavy parts lazily.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from thatch.embedder.settings import MAX_SOCKET_PATH_BYTES, socket_dir
+from thatch.common.environment import default_db_path, socket_dir
+from thatch.embedder.settings import MAX_SOCKET_PATH_BYTES
 from thatch.embedder.socket_trust import (
     check_path,
     directory_problem,
@@ -36,7 +38,6 @@ from thatch.embedder.socket_trust import (
     peer_problem,
     tighten_own_directory,
 )
-from thatch.frontend.store.db_path import default_db_path as db_path
 
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_PROMPT_CHARS = 2000
@@ -351,7 +352,7 @@ class ScanService:
 def start_scan_service(ctx: Any) -> ScanService | None:
     """Serve the recall scan for ``ctx``'s database in the background; never raises."""
     try:
-        db = ctx.store.path or db_path(ctx.env)
+        db = ctx.store.path or default_db_path(ctx.env)
         path = socket_path(db, ctx.env)
         if path is None:
             _debug(ctx.env, "socket path too long")

@@ -2,7 +2,8 @@
 
 The hook commands run on every tool call, prompt and session start of every agent: the
 ``thatch`` entry point (``thatch.cli.entry``) runs them from here without importing click,
-and the tool hooks import nothing beyond this module, ``hookio`` and ``queue``.
+and the tool hooks import nothing beyond this module, ``hookio``, ``queue`` and
+``thatch.common.environment``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from thatch.common.environment import queue_dir
 from thatch.frontend.hooks import hookio, queue
 
 CURSOR_RESPONSE_FIELDS = (
@@ -32,7 +34,8 @@ def report_failure(command: str, error: BaseException) -> None:
         traceback.print_exception(error, file=sys.stderr)
     sqlite3 = sys.modules.get("sqlite3")  # only loaded if a database was opened
     if sqlite3 is not None and isinstance(error, sqlite3.Error):
-        from thatch.frontend.store.db import default_db_path, store_error
+        from thatch.common.environment import default_db_path
+        from thatch.frontend.store.db import store_error
 
         hookio.warn(command, str(store_error(error, default_db_path(os.environ))))
         return
@@ -69,7 +72,7 @@ def _batch_calls(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
 def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
     """Claude Code's PostToolBatch (or PostToolUse): queue the batch's calls."""
     session = hookio.first_string(payload, "session_id", "conversation_id")
-    queue.append_calls(queue.queue_dir(env), session, _batch_calls(payload))
+    queue.append_calls(queue_dir(env), session, _batch_calls(payload))
 
 
 def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
@@ -89,7 +92,7 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
         "tool_use_id": payload.get("tool_use_id"),
         "tool_response": response if response is not None else "",
     }
-    queue.append_calls(queue.queue_dir(env), session, [call])
+    queue.append_calls(queue_dir(env), session, [call])
 
 
 def run_buffer_hook(command: str) -> None:

@@ -31,7 +31,7 @@ TOOL_THREADS = 4
 
 
 def server_version() -> str:
-    from thatch.cli.main import thatch_version
+    from thatch.common.version import thatch_version
 
     return thatch_version()
 

@@ -5,7 +5,8 @@ edits), ``block`` (instruction block), ``instructions`` (its text), ``hooks`` (h
 entries), ``skills``, ``opencode_plugin`` and ``run`` (orchestration and output).
 """
 
-from thatch.frontend.setup.hosts import HOST_NAMES, HOSTS, resolve_bin
+from thatch.common.environment import HOSTS
+from thatch.frontend.setup.hosts import HOST_NAMES, resolve_bin
 from thatch.frontend.setup.run import Line, SetupRequest, SetupResult, run_setup
 
 __all__ = ["HOSTS", "HOST_NAMES", "Line", "SetupRequest", "SetupResult", "resolve_bin", "run_setup"]

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from thatch.common.environment import HOSTS
 from thatch.frontend.setup import block
-from thatch.frontend.setup.hosts import HOST_NAMES, HOSTS, Scope, host_paths, instruction_files
+from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instruction_files
 
 Status = Literal["installed", "markers-broken", "not-installed"]
 

@@ -8,58 +8,29 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Env = Mapping[str, str]
+from thatch.common.environment import Env, config_home, env_get, expand_user, home
+
 Scope = Literal["local", "global"]
 
-HOSTS: tuple[str, ...] = ("claude", "cursor", "opencode")
 HOST_NAMES: dict[str, str] = {"claude": "Claude Code", "cursor": "Cursor", "opencode": "opencode"}
 
 
-def _get(env: Env, name: str) -> str | None:
-    value = env.get(name)
-    return value if value else None  # empty counts as unset
-
-
-def expand(path: str, env: Env) -> Path:
-    """``~`` expanded against the given environment's HOME, not the process's."""
-    if path == "~" or path.startswith("~/"):
-        return home(env) / path[2:]
-    return Path(path)
-
-
-def home(env: Env) -> Path:
-    value = _get(env, "HOME")
-    return Path(value) if value else Path.home()
-
-
 def claude_config_dir(env: Env) -> Path:
-    value = _get(env, "CLAUDE_CONFIG_DIR")
-    return expand(value, env) if value else home(env) / ".claude"
+    value = env_get(env, "CLAUDE_CONFIG_DIR")
+    return expand_user(value, env) if value else home(env) / ".claude"
 
 
 def cursor_config_dir(env: Env) -> Path:
-    value = _get(env, "CURSOR_CONFIG_DIR")
-    return expand(value, env) if value else home(env) / ".cursor"
+    value = env_get(env, "CURSOR_CONFIG_DIR")
+    return expand_user(value, env) if value else home(env) / ".cursor"
 
 
 def opencode_config_dir(env: Env) -> Path:
-    value = _get(env, "XDG_CONFIG_HOME")
-    base = expand(value, env) if value else home(env) / ".config"
-    return base / "opencode"
-
-
-def project_dir_from_env(env: Env, cwd: Path) -> Path:
-    """README.md's project directory order, without the hook-payload steps."""
-    for name in ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR"):
-        value = _get(env, name)
-        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
-            return expand(value, env)
-    return cwd
+    return config_home(env) / "opencode"
 
 
 @dataclass(frozen=True)

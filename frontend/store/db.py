@@ -30,14 +30,11 @@ from thatch.frontend.errors import (
     DatabaseWriteError,
     StoreError,
 )
-from thatch.frontend.store.db_path import DB_FILE_NAME, default_db_path
 
 __all__ = [
-    "DB_FILE_NAME",
     "atomic",
     "configure",
     "connect",
-    "default_db_path",
     "is_busy",
     "is_write_refused",
     "read_leniently",

@@ -25,7 +25,6 @@ import sqlite3
 import struct
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,13 +41,6 @@ FINGERPRINT_ENTRIES = 16
 TEMP_PREFIX = ".snap-"
 ABANDONED_SECONDS = 600
 # Slugs are joined by NUL: a store with a NUL in a slug gets no snapshot.
-
-
-def snapshot_dir(env: Mapping[str, str]) -> Path:
-    """``$XDG_CACHE_HOME/thatch/vectors`` (``~/.cache`` when unset or empty)."""
-    from thatch.frontend.store.db_path import thatch_cache_dir
-
-    return thatch_cache_dir(env) / "vectors"
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,17 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+from thatch.common.environment import (
+    default_db_path,
+    host_from_env,
+    project_dir_from_env,
+    queue_dir,
+    snapshot_dir,
+)
 from thatch.embedder.encoder import Kind
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.pending_fill import PendingFill
 
-HOSTS = ("claude", "cursor", "opencode")
 TOOL_START_WAIT = 20.0
 EMBED_TIMEOUT = 30.0
 
@@ -61,7 +67,7 @@ class ToolContext:
     embedder: Embedder
     project_store: str
     project_dir: Path
-    host: str | None
+    host: str | None  # None: unknown (tools assume none; hooks fall back to claude)
     env: Mapping[str, str]
     queue_dir: Path
     # Prepended (once) to the first tools/call result: the setup-check warning.
@@ -121,27 +127,6 @@ class ToolContext:
         self.close()
 
 
-def resolve_project_dir(env: Mapping[str, str]) -> Path:
-    """``THATCH_PROJECT_DIR`` (unless it still holds ``${``) → Cursor's → Claude's → cwd."""
-    for name in ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR"):
-        value = env.get(name)
-        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
-            return Path(os.path.expanduser(value))
-    return Path.cwd()
-
-
-def resolve_host(env: Mapping[str, str]) -> str | None:
-    """``THATCH_HOST`` → cursor → claude by project-dir variables → None (unknown)."""
-    explicit = (env.get("THATCH_HOST") or "").strip().lower()
-    if explicit in HOSTS:
-        return explicit
-    if env.get("CURSOR_PROJECT_DIR"):
-        return "cursor"
-    if env.get("CLAUDE_PROJECT_DIR"):
-        return "claude"
-    return None
-
-
 def build_context(
     env: Mapping[str, str] | None = None,
     *,
@@ -153,14 +138,11 @@ def build_context(
     """Resolve project dir, project store and host, open the database, make a client.
 
     ``ToolContext.from_env`` is the way in; this is its body."""
-    from thatch.frontend.hooks.queue import queue_dir
     from thatch.frontend.project import project_store
-    from thatch.frontend.store.db import default_db_path
-    from thatch.frontend.store.vector_snapshot import snapshot_dir
     from thatch.frontend.timefmt import utc_now
 
     env = dict(os.environ) if env is None else dict(env)
-    project_dir = resolve_project_dir(env)
+    project_dir = project_dir_from_env(env) or Path.cwd()
     store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
     try:
         if embedder is None:
@@ -172,7 +154,7 @@ def build_context(
             embedder=embedder,
             project_store=project_store(project_dir, env),
             project_dir=project_dir,
-            host=resolve_host(env),
+            host=host_from_env(env),
             env=env,
             queue_dir=queue_dir(env),
             start_wait=start_wait,

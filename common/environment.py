@@ -1,0 +1,166 @@
+"""Where thatch's files live and what the environment says, for every part of thatch.
+
+The one place that reads HOME, the XDG base directories and thatch's own path variables,
+so the embedder, the frontends, the hooks and setup agree on every location. The same
+rules hold throughout:
+
+- Every function takes the environment mapping explicitly (``os.environ`` or a test's
+  dict); nothing is read at import and nothing is cached.
+- A variable set to the empty string counts as unset.
+- HOME is the mapping's ``HOME``, else ``Path.home()`` (the process's home).
+- ``~`` and ``~/…`` expand against that same HOME, never the process's when the two
+  differ; ``~name/…`` is the named user's home (the password database, as the shell does).
+
+Standard library only, importing nothing from thatch: the tool hooks import this module
+on every tool call, and the embedder server uses it without the frontend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+Env = Mapping[str, str]
+
+HOSTS: tuple[str, ...] = ("claude", "cursor", "opencode")
+DB_FILE_NAME = "thatch.db"
+EMBEDDER_SOCKET_NAME = "embedder.sock"
+# Checked in this order; a THATCH_PROJECT_DIR still holding "${" is a host's unexpanded
+# placeholder (Cursor's ${workspaceFolder}) and is skipped.
+PROJECT_DIR_VARIABLES = ("THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR", "CLAUDE_PROJECT_DIR")
+
+
+def env_get(env: Env, name: str) -> str | None:
+    """The variable's value, or None when unset or empty (empty counts as unset)."""
+    value = env.get(name)
+    return value if value else None
+
+
+# -- HOME and ~ ----------------------------------------------------------------------------
+
+
+def home(env: Env) -> Path:
+    """``$HOME`` of the mapping, else the process's home directory."""
+    value = env_get(env, "HOME")
+    return Path(value) if value else Path.home()
+
+
+def expand_user(path: str, env: Env) -> Path:
+    """``path`` with a leading ``~`` expanded against ``home(env)`` (see the module doc)."""
+    if path == "~" or path.startswith("~/"):
+        return home(env) / path[1:].lstrip("/")
+    if path.startswith("~"):
+        return Path(os.path.expanduser(path))  # ~name: that user's home, not HOME
+    return Path(path)
+
+
+def _dir_setting(env: Env, name: str, default: Path) -> Path:
+    value = env_get(env, name)
+    return expand_user(value, env) if value else default
+
+
+# -- XDG base directories ------------------------------------------------------------------
+
+
+def config_home(env: Env) -> Path:
+    """``$XDG_CONFIG_HOME``, else ``~/.config``."""
+    return _dir_setting(env, "XDG_CONFIG_HOME", home(env) / ".config")
+
+
+def cache_home(env: Env) -> Path:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``."""
+    return _dir_setting(env, "XDG_CACHE_HOME", home(env) / ".cache")
+
+
+def data_home(env: Env) -> Path:
+    """``$XDG_DATA_HOME``, else ``~/.local/share``."""
+    return _dir_setting(env, "XDG_DATA_HOME", home(env) / ".local" / "share")
+
+
+def state_home(env: Env) -> Path:
+    """``$XDG_STATE_HOME``, else ``~/.local/state``."""
+    return _dir_setting(env, "XDG_STATE_HOME", home(env) / ".local" / "state")
+
+
+def runtime_dir(env: Env) -> Path | None:
+    """``$XDG_RUNTIME_DIR``; None when unset (the XDG spec gives it no default)."""
+    value = env_get(env, "XDG_RUNTIME_DIR")
+    return expand_user(value, env) if value else None
+
+
+# -- thatch's files ------------------------------------------------------------------------
+
+
+def default_db_path(env: Env) -> Path:
+    """``$THATCH_DB_PATH``, else ``$XDG_CONFIG_HOME/thatch/thatch.db``."""
+    return _dir_setting(env, "THATCH_DB_PATH", config_home(env) / "thatch" / DB_FILE_NAME)
+
+
+def thatch_cache_dir(env: Env) -> Path:
+    """``$XDG_CACHE_HOME/thatch``: models, the embedder's log, queue, vector snapshots."""
+    return cache_home(env) / "thatch"
+
+
+def queue_dir(env: Env) -> Path:
+    """``$THATCH_QUEUE_DIR``, else ``$XDG_CACHE_HOME/thatch/queue``: the hooks' tool queue."""
+    return _dir_setting(env, "THATCH_QUEUE_DIR", thatch_cache_dir(env) / "queue")
+
+
+def snapshot_dir(env: Env) -> Path:
+    """``$XDG_CACHE_HOME/thatch/vectors``: vector snapshots shared between processes."""
+    return thatch_cache_dir(env) / "vectors"
+
+
+def models_dir(env: Env) -> Path:
+    """``$XDG_CACHE_HOME/thatch/models``: where ``thatch model import`` writes by default."""
+    return thatch_cache_dir(env) / "models"
+
+
+def embedder_log_file(env: Env) -> Path:
+    """``$XDG_CACHE_HOME/thatch/embedder.log``: an auto-started embedder's log."""
+    return thatch_cache_dir(env) / "embedder.log"
+
+
+def socket_dir(env: Env) -> Path:
+    """``$XDG_RUNTIME_DIR/thatch``, else ``$XDG_CACHE_HOME/thatch``: thatch's sockets."""
+    runtime = runtime_dir(env)
+    return runtime / "thatch" if runtime is not None else thatch_cache_dir(env)
+
+
+def default_socket_path(env: Env) -> Path:
+    """The embedder's socket when ``THATCH_EMBEDDER_ADDR`` names none."""
+    return socket_dir(env) / EMBEDDER_SOCKET_NAME
+
+
+# -- the agent's project and host ----------------------------------------------------------
+
+
+def project_dir_from_env(env: Env) -> Path | None:
+    """The project directory the environment names (``PROJECT_DIR_VARIABLES`` order), or
+    None: each caller has its own next step (a hook's payload, the working directory)."""
+    for name in PROJECT_DIR_VARIABLES:
+        value = env_get(env, name)
+        if value and not (name == "THATCH_PROJECT_DIR" and "${" in value):
+            return expand_user(value, env)
+    return None
+
+
+def known_host(value: str | None) -> str | None:
+    """``value`` as one of ``HOSTS`` (case and surrounding blanks ignored), else None."""
+    host = (value or "").strip().lower()
+    return host if host in HOSTS else None
+
+
+def host_from_project_vars(env: Env) -> str | None:
+    """cursor when ``CURSOR_PROJECT_DIR`` is set, else claude for ``CLAUDE_PROJECT_DIR``."""
+    if env_get(env, "CURSOR_PROJECT_DIR"):
+        return "cursor"
+    if env_get(env, "CLAUDE_PROJECT_DIR"):
+        return "claude"
+    return None
+
+
+def host_from_env(env: Env) -> str | None:
+    """``THATCH_HOST`` when it names a host, else by project-dir variables; None: unknown."""
+    return known_host(env.get("THATCH_HOST")) or host_from_project_vars(env)

@@ -1,0 +1,200 @@
+"""Imports point one way: cli → frontend → embedder → common, plus the edges named below.
+
+Every module of every package is parsed with ``ast`` and each import it makes, at module
+level or inside a function (the lazy imports of the hook paths), relative or absolute, and
+``importlib.import_module``/``find_spec`` of a literal name, is checked against the rules.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Lowest first. A module may import its own layer and the layers before it, never a later
+# one: the CLI is imported by nothing, the embedder (server, models, convert and client)
+# never imports the frontend, and common imports no other thatch package.
+LAYERS: tuple[str, ...] = ("thatch.common", "thatch.embedder", "thatch.frontend", "thatch.cli")
+
+# Edges the layer order allows but the design does not: (importer, imported, why).
+FORBIDDEN: tuple[tuple[str, str, str], ...] = (
+    (
+        "thatch.frontend",
+        "thatch.embedder.server",
+        "frontends use the embedding service through its client, never in-process",
+    ),
+    (
+        "thatch.embedder.client",
+        "thatch.embedder.server",
+        "the client runs in every frontend; it starts a server as a process",
+    ),
+    (
+        "thatch.embedder.client",
+        "thatch.embedder.models",
+        "the client never loads the model runtime",
+    ),
+    (
+        "thatch.embedder.client",
+        "thatch.embedder.convert",
+        "the client never loads the import pipeline",
+    ),
+)
+
+DYNAMIC_IMPORTERS = {"import_module", "find_spec", "__import__"}
+
+
+def under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def layer_of(name: str) -> int | None:
+    for index, layer in enumerate(LAYERS):
+        if under(name, layer):
+            return index
+    return None
+
+
+def package_dirs() -> dict[str, Path]:
+    """pyproject's package-dir: each top-level thatch package and its source folder."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mapping = config["tool"]["setuptools"]["package-dir"]
+    return {package: ROOT / folder for package, folder in mapping.items()}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    """(dotted name, file) of every module in every package."""
+    for package, folder in sorted(package_dirs().items()):
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield ".".join([package, *parts]), path
+
+
+def imported_names(module: str, source: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, imported dotted name) for every import in ``source``, wherever it sits.
+
+    ``from a import b`` yields ``a`` and ``a.b`` (``b`` may be a submodule).
+    """
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:
+                yield node.lineno, f"{target}.{alias.name}"
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in DYNAMIC_IMPORTERS and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    yield node.lineno, first.value
+
+
+def violations(module: str, source: str, is_package: bool) -> list[str]:
+    """One line per broken rule per import statement."""
+    found: dict[tuple[int, object], str] = {}
+    own = layer_of(module)
+    assert own is not None, f"{module} is in no layer: add its package to LAYERS"
+    for line, name in imported_names(module, source, is_package):
+        if not under(name, "thatch"):
+            continue
+        target = layer_of(name)
+        if target is None:
+            found.setdefault((line, None), f"{module}:{line} imports {name}, which is in no layer")
+        elif target > own:
+            message = f"{module}:{line} imports {name}: {LAYERS[own]} is below {LAYERS[target]}"
+            found.setdefault((line, target), message)
+        for rule in FORBIDDEN:
+            importer, imported, why = rule
+            if under(module, importer) and under(name, imported):
+                found.setdefault((line, rule), f"{module}:{line} imports {name}: {why}")
+    return list(found.values())
+
+
+def test_every_package_is_in_a_layer() -> None:
+    """A new top-level package in pyproject gets a place in the rules before it gets code."""
+    assert sorted(package_dirs()) == sorted(LAYERS)
+
+
+def test_imports_follow_the_layers() -> None:
+    """No module imports against the layer order or along a forbidden edge."""
+    found: list[str] = []
+    count = 0
+    for module, path in modules():
+        count += 1
+        found += violations(module, path.read_text(encoding="utf-8"), path.name == "__init__.py")
+    assert count > 50  # the walk saw the packages, not an empty folder
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        (
+            "thatch.common.environment",
+            "def f():\n    from thatch.embedder import settings\n",
+            "thatch.common.environment:2 imports thatch.embedder",
+        ),
+        (
+            "thatch.frontend.mcp.server",
+            "import os\n\ndef version():\n    import thatch.cli.main\n",
+            "thatch.frontend.mcp.server:4 imports thatch.cli.main",
+        ),
+        (
+            "thatch.embedder.server.serve_cmd",
+            "from ...cli.errors import translate_errors\n",
+            "thatch.embedder.server.serve_cmd:1 imports thatch.cli.errors",
+        ),
+        (
+            "thatch.embedder.models.registry",
+            "import importlib\nimportlib.import_module('thatch.frontend.store.db')\n",
+            "thatch.embedder.models.registry:2 imports thatch.frontend.store.db",
+        ),
+        (
+            "thatch.frontend.tools.context",
+            "from thatch.embedder import server\n",
+            "thatch.frontend.tools.context:1 imports thatch.embedder.server: frontends use",
+        ),
+        (
+            "thatch.embedder.client.autostart",
+            "from thatch.embedder.models.runtime import load\n",
+            "thatch.embedder.client.autostart:1 imports thatch.embedder.models",
+        ),
+        (
+            "thatch.frontend.demo",
+            "import thatch.elsewhere\n",
+            "thatch.frontend.demo:1 imports thatch.elsewhere, which is in no layer",
+        ),
+    ],
+)
+def test_the_walk_catches_each_kind_of_edge(module: str, source: str, expected: str) -> None:
+    """Lazy, relative and dynamic imports against the rules are all reported."""
+    found = violations(module, source, is_package=False)
+    assert any(line.startswith(expected) for line in found), found
+
+
+def test_allowed_edges_pass() -> None:
+    """Downward imports, own-layer imports and non-thatch imports are not reported."""
+    source = (
+        "import numpy\n"
+        "from thatch.common.environment import home\n"
+        "from thatch.embedder.client.embedder_client import EmbedderClient\n"
+        "from . import hookio\n"
+        "def f():\n    from thatch.frontend.store import db\n"
+    )
+    assert violations("thatch.frontend.hooks.runner", source, is_package=False) == []
