@@ -8,7 +8,6 @@ Nothing here is global, so tests build their own.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -91,10 +90,32 @@ class ToolContext:
         autostart: bool = True,
         notice: Callable[[], None] | None = None,
     ) -> ToolContext:
-        """The context for ``env`` (default: this process's); the caller closes it."""
-        return build_context(
-            env, embedder=embedder, start_wait=start_wait, autostart=autostart, notice=notice
-        )
+        """Resolve project dir, project store and host, open the database, make a client
+        for ``env`` (default: this process's); the caller closes it."""
+        from thatch.frontend.project import project_store
+        from thatch.frontend.timefmt import utc_now
+
+        env = dict(os.environ) if env is None else dict(env)
+        project_dir = project_dir_from_env(env) or Path.cwd()
+        store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
+        try:
+            if embedder is None:
+                from thatch.embedder.client.embedder_client import EmbedderClient
+
+                embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
+            return cls(
+                store=store,
+                embedder=embedder,
+                project_store=project_store(project_dir, env),
+                project_dir=project_dir,
+                host=host_from_env(env),
+                env=env,
+                queue_dir=queue_dir(env),
+                start_wait=start_wait,
+            )
+        except BaseException:  # nobody else holds the Store yet
+            store.close()
+            raise
 
     @property
     def default_scope(self) -> list[str]:
@@ -127,47 +148,8 @@ class ToolContext:
         self.close()
 
 
-def build_context(
-    env: Mapping[str, str] | None = None,
-    *,
-    embedder: Embedder | None = None,
-    start_wait: float = TOOL_START_WAIT,
-    autostart: bool = True,
-    notice: Callable[[], None] | None = None,
-) -> ToolContext:
-    """Resolve project dir, project store and host, open the database, make a client.
-
-    ``ToolContext.from_env`` is the way in; this is its body."""
-    from thatch.frontend.project import project_store
-    from thatch.frontend.timefmt import utc_now
-
-    env = dict(os.environ) if env is None else dict(env)
-    project_dir = project_dir_from_env(env) or Path.cwd()
-    store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
-    try:
-        if embedder is None:
-            from thatch.embedder.client.embedder_client import EmbedderClient
-
-            embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
-        return ToolContext(
-            store=store,
-            embedder=embedder,
-            project_store=project_store(project_dir, env),
-            project_dir=project_dir,
-            host=host_from_env(env),
-            env=env,
-            queue_dir=queue_dir(env),
-            start_wait=start_wait,
-        )
-    except BaseException:  # nobody else holds the Store yet
-        store.close()
-        raise
-
-
 def setup_prefix(ctx: ToolContext) -> str | None:
-    """The setup-check warning as the first result's prefix, when that check exists."""
-    if importlib.util.find_spec("thatch.frontend.setup.check") is None:
-        return None
+    """The setup-check warning as the first result's prefix (None when setup is fine)."""
     from thatch.frontend.setup.check import setup_warning
 
     try:
@@ -177,5 +159,6 @@ def setup_prefix(ctx: ToolContext) -> str | None:
         return None
     if not message:
         return None
-    print(message if message.startswith("[thatch]") else f"[thatch] {message}", file=sys.stderr)
-    return (message if message.startswith("[thatch]") else f"[thatch] {message}") + "\n\n"
+    line = message if message.startswith("[thatch]") else f"[thatch] {message}"
+    print(line, file=sys.stderr)
+    return line + "\n\n"
