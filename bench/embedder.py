@@ -64,7 +64,7 @@ MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 64
 QUERY = "how do I run the integration tests against the database"
 SETTLE = 3
-MAX_TEXTS = 256  # spec/embedder.md §6
+MAX_TEXTS = 256  # docs/embedder.md §errors
 MAX_REQUEST_TEXT_CHARS = 65_000
 QUERY_GAP_S = 0.05
 

@@ -4,8 +4,8 @@
 
 Each hook runs ``--runs`` times as hosts run it (the ``thatch`` script, payload on stdin)
 beside a baseline measured in the same run: a bare interpreter that parses the same kind
-of JSON (``python -c "import json, sys; json.load(sys.stdin)"``). Budgets (hooks.md §1,
-§8): buffer hooks 150 ms p95 including interpreter start; reminder under 1 s for 5,000
+of JSON (``python -c "import json, sys; json.load(sys.stdin)"``). Budgets (docs/hooks.md §rules,
+§reminder): buffer hooks 150 ms p95 including interpreter start; reminder under 1 s for 5,000
 memories; flush-tools' recall tier 150 ms median, measured twice: cold (only an embedder
 runs) and warm (a ``thatch mcp`` for the same DB answers the recall scan). Without
 ``--model`` the packaged all-MiniLM-L6-v2 checkpoint is imported once into the thatch

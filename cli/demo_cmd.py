@@ -1,4 +1,5 @@
-"""``thatch demo [--model M] [--keep]``: thatch end to end in a scratch directory (cli.md §6)."""
+"""``thatch demo [--model M] [--keep]``: thatch end to end in a scratch directory (docs/cli.md
+§demo)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``thatch doctor [--json]``: check the installation, change nothing (spec/cli.md §5)."""
+"""``thatch doctor [--json]``: check the installation, change nothing (docs/cli.md §doctor)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``thatch embedder serve|start|stop|status`` (spec/cli.md §4).
+"""``thatch embedder serve|start|stop|status`` (docs/cli.md §embedder-and-models).
 
 A thin adapter: ``start`` is ``EmbedderClient.ensure_started`` with the CLI's budget,
 ``status`` reads health and ``Info``, ``stop`` signals the pid from the pid file.

@@ -1,4 +1,5 @@
-"""``thatch hygiene [--json]``: the store's hygiene report for people (cli.md §2)."""
+"""``thatch hygiene [--json]``: the store's hygiene report for people (docs/cli.md
+§store-commands)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``thatch mcp``: run the MCP server on stdio (spec/cli.md §3, tools.md §1)."""
+"""``thatch mcp``: run the MCP server on stdio (docs/cli.md §host-integration, docs/tools.md
+§server)."""
 
 from __future__ import annotations
 

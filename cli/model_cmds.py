@@ -1,4 +1,5 @@
-"""``thatch model``: import, inspect and download embedding models (spec/cli.md §4)."""
+"""``thatch model``: import, inspect and download embedding models (docs/cli.md
+§embedder-and-models)."""
 
 from __future__ import annotations
 

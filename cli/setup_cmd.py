@@ -1,4 +1,4 @@
-"""``thatch setup``: a thin click adapter over ``thatch.frontend.setup`` (hooks.md §9)."""
+"""``thatch setup``: a thin click adapter over ``thatch.frontend.setup`` (docs/hooks.md §setup)."""
 
 from __future__ import annotations
 

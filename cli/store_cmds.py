@@ -1,4 +1,4 @@
-"""Store commands: stores, list, show, forget, search, remember (spec/cli.md §2).
+"""Store commands: stores, list, show, forget, search, remember (docs/cli.md §store-commands).
 
 Thin adapters over ``thatch.frontend.tools.memory_tools.Tools``: the same operations the MCP tools
 run, with the CLI's own output shapes, ``--json`` documents and exit codes.

@@ -4,7 +4,7 @@ The server (batching, lifecycle) only talks to an ``Encoder``: tokenize in the r
 thread, run batches one at a time (from whichever thread runs the batch), release/reload
 the session when idle (always from the inference thread).
 ``thatch.embedder.models.runtime.OnnxEncoder`` is the real one,
-``thatch.embedder.models.mock.MockEncoder`` the test model of spec/embedder.md §3.4.
+``thatch.embedder.models.mock.MockEncoder`` the test model of docs/embedder.md §mock-model.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Kind(Enum):
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """What a resolved model is and how to run it (spec/embedder.md §3)."""
+    """What a resolved model is and how to run it (docs/embedder.md §models)."""
 
     model_id: str
     dim: int

@@ -34,7 +34,8 @@ class ServerStartError(ThatchEmbedderError):
 
 
 class EmbedderUnavailable(ThatchEmbedderError):
-    """The embedding service cannot be used; ``cause`` and ``fix`` per spec/tools.md §1.3."""
+    """The embedding service cannot be used; ``cause`` and ``fix`` per docs/tools.md
+    §embedder-unavailable."""
 
     def __init__(self, cause: str, fix: str) -> None:
         self.cause = cause.rstrip(".")

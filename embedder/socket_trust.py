@@ -1,4 +1,4 @@
-"""Whether a unix socket is ours to send memories and prompts to (spec/embedder.md §8).
+"""Whether a unix socket is ours to send memories and prompts to (docs/embedder.md §transport).
 
 Frontends send memory text and prompts over unix sockets (the embedder's, the recall
 scan's). Whoever can write the socket's directory can put a listener of their own there,

@@ -1,4 +1,4 @@
-"""``thatch demo``: thatch end to end in a scratch directory (spec/cli.md §6).
+"""``thatch demo``: thatch end to end in a scratch directory (docs/cli.md §demo).
 
 Everything the demo touches lives in one temporary directory: its own database, queue
 and embedder socket, passed to every part through an explicit environment mapping, so the

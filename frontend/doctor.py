@@ -1,4 +1,4 @@
-"""``thatch doctor``'s checks as a library (spec/cli.md §5): look, never touch.
+"""``thatch doctor``'s checks as a library (docs/cli.md §doctor): look, never touch.
 
 Every check only reads. The database is read read-only and never migrated; when no
 ``-wal`` file exists (no process has it open) it is read ``immutable`` so that SQLite
@@ -425,7 +425,7 @@ def check_setup(
 def run_checks(
     env: Mapping[str, str], *, project_dir: Path, bin_path: str, version: str
 ) -> list[Check]:
-    """Every check of cli.md §5, in the spec's order."""
+    """Every check of docs/cli.md §doctor, in the spec's order."""
     from thatch.common.environment import default_db_path, queue_dir
 
     db_path = default_db_path(env)

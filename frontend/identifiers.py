@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-SESSION_ID_MAX = 512  # spec/tools.md §1.1
+SESSION_ID_MAX = 512  # docs/tools.md §validation
 LINE_BREAKS = "\r\n\u2028\u2029\x0b\x0c\x85"
 # C0 and C1 controls, DEL, and the bidirectional controls that reorder displayed text.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -43,7 +43,8 @@ def session_id_problem(session_id: object) -> str | None:
 
 
 def store_name_problem(name: object) -> str | None:
-    """Why a store name is refused, or None. Case is kept: names are literal (tools.md §2).
+    """Why a store name is refused, or None. Case is kept: names are literal (docs/tools.md
+    §common-rules).
 
     ``global `` or ``\x00global`` would otherwise become stores of their own that look
     like ``global`` in every listing.

@@ -1,4 +1,4 @@
-"""Which store a project directory belongs to (store.md §5), asked of git.
+"""Which store a project directory belongs to (docs/database.md §project-store), asked of git.
 
 Every git command runs in the directory with a 2-second timeout and a cleaned
 environment; any failure just moves detection to the next step, never raises.

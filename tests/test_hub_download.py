@@ -1,4 +1,5 @@
-"""Hub ids download just the needed files into the HF cache, then resolve offline (spec §3.1)."""
+"""Hub ids download just the needed files into the HF cache, then resolve offline (docs/embedder.md
+§resolution)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`thatch model import|info|pull` (spec/cli.md §4)."""
+"""`thatch model import|info|pull` (docs/cli.md §embedder-and-models)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`thatch model import`: BERT safetensors -> verified ONNX model directory (spec §3.3).
+"""`thatch model import`: BERT safetensors -> verified ONNX model directory (docs/embedder.md
+§import).
 
 The real MiniLM import happens once per run (the session fixture ``minilm_dir``); error
 and edge cases use tiny random checkpoints written with our own safetensors writer.

@@ -1,4 +1,5 @@
-"""Model name resolution, settings priority and required files (spec/embedder.md §3.1-3.2)."""
+"""Model name resolution, settings priority and required files (docs/embedder.md §resolution,
+§registry)."""
 
 from __future__ import annotations
 

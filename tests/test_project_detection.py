@@ -1,4 +1,5 @@
-"""Project-store detection (store.md §5): remote parsing and real git repositories."""
+"""Project-store detection (docs/database.md §project-store): remote parsing and real git
+repositories."""
 
 from __future__ import annotations
 

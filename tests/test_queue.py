@@ -86,7 +86,7 @@ def test_queue_paths_stay_in_the_directory(qdir: Path) -> None:
     ],
 )
 def test_classification(name: str, expected: tuple[str, str | None]) -> None:
-    """Tool names classify as thatch's own, meta or other (hooks.md §6.2)."""
+    """Tool names classify as thatch's own, meta or other (docs/hooks.md §classification)."""
     assert queue.classify(name) == expected
 
 

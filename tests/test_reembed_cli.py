@@ -1,4 +1,5 @@
-"""thatch reembed fills pending memories and migrates other-model rows (store.md §9)."""
+"""thatch reembed fills pending memories and migrates other-model rows (docs/database.md
+§pending-embeddings)."""
 
 from __future__ import annotations
 

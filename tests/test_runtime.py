@@ -1,4 +1,5 @@
-"""Texts to vectors: tokenization, ONNX inference, pooling, normalisation (spec §2, §3.4, §4)."""
+"""Texts to vectors: tokenization, ONNX inference, pooling, normalisation (docs/embedder.md
+§computation, §mock-model, §batching)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Schema, connection settings, migrations and the transaction helper (store.md §1, §3)."""
+"""Schema, connection settings, migrations and the transaction helper (docs/database.md
+§file-and-connection, §tables)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
 
-# (name, type, notnull, default, pk) per column, exactly as store.md §3 declares them.
+# (name, type, notnull, default, pk) per column, exactly as docs/database.md §tables declares them.
 EXPECTED: dict[str, list[tuple[str, str, int, str | None, int]]] = {
     "stores": [("name", "TEXT", 0, None, 1)],
     "entries": [
@@ -162,7 +163,7 @@ def test_fresh_file_has_the_14_tables_exactly(store: Store) -> None:
 
 
 def test_tables_are_created_in_spec_order(store: Store) -> None:
-    """The 14 tables appear in sqlite_master in the order store.md §3 lists them."""
+    """The 14 tables appear in sqlite_master in the order docs/database.md §tables lists them."""
     names = [
         row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     ]

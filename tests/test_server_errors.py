@@ -1,4 +1,4 @@
-"""Every error of spec/embedder.md §6 (status and exact message), states and Info.
+"""Every error of docs/embedder.md §errors (status and exact message), states and Info.
 
 These run the real grpc server (``create_server``) on a temporary unix socket around a
 fake encoder, so overload, deadlines and cancellation can be made deterministic.

@@ -1,5 +1,5 @@
 """The instruction block: creation, sentinel and legacy replacement, appending, and every
-broken form (hooks.md §9.3)."""
+broken form (docs/hooks.md §instruction-block)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The MCP server's setup check: installed, markers-broken, not-installed and the
-messages the agent relays (hooks.md §9.6), plus doctor's verdict."""
+messages the agent relays (docs/hooks.md §setup-check), plus doctor's verdict."""
 
 from __future__ import annotations
 

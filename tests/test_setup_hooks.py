@@ -1,4 +1,5 @@
-"""Recognising thatch's hook entries strictly and replacing them per host (hooks.md §9.4)."""
+"""Recognising thatch's hook entries strictly and replacing them per host (docs/hooks.md
+§hook-entries)."""
 
 from __future__ import annotations
 

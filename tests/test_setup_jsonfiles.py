@@ -1,5 +1,5 @@
 """Lossless JSON handling for host files: JSONC, backups, formatting, atomic writes
-(hooks.md §9.5)."""
+(docs/hooks.md §json-files)."""
 
 from __future__ import annotations
 

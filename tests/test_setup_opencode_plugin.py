@@ -1,5 +1,5 @@
 """The generated opencode plugin: header, ownership, valid JavaScript, and its hooks run
-under node against a recording stand-in for thatch (hooks.md §9.8)."""
+under node against a recording stand-in for thatch (docs/hooks.md §opencode)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,8 @@ def expected_files(tmp: Path, project: Path, host: str, scope: str) -> set[Path]
 def test_fresh_run_creates_exactly_the_hosts_files(
     tmp_path: Path, project: Path, env: dict[str, str], host: str, scope: str
 ) -> None:
-    """A fresh run creates exactly §9.2's files, each with valid thatch content."""
+    """A fresh run creates exactly docs/hooks.md §setup-files's files, each with valid thatch
+    content."""
     result = run(project, env, [host], scope=scope)
     assert result.exit_code == 0
     created = {p for p in tmp_path.rglob("*") if p.is_file()}
@@ -346,7 +347,7 @@ def test_claude_global_mcp_known_is_unchanged(
 
 
 def test_hook_subcommand_list_matches_spec() -> None:
-    """The recognised subcommands are exactly §9.4's list."""
+    """The recognised subcommands are exactly docs/hooks.md §hook-entries's list."""
     assert (
         frozenset(
             {

@@ -1,5 +1,5 @@
 """The three skills: front matter, the points each covers, and writing only when needed
-(hooks.md §9.7)."""
+(docs/hooks.md §skills)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""slugify per store.md §4: the rules, the spec's examples, the whitespace set, the hash."""
+"""slugify per docs/database.md §slugs: the rules, the spec's examples, the whitespace set, the
+hash."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def reference_hash_slug(label: str) -> str:
     ],
 )
 def test_spec_examples(label: str, slug: str) -> None:
-    """The examples of store.md §4, verbatim (plus the empty label giving x0)."""
+    """The examples of docs/database.md §slugs, verbatim (plus the empty label giving x0)."""
     assert slugify(label) == slug
 
 

@@ -1,4 +1,5 @@
-"""Memory operations of the Store (store.md §2, §6–§9) on real SQLite files."""
+"""Memory operations of the Store (docs/database.md §value-formats, §queries) on real SQLite
+files."""
 
 from __future__ import annotations
 
@@ -379,7 +380,8 @@ def test_find_duplicates_large_store_matches_brute_force(store: Store) -> None:
 
 
 def test_hygiene_queries(store: Store, clock: StepClock) -> None:
-    """stale, branches, branch counts, model mismatch and pending counts per §8."""
+    """stale, branches, branch counts, model mismatch and pending counts per docs/database.md
+    §hygiene-queries."""
     save(store, "old", unit(1, 0), branch="gone")
     save(store, "recalled", unit(0, 1), branch="dev")
     save(store, "pending", None, branch="dev")

@@ -1,4 +1,5 @@
-"""Store commands (cli.md §2) against a real DB file and a real (mock-model) embedder."""
+"""Store commands (docs/cli.md §store-commands) against a real DB file and a real (mock-model)
+embedder."""
 
 from __future__ import annotations
 

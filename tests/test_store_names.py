@@ -1,5 +1,5 @@
 """Store names with control characters or surrounding whitespace are refused, never made
-into look-alike stores; case is kept (names are literal, tools.md §2)."""
+into look-alike stores; case is kept (names are literal, docs/tools.md §common-rules)."""
 
 from __future__ import annotations
 

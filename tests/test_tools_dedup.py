@@ -1,4 +1,5 @@
-"""find_duplicates clusters and dedup_mark_checked verdicts (tools.md §3.7, §3.8)."""
+"""find_duplicates clusters and dedup_mark_checked verdicts (docs/tools.md §find_duplicates,
+§dedup_mark_checked)."""
 
 from __future__ import annotations
 

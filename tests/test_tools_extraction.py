@@ -1,4 +1,5 @@
-"""get_extraction_payload peeks, extraction_done drains (tools.md §3.9, §3.10)."""
+"""get_extraction_payload peeks, extraction_done drains (docs/tools.md §get_extraction_payload,
+§extraction_done)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""memory_remember / recall / list / show / forget / store_list output shapes (tools.md §3)."""
+"""memory_remember / recall / list / show / forget / store_list output shapes (docs/tools.md
+§tools)."""
 
 from __future__ import annotations
 

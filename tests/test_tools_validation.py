@@ -1,4 +1,5 @@
-"""Argument validation and label derivation of the tool layer (tools.md §1.1, §3.1 step 1)."""
+"""Argument validation and label derivation of the tool layer (docs/tools.md §validation,
+§memory_remember step 1)."""
 
 from __future__ import annotations
 

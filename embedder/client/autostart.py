@@ -1,4 +1,4 @@
-"""Auto-start of a local embedder on a unix socket (spec/embedder.md §7, §8).
+"""Auto-start of a local embedder on a unix socket (docs/embedder.md §client, §transport).
 
 Frontends call ``AutoStarter.run`` (through ``EmbedderClient.ensure_started``) when no
 embedder answers. The rules that keep concurrent frontends safe:

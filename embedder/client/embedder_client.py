@@ -1,4 +1,4 @@
-"""The client every frontend uses to get vectors from the embedder (spec/embedder.md §7).
+"""The client every frontend uses to get vectors from the embedder (docs/embedder.md §client).
 
 One ``EmbedderClient`` per process holds one gRPC channel. ``embed`` auto-starts a local
 embedder on a unix socket when nothing answers, retries an overloaded server twice (after

@@ -1,4 +1,4 @@
-"""TLS for frontends talking to a remote embedder (spec/embedder.md §7, §8).
+"""TLS for frontends talking to a remote embedder (docs/embedder.md §client, §transport).
 
 Settings: ``THATCH_EMBEDDER_CA`` (PEM bundle the server's certificate must chain to;
 default: the system's roots) and ``THATCH_EMBEDDER_CERT`` with ``THATCH_EMBEDDER_KEY``

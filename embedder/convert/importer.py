@@ -2,7 +2,7 @@
 
 No PyTorch and no ``safetensors`` package: weights are read with numpy, the graph is built
 with the ``onnx`` helper API, checked against a numpy forward pass, optionally quantized to
-int8 with onnxruntime, and only then moved into place (spec/embedder.md §3.3). Everything
+int8 with onnxruntime, and only then moved into place (docs/embedder.md §import). Everything
 is built in a temporary sibling of the output directory and renamed at the end, so a
 failed import never leaves a half-written model behind.
 """

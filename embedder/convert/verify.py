@@ -50,7 +50,8 @@ def _batch(encodings: list[Encoding]) -> dict[str, npt.NDArray[np.int64]]:
 def pool(
     hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64], pooling: str
 ) -> npt.NDArray[np.float32]:
-    """Spec §2 pooling (mean over the mask, or first token) and L2 normalisation."""
+    """docs/embedder.md §computation pooling (mean over the mask, or first token) and L2
+    normalisation."""
     if pooling == "cls":
         vectors = hidden[:, 0, :]
     else:

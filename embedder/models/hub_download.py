@@ -1,4 +1,5 @@
-"""Download just the files a hub model needs into the Hugging Face cache (spec §3.1 step 4).
+"""Download just the files a hub model needs into the Hugging Face cache (docs/embedder.md
+§resolution step 4).
 
 One listing call (``/api/models/<id>/revision/<rev>``) pins the commit and tells which of
 the required and optional files exist; each file then comes through ``hf_hub_download``

@@ -1,4 +1,4 @@
-"""The built-in ``mock`` model (spec/embedder.md §3.4): hashed bag of words, no onnxruntime.
+"""The built-in ``mock`` model (docs/embedder.md §mock-model): hashed bag of words, no onnxruntime.
 
 Deterministic and instant, so tests and demos get real-looking vectors: texts sharing
 words have positive cosine, identical texts 1.0. "Tokens" are the lowercase ``\\w+`` words;

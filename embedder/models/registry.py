@@ -1,4 +1,4 @@
-"""Which model a name means, where its files are, and how to run it (spec/embedder.md §3).
+"""Which model a name means, where its files are, and how to run it (docs/embedder.md §models).
 
 ``resolve_model`` turns ``THATCH_MODEL`` / ``--model`` into ``ModelSettings``, downloading
 the few files a hub model needs into the Hugging Face cache when they are missing;
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RegistryEntry:
-    """A model thatch knows by id: where its ONNX file is and how to pool (spec §3.2)."""
+    """A model thatch knows by id: where its ONNX file is and how to pool (docs/embedder.md
+    §registry)."""
 
     model_id: str
     short_name: str
@@ -126,7 +127,8 @@ def offline_error(model_id: str) -> ModelError:
 
 
 def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path | HubRef:
-    """Classify a model name (spec §3.1 order): "mock", a local directory, or a hub ref."""
+    """Classify a model name (docs/embedder.md §resolution order): "mock", a local directory, or a
+    hub ref."""
     name = name.strip()
     if not name:
         raise ModelError("model name is empty")

@@ -1,4 +1,5 @@
-"""The real model runtime: tokenizers + onnxruntime + pooling (spec/embedder.md §2, §4).
+"""The real model runtime: tokenizers + onnxruntime + pooling (docs/embedder.md §computation,
+§batching).
 
 ``OnnxEncoder`` loads the tokenizer at construction (request threads tokenize while the
 session may be released) and the ONNX session lazily; ``release`` drops the session so its
@@ -44,7 +45,8 @@ def default_threads() -> int:
 
 
 def session_options(threads: int) -> onnxruntime.SessionOptions:
-    """Session options of spec §4: sequential, all optimizations, no spinning, CPU arena."""
+    """Session options of docs/embedder.md §batching: sequential, all optimizations, no spinning,
+    CPU arena."""
     from thatch.embedder.models.ort_loader import load_onnxruntime
 
     ort = load_onnxruntime()
@@ -145,7 +147,8 @@ def _json_value(path: Path, key: str) -> object:
 def pool(
     hidden: npt.NDArray[np.floating[Any]], mask: npt.NDArray[np.int64], pooling: str
 ) -> npt.NDArray[np.float32]:
-    """Pool [batch, seq, dim] hidden states and L2-normalise (spec §2 steps 4-5)."""
+    """Pool [batch, seq, dim] hidden states and L2-normalise (docs/embedder.md §computation steps
+    4-5)."""
     states = hidden.astype(np.float64, copy=False)
     if pooling == "cls":
         pooled = states[:, 0, :]

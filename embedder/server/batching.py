@@ -14,7 +14,7 @@ bounds that batch's duration. One shortcut: the last call to arrive, finding the
 loaded and nothing running, runs the batch on its own thread, so a lone query pays no
 hand-off to the inference thread and back (two thread wake-ups, ~0.2 ms on 2 cores).
 Either way only one batch runs at a time. Items whose call expired or was cancelled are
-dropped before inference (embedder.md §4).
+dropped before inference (docs/embedder.md §batching).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ DEADLINE_MESSAGE = "deadline exceeded before inference"
 
 @dataclass(frozen=True)
 class Limits:
-    """The server's limits, reported verbatim by ``Info`` (spec/embedder.md §4, §6)."""
+    """The server's limits, reported verbatim by ``Info`` (docs/embedder.md §batching, §errors)."""
 
     max_texts_per_request: int = 256
     max_chars_per_text: int = 100_000

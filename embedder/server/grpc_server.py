@@ -3,7 +3,7 @@
 ``create_server`` builds and binds a ``grpc.Server`` around a servicer (tests give it a
 fake encoder); ``serve`` runs a whole embedder process: prepare the socket, bind, resolve
 and load the model, report SERVING, then wait for a signal or idleness and shut down
-gracefully (spec/embedder.md §5, §8).
+gracefully (docs/embedder.md §lifecycle, §transport).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class TlsFiles:
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """Everything ``thatch-embedder serve`` can be told (spec/cli.md §4)."""
+    """Everything ``thatch-embedder serve`` can be told (docs/cli.md §embedder-and-models)."""
 
     model: str
     listen: str | None = None

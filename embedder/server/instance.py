@@ -1,4 +1,4 @@
-"""One embedder per socket address, and finding it again (spec/embedder.md §5, §8).
+"""One embedder per socket address, and finding it again (docs/embedder.md §lifecycle, §transport).
 
 A server holds an exclusive ``flock`` on ``<socket>.instance.lock`` for its whole life and
 records its pid in ``<socket>.pid`` once it holds the lock, before it binds: a second

@@ -1,4 +1,5 @@
-"""``serve``: run the embedder in the foreground (spec/cli.md §4, spec/embedder.md §5).
+"""``serve``: run the embedder in the foreground (docs/cli.md §embedder-and-models, docs/embedder.md
+§lifecycle).
 
 Shared by ``thatch-embedder serve`` and ``thatch embedder serve``. The command only reads
 options and the environment, sets up logging and calls ``thatch.embedder.server.grpc_server.serve``.

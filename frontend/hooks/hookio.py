@@ -2,7 +2,7 @@
 
 Standard library only: the tool hooks import this module on every tool call. Nothing
 here raises on bad input; problems become one stderr line ``[thatch <command>] <message>``
-(spec/hooks.md §1) and an empty payload.
+(docs/hooks.md §rules) and an empty payload.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def resolve_host(option: str | None, env: Mapping[str, str], command: str = "hoo
 
 
 def project_dir(env: Mapping[str, str], payload: Mapping[str, Any]) -> Path:
-    """Project directory for hooks (spec/README.md): env, then payload ``cwd``, then
+    """Project directory for hooks (docs/architecture.md): env, then payload ``cwd``, then
     ``workspace_roots[0]``, then the working directory."""
     named = env_project_dir(env)
     if named is not None:

@@ -1,4 +1,4 @@
-"""The exact texts thatch injects at prompt time (spec/hooks.md §7), per host.
+"""The exact texts thatch injects at prompt time (docs/hooks.md §nudges), per host.
 
 Session ids and tool names are inserted verbatim in every tier; only thatch's own framing
 words are capitalised when shouting, because an upper-cased id breaks the fetch. Ids and

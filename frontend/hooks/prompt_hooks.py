@@ -1,4 +1,4 @@
-"""What ``flush-tools`` and ``reminder`` compute (spec/hooks.md §7–§8), without click.
+"""What ``flush-tools`` and ``reminder`` compute (docs/hooks.md §nudges, §reminder), without click.
 
 Both run on the agent's hot path (every prompt, every session start), so the ``thatch``
 entry point calls ``run_flush_tools``/``run_reminder`` directly; the store, the embedder

@@ -1,7 +1,7 @@
 """The extraction queue: one JSONL file of recent tool calls per agent session.
 
 Tool hooks append here on every tool call, so this module imports only the standard
-library (spec/hooks.md §1). Layout per session id ``I`` in the queue directory:
+library (docs/hooks.md §rules). Layout per session id ``I`` in the queue directory:
 ``<safe>.jsonl`` (records, oldest first), ``<safe>.count`` (nudges printed since the last
 drain) and ``<safe>.lock`` (flock target). Every read-modify-write holds the lock and
 replaces the file atomically, so readers (which never lock) see either the old or the new
@@ -233,7 +233,8 @@ def _compact(value: Any) -> str:
 
 
 def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:
-    """``("thatch", bare)``, ``("meta", None)`` or ``("other", None)`` per hooks.md §6.2."""
+    """``("thatch", bare)``, ``("meta", None)`` or ``("other", None)`` per docs/hooks.md
+    §classification."""
     name = tool_name.strip().lower()
     for prefix in THATCH_PREFIXES:
         if name.startswith(prefix):
@@ -290,7 +291,7 @@ def _cut(value: object, limit: int) -> str:
 
 
 def first_string(args: Mapping[str, Any], *names: str) -> str:
-    """The first present non-empty string among ``names`` (hooks.md's ``a`` → ``b``)."""
+    """The first present non-empty string among ``names`` (docs/hooks.md's ``a`` → ``b``)."""
     for name in names:
         value = args.get(name)
         if isinstance(value, str) and value:
@@ -358,7 +359,7 @@ def _capped(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, Any]]) -> None:
-    """Queue a batch of tool calls for a session (hooks.md §6.3).
+    """Queue a batch of tool calls for a session (docs/hooks.md §append).
 
     A thatch memory write or ``extraction_done`` in the batch drains the queue and
     discards the calls gathered before it; thatch's own and meta tools are skipped, as
@@ -495,7 +496,8 @@ def _summarize_args(tool: str, args: Any) -> str:
 
 
 def build_payload(records: list[dict[str, Any]], project_store: str) -> str | None:
-    """The ``get_extraction_payload`` JSON (hooks.md §6.5), or None when nothing is queued."""
+    """The ``get_extraction_payload`` JSON (docs/hooks.md §payload), or None when nothing is
+    queued."""
     if not records:
         return None
     interactions = []

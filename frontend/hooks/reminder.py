@@ -1,4 +1,4 @@
-"""The session-start reminder text (spec/hooks.md §8)."""
+"""The session-start reminder text (docs/hooks.md §reminder)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``thatch mcp``: the stdio MCP server over the tool layer (spec/tools.md §1).
+"""``thatch mcp``: the stdio MCP server over the tool layer (docs/tools.md §server).
 
 thatch owns its tools' schemas and argument checks, so it sits on the SDK's low-level
 ``Server``: ``tools/list`` publishes each registry entry's ``input_schema``, and
@@ -132,7 +132,7 @@ def configure_stderr_logging() -> None:
 
 
 def start_embedder_in_background(ctx: ToolContext) -> threading.Thread:
-    """Ensure an embedder runs without delaying replies (embedder.md §7)."""
+    """Ensure an embedder runs without delaying replies (docs/embedder.md §client)."""
 
     def run() -> None:
         try:

@@ -1,4 +1,4 @@
-"""``thatch setup``: wire thatch into Claude Code, Cursor and opencode (hooks.md §9).
+"""``thatch setup``: wire thatch into Claude Code, Cursor and opencode (docs/hooks.md §setup).
 
 Modules: ``hosts`` (paths per host and scope, ``<bin>``), ``jsonfiles`` (lossless JSON
 edits), ``block`` (instruction block), ``instructions`` (its text), ``hooks`` (hook

@@ -1,4 +1,5 @@
-"""Find, replace or append thatch's instruction block in a Markdown file (hooks.md §9.3).
+"""Find, replace or append thatch's instruction block in a Markdown file (docs/hooks.md
+§instruction-block).
 
 The block sits between the lines ``<!-- thatch:begin -->`` and ``<!-- thatch:end -->``.
 Earlier releases wrote an unmarked block starting with ``# Persistence``; it is recognised

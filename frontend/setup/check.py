@@ -1,4 +1,5 @@
-"""Is thatch set up for the host that started this MCP server? (hooks.md §9.6, cli.md §5)
+"""Is thatch set up for the host that started this MCP server? (docs/hooks.md §setup-check,
+docs/cli.md §doctor)
 
 The MCP server calls ``setup_warning`` once at start and shows the message to the agent
 so it can tell the user; the server never rewrites setup files itself. ``doctor_status``

@@ -1,4 +1,4 @@
-"""Recognise and replace thatch's hook entries in host hook files (hooks.md §9.4).
+"""Recognise and replace thatch's hook entries in host hook files (docs/hooks.md §hook-entries).
 
 An entry is thatch's only when its command, split with shell rules, is exactly a thatch
 hook invocation. Earlier releases removed every hook whose command merely contained

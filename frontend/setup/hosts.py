@@ -1,7 +1,7 @@
 """Where each host keeps its configuration, and which command setup writes for thatch.
 
 Everything is a pure function of an environment mapping and the project directory, so
-tests pass their own temporary directories (hooks.md §9.1, §9.2).
+tests pass their own temporary directories (docs/hooks.md §binary, §setup-files).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The instruction block setup puts into CLAUDE.md / AGENTS.md (hooks.md §9.3).
+"""The instruction block setup puts into CLAUDE.md / AGENTS.md (docs/hooks.md §instruction-block).
 
 Host-neutral on purpose: Claude Code, Cursor and opencode read the same text, so tools
 are named bare and the prefix rule is stated once.

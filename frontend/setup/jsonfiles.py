@@ -1,4 +1,4 @@
-"""Read and write host JSON configuration without losing anything (hooks.md §9.5).
+"""Read and write host JSON configuration without losing anything (docs/hooks.md §json-files).
 
 Host files are edited by people, so a file we cannot read as strict JSON is never
 discarded: it is copied to ``<file>.bak-<UTC stamp>`` before a fresh document replaces it.

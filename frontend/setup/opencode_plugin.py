@@ -1,4 +1,4 @@
-"""The JavaScript plugin that connects opencode to thatch's hook commands (hooks.md §9.8).
+"""The JavaScript plugin that connects opencode to thatch's hook commands (docs/hooks.md §opencode).
 
 opencode has no command hooks; a plugin file in its plugins directory runs in-process and
 spawns ``<bin> buffer-tool``, ``<bin> reminder`` and ``<bin> flush-tools`` with

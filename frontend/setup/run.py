@@ -1,4 +1,5 @@
-"""``thatch setup``: write every host artifact and report one line per artifact (§9.9).
+"""``thatch setup``: write every host artifact and report one line per artifact (docs/hooks.md
+§setup-output).
 
 Each step is idempotent and independent: a broken instruction file or a conflicting
 plugin is reported and the remaining artifacts are still brought up to date, so one

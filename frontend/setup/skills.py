@@ -1,4 +1,4 @@
-"""The three skills setup installs for every host (hooks.md §9.7).
+"""The three skills setup installs for every host (docs/hooks.md §skills).
 
 The texts ship as package data under ``thatch/frontend/skills/<name>/SKILL.md``; only
 these names are ever written, so skills the user keeps next to them are never touched.

@@ -1,4 +1,4 @@
-"""The memory store (store.md §6–§9): memories in SQLite, searched by vectors handed in.
+"""The memory store (docs/database.md §queries): memories in SQLite, searched by vectors handed in.
 
 The store never embeds text. It stores BLOBs, compares the vectors the tool layer gives
 it, and keeps one decoded matrix per store between calls (``matrix_cache``). Every write is
@@ -67,7 +67,7 @@ INSERT_ENTRY = (
 
 
 class Store(UpkeepQueries):
-    """All memory queries over one connection (see store.md §6–§9)."""
+    """All memory queries over one connection (see docs/database.md §queries)."""
 
     def __init__(
         self,
@@ -292,7 +292,8 @@ class Store(UpkeepQueries):
         overwrite: bool = False,
         archived: bool | None = None,
     ) -> RememberOutcome:
-        """Save one memory (§6 remember); a None vector saves it pending (NULL embedding)."""
+        """Save one memory (docs/database.md §memory-operations remember); a None vector saves it
+        pending (NULL embedding)."""
         store = store_name(store)
         if not isinstance(label, str) or not isinstance(stored_text, str):
             raise InvalidInputError("label and stored text must be strings")
@@ -526,5 +527,5 @@ class Store(UpkeepQueries):
 
     @locked
     def duplicate_count(self, store: str) -> int:
-        """``len(find_duplicates(store, 0.85))`` (§8)."""
+        """``len(find_duplicates(store, 0.85))`` (docs/database.md §hygiene-queries)."""
         return len(self.find_duplicates(store, DUPLICATE_THRESHOLD))

@@ -1,4 +1,4 @@
-"""The schema (store.md §3) and its named, ordered migrations, applied on open.
+"""The schema (docs/database.md §tables) and its named, ordered migrations, applied on open.
 
 Each migration runs in its own ``BEGIN IMMEDIATE`` transaction together with the row that
 records it in ``_thatch_migrations``; a process that finds every name recorded does no

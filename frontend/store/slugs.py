@@ -1,4 +1,4 @@
-"""Labels to slugs (store.md §4): the slug, not the label, is the memory's key.
+"""Labels to slugs (docs/database.md §slugs): the slug, not the label, is the memory's key.
 
 The rules reproduce the earlier release exactly (its whitespace set is JavaScript's ``\\s``),
 so an existing database keeps finding its memories by label.

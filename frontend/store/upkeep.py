@@ -1,4 +1,5 @@
-"""Hygiene counts (store.md §8) and the pending/re-embed queries (§9) of the Store.
+"""Hygiene counts (docs/database.md §hygiene-queries) and the pending/re-embed queries
+(§pending-embeddings) of the Store.
 
 A mixin so that ``Store`` keeps one public surface while each module stays small; it relies
 only on ``conn``, ``clock``, ``_lock`` and ``_write`` of the class it is mixed into.
@@ -89,7 +90,7 @@ class UpkeepQueries:
         row = self.conn.execute(f"SELECT count(*) FROM entries WHERE {where}", params).fetchone()
         return int(row[0])
 
-    # -- pending embeddings and model migration (§9) -------------------------------------
+    # -- pending embeddings and model migration (docs/database.md §pending-embeddings) -------------
 
     @locked
     def pending_memories(self, *, limit: int = 32, store: str | None = None) -> list[Memory]:

@@ -1,4 +1,4 @@
-"""Which model's vectors the store should hold: the "active model" of spec/README.md.
+"""Which model's vectors the store should hold: the "active model" of docs/architecture.md.
 
 The model id the reachable embedder reports, else the id ``THATCH_MODEL`` resolves to
 (never the raw variable: a short name or a directory names a model by another string).

@@ -1,4 +1,4 @@
-"""Output shapes of the tools (spec/tools.md §3): contracts skills and tests key on."""
+"""Output shapes of the tools (docs/tools.md §tools): contracts skills and tests key on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The hygiene report: what in a store needs tending (spec/hooks.md §8, store.md §8).
+"""The hygiene report: what in a store needs tending (docs/hooks.md §reminder, docs/database.md
+§hygiene-queries).
 
 Thatch never deletes anything for hygiene; the report only names counts, and the
 session-start reminder asks the agent to tend the store after the user's request.
@@ -27,7 +28,8 @@ GLOBAL_STORE = "global"
 
 
 class HygieneQueries(Protocol):
-    """The store queries of store.md §8 (``frontend.store.memory_store.Store`` provides them)."""
+    """The store queries of docs/database.md §hygiene-queries (``frontend.store.memory_store.Store``
+    provides them)."""
 
     def stale_count(self, store: str, now: datetime | None = None) -> int: ...
     def branches_in_store(self, store: str) -> list[str]: ...
@@ -96,7 +98,7 @@ class Hygiene:
     report: str | None = field(default=None)
 
     def as_json(self) -> dict[str, Any]:
-        """The ``thatch hygiene --json`` document (cli.md §2)."""
+        """The ``thatch hygiene --json`` document (docs/cli.md §store-commands)."""
         return {
             "store": self.project.store,
             "report": self.report,

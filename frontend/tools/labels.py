@@ -1,4 +1,5 @@
-"""Deriving a memory's label from its content when none is given (spec/tools.md §3.1 step 1)."""
+"""Deriving a memory's label from its content when none is given (docs/tools.md §memory_remember
+step 1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tool layer shared by the MCP server and the CLI (spec/tools.md §2-§3).
+"""The tool layer shared by the MCP server and the CLI (docs/tools.md §common-rules, §tools).
 
 ``Tools(ctx).call(name, arguments)`` looks the tool up in the registry (registry.py),
 validates raw JSON arguments, runs its handler and returns a ``ToolResult``; it never
@@ -135,7 +135,7 @@ class Tools:
         overwrite: bool = False,
         archived: bool | None = None,
     ) -> RememberReport:
-        """Save one memory (tools.md §3.1); raises ArgumentError or Refused."""
+        """Save one memory (docs/tools.md §memory_remember); raises ArgumentError or Refused."""
         label = (label or "").strip()
         if not label:
             derived = derive_label(content)
@@ -185,7 +185,7 @@ class Tools:
         limit: int = 10,
         include_archived: bool = False,
     ) -> RecallReport:
-        """Search and stamp telemetry (tools.md §3.2); raises EmbedderUnavailable."""
+        """Search and stamp telemetry (docs/tools.md §memory_recall); raises EmbedderUnavailable."""
         scope = stores if stores else self.ctx.default_scope
         result = self.embed([query], Kind.QUERY)
         # Memories saved while the embedder was down get indexed off this request; until

@@ -1,4 +1,5 @@
-"""What ``thatch reembed`` re-embeds (store.md §9); ``pending_fill.PendingFill`` fills it.
+"""What ``thatch reembed`` re-embeds (docs/database.md §pending-embeddings);
+``pending_fill.PendingFill`` fills it.
 
 Pending memories (saved while the embedder was unreachable) and memories tagged with
 another model than the active one are embedded again from their stored text.

@@ -1,4 +1,5 @@
-"""The tool registry: every MCP tool of this release, in tools/list order (tools.md §4).
+"""The tool registry: every MCP tool of this release, in tools/list order (docs/tools.md
+§tool-order).
 
 A ``ToolSpec`` is the whole of a tool: its name, description and parameters (published by
 the MCP server as ``tools/list``, checked by ``Tools.call``), its handler (validated
@@ -42,7 +43,8 @@ class ToolSpec:
     params: tuple[Param, ...]
     run: Handler
     # A call of this tool acknowledges the session's queued tool interactions: the tool
-    # hooks drain the session's extraction queue instead of queueing the call (hooks.md §6).
+    # hooks drain the session's extraction queue instead of queueing the call (docs/hooks.md
+    # §extraction-queue).
     drains_queue: bool = False
 
 

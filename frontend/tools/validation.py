@@ -3,7 +3,7 @@
 Every tool's parameters are a list of ``Param``; the MCP server publishes
 ``input_schema(params)`` and the tool layer runs ``validate(params, raw)`` on the raw JSON
 arguments, so the schema a host sees and the checks it meets cannot drift apart.
-Messages follow spec/tools.md §1.1: ``Invalid arguments: <field>: <reason>[; …]``.
+Messages follow docs/tools.md §validation: ``Invalid arguments: <field>: <reason>[; …]``.
 """
 
 from __future__ import annotations

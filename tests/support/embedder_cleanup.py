@@ -81,7 +81,7 @@ _WORD = re.compile(r"\w+")
 
 
 def expected_mock_vector(text: str) -> npt.NDArray[np.float32]:
-    """spec/embedder.md §3.4, written out independently of thatch.embedder.models.mock."""
+    """docs/embedder.md §mock-model, written out independently of thatch.embedder.models.mock."""
     vector = np.zeros(384, dtype=np.float64)
     for word in _WORD.findall(text.lower()):
         digest = hashlib.sha256(word.encode("utf-8")).digest()
