@@ -26,6 +26,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver.tools import Tool
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import PlainValidator
+from thatch.frontend.after_reply import AfterReply
 from thatch.frontend.context import ToolContext
 from thatch.frontend.mcp_stdio import serve_stdio
 from thatch.frontend.tool_specs import TOOL_SPECS, ToolSpec
@@ -44,9 +45,13 @@ def server_version() -> str:
     return thatch_version()
 
 
-def make_server(ctx: ToolContext) -> MCPServer:
-    """An MCP server exposing the phase-1 tools over ``ctx`` (one per host session)."""
-    tools = Tools(ctx)
+def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> MCPServer:
+    """An MCP server exposing the phase-1 tools over ``ctx`` (one per host session).
+
+    With ``after_reply``, the tools queue their after-the-answer work there (recall counts,
+    pending fills); the transport releases it once answers are written.
+    """
+    tools = Tools(ctx, after_reply)
     # Tool calls run in worker threads: one waiting for the embedder (up to 20 s) must not
     # hold up tools that need none. The Store serialises its own methods (one lock, one
     # connection), so concurrent calls interleave like separate frontends would.
@@ -166,7 +171,9 @@ def run_stdio(ctx: ToolContext) -> None:
     from thatch.frontend.recall_scan import start_scan_service
 
     configure_stderr_logging()
-    server = make_server(ctx)
+    # Recall counts and pending fills run after each answer is written, off its path.
+    after_reply = AfterReply()
+    server = make_server(ctx, after_reply)
     start_embedder_in_background(ctx)
     # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
     scan = start_scan_service(ctx)
@@ -180,16 +187,18 @@ def run_stdio(ctx: ToolContext) -> None:
                         # The stdin reader sits in a blocking read no cancellation can
                         # interrupt; SQLite transactions make an immediate exit safe.
                         sys.stdout.flush()
+                        after_reply.close()  # recall counts still queued are written
                         if scan is not None:
                             scan.close()
                         os._exit(0)
 
             group.start_soon(watch_signals)
-            await serve_stdio(server)
+            await serve_stdio(server, after_reply.release)
             group.cancel_scope.cancel()
 
     try:
         anyio.run(serve)
     finally:
+        after_reply.close()
         if scan is not None:
             scan.close()

@@ -7,6 +7,8 @@ returns a ``ToolResult``; it never raises. The CLI calls the typed operations
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sqlite3
 import sys
@@ -19,11 +21,13 @@ from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
 from thatch.frontend import db
 from thatch.frontend import formatting as fmt
+from thatch.frontend.after_reply import AfterReply
 from thatch.frontend.context import EmbedResultLike, ToolContext
 from thatch.frontend.errors import StoreError
 from thatch.frontend.labels import derive_label
 from thatch.frontend.memory import DuplicatePair, Match, Memory, RememberOutcome
 from thatch.frontend.slugs import slugify
+from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tool_specs import SPECS_BY_NAME
 from thatch.frontend.validation import ArgumentError, validate
 
@@ -75,10 +79,16 @@ def embedder_error(error: EmbedderUnavailable) -> str:
 
 
 class Tools:
-    """The phase-1 tools over one ``ToolContext``."""
+    """The phase-1 tools over one ``ToolContext``.
 
-    def __init__(self, ctx: ToolContext) -> None:
+    With ``after_reply`` (the MCP server), what does not change an answer — recall counts,
+    filling pending embeddings — is queued there to run once the answer is written;
+    without it (the CLI, tests) it runs within the call.
+    """
+
+    def __init__(self, ctx: ToolContext, after_reply: AfterReply | None = None) -> None:
         self.ctx = ctx
+        self.after_reply = after_reply
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
             "memory_remember": self._remember_tool,
             "memory_recall": self._recall_tool,
@@ -129,6 +139,13 @@ class Tools:
         fill_pending_opportunistically(
             self.ctx.store, self.ctx.embedder, timeout=self.ctx.embed_timeout
         )
+
+    def fill_pending_soon(self) -> None:
+        """``fill_pending_opportunistically`` now, or after the answer (one queued at most)."""
+        if self.after_reply is None:
+            self.fill_pending_opportunistically()
+        else:
+            self.after_reply.defer(self.fill_pending_opportunistically, keep=False, key="fill")
 
     def fill_pending_in(self, store: str) -> None:
         """Every pending memory of ``store``; raises EmbedderUnavailable when needed.
@@ -215,7 +232,7 @@ class Tools:
             existing = db.show(name, label)
             raise Refused(fmt.archived_guard(existing.label if existing else label))
         if vector is not None:
-            self.fill_pending_opportunistically()
+            self.fill_pending_soon()
         return RememberReport(name, label, slug, list(similar), cause)
 
     def recall(
@@ -230,10 +247,18 @@ class Tools:
         """Search and stamp telemetry (tools.md §3.2); raises EmbedderUnavailable."""
         scope = stores if stores else self.ctx.default_scope
         result = self.embed([query], Kind.QUERY)
-        # Filling first lets a memory saved while the embedder was down be found now.
-        self.fill_pending_opportunistically()
+        # Filling first lets a memory saved while the embedder was down be found now; the
+        # MCP server fills after the answer instead (the count below still names them).
+        self.fill_pending_soon()
         options = {"branch": branch or None, "limit": limit, "include_archived": include_archived}
         skipped = None
+        if self.after_reply is not None:
+            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+            pending = self.ctx.store.pending_count_in(scope)
+            if matches:  # stamped as of now, written once the answer is out
+                at = format_timestamp(self.ctx.store.clock())
+                self.after_reply.defer(functools.partial(self._stamp_quietly, matches, at))
+            return RecallReport(scope, list(matches), pending)
         try:
             matches = self.ctx.store.recall(scope, result.vectors[0], **options)
         except (sqlite3.OperationalError, StoreError) as error:
@@ -249,6 +274,12 @@ class Tools:
             matches = self.ctx.store.search(scope, result.vectors[0], **options)
         pending = self.ctx.store.pending_count_in(scope)
         return RecallReport(scope, list(matches), pending, skipped)
+
+    def _stamp_quietly(self, matches: list[Match], at: str) -> None:
+        # The answer is out: a database that refuses the write is skipped silently, as
+        # within a call (RecallReport.telemetry_skipped, which MCP never shows).
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            self.ctx.store.stamp_recalls(matches, at)
 
     def duplicate_pairs(self, store: str, threshold: float) -> list[DuplicatePair]:
         if self.ctx.store.pending_count(store):
