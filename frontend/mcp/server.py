@@ -22,6 +22,7 @@ import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
+from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
 from thatch.frontend.tools.registry import TOOL_SPECS, ToolSpec
@@ -36,9 +37,13 @@ def server_version() -> str:
     return thatch_version()
 
 
-def make_server(ctx: ToolContext) -> Server[Any]:
-    """An MCP server exposing the phase-1 tools over ``ctx`` (one per host session)."""
-    tools = Tools(ctx)
+def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Server[Any]:
+    """An MCP server exposing the phase-1 tools over ``ctx`` (one per host session).
+
+    With ``after_reply``, recalls queue their recall-count stamps there; the transport
+    releases them once the answers are written.
+    """
+    tools = Tools(ctx, after_reply)
     # Tool calls run in worker threads: one waiting for the embedder (up to 20 s) must not
     # hold up tools that need none. The Store serialises its own methods (one lock, one
     # connection), so concurrent calls interleave like separate frontends would.
@@ -150,7 +155,9 @@ def run_stdio(ctx: ToolContext) -> None:
     from thatch.frontend.hooks.recall_scan import start_scan_service
 
     configure_stderr_logging()
-    server = make_server(ctx)
+    # Recall counts are written after each answer is out, off its path.
+    after_reply = AfterReply()
+    server = make_server(ctx, after_reply)
     start_embedder_in_background(ctx)
     # Pending memories are filled on this thread when a tool call schedules it, never on
     # a request's path; ``ctx.close`` stops it.
@@ -167,16 +174,18 @@ def run_stdio(ctx: ToolContext) -> None:
                         # The stdin reader sits in a blocking read no cancellation can
                         # interrupt; SQLite transactions make an immediate exit safe.
                         sys.stdout.flush()
+                        after_reply.close()  # recall counts still queued are written
                         if scan is not None:
                             scan.close()
                         os._exit(0)
 
             group.start_soon(watch_signals)
-            await serve_stdio(server)
+            await serve_stdio(server, after_reply.release)
             group.cancel_scope.cancel()
 
     try:
         anyio.run(serve)
     finally:
+        after_reply.close()
         if scan is not None:
             scan.close()

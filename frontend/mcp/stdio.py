@@ -27,7 +27,7 @@ import fcntl
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -70,11 +70,13 @@ class Wire:
 
     It is the SDK dispatcher's write stream: each response passes through ``send``,
     which settles its request, keeps it for its batch's array, and notes the protocol
-    version the ``initialize`` response negotiated.
+    version the ``initialize`` response negotiated. ``on_written`` is called after each
+    line is out (the server's after-the-answer work starts there).
     """
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO, on_written: Callable[[], None] | None = None) -> None:
         self._out = out
+        self._on_written = on_written
         self._lock = anyio.Lock()
         self._owed: Counter[IdKey] = Counter()
         self._drained = anyio.Event()
@@ -192,6 +194,8 @@ class Wire:
         async with self._lock:
             if not self._broken:
                 self._broken = not await anyio.to_thread.run_sync(_write_all, self._out, data)
+        if self._on_written is not None:
+            self._on_written()
 
     # -- waiting ---------------------------------------------------------------------
 
@@ -363,8 +367,10 @@ def _backed_by(stream: object, fd: int) -> bool:
         return False
 
 
-async def serve_stdio(server: Server[Any]) -> None:
-    """Serve ``server`` on stdin/stdout until stdin ends and every request is answered."""
+async def serve_stdio(server: Server[Any], on_written: Callable[[], None] | None = None) -> None:
+    """Serve ``server`` on stdin/stdout until stdin ends and every request is answered.
+
+    ``on_written`` is called after every line written (see ``Wire``)."""
     options = server.create_initialization_options()
     # thatch serves tools only; the SDK would also advertise the (empty) prompt and
     # resource lists the server answers.
@@ -372,7 +378,7 @@ async def serve_stdio(server: Server[Any]) -> None:
         update={"prompts": None, "resources": None}
     )
     with wire_descriptors() as (source, out):
-        wire = Wire(out)
+        wire = Wire(out, on_written)
         inbox, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         async with anyio.create_task_group() as group:
             group.start_soon(read_loop, source, inbox, wire)

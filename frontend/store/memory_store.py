@@ -476,15 +476,25 @@ class Store(UpkeepQueries):
         matches = self.search(
             stores, vector, branch=branch, limit=limit, include_archived=include_archived
         )
-        if matches:
-            now = self._now()
-            with self._write(durable=False) as conn:
-                conn.executemany(
-                    "UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ? "
-                    "WHERE slug = ? AND store = ?",
-                    [(now, match.memory.slug, match.memory.store) for match in matches],
-                )
+        self.stamp_recalls(matches)
         return matches
+
+    @locked
+    def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None:
+        """recall_count + 1 and last_recalled_at = ``at`` (default: now) on the matched rows.
+
+        ``recall`` stamps at once; the MCP server stamps after its answer is out (``at`` is
+        then the time of the recall). A row deleted meanwhile is simply not stamped.
+        """
+        if not matches:
+            return
+        now = self._now() if at is None else at
+        with self._write(durable=False) as conn:
+            conn.executemany(
+                "UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ? "
+                "WHERE slug = ? AND store = ?",
+                [(now, match.memory.slug, match.memory.store) for match in matches],
+            )
 
     @locked
     def find_duplicates(

@@ -8,6 +8,8 @@ the CLI formats their reports its own way.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sqlite3
 import sys
@@ -22,7 +24,9 @@ from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.memory import DuplicatePair, Match, Memory, RememberOutcome
 from thatch.frontend.store.slugs import slugify
+from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools import formatting as fmt
+from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import EmbedResultLike, ToolContext
 from thatch.frontend.tools.labels import derive_label
 from thatch.frontend.tools.registry import SPECS_BY_NAME
@@ -82,10 +86,17 @@ def embedder_error(error: EmbedderUnavailable) -> str:
 
 
 class Tools:
-    """The phase-1 tools over one ``ToolContext``."""
+    """The phase-1 tools over one ``ToolContext``.
 
-    def __init__(self, ctx: ToolContext) -> None:
+    With ``after_reply`` (the MCP server), recall counts, which do not change an answer,
+    are queued there to be written once the answer is out; without it (the CLI, tests)
+    they are written within the call. Pending embeddings are never filled inline: the
+    context's ``pending_fill`` is scheduled.
+    """
+
+    def __init__(self, ctx: ToolContext, after_reply: AfterReply | None = None) -> None:
         self.ctx = ctx
+        self.after_reply = after_reply
 
     # -- dispatch ----------------------------------------------------------------------
 
@@ -197,6 +208,13 @@ class Tools:
             "include_archived": include_archived,
         }
         skipped = None
+        if self.after_reply is not None:
+            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+            pending = self.ctx.store.pending_count_in(scope)
+            if matches:  # stamped as of now, written once the answer is out
+                at = format_timestamp(self.ctx.store.clock())
+                self.after_reply.defer(functools.partial(self._stamp_quietly, matches, at))
+            return RecallReport(scope, list(matches), pending)
         try:
             matches = self.ctx.store.recall(scope, result.vectors[0], **options)
         except (sqlite3.OperationalError, StoreError) as error:
@@ -212,6 +230,12 @@ class Tools:
             matches = self.ctx.store.search(scope, result.vectors[0], **options)
         pending = self.ctx.store.pending_count_in(scope)
         return RecallReport(scope, list(matches), pending, skipped)
+
+    def _stamp_quietly(self, matches: list[Match], at: str) -> None:
+        # The answer is out: a database that refuses the write is skipped silently, as
+        # within a call (RecallReport.telemetry_skipped, which MCP never shows).
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            self.ctx.store.stamp_recalls(matches, at)
 
     def duplicate_pairs(self, store: str, threshold: float) -> list[DuplicatePair]:
         if self.ctx.store.pending_count(store):
