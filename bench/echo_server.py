@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+
 from thatch.embedder.encoder import Kind
 from thatch.embedder.models.registry import create_encoder, resolve_model
 

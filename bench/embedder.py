@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
 from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
 from echo_server import METHOD
 from thatch.embedder.client.embedder_client import EmbedderClient

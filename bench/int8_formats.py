@@ -37,16 +37,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from tokenizers import Tokenizer
+
 from _common import print_table
 from make_random_bert import minilm_source
-from onnx import TensorProto, helper, numpy_helper
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.importer import import_checkpoint
 from thatch.embedder.encoder import Kind, ModelSettings
 from thatch.embedder.models.registry import known_answers, settings_from_dir
 from thatch.embedder.models.runtime import OnnxEncoder
-from tokenizers import Tokenizer
 
 REFERENCE = Path(__file__).parent.parent / "tests" / "data" / "minilm_reference.json"
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from thatch.embedder.convert.safetensors_io import write_safetensors
 
 

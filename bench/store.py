@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import embedder_running, memory_texts, percentile, print_table, timed
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
+
+from _common import embedder_running, memory_texts, percentile, print_table, timed
+from embedder import prepare_models
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.vectors import encode
-
-from embedder import prepare_models
 
 PROJECT = "benchproj"
 STAMP = "2025-01-01T00:00:00.000Z"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import click
+
 from thatch.cli.errors import FixableError, debug_traceback
 from thatch.cli.main import CONTEXT_SETTINGS
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from thatch.cli.main import CONTEXT_SETTINGS
 from thatch.common.version import thatch_version
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import click
+
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.common.environment import embedder_log_file
 from thatch.embedder.client.autostart import POLL_SECONDS, probe_socket

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
+
 from thatch.embedder.cli_errors import FixableError, debug_traceback, translate_embedder_errors
 
 __all__ = ["FixableError", "debug_traceback", "translate_errors"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.runner import hook_options, run_buffer_hook
 

@@ -7,6 +7,7 @@ import json
 import os
 
 import click
+
 from thatch.cli.errors import translate_errors
 
 

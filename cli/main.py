@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 import click
+
 from thatch.common.version import thatch_version
 
 # name -> "module:attribute"; modules are imported only when the command runs.

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import click
+
 from thatch.cli.errors import translate_errors
 from thatch.embedder.encoder import ModelSettings
 

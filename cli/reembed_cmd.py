@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 import click
+
 from thatch.cli.errors import FixableError, translate_errors
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
 from thatch.cli.errors import debug_traceback, translate_errors
 from thatch.frontend.untrusted import body, inline, quoted, token
 

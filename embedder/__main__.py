@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+
 from thatch.embedder.client.probe_cmd import probe
 from thatch.embedder.server.serve_cmd import serve
 

@@ -15,12 +15,11 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from thatch.frontend.tools.after_reply import AfterReply
-from thatch.frontend.tools.memory_tools import Tools
-
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from tests.support.polling import poll
+from thatch.frontend.tools.after_reply import AfterReply
+from thatch.frontend.tools.memory_tools import Tools
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
 RECALLED_AT = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)

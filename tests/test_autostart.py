@@ -14,15 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.embedder.client.autostart import probe_socket
-from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import (
-    FIX_START,
-    FIX_STARTING,
-    EmbedderUnavailable,
-    fix_offline,
-)
 
 from tests.support.embedder_cleanup import (
     alive,
@@ -31,6 +22,15 @@ from tests.support.embedder_cleanup import (
     expected_mock_vector,
     stop_embedders,
     wait_until,
+)
+from thatch.embedder.client.autostart import probe_socket
+from thatch.embedder.client.embedder_client import EmbedderClient
+from thatch.embedder.encoder import Kind
+from thatch.embedder.errors import (
+    FIX_START,
+    FIX_STARTING,
+    EmbedderUnavailable,
+    fix_offline,
 )
 
 

@@ -12,6 +12,10 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 import pytest
+
+from tests.support.embedder_proc import EmbedderProcess
+from tests.support.fake_encoder import FakeEncoder
+from tests.support.polling import poll
 from thatch.embedder.encoder import Kind, Tokenized
 from thatch.embedder.models.registry import resolve_model
 from thatch.embedder.models.runtime import encode_truncated, load_tokenizer
@@ -25,10 +29,6 @@ from thatch.embedder.server.batching import (
     select_batch,
 )
 from thatch.embedder.v1 import embedder_pb2 as pb
-
-from tests.support.embedder_proc import EmbedderProcess
-from tests.support.fake_encoder import FakeEncoder
-from tests.support.polling import poll
 
 # -- select_batch -------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from tests.support.embedder_cleanup import stop_embedders
 from thatch.embedder.client.embedder_client import EmbedderClient, EmbedResult
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
@@ -24,8 +26,6 @@ from thatch.embedder.errors import (
     fix_offline,
 )
 from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
-
-from tests.support.embedder_cleanup import stop_embedders
 
 DIM = 4
 OK = "ok"

@@ -15,15 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from thatch.cli.main import cli
-from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.context import ToolContext
-from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import bag_vector, rows
 from tests.support.hookrun import run_hook, thatch_command
 from tests.support.mounts import immutable, in_namespace, read_only, small_tmpfs
+from thatch.cli.main import cli
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.tools.memory_tools import Tools
 
 DAMAGED = 'is damaged (database disk image is malformed): run sqlite3 {db} "PRAGMA integrity_check"'
 

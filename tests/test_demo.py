@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from thatch.common.environment import default_db_path, queue_dir
 
 from tests.support.embedder_cleanup import embedder_pids, stop_embedders
 from tests.support.fake_hub import FakeHub
+from thatch.common.environment import default_db_path, queue_dir
 
 MODEL_DIR = Path("thatch/models/sentence-transformers__all-MiniLM-L6-v2")
 SAVED = [

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+
+from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
+from tests.support.embedder_proc import EmbedderProcess
 from thatch.cli.main import cli
 from thatch.common.environment import default_db_path, queue_dir
 from thatch.embedder.errors import fix_offline
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import MIGRATIONS
-
-from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
-from tests.support.embedder_proc import EmbedderProcess
 
 
 @pytest.fixture

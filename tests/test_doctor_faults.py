@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.frontend.doctor import check_database
-from thatch.frontend.store.memory_store import Store
 
 from tests.support.hookrun import NO_EMBEDDER, thatch_command
 from tests.support.mounts import immutable, in_namespace, read_only
+from thatch.frontend.doctor import check_database
+from thatch.frontend.store.memory_store import Store
 
 
 @pytest.fixture

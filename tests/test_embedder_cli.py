@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+
+from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders, wait_until
 from thatch.cli.main import cli
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import FIX_REMOTE, EmbedderUnavailable, fix_offline
 from thatch.embedder.server.instance import lock_holder, lock_path, pid_path, running_pid
-
-from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders, wait_until
 
 
 @pytest.fixture

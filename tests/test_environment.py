@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import thatch.common.environment
 from thatch.common.environment import (
     HOSTS,

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from thatch.frontend.hooks import queue
 
 from tests.support.embedder_cleanup import stop_embedders, wait_until
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.hookrun import hook_env, run_hook
+from thatch.frontend.hooks import queue
 
 WRITE = (
     "[thatch] After responding, check whether this turn taught you something durable "

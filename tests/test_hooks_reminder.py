@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_proc import embedder_process
 from tests.support.hookrun import hook_env, run_hook
+from thatch.frontend.store.memory_store import Store
 
 CLAUDE_TEXT = (
     "[thatch] Before you reply, load what earlier sessions learned:\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.hygiene import hygiene, hygiene_report

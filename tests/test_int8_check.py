@@ -19,6 +19,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+
+from tests.support.embedder_proc import embedder_process
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
@@ -29,8 +31,6 @@ from thatch.embedder.models.registry import (
     with_onnx,
 )
 from thatch.embedder.models.runtime import OnnxEncoder
-
-from tests.support.embedder_proc import embedder_process
 
 INT8 = "onnx/model_quantized.onnx"
 FP32 = "onnx/model.onnx"

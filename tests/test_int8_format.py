@@ -17,10 +17,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from thatch.embedder.convert import quantize as bert_quantize
-from thatch.embedder.convert.importer import import_checkpoint
 
 from tests.test_model_import import write_tiny_bert
+from thatch.embedder.convert import quantize as bert_quantize
+from thatch.embedder.convert.importer import import_checkpoint
 
 INT16 = (-(1 << 15), (1 << 15) - 1)
 INT32 = (-(1 << 31), (1 << 31) - 1)

@@ -7,6 +7,7 @@ import json
 
 import mcp_types
 import pytest
+
 from thatch.frontend.mcp.jsonrpc_lines import (
     EMPTY_BATCH,
     NOT_A_MESSAGE,

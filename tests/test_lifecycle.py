@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from thatch.cli.main import cli
-from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.context import ToolContext
-from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import FakeEmbedder
 from tests.support.leaks import is_open, tracking_opens
+from thatch.cli.main import cli
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.tools.memory_tools import Tools
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import itertools
 import os
 
 import numpy as np
+
 from thatch.frontend.store import matrix_cache
 from thatch.frontend.store.matrix_cache import PARALLEL_ROWS, DimGroup, screen_scores
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from mcp.client import Client
 from mcp_types import JSONRPCRequest
-from thatch.frontend.mcp.server import make_server
-from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, with_arguments_set_aside
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
+from thatch.frontend.mcp.server import make_server
+from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, with_arguments_set_aside
 
 pytestmark = pytest.mark.anyio
 

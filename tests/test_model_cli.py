@@ -8,9 +8,9 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 from click.testing import CliRunner
-from thatch.cli.main import cli
 
 from tests.support.fake_hub import FakeHub
+from thatch.cli.main import cli
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models.registry import (
     REGISTRY,

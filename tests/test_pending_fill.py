@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from thatch.embedder.encoder import Kind
-from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import FakeEmbedder, FakeResult, rows, tool_context
+from thatch.embedder.encoder import Kind
+from thatch.frontend.tools.memory_tools import Tools
 
 DOWN = "nothing is listening at unix:///x.sock"
 UNINDEXED = "SELECT count(*) FROM entries WHERE embedding IS NULL"
@@ -127,9 +127,9 @@ async def test_mcp_server_fills_pending_memories_in_the_background(
     import anyio
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters
-    from thatch.frontend.store.memory_store import Store
 
     from tests.support.polling import poll
+    from thatch.frontend.store.memory_store import Store
 
     project = tmp_path / "proj"
     project.mkdir()

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from thatch.frontend.project import detect_store, list_branches, parse_remote, project_store
 
 

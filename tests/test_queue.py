@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from thatch.common.environment import queue_dir
 from thatch.frontend.hooks import queue
 

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from thatch.common.environment import default_db_path
-from thatch.embedder.models.mock import mock_vector
-from thatch.frontend.hooks import recall_scan
-from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_cleanup import wait_until
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import NO_EMBEDDER, run_hook
+from thatch.common.environment import default_db_path
+from thatch.embedder.models.mock import mock_vector
+from thatch.frontend.hooks import recall_scan
+from thatch.frontend.store.memory_store import Store
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
 LABEL = "Deploy checklist"

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from thatch.cli.main import cli
-from thatch.embedder.models.mock import mock_vector
-from thatch.frontend.store.memory_store import Store
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import rows
+from thatch.cli.main import cli
+from thatch.embedder.models.mock import mock_vector
+from thatch.frontend.store.memory_store import Store
 
 
 @pytest.fixture

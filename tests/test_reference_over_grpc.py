@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess
+from thatch.embedder.v1 import embedder_pb2 as pb
 
 
 def test_server_vectors_match_the_reference(

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+
 from thatch.embedder.encoder import Kind
 from thatch.embedder.models.mock import MOCK_DIM, MockEncoder, mock_vector
 from thatch.embedder.models.registry import create_encoder, resolve_model, with_onnx

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from thatch.embedder.convert.safetensors_io import read_header, read_safetensors, write_safetensors
 from thatch.embedder.errors import ModelError
 

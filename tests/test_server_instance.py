@@ -13,11 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.embedder_cleanup import wait_until
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.server.instance import running_pid
-
-from tests.support.embedder_cleanup import wait_until
 
 ROUNDS = 5
 

@@ -14,12 +14,12 @@ import grpc
 import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2
-from thatch.embedder.__main__ import main
-from thatch.embedder.server.serve_cmd import setup_logging
-from thatch.embedder.v1 import embedder_pb2 as pb
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.polling import poll
+from thatch.embedder.__main__ import main
+from thatch.embedder.server.serve_cmd import setup_logging
+from thatch.embedder.v1 import embedder_pb2 as pb
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -12,6 +12,10 @@ import grpc
 import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health
+
+from tests.support.embedder_proc import embedder_process, tcp_embedder
+from tests.support.fake_encoder import FakeEncoder
+from tests.support.tls_certs import make_certs
 from thatch.embedder.__main__ import main
 from thatch.embedder.errors import AddressError, ServerStartError
 from thatch.embedder.server.batching import Batcher
@@ -26,10 +30,6 @@ from thatch.embedder.server.servicer import EmbedderServicer, ServerState
 from thatch.embedder.settings import Address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
-
-from tests.support.embedder_proc import embedder_process, tcp_embedder
-from tests.support.fake_encoder import FakeEncoder
-from tests.support.tls_certs import make_certs
 
 # -- unix socket preparation --------------------------------------------------------------
 

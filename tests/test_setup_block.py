@@ -4,6 +4,7 @@ broken form (docs/hooks.md §instruction-block)."""
 from __future__ import annotations
 
 import pytest
+
 from thatch.frontend.setup.block import BEGIN, END, analyse, has_marker, install
 from thatch.frontend.setup.instructions import BLOCK, BODY
 

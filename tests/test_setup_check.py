@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from thatch.frontend.setup import SetupRequest, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.check import doctor_status, setup_status, setup_warning

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from thatch.cli.main import cli
 from thatch.common.environment import project_dir_from_env
 from thatch.frontend.setup.block import BEGIN

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+
 from thatch.frontend.setup.hooks import (
     HookFileConflict,
     is_thatch_command,

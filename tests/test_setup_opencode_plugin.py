@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from thatch.frontend.setup import SetupRequest, run_setup
 from thatch.frontend.setup.opencode_plugin import header, is_generated, render
 

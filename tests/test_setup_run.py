@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.hooks import HOOK_SUBCOMMANDS

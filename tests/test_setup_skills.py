@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from thatch.frontend.setup import SetupRequest, run_setup
 from thatch.frontend.setup.skills import SKILL_NAMES, skill_text
 

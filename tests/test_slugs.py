@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from thatch.frontend.store.slugs import slugify
 
 SPEC_WHITESPACE = [

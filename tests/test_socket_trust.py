@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
+from tests.support.embedder_cleanup import embedder_pids, stop_embedders
+from tests.support.foreign_listener import NOBODY, foreign_listener
+from tests.support.hookrun import run_hook, thatch_command
 from thatch.embedder.__main__ import main as embedder_main
 from thatch.embedder.errors import ServerStartError
 from thatch.embedder.server.grpc_server import prepare_unix_socket
 from thatch.embedder.socket_trust import check_path, socket_problem
 from thatch.frontend.hooks import recall_scan
-
-from tests.support.embedder_cleanup import embedder_pids, stop_embedders
-from tests.support.foreign_listener import NOBODY, foreign_listener
-from tests.support.hookrun import run_hook, thatch_command
 
 SECRET_CONTENT = "the deploy key is hunter2-secret-content"
 SECRET_PROMPT = "how do I rotate the hunter2 secret prompt"

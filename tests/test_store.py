@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.memory_store import Memory, RememberOutcome, Store
 from thatch.frontend.store.vectors import cosine, decode, encode

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from thatch.cli.main import cli
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import rows
+from thatch.cli.main import cli
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.vectors import cosine
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from thatch.frontend.store.db import atomic
 from thatch.frontend.store.memory_store import Store
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import thatch.frontend
 from thatch.frontend.store.memory_store import RememberOutcome, Store
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.fake_embedder import rows, tool_context
+from thatch.frontend.tools.memory_tools import Tools
 
 BAD = {
     "global ": "must not start or end with whitespace",

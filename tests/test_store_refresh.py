@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from thatch.frontend.store.memory_store import Store
-from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE
 
 from tests.support.brute_force import brute_force
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE
 
 DIM = 16
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.support.brute_force import brute_force
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_KEPT
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity, peek_seq, snapshot_path
-
-from tests.support.brute_force import brute_force
 
 DIM = 16
 INSERT = (

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.fake_embedder import tool_context
 from thatch.frontend.hooks import queue
 from thatch.frontend.tools.memory_tools import Tools
 from thatch.frontend.tools.registry import TOOL_SPECS
-
-from tests.support.fake_embedder import tool_context
 
 NAMES = tuple(spec.name for spec in TOOL_SPECS)
 DRAINING = tuple(spec.name for spec in TOOL_SPECS if spec.drains_queue)

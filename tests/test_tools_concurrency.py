@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from thatch.frontend.store.memory_store import Store
-
 from tests.support.embedder_proc import EmbedderProcess
+from thatch.frontend.store.memory_store import Store
 
 PROCESSES = 8
 CALLS = 200

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.frontend.store.memory import DuplicatePair
 from thatch.frontend.tools.formatting import clusters
 from thatch.frontend.tools.memory_tools import Tools
-
-from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 
 BASE = "the deploy pipeline pushes images to the registry then rolls out to the cluster"
 

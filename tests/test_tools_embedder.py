@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.frontend.tools.memory_tools import Tools
-
-from tests.support.embedder_proc import EmbedderProcess, embedder_process
-from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 
 CAUSE = "nothing is listening at unix:///tmp/x/embedder.sock (auto-start failed: no model)"
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.support.fake_embedder import FakeEmbedder, tool_context
 from thatch.frontend.hooks import queue
 from thatch.frontend.tools.memory_tools import Tools
-
-from tests.support.fake_embedder import FakeEmbedder, tool_context
 
 CALL = {
     "tool_name": "Bash",

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from thatch.frontend.tools.memory_tools import Tools
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
+from thatch.frontend.tools.memory_tools import Tools
 
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.frontend.tools.labels import derive_label
 from thatch.frontend.tools.memory_tools import Tools
 from thatch.frontend.tools.registry import TOOL_SPECS
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, input_schema, shortest
-
-from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from thatch.common.environment import socket_dir
 from thatch.embedder.client.autostart import (
     STILL_STARTING,

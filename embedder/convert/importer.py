@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import onnx
+from tokenizers import Encoding, Tokenizer
+
 from thatch.common.environment import expand_user, models_dir
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
@@ -32,7 +34,6 @@ from thatch.embedder.convert.weights import BertConfig, canonical_weights
 from thatch.embedder.convert.wordpiece import build_wordpiece_tokenizer
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
-from tokenizers import Encoding, Tokenizer
 
 FP32_ONNX = "onnx/model.onnx"
 INT8_ONNX = "onnx/model_quantized.onnx"

@@ -14,6 +14,7 @@ from typing import cast
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.embedder.convert.weights import BertConfig, Weights, layer_weight
 
 F64 = npt.NDArray[np.float64]

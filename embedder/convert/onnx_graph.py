@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
 from thatch.embedder.convert.weights import BertConfig, Weights, layer_weight
 
 OPSET = 17

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from thatch.embedder.errors import ModelError
 from tokenizers import (
     AddedToken,
     Tokenizer,
@@ -22,6 +21,8 @@ from tokenizers import (
     pre_tokenizers,
     processors,
 )
+
+from thatch.embedder.errors import ModelError
 
 _SPECIAL_DEFAULTS = {
     "unk_token": "[UNK]",

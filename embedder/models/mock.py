@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
 
 MOCK_DIM = 384

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from tokenizers import Tokenizer
+
 from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
-from tokenizers import Tokenizer
 
 if TYPE_CHECKING:
     import onnxruntime

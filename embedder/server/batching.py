@@ -34,6 +34,7 @@ from typing import TypeVar, overload
 import grpc
 import numpy as np
 import numpy.typing as npt
+
 from thatch.embedder.encoder import Encoder, Tokenized
 
 T = TypeVar("T")

@@ -24,6 +24,7 @@ from types import FrameType
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
 from thatch.common.environment import env_get, socket_dir
 from thatch.embedder.errors import AddressError, ModelError, ServerStartError
 from thatch.embedder.server.batching import Batcher, Limits

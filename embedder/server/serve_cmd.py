@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
 from thatch.embedder.cli_errors import translate_embedder_errors
 from thatch.embedder.errors import ThatchEmbedderError
 from thatch.embedder.settings import (

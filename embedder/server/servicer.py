@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
+
 from thatch.embedder.encoder import Encoder, Kind, ModelSettings
 from thatch.embedder.server.batching import DEADLINE_MESSAGE, Batcher, EmbedCall, Limits, Overloaded
 from thatch.embedder.v1 import embedder_pb2 as pb

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
+
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
 from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import ToolContext

@@ -38,6 +38,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCMessage, RequestId
+
 from thatch.frontend.mcp.jsonrpc_lines import Batch, Refused, read_line, top_level_id
 
 # Versions whose JSON-RPC layer includes batches (2025-06-18 removed them).

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.frontend.store.rows import USABLE
 from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE, VERSIONS_TABLE
 from thatch.frontend.store.vector_snapshot import (

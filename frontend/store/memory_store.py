@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.store import db
 from thatch.frontend.store.matrix_cache import (

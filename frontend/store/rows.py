@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 import numpy as np
+
 from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.memory import Memory
 

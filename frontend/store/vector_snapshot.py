@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from thatch.frontend.store.schema import CHANGES_TABLE
 
 MAGIC = b"THATCHVS"

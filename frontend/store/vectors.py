@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.frontend.errors import InvalidInputError
 
 FLOAT32_LE = np.dtype("<f4")

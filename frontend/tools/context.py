@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.common.environment import (
     default_db_path,
     host_from_env,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedRequestError
 from thatch.frontend.store.memory import Memory

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+
 from thatch.frontend.store.vectors import cosine
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import FIX_START, EmbedderUnavailable
 from thatch.frontend.tools.context import ToolContext

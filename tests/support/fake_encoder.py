@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
+
 from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
 from thatch.embedder.errors import ModelError
 

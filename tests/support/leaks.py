@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
 from thatch.embedder.client.embedder_client import EmbedderClient
 
 
