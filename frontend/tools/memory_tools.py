@@ -184,7 +184,7 @@ class Tools:
             existing = db.show(name, label)
             raise Refused(fmt.archived_guard(existing.label if existing else label))
         if vector is not None:
-            self.ctx.pending_fill.schedule()  # the embedder is up: index what waits for it
+            self._schedule_fill()  # the embedder is up: index what waits for it
         return RememberReport(name, label, slug, list(similar), cause)
 
     def recall(
@@ -201,7 +201,7 @@ class Tools:
         result = self.embed([query], Kind.QUERY)
         # Memories saved while the embedder was down get indexed off this request; until
         # then the answer counts them as not indexed.
-        self.ctx.pending_fill.schedule()
+        self._schedule_fill()
         options: _SearchOptions = {
             "branch": branch or None,
             "limit": limit,
@@ -230,6 +230,18 @@ class Tools:
             matches = self.ctx.store.search(scope, result.vectors[0], **options)
         pending = self.ctx.store.pending_count_in(scope)
         return RecallReport(scope, list(matches), pending, skipped)
+
+    def _schedule_fill(self) -> None:
+        # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
+        # thatch mcp a pass waits until the answer is written: started at once it would take
+        # the Store's lock (and the GIL) while this call is still answering.
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            if not self.ctx.store.pending_count():
+                return
+        if self.after_reply is None:
+            self.ctx.pending_fill.schedule()
+        else:
+            self.after_reply.defer(self.ctx.pending_fill.schedule, key="fill")
 
     def _stamp_quietly(self, matches: list[Match], at: str) -> None:
         # The answer is out: a database that refuses the write is skipped silently, as
