@@ -241,7 +241,8 @@ class Tools:
         if self.after_reply is None:
             self.ctx.pending_fill.schedule()
         else:
-            self.after_reply.defer(self.ctx.pending_fill.schedule, key="fill")
+            # keep=False: at shutdown the request is dropped; the next frontend fills.
+            self.after_reply.defer(self.ctx.pending_fill.schedule, keep=False, key="fill")
 
     def _stamp_quietly(self, matches: list[Match], at: str) -> None:
         # The answer is out: a database that refuses the write is skipped silently, as
