@@ -5,8 +5,9 @@ spawns ``<bin> buffer-tool``, ``<bin> reminder`` and ``<bin> flush-tools`` with
 ``--host opencode`` (and ``<bin> embedder start --wait 0`` once, detached, at load). It asks
 opencode's client for a session's parent (sub-agent sessions get no reminder or nudge,
 and their calls carry ``parent_session_id``) and for its messages (a session reminded
-by an earlier opencode process is not reminded again). The file is generated, and its first line marks it as ours so setup
-never overwrites a plugin the user wrote under the same name.
+by an earlier opencode process is not reminded again). The file is generated, and its
+first line marks it as ours so setup never overwrites a plugin the user wrote under the
+same name.
 """
 
 from __future__ import annotations
