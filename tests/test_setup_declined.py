@@ -90,3 +90,9 @@ def test_import_stays_stdlib_only() -> None:
         "thatch.frontend.setup",
         "thatch.frontend.setup.declined",
     ]
+
+
+def test_env_is_accepted_and_does_not_change_the_answer(tmp_path: Path) -> None:
+    write(tmp_path, "settings.local.json", {"disabledMcpjsonServers": ["thatch"]})
+    assert claude_server_declined(tmp_path, {"CLAUDE_CONFIG_DIR": str(tmp_path / "x")}) is True
+    assert claude_server_declined(tmp_path, {}) is True

@@ -11,6 +11,7 @@ Runs on the hook paths: stdlib only, at most two small files read, never raises.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -43,8 +44,11 @@ def _verdict(path: Path) -> Verdict:
     return "silent"
 
 
-def claude_server_declined(project_dir: Path) -> bool:
+def claude_server_declined(project_dir: Path, env: Mapping[str, str] | None = None) -> bool:
     """True when the project's Claude settings reject thatch's ``.mcp.json`` server.
+
+    ``env`` is accepted for callers that pass their environment and not read: the answer
+    lives in the project's files, which ``project_dir`` locates.
 
     ``.claude/settings.local.json`` (where Claude Code writes the user's answer to its
     "new MCP server" dialog) is read first and decides when it names the server; then
