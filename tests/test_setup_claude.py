@@ -238,3 +238,33 @@ def test_block_tells_how_to_load_deferred_tools() -> None:
     """Claude Code may defer MCP tools behind ToolSearch: the block says how to load them."""
     assert 'ToolSearch` with the query "thatch"' in BLOCK
     assert BLOCK.startswith(BEGIN) and POINTER_BLOCK.endswith(END)
+
+
+@pytest.mark.parametrize(
+    ("listed", "expected"),
+    [
+        (f"thatch:\n  Scope: User config\n  Type: stdio\n  Command: {BIN}\n  Args: mcp\n", "same"),
+        ("thatch:\n  Scope: User config\n", "same"),
+        ("thatch:\n  Type: stdio\n  Command: /old/thatch\n  Args: mcp\n", "stale"),
+    ],
+)
+def test_user_entry_with_another_command_is_not_unchanged(
+    tmp_path: Path, project: Path, env: dict[str, str], listed: str, expected: str
+) -> None:
+    """A user-level thatch server running another binary is reported with the commands
+    that replace it, never as unchanged; one without a Command line is taken as current."""
+    (tmp_path / "listing").write_text(listed)
+    script = tmp_path / "bin" / "claude"
+    script.write_text(
+        f'#!/bin/sh\nif [ "$2" = "get" ]; then while IFS= read -r l; do printf "%s\\n" "$l"; '
+        f'done < "{tmp_path / "listing"}"; exit 0; fi\nexit 1\n'
+    )
+    script.chmod(0o755)
+    result = run(project, env, scope="global")
+    line = result.stdout_lines()[1]
+    add = f"claude mcp add --scope user thatch -- {BIN} mcp"
+    if expected == "same":
+        assert line == f"  unchanged  {add}"
+    else:
+        assert line == f"  printed  claude mcp remove --scope user thatch && {add}"
+        assert any("runs /old/thatch, not" in d for d in result.details())

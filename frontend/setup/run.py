@@ -173,7 +173,15 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
         except (OSError, subprocess.SubprocessError) as error:
             return Line("printed", shown, f"claude mcp get thatch failed ({error}); run: {shown}")
         if known.returncode == 0:
-            return Line("unchanged", shown)
+            command = _listed_command(known.stdout)
+            if command is None or command == request.bin_path:
+                return Line("unchanged", shown)
+            remove = "claude mcp remove --scope user thatch"
+            detail = (
+                f"the user-level thatch server runs {command}, not {request.bin_path}; "
+                f"run: {remove} && {shown}"
+            )
+            return Line("printed", f"{remove} && {shown}", detail)
         if request.dry_run:
             return Line("would-write", shown)
         try:
@@ -185,6 +193,15 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
         why = said[-1] if said else f"exit status {added.returncode}"
         return Line("printed", shown, f"claude mcp add failed ({why}); run: {shown}")
     return Line("written", shown)
+
+
+def _listed_command(listing: str) -> str | None:
+    """The ``Command:`` value of ``claude mcp get``'s listing, None when it shows none."""
+    for line in listing.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key == "Command" and value.strip():
+            return value.strip()
+    return None
 
 
 def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.CompletedProcess[str]:
