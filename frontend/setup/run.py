@@ -9,6 +9,7 @@ damaged file never leaves a host half-configured.
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 import shutil
 import subprocess
@@ -174,7 +175,7 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
             return Line("printed", shown, f"claude mcp get thatch failed ({error}); run: {shown}")
         if known.returncode == 0:
             command = _listed_command(known.stdout)
-            if command is None or command == request.bin_path:
+            if command is None or _same_binary(command, request.bin_path, request.env):
                 return Line("unchanged", shown)
             remove = "claude mcp remove --scope user thatch"
             detail = (
@@ -193,6 +194,16 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
         why = said[-1] if said else f"exit status {added.returncode}"
         return Line("printed", shown, f"claude mcp add failed ({why}); run: {shown}")
     return Line("written", shown)
+
+
+def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
+    """``thatch`` found on PATH and its absolute path are the same server command."""
+
+    def where(command: str) -> str:
+        found = shutil.which(command, path=env.get("PATH")) if "/" not in command else command
+        return os.path.realpath(found or command)
+
+    return a == b or where(a) == where(b)
 
 
 def _listed_command(listing: str) -> str | None:
