@@ -268,3 +268,26 @@ def test_user_entry_with_another_command_is_not_unchanged(
     else:
         assert line == f"  printed  claude mcp remove --scope user thatch && {add}"
         assert any("runs /old/thatch, not" in d for d in result.details())
+
+
+def test_user_entry_naming_thatch_on_path_is_the_same_binary(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """`Command: thatch` where PATH's thatch links to the binary setup runs: unchanged."""
+    real = tmp_path / "real" / "thatch"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    (tmp_path / "bin" / "thatch").symlink_to(real)
+    script = tmp_path / "bin" / "claude"
+    script.write_text('#!/bin/sh\nprintf "thatch:\\n  Command: thatch\\n"\nexit 0\n')
+    script.chmod(0o755)
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=project,
+        env=env,
+        bin_path=str(real),
+        version="1",
+        scope="global",
+    )
+    assert run_setup(request).stdout_lines()[1].startswith("  unchanged  claude mcp add")
