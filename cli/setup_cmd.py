@@ -23,6 +23,12 @@ from thatch.common.version import thatch_version
     is_flag=True,
     help="Claude Code: buffer tool calls on PostToolUse (for versions without PostToolBatch).",
 )
+@click.option(
+    "--no-allow-tools",
+    is_flag=True,
+    help="Claude Code: do not add (and remove thatch's) permission rule mcp__thatch; "
+    "Claude then asks before every thatch tool call.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 def setup(
     claude: bool,
@@ -31,6 +37,7 @@ def setup(
     local: bool,
     global_: bool,
     post_tool_use: bool,
+    no_allow_tools: bool,
     dry_run: bool,
 ) -> None:
     """Install thatch's MCP server, hooks, instructions and skills for agent hosts.
@@ -59,6 +66,7 @@ def setup(
         version=thatch_version(),
         scope="global" if global_ else "local",
         post_tool_use=post_tool_use,
+        allow_tools=not no_allow_tools,
         dry_run=dry_run,
     )
     try:

@@ -372,11 +372,10 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
 
 def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
     from thatch.common.environment import HOSTS, host_from_env
-    from thatch.frontend.setup.check import setup_status
+    from thatch.frontend.setup.check import has_own_entry
     from thatch.frontend.setup.hosts import (
         claude_config_dir,
         cursor_config_dir,
-        host_paths,
         opencode_config_dir,
     )
 
@@ -388,21 +387,12 @@ def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
     named = host_from_env(env)
     chosen = []
     for host in HOSTS:
-        artifacts = setup_status(host, project_dir, env)[0] != "not-installed"
-        for scope in ("local", "global"):
-            paths = host_paths(host, scope, project_dir, env)
-            for path in (paths.mcp, paths.hooks, paths.plugin):
-                artifacts = artifacts or (path is not None and _mentions_thatch(path))
+        # Only the host's own entries count: a project's AGENTS.md is shared by Cursor and
+        # opencode, so its block says nothing about which of them was set up.
+        artifacts = any(has_own_entry(host, s, project_dir, env) for s in ("local", "global"))
         if artifacts or host == named or config_dirs[host].is_dir():
             chosen.append(host)
     return chosen
-
-
-def _mentions_thatch(path: Path) -> bool:
-    try:
-        return path.is_file() and "thatch" in path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
 
 
 def check_setup(

@@ -115,3 +115,46 @@ def test_context_object_accepted(tmp_path: Path, env: dict[str, str]) -> None:
     Context.env = env  # type: ignore[attr-defined]
     warning = setup_warning(Context())
     assert warning is not None and "never set up for opencode" in warning
+
+
+def test_opencode_only_project_is_not_reported_as_cursor(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The AGENTS.md block opencode's setup wrote is shared: doctor checks only opencode,
+    and Cursor (when its config directory exists) is "not installed", never "drifted"."""
+    from thatch.frontend.doctor import hosts_to_check
+
+    run_setup(
+        SetupRequest(
+            hosts=["opencode"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    assert hosts_to_check(tmp_path, env) == ["opencode"]
+    assert doctor_status("opencode", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        "installed (local)",
+        None,
+    )
+    (tmp_path / "cursor-config").mkdir()
+    assert hosts_to_check(tmp_path, env) == ["cursor", "opencode"]
+    state, detail, fix = doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")
+    assert state == "warn" and fix == "thatch setup --cursor"
+    assert detail == f"not installed (no thatch entry in {tmp_path / '.cursor' / 'mcp.json'})"
+
+
+def test_doctor_keeps_the_users_permission_choice(tmp_path: Path, env: dict[str, str]) -> None:
+    """Claude set up with or without the permission rule is "ok" either way: doctor never
+    calls the user's choice drift."""
+    for allow_tools in (False, True):
+        run_setup(
+            SetupRequest(
+                hosts=["claude"],
+                project_dir=tmp_path,
+                env=env,
+                bin_path="thatch",
+                version="1",
+                allow_tools=allow_tools,
+            )
+        )
+        status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+        assert status == ("ok", "installed (local)", None)

@@ -68,6 +68,10 @@ def write_fake(directory: Path, pre: str = "") -> tuple[Path, Path]:
     return script, log
 
 
+def read_calls(log: Path) -> list[list[str]]:
+    return [line.split("\t", 1) for line in log.read_text().splitlines()]
+
+
 def run_node(tmp_path: Path, bin_path: str, driver: str = DRIVER) -> dict[str, object]:
     assert NODE is not None, "node is required for the plugin tests"
     (tmp_path / "plugin.mjs").write_text(render("1.2.3", bin_path))
@@ -108,7 +112,7 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
     assert result["sameFunction"] is True
     assert result["secondRegistration"] == []
     assert result["hookNames"] == ["tool.execute.after", "chat.message"]
-    calls = [line.split("\t", 1) for line in log.read_text().splitlines()]
+    calls = [c for c in read_calls(log) if not c[0].startswith("embedder")]
     # buffer-tool runs are not awaited, so they may interleave with the prompt hooks.
     buffered = sorted(
         (json.loads(c[1]) for c in calls if c[0] == "buffer-tool --host opencode"),
@@ -122,14 +126,18 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
         "tool_input": {"command": "ls"},
         "tool_use_id": "call_1",
         "tool_response": "a.txt",
+        "is_error": False,
     }
     assert buffered[1]["tool_input"] == {} and buffered[1]["tool_response"] == ""
-    assert prompt_calls == [
-        ("reminder --json --host opencode", {"session_id": "ses_1"}),
+    # The first prompt's reminder and flush-tools run concurrently: either may log first.
+    assert sorted(prompt_calls[:2], key=lambda call: call[0]) == [
         (
             "flush-tools --json --host opencode",
             {"session_id": "ses_1", "prompt": "how do we deploy"},
         ),
+        ("reminder --json --host opencode", {"session_id": "ses_1"}),
+    ]
+    assert prompt_calls[2:] == [
         ("flush-tools --json --host opencode", {"session_id": "ses_1", "prompt": "and then?"}),
     ]
     (first,) = result["first"]  # type: ignore[misc]
@@ -144,7 +152,8 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
 
 def test_hanging_or_missing_thatch_never_throws(tmp_path: Path) -> None:
     """A thatch that never answers is killed; a missing one is ignored; no part is pushed."""
-    script, _ = write_fake(tmp_path / "hang", pre="exec sleep 60")
+    # Only the prompt-path commands hang: the detached embedder start must not outlive us.
+    script, _ = write_fake(tmp_path / "hang", pre='[ "$1" = embedder ] || exec sleep 60')
     result = run_node(tmp_path, str(script))
     assert result["first"] == [] and result["second"] == []
     missing = run_node(tmp_path, str(tmp_path / "does-not-exist"))
@@ -178,3 +187,217 @@ def test_generated_plugin_is_updated(tmp_path: Path, old_version: str) -> None:
     expected = "unchanged" if old_version == "2" else "written"
     assert f"  {expected}  {plugin}" in lines
     assert plugin.read_text() == render("2", "t")
+
+
+# A fake opencode client: sessions from the test (id -> {parentID, messages}); "throw"
+# and "hang" stand for a client that fails or never answers.
+SESSIONS_DRIVER = """
+import { ThatchPlugin } from "./plugin.mjs";
+const config = JSON.parse(process.env.FAKE_SESSIONS);
+const answer = (id, pick) => {
+  if (config.mode === "throw") return Promise.reject(new Error("boom"));
+  if (config.mode === "hang") return new Promise(() => {});
+  const session = config.sessions[id];
+  return Promise.resolve(session ? { data: pick(session) } : { error: { name: "NotFound" } });
+};
+const client = {
+  session: {
+    get: (options) => answer(options.path.id, (s) => ({ id: options.path.id, ...s.info })),
+    messages: (options) => answer(options.path.id, (s) => s.messages ?? []),
+  },
+};
+const hooks = await ThatchPlugin({ client, directory: "/tmp" });
+const results = {};
+for (const step of config.steps) {
+  if (step.tool) {
+    await hooks["tool.execute.after"](step.tool.input, step.tool.output);
+    continue;
+  }
+  const output = { message: { id: "msg_" + step.session, sessionID: step.session },
+                   parts: step.parts };
+  await hooks["chat.message"]({ sessionID: step.session }, output);
+  results[step.name] = output.parts;
+}
+console.log(JSON.stringify(results));
+"""
+
+
+def run_sessions(
+    tmp_path: Path, script: Path, config: dict[str, object]
+) -> dict[str, list[dict[str, object]]]:
+    assert NODE is not None, "node is required for the plugin tests"
+    (tmp_path / "plugin.mjs").write_text(render("1.2.3", str(script)))
+    (tmp_path / "driver.mjs").write_text(SESSIONS_DRIVER)
+    done = subprocess.run(
+        [NODE, "driver.mjs"],
+        cwd=tmp_path,
+        env={**os.environ, "FAKE_SESSIONS": json.dumps(config)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, list[dict[str, object]]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def opencode_id(ms: int, counter: int) -> str:
+    """An id made as packages/opencode/src/id/id.ts makes them."""
+    return f"prt_{((ms * 4096 + counter) & (2**48 - 1)):012x}ABCDEFGHIJKLMN"
+
+
+def user_parts(text: str, part_id: str) -> list[dict[str, object]]:
+    return [{"id": part_id, "type": "text", "text": text}]
+
+
+def prompt_calls(log: Path) -> list[tuple[str, dict[str, object]]]:
+    return [
+        (c[0], json.loads(c[1]))
+        for c in read_calls(log)
+        if not c[0].startswith(("buffer", "embedder"))
+    ]
+
+
+def test_part_sorts_after_the_users_text(tmp_path: Path) -> None:
+    """Thatch's part id sorts after the user's part, even one stamped in the future or late
+    in the same millisecond (opencode orders a message's parts by id)."""
+    import time
+
+    script, _ = write_fake(tmp_path / "bin")
+    now = int(time.time() * 1000)
+    steps = [
+        {"name": "now", "session": "ses_a", "parts": user_parts("hi", opencode_id(now, 4000))},
+        {"name": "ahead", "session": "ses_a", "parts": user_parts("x", opencode_id(now + 9999, 1))},
+    ]
+    result = run_sessions(tmp_path, script, {"sessions": {}, "steps": steps})
+    for name in ("now", "ahead"):
+        user, ours = result[name]
+        assert ours["synthetic"] is True
+        assert sorted([user["id"], ours["id"]]) == [user["id"], ours["id"]]  # type: ignore[type-var]
+        assert len(str(ours["id"])) == len("prt_") + 26
+
+
+def test_mcp_results_and_errors_are_passed_on(tmp_path: Path) -> None:
+    """MCP tools answer with content blocks and isError: both reach buffer-tool."""
+    script, log = write_fake(tmp_path / "bin")
+    fixtures = Path("/work/shared/fixtures/host-payloads")
+    recorded = fixtures / "opencode-plugin-tool.execute.after-thatch_memory_remember.json"
+    if recorded.is_file():
+        saved = json.loads(recorded.read_text())
+        tool_input, tool_output = saved["input"], saved["output"]
+    else:  # the recorded shape, for clones without the shared fixtures
+        tool_input = {"tool": "thatch_memory_remember", "sessionID": "ses_a", "callID": "c1"}
+        tool_output = {"content": [{"type": "text", "text": "[saved] x"}], "isError": False}
+    failed = {
+        "input": {"tool": "thatch_memory_recall", "sessionID": "ses_a", "callID": "c2"},
+        "output": {"content": [{"type": "text", "text": "Invalid arguments"}], "isError": True},
+    }
+    steps = [{"tool": {"input": tool_input, "output": tool_output}}, {"tool": failed}]
+    run_sessions(tmp_path, script, {"sessions": {}, "steps": steps})
+    calls = [json.loads(c[1]) for c in read_calls(log) if c[0].startswith("buffer-tool")]
+    buffered = {p["tool_use_id"]: p for p in calls}
+    first = buffered[tool_input["callID"]]
+    assert first["tool_response"] == tool_output["content"] and first["is_error"] is False
+    assert buffered["c2"]["tool_response"] == failed["output"]["content"]  # type: ignore[index]
+    assert buffered["c2"]["is_error"] is True
+    assert "parent_session_id" not in first
+
+
+def test_child_sessions_get_no_reminder_and_their_calls_name_the_parent(tmp_path: Path) -> None:
+    """A task sub-agent's session: no reminder, no nudge, no part; its tool calls are queued
+    under its own id with parent_session_id. The parent is looked up once per session."""
+    script, log = write_fake(tmp_path / "bin")
+    sessions = {"ses_top": {"info": {}}, "ses_kid": {"info": {"parentID": "ses_top"}}}
+    call = {
+        "input": {"tool": "read", "sessionID": "ses_kid", "callID": "c1", "args": {"f": 1}},
+        "output": {"output": "text"},
+    }
+    steps = [
+        {"name": "kid", "session": "ses_kid", "parts": user_parts("extract", "prt_0")},
+        {"tool": call},
+        {"name": "top", "session": "ses_top", "parts": user_parts("hello", "prt_0")},
+    ]
+    result = run_sessions(tmp_path, script, {"sessions": sessions, "steps": steps})
+    assert len(result["kid"]) == 1
+    assert [p["text"] for p in result["top"][1:]] == ["REMINDER\n\nNUDGE"]
+    assert sorted(prompt_calls(log), key=lambda call: call[0]) == [
+        ("flush-tools --json --host opencode", {"session_id": "ses_top", "prompt": "hello"}),
+        ("reminder --json --host opencode", {"session_id": "ses_top"}),
+    ]
+    (buffered,) = [json.loads(c[1]) for c in read_calls(log) if c[0].startswith("buffer")]
+    assert buffered["session_id"] == "ses_kid" and buffered["parent_session_id"] == "ses_top"
+
+
+def test_session_reminded_by_an_earlier_process_is_not_reminded_again(tmp_path: Path) -> None:
+    """`opencode run --session` starts a new process: the session's stored messages show
+    thatch's part, so only flush-tools runs; a fresh session is reminded once."""
+    script, log = write_fake(tmp_path / "bin")
+    earlier = [
+        {"info": {"role": "user"}, "parts": [{"type": "text", "text": "first"}]},
+        {
+            "info": {"role": "user"},
+            "parts": [{"type": "text", "synthetic": True, "text": "[thatch] Before you reply"}],
+        },
+    ]
+    sessions = {"ses_old": {"info": {}, "messages": earlier}, "ses_new": {"info": {}}}
+    steps = [
+        {"name": "old", "session": "ses_old", "parts": user_parts("again", "prt_0")},
+        {"name": "new1", "session": "ses_new", "parts": user_parts("one", "prt_0")},
+        {"name": "new2", "session": "ses_new", "parts": user_parts("two", "prt_0")},
+    ]
+    result = run_sessions(tmp_path, script, {"sessions": sessions, "steps": steps})
+    calls = sorted((c.split()[0], p["session_id"]) for c, p in prompt_calls(log))
+    assert calls == [
+        ("flush-tools", "ses_new"),
+        ("flush-tools", "ses_new"),
+        ("flush-tools", "ses_old"),
+        ("reminder", "ses_new"),
+    ]
+    assert result["old"][1]["text"] == "NUDGE"
+    assert result["new1"][1]["text"] == "REMINDER\n\nNUDGE"
+    assert result["new1"][1]["metadata"] == {"thatch": "reminder"}
+    assert "metadata" not in result["new2"][1]
+
+
+@pytest.mark.parametrize("mode", ["throw", "hang"])
+def test_failing_client_falls_back_to_once_per_process(tmp_path: Path, mode: str) -> None:
+    """When opencode's client fails or never answers, the session counts as top-level and
+    is reminded once per process, within the budget."""
+    script, log = write_fake(tmp_path / "bin")
+    steps = [
+        {"name": "a", "session": "ses_x", "parts": user_parts("one", "prt_0")},
+        {"name": "b", "session": "ses_x", "parts": user_parts("two", "prt_0")},
+    ]
+    result = run_sessions(tmp_path, script, {"mode": mode, "sessions": {}, "steps": steps})
+    assert result["a"][1]["text"] == "REMINDER\n\nNUDGE" and result["b"][1]["text"] == "NUDGE"
+    assert len(prompt_calls(log)) == 3
+
+
+def test_reminder_and_flush_run_concurrently(tmp_path: Path) -> None:
+    """The reminder can only finish once flush-tools has started (a FIFO joins them): run
+    one after the other, the reminder would be killed at the budget and its text lost."""
+    fifo = tmp_path / "join"
+    os.mkfifo(fifo)
+    pre = (
+        f'[ "$1" = reminder ] && read line < "{fifo}"\n[ "$1" = flush-tools ] && echo go > "{fifo}"'
+    )
+    script, _ = write_fake(tmp_path / "bin", pre=pre)
+    steps = [{"name": "a", "session": "ses_x", "parts": user_parts("one", "prt_0")}]
+    result = run_sessions(tmp_path, script, {"sessions": {"ses_x": {"info": {}}}, "steps": steps})
+    assert result["a"][1]["text"] == "REMINDER\n\nNUDGE"
+
+
+def test_embedder_is_started_at_load_without_waiting(tmp_path: Path) -> None:
+    """Loading the plugin starts the embedder, detached, before any prompt."""
+    import time
+
+    script, log = write_fake(tmp_path / "bin")
+    run_sessions(tmp_path, script, {"sessions": {}, "steps": []})
+    deadline = time.monotonic() + 30  # the detached child may log after node exited
+    while time.monotonic() < deadline:
+        if log.exists() and any(c[0] == "embedder start --wait 0" for c in read_calls(log)):
+            break
+        time.sleep(0.05)
+    assert log.exists(), "the plugin never started the embedder"
+    assert [c[0] for c in read_calls(log)] == ["embedder start --wait 0"]

@@ -74,7 +74,12 @@ def expected_files(tmp: Path, project: Path, host: str, scope: str) -> set[Path]
     }
     local = scope == "local"
     files = {
-        "claude": {project / ".mcp.json", project / "CLAUDE.md", project / ".claude/settings.json"}
+        "claude": {
+            project / ".mcp.json",
+            project / "CLAUDE.md",
+            project / ".claude/settings.json",
+            project / ".claude/settings.local.json",
+        }
         if local
         else {claude / "CLAUDE.md", claude / "settings.json"},
         "cursor": {
@@ -116,6 +121,8 @@ def test_fresh_run_creates_exactly_the_hosts_files(
         assert list(events) == ["SessionStart", "PostToolBatch", "UserPromptSubmit"]
         subs = [check_command(g["hooks"][0]["command"]) for e in events.values() for g in e]
         assert subs == ["reminder", "buffer-batch", "flush-tools"]
+        allow_file = by_name["settings.local.json" if scope == "local" else "settings.json"]
+        assert json.loads(allow_file.read_text())["permissions"] == {"allow": ["mcp__thatch"]}
         if scope == "local":
             mcp = json.loads(by_name[".mcp.json"].read_text())
             assert mcp == {

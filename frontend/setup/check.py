@@ -103,20 +103,91 @@ def _uses_post_tool_use(host: str, scope: Scope, project_dir: Path, env: Mapping
         return False
 
 
+def _has_allow_rule(host: str, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
+    """Whether the permission rule is in place: doctor keeps the user's choice, never drifts it."""
+    from thatch.frontend.setup.permissions import has_rule
+
+    return has_rule(_json(host_paths(host, scope, project_dir, env).permissions))
+
+
+def _json(path: Path | None) -> dict[str, object]:
+    text = _read(path) if path is not None else None
+    try:
+        doc = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _has_thatch_hook(doc: dict[str, object]) -> bool:
+    """Any thatch command in a Claude (grouped) or Cursor (flat) hooks map."""
+    from thatch.frontend.setup.hooks import is_thatch_command
+
+    events = doc.get("hooks")
+    if not isinstance(events, dict):
+        return False
+    for entries in events.values():
+        for entry in entries if isinstance(entries, list) else []:
+            inner = entry.get("hooks") if isinstance(entry, dict) else None
+            for hook in [entry, *(inner if isinstance(inner, list) else [])]:
+                if isinstance(hook, dict) and is_thatch_command(hook.get("command")):
+                    return True
+    return False
+
+
+def has_own_entry(host: str, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
+    """Whether ``host`` has an artifact of its own in ``scope``.
+
+    Cursor and opencode share a project's AGENTS.md, so its block proves neither: only
+    their MCP entry, hooks or plugin do. CLAUDE.md is Claude's alone and counts.
+    """
+    from thatch.frontend.setup.opencode_plugin import is_generated
+
+    paths = host_paths(host, scope, project_dir, env)
+    if host == "claude":
+        text = _read(paths.instructions)
+        if text is not None and block.has_marker(text):
+            return True
+    mcp = _json(paths.mcp)
+    servers = mcp.get("mcp" if host == "opencode" else "mcpServers")
+    if isinstance(servers, dict):
+        nested = servers.get("servers")
+        if "thatch" in servers or (isinstance(nested, dict) and "thatch" in nested):
+            return True
+    if _has_thatch_hook(_json(paths.hooks)):
+        return True
+    plugin = _read(paths.plugin) if paths.plugin is not None else None
+    return plugin is not None and is_generated(plugin)
+
+
 def doctor_status(
     host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
 ) -> tuple[Literal["ok", "warn", "FAIL"], str, str | None]:
-    """(status, detail, fix) for doctor's ``setup:<host>`` check; changes nothing."""
+    """(status, detail, fix) for doctor's ``setup:<host>`` check; changes nothing.
+
+    The scope checked is the first (local, then global) holding an entry of the host's
+    own; an instruction block another host wrote does not make this host installed.
+    """
     from thatch.frontend.setup.run import SetupRequest, run_setup
 
-    status, path = setup_status(host, project_dir, env)
-    if status == "markers-broken":
-        fix = f"remove the partial thatch block, then {_scope_flag(host, path, project_dir, env)}"
-        return "FAIL", f"damaged thatch block in {path}", fix
-    if status == "not-installed":
+    scopes: list[Scope] = ["local", "global"]
+    scope = next((s for s in scopes if has_own_entry(host, s, project_dir, env)), None)
+    if scope is None:
+        status, path = setup_status(host, project_dir, env)
+        if status == "markers-broken":
+            flag = _scope_flag(host, path, project_dir, env)
+            fix = f"remove the partial thatch block, then {flag}"
+            return "FAIL", f"damaged thatch block in {path}", fix
+        if status == "installed":  # the shared AGENTS.md, written for another host
+            mcp = host_paths(host, "local", project_dir, env).mcp
+            return "warn", f"not installed (no thatch entry in {mcp})", f"thatch setup --{host}"
         return "warn", f"not installed (instructions missing from {path})", f"thatch setup --{host}"
-    _, global_file = instruction_files(host, project_dir, env)
-    scope: Scope = "global" if path == global_file else "local"
+    path = host_paths(host, scope, project_dir, env).instructions
+    text = _read(path)
+    fix = _scope_flag(host, path, project_dir, env)
+    if text is not None and block.analyse(text).kind == "broken":
+        fix = f"remove the partial thatch block, then {fix}"
+        return "FAIL", f"damaged thatch block in {path}", fix
     request = SetupRequest(
         hosts=[host],
         project_dir=project_dir,
@@ -125,10 +196,10 @@ def doctor_status(
         version=version,
         scope=scope,
         post_tool_use=_uses_post_tool_use(host, scope, project_dir, env),
+        allow_tools=_has_allow_rule(host, scope, project_dir, env),
         dry_run=True,
     )
     lines = run_setup(request).reports[0].lines
-    fix = _scope_flag(host, path, project_dir, env)
     failed = [line.target for line in lines if line.status in ("broken", "conflict")]
     if failed:
         return "FAIL", f"cannot update {', '.join(failed)}", fix

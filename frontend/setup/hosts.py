@@ -42,6 +42,9 @@ class HostPaths:
     hooks: Path | None
     plugin: Path | None
     skills: Path
+    # Claude's permission rule: settings.local.json in a project (a grant is personal and
+    # Claude keeps that file out of git), the user settings file globally.
+    permissions: Path | None = None
 
 
 def _opencode_config_file(directory: Path) -> Path:
@@ -62,6 +65,9 @@ def host_paths(host: str, scope: Scope, project_dir: Path, env: Env) -> HostPath
             hooks=project_dir / ".claude" / "settings.json" if local else base / "settings.json",
             plugin=None,
             skills=base / "skills",
+            permissions=project_dir / ".claude" / "settings.local.json"
+            if local
+            else base / "settings.json",
         )
     if host == "cursor":
         base = cursor_config_dir(env)

@@ -2,6 +2,11 @@
 
 Host-neutral on purpose: Claude Code, Cursor and opencode read the same text, so tools
 are named bare and the prefix rule is stated once.
+
+Claude Code reads the user-level CLAUDE.md and the project's together, so a project whose
+user also ran ``setup --claude --global`` gets ``POINTER_BLOCK`` instead of a second copy
+(docs/claude-code.md §instructions). The pointer still tells a teammate without the
+global setup what to do, since a project's CLAUDE.md is usually committed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ thatch keeps what you learn in a memory store that outlives this session. Its to
 named bare below; your host adds a prefix: `mcp__thatch__<name>` in Claude Code and
 Cursor (e.g. `mcp__thatch__memory_recall`), `thatch_<name>` in opencode
 (e.g. `thatch_memory_recall`).
+
+If the thatch tools are not in your tool list, your host may be deferring them: load them
+with its tool search first (in Claude Code: `ToolSearch` with the query "thatch"), then
+call them. Only when that search finds none is thatch unavailable in this session.
 
 ## Stores
 - `global` holds what is true everywhere: the user's preferences and working style,
@@ -70,3 +79,14 @@ clusters, follow the `thatch-dedup-classifier` skill to merge or mark them.
 """
 
 BLOCK = f"{BEGIN}\n{BODY}{END}"
+
+POINTER_BODY = """\
+# thatch
+
+thatch's memory instructions are in your user-level CLAUDE.md (written by
+`thatch setup --claude --global`) and are not repeated here. If the section
+"thatch — persistent memory" is not in your context, tell the user to run
+`thatch setup --claude` in this project.
+"""
+
+POINTER_BLOCK = f"{BEGIN}\n{POINTER_BODY}{END}"

@@ -2,8 +2,12 @@
 
 opencode has no command hooks; a plugin file in its plugins directory runs in-process and
 spawns ``<bin> buffer-tool``, ``<bin> reminder`` and ``<bin> flush-tools`` with
-``--host opencode``. The file is generated, and its first line marks it as ours so setup
-never overwrites a plugin the user wrote under the same name.
+``--host opencode`` (and ``<bin> embedder start --wait 0`` once, detached, at load). It asks
+opencode's client for a session's parent (sub-agent sessions get no reminder or nudge,
+and their calls carry ``parent_session_id``) and for its messages (a session reminded
+by an earlier opencode process is not reminded again). The file is generated, and its
+first line marks it as ours so setup never overwrites a plugin the user wrote under the
+same name.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ def is_generated(text: str) -> bool:
 
 _BODY = """\
 import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 
 const THATCH_BIN = __BIN__;
 // The agent waits on chat.message; never hold it longer than this.
 const BUDGET_MS = 3000;
+// Asking opencode about a session is an in-process call; give up on it well within budget.
+const LOOKUP_MS = 800;
+const MARK = "thatch";
 
 // Older opencode loaders call every export, and this file exports the plugin twice (named
 // and default): the second call with the same input object must not register hooks again.
@@ -69,6 +77,19 @@ function runThatch(args, payload, timeoutMs, collect) {
   });
 }
 
+// The first prompt would otherwise wait for the embedder the reminder starts: start it at
+// boot, detached, and never wait for it.
+function startEmbedder() {
+  try {
+    const child = spawn(THATCH_BIN, ["embedder", "start", "--wait", "0"], {
+      stdio: "ignore",
+      detached: true,
+    });
+    child.on("error", () => {});
+    child.unref();
+  } catch {}
+}
+
 function contextOf(stdout) {
   try {
     const lines = String(stdout).split("\\n").filter((line) => line.trim());
@@ -81,12 +102,47 @@ function contextOf(stdout) {
   }
 }
 
-function partId() {
-  const time = Date.now().toString(16).padStart(12, "0");
-  const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+function withTimeout(promise, ms) {
+  let timer;
+  const expired = new Promise((resolve) => { timer = setTimeout(() => resolve(undefined), ms); });
+  return Promise.race([Promise.resolve(promise).catch(() => undefined), expired]).finally(
+    () => clearTimeout(timer),
+  );
+}
+
+// opencode sorts a message's parts by id: "prt_" + 12 hex digits of the low 48 bits of
+// (ms * 4096 + counter) + 14 base62 characters (packages/opencode/src/id/id.ts). Ours must
+// sort after the user's text, so it is also kept above every id already in the message.
+const ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+const MASK48 = (1n << 48n) - 1n;
+let lastStamp = 0n;
+
+function partId(existing) {
+  let stamp = ((BigInt(Date.now()) * 4096n) + 1n) & MASK48;
+  for (const part of existing) {
+    const match = /^prt_([0-9a-f]{12})/.exec(typeof part?.id === "string" ? part.id : "");
+    if (match) {
+      const seen = BigInt("0x" + match[1]);
+      if (seen >= stamp) stamp = seen + 1n;
+    }
+  }
+  if (stamp <= lastStamp) stamp = lastStamp + 1n;
+  stamp &= MASK48;
+  lastStamp = stamp;
+  const bytes = randomBytes(14);
   let random = "";
-  for (let i = 0; i < 14; i++) random += alphabet[Math.floor(Math.random() * alphabet.length)];
-  return `prt_${time}${random}`;
+  for (let i = 0; i < 14; i++) random += ALPHABET[bytes[i] % 62];
+  return `prt_${stamp.toString(16).padStart(12, "0")}${random}`;
+}
+
+function dataOf(response) {
+  return response && typeof response === "object" && "data" in response ? response.data : response;
+}
+
+function isThatchPart(part) {
+  if (!part || part.type !== "text" || !part.synthetic) return false;
+  if (part.metadata && part.metadata[MARK]) return true;
+  return typeof part.text === "string" && part.text.startsWith("[thatch]");
 }
 
 export const ThatchPlugin = async (input) => {
@@ -94,19 +150,69 @@ export const ThatchPlugin = async (input) => {
     if (initialised.has(input)) return {};
     initialised.add(input);
   }
-  const greeted = new Set();
+  const client = input?.client;
+  // Per session: its parent id ("" for a top-level session), and whether it was reminded.
+  const parents = new Map();
+  const reminded = new Set();
+  startEmbedder();
+
+  // A session's parent, or "" when it has none; null when opencode did not say (retried).
+  function parentOf(sessionID) {
+    if (!sessionID || !client?.session?.get) return Promise.resolve(null);
+    let known = parents.get(sessionID);
+    if (!known) {
+      known = withTimeout(
+        client.session.get({ path: { id: sessionID }, sessionID }),
+        LOOKUP_MS,
+      ).then((response) => {
+        const session = dataOf(response);
+        if (!session || typeof session !== "object" || !session.id) {
+          parents.delete(sessionID);
+          return null;
+        }
+        return typeof session.parentID === "string" ? session.parentID : "";
+      });
+      parents.set(sessionID, known);
+    }
+    return known;
+  }
+
+  // Whether an earlier message of the session (maybe from another opencode process, as
+  // with `opencode run --session`) already carries thatch's part; null when unknown.
+  async function remindedBefore(sessionID) {
+    if (!client?.session?.messages) return null;
+    const response = await withTimeout(
+      client.session.messages({ path: { id: sessionID }, sessionID }),
+      LOOKUP_MS,
+    );
+    const messages = dataOf(response);
+    if (!Array.isArray(messages)) return null;
+    return messages.some((m) => Array.isArray(m?.parts) && m.parts.some(isThatchPart));
+  }
+
   return {
     "tool.execute.after": async (hookInput, output) => {
       try {
+        const sessionID = hookInput?.sessionID;
         const payload = {
-          session_id: hookInput?.sessionID,
+          session_id: sessionID,
           tool_name: hookInput?.tool,
           tool_input: hookInput?.args ?? {},
           tool_use_id: hookInput?.callID,
-          tool_response: output?.output ?? "",
+          // Built-in tools answer with `output`; MCP tools with `content` blocks and `isError`.
+          tool_response: output?.output ?? output?.content ?? "",
+          is_error: output?.isError === true,
         };
         // Deliberately not awaited: buffering must never slow the agent down.
-        runThatch(["buffer-tool", "--host", "opencode"], payload, BUDGET_MS, false);
+        parentOf(sessionID)
+          .then((parent) => {
+            // A sub-agent's calls are queued under its own session, tagged with the parent.
+            if (parent) payload.parent_session_id = parent;
+          })
+          .catch(() => {})
+          .finally(() => {
+            runThatch(["buffer-tool", "--host", "opencode"], payload, BUDGET_MS, false);
+          });
       } catch {}
     },
     "chat.message": async (hookInput, output) => {
@@ -120,36 +226,44 @@ export const ThatchPlugin = async (input) => {
           .map((part) => String(part.text ?? ""))
           .join(" ");
         const deadline = Date.now() + BUDGET_MS;
-        const texts = [];
-        if (!greeted.has(sessionID)) {
-          greeted.add(sessionID);
-          const reminder = await runThatch(
-            ["reminder", "--json", "--host", "opencode"],
-            { session_id: sessionID },
-            deadline - Date.now(),
-            true,
-          );
-          texts.push(contextOf(reminder));
-        }
-        if (deadline - Date.now() > 0) {
-          const nudge = await runThatch(
+        const [parent, before] = await Promise.all([
+          parentOf(sessionID),
+          reminded.has(sessionID) ? true : remindedBefore(sessionID),
+        ]);
+        // Sub-agent (task) sessions work for a parent that got the reminder and nudges.
+        if (parent) return;
+        const remind = !reminded.has(sessionID) && before !== true;
+        reminded.add(sessionID);
+        const left = () => deadline - Date.now();
+        const [reminder, nudge] = await Promise.all([
+          remind
+            ? runThatch(
+                ["reminder", "--json", "--host", "opencode"],
+                { session_id: sessionID },
+                left(),
+                true,
+              )
+            : "",
+          runThatch(
             ["flush-tools", "--json", "--host", "opencode"],
             { session_id: sessionID, prompt },
-            deadline - Date.now(),
+            left(),
             true,
-          );
-          texts.push(contextOf(nudge));
-        }
-        const text = texts.filter((item) => item).join("\\n\\n");
+          ),
+        ]);
+        const reminderText = contextOf(reminder);
+        const text = [reminderText, contextOf(nudge)].filter((item) => item).join("\\n\\n");
         if (!text) return;
-        parts.push({
-          id: partId(),
+        const part = {
+          id: partId(parts),
           sessionID,
           messageID: output?.message?.id ?? hookInput?.messageID,
           type: "text",
           text,
           synthetic: true,
-        });
+        };
+        if (reminderText) part.metadata = { [MARK]: "reminder" };
+        parts.push(part);
       } catch {}
     },
   };

@@ -9,20 +9,23 @@ damaged file never leaves a host half-configured.
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from thatch.frontend.setup import block, hooks, jsonfiles, opencode_plugin, skills
-from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths
-from thatch.frontend.setup.instructions import BLOCK
+from thatch.frontend.setup import block, hooks, jsonfiles, opencode_plugin, permissions, skills
+from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
+from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
+CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
 CLAUDE_TIMEOUT_SECONDS = 30
 
 
@@ -33,6 +36,7 @@ class Line:
     status: str
     target: str
     detail: str = ""  # why, for people; printed to stderr
+    note: str = ""  # what changed inside the file, printed after the target
 
 
 @dataclass
@@ -51,6 +55,7 @@ class SetupRequest:
     version: str
     scope: Scope = "local"
     post_tool_use: bool = False
+    allow_tools: bool = True  # Claude: permissions.allow gets mcp__thatch (False removes ours)
     dry_run: bool = False
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
@@ -69,8 +74,11 @@ class SetupResult:
         for report in self.reports:
             name = HOST_NAMES[report.host]
             out.append(f"{name} ({report.scope}):")
-            out.extend(f"  {line.status}  {line.target}" for line in report.lines)
-            out.append(f"Restart {name} to load the changes.")
+            for line in report.lines:
+                note = f"  ({line.note})" if line.note else ""
+                out.append(f"  {line.status}  {line.target}{note}")
+            if any(line.status in CHANGED_STATUSES for line in report.lines):
+                out.append(f"Restart {name} to load the changes.")
         return out
 
     def details(self) -> list[str]:
@@ -157,18 +165,30 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
     claude = shutil.which("claude", path=request.env.get("PATH"))
     if claude is None:
         return Line("printed", shown, f"claude is not on PATH; run this yourself: {shown}")
-    try:
-        known = _run([claude, "mcp", "get", "thatch"], request.env)
-    except (OSError, subprocess.SubprocessError) as error:
-        return Line("printed", shown, f"claude mcp get thatch failed ({error}); run: {shown}")
-    if known.returncode == 0:
-        return Line("unchanged", shown)
-    if request.dry_run:
-        return Line("would-write", shown)
-    try:
-        added = _run([claude, *add[1:]], request.env)
-    except (OSError, subprocess.SubprocessError) as error:
-        return Line("printed", shown, f"claude mcp add failed ({error}); run: {shown}")
+    # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
+    # directory it runs in: asked from the project, a local setup hid a missing user entry.
+    # From an empty directory only user-scope (and managed) servers answer.
+    with tempfile.TemporaryDirectory(prefix="thatch-setup-") as neutral:
+        try:
+            known = _run([claude, "mcp", "get", "thatch"], request.env, neutral)
+        except (OSError, subprocess.SubprocessError) as error:
+            return Line("printed", shown, f"claude mcp get thatch failed ({error}); run: {shown}")
+        if known.returncode == 0:
+            command = _listed_command(known.stdout)
+            if command is None or _same_binary(command, request.bin_path, request.env):
+                return Line("unchanged", shown)
+            remove = "claude mcp remove --scope user thatch"
+            detail = (
+                f"the user-level thatch server runs {command}, not {request.bin_path}; "
+                f"run: {remove} && {shown}"
+            )
+            return Line("printed", f"{remove} && {shown}", detail)
+        if request.dry_run:
+            return Line("would-write", shown)
+        try:
+            added = _run([claude, *add[1:]], request.env, neutral)
+        except (OSError, subprocess.SubprocessError) as error:
+            return Line("printed", shown, f"claude mcp add failed ({error}); run: {shown}")
     if added.returncode != 0:
         said = (added.stderr or added.stdout).strip().splitlines()
         why = said[-1] if said else f"exit status {added.returncode}"
@@ -176,9 +196,29 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
     return Line("written", shown)
 
 
-def _run(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
+    """``thatch`` found on PATH and its absolute path are the same server command."""
+
+    def where(command: str) -> str:
+        found = shutil.which(command, path=env.get("PATH")) if "/" not in command else command
+        return os.path.realpath(found or command)
+
+    return a == b or where(a) == where(b)
+
+
+def _listed_command(listing: str) -> str | None:
+    """The ``Command:`` value of ``claude mcp get``'s listing, None when it shows none."""
+    for line in listing.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key == "Command" and value.strip():
+            return value.strip()
+    return None
+
+
+def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
+        cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -188,9 +228,9 @@ def _run(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess
     )
 
 
-def _instructions(writer: _Writer, path: Path) -> Line:
+def _instructions(writer: _Writer, path: Path, text: str = BLOCK) -> Line:
     old = _read_text(path)
-    new, outcome, reason = block.install(old, BLOCK)
+    new, outcome, reason = block.install(old, text)
     if new is None:
         detail = f"{path}: damaged thatch block ({reason}); remove the partial block, then rerun"
         return Line(outcome, str(path), detail)
@@ -205,7 +245,102 @@ def _plugin(writer: _Writer, path: Path, request: SetupRequest) -> Line:
     return writer.text(path, opencode_plugin.render(request.version, request.bin_path), old)
 
 
+def _has_block(path: Path) -> bool:
+    text = _read_text(path)
+    return text is not None and block.analyse(text).kind in ("sentinel", "legacy")
+
+
+def _claude_block(request: SetupRequest) -> str:
+    """The local CLAUDE.md block: a pointer when the user-level file already has the block.
+
+    Claude Code loads both files, so a full local block would put the text in context twice.
+    """
+    user_file = host_paths("claude", "global", request.project_dir, request.env).instructions
+    return POINTER_BLOCK if _has_block(user_file) else BLOCK
+
+
+def _permission_note(had: bool, allow_tools: bool) -> str:
+    if had == allow_tools:
+        return ""
+    if allow_tools:
+        return f"permissions.allow += {permissions.RULE}: thatch's tools run without asking"
+    return f"permissions.allow -= {permissions.RULE}"
+
+
+def _claude_settings(
+    writer: _Writer,
+    path: Path,
+    request: SetupRequest,
+    update: Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> list[Line]:
+    """Write one Claude settings file: the hooks (``update``) and/or the permission rule."""
+    loaded = jsonfiles.load_object(path)
+    had = permissions.has_rule(loaded.data)
+    if update is None and loaded.text is None and not request.allow_tools:
+        return []  # nothing of ours to remove, and no reason to create the file
+
+    def both(doc: dict[str, Any]) -> dict[str, Any]:
+        doc = update(doc) if update is not None else doc
+        return permissions.apply(doc, request.allow_tools)
+
+    lines = writer.json(path, both)
+    note = _permission_note(had, request.allow_tools)
+    if not note:
+        return lines
+    return [
+        Line(line.status, line.target, line.detail, note)
+        if line.target == str(path) and line.status in (*CHANGED_STATUSES, "would-write")
+        else line
+        for line in lines
+    ]
+
+
 Step = tuple[Path, Callable[[], list[Line]]]
+
+
+def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> list[Step]:
+    claude_hooks, allow_file, post = paths.hooks, paths.permissions, request.post_tool_use
+    assert claude_hooks is not None and allow_file is not None
+    bin_path, bin_word = request.bin_path, shlex.quote(request.bin_path)
+    steps: list[Step] = []
+    if paths.mcp is None:
+        steps.append((Path("claude"), lambda: [_claude_user_mcp(request)]))
+    else:
+        project_mcp, stdio = paths.mcp, _stdio_entry(bin_path)
+        steps.append(
+            (
+                project_mcp,
+                lambda: writer.json(project_mcp, lambda d: _set_key(d, "mcpServers", stdio)),
+            )
+        )
+    if request.scope == "local":
+        steps.append(
+            (
+                paths.instructions,
+                lambda: [_instructions(writer, paths.instructions, _claude_block(request))],
+            )
+        )
+    else:
+        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
+        # A project set up locally now gets its block from the user-level file: shorten the
+        # project's copy (only the block; the rest of its CLAUDE.md is untouched).
+        project_file = host_paths("claude", "local", request.project_dir, request.env).instructions
+        if project_file != paths.instructions and _has_block(project_file):
+            steps.append(
+                (project_file, lambda: [_instructions(writer, project_file, POINTER_BLOCK)])
+            )
+
+    def merge_hooks(doc: dict[str, Any]) -> dict[str, Any]:
+        return hooks.merge_claude(doc, bin_word, post)
+
+    if allow_file == claude_hooks:
+        steps.append(
+            (claude_hooks, lambda: _claude_settings(writer, claude_hooks, request, merge_hooks))
+        )
+    else:
+        steps.append((claude_hooks, lambda: writer.json(claude_hooks, merge_hooks)))
+        steps.append((allow_file, lambda: _claude_settings(writer, allow_file, request, None)))
+    return steps
 
 
 def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
@@ -214,25 +349,7 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
     bin_path, bin_word = request.bin_path, shlex.quote(request.bin_path)
     steps: list[Step] = []
     if host == "claude":
-        claude_hooks, post = paths.hooks, request.post_tool_use
-        assert claude_hooks is not None
-        if paths.mcp is None:
-            steps.append((Path("claude"), lambda: [_claude_user_mcp(request)]))
-        else:
-            project_mcp, stdio = paths.mcp, _stdio_entry(bin_path)
-            steps.append(
-                (
-                    project_mcp,
-                    lambda: writer.json(project_mcp, lambda d: _set_key(d, "mcpServers", stdio)),
-                )
-            )
-        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
-        steps.append(
-            (
-                claude_hooks,
-                lambda: writer.json(claude_hooks, lambda d: hooks.merge_claude(d, bin_word, post)),
-            )
-        )
+        steps += _claude_steps(request, paths, writer)
     elif host == "cursor":
         assert paths.mcp is not None and paths.hooks is not None
         env = {"THATCH_PROJECT_DIR": "${workspaceFolder}", "THATCH_HOST": "cursor"}

@@ -1,0 +1,293 @@
+"""Claude Code setup with both scopes: the user-level MCP entry, one instruction block in
+context, the permission rule and its removal, and the restart line (docs/claude-code.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from thatch.cli.main import cli
+from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
+from thatch.frontend.setup.block import BEGIN, END
+from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
+
+BIN = "/opt/thatch/bin/thatch"
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
+    monkeypatch.setenv("CURSOR_CONFIG_DIR", str(tmp_path / "cursor-config"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    return dict(os.environ)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "proj"
+    path.mkdir()
+    return path
+
+
+def run(project: Path, env: dict[str, str], **options: object) -> SetupResult:
+    request = SetupRequest(
+        hosts=["claude"], project_dir=project, env=env, bin_path=BIN, version="1", **options
+    )
+    return run_setup(request)  # type: ignore[arg-type]
+
+
+def fake_claude(tmp_path: Path, project: Path) -> Path:
+    """A `claude` whose `mcp get thatch` finds the project's .mcp.json entry when run from
+    the project (as the real one does), and a user entry once `mcp add --scope user` ran.
+    Shell builtins only: PATH holds nothing but this script."""
+    log = tmp_path / "claude.log"
+    user_entry = tmp_path / "user-entry"
+    script = tmp_path / "bin" / "claude"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\t%s\\n" "$PWD" "$*" >> "{log}"\n'
+        'if [ "$2" = "get" ]; then\n'
+        f'  [ -f "{user_entry}" ] && exit 0\n'
+        "  [ -f .mcp.json ] && exit 0\n"
+        "  exit 1\n"
+        "fi\n"
+        f'if [ "$2" = "add" ]; then : > "{user_entry}"; fi\n'
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    return log
+
+
+def test_global_inside_a_locally_set_up_project_adds_the_user_entry(
+    tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The project's .mcp.json entry does not count as the user entry: it is added, outside
+    the project, and a rerun then finds it and reports it unchanged."""
+    log = fake_claude(tmp_path, project)
+    run(project, env)
+    monkeypatch.chdir(project)
+    result = run(project, env, scope="global")
+    calls = [line.split("\t") for line in log.read_text().splitlines()]
+    assert [c[1] for c in calls] == ["mcp get thatch", f"mcp add --scope user thatch -- {BIN} mcp"]
+    assert all(Path(c[0]).resolve() != project.resolve() for c in calls)
+    assert f"  written  claude mcp add --scope user thatch -- {BIN} mcp" in result.stdout_lines()
+    again = run(project, env, scope="global")
+    assert f"  unchanged  claude mcp add --scope user thatch -- {BIN} mcp" in again.stdout_lines()
+
+
+def test_local_after_global_writes_a_pointer_not_a_second_copy(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """With the block in the user-level CLAUDE.md, the project's CLAUDE.md gets the short
+    pointer block; the full text is in context once."""
+    run(project, env, scope="global")
+    run(project, env)
+    user_text = (tmp_path / "claude-config" / "CLAUDE.md").read_text()
+    project_text = (project / "CLAUDE.md").read_text()
+    assert user_text == BLOCK + "\n"
+    assert project_text == POINTER_BLOCK + "\n"
+    assert "# thatch — persistent memory" not in project_text
+    assert "thatch setup --claude" in project_text
+
+
+def test_global_after_local_shortens_the_projects_block_and_keeps_its_text(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """A global setup run in a locally set-up project replaces only the project's block
+    with the pointer; the user's own CLAUDE.md text stays byte for byte; reruns of either
+    scope change nothing."""
+    (project / "CLAUDE.md").write_text("# Our rules\n\nTabs.\n")
+    run(project, env)
+    assert BLOCK in (project / "CLAUDE.md").read_text()
+    result = run(project, env, scope="global")
+    assert f"  written  {project / 'CLAUDE.md'}" in result.stdout_lines()
+    assert (project / "CLAUDE.md").read_text() == "# Our rules\n\nTabs.\n\n" + POINTER_BLOCK + "\n"
+    for scope in ("global", "local"):
+        lines = run(project, env, scope=scope).stdout_lines()
+        assert all(line.split()[0] in ("unchanged", "printed") for line in lines[1:]), lines
+
+
+def test_global_in_a_project_without_a_block_leaves_it_alone(
+    project: Path, env: dict[str, str]
+) -> None:
+    (project / "CLAUDE.md").write_text("# Our rules\n")
+    result = run(project, env, scope="global")
+    assert (project / "CLAUDE.md").read_text() == "# Our rules\n"
+    assert not any(str(project) in line for line in result.stdout_lines())
+
+
+def test_pointer_falls_back_to_the_full_block_without_a_global_setup(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """Once the user-level block is gone, a local setup writes the full block again."""
+    run(project, env, scope="global")
+    run(project, env)
+    (tmp_path / "claude-config" / "CLAUDE.md").write_text("# mine\n")
+    run(project, env)
+    assert (project / "CLAUDE.md").read_text() == BLOCK + "\n"
+
+
+def test_local_permission_rule_keeps_foreign_entries_and_says_what_it_wrote(
+    project: Path, env: dict[str, str]
+) -> None:
+    """settings.local.json gains mcp__thatch next to the user's rules and keys; the line
+    says so; a rerun changes nothing and prints no restart line."""
+    settings = project / ".claude" / "settings.local.json"
+    settings.parent.mkdir()
+    foreign = {
+        "permissions": {"allow": ["Bash(npm test)", "mcp__thatch__memory_recall"], "deny": ["X"]},
+        "disabledMcpjsonServers": ["other"],
+    }
+    settings.write_text(json.dumps(foreign))
+    lines = run(project, env).stdout_lines()
+    doc = json.loads(settings.read_text())
+    assert doc["permissions"] == {
+        "allow": ["Bash(npm test)", "mcp__thatch__memory_recall", "mcp__thatch"],
+        "deny": ["X"],
+    }
+    assert doc["disabledMcpjsonServers"] == ["other"]
+    assert (
+        f"  written  {settings}  (permissions.allow += mcp__thatch: thatch's tools run "
+        "without asking)"
+    ) in lines
+    assert lines[-1] == "Restart Claude Code to load the changes."
+    again = run(project, env).stdout_lines()
+    assert f"  unchanged  {settings}" in again
+    assert "Restart Claude Code to load the changes." not in again
+
+
+def test_no_allow_tools_removes_only_ours(project: Path, env: dict[str, str]) -> None:
+    """--no-allow-tools removes exactly mcp__thatch; the user's rules stay; containers our
+    rule alone filled disappear; with no file, none is created."""
+    run(project, env, allow_tools=False)
+    settings = project / ".claude" / "settings.local.json"
+    assert not settings.exists()
+    run(project, env)
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["mcp__thatch"]}}
+    lines = run(project, env, allow_tools=False).stdout_lines()
+    assert f"  written  {settings}  (permissions.allow -= mcp__thatch)" in lines
+    assert json.loads(settings.read_text()) == {}
+    settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch", "Read"]}}))
+    run(project, env, allow_tools=False)
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["Read"]}}
+
+
+def test_global_rule_and_hooks_share_one_file_and_one_line(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    settings = tmp_path / "claude-config" / "settings.json"
+    lines = run(project, env, scope="global").stdout_lines()
+    assert [line for line in lines if str(settings) in line] == [
+        f"  created  {settings}  (permissions.allow += mcp__thatch: thatch's tools run "
+        "without asking)"
+    ]
+    doc = json.loads(settings.read_text())
+    assert doc["permissions"] == {"allow": ["mcp__thatch"]}
+    assert set(doc["hooks"]) == {"SessionStart", "PostToolBatch", "UserPromptSubmit"}
+
+
+def test_permissions_of_the_wrong_shape_are_a_conflict(project: Path, env: dict[str, str]) -> None:
+    settings = project / ".claude" / "settings.local.json"
+    settings.parent.mkdir()
+    settings.write_text('{"permissions": {"allow": "all"}}\n')
+    result = run(project, env)
+    assert settings.read_text() == '{"permissions": {"allow": "all"}}\n'
+    assert f"  conflict  {settings}" in result.stdout_lines()
+    assert result.exit_code == 1
+
+
+def test_dry_run_describes_the_rule_without_writing(project: Path, env: dict[str, str]) -> None:
+    lines = run(project, env, dry_run=True).stdout_lines()
+    settings = project / ".claude" / "settings.local.json"
+    assert (
+        f"  would-write  {settings}  (permissions.allow += mcp__thatch: thatch's tools run "
+        "without asking)" in lines
+    )
+    assert not settings.exists()
+    assert "Restart Claude Code to load the changes." not in lines
+
+
+def test_cli_flag(
+    tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`thatch setup --claude --no-allow-tools` writes no rule; without it the rule is written."""
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    script = tmp_path / "bin" / "thatch"  # hook commands are thatch's by the name "thatch"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "setup"])
+    done = CliRunner().invoke(cli, ["setup", "--claude", "--no-allow-tools"])
+    assert done.exit_code == 0, done.output
+    assert not (project / ".claude" / "settings.local.json").exists()
+    done = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert done.exit_code == 0, done.output
+    assert "mcp__thatch" in (project / ".claude" / "settings.local.json").read_text()
+    assert done.stdout.splitlines()[-1] == "Restart Claude Code to load the changes."
+    done = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert "Restart" not in done.stdout
+
+
+def test_block_tells_how_to_load_deferred_tools() -> None:
+    """Claude Code may defer MCP tools behind ToolSearch: the block says how to load them."""
+    assert 'ToolSearch` with the query "thatch"' in BLOCK
+    assert BLOCK.startswith(BEGIN) and POINTER_BLOCK.endswith(END)
+
+
+@pytest.mark.parametrize(
+    ("listed", "expected"),
+    [
+        (f"thatch:\n  Scope: User config\n  Type: stdio\n  Command: {BIN}\n  Args: mcp\n", "same"),
+        ("thatch:\n  Scope: User config\n", "same"),
+        ("thatch:\n  Type: stdio\n  Command: /old/thatch\n  Args: mcp\n", "stale"),
+    ],
+)
+def test_user_entry_with_another_command_is_not_unchanged(
+    tmp_path: Path, project: Path, env: dict[str, str], listed: str, expected: str
+) -> None:
+    """A user-level thatch server running another binary is reported with the commands
+    that replace it, never as unchanged; one without a Command line is taken as current."""
+    (tmp_path / "listing").write_text(listed)
+    script = tmp_path / "bin" / "claude"
+    script.write_text(
+        f'#!/bin/sh\nif [ "$2" = "get" ]; then while IFS= read -r l; do printf "%s\\n" "$l"; '
+        f'done < "{tmp_path / "listing"}"; exit 0; fi\nexit 1\n'
+    )
+    script.chmod(0o755)
+    result = run(project, env, scope="global")
+    line = result.stdout_lines()[1]
+    add = f"claude mcp add --scope user thatch -- {BIN} mcp"
+    if expected == "same":
+        assert line == f"  unchanged  {add}"
+    else:
+        assert line == f"  printed  claude mcp remove --scope user thatch && {add}"
+        assert any("runs /old/thatch, not" in d for d in result.details())
+
+
+def test_user_entry_naming_thatch_on_path_is_the_same_binary(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """`Command: thatch` where PATH's thatch links to the binary setup runs: unchanged."""
+    real = tmp_path / "real" / "thatch"
+    real.parent.mkdir()
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    (tmp_path / "bin" / "thatch").symlink_to(real)
+    script = tmp_path / "bin" / "claude"
+    script.write_text('#!/bin/sh\nprintf "thatch:\\n  Command: thatch\\n"\nexit 0\n')
+    script.chmod(0o755)
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=project,
+        env=env,
+        bin_path=str(real),
+        version="1",
+        scope="global",
+    )
+    assert run_setup(request).stdout_lines()[1].startswith("  unchanged  claude mcp add")
