@@ -29,6 +29,7 @@ RENUDGE_WINDOW = timedelta(minutes=15)
 WAKE_WINDOW = timedelta(hours=1)
 WAKES_PER_WINDOW = 6
 DUPLICATE_WINDOW = timedelta(seconds=10)
+PERSON = "person"  # host_kind and name base of a person's identity (thatch chat send)
 
 _SESSION_COLUMNS = (
     "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
@@ -160,8 +161,8 @@ class ChatStore:
             rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM chat_sessions").fetchall()
         return [_session(row) for row in rows]
 
-    def _assign_name(self, conn: sqlite3.Connection, session_id: str) -> str:
-        word = name_word(session_id)
+    def _assign_name(self, conn: sqlite3.Connection, session_id: str, word: str | None) -> str:
+        word = word or name_word(session_id)
         conn.execute(
             "INSERT INTO chat_name_counters (base, next) VALUES (?, 1) "
             "ON CONFLICT(base) DO NOTHING",
@@ -187,6 +188,7 @@ class ChatStore:
         host_kind: str,
         worktree: str,
         auto: bool,
+        word: str | None = None,
     ) -> None:
         now = self._at()
         conn.execute(
@@ -194,7 +196,7 @@ class ChatStore:
             "registered_at, last_seen, auto, worktree) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?)",
             (
                 session_id,
-                self._assign_name(conn, session_id),
+                self._assign_name(conn, session_id, word),
                 project,
                 host_kind,
                 now,
@@ -250,6 +252,30 @@ class ChatStore:
                 worktree=worktree,
                 auto=False,
             )
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return _session(row)
+
+    def ensure_person(self, session_id: str, *, project: str, worktree: str) -> ChatSession:
+        """The identity a person sends under from the CLI: ``person-<NNNNN>`` (a base
+        outside the 64 words, so no agent's name can look like it), ``host_kind`` person."""
+        with self._write() as conn:
+            updated = conn.execute(
+                "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
+                (self._at(), session_id),
+            ).rowcount
+            if not updated:
+                self._insert(
+                    conn,
+                    session_id,
+                    project=project,
+                    host_kind=PERSON,
+                    worktree=worktree,
+                    auto=False,
+                    word=PERSON,
+                )
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
@@ -398,9 +424,10 @@ class ChatStore:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def wake(self, session_id: str) -> list[str] | None:
-        """Take a wake if one is due (docs/chat.md §6): the senders' names (``unknown`` for
-        departed ones), in order of their first waiting message, else None.
+    def wake(self, session_id: str) -> tuple[int, list[str]] | None:
+        """Take a wake if one is due (docs/chat.md §6), else None: the number of unread
+        messages and their senders' names (``unknown`` for departed ones), in order of
+        each sender's first unread message.
 
         Due: unread messages not delivered in the last 15 minutes, and fewer than 6 wakes
         in the last hour. Stamps those messages' ``delivered_at`` and records the wake.
@@ -411,13 +438,14 @@ class ChatStore:
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
             )
             rows = conn.execute(
-                "SELECT m.id, s.name FROM chat_messages m "
+                "SELECT m.id, s.name, m.delivered_at FROM chat_messages m "
                 "LEFT JOIN chat_sessions s ON s.session_id = m.from_session "
-                "WHERE m.to_session = ? AND m.read_at IS NULL "
-                "AND (m.delivered_at IS NULL OR m.delivered_at < ?) ORDER BY m.id",
-                (session_id, self._at(RENUDGE_WINDOW)),
+                "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id",
+                (session_id,),
             ).fetchall()
-            if not rows:
+            renudge = self._at(RENUDGE_WINDOW)
+            due = [row[0] for row in rows if row[2] is None or str(row[2]) < renudge]
+            if not due:
                 return None
             (wakes,) = conn.execute(
                 "SELECT count(*) FROM chat_wakes WHERE session_id = ? AND at >= ?",
@@ -427,11 +455,11 @@ class ChatStore:
                 return None
             conn.executemany(
                 "UPDATE chat_messages SET delivered_at = ? WHERE id = ?",
-                [(now, row[0]) for row in rows],
+                [(now, message_id) for message_id in due],
             )
             conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
         senders = [str(row[1]) if row[1] is not None else "unknown" for row in rows]
-        return list(dict.fromkeys(senders))
+        return len(rows), list(dict.fromkeys(senders))
 
     # -- the tail ------------------------------------------------------------------------
 
