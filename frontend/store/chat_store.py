@@ -11,11 +11,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_words import WORDS
@@ -41,8 +40,9 @@ _MESSAGE_COLUMNS = (
 _MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
 
 
-@dataclass(frozen=True)
-class ChatSession:
+# NamedTuples, not dataclasses: the prompt hooks import this module, and dataclasses
+# (with inspect) would cost them ~6 ms a prompt.
+class ChatSession(NamedTuple):
     session_id: str
     name: str
     topic: str | None
@@ -61,8 +61,7 @@ class ChatSession:
         return now - seen <= ACTIVE_WINDOW
 
 
-@dataclass(frozen=True)
-class ChatMessage:
+class ChatMessage(NamedTuple):
     id: int
     from_session: str
     to_session: str
@@ -242,6 +241,8 @@ class ChatStore:
 
     def register_server(self, *, project: str, host_kind: str, worktree: str) -> ChatSession:
         """A new identity for one server process (``srv_`` + uuid4, ``auto = 0``)."""
+        import uuid  # ~3 ms: only servers need it, never a hook
+
         session_id = "srv_" + str(uuid.uuid4())
         with self._write() as conn:
             self._insert(
