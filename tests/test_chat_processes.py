@@ -269,3 +269,19 @@ def read_line(process: subprocess.Popen[bytes], timeout: float) -> bytes:
     ready, _, _ = select.select([process.stdout], [], [], timeout)
     assert ready, "no line within the timeout"
     return process.stdout.readline()
+
+
+def test_pointer_names_every_sender_and_honours_stop_hook_active(env: dict[str, str]) -> None:
+    a, b, c = anchor(env, "p-a"), anchor(env, "p-b"), anchor(env, "p-c")
+    server = Mcp(env)
+    try:
+        server.ok("chat_send", {"as": a, "to": c, "body": "one"})
+        server.ok("chat_send", {"as": b, "to": c, "body": "two"})
+        server.ok("chat_send", {"as": a, "to": c, "body": "three"})
+    finally:
+        server.close()
+    # A turn that a Stop hook already continued is not woken again (Claude's loop guard).
+    assert notify(env, {"session_id": "p-c", "stop_hook_active": True}).stdout == b""
+    reason = json.loads(notify(env, {"session_id": "p-c"}).stdout)["reason"]
+    assert f"3 unread chat message(s) from {a}, {b}. Read them with" in reason
+    assert "one" not in reason and "two" not in reason

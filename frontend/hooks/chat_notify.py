@@ -37,10 +37,6 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
     """The pointer when a wake is due for the payload's session, else None."""
     from thatch.frontend.hooks.chat_anchor import host_session, open_chat
 
-    if host == "cursor" and payload.get("status") != "completed":
-        return None
-    if host != "cursor" and payload.get("stop_hook_active") is True:
-        return None  # Claude's own loop guard: this turn already continued for a hook
     session = host_session(payload, host)
     if not session:
         return None
@@ -52,7 +48,13 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
         me = chat.get(key)
         if me is None:
             return None
-        woken = chat.wake(key)
+        if host == "cursor" and payload.get("status") != "completed":
+            chat.touch(key)  # every run is a sign of life, woken or not
+            return None
+        if host != "cursor" and payload.get("stop_hook_active") is True:
+            chat.touch(key)  # Claude's own loop guard: this turn already continued for a hook
+            return None
+        woken = chat.wake(key)  # refreshes last_seen too
         if woken is None:
             return None
         unread, senders = woken
