@@ -15,6 +15,11 @@ HOOKS = frozenset({"buffer-batch", "buffer-tool", "flush-tools", "reminder"})
 
 def main() -> None:
     args = sys.argv[1:]
+    if args and args[0] == "chat-notify" and not {"-h", "--help"} & set(args[1:]):
+        from thatch.frontend.hooks.chat_notify import run_chat_notify
+
+        run_chat_notify(args[1:])
+        sys.exit(0)
     if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):
         from thatch.frontend.hooks.runner import run_hook_command
 

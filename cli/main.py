@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "buffer-batch": "thatch.cli.hook_cmds:buffer_batch",
     "buffer-tool": "thatch.cli.hook_cmds:buffer_tool",
     "flush-tools": "thatch.cli.hook_cmds:flush_tools",
+    "chat-notify": "thatch.cli.chat_cmds:chat_notify",
+    "chat": "thatch.cli.chat_cmds:chat",
     "hygiene": "thatch.cli.hygiene_cmd:hygiene",
     "reembed": "thatch.cli.reembed_cmd:reembed",
     "doctor": "thatch.cli.doctor_cmd:doctor",

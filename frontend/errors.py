@@ -15,7 +15,6 @@ a raw ``sqlite3.Error`` onto the right one.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 BUSY_MESSAGE = "database is busy (another thatch process holds the write lock); try again"
@@ -66,6 +65,8 @@ class DatabaseDamagedError(_FileError):
 
     @staticmethod
     def describe(path: str, reason: str) -> str:
+        import shlex
+
         check = f'sqlite3 {shlex.quote(path)} "PRAGMA integrity_check"'
         return f"database {path} is damaged ({reason}): run {check}"
 

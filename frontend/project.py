@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 GIT_TIMEOUT_SECONDS = 2.0
 UNKNOWN = "unknown"
@@ -49,33 +50,146 @@ def parse_remote(url: str) -> str | None:
     return None
 
 
-def detect_store(directory: Path, env: Mapping[str, str] | None = None) -> str:
-    """The project's store name: ``owner/repo``, else the repository or directory name."""
+class RepoPathCache(Protocol):
+    """The repo identity cache (docs/chat.md §8); ``store/repo_paths.RepoPaths`` is one."""
+
+    def lookup(self, worktree_path: str) -> tuple[str, str] | None: ...
+
+    def remember(self, worktree_path: str, main_path: str, repo_slug: str) -> None: ...
+
+    def evict(self, worktree_path: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def detect_store(
+    directory: Path,
+    env: Mapping[str, str] | None = None,
+    cache: RepoPathCache | None = None,
+) -> str:
+    """The project's store name: ``owner/repo``, else the repository or directory name.
+
+    With ``cache`` (docs/chat.md §8): a git answer is remembered for the directory, and a
+    directory that no longer exists is named by what was remembered for it, never by its
+    basename (a deleted worktree's basename is usually a branch name).
+    """
     directory = Path(os.path.abspath(directory))
     if directory.is_dir():
-        remote = _git(directory, env, "remote", "get-url", "origin")
-        parsed = parse_remote(remote) if remote else None
-        if parsed:
-            return parsed
-        common = _common_dir(directory, env)
-        if common is not None:
-            name = common.parent.name if common.name == ".git" else common.name
-            if name:
-                return name
+        found = _git_identity(directory, env, main_wanted=cache is not None)
+        if found is not None:
+            slug, main = found
+            if cache is not None:
+                _quietly(lambda: cache.remember(_real(directory), _real(main), slug))
+            return slug
     if directory.exists() and directory.name:
         return directory.name
+    if cache is not None:
+        return _cached(directory, env, cache)
     return UNKNOWN
 
 
-def project_store(directory: Path, env: Mapping[str, str] | None = None) -> str:
-    """The detected store, with ``unknown`` mapped to ``global``."""
-    name = detect_store(directory, env)
+def _git_identity(
+    directory: Path, env: Mapping[str, str] | None, *, main_wanted: bool = True
+) -> tuple[str, Path] | None:
+    """``(slug, main checkout)`` by remote, else by common dir; None when git cannot say.
+
+    Without ``main_wanted`` a remote answer skips the common-dir call (the main checkout
+    is then reported as ``directory``).
+    """
+    remote = _git(directory, env, "remote", "get-url", "origin")
+    parsed = parse_remote(remote) if remote else None
+    if parsed and not main_wanted:
+        return parsed, directory
+    common = _common_dir(directory, env)
+    main = common.parent if common is not None and common.name == ".git" else common
+    if parsed:
+        return parsed, main or directory
+    if common is not None:
+        name = common.parent.name if common.name == ".git" else common.name
+        if name:
+            return name, main or directory
+    return None
+
+
+def _cached(directory: Path, env: Mapping[str, str] | None, cache: RepoPathCache) -> str:
+    """A gone directory's remembered store; evicted when its main checkout now says else."""
+    key = _real(directory)
+    row = _quietly(lambda: cache.lookup(key)) or _quietly(lambda: cache.lookup(str(directory)))
+    if row is None:
+        return UNKNOWN
+    main, slug = row
+    if Path(main).is_dir():
+        found = _git_identity(Path(main), env)
+        if found is not None and found[0] != slug:
+            # A definitive mismatch: the main checkout is now another repository.
+            _quietly(lambda: cache.evict(key))
+            _quietly(lambda: cache.evict(str(directory)))
+            return UNKNOWN
+    # Same identity, main checkout missing, or not a git checkout right now (a re-clone
+    # may be in progress): the remembered name stands.
+    return slug
+
+
+T = TypeVar("T")
+
+
+def _quietly(action: Callable[[], T]) -> T | None:
+    """A cache that fails (locked, read-only, no such table) is no cache."""
+    try:
+        return action()
+    except Exception:
+        return None
+
+
+def _real(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+def repo_cache(env: Mapping[str, str] | None) -> RepoPathCache | None:
+    """The cache in the database of ``env`` (None: no env given, no database yet)."""
+    if env is None:
+        return None
+    from thatch.frontend.store.repo_paths import RepoPaths
+
+    try:
+        return RepoPaths.from_env(env)
+    except Exception:  # an unopenable database: detection goes on without a cache
+        return None
+
+
+def project_store(
+    directory: Path, env: Mapping[str, str] | None = None, cache: RepoPathCache | None = None
+) -> str:
+    """The detected store, with ``unknown`` mapped to ``global``.
+
+    With ``env`` and no ``cache``, the repo identity cache of ``env``'s database is used.
+    """
+    opened = repo_cache(env) if cache is None else None
+    try:
+        name = detect_store(directory, env, cache or opened)
+    finally:
+        if opened is not None:
+            _quietly(opened.close)
     return GLOBAL_STORE if name == UNKNOWN else name
 
 
 def list_branches(directory: Path, env: Mapping[str, str] | None = None) -> list[str]:
-    """Local branch names of the repository at ``directory``; [] when git cannot say."""
-    output = _git(Path(directory), env, "for-each-ref", "--format=%(refname:short)", "refs/heads")
+    """Local branch names of the repository at ``directory``; [] when git cannot say.
+
+    A directory that is gone (a deleted worktree) is asked through its main checkout,
+    from the repo identity cache.
+    """
+    directory = Path(directory)
+    if not directory.exists():
+        cache = repo_cache(os.environ if env is None else env)
+        if cache is not None:
+            try:
+                row = _quietly(lambda: cache.lookup(_real(directory)))
+            finally:
+                _quietly(cache.close)
+            if row is not None:
+                directory = Path(row[0])
+    output = _git(directory, env, "for-each-ref", "--format=%(refname:short)", "refs/heads")
     if output is None:
         return []
     return [line for line in output.splitlines() if line]

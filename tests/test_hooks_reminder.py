@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,6 +30,13 @@ def reminder(env: dict[str, str], payload: object, *args: str) -> str:
     return result.stdout.decode()
 
 
+def without_chat_line(text: str) -> str:
+    """The reminder with its chat line (docs/chat.md §2) checked and taken off."""
+    body, line = text.rstrip("\n").rsplit("\n\n", 1)
+    assert re.fullmatch(r"\[thatch\] chat: you are [a-z]+-\d{5} \(0 unread\)", line), line
+    return body + text[len(text.rstrip("\n")) :]
+
+
 def git_repo(path: Path) -> Path:
     path.mkdir(parents=True)
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
@@ -52,7 +60,8 @@ def test_claude_session_start_uses_payload_cwd(tmp_path: Path) -> None:
         "source": "startup",
         "cwd": str(project),
     }
-    assert reminder(env, payload) == CLAUDE_TEXT.format(store="shop-api") + "\n"
+    out = without_chat_line(reminder(env, payload))
+    assert out == CLAUDE_TEXT.format(store="shop-api") + "\n"
 
 
 def test_cursor_json_uses_workspace_root(tmp_path: Path) -> None:
@@ -63,7 +72,8 @@ def test_cursor_json_uses_workspace_root(tmp_path: Path) -> None:
     payload = {"conversation_id": "c1", "workspace_roots": [str(project), "/elsewhere"]}
     out = reminder(env, payload, "--json")
     assert out.count("\n") == 1
-    assert json.loads(out) == {"additional_context": CLAUDE_TEXT.format(store="web-ui")}
+    context = json.loads(out)["additional_context"]
+    assert without_chat_line(context) == CLAUDE_TEXT.format(store="web-ui")
 
 
 def test_opencode_names_are_prefixed(tmp_path: Path) -> None:
@@ -71,7 +81,9 @@ def test_opencode_names_are_prefixed(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     project.mkdir()
     env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project))
-    out = reminder(env, {"session_id": "ses_1", "cwd": "/"}, "--host", "opencode")
+    out = without_chat_line(
+        reminder(env, {"session_id": "ses_1", "cwd": "/"}, "--host", "opencode")
+    )
     assert out.endswith(
         '"proj",\n(3) if you are not on the main branch, notes scoped to this branch.\n'
         "Call thatch_store_list and thatch_memory_list to see what exists, then "

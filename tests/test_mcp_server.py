@@ -27,6 +27,13 @@ ORDER = [
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
+    "chat_register",
+    "chat_list",
+    "chat_send",
+    "chat_broadcast",
+    "chat_read",
+    "chat_unregister",
+    "chat_status",
 ]
 
 

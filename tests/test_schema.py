@@ -15,7 +15,13 @@ from thatch.common.environment import default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
 from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.store.schema import CHANGES_TABLE, MIGRATIONS, MIGRATIONS_TABLE, VERSIONS_TABLE
+from thatch.frontend.store.schema import (
+    CHANGES_TABLE,
+    CHAT_TABLES,
+    MIGRATIONS,
+    MIGRATIONS_TABLE,
+    VERSIONS_TABLE,
+)
 
 # (name, type, notnull, default, pk) per column, exactly as docs/database.md §tables declares them.
 EXPECTED: dict[str, list[tuple[str, str, int, str | None, int]]] = {
@@ -169,7 +175,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
-    extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence"}
+    extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence", *CHAT_TABLES}
     assert set(names) - set(EXPECTED) <= extra
 
 
@@ -480,3 +486,21 @@ def test_loading_a_store_reads_only_its_usable_rows(store: Store) -> None:
     assert "thatch_entries_usable" in plan(load)
     pending = f"SELECT count(*) FROM entries WHERE store IN (?) AND {MISSING}"
     assert "thatch_entries_pending" in plan(pending)
+
+
+def test_chat_tables_are_added_by_m008(store: Store) -> None:
+    """m008 adds chat.md §1's extra tables with exactly its columns."""
+    columns = {
+        table: [
+            (row[1], row[2], row[3], row[5])
+            for row in store.conn.execute(f"PRAGMA table_info({table})")
+        ]
+        for table in CHAT_TABLES
+    }
+    assert columns["chat_name_counters"] == [("base", "TEXT", 0, 1), ("next", "INTEGER", 1, 0)]
+    assert columns["chat_leave_tombstones"] == [
+        ("session_id", "TEXT", 0, 1),
+        ("left_at", "TEXT", 1, 0),
+    ]
+    assert columns["chat_wakes"] == [("session_id", "TEXT", 1, 0), ("at", "TEXT", 1, 0)]
+    assert "m008_chat_and_repo_paths" in [name for name, _ in MIGRATIONS]

@@ -92,7 +92,11 @@ def test_cursor_merge_adds_version_first() -> None:
     """A hooks.json without version gets "version": 1 as its first key."""
     out = merge_cursor({"hooks": {"stop": [{"command": "x"}]}}, "thatch")
     assert list(out) == ["version", "hooks"]
-    assert out["hooks"]["stop"] == [{"command": "x"}]
+    # The foreign stop hook is kept, thatch's chat-notify comes after it.
+    assert out["hooks"]["stop"] == [
+        {"command": "x"},
+        {"command": "thatch chat-notify --host cursor", "loop_limit": 3},
+    ]
     assert merge_cursor({"version": 2}, "thatch")["version"] == 2
 
 

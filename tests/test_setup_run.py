@@ -15,7 +15,7 @@ from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.hooks import HOOK_SUBCOMMANDS
 
 BIN = "/opt/thatch tools/bin/thatch"  # a space forces shell quoting in hook commands
-HOOK_COMMANDS = {"reminder", "buffer-batch", "buffer-tool", "flush-tools"}
+HOOK_COMMANDS = {"reminder", "buffer-batch", "buffer-tool", "flush-tools", "chat-notify"}
 
 
 @pytest.fixture
@@ -118,9 +118,9 @@ def test_fresh_run_creates_exactly_the_hosts_files(
     if host == "claude":
         settings = json.loads(by_name["settings.json"].read_text())
         events = settings["hooks"]
-        assert list(events) == ["SessionStart", "PostToolBatch", "UserPromptSubmit"]
+        assert list(events) == ["SessionStart", "PostToolBatch", "UserPromptSubmit", "Stop"]
         subs = [check_command(g["hooks"][0]["command"]) for e in events.values() for g in e]
-        assert subs == ["reminder", "buffer-batch", "flush-tools"]
+        assert subs == ["reminder", "buffer-batch", "flush-tools", "chat-notify"]
         allow_file = by_name["settings.local.json" if scope == "local" else "settings.json"]
         assert json.loads(allow_file.read_text())["permissions"] == {"allow": ["mcp__thatch"]}
         if scope == "local":
@@ -134,8 +134,14 @@ def test_fresh_run_creates_exactly_the_hosts_files(
     elif host == "cursor":
         doc = json.loads(by_name["hooks.json"].read_text())
         assert doc["version"] == 1
-        subs = [check_command(e["command"]) for v in doc["hooks"].values() for e in v]
-        assert subs == ["reminder", "buffer-tool", "flush-tools"]
+        subs = [
+            check_command(e["command"], "cursor" if event == "stop" else None)
+            for event, v in doc["hooks"].items()
+            for e in v
+        ]
+        assert subs == ["reminder", "buffer-tool", "flush-tools", "chat-notify"]
+        assert doc["hooks"]["stop"][0]["loop_limit"] == 3
+        assert doc["hooks"]["stop"][0]["command"].endswith(" chat-notify --host cursor")
         assert doc["hooks"]["sessionStart"][0]["command"].endswith(" reminder --json")
         mcp = json.loads(by_name["mcp.json"].read_text())["mcpServers"]["thatch"]
         assert mcp["command"] == BIN and mcp["args"] == ["mcp"]
@@ -230,7 +236,9 @@ def test_foreign_content_is_preserved(project: Path, env: dict[str, str]) -> Non
     assert mcp["mcpServers"]["thatch"]["command"] == BIN
     new = json.loads((project / ".claude" / "settings.json").read_text())
     assert new["permissions"] == settings["permissions"]
-    assert new["hooks"]["Stop"] == settings["hooks"]["Stop"]
+    stop = new["hooks"]["Stop"]
+    assert stop[0] == settings["hooks"]["Stop"][0]  # foreign Stop hook kept, ours after it
+    assert len(stop) == 2 and check_command(stop[1]["hooks"][0]["command"]) == "chat-notify"
     start = new["hooks"]["SessionStart"]
     assert start[0] == {"hooks": [{"type": "command", "command": "echo thatch"}]}
     assert len(start) == 2 and check_command(start[1]["hooks"][0]["command"]) == "reminder"
@@ -252,7 +260,10 @@ def test_cursor_and_opencode_foreign_entries_preserved(project: Path, env: dict[
     run(project, env, ["cursor", "opencode"])
     doc = json.loads((project / ".cursor" / "hooks.json").read_text())
     assert list(doc) == ["version", "hooks"] and doc["version"] == 1
-    assert doc["hooks"]["stop"] == [{"command": "thatch-other reminder"}]
+    stop = doc["hooks"]["stop"]
+    assert stop[0] == {"command": "thatch-other reminder"} and len(stop) == 2
+    assert check_command(stop[1]["command"], "cursor") == "chat-notify"
+    assert stop[1]["loop_limit"] == 3
     tool = doc["hooks"]["postToolUse"]
     assert tool[0] == {"command": "lint.sh"} and len(tool) == 2
     assert check_command(tool[1]["command"]) == "buffer-tool"

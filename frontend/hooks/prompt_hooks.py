@@ -174,7 +174,11 @@ def run_flush_tools(as_json: bool, host: str | None) -> None:
     def body() -> str | None:
         payload = hookio.read_payload("flush-tools")
         resolved = hookio.resolve_host(host, os.environ, "flush-tools")
-        return flush_text(payload, os.environ, resolved)
+        text = flush_text(payload, os.environ, resolved)
+        from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
+
+        line = chat_line("flush-tools", payload, os.environ, resolved, always=False)
+        return with_chat_line(text, line)
 
     run_hook("flush-tools", body, as_json)
 
@@ -209,7 +213,10 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
             store.close()
     except Exception as error:  # the reminder itself matters more than hygiene
         report_failure(command, error)
-    return reminder_text(project, host, report)
+    from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
+
+    line = chat_line(command, payload, env, host, always=True, project=project, directory=directory)
+    return with_chat_line(reminder_text(project, host, report), line) or ""
 
 
 def run_reminder(as_json: bool, host: str | None) -> None:

@@ -84,8 +84,15 @@ SERVED_TOOLS = (
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
+    "chat_register",
+    "chat_list",
+    "chat_send",
+    "chat_broadcast",
+    "chat_read",
+    "chat_unregister",
+    "chat_status",
 )
-# Tools of later phases (engines, chat), served today by the earlier TypeScript release; a
+# Tools of later phases (engines), served today by the earlier TypeScript release; a
 # tool that lands in the registry moves from here to SERVED_TOOLS.
 LATER_PHASE_TOOLS = (
     "prediction_query",
@@ -96,13 +103,6 @@ LATER_PHASE_TOOLS = (
     "behavior_feedback",
     "behavior_list",
     "behavior_delete",
-    "chat_register",
-    "chat_list",
-    "chat_send",
-    "chat_read",
-    "chat_unregister",
-    "chat_broadcast",
-    "chat_status",
 )
 THATCH_TOOLS = SERVED_TOOLS + LATER_PHASE_TOOLS
 DRAINING_TOOLS = ("memory_remember", "extraction_done")

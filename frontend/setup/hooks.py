@@ -56,6 +56,7 @@ def claude_commands(bin_word: str, post_tool_use: bool) -> dict[str, str]:
         "SessionStart": f"{bin_word} reminder",
         "PostToolUse" if post_tool_use else "PostToolBatch": f"{bin_word} buffer-batch",
         "UserPromptSubmit": f"{bin_word} flush-tools",
+        "Stop": f"{bin_word} chat-notify",
     }
 
 
@@ -64,7 +65,12 @@ def cursor_commands(bin_word: str) -> dict[str, str]:
         "sessionStart": f"{bin_word} reminder --json",
         "postToolUse": f"{bin_word} buffer-tool",
         "beforeSubmitPrompt": f"{bin_word} flush-tools --json",
+        "stop": f"{bin_word} chat-notify --host cursor",
     }
+
+
+# Cursor's own cap on follow-ups one stop hook may chain (docs/chat.md §liveness).
+CURSOR_ENTRY_EXTRAS: dict[str, dict[str, Any]] = {"stop": {"loop_limit": 3}}
 
 
 def _hooks_map(doc: dict[str, Any]) -> dict[str, Any]:
@@ -127,5 +133,5 @@ def merge_cursor(doc: dict[str, Any], bin_word: str) -> dict[str, Any]:
     for event, command in cursor_commands(bin_word).items():
         entries = _event_list(hooks, event)
         kept = [e for e in entries if not (isinstance(e, dict) and is_thatch(e))]
-        hooks[event] = [*kept, {"command": command}]
+        hooks[event] = [*kept, {"command": command, **CURSOR_ENTRY_EXTRAS.get(event, {})}]
     return doc

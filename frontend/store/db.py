@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import sqlite3
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
-from urllib.parse import quote
 
 from thatch.frontend.errors import (
     DatabaseBusyError,
@@ -79,6 +76,8 @@ def connect(path: Path | str) -> sqlite3.Connection:
     # A WAL database on a read-only file system cannot get its -shm file, so SQLite refuses
     # even to read it. No -wal file means no writer has it open (one would have made it),
     # so reading it as immutable is exact; writes then fail as read-only, as they must.
+    from urllib.parse import quote
+
     uri = f"file:{quote(os.fspath(path))}?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
@@ -209,6 +208,8 @@ def open_error(error: sqlite3.Error, path: Path | str) -> StoreError:
     if is_busy(error):
         return DatabaseBusyError()
     if code == sqlite3.SQLITE_NOTADB:  # maybe never was one: say so, and how to tell
+        import shlex
+
         quoted = shlex.quote(os.fspath(path))
         check = f'if it held memories, run sqlite3 {quoted} "PRAGMA integrity_check"'
         return DatabaseOpenError(path, f"{_words(error)} ({check})")
@@ -307,7 +308,7 @@ def atomic(conn: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3
     not obtained within the busy timeout becomes DatabaseBusyError.
     """
     if conn.in_transaction:
-        name = f"thatch_{uuid.uuid4().hex}"
+        name = f"thatch_{os.urandom(16).hex()}"
         conn.execute(f"SAVEPOINT {name}")
         try:
             yield conn

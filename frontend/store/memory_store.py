@@ -150,6 +150,11 @@ class Store(UpkeepQueries):
 
     # -- plumbing ------------------------------------------------------------------------
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock serialising this connection's users (the chat store shares both)."""
+        return self._lock
+
     def _now(self) -> str:
         return format_timestamp(self.clock())
 

@@ -372,6 +372,36 @@ def m007_change_log(conn: sqlite3.Connection) -> None:
     )
 
 
+CHAT_TABLES: dict[str, str] = {
+    "chat_name_counters": "CREATE TABLE IF NOT EXISTS chat_name_counters "
+    "(base TEXT PRIMARY KEY, next INTEGER NOT NULL)",
+    "chat_leave_tombstones": "CREATE TABLE IF NOT EXISTS chat_leave_tombstones "
+    "(session_id TEXT PRIMARY KEY, left_at TEXT NOT NULL)",
+    "chat_wakes": "CREATE TABLE IF NOT EXISTS chat_wakes "
+    "(session_id TEXT NOT NULL, at TEXT NOT NULL)",
+    # When once-a-day chat upkeep (pruning) last ran, so concurrent reminders run it once.
+    "chat_upkeep": "CREATE TABLE IF NOT EXISTS chat_upkeep "
+    "(task TEXT PRIMARY KEY, at TEXT NOT NULL)",
+}
+
+
+def m008_chat_and_repo_paths(conn: sqlite3.Connection) -> None:
+    """The chat's own tables (docs/chat.md §tables) and the indexes its queries use.
+
+    ``repo_paths`` itself is one of the 14 tables m001 creates (an earlier release may
+    have made it too); it is created here again for a file whose m001 predates it.
+    """
+    for ddl in CHAT_TABLES.values():
+        conn.execute(ddl)
+    conn.execute(TABLES["repo_paths"])
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_messages_to ON chat_messages (to_session, read_at)"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_wakes_session ON chat_wakes (session_id, at)"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_create_tables", m001_create_tables),
     ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
@@ -380,6 +410,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m005_pending_index", m005_pending_index),
     ("m006_conflict_free_triggers", m006_conflict_free_triggers),
     ("m007_change_log", m007_change_log),
+    ("m008_chat_and_repo_paths", m008_chat_and_repo_paths),
 ]
 
 

@@ -27,6 +27,7 @@ from thatch.frontend.store.slugs import slugify
 from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.after_reply import AfterReply
+from thatch.frontend.tools.chat_tools import ChatRefused, ChatTools
 from thatch.frontend.tools.context import EmbedResultLike, ToolContext
 from thatch.frontend.tools.labels import derive_label
 from thatch.frontend.tools.registry import SPECS_BY_NAME
@@ -97,6 +98,8 @@ class Tools:
     def __init__(self, ctx: ToolContext, after_reply: AfterReply | None = None) -> None:
         self.ctx = ctx
         self.after_reply = after_reply
+        # Holds this process's default chat identity (docs/chat.md §2): one per server.
+        self.chat = ChatTools.over(ctx)
 
     # -- dispatch ----------------------------------------------------------------------
 
@@ -114,7 +117,7 @@ class Tools:
             return ToolResult(text)
         except sqlite3.Error as error:
             return ToolResult(str(db.store_error(error, self.ctx.store.path)), True)
-        except (ArgumentError, Refused, StoreError) as error:
+        except (ArgumentError, Refused, ChatRefused, StoreError) as error:
             return ToolResult(str(error), True)
         except EmbedderUnavailable as error:
             return ToolResult(embedder_error(error), True)

@@ -1,0 +1,316 @@
+"""``thatch chat list|tail|send`` and the ``chat-notify`` hook's click face (docs/cli.md §chat).
+
+The CLI reads the chat tables directly (no embedder): ``list`` shows who is here, ``tail``
+follows messages and reads as JSON lines, ``send`` lets a person drop a note into a
+running session under a person identity (``person-<NNNNN>``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from thatch.cli.hook_cmds import HOOK_SETTINGS, HookCommand
+from thatch.common.environment import default_db_path, project_dir_from_env
+from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
+from thatch.frontend.untrusted import inline
+
+POLL_SECONDS = 2.0
+BACKLOG = 20
+
+
+def open_chat() -> ChatStore:
+    from thatch.frontend.store import db
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.timefmt import utc_now
+
+    path = default_db_path(os.environ)
+    Store.open(path, clock=utc_now).close()  # the schema, chat tables included
+    return ChatStore(db.connect(path), utc_now)
+
+
+def fail(message: str) -> None:
+    click.echo(message, err=True)
+    sys.exit(1)
+
+
+@click.group("chat")
+def chat() -> None:
+    """Messages between the agent sessions on this machine."""
+
+
+# -- list --------------------------------------------------------------------------------
+
+
+def session_row(session: ChatSession, active: bool) -> dict[str, Any]:
+    return {
+        "name": session.name,
+        "status": "active" if active else "stale",
+        "host": session.host_kind,
+        "project": session.project,
+        "last_seen": session.last_seen,
+        "topic": session.topic,
+        "session_id": session.session_id,
+        "worktree": session.worktree,
+        "registered_at": session.registered_at,
+        "auto": session.auto,
+    }
+
+
+@chat.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of rows.")
+def list_cmd(as_json: bool) -> None:
+    """Chat sessions: active first, then by name."""
+    store = open_chat()
+    try:
+        now = store.clock()
+        sessions = sorted(store.sessions(), key=lambda s: (not s.is_active(now), s.name.lower()))
+        rows = [session_row(s, s.is_active(now)) for s in sessions]
+    finally:
+        store.conn.close()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    header = ("NAME", "STATUS", "HOST", "PROJECT", "LAST SEEN", "TOPIC")
+    cells = [
+        [inline(str(row[key] or "")) for key in ("name", "status", "host", "project", "last_seen")]
+        + [inline(row["topic"] or "")]
+        for row in rows
+    ]
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(header)]
+    tty = sys.stdout.isatty()
+
+    def line(values: list[str], status: str | None = None) -> str:
+        text = "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
+        if tty and status == "active":
+            return click.style(text, fg="green")
+        if tty and status == "stale":
+            return click.style(text, dim=True)
+        return text
+
+    click.echo(line(list(header)))
+    for row, values in zip(rows, cells, strict=True):
+        click.echo(line(values, row["status"]))
+
+
+# -- tail --------------------------------------------------------------------------------
+
+
+@dataclass
+class TailFilter:
+    from_name: str | None
+    to_name: str | None
+    since: str | None
+    until: str | None
+    patterns: list[re.Pattern[str]]
+
+    def message(self, message: ChatMessage, names: dict[str, str]) -> bool:
+        sender = names.get(message.from_session, "unknown")
+        recipient = names.get(message.to_session, "unknown")
+        if self.from_name and sender.lower() != self.from_name.lower():
+            return False
+        if self.to_name and recipient.lower() != self.to_name.lower():
+            return False
+        return all(pattern.search(message.body) for pattern in self.patterns)
+
+    def at(self, at: str) -> bool:
+        if self.since and at < self.since:
+            return False
+        return not (self.until and at > self.until)
+
+
+def sent_event(message: ChatMessage, names: dict[str, str]) -> dict[str, Any]:
+    return {
+        "event": "sent",
+        "id": message.id,
+        "at": message.created_at,
+        "from": names.get(message.from_session, message.from_name or "unknown"),
+        "to": names.get(message.to_session, "unknown"),
+        "broadcast": message.via_broadcast,
+        "body": message.body,
+    }
+
+
+def read_event(message: ChatMessage, names: dict[str, str]) -> dict[str, Any]:
+    return {
+        "event": "read",
+        "id": message.id,
+        "at": message.read_at,
+        "by": names.get(message.to_session, "unknown"),
+    }
+
+
+def emit(event: dict[str, Any]) -> None:
+    # ASCII JSON: a body's control or bidi characters cannot reach the terminal raw.
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def backlog(
+    store: ChatStore, rule: TailFilter, limit: int | None
+) -> tuple[list[dict[str, Any]], int, set[int]]:
+    """The last ``limit`` events, the highest message id seen and the unread ids to watch."""
+    names = store.names()
+    messages = [m for m in store.messages_after(0) if rule.message(m, names)]
+    events: list[tuple[str, int, int, dict[str, Any]]] = []
+    for message in messages:
+        events.append((message.created_at, message.id, 0, sent_event(message, names)))
+        if message.read_at:
+            events.append((message.read_at, message.id, 1, read_event(message, names)))
+    events.sort(key=lambda item: item[:3])
+    shown = [event for at, _, _, event in events if rule.at(at)]
+    if limit is not None:
+        shown = shown[-limit:] if limit else []
+    last = max((m.id for m in store.messages_after(0, limit=1)), default=0)
+    watch = {m.id for m in messages if m.read_at is None}
+    return shown, last, watch
+
+
+def follow(
+    store: ChatStore, rule: TailFilter, last: int, watch: set[int], interval: float
+) -> Iterator[dict[str, Any]]:
+    while True:
+        time.sleep(interval)
+        names = store.names()
+        events: list[tuple[str, int, int, dict[str, Any]]] = []
+        for message in store.messages_after(last):
+            last = max(last, message.id)
+            if not rule.message(message, names):
+                continue
+            events.append((message.created_at, message.id, 0, sent_event(message, names)))
+            if message.read_at:
+                events.append((message.read_at, message.id, 1, read_event(message, names)))
+            else:
+                watch.add(message.id)
+        for message in store.read_among(sorted(watch)):
+            watch.discard(message.id)
+            events.append((message.read_at or "", message.id, 1, read_event(message, names)))
+        events.sort(key=lambda item: item[:3])
+        for at, _, _, event in events:
+            if rule.at(at):
+                yield event
+
+
+def parse_limit(value: str) -> int | None:
+    if value == "all":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise click.BadParameter("expected a number or all") from None
+    if number < 0:
+        raise click.BadParameter("expected a number ≥ 0 or all")
+    return number
+
+
+@chat.command("tail")
+@click.option("--once", is_flag=True, help="Print the backlog and exit.")
+@click.option("--limit", default=str(BACKLOG), show_default=True, help="Backlog events, or all.")
+@click.option("--from", "from_name", default=None, help="Only messages from this name.")
+@click.option("--to", "to_name", default=None, help="Only messages to this name.")
+@click.option("--since", default=None, help="Only events at or after this time (UTC ISO).")
+@click.option("--until", default=None, help="Only events at or before this time (UTC ISO).")
+@click.option("--match", "patterns", multiple=True, help="Regex the body must match (repeat).")
+def tail(
+    once: bool,
+    limit: str,
+    from_name: str | None,
+    to_name: str | None,
+    since: str | None,
+    until: str | None,
+    patterns: tuple[str, ...],
+) -> None:
+    """Follow chat messages and reads as JSON lines, oldest first; Ctrl-C stops."""
+    count = parse_limit(limit)
+    compiled: list[re.Pattern[str]] = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as error:
+            raise click.BadParameter(f"{pattern!r}: {error}", param_hint="--match") from None
+    rule = TailFilter(from_name, to_name, since, until, compiled)
+    store = open_chat()
+    try:
+        shown, last, watch = backlog(store, rule, count)
+        for event in shown:
+            emit(event)
+        if once:
+            return
+        for event in follow(store, rule, last, watch, POLL_SECONDS):
+            emit(event)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        # The reader went away (| head): nothing more to say, and nothing to flush.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        store.conn.close()
+
+
+# -- send --------------------------------------------------------------------------------
+
+
+def person_session_id() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return "person_" + hashlib.sha256(user.encode()).hexdigest()[:12]
+
+
+@chat.command("send")
+@click.argument("to")
+@click.argument("body")
+def send(to: str, body: str) -> None:
+    """Send BODY to the session named TO, as yourself (a person, not an agent)."""
+    from thatch.frontend.project import project_store
+    from thatch.frontend.tools.chat_tools import max_body, split_body, split_len
+
+    if not body.strip():
+        fail("Invalid arguments: body: must not be empty")
+    limit = max_body(os.environ)
+    if len(body) > limit:
+        fail(f"Message too long: {len(body)} characters (maximum {limit}).")
+    directory = project_dir_from_env(os.environ) or Path.cwd()
+    store = open_chat()
+    try:
+        recipient = store.by_name(to.strip())
+        if recipient is None:
+            fail(f'No chat session named "{inline(to)}". Run thatch chat list to see who is here.')
+            return
+        me = store.ensure_person(
+            person_session_id(),
+            project=project_store(directory, os.environ),
+            worktree=os.path.realpath(directory),
+        )
+        parts = split_body(body, split_len(os.environ))
+        if not store.send(me.session_id, recipient.session_id, parts):
+            click.echo(f"[sent] → {recipient.name} (duplicate suppressed)")
+            return
+        suffix = f" (SENT AS {len(parts)} PARTS)" if len(parts) > 1 else ""
+        click.echo(f"[sent] → {recipient.name}{suffix} as {me.name}")
+    finally:
+        store.conn.close()
+
+
+# -- the hook ----------------------------------------------------------------------------
+
+
+@click.command("chat-notify", cls=HookCommand, context_settings=HOOK_SETTINGS)
+@click.option("--host", default=None, help="claude (Stop hook) or cursor (stop hook).")
+def chat_notify(host: str | None) -> None:
+    """Post-turn hook: point the session at its unread chat messages (never a body)."""
+    from thatch.frontend.hooks.chat_notify import run_chat_notify
+
+    run_chat_notify(["--host", host] if host else [])

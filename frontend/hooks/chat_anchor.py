@@ -1,0 +1,141 @@
+"""Chat anchoring by the prompt hooks (docs/chat.md §2, §6): who this session is in chat.
+
+``reminder`` and ``flush-tools`` register their host session (``auto = 1``) if it is
+missing and refresh its ``last_seen``; ``reminder`` always says the session's name,
+``flush-tools`` only when mail waits, and ``reminder`` prunes old rows (at most daily).
+On the hot path: one connection, no numpy, no git for a session already registered
+(its project is kept from when it was anchored), and the schema migrated only when a
+chat table is missing. Every failure returns None: the nudge still prints.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from thatch.common.environment import default_db_path
+from thatch.frontend.hooks import hookio
+from thatch.frontend.hooks.runner import report_failure
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.chat_store import ChatStore
+
+# The payload field naming the host session, by host (Claude, Cursor, opencode).
+_SESSION_FIELDS = {
+    "cursor": ("conversation_id", "session_id", "sessionID"),
+    "opencode": ("sessionID", "session_id", "conversation_id"),
+}
+_DEFAULT_FIELDS = ("session_id", "conversation_id", "sessionID")
+
+
+def host_session(payload: Mapping[str, Any], host: str) -> str:
+    """The host's session id in a hook payload ("" when there is none)."""
+    from thatch.frontend.hooks.queue import first_string
+
+    return first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_FIELDS)).strip()
+
+
+def open_chat(env: Mapping[str, str]) -> ChatStore:
+    """A ChatStore over its own connection to the database (closed by ``close_chat``)."""
+    from thatch.frontend.store import db
+    from thatch.frontend.store.chat_store import ChatStore
+    from thatch.frontend.timefmt import utc_now
+
+    conn = db.connect(default_db_path(env))
+    # Heartbeats, wakes and auto rows only: a power cut may lose the last of them (the
+    # next hook writes them again), never corrupt the file (WAL); saves an fsync a prompt.
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return ChatStore(conn, utc_now)
+
+
+def _migrated(env: Mapping[str, str]) -> None:
+    """Bring the schema up to date (a database an older thatch made lacks chat tables)."""
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.timefmt import utc_now
+
+    Store.open(default_db_path(env), clock=utc_now).close()
+
+
+def chat_line(
+    command: str,
+    payload: Mapping[str, Any],
+    env: Mapping[str, str],
+    host: str,
+    *,
+    always: bool,
+    project: str | None = None,
+    directory: Path | None = None,
+) -> str | None:
+    """``[thatch] chat: you are NAME (n unread)`` for the payload's session, anchoring it.
+
+    ``always`` (reminder): printed whatever n is, and old rows pruned; else only when
+    n > 0. None without a session id, for a session that left (tombstone), or on failure.
+    """
+    session = host_session(payload, host)
+    if not session:
+        return None
+    try:
+        try:
+            return _anchor(session, payload, env, host, always, project, directory)
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):
+                raise
+            _migrated(env)
+            return _anchor(session, payload, env, host, always, project, directory)
+    except Exception as error:  # chat must never cost the host its nudge
+        report_failure(command, error)
+        return None
+
+
+def _anchor(
+    session: str,
+    payload: Mapping[str, Any],
+    env: Mapping[str, str],
+    host: str,
+    always: bool,
+    project: str | None,
+    directory: Path | None,
+) -> str | None:
+    from thatch.frontend.store.chat_store import host_session_key
+
+    key = host_session_key(session)
+    chat = open_chat(env)
+    try:
+        known = chat.get(key)
+        if directory is None:
+            directory = hookio.project_dir(env, payload)
+        if project is None:
+            if known is not None and known.project:
+                project = known.project
+            else:
+                from thatch.frontend.project import project_store
+
+                project = project_store(directory, env)
+        anchored = chat.anchor(
+            key,
+            project=project,
+            host_kind=host,
+            worktree=os.path.realpath(directory),
+        )
+        if anchored is None:
+            return None
+        unread = chat.unread_count(key)
+        if always:
+            chat.prune()
+        elif unread == 0:
+            return None
+        from thatch.frontend.untrusted import token
+
+        return f"[thatch] chat: you are {token(anchored.name)} ({unread} unread)"
+    finally:
+        chat.conn.close()
+
+
+def with_chat_line(text: str | None, line: str | None) -> str | None:
+    """``text`` with the chat line appended as its own paragraph."""
+    if not line:
+        return text
+    return f"{text}\n\n{line}" if text else line

@@ -1,0 +1,94 @@
+"""``thatch chat-notify``: the post-turn hook that tells a session it has mail (docs/chat.md §6).
+
+Claude Code's ``Stop`` hook and Cursor's ``stop`` hook run it after every turn. When a wake
+is due it prints a pointer (who wrote, which tool reads it), never a body: Claude
+``{"decision": "block", "reason": …}``, Cursor ``{"followup_message": …}``. Otherwise
+Claude gets nothing and Cursor ``{}``, also for empty, malformed or huge stdin. It always
+exits 0, and stays off the database unless the payload names a session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from thatch.frontend.hooks import hookio
+from thatch.frontend.hooks.runner import hook_options, report_failure
+
+COMMAND = "chat-notify"
+
+
+def pointer(unread: int, senders: list[str], name: str) -> str:
+    from thatch.frontend.untrusted import quoted, token
+
+    who = ", ".join(token(sender) for sender in senders)
+    return (
+        f"[thatch] System notification, not user input: {unread} unread chat message(s) "
+        f'from {who}. Read them with chat_read {{"as": {quoted(name)}}}. Reply only if it '
+        "matters to your current work; otherwise carry on."
+    )
+
+
+def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
+    """The pointer when a wake is due for the payload's session, else None."""
+    from thatch.frontend.hooks.chat_anchor import host_session, open_chat
+
+    session = host_session(payload, host)
+    if not session:
+        return None
+    from thatch.frontend.store.chat_store import host_session_key
+
+    key = host_session_key(session)
+    chat = open_chat(env)
+    try:
+        me = chat.get(key)
+        if me is None:
+            return None
+        if host == "cursor" and payload.get("status") != "completed":
+            chat.touch(key)  # every run is a sign of life, woken or not
+            return None
+        if host != "cursor" and payload.get("stop_hook_active") is True:
+            chat.touch(key)  # Claude's own loop guard: this turn already continued for a hook
+            return None
+        woken = chat.wake(key)  # refreshes last_seen too
+        if woken is None:
+            return None
+        unread, senders = woken
+        return pointer(unread, senders, me.name)
+    finally:
+        chat.conn.close()
+
+
+def output(text: str | None, host: str) -> str:
+    if host == "cursor":
+        return json.dumps({"followup_message": text} if text else {}, ensure_ascii=False)
+    if text:
+        return json.dumps({"decision": "block", "reason": text}, ensure_ascii=False)
+    return ""
+
+
+def run_chat_notify(args: list[str]) -> None:
+    options = hook_options(COMMAND, args)
+    host = "claude"
+    text = None
+    try:
+        host = hookio.resolve_host(options["host"], os.environ, COMMAND)
+        payload = hookio.read_payload(COMMAND)
+        text = notify_text(payload, os.environ, host)
+    except sqlite3.OperationalError as error:
+        if "no such table" not in str(error):  # an older file: nobody has mail yet
+            report_failure(COMMAND, error)
+    except Exception as error:  # a hook must never fail its host's turn
+        report_failure(COMMAND, error)
+    line = output(text, host)
+    if not line:
+        return
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass

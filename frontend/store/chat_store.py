@@ -1,0 +1,514 @@
+"""Chat between concurrent agent sessions: sessions, names, messages, wakes (docs/chat.md).
+
+One ``ChatStore`` over a connection, a lock and a clock, all passed in. Every logical write
+is one short ``BEGIN IMMEDIATE`` transaction (``db.atomic``): name assignment, a message
+with all its parts, reading-and-marking, a wake. Nothing here formats text for agents;
+the tools (tools/chat_tools.py) and hooks do that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from thatch.frontend.store import db
+from thatch.frontend.store.chat_words import WORDS
+from thatch.frontend.timefmt import Clock, format_timestamp, parse_timestamp
+
+ACTIVE_WINDOW = timedelta(minutes=30)
+TOMBSTONE_KEPT = timedelta(days=7)
+AUTO_ROW_KEPT = timedelta(days=7)
+PRUNE_EVERY = timedelta(days=1)
+RENUDGE_WINDOW = timedelta(minutes=15)
+WAKE_WINDOW = timedelta(hours=1)
+WAKES_PER_WINDOW = 6
+DUPLICATE_WINDOW = timedelta(seconds=10)
+PERSON = "person"  # host_kind and name base of a person's identity (thatch chat send)
+
+_SESSION_COLUMNS = (
+    "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
+)
+_MESSAGE_COLUMNS = (
+    "m.id, m.from_session, m.to_session, m.body, m.created_at, m.delivered_at, m.read_at, "
+    "m.via_broadcast, s.name"
+)
+_MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
+
+
+# NamedTuples, not dataclasses: the prompt hooks import this module, and dataclasses
+# (with inspect) would cost them ~6 ms a prompt.
+class ChatSession(NamedTuple):
+    session_id: str
+    name: str
+    topic: str | None
+    project: str | None
+    host_kind: str
+    registered_at: str
+    last_seen: str
+    auto: bool
+    worktree: str
+
+    def is_active(self, now: datetime) -> bool:
+        try:
+            seen = parse_timestamp(self.last_seen)
+        except ValueError:  # written by something else: not a sign of life
+            return False
+        return now - seen <= ACTIVE_WINDOW
+
+
+class ChatMessage(NamedTuple):
+    id: int
+    from_session: str
+    to_session: str
+    body: str
+    created_at: str
+    delivered_at: str | None
+    read_at: str | None
+    via_broadcast: bool
+    from_name: str | None  # None: the sender has left (shown as "unknown")
+
+
+def host_session_key(host_session: str) -> str:
+    """The row key of a host session (Claude session_id, Cursor conversation_id, ...)."""
+    return "mcp_" + hashlib.sha256(host_session.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def name_word(session_id: str) -> str:
+    """The word a session's name starts with: fixed by its row key."""
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return WORDS[int(digest, 16) % len(WORDS)]
+
+
+def _session(row: Sequence[object]) -> ChatSession:
+    return ChatSession(
+        session_id=str(row[0]),
+        name=str(row[1]),
+        topic=None if row[2] is None else str(row[2]),
+        project=None if row[3] is None else str(row[3]),
+        host_kind=str(row[4]),
+        registered_at=str(row[5]),
+        last_seen=str(row[6]),
+        auto=bool(row[7]),
+        worktree=str(row[8] or ""),
+    )
+
+
+def _message(row: Sequence[object]) -> ChatMessage:
+    return ChatMessage(
+        id=int(row[0]),  # type: ignore[call-overload]
+        from_session=str(row[1]),
+        to_session=str(row[2]),
+        body=str(row[3]),
+        created_at=str(row[4]),
+        delivered_at=None if row[5] is None else str(row[5]),
+        read_at=None if row[6] is None else str(row[6]),
+        via_broadcast=bool(row[7]),
+        from_name=None if row[8] is None else str(row[8]),
+    )
+
+
+class ChatStore:
+    """Chat queries over one connection; ``lock`` serialises threads sharing it."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, clock: Clock, lock: threading.RLock | None = None
+    ) -> None:
+        self.conn = conn
+        self.clock = clock
+        self._lock = lock if lock is not None else threading.RLock()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _at(self, delta: timedelta = timedelta(0)) -> str:
+        return format_timestamp(self.clock() - delta)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, db.atomic(self.conn) as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, db.atomic(self.conn, immediate=False) as conn:
+            yield conn
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> ChatSession | None:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return None if row is None else _session(row)
+
+    def by_name(self, name: str) -> ChatSession | None:
+        """The session called ``name``, case-insensitively (the column is NOCASE)."""
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
+            ).fetchone()
+        return None if row is None else _session(row)
+
+    def sessions(self) -> list[ChatSession]:
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM chat_sessions").fetchall()
+        return [_session(row) for row in rows]
+
+    def _assign_name(self, conn: sqlite3.Connection, session_id: str, word: str | None) -> str:
+        word = word or name_word(session_id)
+        conn.execute(
+            "INSERT INTO chat_name_counters (base, next) VALUES (?, 1) "
+            "ON CONFLICT(base) DO NOTHING",
+            (word,),
+        )
+        while True:
+            (number,) = conn.execute(
+                "SELECT next FROM chat_name_counters WHERE base = ?", (word,)
+            ).fetchone()
+            conn.execute("UPDATE chat_name_counters SET next = next + 1 WHERE base = ?", (word,))
+            name = f"{word}-{int(number):05d}"
+            # A row of the earlier release may hold the name already: never reuse it.
+            taken = conn.execute("SELECT 1 FROM chat_sessions WHERE name = ?", (name,)).fetchone()
+            if taken is None:
+                return name
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        *,
+        project: str,
+        host_kind: str,
+        worktree: str,
+        auto: bool,
+        word: str | None = None,
+    ) -> None:
+        now = self._at()
+        conn.execute(
+            "INSERT INTO chat_sessions (session_id, name, topic, project, host_kind, "
+            "registered_at, last_seen, auto, worktree) VALUES (?, ?, NULL, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                self._assign_name(conn, session_id, word),
+                project,
+                host_kind,
+                now,
+                now,
+                int(auto),
+                worktree,
+            ),
+        )
+
+    def anchor(
+        self, session_id: str, *, project: str, host_kind: str, worktree: str
+    ) -> ChatSession | None:
+        """Ensure a hook's session is registered (``auto = 1``) and refresh ``last_seen``.
+
+        None when the session left less than 7 days ago (its tombstone keeps it out).
+        An existing row keeps its name; project and worktree follow the session.
+        """
+        with self._write() as conn:
+            left = conn.execute(
+                "SELECT left_at FROM chat_leave_tombstones WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if left is not None and str(left[0]) > self._at(TOMBSTONE_KEPT):
+                return None
+            updated = conn.execute(
+                "UPDATE chat_sessions SET last_seen = ?, project = ?, worktree = ? "
+                "WHERE session_id = ?",
+                (self._at(), project, worktree, session_id),
+            ).rowcount
+            if not updated:
+                self._insert(
+                    conn,
+                    session_id,
+                    project=project,
+                    host_kind=host_kind,
+                    worktree=worktree,
+                    auto=True,
+                )
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return _session(row)
+
+    def register_server(self, *, project: str, host_kind: str, worktree: str) -> ChatSession:
+        """A new identity for one server process (``srv_`` + uuid4, ``auto = 0``)."""
+        import uuid  # ~3 ms: only servers need it, never a hook
+
+        session_id = "srv_" + str(uuid.uuid4())
+        with self._write() as conn:
+            self._insert(
+                conn,
+                session_id,
+                project=project,
+                host_kind=host_kind,
+                worktree=worktree,
+                auto=False,
+            )
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return _session(row)
+
+    def ensure_person(self, session_id: str, *, project: str, worktree: str) -> ChatSession:
+        """The identity a person sends under from the CLI: ``person-<NNNNN>`` (a base
+        outside the 64 words, so no agent's name can look like it), ``host_kind`` person."""
+        with self._write() as conn:
+            updated = conn.execute(
+                "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
+                (self._at(), session_id),
+            ).rowcount
+            if not updated:
+                self._insert(
+                    conn,
+                    session_id,
+                    project=project,
+                    host_kind=PERSON,
+                    worktree=worktree,
+                    auto=False,
+                    word=PERSON,
+                )
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        return _session(row)
+
+    def touch(self, session_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
+                (self._at(), session_id),
+            )
+
+    def set_topic(self, session_id: str, topic: str | None) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE chat_sessions SET topic = ?, last_seen = ? WHERE session_id = ?",
+                (topic, self._at(), session_id),
+            )
+
+    def unregister(self, session_id: str) -> None:
+        """Delete the row and leave a tombstone; its messages stay."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM chat_sessions WHERE session_id = ?", (session_id,))
+            conn.execute(
+                "INSERT INTO chat_leave_tombstones (session_id, left_at) VALUES (?, ?) "
+                "ON CONFLICT(session_id) DO UPDATE SET left_at = excluded.left_at",
+                (session_id, self._at()),
+            )
+
+    def prune(self, *, task: str = "prune") -> bool:
+        """Delete auto rows unseen for 7 days, old tombstones and wakes, at most once a day.
+
+        Returns whether it ran. The once-a-day stamp is written in the same transaction,
+        so concurrent reminders prune once.
+        """
+        with self._write() as conn:
+            last = conn.execute("SELECT at FROM chat_upkeep WHERE task = ?", (task,)).fetchone()
+            if last is not None and str(last[0]) > self._at(PRUNE_EVERY):
+                return False
+            conn.execute(
+                "DELETE FROM chat_sessions WHERE auto = 1 AND last_seen < ?",
+                (self._at(AUTO_ROW_KEPT),),
+            )
+            conn.execute(
+                "DELETE FROM chat_leave_tombstones WHERE left_at < ?", (self._at(TOMBSTONE_KEPT),)
+            )
+            conn.execute("DELETE FROM chat_wakes WHERE at < ?", (self._at(WAKE_WINDOW),))
+            conn.execute(
+                "INSERT INTO chat_upkeep (task, at) VALUES (?, ?) "
+                "ON CONFLICT(task) DO UPDATE SET at = excluded.at",
+                (task, self._at()),
+            )
+        return True
+
+    # -- messages ------------------------------------------------------------------------
+
+    def send(self, from_session: str, to_session: str, parts: Sequence[str]) -> bool:
+        """Store ``parts`` as consecutive messages in one transaction; False when an
+        identical unread copy to the same recipient is under 10 s old (a retry)."""
+        with self._write() as conn:
+            duplicate = all(
+                conn.execute(
+                    "SELECT 1 FROM chat_messages WHERE from_session = ? AND to_session = ? "
+                    "AND body = ? AND read_at IS NULL AND created_at >= ? LIMIT 1",
+                    (from_session, to_session, part, self._at(DUPLICATE_WINDOW)),
+                ).fetchone()
+                is not None
+                for part in parts
+            )
+            if duplicate:
+                conn.execute(
+                    "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
+                    (self._at(), from_session),
+                )
+                return False
+            self._insert_parts(conn, from_session, to_session, parts, broadcast=False)
+        return True
+
+    def broadcast(
+        self, from_session: str, to_sessions: Sequence[str], parts: Sequence[str]
+    ) -> None:
+        with self._write() as conn:
+            for to_session in to_sessions:
+                self._insert_parts(conn, from_session, to_session, parts, broadcast=True)
+
+    def _insert_parts(
+        self,
+        conn: sqlite3.Connection,
+        from_session: str,
+        to_session: str,
+        parts: Sequence[str],
+        *,
+        broadcast: bool,
+    ) -> None:
+        now = self._at()
+        conn.executemany(
+            "INSERT INTO chat_messages (from_session, to_session, body, created_at, "
+            "via_broadcast) VALUES (?, ?, ?, ?, ?)",
+            [(from_session, to_session, part, now, int(broadcast)) for part in parts],
+        )
+        conn.execute(
+            "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, from_session)
+        )
+
+    def unread_count(self, session_id: str) -> int:
+        with self._read() as conn:
+            (count,) = conn.execute(
+                "SELECT count(*) FROM chat_messages WHERE to_session = ? AND read_at IS NULL",
+                (session_id,),
+            ).fetchone()
+        return int(count)
+
+    def read_unread(self, session_id: str) -> list[ChatMessage]:
+        """Every unread message to the session, oldest first, marked read (one transaction)."""
+        with self._write() as conn:
+            rows = conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} "
+                "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id",
+                (session_id,),
+            ).fetchall()
+            now = self._at()
+            conn.execute(
+                "UPDATE chat_messages SET read_at = ? WHERE to_session = ? AND read_at IS NULL "
+                "AND id <= ?",
+                (now, session_id, rows[-1][0] if rows else 0),
+            )
+            conn.execute(
+                "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
+            )
+        return [_message(row) for row in rows]
+
+    def message(self, message_id: int) -> ChatMessage | None:
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id = ?", (message_id,)
+            ).fetchone()
+        return None if row is None else _message(row)
+
+    def mark_read(self, message_id: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE chat_messages SET read_at = ? WHERE id = ? AND read_at IS NULL",
+                (self._at(), message_id),
+            )
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def wake(self, session_id: str) -> tuple[int, list[str]] | None:
+        """Take a wake if one is due (docs/chat.md §6), else None: the number of unread
+        messages and their senders' names (``unknown`` for departed ones), in order of
+        each sender's first unread message.
+
+        Due: unread messages not delivered in the last 15 minutes, and fewer than 6 wakes
+        in the last hour. Stamps those messages' ``delivered_at`` and records the wake.
+        """
+        with self._write() as conn:
+            now = self._at()
+            conn.execute(
+                "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
+            )
+            rows = conn.execute(
+                "SELECT m.id, s.name, m.delivered_at FROM chat_messages m "
+                "LEFT JOIN chat_sessions s ON s.session_id = m.from_session "
+                "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id",
+                (session_id,),
+            ).fetchall()
+            renudge = self._at(RENUDGE_WINDOW)
+            due = [row[0] for row in rows if row[2] is None or str(row[2]) < renudge]
+            if not due:
+                return None
+            (wakes,) = conn.execute(
+                "SELECT count(*) FROM chat_wakes WHERE session_id = ? AND at >= ?",
+                (session_id, self._at(WAKE_WINDOW)),
+            ).fetchone()
+            if wakes >= WAKES_PER_WINDOW:
+                return None
+            conn.executemany(
+                "UPDATE chat_messages SET delivered_at = ? WHERE id = ?",
+                [(now, message_id) for message_id in due],
+            )
+            conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
+        senders = [str(row[1]) if row[1] is not None else "unknown" for row in rows]
+        return len(rows), list(dict.fromkeys(senders))
+
+    # -- the tail ------------------------------------------------------------------------
+
+    def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]:
+        """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``."""
+        with self._read() as conn:
+            if limit is None:
+                rows = conn.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? ORDER BY m.id",
+                    (after_id,),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? "
+                    "ORDER BY m.id DESC LIMIT ?",
+                    (after_id, limit),
+                ).fetchall()
+                rows.reverse()
+        return [_message(row) for row in rows]
+
+    def unread_ids(self) -> set[int]:
+        with self._read() as conn:
+            return {
+                int(row[0])
+                for row in conn.execute("SELECT id FROM chat_messages WHERE read_at IS NULL")
+            }
+
+    def read_among(self, ids: Sequence[int]) -> list[ChatMessage]:
+        """Those of ``ids`` that are read now, in read order (a tail's read events)."""
+        found: list[ChatMessage] = []
+        with self._read() as conn:
+            for start in range(0, len(ids), 500):
+                chunk = list(ids[start : start + 500])
+                marks = ", ".join("?" * len(chunk))
+                found.extend(
+                    _message(row)
+                    for row in conn.execute(
+                        f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} "
+                        f"WHERE m.read_at IS NOT NULL AND m.id IN ({marks})",
+                        chunk,
+                    )
+                )
+        return sorted(found, key=lambda message: (message.read_at or "", message.id))
+
+    def names(self) -> dict[str, str]:
+        """session id → name, for showing message endpoints."""
+        with self._read() as conn:
+            return {
+                str(sid): str(name)
+                for sid, name in conn.execute("SELECT session_id, name FROM chat_sessions")
+            }

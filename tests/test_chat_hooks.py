@@ -1,0 +1,117 @@
+"""Hooks anchor chat sessions (docs/chat.md §2, §6): reminder and flush-tools as processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+from tests.support.hookrun import hook_env, run_hook
+from thatch.frontend.store import db
+from thatch.frontend.store.chat_store import ChatStore, host_session_key
+from thatch.frontend.timefmt import utc_now
+
+LINE = re.compile(r"\[thatch\] chat: you are ([a-z]+-\d{5}) \((\d+) unread\)")
+
+
+def last_line(result: bytes) -> str:
+    return result.decode().rstrip("\n").rsplit("\n", 1)[-1]
+
+
+def chat(env: dict[str, str]) -> ChatStore:
+    return ChatStore(db.connect(env["THATCH_DB_PATH"]), utc_now)
+
+
+def test_reminder_names_the_session_and_flush_tools_only_with_mail(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project))
+    out = run_hook(["reminder"], {"session_id": "claude-a"}, env)
+    assert out.returncode == 0 and out.stderr == b""
+    match = LINE.fullmatch(last_line(out.stdout))
+    assert match and match[2] == "0"
+    name = match[1]
+    # The same session keeps its name; flush-tools says nothing about chat without mail.
+    again = run_hook(["reminder"], {"session_id": "claude-a"}, env)
+    assert LINE.fullmatch(last_line(again.stdout))[1] == name  # type: ignore[index]
+    flush = run_hook(["flush-tools"], {"session_id": "claude-a", "prompt": "hi"}, env)
+    assert flush.returncode == 0 and b"chat:" not in flush.stdout
+    store = chat(env)
+    other = store.register_server(project="proj", host_kind="claude", worktree="/")
+    store.send(other.session_id, host_session_key("claude-a"), ["ping"])
+    flush = run_hook(["flush-tools"], {"session_id": "claude-a", "prompt": "hi"}, env)
+    assert last_line(flush.stdout) == f"[thatch] chat: you are {name} (1 unread)"
+    session = store.get(host_session_key("claude-a"))
+    assert session is not None and session.auto and session.project == "proj"
+    assert session.worktree == str(project.resolve())
+    store.conn.close()
+
+
+def test_cursor_anchors_by_conversation_id_in_json(tmp_path: Path) -> None:
+    env = hook_env(tmp_path)
+    payload = {"conversation_id": "conv-1", "session_id": "other", "workspace_roots": ["/"]}
+    out = run_hook(["reminder", "--json", "--host", "cursor"], payload, env)
+    context = json.loads(out.stdout)["additional_context"]
+    assert LINE.fullmatch(context.rsplit("\n", 1)[-1])
+    store = chat(env)
+    session = store.get(host_session_key("conv-1"))
+    assert session is not None and session.host_kind == "cursor"
+    store.conn.close()
+
+
+def test_a_session_that_left_is_not_anchored_again(tmp_path: Path) -> None:
+    env = hook_env(tmp_path)
+    run_hook(["reminder"], {"session_id": "s-left", "cwd": "/"}, env)
+    store = chat(env)
+    store.unregister(host_session_key("s-left"))
+    out = run_hook(["reminder"], {"session_id": "s-left", "cwd": "/"}, env)
+    assert out.returncode == 0 and b"chat:" not in out.stdout
+    assert store.get(host_session_key("s-left")) is None
+    store.conn.close()
+
+
+def test_reminder_prunes_old_auto_rows_and_migrates_an_old_file(tmp_path: Path) -> None:
+    """A database without the chat tables is migrated by the hook; stale auto rows go."""
+    env = hook_env(tmp_path)
+    conn = sqlite3.connect(env["THATCH_DB_PATH"])
+    conn.execute(
+        "CREATE TABLE chat_sessions (session_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE "
+        "COLLATE NOCASE, topic TEXT, project TEXT, host_kind TEXT NOT NULL DEFAULT 'opencode', "
+        "registered_at TEXT NOT NULL, last_seen TEXT NOT NULL, auto INTEGER NOT NULL DEFAULT 0, "
+        "worktree TEXT NOT NULL DEFAULT '')"
+    )
+    old = "2020-01-01T00:00:00.000Z"
+    conn.execute(
+        "INSERT INTO chat_sessions VALUES ('mcp_old', 'old-1', NULL, 'p', 'claude', ?, ?, 1, '')",
+        (old, old),
+    )
+    conn.execute(
+        "INSERT INTO chat_sessions VALUES ('srv_kept', 'kept-1', NULL, 'p', 'claude', ?, ?, 0, '')",
+        (old, old),
+    )
+    conn.commit()
+    conn.close()
+    out = run_hook(["reminder"], {"session_id": "fresh", "cwd": "/"}, env)
+    assert out.returncode == 0, out.stderr
+    assert LINE.fullmatch(last_line(out.stdout))
+    store = chat(env)
+    assert {s.session_id for s in store.sessions()} == {"srv_kept", host_session_key("fresh")}
+    store.conn.close()
+
+
+def test_no_session_id_no_chat_line(tmp_path: Path) -> None:
+    env = hook_env(tmp_path)
+    out = run_hook(["reminder"], {"cwd": "/"}, env)
+    assert out.returncode == 0 and out.stderr == b"" and b"chat:" not in out.stdout
+
+
+def test_flush_tools_migrates_a_file_without_chat_tables(tmp_path: Path) -> None:
+    """flush-tools opens no Store on a short prompt: a missing chat table migrates the file."""
+    env = hook_env(tmp_path)
+    sqlite3.connect(env["THATCH_DB_PATH"]).execute("CREATE TABLE t (x)").connection.close()
+    out = run_hook(["flush-tools"], {"session_id": "s1", "prompt": "hi"}, env)
+    assert out.returncode == 0 and out.stderr == b"", out.stderr
+    store = chat(env)
+    assert store.get(host_session_key("s1")) is not None
+    store.conn.close()
