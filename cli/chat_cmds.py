@@ -157,6 +157,13 @@ def emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _event_order(item: tuple[str, int, int, dict[str, Any]]) -> tuple[str, int, int]:
+    # Timestamps tie within a millisecond: at one instant a send goes before any read, so a
+    # message is never shown read before it was sent.
+    at, message_id, kind, _ = item
+    return at, kind, message_id
+
+
 def backlog(
     store: ChatStore, rule: TailFilter, limit: int | None
 ) -> tuple[list[dict[str, Any]], int, set[int]]:
@@ -168,7 +175,7 @@ def backlog(
         events.append((message.created_at, message.id, 0, sent_event(message, names)))
         if message.read_at:
             events.append((message.read_at, message.id, 1, read_event(message, names)))
-    events.sort(key=lambda item: item[:3])
+    events.sort(key=_event_order)
     shown = [event for at, _, _, event in events if rule.at(at)]
     if limit is not None:
         shown = shown[-limit:] if limit else []
@@ -196,7 +203,7 @@ def follow(
         for message in store.read_among(sorted(watch)):
             watch.discard(message.id)
             events.append((message.read_at or "", message.id, 1, read_event(message, names)))
-        events.sort(key=lambda item: item[:3])
+        events.sort(key=_event_order)
         for at, _, _, event in events:
             if rule.at(at):
                 yield event
