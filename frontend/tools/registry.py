@@ -336,7 +336,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
             Param(
                 "session_id",
                 "string",
-                "The parent session id from the extraction nudge; its queue is cleared.",
+                "The parent session id from the extraction nudge; the interactions "
+                "get_extraction_payload handed out are cleared (newer ones stay queued).",
                 max_length=SESSION_ID_MAX,
                 single_line=True,
                 check=session_id_problem,
@@ -349,8 +350,9 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "get_extraction_payload",
         "Fetch the queued tool interactions for the session id given in the extraction "
-        "nudge, as JSON, then run the thatch-fact-extractor skill on them. Read-only: the "
-        "queue is cleared by extraction_done.",
+        "nudge, as JSON, then run the thatch-fact-extractor skill on them. Nothing is "
+        "deleted: extraction_done with the same session id clears exactly what this "
+        "returned.",
         (
             Param(
                 "session_id",
