@@ -337,9 +337,13 @@ HEAVY = {
 }
 
 
-@pytest.mark.parametrize("hook", ["buffer-batch", "buffer-tool"])
+@pytest.mark.parametrize(
+    "hook",
+    ["buffer-batch", "buffer-tool", "session-end", "extraction-requeue", "extraction-complete"],
+)
 def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> None:
-    """Tool hooks load no click, gRPC, numpy, model runtime, MCP SDK or sqlite3."""
+    """Tool hooks and the queue commands load no click, gRPC, numpy, model runtime, MCP SDK
+    or sqlite3."""
     payload = json.dumps({"session_id": "s", "tool_name": "Bash", "tool_use_id": "i"})
     result = subprocess.run(
         [sys.executable, "-c", IMPORT_PROBE, hook],
@@ -364,4 +368,5 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch.frontend.identifiers",
         "thatch.frontend.hooks.queue",
     }
-    assert len(read_jsonl(queue_file(env, "s"))) == 1
+    if hook.startswith("buffer"):
+        assert len(read_jsonl(queue_file(env, "s"))) == 1

@@ -609,7 +609,7 @@ def complete(directory: Path, session_id: str) -> int:
     """The extractor finished (``extraction_done``): delete exactly the handed-out snapshot
     (records up to its cursor) and the nudge count; records queued since survive. Without
     a snapshot nothing is deleted. Returns the number of records deleted."""
-    if not session_id or not directory.is_dir():
+    if session_id_problem(session_id) is not None or not directory.is_dir():
         return 0
     jsonl, count, lock = queue_paths(directory, session_id)
     state_path = _state_path(jsonl)
@@ -630,7 +630,7 @@ def complete(directory: Path, session_id: str) -> int:
 def requeue(directory: Path, session_id: str) -> bool:
     """The extractor died: the snapshot's records are pending again (the nudge resumes).
     Returns whether a snapshot was handed out."""
-    if not session_id or not directory.is_dir():
+    if session_id_problem(session_id) is not None or not directory.is_dir():
         return False
     jsonl, _count, lock = queue_paths(directory, session_id)
     state_path = _state_path(jsonl)

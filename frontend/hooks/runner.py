@@ -110,8 +110,7 @@ def _extraction_body(command: str) -> Callable[[Mapping[str, Any], Mapping[str, 
     def body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
         session = hookio.first_string(payload, "session_id", "conversation_id")
         if not session:
-            hookio.warn(command, "no session_id on stdin; nothing to do")
-            return
+            return  # nothing names a queue: as buffer-tool without a tool_name
         if command == "extraction-requeue":
             queue.requeue(queue_dir(env), session)
         elif command == "extraction-complete":
