@@ -233,3 +233,27 @@ def test_drain_while_hooks_append_keeps_new_calls(env: dict[str, str]) -> None:
     assert not handed & set(left)
     assert sorted(left) == sorted(f"n{i}" for i in range(20))
     assert read_jsonl(qdir(env) / f"{SESSION}.jsonl")  # every line parses
+
+
+def test_opencode_child_save_completes_only_the_parent_snapshot(env: dict[str, str]) -> None:
+    """The recorded opencode flow: the task child fetched the parent's payload; its
+    successful thatch_memory_remember ({content, isError: false}, passed with
+    parent_session_id) drains the handed-out records; a call queued meanwhile survives.
+    The same save with isError true drains nothing."""
+    from tests.support.host_payloads import opencode_buffer_stdin
+
+    parent = "ses_dcc66450bffep2Ud0biMgDPOtj"
+    child = "ses_dcc6612aaffeTuohhBFjGIqW71"
+    command = ["buffer-tool", "--host", "opencode"]
+    ok(run_hook(command, opencode_buffer_stdin("read"), env))
+    queue.accept(qdir(env), parent)
+    ok(run_hook(command, opencode_buffer_stdin("bash"), env))
+    save = opencode_buffer_stdin(
+        "thatch_memory_remember", session_id=child, parent_session_id=parent
+    )
+    failed = {**save, "tool_response": {**save["tool_response"], "isError": True}}
+    ok(run_hook(command, failed, env))
+    assert [r["tool"] for r in queue.peek_records(qdir(env), parent)] == ["read", "bash"]
+    ok(run_hook(command, save, env))
+    assert [r["tool"] for r in queue.peek_records(qdir(env), parent)] == ["bash"]
+    assert not (qdir(env) / f"{child}.jsonl").exists()
