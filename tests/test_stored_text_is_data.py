@@ -235,9 +235,7 @@ def nudge_labels(nudge: str) -> list[str]:
             break
         index += 2
     # The hook runs for Claude Code (the default host): its ToolSearch hint ends the nudge.
-    assert nudge[index:] == (
-        f"). Use memory_recall before responding. {NUDGE_FRAME} {LOAD_HINT}\n"
-    )
+    assert nudge[index:] == (f"). Use memory_recall before responding. {NUDGE_FRAME} {LOAD_HINT}\n")
     return labels
 
 
