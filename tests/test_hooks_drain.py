@@ -257,3 +257,26 @@ def test_opencode_child_save_completes_only_the_parent_snapshot(env: dict[str, s
     ok(run_hook(command, save, env))
     assert [r["tool"] for r in queue.peek_records(qdir(env), parent)] == ["bash"]
     assert not (qdir(env) / f"{child}.jsonl").exists()
+
+
+def test_extractor_subagent_stop_completes_its_snapshot(env: dict[str, str]) -> None:
+    """The recorded sub-agent batch (its get_extraction_payload, with agent_id) names the
+    snapshot's holder; another sub-agent's stop completes nothing; the recorded
+    SubagentStop of the holder, run as extraction-complete, drains exactly the snapshot
+    (a no-save run that forgot extraction_done strands nothing)."""
+    queue_calls(env, "a", "b")
+    queue.accept(qdir(env), SESSION)  # the tool side of the recorded fetch
+    ok(run_hook(["buffer-batch"], host_payload("claude-PostToolBatch-subagent"), env))
+    queue_calls(env, "c")
+    stop = host_payload("claude-SubagentStop")
+    ok(run_hook(["extraction-complete"], {**stop, "agent_id": "another-agent"}, env))
+    assert queued_ids(env) == ["a", "b", "c"]
+    ok(run_hook(["extraction-complete"], stop, env))
+    assert queued_ids(env) == ["c"]
+    # A failed fetch by a sub-agent names no holder.
+    queue.accept(qdir(env), SESSION)
+    failed = host_payload("claude-PostToolBatch-subagent")
+    failed["tool_calls"][0]["tool_response"] = [{"type": "text", "text": "Invalid arguments"}]
+    ok(run_hook(["buffer-batch"], failed, env))
+    ok(run_hook(["extraction-complete"], stop, env))
+    assert queued_ids(env) == ["c"]

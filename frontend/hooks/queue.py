@@ -126,9 +126,14 @@ THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch
 # sub-agent's dispatch, a skill load) or queue a host's own plumbing (Claude Code's
 # ToolSearch loads deferred tool schemas).
 META_TOOLS = ("skill", "task", "agent", "toolsearch")
-# The first words of a successful draining call's answer (tools/formatting.py): the hooks
-# drain only on this evidence, never on a failed or unknown call.
-SUCCESS_MARKERS = {"memory_remember": "[saved]", "extraction_done": "[acknowledged]"}
+# The first words of a successful call's answer (tools/formatting.py, build_payload): the
+# hooks drain (or name a snapshot's holder) only on this evidence, never on a failed or
+# unknown call.
+SUCCESS_MARKERS = {
+    "memory_remember": "[saved]",
+    "extraction_done": "[acknowledged]",
+    "get_extraction_payload": '{"interactions"',
+}
 # Stem of a project's carried-over queue: "~" never occurs in a session's safe name.
 CARRY_PREFIX = "~carry-"
 
@@ -481,7 +486,11 @@ def _read_state(path: Path) -> dict[str, Any]:
         return {}
     if isinstance(at, bool) or not isinstance(at, int | float):
         return {}
-    return {"cursor": cursor, "accepted_at": float(at)}
+    state: dict[str, Any] = {"cursor": cursor, "accepted_at": float(at)}
+    agent = value.get("agent_id")
+    if isinstance(agent, str) and agent:
+        state["agent_id"] = agent[:ID_LIMIT]
+    return state
 
 
 def _write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:
@@ -501,15 +510,18 @@ def append_calls(
     calls: Iterable[Mapping[str, Any]],
     *,
     subagent: bool = False,
+    agent_id: str = "",
 ) -> None:
     """Queue a batch of tool calls for a session (docs/hooks.md §append).
 
     A *successful* thatch memory write or ``extraction_done`` in the batch drains: the
     session's own agent's memory write consumes the queue and the calls gathered before
     it; a sub-agent's write (``subagent``: Claude's ``agent_id``, an opencode child) and
-    ``extraction_done`` complete the handed-out snapshot only. thatch's own and meta tools
-    are skipped, as are calls whose ``tool_use_id`` is already queued. The newest 20
-    records are kept; each new one gets the next sequence number.
+    ``extraction_done`` complete the handed-out snapshot only. A sub-agent's successful
+    ``get_extraction_payload`` names ``agent_id`` as the snapshot's holder (so its stop
+    can complete it, ``complete``). thatch's own and meta tools are skipped, as are calls
+    whose ``tool_use_id`` is already queued. The newest 20 records are kept; each new one
+    gets the next sequence number.
     """
     if session_id_problem(session_id) is not None:
         return  # the tools would refuse this id: a queue for it could never be fetched
@@ -524,12 +536,21 @@ def append_calls(
         state = _read_state(state_path)
         original = [_seq(record) for record in existing]
         next_seq = max([*original, state.get("cursor", 0)]) + 1
-        drained = False
+        drained = holder = False
         for call in calls:
             tool = call.get("tool_name")
             if not isinstance(tool, str) or not tool.strip():
                 continue
             kind, bare = classify(tool, call.get("tool_input"))
+            if (
+                bare == "get_extraction_payload"
+                and agent_id
+                and "cursor" in state
+                and call_succeeded(call, bare)
+            ):
+                state["agent_id"] = agent_id[:ID_LIMIT]
+                holder = True
+                continue
             if kind == "thatch" and bare in DRAINING_TOOLS:
                 aggregated = bare != classify(tool)[1]
                 if not call_succeeded(call, bare, aggregated):
@@ -556,6 +577,8 @@ def append_calls(
         if drained:
             _unlink(count)
             _unlink(state_path)
+        elif holder:
+            _write_atomic(state_path, _compact(state))
         if not drained and [_seq(record) for record in existing] == original:
             return  # nothing changed; leave the file (and its mtime) alone
         _write_records(jsonl, existing)
@@ -605,10 +628,11 @@ def accept(directory: Path, session_id: str, *, now: float | None = None) -> lis
     return records
 
 
-def complete(directory: Path, session_id: str) -> int:
+def complete(directory: Path, session_id: str, agent_id: str = "") -> int:
     """The extractor finished (``extraction_done``): delete exactly the handed-out snapshot
     (records up to its cursor) and the nudge count; records queued since survive. Without
-    a snapshot nothing is deleted. Returns the number of records deleted."""
+    a snapshot nothing is deleted; with ``agent_id`` (a Claude sub-agent stopped) only the
+    snapshot that agent fetched is completed. Returns the number of records deleted."""
     if session_id_problem(session_id) is not None or not directory.is_dir():
         return 0
     jsonl, count, lock = queue_paths(directory, session_id)
@@ -618,6 +642,8 @@ def complete(directory: Path, session_id: str) -> int:
         if "cursor" not in state:
             _unlink(state_path)  # a damaged state file hands nothing out
             return 0
+        if agent_id and state.get("agent_id") != agent_id[:ID_LIMIT]:
+            return 0  # another sub-agent stopped; the extractor may still be working
         records = _read_lines(jsonl)
         kept = [record for record in records if _seq(record) > state["cursor"]]
         if len(kept) != len(records):

@@ -76,8 +76,10 @@ def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> Non
     queued under the parent, and a sub-agent's save completes only the handed-out
     snapshot (docs/hooks.md §append)."""
     session = hookio.first_string(payload, "session_id", "conversation_id")
-    subagent = bool(hookio.first_string(payload, "agent_id"))
-    queue.append_calls(queue_dir(env), session, _batch_calls(payload), subagent=subagent)
+    agent = hookio.first_string(payload, "agent_id")
+    queue.append_calls(
+        queue_dir(env), session, _batch_calls(payload), subagent=bool(agent), agent_id=agent
+    )
 
 
 def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
@@ -114,7 +116,8 @@ def _extraction_body(command: str) -> Callable[[Mapping[str, Any], Mapping[str, 
         if command == "extraction-requeue":
             queue.requeue(queue_dir(env), session)
         elif command == "extraction-complete":
-            queue.complete(queue_dir(env), session)
+            # Claude Code's SubagentStop passes agent_id: only the extractor's stop counts.
+            queue.complete(queue_dir(env), session, hookio.first_string(payload, "agent_id"))
         else:  # session-end
             project = str(hookio.project_dir(env, payload))
             queue.carry_over(queue_dir(env), session, project)
