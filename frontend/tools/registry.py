@@ -42,9 +42,9 @@ class ToolSpec:
     description: str
     params: tuple[Param, ...]
     run: Handler
-    # A call of this tool acknowledges the session's queued tool interactions: the tool
-    # hooks drain the session's extraction queue instead of queueing the call (docs/hooks.md
-    # §extraction-queue).
+    # A successful call of this tool acknowledges the session's queued tool interactions:
+    # the tool hooks drain (consume, or complete the handed-out snapshot) instead of
+    # queueing the call (docs/hooks.md §append, §snapshot).
     drains_queue: bool = False
 
 
