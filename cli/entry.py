@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import sys
 
-HOOKS = frozenset({"buffer-batch", "buffer-tool", "flush-tools", "reminder"})
+HOOKS = frozenset(
+    {
+        "buffer-batch",
+        "buffer-tool",
+        "flush-tools",
+        "reminder",
+        "extraction-requeue",
+        "extraction-complete",
+        "session-end",
+    }
+)
 
 
 def main() -> None:

@@ -55,6 +55,27 @@ def buffer_tool(host: str | None) -> None:
     run_buffer_hook("buffer-tool")
 
 
+@click.command("extraction-requeue", cls=HookCommand, context_settings=HOOK_SETTINGS)
+@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+def extraction_requeue(host: str | None) -> None:
+    """Extractor died: stdin {session_id}; its handed-out records are pending again."""
+    run_buffer_hook("extraction-requeue")
+
+
+@click.command("extraction-complete", cls=HookCommand, context_settings=HOOK_SETTINGS)
+@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+def extraction_complete(host: str | None) -> None:
+    """Extractor finished: stdin {session_id}; drain exactly the handed-out records."""
+    run_buffer_hook("extraction-complete")
+
+
+@click.command("session-end", cls=HookCommand, context_settings=HOOK_SETTINGS)
+@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+def session_end(host: str | None) -> None:
+    """Session-end hook: carry the session's queued calls over to the project's next session."""
+    run_buffer_hook("session-end")
+
+
 @click.command("flush-tools", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help='Print {"additional_context": …}.')
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")

@@ -10,65 +10,71 @@ from pathlib import Path
 import pytest
 
 from tests.support.hookrun import hook_env, read_jsonl, run_hook, thatch_command
+from tests.support.host_payloads import host_payload, opencode_buffer_stdin
 
-CLAUDE_SESSION = "3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01"
+CLAUDE_SESSION = "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9"  # the recorded Claude Code session
 CURSOR_CONVERSATION = "c0ffee00-1234-4abc-8def-00000000cafe"
 
-CLAUDE_BATCH = {
-    "session_id": CLAUDE_SESSION,
-    "transcript_path": "/home/u/.claude/projects/app/3f2b.jsonl",
-    "cwd": "/home/u/app",
-    "hook_event_name": "PostToolBatch",
-    "tool_calls": [
-        {
-            "tool_name": "Bash",
-            "tool_input": {"command": "pytest -q tests/", "description": "Run tests"},
-            "tool_use_id": "toolu_01A",
-            "tool_response": "12 passed in 0.4s",
-        },
-        {
-            "tool_name": "Read",
-            "tool_input": {"file_path": "/home/u/app/pyproject.toml"},
-            "tool_use_id": "toolu_01B",
-            "tool_response": [{"type": "text", "text": '[project]\nname = "app"'}],
-        },
-        {
-            "tool_name": "Edit",
-            "tool_input": {
-                "file_path": "/home/u/app/src/main.py",
-                "old_string": "a",
-                "new_string": "b",
-            },
-            "tool_use_id": "toolu_01C",
-            "tool_response": {"filePath": "/home/u/app/src/main.py", "success": True},
-        },
-        {
-            "tool_name": "mcp__thatch__memory_recall",
-            "tool_input": {"query": "test command"},
-            "tool_use_id": "toolu_01D",
-            "tool_response": "[]",
-        },
-        {
-            "tool_name": "Task",
-            "tool_input": {"prompt": "explore"},
-            "tool_use_id": "toolu_01E",
-            "tool_response": "done",
-        },
-    ],
-}
 
+def recorded_call(name: str) -> dict[str, object]:
+    """One call of a PostToolBatch, from Claude Code's recorded PostToolUse payload."""
+    payload = host_payload(f"claude-PostToolUse-{name}")
+    return {
+        key: payload[key] for key in ("tool_name", "tool_input", "tool_use_id", "tool_response")
+    }
+
+
+def claude_batch(*calls: dict[str, object]) -> dict[str, object]:
+    """Claude Code's recorded PostToolBatch envelope around ``calls``."""
+    batch = host_payload("claude-PostToolBatch")
+    batch["tool_calls"] = list(calls)
+    return batch
+
+
+# Bash and Read as Claude Code 2.1.197 answered them (structured tool_response), thatch's
+# own recall (a content-block list), the Agent meta-tool, and ToolSearch (not recorded:
+# the scripted model had no deferred tools; its shape is Claude's tool-call shape).
+CLAUDE_BATCH = claude_batch(
+    recorded_call("Bash"),
+    recorded_call("Read"),
+    recorded_call("mcp-thatch-memory_recall"),
+    recorded_call("Agent"),
+    {
+        "tool_name": "ToolSearch",
+        "tool_input": {"query": "thatch"},
+        "tool_use_id": "toolu_search",
+        "tool_response": [{"type": "text", "text": "Loaded 10 tools"}],
+    },
+)
+
+WIDGETS_PY = (
+    '"""Widgets."""\n\ndef spin(n: int) -> int:\n    """Spin a widget n times; widgets must be '
+    'spun an even number of times."""\n    return n * 2'
+)
+# Exact lines, keys in the documented order; the outputs are the meaningful text of the
+# structured responses (Bash's stdout, Read's file content), not their JSON.
+CLAUDE_BATCH_RECORDS = [
+    {
+        "tool": "Bash",
+        "sessionID": CLAUDE_SESSION,
+        "args": {"command": "cat widgets.py", "description": "Show widgets.py"},
+        "title": "cat widgets.py",
+        "output": WIDGETS_PY,
+        "tool_use_id": "toolu_4affc7cd7c194097b46f",
+        "seq": 1,
+    },
+    {
+        "tool": "Read",
+        "sessionID": CLAUDE_SESSION,
+        "args": {"file_path": "/home/dev/src/widgets/README.md"},
+        "title": "README.md",
+        "output": "# widgets\nA tiny widget library. Build with `make`, test with `make test`.\n",
+        "tool_use_id": "toolu_81262d6d84c349fa9c51",
+        "seq": 2,
+    },
+]
 CLAUDE_BATCH_LINES = [
-    '{"tool":"Bash","sessionID":"3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01","args":{"command":'
-    '"pytest -q tests/","description":"Run tests"},"title":"pytest -q tests/","output":'
-    '"12 passed in 0.4s","tool_use_id":"toolu_01A"}',
-    '{"tool":"Read","sessionID":"3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01","args":{"file_path":'
-    '"/home/u/app/pyproject.toml"},"title":"pyproject.toml","output":'
-    '"[{\\"type\\":\\"text\\",\\"text\\":\\"[project]\\\\nname = \\\\\\"app\\\\\\"\\"}]",'
-    '"tool_use_id":"toolu_01B"}',
-    '{"tool":"Edit","sessionID":"3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01","args":{"file_path":'
-    '"/home/u/app/src/main.py","old_string":"a","new_string":"b"},"title":"main.py","output":'
-    '"{\\"filePath\\":\\"/home/u/app/src/main.py\\",\\"success\\":true}",'
-    '"tool_use_id":"toolu_01C"}',
+    json.dumps(record, ensure_ascii=False, separators=(",", ":")) for record in CLAUDE_BATCH_RECORDS
 ]
 
 
@@ -88,32 +94,32 @@ def assert_silent_ok(result: subprocess.CompletedProcess[bytes]) -> None:
 
 
 def test_claude_post_tool_batch_golden(env: dict[str, str]) -> None:
-    """PostToolBatch with string, array and object responses writes exactly these lines."""
+    """Claude Code's recorded PostToolBatch: Bash and Read are queued as their text; thatch's
+    own recall, Agent and ToolSearch are not."""
     result = run_hook(["buffer-batch"], CLAUDE_BATCH, env)
     assert_silent_ok(result)
     assert queue_file(env, CLAUDE_SESSION).read_text() == "\n".join(CLAUDE_BATCH_LINES) + "\n"
     # The same batch again (a host retry) adds nothing: tool_use_ids are already queued.
     assert_silent_ok(run_hook(["buffer-batch"], CLAUDE_BATCH, env))
-    assert len(read_jsonl(queue_file(env, CLAUDE_SESSION))) == 3
+    assert len(read_jsonl(queue_file(env, CLAUDE_SESSION))) == 2
 
 
-def test_claude_single_post_tool_use(env: dict[str, str]) -> None:
-    """A PostToolUse payload (one call at top level) is queued like a batch of one."""
-    payload = {
-        "session_id": CLAUDE_SESSION,
-        "hook_event_name": "PostToolUse",
-        "tool_name": "Grep",
-        "tool_input": {"pattern": "def main", "path": "src"},
-        "tool_use_id": "toolu_02",
-        "tool_response": {"mode": "files_with_matches", "filenames": ["src/main.py"]},
-    }
-    assert_silent_ok(run_hook(["buffer-batch"], payload, env))
-    assert queue_file(env, CLAUDE_SESSION).read_text() == (
-        '{"tool":"Grep","sessionID":"3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01","args":'
-        '{"pattern":"def main","path":"src"},"title":"def main","output":'
-        '"{\\"mode\\":\\"files_with_matches\\",\\"filenames\\":[\\"src/main.py\\"]}",'
-        '"tool_use_id":"toolu_02"}\n'
-    )
+@pytest.mark.parametrize("name", ["Bash", "Read"])
+def test_claude_single_post_tool_use(env: dict[str, str], name: str) -> None:
+    """A recorded PostToolUse payload (one call at top level, a --post-tool-use setup) is
+    queued like a batch of one: its text, never the structured response's JSON."""
+    assert_silent_ok(run_hook(["buffer-batch"], host_payload(f"claude-PostToolUse-{name}"), env))
+    (record,) = read_jsonl(queue_file(env, CLAUDE_SESSION))
+    expected = next(r for r in CLAUDE_BATCH_RECORDS if r["tool"] == name)
+    assert record == {**expected, "seq": 1}
+    assert "interrupted" not in record["output"] and "numLines" not in record["output"]
+
+
+@pytest.mark.parametrize("name", ["Agent", "mcp-thatch-memory_recall"])
+def test_claude_meta_and_own_calls_are_not_queued(env: dict[str, str], name: str) -> None:
+    """The recorded Agent call and thatch's own recall queue nothing."""
+    assert_silent_ok(run_hook(["buffer-batch"], host_payload(f"claude-PostToolUse-{name}"), env))
+    assert not queue_file(env, CLAUDE_SESSION).exists()
 
 
 @pytest.mark.parametrize(
@@ -135,7 +141,7 @@ def test_cursor_post_tool_use_response_fields(env: dict[str, str], field: str) -
     assert queue_file(env, CURSOR_CONVERSATION).read_text() == (
         '{"tool":"Shell","sessionID":"c0ffee00-1234-4abc-8def-00000000cafe","args":'
         '{"command":"npm run build"},"title":"npm run build",'
-        '"output":"built in 2.1s","tool_use_id":"call_9"}\n'
+        '"output":"built in 2.1s","tool_use_id":"call_9","seq":1}\n'
     )
 
 
@@ -154,18 +160,76 @@ def test_cursor_response_field_precedence_and_missing_tool(env: dict[str, str]) 
     assert [(r["title"], r["output"]) for r in records] == [("README.md", '{"text":"first"}')]
 
 
-def test_opencode_plugin_payload(env: dict[str, str]) -> None:
-    """The opencode plugin's buffer-tool call keeps the ses_ id as its file name."""
-    payload = {
-        "session_id": "ses_7fA2bC9dE1",
-        "tool_name": "read",
-        "tool_input": {"filePath": "/w/src/index.ts"},
-        "tool_use_id": "call_x1",
-        "tool_response": "export {}",
-    }
-    assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], payload, env))
-    (record,) = read_jsonl(queue_file(env, "ses_7fA2bC9dE1"))
-    assert record["sessionID"] == "ses_7fA2bC9dE1" and record["title"] == "index.ts"
+@pytest.mark.parametrize("name", ["read", "bash"])
+def test_opencode_plugin_payload(env: dict[str, str], name: str) -> None:
+    """The recorded opencode read/bash calls keep the ses_ id as the file name and their
+    output text."""
+    stdin = opencode_buffer_stdin(name)
+    assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+    (record,) = read_jsonl(queue_file(env, stdin["session_id"]))
+    assert record["sessionID"] == stdin["session_id"] == "ses_dcc66450bffep2Ud0biMgDPOtj"
+    assert record["output"] == stdin["tool_response"] and record["output"]
+    assert record["title"] == {"read": "README.md", "bash": "cat widgets.py"}[name]
+
+
+def test_opencode_recorded_plugin_stdin_for_task_is_not_queued(env: dict[str, str]) -> None:
+    """What the generated plugin passed for opencode's `task` tool: a meta-tool, skipped."""
+    stdin = host_payload("opencode-thatch-stdin-oc-buffer-tool")
+    assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+    assert not Path(env["THATCH_QUEUE_DIR"]).exists() or not any(
+        Path(env["THATCH_QUEUE_DIR"]).glob("*.jsonl")
+    )
+
+
+def _other_mcp_stdin(response: object, **extra: object) -> dict[str, object]:
+    """Another MCP server's tool as opencode reports it: {content, isError} (recorded shape)."""
+    stdin = opencode_buffer_stdin("thatch_memory_recall", **extra)
+    stdin["tool_name"] = "github_search_issues"
+    stdin["tool_response"] = response
+    return stdin
+
+
+@pytest.mark.parametrize(
+    ("response", "output"),
+    [
+        # The plugin's three forms: output.content/isError, a bare block list, a string.
+        ({"content": [{"type": "text", "text": "issue #4: spin"}], "isError": False}, None),
+        ([{"type": "text", "text": "issue #4: spin"}], None),
+        ("issue #4: spin", None),
+        (
+            {"content": [{"type": "text", "text": "rate limited"}], "isError": True},
+            "[error] rate limited",
+        ),
+    ],
+)
+def test_opencode_mcp_results_are_queued_with_text_and_error(
+    env: dict[str, str], response: object, output: str | None
+) -> None:
+    """opencode MCP results carry content, not output: their text is queued (never empty),
+    and isError marks the record so a failure is not learnt as a fact."""
+    stdin = _other_mcp_stdin(response)
+    assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+    (record,) = read_jsonl(queue_file(env, str(stdin["session_id"])))
+    assert record["output"] == (output or "issue #4: spin")
+
+
+def test_opencode_is_error_field_marks_the_record(env: dict[str, str]) -> None:
+    """A top-level isError (the plugin may pass output.isError beside a string) is kept."""
+    stdin = _other_mcp_stdin("boom", isError=True)
+    assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+    (record,) = read_jsonl(queue_file(env, str(stdin["session_id"])))
+    assert record["output"] == "[error] boom"
+
+
+def test_opencode_child_calls_are_queued_under_the_parent(env: dict[str, str]) -> None:
+    """A task child's call (parent_session_id from the plugin) joins the parent's queue: a
+    child is never nudged, so its own queue would strand the call."""
+    parent = "ses_dcc66450bffep2Ud0biMgDPOtj"
+    child = "ses_dcc6612aaffeTuohhBFjGIqW71"  # the recorded task child
+    stdin = opencode_buffer_stdin("bash", session_id=child, parent_session_id=parent)
+    assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+    assert [r["tool"] for r in read_jsonl(queue_file(env, parent))] == ["bash"]
+    assert not queue_file(env, child).exists()
 
 
 def test_memory_write_in_batch_drains(env: dict[str, str]) -> None:
@@ -273,9 +337,13 @@ HEAVY = {
 }
 
 
-@pytest.mark.parametrize("hook", ["buffer-batch", "buffer-tool"])
+@pytest.mark.parametrize(
+    "hook",
+    ["buffer-batch", "buffer-tool", "session-end", "extraction-requeue", "extraction-complete"],
+)
 def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> None:
-    """Tool hooks load no click, gRPC, numpy, model runtime, MCP SDK or sqlite3."""
+    """Tool hooks and the queue commands load no click, gRPC, numpy, model runtime, MCP SDK
+    or sqlite3."""
     payload = json.dumps({"session_id": "s", "tool_name": "Bash", "tool_use_id": "i"})
     result = subprocess.run(
         [sys.executable, "-c", IMPORT_PROBE, hook],
@@ -300,4 +368,5 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch.frontend.identifiers",
         "thatch.frontend.hooks.queue",
     }
-    assert len(read_jsonl(queue_file(env, "s"))) == 1
+    if hook.startswith("buffer"):
+        assert len(read_jsonl(queue_file(env, "s"))) == 1

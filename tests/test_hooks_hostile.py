@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.hookrun import hook_env, run_hook, thatch_command
+from thatch.frontend.hooks import queue
 
-HOOKS = ["buffer-batch", "buffer-tool", "flush-tools", "reminder"]
+QUEUE_COMMANDS = ["session-end", "extraction-requeue", "extraction-complete"]
+HOOKS = ["buffer-batch", "buffer-tool", "flush-tools", "reminder", *QUEUE_COMMANDS]
 HOSTILE_IDS = ["../../x", "a/b", "a_b", "/etc/passwd", "x" * 10_000, "nul\x00byte", "..", "ü/../ü"]
 
 
@@ -39,6 +41,7 @@ def test_hostile_session_ids_stay_in_the_queue_dir(tmp_path: Path, env: dict[str
             (["buffer-batch"], {"session_id": sid, "tool_calls": [call]}),
             (["buffer-tool"], {"conversation_id": sid, **call}),
             (["flush-tools"], {"session_id": sid, "prompt": "x"}),
+            *(([command], {"session_id": sid, "cwd": sid}) for command in QUEUE_COMMANDS),
         ]:
             result = run_hook(args, payload, env)
             assert result.returncode == 0 and b"Traceback" not in result.stdout + result.stderr
@@ -49,9 +52,10 @@ def test_hostile_session_ids_stay_in_the_queue_dir(tmp_path: Path, env: dict[str
         if p.parent != qdir and p.name not in {"thatch.db", "thatch.db-wal", "thatch.db-shm"}
     }
     assert outside == set()
-    # Ids the extraction tools refuse get no queue (so never a nudge); the usable one does.
+    # Ids the extraction tools refuse get no queue (so never a nudge); the usable one does,
+    # which its session-end then carried over to the project.
     names = sorted(p.name for p in qdir.glob("*.jsonl"))
-    assert names == ["a_b.jsonl"]
+    assert names == [queue.project_key(env["THATCH_PROJECT_DIR"]) + ".jsonl"]
     for path in qdir.glob("*.jsonl"):
         (record,) = [json.loads(line) for line in path.read_text().splitlines()]
         assert record["sessionID"] == "a_b"
@@ -88,7 +92,7 @@ def test_bad_stdin_is_an_empty_payload(env: dict[str, str], hook: str, case: str
     stderr = result.stderr.decode().splitlines()
     assert stderr == ([f"[thatch {hook}] {message}"] if message else [])
     stdout = result.stdout.decode()
-    if hook.startswith("buffer"):
+    if hook.startswith("buffer") or hook in QUEUE_COMMANDS:
         assert stdout == ""
     elif hook == "flush-tools":
         assert stdout.startswith("[thatch] After responding")

@@ -9,18 +9,22 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.support.embedder_proc import embedder_process
 from tests.support.hookrun import hook_env, run_hook
+from tests.support.host_payloads import host_payload
 from thatch.frontend.store.memory_store import Store
 
-CLAUDE_TEXT = (
+CURSOR_TEXT = (
     "[thatch] Before you reply, load what earlier sessions learned:\n"
     "(1) the user's preferences and working style,\n"
     '(2) architecture and conventions of the project store "{store}",\n'
     "(3) if you are not on the main branch, notes scoped to this branch.\n"
     "Call store_list and memory_list to see what exists, then memory_recall for what you need."
 )
+# Claude Code may defer MCP tools behind ToolSearch: its reminder says how to load them.
+CLAUDE_TEXT = CURSOR_TEXT + "\nTools not listed? Load them with ToolSearch (query: thatch)."
 
 
 def reminder(env: dict[str, str], payload: object, *args: str) -> str:
@@ -49,17 +53,15 @@ def git_repo(path: Path) -> Path:
     return path
 
 
-def test_claude_session_start_uses_payload_cwd(tmp_path: Path) -> None:
-    """SessionStart's cwd picks the project; a healthy store adds no hygiene paragraph."""
+@pytest.mark.parametrize("source", ["startup", "resume"])
+def test_claude_session_start_uses_payload_cwd(tmp_path: Path, source: str) -> None:
+    """Claude Code's recorded SessionStart: its cwd picks the project; a healthy store adds
+    no hygiene paragraph."""
     project = tmp_path / "shop-api"
     project.mkdir()
     env = hook_env(tmp_path)
-    payload = {
-        "session_id": "3f2b8c1e-6a4d-4e0b-9d1c-2f7a5b8e9c01",
-        "hook_event_name": "SessionStart",
-        "source": "startup",
-        "cwd": str(project),
-    }
+    payload = host_payload(f"claude-SessionStart-{source}")
+    payload["cwd"] = str(project)  # the recorded /home/dev/... path does not exist here
     out = without_chat_line(reminder(env, payload))
     assert out == CLAUDE_TEXT.format(store="shop-api") + "\n"
 
@@ -70,10 +72,10 @@ def test_cursor_json_uses_workspace_root(tmp_path: Path) -> None:
     project.mkdir()
     env = hook_env(tmp_path)
     payload = {"conversation_id": "c1", "workspace_roots": [str(project), "/elsewhere"]}
-    out = reminder(env, payload, "--json")
+    out = reminder(env, payload, "--json", "--host", "cursor")
     assert out.count("\n") == 1
     context = json.loads(out)["additional_context"]
-    assert without_chat_line(context) == CLAUDE_TEXT.format(store="web-ui")
+    assert without_chat_line(context) == CURSOR_TEXT.format(store="web-ui")
 
 
 def test_opencode_names_are_prefixed(tmp_path: Path) -> None:

@@ -30,9 +30,7 @@ def qdir(tmp_path: Path) -> Path:
 def test_queue_dir_prefers_variable_then_xdg_cache() -> None:
     """THATCH_QUEUE_DIR wins; otherwise $XDG_CACHE_HOME/thatch/queue; empty counts as unset."""
     assert queue_dir({"THATCH_QUEUE_DIR": "/q", "XDG_CACHE_HOME": "/c"}) == Path("/q")
-    assert queue_dir({"THATCH_QUEUE_DIR": "", "XDG_CACHE_HOME": "/c"}) == Path(
-        "/c/thatch/queue"
-    )
+    assert queue_dir({"THATCH_QUEUE_DIR": "", "XDG_CACHE_HOME": "/c"}) == Path("/c/thatch/queue")
     assert queue_dir({"HOME": "/h"}) == Path("/h/.cache/thatch/queue")
 
 
@@ -81,6 +79,7 @@ def test_queue_paths_stay_in_the_directory(qdir: Path) -> None:
         ("  Skill ", ("meta", None)),
         ("task", ("meta", None)),
         ("Agent", ("meta", None)),
+        ("ToolSearch", ("meta", None)),
         ("Bash", ("other", None)),
         ("mcp__github__create_issue", ("other", None)),
         ("taskmaster", ("other", None)),
@@ -119,7 +118,7 @@ def test_record_fields_and_cuts() -> None:
     assert list(record) == ["tool", "sessionID", "args", "title", "output", "tool_use_id"]
     assert record["title"] == "c.py"
     assert record["args"]["note"] == "n" * 500
-    assert len(record["output"]) == 2000 and record["output"].startswith('{"content":"yyy')
+    assert record["output"] == "y" * 2000  # the text of {content}, not its JSON
     bash = queue.make_record("S", {"tool_name": "bash", "tool_input": {"command": "c" * 100}})
     assert bash["title"] == "c" * 80 and bash["output"] == ""
     grep = queue.make_record("S", {"tool_name": "Grep", "tool_input": {"pattern": "TODO"}})
@@ -149,20 +148,82 @@ def test_append_skips_duplicates_own_and_meta_tools(qdir: Path) -> None:
     assert [(r["tool"], r.get("tool_use_id")) for r in records] == [("Bash", "a"), ("Read", None)]
 
 
+def saved(name: str, use_id: str, text: str = "[saved] o/r :: l") -> dict[str, object]:
+    return {**call(name, use_id), "tool_response": [{"type": "text", "text": text}]}
+
+
 def test_memory_write_in_batch_drains_queue_and_earlier_calls(qdir: Path) -> None:
-    """memory_remember drains the queue, the count and the batch's earlier calls."""
+    """A successful memory_remember drains the queue, the count and the batch's earlier
+    calls; extraction_done without a handed-out snapshot drains nothing."""
     queue.append_calls(qdir, "s", [call("Bash", "old")])
     queue.increment_count(qdir, "s")
     queue.append_calls(
         qdir,
         "s",
-        [call("Edit", "before"), call("mcp__thatch__memory_remember", "w"), call("Grep", "after")],
+        [call("Edit", "before"), saved("mcp__thatch__memory_remember", "w"), call("Grep", "after")],
     )
     assert [r["tool_use_id"] for r in queue.peek_records(qdir, "s")] == ["after"]
     assert queue.read_count(qdir, "s") == 0
-    queue.append_calls(qdir, "s", [call("thatch_extraction_done", "d")])
+    queue.append_calls(qdir, "s", [saved("thatch_extraction_done", "d", "[acknowledged]")])
+    assert [r["tool_use_id"] for r in queue.peek_records(qdir, "s")] == ["after"]
+    queue.accept(qdir, "s")
+    queue.append_calls(qdir, "s", [saved("thatch_extraction_done", "d2", "[acknowledged]")])
     assert not (qdir / "s.jsonl").exists()
     assert queue.peek_records(qdir, "s") == []
+
+
+def test_failed_or_unknown_writes_drain_nothing(qdir: Path) -> None:
+    """Only an answer starting with the success marker drains; errors and unknown answers
+    (the tool does not exist, invalid arguments) are neither drained nor queued."""
+    queue.append_calls(qdir, "s", [call("Bash", "a")])
+    for response in (
+        "Invalid arguments: content: required",
+        [{"type": "text", "text": "No such tool available: mcp__thatch__memory_remember"}],
+        {"content": [{"type": "text", "text": "[saved] x"}], "isError": True},
+        "",
+    ):
+        queue.append_calls(
+            qdir,
+            "s",
+            [{**call("mcp__thatch__memory_remember", "w"), "tool_response": response}],
+        )
+    assert [r["tool_use_id"] for r in queue.peek_records(qdir, "s")] == ["a"]
+    aggregated = {
+        "tool_name": "mcp__hub__execute",
+        "tool_input": {"tool": "memory_remember"},
+        "tool_response": '{"result": "[saved] o/r :: l"}',
+    }
+    queue.append_calls(qdir, "s", [{**aggregated, "tool_response": "error"}])
+    assert len(queue.peek_records(qdir, "s")) == 1
+    queue.append_calls(qdir, "s", [aggregated])
+    assert queue.peek_records(qdir, "s") == []
+
+
+def test_sequence_numbers_survive_drains_and_caps(qdir: Path) -> None:
+    """Sequence numbers only grow: past the 20-record cap, and past a snapshot whose
+    records were all drained, so a cursor never covers a newer record."""
+    for i in range(25):
+        queue.append_calls(qdir, "s", [call("Bash", f"id{i}")])
+    assert [r["seq"] for r in queue.peek_records(qdir, "s")] == list(range(6, 26))
+    queue.accept(qdir, "s")
+    queue.append_calls(qdir, "s", [call("Bash", "late")])
+    assert queue.peek_records(qdir, "s")[-1]["seq"] == 26  # the cap dropped seq 6
+    assert queue.complete(qdir, "s") == 19  # seq 7-25 were handed out and are still queued
+    assert [r["tool_use_id"] for r in queue.peek_records(qdir, "s")] == ["late"]
+
+
+def test_response_text_shapes() -> None:
+    """The meaningful text of each known response shape; other objects as JSON."""
+    text = queue.response_text
+    assert text({"stdout": "out", "stderr": "err", "interrupted": False}) == ("out\nerr", False)
+    assert text({"type": "text", "file": {"content": "body", "numLines": 1}}) == ("body", False)
+    assert text([{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]) == (
+        "a\n[image]",
+        False,
+    )
+    assert text({"content": [{"type": "text", "text": "e"}], "isError": True}) == ("e", True)
+    assert text({"filePath": "/a", "success": True}) == ('{"filePath":"/a","success":true}', False)
+    assert text(None) == ("", False)
 
 
 def test_count_increments_and_drain_removes_both(qdir: Path) -> None:

@@ -57,3 +57,20 @@ def test_done_without_id_and_unknown_sessions(tmp_path: Path) -> None:
         assert tools.call("get_extraction_payload", {}).text == (
             "Invalid arguments: session_id: required"
         )
+
+
+def test_done_drains_exactly_what_the_payload_handed_out(tmp_path: Path) -> None:
+    """A call queued after get_extraction_payload survives extraction_done (the snapshot
+    rule); a second done without a new fetch deletes nothing."""
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        queue.append_calls(tools.ctx.queue_dir, "sess-1", [CALL])
+        first = json.loads(tools.call("get_extraction_payload", {"session_id": "sess-1"}).text)
+        assert [i["args"] for i in first["interactions"]] == ["make test"]
+        later = {**CALL, "tool_use_id": "t2", "tool_input": {"command": "git log"}}
+        queue.append_calls(tools.ctx.queue_dir, "sess-1", [later])
+        assert tools.call("extraction_done", {"session_id": "sess-1"}).text == "[acknowledged]"
+        left = queue.peek_records(tools.ctx.queue_dir, "sess-1")
+        assert [r["args"] for r in left] == [{"command": "git log"}]
+        assert tools.call("extraction_done", {"session_id": "sess-1"}).text == "[acknowledged]"
+        assert len(queue.peek_records(tools.ctx.queue_dir, "sess-1")) == 1

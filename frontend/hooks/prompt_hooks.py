@@ -48,13 +48,22 @@ def _cleanup_queue(command: str, directory: Path) -> None:
         hookio.warn(command, f"queue cleanup failed: {error.strerror or error}")
 
 
-def extraction_tier(directory: Path, session: str, host: str) -> str | None:
-    """The extraction nudge when the session has queued records (bumps the count)."""
+def extraction_tier(
+    directory: Path, session: str, host: str, project: str | None = None
+) -> str | None:
+    """The extraction nudge when the session has queued records that no extractor holds
+    (bumps the count). With ``project``, a carried-over queue of the project's ended
+    sessions is adopted first."""
     from thatch.frontend.hooks.nudges import extraction_nudge
 
     if not session:
         return None
-    records = queue.peek_records(directory, session)
+    if project:
+        try:
+            queue.adopt_carried(directory, session, project)
+        except (queue.QueueError, OSError) as error:
+            hookio.warn("flush-tools", f"carried-over queue not adopted: {error}")
+    records = queue.nudge_records(directory, session)
     if not records:
         return None
     if not usable_session_id(session):
@@ -63,6 +72,15 @@ def extraction_tier(directory: Path, session: str, host: str) -> str | None:
         return None
     missed = queue.increment_count(directory, session)
     return extraction_nudge(host, session, len(records), missed)
+
+
+def not_a_user_prompt(payload: Mapping[str, Any], prompt: str) -> bool:
+    """A prompt event that no user typed: a background agent's completion (Claude Code's
+    ``<task-notification>`` body) or a child session's task prompt (opencode's plugin
+    passes ``parent_session_id``). It gets no nudge and no recall embedding."""
+    if hookio.first_string(payload, "parent_session_id"):
+        return True
+    return prompt.lstrip().startswith("<task-notification>")
 
 
 def usable_session_id(session: str) -> bool:
@@ -143,23 +161,27 @@ def embed_prompt(text: str, env: Mapping[str, str]) -> Any | None:
     return result.vectors[0]
 
 
-def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
-    """The one nudge for this prompt: extraction, else recall, else the write nudge."""
+def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
+    """The one nudge for this prompt: extraction, else recall, else the write nudge; None
+    for a prompt no user typed."""
     from thatch.frontend.hooks.nudges import write_nudge
 
     command = "flush-tools"
+    prompt = hookio.first_string(payload, "prompt", "message", "text", "user_input", "input")
+    if not_a_user_prompt(payload, prompt):
+        return None
     try:
         directory = queue_dir(env)
         _cleanup_queue(command, directory)
         session = hookio.first_string(payload, "session_id", "conversation_id")
-        text = extraction_tier(directory, session, host)
+        project_path = hookio.project_dir(env, payload)
+        text = extraction_tier(directory, session, host, str(project_path))
         if text:
             return text
-        prompt = hookio.first_string(payload, "prompt", "message", "text", "user_input", "input")
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
             from thatch.frontend.project import project_store
 
-            project = project_store(hookio.project_dir(env, payload), env)
+            project = project_store(project_path, env)
             text = recall_tier(prompt, env, project, host)
             if text:
                 return text

@@ -2,10 +2,11 @@
 
 Tool hooks append here on every tool call, so this module imports only the standard
 library (docs/hooks.md §rules). Layout per session id ``I`` in the queue directory:
-``<safe>.jsonl`` (records, oldest first), ``<safe>.count`` (nudges printed since the last
-drain) and ``<safe>.lock`` (flock target). Every read-modify-write holds the lock and
-replaces the file atomically, so readers (which never lock) see either the old or the new
-file, never a torn one.
+``<safe>.jsonl`` (records, oldest first, each with a sequence number ``seq``),
+``<safe>.count`` (nudges printed since the last drain), ``<safe>.state`` (the snapshot
+handed to an extractor: its cursor and when) and ``<safe>.lock`` (flock target). Every
+read-modify-write holds the lock and replaces the file atomically, so readers (which never
+lock) see either the old or the new file, never a torn one.
 
 Everything stored is bounded (the ``*_LIMIT`` constants below): hosts pass tool names,
 argument names, ids and values as they come, and one 5 MB tool name once made a 10 MB
@@ -30,18 +31,29 @@ from typing import Any
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 
 __all__ = [
+    "ACCEPTED_TTL_SECONDS",
     "MAX_RECORDS",
     "QueueError",
+    "accept",
+    "adopt_carried",
     "append_calls",
     "build_payload",
+    "call_succeeded",
+    "carry_over",
     "classify",
     "cleanup",
+    "complete",
+    "consume",
     "drain",
     "increment_count",
     "make_record",
+    "nudge_records",
     "peek_records",
+    "project_key",
     "queue_paths",
     "read_count",
+    "requeue",
+    "response_text",
     "safe_name",
     "session_id_problem",
 ]
@@ -66,6 +78,9 @@ RECORD_CHARS_LIMIT = (
 QUEUE_BYTES_LIMIT = 4 * MAX_RECORDS * RECORD_CHARS_LIMIT  # UTF-8: up to 4 bytes a character
 LOCK_TIMEOUT_SECONDS = 2.0
 STALE_SECONDS = 7 * 24 * 3600
+# How long a handed-out snapshot keeps the extraction nudge quiet: an extractor that died
+# (host closed, sub-agent killed) must not strand its records; after this they nudge again.
+ACCEPTED_TTL_SECONDS = 600
 CLEANUP_INTERVAL_SECONDS = 24 * 3600
 CLEANUP_MARKER = ".last-cleanup"
 
@@ -107,7 +122,20 @@ LATER_PHASE_TOOLS = (
 THATCH_TOOLS = SERVED_TOOLS + LATER_PHASE_TOOLS
 DRAINING_TOOLS = ("memory_remember", "extraction_done")
 THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
-META_TOOLS = ("skill", "task", "agent")
+# Host meta-tools: queueing them would feed extraction back into itself (an extraction
+# sub-agent's dispatch, a skill load) or queue a host's own plumbing (Claude Code's
+# ToolSearch loads deferred tool schemas).
+META_TOOLS = ("skill", "task", "agent", "toolsearch")
+# The first words of a successful call's answer (tools/formatting.py, build_payload): the
+# hooks drain (or name a snapshot's holder) only on this evidence, never on a failed or
+# unknown call.
+SUCCESS_MARKERS = {
+    "memory_remember": "[saved]",
+    "extraction_done": "[acknowledged]",
+    "get_extraction_payload": '{"interactions"',
+}
+# Stem of a project's carried-over queue: "~" never occurs in a session's safe name.
+CARRY_PREFIX = "~carry-"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _LAST_SEGMENT = re.compile(r"(?:__|[:./])")
@@ -310,9 +338,62 @@ def _title(tool: str, args: Mapping[str, Any]) -> str:
     return _compact(args)[:80]
 
 
-def make_record(session_id: str, call: Mapping[str, Any]) -> dict[str, Any]:
+def _block_texts(blocks: list[Any], depth: int) -> str:
+    parts = []
+    for block in blocks:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict):
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+            elif block.get("type") in ("image", "audio"):
+                parts.append(f"[{block['type']}]")
+            else:
+                parts.append(response_text(block, depth + 1)[0])
+        else:
+            parts.append(_compact(block))
+    return "\n".join(part for part in parts if part)
+
+
+def response_text(value: Any, depth: int = 0) -> tuple[str, bool]:
+    """The meaningful text of a tool response and whether the host marked it an error.
+
+    Hosts hand responses over in several shapes (docs/hooks.md §record): a string; a list
+    of MCP content blocks (Claude Code's MCP results); ``{content, isError}`` (opencode's
+    MCP results); Claude Code's structured built-in results (Bash ``{stdout, stderr, …}``,
+    Read ``{file: {content}}``). Anything else is its compact JSON.
+    """
+    if value is None:
+        return "", False
+    if isinstance(value, str):
+        return value, False
+    if depth >= ARG_DEPTH_LIMIT:
+        return _compact(value), False
+    if isinstance(value, list):
+        return _block_texts(value, depth), False
+    if not isinstance(value, dict):
+        return _compact(value), False
+    error = value.get("isError") is True or value.get("is_error") is True
+    content = value.get("content")
+    if isinstance(content, list):
+        return _block_texts(content, depth), error
+    if isinstance(content, str):
+        return content, error
+    stdout, stderr = value.get("stdout"), value.get("stderr")
+    if isinstance(stdout, str) or isinstance(stderr, str):
+        parts = [text for text in (stdout, stderr) if isinstance(text, str) and text]
+        return "\n".join(parts), error
+    file = value.get("file")
+    if isinstance(file, dict) and isinstance(file.get("content"), str):
+        return file["content"], error
+    return _compact(value), error
+
+
+def make_record(session_id: str, call: Mapping[str, Any], seq: int | None = None) -> dict[str, Any]:
     """The queue record of one call (``tool_name``, ``tool_input``, ``tool_use_id``,
-    ``tool_response`` as the hosts send them)."""
+    ``tool_response`` as the hosts send them; ``isError`` beside them when the host passes
+    the error flag on its own)."""
     tool = call.get("tool_name")
     tool = (tool if isinstance(tool, str) else str(tool))[:TOOL_NAME_LIMIT]
     raw_input = call.get("tool_input")
@@ -322,11 +403,9 @@ def make_record(session_id: str, call: Mapping[str, Any]) -> dict[str, Any]:
         args = {}
     else:
         args = {"value": _cut_strings(raw_input)}
-    response = call.get("tool_response")
-    if response is None:
-        output = ""
-    else:
-        output = response if isinstance(response, str) else _compact(response)
+    output, error = response_text(call.get("tool_response"))
+    if error or call.get("isError") is True:
+        output = "[error] " + output  # the extractor must not learn a failure as a fact
     record: dict[str, Any] = {
         "tool": tool,
         "sessionID": session_id[:SESSION_ID_MAX],
@@ -337,7 +416,37 @@ def make_record(session_id: str, call: Mapping[str, Any]) -> dict[str, Any]:
     use_id = call.get("tool_use_id")
     if isinstance(use_id, str) and use_id:
         record["tool_use_id"] = use_id[:ID_LIMIT]
+    if seq is not None:
+        record["seq"] = seq
     return record
+
+
+def _seq(record: Mapping[str, Any]) -> int:
+    """A record's sequence number; records of older releases (no ``seq``) count as 0, older
+    than anything written since."""
+    value = record.get("seq")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def call_succeeded(call: Mapping[str, Any], bare: str, aggregated: bool = False) -> bool:
+    """Whether a draining call (``memory_remember``, ``extraction_done``) visibly succeeded:
+    its answer starts with the tool's success marker and no error flag is set. A missing,
+    failed or unknown answer (``Invalid arguments: …``, a tool the host does not have) is
+    not a success, so it drains nothing."""
+    marker = SUCCESS_MARKERS.get(bare)
+    if marker is None or call.get("isError") is True:
+        return False
+    response = call.get("tool_response")
+    if isinstance(response, str) and response.lstrip()[:1] in ("{", "["):
+        # A host that passes the MCP result as JSON text (Cursor's tool_output).
+        with contextlib.suppress(ValueError, RecursionError):
+            response = json.loads(response)
+    text, error = response_text(response)
+    if error:
+        return False
+    if aggregated:  # an aggregator's answer wraps the thatch tool's somewhere inside
+        return marker in text
+    return text.lstrip().startswith(marker)
 
 
 def _capped(record: dict[str, Any]) -> dict[str, Any]:
@@ -352,18 +461,67 @@ def _capped(record: dict[str, Any]) -> dict[str, Any]:
     use_id = record.get("tool_use_id")
     if isinstance(use_id, str) and use_id:
         capped["tool_use_id"] = use_id[:ID_LIMIT]
+    if _seq(record):
+        capped["seq"] = _seq(record)
     return capped
+
+
+# -- state: the snapshot handed to an extractor ----------------------------------------------
+
+
+def _state_path(jsonl: Path) -> Path:
+    return jsonl.with_suffix(".state")
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    cursor, at = value.get("cursor"), value.get("accepted_at")
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+        return {}
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return {}
+    state: dict[str, Any] = {"cursor": cursor, "accepted_at": float(at)}
+    agent = value.get("agent_id")
+    if isinstance(agent, str) and agent:
+        state["agent_id"] = agent[:ID_LIMIT]
+    return state
+
+
+def _write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:
+    kept = records[-MAX_RECORDS:]
+    if kept:
+        _write_atomic(jsonl, "".join(_compact(record) + "\n" for record in kept))
+    else:
+        _unlink(jsonl)
 
 
 # -- operations ------------------------------------------------------------------------
 
 
-def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, Any]]) -> None:
+def append_calls(
+    directory: Path,
+    session_id: str,
+    calls: Iterable[Mapping[str, Any]],
+    *,
+    subagent: bool = False,
+    agent_id: str = "",
+) -> None:
     """Queue a batch of tool calls for a session (docs/hooks.md §append).
 
-    A thatch memory write or ``extraction_done`` in the batch drains the queue and
-    discards the calls gathered before it; thatch's own and meta tools are skipped, as
-    are calls whose ``tool_use_id`` is already queued. The newest 20 records are kept.
+    A *successful* thatch memory write or ``extraction_done`` in the batch drains: the
+    session's own agent's memory write consumes the queue and the calls gathered before
+    it; a sub-agent's write (``subagent``: Claude's ``agent_id``, an opencode child) and
+    ``extraction_done`` complete the handed-out snapshot only. A sub-agent's successful
+    ``get_extraction_payload`` names ``agent_id`` as the snapshot's holder (so its stop
+    can complete it, ``complete``). thatch's own and meta tools are skipped, as are calls
+    whose ``tool_use_id`` is already queued. The newest 20 records are kept; each new one
+    gets the next sequence number.
     """
     if session_id_problem(session_id) is not None:
         return  # the tools would refuse this id: a queue for it could never be fetched
@@ -371,18 +529,39 @@ def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, 
     if not calls:
         return
     jsonl, count, lock = queue_paths(directory, session_id)
+    state_path = _state_path(jsonl)
     _ensure_dir(directory)
     with _locked(lock):
         existing = _read_lines(jsonl)
-        original_len = len(existing)
-        drained = False
+        state = _read_state(state_path)
+        original = [_seq(record) for record in existing]
+        next_seq = max([*original, state.get("cursor", 0)]) + 1
+        drained = holder = False
         for call in calls:
             tool = call.get("tool_name")
             if not isinstance(tool, str) or not tool.strip():
                 continue
             kind, bare = classify(tool, call.get("tool_input"))
+            if (
+                bare == "get_extraction_payload"
+                and agent_id
+                and "cursor" in state
+                and call_succeeded(call, bare)
+            ):
+                state["agent_id"] = agent_id[:ID_LIMIT]
+                holder = True
+                continue
             if kind == "thatch" and bare in DRAINING_TOOLS:
-                existing = []
+                aggregated = bare != classify(tool)[1]
+                if not call_succeeded(call, bare, aggregated):
+                    continue  # a failed save drains nothing (and is not queued)
+                if bare == "memory_remember" and not subagent:
+                    existing = []  # the agent saved what it learned itself
+                elif "cursor" in state:
+                    existing = [r for r in existing if _seq(r) > state["cursor"]]
+                else:
+                    continue  # no snapshot handed out: nothing to complete
+                state = {}
                 drained = True
                 continue
             if kind != "other":
@@ -393,16 +572,16 @@ def append_calls(directory: Path, session_id: str, calls: Iterable[Mapping[str, 
                 use_id and record.get("tool_use_id") == use_id for record in existing
             ):
                 continue
-            existing.append(make_record(session_id, call))
+            existing.append(make_record(session_id, call, next_seq))
+            next_seq += 1
         if drained:
             _unlink(count)
-        if not drained and len(existing) == original_len:
+            _unlink(state_path)
+        elif holder:
+            _write_atomic(state_path, _compact(state))
+        if not drained and [_seq(record) for record in existing] == original:
             return  # nothing changed; leave the file (and its mtime) alone
-        kept = existing[-MAX_RECORDS:]
-        if kept:
-            _write_atomic(jsonl, "".join(_compact(record) + "\n" for record in kept))
-        else:
-            _unlink(jsonl)
+        _write_records(jsonl, existing)
 
 
 def peek_records(directory: Path, session_id: str) -> list[dict[str, Any]]:
@@ -413,8 +592,82 @@ def peek_records(directory: Path, session_id: str) -> list[dict[str, Any]]:
     return _read_lines(jsonl)
 
 
-def drain(directory: Path, session_id: str) -> None:
-    """Delete the session's records and nudge count (``extraction_done``, memory writes)."""
+def nudge_records(
+    directory: Path, session_id: str, *, now: float | None = None
+) -> list[dict[str, Any]]:
+    """The records the extraction nudge is about: none while a handed-out snapshot is
+    fresh (an extractor is working on it), else every queued record."""
+    if session_id_problem(session_id) is not None:
+        return []
+    jsonl, _count, _lock = queue_paths(directory, session_id)
+    records = _read_lines(jsonl)
+    if not records:
+        return []
+    state = _read_state(_state_path(jsonl))
+    now = time.time() if now is None else now
+    if "cursor" in state and 0 <= now - state["accepted_at"] < ACCEPTED_TTL_SECONDS:
+        return []
+    return records
+
+
+def accept(directory: Path, session_id: str, *, now: float | None = None) -> list[dict[str, Any]]:
+    """Hand the queued records out (``get_extraction_payload``): returns them and records
+    the snapshot's cursor (their highest sequence number), which quiets the nudge until
+    ``complete``, ``requeue`` or ACCEPTED_TTL_SECONDS. Records stay queued."""
+    if session_id_problem(session_id) is not None:
+        return []
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    if not jsonl.exists():
+        return []
+    with _locked(lock):
+        records = _read_lines(jsonl)
+        if records:
+            now = time.time() if now is None else now
+            cursor = max(_seq(record) for record in records)
+            _write_atomic(_state_path(jsonl), _compact({"cursor": cursor, "accepted_at": now}))
+    return records
+
+
+def complete(directory: Path, session_id: str, agent_id: str = "") -> int:
+    """The extractor finished (``extraction_done``): delete exactly the handed-out snapshot
+    (records up to its cursor) and the nudge count; records queued since survive. Without
+    a snapshot nothing is deleted; with ``agent_id`` (a Claude sub-agent stopped) only the
+    snapshot that agent fetched is completed. Returns the number of records deleted."""
+    if session_id_problem(session_id) is not None or not directory.is_dir():
+        return 0
+    jsonl, count, lock = queue_paths(directory, session_id)
+    state_path = _state_path(jsonl)
+    with _locked(lock):
+        state = _read_state(state_path)
+        if "cursor" not in state:
+            _unlink(state_path)  # a damaged state file hands nothing out
+            return 0
+        if agent_id and state.get("agent_id") != agent_id[:ID_LIMIT]:
+            return 0  # another sub-agent stopped; the extractor may still be working
+        records = _read_lines(jsonl)
+        kept = [record for record in records if _seq(record) > state["cursor"]]
+        if len(kept) != len(records):
+            _write_records(jsonl, kept)
+        _unlink(count)
+        _unlink(state_path)
+    return len(records) - len(kept)
+
+
+def requeue(directory: Path, session_id: str) -> bool:
+    """The extractor died: the snapshot's records are pending again (the nudge resumes).
+    Returns whether a snapshot was handed out."""
+    if session_id_problem(session_id) is not None or not directory.is_dir():
+        return False
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    state_path = _state_path(jsonl)
+    with _locked(lock):
+        had = state_path.exists()
+        _unlink(state_path)
+    return had
+
+
+def consume(directory: Path, session_id: str) -> None:
+    """Delete the session's records, nudge count and snapshot state."""
     if not session_id:
         return
     jsonl, count, lock = queue_paths(directory, session_id)
@@ -423,6 +676,86 @@ def drain(directory: Path, session_id: str) -> None:
     with _locked(lock):
         _unlink(jsonl)
         _unlink(count)
+        _unlink(_state_path(jsonl))
+
+
+drain = consume  # the name callers of earlier releases use
+
+
+# -- carry-over: a session's last calls go to the project's next session ----------------------
+
+
+def project_key(project: str) -> str:
+    """Stem of a project's carried-over queue: FNV-1a (64 bit) of its directory (hashlib
+    would load OpenSSL on every prompt)."""
+    value = 0xCBF29CE484222325
+    for byte in project.encode("utf-8", "surrogatepass"):
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{CARRY_PREFIX}{value:016x}"
+
+
+def _carry_paths(directory: Path, project: str) -> tuple[Path, Path]:
+    stem = project_key(project)
+    return directory / f"{stem}.jsonl", directory / f"{stem}.lock"
+
+
+def _merged(
+    records: list[dict[str, Any]], incoming: list[dict[str, Any]], first_seq: int
+) -> list[dict[str, Any]]:
+    """``incoming`` appended to ``records`` (new sequence numbers, queued ids skipped)."""
+    seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
+    out = list(records)
+    for record in incoming:
+        use_id = record.get("tool_use_id")
+        if use_id and use_id in seen:
+            continue
+        out.append({**record, "seq": first_seq})
+        first_seq += 1
+    return out
+
+
+def carry_over(directory: Path, session_id: str, project: str) -> int:
+    """The session ended (Claude's SessionEnd): move its queued records, a handed-out
+    snapshot included (its extractor ended with the session), to the project's carry-over
+    queue, which the project's next prompting session adopts. Returns the records moved."""
+    if session_id_problem(session_id) is not None or not project or not directory.is_dir():
+        return 0
+    jsonl, count, lock = queue_paths(directory, session_id)
+    carry, carry_lock = _carry_paths(directory, project)
+    with _locked(lock):
+        records = _read_lines(jsonl)
+        if records:
+            # Session lock first, then the carry lock: the order adopt_carried takes too.
+            # The destination is written before the source goes, so a crash between
+            # the two duplicates records (tool_use_ids dedupe them) and loses none.
+            with _locked(carry_lock):
+                carried = _read_lines(carry)
+                first = max([0, *(_seq(r) for r in carried)]) + 1
+                _write_records(carry, _merged(carried, records, first))
+        _unlink(jsonl)
+        _unlink(count)
+        _unlink(_state_path(jsonl))
+    return len(records)
+
+
+def adopt_carried(directory: Path, session_id: str, project: str) -> int:
+    """Move the project's carried-over records into this session's queue (before its
+    extraction nudge). Returns the records adopted; a stat when there are none."""
+    if session_id_problem(session_id) is not None or not project:
+        return 0
+    carry, carry_lock = _carry_paths(directory, project)
+    if not carry.exists():
+        return 0
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    with _locked(lock), _locked(carry_lock):
+        carried = _read_lines(carry)
+        if carried:
+            records = _read_lines(jsonl)
+            state = _read_state(_state_path(jsonl))
+            first = max([0, state.get("cursor", 0), *(_seq(r) for r in records)]) + 1
+            _write_records(jsonl, _merged(records, carried, first))
+        _unlink(carry)
+    return len(carried)
 
 
 def _parse_count(path: Path) -> int:
@@ -452,7 +785,8 @@ def increment_count(directory: Path, session_id: str) -> int:
 
 
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
-    """Delete queue files untouched for 7 days, at most once a day; returns files removed."""
+    """Delete queue files (carried-over ones too) untouched for 7 days, at most once a
+    day; returns files removed."""
     now = time.time() if now is None else now
     if not directory.is_dir():
         return 0
@@ -469,7 +803,7 @@ def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -
     for entry in os.scandir(directory):
         if entry.name == CLEANUP_MARKER or not entry.is_file(follow_symlinks=False):
             continue
-        if not entry.name.endswith((".jsonl", ".count", ".lock", ".tmp")):
+        if not entry.name.endswith((".jsonl", ".count", ".state", ".lock", ".tmp")):
             continue
         try:
             if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:

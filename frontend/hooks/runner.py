@@ -70,14 +70,26 @@ def _batch_calls(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
-    """Claude Code's PostToolBatch (or PostToolUse): queue the batch's calls."""
+    """Claude Code's PostToolBatch (or PostToolUse): queue the batch's calls.
+
+    A sub-agent's calls carry its parent's ``session_id`` plus an ``agent_id``: they are
+    queued under the parent, and a sub-agent's save completes only the handed-out
+    snapshot (docs/hooks.md §append)."""
     session = hookio.first_string(payload, "session_id", "conversation_id")
-    queue.append_calls(queue_dir(env), session, _batch_calls(payload))
+    agent = hookio.first_string(payload, "agent_id")
+    queue.append_calls(
+        queue_dir(env), session, _batch_calls(payload), subagent=bool(agent), agent_id=agent
+    )
 
 
 def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
-    """Cursor's postToolUse and opencode's plugin: queue one call."""
+    """Cursor's postToolUse and opencode's plugin: queue one call.
+
+    ``parent_session_id`` (the opencode plugin, for a ``task`` child session) queues the
+    call under the parent, as Claude Code does for its sub-agents: a child is never
+    nudged, so calls queued under it would be stranded."""
     session = hookio.first_string(payload, "conversation_id", "session_id")
+    parent = hookio.first_string(payload, "parent_session_id")
     tool = payload.get("tool_name")
     if not isinstance(tool, str) or not tool.strip():
         return
@@ -91,13 +103,47 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
         "tool_input": payload.get("tool_input"),
         "tool_use_id": payload.get("tool_use_id"),
         "tool_response": response if response is not None else "",
+        "isError": payload.get("isError") is True,
     }
-    queue.append_calls(queue_dir(env), session, [call])
+    queue.append_calls(queue_dir(env), parent or session, [call], subagent=bool(parent))
+
+
+def _extraction_body(command: str) -> Callable[[Mapping[str, Any], Mapping[str, str]], None]:
+    def body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+        session = hookio.first_string(payload, "session_id", "conversation_id")
+        if not session:
+            return  # nothing names a queue: as buffer-tool without a tool_name
+        if command == "extraction-requeue":
+            queue.requeue(queue_dir(env), session)
+        elif command == "extraction-complete":
+            # Claude Code's SubagentStop passes agent_id: only the extractor's stop counts.
+            queue.complete(queue_dir(env), session, hookio.first_string(payload, "agent_id"))
+        else:  # session-end
+            project = str(hookio.project_dir(env, payload))
+            queue.carry_over(queue_dir(env), session, project)
+
+    return body
+
+
+# Silent hook commands: they change the queue and print nothing.
+QUEUE_COMMANDS = (
+    "buffer-batch",
+    "buffer-tool",
+    "extraction-requeue",
+    "extraction-complete",
+    "session-end",
+)
 
 
 def run_buffer_hook(command: str) -> None:
-    """Run ``buffer-batch`` or ``buffer-tool``: read stdin, queue, print nothing."""
-    body = buffer_batch_body if command == "buffer-batch" else buffer_tool_body
+    """Run one of QUEUE_COMMANDS: read stdin, change the queue, print nothing."""
+    body: Callable[[Mapping[str, Any], Mapping[str, str]], None]
+    if command == "buffer-batch":
+        body = buffer_batch_body
+    elif command == "buffer-tool":
+        body = buffer_tool_body
+    else:
+        body = _extraction_body(command)
 
     def run() -> None:
         try:
@@ -132,9 +178,9 @@ def hook_options(command: str, args: list[str]) -> dict[str, Any]:
 
 
 def run_hook_command(command: str, args: list[str]) -> None:
-    """Run one of the four hook commands without click (see ``thatch.cli.entry``)."""
+    """Run a hook command without click (see ``thatch.cli.entry``)."""
     options = hook_options(command, args)
-    if command in ("buffer-batch", "buffer-tool"):
+    if command in QUEUE_COMMANDS:
         run_buffer_hook(command)
         return
     from thatch.frontend.hooks.prompt_hooks import run_flush_tools, run_reminder

@@ -276,22 +276,24 @@ class Tools:
         return fmt.checked(store, found[0].label, found[1].label, status)
 
     def extraction_done(self, session_id: str | None) -> str:
-        """Acknowledge extraction; with a session id, clear that session's queue."""
+        """Acknowledge extraction; with a session id, drain exactly the records that
+        ``get_extraction_payload`` handed out for it (docs/hooks.md §snapshot)."""
         if session_id:
             from thatch.frontend.hooks import queue
 
             try:
-                queue.drain(self.ctx.queue_dir, session_id)
+                queue.complete(self.ctx.queue_dir, session_id)
             except queue.QueueError as error:
                 raise Refused(str(error)) from None
         return fmt.ACKNOWLEDGED
 
     def extraction_payload(self, session_id: str) -> str:
-        """The session's queued tool interactions as JSON (the queue stays as it is)."""
+        """The session's queued tool interactions as JSON; they stay queued, handed out
+        (the nudge quiets) until ``extraction_done`` drains them."""
         from thatch.frontend.hooks import queue
 
         try:
-            records = queue.peek_records(self.ctx.queue_dir, session_id)
+            records = queue.accept(self.ctx.queue_dir, session_id)
         except queue.QueueError as error:
             raise Refused(str(error)) from None
         payload = queue.build_payload(records, self.ctx.project_store)

@@ -42,9 +42,9 @@ class ToolSpec:
     description: str
     params: tuple[Param, ...]
     run: Handler
-    # A call of this tool acknowledges the session's queued tool interactions: the tool
-    # hooks drain the session's extraction queue instead of queueing the call (docs/hooks.md
-    # §extraction-queue).
+    # A successful call of this tool acknowledges the session's queued tool interactions:
+    # the tool hooks drain (consume, or complete the handed-out snapshot) instead of
+    # queueing the call (docs/hooks.md §append, §snapshot).
     drains_queue: bool = False
 
 
@@ -389,7 +389,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
             Param(
                 "session_id",
                 "string",
-                "The parent session id from the extraction nudge; its queue is cleared.",
+                "The parent session id from the extraction nudge; the interactions "
+                "get_extraction_payload handed out are cleared (newer ones stay queued).",
                 max_length=SESSION_ID_MAX,
                 single_line=True,
                 check=session_id_problem,
@@ -402,8 +403,9 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "get_extraction_payload",
         "Fetch the queued tool interactions for the session id given in the extraction "
-        "nudge, as JSON, then run the thatch-fact-extractor skill on them. Read-only: the "
-        "queue is cleared by extraction_done.",
+        "nudge, as JSON, then run the thatch-fact-extractor skill on them. Nothing is "
+        "deleted: extraction_done with the same session id clears exactly what this "
+        "returned.",
         (
             Param(
                 "session_id",
