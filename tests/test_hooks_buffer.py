@@ -213,9 +213,11 @@ def test_opencode_mcp_results_are_queued_with_text_and_error(
     assert record["output"] == (output or "issue #4: spin")
 
 
-def test_opencode_is_error_field_marks_the_record(env: dict[str, str]) -> None:
-    """A top-level isError (the plugin may pass output.isError beside a string) is kept."""
-    stdin = _other_mcp_stdin("boom", isError=True)
+@pytest.mark.parametrize("field", ["isError", "is_error"])
+def test_opencode_is_error_field_marks_the_record(env: dict[str, str], field: str) -> None:
+    """A top-level error flag is kept: the generated plugin passes ``is_error`` (see
+    tests/test_setup_opencode_plugin.py), MCP's own spelling is ``isError``."""
+    stdin = _other_mcp_stdin("boom", **{field: True})
     assert_silent_ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
     (record,) = read_jsonl(queue_file(env, str(stdin["session_id"])))
     assert record["output"] == "[error] boom"

@@ -103,7 +103,8 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
         "tool_input": payload.get("tool_input"),
         "tool_use_id": payload.get("tool_use_id"),
         "tool_response": response if response is not None else "",
-        "isError": payload.get("isError") is True,
+        # the opencode plugin passes is_error; keep isError for callers of the MCP spelling
+        "isError": payload.get("isError") is True or payload.get("is_error") is True,
     }
     queue.append_calls(queue_dir(env), parent or session, [call], subagent=bool(parent))
 
