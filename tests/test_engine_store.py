@@ -47,7 +47,7 @@ def store(tmp_path: Path) -> Store:
 
 def engine(store: Store, which: object = PREDICTIONS) -> EngineStore:
     clock = iter(datetime(2025, 3, 4, 5, 6, second, tzinfo=UTC) for second in range(60))
-    return EngineStore(store.conn, which, clock=lambda: next(clock), lock=store._lock)  # type: ignore[arg-type]
+    return EngineStore(store.conn, which, clock=lambda: next(clock), lock=store.lock)  # type: ignore[arg-type]
 
 
 def record(

@@ -27,6 +27,14 @@ ORDER = [
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
+    "prediction_query",
+    "prediction_update",
+    "prediction_list",
+    "prediction_delete",
+    "behavior_codify",
+    "behavior_feedback",
+    "behavior_list",
+    "behavior_delete",
 ]
 
 

@@ -84,10 +84,6 @@ SERVED_TOOLS = (
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
-)
-# Tools of later phases (engines, chat), served today by the earlier TypeScript release; a
-# tool that lands in the registry moves from here to SERVED_TOOLS.
-LATER_PHASE_TOOLS = (
     "prediction_query",
     "prediction_update",
     "prediction_list",
@@ -96,6 +92,10 @@ LATER_PHASE_TOOLS = (
     "behavior_feedback",
     "behavior_list",
     "behavior_delete",
+)
+# Tools of later phases (engines, chat), served today by the earlier TypeScript release; a
+# tool that lands in the registry moves from here to SERVED_TOOLS.
+LATER_PHASE_TOOLS = (
     "chat_register",
     "chat_list",
     "chat_send",
