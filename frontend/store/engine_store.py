@@ -688,19 +688,19 @@ class EngineStore:
 
     # -- re-embedding and hygiene ---------------------------------------------------------
 
-    def model_mismatch_count(self, active_model: str) -> int:
-        """Matchers and items embedded with another model or not at all (hygiene)."""
-        total = 0
+    def embedding_counts(self, active_model: str) -> tuple[int, int]:
+        """(rows embedded with another model, rows not embedded) over matchers and items."""
+        other = pending = 0
         with self._lock:
             for table in (self.engine.matchers, self.engine.items):
-                total += int(
-                    self.conn.execute(
-                        f"SELECT count(*) FROM {table} WHERE NOT {USABLE} "
-                        "OR model IS NULL OR model != ?",
-                        (active_model,),
-                    ).fetchone()[0]
-                )
-        return total
+                row = self.conn.execute(
+                    f"SELECT count(*) FILTER (WHERE {USABLE} AND model IS NOT ?), "
+                    f"count(*) FILTER (WHERE NOT {USABLE}) FROM {table}",
+                    (active_model,),
+                ).fetchone()
+                other += int(row[0])
+                pending += int(row[1])
+        return other, pending
 
     def reembed_candidates(
         self, active_model: str, *, missing_only: bool = False, store: str | None = None
@@ -708,9 +708,7 @@ class EngineStore:
         """(table, id, text) of rows to re-embed: not embedded, or (unless ``missing_only``)
         embedded with another model."""
         out: list[tuple[str, str, str]] = []
-        where = (
-            f"(NOT {USABLE})" if missing_only else f"(NOT {USABLE} OR model IS NULL OR model != ?)"
-        )
+        where = f"(NOT {USABLE})" if missing_only else f"(NOT {USABLE} OR model IS NOT ?)"
         for table, column in (
             (self.engine.matchers, "description"),
             (self.engine.items, "statement"),
