@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -182,7 +182,6 @@ class SeedPlan:
     existing: Item | None = None
     detail: str = ""
     stamp_check: str = ""  # the rationale the existing row must still hold (re-checked)
-    done: bool = field(default=False, init=False)
 
 
 def _item_columns(prefix: str = "") -> str:
