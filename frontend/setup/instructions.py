@@ -7,6 +7,7 @@ are named bare and the prefix rule is stated once.
 from __future__ import annotations
 
 from thatch.frontend.setup.block import BEGIN, END
+from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
 
 BODY = """\
 # thatch — persistent memory
@@ -69,4 +70,4 @@ When `memory_remember` warns about similar memories, or `find_duplicates` report
 clusters, follow the `thatch-dedup-classifier` skill to merge or mark them.
 """
 
-BLOCK = f"{BEGIN}\n{BODY}{END}"
+BLOCK = f"{BEGIN}\n{BODY}{ENGINE_SECTIONS}{END}"
