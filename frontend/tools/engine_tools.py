@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from thatch.embedder.encoder import Kind
+from thatch.frontend.engine_thresholds import auto_fire_thresholds
 from thatch.frontend.store.engine_store import (
-    AUTO_FIRE_THRESHOLD,
     BEHAVIORS,
     PREDICTIONS,
     Engine,
@@ -27,12 +27,9 @@ from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import inline, quoted, token
 
 if TYPE_CHECKING:
+    from thatch.frontend.store.memory_store import Store
     from thatch.frontend.tools.memory_tools import Tools
 
-THRESHOLD_VARS = {
-    "prediction": "THATCH_PREDICTION_THRESHOLD",
-    "behavior": "THATCH_BEHAVIOR_THRESHOLD",
-}
 NO_PREDICTIONS_MATCH = "No matching predictions found."
 PREDICTION_BLOCK_TITLE = "[thatch] User decision model"
 BEHAVIOR_BLOCK_TITLE = "[thatch] Situational behaviors"
@@ -43,12 +40,7 @@ VERBS = {"prediction": ("you may prefer", "you tend to"), "behavior": ("consider
 def auto_fire_threshold(env: Mapping[str, str], engine: Engine) -> float:
     """``THATCH_PREDICTION_THRESHOLD`` / ``THATCH_BEHAVIOR_THRESHOLD`` when a number in
     [0, 1], else 0.60."""
-    value = env.get(THRESHOLD_VARS[engine.name], "").strip()
-    try:
-        number = float(value)
-    except ValueError:
-        return AUTO_FIRE_THRESHOLD
-    return number if 0.0 <= number <= 1.0 else AUTO_FIRE_THRESHOLD
+    return auto_fire_thresholds(env)[engine.name]
 
 
 def engine_store(tools: Tools, engine: Engine) -> EngineStore:
@@ -116,6 +108,21 @@ def listing(engine: Engine, entries: Sequence[Listed], scope: Sequence[str]) -> 
 
 def not_found(engine: Engine, text: str, scope: Sequence[str]) -> str:
     return f"No {engine.name} matching {quoted(text)} found in {scope_text(scope)}."
+
+
+def prompt_blocks(
+    store: Store, scope: Sequence[str], vector: Any, thresholds: Mapping[str, float]
+) -> list[str]:
+    """The prompt-time blocks (engines.md §4, docs/hooks.md §7 tier 2) for the prompt's one
+    query vector: predictions then behaviors, each only when something fires."""
+    blocks = []
+    for engine in (PREDICTIONS, BEHAVIORS):
+        engines = EngineStore(store.conn, engine, clock=store.clock, lock=store.lock)
+        found = engines.match(scope, vector, thresholds[engine.name], auto_fire=True)
+        block = prompt_block(engine, found)
+        if block is not None:
+            blocks.append(block)
+    return blocks
 
 
 # -- handlers ------------------------------------------------------------------------------
