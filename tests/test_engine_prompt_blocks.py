@@ -156,3 +156,48 @@ def test_warm_path_carries_the_blocks_and_embeds_once(
         assert flush(warm, MIGRATION_PROMPT) == BEHAVIOR_BLOCK
         assert minilm.info().requests_served == served + 2
     assert flush(env, TEST_PROMPT) == PREDICTION_BLOCK  # cold, same database
+
+
+class _Searcher:
+    def __init__(self) -> None:
+        self.asked: list[dict[str, float]] = []
+
+    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
+        return ["L"]
+
+    def scan(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float,
+        engines: dict[str, float],
+    ) -> tuple[list[str], list[str]]:
+        self.asked.append(engines)
+        return ["L"], ["[thatch] User decision model\n- x"]
+
+
+def test_scan_requests_with_engines_are_checked() -> None:
+    """The engines field is optional; malformed thresholds get one error reply."""
+    import json
+
+    searcher = _Searcher()
+    base = {"prompt": "p" * 20, "stores": ["s"], "limit": 5, "threshold": 0.5}
+
+    def ask(**extra: object) -> dict[str, object]:
+        return recall_scan.answer(json.dumps({**base, **extra}).encode(), searcher)
+
+    assert ask() == {"labels": ["L"]}
+    good = {"prediction": 0.6, "behavior": 1}
+    assert ask(engines=good) == {"labels": ["L"], "blocks": ["[thatch] User decision model\n- x"]}
+    assert searcher.asked == [{"prediction": 0.6, "behavior": 1.0}]
+    for bad in (
+        {"prediction": 0.6},
+        {"prediction": 2, "behavior": 0},
+        [0.6, 0.6],
+        {"prediction": True, "behavior": 0.5},
+        {"prediction": "0.5", "behavior": 0.5},
+    ):
+        reply = ask(engines=bad)
+        assert set(reply) == {"error"} and "engines" in str(reply["error"]), reply
+    assert len(searcher.asked) == 1
