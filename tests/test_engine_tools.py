@@ -307,3 +307,53 @@ async def test_real_stdio_session_with_minilm(
         embedder.close()
     cosine = float(np.dot(vectors[0], vectors[1]))
     assert 0.85 <= cosine < 0.999, cosine
+
+
+_WORKER = """
+import sys
+from pathlib import Path
+from tests.support.fake_embedder import tool_context, FakeEmbedder
+from thatch.frontend.tools.memory_tools import Tools
+
+db_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
+sys.stdin.readline()  # all workers start together
+with tool_context(db_dir, FakeEmbedder()) as ctx:
+    for _ in range(rounds):
+        result = Tools(ctx).call("prediction_update", {
+            "matcher": "choosing a test framework", "prediction": "pytest with plain asserts",
+            "signal": "confirm", "rationale": "r"})
+        assert not result.is_error, result.text
+"""
+
+
+def test_processes_updating_one_new_prediction_at_once_make_one(tmp_path: Path) -> None:
+    """Four processes confirm the same new prediction 5 times each: one matcher, one
+    prediction, 20 confirms, confidence as the formula says (no lost update)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(tmp_path), "5"],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=root,
+        )
+        for _ in range(4)
+    ]
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+    for proc in procs:
+        assert proc.stderr is not None
+        with proc.stderr:
+            err = proc.stderr.read()
+        assert proc.wait(120) == 0, err
+    db = tmp_path / "thatch.db"
+    assert rows(db, "SELECT count(*) FROM prediction_matchers") == [(1,)]
+    assert rows(
+        db, "SELECT confirm_count, disconfirm_count, round(confidence, 6) FROM predictions"
+    ) == [(20.0, 0.0, round(22.5 / 25, 6))]
+    assert rows(db, "SELECT count(*) FROM prediction_provenance") == [(20,)]

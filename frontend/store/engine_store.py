@@ -553,6 +553,26 @@ class EngineStore:
                 return None
             return self._apply(conn, item_id, signal, detail, now)
 
+    def signal_nearest(
+        self,
+        stores: Sequence[str] | str,
+        vector: Any,
+        signal: str,
+        detail: str | None,
+        threshold: float = DEDUP_THRESHOLD,
+    ) -> Item | None:
+        """Find the nearest item ≥ threshold and apply ``signal`` to it, in one transaction;
+        the item after the signal, or None when nothing is near enough."""
+        self._check_signal(signal)
+        query = as_vector(vector)
+        names = store_list(stores)
+        now = self._now()
+        with self._write() as conn:
+            near = self._nearest_item(conn, names, query, threshold)
+            if near is None:
+                return None
+            return self._apply(conn, near[0].id, signal, detail, now)
+
     def delete_nearest(
         self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
     ) -> Item | None:

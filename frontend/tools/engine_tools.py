@@ -201,14 +201,10 @@ def behavior_codify(tools: Tools, args: dict[str, Any]) -> str:
 def behavior_feedback(tools: Tools, args: dict[str, Any]) -> str:
     scope = _scope(tools, args["store"])
     vector = tools.embed([args["behavior"]], Kind.PASSAGE).vectors[0]
-    engine = engine_store(tools, BEHAVIORS)
-    near = engine.nearest_item(scope, vector)
-    if near is None:
-        return not_found(BEHAVIORS, args["behavior"], scope)
     signal = "confirm" if args["relevant"] else "disconfirm"
     detail = ("ham: " if args["relevant"] else "spam: ") + args["context"]
-    item = engine.signal(near[0].id, signal, detail)
-    if item is None:  # deleted between the lookup and the write
+    item = engine_store(tools, BEHAVIORS).signal_nearest(scope, vector, signal, detail)
+    if item is None:
         return not_found(BEHAVIORS, args["behavior"], scope)
     return f"[{signal}] {quoted(item.statement)} {confidence_text(item)}"
 
