@@ -16,6 +16,7 @@ model cache and used by the embedder.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -247,14 +248,27 @@ def main() -> None:
         name = "flush-tools, empty queue, 1,000 memories (recall, warm path via thatch mcp)"
         print(row(name, times, baseline))
 
-        fill_engines(root / "recall.db", 100, int(info.dim), info.model_id)
-        times = measure([*thatch, "flush-tools"], no_queue, env, runs)
-        name = "flush-tools, 1,000 memories + 100 predictions + 100 behaviors (cold path)"
-        print(row(name, times, baseline))
-        with mcp_server(thatch, env):
-            times = measure([*thatch, "flush-tools"], no_queue, env, runs)
-        name = "flush-tools, 1,000 memories + 100 predictions + 100 behaviors (warm path)"
-        print(row(name, times, baseline))
+        # A/B in one interleaved run, so machine noise hits both alike: the same 1,000
+        # memories without and with 100 predictions + 100 behaviors, each DB served warm by
+        # its own thatch mcp (both seed the nine default behaviors first).
+        shutil.copy(root / "recall.db", root / "engines.db")
+        fill_engines(root / "engines.db", 100, int(info.dim), info.model_id)
+        env_eng = {**env, "THATCH_DB_PATH": str(root / "engines.db")}
+        for warm in (False, True):
+            plain: list[float] = []
+            engines: list[float] = []
+            with contextlib.ExitStack() as servers:
+                if warm:
+                    servers.enter_context(mcp_server(thatch, env))
+                    servers.enter_context(mcp_server(thatch, env_eng))
+                for _ in range(runs):
+                    plain += measure([*thatch, "flush-tools"], no_queue, env, 1)
+                    engines += measure([*thatch, "flush-tools"], no_queue, env_eng, 1)
+            path = "warm path" if warm else "cold path"
+            print(row(f"flush-tools, {path}, A: 1,000 memories", plain))
+            ratio = statistics.median(engines) / statistics.median(plain)
+            name = f"flush-tools, {path}, B: A + 100 predictions + 100 behaviors"
+            print(row(name, engines) + f"  (B/A {ratio:.2f})")
 
         env_rem = {**env, "THATCH_DB_PATH": str(root / "reminder.db")}
         fill_store(root / "reminder.db", "bench-project", 5000, int(info.dim), info.model_id)
