@@ -192,3 +192,20 @@ def test_two_real_servers_seed_exactly_once_and_upgrade_in_place(
         db,
         "SELECT count(*), min(detail) FROM behavior_provenance WHERE detail LIKE 'seed upgrade%'",
     ) == [(9, f"seed upgrade 0.0.1 → {version}")]
+
+
+def test_seeder_stopped_while_waiting_makes_one_last_attempt(store: Store) -> None:
+    """close() wakes a seeder waiting for the embedder: it tries once more without waiting
+    (seeding if the embedder answers now), then the thread ends."""
+    from thatch.frontend.tools.default_behaviors import DefaultSeeder
+
+    embedder = FakeEmbedder(unavailable="still starting")
+    down = DefaultSeeder(store, embedder, version="1.0").start()
+    down.close()
+    assert down.report is None
+    assert rows(store.path, "SELECT count(*) FROM behaviors") == [(0,)]  # type: ignore[arg-type]
+    seeder = DefaultSeeder(store, embedder, version="1.0").start()
+    embedder.unavailable = None
+    seeder.close()
+    assert seeder.report is not None and seeder.report.created == 9
+    assert rows(store.path, "SELECT count(*) FROM behaviors") == [(9,)]  # type: ignore[arg-type]

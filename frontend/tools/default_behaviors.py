@@ -31,7 +31,10 @@ STAMP_MARKER = "seed-key:"
 _STAMP = re.compile(r" seed-key:(\S+) seed-version:(\S+)\Z")
 # How long a server keeps trying for an embedder (the first start downloads the model).
 SEED_WAIT_SECONDS = 600.0
+# Each attempt may spawn a local embedder (as a prompt hook's would): back off, so an
+# embedder that cannot start is not respawned every few seconds.
 SEED_RETRY_SECONDS = 2.0
+SEED_RETRY_MAX_SECONDS = 60.0
 SEED_EMBED_TIMEOUT = 30.0
 
 
@@ -206,6 +209,7 @@ class DefaultSeeder:
 
     def _run(self) -> None:
         deadline = time.monotonic() + SEED_WAIT_SECONDS
+        delay = SEED_RETRY_SECONDS
         while True:
             last = self._stop.is_set()
             try:
@@ -220,4 +224,5 @@ class DefaultSeeder:
             except Exception as error:  # never affects tool calls
                 print(f"[thatch] seeding default behaviors failed: {error}", file=sys.stderr)
                 return
-            self._stop.wait(SEED_RETRY_SECONDS)
+            self._stop.wait(delay)
+            delay = min(delay * 2, SEED_RETRY_MAX_SECONDS)
