@@ -164,11 +164,6 @@ class Recorded:
     matcher: Matcher
 
 
-@dataclass(frozen=True)
-class Signalled:
-    item: Item  # after the signal
-
-
 @dataclass
 class SeedPlan:
     """One default to write (engines.md §6): ``existing`` None creates it, else upgrades."""
