@@ -7,7 +7,8 @@ beside a baseline measured in the same run: a bare interpreter that parses the s
 of JSON (``python -c "import json, sys; json.load(sys.stdin)"``). Budgets (docs/hooks.md §rules,
 §reminder): buffer hooks 150 ms p95 including interpreter start; reminder under 1 s for 5,000
 memories; flush-tools' recall tier 150 ms median, measured twice: cold (only an embedder
-runs) and warm (a ``thatch mcp`` for the same DB answers the recall scan). Without
+runs) and warm (a ``thatch mcp`` for the same DB answers the recall scan), then both again
+with 100 predictions and 100 behaviors added (the engines' prompt-time blocks). Without
 ``--model`` the packaged all-MiniLM-L6-v2 checkpoint is imported once into the thatch
 model cache and used by the embedder.
 """
@@ -15,6 +16,7 @@ model cache and used by the embedder.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -96,6 +98,25 @@ def fill_store(db_path: Path, store: str, count: int, dim: int, model: str) -> N
         for i, vector in enumerate(vectors):
             label = f"bench memory {i}"
             db.remember(store, label, f"# {label}\n\nfiller text {i}", vector, model)
+
+
+def fill_engines(db_path: Path, count: int, dim: int, model: str) -> None:
+    """``count`` predictions and ``count`` behaviors (one matcher each) in the project store."""
+    from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, EngineStore
+    from thatch.frontend.store.memory_store import Store
+
+    rng = np.random.default_rng(2)
+    with Store.open(db_path) as db:
+        for engine in (PREDICTIONS, BEHAVIORS):
+            engines = EngineStore(db.conn, engine, lock=db.lock)
+            vectors = rng.standard_normal((2 * count, dim)).astype(np.float32)
+            for i in range(count):
+                engines.record(
+                    "bench-project", matcher=f"bench situation {i}",
+                    matcher_vector=vectors[2 * i], statement=f"bench {engine.name} {i}",
+                    statement_vector=vectors[2 * i + 1], model=model,
+                    signal=engine.creation_signal, rationale="bench",
+                )  # fmt: skip
 
 
 def start_embedder(model: str, socket: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -226,6 +247,28 @@ def main() -> None:
             times = measure([*thatch, "flush-tools"], no_queue, env, runs)
         name = "flush-tools, empty queue, 1,000 memories (recall, warm path via thatch mcp)"
         print(row(name, times, baseline))
+
+        # A/B in one interleaved run, so machine noise hits both alike: the same 1,000
+        # memories without and with 100 predictions + 100 behaviors, each DB served warm by
+        # its own thatch mcp (both seed the nine default behaviors first).
+        shutil.copy(root / "recall.db", root / "engines.db")
+        fill_engines(root / "engines.db", 100, int(info.dim), info.model_id)
+        env_eng = {**env, "THATCH_DB_PATH": str(root / "engines.db")}
+        for warm in (False, True):
+            plain: list[float] = []
+            engines: list[float] = []
+            with contextlib.ExitStack() as servers:
+                if warm:
+                    servers.enter_context(mcp_server(thatch, env))
+                    servers.enter_context(mcp_server(thatch, env_eng))
+                for _ in range(runs):
+                    plain += measure([*thatch, "flush-tools"], no_queue, env, 1)
+                    engines += measure([*thatch, "flush-tools"], no_queue, env_eng, 1)
+            path = "warm path" if warm else "cold path"
+            print(row(f"flush-tools, {path}, A: 1,000 memories", plain))
+            ratio = statistics.median(engines) / statistics.median(plain)
+            name = f"flush-tools, {path}, B: A + 100 predictions + 100 behaviors"
+            print(row(name, engines) + f"  (B/A {ratio:.2f})")
 
         env_rem = {**env, "THATCH_DB_PATH": str(root / "reminder.db")}
         fill_store(root / "reminder.db", "bench-project", 5000, int(info.dim), info.model_id)

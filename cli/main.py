@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "forget": "thatch.cli.store_cmds:forget",
     "search": "thatch.cli.store_cmds:search",
     "remember": "thatch.cli.store_cmds:remember",
+    "predictions": "thatch.cli.engine_cmds:predictions",
+    "behaviors": "thatch.cli.engine_cmds:behaviors",
     "setup": "thatch.cli.setup_cmd:setup",
     "reminder": "thatch.cli.hook_cmds:reminder",
     "buffer-batch": "thatch.cli.hook_cmds:buffer_batch",

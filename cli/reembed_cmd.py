@@ -34,14 +34,19 @@ def _progress(done: int, total: int) -> None:
 def reembed(
     missing: bool, store_name: str | None, batch: int, dry_run: bool, as_json: bool
 ) -> None:
-    """Re-embed memories from their stored text.
+    """Re-embed memories (and the engines' matchers and items) from their stored text.
 
     Fills memories saved while the embedder was unreachable and, unless --missing,
     migrates memories embedded with another model than the one the embedder serves.
     Memories changed meanwhile are skipped, never overwritten.
     """
     from thatch.frontend.tools.context import ToolContext
-    from thatch.frontend.tools.reembed import REEMBED_TIMEOUT_S, plan_reembed
+    from thatch.frontend.tools.reembed import (
+        REEMBED_TIMEOUT_S,
+        plan_engine_reembed,
+        plan_reembed,
+        reembed_engine_rows,
+    )
 
     with translate_errors():
         ctx = ToolContext.from_env(start_wait=CLI_START_WAIT, notice=_starting)
@@ -51,13 +56,24 @@ def reembed(
             raise FixableError(f'no store named "{store_name}".\nStores: {names}')
         active = _active_model(ctx, need_embedder=not (dry_run or missing))
         plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
+        engine_rows = plan_engine_reembed(
+            ctx.store, active, store_name=store_name, missing_only=missing
+        )
         if dry_run:
             if as_json:
-                _emit({"would_reembed": len(plan.memories), "stores": plan.stores})
+                _emit(
+                    {
+                        "would_reembed": len(plan.memories),
+                        "stores": plan.stores,
+                        "would_reembed_engine_rows": len(engine_rows),
+                    }
+                )
             else:
                 click.echo(
                     f"Would re-embed {len(plan.memories)} memories in {len(plan.stores)} stores."
                 )
+                if engine_rows:
+                    click.echo(f"Would re-embed {len(engine_rows)} engine rows.")
             return
         summary = ctx.pending_fill.fill(
             plan.memories,
@@ -66,12 +82,33 @@ def reembed(
             start_wait=CLI_START_WAIT,
             progress=None if as_json else _progress,
         )
+        engine_done, engine_skipped = reembed_engine_rows(
+            ctx.store,
+            ctx.embedder,
+            engine_rows,
+            batch=batch,
+            timeout=REEMBED_TIMEOUT_S,
+            start_wait=CLI_START_WAIT,
+            progress=None if as_json else _progress,
+        )
     if as_json:
-        _emit({"reembedded": summary.filled, "skipped": summary.skipped})
+        _emit(
+            {
+                "reembedded": summary.filled,
+                "skipped": summary.skipped,
+                "engine_reembedded": engine_done,
+                "engine_skipped": engine_skipped,
+            }
+        )
     else:
         click.echo(
             f"Re-embedded {summary.filled} memories ({summary.skipped} skipped: changed meanwhile)."
         )
+        if engine_rows:
+            click.echo(
+                f"Re-embedded {engine_done} engine rows "
+                f"({engine_skipped} skipped: changed meanwhile)."
+            )
 
 
 def _starting() -> None:

@@ -166,6 +166,7 @@ def test_all_signals_together_with_global_appended(
         "orphaned": {"branches": ["gone"], "count": 1},
         "other_model": 2,
         "pending": 2,
+        "engines": {"other_model": 0, "pending": 0},
     }
 
 
@@ -211,6 +212,7 @@ def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> N
         "orphaned": {"branches": [], "count": 0},
         "other_model": 0,
         "pending": 0,
+        "engines": {"other_model": 0, "pending": 0},
     }
 
 
@@ -256,3 +258,29 @@ def test_cli_compares_with_a_model_directory_id(
     assert result.stdout == (
         'Store "acme": 1 memory embedded with another model than acme/minilm.\n'
     )
+
+
+def test_engine_rows_of_another_model_or_none_are_counted(
+    store: Store, tmp_path: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """Matchers and items of both engines, every store: other model and not embedded."""
+    from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, EngineStore
+
+    for engine, model in ((PREDICTIONS, "test/model-b"), (BEHAVIORS, ACTIVE)):
+        EngineStore(store.conn, engine, lock=store.lock).record(
+            "elsewhere",
+            matcher="m",
+            matcher_vector=vec(),
+            statement="s",
+            statement_vector=vec(),
+            model=model,
+            signal=engine.creation_signal,
+            rationale="r",
+        )
+    store.conn.execute("UPDATE behaviors SET embedding = NULL")
+    result = hygiene(store, "global", tmp_path, ACTIVE, now=NOW)
+    assert result.report == (
+        "Engine rows (predictions, behaviors): 2 embedded with another model than "
+        "test/model-a; 1 not embedded yet."
+    )
+    assert result.as_json()["engines"] == {"other_model": 2, "pending": 1}

@@ -74,7 +74,9 @@ def test_missing_only_leaves_other_models(
     monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
     result = run("--missing", "--json")
     assert result.exit_code == 0, result.output
-    assert result.stdout == '{"reembedded": 2, "skipped": 0}\n'
+    assert result.stdout == (
+        '{"reembedded": 2, "skipped": 0, "engine_reembedded": 0, "engine_skipped": 0}\n'
+    )
     assert _embedded(db)["Old model"][0] == "old/model"
 
 
@@ -126,3 +128,41 @@ def test_unreadable_database_is_one_line(tmp_path: Path, monkeypatch: pytest.Mon
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: cannot open database at {junk}: ")
     assert "Traceback" not in result.output
+
+
+def test_engine_rows_of_another_model_are_reembedded(
+    db: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
+) -> None:
+    """Matchers and items of another model (or none) get the embedder's vector and tag."""
+    from thatch.frontend.store.engine_store import BEHAVIORS, EngineStore
+
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    old = np.ones(384, dtype=np.float32) / np.sqrt(384)
+    with Store.open(db) as store:
+        engine = EngineStore(store.conn, BEHAVIORS, lock=store.lock)
+        engine.record(
+            "proj",
+            matcher="before a deploy",
+            matcher_vector=old,
+            statement="run the tests",
+            statement_vector=-old,
+            model="old/model",
+            signal="codify",
+            rationale="r",
+        )
+        store.conn.execute("UPDATE behaviors SET embedding = NULL")
+    dry = run("--dry-run")
+    assert dry.stdout.splitlines()[-1] == "Would re-embed 2 engine rows."
+    result = run()
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == (
+        "Re-embedded 2 engine rows (0 skipped: changed meanwhile)."
+    )
+    for text, model, blob in rows(
+        db,
+        "SELECT description, model, embedding FROM behavior_matchers UNION ALL "
+        "SELECT statement, model, embedding FROM behaviors",
+    ):
+        assert model == "mock"
+        assert np.allclose(np.frombuffer(blob, "<f4"), mock_vector(text), atol=1e-6)
+    assert run("--dry-run").stdout == "Would re-embed 0 memories in 0 stores.\n"

@@ -22,21 +22,18 @@ def test_the_hooks_copy_of_the_tool_names_is_the_registrys() -> None:
     assert NAMES == queue.SERVED_TOOLS, f"set hooks/queue.py SERVED_TOOLS = {NAMES!r}"
     assert DRAINING == queue.DRAINING_TOOLS, f"set hooks/queue.py DRAINING_TOOLS = {DRAINING!r}"
     assert DRAINING == ("memory_remember", "extraction_done")
-    assert queue.THATCH_TOOLS == NAMES + queue.LATER_PHASE_TOOLS
 
 
 def test_every_name_is_registered_once() -> None:
     assert len(set(NAMES)) == len(NAMES)
-    assert not set(NAMES) & set(queue.LATER_PHASE_TOOLS)
 
 
-def test_a_registered_tool_is_served_and_a_later_phase_one_is_not(tmp_path: Path) -> None:
-    """Tools.call dispatches every registered name to a handler; later-phase names are unknown."""
+def test_every_registered_tool_is_served(tmp_path: Path) -> None:
+    """Tools.call dispatches every registered name to a handler; other names are unknown."""
     tools = Tools(tool_context(tmp_path))
     for name in NAMES:
         result = tools.call(name, {})
         assert not result.text.startswith("Unknown tool"), (name, result.text)
-    for name in queue.LATER_PHASE_TOOLS:
-        assert tools.call(name, {}).text == f"Unknown tool: {name}"
+    assert tools.call("memory_search", {}).text == "Unknown tool: memory_search"
     assert tools.call("store_list", {}).text == "- global"
     tools.ctx.store.close()

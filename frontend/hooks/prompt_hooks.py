@@ -105,9 +105,9 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     threshold = recall_threshold(env)
     stores = [project] if project == "global" else [project, "global"]
     text = prompt[:PROMPT_EMBED_CHARS]
-    labels = warm_recall_labels(text, env, stores, threshold)
-    if labels is not None:
-        return recall_nudge(host, labels)
+    warm = warm_scan(text, env, stores, threshold)
+    if warm is not None:
+        return prompt_aware_text(recall_nudge(host, warm[0]), warm[1])
     vector = embed_prompt(text, env)
     if vector is None:
         return None
@@ -120,10 +120,51 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     )
     try:
         matches = store.search(stores, vector, limit=RECALL_LIMIT)
+        blocks = engine_blocks(store, stores, vector, env)
     finally:
         store.close()
     labels = [match.memory.label for match in matches if match.score >= threshold]
-    return recall_nudge(host, labels)
+    return prompt_aware_text(recall_nudge(host, labels), blocks)
+
+
+def engine_blocks(store: Any, stores: list[str], vector: Any, env: Mapping[str, str]) -> list[str]:
+    """The prediction and behavior blocks (tier 2 b, c) from the prompt's one vector; a
+    failure here costs only these blocks, never the recall nudge."""
+    try:
+        from thatch.frontend.engine_thresholds import auto_fire_thresholds
+        from thatch.frontend.tools.engine_tools import prompt_blocks
+
+        return prompt_blocks(store, stores, vector, auto_fire_thresholds(env))
+    except Exception as error:
+        report_failure("flush-tools", error)
+        return []
+
+
+def prompt_aware_text(recall: str | None, blocks: list[str]) -> str | None:
+    """Tier 2's blocks that fired, in the order recall, predictions, behaviors."""
+    return "\n\n".join([recall, *blocks] if recall else blocks) or None
+
+
+def warm_scan(
+    text: str, env: Mapping[str, str], stores: list[str], threshold: float
+) -> tuple[list[str], list[str]] | None:
+    """(recall labels, engine blocks) from a running ``thatch mcp`` for this database, from
+    its one embedding of the prompt; None when none answers (the cold path runs instead)."""
+    from thatch.frontend.engine_thresholds import auto_fire_thresholds
+    from thatch.frontend.hooks import recall_scan
+
+    path = recall_scan.socket_path(default_db_path(env), env)
+    if path is None:
+        return None
+    return recall_scan.request_scan(
+        path,
+        text,
+        stores,
+        RECALL_LIMIT,
+        threshold,
+        auto_fire_thresholds(env),
+        deadline=PROMPT_EMBED_DEADLINE,
+    )
 
 
 def warm_recall_labels(

@@ -99,17 +99,6 @@ SERVED_TOOLS = (
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
-    "chat_register",
-    "chat_list",
-    "chat_send",
-    "chat_broadcast",
-    "chat_read",
-    "chat_unregister",
-    "chat_status",
-)
-# Tools of later phases (engines), served today by the earlier TypeScript release; a
-# tool that lands in the registry moves from here to SERVED_TOOLS.
-LATER_PHASE_TOOLS = (
     "prediction_query",
     "prediction_update",
     "prediction_list",
@@ -118,8 +107,14 @@ LATER_PHASE_TOOLS = (
     "behavior_feedback",
     "behavior_list",
     "behavior_delete",
+    "chat_register",
+    "chat_list",
+    "chat_send",
+    "chat_broadcast",
+    "chat_read",
+    "chat_unregister",
+    "chat_status",
 )
-THATCH_TOOLS = SERVED_TOOLS + LATER_PHASE_TOOLS
 DRAINING_TOOLS = ("memory_remember", "extraction_done")
 THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
 # Host meta-tools: queueing them would feed extraction back into itself (an extraction
@@ -141,7 +136,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _LAST_SEGMENT = re.compile(r"(?:__|[:./])")
 # A pattern string, not a compiled object: only aggregator calls need it, and compiling it
 # costs more than the rest of a tool hook's work (re caches it after the first use).
-_TOOL_WORDS = r"\b(" + "|".join(THATCH_TOOLS) + r")\b"
+_TOOL_WORDS = r"\b(" + "|".join(SERVED_TOOLS) + r")\b"
 
 
 class QueueError(Exception):
@@ -267,9 +262,9 @@ def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:
     for prefix in THATCH_PREFIXES:
         if name.startswith(prefix):
             return "thatch", name[len(prefix) :]
-    if name.startswith("mcp:") and name[4:] in THATCH_TOOLS:
+    if name.startswith("mcp:") and name[4:] in SERVED_TOOLS:
         return "thatch", name[4:]
-    if name in THATCH_TOOLS:
+    if name in SERVED_TOOLS:
         return "thatch", name
     if name in META_TOOLS:
         return "meta", None

@@ -4,8 +4,10 @@ A fresh ``flush-tools`` process spends most of its budget importing numpy and gr
 loading the vectors; ``thatch mcp`` already holds all three. Each MCP process offers a
 "recall scan" socket per database (``scan-<sha256 of the DB path>.sock`` beside the
 embedder's socket): the hook sends one JSON line
-``{"prompt", "stores", "limit", "threshold"}`` and reads one back, ``{"labels": [...]}``
-or ``{"error": "..."}``. Any failure on the hook's side means "use the cold path".
+``{"prompt", "stores", "limit", "threshold"[, "engines"]}`` and reads one back,
+``{"labels": [...]}`` (plus ``"blocks": [...]``, the engines' prompt-time blocks from the
+same embedding, when ``engines`` gives their thresholds) or ``{"error": "..."}``. Any
+failure on the hook's side means "use the cold path".
 
 The client half (``socket_path``, ``request_labels``) imports only the standard library,
 ``thatch.common.environment`` and ``thatch.embedder.settings``; the server half imports its
@@ -78,6 +80,44 @@ def request_labels(
 ) -> list[str] | None:
     """The labels the serving MCP process found, or None on any failure (use the cold path)."""
     request = {"prompt": prompt, "stores": list(stores), "limit": limit, "threshold": threshold}
+    answer = _request(path, request, deadline)
+    labels = answer.get("labels") if answer is not None else None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        return None
+    return labels
+
+
+def request_scan(
+    path: Path,
+    prompt: str,
+    stores: Sequence[str],
+    limit: int,
+    threshold: float,
+    engines: Mapping[str, float],
+    *,
+    deadline: float = CLIENT_DEADLINE,
+) -> tuple[list[str], list[str]] | None:
+    """(recall labels, engine blocks) from the serving MCP process, from its one embedding
+    of the prompt; None on any failure, or from a server without engines (cold path)."""
+    request = {
+        "prompt": prompt,
+        "stores": list(stores),
+        "limit": limit,
+        "threshold": threshold,
+        "engines": dict(engines),
+    }
+    answer = _request(path, request, deadline)
+    if answer is None:
+        return None
+    labels, blocks = answer.get("labels"), answer.get("blocks")
+    for values in (labels, blocks):
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            return None
+    return labels, blocks  # type: ignore[return-value]
+
+
+def _request(path: Path, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    """One request line sent and one reply object read back, or None on any failure."""
     end = time.monotonic() + deadline
     try:
         # Only a server of our own user, in a directory nobody else can write, may see the
@@ -98,10 +138,7 @@ def request_labels(
         answer = json.loads(reply)
     except ValueError:
         return None
-    labels = answer.get("labels") if isinstance(answer, dict) else None
-    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        return None
-    return labels
+    return answer if isinstance(answer, dict) else None
 
 
 def _read_line(sock: socket.socket, end: float, limit: int) -> bytes:
@@ -146,6 +183,44 @@ class ContextSearcher:
         matches = self.ctx.store.search(stores, result.vectors[0], limit=limit)
         return [match.memory.label for match in matches if match.score >= threshold]
 
+    def scan(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float,
+        engines: Mapping[str, float],
+    ) -> tuple[list[str], list[str]]:
+        """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
+        from thatch.embedder.encoder import Kind
+        from thatch.frontend.tools.engine_tools import prompt_blocks
+
+        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
+        vector = result.vectors[0]
+        matches = self.ctx.store.search(stores, vector, limit=limit)
+        labels = [match.memory.label for match in matches if match.score >= threshold]
+        return labels, prompt_blocks(self.ctx.store, stores, vector, engines)
+
+
+def parse_engines(line: bytes) -> dict[str, float] | None:
+    """The request's engine thresholds (``{"prediction": t, "behavior": t}``), None when it
+    asks for no engine blocks; ScanError when malformed."""
+    request = json.loads(line)  # parse_request has accepted the line already
+    engines = request.get("engines")
+    if engines is None:
+        return None
+    if not isinstance(engines, dict) or set(engines) != {"prediction", "behavior"}:
+        raise ScanError('"engines" must map prediction and behavior to thresholds')
+    for value in engines.values():
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or math.isnan(value)
+            or not 0.0 <= value <= 1.0
+        ):
+            raise ScanError('"engines" thresholds must be numbers from 0 to 1')
+    return {name: float(value) for name, value in engines.items()}
+
 
 def parse_request(line: bytes) -> tuple[str, list[str], int, float]:
     """(prompt, stores, limit, threshold) from one request line, or ScanError saying why."""
@@ -183,6 +258,11 @@ def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
     """The reply object for one request line; every failure becomes ``{"error": ...}``."""
     try:
         prompt, stores, limit, threshold = parse_request(line)
+        engines = parse_engines(line)
+        scan = getattr(searcher, "scan", None)
+        if engines is not None and scan is not None:
+            labels, blocks = scan(prompt, stores, limit, threshold, engines)
+            return {"labels": labels, "blocks": blocks}
         return {"labels": searcher.labels(prompt, stores, limit, threshold)}
     except Exception as error:  # one bad request must not take the service down
         text = " ".join(str(error).split()) or type(error).__name__

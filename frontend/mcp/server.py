@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp.types as types
@@ -28,6 +28,9 @@ from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
 from thatch.frontend.tools.registry import TOOL_SPECS, ToolSpec
 from thatch.frontend.tools.validation import input_schema
+
+if TYPE_CHECKING:
+    from thatch.frontend.tools.default_behaviors import DefaultSeeder
 
 TOOL_THREADS = 4
 
@@ -165,6 +168,7 @@ def run_stdio(ctx: ToolContext) -> None:
     ctx.pending_fill.start()
     # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
     scan = start_scan_service(ctx)
+    seeder = start_seeding(ctx)
 
     async def serve() -> None:
         async with anyio.create_task_group() as group:
@@ -190,3 +194,11 @@ def run_stdio(ctx: ToolContext) -> None:
         after_reply.close()
         if scan is not None:
             scan.close()
+        seeder.close()
+
+
+def start_seeding(ctx: ToolContext) -> DefaultSeeder:
+    """Seed the default behaviors (engines.md §6) off every request's path."""
+    from thatch.frontend.tools.default_behaviors import DefaultSeeder
+
+    return DefaultSeeder(ctx.store, ctx.embedder, version=server_version()).start()

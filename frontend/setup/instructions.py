@@ -12,6 +12,7 @@ global setup what to do, since a project's CLAUDE.md is usually committed.
 from __future__ import annotations
 
 from thatch.frontend.setup.block import BEGIN, END
+from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
 
 BODY = """\
 # thatch — persistent memory
@@ -78,7 +79,7 @@ When `memory_remember` warns about similar memories, or `find_duplicates` report
 clusters, follow the `thatch-dedup-classifier` skill to merge or mark them.
 """
 
-BLOCK = f"{BEGIN}\n{BODY}{END}"
+BLOCK = f"{BEGIN}\n{BODY}{ENGINE_SECTIONS}{END}"
 
 POINTER_BODY = """\
 # thatch

@@ -148,6 +148,11 @@ class Store(UpkeepQueries):
     ) -> None:
         self.close()
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock serialising this connection's users (the engine stores share it)."""
+        return self._lock
+
     # -- plumbing ------------------------------------------------------------------------
 
     @property

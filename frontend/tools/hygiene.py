@@ -89,6 +89,42 @@ class StoreHygiene:
 
 
 @dataclass(frozen=True)
+class EngineHygiene:
+    """The engines' matchers and items (both engines, every store) embedded with another
+    model, or not embedded: ``thatch reembed`` fixes both."""
+
+    other_model: int = 0
+    pending: int = 0
+    active_model: str = ""
+
+    def sentence(self) -> str | None:
+        parts = []
+        if self.other_model:
+            parts.append(
+                f"{self.other_model} embedded with another model than {inline(self.active_model)}"
+            )
+        if self.pending:
+            parts.append(f"{self.pending} not embedded yet")
+        if not parts:
+            return None
+        return f"Engine rows (predictions, behaviors): {'; '.join(parts)}."
+
+    @classmethod
+    def of(cls, db: object, active_model: str) -> EngineHygiene:
+        """Counted over the memory Store's connection; other query objects have no engines."""
+        from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, EngineStore
+        from thatch.frontend.store.memory_store import Store
+
+        if not isinstance(db, Store):
+            return cls(active_model=active_model)
+        other = pending = 0
+        for engine in (PREDICTIONS, BEHAVIORS):
+            counts = EngineStore(db.conn, engine, lock=db.lock).embedding_counts(active_model)
+            other, pending = other + counts[0], pending + counts[1]
+        return cls(other, pending, active_model)
+
+
+@dataclass(frozen=True)
 class Hygiene:
     """The project store's counts, the global store's model/pending counts (None when the
     project store is ``global``) and the report text (None when healthy)."""
@@ -96,6 +132,7 @@ class Hygiene:
     project: StoreHygiene
     global_store: StoreHygiene | None = None
     report: str | None = field(default=None)
+    engines: EngineHygiene = field(default_factory=EngineHygiene)
 
     def as_json(self) -> dict[str, Any]:
         """The ``thatch hygiene --json`` document (docs/cli.md §store-commands)."""
@@ -110,6 +147,7 @@ class Hygiene:
             },
             "other_model": self.project.other_model,
             "pending": self.project.pending,
+            "engines": {"other_model": self.engines.other_model, "pending": self.engines.pending},
         }
 
 
@@ -174,8 +212,12 @@ def hygiene(
     global_parts = global_store.model_parts() if global_store else []
     if global_parts:
         sentences.append(f"Store {quoted(GLOBAL_STORE)}: {'; '.join(global_parts)}.")
+    engines = EngineHygiene.of(db, active_model)
+    engine_sentence = engines.sentence()
+    if engine_sentence:
+        sentences.append(engine_sentence)
     report = " ".join(sentences) or None
-    return Hygiene(project=project, global_store=global_store, report=report)
+    return Hygiene(project=project, global_store=global_store, report=report, engines=engines)
 
 
 def hygiene_report(

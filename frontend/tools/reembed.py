@@ -2,14 +2,19 @@
 ``pending_fill.PendingFill`` fills it.
 
 Pending memories (saved while the embedder was unreachable) and memories tagged with
-another model than the active one are embedded again from their stored text.
+another model than the active one are embedded again from their stored text; so are the
+engines' matchers and items (``plan_engine_reembed``), which this module embeds itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from thatch.embedder.encoder import Kind
+from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine, EngineStore
 from thatch.frontend.store.memory_store import Memory, Store
+from thatch.frontend.tools.context import Embedder
 
 REEMBED_TIMEOUT_S = 120.0
 
@@ -29,3 +34,57 @@ def plan_reembed(
     return ReembedPlan(
         store.reembed_candidates(active_model, store=store_name, missing_only=missing_only)
     )
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    """One matcher or item of an engine to embed again from its text (engines.md §1)."""
+
+    engine: Engine
+    table: str
+    id: str
+    text: str
+
+
+def plan_engine_reembed(
+    store: Store, active_model: str, *, store_name: str | None = None, missing_only: bool = False
+) -> list[EngineRow]:
+    """Engine matchers and items not embedded, or (unless ``missing_only``) embedded with
+    another model than ``active_model``."""
+    rows: list[EngineRow] = []
+    for engine in (PREDICTIONS, BEHAVIORS):
+        engines = EngineStore(store.conn, engine, clock=store.clock, lock=store.lock)
+        candidates = engines.reembed_candidates(
+            active_model, missing_only=missing_only, store=store_name
+        )
+        rows += [EngineRow(engine, table, row_id, text) for table, row_id, text in candidates]
+    return rows
+
+
+def reembed_engine_rows(
+    store: Store,
+    embedder: Embedder,
+    rows: Sequence[EngineRow],
+    *,
+    batch: int = 32,
+    timeout: float = REEMBED_TIMEOUT_S,
+    start_wait: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, int]:
+    """Embed ``rows`` again (passage, raw text) in batches; (re-embedded, skipped: changed
+    meanwhile). The model tag written is the one each Embed response carries."""
+    done = skipped = 0
+    for start in range(0, len(rows), max(1, batch)):
+        chunk = rows[start : start + max(1, batch)]
+        result = embedder.embed(
+            [row.text for row in chunk], Kind.PASSAGE, timeout=timeout, start_wait=start_wait
+        )
+        for row, vector in zip(chunk, result.vectors, strict=True):
+            engines = EngineStore(store.conn, row.engine, clock=store.clock, lock=store.lock)
+            if engines.set_vector(row.table, row.id, row.text, vector, result.model_id):
+                done += 1
+            else:
+                skipped += 1
+        if progress is not None:
+            progress(start + len(chunk), len(rows))
+    return done, skipped

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.identifiers import session_id_problem, store_name_problem
 from thatch.frontend.store.memory import VERDICTS
+from thatch.frontend.tools import engine_tools as eng
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.validation import (
     CONTENT_MAX,
@@ -420,6 +421,143 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         ),
         _extraction_payload,
     ),
+)
+
+
+# -- the engine tools (engines.md §5; texts of §7) -------------------------------------------
+
+ENGINE_TEXT_MAX = 1_000  # a situation or a statement: one sentence, never a document
+
+
+def _engine_text(name: str, description: str, *, max_length: int = ENGINE_TEXT_MAX) -> Param:
+    return Param(name, "string", description, required=True, non_empty=True, max_length=max_length)
+
+
+def _engine_scope(kind: str) -> Param:
+    return _store(f"the project store plus global (where the default {kind}s live)")
+
+
+ENGINE_SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "prediction_query",
+        "Ask the user decision model what this user tends to want in a situation. Use it "
+        "for a judgement call (a library, a style, a workflow choice) that the automatic "
+        "'User decision model' block did not cover, before asking the user or guessing. "
+        "Returns predictions with their confidence and how many reactions back them.",
+        (
+            _engine_text(
+                "context",
+                "The situation or decision at hand, in natural language.",
+                max_length=QUERY_MAX,
+            ),
+            _engine_scope("prediction"),
+        ),
+        eng.prediction_query,
+    ),
+    ToolSpec(
+        "prediction_update",
+        "Record what the user wants in a situation, learned from their reaction. Call it "
+        "when the user corrects you, answers a question about their preference, or "
+        "signals one: confirm (they agreed or chose it), disconfirm (they rejected it), "
+        "soft (mild pushback), create (a new preference stated, no reaction yet). Query "
+        "first (prediction_query) so an existing prediction is graded, not duplicated; a "
+        "near-identical situation or prediction is reused automatically. Review "
+        "discussions are high-signal.",
+        (
+            _engine_text("matcher", "The situation, e.g. 'choosing a test framework'."),
+            _engine_text("prediction", "What the user wants then, e.g. 'pytest, plain asserts'."),
+            Param(
+                "signal",
+                "string",
+                "create, confirm, disconfirm or soft (soft: a weak disconfirm).",
+                required=True,
+                enum=("confirm", "disconfirm", "soft", "create"),
+            ),
+            _engine_text(
+                "rationale",
+                "Why: what the user said or did, in a sentence.",
+                max_length=QUERY_MAX,
+            ),
+            _store("the current project's store", creates=True),
+        ),
+        eng.prediction_update,
+    ),
+    ToolSpec(
+        "prediction_list",
+        "List the predictions of the user decision model with their confidence, "
+        "situations and recent evidence, to inspect what has been learned.",
+        (_engine_scope("prediction"),),
+        eng.prediction_list,
+    ),
+    ToolSpec(
+        "prediction_delete",
+        "Delete a prediction that is wrong or was recorded by mistake (the closest "
+        "statement at similarity 0.85 or more); its situations go with it when nothing "
+        "else uses them.",
+        (
+            _engine_text("statement", "The prediction's statement (a paraphrase finds it)."),
+            _engine_scope("prediction"),
+        ),
+        eng.prediction_delete,
+    ),
+    ToolSpec(
+        "behavior_codify",
+        "Codify a repeatable rule about your own discipline as an agent: in situation S, "
+        "do B (e.g. 'before running a migration on production' → 'take a backup first'). "
+        "Not for user preferences (those are predictions), and never a rule that makes you "
+        "less thorough. Behaviors surface automatically when a prompt matches the situation.",
+        (
+            _engine_text("situation", "When the rule applies, e.g. 'about to run a migration'."),
+            _engine_text("behavior", "What to do then, imperative and specific."),
+            _engine_text("rationale", "Why this rule exists, in a sentence.", max_length=QUERY_MAX),
+            _store("the current project's store", creates=True),
+        ),
+        eng.behavior_codify,
+    ),
+    ToolSpec(
+        "behavior_feedback",
+        "Grade a behavior that was surfaced to you (the 'Situational behaviors' block): "
+        "call it once for each, relevant: true if it applied to the situation, false if it "
+        "fired where it did not belong. Behaviors rejected often stop firing.",
+        (
+            _engine_text("behavior", "The surfaced behavior's statement."),
+            Param(
+                "relevant",
+                "boolean",
+                "true: it applied here; false: it did not belong here.",
+                required=True,
+            ),
+            _engine_text(
+                "context",
+                "The situation you were in, in a sentence.",
+                max_length=QUERY_MAX,
+            ),
+            _engine_scope("behavior"),
+        ),
+        eng.behavior_feedback,
+    ),
+    ToolSpec(
+        "behavior_list",
+        "List your codified behaviors (the defaults in global included) with their "
+        "confidence, situations and recent grades.",
+        (_engine_scope("behavior"),),
+        eng.behavior_list,
+    ),
+    ToolSpec(
+        "behavior_delete",
+        "Delete a behavior that is wrong or was codified by mistake (the closest statement "
+        "at similarity 0.85 or more); a deleted default returns at the next start.",
+        (
+            _engine_text("statement", "The behavior's statement (a paraphrase finds it)."),
+            _engine_scope("behavior"),
+        ),
+        eng.behavior_delete,
+    ),
+)
+
+# -- the chat tools (docs/chat.md §3-§5) ----------------------------------------------------
+
+CHAT_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "chat_register",
         "Chat with the other agent sessions on this machine (Claude Code, Cursor, opencode). "
@@ -507,5 +645,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         _chat_status,
     ),
 )
+
+# tools.md §4: the memory tools, then the engine tools, then the chat tools.
+TOOL_SPECS = TOOL_SPECS + ENGINE_SPECS + CHAT_SPECS
 
 SPECS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOL_SPECS}

@@ -1,0 +1,171 @@
+"""``thatch predictions`` and ``thatch behaviors``: list, show, delete (engines.md §5).
+
+Thin adapters over the engine tools' operations: the same scopes (project + global when
+``--store`` is omitted), the same texts, and ``--json`` documents. ``show`` and ``delete``
+find an item by its statement (a paraphrase at similarity ≥ 0.85 finds it, so they need
+the embedder) or by its exact id (no embedder).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from thatch.cli.store_cmds import SETTINGS, _check, _emit_json, _errors, _leniently, _tools
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.engine_store import Engine, EngineStore, Item, Listed
+    from thatch.frontend.tools.memory_tools import Tools
+
+
+def _engine(name: str) -> Engine:
+    from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS
+
+    return PREDICTIONS if name == "prediction" else BEHAVIORS
+
+
+def _open(engine: Engine) -> tuple[Tools, EngineStore]:
+    from thatch.frontend.tools.engine_tools import engine_store
+
+    tools = _tools()
+    return tools, engine_store(tools, engine)
+
+
+def _scope(tools: Tools, store: str | None) -> list[str]:
+    return [store] if store and store.strip() else tools.ctx.default_scope
+
+
+def _item_json(entry: Listed) -> dict[str, Any]:
+    item = entry.item
+    return {
+        "id": item.id,
+        "store": item.store,
+        "statement": item.statement,
+        "rationale": item.rationale,
+        "confidence": item.confidence,
+        "confirm": item.confirm,
+        "disconfirm": item.disconfirm,
+        "evidence": item.evidence,
+        "model": item.model,
+        "embedding": "ok" if item.dim else "pending",
+        "created_at": item.created_at,
+        "updated_at": item.updated_at,
+        "matchers": [{"description": d, "weight": w} for d, w in entry.matchers],
+        "provenance": [
+            {"signal": p.signal, "detail": p.detail, "created_at": p.created_at}
+            for p in entry.provenance
+        ],
+    }
+
+
+def _find(tools: Tools, engines: EngineStore, scope: list[str], statement: str) -> Item | None:
+    """The item with this exact id in scope, else the nearest statement ≥ 0.85."""
+    from thatch.embedder.encoder import Kind
+
+    by_id = engines.item(statement.strip())
+    if by_id is not None and by_id.store in scope:
+        return by_id
+    vector = tools.embed([statement], Kind.PASSAGE).vectors[0]
+    near = engines.nearest_item(scope, vector)
+    return None if near is None else near[0]
+
+
+def _not_found(engine: Engine, statement: str, scope: list[str]) -> click.ClickException:
+    from thatch.frontend.tools.engine_tools import not_found
+
+    return click.ClickException(not_found(engine, statement.strip(), scope))
+
+
+def _group(kind: str) -> click.Group:
+    tool = f"{kind}_delete"
+
+    @click.group(
+        f"{kind}s",
+        context_settings=SETTINGS,
+        invoke_without_command=True,
+        help=f"List, show or delete {kind}s (default: list).",
+    )
+    @click.pass_context
+    def group(ctx: click.Context) -> None:
+        if ctx.invoked_subcommand is None:
+            ctx.invoke(list_cmd)
+
+    @group.command("list", context_settings=SETTINGS, help=f"List the {kind}s by confidence.")
+    @click.option("--store", help="Only this store (default: the project store plus global).")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    def list_cmd(store: str | None = None, as_json: bool = False) -> None:
+        from thatch.frontend.tools.engine_tools import listing
+
+        engine = _engine(kind)
+        with _errors():
+            if store is not None:
+                store = _check("store", tool, store)
+            tools, engines = _open(engine)
+            scope = _scope(tools, store)
+            entries = _leniently(tools, lambda: engines.listing(scope))
+        if as_json:
+            _emit_json([_item_json(entry) for entry in entries])
+        else:
+            click.echo(listing(engine, entries, scope))
+
+    @group.command("show", context_settings=SETTINGS)
+    @click.argument("statement")
+    @click.option("--store", help="Only this store (default: the project store plus global).")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    def show(statement: str, store: str | None, as_json: bool) -> None:
+        """Show one by its STATEMENT (or a paraphrase) or its id."""
+        from thatch.frontend.tools.engine_tools import listing
+
+        engine = _engine(kind)
+        with _errors():
+            statement = _check("statement", tool, statement)
+            if store is not None:
+                store = _check("store", tool, store)
+            tools, engines = _open(engine)
+            scope = _scope(tools, store)
+            found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
+            entry = None
+            if found is not None:
+                entry = next(
+                    (e for e in engines.listing([found.store]) if e.item.id == found.id), None
+                )
+        if entry is None:
+            raise _not_found(engine, statement, scope)
+        if as_json:
+            _emit_json(_item_json(entry))
+        else:
+            click.echo(f"id: {entry.item.id}\n" + listing(engine, [entry], scope))
+
+    @group.command("delete", context_settings=SETTINGS)
+    @click.argument("statement")
+    @click.option("--store", help="Only this store (default: the project store plus global).")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    def delete(statement: str, store: str | None, as_json: bool) -> None:
+        """Delete one by its STATEMENT (or a paraphrase) or its id; its situations go too
+        when nothing else uses them."""
+        from thatch.frontend.untrusted import quoted
+
+        engine = _engine(kind)
+        with _errors():
+            statement = _check("statement", tool, statement)
+            if store is not None:
+                store = _check("store", tool, store)
+            tools, engines = _open(engine)
+            scope = _scope(tools, store)
+            found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
+            deleted = engines.delete(found.id) if found is not None else None
+        if deleted is None:
+            raise _not_found(engine, statement, scope)
+        if as_json:
+            _emit_json(
+                {"deleted": deleted.id, "store": deleted.store, "statement": deleted.statement}
+            )
+        else:
+            click.echo(f"[deleted] {quoted(deleted.statement)} from {quoted(deleted.store)}")
+
+    return group
+
+
+predictions = _group("prediction")
+behaviors = _group("behavior")

@@ -1,0 +1,108 @@
+"""thatch predictions / thatch behaviors: list, show, delete, --store, --json, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.support.embedder_proc import EmbedderProcess
+from tests.support.fake_embedder import rows
+from thatch.cli.main import cli
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess) -> Path:
+    project = tmp_path / "proj"
+    project.mkdir()
+    db = tmp_path / "thatch.db"
+    monkeypatch.setenv("THATCH_DB_PATH", str(db))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    return db
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def seed(db: Path) -> None:
+    """Two predictions (project, global) and a behavior, through the real tool layer."""
+    from thatch.frontend.tools.context import ToolContext
+    from thatch.frontend.tools.memory_tools import Tools
+
+    with ToolContext.from_env() as ctx:
+        tools = Tools(ctx)
+        for args in (
+            {
+                "matcher": "choosing a test framework",
+                "prediction": "pytest",
+                "signal": "confirm",
+                "rationale": "said so",
+            },
+            {
+                "matcher": "formatting",
+                "prediction": "tabs not spaces",
+                "signal": "create",
+                "rationale": "r",
+                "store": "global",
+            },
+        ):
+            assert not tools.call("prediction_update", args).is_error
+        codify = {"situation": "before a deploy", "behavior": "run the tests", "rationale": "r"}
+        assert not tools.call("behavior_codify", codify).is_error
+
+
+def test_list_show_delete_predictions(env: Path) -> None:
+    seed(env)
+    listed = run("predictions")
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.startswith("[0.58 conf, 1 tests] pytest\n  store: proj\n")
+    assert "[0.50 conf, 0 tests] tabs not spaces\n  store: global" in listed.stdout
+    only_global = run("predictions", "list", "--store", "global", "--json")
+    document = json.loads(only_global.stdout)
+    assert [item["statement"] for item in document] == ["tabs not spaces"]
+    assert document[0]["matchers"] == [{"description": "formatting", "weight": 1.0}]
+    assert document[0]["provenance"][0]["signal"] == "create"
+    shown = run("predictions", "show", "pytest", "--json")
+    assert shown.exit_code == 0, shown.output
+    item = json.loads(shown.stdout)
+    assert (item["confirm"], item["disconfirm"], item["evidence"]) == (1.0, 0.0, 1)
+    by_id = run("predictions", "show", item["id"])
+    assert by_id.stdout.startswith(f"id: {item['id']}\n[0.58 conf, 1 tests] pytest\n")
+    missing = run("predictions", "show", "something unrelated entirely")
+    assert missing.exit_code == 1
+    assert missing.stderr == (
+        'Error: No prediction matching "something unrelated entirely" found in "proj" or '
+        '"global".\n'
+    )
+    deleted = run("predictions", "delete", item["id"])
+    assert (deleted.exit_code, deleted.stdout) == (0, '[deleted] "pytest" from "proj"\n')
+    assert rows(env, "SELECT description FROM prediction_matchers") == [("formatting",)]
+    assert run("predictions", "list", "--store", "proj").stdout == 'No predictions in "proj".\n'
+
+
+def test_behaviors_and_delete_by_statement(env: Path) -> None:
+    seed(env)
+    assert run("behaviors", "list").stdout.startswith("[0.50 conf, 0 tests] run the tests\n")
+    deleted = run("behaviors", "delete", "run the tests", "--json")
+    assert json.loads(deleted.stdout)["statement"] == "run the tests"
+    assert rows(env, "SELECT count(*) FROM behavior_matchers") == [(0,)]
+
+
+def test_bad_input_is_a_usage_error_and_writes_nothing(env: Path) -> None:
+    seed(env)
+    before = rows(env, "SELECT id, confidence FROM predictions ORDER BY id")
+    for args in (
+        ("predictions", "delete", "  "),
+        ("predictions", "show", "x" * 1001),
+        ("behaviors", "delete", "x", "--store", "a\nb"),
+        ("predictions", "list", "--store", "a\nb"),
+    ):
+        result = run(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Invalid arguments: " in result.stderr
+    assert run("predictions", "nope").exit_code == 2
+    assert rows(env, "SELECT id, confidence FROM predictions ORDER BY id") == before
