@@ -38,7 +38,8 @@ BEHAVIOR_BLOCK = (
 )
 WRITE = (
     "[thatch] After responding, check whether this turn taught you something durable "
-    "(project knowledge, a user preference, a correction). If so, save it with memory_remember.\n"
+    "(project knowledge, a user preference, a correction). If so, save it with memory_remember."
+    " Tools not listed? Load them with ToolSearch (query: thatch).\n"  # Claude's deferred tools
 )
 
 

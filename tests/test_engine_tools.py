@@ -241,12 +241,13 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_engine_tools_through_the_mcp_server(tmp_path: Path) -> None:
-    """tools/list publishes the eight after the memory tools, in §5 order; calls answer."""
+    """tools/list publishes the eight right after the memory tools, in §5 order; calls answer."""
     with ExitStack() as stack:
         ctx = stack.enter_context(tool_context(tmp_path, FakeEmbedder()))
         async with Client(make_server(ctx), mode="legacy") as client:
             listed = [tool.name for tool in (await client.list_tools()).tools]
-            assert listed[-8:] == ENGINE_NAMES == [spec.name for spec in ENGINE_SPECS]
+            first = listed.index("get_extraction_payload") + 1  # the last memory tool
+            assert listed[first : first + 8] == ENGINE_NAMES == [s.name for s in ENGINE_SPECS]
             made = await client.call_tool(
                 "prediction_update",
                 {"matcher": M, "prediction": P, "signal": "confirm", "rationale": "r"},
