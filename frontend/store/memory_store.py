@@ -148,16 +148,11 @@ class Store(UpkeepQueries):
     ) -> None:
         self.close()
 
-    @property
-    def lock(self) -> threading.RLock:
-        """The lock serialising this connection's users (the engine stores share it)."""
-        return self._lock
-
     # -- plumbing ------------------------------------------------------------------------
 
     @property
     def lock(self) -> threading.RLock:
-        """The lock serialising this connection's users (the chat store shares both)."""
+        """The lock serialising this connection's users (the engine and chat stores share it)."""
         return self._lock
 
     def _now(self) -> str:
