@@ -11,6 +11,8 @@ The cache follows the database through the change log the entry triggers keep (s
 number and re-reads just those rows, so one write anywhere costs a few primary-key
 lookups, never a reload. A full load happens on first use, when the log no longer reaches
 back to the cached state (pruned), or when so many rows changed that reloading is cheaper.
+This process's own writes need not even that: ``apply_own`` puts the rows a committed
+write left straight into the matrix when nobody else wrote the store in between.
 Scores are screened in float32, then recomputed exactly in float64 from the stored BLOBs
 of every row that can reach the result, so caching and float32 never change a result.
 
