@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from tests.support.brute_force import brute_force
+from thatch.frontend.store.matrix_cache import StoreMatrix
+from thatch.frontend.store.memory import RememberOutcome
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE
 
@@ -254,6 +256,8 @@ def test_extreme_vectors_rank_exactly(cached: tuple[Store, list[str]], path: Pat
 WATCHER = """
 import json, sys
 import numpy as np
+from thatch.frontend.store.matrix_cache import StoreMatrix
+from thatch.frontend.store.memory import RememberOutcome
 from thatch.frontend.store.memory_store import Store
 
 with Store.open(sys.argv[1]) as store:
@@ -376,3 +380,27 @@ def test_own_writes_after_another_writer_catch_up_from_the_log(
     finally:
         other.close()
     assert loads == ["p"]
+
+
+def test_a_cache_failure_after_an_own_write_never_fails_the_write(
+    cached: tuple[Store, list[str]], path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row is committed before the cache takes it in: if that fails, the memory stays
+    saved, the half-updated matrix is dropped and the next search loads it afresh."""
+    store, loads = cached
+    rng = np.random.default_rng(29)
+    for i in range(10):
+        store.remember("p", f"m{i}", f"# m{i}", rng.normal(size=DIM), "m")
+    query = rng.normal(size=DIM).astype(np.float32)
+    found(store, ["p"], query)
+
+    def broken(*_args: object) -> None:
+        raise MemoryError("no room for one more row")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(StoreMatrix, "put", broken)
+        assert store.remember("p", "new", "# new", query, "m") is RememberOutcome.SAVED
+    assert store.show("p", "new") is not None
+    assert_same(found(store, ["p"], query), brute_force(path, ["p"], query))
+    assert found(store, ["p"], query)[0][1] == "new"
+    assert loads == ["p", "p"]

@@ -450,8 +450,12 @@ class MatrixCache:
                 or self._drifted(matrix, after.seq)
             ):
                 return False
-            for slug, blob, archived, branch in rows:
-                matrix.put(slug, blob, archived, branch)
+            try:
+                for slug, blob, archived, branch in rows:
+                    matrix.put(slug, blob, archived, branch)
+            except Exception:  # the write is committed: a cache must never fail it
+                del self._matrices[store]  # possibly half updated: the next read loads
+                return False
             matrix.version, matrix.seq = after.version, after.seq
             return True
 
