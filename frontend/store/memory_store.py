@@ -205,7 +205,12 @@ class Store(UpkeepQueries):
         remember then reads no change log. Rows the block reports with ``wrote`` are put
         into the cached matrix after the commit; without a cached matrix, inside a caller's
         transaction (which may still roll back) or untracked, it is a plain ``_write``."""
-        direct = self._tracked and not self.conn.in_transaction and self._cache.holds(store)
+        direct = (
+            self._tracked
+            and isinstance(store, str)  # forget takes names unchecked: SQLite refuses others
+            and not self.conn.in_transaction
+            and self._cache.holds(store)
+        )
         with self._write() as conn:
             own = OwnWrite(conn, log_position(conn, store) if direct else None)
             yield own
