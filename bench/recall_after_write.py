@@ -214,6 +214,11 @@ def embedder_for(model: str) -> Iterator[tuple[str | None, int]]:
 
 def report(results: dict[str, list[dict]], rows: int) -> None:
     names = list(results)
+    for name in names:
+        each = ", ".join(
+            f"{r['recall after write'] * 1000:.2f}/{r['recall'] * 1000:.2f}" for r in results[name]
+        )
+        print(f"{name}: recall after write / with no write, each round (ms): {each}")
     print(f"\n## Recall after a write, in process, {rows:,} memories (ms, medians of rounds)\n")
     header = ["figure", *names]
     if len(names) == 2:
