@@ -386,6 +386,10 @@ def test_a_process_writing_its_own_memories_still_refreshes_its_snapshot(
         store.search(["p"], rng.normal(size=DIM))
         for i in range(300):  # store p has 1,200 rows: catch-up allows 512, so 256 drift
             store.remember("p", f"own {i}", f"# own {i}", rng.normal(size=DIM), "m")
+            if i % 50 == 0:  # the mapped matrix took the row in: still exact
+                query = rng.normal(size=DIM).astype(np.float32)
+                got = [(m.memory.store, m.memory.slug) for m in store.search(["p"], query)]
+                assert got == [row[:2] for row in brute_force(path, ["p"], query)]
         store.search(["p"], rng.normal(size=DIM))
     new_seq = peek_seq(target, identity, "p")
     assert new_seq is not None and new_seq >= old_seq + 257
