@@ -10,6 +10,7 @@ session and every query is embedded by a real embedder process serving ``--model
 - recall with a write between every recall (one session alternating memory_remember and
   memory_recall) at 10k, against store_list's round trip + one query embed;
 - memory_remember in that alternation at 10k against the same at 1k;
+- the same session's recalls with no write between (what the writes add; reported only);
 - a fresh ``thatch search`` process at 10k against the same at 100 memories;
 - recall p50 at ``--big`` (warm, no writes between), and the first recall of a new process;
 - RSS of one ``thatch mcp`` after a recall at ``--big`` over its RSS after a recall on an
