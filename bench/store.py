@@ -2,6 +2,7 @@
 
     python bench/store.py [--model minilm-int8|minilm-fp32|mock] [--repeats 30]
                           [--big 100000] [--sessions 8] [--session-ops 100]
+                          [--only alternation]
 
 Rows are random unit vectors of the model's dimension inserted straight into a temp SQLite
 file in the project store ``benchproj``; every tool call goes over a real stdio ``thatch mcp``
@@ -9,12 +10,15 @@ session and every query is embedded by a real embedder process serving ``--model
 - recall with a write between every recall (one session alternating memory_remember and
   memory_recall) at 10k, against store_list's round trip + one query embed;
 - memory_remember in that alternation at 10k against the same at 1k;
+- the same session's recalls with no write between (what the writes add; reported only);
 - a fresh ``thatch search`` process at 10k against the same at 100 memories;
 - recall p50 at ``--big`` (warm, no writes between), and the first recall of a new process;
 - RSS of one ``thatch mcp`` after a recall at ``--big`` over its RSS after a recall on an
   empty store, and the total of ``--sessions`` such processes;
 - ``--sessions`` sessions at once, each alternating ``--session-ops`` remembers and recalls
   on a store that starts empty (p50/p99 of each).
+``--only alternation`` measures just the first two (the 1k and 10k alternations, store_list
+and the query embed): a quick check of the write-then-recall path.
 Other processes may share the machine: compare figures with their same-run baselines.
 """
 
@@ -230,6 +234,8 @@ async def alternate(where: Place, size: int, repeats: int, figures: Figures) -> 
             recall.append(await session.recall(i))
         figures[f"remember {size}"] = remember
         figures[f"recall after write {size}"] = recall
+        # The same recalls with no write between: what the writes add.
+        figures[f"recall {size}"] = [await session.recall(i) for i in range(repeats)]
 
 
 def fresh_searches(small: Place, large: Place, sizes: tuple[int, int], runs: int) -> Figures:
@@ -310,11 +316,32 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-def report(figures: Figures, args: argparse.Namespace) -> None:
-    big, n = args.big, args.sessions
+def alternation_rows(figures: Figures) -> list[list[str]]:
     floor = p50(figures, "store_list 10000") + p50(figures, "embed")
     recall_w = p50(figures, "recall after write 10000")
     rem_10k, rem_1k = p50(figures, "remember 10000"), p50(figures, "remember 1000")
+    quiet = p50(figures, "recall 10000")
+    return [
+        ["recall p50, a write between recalls, 10k", ms(recall_w),
+         f"store_list {ms(p50(figures, 'store_list 10000'))} + embed "
+         f"{ms(p50(figures, 'embed'))} = {ms(floor)}",
+         f"+{ms(recall_w - floor)}", f"≤ +5 ms: {verdict(recall_w - floor <= 0.005)}"],
+        ["remember p50 (in that alternation), 10k", ms(rem_10k), f"1k: {ms(rem_1k)}",
+         f"+{ms(rem_10k - rem_1k)}", f"≤ +10 ms: {verdict(rem_10k - rem_1k <= 0.010)}"],
+        ["recall p50, no write between (same session), 10k", ms(quiet),
+         f"after a write: {ms(recall_w)}", f"the write adds {ms(recall_w - quiet)}", "report"],
+    ]  # fmt: skip
+
+
+TARGETS_TITLE = "Issue 9 §3 targets (ms, medians; baselines from this run)"
+TARGETS_HEADER = ["figure", "value", "baseline", "delta", "target"]
+
+
+def report(figures: Figures, args: argparse.Namespace) -> None:
+    if args.only == "alternation":
+        print_table(TARGETS_TITLE, TARGETS_HEADER, alternation_rows(figures))
+        return
+    big, n = args.big, args.sessions
     cli_10k, cli_100 = p50(figures, "search cli 10000"), p50(figures, "search cli 100")
     warm, first = p50(figures, f"recall warm {big}"), p50(figures, f"first recall {big}")
     rss_empty, rss_big = figures["rss empty"][0], figures[f"rss {big}"][0]
@@ -323,12 +350,7 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
     pss_all = figures[f"pss {n} sessions {big}"][0]
     firsts = figures[f"first recall {big}"]
     rows = [
-        ["recall p50, a write between recalls, 10k", ms(recall_w),
-         f"store_list {ms(p50(figures, 'store_list 10000'))} + embed "
-         f"{ms(p50(figures, 'embed'))} = {ms(floor)}",
-         f"+{ms(recall_w - floor)}", f"≤ +5 ms: {verdict(recall_w - floor <= 0.005)}"],
-        ["remember p50 (in that alternation), 10k", ms(rem_10k), f"1k: {ms(rem_1k)}",
-         f"+{ms(rem_10k - rem_1k)}", f"≤ +10 ms: {verdict(rem_10k - rem_1k <= 0.010)}"],
+        *alternation_rows(figures),
         ["fresh `thatch search` p50, 10k", ms(cli_10k), f"100: {ms(cli_100)}",
          f"+{ms(cli_10k - cli_100)}", f"≤ +25 ms: {verdict(cli_10k - cli_100 <= 0.025)}"],
         [f"recall p50 over MCP, {big:,} (warm)", ms(warm), "—", "—",
@@ -338,11 +360,7 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
         [f"first recall of a new process, {big:,}: each of the 3", ", ".join(map(ms, firsts)),
          "—", "—", "the first one may build the shared snapshot"],
     ]  # fmt: skip
-    print_table(
-        "Issue 9 §3 targets (ms, medians; baselines from this run)",
-        ["figure", "value", "baseline", "delta", "target"],
-        rows,
-    )
+    print_table(TARGETS_TITLE, TARGETS_HEADER, rows)
     print_table(
         f"Memory: RSS of `thatch mcp` after one recall (MB); vectors at {big:,}: "
         f"{big * args.dim * 4 / 2**20:.0f} MB",
@@ -381,6 +399,8 @@ async def measure(args: argparse.Namespace, address: str, model: str, figures: F
     for size in (1000, 10000):
         with place(address, size, args.dim, model) as where:
             await alternate(where, size, args.repeats, figures)
+    if args.only == "alternation":
+        return
     with (
         place(address, 100, args.dim, model) as small,
         place(address, 10000, args.dim, model) as large,
@@ -403,6 +423,11 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--session-ops", type=int, default=100)
+    parser.add_argument(
+        "--only",
+        choices=["alternation"],
+        help="only the remember/recall alternation at 1k and 10k (the first two targets)",
+    )
     parser.add_argument(
         "--cache",
         type=Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 
 from tests.support.brute_force import brute_force
+from thatch.frontend.store.matrix_cache import StoreMatrix
+from thatch.frontend.store.memory import RememberOutcome
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE
 
@@ -246,3 +249,158 @@ def test_extreme_vectors_rank_exactly(cached: tuple[Store, list[str]], path: Pat
     for query in (np.eye(DIM, dtype=np.float32)[0], np.ones(DIM, dtype=np.float32)):
         assert_same(found(store, ["p"], query), brute_force(path, ["p"], query))
         assert found(store, ["p"], query)[0][1] in {"tiny", "huge"}
+
+
+# A second, long-lived process: searches store p for each query line, printing the
+# (store, slug, score) rows and how many full loads it has needed so far.
+WATCHER = """
+import json, sys
+import numpy as np
+from thatch.frontend.store.matrix_cache import StoreMatrix
+from thatch.frontend.store.memory import RememberOutcome
+from thatch.frontend.store.memory_store import Store
+
+with Store.open(sys.argv[1]) as store:
+    loads = []
+    original = store._load_matrix
+    store._load_matrix = lambda name: (loads.append(name), original(name))[1]
+    for line in sys.stdin:
+        query = np.array(json.loads(line), dtype=np.float32)
+        found = store.search(["p"], query, limit=50)
+        rows = [[m.memory.store, m.memory.slug, m.score] for m in found]
+        print(json.dumps({"loads": len(loads), "rows": rows}), flush=True)
+"""
+
+
+def log_reads(store: Store) -> list[str]:
+    """Statements on the store's connection that read or write the change log, from now."""
+    seen: list[str] = []
+    store.conn.set_trace_callback(
+        lambda sql: seen.append(sql) if CHANGES_TABLE in sql and "INSERT" not in sql else None
+    )
+    return seen
+
+
+def test_own_writes_reach_the_cache_without_a_catch_up_and_other_processes_see_them(
+    cached: tuple[Store, list[str]], path: Path
+) -> None:
+    """remember (new, overwrite, archive, branch, pending) and forget in this process: the
+    next search reads no change log and equals brute force; a process that cached the
+    store before catches up to the same answers."""
+    store, loads = cached
+    rng = np.random.default_rng(21)
+    for i in range(30):
+        store.remember("p", f"m{i}", f"# m{i}", rng.normal(size=DIM), "m")
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", WATCHER, str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert watcher.stdin is not None and watcher.stdout is not None
+
+    def watched(query: np.ndarray) -> dict:
+        watcher.stdin.write(json.dumps(query.tolist()) + "\n")  # type: ignore[union-attr]
+        watcher.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(watcher.stdout.readline())  # type: ignore[union-attr]
+
+    try:
+        query = rng.normal(size=DIM).astype(np.float32)
+        watched(query)
+        found(store, ["p"], query)
+        near = (query + rng.normal(scale=0.05, size=DIM)).astype(np.float32)
+        writes = [
+            lambda: store.remember("p", "new", "# new", near, "m"),
+            lambda: store.remember("p", "m1", "# m1 again", near, "m", overwrite=True),
+            lambda: store.remember("p", "m1", "# m1", near, "m", overwrite=True, archived=True),
+            lambda: store.remember("p", "m2", "# m2", near, "m", overwrite=True, branch="dev"),
+            lambda: store.remember("p", "m3", "# m3", None, None, overwrite=True),
+            lambda: store.remember("p", "pending", "# pending", None, None),
+            lambda: store.forget("p", "m4"),
+            lambda: store.remember("p", "m4", "# m4", near, "m"),
+        ]
+        for write in writes:
+            write()
+            reads = log_reads(store)
+            for options in ({}, {"include_archived": True}, {"branch": "main"}):
+                expected = brute_force(path, ["p"], query, limit=50, **options)
+                assert_same(found(store, ["p"], query, limit=50, **options), expected)
+            store.conn.set_trace_callback(None)
+            assert reads == []
+            answer = watched(query)
+            assert_same(
+                [tuple(row) for row in answer["rows"]], brute_force(path, ["p"], query, limit=50)
+            )
+            assert answer["loads"] == 1
+        assert loads == ["p"]
+    finally:
+        watcher.stdin.close()
+        watcher.wait(timeout=60)
+        watcher.stdout.close()
+
+
+def test_own_writes_after_another_writer_catch_up_from_the_log(
+    cached: tuple[Store, list[str]], path: Path
+) -> None:
+    """Own and other connections' writes interleaved at random: always exactly right.
+
+    When another connection wrote the store since this process last read it, the own
+    write must not be taken in directly (the matrix would skip the other's rows)."""
+    store, loads = cached
+    rng = np.random.default_rng(23)
+    for i in range(40):
+        store.remember("p", f"m{i}", f"# m{i}", rng.normal(size=DIM), "m")
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        for step in range(200):
+            for _ in range(int(rng.integers(1, 4))):  # several writes between two searches
+                slug = f"m{rng.integers(0, 60)}"
+                kind = rng.integers(0, 6)
+                if kind == 0:
+                    other.execute(
+                        "INSERT OR REPLACE INTO entries (slug, store, label, content, "
+                        "embedding, archived, created_at, updated_at) "
+                        "VALUES (?, 'p', ?, '#', ?, ?, 't', 't')",
+                        (slug, slug, blob(rng), int(rng.integers(0, 2))),
+                    )
+                elif kind == 1:
+                    other.execute("DELETE FROM entries WHERE slug = ?", (slug,))
+                elif kind == 2:
+                    store.forget("p", slug)
+                else:
+                    store.remember(
+                        "p", slug, f"# {slug}", rng.normal(size=DIM) if kind < 5 else None, "m",
+                        overwrite=True, archived=bool(rng.integers(0, 2)),
+                        branch=[None, "dev"][int(rng.integers(0, 2))],
+                    )  # fmt: skip
+            query = rng.normal(size=DIM).astype(np.float32)
+            options = {"branch": "dev"} if step % 3 == 0 else {}
+            assert_same(
+                found(store, ["p"], query, limit=8, **options),
+                brute_force(path, ["p"], query, limit=8, **options),
+            )
+    finally:
+        other.close()
+    assert loads == ["p"]
+
+
+def test_a_cache_failure_after_an_own_write_never_fails_the_write(
+    cached: tuple[Store, list[str]], path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row is committed before the cache takes it in: if that fails, the memory stays
+    saved, the half-updated matrix is dropped and the next search loads it afresh."""
+    store, loads = cached
+    rng = np.random.default_rng(29)
+    for i in range(10):
+        store.remember("p", f"m{i}", f"# m{i}", rng.normal(size=DIM), "m")
+    query = rng.normal(size=DIM).astype(np.float32)
+    found(store, ["p"], query)
+
+    def broken(*_args: object) -> None:
+        raise MemoryError("no room for one more row")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(StoreMatrix, "put", broken)
+        assert store.remember("p", "new", "# new", query, "m") is RememberOutcome.SAVED
+    assert store.show("p", "new") is not None
+    assert_same(found(store, ["p"], query), brute_force(path, ["p"], query))
+    assert found(store, ["p"], query)[0][1] == "new"
+    assert loads == ["p", "p"]

@@ -368,3 +368,32 @@ def test_a_map_only_store_writes_no_snapshot_but_maps_one(path: Path, snaps: Pat
         store._load_matrix = lambda name: (loads.append(name), original(name))[1]  # type: ignore[method-assign]
         store.search(["p", "q"], np.array(asked[0][0], dtype=np.float32))
     assert loads == [] and snapshot_files(snaps) == written
+
+
+def test_a_process_writing_its_own_memories_still_refreshes_its_snapshot(
+    path: Path, snaps: Path
+) -> None:
+    """Own writes taken into the matrix directly still count as drift: past half of what
+    catch-up allows, the next read writes the snapshot anew, and a new process maps it."""
+    search_in_new_process(path, snaps, queries(23))
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    target = snapshot_path(snaps, identity, "p")
+    old_seq = peek_seq(target, identity, "p")
+    assert old_seq is not None
+    rng = np.random.default_rng(24)
+    with Store.open(path, snapshot_dir=snaps) as store:
+        store.search(["p"], rng.normal(size=DIM))
+        for i in range(300):  # store p has 1,200 rows: catch-up allows 512, so 256 drift
+            store.remember("p", f"own {i}", f"# own {i}", rng.normal(size=DIM), "m")
+            if i % 50 == 0:  # the mapped matrix took the row in: still exact
+                query = rng.normal(size=DIM).astype(np.float32)
+                got = [(m.memory.store, m.memory.slug) for m in store.search(["p"], query)]
+                assert got == [row[:2] for row in brute_force(path, ["p"], query)]
+        store.search(["p"], rng.normal(size=DIM))
+    new_seq = peek_seq(target, identity, "p")
+    assert new_seq is not None and new_seq >= old_seq + 257
+    asked = queries(25)
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] == []
+    assert_exact(path, answer, asked)

@@ -11,6 +11,8 @@ The cache follows the database through the change log the entry triggers keep (s
 number and re-reads just those rows, so one write anywhere costs a few primary-key
 lookups, never a reload. A full load happens on first use, when the log no longer reaches
 back to the cached state (pruned), or when so many rows changed that reloading is cheaper.
+This process's own writes need not even that: ``apply_own`` puts the rows a committed
+write left straight into the matrix when nobody else wrote the store in between.
 Scores are screened in float32, then recomputed exactly in float64 from the stored BLOBs
 of every row that can reach the result, so caching and float32 never change a result.
 
@@ -28,6 +30,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -285,6 +288,26 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     return matrix
 
 
+class LogPosition(NamedTuple):
+    """A store's change counter and the change log's last sequence number, read together."""
+
+    version: int
+    seq: int
+
+
+def log_position(conn: sqlite3.Connection, store: str) -> LogPosition:
+    version, seq = conn.execute(
+        f"SELECT (SELECT version FROM {VERSIONS_TABLE} WHERE store = ?), "
+        f"(SELECT max(seq) FROM {CHANGES_TABLE})",
+        (store,),
+    ).fetchone()
+    return LogPosition(int(version or 0), int(seq or 0))
+
+
+# A row as a write left it: (slug, embedding BLOB or None when gone, archived, branch).
+WrittenRow = tuple[str, bytes | None, object, str | None]
+
+
 @dataclass(frozen=True)
 class SnapshotPlace:
     """Where this database's shared snapshots live, and which file they must belong to."""
@@ -389,12 +412,52 @@ class MatrixCache:
 
     def _note_drift(self, conn: sqlite3.Connection, store: str, matrix: StoreMatrix) -> None:
         """Queue a fresh snapshot once the log since the last one nears what catch-up allows."""
-        if self._snapshots is None or matrix.size < SNAPSHOT_MIN_ROWS:
-            return
-        since = matrix.seq - (matrix.snapshot_seq if matrix.snapshot_seq is not None else 0)
-        allowed = min(CHANGES_KEPT, max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE))
-        if matrix.snapshot_seq is None or since > allowed // 2:
+        if self._drifted(matrix, matrix.seq):
             self._to_write[store] = (matrix, matrix.seq, fingerprint(conn, matrix.seq))
+
+    def _drifted(self, matrix: StoreMatrix, seq: int) -> bool:
+        if self._snapshots is None or matrix.size < SNAPSHOT_MIN_ROWS:
+            return False
+        since = seq - (matrix.snapshot_seq if matrix.snapshot_seq is not None else 0)
+        allowed = min(CHANGES_KEPT, max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE))
+        return matrix.snapshot_seq is None or since > allowed // 2
+
+    def holds(self, store: str) -> bool:
+        """A matrix of ``store`` is cached (so a write may bring it current: ``apply_own``)."""
+        return store in self._matrices
+
+    def apply_own(
+        self, store: str, before: LogPosition, after: LogPosition, rows: list[WrittenRow]
+    ) -> bool:
+        """Bring the store's matrix past this process's own committed write, without reading.
+
+        ``before`` and ``after`` are the store's counter and the log's last sequence number
+        read inside the write transaction, before and after its statements; ``rows`` are
+        the rows it wrote, as they now are (``None`` BLOB: deleted or pending). Holding the
+        write lock, nothing else changed in between, so when the matrix was current for
+        this store at ``before`` (same counter), it is current at ``after`` once the rows
+        are put: the next read finds the counter unchanged and reads no log. Otherwise
+        (another process wrote this store first, or a fresh snapshot is due, which needs
+        the read path's fingerprint) nothing changes and the next read catches up as usual.
+        Call only after the commit succeeded.
+        """
+        with self._guard:
+            matrix = self._matrices.get(store)
+            if (
+                matrix is None
+                or matrix.version != before.version
+                or not matrix.seq <= before.seq < after.seq
+                or self._drifted(matrix, after.seq)
+            ):
+                return False
+            try:
+                for slug, blob, archived, branch in rows:
+                    matrix.put(slug, blob, archived, branch)
+            except Exception:  # the write is committed: a cache must never fail it
+                del self._matrices[store]  # possibly half updated: the next read loads
+                return False
+            matrix.version, matrix.seq = after.version, after.seq
+            return True
 
     def snapshots_queued(self) -> bool:
         return bool(self._to_write)

@@ -24,13 +24,16 @@ from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.store import db
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
+    LogPosition,
     MatrixCache,
     SnapshotPlace,
     StoreMatrix,
+    WrittenRow,
     candidate_pairs,
     candidates_above,
     exact_scores,
     load_matrix,
+    log_position,
     pair_scores,
     top_candidates,
 )
@@ -60,11 +63,27 @@ from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
 
 
+# Candidate rows fetched per statement (well under SQLite's bound parameter limit).
+FETCH_CHUNK = 256
+
 INSERT_ENTRY = (
     "INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, "
     "archived, created_at, updated_at, recall_count, last_recalled_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)"
 )
+
+
+class OwnWrite:
+    """One write transaction's connection and the rows it wrote (see ``Store._own_write``)."""
+
+    def __init__(self, conn: sqlite3.Connection, before: LogPosition | None) -> None:
+        self.conn = conn
+        self.before = before
+        self.rows: list[WrittenRow] = []
+
+    def wrote(self, slug: str, blob: bytes | None, archived: object, branch: str | None) -> None:
+        """``slug`` now holds ``blob`` (None: deleted or pending), ``archived``, ``branch``."""
+        self.rows.append((slug, blob, archived, branch))
 
 
 class Store(UpkeepQueries):
@@ -184,6 +203,26 @@ class Store(UpkeepQueries):
         finally:
             self.conn.execute(f"PRAGMA synchronous = {int(level)}")
 
+    @contextmanager
+    def _own_write(self, store: str) -> Iterator[OwnWrite]:
+        """``_write`` for changes to entries of ``store`` that this process's cache may take
+        in directly once committed (``MatrixCache.apply_own``): the recall that follows a
+        remember then reads no change log. Rows the block reports with ``wrote`` are put
+        into the cached matrix after the commit; without a cached matrix, inside a caller's
+        transaction (which may still roll back) or untracked, it is a plain ``_write``."""
+        direct = (
+            self._tracked
+            and isinstance(store, str)  # forget takes names unchecked: SQLite refuses others
+            and not self.conn.in_transaction
+            and self._cache.holds(store)
+        )
+        with self._write() as conn:
+            own = OwnWrite(conn, log_position(conn, store) if direct else None)
+            yield own
+            after = log_position(conn, store) if own.rows and own.before is not None else None
+        if after is not None and own.before is not None:
+            self._cache.apply_own(store, own.before, after, own.rows)
+
     def _matrix(self, store: str) -> StoreMatrix:
         """The store's ranking matrix; call inside a read transaction (one snapshot).
 
@@ -207,12 +246,17 @@ class Store(UpkeepQueries):
         with the vector it was screened by.
         """
         found: list[tuple[Memory, bytes]] = []
-        for row in rows:  # primary-key lookups: a row-value IN would scan the index
-            fetched = self.conn.execute(
-                f"SELECT {COLUMNS}, embedding FROM entries WHERE slug = ? AND store = ?",
-                (group.slugs[row], store),
-            ).fetchone()
-            if fetched is not None:
+        slugs = [group.slugs[row] for row in rows]
+        for start in range(0, len(slugs), FETCH_CHUNK):
+            chunk = slugs[start : start + FETCH_CHUNK]
+            # ``slug IN (…) AND store = ?``: one primary-key search per slug in a single
+            # statement (a row-value IN would scan the index). Rows come in key order:
+            # callers sort by score and key.
+            marks = ", ".join("?" * len(chunk))
+            for fetched in self.conn.execute(
+                f"SELECT {COLUMNS}, embedding FROM entries WHERE store = ? AND slug IN ({marks})",
+                (store, *chunk),
+            ):
                 found.append((memory_from_row(fetched), fetched[-1]))
         scores = exact_scores([blob for _, blob in found], query)
         return [
@@ -307,7 +351,8 @@ class Store(UpkeepQueries):
         model = None if blob is None else model
         slug = slugify(label)
         now = self._now()
-        with self._write() as conn:
+        with self._own_write(store) as own:
+            conn = own.conn
             conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
             flag = int(bool(archived))
             row = (slug, store, label, stored_text, blob, model, branch, confidence, flag, now, now)
@@ -315,16 +360,26 @@ class Store(UpkeepQueries):
                 inserted = conn.execute(
                     f"{INSERT_ENTRY} ON CONFLICT (slug, store) DO NOTHING", row
                 ).rowcount
-                return RememberOutcome.SAVED if inserted == 1 else RememberOutcome.EXISTS
+                if inserted != 1:
+                    return RememberOutcome.EXISTS
+                own.wrote(slug, blob, flag, branch)
+                return RememberOutcome.SAVED
             old = conn.execute(
                 "SELECT archived, branch, confidence FROM entries WHERE slug = ? AND store = ?",
                 (slug, store),
             ).fetchone()
             if old is None:
                 conn.execute(INSERT_ENTRY, row)
+                own.wrote(slug, blob, flag, branch)
             else:
                 if old[0] and archived is None:
                     return RememberOutcome.ARCHIVED_GUARD
+                own.wrote(
+                    slug,
+                    blob,
+                    old[0] if archived is None else int(archived),
+                    old[1] if branch is None else branch,
+                )
                 conn.execute(
                     "UPDATE entries SET label = ?, content = ?, embedding = ?, model = ?, "
                     "updated_at = ?, branch = ?, confidence = ?, archived = ? "
@@ -352,13 +407,15 @@ class Store(UpkeepQueries):
     def forget(self, store: str, label: str) -> Memory | None:
         """Delete the memory and its dedup verdicts; the deleted row, or None."""
         slug = slugify(label)
-        with self._write() as conn:
+        with self._own_write(store) as own:
+            conn = own.conn
             row = conn.execute(
                 f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", (slug, store)
             ).fetchone()
             if row is None:
                 return None
             conn.execute("DELETE FROM entries WHERE slug = ? AND store = ?", (slug, store))
+            own.wrote(slug, None, 0, None)
             conn.execute(
                 "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
                 (store, slug, slug),
