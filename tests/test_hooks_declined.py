@@ -188,3 +188,9 @@ def test_declined_hooks_stay_light(tmp_path: Path, project: Path, command: str) 
     assert {m.split(".")[0] for m in modules} & HEAVY == set()
     setup_modules = {m for m in modules if m.startswith("thatch.frontend.setup")}
     assert setup_modules == {"thatch.frontend.setup", "thatch.frontend.setup.declined"}
+
+
+def test_docs_quote_the_notice() -> None:
+    """docs/hooks.md §reminder shows the line exactly as the hook prints it."""
+    docs = Path(__file__).resolve().parent.parent / "docs" / "hooks.md"
+    assert f"```\n{CLAUDE_DECLINED_NOTICE}\n```" in docs.read_text(encoding="utf-8")
