@@ -3,6 +3,7 @@ messages the agent relays (docs/hooks.md §setup-check), plus doctor's verdict."
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -158,3 +159,66 @@ def test_doctor_keeps_the_users_permission_choice(tmp_path: Path, env: dict[str,
         )
         status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
         assert status == ("ok", "installed (local)", None)
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+@pytest.mark.parametrize("post_tool_use", [False, True])
+def test_install_without_the_session_end_hooks_is_drifted(
+    tmp_path: Path, env: dict[str, str], scope: str, post_tool_use: bool
+) -> None:
+    """An install from before SessionEnd/SubagentStop were wired still has thatch hooks,
+    but doctor reports it drifted (rerun setup), not ok; the rerun makes it ok."""
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+        post_tool_use=post_tool_use,
+    )
+    run_setup(request)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
+    settings = (
+        tmp_path / ".claude" / "settings.json"
+        if scope == "local"
+        else tmp_path / "claude-config" / "settings.json"
+    )
+    fix = "thatch setup --claude" + (" --global" if scope == "global" else "")
+    drifted = ("warn", f"drifted ({scope}): {settings}", fix)
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["SessionEnd"], doc["hooks"]["SubagentStop"]
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == drifted
+    run_setup(request)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
+    # Only the user's own hook left in one event: drifted too, and the rerun keeps it.
+    for event in ("SessionEnd", "SubagentStop"):
+        doc = json.loads(settings.read_text())
+        doc["hooks"][event] = [{"hooks": [{"type": "command", "command": "my-hook"}]}]
+        settings.write_text(json.dumps(doc, indent=2) + "\n")
+        assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == drifted
+        run_setup(request)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        f"installed ({scope})",
+        None,
+    )
+    hooks = json.loads(settings.read_text())["hooks"]
+    for event, sub in (("SessionEnd", "session-end"), ("SubagentStop", "extraction-complete")):
+        assert [g["hooks"][0]["command"] for g in hooks[event]] == ["my-hook", f"thatch {sub}"]
+    assert "PostToolUse" in hooks if post_tool_use else "PostToolBatch" in hooks
+
+
+def test_cursor_install_without_session_end_is_drifted(tmp_path: Path, env: dict[str, str]) -> None:
+    """Cursor likewise: hooks.json with every thatch hook but sessionEnd is drifted."""
+    request = SetupRequest(
+        hosts=["cursor"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    hooks_file = tmp_path / ".cursor" / "hooks.json"
+    doc = json.loads(hooks_file.read_text())
+    del doc["hooks"]["sessionEnd"]
+    hooks_file.write_text(json.dumps(doc, indent=2) + "\n")
+    state, detail, _ = doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")
+    assert (state, detail) == ("warn", f"drifted (local): {hooks_file}")

@@ -189,7 +189,14 @@ def test_global_rule_and_hooks_share_one_file_and_one_line(
     ]
     doc = json.loads(settings.read_text())
     assert doc["permissions"] == {"allow": ["mcp__thatch"]}
-    assert set(doc["hooks"]) == {"SessionStart", "PostToolBatch", "UserPromptSubmit", "Stop"}
+    assert set(doc["hooks"]) == {
+        "SessionStart",
+        "PostToolBatch",
+        "UserPromptSubmit",
+        "Stop",
+        "SessionEnd",
+        "SubagentStop",
+    }
 
 
 def test_permissions_of_the_wrong_shape_are_a_conflict(project: Path, env: dict[str, str]) -> None:

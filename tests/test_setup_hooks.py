@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import copy
+import shlex
+
 import pytest
 
+from thatch.cli.entry import HOOKS
 from thatch.frontend.setup.hooks import (
     HookFileConflict,
+    claude_commands,
+    cursor_commands,
     is_thatch_command,
     merge_claude,
     merge_cursor,
@@ -80,8 +86,6 @@ def test_claude_merge_drops_emptied_groups_keeps_others() -> None:
 def test_claude_merge_is_stable() -> None:
     """Merging twice gives the same document."""
     once = merge_claude({}, "thatch", post_tool_use=True)
-    import copy
-
     assert merge_claude(copy.deepcopy(once), "thatch", post_tool_use=True) == once
     assert once["hooks"]["PostToolUse"] == [
         {"matcher": "*", "hooks": [{"type": "command", "command": "thatch buffer-batch"}]}
@@ -105,3 +109,61 @@ def test_unmergeable_shapes_conflict(doc: dict[str, object]) -> None:
     """Hook maps or event lists of the wrong type raise HookFileConflict."""
     with pytest.raises(HookFileConflict):
         merge_cursor(doc, "thatch")
+
+
+@pytest.mark.parametrize("post_tool_use", [False, True])
+def test_every_installed_command_is_one_thatch_runs_and_recognises(post_tool_use: bool) -> None:
+    """Each command setup writes is a hook the entry point runs without click (or the
+    chat hook), and is recognised as thatch's, so a rerun replaces it instead of adding a
+    second copy."""
+    commands = [
+        *claude_commands("thatch", post_tool_use).values(),
+        *cursor_commands("thatch").values(),
+    ]
+    for command in commands:
+        assert is_thatch_command(command), command
+        sub = shlex.split(command)[1]
+        assert sub in HOOKS or sub == "chat-notify", command
+
+
+def test_claude_session_end_and_subagent_stop_are_wired() -> None:
+    """SessionEnd carries the last turn's calls over; SubagentStop completes the snapshot."""
+    hooks = merge_claude({}, "thatch", post_tool_use=False)["hooks"]
+    assert hooks["SessionEnd"] == [
+        {"hooks": [{"type": "command", "command": "thatch session-end"}]}
+    ]
+    assert hooks["SubagentStop"] == [
+        {"hooks": [{"type": "command", "command": "thatch extraction-complete"}]}
+    ]
+
+
+def test_an_older_install_gains_the_new_events_and_keeps_foreign_hooks() -> None:
+    """An install from before SessionEnd/SubagentStop were wired: a rerun adds them after
+    the user's own hooks in those events, and replaces (never duplicates) the old ones."""
+    old = merge_claude({}, "thatch", post_tool_use=False)
+    del old["hooks"]["SessionEnd"], old["hooks"]["SubagentStop"]
+    mine_end = {"hooks": [{"type": "command", "command": "notify-send bye"}]}
+    mine_sub = {"matcher": "Explore", "hooks": [{"type": "command", "command": "log-agent"}]}
+    old["hooks"]["SessionEnd"] = [mine_end]
+    old["hooks"]["SubagentStop"] = [mine_sub]
+    new = merge_claude(copy.deepcopy(old), "thatch", post_tool_use=False)["hooks"]
+    assert new["SessionEnd"] == [
+        mine_end,
+        {"hooks": [{"type": "command", "command": "thatch session-end"}]},
+    ]
+    assert new["SubagentStop"] == [
+        mine_sub,
+        {"hooks": [{"type": "command", "command": "thatch extraction-complete"}]},
+    ]
+    for event in ("SessionStart", "PostToolBatch", "UserPromptSubmit", "Stop"):
+        assert new[event] == old["hooks"][event]
+
+
+def test_cursor_session_end_is_wired_after_foreign_entries() -> None:
+    """Cursor's sessionEnd runs session-end; a user's own sessionEnd hook stays first."""
+    out = merge_cursor({"hooks": {"sessionEnd": [{"command": "audit.sh"}]}}, "thatch")
+    assert out["hooks"]["sessionEnd"] == [
+        {"command": "audit.sh"},
+        {"command": "thatch session-end"},
+    ]
+    assert "subagentStop" not in out["hooks"]  # it names no agent: see cursor_commands

@@ -15,7 +15,15 @@ from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.hooks import HOOK_SUBCOMMANDS
 
 BIN = "/opt/thatch tools/bin/thatch"  # a space forces shell quoting in hook commands
-HOOK_COMMANDS = {"reminder", "buffer-batch", "buffer-tool", "flush-tools", "chat-notify"}
+HOOK_COMMANDS = {
+    "reminder",
+    "buffer-batch",
+    "buffer-tool",
+    "flush-tools",
+    "chat-notify",
+    "session-end",
+    "extraction-complete",
+}
 
 
 @pytest.fixture
@@ -118,9 +126,23 @@ def test_fresh_run_creates_exactly_the_hosts_files(
     if host == "claude":
         settings = json.loads(by_name["settings.json"].read_text())
         events = settings["hooks"]
-        assert list(events) == ["SessionStart", "PostToolBatch", "UserPromptSubmit", "Stop"]
+        assert list(events) == [
+            "SessionStart",
+            "PostToolBatch",
+            "UserPromptSubmit",
+            "Stop",
+            "SessionEnd",
+            "SubagentStop",
+        ]
         subs = [check_command(g["hooks"][0]["command"]) for e in events.values() for g in e]
-        assert subs == ["reminder", "buffer-batch", "flush-tools", "chat-notify"]
+        assert subs == [
+            "reminder",
+            "buffer-batch",
+            "flush-tools",
+            "chat-notify",
+            "session-end",
+            "extraction-complete",
+        ]
         allow_file = by_name["settings.local.json" if scope == "local" else "settings.json"]
         assert json.loads(allow_file.read_text())["permissions"] == {"allow": ["mcp__thatch"]}
         if scope == "local":
@@ -139,7 +161,7 @@ def test_fresh_run_creates_exactly_the_hosts_files(
             for event, v in doc["hooks"].items()
             for e in v
         ]
-        assert subs == ["reminder", "buffer-tool", "flush-tools", "chat-notify"]
+        assert subs == ["reminder", "buffer-tool", "flush-tools", "chat-notify", "session-end"]
         assert doc["hooks"]["stop"][0]["loop_limit"] == 3
         assert doc["hooks"]["stop"][0]["command"].endswith(" chat-notify --host cursor")
         assert doc["hooks"]["sessionStart"][0]["command"].endswith(" reminder --json")
@@ -376,6 +398,9 @@ def test_hook_subcommand_list_matches_spec() -> None:
                 "flush-tools",
                 "flush-predictions",
                 "chat-notify",
+                "session-end",
+                "extraction-complete",
+                "extraction-requeue",
                 "echo",
             }
         )

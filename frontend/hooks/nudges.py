@@ -15,6 +15,7 @@ from typing import NamedTuple
 from thatch.frontend.untrusted import quoted
 
 __all__ = [
+    "CLAUDE_DECLINED_NOTICE",
     "RECALL_NUDGE_FRAME",
     "HostNames",
     "extraction_nudge",
@@ -60,6 +61,18 @@ _OPENCODE_NAMES = HostNames(
     remember="thatch_memory_remember",
     dispatch="Start a background task",
     prefix="thatch_",
+)
+
+
+# The session-start line in a Claude Code project whose user declined thatch's server: its
+# tools do not exist there, so no text may send the agent looking for them (not even
+# through ToolSearch), while the instruction block in CLAUDE.md still describes them.
+CLAUDE_DECLINED_NOTICE = (
+    "[thatch] thatch is off in this project: the user declined its MCP server in Claude "
+    "Code, so its tools are unavailable; ignore the thatch instructions and do not search "
+    "for its tools. To turn it on, the user enables the thatch server in /mcp (or removes "
+    '"thatch" from disabledMcpjsonServers in .claude/settings.local.json or '
+    ".claude/settings.json and restarts Claude Code)."
 )
 
 

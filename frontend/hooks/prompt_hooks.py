@@ -83,6 +83,17 @@ def not_a_user_prompt(payload: Mapping[str, Any], prompt: str) -> bool:
     return prompt.lstrip().startswith("<task-notification>")
 
 
+def tools_declined(host: str, payload: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+    """Claude Code, and the user declined thatch's project server: its tools do not exist,
+    so no nudge may point at them (docs/claude-code.md §declining-the-server). At most two
+    small settings files read; other hosts read nothing."""
+    if host != "claude":
+        return False
+    from thatch.frontend.setup.declined import claude_server_declined
+
+    return claude_server_declined(hookio.project_dir(env, payload), env)
+
+
 def usable_session_id(session: str) -> bool:
     """Whether ``get_extraction_payload`` and ``extraction_done`` accept ``session``.
 
@@ -237,6 +248,10 @@ def run_flush_tools(as_json: bool, host: str | None) -> None:
     def body() -> str | None:
         payload = hookio.read_payload("flush-tools")
         resolved = hookio.resolve_host(host, os.environ, "flush-tools")
+        if tools_declined(resolved, payload, os.environ):
+            # Every line this hook prints (nudges, the chat line) points at tools the user
+            # turned off; the session-start reminder already said so once.
+            return None
         text = flush_text(payload, os.environ, resolved)
         from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
 
@@ -255,14 +270,21 @@ def active_model(env: Mapping[str, str]) -> str:
 
 
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
-    """The session-start reminder, with the hygiene paragraph when the store needs it."""
+    """The session-start reminder, with the hygiene paragraph when the store needs it; in
+    a Claude Code project that declined thatch's server, the one line saying so."""
+    command = "reminder"
+    if tools_declined(host, payload, env):
+        # No store, no embedder start, no chat anchoring: the session cannot use them.
+        from thatch.frontend.hooks.nudges import CLAUDE_DECLINED_NOTICE
+
+        _cleanup_queue(command, queue_dir(env))
+        return CLAUDE_DECLINED_NOTICE
     from thatch.frontend.hooks.reminder import reminder_text
     from thatch.frontend.project import project_store
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
     from thatch.frontend.tools.hygiene import hygiene_report
 
-    command = "reminder"
     directory = hookio.project_dir(env, payload)
     project = project_store(directory, env)
     _cleanup_queue(command, queue_dir(env))

@@ -19,6 +19,9 @@ HOOK_SUBCOMMANDS = frozenset(
         "flush-tools",
         "flush-predictions",
         "chat-notify",
+        "session-end",
+        "extraction-complete",
+        "extraction-requeue",
         "echo",
     }
 )
@@ -57,6 +60,11 @@ def claude_commands(bin_word: str, post_tool_use: bool) -> dict[str, str]:
         "PostToolUse" if post_tool_use else "PostToolBatch": f"{bin_word} buffer-batch",
         "UserPromptSubmit": f"{bin_word} flush-tools",
         "Stop": f"{bin_word} chat-notify",
+        # The last turn's calls move to the project's queue (docs/hooks.md §carry-over).
+        "SessionEnd": f"{bin_word} session-end",
+        # The extractor's stop completes its snapshot even without extraction_done
+        # (docs/hooks.md §snapshot); any other sub-agent's stop changes nothing.
+        "SubagentStop": f"{bin_word} extraction-complete",
     }
 
 
@@ -66,6 +74,10 @@ def cursor_commands(bin_word: str) -> dict[str, str]:
         "postToolUse": f"{bin_word} buffer-tool",
         "beforeSubmitPrompt": f"{bin_word} flush-tools --json",
         "stop": f"{bin_word} chat-notify --host cursor",
+        # Fire-and-forget; carries session_id and conversation_id like the prompt hook
+        # (docs/hooks.md §cursor). Cursor's subagentStop names no agent, so the snapshot
+        # is left to extraction_done and the 10-minute expiry there.
+        "sessionEnd": f"{bin_word} session-end",
     }
 
 
