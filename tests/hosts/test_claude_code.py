@@ -1,0 +1,181 @@
+"""Real Claude Code (2.1.197) with thatch set up, driven by the scripted model server.
+
+Each test is one project and a few ``claude -p`` runs; assertions are about what the host
+really sent the model, what thatch's hooks got from the host (the recording shim), what
+the queue holds and what the database holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hosts.hostkit import (
+    Sandbox,
+    claude_env,
+    hook_calls,
+    make_sandbox,
+    run_host,
+)
+from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
+
+REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
+EXTRACTION = "queued for fact extraction"
+FETCH = "mcp__thatch__get_extraction_payload"
+DONE = "mcp__thatch__extraction_done"
+REMEMBER = "mcp__thatch__memory_remember"
+LABEL = "Widgets spin an even number of times"
+EXTRACTED = "widgets.spin halves its argument"
+
+
+def main_agent(request: ModelRequest) -> bool:
+    """The top-level agent: it has tools (side requests such as titles have none) and the
+    user's prompts (every prompt here starts with RUN; a sub-agent only sees its task)."""
+    return bool(request.tool_names()) and any("RUN" in t for t in request.user_texts())
+
+
+def subagent(request: ModelRequest) -> bool:
+    return bool(request.tool_names()) and not any("RUN" in t for t in request.user_texts())
+
+
+def fresh(request: ModelRequest) -> bool:
+    """The first request of a turn: the user's prompt is last, no tool result yet."""
+    return not request.last_tool_results()
+
+
+def after(tool: str) -> Any:
+    def matcher(request: ModelRequest) -> bool:
+        return any(name == tool for name, _ in request.last_tool_results())
+
+    return matcher
+
+
+def both(*matchers: Any) -> Any:
+    return lambda request: all(m(request) for m in matchers)
+
+
+@pytest.fixture
+def sandbox(
+    tmp_path: Path,
+    isolated_env: Path,
+    host_bin: Path,
+    host_embedder: Any,
+    minilm_dir: Path,
+    model_server: ModelServer,
+) -> Sandbox:
+    extra = {
+        **claude_env(model_server.url),
+        "THATCH_MODEL": str(minilm_dir),
+        "THATCH_EMBEDDER_ADDR": host_embedder.address,
+    }
+    return make_sandbox(tmp_path, isolated_env, host_bin, extra)
+
+
+def claude(sandbox: Sandbox, prompt: str, resume: str | None = None) -> dict[str, Any]:
+    argv = ["claude", "-p", prompt, "--permission-mode", "bypassPermissions"]
+    argv += ["--output-format", "json"]
+    if resume:
+        argv += ["--resume", resume]
+    result = run_host(sandbox, argv)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    doc = json.loads(result.stdout)
+    assert isinstance(doc, dict) and not doc.get("is_error"), doc
+    return doc
+
+
+def setup(sandbox: Sandbox, *flags: str) -> None:
+    result = sandbox.thatch("setup", "--claude", *flags)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+
+
+def requests_text(requests: list[ModelRequest]) -> str:
+    return "\n".join(r.all_text() for r in requests)
+
+
+def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> None:
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    (REMEMBER, {"label": LABEL, "content": "In acme/widgets, widgets.spin(n) "
+                                "must be called with an even n (its docstring says so).",
+                                "confidence": 9}),
+                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
+                    ("Bash", {"command": "git log --oneline", "description": "Show history"}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Bash")), say("Noted."), name="answer"),
+        ]
+    )
+    first = claude(sandbox, "RUN1: remember that widgets spin evenly, then read widgets.py.")
+    session = str(first["session_id"])
+    requests = model_server.requests()
+    assert model_server.matched() == ["work", "answer"]
+    assert REMINDER in main_requests(requests)[0].all_text()
+
+    rows = sandbox.memories()
+    assert [(r["label"], r["model"], r["embedding_bytes"]) for r in rows] == [
+        (LABEL, "sentence-transformers/all-MiniLM-L6-v2", 384 * 4)
+    ]
+    queued = sandbox.queued()
+    assert sorted(r["tool"] for r in queued) == ["Bash", "Read"]
+    assert {r["sessionID"] for r in queued} == {session}
+    batch = [c for c in hook_calls(sandbox.hook_log) if c.command == "buffer-batch"]
+    assert len(batch) == 1
+    names = [c["tool_name"] for c in batch[0].payload()["tool_calls"]]
+    assert sorted(names) == sorted([REMEMBER, "Read", "Bash"])
+
+    # Run 2, same session: the extraction nudge and the recall nudge reach the model; the
+    # sub-agent it dispatches drains the queue and saves what it extracted.
+    def nudged(request: ModelRequest) -> bool:
+        return main_agent(request) and fresh(request) and EXTRACTION in request.all_text()
+
+    model_server.run(
+        [
+            Turn(nudged, call("Agent", description="thatch fact extraction",
+                              subagent_type="general-purpose",
+                              prompt=f'Call {FETCH} with session_id "{session}" to get the '
+                              f"queued tool interactions, apply the thatch-fact-extractor "
+                              f'skill to them, then call {DONE} with session_id "{session}".'),
+                 name="dispatch"),
+            Turn(both(subagent, fresh), call(FETCH, session_id=session), name="fetch"),
+            Turn(both(subagent, after(FETCH)),
+                 call(REMEMBER, label="spin halves", content=f"In acme/widgets, {EXTRACTED}.",
+                      confidence=7), name="extract"),
+            Turn(both(subagent, after(REMEMBER)), call(DONE, session_id=session), name="done"),
+            Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
+            Turn(both(main_agent, after("Agent")), say("Widgets spin evenly."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN2: how do widgets spin?", resume=session)
+    requests = model_server.requests()
+    prompt_text = main_requests(requests)[0].all_text()
+    assert EXTRACTION in prompt_text and f'session_id "{session}"' in prompt_text
+    assert model_server.matched() == [
+        "dispatch", "fetch", "extract", "done", "sub-answer", "answer"
+    ], model_server.describe()
+    labels = sorted(r["label"] for r in sandbox.memories())
+    assert labels == sorted([LABEL, "spin halves"])
+    assert sandbox.queued() == []
+
+    # Run 3: nothing queued any more, so a related prompt gets the recall nudge.
+    model_server.run([])
+    claude(sandbox, "RUN3: which numbers can I pass when widgets spin?", resume=session)
+    prompt_text = main_requests(model_server.requests())[0].all_text()
+    assert f'memory relates to this prompt ("{LABEL}")' in prompt_text
+    assert EXTRACTION not in prompt_text.split("RUN3")[-1]
+
+
+def main_requests(requests: list[ModelRequest]) -> list[ModelRequest]:
+    return [r for r in requests if main_agent(r)]
+
+
+def _unused(_: subprocess.CompletedProcess[str]) -> None:
+    pass
