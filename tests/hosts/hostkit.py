@@ -119,9 +119,10 @@ case "$1" in
   {commands})
     f="$THATCH_TEST_HOOK_LOG/$(date +%s%N)-$$-$1"
     cat > "$f.in"
-    {real} "$@" < "$f.in" > "$f.out"
+    {real} "$@" < "$f.in" > "$f.out" 2> "$f.err"
     rc=$?
     cat "$f.out"
+    cat "$f.err" >&2
     exit $rc ;;
 esac
 exec {real} "$@"
@@ -147,6 +148,7 @@ class HookCall:
     command: str  # reminder, buffer-batch, ...
     stdin: str
     stdout: str
+    stderr: str
 
     def payload(self) -> dict[str, Any]:
         value = json.loads(self.stdin)
@@ -159,9 +161,11 @@ def hook_calls(log_dir: Path) -> list[HookCall]:
     out: list[HookCall] = []
     for path in sorted(log_dir.glob("*.in"), key=lambda p: int(p.name.split("-", 1)[0])):
         command = path.name.split("-", 2)[2][: -len(".in")]
-        stdout_path = path.with_suffix(".out")
-        stdout = stdout_path.read_text() if stdout_path.exists() else ""
-        out.append(HookCall(command, path.read_text(), stdout))
+        texts = []
+        for suffix in (".out", ".err"):
+            other = path.with_suffix(suffix)
+            texts.append(other.read_text() if other.exists() else "")
+        out.append(HookCall(command, path.read_text(), texts[0], texts[1]))
     return out
 
 
