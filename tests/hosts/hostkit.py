@@ -110,6 +110,10 @@ def install_hosts(env: Mapping[str, str]) -> Path:
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+    for old in root.iterdir():
+        # An install of an earlier lockfile is ~600 MB that nothing will use again.
+        if old != final and not old.name.startswith("install-") and (old / "installed").is_file():
+            shutil.rmtree(old, ignore_errors=True)
     return bin_dir
 
 
@@ -121,6 +125,7 @@ case "$1" in
     cat > "$f.in"
     {real} "$@" < "$f.in" > "$f.out" 2> "$f.err"
     rc=$?
+    echo $rc > "$f.rc"
     cat "$f.out"
     cat "$f.err" >&2
     exit $rc ;;
@@ -154,6 +159,19 @@ class HookCall:
         value = json.loads(self.stdin)
         assert isinstance(value, dict)
         return value
+
+
+def unfinished_hooks(log_dir: Path) -> list[str]:
+    """Hook commands that started and have not exited yet."""
+    return [p.name for p in log_dir.glob("*.in") if not p.with_suffix(".rc").exists()]
+
+
+def wait_for_hooks(log_dir: Path, timeout: float = 30) -> None:
+    """Until every hook the host started has exited: opencode's plugin does not wait for
+    ``buffer-tool``, so one can still be writing the queue after ``opencode run`` ends."""
+    from tests.support.polling import poll
+
+    assert poll(lambda: not unfinished_hooks(log_dir), timeout), unfinished_hooks(log_dir)
 
 
 def hook_calls(log_dir: Path) -> list[HookCall]:
@@ -230,7 +248,12 @@ def make_sandbox(tmp_path: Path, home: Path, host_bin: Path, extra: Mapping[str,
     shim_dir = tmp_path / "shim"
     write_shim(shim_dir)
     venv_bin = Path(sys.executable).parent
-    env = dict(os.environ)
+    # The user's own thatch settings never leak in (module-scoped sandboxes are built
+    # before the per-test isolation applies).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("THATCH_", "HF_"))}
+    env.pop("CLAUDE_CONFIG_DIR", None)
+    env.pop("CLAUDE_PROJECT_DIR", None)
+    env.pop("OPENCODE_CONFIG", None)
     env.update(
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
@@ -247,6 +270,9 @@ def make_sandbox(tmp_path: Path, home: Path, host_bin: Path, extra: Mapping[str,
         GIT_COMMITTER_NAME="Test",
         GIT_COMMITTER_EMAIL="test@example.invalid",
         GIT_CONFIG_NOSYSTEM="1",
+        HF_HUB_OFFLINE="1",
+        # opencode takes its working directory from PWD when it is set.
+        PWD=str(project),
     )
     env.update(extra)
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
@@ -257,7 +283,8 @@ def make_sandbox(tmp_path: Path, home: Path, host_bin: Path, extra: Mapping[str,
         ["git", "remote", "add", "origin", "https://example.invalid/acme/widgets.git"], **run
     )
     (project / "widgets.py").write_text(
-        '"""Widgets."""\n\n\ndef spin(n: int) -> int:\n    """n must be even."""\n    return n // 2\n'
+        '"""Widgets."""\n\n\ndef spin(n: int) -> int:\n'
+        '    """n must be even."""\n    return n // 2\n'
     )
     (project / "README.md").write_text("# widgets\n\nSpin widgets.\n")
     subprocess.run(["git", "add", "."], **run)  # type: ignore[call-overload]
@@ -294,6 +321,53 @@ def opencode_env() -> dict[str, str]:
         "OPENCODE_DISABLE_TERMINAL_TITLE": "1",
         "OPENCODE_DISABLE_EMBEDDED_WEB_UI": "1",
     }
+
+
+OPENCODE_PLUGIN_DEP = {"@opencode-ai/plugin": OPENCODE_VERSION}
+
+
+def opencode_config(sandbox: Sandbox, model_url: str, host_bin: Path) -> None:
+    """The scripted provider in the user's opencode config, and its dependency installs.
+
+    opencode npm-installs ``@opencode-ai/plugin`` into every config directory (the user's
+    and the project's ``.opencode``) at start unless ``node_modules`` exists and the
+    directory's package-lock.json lists what package.json does: both get the copy our
+    lockfile installed, so the host never reaches the registry at run time.
+    """
+    config_dir = Path(sandbox.env["XDG_CONFIG_HOME"]) / "opencode"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "Scripted",
+        "options": {"baseURL": f"{model_url}/v1", "apiKey": "test"},
+        "models": {"test-model": {"name": "Scripted test model", "tool_call": True}},
+    }
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"scripted": provider},
+        "model": "scripted/test-model",
+        "small_model": "scripted/test-model",
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    (config_dir / "opencode.json").write_text(json.dumps(config, indent=2))
+    node_modules = host_bin.parent
+    for directory in (config_dir, sandbox.project / ".opencode"):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "package.json").write_text(json.dumps({"dependencies": OPENCODE_PLUGIN_DEP}))
+        lock = {"lockfileVersion": 3, "packages": {"": {"dependencies": OPENCODE_PLUGIN_DEP}}}
+        (directory / "package-lock.json").write_text(json.dumps(lock))
+        (directory / "node_modules").symlink_to(node_modules, target_is_directory=True)
+
+
+def opencode_events(stdout: str) -> list[dict[str, Any]]:
+    """``opencode run --format json`` output: one JSON event per line."""
+    events = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            events.append(json.loads(line))
+    return events
 
 
 def run_host(sandbox: Sandbox, argv: list[str]) -> subprocess.CompletedProcess[str]:

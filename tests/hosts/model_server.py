@@ -357,7 +357,9 @@ class ModelServer:
             handler.wfile.write(event)
             handler.wfile.flush()
 
-    def _anthropic(self, handler: BaseHTTPRequestHandler, request: ModelRequest, reply: Reply) -> None:
+    def _anthropic(
+        self, handler: BaseHTTPRequestHandler, request: ModelRequest, reply: Reply
+    ) -> None:
         model = str(request.body.get("model", "claude-test"))
         blocks: list[dict[str, Any]] = []
         if reply.text or not reply.tool_calls:
@@ -392,7 +394,7 @@ class ModelServer:
             return
 
         def events() -> Iterator[bytes]:
-            start = {
+            start: dict[str, Any] = {
                 "id": message_id,
                 "type": "message",
                 "role": "assistant",
@@ -404,6 +406,7 @@ class ModelServer:
             }
             yield _sse("message_start", {"type": "message_start", "message": start})
             for index, block in enumerate(blocks):
+                first: dict[str, Any]
                 if block["type"] == "text":
                     first = {"type": "text", "text": ""}
                     delta = {"type": "text_delta", "text": block["text"]}

@@ -20,6 +20,7 @@ from tests.hosts.hostkit import (
     hook_calls,
     make_sandbox,
     run_host,
+    wait_for_hooks,
 )
 from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
 
@@ -82,6 +83,7 @@ def claude(sandbox: Sandbox, prompt: str, resume: str | None = None) -> dict[str
         argv += ["--resume", resume]
     result = run_host(sandbox, argv)
     assert result.returncode == 0, (result.stdout, result.stderr)
+    wait_for_hooks(sandbox.hook_log)
     doc = json.loads(result.stdout)
     assert isinstance(doc, dict) and not doc.get("is_error"), doc
     return doc
@@ -103,9 +105,15 @@ def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> 
             Turn(
                 both(main_agent, fresh),
                 calls(
-                    (REMEMBER, {"label": LABEL, "content": "In acme/widgets, widgets.spin(n) "
-                                "must be called with an even n (its docstring says so).",
-                                "confidence": 9}),
+                    (
+                        REMEMBER,
+                        {
+                            "label": LABEL,
+                            "content": "In acme/widgets, widgets.spin(n) "
+                            "must be called with an even n (its docstring says so).",
+                            "confidence": 9,
+                        },
+                    ),
                     ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
                     ("Bash", {"command": "git log --oneline", "description": "Show history"}),
                 ),
@@ -139,16 +147,29 @@ def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> 
 
     model_server.run(
         [
-            Turn(nudged, call("Agent", description="thatch fact extraction",
-                              subagent_type="general-purpose",
-                              prompt=f'Call {FETCH} with session_id "{session}" to get the '
-                              f"queued tool interactions, apply the thatch-fact-extractor "
-                              f'skill to them, then call {DONE} with session_id "{session}".'),
-                 name="dispatch"),
+            Turn(
+                nudged,
+                call(
+                    "Agent",
+                    description="thatch fact extraction",
+                    subagent_type="general-purpose",
+                    prompt=f'Call {FETCH} with session_id "{session}" to get the '
+                    f"queued tool interactions, apply the thatch-fact-extractor "
+                    f'skill to them, then call {DONE} with session_id "{session}".',
+                ),
+                name="dispatch",
+            ),
             Turn(both(subagent, fresh), call(FETCH, session_id=session), name="fetch"),
-            Turn(both(subagent, after(FETCH)),
-                 call(REMEMBER, label="spin halves", content=f"In acme/widgets, {EXTRACTED}.",
-                      confidence=7), name="extract"),
+            Turn(
+                both(subagent, after(FETCH)),
+                call(
+                    REMEMBER,
+                    label="spin halves",
+                    content=f"In acme/widgets, {EXTRACTED}.",
+                    confidence=7,
+                ),
+                name="extract",
+            ),
             Turn(both(subagent, after(REMEMBER)), call(DONE, session_id=session), name="done"),
             Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
             Turn(both(main_agent, after("Agent")), say("Widgets spin evenly."), name="answer"),
@@ -159,7 +180,12 @@ def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> 
     prompt_text = main_requests(requests)[0].all_text()
     assert EXTRACTION in prompt_text and f'session_id "{session}"' in prompt_text
     assert model_server.matched() == [
-        "dispatch", "fetch", "extract", "done", "sub-answer", "answer"
+        "dispatch",
+        "fetch",
+        "extract",
+        "done",
+        "sub-answer",
+        "answer",
     ], model_server.describe()
     labels = sorted(r["label"] for r in sandbox.memories())
     assert labels == sorted([LABEL, "spin halves"])
@@ -246,7 +272,7 @@ def test_post_tool_use_setup_queues_the_hosts_calls(
 @pytest.mark.xfail(
     strict=True,
     reason="issue 11 item 3: --post-tool-use queues Claude's structured Bash tool_response "
-    "({\"stdout\": ...}) as JSON text instead of its output",
+    '({"stdout": ...}) as JSON text instead of its output',
 )
 def test_post_tool_use_queues_bash_output_as_text(
     sandbox: Sandbox, model_server: ModelServer
@@ -280,7 +306,7 @@ def test_failed_remember_keeps_the_queue(sandbox: Sandbox, model_server: ModelSe
     )
     claude(sandbox, "RUN1: look at the history and remember it.")
     assert model_server.matched() == ["work", "bad-save", "answer"], model_server.describe()
-    (_, result), = [r for r in model_server.requests()[-1].last_tool_results()]
+    ((_, result),) = [r for r in model_server.requests()[-1].last_tool_results()]
     assert "Invalid arguments" in result or "content" in result, result
     assert sandbox.memories() == []
     assert [r["tool"] for r in sandbox.queued()] == ["Bash"]
