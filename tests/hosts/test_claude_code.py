@@ -8,7 +8,6 @@ the queue holds and what the database holds.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.hosts.hostkit import (
     wait_for_hooks,
 )
 from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
+from tests.hosts.recording import add_claude_recorder, recording, write_fixtures
 
 REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
 EXTRACTION = "queued for fact extraction"
@@ -92,6 +92,14 @@ def claude(sandbox: Sandbox, prompt: str, resume: str | None = None) -> dict[str
 def setup(sandbox: Sandbox, *flags: str) -> None:
     result = sandbox.thatch("setup", "--claude", *flags)
     assert result.returncode == 0, (result.stdout, result.stderr)
+    if recording():
+        add_claude_recorder(sandbox, post_tool_use="--post-tool-use" in flags)
+
+
+def record(sandbox: Sandbox) -> None:
+    """With THATCH_RECORD_FIXTURES=1, keep this test's payloads as the fixtures."""
+    if recording():
+        write_fixtures("claude", hook_calls(sandbox.hook_log), sandbox)
 
 
 def requests_text(requests: list[ModelRequest]) -> str:
@@ -197,14 +205,11 @@ def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> 
     prompt_text = main_requests(model_server.requests())[0].all_text()
     assert f'memory relates to this prompt ("{LABEL}")' in prompt_text
     assert EXTRACTION not in prompt_text.split("RUN3")[-1]
+    record(sandbox)
 
 
 def main_requests(requests: list[ModelRequest]) -> list[ModelRequest]:
     return [r for r in requests if main_agent(r)]
-
-
-def _unused(_: subprocess.CompletedProcess[str]) -> None:
-    pass
 
 
 def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: ModelServer) -> None:
@@ -223,7 +228,7 @@ def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: Mod
     first = claude(sandbox, "RUN1: is the widgets tree clean?")
     model_server.run([])
     claude(sandbox, "RUN2: and how do widgets spin?", resume=str(first["session_id"]))
-    calls_made = hook_calls(sandbox.hook_log)
+    calls_made = [c for c in hook_calls(sandbox.hook_log) if c.command != "record"]
     assert sorted({c.command for c in calls_made}) == ["buffer-batch", "flush-tools", "reminder"]
     said = "\n".join(c.stderr for c in calls_made)
     assert "[thatch reminder]" in said and str(sandbox.db_path) in said  # they failed, and said so
@@ -267,6 +272,7 @@ def test_post_tool_use_setup_queues_the_hosts_calls(
     model_server.run([])
     claude(sandbox, "RUN2: anything else?", resume=str(first["session_id"]))
     assert EXTRACTION in main_requests(model_server.requests())[0].all_text()
+    record(sandbox)
 
 
 @pytest.mark.xfail(

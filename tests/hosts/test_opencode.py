@@ -22,9 +22,12 @@ from tests.hosts.hostkit import (
     opencode_env,
     opencode_events,
     run_host,
+    unfinished_hooks,
     wait_for_hooks,
 )
 from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
+from tests.hosts.recording import recording, write_fixtures
+from tests.support.polling import poll
 
 REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
 EXTRACTION = "queued for fact extraction"
@@ -117,8 +120,7 @@ def story(
     # plugin does not await buffer-tool, so a remember's hook could land after (and drain)
     # the calls of its own step. The next step waits until that hook has exited.
     def settled(request: ModelRequest) -> bool:
-        wait_for_hooks(sandbox.hook_log)
-        return True
+        return poll(lambda: not unfinished_hooks(sandbox.hook_log), 30)
 
     model_server.run(
         [
@@ -171,6 +173,8 @@ def story(
         ]
     )
     second = opencode(sandbox, model_server, PROMPT2, "--session", session)
+    if recording():
+        write_fixtures("opencode", hook_calls(sandbox.hook_log), sandbox)
     return Story(sandbox, session, [first, second])
 
 
