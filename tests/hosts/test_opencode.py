@@ -2,7 +2,8 @@
 
 One project, two ``opencode run`` invocations in one session (module-scoped: every test
 below reads what those runs recorded): the first saves a memory and reads files, the
-second gets the extraction nudge and drains the queue.
+second gets the extraction nudge and, as it says, starts a task whose child session
+drains the queue.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def main_agent(request: ModelRequest) -> bool:
     return bool(request.tool_names()) and any("RUN" in t for t in request.user_texts())
 
 
+def child(request: ModelRequest) -> bool:
+    """A task's child session: it has tools and only the task's prompt, no user prompt."""
+    return bool(request.tool_names()) and not any("RUN" in t for t in request.user_texts())
+
+
 def fresh(request: ModelRequest) -> bool:
     return not request.last_tool_results()
 
@@ -69,6 +75,9 @@ class Run:
 
     def main_requests(self) -> list[ModelRequest]:
         return [r for r in self.requests if main_agent(r)]
+
+    def child_requests(self) -> list[ModelRequest]:
+        return [r for r in self.requests if child(r)]
 
 
 @dataclass
@@ -151,15 +160,26 @@ def story(
     assert len(sessions) == 1, first.events
     session = str(sessions.pop())
 
+    task_prompt = (
+        f'Call {FETCH} with session_id "{session}" to get the queued tool interactions, '
+        f"apply the thatch-fact-extractor skill to them, then call {DONE} with session_id "
+        f'"{session}" even if nothing was worth saving.'
+    )
     model_server.run(
         [
             Turn(
                 lambda r: main_agent(r) and fresh(r) and EXTRACTION in r.all_text(),
-                call(FETCH, session_id=session),
-                name="fetch",
+                call(
+                    "task",
+                    description="thatch fact extraction",
+                    subagent_type="general",
+                    prompt=task_prompt,
+                ),
+                name="dispatch",
             ),
+            Turn(both(child, fresh), call(FETCH, session_id=session), name="fetch"),
             Turn(
-                both(main_agent, after(FETCH)),
+                both(child, after(FETCH)),
                 call(
                     REMEMBER,
                     label="spin halves",
@@ -168,8 +188,9 @@ def story(
                 ),
                 name="extract",
             ),
-            Turn(both(main_agent, after(REMEMBER)), call(DONE, session_id=session), name="done"),
-            Turn(both(main_agent, after(DONE)), say("Widgets spin evenly."), name="answer"),
+            Turn(both(child, after(REMEMBER)), call(DONE, session_id=session), name="done"),
+            Turn(both(child, after(DONE)), say("Saved 1 fact."), name="child-answer"),
+            Turn(both(main_agent, after("task")), say("Widgets spin evenly."), name="answer"),
         ]
     )
     second = opencode(sandbox, model_server, PROMPT2, "--session", session)
@@ -212,7 +233,14 @@ def test_the_plugin_queues_the_hosts_tool_calls(story: Story) -> None:
 
 def test_the_next_prompt_is_nudged_and_the_queue_drains(story: Story) -> None:
     second = story.runs[1]
-    assert second.matched == ["fetch", "extract", "done", "answer"], second.described
+    assert second.matched == [
+        "dispatch",
+        "fetch",
+        "extract",
+        "done",
+        "child-answer",
+        "answer",
+    ], second.described
     nudged = prompt_message(second.main_requests()[0], PROMPT2)
     assert EXTRACTION in nudged and f'session_id "{story.session}"' in nudged
     assert second.queued == []
@@ -236,3 +264,13 @@ def test_a_resumed_session_gets_no_second_reminder(story: Story) -> None:
 def test_thatchs_text_follows_the_users_prompt(story: Story) -> None:
     text = prompt_message(story.runs[0].main_requests()[0], PROMPT1)
     assert text.index(PROMPT1) < text.index(REMINDER)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 item 3: opencode task child sessions get the reminder and nudges",
+)
+def test_a_task_child_session_gets_no_reminder_or_nudge(story: Story) -> None:
+    first_child = story.runs[1].child_requests()[0]
+    assert "Call thatch_get_extraction_payload" in first_child.all_text()
+    assert "[thatch]" not in first_child.last_user_text()
