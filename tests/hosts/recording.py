@@ -11,7 +11,9 @@ they recorded, one file per kind of payload (the first one seen), named as in
 Claude Code: ``claude-<event>[-<detail>].json`` (thatch's own hooks, plus PreToolUse,
 PostToolUse, Stop, SubagentStop and SessionEnd through a recording-only hook added in
 ``.claude/settings.local.json``). opencode: ``opencode-thatch-stdin-oc-<command>.json``,
-what the generated plugin passed to thatch's commands.
+what the generated plugin passed to thatch's commands, and
+``opencode-plugin-<hook>[-<tool>].json``, the arguments opencode passed to a
+recording-only plugin (``{t, hook, input, output}``, as thatch's plugin receives them).
 """
 
 from __future__ import annotations
@@ -37,6 +39,41 @@ cat > "$f.in"
 : > "$f.err"
 echo 0 > "$f.rc"
 """
+
+
+RECORDING_PLUGIN = """// Recording-only plugin (tests/hosts): saves hook arguments, changes nothing.
+import { writeFileSync } from "node:fs";
+
+const dir = process.env.THATCH_TEST_HOOK_LOG;
+
+function save(hook, input, output) {
+  try {
+    const ns = BigInt(Date.now()) * 1000000n + (process.hrtime.bigint() % 1000000n);
+    const base = `${dir}/${ns}-${process.pid}-plugin`;
+    const doc = { t: Date.now() / 1000, hook, input, output };
+    writeFileSync(base + ".in", JSON.stringify(doc));
+    writeFileSync(base + ".out", "");
+    writeFileSync(base + ".err", "");
+    writeFileSync(base + ".rc", "0\\n");
+  } catch {}
+}
+
+export const RecordPlugin = async (input) => {
+  const keys = Object.keys(input || {});
+  save("init", { keys, directory: input?.directory, worktree: input?.worktree }, null);
+  return {
+    "tool.execute.before": async (i, o) => save("tool.execute.before", i, o),
+    "tool.execute.after": async (i, o) => save("tool.execute.after", i, o),
+    "chat.message": async (i, o) => save("chat.message", i, o),
+  };
+};
+"""
+
+
+def add_opencode_recorder(sandbox: Sandbox) -> None:
+    plugins = sandbox.project / ".opencode" / "plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    (plugins / "record.js").write_text(RECORDING_PLUGIN)
 
 
 def recording(env: Mapping[str, str] | None = None) -> bool:
@@ -75,8 +112,12 @@ def claude_name(payload: Mapping[str, Any]) -> str:
     return f"claude-{event}-{detail}.json" if detail else f"claude-{event}.json"
 
 
-def opencode_name(call: HookCall) -> str:
-    return f"opencode-thatch-stdin-oc-{call.command}.json"
+def opencode_name(call: HookCall, payload: Mapping[str, Any]) -> str:
+    if call.command != "plugin":
+        return f"opencode-thatch-stdin-oc-{call.command}.json"
+    hook = str(payload.get("hook", "unknown"))
+    tool = (payload.get("input") or {}).get("tool") if hook.startswith("tool.") else None
+    return f"opencode-plugin-{hook}-{tool}.json" if tool else f"opencode-plugin-{hook}.json"
 
 
 def anonymise(text: str, sandbox: Sandbox) -> str:
@@ -106,7 +147,7 @@ def write_fixtures(
             payload = call.payload()
         except (ValueError, AssertionError):
             continue  # not JSON: nothing a fixture could hold
-        name = claude_name(payload) if host == "claude" else opencode_name(call)
+        name = claude_name(payload) if host == "claude" else opencode_name(call, payload)
         if name in seen:
             continue
         seen.add(name)

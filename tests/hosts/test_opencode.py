@@ -27,7 +27,7 @@ from tests.hosts.hostkit import (
     wait_for_hooks,
 )
 from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
-from tests.hosts.recording import recording, write_fixtures
+from tests.hosts.recording import add_opencode_recorder, recording, write_fixtures
 from tests.support.polling import poll
 
 REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
@@ -124,6 +124,8 @@ def story(
     setup = sandbox.thatch("setup", "--opencode")
     assert setup.returncode == 0, (setup.stdout, setup.stderr)
     opencode_config(sandbox, model_server.url, host_bin)
+    if recording():
+        add_opencode_recorder(sandbox)
 
     # The remember comes first, alone: opencode runs a step's tools in parallel and its
     # plugin does not await buffer-tool, so a remember's hook could land after (and drain)
