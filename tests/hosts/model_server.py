@@ -194,12 +194,17 @@ Matcher = Callable[[ModelRequest], bool]
 
 @dataclass
 class Turn:
-    """Answer ``reply`` to the first request ``when`` accepts (once, unless ``repeat``)."""
+    """Answer ``reply`` to the first request ``when`` accepts (once, unless ``repeat``).
+
+    ``after_turn`` holds the answer back until the turn of that name has been answered
+    (its reply sent): how a script makes one agent finish after another.
+    """
 
     when: Matcher
     reply: Reply
     name: str = ""
     repeat: bool = False
+    after_turn: str = ""
     used: int = 0
 
 
@@ -208,7 +213,7 @@ class Script:
     turns: list[Turn] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def answer(self, request: ModelRequest) -> tuple[Reply, str]:
+    def answer(self, request: ModelRequest) -> Turn:
         with self.lock:
             for turn in self.turns:
                 if turn.used and not turn.repeat:
@@ -219,8 +224,8 @@ class Script:
                     matched = False
                 if matched:
                     turn.used += 1
-                    return turn.reply, turn.name
-        return Reply(text=DEFAULT_TEXT), ""
+                    return turn
+        return Turn(when=lambda _: True, reply=Reply(text=DEFAULT_TEXT))
 
     def unused(self) -> list[str]:
         with self.lock:
@@ -241,6 +246,8 @@ class ModelServer:
         self.script = Script()
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)  # notified as each reply is sent
+        self._sent: list[str] = []
         self._ids = itertools.count(1)
         owner = self
 
@@ -282,6 +289,7 @@ class ModelServer:
         with self._lock:
             self.script = Script(list(turns))
             self.exchanges = []
+            self._sent = []
 
     def requests(self) -> list[ModelRequest]:
         with self._lock:
@@ -330,13 +338,24 @@ class ModelServer:
             self._json(handler, 404, {"error": {"type": "not_found", "message": path}})
             return
         request = ModelRequest(api, path, body if isinstance(body, dict) else {})
-        reply, turn = self.script.answer(request)
+        turn = self.script.answer(request)
         with self._lock:
-            self.exchanges.append(Exchange(request, reply, turn))
-        if api == "anthropic":
-            self._anthropic(handler, request, reply)
-        else:
-            self._openai(handler, request, reply)
+            self.exchanges.append(Exchange(request, turn.reply, turn.name))
+        if turn.after_turn:
+            with self._answered:
+                waited = self._answered.wait_for(lambda: turn.after_turn in self._sent, 60)
+            if not waited:
+                self._json(handler, 500, {"error": {"type": "api_error", "message": "held"}})
+                return
+        try:
+            if api == "anthropic":
+                self._anthropic(handler, request, turn.reply)
+            else:
+                self._openai(handler, request, turn.reply)
+        finally:
+            with self._answered:
+                self._sent.append(turn.name)
+                self._answered.notify_all()
 
     def _json(self, handler: BaseHTTPRequestHandler, status: int, doc: object) -> None:
         data = json.dumps(doc).encode()

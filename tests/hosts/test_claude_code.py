@@ -442,3 +442,39 @@ def test_global_setup_in_a_set_up_project_writes_the_user_entry(sandbox: Sandbox
         check=False,
     )
     assert known.returncode == 0, (known.stdout, known.stderr)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 item 3: a background agent's <task-notification> arrives as "
+    "UserPromptSubmit and is nudged like a user prompt",
+)
+def test_a_task_notification_is_not_a_user_prompt(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                call(
+                    "Agent",
+                    description="look around",
+                    subagent_type="general-purpose",
+                    prompt="List the files.",
+                    run_in_background=True,
+                ),
+                name="start",
+            ),
+            # The background agent finishes only after the main turn has ended, so its
+            # completion comes back as a prompt of its own.
+            Turn(both(subagent, fresh), say("Two files."), name="background", after_turn="end"),
+            Turn(both(main_agent, after("Agent")), say("Started."), name="end"),
+        ]
+    )
+    claude(sandbox, "RUN1: look around in the background.")
+    record(sandbox)
+    prompts = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"]
+    notified = [c for c in prompts if "<task-notification>" in c.payload().get("prompt", "")]
+    assert len(notified) == 1, model_server.describe()
+    assert notified[0].stdout == ""
