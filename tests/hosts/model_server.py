@@ -192,6 +192,20 @@ def _text_of(content: object) -> str:
 Matcher = Callable[[ModelRequest], bool]
 
 
+def fresh(request: ModelRequest) -> bool:
+    """The first request of a turn: no tool result since the model last spoke."""
+    return not request.last_tool_results()
+
+
+def after(tool: str) -> Matcher:
+    """A request carrying the result of a ``tool`` call the model just made."""
+    return lambda request: any(name == tool for name, _ in request.last_tool_results())
+
+
+def both(*matchers: Matcher) -> Matcher:
+    return lambda request: all(m(request) for m in matchers)
+
+
 @dataclass
 class Turn:
     """Answer ``reply`` to the first request ``when`` accepts (once, unless ``repeat``).

@@ -22,7 +22,17 @@ from tests.hosts.hostkit import (
     run_host,
     wait_for_hooks,
 )
-from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
+from tests.hosts.model_server import (
+    ModelRequest,
+    ModelServer,
+    Turn,
+    after,
+    both,
+    call,
+    calls,
+    fresh,
+    say,
+)
 from tests.hosts.recording import add_claude_recorder, recording, write_fixtures
 
 REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
@@ -42,22 +52,6 @@ def main_agent(request: ModelRequest) -> bool:
 
 def subagent(request: ModelRequest) -> bool:
     return bool(request.tool_names()) and not any("RUN" in t for t in request.user_texts())
-
-
-def fresh(request: ModelRequest) -> bool:
-    """The first request of a turn: the user's prompt is last, no tool result yet."""
-    return not request.last_tool_results()
-
-
-def after(tool: str) -> Any:
-    def matcher(request: ModelRequest) -> bool:
-        return any(name == tool for name, _ in request.last_tool_results())
-
-    return matcher
-
-
-def both(*matchers: Any) -> Any:
-    return lambda request: all(m(request) for m in matchers)
 
 
 @pytest.fixture

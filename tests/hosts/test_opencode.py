@@ -26,7 +26,17 @@ from tests.hosts.hostkit import (
     unfinished_hooks,
     wait_for_hooks,
 )
-from tests.hosts.model_server import ModelRequest, ModelServer, Turn, call, calls, say
+from tests.hosts.model_server import (
+    ModelRequest,
+    ModelServer,
+    Turn,
+    after,
+    both,
+    call,
+    calls,
+    fresh,
+    say,
+)
 from tests.hosts.recording import add_opencode_recorder, recording, write_fixtures
 from tests.support.polling import poll
 
@@ -49,18 +59,6 @@ def main_agent(request: ModelRequest) -> bool:
 def child(request: ModelRequest) -> bool:
     """A task's child session: it has tools and only the task's prompt, no user prompt."""
     return bool(request.tool_names()) and not any("RUN" in t for t in request.user_texts())
-
-
-def fresh(request: ModelRequest) -> bool:
-    return not request.last_tool_results()
-
-
-def after(tool: str) -> Any:
-    return lambda r: any(name == tool for name, _ in r.last_tool_results())
-
-
-def both(*matchers: Any) -> Any:
-    return lambda request: all(m(request) for m in matchers)
 
 
 @dataclass
