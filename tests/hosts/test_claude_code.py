@@ -472,3 +472,19 @@ def test_a_task_notification_is_not_a_user_prompt(
     notified = [c for c in prompts if "<task-notification>" in c.payload().get("prompt", "")]
     assert len(notified) == 1, model_server.describe()
     assert notified[0].stdout == ""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 item 3: with local and global setup the CLAUDE.md block is in the "
+    "model's context twice",
+)
+def test_local_and_global_setup_put_the_block_in_context_once(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox)
+    setup(sandbox, "--global")
+    model_server.run([])
+    claude(sandbox, "RUN1: hello.")
+    first = main_requests(model_server.requests())[0].all_text()
+    assert first.count("# thatch — persistent memory") == 1
