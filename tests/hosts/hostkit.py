@@ -349,6 +349,16 @@ def opencode_config(sandbox: Sandbox, model_url: str, host_bin: Path) -> None:
         "small_model": "scripted/test-model",
         "autoupdate": False,
         "share": "disabled",
+        # A second MCP server whose tools are not thatch's (they get queued): thatch's own
+        # server under another name.
+        "mcp": {
+            "other": {
+                "type": "local",
+                "command": ["thatch", "mcp"],
+                "enabled": True,
+                "environment": {"THATCH_HOST": "opencode"},
+            }
+        },
     }
     (config_dir / "opencode.json").write_text(json.dumps(config, indent=2))
     node_modules = host_bin.parent
