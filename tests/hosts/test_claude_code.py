@@ -270,11 +270,6 @@ def test_post_tool_use_setup_queues_the_hosts_calls(
     record(sandbox)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: --post-tool-use queues Claude's structured Bash tool_response "
-    '({"stdout": ...}) as JSON text instead of its output',
-)
 def test_post_tool_use_queues_bash_output_as_text(
     sandbox: Sandbox, model_server: ModelServer
 ) -> None:
@@ -291,11 +286,6 @@ def test_post_tool_use_queues_bash_output_as_text(
     assert not record["output"].lstrip().startswith("{"), record
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: a failed memory_remember (Invalid arguments) drains the queue; "
-    "drain only on a save that succeeded",
-)
 def test_failed_remember_keeps_the_queue(sandbox: Sandbox, model_server: ModelServer) -> None:
     setup(sandbox)
     model_server.run(
@@ -350,10 +340,6 @@ def test_deferred_thatch_tools_load_through_toolsearch(
     assert [r["label"] for r in sandbox.memories()] == [LABEL]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: the host meta-tool ToolSearch is queued for extraction",
-)
 def test_toolsearch_is_never_queued(sandbox: Sandbox, model_server: ModelServer) -> None:
     sandbox.env["ENABLE_TOOL_SEARCH"] = "true"
     setup(sandbox)
@@ -376,11 +362,6 @@ def test_toolsearch_is_never_queued(sandbox: Sandbox, model_server: ModelServer)
     assert sandbox.queued() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: extraction_done deletes calls queued after the payload was "
-    "fetched; drain only the snapshot the payload handed out",
-)
 def test_extraction_done_keeps_calls_queued_after_the_fetch(
     sandbox: Sandbox, model_server: ModelServer
 ) -> None:
@@ -415,11 +396,6 @@ def test_extraction_done_keeps_calls_queued_after_the_fetch(
     assert [r["tool"] for r in sandbox.queued()] == ["Bash"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: setup --claude --global inside a project with a local setup "
-    "reports unchanged and never writes the user entry",
-)
 def test_global_setup_in_a_set_up_project_writes_the_user_entry(sandbox: Sandbox) -> None:
     setup(sandbox)
     setup(sandbox, "--global")
@@ -438,11 +414,6 @@ def test_global_setup_in_a_set_up_project_writes_the_user_entry(sandbox: Sandbox
     assert known.returncode == 0, (known.stdout, known.stderr)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: a background agent's <task-notification> arrives as "
-    "UserPromptSubmit and is nudged like a user prompt",
-)
 def test_a_task_notification_is_not_a_user_prompt(
     sandbox: Sandbox, model_server: ModelServer
 ) -> None:
@@ -474,11 +445,6 @@ def test_a_task_notification_is_not_a_user_prompt(
     assert notified[0].stdout == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: with local and global setup the CLAUDE.md block is in the "
-    "model's context twice",
-)
 def test_local_and_global_setup_put_the_block_in_context_once(
     sandbox: Sandbox, model_server: ModelServer
 ) -> None:

@@ -253,51 +253,28 @@ def test_the_next_prompt_is_nudged_and_the_queue_drains(story: Story) -> None:
     assert sorted(r["label"] for r in second.memories) == sorted([LABEL, "spin halves"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: opencode run --session re-injects the session-start reminder",
-)
 def test_a_resumed_session_gets_no_second_reminder(story: Story) -> None:
     second = story.runs[1]
     assert REMINDER not in prompt_message(second.main_requests()[0], PROMPT2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: the plugin's part id (hex ms) sorts thatch's text before the "
-    "user's prompt; opencode ids use the low 48 bits of ms*4096",
-)
 def test_thatchs_text_follows_the_users_prompt(story: Story) -> None:
     text = prompt_message(story.runs[0].main_requests()[0], PROMPT1)
     assert text.index(PROMPT1) < text.index(REMINDER)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: opencode task child sessions get the reminder and nudges",
-)
 def test_a_task_child_session_gets_no_reminder_or_nudge(story: Story) -> None:
     first_child = story.runs[1].child_requests()[0]
     assert "Call thatch_get_extraction_payload" in first_child.all_text()
     assert "[thatch]" not in first_child.last_user_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: doctor in an opencode-only project reports setup:cursor "
-    "drifted (the AGENTS.md both hosts read)",
-)
 def test_doctor_in_an_opencode_project_names_no_cursor_drift(story: Story) -> None:
     doctor = story.sandbox.thatch("doctor")
     assert "setup:opencode" in doctor.stdout, (doctor.stdout, doctor.stderr)
     assert "setup:cursor" not in doctor.stdout, doctor.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: opencode MCP tool results carry content, not output: the "
-    "plugin queues them empty",
-)
 def test_an_mcp_tools_result_is_queued_with_its_text(story: Story) -> None:
     (record,) = [r for r in story.runs[0].queued if r["tool"] == OTHER_MCP_TOOL]
     assert "acme/widgets" in record["output"], record
