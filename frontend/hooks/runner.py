@@ -105,6 +105,10 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
         "tool_response": response if response is not None else "",
         # the opencode plugin passes is_error; keep isError for callers of the MCP spelling
         "isError": payload.get("isError") is True or payload.get("is_error") is True,
+        # opencode runs a step's calls in parallel: the times tell a save which calls'
+        # results its agent had seen (queue.append_calls)
+        "started_at": payload.get("started_at"),
+        "ended_at": payload.get("ended_at"),
     }
     queue.append_calls(queue_dir(env), parent or session, [call], subagent=bool(parent))
 
