@@ -526,8 +526,9 @@ def append_calls(
 
     A *successful* thatch memory write or ``extraction_done`` in the batch drains: the
     session's own agent's memory write consumes the queue, except the calls that ran beside
-    it (the rest of the batch, and records that ended after it started); a sub-agent's write (``subagent``: Claude's ``agent_id``, an opencode child) and
-    ``extraction_done`` complete the handed-out snapshot only. A sub-agent's successful
+    it (the rest of the batch, and records that ended after it started); a sub-agent's
+    write (``subagent``: Claude's ``agent_id``, an opencode child) and ``extraction_done``
+    complete the handed-out snapshot only. A sub-agent's successful
     ``get_extraction_payload`` names ``agent_id`` as the snapshot's holder (so its stop
     can complete it, ``complete``). thatch's own and meta tools are skipped, as are calls
     whose ``tool_use_id`` is already queued. The newest 20 records are kept; each new one
