@@ -275,3 +275,33 @@ def test_import_of_a_file_is_one_line(tmp_path: Path) -> None:
         f"Error: {src} is not a directory",
         "Fix: give the checkpoint's directory",
     ]
+
+
+def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
+    tmp_path: Path, short_tmp: Path
+) -> None:
+    """A model directory missing a file: the server's Fix line (which an auto-starting
+    frontend shows) points at the model, never at `thatch embedder start`."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "thatch.embedder",
+            "serve",
+            "--listen",
+            f"unix://{short_tmp}/e.sock",
+        ],
+        env={**os.environ, "THATCH_MODEL": str(broken)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-2:] == [
+        f"Error: model local:broken at {broken} is missing tokenizer.json",
+        f"Fix: thatch model info {broken} shows how the model resolves; "
+        "thatch model use ID chooses another (or set THATCH_MODEL)",
+    ]
