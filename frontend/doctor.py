@@ -347,9 +347,30 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         return Check("FAIL", "model", detail, fix), model_id
     where = f" at {settings.path}" if settings.path else ""
     serving = ", served by the embedder" if served_id else ""
-    return Check(
-        "ok", "model", f"{model_id} ({settings.source}{where}; {origin}){serving}"
-    ), model_id
+    detail = f"{model_id} ({settings.source}{where}; {origin}){serving}"
+    if chosen.origin == "THATCH_MODEL":
+        detail += _unsaved_note(env, model_id, name)
+    return Check("ok", "model", detail), model_id
+
+
+def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
+    """Hosts started outside this shell (an IDE, a desktop launcher) lack THATCH_MODEL:
+    say which model they get when it is another one, and how to save this one."""
+    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.models.registry import model_id_for
+    from thatch.embedder.settings import model_setting
+
+    without = {key: value for key, value in env.items() if key != "THATCH_MODEL"}
+    try:
+        other = model_id_for(model_setting(without).value, env=without)
+    except ThatchEmbedderError:
+        return ""  # the config file's own problem shows once THATCH_MODEL is unset
+    if other == model_id:
+        return ""
+    return (
+        f"; processes started without THATCH_MODEL use {other}: "
+        f"thatch model use {shlex.quote(name)} saves this one"
+    )
 
 
 # -- memories ---------------------------------------------------------------------------

@@ -80,7 +80,9 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
         f"ok  database  {healthy} (1 memory in 2 stores)",
         f"ok  queue  {queue} is writable",
         f"ok  embedder  serving at {mock_embedder.address} (model mock, pid {pid})",
-        "ok  model  mock (mock; from THATCH_MODEL), served by the embedder",
+        "ok  model  mock (mock; from THATCH_MODEL), served by the embedder; processes "
+        "started without THATCH_MODEL use Xenova/bge-small-en-v1.5: thatch model use mock "
+        "saves this one",
         "ok  memories  1 memory, all embedded with mock",
     ]
 
@@ -298,6 +300,20 @@ def test_model_chosen_with_model_use_is_reported_with_its_origin(
         f"ok  model  sentence-transformers/all-MiniLM-L6-v2 (local dir at {minilm_dir}; "
         f"from config file {config_file(os.environ)})"
     ]
+
+
+def test_thatch_model_matching_the_saved_choice_needs_no_note(
+    healthy: Path, mock_embedder: EmbedderProcess
+) -> None:
+    """THATCH_MODEL names the model `thatch model use` saved: nothing to add."""
+    from thatch.common.environment import config_file
+
+    assert CliRunner().invoke(cli, ["model", "use", "mock"]).exit_code == 0
+    result = doctor()
+    assert lines_of(result)["model"] == [
+        "ok  model  mock (mock; from THATCH_MODEL), served by the embedder"
+    ]
+    assert config_file(os.environ).is_file()
 
 
 def test_malformed_config_file_fails_the_model_check_in_one_line(project: Path) -> None:
