@@ -87,7 +87,7 @@ def cli() -> None:
 
     \b
     Start here:
-      thatch demo               thatch end to end in a scratch directory (works offline)
+      thatch demo               thatch end to end in a scratch directory
       thatch setup --claude     wire thatch into Claude Code (or --cursor, --opencode)
       thatch doctor             check the database, embedder, model and setup
     Offline: thatch model import DIR, then thatch model use ID (see thatch model --help).

@@ -27,7 +27,6 @@ from thatch.embedder.client.autostart import probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
-    FIX_START,
     FIX_STARTING,
     EmbedderUnavailable,
 )
@@ -219,13 +218,18 @@ def test_offline_missing_model_explained(
 def test_spawn_failure_names_the_log_reason(
     sock: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Any other early exit: 'nothing is listening … (auto-start failed: <last log line>)'."""
-    monkeypatch.setenv("THATCH_MODEL", str(isolated_env / "missing-model-dir" / "x"))
+    """Any other early exit: 'nothing is listening … (auto-start failed: <last log line>)',
+    with the server's fix: a model it cannot load is about the model, never "start it"."""
+    model = isolated_env / "missing-model-dir" / "x"
+    monkeypatch.setenv("THATCH_MODEL", str(model))
     with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
         client.ensure_started(wait=30)
     prefix = f"nothing is listening at unix://{sock} (auto-start failed: "
     assert caught.value.cause.startswith(prefix)
-    assert caught.value.fix == FIX_START
+    assert caught.value.fix == (
+        f"thatch model info {model} shows how the model resolves; "
+        "thatch model use ID chooses another (or set THATCH_MODEL)"
+    )
     reason = caught.value.cause[len(prefix) : -1]
     assert reason and reason in log_file(isolated_env).read_text()
     assert embedder_pids(str(sock)) == []
