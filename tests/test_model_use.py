@@ -305,3 +305,27 @@ def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
         f"Fix: thatch model info {broken} shows how the model resolves; "
         "thatch model use ID chooses another (or set THATCH_MODEL)",
     ]
+
+
+def test_hooks_with_a_malformed_config_still_exit_0_without_a_traceback(tmp_path: Path) -> None:
+    """A broken config file costs the hooks only what needs the model: the reminder and
+    the prompt nudge still print, exit 0, no traceback."""
+    from tests.support.hookrun import hook_env, run_hook
+    from tests.support.host_payloads import host_payload
+
+    path = config_file(os.environ)
+    path.parent.mkdir(parents=True)
+    path.write_text("{bad")
+    project = tmp_path / "project"
+    project.mkdir()
+    env = hook_env(tmp_path, CLAUDE_PROJECT_DIR=str(project))
+    for args, name in (
+        (["reminder"], "claude-SessionStart-startup"),
+        (["flush-tools"], "claude-UserPromptSubmit"),
+    ):
+        payload = host_payload(name)
+        payload["cwd"] = str(project)
+        result = run_hook(args, payload, env, cwd=project)
+        assert result.returncode == 0
+        assert result.stdout.startswith(b"[thatch] ")
+        assert b"Traceback" not in result.stderr
