@@ -84,6 +84,13 @@ def cli() -> None:
     Agents save what they learn with thatch's MCP tools and recall it by meaning in
     later sessions. This command inspects and edits the store, runs the shared
     embedding service, manages models and wires thatch into agent hosts.
+
+    \b
+    Start here:
+      thatch demo               thatch end to end in a scratch directory
+      thatch setup --claude     wire thatch into Claude Code (or --cursor, --opencode)
+      thatch doctor             check the database, embedder, model and setup
+    Offline: thatch model import DIR, then thatch model use ID (see thatch model --help).
     """
 
 
