@@ -98,7 +98,8 @@ for (const raw of config.steps) {
     // step.during.event runs while thatch's step.during.command waits at its gate.
     const first = hooks.event({ event: step.during.first });
     const log = "bin/calls.log";
-    const started = () => existsSync(log) && readFileSync(log, "utf8").includes(step.during.command);
+    const started = () =>
+      existsSync(log) && readFileSync(log, "utf8").includes(step.during.command);
     while (!started()) await new Promise((resolve) => setTimeout(resolve, 5));
     await hooks.event({ event: step.during.event });
     writeFileSync(`bin/${step.during.command}.gate`, "go\\n");
