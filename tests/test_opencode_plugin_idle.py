@@ -225,13 +225,17 @@ def test_idle_session_with_queued_calls_is_extracted_by_a_child(tmp_path: Path) 
         recorded_tool("thatch_extraction_done", "$child1"),
         idle("$child1"),
         idle("$child1"),  # a repeated idle does nothing more
+        idle(TOP),  # the child did its job: the next idle may start another
     ]
     result = run(tmp_path, steps, files=PENDING)
-    assert result.commands("extraction-status") == [
-        ("extraction-status --host opencode", {"session_id": TOP})
-    ]
-    assert result.client("create") == [["create", {"parentID": TOP, "title": "thatch-extraction"}]]
-    ((_, target, parts),) = result.client("promptAsync")
+    assert (
+        result.commands("extraction-status")
+        == [("extraction-status --host opencode", {"session_id": TOP})] * 2
+    )
+    assert (
+        result.client("create") == [["create", {"parentID": TOP, "title": "thatch-extraction"}]] * 2
+    )
+    ((_, target, parts), _second) = result.client("promptAsync")
     assert target == CHILD
     (part,) = parts
     assert part["type"] == "text"
@@ -246,24 +250,50 @@ def test_idle_session_with_queued_calls_is_extracted_by_a_child(tmp_path: Path) 
     assert toast["title"] == "thatch" and toast["variant"] == "success"
     assert toast["message"] == 'Extraction saved 1 memory ("Widgets spin an even number of times").'
     assert result.client("delete") == [["delete", CHILD]]
-    assert [c[0] for c in result.calls] == ["create", "promptAsync", "toast", "delete"]
+    assert [c[0] for c in result.calls] == [
+        "create",
+        "promptAsync",
+        "toast",
+        "delete",
+        "create",
+        "promptAsync",
+    ]
 
 
 def test_no_toast_when_nothing_was_written(tmp_path: Path) -> None:
-    """A child that saved nothing still completes the snapshot (the no-save drain) and is
-    deleted; no toast."""
-    steps = [idle(TOP), busy("$child1"), idle("$child1")]
+    """A child that fetched and saved nothing still completes the snapshot (the no-save
+    drain) and is deleted; no toast."""
+    steps = [
+        idle(TOP),
+        busy("$child1"),
+        recorded_tool("thatch_get_extraction_payload", "$child1"),
+        idle("$child1"),
+        idle(TOP),
+    ]
     result = run(tmp_path, steps, files=PENDING)
     assert [c for c, _ in result.commands("extraction-complete")] == [
         "extraction-complete --host opencode"
     ]
     assert result.client("toast") == []
     assert result.client("delete") == [["delete", CHILD]]
+    assert len(result.client("create")) == 2
 
 
-def test_child_error_requeues_and_a_later_idle_starts_again(tmp_path: Path) -> None:
+def test_child_that_never_fetched_backs_off(tmp_path: Path) -> None:
+    """A child that ended without fetching (a model ignoring the prompt): its end still
+    runs extraction-complete (which deletes nothing without a snapshot), and the parent's
+    next idle starts no new child: no model call on every idle."""
+    steps = [idle(TOP), busy("$child1"), idle("$child1"), idle(TOP)]
+    result = run(tmp_path, steps, files=PENDING)
+    assert [c for c, _ in result.commands("extraction-complete")] == [
+        "extraction-complete --host opencode"
+    ]
+    assert len(result.client("create")) == 1
+
+
+def test_child_error_requeues_and_backs_off(tmp_path: Path) -> None:
     """The child errors: the parent's snapshot is requeued (never completed), the child is
-    deleted, no toast; the next idle of the parent may start a new child."""
+    deleted, no toast; the parent's next idles start no child (the nudge takes over)."""
     steps = [
         idle(TOP),
         busy("$child1"),
@@ -283,7 +313,8 @@ def test_child_error_requeues_and_a_later_idle_starts_again(tmp_path: Path) -> N
     ]
     assert result.client("toast") == []
     assert result.client("delete") == [["delete", CHILD]]
-    assert [c[1]["parentID"] for c in result.client("create")] == [TOP, TOP]
+    assert len(result.client("create")) == 1
+    assert len(result.commands("extraction-status")) == 1
 
 
 def test_deleted_child_requeues(tmp_path: Path) -> None:

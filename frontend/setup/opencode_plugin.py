@@ -163,6 +163,10 @@ function isThatchPart(part) {
 const EXTRACTION_TITLE = "thatch-extraction";
 // A compaction that never reported its end must not silence a session for good.
 const COMPACTION_MS = 10 * 60 * 1000;
+// After a child that failed, was deleted or never fetched, the session's idles start no
+// child for this long (the nudge takes over): a broken provider or a model that ignores
+// the prompt must not cost a model call on every idle.
+const BACKOFF_MS = 10 * 60 * 1000;
 
 function lastJson(stdout) {
   try {
@@ -231,6 +235,7 @@ export const ThatchPlugin = async (input) => {
   const idling = new Set();
   const busy = new Set();
   const compacting = new Map();
+  const backoff = new Map();
   let disposed = false;
   startEmbedder();
 
@@ -292,7 +297,16 @@ export const ThatchPlugin = async (input) => {
 
   async function startExtraction(parent) {
     if (jobs.has(parent) || disposed || !client?.session?.create) return;
-    const job = { child: "", started: false, done: false, saved: [], forgotten: 0 };
+    if (Date.now() - (backoff.get(parent) ?? -Infinity) < BACKOFF_MS) return;
+    backoff.delete(parent);
+    const job = {
+      child: "",
+      started: false,
+      done: false,
+      fetched: false,
+      saved: [],
+      forgotten: 0,
+    };
     jobs.set(parent, job);  // before any await: a second idle must find it
     try {
       const status = lastJson(
@@ -357,6 +371,7 @@ export const ThatchPlugin = async (input) => {
     if (outcome === "idle" && !job.started) return;  // not begun: an idle from before
     job.done = true;
     childOf.delete(child);
+    if (outcome !== "idle" || !job.fetched) backoff.set(parent, Date.now());
     try {
       const command = outcome === "idle" ? "extraction-complete" : "extraction-requeue";
       await runThatch([command, "--host", "opencode"], { session_id: parent }, BUDGET_MS, false);
@@ -465,7 +480,9 @@ export const ThatchPlugin = async (input) => {
     const tool = String(hookInput?.tool ?? "");
     if (output?.isError === true) return;
     const text = textOf(output);
-    if (tool.endsWith("memory_remember") && text.startsWith("[saved]")) {
+    if (tool.endsWith("get_extraction_payload") && text.startsWith('{"interactions"')) {
+      job.fetched = true;
+    } else if (tool.endsWith("memory_remember") && text.startsWith("[saved]")) {
       const label = hookInput?.args?.label;
       job.saved.push(typeof label === "string" ? label : "");
     } else if (tool.endsWith("memory_forget") && text.startsWith("[forgotten]")) {
