@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "chat": "thatch.cli.chat_cmds:chat",
     "extraction-requeue": "thatch.cli.hook_cmds:extraction_requeue",
     "extraction-complete": "thatch.cli.hook_cmds:extraction_complete",
+    "extraction-status": "thatch.cli.hook_cmds:extraction_status",
     "session-end": "thatch.cli.hook_cmds:session_end",
     "hygiene": "thatch.cli.hygiene_cmd:hygiene",
     "reembed": "thatch.cli.reembed_cmd:reembed",

@@ -111,7 +111,13 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
     result = run_node(tmp_path, str(script))
     assert result["sameFunction"] is True
     assert result["secondRegistration"] == []
-    assert result["hookNames"] == ["tool.execute.after", "chat.message"]
+    assert result["hookNames"] == [
+        "event",
+        "experimental.session.compacting",
+        "dispose",
+        "tool.execute.after",
+        "chat.message",
+    ]
     calls = [c for c in read_calls(log) if not c[0].startswith("embedder")]
     # buffer-tool runs are not awaited, so they may interleave with the prompt hooks.
     buffered = sorted(
