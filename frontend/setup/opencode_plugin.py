@@ -236,6 +236,9 @@ export const ThatchPlugin = async (input) => {
   const busy = new Set();
   const compacting = new Map();
   const backoff = new Map();
+  // callID -> when the call started: opencode runs a step's calls in parallel, and a save
+  // must not consume the siblings whose results its agent had not seen (docs/hooks.md).
+  const started = new Map();
   let disposed = false;
   startEmbedder();
 
@@ -509,9 +512,18 @@ export const ThatchPlugin = async (input) => {
       const running = [...childOf.keys()];
       await Promise.all(running.map((child) => finishChild(child, "error")));
     },
+    "tool.execute.before": async (hookInput) => {
+      try {
+        if (!hookInput?.callID) return;
+        if (started.size >= 1000) started.clear(); // calls that never ended: bounded
+        started.set(hookInput.callID, Date.now());
+      } catch {}
+    },
     "tool.execute.after": async (hookInput, output) => {
       try {
         const sessionID = hookInput?.sessionID;
+        const startedAt = started.get(hookInput?.callID);
+        started.delete(hookInput?.callID);
         const extracting = childOf.get(sessionID);
         if (extracting !== undefined) {
           noteChildCall(extracting, hookInput, output);
@@ -525,6 +537,8 @@ export const ThatchPlugin = async (input) => {
           // Built-in tools answer with `output`; MCP tools with `content` blocks and `isError`.
           tool_response: output?.output ?? output?.content ?? "",
           is_error: output?.isError === true,
+          started_at: startedAt,
+          ended_at: Date.now(),
         };
         // Deliberately not awaited: buffering must never slow the agent down.
         parentOf(sessionID)
