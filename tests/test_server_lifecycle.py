@@ -191,13 +191,15 @@ def test_a_second_signal_exits_at_once(short_tmp: Path, minilm_dir: Path) -> Non
     ids=["bad-address", "long-path", "unresolvable-model"],
 )
 def test_startup_errors_are_one_line(short_tmp: Path, args: list[str], message: str) -> None:
-    """A startup problem prints one clear error on stderr and exits 1, leaving no socket."""
+    """A startup problem prints one clear error on stderr (and, for a model, one line with
+    the fix that works on this machine) and exits 1, leaving no socket."""
     listen = [] if "--listen" in args else ["--listen", f"unix://{short_tmp}/e.sock"]
     result = CliRunner().invoke(main, ["serve", *listen, *args])
     assert result.exit_code == 1, result.output
     # Log lines (the server logs to stderr by default) aside, there is one error line.
     errors = [line for line in result.stderr.splitlines() if not LOG_LINE.match(line)]
-    assert len(errors) == 1 and errors[0].startswith(message), result.stderr
+    assert errors[0].startswith(message), result.stderr
+    assert [line[:5] for line in errors[1:]] == (["Fix: "] if "--model" in args else [])
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert list(short_tmp.iterdir()) == []
 
