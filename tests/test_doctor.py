@@ -70,7 +70,10 @@ def tree(*roots: Path) -> dict[str, tuple[int, int]]:
 def test_healthy_setup_prints_ok_lines_and_exits_0(
     healthy: Path, mock_embedder: EmbedderProcess
 ) -> None:
-    """All checks ok: exact `<status>  <check>  <detail>` lines, no fix lines, exit 0."""
+    """All checks ok: exact `<status>  <check>  <detail>` lines, exit 0; the thresholds in
+    force and where they came from; a machine wired into no host is told how (a warn)."""
+    from thatch.frontend.doctor import NOT_WIRED, NOT_WIRED_FIX
+
     result = doctor()
     assert result.exit_code == 0, result.output
     queue = queue_dir(os.environ)
@@ -80,7 +83,11 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
         f"ok  queue  {queue} is writable",
         f"ok  embedder  serving at {mock_embedder.address} (model mock, pid {pid})",
         "ok  model  mock (mock), served by the embedder",
+        "ok  thresholds  recall nudge 0.55, recall floor 0, duplicate 0.85, prediction 0.6, "
+        "behavior 0.6 (built-in defaults: mock is not calibrated)",
         "ok  memories  1 memory, all embedded with mock",
+        f"warn  setup  {NOT_WIRED}",
+        f"      fix: {NOT_WIRED_FIX}",
     ]
 
 
@@ -94,9 +101,11 @@ def test_json_is_one_document_of_checks(healthy: Path) -> None:
         "queue",
         "embedder",
         "model",
+        "thresholds",
         "memories",
+        "setup",
     ]
-    for item in document:
+    for item in document[:-1]:
         assert set(item) == {"status", "check", "detail", "fix"}
         assert item["status"] == "ok" and item["fix"] is None
         assert isinstance(item["detail"], str) and item["detail"]
