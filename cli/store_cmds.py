@@ -99,6 +99,10 @@ def _reading_store(tools: Tools, store: str | None) -> str:
     return store
 
 
+def _list_store(tools: Tools, name: str) -> list[Memory]:
+    return _leniently(tools, lambda: tools.ctx.store.list(name))
+
+
 def _memory_json(memory: Memory, *, content: bool = False) -> dict[str, Any]:
     document: dict[str, Any] = {
         "store": memory.store,
@@ -145,17 +149,18 @@ def stores(as_json: bool) -> None:
 @click.argument("store", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(store: str | None, as_json: bool) -> None:
-    """List the memories of STORE (default: the project store)."""
+    """List the memories of STORE (default: the project store; all: project + global)."""
     from thatch.frontend.tools import formatting as fmt
 
     with _errors():
         tools = _tools()
-        name = _reading_store(tools, store)
-        memories = _leniently(tools, lambda: tools.ctx.store.list(name))
+        # "all" means the default scope, as for search --store all.
+        names = tools.ctx.default_scope if store == "all" else [_reading_store(tools, store)]
+        listed = {name: _list_store(tools, name) for name in names}
     if as_json:
-        _emit_json([_memory_json(memory) for memory in memories])
+        _emit_json([_memory_json(memory) for name in names for memory in listed[name]])
     else:
-        click.echo(fmt.memory_list(name, memories))
+        click.echo("\n".join(fmt.memory_list(name, listed[name]) for name in names))
 
 
 @click.command("show", context_settings=SETTINGS)

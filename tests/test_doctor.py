@@ -308,3 +308,21 @@ def test_doctor_changes_no_file(
         assert set(tree(tmp_path)) == set(during)
     assert embedder_pids(str(tmp_path)) == []
     assert re.search(r"\(1 memory in 2 stores\)", result.stdout)
+
+
+def test_thresholds_line_names_each_source(
+    healthy: Path, mock_embedder: EmbedderProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variable in force is named; a bad one is a warn saying it is ignored."""
+    monkeypatch.setenv("THATCH_RECALL_THRESHOLD", "0.4")
+    lines = doctor().stdout.splitlines()
+    assert (
+        "ok  thresholds  recall nudge 0.4, recall floor 0, duplicate 0.85, prediction 0.6, "
+        "behavior 0.6 (built-in defaults: mock is not calibrated; recall nudge from "
+        "THATCH_RECALL_THRESHOLD)"
+    ) in lines
+    monkeypatch.setenv("THATCH_DUPLICATE_THRESHOLD", "high")
+    lines = doctor().stdout.splitlines()
+    warned = [line for line in lines if line.startswith("warn  thresholds  ")]
+    assert len(warned) == 1
+    assert 'ignoring THATCH_DUPLICATE_THRESHOLD="high": not a number between 0 and 1' in warned[0]

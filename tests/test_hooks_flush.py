@@ -67,7 +67,7 @@ def test_extraction_nudge_escalates_with_ids_verbatim(tmp_path: Path, sid: str) 
     )
     jsonl = Path(env["THATCH_QUEUE_DIR"]) / f"{sid}.jsonl"
     before = jsonl.read_bytes()
-    fetch, done = "mcp__thatch__get_extraction_payload", "mcp__thatch__extraction_done"
+    fetch, done = "get_extraction_payload", "extraction_done"
     p = sub_agent_prompt(sid, fetch, done, load=True)
     polite = (
         "[thatch] 2 tool interactions are queued for fact extraction. Spawn a background "
@@ -123,7 +123,7 @@ def test_cursor_conversation_id_and_host_from_env(tmp_path: Path, project: Path)
     out, _ = flush(
         env, {"conversation_id": cid, "prompt": PROMPT, "workspace_roots": [str(project)]}, "--json"
     )
-    assert "mcp__thatch__get_extraction_payload" in json.loads(out)["additional_context"]
+    assert "Call get_extraction_payload with" in json.loads(out)["additional_context"]
 
 
 def test_broken_queue_dir_falls_back_to_write_nudge(tmp_path: Path) -> None:
@@ -447,3 +447,19 @@ def test_handed_out_snapshot_quiets_the_extraction_nudge(tmp_path: Path) -> None
     assert flush(env, {"session_id": "s", "prompt": "ok"})[0].startswith(
         "[thatch] 2 tool interactions are queued"
     )
+
+
+def test_minilm_nudge_fires_for_the_issues_example(recall_env: dict[str, str]) -> None:
+    """With MiniLM and no THATCH_RECALL_THRESHOLD, "how do I run the tests in this repo?"
+    names the test-suite memory: the model's own threshold applies, not BGE's 0.55."""
+    from thatch.embedder.models.thresholds import defaults_for
+
+    minilm = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
+    assert minilm is not None
+    prompt = "how do I run the tests in this repo?"
+    ranked = scores(recall_env, prompt)
+    assert minilm.recall_nudge <= ranked["Running the test suite"]
+    out, err = flush(recall_env, {"prompt": prompt})
+    assert err == ""
+    assert out.startswith("[thatch] ") and '"Running the test suite"' in out
+    assert "Use memory_recall before responding." in out

@@ -139,3 +139,26 @@ def test_active_model_comes_from_running_embedder(tmp_path: Path, short_tmp: Pat
         out = reminder(env, {}, "--json")
     text = json.loads(out)["additional_context"]
     assert '[thatch hygiene] Store "proj": 1 memory embedded with another model than mock.' in text
+
+
+def test_pending_memories_are_filled_when_an_embedder_serves(
+    tmp_path: Path, short_tmp: Path
+) -> None:
+    """A memory saved while the embedder was down is embedded by the session-start hook
+    when one is serving, so the reminder does not call it "not embedded yet" (issue 12 §5)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    env_srv = {**os.environ, "THATCH_EMBEDDER_EXIT_SECONDS": "0"}
+    with embedder_process("mock", socket_dir=short_tmp, env=env_srv) as proc:
+        env = hook_env(
+            tmp_path,
+            THATCH_PROJECT_DIR=str(project),
+            THATCH_EMBEDDER_ADDR=proc.address,
+            THATCH_MODEL="mock",
+        )
+        with Store.open(env["THATCH_DB_PATH"]) as store:
+            store.remember("proj", "saved offline", "# saved offline\n\nx", None, None)
+        out = reminder(env, {})
+        assert "[thatch hygiene]" not in out and "not embedded yet" not in out
+        with Store.open(env["THATCH_DB_PATH"]) as store:
+            assert store.pending_count() == 0

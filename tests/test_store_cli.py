@@ -222,3 +222,13 @@ def test_dedup_lists_clusters_and_records_a_verdict(db: Path) -> None:
     assert run("dedup", "Deploy A").exit_code == 2
     missing = run("dedup", "Deploy A", "Nope", "--verdict", "unrelated")
     assert missing.exit_code == 1 and "Not recorded" in missing.stderr
+
+
+def test_list_all_is_the_default_scope_as_for_search(db: Path) -> None:
+    """`list all` lists the project store then global, as `search --store all` searches."""
+    run("remember", "Mine", "m")
+    run("remember", "Shared", "s", "--store", "global")
+    lines = run("list", "all").stdout.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["[proj] Mine", "[global] Shared"]
+    document = json.loads(run("list", "all", "--json").stdout)
+    assert [(m["store"], m["label"]) for m in document] == [("proj", "Mine"), ("global", "Shared")]

@@ -90,3 +90,39 @@ def test_minilm_defaults_are_what_the_dev_set_measures(minilm_dir: Path, onnx: s
     example = result["issue_example"]
     assert example["prompt"] == "how do I run the tests in this repo?"
     assert minilm.recall_nudge <= example["score"] < 0.55
+
+
+RUN_TESTS = (
+    "Run the test suite with `.ci/run`: it runs ruff, the mypy typecheck and pytest. "
+    "A single file: `.venv/bin/pytest -x -q tests/test_x.py`."
+)
+BREAD = "Bake banana bread at 180 degrees for 50 minutes with three ripe bananas and walnuts."
+
+
+def test_recall_drops_results_below_the_models_floor(tmp_path: Path, minilm_server: object) -> None:
+    """memory_recall (and thatch search, the same operation) no longer returns what scores
+    like noise for the model that embedded the query; THATCH_RECALL_FLOOR overrides."""
+    from tests.support.fake_embedder import tool_context
+    from thatch.embedder.client.embedder_client import EmbedderClient
+    from thatch.embedder.encoder import Kind
+    from thatch.frontend.tools.memory_tools import Tools
+
+    address = minilm_server.address  # type: ignore[attr-defined]
+    client = EmbedderClient(address, autostart=False)
+    with tool_context(tmp_path, client) as ctx:
+        tools = Tools(ctx)
+        tools.remember(label="run-tests", content=RUN_TESTS)
+        tools.remember(label="banana bread", content=BREAD)
+        query = "how do I run the tests in this repo?"
+        vector = tools.embed([query], Kind.QUERY).vectors[0]
+        scores = {m.memory.label: m.score for m in ctx.store.search(["o/r"], vector)}
+        minilm = defaults_for(MINILM)
+        assert minilm is not None
+        assert scores["banana bread"] < minilm.recall_floor <= scores["run-tests"]
+        assert [m.memory.label for m in tools.recall(query=query).matches] == ["run-tests"]
+        text = tools.call("memory_recall", {"query": query}).text
+        assert "run-tests" in text and "banana bread" not in text
+        ctx.env = {"THATCH_RECALL_FLOOR": "0"}
+        labels = [m.memory.label for m in tools.recall(query=query).matches]
+        assert ("banana bread" in labels) == (scores["banana bread"] >= 0)
+        assert labels[0] == "run-tests"

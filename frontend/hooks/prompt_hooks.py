@@ -311,6 +311,16 @@ def active_model(env: Mapping[str, str]) -> str:
     return resolve_active(env, timeout=INFO_DEADLINE, start_if_absent=True)
 
 
+def fill_pending(env: Mapping[str, str]) -> None:
+    """Embed up to 32 memories saved while the embedder was down, when one is serving now
+    (never started or waited for here): the reminder then reports them as they are, not
+    as "not embedded yet" until some search happens to fill them."""
+    from thatch.frontend.tools.context import ToolContext
+
+    with ToolContext.from_env(env, autostart=False, start_wait=0) as ctx:
+        ctx.pending_fill.fill_opportunistically()
+
+
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
     """The session-start reminder, with the hygiene paragraph when the store needs it; in
     a Claude Code project that declined thatch's server, the one line saying so."""
@@ -335,6 +345,8 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
         model = active_model(env)
         store = Store.open(default_db_path(env), clock=utc_now)
         try:
+            if store.pending_count():
+                fill_pending(env)
             report = hygiene_report(store, project, directory, model, env=env)
         finally:
             store.close()
