@@ -100,7 +100,8 @@ def _has_tool_calls(payload: Mapping[str, Any]) -> bool:
 def _unreadable(directory: Any, session: str, command: str, payload: Mapping[str, Any]) -> None:
     """Say once per session that tool calls arrived in a shape thatch cannot read: nothing
     is queued for them, and silence would look like a quiet session (docs/hooks.md §append)."""
-    keys = ", ".join(sorted(str(key) for key in payload)[:12])
+    # The host's keys are its data: one short line each, never its formatting.
+    keys = ", ".join(sorted(" ".join(str(key).split())[:40] for key in payload)[:12])
 
     def warn() -> None:
         hookio.warn(
