@@ -18,6 +18,7 @@ HOOKS = frozenset(
         "reminder",
         "extraction-requeue",
         "extraction-complete",
+        "extraction-status",
         "session-end",
     }
 )

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.runner import hook_options, run_buffer_hook
+from thatch.frontend.hooks.runner import hook_options, run_buffer_hook, run_extraction_status
 
 # Hosts add options over time; an unknown one must not turn a hook into exit 2.
 HOOK_SETTINGS: dict[str, Any] = {
@@ -67,6 +67,13 @@ def extraction_requeue(host: str | None) -> None:
 def extraction_complete(host: str | None) -> None:
     """Extractor finished: stdin {session_id}; drain exactly the handed-out records."""
     run_buffer_hook("extraction-complete")
+
+
+@click.command("extraction-status", cls=HookCommand, context_settings=HOOK_SETTINGS)
+@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+def extraction_status(host: str | None) -> None:
+    """stdin {session_id}: print {"pending": n, "accepted": b} (the opencode plugin's check)."""
+    run_extraction_status()
 
 
 @click.command("session-end", cls=HookCommand, context_settings=HOOK_SETTINGS)

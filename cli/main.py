@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "chat": "thatch.cli.chat_cmds:chat",
     "extraction-requeue": "thatch.cli.hook_cmds:extraction_requeue",
     "extraction-complete": "thatch.cli.hook_cmds:extraction_complete",
+    "extraction-status": "thatch.cli.hook_cmds:extraction_status",
     "session-end": "thatch.cli.hook_cmds:session_end",
     "hygiene": "thatch.cli.hygiene_cmd:hygiene",
     "reembed": "thatch.cli.reembed_cmd:reembed",
@@ -85,6 +86,13 @@ def cli() -> None:
     Agents save what they learn with thatch's MCP tools and recall it by meaning in
     later sessions. This command inspects and edits the store, runs the shared
     embedding service, manages models and wires thatch into agent hosts.
+
+    \b
+    Start here:
+      thatch demo               thatch end to end in a scratch directory
+      thatch setup --claude     wire thatch into Claude Code (or --cursor, --opencode)
+      thatch doctor             check the database, embedder, model and setup
+    Offline: thatch model import DIR, then thatch model use ID (see thatch model --help).
     """
 
 

@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
-from thatch.cli.errors import translate_errors
+from thatch.cli.errors import FixableError, translate_errors
 from thatch.embedder.encoder import ModelSettings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def model() -> None:
-    """Import, inspect and download embedding models.
+    """Import, choose, inspect and download embedding models.
 
-    MODEL is mock, a short name (bge-small-en-v1.5, all-MiniLM-L6-v2), a model
-    directory, or a Hugging Face hub id org/name[@revision]; it defaults to
-    THATCH_MODEL, else Xenova/bge-small-en-v1.5.
+    MODEL is mock, a short name (bge-small-en-v1.5, all-MiniLM-L6-v2), the id or
+    short name of an imported model, a model directory, or a Hugging Face hub id
+    org/name[@revision]. The model in use is THATCH_MODEL, else the one chosen with
+    `thatch model use` (saved in $XDG_CONFIG_HOME/thatch/config.json), else
+    Xenova/bge-small-en-v1.5.
+
+    Offline: thatch model import DIR, then thatch model use ID.
     """
 
 
@@ -43,8 +49,12 @@ def import_cmd(
     """Convert a sentence-transformers BERT checkpoint SRC into a servable model.
 
     Needs config.json, model.safetensors and tokenizer.json or vocab.txt in SRC; no
-    PyTorch. Prints the output directory and the THATCH_MODEL line to use it.
+    PyTorch. Without --model-id the id comes from the checkpoint's sentence-transformers
+    metadata (stderr says from where). Prints the output directory, then the command
+    that makes it the default model.
     """
+    if src.exists() and not src.is_dir():
+        raise FixableError(f"{src} is not a directory", "give the checkpoint's directory")
     with translate_errors():
         from thatch.embedder.convert.importer import import_checkpoint
 
@@ -60,7 +70,19 @@ def import_cmd(
             log=lambda line: click.echo(line, err=True),
         )
     click.echo(str(directory))
-    click.echo(f"export THATCH_MODEL={directory}")
+    click.echo(f"thatch model use {shlex.quote(use_name(directory, os.environ))}")
+
+
+def use_name(directory: Path, env: Mapping[str, str]) -> str:
+    """How ``thatch model use`` names an import: its id when resolution finds it by id
+    (it is in thatch's model cache), else its directory."""
+    from thatch.embedder.models.imported import find_imported
+    from thatch.embedder.models.registry import read_json
+
+    declared = read_json(directory / "thatch_model.json").get("model_id")
+    if isinstance(declared, str) and find_imported(env, declared) == directory.absolute():
+        return declared
+    return str(directory)
 
 
 @model.command("info")
@@ -120,3 +142,104 @@ def pull_cmd(name: str | None, revision: str | None) -> None:
         settings = pull_model(name, revision=revision, env=os.environ)
     where = settings.path if settings.path is not None else "(built in)"
     click.echo(f"model {settings.model_id} ready at {where}")
+
+
+@model.command("use")
+@click.argument("name", metavar="[MODEL]", required=False)
+@click.option("--clear", is_flag=True, help="Forget the saved choice (back to the default).")
+def use_cmd(name: str | None, clear: bool) -> None:
+    """Make MODEL the default for every thatch process: hosts, hooks, auto-start, doctor.
+
+    Saved in $XDG_CONFIG_HOME/thatch/config.json; THATCH_MODEL, when set, still wins.
+    A short name or imported model is saved by its full id, a directory by its absolute
+    path. Without MODEL, shows the model in use and where that setting comes from.
+    """
+    from thatch.common.environment import ConfigError, config_file, write_config
+    from thatch.embedder.settings import DEFAULT_MODEL, model_setting
+
+    env = os.environ
+    if clear and name is not None:
+        raise click.UsageError("give MODEL or --clear, not both")
+    if name is None and not clear:
+        with translate_errors():
+            chosen = model_setting(env)
+        click.echo(f"{chosen.value} (from {chosen.origin})")
+        return
+    fix = f"correct or remove {config_file(env)}"
+    if clear:
+        try:
+            path = write_config(env, "model", None)
+        except ConfigError as error:
+            raise FixableError(str(error), fix) from None
+        click.echo(f"Cleared the saved model in {path}; the default is {DEFAULT_MODEL}.")
+        _env_wins_notice(env)
+        return
+    assert name is not None
+    with translate_errors():
+        from thatch.embedder.models.registry import describe_model
+
+        settings = describe_model(name, env=env)
+    saved = saved_name(name, settings, env)
+    try:
+        path = write_config(env, "model", saved)
+    except ConfigError as error:
+        raise FixableError(str(error), fix) from None
+    where = f" at {settings.path}" if settings.path else ""
+    click.echo(f"Default model: {settings.model_id} ({settings.source}{where})")
+    click.echo(f"Saved in {path}")
+    if settings.source == "needs download":
+        from thatch.embedder.models.fixes import unavailable_fix
+
+        click.echo(
+            f"Warning: {settings.model_id} is not on this machine yet. "
+            f"Fix: {unavailable_fix(settings.model_id, env)}",
+            err=True,
+        )
+    _env_wins_notice(env)
+    _restart_notice(settings.model_id, env)
+
+
+def saved_name(name: str, settings: ModelSettings, env: Mapping[str, str]) -> str:
+    """What the config file records: stable across directories and later hub downloads."""
+    from thatch.embedder.models.registry import HubRef, parse_name
+
+    if settings.model_id == "mock" and settings.path is None:
+        return "mock"
+    if settings.source == "imported":
+        return settings.model_id
+    target = parse_name(name, env)
+    if isinstance(target, Path):
+        return str(target)
+    if isinstance(target, HubRef):
+        return f"{target.repo_id}@{target.revision}" if target.revision else target.repo_id
+    return name.strip()
+
+
+def _env_wins_notice(env: Mapping[str, str]) -> None:
+    from thatch.common.environment import env_get
+
+    value = env_get(env, "THATCH_MODEL")
+    if value is not None:
+        click.echo(
+            f"Note: THATCH_MODEL={value} is set in this environment and wins over the saved "
+            "choice here; unset it to use the saved one.",
+            err=True,
+        )
+
+
+def _restart_notice(model_id: str, env: Mapping[str, str]) -> None:
+    """A running embedder keeps its model: say how to switch it."""
+    from thatch.embedder.client.embedder_client import EmbedderClient
+    from thatch.embedder.errors import ThatchEmbedderError
+
+    try:
+        with EmbedderClient(env=env, autostart=False) as client:
+            served = client.info(timeout=1.0).model_id
+    except ThatchEmbedderError:
+        return
+    if served != model_id:
+        click.echo(
+            f"The running embedder serves {served}; switch it with: "
+            "thatch embedder stop && thatch embedder start",
+            err=True,
+        )

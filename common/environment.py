@@ -17,14 +17,19 @@ on every tool call, and the embedder server uses it without the frontend.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 Env = Mapping[str, str]
 
 HOSTS: tuple[str, ...] = ("claude", "cursor", "opencode")
 DB_FILE_NAME = "thatch.db"
+CONFIG_FILE_NAME = "config.json"
+# The settings the config file may hold, each also a variable that wins over it.
+CONFIG_KEYS = {"model": "THATCH_MODEL"}
 EMBEDDER_SOCKET_NAME = "embedder.sock"
 # Checked in this order; a THATCH_PROJECT_DIR still holding "${" is a host's unexpanded
 # placeholder (Cursor's ${workspaceFolder}) and is skipped.
@@ -97,6 +102,11 @@ def default_db_path(env: Env) -> Path:
     return _dir_setting(env, "THATCH_DB_PATH", config_home(env) / "thatch" / DB_FILE_NAME)
 
 
+def config_file(env: Env) -> Path:
+    """``$XDG_CONFIG_HOME/thatch/config.json``: settings persisted by ``thatch model use``."""
+    return config_home(env) / "thatch" / CONFIG_FILE_NAME
+
+
 def thatch_cache_dir(env: Env) -> Path:
     """``$XDG_CACHE_HOME/thatch``: models, the embedder's log, queue, vector snapshots."""
     return cache_home(env) / "thatch"
@@ -164,3 +174,103 @@ def host_from_project_vars(env: Env) -> str | None:
 def host_from_env(env: Env) -> str | None:
     """``THATCH_HOST`` when it names a host, else by project-dir variables; None: unknown."""
     return known_host(env.get("THATCH_HOST")) or host_from_project_vars(env)
+
+
+# -- the config file -----------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """The config file cannot be read or is malformed; ``str`` is one line for people."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting's value (None: unset) and where it came from, for doctor to say."""
+
+    value: str | None
+    origin: str  # "THATCH_MODEL", "config file /path", or "default"
+
+
+def read_config(env: Env) -> dict[str, str]:
+    """The config file's settings; {} when it does not exist. ConfigError when unreadable,
+    not a JSON object, or holding a known key whose value is not a string.
+
+    One small file read with the standard library: hooks call this only on the paths that
+    need the model.
+    """
+    path = config_file(env)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise ConfigError(f"cannot read the config file {path}: {reason}") from None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise ConfigError(f"the config file {path} is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config file {path} is not a JSON object")
+    settings: dict[str, str] = {}
+    for key, value in data.items():
+        if key not in CONFIG_KEYS:
+            continue  # a newer thatch's setting: not ours to judge
+        if not isinstance(value, str):
+            raise ConfigError(f'the config file {path}: "{key}" must be a string')
+        if value.strip():
+            settings[key] = value.strip()
+    return settings
+
+
+def setting(env: Env, key: str) -> Setting:
+    """A config key's value: its variable when set (non-empty), else the config file's."""
+    variable = CONFIG_KEYS[key]
+    value = env_get(env, variable)
+    if value is not None:
+        return Setting(value, variable)
+    stored = read_config(env).get(key)
+    if stored is not None:
+        return Setting(stored, f"config file {config_file(env)}")
+    return Setting(None, "default")
+
+
+def write_config(env: Env, key: str, value: str | None) -> Path:
+    """Set (or, with None, remove) one key of the config file, keeping the others; written
+    whole to a temporary file and renamed, so a reader never sees half a file. ConfigError
+    when the existing file cannot be read or is malformed: it is left as it is."""
+    if key not in CONFIG_KEYS:
+        raise ValueError(f"unknown config key {key}")
+    path = config_file(env)
+    data: dict[str, object] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise ConfigError(f"cannot read the config file {path}: {reason}") from None
+    if text.strip():
+        try:
+            loaded = json.loads(text)
+        except ValueError as error:
+            raise ConfigError(f"the config file {path} is not valid JSON: {error}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"the config file {path} is not a JSON object")
+        data = loaded
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write the config file {path}: {error.strerror or error}"
+        ) from None
+    return path

@@ -49,4 +49,4 @@ def translate_embedder_errors() -> Iterator[None]:
         raise FixableError(f"embedding service unavailable: {error.cause}.", error.fix) from None
     except ThatchEmbedderError as error:
         debug_traceback()
-        raise FixableError(str(error)) from None
+        raise FixableError(str(error), getattr(error, "fix", None)) from None

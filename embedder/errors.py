@@ -1,7 +1,10 @@
 """Errors of the embedder package, each with a message meant for people.
 
     ThatchEmbedderError
-     ├── ModelError            a model cannot be resolved, downloaded, loaded or imported
+     ├── ModelError            a model cannot be resolved, downloaded, loaded or imported;
+     │    │                    ``fix`` names what to type, when known
+     │    └── ModelUnavailable  not on this machine and the hub cannot be asked (offline,
+     │                          unreachable): the fix is import / use, not pull
      ├── AddressError          THATCH_EMBEDDER_ADDR / --listen is malformed, socket path too long
      ├── ServerStartError      a server cannot start (already running, directory not ours)
      ├── EmbedderUnavailable   a frontend cannot get vectors: "<cause>. Fix: <fix>"
@@ -22,6 +25,14 @@ class ThatchEmbedderError(Exception):
 
 
 class ModelError(ThatchEmbedderError):
+    """``fix``, when known, is what to type to get a usable model on this machine."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+class ModelUnavailable(ModelError):
     pass
 
 
@@ -62,7 +73,9 @@ FIX_OVERLOADED = "retry shortly"
 
 
 def fix_offline(model_id: str) -> str:
+    """The offline fix when nothing better is known (the server's own Fix line is better:
+    it knows which local models exist, see thatch.embedder.models.fixes)."""
     return (
-        f"run thatch model pull {model_id} on a connected machine, "
-        "or set THATCH_MODEL to a local directory"
+        "import a local checkpoint with thatch model import DIR and choose it with "
+        f"thatch model use ID, or run thatch model pull {model_id} on a connected machine"
     )

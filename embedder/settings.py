@@ -12,8 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from thatch.common.environment import Env, default_socket_path, env_get
-from thatch.embedder.errors import AddressError
+from thatch.common.environment import (
+    ConfigError,
+    Env,
+    Setting,
+    config_file,
+    default_socket_path,
+    env_get,
+    setting,
+)
+from thatch.embedder.errors import AddressError, ModelError
 
 DEFAULT_MODEL = "Xenova/bge-small-en-v1.5"
 DEFAULT_IDLE_SECONDS = 600
@@ -25,8 +33,23 @@ def default_address(env: Env) -> str:
     return f"unix://{default_socket_path(env)}"
 
 
+def model_setting(env: Env) -> Setting:
+    """The model to use and where that came from: THATCH_MODEL, else the config file's
+    ``model`` (``thatch model use``), else the default. ModelError when the config file
+    is unreadable or malformed (and THATCH_MODEL is unset)."""
+    try:
+        chosen = setting(env, "model")
+    except ConfigError as error:
+        raise ModelError(
+            str(error), fix=f"correct or remove {config_file(env)}, or set THATCH_MODEL"
+        ) from None
+    return chosen if chosen.value else Setting(DEFAULT_MODEL, "default")
+
+
 def configured_model(env: Env) -> str:
-    return env_get(env, "THATCH_MODEL") or DEFAULT_MODEL
+    value = model_setting(env).value
+    assert value is not None
+    return value
 
 
 def int_setting(env: Env, name: str, default: int) -> int:

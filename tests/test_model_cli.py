@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from tests.support.fake_hub import FakeHub
 from thatch.cli.main import cli
+from thatch.embedder.models.fixes import unavailable_fix
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -18,7 +20,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-@pytest.mark.parametrize("sub", [[], ["import"], ["info"], ["pull"]])
+@pytest.mark.parametrize("sub", [[], ["import"], ["info"], ["pull"], ["use"]])
 def test_help(sub: list[str]) -> None:
     """Every model command has --help."""
     code, out, _ = run(*sub, "--help")
@@ -65,12 +67,14 @@ def test_info_unresolvable_exits_1() -> None:
 
 
 def test_pull_offline_missing_exits_1() -> None:
-    """`model pull` offline with an empty cache fails with the spec message."""
+    """`model pull` offline with an empty cache fails with the spec message and the fix
+    that works offline."""
     code, _, err = run("pull", "acme/absent")
     assert code == 1
-    assert err.strip() == (
-        "Error: model acme/absent is not in the local cache and HF_HUB_OFFLINE=1"
-    )
+    assert err.splitlines() == [
+        "Error: model acme/absent is not in the local cache and HF_HUB_OFFLINE=1",
+        f"Fix: {unavailable_fix('acme/absent', os.environ, hub=False)}",
+    ]
 
 
 def test_pull_downloads_and_reports(minilm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,14 +97,15 @@ def test_pull_mock_needs_nothing() -> None:
     assert code == 0 and out.strip() == "model mock ready at (built in)"
 
 
-def test_import_writes_model_and_prints_export(minilm_source: Path, tmp_path: Path) -> None:
-    """`model import` converts the checkpoint and prints the directory and export line."""
+def test_import_writes_model_and_prints_use(minilm_source: Path, tmp_path: Path) -> None:
+    """`model import` converts the checkpoint and prints the directory and the command
+    that makes it the default (by directory: --out is outside thatch's model cache)."""
     out_dir = tmp_path / "imported"
     code, out, _ = run(
         "import", str(minilm_source), "--out", str(out_dir), "--no-quantize", "--max-tokens", "128"
     )
     assert code == 0
-    assert out.splitlines() == [str(out_dir), f"export THATCH_MODEL={out_dir}"]
+    assert out.splitlines() == [str(out_dir), f"thatch model use {out_dir}"]
     meta = json.loads((out_dir / "thatch_model.json").read_text())
     assert meta["max_tokens"] == 128 and not (out_dir / "onnx" / "model_quantized.onnx").exists()
 

@@ -111,7 +111,14 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
     result = run_node(tmp_path, str(script))
     assert result["sameFunction"] is True
     assert result["secondRegistration"] == []
-    assert result["hookNames"] == ["tool.execute.after", "chat.message"]
+    assert result["hookNames"] == [
+        "event",
+        "experimental.session.compacting",
+        "dispose",
+        "tool.execute.before",
+        "tool.execute.after",
+        "chat.message",
+    ]
     calls = [c for c in read_calls(log) if not c[0].startswith("embedder")]
     # buffer-tool runs are not awaited, so they may interleave with the prompt hooks.
     buffered = sorted(
@@ -120,6 +127,7 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
     )
     prompt_calls = [(c[0], json.loads(c[1])) for c in calls if not c[0].startswith("buffer")]
     assert len(buffered) + len(prompt_calls) == len(calls)
+    assert isinstance(buffered[0].pop("ended_at"), int)  # no before hook ran: no started_at
     assert buffered[0] == {
         "session_id": "ses_1",
         "tool_name": "bash",
@@ -209,6 +217,10 @@ const client = {
 const hooks = await ThatchPlugin({ client, directory: "/tmp" });
 const results = {};
 for (const step of config.steps) {
+  if (step.before) {
+    await hooks["tool.execute.before"](step.before, { args: {} });
+    continue;
+  }
   if (step.tool) {
     await hooks["tool.execute.after"](step.tool.input, step.tool.output);
     continue;
@@ -302,6 +314,18 @@ def test_mcp_results_and_errors_are_passed_on(tmp_path: Path) -> None:
     assert buffered["c2"]["tool_response"] == failed["output"]["content"]  # type: ignore[index]
     assert buffered["c2"]["is_error"] is True
     assert "parent_session_id" not in first
+
+
+def test_calls_carry_their_start_and_end_times(tmp_path: Path) -> None:
+    """tool.execute.before notes when a call started; its buffer-tool payload carries that
+    and when it ended (ms since the epoch), so a save keeps the siblings that ran beside it."""
+    script, log = write_fake(tmp_path / "bin")
+    call = {"tool": "bash", "sessionID": "ses_a", "callID": "c1", "args": {}}
+    steps = [{"before": call}, {"tool": {"input": call, "output": {"output": "ok"}}}]
+    run_sessions(tmp_path, script, {"sessions": {}, "steps": steps})
+    (payload,) = [json.loads(c[1]) for c in read_calls(log) if c[0].startswith("buffer-tool")]
+    assert isinstance(payload["started_at"], int) and isinstance(payload["ended_at"], int)
+    assert 1_700_000_000_000 < payload["started_at"] <= payload["ended_at"]
 
 
 def test_child_sessions_get_no_reminder_and_their_calls_name_the_parent(tmp_path: Path) -> None:

@@ -186,6 +186,23 @@ def log_reason(log: Path, offset: int) -> str | None:
     return None
 
 
+def log_fix(log: Path, offset: int) -> str | None:
+    """The server's ``Fix:`` line after ``offset``: it knows which models this machine has."""
+    try:
+        with open(log, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) >= offset:
+                handle.seek(offset)
+            else:
+                handle.seek(0)
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line.startswith("Fix: ") and line[5:].strip():
+            return line[5:].strip()
+    return None
+
+
 def offline_error(text: str) -> EmbedderUnavailable | None:
     """The offline-cache failure named in a log line or status detail, if that is what it is."""
     offline = _OFFLINE.search(text)
@@ -194,10 +211,16 @@ def offline_error(text: str) -> EmbedderUnavailable | None:
     return EmbedderUnavailable(offline.group(0), fix_offline(offline.group(1)))
 
 
-def start_failure(address: Address, reason: str) -> EmbedderUnavailable:
+def start_failure(address: Address, reason: str, fix: str | None = None) -> EmbedderUnavailable:
+    """``fix``: the server's own, when it wrote one (a model it cannot get names the
+    import or pull that works on this machine)."""
     offline = offline_error(reason)
     if offline is not None:
-        return offline
+        return EmbedderUnavailable(offline.cause, fix) if fix else offline
+    if fix is not None:
+        return EmbedderUnavailable(
+            f"nothing is listening at {address} (auto-start failed: {reason.rstrip('.')})", fix
+        )
     # An embedder that lost its socket file still holds the address: only stopping it helps.
     fix = FIX_ORPHAN if "an embedder is already running at" in reason else FIX_START
     return EmbedderUnavailable(
@@ -285,7 +308,9 @@ class AutoStarter:
                     if proc is not None:  # ours exited and nobody else serves: say why
                         reason = log_reason(self.log, log_offset)
                         raise start_failure(
-                            self.address, reason or f"the embedder exited with {proc.returncode}"
+                            self.address,
+                            reason or f"the embedder exited with {proc.returncode}",
+                            log_fix(self.log, log_offset),
                         )
                     log_offset = _log_size(self.log)
                     proc = self._spawn_locked(deadline, background=wait <= 0)

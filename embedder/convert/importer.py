@@ -56,6 +56,7 @@ class ImportSettings:
     pooling: str
     max_tokens: int
     query_prefix: str
+    model_id_origin: str = "--model-id"
 
 
 def load_json_object(path: Path) -> dict[str, Any]:
@@ -113,11 +114,37 @@ def load_tokenizer(src: Path) -> tuple[Tokenizer, bool]:
     raise ModelError(f"no tokenizer.json or vocab.txt in {src}")
 
 
-def default_model_id(src: Path, config: Mapping[str, Any]) -> str:
-    name = config.get("_name_or_path")
-    if isinstance(name, str) and _HUB_ID.match(name):
-        return name
-    return src.name
+# sentence-transformers writes its usage line into the model card it saves:
+# SentenceTransformer('org/name') (or "org/name").
+_CARD_USAGE = re.compile(r"""SentenceTransformer\(\s*['"]([A-Za-z0-9][\w.-]*/[\w.-]+)['"]""")
+
+
+def default_model_id(src: Path, config: Mapping[str, Any]) -> tuple[str, str]:
+    """The id a checkpoint names itself by, and where that came from.
+
+    A sentence-transformers checkpoint's config.json ``_name_or_path`` is the model it was
+    fine-tuned from (nreimers/MiniLM-L6-H384-uncased for all-MiniLM-L6-v2), so for one
+    (modules.json present) the id comes from its own metadata: the hub-cache path it sits
+    in, else the model card's usage line. ``_name_or_path`` serves only plain BERT
+    checkpoints; the directory's name is the last resort.
+    """
+    parts = src.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--") :].replace("--", "/", 1), "the hub cache path"
+    is_sentence_transformers = (src / "modules.json").is_file()
+    if is_sentence_transformers:
+        try:
+            card = (src / "README.md").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            card = ""
+        usage = _CARD_USAGE.search(card)
+        if usage is not None:
+            return usage.group(1), "README.md, the sentence-transformers model card"
+    else:
+        name = config.get("_name_or_path")
+        if isinstance(name, str) and _HUB_ID.match(name):
+            return name, "config.json's _name_or_path"
+    return src.name, "the directory name"
 
 
 def resolve_settings(
@@ -167,11 +194,15 @@ def resolve_settings(
         prompts = load_json_object(src / "config_sentence_transformers.json").get("prompts")
         prefix = prompts.get("query") if isinstance(prompts, dict) else None
         query_prefix = prefix if isinstance(prefix, str) else ""
+    origin = "--model-id"
+    if not model_id:
+        model_id, origin = default_model_id(src, config)
     return ImportSettings(
-        model_id=model_id or default_model_id(src, config),
+        model_id=model_id,
         pooling=pooling,
         max_tokens=max_tokens,
         query_prefix=query_prefix,
+        model_id_origin=origin,
     )
 
 
@@ -267,6 +298,8 @@ def import_checkpoint(
         max_tokens=max_tokens,
         query_prefix=query_prefix,
     )
+    if chosen.model_id_origin != "--model-id":
+        log(f"model id {chosen.model_id} (from {chosen.model_id_origin}; --model-id sets another)")
     out = (
         expand_user(str(out), env)
         if out is not None

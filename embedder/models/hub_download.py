@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import Env
-from thatch.embedder.errors import ModelError
+from thatch.embedder.errors import ModelError, ModelUnavailable
 from thatch.embedder.models.registry import (
     ONNX_CANDIDATES,
     OPTIONAL_FILES,
@@ -142,13 +142,13 @@ def hub_errors(ref: HubRef, endpoint: str) -> Iterator[None]:
         ) from None
     except errors.LocalEntryNotFoundError as error:
         cause = error.__cause__ or error.__context__ or error
-        raise ModelError(
+        raise ModelUnavailable(
             f"cannot download model {model} from {endpoint}: {_first_line(cause)}"
         ) from None
     except OSError as error:
         raise ModelError(f"downloading model {model} failed: {_first_line(error)}") from None
     except Exception as error:  # httpx connection errors and anything unforeseen
-        raise ModelError(
+        raise ModelUnavailable(
             f"cannot download model {model} from {endpoint}: "
             f"{type(error).__name__}: {_first_line(error)}"
         ) from None

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import Env, cache_home, env_get, expand_user
 from thatch.embedder.encoder import ModelSettings
-from thatch.embedder.errors import ModelError
+from thatch.embedder.errors import ModelError, ModelUnavailable
+from thatch.embedder.models.imported import find_by_short_name, find_imported
 from thatch.embedder.models.mock import mock_settings
 from thatch.embedder.settings import configured_model
 
@@ -94,6 +95,7 @@ _TRUE = {"1", "ON", "YES", "TRUE"}
 class HubRef:
     repo_id: str
     revision: str | None  # None = the default branch
+    short_name: str | None = None  # the registry short name it was given as, if any
 
 
 # --- environment -----------------------------------------------------------------------
@@ -119,8 +121,8 @@ def hub_offline(env: Env) -> bool:
     return value.upper() in _TRUE
 
 
-def offline_error(model_id: str) -> ModelError:
-    return ModelError(f"model {model_id} is not in the local cache and HF_HUB_OFFLINE=1")
+def offline_error(model_id: str) -> ModelUnavailable:
+    return ModelUnavailable(f"model {model_id} is not in the local cache and HF_HUB_OFFLINE=1")
 
 
 # --- names -----------------------------------------------------------------------------
@@ -136,10 +138,14 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
         return "mock"
     base, _, at_revision = name.partition("@")
     if base in SHORT_NAMES:
-        return HubRef(SHORT_NAMES[base], revision or at_revision or None)
+        return HubRef(SHORT_NAMES[base], revision or at_revision or None, base)
     path = expand_user(name, env)
     if path.is_dir():
         return path.absolute()
+    if "/" not in name and "@" not in name and not name.startswith(("~", ".")):
+        imported = find_by_short_name(env, name)
+        if imported is not None:
+            return imported.path
     if _HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
         if "@" in name and not at_revision:
             raise ModelError(f'model "{name}" has an empty revision after @')
@@ -150,7 +156,8 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
         raise ModelError(f"model directory {path} does not exist")
     raise ModelError(
         f'unknown model "{name}": expected mock, a short name '
-        f"({', '.join(sorted(SHORT_NAMES))}), a model directory or a hub id org/name[@revision]"
+        f"({', '.join(sorted(SHORT_NAMES))}), an imported model's id or short name, "
+        "a model directory or a hub id org/name[@revision]"
     )
 
 
@@ -172,7 +179,10 @@ def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
     env = os.environ if env is None else env
     target = parse_name(name if name is not None else configured_model(env), env)
     if isinstance(target, HubRef):
-        return target.repo_id
+        local = _imported(target, env, cached=cached_snapshot(target, env) is not None)
+        if local is None:
+            return target.repo_id
+        return directory_model_id(local, read_json(local / "thatch_model.json"))
     if isinstance(target, Path):
         return directory_model_id(target, read_json(target / "thatch_model.json"))
     return target
@@ -379,6 +389,21 @@ def _hub_settings(ref: HubRef, snapshot: Path, source: str) -> ModelSettings:
 # --- public API ------------------------------------------------------------------------
 
 
+def _imported(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -> Path | None:
+    """An import standing for ``ref``: by its id (an explicit import wins over the hub
+    cache), else, for a registry short name whose hub model is not cached, the one import
+    with that short name. None for a pinned revision: imports have none."""
+    if ref.revision is not None:
+        return None
+    by_id = find_imported(env, ref.repo_id)
+    if by_id is not None:
+        return by_id
+    if ref.short_name is None or cached or hub_first:
+        return None
+    by_short = find_by_short_name(env, ref.short_name)
+    return by_short.path if by_short is not None else None
+
+
 def resolve_model(
     name: str | None = None,
     *,
@@ -386,8 +411,13 @@ def resolve_model(
     revision: str | None = None,
     download: bool = True,
     progress: bool = True,
+    hub_first: bool = False,
 ) -> ModelSettings:
-    """Resolve a model name to runnable settings, downloading hub files when needed."""
+    """Resolve a model name to runnable settings, downloading hub files when needed.
+
+    ``hub_first`` (``thatch model pull``): a short name means the hub model even when an
+    import with that short name exists.
+    """
     env = os.environ if env is None else env
     target = parse_name(name if name is not None else configured_model(env), env, revision)
     if target == "mock":
@@ -396,17 +426,30 @@ def resolve_model(
         return settings_from_dir(target, source="local dir")
     assert isinstance(target, HubRef)
     snapshot = cached_snapshot(target, env)
+    imported = _imported(target, env, cached=snapshot is not None, hub_first=hub_first)
+    if imported is not None:
+        return settings_from_dir(imported, source="imported")
     if snapshot is not None and (
         _int8_checkable(snapshot, target) or hub_offline(env) or not download
     ):
         return _hub_settings(target, snapshot, "hub cache")
+    from thatch.embedder.models.fixes import unavailable_fix
+
     if snapshot is None and hub_offline(env):
-        raise offline_error(target.repo_id)
+        error = offline_error(target.repo_id)
+        error.fix = unavailable_fix(target.repo_id, env, hub=False)
+        raise error
     if not download:
-        raise ModelError(f"model {target.repo_id} needs download: run thatch model pull")
+        raise ModelError(
+            f"model {target.repo_id} needs download", fix=unavailable_fix(target.repo_id, env)
+        )
     from thatch.embedder.models.hub_download import download_snapshot
 
-    snapshot = download_snapshot(target, env=env, progress=progress)
+    try:
+        snapshot = download_snapshot(target, env=env, progress=progress)
+    except ModelUnavailable as error:
+        error.fix = error.fix or unavailable_fix(target.repo_id, env, hub=False)
+        raise
     return _hub_settings(target, snapshot, "downloaded")
 
 
@@ -419,6 +462,9 @@ def describe_model(
     if not isinstance(target, HubRef):
         return resolve_model(name, env=env, revision=revision, download=False)
     snapshot = cached_snapshot(target, env)
+    imported = _imported(target, env, cached=snapshot is not None)
+    if imported is not None:
+        return settings_from_dir(imported, source="imported")
     if snapshot is not None:
         return _hub_settings(target, snapshot, "hub cache")
     entry = REGISTRY.get(target.repo_id)
@@ -438,7 +484,9 @@ def pull_model(
     name: str | None = None, *, revision: str | None = None, env: Env | None = None
 ) -> ModelSettings:
     """Make sure a model's files are on disk (downloading with a progress bar if needed)."""
-    return resolve_model(name, env=env, revision=revision, download=True, progress=True)
+    return resolve_model(
+        name, env=env, revision=revision, download=True, progress=True, hub_first=True
+    )
 
 
 def create_encoder(settings: ModelSettings, *, threads: int | None = None) -> Encoder:

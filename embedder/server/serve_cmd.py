@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from thatch.embedder.cli_errors import translate_embedder_errors
-from thatch.embedder.errors import ThatchEmbedderError
+from thatch.embedder.errors import ModelError, ThatchEmbedderError
 from thatch.embedder.settings import (
     DEFAULT_IDLE_SECONDS,
     configured_model,
@@ -27,6 +28,10 @@ from thatch.embedder.settings import (
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOG_MAX_BYTES = 5 * 1024 * 1024
+MODEL_FIX = (
+    "thatch model info {model} shows how the model resolves; "
+    "thatch model use ID chooses another (or set THATCH_MODEL)"
+)
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
@@ -129,8 +134,10 @@ def serve(
     tls = None
     if tls_cert is not None and tls_key is not None:
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
+    with translate_embedder_errors():  # a malformed config file: one line, no traceback
+        chosen = model or configured_model(env)
     options = server.ServeOptions(
-        model=model or configured_model(env),
+        model=chosen,
         listen=listen,
         threads=threads,
         idle_seconds=(
@@ -148,6 +155,9 @@ def serve(
             try:
                 status = server.serve(options, env=env, logger=logger)
             except ThatchEmbedderError as error:
+                if isinstance(error, ModelError) and not error.fix:
+                    # Never "start the embedder" again: that would fail the same way.
+                    error.fix = MODEL_FIX.format(model=shlex.quote(options.model))
                 if log_file is not None:  # whoever reads the log learns why it stopped
                     logger.error("%s", error)
                 raise

@@ -411,9 +411,21 @@ def make_record(session_id: str, call: Mapping[str, Any], seq: int | None = None
     use_id = call.get("tool_use_id")
     if isinstance(use_id, str) and use_id:
         record["tool_use_id"] = use_id[:ID_LIMIT]
+    ended = call_time(call, "ended_at")
+    if ended is not None:
+        record["ended_at"] = ended
     if seq is not None:
         record["seq"] = seq
     return record
+
+
+def call_time(call: Mapping[str, Any], field: str) -> int | None:
+    """A call's ``started_at``/``ended_at`` (ms since the epoch, passed by the opencode
+    plugin), or None when absent or not a plausible time."""
+    value = call.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if 0 < value < 1e14 else None
 
 
 def _seq(record: Mapping[str, Any]) -> int:
@@ -456,6 +468,9 @@ def _capped(record: dict[str, Any]) -> dict[str, Any]:
     use_id = record.get("tool_use_id")
     if isinstance(use_id, str) and use_id:
         capped["tool_use_id"] = use_id[:ID_LIMIT]
+    ended = call_time(record, "ended_at")
+    if ended is not None:
+        capped["ended_at"] = ended
     if _seq(record):
         capped["seq"] = _seq(record)
     return capped
@@ -510,9 +525,10 @@ def append_calls(
     """Queue a batch of tool calls for a session (docs/hooks.md §append).
 
     A *successful* thatch memory write or ``extraction_done`` in the batch drains: the
-    session's own agent's memory write consumes the queue and the calls gathered before
-    it; a sub-agent's write (``subagent``: Claude's ``agent_id``, an opencode child) and
-    ``extraction_done`` complete the handed-out snapshot only. A sub-agent's successful
+    session's own agent's memory write consumes the queue, except the calls that ran beside
+    it (the rest of the batch, and records that ended after it started); a sub-agent's
+    write (``subagent``: Claude's ``agent_id``, an opencode child) and ``extraction_done``
+    complete the handed-out snapshot only. A sub-agent's successful
     ``get_extraction_payload`` names ``agent_id`` as the snapshot's holder (so its stop
     can complete it, ``complete``). thatch's own and meta tools are skipped, as are calls
     whose ``tool_use_id`` is already queued. The newest 20 records are kept; each new one
@@ -532,6 +548,7 @@ def append_calls(
         original = [_seq(record) for record in existing]
         next_seq = max([*original, state.get("cursor", 0)]) + 1
         drained = holder = False
+        batch: list[dict[str, Any]] = []  # records this call appends
         for call in calls:
             tool = call.get("tool_name")
             if not isinstance(tool, str) or not tool.strip():
@@ -551,7 +568,17 @@ def append_calls(
                 if not call_succeeded(call, bare, aggregated):
                     continue  # a failed save drains nothing (and is not queued)
                 if bare == "memory_remember" and not subagent:
-                    existing = []  # the agent saved what it learned itself
+                    # The agent saved what it had learned: the calls it had seen the results
+                    # of. Calls of the same step ran beside the save (this batch, or
+                    # opencode's siblings that ended after the save started): their results
+                    # were not seen, so they stay queued.
+                    started = call_time(call, "started_at")
+                    existing = [
+                        r
+                        for r in existing
+                        if any(r is new for new in batch)
+                        or (started is not None and r.get("ended_at", 0) >= started)
+                    ]
                 elif "cursor" in state:
                     existing = [r for r in existing if _seq(r) > state["cursor"]]
                 else:
@@ -567,7 +594,8 @@ def append_calls(
                 use_id and record.get("tool_use_id") == use_id for record in existing
             ):
                 continue
-            existing.append(make_record(session_id, call, next_seq))
+            batch.append(make_record(session_id, call, next_seq))
+            existing.append(batch[-1])
             next_seq += 1
         if drained:
             _unlink(count)

@@ -139,6 +139,10 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
         "tool_response": response if response is not None else "",
         # the opencode plugin passes is_error; keep isError for callers of the MCP spelling
         "isError": payload.get("isError") is True or payload.get("is_error") is True,
+        # opencode runs a step's calls in parallel: the times tell a save which calls'
+        # results its agent had seen (queue.append_calls)
+        "started_at": payload.get("started_at"),
+        "ended_at": payload.get("ended_at"),
     }
     queue.append_calls(queue_dir(env), parent or session, [call], subagent=bool(parent))
 
@@ -192,6 +196,32 @@ def run_buffer_hook(command: str) -> None:
     run_hook(command, run)
 
 
+def extraction_status(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """What the opencode plugin asks before it starts an extraction child: how many records
+    the session has queued, and whether a fresh snapshot of them is handed out (an
+    extractor holds them; the nudge is quiet). Reads only; never locks."""
+    session = hookio.first_string(payload, "session_id", "conversation_id")
+    records = queue.peek_records(queue_dir(env), session) if session else []
+    held = bool(records) and not queue.nudge_records(queue_dir(env), session)
+    return {"pending": len(records), "accepted": held}
+
+
+def run_extraction_status() -> None:
+    """``extraction-status``: one JSON line ``{"pending": n, "accepted": b}``; nothing when
+    it fails (the plugin then starts nothing)."""
+    command = "extraction-status"
+    try:
+        line = json.dumps(extraction_status(hookio.read_payload(command), os.environ))
+    except Exception as error:  # a hook must never fail its host's turn
+        report_failure(command, error)
+        return
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def hook_options(command: str, args: list[str]) -> dict[str, Any]:
     """``--json`` and ``--host`` read by hand: hooks never fail on their command line.
 
@@ -217,6 +247,9 @@ def run_hook_command(command: str, args: list[str]) -> None:
     options = hook_options(command, args)
     if command in QUEUE_COMMANDS:
         run_buffer_hook(command)
+        return
+    if command == "extraction-status":
+        run_extraction_status()
         return
     from thatch.frontend.hooks.prompt_hooks import run_flush_tools, run_reminder
 

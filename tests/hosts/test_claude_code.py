@@ -1,0 +1,456 @@
+"""Real Claude Code (2.1.197) with thatch set up, driven by the scripted model server.
+
+Each test is one project and a few ``claude -p`` runs; assertions are about what the host
+really sent the model, what thatch's hooks got from the host (the recording shim), what
+the queue holds and what the database holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hosts.hostkit import (
+    Sandbox,
+    claude_env,
+    hook_calls,
+    make_sandbox,
+    run_host,
+    wait_for_hooks,
+)
+from tests.hosts.model_server import (
+    ModelRequest,
+    ModelServer,
+    Turn,
+    after,
+    both,
+    call,
+    calls,
+    fresh,
+    say,
+)
+from tests.hosts.recording import add_claude_recorder, recording, write_fixtures
+
+REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
+EXTRACTION = "queued for fact extraction"
+FETCH = "mcp__thatch__get_extraction_payload"
+DONE = "mcp__thatch__extraction_done"
+REMEMBER = "mcp__thatch__memory_remember"
+LABEL = "Widgets spin an even number of times"
+EXTRACTED = "widgets.spin halves its argument"
+
+
+def main_agent(request: ModelRequest) -> bool:
+    """The top-level agent: it has tools (side requests such as titles have none) and the
+    user's prompts (every prompt here starts with RUN; a sub-agent only sees its task)."""
+    return bool(request.tool_names()) and any("RUN" in t for t in request.user_texts())
+
+
+def subagent(request: ModelRequest) -> bool:
+    return bool(request.tool_names()) and not any("RUN" in t for t in request.user_texts())
+
+
+@pytest.fixture
+def sandbox(
+    tmp_path: Path,
+    isolated_env: Path,
+    host_bin: Path,
+    host_embedder: Any,
+    minilm_dir: Path,
+    model_server: ModelServer,
+) -> Sandbox:
+    extra = {
+        **claude_env(model_server.url),
+        "THATCH_MODEL": str(minilm_dir),
+        "THATCH_EMBEDDER_ADDR": host_embedder.address,
+    }
+    return make_sandbox(tmp_path, isolated_env, host_bin, extra)
+
+
+def claude(sandbox: Sandbox, prompt: str, resume: str | None = None) -> dict[str, Any]:
+    argv = ["claude", "-p", prompt, "--permission-mode", "bypassPermissions"]
+    argv += ["--output-format", "json"]
+    if resume:
+        argv += ["--resume", resume]
+    result = run_host(sandbox, argv)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    wait_for_hooks(sandbox.hook_log)
+    doc = json.loads(result.stdout)
+    assert isinstance(doc, dict) and not doc.get("is_error"), doc
+    return doc
+
+
+def setup(sandbox: Sandbox, *flags: str) -> None:
+    result = sandbox.thatch("setup", "--claude", *flags)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    if recording():
+        add_claude_recorder(sandbox, post_tool_use="--post-tool-use" in flags)
+
+
+def record(sandbox: Sandbox) -> None:
+    """With THATCH_RECORD_FIXTURES=1, keep this test's payloads as the fixtures."""
+    if recording():
+        write_fixtures("claude", hook_calls(sandbox.hook_log), sandbox)
+
+
+def requests_text(requests: list[ModelRequest]) -> str:
+    return "\n".join(r.all_text() for r in requests)
+
+
+def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> None:
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    (
+                        REMEMBER,
+                        {
+                            "label": LABEL,
+                            "content": "In acme/widgets, widgets.spin(n) "
+                            "must be called with an even n (its docstring says so).",
+                            "confidence": 9,
+                        },
+                    ),
+                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
+                    ("Bash", {"command": "git log --oneline", "description": "Show history"}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Bash")), say("Noted."), name="answer"),
+        ]
+    )
+    first = claude(sandbox, "RUN1: remember that widgets spin evenly, then read widgets.py.")
+    session = str(first["session_id"])
+    requests = model_server.requests()
+    assert model_server.matched() == ["work", "answer"]
+    assert REMINDER in main_requests(requests)[0].all_text()
+
+    rows = sandbox.memories()
+    assert [(r["label"], r["model"], r["embedding_bytes"]) for r in rows] == [
+        (LABEL, "sentence-transformers/all-MiniLM-L6-v2", 384 * 4)
+    ]
+    queued = sandbox.queued()
+    assert sorted(r["tool"] for r in queued) == ["Bash", "Read"]
+    assert {r["sessionID"] for r in queued} == {session}
+    batch = [c for c in hook_calls(sandbox.hook_log) if c.command == "buffer-batch"]
+    assert len(batch) == 1
+    names = [c["tool_name"] for c in batch[0].payload()["tool_calls"]]
+    assert sorted(names) == sorted([REMEMBER, "Read", "Bash"])
+
+    # Run 2, same session: the extraction nudge and the recall nudge reach the model; the
+    # sub-agent it dispatches drains the queue and saves what it extracted.
+    def nudged(request: ModelRequest) -> bool:
+        return main_agent(request) and fresh(request) and EXTRACTION in request.all_text()
+
+    model_server.run(
+        [
+            Turn(
+                nudged,
+                call(
+                    "Agent",
+                    description="thatch fact extraction",
+                    subagent_type="general-purpose",
+                    prompt=f'Call {FETCH} with session_id "{session}" to get the '
+                    f"queued tool interactions, apply the thatch-fact-extractor "
+                    f'skill to them, then call {DONE} with session_id "{session}".',
+                ),
+                name="dispatch",
+            ),
+            Turn(both(subagent, fresh), call(FETCH, session_id=session), name="fetch"),
+            Turn(
+                both(subagent, after(FETCH)),
+                call(
+                    REMEMBER,
+                    label="spin halves",
+                    content=f"In acme/widgets, {EXTRACTED}.",
+                    confidence=7,
+                ),
+                name="extract",
+            ),
+            Turn(both(subagent, after(REMEMBER)), call(DONE, session_id=session), name="done"),
+            Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
+            Turn(both(main_agent, after("Agent")), say("Widgets spin evenly."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN2: how do widgets spin?", resume=session)
+    requests = model_server.requests()
+    prompt_text = main_requests(requests)[0].all_text()
+    assert EXTRACTION in prompt_text and f'session_id "{session}"' in prompt_text
+    assert model_server.matched() == [
+        "dispatch",
+        "fetch",
+        "extract",
+        "done",
+        "sub-answer",
+        "answer",
+    ], model_server.describe()
+    labels = sorted(r["label"] for r in sandbox.memories())
+    assert labels == sorted([LABEL, "spin halves"])
+    assert sandbox.queued() == []
+
+    # Run 3: nothing queued any more, so a related prompt gets the recall nudge.
+    model_server.run([])
+    claude(sandbox, "RUN3: which numbers can I pass when widgets spin?", resume=session)
+    prompt_text = main_requests(model_server.requests())[0].all_text()
+    assert f'memory relates to this prompt ("{LABEL}")' in prompt_text
+    assert EXTRACTION not in prompt_text.split("RUN3")[-1]
+    record(sandbox)
+
+
+def main_requests(requests: list[ModelRequest]) -> list[ModelRequest]:
+    return [r for r in requests if main_agent(r)]
+
+
+def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: ModelServer) -> None:
+    """A directory where the database should be: every hook fails, the host carries on,
+    and nothing the hooks said about it reaches the model."""
+    setup(sandbox)
+    sandbox.db_path.mkdir()
+    (sandbox.queue_dir.parent).mkdir(parents=True)
+    sandbox.queue_dir.write_text("not a directory\n")  # the queue cannot be written either
+    model_server.run(
+        [
+            Turn(both(main_agent, fresh), call("Bash", command="git status"), name="work"),
+            Turn(both(main_agent, after("Bash")), say("Clean."), name="answer"),
+        ]
+    )
+    first = claude(sandbox, "RUN1: is the widgets tree clean?")
+    model_server.run([])
+    claude(sandbox, "RUN2: and how do widgets spin?", resume=str(first["session_id"]))
+    calls_made = [c for c in hook_calls(sandbox.hook_log) if c.command != "record"]
+    assert sorted({c.command for c in calls_made}) == ["buffer-batch", "flush-tools", "reminder"]
+    said = "\n".join(c.stderr for c in calls_made)
+    assert "[thatch reminder]" in said and str(sandbox.db_path) in said  # they failed, and said so
+    sent = requests_text(model_server.requests())
+    for line in filter(None, map(str.strip, said.splitlines())):
+        assert line not in sent
+    for hook in calls_made:
+        assert hook.stdout == "" or hook.stdout.startswith("[thatch] "), hook
+        assert "Error" not in hook.stdout and "Traceback" not in hook.stdout, hook
+    assert "Traceback" not in sent and str(sandbox.db_path) not in sent
+
+
+def test_post_tool_use_setup_queues_the_hosts_calls(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox, "--post-tool-use")
+    settings = json.loads((sandbox.project / ".claude" / "settings.json").read_text())
+    assert "PostToolUse" in settings["hooks"] and "PostToolBatch" not in settings["hooks"]
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    ("Read", {"file_path": str(sandbox.project / "README.md")}),
+                    ("Bash", {"command": "git log --oneline", "description": "History"}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Bash")), say("Read."), name="answer"),
+        ]
+    )
+    first = claude(sandbox, "RUN1: read the README and the history.")
+    assert model_server.matched() == ["work", "answer"], model_server.describe()
+    payloads = [c.payload() for c in hook_calls(sandbox.hook_log) if c.command == "buffer-batch"]
+    assert sorted(p["hook_event_name"] for p in payloads) == ["PostToolUse", "PostToolUse"]
+    queued = sandbox.queued()
+    assert sorted(r["tool"] for r in queued) == ["Bash", "Read"]
+    assert {r["sessionID"] for r in queued} == {first["session_id"]}
+    assert "Spin widgets." in next(r["output"] for r in queued if r["tool"] == "Read")
+
+    model_server.run([])
+    claude(sandbox, "RUN2: anything else?", resume=str(first["session_id"]))
+    assert EXTRACTION in main_requests(model_server.requests())[0].all_text()
+    record(sandbox)
+
+
+def test_post_tool_use_queues_bash_output_as_text(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox, "--post-tool-use")
+    model_server.run(
+        [
+            Turn(both(main_agent, fresh), call("Bash", command="git log --oneline"), name="work"),
+            Turn(both(main_agent, after("Bash")), say("Read."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: show the history.")
+    (record,) = sandbox.queued()
+    assert record["output"].strip().endswith("widgets"), record
+    assert not record["output"].lstrip().startswith("{"), record
+
+
+def test_failed_remember_keeps_the_queue(sandbox: Sandbox, model_server: ModelServer) -> None:
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(both(main_agent, fresh), call("Bash", command="git log --oneline"), name="work"),
+            Turn(both(main_agent, after("Bash")), call(REMEMBER, label=LABEL), name="bad-save"),
+            Turn(both(main_agent, after(REMEMBER)), say("Could not save."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: look at the history and remember it.")
+    assert model_server.matched() == ["work", "bad-save", "answer"], model_server.describe()
+    ((_, result),) = [r for r in model_server.requests()[-1].last_tool_results()]
+    assert "Invalid arguments" in result or "content" in result, result
+    assert sandbox.memories() == []
+    assert [r["tool"] for r in sandbox.queued()] == ["Bash"]
+
+
+def loaded_tools(request: ModelRequest) -> list[str]:
+    """Tools the model can call now (deferred ones are listed with defer_loading)."""
+    tools = request.body.get("tools") or []
+    return [str(t.get("name")) for t in tools if not t.get("defer_loading")]
+
+
+def test_deferred_thatch_tools_load_through_toolsearch(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    """With tool search on (the default against Anthropic's API), the first request offers
+    no thatch tool; a ToolSearch select loads memory_remember, which then saves."""
+    sandbox.env["ENABLE_TOOL_SEARCH"] = "true"
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                call("ToolSearch", query=f"select:{REMEMBER}", max_results=1),
+                name="search",
+            ),
+            Turn(
+                both(main_agent, after("ToolSearch")),
+                call(REMEMBER, label=LABEL, content="In acme/widgets spin(n) needs an even n."),
+                name="remember",
+            ),
+            Turn(both(main_agent, after(REMEMBER)), say("Saved."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: remember that widgets spin evenly.")
+    assert model_server.matched() == ["search", "remember", "answer"], model_server.describe()
+    first, second = main_requests(model_server.requests())[:2]
+    assert "ToolSearch" in loaded_tools(first)
+    assert not [name for name in loaded_tools(first) if name.startswith("mcp__thatch__")]
+    assert REMEMBER in second.tool_names()
+    assert [r["label"] for r in sandbox.memories()] == [LABEL]
+
+
+def test_toolsearch_is_never_queued(sandbox: Sandbox, model_server: ModelServer) -> None:
+    sandbox.env["ENABLE_TOOL_SEARCH"] = "true"
+    setup(sandbox)
+    recall = "mcp__thatch__memory_recall"
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                call("ToolSearch", query=f"select:{recall}", max_results=1),
+                name="search",
+            ),
+            Turn(
+                both(main_agent, after("ToolSearch")), call(recall, query="widgets"), name="recall"
+            ),
+            Turn(both(main_agent, after(recall)), say("Nothing yet."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: what do we know about widgets?")
+    assert model_server.matched() == ["search", "recall", "answer"], model_server.describe()
+    assert sandbox.queued() == []
+
+
+def test_extraction_done_keeps_calls_queued_after_the_fetch(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                call("Read", file_path=str(sandbox.project / "README.md")),
+                name="read",
+            ),
+            Turn(both(main_agent, after("Read")), say("Read."), name="answer"),
+        ]
+    )
+    first = claude(sandbox, "RUN1: read the README.")
+    session = str(first["session_id"])
+    assert [r["tool"] for r in sandbox.queued()] == ["Read"]
+    model_server.run(
+        [
+            Turn(
+                lambda r: main_agent(r) and fresh(r) and EXTRACTION in r.all_text(),
+                call(FETCH, session_id=session),
+                name="fetch",
+            ),
+            Turn(both(main_agent, after(FETCH)), call("Bash", command="git log"), name="log"),
+            Turn(both(main_agent, after("Bash")), call(DONE, session_id=session), name="done"),
+            Turn(both(main_agent, after(DONE)), say("Done."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN2: carry on.", resume=session)
+    assert model_server.matched() == ["fetch", "log", "done", "answer"], model_server.describe()
+    assert [r["tool"] for r in sandbox.queued()] == ["Bash"]
+
+
+def test_global_setup_in_a_set_up_project_writes_the_user_entry(sandbox: Sandbox) -> None:
+    setup(sandbox)
+    setup(sandbox, "--global")
+    outside = sandbox.home / "elsewhere"
+    outside.mkdir()
+    known = subprocess.run(
+        ["claude", "mcp", "get", "thatch"],
+        cwd=outside,
+        env={**sandbox.env, "PWD": str(outside)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert known.returncode == 0, (known.stdout, known.stderr)
+
+
+def test_a_task_notification_is_not_a_user_prompt(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox)
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                call(
+                    "Agent",
+                    description="look around",
+                    subagent_type="general-purpose",
+                    prompt="List the files.",
+                    run_in_background=True,
+                ),
+                name="start",
+            ),
+            # The background agent finishes only after the main turn has ended, so its
+            # completion comes back as a prompt of its own.
+            Turn(both(subagent, fresh), say("Two files."), name="background", after_turn="end"),
+            Turn(both(main_agent, after("Agent")), say("Started."), name="end"),
+        ]
+    )
+    claude(sandbox, "RUN1: look around in the background.")
+    record(sandbox)
+    prompts = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"]
+    notified = [c for c in prompts if "<task-notification>" in c.payload().get("prompt", "")]
+    assert len(notified) == 1, model_server.describe()
+    assert notified[0].stdout == ""
+
+
+def test_local_and_global_setup_put_the_block_in_context_once(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    setup(sandbox)
+    setup(sandbox, "--global")
+    model_server.run([])
+    claude(sandbox, "RUN1: hello.")
+    first = main_requests(model_server.requests())[0].all_text()
+    assert first.count("# thatch — persistent memory") == 1

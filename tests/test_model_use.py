@@ -1,0 +1,331 @@
+"""Issue 12 §2: the chosen model reaches every process through the config file.
+
+`thatch model use` saves it once; `common.environment` reads it (THATCH_MODEL wins, empty
+counts as unset); imported models are found by id and short name; import names a
+checkpoint from its sentence-transformers metadata. Bad input is one line, exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from thatch.cli.main import cli
+from thatch.common.environment import ConfigError, config_file, read_config, setting
+from thatch.embedder.convert.importer import default_model_id
+from thatch.embedder.errors import ModelError
+from thatch.embedder.models.fixes import PACKAGED_MODEL_ID, offline_choices, unavailable_fix
+from thatch.embedder.models.registry import describe_model, model_id_for, resolve_model
+from thatch.embedder.settings import DEFAULT_MODEL, configured_model, model_setting
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["model", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def imported(minilm_dir: Path) -> Path:
+    """The session's imported MiniLM, placed where `thatch model import` puts it by default."""
+    from thatch.common.environment import models_dir
+
+    target = models_dir(os.environ) / "sentence-transformers__all-MiniLM-L6-v2"
+    target.parent.mkdir(parents=True)
+    shutil.copytree(minilm_dir, target, copy_function=os.link)
+    return target
+
+
+# -- the config file ----------------------------------------------------------------------
+
+
+def test_model_setting_order_env_then_config_then_default(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    assert model_setting(env).value == DEFAULT_MODEL and model_setting(env).origin == "default"
+    path = config_file(env)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"model": "mock", "future_key": [1]}))
+    assert model_setting(env).value == "mock"
+    assert model_setting(env).origin == f"config file {path}"
+    assert model_setting({**env, "THATCH_MODEL": ""}).value == "mock"  # empty = unset
+    assert model_setting({**env, "THATCH_MODEL": "x/y"}).origin == "THATCH_MODEL"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{bad", "is not valid JSON"),
+        ("[1]", "is not a JSON object"),
+        ('{"model": 7}', '"model" must be a string'),
+        (b"\xff\xfe", "cannot read the config file"),
+    ],
+)
+def test_malformed_config_is_one_clear_error(
+    tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    env = {"HOME": str(tmp_path)}
+    path = config_file(env)
+    path.parent.mkdir(parents=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        read_config(env)
+    with pytest.raises(ModelError, match=message) as caught:
+        configured_model(env)
+    assert caught.value.fix == f"correct or remove {path}, or set THATCH_MODEL"
+    assert setting({**env, "THATCH_MODEL": "mock"}, "model").value == "mock"  # env still wins
+
+
+def test_unreadable_config_is_one_clear_error(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    config_file(env).mkdir(parents=True)  # a directory: read fails even for root
+    with pytest.raises(ConfigError, match=r"cannot read the config file .*: Is a directory"):
+        read_config(env)
+
+
+def test_common_environment_reads_the_config_without_thatch_imports(tmp_path: Path) -> None:
+    """The hooks' cost: reading the choice loads only the standard library."""
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "c")}
+    path = config_file(env)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"model": "mock"}')
+    code = (
+        "import sys, os; from thatch.common.environment import setting;"
+        "print(setting(os.environ, 'model').value);"
+        "print(sorted(m for m in sys.modules if m.startswith('thatch')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == ["mock", "['thatch', 'thatch.common', 'thatch.common.environment']"]
+
+
+# -- thatch model use ---------------------------------------------------------------------
+
+
+def test_use_without_arguments_shows_the_setting_and_its_origin() -> None:
+    assert run("use") == (0, f"{DEFAULT_MODEL} (from default)\n", "")
+
+
+def test_use_saves_an_imported_model_by_id_and_every_process_sees_it(imported: Path) -> None:
+    code, out, err = run("use", "all-MiniLM-L6-v2")  # the short name, not cached from the hub
+    assert code == 0, err
+    path = config_file(os.environ)
+    assert out.splitlines() == [
+        f"Default model: {PACKAGED_MODEL_ID} (imported at {imported})",
+        f"Saved in {path}",
+    ]
+    assert json.loads(path.read_text()) == {"model": PACKAGED_MODEL_ID}
+    assert configured_model(os.environ) == PACKAGED_MODEL_ID
+    assert resolve_model(env=os.environ, download=False).path == imported
+    assert run("use") == (0, f"{PACKAGED_MODEL_ID} (from config file {path})\n", "")
+
+
+def test_use_directory_saves_its_absolute_path(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(minilm_dir.parent)
+    code, out, _ = run("use", minilm_dir.name)
+    assert code == 0
+    assert json.loads(config_file(os.environ).read_text()) == {"model": str(minilm_dir)}
+    assert out.splitlines()[0] == f"Default model: {PACKAGED_MODEL_ID} (local dir at {minilm_dir})"
+
+
+def test_use_clear_forgets_the_choice_and_keeps_other_keys() -> None:
+    path = config_file(os.environ)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"model": "mock", "other": 1}')
+    code, out, _ = run("use", "--clear")
+    assert code == 0
+    assert out == f"Cleared the saved model in {path}; the default is {DEFAULT_MODEL}.\n"
+    assert json.loads(path.read_text()) == {"other": 1}
+
+
+def test_use_says_when_thatch_model_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    code, _, err = run("use", "mock")
+    assert code == 0
+    assert "THATCH_MODEL=mock is set in this environment and wins" in err
+
+
+def test_use_of_a_model_not_here_saves_it_and_says_how_to_get_it() -> None:
+    code, out, err = run("use", "acme/some-model")
+    assert code == 0
+    assert out.startswith("Default model: acme/some-model (needs download)\n")
+    assert err.startswith("Warning: acme/some-model is not on this machine yet. Fix: ")
+    assert unavailable_fix("acme/some-model", os.environ, hub=False) in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope"], 'Error: unknown model "nope"'),
+        (["/etc/hostname"], "Error: model path /etc/hostname is not a directory"),
+        (["./missing-dir"], "Error: model directory"),
+        (["mock", "--clear"], "Error: give MODEL or --clear, not both"),
+    ],
+)
+def test_use_bad_input_is_one_line(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["model", "use", *args])
+    assert result.exit_code in (1, 2)
+    assert message in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    assert not config_file(os.environ).exists()
+
+
+@pytest.mark.parametrize("args", [["mock"], ["--clear"], []])
+def test_use_with_a_malformed_config_refuses_and_keeps_the_file(args: list[str]) -> None:
+    path = config_file(os.environ)
+    path.parent.mkdir(parents=True)
+    path.write_text("{bad")
+    code, _, err = run("use", *args)
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[0].startswith(f"Error: the config file {path} is not valid JSON")
+    assert lines[1].startswith(f"Fix: correct or remove {path}")
+    assert path.read_text() == "{bad"
+
+
+# -- imported models by id and short name --------------------------------------------------
+
+
+def test_imported_model_resolves_by_id_and_short_name(imported: Path) -> None:
+    env = {**os.environ, "THATCH_MODEL": PACKAGED_MODEL_ID}
+    for name in (PACKAGED_MODEL_ID, "all-MiniLM-L6-v2"):
+        settings = describe_model(name, env=env)
+        assert (settings.model_id, settings.source, settings.path) == (
+            PACKAGED_MODEL_ID,
+            "imported",
+            imported,
+        )
+        assert model_id_for(name, env=env) == PACKAGED_MODEL_ID
+    assert resolve_model(env=env, download=False).path == imported
+
+
+def test_pinned_revision_never_means_an_import(imported: Path) -> None:
+    settings = describe_model(f"{PACKAGED_MODEL_ID}@main", env=os.environ)
+    assert settings.source == "needs download"
+
+
+def test_offline_fix_prefers_imported_models(imported: Path) -> None:
+    choices = offline_choices(os.environ)
+    assert choices[0] == (
+        f"use a model imported here ({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}"
+    )
+    assert not any("packaged" in choice for choice in choices)  # already imported
+
+
+# -- the id an import gets -----------------------------------------------------------------
+
+
+def test_packaged_checkpoint_is_named_by_its_model_card(minilm_source: Path) -> None:
+    config = json.loads((minilm_source / "config.json").read_text())
+    assert config["_name_or_path"] == "nreimers/MiniLM-L6-H384-uncased"  # the base model
+    assert default_model_id(minilm_source, config) == (
+        PACKAGED_MODEL_ID,
+        "README.md, the sentence-transformers model card",
+    )
+
+
+def test_model_id_sources_in_order(tmp_path: Path) -> None:
+    plain = tmp_path / "plain-bert"
+    plain.mkdir()
+    assert default_model_id(plain, {"_name_or_path": "org/base"}) == (
+        "org/base",
+        "config.json's _name_or_path",
+    )
+    st = tmp_path / "st"
+    st.mkdir()
+    (st / "modules.json").write_text("[]")
+    assert default_model_id(st, {"_name_or_path": "org/base"}) == ("st", "the directory name")
+    cached = tmp_path / "models--acme--mini" / "snapshots" / "abc"
+    cached.mkdir(parents=True)
+    assert default_model_id(cached, {}) == ("acme/mini", "the hub cache path")
+
+
+def test_import_cli_says_where_the_id_came_from(minilm_source: Path, tmp_path: Path) -> None:
+    """No --model-id: the packaged checkpoint imports as all-MiniLM-L6-v2 into thatch's model
+    cache, and the printed command chooses it by id."""
+    from thatch.common.environment import models_dir
+
+    code, out, err = run("import", str(minilm_source), "--no-quantize")
+    target = models_dir(os.environ) / "sentence-transformers__all-MiniLM-L6-v2"
+    assert code == 0, err
+    assert out.splitlines() == [str(target), f"thatch model use {PACKAGED_MODEL_ID}"]
+    assert (
+        f"model id {PACKAGED_MODEL_ID} (from README.md, the sentence-transformers model card; "
+        "--model-id sets another)"
+    ) in err
+
+
+def test_import_of_a_file_is_one_line(tmp_path: Path) -> None:
+    src = tmp_path / "file"
+    src.write_text("x")
+    code, _, err = run("import", str(src))
+    assert code == 1
+    assert err.splitlines() == [
+        f"Error: {src} is not a directory",
+        "Fix: give the checkpoint's directory",
+    ]
+
+
+def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
+    tmp_path: Path, short_tmp: Path
+) -> None:
+    """A model directory missing a file: the server's Fix line (which an auto-starting
+    frontend shows) points at the model, never at `thatch embedder start`."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "thatch.embedder",
+            "serve",
+            "--listen",
+            f"unix://{short_tmp}/e.sock",
+        ],
+        env={**os.environ, "THATCH_MODEL": str(broken)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-2:] == [
+        f"Error: model local:broken at {broken} is missing tokenizer.json",
+        f"Fix: thatch model info {broken} shows how the model resolves; "
+        "thatch model use ID chooses another (or set THATCH_MODEL)",
+    ]
+
+
+def test_hooks_with_a_malformed_config_still_exit_0_without_a_traceback(tmp_path: Path) -> None:
+    """A broken config file costs the hooks only what needs the model: the reminder and
+    the prompt nudge still print, exit 0, no traceback."""
+    from tests.support.hookrun import hook_env, run_hook
+    from tests.support.host_payloads import host_payload
+
+    path = config_file(os.environ)
+    path.parent.mkdir(parents=True)
+    path.write_text("{bad")
+    project = tmp_path / "project"
+    project.mkdir()
+    env = hook_env(tmp_path, CLAUDE_PROJECT_DIR=str(project))
+    for args, name in (
+        (["reminder"], "claude-SessionStart-startup"),
+        (["flush-tools"], "claude-UserPromptSubmit"),
+    ):
+        payload = host_payload(name)
+        payload["cwd"] = str(project)
+        result = run_hook(args, payload, env, cwd=project)
+        assert result.returncode == 0
+        assert result.stdout.startswith(b"[thatch] ")
+        assert b"Traceback" not in result.stderr
