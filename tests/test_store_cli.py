@@ -232,3 +232,23 @@ def test_list_all_is_the_default_scope_as_for_search(db: Path) -> None:
     assert [line.split(" (")[0] for line in lines] == ["[proj] Mine", "[global] Shared"]
     document = json.loads(run("list", "all", "--json").stdout)
     assert [(m["store"], m["label"]) for m in document] == [("proj", "Mine"), ("global", "Shared")]
+
+
+def test_every_json_output_is_one_line(db: Path) -> None:
+    """One JSON style for the whole CLI: one document on one line (issue 12 §4)."""
+    run("remember", "Keep", "k")
+    for args in (
+        ["stores", "--json"],
+        ["list", "--json"],
+        ["list", "all", "--json"],
+        ["show", "Keep", "--json"],
+        ["search", "k", "--json"],
+        ["remember", "Other", "o", "--json"],
+        ["dedup", "--json"],
+        ["hygiene", "--json"],
+        ["doctor", "--json"],
+        ["forget", "Other", "--yes", "--json"],
+    ):
+        result = run(*args)
+        assert result.stdout.count("\n") == 1, args
+        json.loads(result.stdout)
