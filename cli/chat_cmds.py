@@ -80,7 +80,7 @@ def list_cmd(as_json: bool) -> None:
     finally:
         store.conn.close()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows, ensure_ascii=False))
         return
     header = ("NAME", "STATUS", "HOST", "PROJECT", "LAST SEEN", "TOPIC")
     cells = [

@@ -35,7 +35,7 @@ def doctor(as_json: bool) -> None:
     )
     if as_json:
         document = [check.as_json() for check in checks]
-        click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        click.echo(json.dumps(document, ensure_ascii=False))
     else:
         for check in checks:
             for line in check.lines():

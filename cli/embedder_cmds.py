@@ -157,7 +157,7 @@ def status(as_json: bool) -> None:
             raise FixableError(f"no embedder answering at {address}.", fix)
     facts = status_facts(str(address), health, info)
     if as_json:
-        click.echo(json.dumps(facts, ensure_ascii=False, indent=2))
+        click.echo(json.dumps(facts, ensure_ascii=False))
         return
     for label, value in status_lines(facts):
         click.echo(f"{label + ':':<14} {value}")

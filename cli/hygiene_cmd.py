@@ -18,33 +18,55 @@ def _active_model() -> str:
     return active_model(os.environ, timeout=2.0)
 
 
+def _fill_pending() -> None:
+    """Embed what waits for the embedder when one is serving (never start one): a memory
+    saved while it was down must not stay "not embedded yet" here until the next search."""
+    from thatch.frontend.tools.context import ToolContext
+
+    with ToolContext.from_env(autostart=False, start_wait=0) as ctx:
+        if ctx.store.pending_count():
+            ctx.pending_fill.fill_opportunistically()
+
+
 @click.command("hygiene")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as one JSON document.")
 def hygiene(as_json: bool) -> None:
     """Report duplicates, stale, orphaned, other-model and pending memories.
 
-    Prints the report, or "Store is healthy." when there is nothing to tend. Exits 0
-    either way; thatch never deletes anything for hygiene.
+    Prints the report and names what it counts (the duplicate-candidate pairs, the stale
+    memories, the memories of deleted branches), or "Store is healthy." when there is
+    nothing to tend. Exits 0 either way; thatch never deletes anything for hygiene.
+    Memories waiting for an embedding are embedded first when an embedder is serving.
     """
     from thatch.common.environment import default_db_path
+    from thatch.embedder.models.thresholds import in_force
     from thatch.frontend.hooks.hookio import project_dir
     from thatch.frontend.project import project_store
     from thatch.frontend.store.db import read_leniently
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
     from thatch.frontend.tools.hygiene import hygiene as compute_hygiene
+    from thatch.frontend.tools.hygiene import named
 
     directory = project_dir(os.environ, {})
     project = project_store(directory, os.environ)
     with translate_errors():  # damaged or unreadable files included: one line, no traceback
+        _fill_pending()
         store = Store.open(default_db_path(os.environ), clock=utc_now)
         try:
+            model = _active_model()
+            now = utc_now()
             result = read_leniently(
-                store.conn, lambda: compute_hygiene(store, project, directory, _active_model())
+                store.conn,
+                lambda: compute_hygiene(store, project, directory, model, env=os.environ, now=now),
             )
+            threshold = in_force(os.environ, model).values.duplicate
+            parts = read_leniently(store.conn, lambda: named(store, result, threshold, now))
         finally:
             store.close()
     if as_json:
-        click.echo(json.dumps(result.as_json(), ensure_ascii=False))
+        click.echo(json.dumps({**result.as_json(), **parts.as_json()}, ensure_ascii=False))
+    elif result.report:
+        click.echo("\n".join([result.report, *parts.lines(project)]))
     else:
-        click.echo(result.report or "Store is healthy.")
+        click.echo("Store is healthy.")

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "forget": "thatch.cli.store_cmds:forget",
     "search": "thatch.cli.store_cmds:search",
     "remember": "thatch.cli.store_cmds:remember",
+    "dedup": "thatch.cli.store_cmds:dedup",
     "predictions": "thatch.cli.engine_cmds:predictions",
     "behaviors": "thatch.cli.engine_cmds:behaviors",
     "setup": "thatch.cli.setup_cmd:setup",

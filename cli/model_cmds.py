@@ -96,7 +96,7 @@ def info_cmd(name: str | None, as_json: bool) -> None:
         settings = describe_model(name, env=os.environ)
     fields = info_fields(settings)
     if as_json:
-        click.echo(json.dumps(fields, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(fields, ensure_ascii=False))
         return
     width = max(len(key) for key in fields)
     for key, value in fields.items():

@@ -39,7 +39,10 @@ def _errors() -> Iterator[None]:
     with translate_errors():
         try:
             yield
-        except (StoreError, Refused) as error:
+        except Refused as error:
+            debug_traceback()
+            raise click.ClickException(error.cli) from None
+        except StoreError as error:
             debug_traceback()
             raise click.ClickException(str(error)) from None
         except ArgumentError as error:
@@ -67,7 +70,8 @@ def _leniently(tools: Tools, operation: Callable[[], T]) -> T:
 
 
 def _emit_json(document: object) -> None:
-    click.echo(json.dumps(document, ensure_ascii=False, indent=2))
+    """Every ``--json`` output: one JSON document on one line (docs/cli.md §one-voice)."""
+    click.echo(json.dumps(document, ensure_ascii=False))
 
 
 def _check(param_name: str, tool: str, value: object) -> Any:
@@ -89,9 +93,14 @@ def _reading_store(tools: Tools, store: str | None) -> str:
         problem = store_name_problem(store)
         if problem is not None:  # existing stores stay readable whatever their name
             raise click.ClickException(f"Invalid arguments: store: {problem}")
-        names = ", ".join(map(token, sorted(tools.ctx.store.store_names())))
-        raise click.ClickException(f"no store named {quoted(store)}.\nStores: {names}")
+        from thatch.frontend.tools import formatting as fmt
+
+        raise click.ClickException(fmt.no_store(store, tools.ctx.store.store_names()))
     return store
+
+
+def _list_store(tools: Tools, name: str) -> list[Memory]:
+    return _leniently(tools, lambda: tools.ctx.store.list(name))
 
 
 def _memory_json(memory: Memory, *, content: bool = False) -> dict[str, Any]:
@@ -140,17 +149,18 @@ def stores(as_json: bool) -> None:
 @click.argument("store", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(store: str | None, as_json: bool) -> None:
-    """List the memories of STORE (default: the project store)."""
+    """List the memories of STORE (default: the project store; all: project + global)."""
     from thatch.frontend.tools import formatting as fmt
 
     with _errors():
         tools = _tools()
-        name = _reading_store(tools, store)
-        memories = _leniently(tools, lambda: tools.ctx.store.list(name))
+        # "all" means the default scope, as for search --store all.
+        names = tools.ctx.default_scope if store == "all" else [_reading_store(tools, store)]
+        listed = {name: _list_store(tools, name) for name in names}
     if as_json:
-        _emit_json([_memory_json(memory) for memory in memories])
+        _emit_json([_memory_json(memory) for name in names for memory in listed[name]])
     else:
-        click.echo(fmt.memory_list(name, memories))
+        click.echo("\n".join(fmt.memory_list(name, listed[name]) for name in names))
 
 
 @click.command("show", context_settings=SETTINGS)
@@ -167,7 +177,9 @@ def show(label: str, store: str | None, as_json: bool) -> None:
     if memory is None:
         raise _not_found(label.strip(), name)
     if as_json:
-        _emit_json(_memory_json(memory, content=True))
+        # The same text the plain output shows: the stored "# <label>" heading is the
+        # label's, already a field of its own.
+        _emit_json({**_memory_json(memory), "content": body_text(memory)})
         return
     lines = [f"[{token(memory.store)}] {inline(memory.label)}"]
     if memory.branch:
@@ -196,18 +208,30 @@ def body_text(memory: Memory) -> str:
 @click.command("forget", context_settings=SETTINGS)
 @click.argument("label")
 @click.argument("store", required=False)
-def forget(label: str, store: str | None) -> None:
-    """Delete the memory LABEL."""
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def forget(label: str, store: str | None, yes: bool, as_json: bool) -> None:
+    """Delete the memory LABEL (asks first when stdin is a terminal; --yes skips)."""
     from thatch.frontend.tools import formatting as fmt
 
     with _errors():
         label = _check("label", "memory_forget", label)
         tools = _tools()
         name = _reading_store(tools, store)
+        if not yes and _is_terminal(sys.stdin):
+            found = _leniently(tools, lambda: tools.ctx.store.show(name, label))
+            if found is None:
+                raise _not_found(label.strip(), name)
+            question = f"Delete {quoted(found.label)} from {quoted(name)}?"
+            if not click.confirm(question, default=False):
+                raise click.ClickException("not deleted.")
         memory = _leniently(tools, lambda: tools.ctx.store.forget(name, label))
     if memory is None:
         raise _not_found(label.strip(), name)
-    click.echo(fmt.forgotten(name, memory.label))
+    if as_json:
+        _emit_json({"store": name, "label": memory.label, "slug": memory.slug, "forgotten": True})
+    else:
+        click.echo(fmt.forgotten(name, memory.label))
 
 
 @click.command("search", context_settings=SETTINGS)
@@ -289,8 +313,13 @@ def search(
 
 
 @click.command("remember", context_settings=SETTINGS)
-@click.argument("label")
+@click.argument("label", required=False)
 @click.argument("content", required=False)
+@click.option(
+    "--derive-label",
+    is_flag=True,
+    help="No LABEL: the only argument is CONTENT; the label is its first line.",
+)
 @click.option("--store", help="Store to write (default: the project store).")
 @click.option("--branch", help="Scope the memory to a git branch.")
 @click.option("--confidence", type=click.IntRange(1, 10), help="1..10.")
@@ -298,8 +327,9 @@ def search(
 @click.option("--archived/--no-archived", default=None, help="Archive or unarchive.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def remember(
-    label: str,
+    label: str | None,
     content: str | None,
+    derive_label: bool,
     store: str | None,
     branch: str | None,
     confidence: int | None,
@@ -307,8 +337,19 @@ def remember(
     archived: bool | None,
     as_json: bool,
 ) -> None:
-    """Save a memory; CONTENT comes from stdin when omitted or "-"."""
+    """Save a memory; CONTENT comes from stdin when omitted or "-".
+
+    An empty LABEL is an error; with --derive-label the label is derived from the
+    content's first line (as memory_remember does when no label is given).
+    """
     from thatch.frontend.tools import formatting as fmt
+
+    if derive_label:
+        if content is not None:
+            raise click.UsageError("with --derive-label, pass only CONTENT (or pipe it).")
+        label, content = None, label
+    elif label is None:
+        raise click.UsageError("missing LABEL (or pass --derive-label to derive it).")
 
     if content is None or content == "-":
         stdin = sys.stdin
@@ -317,7 +358,7 @@ def remember(
         content = stdin.read()
     with _errors():
         values = {
-            "label": _check("label", "memory_remember", label),
+            "label": None if label is None else _check("label", "memory_remember", label),
             "content": _check("content", "memory_remember", content),
             "store": _check("store", "memory_remember", store),
             "branch": _check("branch", "memory_remember", branch),
@@ -339,12 +380,15 @@ def remember(
                     {"label": m.memory.label, "score": round(m.score, 6)} for m in report.similar
                 ],
                 "embedding": "pending" if report.pending_cause is not None else "ok",
+                "created_store": report.created_store,
             }
         )
     else:
         text = fmt.saved(report.store, report.label)
+        if report.created_store:
+            text += " " + fmt.new_store(report.store)
         if report.similar:
-            text += "\n\n" + fmt.similar_warning(report.similar)
+            text += "\n\n" + fmt.similar_warning(report.similar, cli=True)
         click.echo(text)
     if report.pending_cause is not None:
         click.echo(fmt.pending_notice(report.pending_cause), err=True)
@@ -355,3 +399,61 @@ def _is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+@click.command("dedup", context_settings=SETTINGS)
+@click.argument("labels", nargs=-1)
+@click.option("--store", help="Store to review (default: the project store).")
+@click.option(
+    "--verdict", type=click.Choice(["duplicate", "supplement", "contradiction", "unrelated"])
+)
+@click.option(
+    "--threshold", type=click.FloatRange(0, 1), help="Minimum similarity (default: the model's)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def dedup(
+    labels: tuple[str, ...],
+    store: str | None,
+    verdict: str | None,
+    threshold: float | None,
+    as_json: bool,
+) -> None:
+    """List near-duplicate clusters, or record a verdict on one pair.
+
+    \b
+    thatch dedup                      clusters of the project store (find_duplicates)
+    thatch dedup A B --verdict V      record V for the pair A, B (dedup_mark_checked)
+    """
+    from thatch.frontend.tools import formatting as fmt
+
+    if labels and (len(labels) != 2 or verdict is None):
+        raise click.UsageError("record a verdict with: thatch dedup LABEL_A LABEL_B --verdict V")
+    if verdict is not None and not labels:
+        raise click.UsageError("--verdict needs the pair: thatch dedup LABEL_A LABEL_B --verdict V")
+    with _errors():
+        tools = _tools()
+        name = _reading_store(tools, store)
+        if labels:
+            assert verdict is not None
+            a = _check("label_a", "dedup_mark_checked", labels[0])
+            b = _check("label_b", "dedup_mark_checked", labels[1])
+            text = _leniently(tools, lambda: tools.mark_checked(name, a, b, verdict))
+            if as_json:
+                _emit_json({"store": name, "label_a": a, "label_b": b, "verdict": verdict})
+            else:
+                click.echo(text)
+            return
+        cut = threshold if threshold is not None else tools.configured_thresholds().duplicate
+        pairs = _leniently(tools, lambda: tools.duplicate_pairs(name, cut))
+    if as_json:
+        _emit_json(
+            [
+                [
+                    {"label_a": p.label_a, "label_b": p.label_b, "score": round(p.score, 6)}
+                    for p in cluster.pairs
+                ]
+                for cluster in fmt.clusters(pairs)
+            ]
+        )
+    else:
+        click.echo(fmt.duplicates(name, pairs, cut))

@@ -405,7 +405,61 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
     return Check("ok", "memories", f"{_plural(total, 'memory', 'memories')}{suffix}")
 
 
+# -- thresholds -------------------------------------------------------------------------
+
+
+def check_thresholds(env: Mapping[str, str], model: str | None) -> Check:
+    """The similarity thresholds in force for the active model, and where each came from
+    (docs/tools.md §thresholds)."""
+    from thatch.embedder.models.thresholds import NAMES, VARIABLES, defaults_for, in_force
+    from thatch.embedder.settings import configured_model
+
+    if not model:
+        from thatch.embedder.errors import ThatchEmbedderError
+
+        try:
+            model = configured_model(env)
+        except ThatchEmbedderError:  # the model check says why; thresholds still print
+            model = "an unresolved model"
+    forced = in_force(env, model)
+    values = ", ".join(
+        f"{name.replace('_', ' ')} {getattr(forced.values, name):g}" for name in NAMES
+    )
+    where = [
+        f"defaults for {model}"
+        if defaults_for(model)
+        else f"built-in defaults: {model} is not calibrated"
+    ]
+    where += [
+        f"{name.replace('_', ' ')} from {forced.source(name)}"
+        for name in NAMES
+        if forced.source(name) == VARIABLES[name]
+    ]
+    detail = f"{values} ({'; '.join(where)})"
+    if forced.problems:
+        return Check("warn", "thresholds", "; ".join([*forced.problems, detail]), "fix or unset it")
+    return Check("ok", "thresholds", detail)
+
+
 # -- setup ------------------------------------------------------------------------------
+
+
+NOT_WIRED = "thatch is not wired into any host (Claude Code, Cursor, opencode)"
+NOT_WIRED_FIX = (
+    "thatch setup --claude (or --cursor, --opencode) in a project; add --global for every "
+    "project; thatch demo first to see it work"
+)
+
+
+def wired_anywhere(project_dir: Path, env: Mapping[str, str]) -> bool:
+    from thatch.common.environment import HOSTS
+    from thatch.frontend.setup.check import has_own_entry
+
+    return any(
+        has_own_entry(host, scope, project_dir, env)
+        for host in HOSTS
+        for scope in ("local", "global")
+    )
 
 
 def hosts_to_check(project_dir: Path, env: Mapping[str, str]) -> list[str]:
@@ -462,10 +516,13 @@ def run_checks(
         embedder, served = check_embedder(env)
         model, active = check_model(env, served)
         checks = [database, check_queue(queue_dir(env)), embedder, model]
+        checks.append(check_thresholds(env, active))
         checks.append(check_memories(conn, db_path.exists(), active))
     finally:
         if conn is not None:
             conn.close()
+    if not wired_anywhere(project_dir, env):
+        checks.append(Check("warn", "setup", NOT_WIRED, NOT_WIRED_FIX))
     for host in hosts_to_check(project_dir, env):
         checks.append(check_setup(host, project_dir, env, bin_path=bin_path, version=version))
     return checks

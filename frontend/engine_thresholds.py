@@ -1,25 +1,42 @@
-"""The engines' auto-fire thresholds from the environment (engines.md §2), standard library
-only: the prompt hook's warm path reads them without importing the engine store."""
+"""The engines' auto-fire thresholds (engines.md §2), standard library only: the prompt
+hook's warm path reads them without importing the engine store.
+
+Defaults belong to the model that embedded the prompt (embedder/models/thresholds.py);
+``THATCH_PREDICTION_THRESHOLD`` / ``THATCH_BEHAVIOR_THRESHOLD`` override them.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-DEFAULT_AUTO_FIRE = 0.60
-VARIABLES = {
-    "prediction": "THATCH_PREDICTION_THRESHOLD",
-    "behavior": "THATCH_BEHAVIOR_THRESHOLD",
-}
+from thatch.embedder.models.thresholds import VARIABLES, defaults_for, in_force
+
+ENGINES = ("prediction", "behavior")
 
 
-def auto_fire_thresholds(env: Mapping[str, str]) -> dict[str, float]:
-    """``{"prediction": t, "behavior": t}``: each variable when a number in [0, 1], else 0.60."""
-    found = {}
-    for engine, name in VARIABLES.items():
-        try:
-            number = float(env.get(name, "").strip())
-        except ValueError:
-            number = DEFAULT_AUTO_FIRE
-        found[engine] = number if not math.isnan(number) and 0 <= number <= 1 else DEFAULT_AUTO_FIRE
+def auto_fire_thresholds(env: Mapping[str, str], model: str) -> dict[str, float]:
+    """``{"prediction": t, "behavior": t}`` for vectors of ``model``."""
+    values = in_force(env, model).values
+    return {"prediction": values.prediction, "behavior": values.behavior}
+
+
+def auto_fire_overrides(env: Mapping[str, str]) -> dict[str, float | None]:
+    """Each engine's variable when it is a number in [0, 1], else None (the model decides)."""
+    found: dict[str, float | None] = {}
+    forced = in_force(env, "")
+    for engine in ENGINES:
+        found[engine] = (
+            getattr(forced.values, engine) if forced.source(engine) == VARIABLES[engine] else None
+        )
     return found
+
+
+def resolve(overrides: Mapping[str, float | None], model: str) -> dict[str, float]:
+    """Overrides where given, else ``model``'s defaults (the built-in ones when uncalibrated)."""
+    from thatch.embedder.models.thresholds import BUILT_IN
+
+    base = defaults_for(model) or BUILT_IN
+    return {
+        engine: value if (value := overrides.get(engine)) is not None else getattr(base, engine)
+        for engine in ENGINES
+    }

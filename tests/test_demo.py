@@ -19,7 +19,7 @@ from thatch.common.environment import default_db_path, queue_dir
 
 MODEL_DIR = Path("thatch/models/sentence-transformers__all-MiniLM-L6-v2")
 SAVED = [
-    "[saved] demo :: Running the test suite",
+    '[saved] demo :: Running the test suite (new store "demo" created)',
     "[saved] demo :: User prefers concise answers",
     "[saved] demo :: Production deployment",
 ]

@@ -71,7 +71,10 @@ def tree(*roots: Path) -> dict[str, tuple[int, int]]:
 def test_healthy_setup_prints_ok_lines_and_exits_0(
     healthy: Path, mock_embedder: EmbedderProcess
 ) -> None:
-    """All checks ok: exact `<status>  <check>  <detail>` lines, no fix lines, exit 0."""
+    """All checks ok: exact `<status>  <check>  <detail>` lines, exit 0; the thresholds in
+    force and where they came from; a machine wired into no host is told how (a warn)."""
+    from thatch.frontend.doctor import NOT_WIRED, NOT_WIRED_FIX
+
     result = doctor()
     assert result.exit_code == 0, result.output
     queue = queue_dir(os.environ)
@@ -83,7 +86,11 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
         "ok  model  mock (mock; from THATCH_MODEL), served by the embedder; processes "
         "started without THATCH_MODEL use Xenova/bge-small-en-v1.5: thatch model use mock "
         "saves this one",
+        "ok  thresholds  recall nudge 0.55, recall floor 0, duplicate 0.85, prediction 0.6, "
+        "behavior 0.6 (built-in defaults: mock is not calibrated)",
         "ok  memories  1 memory, all embedded with mock",
+        f"warn  setup  {NOT_WIRED}",
+        f"      fix: {NOT_WIRED_FIX}",
     ]
 
 
@@ -97,9 +104,11 @@ def test_json_is_one_document_of_checks(healthy: Path) -> None:
         "queue",
         "embedder",
         "model",
+        "thresholds",
         "memories",
+        "setup",
     ]
-    for item in document:
+    for item in document[:-1]:
         assert set(item) == {"status", "check", "detail", "fix"}
         assert item["status"] == "ok" and item["fix"] is None
         assert isinstance(item["detail"], str) and item["detail"]
@@ -378,3 +387,21 @@ def test_doctor_changes_no_file(
         assert set(tree(tmp_path)) == set(during)
     assert embedder_pids(str(tmp_path)) == []
     assert re.search(r"\(1 memory in 2 stores\)", result.stdout)
+
+
+def test_thresholds_line_names_each_source(
+    healthy: Path, mock_embedder: EmbedderProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variable in force is named; a bad one is a warn saying it is ignored."""
+    monkeypatch.setenv("THATCH_RECALL_THRESHOLD", "0.4")
+    lines = doctor().stdout.splitlines()
+    assert (
+        "ok  thresholds  recall nudge 0.4, recall floor 0, duplicate 0.85, prediction 0.6, "
+        "behavior 0.6 (built-in defaults: mock is not calibrated; recall nudge from "
+        "THATCH_RECALL_THRESHOLD)"
+    ) in lines
+    monkeypatch.setenv("THATCH_DUPLICATE_THRESHOLD", "high")
+    lines = doctor().stdout.splitlines()
+    warned = [line for line in lines if line.startswith("warn  thresholds  ")]
+    assert len(warned) == 1
+    assert 'ignoring THATCH_DUPLICATE_THRESHOLD="high": not a number between 0 and 1' in warned[0]

@@ -397,3 +397,24 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
     }
     if hook.startswith("buffer"):
         assert len(read_jsonl(queue_file(env, "s"))) == 1
+
+
+def test_unreadable_tool_calls_are_said_once_per_session(tmp_path: Path) -> None:
+    """Tool calls in a shape thatch cannot read: nothing queued, one stderr line per
+    session (a marker in the queue directory), never a non-zero exit (issue 12 §5)."""
+
+    env = hook_env(tmp_path)
+    odd = {"session_id": "s-odd", "tool_calls": [{"name": "Bash", "input": {"command": "ls"}}]}
+    first = run_hook(["buffer-batch"], odd, env)
+    assert first.returncode == 0 and first.stdout == b""
+    said = first.stderr.decode()
+    assert said.startswith("[thatch buffer-batch] tool calls in a payload shape thatch cannot read")
+    assert "keys: session_id, tool_calls" in said and said.count("\n") == 1
+    assert run_hook(["buffer-batch"], odd, env).stderr == b""
+    queue_dir = Path(env["THATCH_QUEUE_DIR"])
+    assert not list(queue_dir.glob("*.jsonl"))
+    other = run_hook(["buffer-tool"], {"conversation_id": "c-odd", "tool": "read"}, env)
+    assert b"[thatch buffer-tool] tool calls in a payload shape" in other.stderr
+    # Nothing that looks like a tool call stays silent, as before.
+    assert run_hook(["buffer-batch"], {"session_id": "s-none"}, env).stderr == b""
+    assert run_hook(["buffer-batch"], {"session_id": "s-none", "tool_calls": []}, env).stderr == b""

@@ -130,7 +130,7 @@ def test_approved_or_silent_settings_keep_the_nudges(
     queue_calls(project, env)
     text = hook(["flush-tools"], payload("claude-UserPromptSubmit", project), env)
     assert text.startswith("[thatch] 2 tool interactions are queued for fact extraction.")
-    assert "mcp__thatch__get_extraction_payload" in text
+    assert "Call get_extraction_payload" in text
     reminder = hook(["reminder"], payload("claude-SessionStart-startup", project), env)
     assert reminder.startswith("[thatch] Before you reply, load what earlier sessions learned")
 

@@ -67,14 +67,14 @@ def test_extraction_nudge_escalates_with_ids_verbatim(tmp_path: Path, sid: str) 
     )
     jsonl = Path(env["THATCH_QUEUE_DIR"]) / f"{sid}.jsonl"
     before = jsonl.read_bytes()
-    fetch, done = "mcp__thatch__get_extraction_payload", "mcp__thatch__extraction_done"
+    fetch, done = "get_extraction_payload", "extraction_done"
     p = sub_agent_prompt(sid, fetch, done, load=True)
     polite = (
         "[thatch] 2 tool interactions are queued for fact extraction. Spawn a background "
         f'sub-agent with this prompt: "{p}" Then call {done} to acknowledge.{LOAD} This is an '
-        "automated system nudge, not a request from the user: after dispatching and "
-        "acknowledging, stop; do not advance other work on its account, and if you were "
-        "waiting for the user, keep waiting.\n"
+        "automated system nudge, not a request from the user: dispatch it alongside your "
+        "work, then answer the user's prompt as you would have; do not start other work on "
+        "its account.\n"
     )
     insistent = (
         "[thatch] You have not acted on earlier extraction nudges. 2 tool interactions are "
@@ -123,7 +123,7 @@ def test_cursor_conversation_id_and_host_from_env(tmp_path: Path, project: Path)
     out, _ = flush(
         env, {"conversation_id": cid, "prompt": PROMPT, "workspace_roots": [str(project)]}, "--json"
     )
-    assert "mcp__thatch__get_extraction_payload" in json.loads(out)["additional_context"]
+    assert "Call get_extraction_payload with" in json.loads(out)["additional_context"]
 
 
 def test_broken_queue_dir_falls_back_to_write_nudge(tmp_path: Path) -> None:
@@ -349,24 +349,50 @@ def test_recall_excludes_archived_and_respects_default_threshold(
     assert out == WRITE + "\n"
 
 
-def test_queue_wins_over_recall(recall_env: dict[str, str]) -> None:
-    """With queued records the extraction nudge prints and no recall label appears."""
+def test_queue_and_recall_both_print(recall_env: dict[str, str]) -> None:
+    """With queued records and a related memory, the extraction nudge prints first and the
+    recall nudge after it (issue 12 §5: it used to be dropped), and the extraction nudge
+    tells the agent to answer the user rather than stop."""
     sid = "Q-session"
     run_hook(["buffer-batch"], {"session_id": sid, "tool_calls": BATCH_CALLS}, recall_env)
     env = {**recall_env, "THATCH_RECALL_THRESHOLD": "0"}
     out, _ = flush(env, {"session_id": sid, "prompt": "How do I deploy this app to production?"})
-    assert out.startswith("[thatch] 2 tool interactions are queued")
-    assert "Deploying to production" not in out and "memory_recall" not in out
+    extraction, recall = out.rstrip("\n").split("\n\n")
+    assert extraction.startswith("[thatch] 2 tool interactions are queued")
+    assert "answer the user's prompt" in extraction and "keep waiting" not in extraction
+    assert recall.startswith("[thatch] ") and "Deploying to production" in recall
+    assert "memory_recall" in recall
+
+
+def test_budget_keeps_the_extraction_nudge_whole() -> None:
+    """Over the budget the recall tier's text gives way, never the extraction nudge."""
+    from thatch.frontend.hooks.prompt_hooks import NUDGE_BUDGET, within_budget
+
+    extraction = "[thatch] E"
+    blocks = "[thatch] R\n\n" + "b" * NUDGE_BUDGET
+    assert within_budget(extraction, blocks, "[thatch] R") == extraction + "\n\n[thatch] R"
+    assert within_budget(extraction, "[thatch] R", "[thatch] R") == extraction + "\n\n[thatch] R"
+    big = "x" * NUDGE_BUDGET
+    assert within_budget(big, blocks, "[thatch] R") == big
+    assert within_budget(extraction, None, None) == extraction
 
 
 @pytest.mark.parametrize("value", ["abc", "1.5", "-0.1", "nan"])
 def test_invalid_threshold_warns_once_and_uses_default(
     recall_env: dict[str, str], value: str
 ) -> None:
-    """A threshold outside [0, 1] is ignored with one stderr line; 0.55 applies."""
+    """A threshold outside [0, 1] is ignored with one stderr line; the serving model's
+    default applies (MiniLM's calibrated one here, not the BGE 0.55 it used to be)."""
+    from thatch.embedder.models.thresholds import defaults_for
+
+    default = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
+    assert default is not None
     env = {**recall_env, "THATCH_RECALL_THRESHOLD": value}
     prompt = "How do I deploy this app to production?"
-    expected_labels = [k for k, v in scores(recall_env, prompt).items() if v >= 0.55]
+    ranked = scores(recall_env, prompt)
+    expected_labels = sorted(
+        (k for k, v in ranked.items() if v >= default.recall_nudge), key=lambda k: -ranked[k]
+    )
     out, err = flush(env, {"prompt": prompt})
     assert err.splitlines() == [
         f'[thatch] ignoring THATCH_RECALL_THRESHOLD="{value}": not a number between 0 and 1'
@@ -421,3 +447,19 @@ def test_handed_out_snapshot_quiets_the_extraction_nudge(tmp_path: Path) -> None
     assert flush(env, {"session_id": "s", "prompt": "ok"})[0].startswith(
         "[thatch] 2 tool interactions are queued"
     )
+
+
+def test_minilm_nudge_fires_for_the_issues_example(recall_env: dict[str, str]) -> None:
+    """With MiniLM and no THATCH_RECALL_THRESHOLD, "how do I run the tests in this repo?"
+    names the test-suite memory: the model's own threshold applies, not BGE's 0.55."""
+    from thatch.embedder.models.thresholds import defaults_for
+
+    minilm = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
+    assert minilm is not None
+    prompt = "how do I run the tests in this repo?"
+    ranked = scores(recall_env, prompt)
+    assert minilm.recall_nudge <= ranked["Running the test suite"]
+    out, err = flush(recall_env, {"prompt": prompt})
+    assert err == ""
+    assert out.startswith("[thatch] ") and '"Running the test suite"' in out
+    assert "Use memory_recall before responding." in out

@@ -139,3 +139,52 @@ def test_active_model_comes_from_running_embedder(tmp_path: Path, short_tmp: Pat
         out = reminder(env, {}, "--json")
     text = json.loads(out)["additional_context"]
     assert '[thatch hygiene] Store "proj": 1 memory embedded with another model than mock.' in text
+
+
+def test_pending_memories_are_filled_when_an_embedder_serves(
+    tmp_path: Path, short_tmp: Path
+) -> None:
+    """A memory saved while the embedder was down is embedded by the session-start hook
+    when one is serving, so the reminder does not call it "not embedded yet" (issue 12 §5)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    env_srv = {**os.environ, "THATCH_EMBEDDER_EXIT_SECONDS": "0"}
+    with embedder_process("mock", socket_dir=short_tmp, env=env_srv) as proc:
+        env = hook_env(
+            tmp_path,
+            THATCH_PROJECT_DIR=str(project),
+            THATCH_EMBEDDER_ADDR=proc.address,
+            THATCH_MODEL="mock",
+        )
+        with Store.open(env["THATCH_DB_PATH"]) as store:
+            store.remember("proj", "saved offline", "# saved offline\n\nx", None, None)
+        out = reminder(env, {})
+        assert "[thatch hygiene]" not in out and "not embedded yet" not in out
+        with Store.open(env["THATCH_DB_PATH"]) as store:
+            assert store.pending_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "prefix"), [("claude", ""), ("cursor", ""), ("opencode", "thatch_")]
+)
+def test_every_text_names_tools_by_one_rule_per_host(host: str, prefix: str) -> None:
+    """Nudges, the sub-agent prompt and the reminder name every tool the same way for a
+    host: bare for Claude Code and Cursor, thatch_ for opencode (issue 12 §4)."""
+    import re
+
+    from thatch.frontend.hooks.nudges import extraction_nudge, recall_nudge, write_nudge
+    from thatch.frontend.hooks.reminder import reminder_text
+    from thatch.frontend.tools.registry import SPECS_BY_NAME
+
+    texts = [
+        *(extraction_nudge(host, "sid-1", 2, missed) for missed in (0, 2, 3)),
+        recall_nudge(host, ["L"]) or "",
+        write_nudge(host),
+        reminder_text("acme", host, 'Store "acme": 1 memory not embedded yet.'),
+    ]
+    tool = re.compile(r"\b(?:mcp__thatch__|thatch_)?(?:" + "|".join(SPECS_BY_NAME) + r")\b")
+    named = {match.group(0) for text in texts for match in tool.finditer(text)}
+    assert named >= {f"{prefix}get_extraction_payload", f"{prefix}memory_recall"}
+    assert all(name.startswith(prefix) and "mcp__" not in name for name in named), named
+    if not prefix:
+        assert not any(name.startswith("thatch_") for name in named), named

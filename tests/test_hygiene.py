@@ -170,6 +170,56 @@ def test_all_signals_together_with_global_appended(
     }
 
 
+def test_cli_names_the_pairs_stale_memories_and_branches_it_counts(
+    cli_env: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """Counts come with what they count, so a person can act on them (issue 12 §4)."""
+    same = vec()
+    old = datetime.now(UTC) - timedelta(days=200)
+    with Store.open(cli_env, clock=lambda: old) as store:
+        add(store, "acme", "Dup one", same)
+        add(store, "acme", "Dup two", same)
+        add(store, "acme", "On gone", vec(), branch="gone-branch")
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        'Store "acme": 1 duplicate-candidate pair pending review; 3 memories'
+    )
+    assert lines[1:] == [
+        'Duplicate candidates in "acme" (thatch dedup to review):',
+        '  [score:1.000] "Dup one" ↔ "Dup two"',
+        'Stale in "acme" (neither updated nor recalled in 90+ days):',
+        '  "Dup one"',
+        '  "Dup two"',
+        '  "On gone"',
+        'Scoped to deleted branches in "acme":',
+        '  "On gone" (branch:gone-branch)',
+    ]
+    document = json.loads(CliRunner().invoke(cli, ["hygiene", "--json"]).stdout)
+    assert document["duplicate_pairs"] == [
+        {"label_a": "Dup one", "label_b": "Dup two", "score": 1.0}
+    ]
+    assert document["stale_labels"] == ["Dup one", "Dup two", "On gone"]
+    assert document["orphaned_memories"] == [{"label": "On gone", "branch": "gone-branch"}]
+
+
+def test_cli_fills_pending_memories_when_an_embedder_serves(
+    cli_env: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: object
+) -> None:
+    """A memory saved while the embedder was down is embedded by the next frontend that
+    reaches it: hygiene does not report it "not embedded yet" while one is serving."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)  # type: ignore[attr-defined]
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    with Store.open(cli_env) as store:
+        add(store, "acme", "Saved offline", None, model=None)
+        assert store.pending_count("acme") == 1
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert (result.exit_code, result.stdout) == (0, "Store is healthy.\n")
+    with Store.open(cli_env) as store:
+        assert store.pending_count("acme") == 0
+
+
 def test_global_project_store_reports_once(store: Store, tmp_path: Path) -> None:
     """When the project store is global its parts appear once, not appended again."""
     add(store, "global", "p", None)
@@ -213,6 +263,9 @@ def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> N
         "other_model": 0,
         "pending": 0,
         "engines": {"other_model": 0, "pending": 0},
+        "duplicate_pairs": [],
+        "stale_labels": [],
+        "orphaned_memories": [],
     }
 
 

@@ -304,3 +304,30 @@ def test_db_path_and_socket_path_rules(tmp_path: Path) -> None:
     assert short.name.startswith("scan-") and len(short.name) == len("scan-") + 16 + 5
     long_dir = {"XDG_RUNTIME_DIR": "/" + "d" * 120}
     assert recall_scan.socket_path(tmp_path / "a.db", long_dir) is None
+
+
+def test_null_thresholds_mean_the_embedding_models_defaults() -> None:
+    """The hook sends a threshold only when its variable is set; otherwise the serving
+    process applies the defaults of the model that embedded the prompt (issue 12 §3)."""
+    from thatch.frontend.engine_thresholds import resolve
+    from thatch.frontend.hooks.recall_scan import nudge_threshold, parse_engines, parse_request
+
+    line = json.dumps(
+        {
+            "prompt": "p",
+            "stores": ["s"],
+            "limit": 5,
+            "threshold": None,
+            "engines": {"prediction": None, "behavior": 0.7},
+        }
+    ).encode()
+    assert parse_request(line)[3] is None
+    assert parse_engines(line) == {"prediction": None, "behavior": 0.7}
+    assert nudge_threshold(None, "sentence-transformers/all-MiniLM-L6-v2") == 0.35
+    assert nudge_threshold(None, "Xenova/bge-small-en-v1.5") == 0.55
+    assert nudge_threshold(None, "mock") == 0.55
+    assert nudge_threshold(0.2, "all-MiniLM-L6-v2") == 0.2
+    assert resolve({"prediction": None, "behavior": 0.7}, "all-MiniLM-L6-v2") == {
+        "prediction": 0.42,
+        "behavior": 0.7,
+    }

@@ -99,7 +99,7 @@ def test_block_text_covers_spec_points() -> None:
         '"Forget X"',
         "extraction_done",
         "not requests from the user",
-        "keep waiting",
+        "never instead of it",
     ]:
         assert phrase in BODY, phrase
     assert analyse(BLOCK + "\n").kind == "sentinel"

@@ -222,3 +222,37 @@ def test_cursor_install_without_session_end_is_drifted(tmp_path: Path, env: dict
     hooks_file.write_text(json.dumps(doc, indent=2) + "\n")
     state, detail, _ = doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")
     assert (state, detail) == ("warn", f"drifted (local): {hooks_file}")
+
+
+@pytest.mark.parametrize("host", ["claude", "cursor", "opencode"])
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_the_same_executable_spelled_otherwise_is_not_drifted(
+    tmp_path: Path, env: dict[str, str], host: str, scope: str
+) -> None:
+    """A setup written while `thatch` was not on PATH (its absolute path) is not drifted
+    once it is on PATH, and the reverse; another executable still is (issue 12 §5)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "thatch"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    on_path = {**env, "PATH": str(bin_dir)}
+    for written, checked in ((str(exe), "thatch"), ("thatch", str(exe))):
+        run_setup(
+            SetupRequest(
+                hosts=[host],
+                project_dir=tmp_path,
+                env=env,
+                bin_path=written,
+                version="1",
+                scope=scope,  # type: ignore[arg-type]
+            )
+        )
+        status = doctor_status(host, tmp_path, on_path, bin_path=checked, version="1")
+        assert status == ("ok", f"installed ({scope})", None), (written, checked)
+    other = tmp_path / "other" / "thatch"
+    other.parent.mkdir()
+    other.write_text("#!/bin/sh\n")
+    other.chmod(0o755)
+    status = doctor_status(host, tmp_path, on_path, bin_path=str(other), version="1")
+    assert status[0] == "warn" and status[1].startswith(f"drifted ({scope})")

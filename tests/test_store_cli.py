@@ -40,7 +40,8 @@ def test_remember_list_show_forget(db: Path) -> None:
     assert lines[3].startswith("created: ") and "  updated: " in lines[3]
     assert lines[4:] == ["", "push a tag", ""]
     document = json.loads(run("show", "Deploy", "--json").stdout)
-    assert document["content"] == "# Deploy\n\npush a tag" and document["embedding"] == "ok"
+    # The text the plain output shows, without the stored "# Deploy" heading (issue 12 §4).
+    assert document["content"] == "push a tag" and document["embedding"] == "ok"
     assert run("forget", "DEPLOY").stdout == "[forgotten] proj :: Deploy\n"
     missing = run("forget", "Deploy")
     assert (missing.exit_code, missing.stderr) == (
@@ -52,21 +53,33 @@ def test_remember_list_show_forget(db: Path) -> None:
 
 
 def test_remember_from_stdin_refusals_and_json(db: Path) -> None:
-    """Content from stdin, label derived from ""; existing label → exit 1; JSON report."""
-    piped = run("remember", "", "--store", "global", "--json", stdin="# Tabs\n\nuser likes tabs\n")
+    """Content from stdin, label derived with --derive-label (an explicit "" is an error);
+    existing label → exit 1 naming the CLI's option; JSON report on one line."""
+    blank = run("remember", "", "x", "--store", "global")
+    assert blank.exit_code == 2 and "label: must not be empty" in blank.stderr
+    piped = run(
+        "remember",
+        "--derive-label",
+        "--store",
+        "global",
+        "--json",
+        stdin="# Tabs\n\nuser likes tabs\n",
+    )
     assert piped.exit_code == 0, piped.stderr
+    assert piped.stdout.count("\n") == 1
     assert json.loads(piped.stdout) == {
         "store": "global",
         "label": "Tabs",
         "slug": "tabs",
         "similar": [],
         "embedding": "ok",
+        "created_store": False,
     }
     again = run("remember", "tabs", "x", "--store", "global")
     assert again.exit_code == 1
     assert again.stderr == (
         'Error: A memory with label "Tabs" already exists in store "global". '
-        "Pass overwrite: true to replace it.\n"
+        "Pass --overwrite to replace it.\n"
     )
     empty = run("remember", "L", "-", stdin="")
     assert empty.exit_code == 2 and "content: must not be empty" in empty.stderr
@@ -77,17 +90,26 @@ def test_remember_from_stdin_refusals_and_json(db: Path) -> None:
 
 
 def test_stores_and_unknown_store_errors(db: Path) -> None:
-    """stores lists names (JSON with counts); reading an unknown store names the known ones."""
-    run("remember", "A", "alpha", "--store", "team")
+    """stores lists names (JSON with counts); reading an unknown store names the known ones
+    (every reading verb alike); a write that creates a store says so."""
+    created = run("remember", "A", "alpha", "--store", "team")
+    assert created.stdout == '[saved] team :: A (new store "team" created)\n'
+    assert run("remember", "B", "beta", "--store", "team").stdout == "[saved] team :: B\n"
     assert run("stores").stdout == "global\nteam\n"
     assert json.loads(run("stores", "--json").stdout) == [
         {"name": "global", "memories": 0},
-        {"name": "team", "memories": 1},
+        {"name": "team", "memories": 2},
     ]
-    for args in (["list", "nope"], ["show", "A", "nope"], ["search", "x", "--store", "nope"]):
+    for args in (
+        ["list", "nope"],
+        ["show", "A", "nope"],
+        ["forget", "A", "nope"],
+        ["search", "x", "--store", "nope"],
+        ["dedup", "--store", "nope"],
+    ):
         result = run(*args)
         assert result.exit_code == 1, args
-        assert result.stderr == 'Error: no store named "nope".\nStores: global, team\n'
+        assert result.stderr == 'Error: No store named "nope". Stores: global, team\n', args
     assert run("list").stdout == 'No memories in "proj".\n'
 
 
@@ -149,3 +171,84 @@ def test_bad_store_names_refused_existing_ones_readable(db: Path) -> None:
     conn.close()
     listed = run("list", "legacy ")
     assert listed.exit_code == 0 and "Kept" in listed.stdout
+
+
+def test_forget_asks_at_a_terminal_and_speaks_json(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a terminal forget asks first (no → nothing deleted, exit 1); --yes skips the
+    question; piped stdin never asks; --json is one line."""
+    from thatch.cli import store_cmds
+
+    run("remember", "Keep", "k")
+    run("remember", "Gone", "g")
+    monkeypatch.setattr(store_cmds, "_is_terminal", lambda stream: True)
+    declined = run("forget", "Keep", stdin="n\n")
+    assert declined.exit_code == 1 and 'Delete "Keep" from "proj"?' in declined.stdout
+    assert "not deleted." in declined.stderr
+    accepted = run("forget", "Keep", stdin="y\n")
+    assert accepted.exit_code == 0 and accepted.stdout.endswith("[forgotten] proj :: Keep\n")
+    yes = run("forget", "Gone", "--yes", "--json")
+    assert yes.exit_code == 0 and yes.stdout.count("\n") == 1
+    assert json.loads(yes.stdout) == {
+        "store": "proj",
+        "label": "Gone",
+        "slug": "gone",
+        "forgotten": True,
+    }
+    monkeypatch.setattr(store_cmds, "_is_terminal", lambda stream: False)
+    run("remember", "Piped", "p")
+    assert run("forget", "Piped").stdout == "[forgotten] proj :: Piped\n"
+    assert rows(db) == []
+
+
+def test_dedup_lists_clusters_and_records_a_verdict(db: Path) -> None:
+    """thatch dedup: the CLI twin of find_duplicates / dedup_mark_checked."""
+    text = "deploy the app with a version tag pushed to github actions"
+    run("remember", "Deploy A", text)
+    saved = run("remember", "Deploy B", text + " please")
+    # The near-duplicate warning names what a person types, not the MCP tools.
+    assert "thatch show LABEL" in saved.stdout and "thatch dedup LABEL_A LABEL_B" in saved.stdout
+    assert "memory_show" not in saved.stdout and "dedup_mark_checked" not in saved.stdout
+    listed = run("dedup")
+    assert listed.exit_code == 0, listed.stderr
+    assert listed.stdout.startswith("Cluster of 2:\n  [score:")
+    assert '"Deploy B" ↔ "Deploy A"' in listed.stdout or '"Deploy A" ↔ "Deploy B"' in listed.stdout
+    clusters = json.loads(run("dedup", "--json").stdout)
+    assert len(clusters) == 1 and len(clusters[0]) == 1
+    recorded = run("dedup", "Deploy A", "Deploy B", "--verdict", "supplement")
+    assert recorded.stdout == '[checked] proj :: "Deploy A" ↔ "Deploy B" → supplement\n'
+    assert run("dedup").stdout.startswith('No duplicate candidates found in "proj"')
+    assert run("dedup", "Deploy A").exit_code == 2
+    missing = run("dedup", "Deploy A", "Nope", "--verdict", "unrelated")
+    assert missing.exit_code == 1 and "Not recorded" in missing.stderr
+
+
+def test_list_all_is_the_default_scope_as_for_search(db: Path) -> None:
+    """`list all` lists the project store then global, as `search --store all` searches."""
+    run("remember", "Mine", "m")
+    run("remember", "Shared", "s", "--store", "global")
+    lines = run("list", "all").stdout.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["[proj] Mine", "[global] Shared"]
+    document = json.loads(run("list", "all", "--json").stdout)
+    assert [(m["store"], m["label"]) for m in document] == [("proj", "Mine"), ("global", "Shared")]
+
+
+def test_every_json_output_is_one_line(db: Path) -> None:
+    """One JSON style for the whole CLI: one document on one line (issue 12 §4)."""
+    run("remember", "Keep", "k")
+    for args in (
+        ["stores", "--json"],
+        ["list", "--json"],
+        ["list", "all", "--json"],
+        ["show", "Keep", "--json"],
+        ["search", "k", "--json"],
+        ["remember", "Other", "o", "--json"],
+        ["dedup", "--json"],
+        ["hygiene", "--json"],
+        ["doctor", "--json"],
+        ["forget", "Other", "--yes", "--json"],
+    ):
+        result = run(*args)
+        assert result.stdout.count("\n") == 1, args
+        json.loads(result.stdout)

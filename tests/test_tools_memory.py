@@ -128,9 +128,17 @@ def test_recall_scope_branch_limit_and_archived(tools: Tools) -> None:
     archived = ok(tools, "memory_recall", {"query": "gamma", "includeArchived": True})
     assert "archived:true" in archived and "# C" in archived
     assert len(labels(ok(tools, "memory_recall", {"query": "x", "limit": 1}))) == 1
-    assert ok(tools, "memory_recall", {"query": "x", "store": "nowhere"}) == (
-        "No matching memories found."
-    )
+    # Every reading verb answers an unknown store the same way (issue 12 §4).
+    for name, extra in (
+        ("memory_recall", {"query": "x"}),
+        ("memory_list", {}),
+        ("memory_show", {"label": "A"}),
+        ("memory_forget", {"label": "A"}),
+        ("find_duplicates", {}),
+    ):
+        result = tools.call(name, {**extra, "store": "nowhere"})
+        assert result.is_error, name
+        assert result.text == 'No store named "nowhere". Stores: global, o/r, other', name
 
 
 def test_list_show_forget_and_store_list(tools: Tools, tmp_path: Path) -> None:
@@ -156,13 +164,18 @@ def test_list_show_forget_and_store_list(tools: Tools, tmp_path: Path) -> None:
     assert ok(tools, "memory_forget", {"label": "ZETA"}) == (
         'No memory labeled "ZETA" found in store "o/r".'
     )
-    assert ok(tools, "memory_list", {"store": "empty"}) == 'No memories in "empty".'
+    assert ok(tools, "memory_list", {"store": "global"}) == 'No memories in "global".'
     assert ok(tools, "store_list", {}) == "- global\n- o/r"
     assert rows(tmp_path / "thatch.db") == [("o/r", "alpha", "Alpha")]
 
 
 def test_store_names_are_case_sensitive(tools: Tools) -> None:
     """Explicit store names are used literally."""
-    ok(tools, "memory_remember", {"label": "A", "content": "a", "store": "Team"})
-    assert ok(tools, "memory_list", {"store": "team"}) == 'No memories in "team".'
+    saved = ok(tools, "memory_remember", {"label": "A", "content": "a", "store": "Team"})
+    assert saved == '[saved] Team :: A (new store "Team" created)'
+    again = ok(tools, "memory_remember", {"label": "B", "content": "b", "store": "Team"})
+    assert again == "[saved] Team :: B"
+    assert tools.call("memory_list", {"store": "team"}).text == (
+        'No store named "team". Stores: Team, global'
+    )
     assert ok(tools, "store_list", {}) == "- Team\n- global"

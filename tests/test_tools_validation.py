@@ -197,9 +197,15 @@ def test_long_derived_labels_cut_at_a_word_boundary() -> None:
 
 @pytest.mark.parametrize("content", ["# \n\nbody", "...\nbody", "#"])
 def test_underivable_label_is_refused(tools: Tools, tmp_path: Path, content: str) -> None:
-    """Content without a usable first line and no label → the spec's could-not-derive error."""
-    message = refused(tools, "memory_remember", {"content": content, "label": "  "})
+    """Content without a usable first line and no label → the spec's could-not-derive error;
+    an explicit blank label is an error of its own (deriving is for an omitted label)."""
+    message = refused(tools, "memory_remember", {"content": content})
     assert message == "Invalid arguments: label: could not be derived from content; pass a label"
+    for blank in ("", "  "):
+        message = refused(tools, "memory_remember", {"content": "# Title\n\nbody", "label": blank})
+        assert message == (
+            "Invalid arguments: label: must not be empty (omit it to derive one from the content)"
+        )
     assert rows(tmp_path / "thatch.db") == []
 
 

@@ -21,14 +21,17 @@ PROMPT_EMBED_CHARS = 2000
 PROMPT_EMBED_DEADLINE = 1.5
 INFO_DEADLINE = 0.3
 RECALL_LIMIT = 5
-DEFAULT_RECALL_THRESHOLD = 0.55
+# What the prompt hook adds to the agent's context at most when the extraction nudge and
+# the recall tier both apply (the extraction nudge alone is always printed whole).
+NUDGE_BUDGET = 4000
 
 
-def recall_threshold(env: Mapping[str, str]) -> float:
-    """``THATCH_RECALL_THRESHOLD`` when a number in [0, 1], else the default (with a warning)."""
+def recall_threshold(env: Mapping[str, str]) -> float | None:
+    """``THATCH_RECALL_THRESHOLD`` when a number in [0, 1] (else a warning), or None: the
+    default of the model that embeds the prompt (docs/tools.md §thresholds)."""
     value = env.get("THATCH_RECALL_THRESHOLD")
     if not value:
-        return DEFAULT_RECALL_THRESHOLD
+        return None
     try:
         number = float(value)
     except ValueError:
@@ -37,8 +40,16 @@ def recall_threshold(env: Mapping[str, str]) -> float:
         hookio.warn_plain(
             f'ignoring THATCH_RECALL_THRESHOLD="{value}": not a number between 0 and 1'
         )
-        return DEFAULT_RECALL_THRESHOLD
+        return None
     return number
+
+
+def model_recall_threshold(override: float | None, model: str) -> float:
+    if override is not None:
+        return override
+    from thatch.embedder.models.thresholds import BUILT_IN, defaults_for
+
+    return (defaults_for(model) or BUILT_IN).recall_nudge
 
 
 def _cleanup_queue(command: str, directory: Path) -> None:
@@ -106,11 +117,19 @@ def usable_session_id(session: str) -> bool:
 
 
 def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) -> str | None:
-    """The recall nudge for a prompt of ≥ 10 characters, or None (embedder absent,
-    nothing above the threshold)."""
+    """The recall nudge and the engines' blocks for a prompt of ≥ 10 characters, or None
+    (embedder absent, nothing above the threshold)."""
+    return recall_parts(prompt, env, project, host)[0]
+
+
+def recall_parts(
+    prompt: str, env: Mapping[str, str], project: str, host: str
+) -> tuple[str | None, str | None]:
+    """(recall nudge and engine blocks, the recall nudge alone) for a prompt of ≥ 10
+    characters; (None, None) when the embedder is absent or nothing fires."""
     prompt = prompt.strip()
     if len(prompt) < MIN_PROMPT_LEN:
-        return None
+        return None, None
     from thatch.frontend.hooks.nudges import recall_nudge
 
     threshold = recall_threshold(env)
@@ -118,10 +137,12 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     text = prompt[:PROMPT_EMBED_CHARS]
     warm = warm_scan(text, env, stores, threshold)
     if warm is not None:
-        return prompt_aware_text(recall_nudge(host, warm[0]), warm[1])
-    vector = embed_prompt(text, env)
-    if vector is None:
-        return None
+        nudge = recall_nudge(host, warm[0])
+        return prompt_aware_text(nudge, warm[1]), nudge
+    embedded = embed_prompt(text, env)
+    if embedded is None:
+        return None, None
+    vector, model = embedded
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
 
@@ -131,21 +152,25 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
     )
     try:
         matches = store.search(stores, vector, limit=RECALL_LIMIT)
-        blocks = engine_blocks(store, stores, vector, env)
+        blocks = engine_blocks(store, stores, vector, env, model)
     finally:
         store.close()
-    labels = [match.memory.label for match in matches if match.score >= threshold]
-    return prompt_aware_text(recall_nudge(host, labels), blocks)
+    cut = model_recall_threshold(threshold, model)
+    labels = [match.memory.label for match in matches if match.score >= cut]
+    nudge = recall_nudge(host, labels)
+    return prompt_aware_text(nudge, blocks), nudge
 
 
-def engine_blocks(store: Any, stores: list[str], vector: Any, env: Mapping[str, str]) -> list[str]:
+def engine_blocks(
+    store: Any, stores: list[str], vector: Any, env: Mapping[str, str], model: str
+) -> list[str]:
     """The prediction and behavior blocks (tier 2 b, c) from the prompt's one vector; a
     failure here costs only these blocks, never the recall nudge."""
     try:
         from thatch.frontend.engine_thresholds import auto_fire_thresholds
         from thatch.frontend.tools.engine_tools import prompt_blocks
 
-        return prompt_blocks(store, stores, vector, auto_fire_thresholds(env))
+        return prompt_blocks(store, stores, vector, auto_fire_thresholds(env, model))
     except Exception as error:
         report_failure("flush-tools", error)
         return []
@@ -157,11 +182,11 @@ def prompt_aware_text(recall: str | None, blocks: list[str]) -> str | None:
 
 
 def warm_scan(
-    text: str, env: Mapping[str, str], stores: list[str], threshold: float
+    text: str, env: Mapping[str, str], stores: list[str], threshold: float | None
 ) -> tuple[list[str], list[str]] | None:
     """(recall labels, engine blocks) from a running ``thatch mcp`` for this database, from
     its one embedding of the prompt; None when none answers (the cold path runs instead)."""
-    from thatch.frontend.engine_thresholds import auto_fire_thresholds
+    from thatch.frontend.engine_thresholds import auto_fire_overrides
     from thatch.frontend.hooks import recall_scan
 
     path = recall_scan.socket_path(default_db_path(env), env)
@@ -173,13 +198,13 @@ def warm_scan(
         stores,
         RECALL_LIMIT,
         threshold,
-        auto_fire_thresholds(env),
+        auto_fire_overrides(env),
         deadline=PROMPT_EMBED_DEADLINE,
     )
 
 
 def warm_recall_labels(
-    text: str, env: Mapping[str, str], stores: list[str], threshold: float
+    text: str, env: Mapping[str, str], stores: list[str], threshold: float | None
 ) -> list[str] | None:
     """The recall labels from a running ``thatch mcp`` for this database (no numpy, no
     grpc in this process); None when none answers, and the cold path runs instead."""
@@ -193,9 +218,10 @@ def warm_recall_labels(
     )
 
 
-def embed_prompt(text: str, env: Mapping[str, str]) -> Any | None:
-    """One query vector within the prompt deadline; None when the embedder cannot answer
-    (a local one is then started in the background for the next prompt)."""
+def embed_prompt(text: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
+    """One query vector and the id of the model that made it, within the prompt deadline;
+    None when the embedder cannot answer (a local one is then started in the background for
+    the next prompt)."""
     from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.encoder import Kind
     from thatch.embedder.errors import ThatchEmbedderError
@@ -210,12 +236,22 @@ def embed_prompt(text: str, env: Mapping[str, str]) -> Any | None:
         return None
     finally:
         client.close()
-    return result.vectors[0]
+    return result.vectors[0], result.model_id
+
+
+def within_budget(extraction: str, prompt_aware: str | None, recall: str | None) -> str:
+    """The extraction nudge plus what the recall tier found, as much as fits NUDGE_BUDGET:
+    recall and the engines' blocks, else the recall nudge alone, else extraction alone."""
+    for extra in (prompt_aware, recall):
+        if extra and len(extraction) + 2 + len(extra) <= NUDGE_BUDGET:
+            return extraction + "\n\n" + extra
+    return extraction
 
 
 def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
-    """The one nudge for this prompt: extraction, else recall, else the write nudge; None
-    for a prompt no user typed."""
+    """The nudges for this prompt: extraction (with the recall tier's text when both apply,
+    within the size budget), else recall, else the write nudge; None for a prompt no user
+    typed."""
     from thatch.frontend.hooks.nudges import write_nudge
 
     command = "flush-tools"
@@ -227,16 +263,22 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
         _cleanup_queue(command, directory)
         session = hookio.first_string(payload, "session_id", "conversation_id")
         project_path = hookio.project_dir(env, payload)
-        text = extraction_tier(directory, session, host, str(project_path))
-        if text:
-            return text
+        extraction = extraction_tier(directory, session, host, str(project_path))
+        found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
             from thatch.frontend.project import project_store
 
             project = project_store(project_path, env)
-            text = recall_tier(prompt, env, project, host)
-            if text:
-                return text
+            try:
+                found = recall_parts(prompt, env, project, host)
+            except Exception as error:
+                if not extraction:
+                    raise
+                report_failure(command, error)  # the extraction nudge still goes out
+        if extraction:
+            return within_budget(extraction, found[0], found[1])
+        if found[0]:
+            return found[0]
     except Exception as error:  # any failure falls through to the write nudge
         report_failure(command, error)
     return write_nudge(host)
@@ -269,6 +311,16 @@ def active_model(env: Mapping[str, str]) -> str:
     return resolve_active(env, timeout=INFO_DEADLINE, start_if_absent=True)
 
 
+def fill_pending(env: Mapping[str, str]) -> None:
+    """Embed up to 32 memories saved while the embedder was down, when one is serving now
+    (never started or waited for here): the reminder then reports them as they are, not
+    as "not embedded yet" until some search happens to fill them."""
+    from thatch.frontend.tools.context import ToolContext
+
+    with ToolContext.from_env(env, autostart=False, start_wait=0) as ctx:
+        ctx.pending_fill.fill_opportunistically()
+
+
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
     """The session-start reminder, with the hygiene paragraph when the store needs it; in
     a Claude Code project that declined thatch's server, the one line saying so."""
@@ -293,7 +345,9 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
         model = active_model(env)
         store = Store.open(default_db_path(env), clock=utc_now)
         try:
-            report = hygiene_report(store, project, directory, model)
+            if store.pending_count():
+                fill_pending(env)
+            report = hygiene_report(store, project, directory, model, env=env)
         finally:
             store.close()
     except Exception as error:  # the reminder itself matters more than hygiene

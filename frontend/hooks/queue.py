@@ -24,7 +24,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -807,6 +807,21 @@ def increment_count(directory: Path, session_id: str) -> int:
     return missed
 
 
+UNREAD = ".unread"  # marker: this session was told once that its payloads are unreadable
+
+
+def warn_unreadable_once(directory: Path, session_id: str, warn: Callable[[], None]) -> None:
+    """Call ``warn`` unless this session's marker exists, then leave the marker (a session
+    whose host sends a shape thatch cannot read hears it once, not on every tool call)."""
+    marker = directory / f"{safe_name(session_id or 'no-session')}{UNREAD}"
+    if marker.exists():
+        return
+    warn()
+    with contextlib.suppress(OSError):
+        _ensure_dir(directory)
+        marker.touch()
+
+
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
     """Delete queue files (carried-over ones too) untouched for 7 days, at most once a
     day; returns files removed."""
@@ -826,7 +841,7 @@ def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -
     for entry in os.scandir(directory):
         if entry.name == CLEANUP_MARKER or not entry.is_file(follow_symlinks=False):
             continue
-        if not entry.name.endswith((".jsonl", ".count", ".state", ".lock", ".tmp")):
+        if not entry.name.endswith((".jsonl", ".count", ".state", ".lock", ".tmp", UNREAD)):
             continue
         try:
             if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:

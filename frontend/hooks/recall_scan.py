@@ -74,7 +74,7 @@ def request_labels(
     prompt: str,
     stores: Sequence[str],
     limit: int,
-    threshold: float,
+    threshold: float | None,
     *,
     deadline: float = CLIENT_DEADLINE,
 ) -> list[str] | None:
@@ -92,8 +92,8 @@ def request_scan(
     prompt: str,
     stores: Sequence[str],
     limit: int,
-    threshold: float,
-    engines: Mapping[str, float],
+    threshold: float | None,
+    engines: Mapping[str, float | None],
     *,
     deadline: float = CLIENT_DEADLINE,
 ) -> tuple[list[str], list[str]] | None:
@@ -164,8 +164,11 @@ def _read_line(sock: socket.socket, end: float, limit: int) -> bytes:
 class Searcher(Protocol):
     """What answering needs: embed a query and search the stores (``ToolContext`` parts)."""
 
-    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
-        """Labels scoring ≥ threshold, best first; raises with a one-line message on failure."""
+    def labels(
+        self, prompt: str, stores: list[str], limit: int, threshold: float | None
+    ) -> list[str]:
+        """Labels scoring ≥ threshold (None: the embedding model's default), best first;
+        raises with a one-line message on failure."""
         ...
 
 
@@ -176,35 +179,52 @@ class ContextSearcher:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx  # a ToolContext; typed loosely so the hook never imports it
 
-    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
+    def labels(
+        self, prompt: str, stores: list[str], limit: int, threshold: float | None
+    ) -> list[str]:
         from thatch.embedder.encoder import Kind
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
         matches = self.ctx.store.search(stores, result.vectors[0], limit=limit)
-        return [match.memory.label for match in matches if match.score >= threshold]
+        cut = nudge_threshold(threshold, result.model_id)
+        return [match.memory.label for match in matches if match.score >= cut]
 
     def scan(
         self,
         prompt: str,
         stores: list[str],
         limit: int,
-        threshold: float,
-        engines: Mapping[str, float],
+        threshold: float | None,
+        engines: Mapping[str, float | None],
     ) -> tuple[list[str], list[str]]:
         """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
         from thatch.embedder.encoder import Kind
+        from thatch.frontend.engine_thresholds import resolve
         from thatch.frontend.tools.engine_tools import prompt_blocks
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
         vector = result.vectors[0]
         matches = self.ctx.store.search(stores, vector, limit=limit)
-        labels = [match.memory.label for match in matches if match.score >= threshold]
-        return labels, prompt_blocks(self.ctx.store, stores, vector, engines)
+        cut = nudge_threshold(threshold, result.model_id)
+        labels = [match.memory.label for match in matches if match.score >= cut]
+        blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
+        return labels, blocks
 
 
-def parse_engines(line: bytes) -> dict[str, float] | None:
-    """The request's engine thresholds (``{"prediction": t, "behavior": t}``), None when it
-    asks for no engine blocks; ScanError when malformed."""
+def nudge_threshold(threshold: float | None, model: str) -> float:
+    """The hook's override when it sent one, else the default of the model that embedded the
+    prompt (the hook cannot know which model this process's embedder serves)."""
+    if threshold is not None:
+        return threshold
+    from thatch.embedder.models.thresholds import BUILT_IN, defaults_for
+
+    return (defaults_for(model) or BUILT_IN).recall_nudge
+
+
+def parse_engines(line: bytes) -> dict[str, float | None] | None:
+    """The request's engine thresholds (``{"prediction": t, "behavior": t}``, a null t for
+    the embedding model's default), None when it asks for no engine blocks; ScanError when
+    malformed."""
     request = json.loads(line)  # parse_request has accepted the line already
     engines = request.get("engines")
     if engines is None:
@@ -212,17 +232,17 @@ def parse_engines(line: bytes) -> dict[str, float] | None:
     if not isinstance(engines, dict) or set(engines) != {"prediction", "behavior"}:
         raise ScanError('"engines" must map prediction and behavior to thresholds')
     for value in engines.values():
-        if (
+        if value is not None and (
             not isinstance(value, int | float)
             or isinstance(value, bool)
             or math.isnan(value)
             or not 0.0 <= value <= 1.0
         ):
             raise ScanError('"engines" thresholds must be numbers from 0 to 1')
-    return {name: float(value) for name, value in engines.items()}
+    return {name: None if value is None else float(value) for name, value in engines.items()}
 
 
-def parse_request(line: bytes) -> tuple[str, list[str], int, float]:
+def parse_request(line: bytes) -> tuple[str, list[str], int, float | None]:
     """(prompt, stores, limit, threshold) from one request line, or ScanError saying why."""
     try:
         request = json.loads(line)
@@ -244,6 +264,8 @@ def parse_request(line: bytes) -> tuple[str, list[str], int, float]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ScanError(f'"limit" must be an integer from 1 to {MAX_LIMIT}')
     threshold = request.get("threshold")
+    if threshold is None:  # the embedding model's default
+        return prompt[:MAX_PROMPT_CHARS], list(dict.fromkeys(stores)), limit, None
     if (
         not isinstance(threshold, int | float)
         or isinstance(threshold, bool)

@@ -77,9 +77,41 @@ def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> Non
     snapshot (docs/hooks.md §append)."""
     session = hookio.first_string(payload, "session_id", "conversation_id")
     agent = hookio.first_string(payload, "agent_id")
-    queue.append_calls(
-        queue_dir(env), session, _batch_calls(payload), subagent=bool(agent), agent_id=agent
-    )
+    calls = _batch_calls(payload)
+    if not any(_readable(call) for call in calls) and _has_tool_calls(payload):
+        _unreadable(queue_dir(env), session, "buffer-batch", payload)
+        return
+    queue.append_calls(queue_dir(env), session, calls, subagent=bool(agent), agent_id=agent)
+
+
+def _readable(call: Mapping[str, Any]) -> bool:
+    tool = call.get("tool_name")
+    return isinstance(tool, str) and bool(tool.strip())
+
+
+def _has_tool_calls(payload: Mapping[str, Any]) -> bool:
+    """Whether the payload carries tool calls at all, in whatever shape."""
+    calls = payload.get("tool_calls")
+    if calls is not None:
+        return calls not in ([], {})
+    return any(key in payload for key in ("tool_name", "tool_input", "tool", "tool_use_id"))
+
+
+def _unreadable(directory: Any, session: str, command: str, payload: Mapping[str, Any]) -> None:
+    """Say once per session that tool calls arrived in a shape thatch cannot read: nothing
+    is queued for them, and silence would look like a quiet session (docs/hooks.md §append)."""
+    # The host's keys are its data: one short line each, never its formatting.
+    keys = ", ".join(sorted(" ".join(str(key).split())[:40] for key in payload)[:12])
+
+    def warn() -> None:
+        hookio.warn(
+            command,
+            f"tool calls in a payload shape thatch cannot read (keys: {keys}); nothing was "
+            "queued for fact extraction. Said once per session; please report your host "
+            "and its version.",
+        )
+
+    queue.warn_unreadable_once(directory, session, warn)
 
 
 def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
@@ -92,6 +124,8 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
     parent = hookio.first_string(payload, "parent_session_id")
     tool = payload.get("tool_name")
     if not isinstance(tool, str) or not tool.strip():
+        if _has_tool_calls(payload):
+            _unreadable(queue_dir(env), parent or session, "buffer-tool", payload)
         return
     response: Any = None
     for field in CURSOR_RESPONSE_FIELDS:

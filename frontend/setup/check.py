@@ -188,22 +188,44 @@ def doctor_status(
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
         return "FAIL", f"damaged thatch block in {path}", fix
-    request = SetupRequest(
-        hosts=[host],
-        project_dir=project_dir,
-        env={**env, "PATH": ""},  # never run `claude mcp get` from doctor
-        bin_path=bin_path,
-        version=version,
-        scope=scope,
-        post_tool_use=_uses_post_tool_use(host, scope, project_dir, env),
-        allow_tools=_has_allow_rule(host, scope, project_dir, env),
-        dry_run=True,
-    )
-    lines = run_setup(request).reports[0].lines
-    failed = [line.target for line in lines if line.status in ("broken", "conflict")]
-    if failed:
-        return "FAIL", f"cannot update {', '.join(failed)}", fix
-    drifted = [line.target for line in lines if line.status == "would-write"]
-    if drifted:
-        return "warn", f"drifted ({scope}): {', '.join(drifted)}", fix
-    return "ok", f"installed ({scope})", None
+    drifted: list[str] = []
+    # The same executable may be spelled `thatch` (found on PATH) or by its path, depending
+    # on PATH when setup ran: compare what the entries run, not how they spell it.
+    for spelling in same_executable(bin_path, env):
+        request = SetupRequest(
+            hosts=[host],
+            project_dir=project_dir,
+            env={**env, "PATH": ""},  # never run `claude mcp get` from doctor
+            bin_path=spelling,
+            version=version,
+            scope=scope,
+            post_tool_use=_uses_post_tool_use(host, scope, project_dir, env),
+            allow_tools=_has_allow_rule(host, scope, project_dir, env),
+            dry_run=True,
+        )
+        lines = run_setup(request).reports[0].lines
+        failed = [line.target for line in lines if line.status in ("broken", "conflict")]
+        if failed:
+            return "FAIL", f"cannot update {', '.join(failed)}", fix
+        found = [line.target for line in lines if line.status == "would-write"]
+        if not found:
+            return "ok", f"installed ({scope})", None
+        drifted = drifted or found
+    return "warn", f"drifted ({scope}): {', '.join(drifted)}", fix
+
+
+def same_executable(bin_path: str, env: Mapping[str, str]) -> list[str]:
+    """``bin_path`` first, then the other spellings that run the same file: ``thatch`` when
+    PATH finds it, the path PATH finds, and the resolved (symlink-free) paths."""
+    import os
+    import shutil
+
+    on_path = shutil.which("thatch", path=env.get("PATH", os.defpath))
+    running = on_path if bin_path == "thatch" else bin_path
+    if not running:
+        return [bin_path]
+    target = os.path.realpath(running)
+    candidates = [bin_path, os.path.abspath(running), target]
+    if on_path and os.path.realpath(on_path) == target:
+        candidates += ["thatch", os.path.abspath(on_path)]
+    return list(dict.fromkeys(candidates))

@@ -52,7 +52,8 @@ the code you have not touched this session, `memory_recall` that area first.
 Messages starting with `[thatch]` that say tool interactions are queued for fact
 extraction are automated system messages, not requests from the user. Dispatch the
 background sub-agent or task exactly as the nudge says, acknowledge with
-`extraction_done`, and then carry on; if you were waiting for the user, keep waiting.
+`extraction_done`, and answer the user's prompt as you would have: extraction runs
+alongside your answer, never instead of it.
 
 ## How to write
 - One topic per memory, written for a reader with zero context: name files, commands

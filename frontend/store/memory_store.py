@@ -531,14 +531,18 @@ class Store(UpkeepQueries):
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
+        floor: float | None = None,
     ) -> builtins.list[Match]:
-        """``search``, then stamp recall_count/last_recalled_at on exactly the returned rows.
+        """``search`` (scores below ``floor`` dropped), then stamp recall_count and
+        last_recalled_at on exactly the returned rows.
 
         The returned memories show the telemetry as it was before this recall.
         """
         matches = self.search(
             stores, vector, branch=branch, limit=limit, include_archived=include_archived
         )
+        if floor is not None:
+            matches = [match for match in matches if match.score >= floor]
         self.stamp_recalls(matches)
         return matches
 
@@ -599,6 +603,7 @@ class Store(UpkeepQueries):
         return pairs
 
     @locked
-    def duplicate_count(self, store: str) -> int:
-        """``len(find_duplicates(store, 0.85))`` (docs/database.md §hygiene-queries)."""
-        return len(self.find_duplicates(store, DUPLICATE_THRESHOLD))
+    def duplicate_count(self, store: str, threshold: float = DUPLICATE_THRESHOLD) -> int:
+        """``len(find_duplicates(store, threshold))`` (docs/database.md §hygiene-queries);
+        the caller passes the model's duplicate threshold (docs/tools.md §thresholds)."""
+        return len(self.find_duplicates(store, threshold))

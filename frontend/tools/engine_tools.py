@@ -37,10 +37,11 @@ BEHAVIOR_BLOCK_TITLE = "[thatch] Situational behaviors"
 VERBS = {"prediction": ("you may prefer", "you tend to"), "behavior": ("consider", "do")}
 
 
-def auto_fire_threshold(env: Mapping[str, str], engine: Engine) -> float:
+def auto_fire_threshold(env: Mapping[str, str], engine: Engine, model: str) -> float:
     """``THATCH_PREDICTION_THRESHOLD`` / ``THATCH_BEHAVIOR_THRESHOLD`` when a number in
-    [0, 1], else 0.60."""
-    return auto_fire_thresholds(env)[engine.name]
+    [0, 1], else the default of ``model``, whose vectors are compared (docs/tools.md
+    §thresholds)."""
+    return auto_fire_thresholds(env, model)[engine.name]
 
 
 def engine_store(tools: Tools, engine: Engine) -> EngineStore:
@@ -166,8 +167,9 @@ def _record(
 
 def prediction_query(tools: Tools, args: dict[str, Any]) -> str:
     scope = _scope(tools, args["store"])
-    vector = tools.embed([args["context"]], Kind.QUERY).vectors[0]
-    threshold = auto_fire_threshold(tools.ctx.env, PREDICTIONS)
+    result = tools.embed([args["context"]], Kind.QUERY)
+    vector = result.vectors[0]
+    threshold = auto_fire_threshold(tools.ctx.env, PREDICTIONS, result.model_id)
     found = engine_store(tools, PREDICTIONS).match(scope, vector, threshold)
     if not found:
         return NO_PREDICTIONS_MATCH

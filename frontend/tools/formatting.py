@@ -37,17 +37,32 @@ def saved(store: str, label: str) -> str:
     return f"[saved] {token(store)} :: {inline(label)}"
 
 
-def similar_warning(similar: Sequence[Match]) -> str:
+def similar_warning(similar: Sequence[Match], *, cli: bool = False) -> str:
+    """The near-duplicate warning; ``cli`` names the commands a person types instead of
+    the tools (docs/cli.md §one-voice)."""
     lines = ["⚠ This memory is semantically similar to existing memories:"]
     lines += [
         f"  - {quoted(match.memory.label)} (similarity {score(match.score)})" for match in similar
     ]
-    advice = (
-        "Read them with memory_show and reconcile: merge them (overwrite one with the "
-        "combined content, forget the other) or, if they are distinct, record that with "
-        "dedup_mark_checked."
-    )
+    if cli:
+        advice = (
+            "Read them with thatch show LABEL and reconcile: merge them (thatch remember "
+            "LABEL --overwrite with the combined content, thatch forget the other) or, if "
+            "they are distinct, record that with thatch dedup LABEL_A LABEL_B --verdict "
+            "unrelated (or supplement, contradiction, duplicate)."
+        )
+    else:
+        advice = (
+            "Read them with memory_show and reconcile: merge them (overwrite one with the "
+            "combined content, forget the other) or, if they are distinct, record that with "
+            "dedup_mark_checked."
+        )
     return "\n".join(lines) + "\n\n" + advice
+
+
+def new_store(store: str) -> str:
+    """Said after a write that created its store: a typo in a store name shows at once."""
+    return f"(new store {quoted(store)} created)"
 
 
 def pending_notice(cause: str) -> str:
@@ -58,18 +73,30 @@ def pending_notice(cause: str) -> str:
     )
 
 
-def label_exists(label: str, store: str) -> str:
+def label_exists(label: str, store: str, *, cli: bool = False) -> str:
+    how = "Pass --overwrite" if cli else "Pass overwrite: true"
     return (
         f"A memory with label {quoted(label)} already exists in store {quoted(store)}. "
-        "Pass overwrite: true to replace it."
+        f"{how} to replace it."
     )
 
 
-def archived_guard(label: str) -> str:
+def archived_guard(label: str, *, cli: bool = False) -> str:
+    if cli:
+        return (
+            f"{quoted(label)} is archived. Pass --archived to keep it archived, "
+            "or --no-archived to unarchive it."
+        )
     return (
         f"{quoted(label)} is archived. Pass archived: true to keep it archived, "
         "or archived: false to unarchive it."
     )
+
+
+def no_store(store: str, names: Sequence[str]) -> str:
+    """A read of a store that does not exist (every reading verb, CLI and MCP alike)."""
+    listed = ", ".join(token(name) for name in sorted(names)) or "none yet"
+    return f"No store named {quoted(store)}. Stores: {listed}"
 
 
 # -- memory_recall -----------------------------------------------------------------------

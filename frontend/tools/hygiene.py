@@ -7,7 +7,7 @@ session-start reminder asks the agent to tend the store after the user's request
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +34,7 @@ class HygieneQueries(Protocol):
     def stale_count(self, store: str, now: datetime | None = None) -> int: ...
     def branches_in_store(self, store: str) -> list[str]: ...
     def count_for_branches(self, store: str, branches: Sequence[str]) -> int: ...
-    def duplicate_count(self, store: str) -> int: ...
+    def duplicate_count(self, store: str, threshold: float = ...) -> int: ...
     def model_mismatch_count(self, store: str, active_model: str) -> int: ...
     def pending_count(self, store: str) -> int: ...
 
@@ -157,6 +157,7 @@ def _store_hygiene(
     active_model: str,
     live_branches: Sequence[str],
     now: datetime | None,
+    duplicate_threshold: float,
 ) -> StoreHygiene:
     orphaned_branches: list[str] = []
     orphaned = 0
@@ -169,7 +170,7 @@ def _store_hygiene(
         orphaned = sum(counts.values())
     return StoreHygiene(
         store=name,
-        duplicates=db.duplicate_count(name),
+        duplicates=db.duplicate_count(name, duplicate_threshold),
         stale=db.stale_count(name, now),
         orphaned_branches=tuple(orphaned_branches),
         orphaned=orphaned,
@@ -193,10 +194,17 @@ def hygiene(
     *,
     now: datetime | None = None,
     list_branches: Callable[[Path], Sequence[str]] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Hygiene:
-    """Counts and report for ``project_store`` (plus global's model/pending parts)."""
+    """Counts and report for ``project_store`` (plus global's model/pending parts).
+
+    Duplicate candidates are pairs at the active model's duplicate threshold (``env``'s
+    THATCH_DUPLICATE_THRESHOLD first; docs/tools.md §thresholds)."""
+    from thatch.embedder.models.thresholds import in_force
+
+    duplicate = in_force(env or {}, active_model).values.duplicate
     branches = (list_branches or _default_branches)(project_dir)
-    project = _store_hygiene(db, project_store, active_model, branches, now)
+    project = _store_hygiene(db, project_store, active_model, branches, now, duplicate)
     global_store = None
     if project_store != GLOBAL_STORE:
         global_store = StoreHygiene(
@@ -227,6 +235,72 @@ def hygiene_report(
     active_model: str,
     *,
     now: datetime | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> str | None:
     """``Store "<S>": <parts>.`` (plus global's model/pending parts), or None when healthy."""
-    return hygiene(store, project_store, project_dir, active_model, now=now).report
+    return hygiene(store, project_store, project_dir, active_model, now=now, env=env).report
+
+
+@dataclass(frozen=True)
+class Named:
+    """What the counts of ``thatch hygiene`` are made of, so a person can act on them."""
+
+    pairs: list[tuple[str, str, float]]  # (label_a, label_b, score), best first
+    stale: list[str]  # labels
+    orphaned: list[tuple[str, str]]  # (label, deleted branch)
+
+    def lines(self, store: str) -> list[str]:
+        out: list[str] = []
+        if self.pairs:
+            out.append(f"Duplicate candidates in {quoted(store)} (thatch dedup to review):")
+            out += [
+                f"  [score:{score:.3f}] {quoted(a)} ↔ {quoted(b)}" for a, b, score in self.pairs
+            ]
+        if self.stale:
+            out.append(f"Stale in {quoted(store)} (neither updated nor recalled in 90+ days):")
+            out += [f"  {quoted(label)}" for label in self.stale]
+        if self.orphaned:
+            out.append(f"Scoped to deleted branches in {quoted(store)}:")
+            out += [
+                f"  {quoted(label)} (branch:{token(branch)})" for label, branch in self.orphaned
+            ]
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "duplicate_pairs": [
+                {"label_a": a, "label_b": b, "score": round(score, 6)} for a, b, score in self.pairs
+            ],
+            "stale_labels": list(self.stale),
+            "orphaned_memories": [
+                {"label": label, "branch": branch} for label, branch in self.orphaned
+            ],
+        }
+
+
+def named(store: Any, result: Hygiene, threshold: float, now: datetime) -> Named:
+    """The pairs, stale memories and memories of deleted branches ``result`` counts (the
+    project store), from a memory ``Store``."""
+    from datetime import timedelta
+
+    from thatch.frontend.store.memory import STALE_DAYS
+    from thatch.frontend.timefmt import format_timestamp
+
+    project = result.project
+    pairs = []
+    if project.duplicates:
+        pairs = [
+            (p.label_a, p.label_b, p.score) for p in store.find_duplicates(project.store, threshold)
+        ]
+    cutoff = format_timestamp(now - timedelta(days=STALE_DAYS))
+    deleted = set(project.orphaned_branches)
+    stale: list[str] = []
+    orphaned: list[tuple[str, str]] = []
+    for memory in store.list(project.store):
+        if memory.archived:
+            continue
+        if project.stale and max(memory.updated_at, memory.last_recalled_at or "") < cutoff:
+            stale.append(memory.label)
+        if memory.branch in deleted:
+            orphaned.append((memory.label, memory.branch))
+    return Named(pairs, stale, orphaned)

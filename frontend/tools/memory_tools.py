@@ -14,12 +14,13 @@ import os
 import sqlite3
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
+from thatch.embedder.models.thresholds import ModelThresholds, in_force
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.memory import DuplicatePair, Match, Memory, RememberOutcome
@@ -41,7 +42,12 @@ class ToolResult:
 
 
 class Refused(Exception):
-    """The requested action did not happen; ``str`` is the tool's one-line message."""
+    """The requested action did not happen; ``str`` is the tool's one-line message and
+    ``cli`` the same said with the CLI's options, when they differ."""
+
+    def __init__(self, message: str, cli: str | None = None) -> None:
+        super().__init__(message)
+        self.cli = cli or message
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,12 @@ class RememberReport:
     slug: str
     similar: list[Match]
     pending_cause: str | None  # set when saved without a vector
+    created_store: bool = False
 
     def text(self) -> str:
         parts = [fmt.saved(self.store, self.label)]
+        if self.created_store:
+            parts[0] += " " + fmt.new_store(self.store)
         if self.similar:
             parts.append(fmt.similar_warning(self.similar))
         if self.pending_cause is not None:
@@ -150,6 +159,12 @@ class Tools:
         archived: bool | None = None,
     ) -> RememberReport:
         """Save one memory (docs/tools.md §memory_remember); raises ArgumentError or Refused."""
+        if label is not None and not label.strip():
+            # Deriving is for a label not given at all; an empty one is a mistake to report.
+            raise ArgumentError(
+                "Invalid arguments: label: must not be empty (omit it to derive one from "
+                "the content)"
+            )
         label = (label or "").strip()
         if not label:
             derived = derive_label(content)
@@ -168,7 +183,13 @@ class Tools:
         except EmbedderUnavailable as error:
             cause = error.cause
         db = self.ctx.store
-        similar = db.find_similar(name, vector, exclude_slug=slug) if vector is not None else []
+        # Said only for a store named explicitly: a project's store appears on its first
+        # write as documented, while a typo in a store name must show at once.
+        created = bool(store) and name != self.ctx.project_store and not db.store_exists(name)
+        similar = []
+        if vector is not None:
+            cut = self.thresholds(model or "").duplicate
+            similar = db.find_similar(name, vector, threshold=cut, exclude_slug=slug)
         outcome = db.remember(
             name,
             label,
@@ -182,13 +203,24 @@ class Tools:
         )
         if outcome is RememberOutcome.EXISTS:
             existing = db.show(name, label)
-            raise Refused(fmt.label_exists(existing.label if existing else label, name))
+            shown = existing.label if existing else label
+            raise Refused(fmt.label_exists(shown, name), fmt.label_exists(shown, name, cli=True))
         if outcome is RememberOutcome.ARCHIVED_GUARD:
             existing = db.show(name, label)
-            raise Refused(fmt.archived_guard(existing.label if existing else label))
+            shown = existing.label if existing else label
+            raise Refused(fmt.archived_guard(shown), fmt.archived_guard(shown, cli=True))
         if vector is not None:
             self._schedule_fill()  # the embedder is up: index what waits for it
-        return RememberReport(name, label, slug, list(similar), cause)
+        return RememberReport(name, label, slug, list(similar), cause, created)
+
+    def existing_store(self, store: str | None) -> str:
+        """The store a read names (the project store when omitted); Refused when a named
+        store does not exist: every reading verb answers so, CLI and MCP alike."""
+        if not store:
+            return self.ctx.project_store
+        if not self.ctx.store.store_exists(store):
+            raise Refused(fmt.no_store(store, self.ctx.store.store_names()))
+        return store
 
     def recall(
         self,
@@ -211,15 +243,18 @@ class Tools:
             "include_archived": include_archived,
         }
         skipped = None
+        floor = self.thresholds(result.model_id).recall_floor
         if self.after_reply is not None:
-            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+            matches = above(self.ctx.store.search(scope, result.vectors[0], **options), floor)
             pending = self.ctx.store.pending_count_in(scope)
             if matches:  # stamped as of now, written once the answer is out
                 at = format_timestamp(self.ctx.store.clock())
                 self.after_reply.defer(functools.partial(self._stamp_quietly, matches, at))
             return RecallReport(scope, list(matches), pending)
         try:
-            matches = self.ctx.store.recall(scope, result.vectors[0], **options)
+            matches = above(
+                self.ctx.store.recall(scope, result.vectors[0], floor=floor, **options), floor
+            )
         except (sqlite3.OperationalError, StoreError) as error:
             # Stamping recall counts is telemetry: a database that refuses the write still
             # answers. Reads that fail the same way fail again below, with their error.
@@ -230,9 +265,19 @@ class Tools:
                 if isinstance(error, sqlite3.Error)
                 else error
             )
-            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+            matches = above(self.ctx.store.search(scope, result.vectors[0], **options), floor)
         pending = self.ctx.store.pending_count_in(scope)
         return RecallReport(scope, list(matches), pending, skipped)
+
+    def thresholds(self, model: str) -> ModelThresholds:
+        """The thresholds for vectors of ``model``, variables first (docs/tools.md §thresholds)."""
+        return in_force(self.ctx.env, model).values
+
+    def configured_thresholds(self) -> ModelThresholds:
+        """For stored vectors compared with each other: the configured model's thresholds."""
+        from thatch.frontend.tools.active_model import configured_model_id
+
+        return self.thresholds(configured_model_id(self.ctx.env))
 
     def _schedule_fill(self) -> None:
         # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
@@ -253,7 +298,10 @@ class Tools:
         with contextlib.suppress(sqlite3.Error, StoreError):
             self.ctx.store.stamp_recalls(matches, at)
 
-    def duplicate_pairs(self, store: str, threshold: float) -> list[DuplicatePair]:
+    def duplicate_pairs(self, store: str, threshold: float | None = None) -> list[DuplicatePair]:
+        """Pairs at ``threshold`` or more (default: the configured model's duplicate one)."""
+        if threshold is None:
+            threshold = self.configured_thresholds().duplicate
         if self.ctx.store.pending_count(store):
             self.ctx.pending_fill.fill_store(store)
         return list(self.ctx.store.find_duplicates(store, threshold))
@@ -298,6 +346,11 @@ class Tools:
             raise Refused(str(error)) from None
         payload = queue.build_payload(records, self.ctx.project_store)
         return payload if payload else fmt.NO_QUEUE
+
+
+def above(matches: Sequence[Match], floor: float) -> list[Match]:
+    """Results scoring at least the model's floor: lower ones are noise, not answers."""
+    return [match for match in matches if match.score >= floor]
 
 
 def one_line(error: BaseException) -> str:

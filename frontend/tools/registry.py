@@ -94,7 +94,7 @@ def _remember(tools: Tools, args: dict[str, Any]) -> str:
 
 
 def _recall(tools: Tools, args: dict[str, Any]) -> str:
-    stores = [args["store"]] if args["store"] else None
+    stores = [tools.existing_store(args["store"])] if args["store"] else None
     return tools.recall(
         query=args["query"],
         stores=stores,
@@ -105,18 +105,18 @@ def _recall(tools: Tools, args: dict[str, Any]) -> str:
 
 
 def _list(tools: Tools, args: dict[str, Any]) -> str:
-    store = tools.store_or_project(args["store"])
+    store = tools.existing_store(args["store"])
     return fmt.memory_list(store, tools.ctx.store.list(store))
 
 
 def _show(tools: Tools, args: dict[str, Any]) -> str:
-    store = tools.store_or_project(args["store"])
+    store = tools.existing_store(args["store"])
     memory = tools.ctx.store.show(store, args["label"])
     return fmt.show(memory) if memory else fmt.not_found(args["label"].strip(), store)
 
 
 def _forget(tools: Tools, args: dict[str, Any]) -> str:
-    store = tools.store_or_project(args["store"])
+    store = tools.existing_store(args["store"])
     memory = tools.ctx.store.forget(store, args["label"])
     if memory is None:
         return fmt.not_found(args["label"].strip(), store)
@@ -128,13 +128,15 @@ def _store_list(tools: Tools, _args: dict[str, Any]) -> str:
 
 
 def _find_duplicates(tools: Tools, args: dict[str, Any]) -> str:
-    store = tools.store_or_project(args["store"])
+    store = tools.existing_store(args["store"])
     threshold = args["threshold"]
+    if threshold is None:
+        threshold = tools.configured_thresholds().duplicate
     return fmt.duplicates(store, tools.duplicate_pairs(store, threshold), threshold)
 
 
 def _mark_checked(tools: Tools, args: dict[str, Any]) -> str:
-    store = tools.store_or_project(args["store"])
+    store = tools.existing_store(args["store"])
     return tools.mark_checked(store, args["label_a"], args["label_b"], args["status"])
 
 
@@ -338,10 +340,10 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
             Param(
                 "threshold",
                 "number",
-                "Minimum similarity, 0-1 (default 0.85).",
+                "Minimum similarity, 0-1 (default: the model's near-duplicate threshold, "
+                "0.85 for the default model).",
                 minimum=0,
                 maximum=1,
-                default=0.85,
             ),
         ),
         _find_duplicates,
