@@ -57,9 +57,18 @@ def test_searches_print_no_grpc_core_lines(tmp_path: Path, short_tmp: Path) -> N
     stale = short_tmp / "e.sock"  # a socket a dead embedder left behind
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
         dead.bind(str(stale))
-    with socket.socket() as holder:  # a port nobody listens on: a stopped remote embedder
-        holder.bind(("127.0.0.1", 0))
-        stopped = f"127.0.0.1:{holder.getsockname()[1]}"
+    # A port nobody listens on (a stopped remote embedder), kept bound for the whole test:
+    # freed, it could be taken by a later going_away() server or any other process.
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    stopped = f"127.0.0.1:{holder.getsockname()[1]}"
+    try:
+        _searches(env, stale, stopped)
+    finally:
+        holder.close()
+
+
+def _searches(env: dict[str, str], stale: Path, stopped: str) -> None:
     for kind in ["restarting", "stopped"] * 4 + ["restarting", "failing"]:
         if kind == "restarting":
             with going_away() as port:
