@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
-from thatch.frontend.store import db
+from thatch.frontend.store import db, lexical
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
     LogPosition,
@@ -32,6 +32,7 @@ from thatch.frontend.store.matrix_cache import (
     candidate_pairs,
     candidates_above,
     exact_scores,
+    fused_candidates,
     load_matrix,
     log_position,
     pair_scores,
@@ -115,6 +116,9 @@ class Store(UpkeepQueries):
             # A file this process may not write, left unmigrated by the earlier release:
             # read it in its own schema, without the change log (so without caching).
             self._tracked = False
+        # The lexical index exists once m009 ran (not in a file this process may not migrate,
+        # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone.
+        self._lexical = lexical.index_present(conn)
         self.path = self._file_path()
         identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
         self._cache = MatrixCache(
@@ -496,17 +500,23 @@ class Store(UpkeepQueries):
         stores: Sequence[str],
         vector: Any,
         *,
+        text: str | None = None,
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
     ) -> builtins.list[Match]:
-        """Best matches over the stores, ties by (store, slug). Records no usage."""
+        """Best matches over the stores, ties by (store, slug). Records no usage.
+
+        With ``text`` (the query the vector embeds) the order also weighs the lexical
+        match (docs/database.md §ranking); each match's score stays its cosine.
+        """
         query = as_vector(vector)
         names = store_list(stores)
         if limit <= 0:
             return []
-        found: list[Match] = []
+        found: list[tuple[float, Match]] = []
         with self._read():
+            lifts = self._lexical_lifts(names, text)
             for name in names:
                 matrix = self._matrix(name)
                 group = matrix.groups.get(query.size)
@@ -517,10 +527,33 @@ class Store(UpkeepQueries):
                     mask &= ~group.archived
                 if branch is not None:
                     mask &= matrix.branch_mask(group, branch)
-                rows = top_candidates(group, query, mask, limit)
-                found.extend(self._scored(name, group, rows, query))
-            found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
-            return found[:limit]
+                rows_lifted: dict[int, float] = {}
+                for (store, slug), lift in lifts.items():
+                    placed = matrix.where.get(slug) if store == name else None
+                    if placed is not None and placed[0] == query.size:
+                        rows_lifted[placed[1]] = lift
+                if rows_lifted:
+                    rows = fused_candidates(group, query, mask, limit, rows_lifted)
+                else:
+                    rows = top_candidates(group, query, mask, limit)
+                for match in self._scored(name, group, rows, query):
+                    lift = lifts.get((name, match.memory.slug), 0.0)
+                    found.append((match.score + lift, match))
+            found.sort(key=lambda item: (-item[0], item[1].memory.store, item[1].memory.slug))
+            return [match for _, match in found[:limit]]
+
+    def _lexical_lifts(
+        self, names: Sequence[str], text: str | None
+    ) -> dict[tuple[str, str], float]:
+        """(store, slug) → what its lexical match adds to its cosine for ranking; {} without
+        text or index. Lexical ranking only reorders: any failure leaves the dense order."""
+        if not text or not self._lexical:
+            return {}
+        try:
+            hits = lexical.lexical_hits(self.conn, names, text)
+        except sqlite3.OperationalError:
+            return {}
+        return lexical.lifts(hits)
 
     @locked
     def recall(
@@ -528,6 +561,7 @@ class Store(UpkeepQueries):
         stores: Sequence[str],
         vector: Any,
         *,
+        text: str | None = None,
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
@@ -537,7 +571,12 @@ class Store(UpkeepQueries):
         The returned memories show the telemetry as it was before this recall.
         """
         matches = self.search(
-            stores, vector, branch=branch, limit=limit, include_archived=include_archived
+            stores,
+            vector,
+            text=text,
+            branch=branch,
+            limit=limit,
+            include_archived=include_archived,
         )
         self.stamp_recalls(matches)
         return matches

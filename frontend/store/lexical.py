@@ -1,0 +1,137 @@
+"""Lexical recall (docs/database.md §lexical-index): the FTS5 index of memories and its queries.
+
+The index (schema ``m009_fts``) is kept by triggers, so it can use only what every
+client's SQLite has: FTS5's built-in ``porter unicode61`` tokenizer and built-in SQL
+functions. Identifiers are therefore indexed twice: whole in column ``words`` (``_`` is a
+token character, so ``thatch_db_path`` is one token; ``.``, ``/``, ``-`` and ``:`` split,
+and a dotted or slashed name is matched as a phrase of its pieces), and split at ``_`` in
+column ``parts`` (``replace()`` in the trigger). CamelCase cannot be split in SQL: it is
+one token (``memorystore``) in both columns, and the query searches it whole and, as a
+phrase, its parts. Plain query words search ``parts``, where every word stands alone.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Sequence
+
+FTS_TABLE = "thatch_entries_fts"
+DOCS_TABLE = "_thatch_fts_docs"
+SOURCE_VIEW = "_thatch_fts_source"
+TOKENIZER = "porter unicode61 remove_diacritics 2 tokenchars '_'"
+
+# Query items kept per query: a 2,000-character prompt must not become a 300-term OR.
+MAX_ITEMS = 24
+# Lexical hits read per query (the best by BM25, over the scope's stores).
+HIT_LIMIT = 50
+# BM25 column weights: whole identifiers, split parts.
+WORDS_WEIGHT = 1.0
+PARTS_WEIGHT = 1.0
+# What the query's best lexical hit adds to its cosine for ranking (chosen on the dev set
+# of bench/recall_quality.py).
+LEXICAL_WEIGHT = 0.1
+
+# Words that carry no lexical evidence in a question ("how do I …").
+_STOPWORDS_TEXT = """a about above after again against all also am an and any are as at be because
+been before being below between both but by can could did do does doing done down during each
+few for from further get gets had has have having he her here hers him his how i if in into is
+it its itself just let lets like made make many may me might more most much must my no nor not
+now of off on once only or other our ours out over own per please same she should show so some
+such tell than that the their theirs them then there these they this those through thus to too
+under until up upon us use used uses using very via was we were what when where which while who
+whom why will with within without would yet you your yours"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+
+_TOKEN = re.compile(r"\w(?:[\w./:\-]*\w)?")
+_PIECES = re.compile(r"[./:\-]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def fts5_available(conn: sqlite3.Connection) -> bool:
+    """Whether this connection's SQLite can create FTS5 tables."""
+    try:
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp._thatch_fts_probe USING fts5(x)")
+        conn.execute("DROP TABLE IF EXISTS temp._thatch_fts_probe")
+    except sqlite3.OperationalError:
+        return False
+    return True
+
+
+def index_present(conn: sqlite3.Connection) -> bool:
+    """Whether the file holds the index (``m009_fts`` ran) and this SQLite can read it."""
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (FTS_TABLE,)
+    ).fetchone()
+    if row is None:
+        return False
+    try:
+        conn.execute(f"SELECT 1 FROM {FTS_TABLE} WHERE 0").fetchall()
+    except sqlite3.OperationalError:  # no such module: fts5
+        return False
+    return True
+
+
+def _phrase(words: Sequence[str]) -> str:
+    return '"' + " ".join(words) + '"'
+
+
+def _split_part(piece: str) -> list[str]:
+    """``memory_store`` / ``MemoryStore`` / ``HTTP2Server`` → their lowercase words."""
+    found: list[str] = []
+    for chunk in piece.split("_"):
+        if chunk.isascii():
+            found.extend(word.lower() for word in _CAMEL.findall(chunk))
+        elif chunk:  # CamelCase is an ASCII habit; other scripts stay whole
+            found.append(chunk.lower())
+    return [word for word in found if word]
+
+
+def match_expression(text: str, *, max_items: int = MAX_ITEMS) -> str | None:
+    """The FTS5 query for ``text``: an OR of its identifiers (whole, and their parts as a
+    phrase) and its other words; None when nothing is left to search for."""
+    identifiers: list[str] = []
+    words: list[str] = []
+    for token in _TOKEN.findall(text):
+        pieces = [piece for piece in _PIECES.split(token) if piece]
+        parts = [word for piece in pieces for word in _split_part(piece)]
+        if not parts:
+            continue
+        if len(pieces) == 1 and len(parts) == 1 and pieces[0].lower() == parts[0]:
+            word = parts[0]
+            if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
+                words.append(f"parts: {_phrase([word])}")
+            continue
+        identifiers.append(f"words: {_phrase([piece.lower() for piece in pieces])}")
+        identifiers.append(f"parts: {_phrase(parts)}")
+    items = list(dict.fromkeys(identifiers + words))[:max_items]
+    return " OR ".join(items) if items else None
+
+
+def lexical_hits(
+    conn: sqlite3.Connection, stores: Sequence[str], text: str, limit: int = HIT_LIMIT
+) -> dict[tuple[str, str], float]:
+    """The best ``limit`` memories of ``stores`` for ``text`` by BM25, as
+    ``{(store, slug): score}`` with score > 0 (higher is better); {} when nothing matches."""
+    expression = match_expression(text)
+    if expression is None or not stores or limit <= 0:
+        return {}
+    marks = ", ".join("?" * len(stores))
+    rows = conn.execute(
+        f"SELECT d.store, d.slug, -bm25({FTS_TABLE}, ?, ?) AS score "
+        f"FROM {FTS_TABLE} JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
+        f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) ORDER BY score DESC LIMIT ?",
+        (WORDS_WEIGHT, PARTS_WEIGHT, expression, *stores, limit),
+    )
+    return {(store, slug): float(score) for store, slug, score in rows if score > 0}
+
+
+def lifts(
+    hits: dict[tuple[str, str], float], weight: float = LEXICAL_WEIGHT
+) -> dict[tuple[str, str], float]:
+    """What each hit adds to its cosine for ranking: ``weight`` × its BM25 over the query's
+    best (per query, over the scope's stores)."""
+    if not hits:
+        return {}
+    best = max(hits.values())
+    return {key: weight * score / best for key, score in hits.items()}
