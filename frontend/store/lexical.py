@@ -19,10 +19,14 @@ from collections.abc import Sequence
 FTS_TABLE = "thatch_entries_fts"
 DOCS_TABLE = "_thatch_fts_docs"
 SOURCE_VIEW = "_thatch_fts_source"
-TOKENIZER = "porter unicode61 remove_diacritics 2 tokenchars '_'"
+TOKENIZER = "unicode61 remove_diacritics 2 tokenchars '_'"
 
-# Query items kept per query: a 2,000-character prompt must not become a 300-term OR.
-MAX_ITEMS = 24
+# Query items considered per query: a 2,000-character prompt must not become a 300-term
+# OR (identifier items come in pairs: whole and parts), and the memories they may match
+# in all (see ``affordable_items``).
+MAX_IDENTIFIER_ITEMS = 8
+MAX_WORDS = 12
+MATCH_BUDGET = 600
 # Lexical hits read per query (the best by BM25, over the scope's stores).
 HIT_LIMIT = 50
 # BM25 column weights: whole identifiers, split parts.
@@ -30,7 +34,7 @@ WORDS_WEIGHT = 1.0
 PARTS_WEIGHT = 1.0
 # What the query's best lexical hit adds to its cosine for ranking (chosen on the dev set
 # of bench/recall_quality.py).
-LEXICAL_WEIGHT = 0.1
+LEXICAL_WEIGHT = 0.15
 
 # Words that carry no lexical evidence in a question ("how do I …").
 _STOPWORDS_TEXT = """a about above after again against all also am an and any are as at be because
@@ -87,9 +91,10 @@ def _split_part(piece: str) -> list[str]:
     return [word for word in found if word]
 
 
-def match_expression(text: str, *, max_items: int = MAX_ITEMS) -> str | None:
-    """The FTS5 query for ``text``: an OR of its identifiers (whole, and their parts as a
-    phrase) and its other words; None when nothing is left to search for."""
+def query_items(text: str) -> tuple[list[str], list[str]]:
+    """(identifier items, plain words) of ``text``: each identifier as two FTS5 items, whole
+    (in ``words``) and its parts as a phrase (in ``parts``); words lowercase, stopwords and
+    single letters dropped, each once."""
     identifiers: list[str] = []
     words: list[str] = []
     for token in _TOKEN.findall(text):
@@ -100,12 +105,49 @@ def match_expression(text: str, *, max_items: int = MAX_ITEMS) -> str | None:
         if len(pieces) == 1 and len(parts) == 1 and pieces[0].lower() == parts[0]:
             word = parts[0]
             if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
-                words.append(f"parts: {_phrase([word])}")
+                words.append(word)
             continue
         identifiers.append(f"words: {_phrase([piece.lower() for piece in pieces])}")
         identifiers.append(f"parts: {_phrase(parts)}")
-    items = list(dict.fromkeys(identifiers + words))[:max_items]
-    return " OR ".join(items) if items else None
+    return list(dict.fromkeys(identifiers)), list(dict.fromkeys(words))
+
+
+def _matches_up_to(conn: sqlite3.Connection, item: str, limit: int) -> int:
+    """How many memories ``item`` matches, counted only up to ``limit`` + 1, unscored."""
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? LIMIT ?)",
+        (item, limit + 1),
+    ).fetchone()
+    return int(count)
+
+
+def affordable_items(
+    conn: sqlite3.Connection, identifiers: Sequence[str], words: Sequence[str]
+) -> list[str]:
+    """The query items worth scoring, within ``MATCH_BUDGET`` matched memories in all.
+
+    Scoring costs a look-up per matched memory (~1.5 µs), and BM25 gives an item found in
+    many memories little weight anyway: identifiers go first (the exact names recall is
+    for), then words from the rarest; an item that would overrun the budget, or matches
+    nothing, is left out. Counting stops at the budget and scores nothing (a common word
+    at 10k memories: ~0.07 ms; ``fts5vocab`` would read its whole list, ~0.2 ms).
+    """
+    budget = MATCH_BUDGET
+    chosen: list[str] = []
+    for item in identifiers[:MAX_IDENTIFIER_ITEMS]:
+        count = _matches_up_to(conn, item, budget)
+        if 0 < count <= budget:
+            chosen.append(item)
+            budget -= count
+    counted = []
+    for word in words[:MAX_WORDS]:
+        item = f"parts: {_phrase([word])}"
+        counted.append((_matches_up_to(conn, item, budget), item))
+    for count, item in sorted(counted):
+        if 0 < count <= budget:
+            chosen.append(item)
+            budget -= count
+    return chosen
 
 
 def lexical_hits(
@@ -113,9 +155,12 @@ def lexical_hits(
 ) -> dict[tuple[str, str], float]:
     """The best ``limit`` memories of ``stores`` for ``text`` by BM25, as
     ``{(store, slug): score}`` with score > 0 (higher is better); {} when nothing matches."""
-    expression = match_expression(text)
-    if expression is None or not stores or limit <= 0:
+    if not stores or limit <= 0:
         return {}
+    items = affordable_items(conn, *query_items(text))
+    if not items:
+        return {}
+    expression = " OR ".join(items)
     marks = ", ".join("?" * len(stores))
     rows = conn.execute(
         f"SELECT d.store, d.slug, -bm25({FTS_TABLE}, ?, ?) AS score "
