@@ -175,23 +175,25 @@ def swept_ranks(
 
 def measure(pairs: list[Pair], queries: np.ndarray, memories: np.ndarray, sweep: bool) -> None:
     slugs = [slugify(label(i)) for i in range(len(pairs))]
-    with tempfile.TemporaryDirectory(prefix="thatch-quality-") as tmp:
-        with Store.open(Path(tmp) / "thatch.db") as store:
-            for i, (pair, vector) in enumerate(zip(pairs, memories, strict=True)):
-                store.remember(STORE, label(i), pair.body, vector, "bench")
-            dense, lex, fused = [], [], []
-            hits: list[dict[tuple[str, str], float]] = []
-            timings = []
-            for i, (pair, vector) in enumerate(zip(pairs, queries, strict=True)):
-                order = [m.memory.slug for m in store.search([STORE], vector, limit=len(pairs))]
-                dense.append(rank_of(order, slugs[i]))
-                found = lexical.lexical_hits(store.conn, [STORE], pair.query)
-                hits.append(found)
-                lex.append(rank_of([slug for _, slug in found], slugs[i]))
-                start = time.perf_counter()
-                top = store.search([STORE], vector, text=pair.query, limit=10)
-                timings.append(time.perf_counter() - start)
-                fused.append(rank_of([m.memory.slug for m in top], slugs[i]))
+    with (
+        tempfile.TemporaryDirectory(prefix="thatch-quality-") as tmp,
+        Store.open(Path(tmp) / "thatch.db") as store,
+    ):
+        for i, (pair, vector) in enumerate(zip(pairs, memories, strict=True)):
+            store.remember(STORE, label(i), pair.body, vector, "bench")
+        dense, lex, fused = [], [], []
+        hits: list[dict[tuple[str, str], float]] = []
+        timings = []
+        for i, (pair, vector) in enumerate(zip(pairs, queries, strict=True)):
+            order = [m.memory.slug for m in store.search([STORE], vector, limit=len(pairs))]
+            dense.append(rank_of(order, slugs[i]))
+            found = lexical.lexical_hits(store.conn, [STORE], pair.query)
+            hits.append(found)
+            lex.append(rank_of([slug for _, slug in found], slugs[i]))
+            start = time.perf_counter()
+            top = store.search([STORE], vector, text=pair.query, limit=10)
+            timings.append(time.perf_counter() - start)
+            fused.append(rank_of([m.memory.slug for m in top], slugs[i]))
     rows = []
     for name, ranks in (("dense (cosine)", dense), ("lexical (BM25)", lex), ("fused", fused)):
         r1, r5, mrr = metrics(ranks)
@@ -238,9 +240,11 @@ def main() -> None:
     title = "HELD-OUT set: CPython stdlib" if args.held_out else "dev set: third-party packages"
     print(f"{title}: {len(pool)} usable docstrings, {len(pairs)} sampled", file=sys.stderr)
     model_path = str(prepare_models(args.cache, [args.model])[args.model])
-    with embedder_running(model_path) as (address, _proc):
-        with EmbedderClient(address, autostart=False) as client:
-            queries, memories = cached_vectors(args.cache, client, args.model, pairs)
+    with (
+        embedder_running(model_path) as (address, _proc),
+        EmbedderClient(address, autostart=False) as client,
+    ):
+        queries, memories = cached_vectors(args.cache, client, args.model, pairs)
     print(f"\n{title} ({args.model}, {len(pairs)} pairs, seed {args.seed})")
     measure(pairs, queries, memories, sweep=not args.held_out)
 

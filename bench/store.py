@@ -463,11 +463,12 @@ def lexical_cost(args: argparse.Namespace) -> None:
                 for start in range(0, size, 10_000):
                     chunk = texts[start : start + 10_000]
                     vectors = rng.normal(size=(len(chunk), args.dim)).astype(np.float32)
+                    pairs = enumerate(zip(chunk, vectors, strict=True), start)
                     conn.executemany(
                         "INSERT INTO entries (slug, store, label, content, embedding, model, "
                         "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         ((f"memory-{i}", PROJECT, f"memory {i}", text, encode(v), "m", STAMP,
-                          STAMP) for i, (text, v) in enumerate(zip(chunk, vectors), start))
+                          STAMP) for i, (text, v) in pairs)
                     )  # fmt: skip
                 conn.execute("COMMIT")
                 filled = time.perf_counter() - started

@@ -130,7 +130,7 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
         default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env), write_snapshots=False
     )
     try:
-        matches = store.search(stores, vector, limit=RECALL_LIMIT)
+        matches = store.search(stores, vector, text=text, limit=RECALL_LIMIT)
         blocks = engine_blocks(store, stores, vector, env)
     finally:
         store.close()

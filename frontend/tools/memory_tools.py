@@ -212,14 +212,14 @@ class Tools:
         }
         skipped = None
         if self.after_reply is not None:
-            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+            matches = self.ctx.store.search(scope, result.vectors[0], text=query, **options)
             pending = self.ctx.store.pending_count_in(scope)
             if matches:  # stamped as of now, written once the answer is out
                 at = format_timestamp(self.ctx.store.clock())
                 self.after_reply.defer(functools.partial(self._stamp_quietly, matches, at))
             return RecallReport(scope, list(matches), pending)
         try:
-            matches = self.ctx.store.recall(scope, result.vectors[0], **options)
+            matches = self.ctx.store.recall(scope, result.vectors[0], text=query, **options)
         except (sqlite3.OperationalError, StoreError) as error:
             # Stamping recall counts is telemetry: a database that refuses the write still
             # answers. Reads that fail the same way fail again below, with their error.
@@ -230,7 +230,7 @@ class Tools:
                 if isinstance(error, sqlite3.Error)
                 else error
             )
-            matches = self.ctx.store.search(scope, result.vectors[0], **options)
+            matches = self.ctx.store.search(scope, result.vectors[0], text=query, **options)
         pending = self.ctx.store.pending_count_in(scope)
         return RecallReport(scope, list(matches), pending, skipped)
 
