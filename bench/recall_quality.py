@@ -160,14 +160,18 @@ def rank_of(order: list[str], slug: str) -> int | None:
 
 
 def swept_ranks(
-    cosines: np.ndarray, hits: list[dict[tuple[str, str], float]], slugs: list[str], weight: float
+    cosines: np.ndarray,
+    hits: list[dict[tuple[str, str], float]],
+    exact: list[set[tuple[str, str]]],
+    slugs: list[str],
+    weight: float,
 ) -> list[int]:
     """Each query's target rank over all memories by cosine + weight × normalised BM25."""
     index = {slug: i for i, slug in enumerate(slugs)}
     ranks = []
     for q in range(cosines.shape[0]):
         fused = cosines[q].copy()
-        for (_, slug), lift in lexical.lifts(hits[q], weight).items():
+        for (_, slug), lift in lexical.lifts(hits[q], exact[q], weight).items():
             fused[index[slug]] += lift
         ranks.append(int((fused > fused[q]).sum()) + 1)
     return ranks
@@ -183,12 +187,14 @@ def measure(pairs: list[Pair], queries: np.ndarray, memories: np.ndarray, sweep:
             store.remember(STORE, label(i), pair.body, vector, "bench")
         dense, lex, fused = [], [], []
         hits: list[dict[tuple[str, str], float]] = []
+        exact: list[set[tuple[str, str]]] = []
         timings = []
         for i, (pair, vector) in enumerate(zip(pairs, queries, strict=True)):
             order = [m.memory.slug for m in store.search([STORE], vector, limit=len(pairs))]
             dense.append(rank_of(order, slugs[i]))
             found = lexical.lexical_hits(store.conn, [STORE], pair.query)
             hits.append(found)
+            exact.append(lexical.exact_matches(store.conn, [STORE], pair.query))
             lex.append(rank_of([slug for _, slug in found], slugs[i]))
             start = time.perf_counter()
             top = store.search([STORE], vector, text=pair.query, limit=10)
@@ -207,6 +213,9 @@ def measure(pairs: list[Pair], queries: np.ndarray, memories: np.ndarray, sweep:
     d1, d5, _ = metrics(dense)
     f1, f5, _ = metrics(fused)
     print(f"fused − dense: R@1 {f1 - d1:+.3f}, R@5 {f5 - d5:+.3f}")
+    lifted = sum(1 for found in exact if found)
+    hit = sum(1 for i, found in enumerate(exact) if (STORE, slugs[i]) in found)
+    print(f"queries with an exact identifier lift: {lifted} (the target among those lifted: {hit})")
     print(f"Store.search with text, {len(pairs)} memories: p50 {np.median(timings) * 1e3:.2f} ms")
     if not sweep:
         return
@@ -215,7 +224,7 @@ def measure(pairs: list[Pair], queries: np.ndarray, memories: np.ndarray, sweep:
     cosines = qs.astype(np.float64) @ unit.astype(np.float64).T
     sweep_rows = []
     for weight in WEIGHTS:
-        r1, r5, mrr = metrics(list(swept_ranks(cosines, hits, slugs, weight)))
+        r1, r5, mrr = metrics(list(swept_ranks(cosines, hits, exact, slugs, weight)))
         sweep_rows.append([f"{weight:.2f}", f"{r1:.3f}", f"{r5:.3f}", f"{mrr:.3f}"])
     print_table("Weight sweep (all memories ranked)", ["weight", "R@1", "R@5", "MRR"], sweep_rows)
 

@@ -242,7 +242,6 @@ def test_remote_address_never_spawns(isolated_env: Path) -> None:
     assert not log_file(isolated_env).exists()
 
 
-
 def test_auto_started_embedder_keeps_grpc_core_logging(
     sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

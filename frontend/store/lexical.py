@@ -35,6 +35,10 @@ PARTS_WEIGHT = 1.0
 # What the query's best lexical hit adds to its cosine for ranking (chosen on the dev set
 # of bench/recall_quality.py).
 LEXICAL_WEIGHT = 0.15
+# A query's identifier found whole in at most this many memories of the scope lifts them by
+# EXACT_LIFT: above every memory without such a match (cosines are at most 1).
+EXACT_MAX_MATCHES = 3
+EXACT_LIFT = 1.0
 
 # Words that carry no lexical evidence in a question ("how do I …").
 _STOPWORDS_TEXT = """a about above after again against all also am an and any are as at be because
@@ -54,7 +58,9 @@ _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 def fts5_available(conn: sqlite3.Connection) -> bool:
     """Whether this connection's SQLite can create FTS5 tables."""
-    try:
+    if conn.execute("SELECT sqlite_compileoption_used('ENABLE_FTS5')").fetchone()[0]:
+        return True
+    try:  # FTS5 may also come as a loadable extension
         conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp._thatch_fts_probe USING fts5(x)")
         conn.execute("DROP TABLE IF EXISTS temp._thatch_fts_probe")
     except sqlite3.OperationalError:
@@ -171,12 +177,39 @@ def lexical_hits(
     return {(store, slug): float(score) for store, slug, score in rows if score > 0}
 
 
+def exact_matches(
+    conn: sqlite3.Connection, stores: Sequence[str], text: str
+) -> set[tuple[str, str]]:
+    """Memories of ``stores`` holding one of the query's identifiers whole (``THATCH_DB_PATH``,
+    ``numpy.linalg.norm``, ``MemoryStore``) when at most ``EXACT_MAX_MATCHES`` do: a name
+    that specific is what the query asks for, however far its memory is by meaning."""
+    if not stores:
+        return set()
+    identifiers, _ = query_items(text)
+    marks = ", ".join("?" * len(stores))
+    found: set[tuple[str, str]] = set()
+    for item in [item for item in identifiers if item.startswith("words:")][:MAX_IDENTIFIER_ITEMS]:
+        rows = conn.execute(
+            f"SELECT d.store, d.slug FROM {FTS_TABLE} "
+            f"JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
+            f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) LIMIT ?",
+            (item, *stores, EXACT_MAX_MATCHES + 1),
+        ).fetchall()
+        if len(rows) <= EXACT_MAX_MATCHES:
+            found.update((store, slug) for store, slug in rows)
+    return found
+
+
 def lifts(
-    hits: dict[tuple[str, str], float], weight: float = LEXICAL_WEIGHT
+    hits: dict[tuple[str, str], float],
+    exact: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+    weight: float = LEXICAL_WEIGHT,
 ) -> dict[tuple[str, str], float]:
-    """What each hit adds to its cosine for ranking: ``weight`` × its BM25 over the query's
-    best (per query, over the scope's stores)."""
-    if not hits:
-        return {}
-    best = max(hits.values())
-    return {key: weight * score / best for key, score in hits.items()}
+    """What each memory adds to its cosine for ranking: ``weight`` × its BM25 over the
+    query's best (per query, over the scope's stores), plus ``EXACT_LIFT`` for an exact
+    match of a specific identifier."""
+    best = max(hits.values(), default=0.0)
+    lifted = {key: weight * score / best for key, score in hits.items()} if best > 0 else {}
+    for key in exact:
+        lifted[key] = lifted.get(key, 0.0) + EXACT_LIFT
+    return lifted

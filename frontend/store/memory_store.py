@@ -551,9 +551,10 @@ class Store(UpkeepQueries):
             return {}
         try:
             hits = lexical.lexical_hits(self.conn, names, text)
+            exact = lexical.exact_matches(self.conn, names, text)
         except sqlite3.OperationalError:
             return {}
-        return lexical.lifts(hits)
+        return lexical.lifts(hits, exact)
 
     @locked
     def recall(
