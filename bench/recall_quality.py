@@ -192,9 +192,9 @@ def measure(pairs: list[Pair], queries: np.ndarray, memories: np.ndarray, sweep:
         for i, (pair, vector) in enumerate(zip(pairs, queries, strict=True)):
             order = [m.memory.slug for m in store.search([STORE], vector, limit=len(pairs))]
             dense.append(rank_of(order, slugs[i]))
-            found = lexical.lexical_hits(store.conn, [STORE], pair.query)
+            found, exactly = lexical.evidence(store.conn, [STORE], pair.query)
             hits.append(found)
-            exact.append(lexical.exact_matches(store.conn, [STORE], pair.query))
+            exact.append(exactly)
             lex.append(rank_of([slug for _, slug in found], slugs[i]))
             start = time.perf_counter()
             top = store.search([STORE], vector, text=pair.query, limit=10)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.fts import assert_index_in_step
 from thatch.frontend.store import lexical, schema
-from thatch.frontend.store.lexical import lexical_hits, query_items
+from thatch.frontend.store.lexical import Identifier, lexical_hits, query_items
 from thatch.frontend.store.memory_store import Store
 
 FILLER = (
@@ -42,7 +42,8 @@ def unit(seed: int, dim: int = 8) -> np.ndarray:
 def test_query_items_keep_identifiers_whole_and_split(
     text: str, identifiers: list[str], words: list[str]
 ) -> None:
-    assert query_items(text) == (identifiers, words)
+    pairs = [Identifier(*identifiers[i : i + 2]) for i in range(0, len(identifiers), 2)]
+    assert query_items(text) == (pairs, words)
 
 
 def test_identifiers_are_found_whole_and_by_their_parts(tmp_path: Path) -> None:

@@ -15,16 +15,16 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Sequence
+from typing import NamedTuple
 
 FTS_TABLE = "thatch_entries_fts"
 DOCS_TABLE = "_thatch_fts_docs"
 SOURCE_VIEW = "_thatch_fts_source"
 TOKENIZER = "unicode61 remove_diacritics 2 tokenchars '_'"
 
-# Query items considered per query: a 2,000-character prompt must not become a 300-term
-# OR (identifier items come in pairs: whole and parts), and the memories they may match
-# in all (see ``affordable_items``).
-MAX_IDENTIFIER_ITEMS = 8
+# Identifiers and words considered per query (a 2,000-character prompt must not become a
+# 300-term OR), and the memories they may match in all (see ``affordable``).
+MAX_IDENTIFIERS = 4
 MAX_WORDS = 12
 MATCH_BUDGET = 600
 # Lexical hits read per query (the best by BM25, over the scope's stores).
@@ -37,7 +37,7 @@ PARTS_WEIGHT = 1.0
 LEXICAL_WEIGHT = 0.15
 # A query's identifier found whole in at most this many memories of the scope lifts them by
 # EXACT_LIFT: above every memory without such a match (cosines are at most 1).
-EXACT_MAX_MATCHES = 3
+EXACT_MAX_MATCHES = 1
 EXACT_LIFT = 1.0
 
 # Words that carry no lexical evidence in a question ("how do I …").
@@ -97,11 +97,18 @@ def _split_part(piece: str) -> list[str]:
     return [word for word in found if word]
 
 
-def query_items(text: str) -> tuple[list[str], list[str]]:
-    """(identifier items, plain words) of ``text``: each identifier as two FTS5 items, whole
-    (in ``words``) and its parts as a phrase (in ``parts``); words lowercase, stopwords and
-    single letters dropped, each once."""
-    identifiers: list[str] = []
+class Identifier(NamedTuple):
+    """One identifier of a query as FTS5 items: ``whole`` matches it as written (column
+    ``words``), ``parts`` its words as a phrase (column ``parts``)."""
+
+    whole: str
+    parts: str
+
+
+def query_items(text: str) -> tuple[list[Identifier], list[str]]:
+    """(identifiers, plain words) of ``text``; words lowercase, stopwords and single letters
+    dropped; each once, in order."""
+    identifiers: list[Identifier] = []
     words: list[str] = []
     for token in _TOKEN.findall(text):
         pieces = [piece for piece in _PIECES.split(token) if piece]
@@ -113,96 +120,113 @@ def query_items(text: str) -> tuple[list[str], list[str]]:
             if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
                 words.append(word)
             continue
-        identifiers.append(f"words: {_phrase([piece.lower() for piece in pieces])}")
-        identifiers.append(f"parts: {_phrase(parts)}")
+        whole = f"words: {_phrase([piece.lower() for piece in pieces])}"
+        identifiers.append(Identifier(whole, f"parts: {_phrase(parts)}"))
     return list(dict.fromkeys(identifiers)), list(dict.fromkeys(words))
 
 
-def _matches_up_to(conn: sqlite3.Connection, item: str, limit: int) -> int:
-    """How many memories ``item`` matches, counted only up to ``limit`` + 1, unscored."""
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM (SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? LIMIT ?)",
-        (item, limit + 1),
-    ).fetchone()
-    return int(count)
+def _word_item(word: str) -> str:
+    return f"parts: {_phrase([word])}"
 
 
-def affordable_items(
-    conn: sqlite3.Connection, identifiers: Sequence[str], words: Sequence[str]
-) -> list[str]:
-    """The query items worth scoring, within ``MATCH_BUDGET`` matched memories in all.
+def _counts(conn: sqlite3.Connection, items: Sequence[str], limit: int) -> list[int]:
+    """How many memories each item matches, each counted only up to ``limit`` + 1 and
+    unscored, in one statement."""
+    if not items:
+        return []
+    one = f"(SELECT count(*) FROM (SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? LIMIT ?))"
+    params: list[object] = []
+    for item in items:
+        params += [item, limit + 1]
+    row = conn.execute("SELECT " + ", ".join([one] * len(items)), params).fetchone()
+    return [int(count) for count in row]
+
+
+def affordable(
+    conn: sqlite3.Connection, identifiers: Sequence[Identifier], words: Sequence[str]
+) -> tuple[list[Identifier], list[str]]:
+    """The identifiers and words worth scoring, within ``MATCH_BUDGET`` matched memories.
 
     Scoring costs a look-up per matched memory (~1.5 µs), and BM25 gives an item found in
     many memories little weight anyway: identifiers go first (the exact names recall is
-    for), then words from the rarest; an item that would overrun the budget, or matches
-    nothing, is left out. Counting stops at the budget and scores nothing (a common word
-    at 10k memories: ~0.07 ms; ``fts5vocab`` would read its whole list, ~0.2 ms).
+    for; counted as whole or parts), then words from
+    the rarest; one that would overrun the budget, or matches nothing, is left out.
+    Counting stops at the budget and scores nothing (``fts5vocab`` would read each word's
+    whole list: ~0.2 ms a word at 10k memories).
     """
+    identifiers = list(identifiers[:MAX_IDENTIFIERS])
+    words = list(words[:MAX_WORDS])
+    either = [f"{i.whole} OR {i.parts}" for i in identifiers]
+    counts = _counts(conn, either + [_word_item(word) for word in words], MATCH_BUDGET)
     budget = MATCH_BUDGET
-    chosen: list[str] = []
-    for item in identifiers[:MAX_IDENTIFIER_ITEMS]:
-        count = _matches_up_to(conn, item, budget)
+    kept: list[Identifier] = []
+    for identifier, count in zip(identifiers, counts, strict=False):
         if 0 < count <= budget:
-            chosen.append(item)
+            kept.append(identifier)
             budget -= count
-    counted = []
-    for word in words[:MAX_WORDS]:
-        item = f"parts: {_phrase([word])}"
-        counted.append((_matches_up_to(conn, item, budget), item))
-    for count, item in sorted(counted):
+    kept_words: list[str] = []
+    for count, word in sorted(zip(counts[len(identifiers) :], words, strict=True)):
         if 0 < count <= budget:
-            chosen.append(item)
+            kept_words.append(word)
             budget -= count
-    return chosen
+    return kept, kept_words
+
+
+def _expression(identifiers: Sequence[Identifier], words: Sequence[str]) -> str:
+    items: list[str] = []
+    for identifier in identifiers:
+        # A name without ``_`` or CamelCase has the same tokens in both columns: one item.
+        if identifier.whole.removeprefix("words:") != identifier.parts.removeprefix("parts:"):
+            items.append(identifier.whole)
+        items.append(identifier.parts)
+    items += [_word_item(word) for word in words]
+    return " OR ".join(items)
+
+
+def evidence(
+    conn: sqlite3.Connection, stores: Sequence[str], text: str, limit: int = HIT_LIMIT
+) -> tuple[dict[tuple[str, str], float], set[tuple[str, str]]]:
+    """(hits, exact) for ``text`` over ``stores``: the best ``limit`` memories by BM25 as
+    ``{(store, slug): score}`` (score > 0, higher is better), and the memories holding one
+    of its identifiers whole when at most ``EXACT_MAX_MATCHES`` of those stores do (a name
+    that specific is what the query asks for, however far its memory is by meaning)."""
+    if not stores or limit <= 0:
+        return {}, set()
+    identifiers, words = affordable(conn, *query_items(text))
+    if not identifiers and not words:
+        return {}, set()
+    marks = ", ".join("?" * len(stores))
+    # CROSS JOIN: the index drives; the other order re-runs the match for every row.
+    rows = conn.execute(
+        f"SELECT d.store, d.slug, -bm25({FTS_TABLE}, ?, ?) AS score "
+        f"FROM {FTS_TABLE} CROSS JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
+        f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) ORDER BY score DESC LIMIT ?",
+        (WORDS_WEIGHT, PARTS_WEIGHT, _expression(identifiers, words), *stores, limit),
+    )
+    hits = {(store, slug): float(score) for store, slug, score in rows if score > 0}
+    exact: set[tuple[str, str]] = set()
+    for identifier in identifiers:
+        found = conn.execute(
+            f"SELECT d.store, d.slug FROM {FTS_TABLE} "
+            f"CROSS JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
+            f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) LIMIT ?",
+            (identifier.whole, *stores, EXACT_MAX_MATCHES + 1),
+        ).fetchall()
+        if len(found) <= EXACT_MAX_MATCHES:
+            exact.update((store, slug) for store, slug in found)
+    return hits, exact
 
 
 def lexical_hits(
     conn: sqlite3.Connection, stores: Sequence[str], text: str, limit: int = HIT_LIMIT
 ) -> dict[tuple[str, str], float]:
-    """The best ``limit`` memories of ``stores`` for ``text`` by BM25, as
-    ``{(store, slug): score}`` with score > 0 (higher is better); {} when nothing matches."""
-    if not stores or limit <= 0:
-        return {}
-    items = affordable_items(conn, *query_items(text))
-    if not items:
-        return {}
-    expression = " OR ".join(items)
-    marks = ", ".join("?" * len(stores))
-    rows = conn.execute(
-        f"SELECT d.store, d.slug, -bm25({FTS_TABLE}, ?, ?) AS score "
-        f"FROM {FTS_TABLE} JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
-        f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) ORDER BY score DESC LIMIT ?",
-        (WORDS_WEIGHT, PARTS_WEIGHT, expression, *stores, limit),
-    )
-    return {(store, slug): float(score) for store, slug, score in rows if score > 0}
-
-
-def exact_matches(
-    conn: sqlite3.Connection, stores: Sequence[str], text: str
-) -> set[tuple[str, str]]:
-    """Memories of ``stores`` holding one of the query's identifiers whole (``THATCH_DB_PATH``,
-    ``numpy.linalg.norm``, ``MemoryStore``) when at most ``EXACT_MAX_MATCHES`` do: a name
-    that specific is what the query asks for, however far its memory is by meaning."""
-    if not stores:
-        return set()
-    identifiers, _ = query_items(text)
-    marks = ", ".join("?" * len(stores))
-    found: set[tuple[str, str]] = set()
-    for item in [item for item in identifiers if item.startswith("words:")][:MAX_IDENTIFIER_ITEMS]:
-        rows = conn.execute(
-            f"SELECT d.store, d.slug FROM {FTS_TABLE} "
-            f"JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
-            f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) LIMIT ?",
-            (item, *stores, EXACT_MAX_MATCHES + 1),
-        ).fetchall()
-        if len(rows) <= EXACT_MAX_MATCHES:
-            found.update((store, slug) for store, slug in rows)
-    return found
+    """The hits of ``evidence``: the best ``limit`` memories by BM25."""
+    return evidence(conn, stores, text, limit)[0]
 
 
 def lifts(
     hits: dict[tuple[str, str], float],
-    exact: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+    exact: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
     weight: float = LEXICAL_WEIGHT,
 ) -> dict[tuple[str, str], float]:
     """What each memory adds to its cosine for ranking: ``weight`` × its BM25 over the

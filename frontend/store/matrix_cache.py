@@ -637,15 +637,16 @@ def fused_candidates(
     lexical bonus ≥ 0, docs/database.md §ranking); rows without a lift rank by score."""
     if limit <= 0:
         return np.zeros(0, dtype=np.intp)
-    eligible = np.flatnonzero(mask)
-    if eligible.size <= limit:
+    # Unscoped recalls (the common case) skip two gathers over the whole group.
+    eligible = None if group.count > limit and mask.all() else np.flatnonzero(mask)
+    if eligible is not None and eligible.size <= limit:
         return eligible
     fused = screen_scores(group, query)
     rows = np.fromiter(lifts.keys(), dtype=np.intp, count=len(lifts))
     fused[rows] += np.fromiter(lifts.values(), dtype=np.float32, count=len(lifts))
-    screened = fused[eligible]
+    screened = fused if eligible is None else fused[eligible]
     above = screened >= _kth_largest(screened, limit) - SCREEN_MARGIN
-    result: Indices = eligible[above]
+    result: Indices = np.flatnonzero(above) if eligible is None else eligible[above]
     return result
 
 

@@ -550,8 +550,7 @@ class Store(UpkeepQueries):
         if not text or not self._lexical:
             return {}
         try:
-            hits = lexical.lexical_hits(self.conn, names, text)
-            exact = lexical.exact_matches(self.conn, names, text)
+            hits, exact = lexical.evidence(self.conn, names, text)
         except sqlite3.OperationalError:
             return {}
         return lexical.lifts(hits, exact)
