@@ -36,9 +36,10 @@ PARTS_WEIGHT = 1.0
 # of bench/recall_quality.py).
 LEXICAL_WEIGHT = 0.15
 # A query's identifier found whole in at most this many memories of the scope lifts them by
-# EXACT_LIFT: above every memory without such a match (cosines are at most 1).
+# EXACT_LIFT (docs/database.md §ranking says why 0.5: it outranks all but a far closer
+# meaning, and cost the dev set 0.010 R@1 where 1.0 cost 0.013).
 EXACT_MAX_MATCHES = 1
-EXACT_LIFT = 1.0
+EXACT_LIFT = 0.5
 
 # Words that carry no lexical evidence in a question ("how do I …").
 _STOPWORDS_TEXT = """a about above after again against all also am an and any are as at be because
@@ -228,6 +229,7 @@ def lifts(
     hits: dict[tuple[str, str], float],
     exact: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
     weight: float = LEXICAL_WEIGHT,
+    exact_lift: float = EXACT_LIFT,
 ) -> dict[tuple[str, str], float]:
     """What each memory adds to its cosine for ranking: ``weight`` × its BM25 over the
     query's best (per query, over the scope's stores), plus ``EXACT_LIFT`` for an exact
@@ -235,5 +237,5 @@ def lifts(
     best = max(hits.values(), default=0.0)
     lifted = {key: weight * score / best for key, score in hits.items()} if best > 0 else {}
     for key in exact:
-        lifted[key] = lifted.get(key, 0.0) + EXACT_LIFT
+        lifted[key] = lifted.get(key, 0.0) + exact_lift
     return lifted
