@@ -172,3 +172,21 @@ def test_exact_identifier_buried_in_a_long_memory_is_recalled_first(
         fused = store.search(["p"], query_vector, text=query)
     assert dense[0] != "Planning notes"  # the dense model alone blurs the name away
     assert fused[0].memory.label == "Planning notes"
+
+
+def test_hooks_leave_the_index_build_to_a_later_open(tmp_path: Path) -> None:
+    """``build_indexes=False`` (hooks) never builds the index; the next plain open does."""
+    path = tmp_path / "thatch.db"
+    with Store.open(path, build_indexes=False) as store:
+        store.remember("p", "a", "# a\n\nTOKEN_A", unit(1), "m")
+        names = {row[0] for row in store.conn.execute("SELECT name FROM _thatch_migrations")}
+        assert names == {name for name, _ in schema.MIGRATIONS} - {"m009_fts"}
+        assert not lexical.index_present(store.conn)
+        assert [m.memory.label for m in store.search(["p"], unit(1), text="TOKEN_A")] == ["a"]
+    before = path.read_bytes()  # closing checkpointed the WAL into it
+    with Store.open(path, build_indexes=False) as store:  # only m009 missing: no write
+        assert store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    assert path.read_bytes() == before
+    with Store.open(path) as store:
+        assert_index_in_step(store.conn)
+        assert list(lexical_hits(store.conn, ["p"], "TOKEN_A")) == [("p", "a")]

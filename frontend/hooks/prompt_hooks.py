@@ -127,7 +127,11 @@ def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) ->
 
     # Maps a snapshot another process wrote, never writes one: the host waits for exit.
     store = Store.open(
-        default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env), write_snapshots=False
+        default_db_path(env),
+        clock=utc_now,
+        snapshot_dir=snapshot_dir(env),
+        write_snapshots=False,
+        build_indexes=False,  # nor for the lexical index's first build (schema m009)
     )
     try:
         matches = store.search(stores, vector, text=text, limit=RECALL_LIMIT)
@@ -291,7 +295,7 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     report = None
     try:
         model = active_model(env)
-        store = Store.open(default_db_path(env), clock=utc_now)
+        store = Store.open(default_db_path(env), clock=utc_now, build_indexes=False)
         try:
             report = hygiene_report(store, project, directory, model)
         finally:

@@ -97,9 +97,12 @@ class Store(UpkeepQueries):
         clock: Clock = utc_now,
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
+        build_indexes: bool = True,
     ) -> None:
         """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
-        ``write_snapshots=False`` only maps them (a hook must not wait for a write)."""
+        ``write_snapshots=False`` only maps them (a hook must not wait for a write);
+        ``build_indexes=False`` leaves migrations that index every memory to a later open
+        (a hook must not wait for those either: schema ``BUILDS_INDEXES``)."""
         self.conn = conn
         self._writes_snapshots = write_snapshots
         self.clock = clock
@@ -109,7 +112,7 @@ class Store(UpkeepQueries):
         db.configure(conn)
         self._tracked = True  # the change counters and log of m004/m007 exist
         try:
-            init_schema(conn, self._now())
+            init_schema(conn, self._now(), build_indexes=build_indexes)
         except sqlite3.OperationalError as error:
             if not db.is_read_only(error):
                 raise
@@ -133,12 +136,17 @@ class Store(UpkeepQueries):
         clock: Clock = utc_now,
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
+        build_indexes: bool = True,
     ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
         try:
             store = cls(
-                conn, clock=clock, snapshot_dir=snapshot_dir, write_snapshots=write_snapshots
+                conn,
+                clock=clock,
+                snapshot_dir=snapshot_dir,
+                write_snapshots=write_snapshots,
+                build_indexes=build_indexes,
             )
         except sqlite3.DatabaseError as error:
             conn.close()

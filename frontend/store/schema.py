@@ -499,6 +499,10 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
 NEEDS_FTS5 = frozenset({"m009_fts"})
+# Migrations that read every memory (m009: ~1 s at 10k memories, ~10-15 s at 100k): a hook
+# opens with ``build_indexes=False`` and leaves them to the next MCP server or CLI command,
+# so a host never waits on them.
+BUILDS_INDEXES = frozenset({"m009_fts"})
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -514,12 +518,19 @@ def applied_migrations(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
 
 
-def init_schema(conn: sqlite3.Connection, applied_at: str) -> list[str]:
-    """Apply every migration not yet recorded; returns the names applied now."""
+def init_schema(
+    conn: sqlite3.Connection, applied_at: str, *, build_indexes: bool = True
+) -> list[str]:
+    """Apply every migration not yet recorded; returns the names applied now.
+
+    ``build_indexes=False`` leaves the ``BUILDS_INDEXES`` ones for a later open.
+    """
     missing = {name for name, _ in MIGRATIONS} - applied_migrations(conn)
     if not missing:
         return []
-    skipped = frozenset() if lexical.fts5_available(conn) else NEEDS_FTS5
+    skipped = frozenset() if build_indexes else BUILDS_INDEXES
+    if missing - skipped and not lexical.fts5_available(conn):
+        skipped |= NEEDS_FTS5
     if missing <= skipped:
         return []
     done: list[str] = []
