@@ -20,6 +20,11 @@ session and every query is embedded by a real embedder process serving ``--model
   on a store that starts empty (p50/p99 of each).
 ``--only alternation`` measures just the first two (the 1k and 10k alternations, store_list
 and the query embed): a quick check of the write-then-recall path.
+``--only lexical`` measures what the lexical query adds to a recall (issue 15 §4), in this
+process and without the embedder: ``Store.search`` with and without the query text,
+interleaved, at 1k, 10k and ``--big`` memories whose texts follow a Zipf distribution over
+pseudo-words and snake_case/dotted identifiers, queries a bench question plus corpus words
+and one identifier (random query vectors: the dense half costs the same either way).
 Other processes may share the machine: compare figures with their same-run baselines.
 """
 
@@ -428,6 +433,83 @@ async def measure(
         await many_sessions(shared, args.sessions, args.session_ops, figures)
 
 
+def zipf_corpus(rows: int, seed: int) -> tuple[list[str], list[str]]:
+    """(memory texts, query texts) over a Zipf-distributed vocabulary with identifiers."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(3, 10, size=20_000)]
+    names = [f"{a}_{b}" for a, b in zip(words[5000:8000], words[9000:12000], strict=True)]
+    names += [f"{a}.{b}" for a, b in zip(words[12000:13000], words[14000:15000], strict=True)]
+    vocabulary = np.array(words + names)
+    weights = 1.0 / np.arange(1, len(vocabulary) + 1) ** 1.07
+    shuffled = rng.permutation(len(vocabulary))  # identifiers spread over all ranks
+    probability = np.empty(len(vocabulary))
+    probability[shuffled] = weights / weights.sum()
+    lengths = rng.integers(12, 160, size=rows)
+    drawn = rng.choice(len(vocabulary), size=int(lengths.sum()), p=probability)
+    texts, start = [], 0
+    for i, n in enumerate(lengths):
+        body = " ".join(vocabulary[drawn[start : start + n]])
+        texts.append(f"# memory {i}\n\n{body}.")
+        start += n
+    queries = [
+        f"{question} {' '.join(vocabulary[rng.choice(len(vocabulary), 2, p=probability)])} "
+        f"{names[int(rng.integers(len(names)))]}"
+        for question in QUESTIONS
+    ]
+    return texts, queries
+
+
+def lexical_cost(args: argparse.Namespace) -> None:
+    """Recall p50 in process with and without the lexical query (issue 15 §4)."""
+    rows = []
+    for size in (1000, 10000, args.big):
+        texts, queries = zipf_corpus(size, seed=size)
+        rng = np.random.default_rng(size)
+        root = Path(tempfile.mkdtemp(prefix=f"thatch-lexical-{size}-"))
+        try:
+            started = time.perf_counter()
+            with Store.open(root / "thatch.db") as store:
+                conn = store.conn
+                conn.execute("BEGIN")
+                conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (PROJECT,))
+                for start in range(0, size, 10_000):
+                    chunk = texts[start : start + 10_000]
+                    vectors = rng.normal(size=(len(chunk), args.dim)).astype(np.float32)
+                    pairs = enumerate(zip(chunk, vectors, strict=True), start)
+                    conn.executemany(
+                        "INSERT INTO entries (slug, store, label, content, embedding, model, "
+                        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        ((f"memory-{i}", PROJECT, f"memory {i}", text, encode(v), "m", STAMP,
+                          STAMP) for i, (text, v) in pairs)
+                    )  # fmt: skip
+                conn.execute("COMMIT")
+                filled = time.perf_counter() - started
+                probes = rng.normal(size=(len(queries), args.dim)).astype(np.float32)
+                plain: list[float] = []
+                lexical: list[float] = []
+                for repeat in range(args.repeats // len(queries) + 2):
+                    for vector, text in zip(probes, queries, strict=True):
+                        a = timed(lambda v=vector: store.search([PROJECT], v, limit=10))
+                        b = timed(
+                            lambda v=vector, t=text: store.search([PROJECT], v, text=t, limit=10)
+                        )
+                        if repeat:  # the first round loads the matrix and warms the pages
+                            plain.append(a)
+                            lexical.append(b)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        without, with_text = statistics.median(plain), statistics.median(lexical)
+        target = f"≤ +2 ms: {verdict(with_text - without <= 0.002)}" if size == 10000 else "report"
+        rows.append([f"{size:,}", ms(without), ms(with_text), f"+{ms(with_text - without)}",
+                     f"{percentile(lexical, 99) * MS:.1f}", f"{filled:.1f} s", target])  # fmt: skip
+    print_table(
+        "Recall p50 in process, without and with the lexical query (ms; issue 15 §4)",
+        ["memories", "dense only", "dense + lexical", "delta", "p99 with", "fill", "target"],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm-int8", help="minilm-int8, minilm-fp32, mock")
@@ -438,8 +520,9 @@ def main() -> None:
     parser.add_argument("--session-ops", type=int, default=100)
     parser.add_argument(
         "--only",
-        choices=["alternation"],
-        help="only the remember/recall alternation at 1k and 10k (the first two targets)",
+        choices=["alternation", "lexical"],
+        help="alternation: only the remember/recall alternation at 1k and 10k (the first two "
+        "targets); lexical: only recall with and without the lexical query (no embedder)",
     )
     parser.add_argument(
         "--cache",
@@ -447,6 +530,12 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
+    if args.only == "lexical":
+        args.dim = 384
+        print(f"{os.cpu_count()} CPUs; load average before {loadavg()}")
+        lexical_cost(args)
+        print(f"load average after {loadavg()}")
+        return
     model_path = (
         "mock"
         if args.model == "mock"

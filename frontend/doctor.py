@@ -402,6 +402,10 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
         detail = f"{_plural(pending, 'memory', 'memories')} not indexed yet (pending)"
         return Check("warn", "memories", detail, "thatch reembed --missing")
     suffix = f", all embedded with {model}" if model and total else ""
+    from thatch.frontend.store.lexical import fts5_available
+
+    if not fts5_available(conn):  # docs/database.md §lexical-index
+        suffix += "; recall ranks by meaning alone (this Python's SQLite has no FTS5)"
     return Check("ok", "memories", f"{_plural(total, 'memory', 'memories')}{suffix}")
 
 

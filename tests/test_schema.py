@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fts import assert_index_in_step
 from thatch.common.environment import default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
 from thatch.frontend.store.db import atomic, connect
+from thatch.frontend.store.lexical import DOCS_TABLE, FTS_TABLE
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import (
     CHANGES_TABLE,
@@ -176,7 +178,12 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
     extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence", *CHAT_TABLES}
-    assert set(names) - set(EXPECTED) <= extra
+    fts = {
+        DOCS_TABLE,
+        FTS_TABLE,
+        *(f"{FTS_TABLE}_{s}" for s in ("data", "idx", "docsize", "config")),
+    }
+    assert set(names) - set(EXPECTED) <= extra | fts
 
 
 def test_foreign_keys_and_nocase_are_declared(store: Store) -> None:
@@ -444,6 +451,7 @@ def test_entry_triggers_never_conflict_under_any_outer_policy(store: Store, stat
     store.conn.execute("UPDATE OR IGNORE entries SET content = '# b3' WHERE slug = 'b'")
     assert version() > before + 2
     assert store.show("p", "c") is not None
+    assert_index_in_step(store.conn)
 
 
 def test_upgrade_replaces_m004_triggers_and_keeps_m004_recorded(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.fts import assert_index_in_step
+from thatch.frontend.store.lexical import lexical_hits
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.vectors import cosine
 
@@ -127,6 +129,10 @@ def test_earlier_release_database_opens_unchanged(tmp_path: Path, variant: str) 
 
     with Store.open(path) as store:
         assert snapshot(store.conn) == before
+        assert_index_in_step(store.conn)  # the index is built from the existing rows on open
+        assert list(lexical_hits(store.conn, ["acme/app"], "deploy")) == [
+            ("acme/app", "deploy-steps")
+        ]
         added = store.conn.execute(
             "SELECT recall_count, last_recalled_at, archived FROM entries"
         ).fetchall()
@@ -192,7 +198,7 @@ def test_store_writes_blobs_the_earlier_release_reads(tmp_path: Path) -> None:
 
 # The earlier release's statements, exactly as its src/db.ts (v0.1.30) prepares them, run by a
 # separate process over a plain sqlite3 connection. It never writes INSERT OR REPLACE into
-# entries itself; that one stands for any other client of the file.
+# entries, nor edits content with a plain UPDATE; those two stand for any other client.
 EARLIER_STATEMENTS = {
     "ensure_store": "INSERT OR IGNORE INTO stores (name) VALUES (?)",
     "insert": """INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, archived, created_at, updated_at)
@@ -213,6 +219,7 @@ EARLIER_STATEMENTS = {
     "replace_entry": "INSERT OR REPLACE INTO entries (slug, store, label, content, embedding, "
     "model, branch, confidence, archived, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "edit_entry": "UPDATE entries SET content = ?, updated_at = ? WHERE slug = ? AND store = ?",
     "unpair": "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
     "telemetry": """UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ?
          WHERE (store, slug) IN (VALUES (?, ?))""",
@@ -298,14 +305,18 @@ def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, st
         triggers = store.conn.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'trigger'"
         ).fetchall()
-        assert len(triggers) == 4
+        assert len(triggers) == 7  # the change log's four, the lexical index's three
         store.remember("acme/app", "alpha", "# alpha", a, "m")
         store.remember("acme/app", "alpha twin", "# alpha twin", near_a, "m")
         assert [p.slug_b for p in store.find_duplicates("acme/app")] == ["alpha-twin"]
 
         def top(vector: np.ndarray) -> tuple[str, str, float]:
+            assert_index_in_step(store.conn)
             best = store.search(["acme/app"], vector, limit=1)[0]
             return best.memory.slug, best.memory.content, best.score
+
+        def lexical(text: str) -> list[str]:
+            return sorted(slug for _, slug in lexical_hits(store.conn, ["acme/app"], text))
 
         run_earlier_release(path, ("ensure_store", ["acme/app"]),
                             ("insert", entry_params("beta", "# beta", b)))  # fmt: skip
@@ -313,15 +324,26 @@ def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, st
 
         # The upsert, both ways: onto an existing row (with thatch's counter row present)
         # and as a plain insert.
-        run_earlier_release(path, ("upsert", [*entry_params("beta", "# beta v2", c), None]))
-        assert top(c) == ("beta", "# beta v2", pytest.approx(1.0, abs=1e-9))
+        assert lexical("beta") == ["beta"]
+        run_earlier_release(path, ("upsert", [*entry_params("beta", "# beta v2 zeta_9", c), None]))
+        assert top(c) == ("beta", "# beta v2 zeta_9", pytest.approx(1.0, abs=1e-9))
+        assert lexical("zeta_9") == ["beta"]
         assert top(b)[0] != "beta" or top(b)[2] < 0.5
         run_earlier_release(path, ("upsert", [*entry_params("gamma", "# gamma", d), None]))
         assert top(d) == ("gamma", "# gamma", pytest.approx(1.0, abs=1e-9))
 
-        run_earlier_release(path, ("replace_entry", entry_params("gamma", "# gamma v2", b)))
-        assert top(b) == ("gamma", "# gamma v2", pytest.approx(1.0, abs=1e-9))
-        assert store.show("acme/app", "gamma").content == "# gamma v2"  # type: ignore[union-attr]
+        run_earlier_release(
+            path, ("replace_entry", entry_params("gamma", "# gamma v2 OmegaRay", b))
+        )
+        assert top(b) == ("gamma", "# gamma v2 OmegaRay", pytest.approx(1.0, abs=1e-9))
+        assert lexical("OmegaRay") == ["gamma"]
+        assert store.show("acme/app", "gamma").content == "# gamma v2 OmegaRay"  # type: ignore[union-attr]
+
+        run_earlier_release(
+            path, ("edit_entry", ["# gamma v3 Kappa.delta", "t", "gamma", "acme/app"])
+        )
+        assert lexical("kappa.delta") == ["gamma"] and lexical("OmegaRay") == []
+        assert_index_in_step(store.conn)
 
         verdict = ["acme/app", "alpha", "alpha-twin", "duplicate", "2024-07-01T10:00:00.000Z"]
         run_earlier_release(path, ("mark_checked", verdict))
@@ -337,6 +359,8 @@ def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, st
         run_earlier_release(path, ("forget", ["beta", "acme/app"]),
                             ("unpair", ["acme/app", "beta", "beta"]))  # fmt: skip
         assert store.show("acme/app", "beta") is None
+        assert lexical("zeta_9") == []
+        assert_index_in_step(store.conn)
         assert "beta" not in [m.memory.slug for m in store.search(["acme/app"], c)]
         assert sorted(m.slug for m in store.list("acme/app")) == ["alpha", "alpha-twin", "gamma"]
 
@@ -344,3 +368,5 @@ def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, st
         names = [row[0] for row in again.conn.execute("SELECT name FROM _thatch_migrations")]
         assert "m004_store_versions" in names and "m006_conflict_free_triggers" in names
         assert again.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert "m009_fts" in names
+        assert_index_in_step(again.conn)

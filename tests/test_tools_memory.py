@@ -179,3 +179,15 @@ def test_store_names_are_case_sensitive(tools: Tools) -> None:
         'No store named "team". Stores: Team, global'
     )
     assert ok(tools, "store_list", {}) == "- Team\n- global"
+
+
+def test_recall_ranks_an_exact_name_first_but_shows_its_cosine(tools: Tools) -> None:
+    """memory_recall hands its query text to the ranking (docs/tools.md §ranking)."""
+    ok(tools, "memory_remember", {"label": "Retries", "content": "where retries are set up"})
+    ok(tools, "memory_remember", {"label": "Budget", "content": "set RETRY_BUDGET_MS low"})
+    text = ok(tools, "memory_recall", {"query": "where are retries set RETRY_BUDGET_MS"})
+    first, second = text.split("\n\n", 1)[1].split("\n\n-----\n\n")
+    assert first.endswith("# Budget\n\nset RETRY_BUDGET_MS low")
+    assert second.endswith("# Retries\n\nwhere retries are set up")
+    scores = [float(s) for s in re.findall(r"\[score:(\d\.\d{3})\]", text)]
+    assert scores[0] < scores[1]  # the shown score stays the cosine: only the order moved

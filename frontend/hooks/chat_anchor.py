@@ -56,7 +56,7 @@ def _migrated(env: Mapping[str, str]) -> None:
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.timefmt import utc_now
 
-    Store.open(default_db_path(env), clock=utc_now).close()
+    Store.open(default_db_path(env), clock=utc_now, build_indexes=False).close()
 
 
 def chat_line(

@@ -148,10 +148,14 @@ def recall_parts(
 
     # Maps a snapshot another process wrote, never writes one: the host waits for exit.
     store = Store.open(
-        default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env), write_snapshots=False
+        default_db_path(env),
+        clock=utc_now,
+        snapshot_dir=snapshot_dir(env),
+        write_snapshots=False,
+        build_indexes=False,  # nor for the lexical index's first build (schema m009)
     )
     try:
-        matches = store.search(stores, vector, limit=RECALL_LIMIT)
+        matches = store.search(stores, vector, text=text, limit=RECALL_LIMIT)
         blocks = engine_blocks(store, stores, vector, env, model)
     finally:
         store.close()
@@ -343,7 +347,7 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     report = None
     try:
         model = active_model(env)
-        store = Store.open(default_db_path(env), clock=utc_now)
+        store = Store.open(default_db_path(env), clock=utc_now, build_indexes=False)
         try:
             if store.pending_count():
                 fill_pending(env)

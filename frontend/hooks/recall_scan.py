@@ -185,7 +185,7 @@ class ContextSearcher:
         from thatch.embedder.encoder import Kind
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        matches = self.ctx.store.search(stores, result.vectors[0], limit=limit)
+        matches = self.ctx.store.search(stores, result.vectors[0], text=prompt, limit=limit)
         cut = nudge_threshold(threshold, result.model_id)
         return [match.memory.label for match in matches if match.score >= cut]
 
@@ -204,7 +204,7 @@ class ContextSearcher:
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
         vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, limit=limit)
+        matches = self.ctx.store.search(stores, vector, text=prompt, limit=limit)
         cut = nudge_threshold(threshold, result.model_id)
         labels = [match.memory.label for match in matches if match.score >= cut]
         blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))

@@ -626,6 +626,30 @@ def top_candidates(group: DimGroup, query: F32, mask: npt.NDArray[np.bool_], lim
     return result
 
 
+def fused_candidates(
+    group: DimGroup,
+    query: F32,
+    mask: npt.NDArray[np.bool_],
+    limit: int,
+    lifts: dict[int, float],
+) -> Indices:
+    """Rows that may be among the best ``limit`` by exact score plus their lift (row → a
+    lexical bonus ≥ 0, docs/database.md §ranking); rows without a lift rank by score."""
+    if limit <= 0:
+        return np.zeros(0, dtype=np.intp)
+    # Unscoped recalls (the common case) skip two gathers over the whole group.
+    eligible = None if group.count > limit and mask.all() else np.flatnonzero(mask)
+    if eligible is not None and eligible.size <= limit:
+        return eligible
+    fused = screen_scores(group, query)
+    rows = np.fromiter(lifts.keys(), dtype=np.intp, count=len(lifts))
+    fused[rows] += np.fromiter(lifts.values(), dtype=np.float32, count=len(lifts))
+    screened = fused if eligible is None else fused[eligible]
+    above = screened >= _kth_largest(screened, limit) - SCREEN_MARGIN
+    result: Indices = np.flatnonzero(above) if eligible is None else eligible[above]
+    return result
+
+
 def _kth_largest(values: F32, k: int) -> float:
     """The ``k``-th largest of ``values`` (1 <= k < size).
 

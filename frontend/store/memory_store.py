@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
-from thatch.frontend.store import db
+from thatch.frontend.store import db, lexical
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
     LogPosition,
@@ -32,6 +32,7 @@ from thatch.frontend.store.matrix_cache import (
     candidate_pairs,
     candidates_above,
     exact_scores,
+    fused_candidates,
     load_matrix,
     log_position,
     pair_scores,
@@ -96,9 +97,12 @@ class Store(UpkeepQueries):
         clock: Clock = utc_now,
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
+        build_indexes: bool = True,
     ) -> None:
         """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
-        ``write_snapshots=False`` only maps them (a hook must not wait for a write)."""
+        ``write_snapshots=False`` only maps them (a hook must not wait for a write);
+        ``build_indexes=False`` leaves migrations that index every memory to a later open
+        (a hook must not wait for those either: schema ``BUILDS_INDEXES``)."""
         self.conn = conn
         self._writes_snapshots = write_snapshots
         self.clock = clock
@@ -108,13 +112,16 @@ class Store(UpkeepQueries):
         db.configure(conn)
         self._tracked = True  # the change counters and log of m004/m007 exist
         try:
-            init_schema(conn, self._now())
+            init_schema(conn, self._now(), build_indexes=build_indexes)
         except sqlite3.OperationalError as error:
             if not db.is_read_only(error):
                 raise
             # A file this process may not write, left unmigrated by the earlier release:
             # read it in its own schema, without the change log (so without caching).
             self._tracked = False
+        # The lexical index exists once m009 ran (not in a file this process may not migrate,
+        # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone.
+        self._lexical = lexical.index_present(conn)
         self.path = self._file_path()
         identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
         self._cache = MatrixCache(
@@ -129,12 +136,17 @@ class Store(UpkeepQueries):
         clock: Clock = utc_now,
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
+        build_indexes: bool = True,
     ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
         try:
             store = cls(
-                conn, clock=clock, snapshot_dir=snapshot_dir, write_snapshots=write_snapshots
+                conn,
+                clock=clock,
+                snapshot_dir=snapshot_dir,
+                write_snapshots=write_snapshots,
+                build_indexes=build_indexes,
             )
         except sqlite3.DatabaseError as error:
             conn.close()
@@ -496,17 +508,23 @@ class Store(UpkeepQueries):
         stores: Sequence[str],
         vector: Any,
         *,
+        text: str | None = None,
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
     ) -> builtins.list[Match]:
-        """Best matches over the stores, ties by (store, slug). Records no usage."""
+        """Best matches over the stores, ties by (store, slug). Records no usage.
+
+        With ``text`` (the query the vector embeds) the order also weighs the lexical
+        match (docs/database.md §ranking); each match's score stays its cosine.
+        """
         query = as_vector(vector)
         names = store_list(stores)
         if limit <= 0:
             return []
-        found: list[Match] = []
+        found: list[tuple[float, Match]] = []
         with self._read():
+            lifts = self._lexical_lifts(names, text)
             for name in names:
                 matrix = self._matrix(name)
                 group = matrix.groups.get(query.size)
@@ -517,10 +535,33 @@ class Store(UpkeepQueries):
                     mask &= ~group.archived
                 if branch is not None:
                     mask &= matrix.branch_mask(group, branch)
-                rows = top_candidates(group, query, mask, limit)
-                found.extend(self._scored(name, group, rows, query))
-            found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
-            return found[:limit]
+                rows_lifted: dict[int, float] = {}
+                for (store, slug), lift in lifts.items():
+                    placed = matrix.where.get(slug) if store == name else None
+                    if placed is not None and placed[0] == query.size:
+                        rows_lifted[placed[1]] = lift
+                if rows_lifted:
+                    rows = fused_candidates(group, query, mask, limit, rows_lifted)
+                else:
+                    rows = top_candidates(group, query, mask, limit)
+                for match in self._scored(name, group, rows, query):
+                    lift = lifts.get((name, match.memory.slug), 0.0)
+                    found.append((match.score + lift, match))
+            found.sort(key=lambda item: (-item[0], item[1].memory.store, item[1].memory.slug))
+            return [match for _, match in found[:limit]]
+
+    def _lexical_lifts(
+        self, names: Sequence[str], text: str | None
+    ) -> dict[tuple[str, str], float]:
+        """(store, slug) → what its lexical match adds to its cosine for ranking; {} without
+        text or index. Lexical ranking only reorders: any failure leaves the dense order."""
+        if not text or not self._lexical:
+            return {}
+        try:
+            hits, exact = lexical.evidence(self.conn, names, text)
+        except sqlite3.OperationalError:
+            return {}
+        return lexical.lifts(hits, exact)
 
     @locked
     def recall(
@@ -528,6 +569,7 @@ class Store(UpkeepQueries):
         stores: Sequence[str],
         vector: Any,
         *,
+        text: str | None = None,
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
@@ -539,7 +581,12 @@ class Store(UpkeepQueries):
         The returned memories show the telemetry as it was before this recall.
         """
         matches = self.search(
-            stores, vector, branch=branch, limit=limit, include_archived=include_archived
+            stores,
+            vector,
+            text=text,
+            branch=branch,
+            limit=limit,
+            include_archived=include_archived,
         )
         if floor is not None:
             matches = [match for match in matches if match.score >= floor]

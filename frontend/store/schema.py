@@ -13,6 +13,7 @@ import re
 import sqlite3
 from collections.abc import Callable
 
+from thatch.frontend.store import lexical
 from thatch.frontend.store.db import atomic
 from thatch.frontend.store.rows import MISSING, USABLE
 
@@ -402,6 +403,88 @@ def m008_chat_and_repo_paths(conn: sqlite3.Connection) -> None:
     )
 
 
+FTS_TRIGGERS = (
+    "thatch_entries_fts_insert",
+    "thatch_entries_fts_delete",
+    "thatch_entries_fts_update",
+)
+_FTS, _DOCS = lexical.FTS_TABLE, lexical.DOCS_TABLE
+
+
+def _unindex(row: str) -> str:
+    """Drop the indexed text of ``row``'s key, if any, from the index and the docs table.
+
+    By key, not by ``entries.rowid``: VACUUM may renumber that, and ``INSERT OR REPLACE``
+    deletes the row it replaces without firing delete triggers (unless the writer enabled
+    recursive_triggers), so its text is still indexed when the insert trigger runs. The
+    FTS5 ``'delete'`` command needs the text exactly as indexed: the docs table keeps it.
+    Nothing here can conflict, so the outer statement's conflict policy never matters.
+    """
+    return (
+        f"INSERT INTO {_FTS} ({_FTS}, rowid, words, parts) "
+        f"SELECT 'delete', doc, body, replace(body, '_', ' ') FROM {_DOCS} "
+        f"WHERE store = {row}.store AND slug = {row}.slug; "
+        f"DELETE FROM {_DOCS} WHERE store = {row}.store AND slug = {row}.slug;"
+    )
+
+
+def _index(row: str) -> str:
+    """Index ``row``'s label and content under its key (replacing what the key had)."""
+    return (
+        f"{_unindex(row)} "
+        f"INSERT INTO {_DOCS} (store, slug, body) "
+        f"VALUES ({row}.store, {row}.slug, {row}.label || char(10) || {row}.content); "
+        f"INSERT INTO {_FTS} (rowid, words, parts) "
+        f"SELECT doc, body, replace(body, '_', ' ') FROM {_DOCS} "
+        f"WHERE store = {row}.store AND slug = {row}.slug;"
+    )
+
+
+def m009_fts(conn: sqlite3.Connection) -> None:
+    """The lexical index of memories (docs/database.md §lexical-index), built from every row.
+
+    ``_thatch_fts_docs`` holds each key's indexed text once (``label`` newline ``content``);
+    the FTS5 table reads its columns through a view (external content), so the text is
+    not stored a second time. Triggers keep both in step with ``entries`` for every writer.
+    Skipped (not recorded) by a SQLite without FTS5: see ``init_schema``.
+    """
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_DOCS} (doc INTEGER PRIMARY KEY, store TEXT NOT NULL, "
+        "slug TEXT NOT NULL, body TEXT NOT NULL, UNIQUE (store, slug))"
+    )
+    conn.execute(
+        f"CREATE VIEW IF NOT EXISTS {lexical.SOURCE_VIEW} AS "
+        f"SELECT doc, body AS words, replace(body, '_', ' ') AS parts FROM {_DOCS}"
+    )
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {_FTS} USING fts5(words, parts, "
+        f"content='{lexical.SOURCE_VIEW}', content_rowid='doc', "
+        f'tokenize="{lexical.TOKENIZER}")'
+    )
+    for name in FTS_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    # Rebuilt from scratch: also right for a file whose index a crash or an older SQLite
+    # left behind half-made.
+    conn.execute(f"DELETE FROM {_DOCS}")
+    conn.execute(
+        f"INSERT INTO {_DOCS} (store, slug, body) "
+        "SELECT store, slug, label || char(10) || content FROM entries"
+    )
+    conn.execute(f"INSERT INTO {_FTS} ({_FTS}) VALUES ('rebuild')")
+    conn.execute(
+        f"CREATE TRIGGER {FTS_TRIGGERS[0]} AFTER INSERT ON entries BEGIN {_index('NEW')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {FTS_TRIGGERS[1]} AFTER DELETE ON entries BEGIN {_unindex('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {FTS_TRIGGERS[2]} AFTER UPDATE OF slug, store, label, content "
+        "ON entries WHEN OLD.slug IS NOT NEW.slug OR OLD.store IS NOT NEW.store "
+        "OR OLD.label IS NOT NEW.label OR OLD.content IS NOT NEW.content "
+        f"BEGIN {_unindex('OLD')} {_index('NEW')} END"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_create_tables", m001_create_tables),
     ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
@@ -411,7 +494,15 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m006_conflict_free_triggers", m006_conflict_free_triggers),
     ("m007_change_log", m007_change_log),
     ("m008_chat_and_repo_paths", m008_chat_and_repo_paths),
+    ("m009_fts", m009_fts),
 ]
+# Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
+# with FTS5 applies them (recall meanwhile ranks by vectors alone).
+NEEDS_FTS5 = frozenset({"m009_fts"})
+# Migrations that read every memory (m009: ~1 s at 10k memories, ~10-15 s at 100k): a hook
+# opens with ``build_indexes=False`` and leaves them to the next MCP server or CLI command,
+# so a host never waits on them.
+BUILDS_INDEXES = frozenset({"m009_fts"})
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -427,12 +518,25 @@ def applied_migrations(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
 
 
-def init_schema(conn: sqlite3.Connection, applied_at: str) -> list[str]:
-    """Apply every migration not yet recorded; returns the names applied now."""
-    if applied_migrations(conn) >= {name for name, _ in MIGRATIONS}:
+def init_schema(
+    conn: sqlite3.Connection, applied_at: str, *, build_indexes: bool = True
+) -> list[str]:
+    """Apply every migration not yet recorded; returns the names applied now.
+
+    ``build_indexes=False`` leaves the ``BUILDS_INDEXES`` ones for a later open.
+    """
+    missing = {name for name, _ in MIGRATIONS} - applied_migrations(conn)
+    if not missing:
+        return []
+    skipped = frozenset() if build_indexes else BUILDS_INDEXES
+    if missing - skipped and not lexical.fts5_available(conn):
+        skipped |= NEEDS_FTS5
+    if missing <= skipped:
         return []
     done: list[str] = []
     for name, migrate in MIGRATIONS:
+        if name in skipped:
+            continue
         with atomic(conn):
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} "

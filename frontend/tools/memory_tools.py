@@ -245,7 +245,9 @@ class Tools:
         skipped = None
         floor = self.thresholds(result.model_id).recall_floor
         if self.after_reply is not None:
-            matches = above(self.ctx.store.search(scope, result.vectors[0], **options), floor)
+            matches = above(
+                self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
+            )
             pending = self.ctx.store.pending_count_in(scope)
             if matches:  # stamped as of now, written once the answer is out
                 at = format_timestamp(self.ctx.store.clock())
@@ -253,7 +255,8 @@ class Tools:
             return RecallReport(scope, list(matches), pending)
         try:
             matches = above(
-                self.ctx.store.recall(scope, result.vectors[0], floor=floor, **options), floor
+                self.ctx.store.recall(scope, result.vectors[0], floor=floor, text=query, **options),
+                floor,
             )
         except (sqlite3.OperationalError, StoreError) as error:
             # Stamping recall counts is telemetry: a database that refuses the write still
@@ -265,7 +268,9 @@ class Tools:
                 if isinstance(error, sqlite3.Error)
                 else error
             )
-            matches = above(self.ctx.store.search(scope, result.vectors[0], **options), floor)
+            matches = above(
+                self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
+            )
         pending = self.ctx.store.pending_count_in(scope)
         return RecallReport(scope, list(matches), pending, skipped)
 
