@@ -72,4 +72,7 @@ def _run(host: str, port: int, no_browser: bool, token: str | None) -> None:
         click.echo("Press Ctrl-C to stop.", err=True)
         if not no_browser:
             webbrowser.open(address)
-        serve(make_server(build_app(ctx, guard)), sock)
+        try:
+            serve(make_server(build_app(ctx, guard)), sock)
+        except KeyboardInterrupt:  # uvicorn stops cleanly first, then re-raises Ctrl-C
+            click.echo("thatch ui stopped.", err=True)
