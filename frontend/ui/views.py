@@ -44,6 +44,7 @@ from thatch.frontend.ui.html import (
     text,
     url,
 )
+from thatch.frontend.ui.queries import newest_page
 
 PAGE_SIZE = 100
 SEARCH_LIMIT = 50
@@ -221,10 +222,10 @@ class Views:
             page_no = max(1, int(params.get("page") or "1"))
         except ValueError:
             page_no = 1
-        everything = self.store.list(name)
-        known_branches = sorted({m.branch for m in everything if m.branch})
+        known_branches = self.store.branches_in_store(name)
         scores: dict[str, float] = {}
         notes: list[str] = []
+        start = (page_no - 1) * PAGE_SIZE
         if query:
             checked = validate(
                 SPECS_BY_NAME["memory_recall"].params, {"query": query, "branch": branch}
@@ -242,17 +243,13 @@ class Views:
                 shown = [m for m in shown if m.archived]
             if report.pending:
                 notes.append(fmt.not_indexed(report.pending))
+            total = len(shown)
+            visible = shown[start : start + PAGE_SIZE]
         else:
-            shown = [
-                m
-                for m in everything
-                if (branch is None or m.branch == branch)
-                and (archived == "all" or m.archived == (archived == "archived"))
-            ]
-            shown.sort(key=lambda m: (m.created_at, m.slug), reverse=True)
-        total = len(shown)
-        start = (page_no - 1) * PAGE_SIZE
-        visible = shown[start : start + PAGE_SIZE]
+            listed = newest_page(
+                self.store, name, branch=branch, archived=archived, offset=start, limit=PAGE_SIZE
+            )
+            total, visible = listed.total, listed.memories
         rows = []
         for memory in visible:
             first = body_text(memory).strip().split("\n", 1)[0][:160]
