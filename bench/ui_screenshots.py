@@ -58,6 +58,7 @@ READABLE = {
     "uploads it. Never upload by hand.",
     "Release steps": "Releases: tag the commit (git tag -s vX.Y.Z), push the tag, CI publishes.",
     "Indentation": "The user wants four spaces, never tabs, in Python files.",
+    "Python indentation": "The user wants four spaces, never tabs, in Python source files.",
     "Test database": "Integration tests need postgres on port 5433, seeded from fixtures/.",
     HOSTILE: "An agent saved markup: <img src=x "
     "onerror=alert(1)> and </pre><b>bold?</b> — shown as text.",

@@ -420,10 +420,18 @@ def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
     assert "Doctor" in page.body and "database" in page.body
 
 
-def test_unknown_address_is_a_clear_page(ui: tuple[UiClient, Guard]) -> None:
-    client, _guard = ui
+def test_unknown_address_and_method_are_clear_pages(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, guard = ui
     page = client.get("/nothing-here")
     assert page.status == 404 and "no such address" in page.body
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    form = {"csrf": guard.csrf, "store": "proj", "label": "Tabs"}
+    for method in ("DELETE", "PUT"):
+        refused = client.request(method, "/memory/forget", form=form)
+        assert refused.status == 405 and "method not allowed" in refused.body
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -435,6 +443,26 @@ def test_non_loopback_host_needs_a_token() -> None:
     assert "pass --token" in refused.stderr
     short = CliRunner().invoke(cli, ["ui", "--token", "abc", "--no-browser"])
     assert short.exit_code == 2 and "at least 16 characters" in short.stderr
+
+
+def test_non_loopback_host_warns_before_serving(tmp_path: Path) -> None:
+    """With --token the command warns (plain HTTP, reachable by others); a taken port is
+    a one-line error with its fix, and nothing is served."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))
+    taken.listen(1)
+    try:
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(
+            cli, ["ui", "--host", "0.0.0.0", "--token", "s" * 24, "--port", port, "--no-browser"]
+        )
+    finally:
+        taken.close()
+    assert result.exit_code == 1
+    assert "warning: serving on 0.0.0.0" in result.stderr and "no TLS" in result.stderr
+    assert f"cannot listen on 0.0.0.0:{port}" in result.stderr and "--port" in result.stderr
 
 
 def test_guard_host_names() -> None:

@@ -152,7 +152,9 @@ class UiApp:
                     methods=["GET", "POST"],
                 )
             )
-        starlette = Starlette(routes=routes, exception_handlers={404: _not_found})
+        starlette = Starlette(
+            routes=routes, exception_handlers={404: _not_found, 405: _not_allowed}
+        )
         return GuardMiddleware(starlette, self.guard)
 
     def _endpoint(self, read: Read | None, change: Change | None) -> Callable[[Request], Any]:
@@ -212,6 +214,14 @@ class UiApp:
 async def _not_found(request: Request, exc: Exception) -> Response:
     return refusal(
         404, "Not found", "This page has no such address.", "start from the Stores page."
+    )
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return refusal(
+        405,
+        "Refused: method not allowed",
+        "These pages answer GET (to show) and POST from their own forms (to change).",
     )
 
 

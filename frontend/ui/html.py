@@ -60,10 +60,12 @@ def link(path: str, label: str, params: Mapping[str, object] | None = None) -> s
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
-    """``headers`` are thatch's words; cells are markup made by the caller."""
+    """``headers`` are thatch's words (none: no header row); cells are markup made by the
+    caller."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     lines = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table>{thead}<tbody>{lines}</tbody></table>"
 
 
 def hidden(fields: Mapping[str, object]) -> str:

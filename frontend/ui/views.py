@@ -720,7 +720,7 @@ class Views:
             [text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks
         ]
         content = [
-            table(["", ""], facts),
+            table([], facts),
             "<h2>Doctor</h2>",
             table(["status", "check", "detail", "fix"], check_rows),
         ]
