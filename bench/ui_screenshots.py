@@ -251,6 +251,10 @@ def main() -> None:
                         ),
                         ("404 page (server floor)", lambda _r: timed_get(port, cookie, "/x", 404)),
                         ("search page (10k)", search),
+                        (
+                            "stores page (10k; hygiene counts)",
+                            lambda _r: timed_get(port, cookie, "/"),
+                        ),
                         ("query embed alone", embed_only),
                     ],
                 )

@@ -165,14 +165,15 @@ class Views:
         rows = []
         reports = []
         for name in sorted(counts):
-            memories = self.store.list(name)
             # Deleted branches are known only for the project's own repository.
             branches: Callable[[Path], Sequence[str]] | None = (
                 None if name == ctx.project_store else (lambda _dir: [])
             )
             result = hygiene(self.store, name, ctx.project_dir, model, list_branches=branches)
             counted: StoreHygiene = result.project
-            archived = sum(1 for memory in memories if memory.archived)
+            archived = newest_page(
+                self.store, name, branch=None, archived="archived", offset=0, limit=0
+            ).total
             rows.append(
                 [
                     link("/memories", name, {"store": name}),
