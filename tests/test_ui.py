@@ -81,6 +81,12 @@ def test_token_in_url_becomes_an_httponly_strict_cookie(ctx: ToolContext) -> Non
         assert page.headers["referrer-policy"] == "no-referrer"
 
 
+def test_token_redirect_stays_on_this_page(ctx: ToolContext) -> None:
+    with running_ui(ctx) as (client, guard):
+        page = client.request("GET", f"//evil.example/x?token={guard.token}")
+        assert page.status == 303 and page.headers["location"] == "/evil.example/x"
+
+
 def test_each_run_has_its_own_token(ctx: ToolContext) -> None:
     with running_ui(ctx) as (_a, first), running_ui(ctx) as (_b, second):
         assert first.token != second.token and first.csrf != second.csrf

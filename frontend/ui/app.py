@@ -87,7 +87,10 @@ class GuardMiddleware:
                 return _token_refusal()
             # Trade the URL's token for a cookie, and drop it from the address bar.
             params = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + ("?" + urlencode(params) if params else "")
+            # One leading slash: "//host" would send the browser to another site.
+            target = (
+                "/" + request.url.path.lstrip("/") + ("?" + urlencode(params) if params else "")
+            )
             response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
             response.set_cookie(
                 guard.cookie_name,
@@ -235,4 +238,8 @@ def _csrf_refusal(why: str) -> HTMLResponse:
 
 
 def build_app(ctx: ToolContext, guard: Guard) -> ASGIApp:
+    """The guarded app over ``ctx``. Like ``thatch mcp``, a long-lived frontend: memories
+    saved without a vector are filled on the context's background thread (started here,
+    stopped when the caller closes the context)."""
+    ctx.pending_fill.start()
     return UiApp(ctx, guard).asgi()
