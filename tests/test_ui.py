@@ -417,6 +417,21 @@ def test_engines_page_and_delete(ui: tuple[UiClient, Guard], ctx: ToolContext) -
     assert missing.status == 404
 
 
+def test_chat_page_follows_by_reloading(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    one = chat.register_server(project="proj", host_kind="claude", worktree="/w")
+    two = chat.register_server(project="proj", host_kind="cursor", worktree="/w")
+    assert chat.send(one.session_id, two.session_id, ["message-one"])
+    plain = client.get("/chat")
+    assert "message-one" in plain.body and 'http-equiv="refresh"' not in plain.body
+    assert chat.send(two.session_id, one.session_id, ["message-two"])
+    followed = client.get("/chat", follow="1")
+    assert '<meta http-equiv="refresh" content="5">' in followed.body
+    assert followed.body.index("message-two") < followed.body.index("message-one")  # newest first
+    assert f"{one.name} → {two.name}" in followed.body and "unread" in followed.body
+
+
 def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
     client, _guard = ui
     page = client.get("/status")
@@ -491,3 +506,35 @@ def test_guard_host_names() -> None:
     assert not lan.host_allowed("192.168.1.6:7788")
     assert guard.origin_allowed(None) and guard.origin_allowed("http://localhost:7788")
     assert not guard.origin_allowed("null") and not guard.origin_allowed("http://evil:7788")
+
+
+def test_embedder_down_reads_work_search_says_why_edit_saves_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """No embedder answers (and none is started): lists and pages still work, a search is
+    a clear 503 page, and an edit is saved without a vector, as memory_remember saves it."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{short_tmp / 'none.sock'}")
+    with ToolContext.from_env(autostart=False, start_wait=0) as context:
+        saved = Tools(context).remember(label="Tabs", content="the user likes tabs")
+        assert saved.pending_cause is not None
+        with running_ui(context) as (client, guard):
+            assert client.get("/", token=guard.token).status == 303
+            listed = client.get("/memories", store="proj")
+            assert listed.status == 200 and "not embedded" in listed.body
+            search = client.get("/memories", store="proj", q="tabs")
+            assert search.status == 503 and "Embedding service unavailable" in search.body
+            page = client.get("/memory", store="proj", label="Tabs")
+            assert page.status == 200 and "Not embedded yet" in page.body
+            edited = client.post(
+                "/memory/edit",
+                {"csrf": page.csrf(), "store": "proj", "label": "Tabs", "content": "spaces now"},
+            )
+            assert edited.status == 303
+            assert "saved; " in client.get(edited.headers["location"]).body
+        assert rows(db_path(context), "SELECT content, embedding IS NULL FROM entries") == [
+            ("# Tabs\n\nspaces now", 1)
+        ]

@@ -101,13 +101,15 @@ NAV = (
 )
 
 
-def page(title: str, content: str) -> str:
-    """The whole document: ``title`` is thatch's words (escaped anyway), ``content`` markup."""
+def page(title: str, content: str, *, refresh: int | None = None) -> str:
+    """The whole document: ``title`` is thatch's words (escaped anyway), ``content`` markup;
+    ``refresh``: reload every so many seconds (a live view without JavaScript)."""
     nav = "".join(f'<a href="{href}">{name}</a>' for href, name in NAV)
+    reload = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh else ""
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{text(title)} · thatch</title><style>{STYLE}</style></head>"
+        f"{reload}<title>{text(title)} · thatch</title><style>{STYLE}</style></head>"
         f"<body><header><b>thatch</b>{nav}</header><main><h1>{text(title)}</h1>"
         f"{content}</main></body></html>"
     )

@@ -53,6 +53,7 @@ SIMILAR_SHOWN = 5
 ARCHIVED_CHOICES = ("live", "all", "archived")
 ENGINES: dict[str, Engine] = {"prediction": PREDICTIONS, "behavior": BEHAVIORS}
 CHAT_SHOWN = 200
+CHAT_REFRESH = 5
 T = TypeVar("T")
 
 
@@ -78,8 +79,10 @@ def body_text(memory: Memory) -> str:
     return content
 
 
-def _html(title: str, content: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(page(title, content), status_code=status)
+def _html(
+    title: str, content: str, status: int = 200, *, refresh: int | None = None
+) -> HTMLResponse:
+    return HTMLResponse(page(title, content, refresh=refresh), status_code=status)
 
 
 def _problem_page(problem: Problem) -> HTMLResponse:
@@ -661,9 +664,21 @@ class Views:
             else "<p>No chat sessions.</p>",
             f"<h2>Messages (newest first, last {CHAT_SHOWN})</h2>",
             "".join(items) or "<p>No messages.</p>",
-            "<p class=muted>Reload the page for new messages.</p>",
         ]
-        return _html("Chat", "".join(content))
+        follow = request.query_params.get("follow") == "1"
+        if follow:
+            content.insert(
+                0,
+                f"<p>Following: this page reloads every {CHAT_REFRESH} s. "
+                f"{link('/chat', 'Stop following')}</p>",
+            )
+        else:
+            content.insert(
+                0,
+                f"<p>{link('/chat', 'Follow new messages', {'follow': 1})} "
+                f"(reloads every {CHAT_REFRESH} s).</p>",
+            )
+        return _html("Chat", "".join(content), refresh=CHAT_REFRESH if follow else None)
 
     # -- Status ------------------------------------------------------------------------
 
