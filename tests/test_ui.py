@@ -287,6 +287,7 @@ def test_stores_page_counts_and_hygiene(ui: tuple[UiClient, Guard], ctx: ToolCon
     # memories, archived, unembedded, other model, duplicate candidates, stale
     assert numbers == ["4", "1", "0", "0", "1", "0"]
     assert "1 duplicate-candidate pair pending review" in page.body
+    assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 1 duplicate" in page.body
 
 
 def test_memories_page_newest_first_with_filters_and_search(

@@ -167,6 +167,7 @@ class Views:
         model = self._active_model()
         rows = []
         reports = []
+        project_report: str | None = None
         for name in sorted(counts):
             # Deleted branches are known only for the project's own repository.
             branches: Callable[[Path], Sequence[str]] | None = (
@@ -188,6 +189,8 @@ class Views:
                     str(counted.stale),
                 ]
             )
+            if name == ctx.project_store:
+                project_report = result.report
             parts = counted.parts()
             if parts:
                 reports.append(f"<li><b>{text(name)}</b>: {text('; '.join(parts))}.</li>")
@@ -206,6 +209,8 @@ class Views:
             table(headers, rows) if rows else "<p>No stores yet: nothing was saved.</p>",
             "<h2>Hygiene</h2>",
             f"<ul>{''.join(reports)}</ul>" if reports else "<p>Every store is healthy.</p>",
+            "<p>The report a session of this project gets at start (<code>thatch hygiene</code>): "
+            f"{text(project_report) if project_report else 'healthy.'}</p>",
         ]
         return _html("Stores", "".join(content))
 
