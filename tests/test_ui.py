@@ -150,7 +150,7 @@ def test_loopback_names_are_accepted(ui: tuple[UiClient, Guard]) -> None:
 
 @pytest.mark.parametrize(
     "path", ["/memory/archive", "/memory/edit", "/duplicates/verdict", "/engines/delete"]
-)
+)  # (forget's and merge's GET are their confirmation pages)
 def test_get_on_a_changing_route_is_refused(
     ui: tuple[UiClient, Guard], ctx: ToolContext, path: str
 ) -> None:
@@ -242,6 +242,7 @@ def test_stored_text_comes_back_escaped_on_every_page(
         "memory": client.get("/memory", store="proj", label=XSS_LABEL),
         "forget": client.get("/memory/forget", store="proj", label=XSS_LABEL),
         "duplicates": client.get("/duplicates", store="proj"),
+        "merge": client.get("/duplicates/merge", store="proj", keep=XSS_LABEL, drop="Tabs"),
         "engines": client.get("/engines"),
         "chat": client.get("/chat"),
         "status": client.get("/status"),
@@ -393,6 +394,29 @@ def test_duplicates_page_and_verdicts(ui: tuple[UiClient, Guard], ctx: ToolConte
         },
     )
     assert bogus.status == 400
+
+
+def test_merge_then_forget(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    Tools(ctx).remember(label="Tabs again", content="the user likes tabs")
+    page = client.get("/duplicates", store="proj")
+    assert "Keep this one, merge the other in" in page.body
+    confirm = client.get("/duplicates/merge", store="proj", keep="Tabs", drop="Tabs again")
+    assert confirm.status == 200
+    assert "the user likes tabs\n\nthe user likes tabs</textarea>" in confirm.body
+    assert rows(db_path(ctx), "SELECT count(*) FROM entries WHERE store = 'proj'") == [(3,)]
+    fields = {"csrf": confirm.csrf(), "store": "proj", "keep": "Tabs", "drop": "Tabs again"}
+    refused = client.post("/duplicates/merge", {**fields, "content": ""})
+    assert refused.status == 400
+    assert rows(db_path(ctx), "SELECT count(*) FROM entries WHERE store = 'proj'") == [(3,)]
+    merged = client.post("/duplicates/merge", {**fields, "content": "tabs, width 4"})
+    assert merged.status == 303
+    assert rows(db_path(ctx), "SELECT slug, content FROM entries WHERE slug LIKE 'tabs%'") == [
+        ("tabs", "# Tabs\n\ntabs, width 4")
+    ]
+    assert "[forgotten] proj :: Tabs again" in client.get(merged.headers["location"]).body
+    itself = client.get("/duplicates/merge", store="proj", keep="Tabs", drop="tabs")
+    assert itself.status == 400
 
 
 def test_engines_page_and_delete(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:

@@ -134,6 +134,7 @@ class UiApp:
             "/memories": views.Views.memories,
             "/memory": views.Views.memory,
             "/memory/forget": views.Views.forget_confirm,
+            "/duplicates/merge": views.Views.merge_confirm,
             "/duplicates": views.Views.duplicates,
             "/engines": views.Views.engines,
             "/chat": views.Views.chat,
@@ -144,6 +145,7 @@ class UiApp:
             "/memory/archive": views.Views.archive,
             "/memory/edit": views.Views.edit,
             "/duplicates/verdict": views.Views.verdict,
+            "/duplicates/merge": views.Views.merge,
             "/engines/delete": views.Views.engine_delete,
         }
         routes = []

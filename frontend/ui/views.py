@@ -516,13 +516,15 @@ class Views:
             blocks.append(f"<h2>Cluster {number} ({cluster.size} memories)</h2>")
             for pair in cluster.pairs:
                 sides = []
-                for label in (pair.label_a, pair.label_b):
+                for label, other in ((pair.label_a, pair.label_b), (pair.label_b, pair.label_a)):
                     memory = self.store.show(name, label)
                     shown = stored(body_text(memory)) if memory else "<p>(gone)</p>"
                     ident = {"store": name, "label": label}
+                    merge = {"store": name, "keep": label, "drop": other}
                     sides.append(
                         f"<div><b>{link('/memory', label, ident)}</b>{shown}"
-                        f"{link('/memory/forget', 'Forget this one…', ident)}</div>"
+                        f"{link('/duplicates/merge', 'Keep this one, merge the other in…', merge)}"
+                        f" · {link('/memory/forget', 'Forget this one…', ident)}</div>"
                     )
                 buttons = " ".join(
                     post_form(
@@ -553,6 +555,54 @@ class Views:
             message = self.tools.mark_checked(
                 name, form.text("label_a"), form.text("label_b"), status
             )
+            return _back("/duplicates", {"store": name}, message)
+
+        return self._safely(run)
+
+    def merge_confirm(self, request: Request, form: None) -> Response:
+        return self._safely(lambda: self._merge_confirm(request))
+
+    def _merge_confirm(self, request: Request) -> Response:
+        params = request.query_params
+        name = self._store_name(params.get("store"))
+        keep = self._memory(name, params.get("keep"))
+        drop = self._memory(name, params.get("drop"))
+        if keep.slug == drop.slug:
+            raise Problem(400, "Refused", "A memory cannot be merged into itself.")
+        merged = body_text(keep).rstrip() + "\n\n" + body_text(drop).strip()
+        fields = {"csrf": self.csrf, "store": name, "keep": keep.label, "drop": drop.label}
+        content = (
+            f"<p>Merge <b>{text(drop.label)}</b> into <b>{text(keep.label)}</b>: edit the "
+            f"text below, then save. <b>{text(keep.label)}</b> is saved with it (re-embedded) "
+            f"and only then is <b>{text(drop.label)}</b> forgotten.</p>"
+            f'<form method="post" action="/duplicates/merge">{hidden(fields)}'
+            f'<textarea name="content">{stdhtml.escape(merged)}</textarea><br>'
+            "<button>Save and forget the other</button></form>"
+            f"<h3>{text(drop.label)} (to be forgotten)</h3>{stored(body_text(drop))}"
+            f"<p>{link('/duplicates', 'Cancel', {'store': name})}</p>"
+        )
+        return _html(f"Merge into {keep.label}", content)
+
+    def merge(self, request: Request, form: Form) -> Response:
+        def run() -> Response:
+            name = self._store_name(form.get("store"))
+            keep = self._memory(name, form.get("keep"))
+            drop = self._memory(name, form.get("drop"))
+            if keep.slug == drop.slug:
+                raise Problem(400, "Refused", "A memory cannot be merged into itself.")
+            values = validate(
+                SPECS_BY_NAME["memory_remember"].params,
+                {"label": keep.label, "content": form.text("content").replace("\r\n", "\n")},
+            )
+            self.tools.remember(
+                label=keep.label,
+                content=values["content"],
+                store=name,
+                overwrite=True,
+                archived=keep.archived,
+            )
+            self.store.forget(name, drop.label)
+            message = f"merged into {keep.label}; " + fmt.forgotten(name, drop.label)
             return _back("/duplicates", {"store": name}, message)
 
         return self._safely(run)
