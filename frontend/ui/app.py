@@ -8,6 +8,7 @@ page has one user, and the tools assume one caller per context.
 
 from __future__ import annotations
 
+import html
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -44,8 +45,6 @@ SECURITY_HEADERS = {
 
 def refusal(status: int, title: str, why: str, fix: str | None = None) -> HTMLResponse:
     """A clear page saying what was refused and why; nothing was changed."""
-    import html
-
     parts = [f'<div class="refused"><p>{html.escape(why)}</p>']
     if fix:
         parts.append(f"<p>Fix: {html.escape(fix)}</p>")
@@ -158,7 +157,8 @@ class UiApp:
                 )
             )
         starlette = Starlette(
-            routes=routes, exception_handlers={404: _not_found, 405: _not_allowed}
+            routes=routes,
+            exception_handlers={404: _not_found, 405: _not_allowed, Exception: _failed},
         )
         return GuardMiddleware(starlette, self.guard)
 
@@ -219,6 +219,20 @@ class UiApp:
 async def _not_found(request: Request, exc: Exception) -> Response:
     return refusal(
         404, "Not found", "This page has no such address.", "start from the Stores page."
+    )
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    # An error no handler names: one line here, the traceback in the terminal (uvicorn).
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return HTMLResponse(
+        page(
+            "thatch ui failed",
+            f'<div class="refused"><p>{html.escape(detail)}</p><p>The terminal running '
+            "<code>thatch ui</code> shows the details.</p></div>",
+        ),
+        status_code=500,
+        headers=SECURITY_HEADERS,
     )
 
 
