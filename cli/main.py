@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "reembed": "thatch.cli.reembed_cmd:reembed",
     "doctor": "thatch.cli.doctor_cmd:doctor",
     "demo": "thatch.cli.demo_cmd:demo",
+    "ui": "thatch.cli.ui_cmd:ui",
 }
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}

@@ -1,0 +1,565 @@
+"""``thatch ui`` (docs/ui.md) through a real uvicorn server on 127.0.0.1, a real SQLite file
+and a real (mock-model) embedder process: every page, every action, every refusal."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support.embedder_proc import EmbedderProcess
+from tests.support.fake_embedder import rows
+from tests.support.ui_client import Page, UiClient, running_ui
+from thatch.cli.main import cli
+from thatch.frontend.store.chat_store import ChatStore
+from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.tools.memory_tools import Tools
+from thatch.frontend.ui.security import Guard
+
+XSS_LABEL = 'Deploy <script>alert("label")</script>'
+XSS_CONTENT = "push a tag <img src=x onerror=alert(1)> then </pre><script>alert(2)</script>"
+XSS_CHAT = "<script>alert('chat')</script><iframe src=//evil>"
+XSS_STATEMENT = "<b onmouseover=alert(3)>run the linter</b>"
+RAW_MARKUP = re.compile(r"<(script|img|iframe|b |i>)", re.IGNORECASE)
+
+MEMORY_TABLE = "SELECT store, slug, label, content, archived FROM entries ORDER BY 1, 2"
+
+
+@pytest.fixture
+def ctx(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
+) -> Iterator[ToolContext]:
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    with ToolContext.from_env() as context:
+        tools = Tools(context)
+        tools.remember(label=XSS_LABEL, content=XSS_CONTENT, branch="main", confidence=7)
+        tools.remember(label="Tabs", content="the user likes tabs")
+        yield context
+
+
+@pytest.fixture
+def ui(ctx: ToolContext) -> Iterator[tuple[UiClient, Guard]]:
+    with running_ui(ctx) as (client, guard):
+        entered = client.get("/", token=guard.token)
+        assert entered.status == 303 and entered.headers["location"] == "/"
+        yield client, guard
+
+
+def db_path(ctx: ToolContext) -> Path:
+    assert ctx.store.path is not None
+    return Path(ctx.store.path)
+
+
+def no_markup(page: Page) -> None:
+    """No stored text came back as markup: the page holds no element a payload made."""
+    assert RAW_MARKUP.search(page.body) is None, RAW_MARKUP.search(page.body)
+
+
+# -- the token and the cookie ------------------------------------------------------------
+
+
+def test_token_in_url_becomes_an_httponly_strict_cookie(ctx: ToolContext) -> None:
+    with running_ui(ctx) as (client, guard):
+        first = client.get("/memories", token=guard.token, store="proj")
+        assert first.status == 303
+        assert first.headers["location"] == "/memories?store=proj"  # the token leaves the URL
+        cookie = first.headers["set-cookie"]
+        assert cookie.startswith(f"{guard.cookie_name}={guard.token};")
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        page = client.get("/memories", store="proj")
+        assert page.status == 200 and "Tabs" in page.body
+        assert "script-src" not in page.headers["content-security-policy"]  # no script at all
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["referrer-policy"] == "no-referrer"
+
+
+def test_token_redirect_stays_on_this_page(ctx: ToolContext) -> None:
+    with running_ui(ctx) as (client, guard):
+        page = client.request("GET", f"//evil.example/x?token={guard.token}")
+        assert page.status == 303 and page.headers["location"] == "/evil.example/x"
+
+
+def test_each_run_has_its_own_token(ctx: ToolContext) -> None:
+    with running_ui(ctx) as (_a, first), running_ui(ctx) as (_b, second):
+        assert first.token != second.token and first.csrf != second.csrf
+        assert len(first.token) >= 40
+
+
+@pytest.mark.parametrize(
+    ("how", "status", "words"),
+    [
+        ("no cookie", 403, "missing or wrong token"),
+        ("wrong cookie", 403, "missing or wrong token"),
+        ("wrong token in URL", 403, "missing or wrong token"),
+        ("foreign Host", 400, "unknown host name"),
+        ("loopback name, other port", 400, "unknown host name"),
+        ("no Host", 400, "unknown host name"),
+    ],
+)
+def test_requests_without_the_token_or_from_a_foreign_host_are_refused(
+    ui: tuple[UiClient, Guard], ctx: ToolContext, how: str, status: int, words: str
+) -> None:
+    """Reads and changes alike: a clear page, and the database unchanged."""
+    client, guard = ui
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    csrf = client.get("/memory", store="proj", label="Tabs").csrf()
+    form = {"csrf": csrf, "store": "proj", "label": "Tabs"}
+    for method, path, body in (
+        ("GET", "/memories?store=proj", None),
+        ("POST", "/memory/forget", form),
+        ("POST", "/memory/archive", {**form, "archived": "1"}),
+    ):
+        host = None
+        cookies = True
+        if how == "no cookie":
+            cookies = False
+        elif how == "wrong cookie":
+            client.cookies[guard.cookie_name] = guard.token[:-1] + "x"
+        elif how == "wrong token in URL":
+            path += ("&" if "?" in path else "?") + "token=" + guard.token.upper()
+        elif how == "foreign Host":
+            host = f"evil.example:{guard.port}"
+        elif how == "loopback name, other port":
+            host = f"localhost:{guard.port + 1}"
+        elif how == "no Host":
+            host = ""
+        page = client.request(method, path, form=body, host=host, cookies=cookies)
+        assert page.status == status, (method, path, page.body[-600:])
+        assert words in page.body and "Nothing was changed." in page.body
+        assert "Tabs" not in page.body
+        client.cookies[guard.cookie_name] = guard.token
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+def test_loopback_names_are_accepted(ui: tuple[UiClient, Guard]) -> None:
+    client, guard = ui
+    for host in (f"localhost:{guard.port}", f"[::1]:{guard.port}", f"LOCALHOST:{guard.port}"):
+        assert client.request("GET", "/", host=host).status == 200, host
+
+
+# -- changes: POST only, with the form token ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/memory/archive", "/memory/edit", "/duplicates/verdict", "/engines/delete"]
+)  # (forget's and merge's GET are their confirmation pages)
+def test_get_on_a_changing_route_is_refused(
+    ui: tuple[UiClient, Guard], ctx: ToolContext, path: str
+) -> None:
+    client, guard = ui
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    page = client.get(path, store="proj", label="Tabs", archived="1", content="x", csrf=guard.csrf)
+    assert page.status == 405
+    assert "changes need a form" in page.body and "Nothing was changed." in page.body
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+def test_forget_by_get_only_asks_for_confirmation(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, _guard = ui
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    page = client.get("/memory/forget", store="proj", label="Tabs")
+    assert page.status == 200 and "Forget this memory" in page.body
+    assert 'action="/memory/forget"' in page.body and 'method="post"' in page.body
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+@pytest.mark.parametrize("how", ["missing", "wrong", "other run's", "foreign Origin", "json"])
+def test_posts_without_this_runs_form_token_are_refused(
+    ui: tuple[UiClient, Guard], ctx: ToolContext, how: str
+) -> None:
+    client, guard = ui
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    form = {"store": "proj", "label": "Tabs", "csrf": guard.csrf}
+    headers: dict[str, str] = {}
+    if how == "missing":
+        del form["csrf"]
+    elif how == "wrong":
+        form["csrf"] = guard.csrf[:-2] + "zz"
+    elif how == "other run's":
+        form["csrf"] = Guard.for_bind("127.0.0.1", guard.port).csrf
+    elif how == "foreign Origin":
+        headers["Origin"] = "http://evil.example"
+    if how == "json":  # the token is there, but not in a form of this page
+        document = f'{{"store": "proj", "label": "Tabs", "csrf": "{guard.csrf}"}}'
+        page = client.request(
+            "POST",
+            "/memory/forget",
+            body=document.encode(),
+            headers={"Content-Type": "application/json"},
+        )
+    else:
+        page = client.request("POST", "/memory/forget", form=form, headers=headers)
+    assert page.status == 403, page.body[-500:]
+    assert "Refused: not this page&#x27;s form" in page.body and "Nothing was changed." in page.body
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+def test_oversized_form_is_refused(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, guard = ui
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    form = {"csrf": guard.csrf, "store": "proj", "label": "Tabs", "content": "x" * 600_000}
+    page = client.post("/memory/edit", form)
+    assert page.status == 413 and "Nothing was changed." in page.body
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+# -- stored text is escaped everywhere ------------------------------------------------------
+
+
+def test_stored_text_comes_back_escaped_on_every_page(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, _guard = ui
+    tools = Tools(ctx)
+    # The payload as a store name, a branch, an engine statement and chat bodies.
+    tools.remember(label="x", content="y", store="<script>s</script>", branch="<img src=x>")
+    result = tools.call(
+        "behavior_codify",
+        {"situation": "<script>alert(4)</script>", "behavior": XSS_STATEMENT, "rationale": "r"},
+    )
+    assert not result.is_error, result.text
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    sender = chat.register_server(project="<i>p</i>", host_kind="claude", worktree="/w")
+    receiver = chat.register_server(project="proj", host_kind="cursor", worktree="/w")
+    chat.set_topic(sender.session_id, "<script>topic</script>")
+    assert chat.send(sender.session_id, receiver.session_id, [XSS_CHAT])
+
+    pages = {
+        "stores": client.get("/"),
+        "memories": client.get("/memories", store="proj"),
+        "other store": client.get("/memories", store="<script>s</script>"),
+        "search": client.get("/memories", store="proj", q="<script>deploy</script>"),
+        "memory": client.get("/memory", store="proj", label=XSS_LABEL),
+        "forget": client.get("/memory/forget", store="proj", label=XSS_LABEL),
+        "duplicates": client.get("/duplicates", store="proj"),
+        "merge": client.get("/duplicates/merge", store="proj", keep=XSS_LABEL, drop="Tabs"),
+        "engines": client.get("/engines"),
+        "chat": client.get("/chat"),
+        "status": client.get("/status"),
+        "unknown store": client.get("/memories", store="<script>nope</script>"),
+    }
+    for name, page in pages.items():
+        assert page.status in (200, 404), (name, page.status, page.body[-500:])
+        no_markup(page)
+    assert "Deploy &lt;script&gt;alert(&quot;label&quot;)&lt;/script&gt;" in pages["memories"].body
+    assert "&lt;img src=x onerror=alert(1)&gt;" in pages["memory"].body
+    assert "&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;" in pages["memory"].body
+    assert "&lt;script&gt;alert(&#x27;chat&#x27;)&lt;/script&gt;" in pages["chat"].body
+    assert "&lt;b onmouseover=alert(3)&gt;" in pages["engines"].body
+    assert "&lt;img src=x&gt;" in pages["other store"].body
+    assert pages["unknown store"].status == 404
+
+
+def test_invisible_characters_in_labels_are_shown(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """A bidi override in a label cannot reorder what the page shows."""
+    client, _guard = ui
+    Tools(ctx).remember(label="safe\u202egnp.exe", content="c")
+    page = client.get("/memories", store="proj")
+    assert "\u202e" not in page.body and "safe\\u202egnp.exe" in page.body
+
+
+# -- pages and actions ---------------------------------------------------------------------
+
+
+def test_stores_page_counts_and_hygiene(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    tools = Tools(ctx)
+    tools.remember(label="Old", content="archived thing", archived=True)
+    tools.remember(label="Tabs again", content="the user likes tabs")  # a duplicate of Tabs
+    page = client.get("/")
+    assert page.status == 200
+    cells = re.findall(
+        r"<tr><td><a href=\"/memories\?store=proj\">proj</a></td>(.*?)</tr>", page.body
+    )
+    assert len(cells) == 1
+    numbers = re.findall(r"<td>(?:<a [^>]*>)?(\d+)", cells[0])
+    # memories, archived, unembedded, other model, duplicate candidates, stale
+    assert numbers == ["4", "1", "0", "0", "1", "0"]
+    assert "1 duplicate-candidate pair pending review" in page.body
+    assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 1 duplicate" in page.body
+
+
+def test_memories_page_newest_first_with_filters_and_search(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, _guard = ui
+    tools = Tools(ctx)
+    tools.remember(label="Newest", content="written last", branch="feature")
+    tools.remember(label="Hidden", content="archived one", archived=True)
+    page = client.get("/memories", store="proj")
+    order = re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', page.body)
+    assert order[0] == "Newest" and "Hidden" not in order and len(order) == 3
+    assert "Tabs" in order
+    assert "3 memories, newest first" in page.body
+    on_branch = client.get("/memories", store="proj", branch="feature")
+    assert re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', on_branch.body) == ["Newest"]
+    only_archived = client.get("/memories", store="proj", archived="archived")
+    assert re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', only_archived.body) == ["Hidden"]
+    everything = client.get("/memories", store="proj", archived="all")
+    assert "4 memories" in everything.body
+    found = client.get("/memories", store="proj", q="the user likes tabs")
+    assert found.status == 200 and "ranked as memory_recall ranks" in found.body
+    labels = re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', found.body)
+    assert labels[0] == "Tabs"  # the mock model: identical text scores 1.0
+    bad = client.get("/memories", store="proj", archived="maybe")
+    assert bad.status == 400 and "archived must be one of" in bad.body
+
+
+def test_memory_page_edit_archive_forget(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    path = db_path(ctx)
+    page = client.get("/memory", store="proj", label="Tabs")
+    assert page.status == 200
+    assert "the user likes tabs" in page.body and "Similar memories" in page.body
+    assert "last recalled" in page.body
+    csrf = page.csrf()
+    ident = {"csrf": csrf, "store": "proj", "label": "Tabs"}
+
+    edited = client.post(
+        "/memory/edit", {**ident, "content": "tabs, width 4", "branch": "dev", "confidence": "9"}
+    )
+    assert edited.status == 303, edited.body[-500:]
+    assert rows(
+        path,
+        "SELECT content, branch, confidence, model IS NOT NULL FROM entries WHERE slug = 'tabs'",
+    ) == [("# Tabs\n\ntabs, width 4", "dev", 9, 1)]
+    shown = client.get(edited.headers["location"])
+    assert "saved and re-embedded" in shown.body and "tabs, width 4" in shown.body
+
+    refused = client.post("/memory/edit", {**ident, "content": "", "confidence": "11"})
+    assert refused.status == 400 and "content: must not be empty" in refused.body
+    assert rows(path, "SELECT content FROM entries WHERE slug = 'tabs'") == [
+        ("# Tabs\n\ntabs, width 4",)
+    ]
+
+    assert client.post("/memory/archive", {**ident, "archived": "1"}).status == 303
+    assert rows(path, "SELECT archived FROM entries WHERE slug = 'tabs'") == [(1,)]
+    assert "Unarchive" in client.get("/memory", store="proj", label="Tabs").body
+    assert client.post("/memory/archive", {**ident, "archived": "0"}).status == 303
+    assert rows(path, "SELECT archived, content FROM entries WHERE slug = 'tabs'") == [
+        (0, "# Tabs\n\ntabs, width 4")
+    ]
+
+    gone = client.post("/memory/forget", ident)
+    assert gone.status == 303 and gone.headers["location"].startswith("/memories?store=proj")
+    assert rows(path, "SELECT slug FROM entries WHERE slug = 'tabs'") == []
+    again = client.post("/memory/forget", ident)
+    assert again.status == 404 and "Nothing was changed." in again.body
+    missing = client.get("/memory", store="proj", label="Tabs")
+    assert missing.status == 404 and "No memory labeled" in missing.body
+
+
+def test_duplicates_page_and_verdicts(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    Tools(ctx).remember(label="Tabs again", content="the user likes tabs")
+    page = client.get("/duplicates", store="proj")
+    assert "Cluster 1 (2 memories)" in page.body
+    assert page.body.count('name="status"') == 4  # the verdicts of dedup_mark_checked
+    verdict = client.post(
+        "/duplicates/verdict",
+        {
+            "csrf": page.csrf(),
+            "store": "proj",
+            "label_a": "Tabs",
+            "label_b": "Tabs again",
+            "status": "supplement",
+        },
+    )
+    assert verdict.status == 303
+    assert rows(db_path(ctx), "SELECT slug_a, slug_b, status FROM dedup_pairs") == [
+        ("tabs", "tabs-again", "supplement")
+    ]
+    after = client.get(verdict.headers["location"])
+    assert "No duplicate candidates" in after.body and "[checked]" in after.body
+    bogus = client.post(
+        "/duplicates/verdict",
+        {
+            "csrf": page.csrf(),
+            "store": "proj",
+            "label_a": "Tabs",
+            "label_b": "Tabs again",
+            "status": "delete-everything",
+        },
+    )
+    assert bogus.status == 400
+
+
+def test_merge_then_forget(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    Tools(ctx).remember(label="Tabs again", content="the user likes tabs")
+    page = client.get("/duplicates", store="proj")
+    assert "Keep this one, merge the other in" in page.body
+    confirm = client.get("/duplicates/merge", store="proj", keep="Tabs", drop="Tabs again")
+    assert confirm.status == 200
+    assert "the user likes tabs\n\nthe user likes tabs</textarea>" in confirm.body
+    assert rows(db_path(ctx), "SELECT count(*) FROM entries WHERE store = 'proj'") == [(3,)]
+    fields = {"csrf": confirm.csrf(), "store": "proj", "keep": "Tabs", "drop": "Tabs again"}
+    refused = client.post("/duplicates/merge", {**fields, "content": ""})
+    assert refused.status == 400
+    assert rows(db_path(ctx), "SELECT count(*) FROM entries WHERE store = 'proj'") == [(3,)]
+    merged = client.post("/duplicates/merge", {**fields, "content": "tabs, width 4"})
+    assert merged.status == 303
+    assert rows(db_path(ctx), "SELECT slug, content FROM entries WHERE slug LIKE 'tabs%'") == [
+        ("tabs", "# Tabs\n\ntabs, width 4")
+    ]
+    assert "[forgotten] proj :: Tabs again" in client.get(merged.headers["location"]).body
+    itself = client.get("/duplicates/merge", store="proj", keep="Tabs", drop="tabs")
+    assert itself.status == 400
+
+
+def test_engines_page_and_delete(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    result = Tools(ctx).call(
+        "behavior_codify",
+        {"situation": "before a commit", "behavior": "run the linter", "rationale": "CI fails"},
+    )
+    assert not result.is_error, result.text
+    page = client.get("/engines")
+    assert "run the linter" in page.body and "before a commit" in page.body
+    assert "codify" in page.body and 'class="bar"' in page.body
+    item_id = re.search(r'name="id" value="([^"]+)"', page.body)
+    assert item_id is not None
+    deleted = client.post(
+        "/engines/delete", {"csrf": page.csrf(), "engine": "behavior", "id": item_id.group(1)}
+    )
+    assert deleted.status == 303
+    assert rows(db_path(ctx), "SELECT count(*) FROM behaviors") == [(0,)]
+    missing = client.post(
+        "/engines/delete", {"csrf": page.csrf(), "engine": "behavior", "id": item_id.group(1)}
+    )
+    assert missing.status == 404
+
+
+def test_chat_page_follows_by_reloading(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    one = chat.register_server(project="proj", host_kind="claude", worktree="/w")
+    two = chat.register_server(project="proj", host_kind="cursor", worktree="/w")
+    assert chat.send(one.session_id, two.session_id, ["message-one"])
+    plain = client.get("/chat")
+    assert "message-one" in plain.body and 'http-equiv="refresh"' not in plain.body
+    assert chat.send(two.session_id, one.session_id, ["message-two"])
+    followed = client.get("/chat", follow="1")
+    assert '<meta http-equiv="refresh" content="5">' in followed.body
+    assert followed.body.index("message-two") < followed.body.index("message-one")  # newest first
+    assert f"{one.name} → {two.name}" in followed.body and "unread" in followed.body
+
+
+def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    client, _guard = ui
+    page = client.get("/status")
+    assert page.status == 200
+    assert str(db_path(ctx)).replace("/", "/") in page.body
+    assert "embedder model" in page.body and "mock" in page.body
+    assert "Doctor" in page.body and "database" in page.body
+
+
+def test_unknown_address_and_method_are_clear_pages(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, guard = ui
+    page = client.get("/nothing-here")
+    assert page.status == 404 and "no such address" in page.body
+    before = rows(db_path(ctx), MEMORY_TABLE)
+    form = {"csrf": guard.csrf, "store": "proj", "label": "Tabs"}
+    for method in ("DELETE", "PUT"):
+        refused = client.request(method, "/memory/forget", form=form)
+        assert refused.status == 405 and "method not allowed" in refused.body
+    assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def test_non_loopback_host_needs_a_token() -> None:
+    refused = CliRunner().invoke(cli, ["ui", "--host", "0.0.0.0", "--no-browser"])
+    assert refused.exit_code == 2
+    assert "pass --token" in refused.stderr
+    short = CliRunner().invoke(cli, ["ui", "--token", "abc", "--no-browser"])
+    assert short.exit_code == 2 and "at least 16 characters" in short.stderr
+
+
+def test_non_loopback_host_warns_before_serving(tmp_path: Path) -> None:
+    """With --token the command warns (plain HTTP, reachable by others); a taken port is
+    a one-line error with its fix, and nothing is served."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))
+    taken.listen(1)
+    try:
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(
+            cli, ["ui", "--host", "0.0.0.0", "--token", "s" * 24, "--port", port, "--no-browser"]
+        )
+    finally:
+        taken.close()
+    assert result.exit_code == 1
+    assert "warning: serving on 0.0.0.0" in result.stderr and "no TLS" in result.stderr
+    assert f"cannot listen on 0.0.0.0:{port}" in result.stderr and "--port" in result.stderr
+
+
+def test_guard_host_names() -> None:
+    guard = Guard.for_bind("127.0.0.1", 7788)
+    for good in ("127.0.0.1:7788", "localhost:7788", "[::1]:7788", "localhost"):
+        assert guard.host_allowed(good), good
+    for bad in (
+        "evil.example:7788",
+        "127.0.0.1:7789",
+        "127.0.0.1.evil:7788",
+        "",
+        "::1:7788",
+        "localhost:77x8",
+        "[::1",
+        None,
+    ):
+        assert not guard.host_allowed(bad), bad
+    lan = Guard.for_bind("192.168.1.5", 7788, token="t" * 20)
+    assert lan.host_allowed("192.168.1.5:7788") and lan.token == "t" * 20
+    assert not lan.host_allowed("192.168.1.6:7788")
+    assert guard.origin_allowed(None) and guard.origin_allowed("http://localhost:7788")
+    assert not guard.origin_allowed("null") and not guard.origin_allowed("http://evil:7788")
+
+
+def test_embedder_down_reads_work_search_says_why_edit_saves_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """No embedder answers (and none is started): lists and pages still work, a search is
+    a clear 503 page, and an edit is saved without a vector, as memory_remember saves it."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{short_tmp / 'none.sock'}")
+    with ToolContext.from_env(autostart=False, start_wait=0) as context:
+        saved = Tools(context).remember(label="Tabs", content="the user likes tabs")
+        assert saved.pending_cause is not None
+        with running_ui(context) as (client, guard):
+            assert client.get("/", token=guard.token).status == 303
+            listed = client.get("/memories", store="proj")
+            assert listed.status == 200 and "not embedded" in listed.body
+            search = client.get("/memories", store="proj", q="tabs")
+            assert search.status == 503 and "Embedding service unavailable" in search.body
+            page = client.get("/memory", store="proj", label="Tabs")
+            assert page.status == 200 and "Not embedded yet" in page.body
+            edited = client.post(
+                "/memory/edit",
+                {"csrf": page.csrf(), "store": "proj", "label": "Tabs", "content": "spaces now"},
+            )
+            assert edited.status == 303
+            assert "saved; " in client.get(edited.headers["location"]).body
+        assert rows(db_path(context), "SELECT content, embedding IS NULL FROM entries") == [
+            ("# Tabs\n\nspaces now", 1)
+        ]
