@@ -27,7 +27,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CLAUDE_VERSION = "2.1.197"
 OPENCODE_VERSION = "1.18.33"
-HOOK_COMMANDS = ("reminder", "buffer-batch", "buffer-tool", "flush-tools", "flush-predictions")
+HOOK_COMMANDS = (
+    "reminder",
+    "buffer-batch",
+    "buffer-tool",
+    "flush-tools",
+    "flush-predictions",
+    "chat-notify",
+    "extraction-status",
+    "extraction-complete",
+    "extraction-requeue",
+)
 HOST_TIMEOUT = 180
 
 

@@ -224,7 +224,12 @@ def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: Mod
     model_server.run([])
     claude(sandbox, "RUN2: and how do widgets spin?", resume=str(first["session_id"]))
     calls_made = [c for c in hook_calls(sandbox.hook_log) if c.command != "record"]
-    assert sorted({c.command for c in calls_made}) == ["buffer-batch", "flush-tools", "reminder"]
+    assert sorted({c.command for c in calls_made}) == [
+        "buffer-batch",
+        "chat-notify",
+        "flush-tools",
+        "reminder",
+    ]
     said = "\n".join(c.stderr for c in calls_made)
     assert "[thatch reminder]" in said and str(sandbox.db_path) in said  # they failed, and said so
     sent = requests_text(model_server.requests())
