@@ -101,6 +101,14 @@ class Served:
                 found.append((int(started), hook))
         return [hook for _, hook in sorted(found, key=lambda pair: pair[0])]
 
+    def child_ends(self, session: str) -> list[str]:
+        """How the session's extraction children ended, by the plugin's thatch calls."""
+        ends = [
+            (self.hooks(command, session), command)
+            for command in ("extraction-complete", "extraction-requeue")
+        ]
+        return [command for hooks, command in ends for _ in hooks]
+
     def queued_tools(self, session: str) -> list[str]:
         return [r["tool"] for r in self.sandbox.queued() if r["sessionID"] == session]
 
@@ -237,7 +245,8 @@ def test_an_idle_session_is_extracted_by_a_child_while_it_works_on(served: Serve
     assert poll(
         lambda: "child-answer" in server.matched() and not served.children(session), WAIT
     ), server.describe()
-    assert poll(lambda: bool(served.hooks("extraction-complete", session)), WAIT)
+    assert poll(lambda: served.child_ends(session), WAIT)
+    assert served.child_ends(session) == ["extraction-complete"]
 
     assert [(c["parentID"], c["title"]) for c in seen_children[:1]] == [
         (session, "thatch-extraction")
@@ -254,7 +263,6 @@ def test_an_idle_session_is_extracted_by_a_child_while_it_works_on(served: Serve
     queued = [r for r in sandbox.queued() if r["sessionID"] == session]
     assert [(r["tool"], r["title"]) for r in queued] == [("bash", "git log --oneline")]
     assert not served.state_file(session).exists()
-    assert served.hooks("extraction-requeue", session) == []
 
 
 def test_a_failing_child_requeues_and_the_nudge_takes_over(served: Served) -> None:
@@ -275,7 +283,8 @@ def test_a_failing_child_requeues_and_the_nudge_takes_over(served: Served) -> No
         ]
     )
     served.prompt(session, "S2-RUN1: read the README.")
-    assert poll(lambda: bool(served.hooks("extraction-requeue", session)), WAIT), server.describe()
+    assert poll(lambda: served.child_ends(session), WAIT), server.describe()
+    assert served.child_ends(session) == ["extraction-requeue"], server.describe()
     assert poll(lambda: not served.children(session), WAIT)
     assert server.matched()[:4] == ["work1", "answer1", "fetch", "fail"], server.describe()
     assert not served.state_file(session).exists()
@@ -307,6 +316,9 @@ def test_a_chat_message_wakes_the_idle_session_once(served: Served) -> None:
         ]
     )
     served.prompt(session, "S3-RUN1: hello.")  # the reminder anchors the session
+    # That idle's chat-notify (nothing unread yet) has run: the message sent below waits
+    # for the next idle.
+    assert poll(lambda: bool(served.hooks("chat-notify", session)), WAIT)
     row_id = "mcp_" + hashlib.sha256(session.encode()).hexdigest()[:12]
     listed = sandbox.thatch("chat", "list", "--json")
     rows = [r for r in json.loads(listed.stdout) if r["session_id"] == row_id]
