@@ -316,6 +316,11 @@ def claude_env(model_url: str) -> dict[str, str]:
         # Claude Code refuses bypassPermissions as root unless it is told it is sandboxed
         # (CI containers run as root); the test's HOME and project are throwaway.
         "IS_SANDBOX": "1",
+        # `claude -p` connects MCP servers in the background by default and snapshots its
+        # tools when the first request goes out: a slow `thatch mcp` start (a loaded
+        # machine) leaves the first turn without thatch's tools ("No such tool available",
+        # anthropics/claude-code#74926). Scripted turns call them at once: wait for them.
+        "MCP_CONNECTION_NONBLOCKING": "0",
     }
 
 
