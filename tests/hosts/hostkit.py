@@ -27,7 +27,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CLAUDE_VERSION = "2.1.197"
 OPENCODE_VERSION = "1.18.33"
-HOOK_COMMANDS = ("reminder", "buffer-batch", "buffer-tool", "flush-tools", "flush-predictions")
+HOOK_COMMANDS = (
+    "reminder",
+    "buffer-batch",
+    "buffer-tool",
+    "flush-tools",
+    "flush-predictions",
+    "chat-notify",
+    "extraction-status",
+    "extraction-complete",
+    "extraction-requeue",
+)
 HOST_TIMEOUT = 180
 
 
@@ -306,6 +316,11 @@ def claude_env(model_url: str) -> dict[str, str]:
         # Claude Code refuses bypassPermissions as root unless it is told it is sandboxed
         # (CI containers run as root); the test's HOME and project are throwaway.
         "IS_SANDBOX": "1",
+        # `claude -p` connects MCP servers in the background by default and snapshots its
+        # tools when the first request goes out: a slow `thatch mcp` start (a loaded
+        # machine) leaves the first turn without thatch's tools ("No such tool available",
+        # anthropics/claude-code#74926). Scripted turns call them at once: wait for them.
+        "MCP_CONNECTION_NONBLOCKING": "0",
     }
 
 

@@ -29,10 +29,12 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the model answers: text, then tool calls (a tool_use stop when there are any)."""
+    """What the model answers: text, then tool calls (a tool_use stop when there are any);
+    or, with ``status``, an HTTP error of that status carrying ``text`` as its message."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    status: int = 0
 
 
 def say(text: str) -> Reply:
@@ -41,6 +43,11 @@ def say(text: str) -> Reply:
 
 def call(name: str, **arguments: Any) -> Reply:
     return Reply(tool_calls=(ToolCall(name, arguments),))
+
+
+def fail(status: int = 400, message: str = "scripted failure") -> Reply:
+    """An API error answer (400 is one the hosts do not retry)."""
+    return Reply(text=message, status=status)
 
 
 def calls(*pairs: tuple[str, dict[str, Any]]) -> Reply:
@@ -211,15 +218,19 @@ class Turn:
     """Answer ``reply`` to the first request ``when`` accepts (once, unless ``repeat``).
 
     ``after_turn`` holds the answer back until the turn of that name has been answered
-    (its reply sent): how a script makes one agent finish after another.
+    (its reply sent): how a script makes one agent finish after another. ``reply`` may be
+    a function of the request, for answers that quote what the host sent (a chat name).
     """
 
     when: Matcher
-    reply: Reply
+    reply: Reply | Callable[[ModelRequest], Reply]
     name: str = ""
     repeat: bool = False
     after_turn: str = ""
     used: int = 0
+
+    def reply_for(self, request: ModelRequest) -> Reply:
+        return self.reply(request) if callable(self.reply) else self.reply
 
 
 @dataclass
@@ -353,8 +364,9 @@ class ModelServer:
             return
         request = ModelRequest(api, path, body if isinstance(body, dict) else {})
         turn = self.script.answer(request)
+        reply = turn.reply_for(request)
         with self._lock:
-            self.exchanges.append(Exchange(request, turn.reply, turn.name))
+            self.exchanges.append(Exchange(request, reply, turn.name))
         if turn.after_turn:
             with self._answered:
                 waited = self._answered.wait_for(lambda: turn.after_turn in self._sent, 60)
@@ -362,10 +374,14 @@ class ModelServer:
                 self._json(handler, 500, {"error": {"type": "api_error", "message": "held"}})
                 return
         try:
-            if api == "anthropic":
-                self._anthropic(handler, request, turn.reply)
+            if reply.status:
+                kind = "invalid_request_error" if reply.status < 500 else "api_error"
+                error = {"type": kind, "message": reply.text}
+                self._json(handler, reply.status, {"type": "error", "error": error})
+            elif api == "anthropic":
+                self._anthropic(handler, request, reply)
             else:
-                self._openai(handler, request, turn.reply)
+                self._openai(handler, request, reply)
         finally:
             with self._answered:
                 self._sent.append(turn.name)

@@ -7,8 +7,11 @@ the queue holds and what the database holds.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from tests.hosts.hostkit import (
 from tests.hosts.model_server import (
     ModelRequest,
     ModelServer,
+    Reply,
     Turn,
     after,
     both,
@@ -40,6 +44,9 @@ EXTRACTION = "queued for fact extraction"
 FETCH = "mcp__thatch__get_extraction_payload"
 DONE = "mcp__thatch__extraction_done"
 REMEMBER = "mcp__thatch__memory_remember"
+CHAT_SEND = "mcp__thatch__chat_send"
+CHAT_READ = "mcp__thatch__chat_read"
+WAKE = "[thatch] System notification, not user input: 1 unread chat message(s) from "
 LABEL = "Widgets spin an even number of times"
 EXTRACTED = "widgets.spin halves its argument"
 
@@ -71,11 +78,15 @@ def sandbox(
     return make_sandbox(tmp_path, isolated_env, host_bin, extra)
 
 
-def claude(sandbox: Sandbox, prompt: str, resume: str | None = None) -> dict[str, Any]:
+def claude(
+    sandbox: Sandbox, prompt: str, resume: str | None = None, session_id: str | None = None
+) -> dict[str, Any]:
     argv = ["claude", "-p", prompt, "--permission-mode", "bypassPermissions"]
     argv += ["--output-format", "json"]
     if resume:
         argv += ["--resume", resume]
+    if session_id:
+        argv += ["--session-id", session_id]
     result = run_host(sandbox, argv)
     assert result.returncode == 0, (result.stdout, result.stderr)
     wait_for_hooks(sandbox.hook_log)
@@ -224,7 +235,12 @@ def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: Mod
     model_server.run([])
     claude(sandbox, "RUN2: and how do widgets spin?", resume=str(first["session_id"]))
     calls_made = [c for c in hook_calls(sandbox.hook_log) if c.command != "record"]
-    assert sorted({c.command for c in calls_made}) == ["buffer-batch", "flush-tools", "reminder"]
+    assert sorted({c.command for c in calls_made}) == [
+        "buffer-batch",
+        "chat-notify",
+        "flush-tools",
+        "reminder",
+    ]
     said = "\n".join(c.stderr for c in calls_made)
     assert "[thatch reminder]" in said and str(sandbox.db_path) in said  # they failed, and said so
     sent = requests_text(model_server.requests())
@@ -454,3 +470,67 @@ def test_local_and_global_setup_put_the_block_in_context_once(
     claude(sandbox, "RUN1: hello.")
     first = main_requests(model_server.requests())[0].all_text()
     assert first.count("# thatch — persistent memory") == 1
+
+
+def chat_name(sandbox: Sandbox, session_id: str) -> str:
+    """The chat name thatch assigned to a host session (rows are keyed by its hash)."""
+    listed = sandbox.thatch("chat", "list", "--json")
+    row_id = "mcp_" + hashlib.sha256(session_id.encode()).hexdigest()[:12]
+    rows = [r for r in json.loads(listed.stdout) if r["session_id"] == row_id]
+    assert len(rows) == 1, (listed.stdout, listed.stderr)
+    return str(rows[0]["name"])
+
+
+def test_a_chat_message_wakes_the_other_session_at_its_stop(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    """A's model sends B a message; B's next turn ends, its Stop hook's pointer makes
+    Claude take one more turn, and B's model reads the message through chat_read."""
+    setup(sandbox)
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    body = "rebase before you touch models.py"
+    model_server.run([])
+    claude(sandbox, "RUN-B1: hello.", session_id=b)  # the reminder anchors B
+    name_b = chat_name(sandbox, b)
+
+    def send(request: ModelRequest) -> Reply:
+        # As a model would: its own name comes from the reminder's chat line.
+        me = re.search(r"\[thatch\] chat: you are (\S+) \(", request.all_text())
+        assert me is not None, request.all_text()[-2000:]
+        return call(CHAT_SEND, to=name_b, body=body, **{"as": me.group(1)})
+
+    model_server.run(
+        [
+            Turn(both(main_agent, fresh), send, name="send"),
+            Turn(both(main_agent, after(CHAT_SEND)), say("Sent."), name="sent"),
+        ]
+    )
+    claude(sandbox, "RUN-A1: tell the other session to rebase.", session_id=a)
+    assert model_server.matched() == ["send", "sent"], model_server.describe()
+    ((_, sent),) = model_server.requests()[-1].last_tool_results()
+    assert sent.startswith(f"[sent] → {name_b}"), sent
+    name_a = chat_name(sandbox, a)
+
+    def woken(request: ModelRequest) -> bool:
+        return WAKE in request.last_user_text()
+
+    model_server.run(
+        [
+            Turn(both(main_agent, fresh, woken), call(CHAT_READ, **{"as": name_b}), name="read"),
+            Turn(both(main_agent, fresh), say("Hello again."), name="answer"),
+            Turn(both(main_agent, after(CHAT_READ)), say("Read it."), name="done"),
+        ]
+    )
+    claude(sandbox, "RUN-B2: carry on.", resume=b)
+    assert model_server.matched() == ["answer", "read", "done"], model_server.describe()
+    requests = main_requests(model_server.requests())
+    (wake,) = [r for r in requests if woken(r)]
+    pointer = wake.last_user_text()
+    assert f'from {name_a}. Read them with chat_read {{"as": "{name_b}"}}' in pointer, pointer
+    assert body not in wake.all_text()
+    ((_, read),) = requests[-1].last_tool_results()
+    assert "<<<chat message #" in read and f"from {name_a} at " in read, read
+    assert body in read, read
+    stops = [c for c in hook_calls(sandbox.hook_log) if c.command == "chat-notify"]
+    assert [c.payload()["session_id"] for c in stops] == [b, a, b, b], stops
+    assert [bool(c.stdout.strip()) for c in stops] == [False, False, True, False], stops

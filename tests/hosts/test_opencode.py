@@ -58,8 +58,15 @@ def main_agent(request: ModelRequest) -> bool:
 
 
 def child(request: ModelRequest) -> bool:
-    """A task's child session: it has tools and only the task's prompt, no user prompt."""
-    return bool(request.tool_names()) and not any("RUN" in t for t in request.user_texts())
+    """A task's child session: it has tools and only the task's prompt, no user prompt (and
+    it is not the plugin's own extraction child, whose prompt names the session it is from)."""
+    texts = request.user_texts()
+    return (
+        bool(request.tool_names())
+        and not any("RUN" in t for t in texts)
+        and any(f"Call {FETCH}" in t for t in texts)
+        and not any("from session" in t for t in texts)
+    )
 
 
 @dataclass
