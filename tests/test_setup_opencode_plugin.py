@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.host_payloads import host_payload
 from thatch.frontend.setup import SetupRequest, run_setup
 from thatch.frontend.setup.opencode_plugin import header, is_generated, render
 
@@ -293,14 +294,8 @@ def test_part_sorts_after_the_users_text(tmp_path: Path) -> None:
 def test_mcp_results_and_errors_are_passed_on(tmp_path: Path) -> None:
     """MCP tools answer with content blocks and isError: both reach buffer-tool."""
     script, log = write_fake(tmp_path / "bin")
-    fixtures = Path("/work/shared/fixtures/host-payloads")
-    recorded = fixtures / "opencode-plugin-tool.execute.after-thatch_memory_remember.json"
-    if recorded.is_file():
-        saved = json.loads(recorded.read_text())
-        tool_input, tool_output = saved["input"], saved["output"]
-    else:  # the recorded shape, for clones without the shared fixtures
-        tool_input = {"tool": "thatch_memory_remember", "sessionID": "ses_a", "callID": "c1"}
-        tool_output = {"content": [{"type": "text", "text": "[saved] x"}], "isError": False}
+    saved = host_payload("opencode-plugin-tool.execute.after-thatch_memory_remember")
+    tool_input, tool_output = saved["input"], saved["output"]
     failed = {
         "input": {"tool": "thatch_memory_recall", "sessionID": "ses_a", "callID": "c2"},
         "output": {"content": [{"type": "text", "text": "Invalid arguments"}], "isError": True},

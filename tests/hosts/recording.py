@@ -2,9 +2,8 @@
 
 Off by default. With ``THATCH_RECORD_FIXTURES=1`` the scenarios that walk the whole story (Claude
 Code's end-to-end and ``--post-tool-use`` tests, opencode's module) write the hook stdin
-they recorded, one file per kind of payload (the first one seen), named as in
-``/work/shared/fixtures/host-payloads`` and with the test's paths rewritten to
-``/home/dev/...``:
+they recorded, one file per kind of payload (the first one seen), named as the files
+already there and with the test's paths rewritten to ``/home/dev/...``:
 
     THATCH_RECORD_FIXTURES=1 .venv/bin/pytest -q tests/hosts
 
