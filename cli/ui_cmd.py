@@ -71,6 +71,7 @@ def ui(host: str, port: int, no_browser: bool, token: str | None, demo: bool) ->
 
 
 def _run(host: str, port: int, no_browser: bool, token: str | None, env: dict[str, str]) -> None:
+    import threading
     import webbrowser
 
     from thatch.frontend.tools.context import ToolContext
@@ -93,6 +94,7 @@ def _run(host: str, port: int, no_browser: bool, token: str | None, env: dict[st
         if not no_browser:
             webbrowser.open(address)
         try:
-            serve(make_server(build_app(ctx, guard)), sock)
+            stopping = threading.Event()
+            serve(make_server(build_app(ctx, guard, stopping), stopping), sock)
         except KeyboardInterrupt:  # uvicorn stops cleanly first, then re-raises Ctrl-C
             click.echo("thatch ui stopped.", err=True)

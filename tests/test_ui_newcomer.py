@@ -167,6 +167,12 @@ def test_newcomer_runs_the_demo_then_browses_it(
             {"csrf": shown.csrf(), "store": "demo", "label": "Production deployment"},
         )
         assert forgotten.status == 303
+        # Ctrl-C below stops the page cleanly with a live chat stream still open.
+        stream = client.stream("/chat/stream")
+        assert stream.status == 200 and stream.next_block() == {"retry": "2000"}
+    with pytest.raises(EOFError):
+        stream.next_event()
+    stream.close()
 
     listed_cli = subprocess.run(
         [thatch, "list", "demo", "--json"],
