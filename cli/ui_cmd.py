@@ -55,6 +55,7 @@ def ui(host: str, port: int, no_browser: bool, token: str | None, demo: bool) ->
             err=True,
         )
     env = dict(os.environ)
+    banner = None
     if demo:
         from thatch.common.environment import demo_db_path
 
@@ -66,11 +67,22 @@ def ui(host: str, port: int, no_browser: bool, token: str | None, demo: bool) ->
             )
         env["THATCH_DB_PATH"] = str(database)
         click.echo(f"thatch ui: showing the demo's database {database}", err=True)
+        banner = (
+            f"This is the database `thatch demo` left ({database}), not yours: what you "
+            "change here stays in it, and the next `thatch demo` replaces it."
+        )
     with translate_errors():
-        _run(host, port, no_browser, token, env)
+        _run(host, port, no_browser, token, env, banner)
 
 
-def _run(host: str, port: int, no_browser: bool, token: str | None, env: dict[str, str]) -> None:
+def _run(
+    host: str,
+    port: int,
+    no_browser: bool,
+    token: str | None,
+    env: dict[str, str],
+    banner: str | None,
+) -> None:
     import threading
     import webbrowser
 
@@ -95,6 +107,6 @@ def _run(host: str, port: int, no_browser: bool, token: str | None, env: dict[st
             webbrowser.open(address)
         try:
             stopping = threading.Event()
-            serve(make_server(build_app(ctx, guard, stopping), stopping), sock)
+            serve(make_server(build_app(ctx, guard, stopping, banner), stopping), sock)
         except KeyboardInterrupt:  # uvicorn stops cleanly first, then re-raises Ctrl-C
             click.echo("thatch ui stopped.", err=True)

@@ -47,6 +47,9 @@ def env(
 def ui_process(env: dict[str, str]) -> Iterator[tuple[UiClient, str]]:
     """``thatch ui --port 0 --no-browser`` as a user runs it; its printed URL."""
     with run_ui(env) as started:
+        client, entry = started
+        assert client.request("GET", entry).status == 303
+        assert "not yours" not in client.get("/").body  # no demo banner on your own data
         yield started
 
 
@@ -155,7 +158,9 @@ def test_newcomer_runs_the_demo_then_browses_it(
     ui_env = dict(env, THATCH_EMBEDDER_ADDR=minilm_server.address)
     with run_ui(ui_env, "--demo") as (client, entry):
         assert client.request("GET", entry).status == 303
-        assert ">demo</a>" in client.get("/").body
+        stores = client.get("/")
+        assert ">demo</a>" in stores.body
+        assert f"This is the database `thatch demo` left ({database}), not yours" in stores.body
         listed = client.get("/memories", store="demo")
         demo_labels = sorted(LINK.findall(listed.body))
         assert len(demo_labels) == 3 and "Running the test suite" in demo_labels

@@ -150,9 +150,16 @@ Change = Callable[[views.Views, Request, Form], Response]
 class UiApp:
     """Routes over one ToolContext (owned by the caller) and one Guard."""
 
-    def __init__(self, ctx: ToolContext, guard: Guard, stopping: threading.Event) -> None:
+    def __init__(
+        self,
+        ctx: ToolContext,
+        guard: Guard,
+        stopping: threading.Event,
+        banner: str | None = None,
+    ) -> None:
         self.ctx = ctx
         self.guard = guard
+        self.banner = banner  # thatch's words above every page (``thatch ui --demo``)
         self.views = views.Views(Tools(ctx), guard.csrf)
         self.stopping = stopping  # set when the server stops: open streams end then
         self._lock = threading.Lock()
@@ -283,6 +290,15 @@ class UiApp:
     def _run(self, handler: Callable[[], Response]) -> Response:
         with self._lock:
             response = handler()
+        if self.banner is not None and isinstance(response, HTMLResponse):
+            notice = f'<p class="warn">{html.escape(self.banner)}</p>'.encode()
+            response = HTMLResponse(
+                bytes(response.body).replace(b"<main>", b"<main>" + notice, 1),
+                status_code=response.status_code,
+                headers={
+                    k: v for k, v in response.headers.items() if k.lower() != "content-length"
+                },
+            )
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response
@@ -325,10 +341,13 @@ def _csrf_refusal(why: str) -> HTMLResponse:
     )
 
 
-def build_app(ctx: ToolContext, guard: Guard, stopping: threading.Event) -> ASGIApp:
+def build_app(
+    ctx: ToolContext, guard: Guard, stopping: threading.Event, banner: str | None = None
+) -> ASGIApp:
     """The guarded app over ``ctx``. Like ``thatch mcp``, a long-lived frontend: memories
     saved without a vector are filled on the context's background thread (started here,
     stopped when the caller closes the context). ``stopping`` is the server's (see
-    ``server.make_server``): open event streams end when it is set."""
+    ``server.make_server``): open event streams end when it is set. ``banner``: a line of
+    thatch's own shown at the top of every page."""
     ctx.pending_fill.start()
-    return UiApp(ctx, guard, stopping).asgi()
+    return UiApp(ctx, guard, stopping, banner).asgi()
