@@ -80,7 +80,8 @@ def ui_running(env: dict[str, str]) -> Iterator[tuple[ToolContext, Guard]]:
     with ToolContext.from_env(env) as ctx:
         sock = bind("127.0.0.1", 0)
         guard = Guard.for_bind("127.0.0.1", bound_port(sock))
-        server = make_server(build_app(ctx, guard))
+        stopping = threading.Event()
+        server = make_server(build_app(ctx, guard, stopping), stopping)
         thread = threading.Thread(target=serve, args=(server, sock), daemon=True)
         thread.start()
         try:

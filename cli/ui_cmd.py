@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from thatch.cli.errors import translate_errors
@@ -25,11 +27,17 @@ UI_START_WAIT = 120.0
     help="The access token (default: a new random one each run); required with a "
     "non-loopback --host.",
 )
-def ui(host: str, port: int, no_browser: bool, token: str | None) -> None:
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Browse the database the last `thatch demo` left, not yours.",
+)
+def ui(host: str, port: int, no_browser: bool, token: str | None, demo: bool) -> None:
     """Browse and tend the memories, duplicates, engines and chat in a web page.
 
     Serves until Ctrl-C. The page needs the token in the printed URL (then a cookie);
-    it answers only to this machine unless --host says otherwise.
+    it answers only to this machine unless --host says otherwise. With --demo it opens
+    the database the last `thatch demo` left in thatch's cache instead of yours.
     """
     from thatch.frontend.ui.security import is_loopback
 
@@ -46,11 +54,36 @@ def ui(host: str, port: int, no_browser: bool, token: str | None) -> None:
             "token can read and delete memories; the page is plain HTTP (no TLS).",
             err=True,
         )
+    env = dict(os.environ)
+    banner = None
+    if demo:
+        from thatch.common.environment import demo_db_path
+
+        database = demo_db_path(env)
+        if not database.is_file():
+            raise click.ClickException(
+                f"no demo database at {database}.\n"
+                "Fix: run `thatch demo` first; it leaves its memories there."
+            )
+        env["THATCH_DB_PATH"] = str(database)
+        click.echo(f"thatch ui: showing the demo's database {database}", err=True)
+        banner = (
+            f"This is the database `thatch demo` left ({database}), not yours: what you "
+            "change here stays in it, and the next `thatch demo` replaces it."
+        )
     with translate_errors():
-        _run(host, port, no_browser, token)
+        _run(host, port, no_browser, token, env, banner)
 
 
-def _run(host: str, port: int, no_browser: bool, token: str | None) -> None:
+def _run(
+    host: str,
+    port: int,
+    no_browser: bool,
+    token: str | None,
+    env: dict[str, str],
+    banner: str | None,
+) -> None:
+    import threading
     import webbrowser
 
     from thatch.frontend.tools.context import ToolContext
@@ -65,7 +98,7 @@ def _run(host: str, port: int, no_browser: bool, token: str | None) -> None:
             f"cannot listen on {host}:{port}: {error.strerror or error}.\n"
             "Fix: pick another port with --port (0: any free port)."
         ) from None
-    with sock, ToolContext.from_env(start_wait=UI_START_WAIT) as ctx:
+    with sock, ToolContext.from_env(env, start_wait=UI_START_WAIT) as ctx:
         guard = Guard.for_bind(host, bound_port(sock), token)
         address = page_url(host, guard)
         click.echo(f"thatch ui: {address}")
@@ -73,6 +106,7 @@ def _run(host: str, port: int, no_browser: bool, token: str | None) -> None:
         if not no_browser:
             webbrowser.open(address)
         try:
-            serve(make_server(build_app(ctx, guard)), sock)
+            stopping = threading.Event()
+            serve(make_server(build_app(ctx, guard, stopping, banner), stopping), sock)
         except KeyboardInterrupt:  # uvicorn stops cleanly first, then re-raises Ctrl-C
             click.echo("thatch ui stopped.", err=True)

@@ -112,6 +112,11 @@ def thatch_cache_dir(env: Env) -> Path:
     return cache_home(env) / "thatch"
 
 
+def demo_db_path(env: Env) -> Path:
+    """Where ``thatch demo`` leaves its database for ``thatch ui --demo`` (replaced each run)."""
+    return thatch_cache_dir(env) / "demo" / "thatch.db"
+
+
 def queue_dir(env: Env) -> Path:
     """``$THATCH_QUEUE_DIR``, else ``$XDG_CACHE_HOME/thatch/queue``: the hooks' tool queue."""
     return _dir_setting(env, "THATCH_QUEUE_DIR", thatch_cache_dir(env) / "queue")

@@ -5,6 +5,10 @@ and embedder socket, passed to every part through an explicit environment mappin
 user's real database, queue and embedder are never read or written. The embedder is a
 child process started here and always stopped here, on failure and Ctrl-C too.
 
+After a successful run, a copy of the demo's database (only the file) replaces the one at
+``demo_db_path`` in thatch's cache, for ``thatch ui --demo`` to browse; it is never the
+user's database.
+
 The only thing kept outside the scratch directory is the model: a hub download lands in
 the Hugging Face cache and the packaged offline model is imported once into thatch's model
 cache, so a second demo starts at once.
@@ -23,6 +27,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from thatch.common.environment import demo_db_path
 
 Output = Callable[[str], None]
 
@@ -81,6 +87,7 @@ class DemoResult:
     directory: Path
     kept: bool
     model_id: str
+    database: Path | None = None  # the copy left for ``thatch ui --demo``
 
 
 class Steps:
@@ -315,13 +322,39 @@ def run_demo(
             exercise_tools(scratch_env, steps, out)
             steps.start("Stopping the embedder")
         out("   embedder stopped")
+        database = keep_database(directory / "thatch.db", demo_db_path(env))
+        out(f"\nThe demo's memories are kept in {database}")
+        out("Look at these memories in a browser: thatch ui --demo")
+        out(f"(or with the CLI: THATCH_DB_PATH={database} thatch list {DEMO_STORE})")
     finally:
         if keep:
             out(f"Kept {directory}")
         else:
             shutil.rmtree(directory, ignore_errors=True)
             out(f"Removed {directory}")
-    return DemoResult(directory, keep, choice.model_id)
+    return DemoResult(directory, keep, choice.model_id, database)
+
+
+def keep_database(source: Path, target: Path) -> Path:
+    """A consistent copy of ``source`` (SQLite's backup, WAL included) replacing ``target``.
+
+    The copy is written beside ``target`` and renamed over it; the old file's ``-wal`` and
+    ``-shm`` go first, since SQLite would replay a stale WAL onto the new file.
+    """
+    import sqlite3
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".new")
+    partial.unlink(missing_ok=True)
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(partial)) as dst,
+    ):
+        src.backup(dst)
+    for suffix in ("-wal", "-shm"):
+        target.with_name(target.name + suffix).unlink(missing_ok=True)
+    os.replace(partial, target)
+    return target
 
 
 def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:

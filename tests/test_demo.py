@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -255,3 +256,36 @@ def test_interrupt_stops_the_embedder_and_removes_the_directory(tmp_path: Path) 
     finally:
         if "scratch" in seen:
             stop_embedders(str(seen["scratch"]))
+
+
+def test_kept_database_replaces_the_last_demos_and_its_wal(tmp_path: Path) -> None:
+    """The copy for ``thatch ui --demo`` replaces the previous one whole: a WAL the old file
+    still had (a page was open on it) is not replayed onto the new one."""
+    import sqlite3
+
+    from thatch.frontend.demo import keep_database
+
+    target = tmp_path / "cache" / "demo" / "thatch.db"
+    old = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(old)) as conn:
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.execute("INSERT INTO t VALUES ('old')")
+        conn.commit()
+    keep_database(old, target)
+    # A reader left open on the copy, in WAL mode, with a commit still only in the WAL.
+    holder = sqlite3.connect(target)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("PRAGMA wal_autocheckpoint=0")
+    holder.execute("INSERT INTO t VALUES ('old, in the wal')")
+    holder.commit()
+    assert target.with_name("thatch.db-wal").stat().st_size > 0
+    new = tmp_path / "new.db"
+    with contextlib.closing(sqlite3.connect(new)) as conn:
+        conn.execute("CREATE TABLE t (v TEXT)")
+        conn.execute("INSERT INTO t VALUES ('new')")
+        conn.commit()
+    assert keep_database(new, target) == target
+    holder.close()
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        assert conn.execute("SELECT v FROM t").fetchall() == [("new",)]
+    assert not target.with_name("thatch.db.new").exists()

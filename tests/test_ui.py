@@ -3,7 +3,12 @@ and a real (mock-model) embedder process: every page, every action, every refusa
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,9 +62,14 @@ def db_path(ctx: ToolContext) -> Path:
     return Path(ctx.store.path)
 
 
+OWN_SCRIPT = '<script src="/static/chat.js" defer></script>'
+
+
 def no_markup(page: Page) -> None:
-    """No stored text came back as markup: the page holds no element a payload made."""
-    assert RAW_MARKUP.search(page.body) is None, RAW_MARKUP.search(page.body)
+    """No stored text came back as markup: the page holds no element a payload made (the
+    Chat page's own script tag aside)."""
+    body = page.body.replace(OWN_SCRIPT, "", 1)
+    assert RAW_MARKUP.search(body) is None, RAW_MARKUP.search(body)
 
 
 # -- the token and the cookie ------------------------------------------------------------
@@ -75,8 +85,12 @@ def test_token_in_url_becomes_an_httponly_strict_cookie(ctx: ToolContext) -> Non
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
         page = client.get("/memories", store="proj")
         assert page.status == 200 and "Tabs" in page.body
-        assert "script-src" not in page.headers["content-security-policy"]  # no script at all
-        assert "default-src 'none'" in page.headers["content-security-policy"]
+        policy = page.headers["content-security-policy"]
+        # Only the app's own script files, never inline script, talking only to the app.
+        assert (
+            "script-src 'self';" in policy and "unsafe-inline" not in policy.split("style-src")[0]
+        )
+        assert "connect-src 'self'" in policy and "default-src 'none'" in policy
         assert page.headers["x-frame-options"] == "DENY"
         assert page.headers["referrer-policy"] == "no-referrer"
 
@@ -455,6 +469,87 @@ def test_chat_page_follows_by_reloading(ui: tuple[UiClient, Guard], ctx: ToolCon
     assert '<meta http-equiv="refresh" content="5">' in followed.body
     assert followed.body.index("message-two") < followed.body.index("message-one")  # newest first
     assert f"{one.name} → {two.name}" in followed.body and "unread" in followed.body
+
+
+def send_as_another_process(env: dict[str, str], to: str, body: str) -> None:
+    """``thatch chat send`` in its own process, on the same database file."""
+    sent = subprocess.run(
+        [str(Path(sys.executable).parent / "thatch"), "chat", "send", to, body],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith(f"[sent] → {to}")
+
+
+def test_chat_page_loads_its_live_script(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    """Without JavaScript the page is whole; with it, one same-origin script file."""
+    client, _guard = ui
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    one = chat.register_server(project="proj", host_kind="claude", worktree="/w")
+    assert chat.send(one.session_id, one.session_id, ["hello"])
+    newest = chat.messages_after(0)[-1].id
+    page = client.get("/chat")
+    assert page.body.count("<script") == 1 and OWN_SCRIPT in page.body
+    assert f'<div id="chat-messages" data-after="{newest}">' in page.body
+    assert "hello" in page.body
+    script = client.get("/static/chat.js")
+    assert script.status == 200
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert 'new EventSource("/chat/stream?after="' in script.body
+    assert ".textContent = message.body" in script.body and "innerHTML" not in script.body
+    assert "script-src 'self'" in script.headers["content-security-policy"]
+    following = client.get("/chat", follow="1")
+    assert "<script" not in following.body  # following reloads; no stream on top of it
+
+
+def test_chat_stream_is_guarded(ui: tuple[UiClient, Guard]) -> None:
+    client, _guard = ui
+    for path in ("/chat/stream", "/static/chat.js"):
+        refused = client.request("GET", path, cookies=False)
+        assert refused.status == 403 and "missing or wrong token" in refused.body
+        foreign = client.request("GET", path, host="evil.example:80")
+        assert foreign.status == 400
+    bad = client.get("/chat/stream", after="1e9")
+    assert bad.status == 400 and "must be a message id" in bad.body
+    posted = client.request("POST", "/chat/stream", form={"x": "y"})
+    assert posted.status == 405
+
+
+def test_chat_stream_sends_messages_written_by_another_process(ctx: ToolContext) -> None:
+    """A message sent by ``thatch chat send`` in another process arrives as an event, its
+    body as written (the stream escapes nothing; the script inserts it as text); the
+    server stops promptly with the stream open, and the stream then ends."""
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    agent = chat.register_server(project="proj", host_kind="claude", worktree="/w")
+    assert chat.send(agent.session_id, agent.session_id, ["before the page"])
+    newest = chat.messages_after(0)[-1].id
+    with contextlib.ExitStack() as closing:
+        with running_ui(ctx) as (client, guard):
+            assert client.get("/", token=guard.token).status == 303
+            stream = client.stream(f"/chat/stream?after={newest}")
+            closing.callback(stream.close)
+            assert stream.status == 200
+            assert (stream.header("content-type") or "").startswith("text/event-stream")
+            assert stream.next_block() == {"retry": "2000"}
+            send_as_another_process(dict(os.environ), agent.name, XSS_CHAT + "\nline two")
+            event = stream.next_event()
+            assert event["event"] == "chat" and int(event["id"]) > newest
+            data = json.loads(event["data"])
+            assert data["body"] == XSS_CHAT + "\nline two"  # raw: the client inserts text
+            assert data["to"] == agent.name and data["state"] == "unread"
+            assert data["id"] == int(event["id"])
+            # A reconnecting browser resumes after the last id it saw: nothing repeated.
+            send_as_another_process(dict(os.environ), agent.name, "third")
+            resumed = client.stream("/chat/stream?after=0", last_event_id=event["id"])
+            closing.callback(resumed.close)
+            assert json.loads(resumed.next_event()["data"])["body"] == "third"
+            assert json.loads(stream.next_event()["data"])["body"] == "third"
+        # running_ui asserted the server thread stopped; the open stream was ended.
+        with pytest.raises(EOFError):
+            stream.next_event()
 
 
 def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:

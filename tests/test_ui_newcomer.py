@@ -1,8 +1,11 @@
-"""A newcomer's look at their memories: saved with the CLI, listed, searched and one forgotten
-in a real ``thatch ui`` process (real MiniLM embedder), and the CLI agrees afterwards."""
+"""A newcomer's look at their memories: saved with the CLI (or by ``thatch demo``), listed,
+searched and one forgotten in a real ``thatch ui`` process (real MiniLM embedder), and the
+CLI agrees afterwards."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
@@ -43,8 +46,18 @@ def env(
 @pytest.fixture
 def ui_process(env: dict[str, str]) -> Iterator[tuple[UiClient, str]]:
     """``thatch ui --port 0 --no-browser`` as a user runs it; its printed URL."""
+    with run_ui(env) as started:
+        client, entry = started
+        assert client.request("GET", entry).status == 303
+        assert "not yours" not in client.get("/").body  # no demo banner on your own data
+        yield started
+
+
+@contextlib.contextmanager
+def run_ui(env: dict[str, str], *args: str) -> Iterator[tuple[UiClient, str]]:
+    """``thatch ui --port 0 --no-browser [args]`` as a process; stopped with Ctrl-C."""
     process = subprocess.Popen(
-        [str(BIN / "thatch"), "ui", "--port", "0", "--no-browser"],
+        [str(BIN / "thatch"), "ui", "--port", "0", "--no-browser", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -71,8 +84,6 @@ def ui_process(env: dict[str, str]) -> Iterator[tuple[UiClient, str]]:
 def cli_labels() -> list[str]:
     listed = CliRunner().invoke(cli, ["list", "--json"])
     assert listed.exit_code == 0, listed.stderr
-    import json
-
     return sorted(entry["label"] for entry in json.loads(listed.stdout))
 
 
@@ -103,3 +114,80 @@ def test_newcomer_lists_searches_and_forgets(
     assert "[forgotten] proj :: Release process" in after.body
     assert sorted(LINK.findall(after.body)) == ["Database location", "Indentation"]
     assert cli_labels() == ["Database location", "Indentation"]
+
+
+def test_newcomer_runs_the_demo_then_browses_it(
+    tmp_path: Path, minilm_dir: Path, minilm_server: EmbedderProcess
+) -> None:
+    """``thatch demo`` leaves its database in the cache; ``thatch ui --demo`` shows, searches
+    and forgets there; the CLI on the printed path agrees; the user's database is untouched."""
+    home = tmp_path / "demo-home"
+    home.mkdir()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("THATCH_", "HF_", "XDG_", "CLAUDE_", "CURSOR_"))
+    }
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        HF_HUB_OFFLINE="1",
+    )
+    thatch = str(BIN / "thatch")
+    before_demo = subprocess.run(
+        [thatch, "ui", "--demo", "--no-browser"], env=env, capture_output=True, text=True
+    )
+    assert before_demo.returncode != 0
+    assert "no demo database" in before_demo.stderr and "thatch demo" in before_demo.stderr
+
+    demo = subprocess.run(
+        [thatch, "demo", "--model", str(minilm_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert "Look at these memories in a browser: thatch ui --demo" in demo.stdout
+    found = re.search(r"^The demo's memories are kept in (\S+)$", demo.stdout, re.M)
+    assert found is not None, demo.stdout
+    database = Path(found.group(1))
+    assert database == home / ".cache" / "thatch" / "demo" / "thatch.db"
+
+    ui_env = dict(env, THATCH_EMBEDDER_ADDR=minilm_server.address)
+    with run_ui(ui_env, "--demo") as (client, entry):
+        assert client.request("GET", entry).status == 303
+        stores = client.get("/")
+        assert ">demo</a>" in stores.body
+        assert f"This is the database `thatch demo` left ({database}), not yours" in stores.body
+        listed = client.get("/memories", store="demo")
+        demo_labels = sorted(LINK.findall(listed.body))
+        assert len(demo_labels) == 3 and "Running the test suite" in demo_labels
+        searched = client.get("/memories", store="demo", q="where do we roll out new builds?")
+        assert LINK.findall(searched.body)[0] == "Production deployment"
+        shown = client.get("/memory", store="demo", label="Production deployment")
+        forgotten = client.post(
+            "/memory/forget",
+            {"csrf": shown.csrf(), "store": "demo", "label": "Production deployment"},
+        )
+        assert forgotten.status == 303
+        # Ctrl-C below stops the page cleanly with a live chat stream still open.
+        stream = client.stream("/chat/stream")
+        assert stream.status == 200 and stream.next_block() == {"retry": "2000"}
+    with pytest.raises(EOFError):
+        stream.next_event()
+    stream.close()
+
+    listed_cli = subprocess.run(
+        [thatch, "list", "demo", "--json"],
+        env=dict(ui_env, THATCH_DB_PATH=str(database)),
+        capture_output=True,
+        text=True,
+    )
+    assert listed_cli.returncode == 0, listed_cli.stderr
+    remaining = sorted(entry["label"] for entry in json.loads(listed_cli.stdout))
+    assert remaining == [label for label in demo_labels if label != "Production deployment"]
+    # The user's own database was never created.
+    assert not (home / ".config" / "thatch" / "thatch.db").exists()
+    assert [p.name for p in (home / ".config").rglob("*.db")] == []

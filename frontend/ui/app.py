@@ -8,16 +8,19 @@ page has one user, and the tools assume one caller per context.
 
 from __future__ import annotations
 
+import asyncio
 import html
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -31,9 +34,11 @@ from thatch.frontend.ui.security import Guard
 MAX_FORM_BYTES = 512 * 1024  # a memory is at most 50,000 characters; room for UTF-8 and fields
 
 SECURITY_HEADERS = {
-    # No script runs on these pages at all; stored text that smuggles markup in stays text.
+    # Only this app's own script files run (never inline script), and they talk only to
+    # this app: stored text that smuggles markup or script in stays inert.
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "default-src 'none'; script-src 'self'; connect-src 'self'; "
+        "style-src 'unsafe-inline'; img-src 'self' data:; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
@@ -114,6 +119,30 @@ def _token_refusal() -> HTMLResponse:
     )
 
 
+STATIC_DIR = Path(__file__).parent / "static"
+STATIC_FILES = {"/static/chat.js": "chat.js"}
+STREAM_POLL_SECONDS = 1.0  # how often the live stream looks for new chat messages
+STREAM_STOP_CHECK_SECONDS = 0.1  # how soon an open stream notices the server stopping
+STREAM_BATCH = 200
+STREAM_KEEPALIVE_POLLS = 15  # a comment line now and then: a gone browser is noticed
+STREAM_RETRY_MS = 2000
+
+
+def sse_event(event: str, event_id: int, data: object) -> str:
+    """One server-sent event. JSON keeps the data on one ``data:`` line (it escapes line
+    breaks); it escapes nothing for HTML: the page's script inserts it as text."""
+    return f"event: {event}\nid: {event_id}\ndata: {json.dumps(data)}\n\n"
+
+
+def _stream_start(request: Request) -> int | None:
+    """The id after which to stream: a reconnecting browser's Last-Event-ID, else
+    ``?after=``; None when malformed."""
+    value = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        return None
+    return int(value)
+
+
 Read = Callable[[views.Views, Request, None], Response]
 Change = Callable[[views.Views, Request, Form], Response]
 
@@ -121,10 +150,18 @@ Change = Callable[[views.Views, Request, Form], Response]
 class UiApp:
     """Routes over one ToolContext (owned by the caller) and one Guard."""
 
-    def __init__(self, ctx: ToolContext, guard: Guard) -> None:
+    def __init__(
+        self,
+        ctx: ToolContext,
+        guard: Guard,
+        stopping: threading.Event,
+        banner: str | None = None,
+    ) -> None:
         self.ctx = ctx
         self.guard = guard
+        self.banner = banner  # thatch's words above every page (``thatch ui --demo``)
         self.views = views.Views(Tools(ctx), guard.csrf)
+        self.stopping = stopping  # set when the server stops: open streams end then
         self._lock = threading.Lock()
 
     def asgi(self) -> ASGIApp:
@@ -156,6 +193,8 @@ class UiApp:
                     methods=["GET", "POST"],
                 )
             )
+        routes.append(Route("/chat/stream", self._chat_stream, methods=["GET"]))
+        routes.extend(Route(path, self._static, methods=["GET"]) for path in STATIC_FILES)
         starlette = Starlette(
             routes=routes,
             exception_handlers={404: _not_found, 405: _not_allowed, Exception: _failed},
@@ -185,6 +224,46 @@ class UiApp:
 
         return endpoint
 
+    async def _static(self, request: Request) -> Response:
+        script = (STATIC_DIR / STATIC_FILES[request.url.path]).read_bytes()
+        return Response(
+            script,
+            media_type="text/javascript; charset=utf-8",
+            headers=SECURITY_HEADERS,
+        )
+
+    async def _chat_stream(self, request: Request) -> Response:
+        """The Chat page's live stream: a ``chat`` event per new message, oldest first."""
+        start = _stream_start(request)
+        if start is None:
+            return refusal(400, "Refused: bad stream position", "`after` must be a message id.")
+        headers = dict(SECURITY_HEADERS, **{"X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            self._chat_events(start), media_type="text/event-stream", headers=headers
+        )
+
+    async def _chat_events(self, after: int) -> AsyncIterator[str]:
+        yield f"retry: {STREAM_RETRY_MS}\n\n"
+        polls = 0
+        while not self.stopping.is_set():
+            events = await run_in_threadpool(self._chat_stream_events, after)
+            for event in events:
+                after = int(str(event["id"]))
+                yield sse_event("chat", after, event)
+            polls += 1
+            if polls % STREAM_KEEPALIVE_POLLS == 0:
+                yield ": keepalive\n\n"
+            if len(events) == STREAM_BATCH:
+                continue  # more are waiting
+            waited = 0.0
+            while waited < STREAM_POLL_SECONDS and not self.stopping.is_set():
+                await asyncio.sleep(STREAM_STOP_CHECK_SECONDS)
+                waited += STREAM_STOP_CHECK_SECONDS
+
+    def _chat_stream_events(self, after: int) -> list[dict[str, object]]:
+        with self._lock:
+            return self.views.chat_stream_events(after, STREAM_BATCH)
+
     async def _form(self, request: Request) -> tuple[Response | None, Form | None]:
         if not self.guard.origin_allowed(request.headers.get("origin")):
             return _csrf_refusal("The form came from another site."), None
@@ -211,6 +290,15 @@ class UiApp:
     def _run(self, handler: Callable[[], Response]) -> Response:
         with self._lock:
             response = handler()
+        if self.banner is not None and isinstance(response, HTMLResponse):
+            notice = f'<p class="warn">{html.escape(self.banner)}</p>'.encode()
+            response = HTMLResponse(
+                bytes(response.body).replace(b"<main>", b"<main>" + notice, 1),
+                status_code=response.status_code,
+                headers={
+                    k: v for k, v in response.headers.items() if k.lower() != "content-length"
+                },
+            )
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response
@@ -253,9 +341,13 @@ def _csrf_refusal(why: str) -> HTMLResponse:
     )
 
 
-def build_app(ctx: ToolContext, guard: Guard) -> ASGIApp:
+def build_app(
+    ctx: ToolContext, guard: Guard, stopping: threading.Event, banner: str | None = None
+) -> ASGIApp:
     """The guarded app over ``ctx``. Like ``thatch mcp``, a long-lived frontend: memories
     saved without a vector are filled on the context's background thread (started here,
-    stopped when the caller closes the context)."""
+    stopped when the caller closes the context). ``stopping`` is the server's (see
+    ``server.make_server``): open event streams end when it is set. ``banner``: a line of
+    thatch's own shown at the top of every page."""
     ctx.pending_fill.start()
-    return UiApp(ctx, guard).asgi()
+    return UiApp(ctx, guard, stopping, banner).asgi()

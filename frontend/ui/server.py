@@ -8,6 +8,7 @@ in the listen queue.
 from __future__ import annotations
 
 import socket
+import threading
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -44,9 +45,34 @@ def page_url(host: str, guard: Guard) -> str:
     return f"http://{name}:{guard.port}/?token={guard.token}"
 
 
-def make_server(app: ASGIApp) -> uvicorn.Server:
-    """A uvicorn server for ``app``: no access log (URLs may carry the token), no
-    lifespan, no signal handlers of its own when run off the main thread."""
+class UiServer(uvicorn.Server):
+    """uvicorn's server whose stop flag is the ``stopping`` event the app watches.
+
+    On a stop, uvicorn waits for every open response to finish; an event stream never
+    does by itself, so the stream ends when it sees the event (Ctrl-C, or
+    ``should_exit = True`` from another thread).
+    """
+
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event) -> None:
+        self.stopping = stopping
+        super().__init__(config)
+
+    @property
+    def should_exit(self) -> bool:
+        return self.stopping.is_set()
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        if value:
+            self.stopping.set()
+        else:
+            self.stopping.clear()
+
+
+def make_server(app: ASGIApp, stopping: threading.Event) -> uvicorn.Server:
+    """A uvicorn server for ``app`` (built with the same ``stopping``): no access log
+    (URLs may carry the token), no lifespan, no signal handlers of its own when run off
+    the main thread."""
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -55,7 +81,7 @@ def make_server(app: ASGIApp) -> uvicorn.Server:
         server_header=False,
         proxy_headers=False,
     )
-    return uvicorn.Server(config)
+    return UiServer(config, stopping)
 
 
 def serve(server: uvicorn.Server, sock: socket.socket) -> None:

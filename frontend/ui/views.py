@@ -23,6 +23,7 @@ from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
+from thatch.frontend.store.chat_store import ChatMessage, ChatStore
 from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
 from thatch.frontend.store.memory import VERDICTS, Memory
 from thatch.frontend.store.memory_store import Store
@@ -45,6 +46,7 @@ from thatch.frontend.ui.html import (
     url,
 )
 from thatch.frontend.ui.queries import newest_page
+from thatch.frontend.untrusted import body, inline
 
 PAGE_SIZE = 100
 SEARCH_LIMIT = 50
@@ -54,6 +56,7 @@ ARCHIVED_CHOICES = ("live", "all", "archived")
 ENGINES: dict[str, Engine] = {"prediction": PREDICTIONS, "behavior": BEHAVIORS}
 CHAT_SHOWN = 200
 CHAT_REFRESH = 5
+CHAT_SCRIPT = "/static/chat.js"
 T = TypeVar("T")
 
 
@@ -699,26 +702,33 @@ class Views:
             ]
             for s in sessions
         ]
-        names = chat.names()
         messages = chat.messages_after(0, CHAT_SHOWN)
+        names = chat.names()
         items = []
         for message in reversed(messages):
             sender = message.from_name or "unknown"
             receiver = names.get(message.to_session, "unknown")
             state = "read" if message.read_at else "unread"
             items.append(
-                f"<p><b>#{message.id}</b> {text(sender)} → {text(receiver)} "
-                f'<span class="muted">{text(message.created_at)} · {state}'
+                f'<div class="chat-message"><p><b>#{message.id}</b> {text(sender)} → '
+                f'{text(receiver)} <span class="muted">{text(message.created_at)} · {state}'
                 f"{' · broadcast' if message.via_broadcast else ''}</span></p>"
                 + stored(message.body)
+                + "</div>"
             )
+        newest = messages[-1].id if messages else 0
         content = [
             "<h2>Sessions</h2>",
             table(["name", "state", "host", "project", "topic", "last seen"], rows)
             if rows
             else "<p>No chat sessions.</p>",
             f"<h2>Messages (newest first, last {CHAT_SHOWN})</h2>",
-            "".join(items) or "<p>No messages.</p>",
+            # The script (static/chat.js, when JavaScript runs) adds what arrives after
+            # ``data-after`` at the top of this list.
+            '<p id="chat-live" class="muted"></p>',
+            f'<div id="chat-messages" data-after="{newest}">',
+            "".join(items) or '<p id="chat-empty">No messages.</p>',
+            "</div>",
         ]
         follow = request.query_params.get("follow") == "1"
         if follow:
@@ -731,9 +741,19 @@ class Views:
             content.insert(
                 0,
                 f"<p>{link('/chat', 'Follow new messages', {'follow': 1})} "
-                f"(reloads every {CHAT_REFRESH} s).</p>",
+                f"(reloads every {CHAT_REFRESH} s; with JavaScript, new messages appear "
+                "on their own).</p>",
             )
+            content.append(f'<script src="{CHAT_SCRIPT}" defer></script>')
         return _html("Chat", "".join(content), refresh=CHAT_REFRESH if follow else None)
+
+    def chat_stream_events(self, after: int, limit: int) -> list[dict[str, object]]:
+        """The messages after id ``after`` (oldest first, at most ``limit``) as the live
+        stream sends them; read leniently like every page."""
+        chat = self.tools.chat.store
+        return db.read_leniently(
+            self.store.conn, lambda: chat_events(chat, chat.messages_after(after, limit))
+        )
 
     # -- Status ------------------------------------------------------------------------
 
@@ -796,3 +816,21 @@ class Views:
             table(["status", "check", "detail", "fix"], check_rows),
         ]
         return _html("Status", "".join(content))
+
+
+def chat_events(chat: ChatStore, messages: list[ChatMessage]) -> list[dict[str, object]]:
+    """Messages as plain text fields (invisible characters shown as the CLI shows them, no
+    HTML escaping: the page escapes them, the script inserts them as text)."""
+    names = chat.names() if messages else {}
+    return [
+        {
+            "id": message.id,
+            "from": inline(message.from_name or "unknown"),
+            "to": inline(names.get(message.to_session, "unknown")),
+            "created_at": inline(message.created_at),
+            "state": "read" if message.read_at else "unread",
+            "broadcast": bool(message.via_broadcast),
+            "body": body(message.body),
+        }
+        for message in messages
+    ]

@@ -88,6 +88,61 @@ class UiClient:
     def post(self, path: str, form: Mapping[str, str]) -> Page:
         return self.request("POST", path, form=form)
 
+    def stream(
+        self, path: str, *, cookies: bool = True, last_event_id: str | None = None
+    ) -> EventStream:
+        """A GET left open, read as server-sent events (as a browser's EventSource)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
+        conn.putheader("Host", self.host)
+        conn.putheader("Accept", "text/event-stream")
+        if last_event_id is not None:
+            conn.putheader("Last-Event-ID", last_event_id)
+        if cookies and self.cookies:
+            conn.putheader("Cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
+        conn.endheaders()
+        return EventStream(conn, conn.getresponse())
+
+
+@dataclass
+class EventStream:
+    """An open event stream; ``close`` drops the connection (a browser leaving)."""
+
+    conn: http.client.HTTPConnection
+    response: http.client.HTTPResponse
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    def header(self, name: str) -> str | None:
+        return self.response.getheader(name)
+
+    def next_block(self) -> dict[str, str]:
+        """The next block up to a blank line, as field → value (a comment is ``""``)."""
+        fields: dict[str, str] = {}
+        while True:
+            line = self.response.readline().decode("utf-8")
+            if not line:
+                raise EOFError("the stream ended")
+            line = line.rstrip("\n")
+            if not line:
+                if fields:
+                    return fields
+                continue
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+
+    def next_event(self) -> dict[str, str]:
+        """The next block that is an event (skipping ``retry:`` and keep-alive comments)."""
+        while True:
+            block = self.next_block()
+            if "data" in block:
+                return block
+
+    def close(self) -> None:
+        self.conn.close()
+
 
 @contextmanager
 def running_ui(ctx: ToolContext, token: str | None = None) -> Iterator[tuple[UiClient, Guard]]:
@@ -97,7 +152,8 @@ def running_ui(ctx: ToolContext, token: str | None = None) -> Iterator[tuple[UiC
     """
     sock = bind("127.0.0.1", 0)
     guard = Guard.for_bind("127.0.0.1", bound_port(sock), token)
-    server = make_server(build_app(ctx, guard))
+    stopping = threading.Event()
+    server = make_server(build_app(ctx, guard, stopping), stopping)
     thread = threading.Thread(target=serve, args=(server, sock), daemon=True)
     thread.start()
     try:
