@@ -207,21 +207,6 @@ def warm_scan(
     )
 
 
-def warm_recall_labels(
-    text: str, env: Mapping[str, str], stores: list[str], threshold: float | None
-) -> list[str] | None:
-    """The recall labels from a running ``thatch mcp`` for this database (no numpy, no
-    grpc in this process); None when none answers, and the cold path runs instead."""
-    from thatch.frontend.hooks import recall_scan
-
-    path = recall_scan.socket_path(default_db_path(env), env)
-    if path is None:
-        return None
-    return recall_scan.request_labels(
-        path, text, stores, RECALL_LIMIT, threshold, deadline=PROMPT_EMBED_DEADLINE
-    )
-
-
 def embed_prompt(text: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     """One query vector and the id of the model that made it, within the prompt deadline;
     None when the embedder cannot answer (a local one is then started in the background for
