@@ -84,12 +84,19 @@ def _group(kind: str) -> click.Group:
         f"{kind}s",
         context_settings=SETTINGS,
         invoke_without_command=True,
-        help=f"List, show or delete {kind}s (default: list).",
+        help=f"List, show or delete {kind}s (default: list, which takes --store and --json).",
     )
+    @click.option("--store", help="Without a command: list only this store.")
+    @click.option("--json", "as_json", is_flag=True, help="Without a command: print JSON.")
     @click.pass_context
-    def group(ctx: click.Context) -> None:
+    def group(ctx: click.Context, store: str | None, as_json: bool) -> None:
         if ctx.invoked_subcommand is None:
-            ctx.invoke(list_cmd)
+            ctx.invoke(list_cmd, store=store, as_json=as_json)
+        elif store is not None or as_json:
+            raise click.UsageError(
+                f"--store and --json go after the command: thatch {kind}s "
+                f"{ctx.invoked_subcommand} … --json"
+            )
 
     @group.command("list", context_settings=SETTINGS, help=f"List the {kind}s by confidence.")
     @click.option("--store", help="Only this store (default: the project store plus global).")

@@ -33,7 +33,8 @@ def translate_errors() -> Iterator[None]:
             from thatch.common.environment import default_db_path
             from thatch.frontend.store.db import store_error
 
-            raise FixableError(str(store_error(error, default_db_path(os.environ)))) from None
+            named = store_error(error, default_db_path(os.environ))
+            raise FixableError(str(named), named.fix) from None
         except StoreError as error:
             debug_traceback()
-            raise FixableError(str(error)) from None
+            raise FixableError(str(error), error.fix) from None

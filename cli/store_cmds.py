@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from thatch.cli.errors import debug_traceback, translate_errors
+from thatch.cli.errors import FixableError, debug_traceback, translate_errors
 from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _errors() -> Iterator[None]:
             raise click.ClickException(error.cli) from None
         except StoreError as error:
             debug_traceback()
-            raise click.ClickException(str(error)) from None
+            raise FixableError(str(error), error.fix) from None
         except ArgumentError as error:
             raise click.UsageError(str(error)) from None
 
@@ -123,8 +123,34 @@ def _memory_json(memory: Memory, *, content: bool = False) -> dict[str, Any]:
     return document
 
 
-def _not_found(label: str, store: str) -> click.ClickException:
-    return click.ClickException(f"no memory labeled {quoted(label)} in {quoted(store)}.")
+def _not_found(
+    label: str, store: str, tools: Tools | None = None, command: str = "show"
+) -> click.ClickException:
+    """No such memory in ``store``; the fix names the command for the store that holds it."""
+    message = f"no memory labeled {quoted(label)} in {quoted(store)}."
+    if tools is not None:
+        for other in tools.ctx.default_scope:
+            if other != store and tools.ctx.store.show(other, label) is not None:
+                return FixableError(
+                    f"{message[:-1]}; it is in {quoted(other)}.",
+                    f"thatch {command} {_shell(label)} --store {_shell(other)}",
+                )
+    return FixableError(message, f"thatch list --store {_shell(store)} shows its labels")
+
+
+def _shell(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)
+
+
+def _store_argument(positional: str | None, option: str | None) -> str | None:
+    """STORE given positionally or as --store (both accepted, as by the other commands)."""
+    if positional is not None and option is not None and positional != option:
+        raise click.UsageError(
+            f"two stores given ({quoted(positional)} and --store {quoted(option)}); give one"
+        )
+    return option if option is not None else positional
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -147,11 +173,13 @@ def stores(as_json: bool) -> None:
 
 @click.command("list", context_settings=SETTINGS)
 @click.argument("store", required=False)
+@click.option("--store", "store_option", help="The same as STORE.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_cmd(store: str | None, as_json: bool) -> None:
+def list_cmd(store: str | None, store_option: str | None, as_json: bool) -> None:
     """List the memories of STORE (default: the project store; all: project + global)."""
     from thatch.frontend.tools import formatting as fmt
 
+    store = _store_argument(store, store_option)
     with _errors():
         tools = _tools()
         # "all" means the default scope, as for search --store all.
@@ -166,16 +194,18 @@ def list_cmd(store: str | None, as_json: bool) -> None:
 @click.command("show", context_settings=SETTINGS)
 @click.argument("label")
 @click.argument("store", required=False)
+@click.option("--store", "store_option", help="The same as STORE.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def show(label: str, store: str | None, as_json: bool) -> None:
-    """Show one memory by LABEL."""
+def show(label: str, store: str | None, store_option: str | None, as_json: bool) -> None:
+    """Show one memory by LABEL (in the project store unless STORE is given)."""
+    store = _store_argument(store, store_option)
     with _errors():
         label = _check("label", "memory_show", label)
         tools = _tools()
         name = _reading_store(tools, store)
         memory = _leniently(tools, lambda: tools.ctx.store.show(name, label))
-    if memory is None:
-        raise _not_found(label.strip(), name)
+        if memory is None:
+            raise _not_found(label.strip(), name, tools)
     if as_json:
         # The same text the plain output shows: the stored "# <label>" heading is the
         # label's, already a field of its own.
@@ -208,12 +238,16 @@ def body_text(memory: Memory) -> str:
 @click.command("forget", context_settings=SETTINGS)
 @click.argument("label")
 @click.argument("store", required=False)
+@click.option("--store", "store_option", help="The same as STORE.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def forget(label: str, store: str | None, yes: bool, as_json: bool) -> None:
+def forget(
+    label: str, store: str | None, store_option: str | None, yes: bool, as_json: bool
+) -> None:
     """Delete the memory LABEL (asks first when stdin is a terminal; --yes skips)."""
     from thatch.frontend.tools import formatting as fmt
 
+    store = _store_argument(store, store_option)
     with _errors():
         label = _check("label", "memory_forget", label)
         tools = _tools()
@@ -221,13 +255,13 @@ def forget(label: str, store: str | None, yes: bool, as_json: bool) -> None:
         if not yes and _is_terminal(sys.stdin):
             found = _leniently(tools, lambda: tools.ctx.store.show(name, label))
             if found is None:
-                raise _not_found(label.strip(), name)
+                raise _not_found(label.strip(), name, tools, "forget")
             question = f"Delete {quoted(found.label)} from {quoted(name)}?"
             if not click.confirm(question, default=False):
                 raise click.ClickException("not deleted.")
         memory = _leniently(tools, lambda: tools.ctx.store.forget(name, label))
-    if memory is None:
-        raise _not_found(label.strip(), name)
+        if memory is None:
+            raise _not_found(label.strip(), name, tools, "forget")
     if as_json:
         _emit_json({"store": name, "label": memory.label, "slug": memory.slug, "forgotten": True})
     else:

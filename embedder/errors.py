@@ -40,8 +40,18 @@ class AddressError(ThatchEmbedderError):
     pass
 
 
+ALREADY_RUNNING_FIX = (
+    "nothing to do: it serves every thatch process (thatch embedder status); "
+    "to restart it, run thatch embedder stop first"
+)
+
+
 class ServerStartError(ThatchEmbedderError):
-    pass
+    """``fix``, when known, is what to type so that a server can start (or need not)."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 class EmbedderUnavailable(ThatchEmbedderError):

@@ -21,7 +21,13 @@ BUSY_MESSAGE = "database is busy (another thatch process holds the write lock); 
 
 
 class StoreError(Exception):
-    """Base class of every error the store layer raises on purpose."""
+    """Base class of every error the store layer raises on purpose.
+
+    ``fix`` is the action that resolves it, for the CLI's ``Fix:`` line (None: no action
+    of the user's helps, e.g. a malformed value the caller must correct).
+    """
+
+    fix: str | None = None
 
 
 class _FileError(StoreError):
@@ -37,6 +43,22 @@ class _FileError(StoreError):
         raise NotImplementedError
 
 
+def _file_fix(path: Path, reason: str) -> str:
+    """The action for a file the file system refuses, from ``db.write_fault``'s words."""
+    import shlex
+
+    if "is full" in reason:
+        return "free space on that disk, or set THATCH_DB_PATH to a disk with room"
+    if "mounted read-only" in reason:
+        return "remount it read-write, or set THATCH_DB_PATH to a writable place"
+    if "immutable" in reason:
+        return f"chattr -i {shlex.quote(str(path))}"
+    return (
+        f"make {path} and its directory usable by this user, "
+        "or set THATCH_DB_PATH to a file in a directory you can write"
+    )
+
+
 class DatabaseOpenError(_FileError):
     """The database file cannot be created, opened or initialised."""
 
@@ -44,9 +66,17 @@ class DatabaseOpenError(_FileError):
     def describe(path: str, reason: str) -> str:
         return f"cannot open database at {path}: {reason}"
 
+    @property
+    def fix(self) -> str:  # type: ignore[override]  # computed from the reason
+        if self.reason == "is a directory":
+            return f"set THATCH_DB_PATH to a file, e.g. {self.path / 'thatch.db'}"
+        return _file_fix(self.path, self.reason)
+
 
 class DatabaseBusyError(StoreError):
     """The write lock was not obtained within the busy timeout."""
+
+    fix = "wait for the other thatch command to finish, then run this one again"
 
     def __init__(self) -> None:
         super().__init__(BUSY_MESSAGE)
@@ -59,6 +89,10 @@ class DatabaseWriteError(_FileError):
     def describe(path: str, reason: str) -> str:
         return f"cannot write database {path}: {reason}"
 
+    @property
+    def fix(self) -> str:  # type: ignore[override]  # computed from the reason
+        return _file_fix(self.path, self.reason)
+
 
 class DatabaseDamagedError(_FileError):
     """SQLite found the file malformed; nothing thatch does can repair it."""
@@ -69,6 +103,10 @@ class DatabaseDamagedError(_FileError):
 
         check = f'sqlite3 {shlex.quote(path)} "PRAGMA integrity_check"'
         return f"database {path} is damaged ({reason}): run {check}"
+
+    @property
+    def fix(self) -> str:  # type: ignore[override]  # computed from the path
+        return f"restore {self.path} from a backup, or move it aside (thatch starts a new one)"
 
 
 class InvalidInputError(StoreError, ValueError):

@@ -113,8 +113,10 @@ def test_read_only_file_system_reads_answer_and_writes_fail_in_one_line(env: dic
     assert listed.returncode == 0 and "Deploy" in listed.stdout
     for failed in (remember, forget, reembed):
         assert failed.returncode == 1
-        assert failed.stderr.splitlines()[-1] == f"Error: cannot write database {db}: {reason}"
-        assert "Traceback" not in failed.stderr and len(failed.stderr.splitlines()) <= 2
+        error, fix = failed.stderr.splitlines()[-2:]
+        assert error == f"Error: cannot write database {db}: {reason}"
+        assert fix.startswith("Fix: ")
+        assert "Traceback" not in failed.stderr and len(failed.stderr.splitlines()) <= 3
     tools = json.loads(probe.stdout)
     assert tools["memory_recall"][0] is False and "Deploy" in tools["memory_recall"][1]
     assert tools["memory_remember"] == [True, f"cannot write database {db}: {reason}"]
@@ -138,7 +140,10 @@ def test_read_only_file_reads_answer_and_writes_fail_in_one_line(env: dict) -> N
         for args in (["remember", "New", "x"], ["forget", "Deploy"], ["reembed", "--missing"]):
             code, _out, err = cli_run(*args)
             assert code == 1, args
-            assert err.splitlines()[-1] == f"Error: cannot write database {db}: {reason}"
+            assert err.splitlines()[-2:] == [
+                f"Error: cannot write database {db}: {reason}",
+                f"Fix: chattr -i {db}",
+            ]
         with ToolContext.from_env() as ctx:
             tools = Tools(ctx)
             recalled = tools.call("memory_recall", {"query": "push a tag"})
@@ -194,7 +199,8 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
         done = cli_run(*args)
         assert "Traceback" not in done[2], args
         if done[0] != 0:
-            assert (done[0], done[2]) == (1, expected + "\n"), args
+            fix = f"Fix: restore {db} from a backup, or move it aside (thatch starts a new one)"
+            assert (done[0], done[2]) == (1, f"{expected}\n{fix}\n"), args
             failed.add(args[0])
     assert {"list", "search", "hygiene"} <= failed
     hook_env = {**env, "THATCH_PROJECT_DIR": str(Path(env["THATCH_PROJECT_DIR"]))}
@@ -255,7 +261,8 @@ def test_full_disk_writes_fail_in_one_line(env: dict, tmp_path: Path) -> None:
     )
     assert seeded.returncode == 0, seeded.stderr
     assert big.returncode == 1 and "Traceback" not in big.stderr
-    (line,) = big.stderr.splitlines()
+    line, fix = big.stderr.splitlines()
+    assert fix == "Fix: free space on that disk, or set THATCH_DB_PATH to a disk with room"
     assert line.startswith("Error: cannot ") and str(db) in line
     assert f"the disk holding {disk} is full" in line
     (database,) = [x for x in doctor.stdout.splitlines() if x.startswith(("ok  d", "FAIL  d"))]

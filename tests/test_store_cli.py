@@ -46,7 +46,8 @@ def test_remember_list_show_forget(db: Path) -> None:
     missing = run("forget", "Deploy")
     assert (missing.exit_code, missing.stderr) == (
         1,
-        'Error: no memory labeled "Deploy" in "proj".\n',
+        'Error: no memory labeled "Deploy" in "proj".\n'
+        "Fix: thatch list --store proj shows its labels\n",
     )
     assert run("show", "Deploy").exit_code == 1
     assert rows(db) == []

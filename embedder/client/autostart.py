@@ -217,7 +217,9 @@ def start_failure(address: Address, reason: str, fix: str | None = None) -> Embe
     offline = offline_error(reason)
     if offline is not None:
         return EmbedderUnavailable(offline.cause, fix) if fix else offline
-    if fix is not None:
+    # A server that holds the instance lock but does not answer here is an orphan: its
+    # own fix ("nothing to do, it is running") is right for a person starting a second one.
+    if fix is not None and "an embedder is already running at" not in reason:
         return EmbedderUnavailable(
             f"nothing is listening at {address} (auto-start failed: {reason.rstrip('.')})", fix
         )

@@ -79,7 +79,11 @@ def _noop(_message: str) -> None:
 def read_bert_config(src: Path) -> tuple[dict[str, Any], BertConfig]:
     path = src / "config.json"
     if not path.is_file():
-        raise ModelError(f"no config.json in {src}")
+        raise ModelError(
+            f"no config.json in {src}: it is not a sentence-transformers checkpoint",
+            "pass the checkpoint's own directory (it holds config.json and "
+            "model.safetensors); thatch doctor names the packaged one when installed",
+        )
     config = load_json_object(path)
     model_type = config.get("model_type")
     if model_type != "bert":

@@ -26,7 +26,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, socket_dir
-from thatch.embedder.errors import AddressError, ModelError, ServerStartError
+from thatch.embedder.errors import (
+    ALREADY_RUNNING_FIX,
+    AddressError,
+    ModelError,
+    ServerStartError,
+)
 from thatch.embedder.server.batching import Batcher, Limits
 from thatch.embedder.server.instance import InstanceLock
 from thatch.embedder.server.servicer import (
@@ -165,11 +170,15 @@ def prepare_unix_socket(path: Path, *, uid: int | None = None) -> None:
     if not (path.exists() or path.is_symlink()):
         return
     if not stat.S_ISSOCK(path.lstat().st_mode):
-        raise ServerStartError(f"{path} exists and is not a socket; remove it or use another path")
+        raise ServerStartError(
+            f"{path} exists and is not a socket",
+            f"remove it (rm {path}) if nothing else uses it, or serve at another address",
+        )
     peer = probe(path, timeout=1.0)
     if peer.state in ("listening", "busy"):  # e.g. a server of a release without the lock
         raise ServerStartError(
-            f"an embedder is already running at unix://{path} (pid {peer.pid or 'unknown'})"
+            f"an embedder is already running at unix://{path} (pid {peer.pid or 'unknown'})",
+            ALREADY_RUNNING_FIX,
         )
     if peer.state == "refused":
         path.unlink()  # a stale socket left by a crash

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from thatch.embedder.errors import ServerStartError
+from thatch.embedder.errors import ALREADY_RUNNING_FIX, ServerStartError
 
 
 def lock_path(socket_path: Path) -> Path:
@@ -108,7 +108,8 @@ class InstanceLock:
                 os.close(fd)
                 pid = running_pid(socket_path) or lock_holder(path)
                 raise ServerStartError(
-                    f"an embedder is already running at {address} (pid {pid or 'unknown'})"
+                    f"an embedder is already running at {address} (pid {pid or 'unknown'})",
+                    ALREADY_RUNNING_FIX,
                 ) from None
             except BaseException:
                 os.close(fd)

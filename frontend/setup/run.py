@@ -20,7 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from thatch.frontend.setup import block, hooks, jsonfiles, opencode_plugin, permissions, skills
+from thatch.frontend.setup import (
+    block,
+    git_exclude,
+    hooks,
+    jsonfiles,
+    opencode_plugin,
+    permissions,
+    skills,
+)
 from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
 
@@ -340,7 +348,20 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
     else:
         steps.append((claude_hooks, lambda: writer.json(claude_hooks, merge_hooks)))
         steps.append((allow_file, lambda: _claude_settings(writer, allow_file, request, None)))
+    if request.scope == "local":
+        steps.append((allow_file, lambda: _excluded_from_git(allow_file, request)))
     return steps
+
+
+def _excluded_from_git(path: Path, request: SetupRequest) -> list[Line]:
+    """The personal settings file kept out of git (docs/claude-code.md §Tool permission)."""
+    if not path.exists() and not request.dry_run:
+        return []
+    changed = git_exclude.ensure_excluded(path, dry_run=request.dry_run)
+    if changed is None:
+        return []
+    status = "would-write" if request.dry_run else "written"
+    return [Line(status, str(changed), note=f"git ignores {path.name} in this clone")]
 
 
 def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
