@@ -25,7 +25,19 @@ HOOKS = frozenset(
 
 
 def main() -> None:
-    args = sys.argv[1:]
+    try:
+        _dispatch(sys.argv[1:])
+    except KeyboardInterrupt:
+        # Ctrl-C before click has taken over (while modules are still importing) would
+        # otherwise print a traceback. Hooks stay silent and exit 0, as on every failure.
+        args = sys.argv[1:]
+        if args and (args[0] in HOOKS or args[0] == "chat-notify"):
+            sys.exit(0)
+        sys.stderr.write("Aborted!\n")
+        sys.exit(130)
+
+
+def _dispatch(args: list[str]) -> None:
     if args and args[0] == "chat-notify" and not {"-h", "--help"} & set(args[1:]):
         from thatch.frontend.hooks.chat_notify import run_chat_notify
 

@@ -425,7 +425,7 @@ def remember(
             text += "\n\n" + fmt.similar_warning(report.similar, cli=True)
         click.echo(text)
     if report.pending_cause is not None:
-        click.echo(fmt.pending_notice(report.pending_cause), err=True)
+        click.echo(fmt.pending_notice(report.pending_cause, report.pending_fix), err=True)
 
 
 def _is_terminal(stream: Any) -> bool:

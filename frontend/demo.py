@@ -80,6 +80,7 @@ class ModelChoice:
     name: str  # what --model gets: a hub id, a directory or "mock"
     model_id: str
     note: str | None = None  # one line saying where the model came from
+    fallback: bool = False  # the configured model is not here: the packaged one stood in
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def choose_model(
         f"   {settings.model_id} is not available ({reason}): using the packaged "
         f"all-MiniLM-L6-v2 instead ({how} {directory})"
     )
-    return ModelChoice(str(directory), OFFLINE_MODEL_ID, note)
+    return ModelChoice(str(directory), OFFLINE_MODEL_ID, note, fallback=True)
 
 
 # -- the embedder -------------------------------------------------------------------------
@@ -323,9 +324,21 @@ def run_demo(
             steps.start("Stopping the embedder")
         out("   embedder stopped")
         database = keep_database(directory / "thatch.db", demo_db_path(env))
+        thatch = thatch_invocation(env)
         out(f"\nThe demo's memories are kept in {database}")
-        out("Look at these memories in a browser: thatch ui --demo")
-        out(f"(or with the CLI: THATCH_DB_PATH={database} thatch list {DEMO_STORE})")
+        out(f"Look at these memories in a browser: {thatch} ui --demo")
+        out(f"(or with the CLI: THATCH_DB_PATH={database} {thatch} list {DEMO_STORE})")
+        if thatch != "thatch":
+            out(
+                f"thatch is not on your PATH: run it as {thatch} (or activate its "
+                "environment); to install it for everyday use, see the README's "
+                '"Everyday install"'
+            )
+        if choice.fallback:
+            out(
+                "Your agents' default model is not on this machine either. To give them "
+                f"the demo's model: {thatch} model use {OFFLINE_MODEL_ID}"
+            )
     finally:
         if keep:
             out(f"Kept {directory}")
@@ -333,6 +346,31 @@ def run_demo(
             shutil.rmtree(directory, ignore_errors=True)
             out(f"Removed {directory}")
     return DemoResult(directory, keep, choice.model_id, database)
+
+
+def thatch_invocation(env: Mapping[str, str]) -> str:
+    """How to run this thatch from the user's shell: ``thatch`` when PATH finds this very
+    program, else its path (relative to the working directory when under it)."""
+    here = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if here is None or here.name != "thatch" or not here.exists():
+        here = Path(sys.executable).parent / "thatch"
+    if not here.exists():
+        return f"{shlex_quote(sys.executable)} -m thatch.cli"
+    found = shutil.which("thatch", path=env.get("PATH", os.defpath))
+    if found is not None and Path(found).resolve() == here.resolve():
+        return "thatch"
+    absolute = here.absolute()
+    try:
+        shown = str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return shlex_quote(str(absolute))
+    return shlex_quote(shown if "/" in shown else f"./{shown}")
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def keep_database(source: Path, target: Path) -> Path:

@@ -51,6 +51,8 @@ def _file_fix(path: Path, reason: str) -> str:
         return "free space on that disk, or set THATCH_DB_PATH to a disk with room"
     if "mounted read-only" in reason:
         return "remount it read-write, or set THATCH_DB_PATH to a writable place"
+    if "virtual file system" in reason:
+        return "set THATCH_DB_PATH to a file on a disk (unset, it is ~/.config/thatch/thatch.db)"
     if "immutable" in reason:
         return f"chattr -i {shlex.quote(str(path))}"
     return (

@@ -139,3 +139,106 @@ def test_setup_keeps_the_personal_settings_file_out_of_git(
     again = run("setup", "--claude")
     assert again.exit_code == 0 and "git ignores" not in again.stdout
     assert (repo / ".git" / "info" / "exclude").read_text() == exclude
+
+
+INTERRUPT_DURING_IMPORT = """
+import sys
+from importlib.abc import MetaPathFinder
+
+TARGET = sys.argv[1]
+
+
+class Interrupt(MetaPathFinder):
+    # Ctrl-C arriving while thatch's modules are still importing.
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            raise KeyboardInterrupt
+        return None
+
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["thatch", *sys.argv[2:]]
+from thatch.cli.entry import main
+
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "code", "stderr"),
+    [
+        ("thatch.cli.main", ["demo"], 130, "Aborted!\n"),
+        ("thatch.frontend.hooks.runner", ["flush-tools"], 0, ""),
+    ],
+)
+def test_ctrl_c_while_importing_is_one_line_not_a_traceback(
+    module: str, args: list[str], code: int, stderr: str
+) -> None:
+    """A command interrupted before click runs says Aborted! (exit 130); a hook stays silent."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_DURING_IMPORT, module, *args],
+        capture_output=True,
+        text=True,
+        input="{}",
+        check=False,
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (code, stderr, "")
+
+
+def test_a_virtual_file_system_is_not_called_a_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """THATCH_DB_PATH under /proc: named as a virtual file system, fix: a file on a disk."""
+    monkeypatch.setenv("THATCH_DB_PATH", "/proc/thatch.db")
+    done = run("list")
+    assert done.exit_code == 1
+    assert done.stderr == (
+        "Error: cannot open database at /proc/thatch.db: /proc is on a virtual file system "
+        "(such as /proc or /sys) that cannot hold a database\n"
+        "Fix: set THATCH_DB_PATH to a file on a disk (unset, it is ~/.config/thatch/thatch.db)\n"
+    )
+
+
+def test_a_missing_model_is_named_with_its_fix_when_remember_saves_pending(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """No embedder and the default model not on this machine (hub offline): remember saves
+    pending and its notice names the model fix, not a start that cannot help."""
+    import os
+    import sys
+
+    env = {**os.environ, "THATCH_DB_PATH": str(tmp_path / "t.db")}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    (tmp_path / "run").mkdir(mode=0o700)
+    thatch = str(Path(sys.executable).parent / "thatch")
+    done = subprocess.run(
+        [thatch, "remember", "Deploy", "push a tag"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (notice,) = done.stderr.splitlines()
+    assert notice.startswith("Embedding pending: the embedding service is unreachable (model ")
+    fix = notice.split("; to fix it: ", 1)[1]
+    assert "thatch model import" in fix and "thatch model use" in fix
+    assert "embedder start" not in fix
+
+
+def test_the_demo_says_how_to_run_thatch_when_path_does_not_find_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as .venv/bin/thatch with PATH lacking it: the demo's commands use that path."""
+    import sys
+
+    from thatch.frontend.demo import thatch_invocation
+
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.chdir(bin_dir.parent)
+    monkeypatch.setattr(sys, "argv", [str(bin_dir / "thatch"), "demo"])
+    assert thatch_invocation({"PATH": "/usr/bin:/bin"}) == f"{bin_dir.name}/thatch"
+    assert thatch_invocation({"PATH": f"{bin_dir}:/usr/bin"}) == "thatch"
+    monkeypatch.chdir(tmp_path)
+    assert thatch_invocation({"PATH": "/usr/bin"}) == str(bin_dir / "thatch")

@@ -22,6 +22,7 @@ from tests.support.embedder_cleanup import embedder_pids, stop_embedders
 from tests.support.foreign_listener import NOBODY, foreign_listener
 from tests.support.hookrun import run_hook, thatch_command
 from thatch.embedder.__main__ import main as embedder_main
+from thatch.embedder.client.autostart import FIX_UNTRUSTED
 from thatch.embedder.errors import ServerStartError
 from thatch.embedder.server.grpc_server import prepare_unix_socket
 from thatch.embedder.socket_trust import check_path, socket_problem
@@ -98,7 +99,7 @@ def assert_refused_everything(setup: Setup, reason: str) -> None:
     assert remembered.stderr.splitlines() == [
         "Embedding pending: the embedding service is unreachable "
         f"({cause}), so this memory is saved but not searchable yet. It is indexed "
-        "automatically when the service is back; to start it: thatch embedder start"
+        f"automatically when the service is back; to fix it: {FIX_UNTRUSTED}"
     ]
     [(content, embedding)] = saved_rows(setup.db)
     assert SECRET_CONTENT in content and embedding is None

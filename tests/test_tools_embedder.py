@@ -23,7 +23,7 @@ def test_remember_without_embedder_saves_pending(tmp_path: Path) -> None:
             "[saved] o/r :: Port\n\n"
             f"Embedding pending: the embedding service is unreachable ({CAUSE}), so this memory "
             "is saved but not searchable yet. It is indexed automatically when the service is "
-            "back; to start it: thatch embedder start"
+            "back; to fix it: run thatch embedder start"
         )
         assert rows(tmp_path / "thatch.db", "SELECT slug, embedding, model FROM entries") == [
             ("port", None, None)

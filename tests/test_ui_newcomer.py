@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -149,7 +150,11 @@ def test_newcomer_runs_the_demo_then_browses_it(
         timeout=300,
     )
     assert demo.returncode == 0, demo.stderr
-    assert "Look at these memories in a browser: thatch ui --demo" in demo.stdout
+    shown = re.search(r"^Look at these memories in a browser: (\S+) ui --demo$", demo.stdout, re.M)
+    assert shown is not None, demo.stdout
+    # "thatch" only when PATH finds this very program; else a path the shell can run.
+    runs = shutil.which(shown.group(1), path=env.get("PATH")) or shown.group(1)
+    assert Path(runs).resolve() == Path(thatch).resolve()
     found = re.search(r"^The demo's memories are kept in (\S+)$", demo.stdout, re.M)
     assert found is not None, demo.stdout
     database = Path(found.group(1))

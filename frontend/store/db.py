@@ -256,6 +256,11 @@ def write_fault(path: Path) -> tuple[WriteFault, str] | None:
             f"its directory {directory} is not writable "
             f"(SQLite creates {path.name}-wal and {path.name}-shm there)"
         )
+    if _pseudo_file_system(directory):
+        return "other", (
+            f"{directory} is on a virtual file system (such as /proc or /sys) "
+            "that cannot hold a database"
+        )
     free = free_bytes(directory)
     if free is not None and free < FREE_SPACE_MIN_BYTES:
         return "full", f"the disk holding {directory} is full ({free // 1024} KiB free)"
@@ -279,6 +284,14 @@ def _directory_writable(directory: Path) -> bool:
     except OSError:
         return False
     return os.access(directory, os.W_OK | os.X_OK)
+
+
+def _pseudo_file_system(directory: Path) -> bool:
+    """/proc, /sys and the like report no blocks at all: not a full disk, no disk."""
+    try:
+        return os.statvfs(directory).f_blocks == 0
+    except OSError:
+        return False
 
 
 def free_bytes(directory: Path) -> int | None:

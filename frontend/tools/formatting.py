@@ -65,11 +65,13 @@ def new_store(store: str) -> str:
     return f"(new store {quoted(store)} created)"
 
 
-def pending_notice(cause: str) -> str:
+def pending_notice(cause: str, fix: str | None = None) -> str:
+    """``fix``: the unavailable service's own (a model that is not here names its import,
+    not a start that cannot help); the start command when none is known."""
     return (
         f"Embedding pending: the embedding service is unreachable ({cause}), so this memory "
         "is saved but not searchable yet. It is indexed automatically when the service is "
-        "back; to start it: thatch embedder start"
+        f"back; to fix it: {fix or 'thatch embedder start'}"
     )
 
 

@@ -58,6 +58,7 @@ class RememberReport:
     similar: list[Match]
     pending_cause: str | None  # set when saved without a vector
     created_store: bool = False
+    pending_fix: str | None = None  # what gets the service back, with pending_cause
 
     def text(self) -> str:
         parts = [fmt.saved(self.store, self.label)]
@@ -66,7 +67,7 @@ class RememberReport:
         if self.similar:
             parts.append(fmt.similar_warning(self.similar))
         if self.pending_cause is not None:
-            parts.append(fmt.pending_notice(self.pending_cause))
+            parts.append(fmt.pending_notice(self.pending_cause, self.pending_fix))
         return "\n\n".join(parts)
 
 
@@ -176,12 +177,12 @@ class Tools:
         name = self.store_or_project(store)
         stored_text = f"# {label}\n\n{content}"
         slug = slugify(label)
-        vector, model, cause = None, None, None
+        vector, model, cause, fix = None, None, None, None
         try:
             result = self.embed([stored_text], Kind.PASSAGE)
             vector, model = result.vectors[0], result.model_id
         except EmbedderUnavailable as error:
-            cause = error.cause
+            cause, fix = error.cause, error.fix
         db = self.ctx.store
         # Said only for a store named explicitly: a project's store appears on its first
         # write as documented, while a typo in a store name must show at once.
@@ -211,7 +212,7 @@ class Tools:
             raise Refused(fmt.archived_guard(shown), fmt.archived_guard(shown, cli=True))
         if vector is not None:
             self._schedule_fill()  # the embedder is up: index what waits for it
-        return RememberReport(name, label, slug, list(similar), cause, created)
+        return RememberReport(name, label, slug, list(similar), cause, created, fix)
 
     def existing_store(self, store: str | None) -> str:
         """The store a read names (the project store when omitted); Refused when a named

@@ -497,7 +497,7 @@ class Views:
             )
             message = "saved and re-embedded"
             if report.pending_cause is not None:
-                message = "saved; " + fmt.pending_notice(report.pending_cause)
+                message = "saved; " + fmt.pending_notice(report.pending_cause, report.pending_fix)
             return _back("/memory", {"store": name, "label": report.label}, message)
 
         return self._safely(run)
