@@ -307,10 +307,9 @@ def search(
                 branch=branch,
                 limit=limit,
                 include_archived=include_archived,
+                stamp=False,  # a person looking: recall counts are agents'
             ),
         )
-    if report.telemetry_skipped is not None:
-        click.echo(f"note: recall counts not updated: {report.telemetry_skipped}", err=True)
     if as_json:
         _emit_json(
             [

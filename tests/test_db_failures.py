@@ -105,7 +105,7 @@ def test_read_only_file_system_reads_answer_and_writes_fail_in_one_line(env: dic
     )
     assert search.returncode == 0
     assert search.stderr.splitlines() == [
-        f"note: recall counts not updated: cannot write database {db}: {reason}",
+        # A person's search stamps nothing, so nothing needed writing.
         "(1 memory is not indexed yet and was not searched.)",  # "Later" stays pending
     ]
     assert search.stdout.splitlines()[1].endswith("[proj] Deploy")
@@ -134,9 +134,7 @@ def test_read_only_file_reads_answer_and_writes_fail_in_one_line(env: dict) -> N
     with immutable(db):
         code, out, err = cli_run("search", "push a tag")
         assert code == 0 and out.splitlines()[1].endswith("[proj] Deploy")
-        assert err.splitlines()[0] == (
-            f"note: recall counts not updated: cannot write database {db}: {reason}"
-        )
+        assert "recall counts not updated" not in err  # a person's search writes nothing
         for args in (["remember", "New", "x"], ["forget", "Deploy"], ["reembed", "--missing"]):
             code, _out, err = cli_run(*args)
             assert code == 1, args

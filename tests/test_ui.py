@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -327,6 +328,8 @@ def test_memories_page_newest_first_with_filters_and_search(
     assert found.status == 200 and "ranked as memory_recall ranks" in found.body
     labels = re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', found.body)
     assert labels[0] == "Tabs"  # the mock model: identical text scores 1.0
+    counts = sqlite3.connect(db_path(ctx)).execute("SELECT sum(recall_count) FROM entries")
+    assert counts.fetchone()[0] == 0  # a person's search: recall counts are agents'
     bad = client.get("/memories", store="proj", archived="maybe")
     assert bad.status == 400 and "archived must be one of" in bad.body
 

@@ -231,8 +231,13 @@ class Tools:
         branch: str | None = None,
         limit: int = 10,
         include_archived: bool = False,
+        stamp: bool = True,
     ) -> RecallReport:
-        """Search and stamp telemetry (docs/tools.md §memory_recall); raises EmbedderUnavailable."""
+        """Search and stamp telemetry (docs/tools.md §memory_recall); raises EmbedderUnavailable.
+
+        ``stamp=False`` for a person looking (``thatch search``, the UI): recall counts
+        say what agents were given, which hygiene's "stale" relies on.
+        """
         scope = stores if stores else self.ctx.default_scope
         result = self.embed([query], Kind.QUERY)
         # Memories saved while the embedder was down get indexed off this request; until
@@ -245,6 +250,11 @@ class Tools:
         }
         skipped = None
         floor = self.thresholds(result.model_id).recall_floor
+        if not stamp:
+            matches = above(
+                self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
+            )
+            return RecallReport(scope, list(matches), self.ctx.store.pending_count_in(scope))
         if self.after_reply is not None:
             matches = above(
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor

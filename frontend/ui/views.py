@@ -248,6 +248,7 @@ class Views:
                 branch=checked["branch"],
                 limit=SEARCH_LIMIT,
                 include_archived=archived != "live",
+                stamp=False,  # a person looking: recall counts are agents'
             )
             shown = [m.memory for m in report.matches]
             scores = {m.memory.slug: m.score for m in report.matches}
