@@ -12,9 +12,9 @@ What each number is (the rules are the ones docs/tools.md §thresholds states):
   memory is among the prompt's 5 best and scores ≥ t. The threshold maximises F1 of
   "fires iff related" over all pairs (unrelated prompts included), the middle of the best
   0.01-step plateau.
-- recall floor: the largest 0.05 step at or below the 2nd percentile of related pairs'
-  scores, so that a search keeps ≥ 98 % of related memories and drops what scores like
-  noise.
+- recall floor: the largest 0.05 step at or below the 5th percentile of related pairs'
+  scores, so that a search keeps ≥ 95 % of related memories and an unrelated question
+  (or nonsense such as "xyzzy") gets few results or none, not ten that score like noise.
 - near-duplicate warning: over all pairs of passages (memories plus their paraphrases),
   F1 of "score ≥ t iff one is a paraphrase of the other".
 - engine auto-fire (prediction, behavior): like the recall nudge with the memories'
@@ -127,10 +127,16 @@ def calibrate(
         for j in range(len(passages))
         if j not in want
     ]
-    p2 = related_scores[max(0, int(0.02 * len(related_scores)) - 1)]
-    floor = max(0.0, int(p2 * 20) / 20)
+    p5 = related_scores[max(0, int(0.05 * len(related_scores)) - 1)]
+    floor = max(0.0, int(p5 * 20) / 20)
     kept = sum(s >= floor for s in related_scores) / len(related_scores)
     dropped = sum(s < floor for s in unrelated_scores) / len(unrelated_scores)
+    # What a search for an unrelated prompt returns: its 10 best at or above the floor.
+    answered = [
+        int(np.sum(np.sort(sims[i])[::-1][:10] >= floor))
+        for i, want in enumerate(related)
+        if not want
+    ]
 
     # near-duplicates: memories plus paraphrases, every pair
     dup_texts = list(passages)
@@ -170,6 +176,8 @@ def calibrate(
             "related_median": round(statistics.median(related_scores), 3),
             "unrelated_median": round(statistics.median(unrelated_scores), 3),
             "unrelated_negative": sum(s < 0 for s in unrelated_scores),
+            "unrelated_prompt_results_mean": round(statistics.mean(answered), 2),
+            "unrelated_prompts_with_results": sum(a > 0 for a in answered),
         },
         "duplicate": {
             "threshold": dup_t,

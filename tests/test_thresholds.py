@@ -82,6 +82,8 @@ def test_minilm_defaults_are_what_the_dev_set_measures(minilm_dir: Path, onnx: s
     assert minilm is not None
     assert result["recall_nudge"]["threshold"] == pytest.approx(minilm.recall_nudge, abs=0.01)
     assert result["recall_floor"]["floor"] == pytest.approx(minilm.recall_floor, abs=0.001)
+    assert result["recall_floor"]["related_kept"] >= 0.95
+    assert result["recall_floor"]["unrelated_prompt_results_mean"] < 2
     assert result["duplicate"]["threshold"] == pytest.approx(minilm.duplicate, abs=0.01)
     assert result["engine_auto_fire"]["threshold"] == pytest.approx(minilm.prediction, abs=0.01)
     # Measured better than the BGE numbers it replaces, on the same pairs.
@@ -120,6 +122,9 @@ def test_recall_drops_results_below_the_models_floor(tmp_path: Path, minilm_serv
         assert minilm is not None
         assert scores["banana bread"] < minilm.recall_floor <= scores["run-tests"]
         assert [m.memory.label for m in tools.recall(query=query).matches] == ["run-tests"]
+        # Nonsense and unrelated questions get nothing, not everything (issue 23).
+        assert tools.recall(query="xyzzy").matches == []
+        assert tools.recall(query="what is the capital of peru").matches == []
         text = tools.call("memory_recall", {"query": query}).text
         assert "run-tests" in text and "banana bread" not in text
         ctx.env = {"THATCH_RECALL_FLOOR": "0"}
