@@ -37,12 +37,15 @@ def _scope(tools: Tools, store: str | None) -> list[str]:
 
 
 def _item_json(entry: Listed) -> dict[str, Any]:
+    from thatch.frontend.tools.seed_stamps import default_key, without_stamp
+
     item = entry.item
     return {
         "id": item.id,
         "store": item.store,
         "statement": item.statement,
-        "rationale": item.rationale,
+        "rationale": without_stamp(item.rationale),
+        "default": default_key(item),
         "confidence": item.confidence,
         "confirm": item.confirm,
         "disconfirm": item.disconfirm,
@@ -53,7 +56,7 @@ def _item_json(entry: Listed) -> dict[str, Any]:
         "updated_at": item.updated_at,
         "matchers": [{"description": d, "weight": w} for d, w in entry.matchers],
         "provenance": [
-            {"signal": p.signal, "detail": p.detail, "created_at": p.created_at}
+            {"signal": p.signal, "detail": without_stamp(p.detail), "created_at": p.created_at}
             for p in entry.provenance
         ],
     }
@@ -150,8 +153,9 @@ def _group(kind: str) -> click.Group:
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def delete(statement: str, store: str | None, as_json: bool) -> None:
         """Delete one by its STATEMENT (or a paraphrase) or its id; its situations go too
-        when nothing else uses them."""
-        from thatch.frontend.untrusted import quoted
+        when nothing else uses them. A default behavior deleted stays off."""
+        from thatch.frontend.tools.engine_tools import deleted_text
+        from thatch.frontend.tools.seed_stamps import default_key
 
         engine = _engine(kind)
         with _errors():
@@ -161,18 +165,65 @@ def _group(kind: str) -> click.Group:
             tools, engines = _open(engine)
             scope = _scope(tools, store)
             found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
-            deleted = engines.delete(found.id) if found is not None else None
+            deleted = None
+            if found is not None:
+                deleted = engines.delete(found.id, switch_off=default_key)
         if deleted is None:
             raise _not_found(engine, statement, scope)
         if as_json:
             _emit_json(
-                {"deleted": deleted.id, "store": deleted.store, "statement": deleted.statement}
+                {
+                    "deleted": deleted.id,
+                    "store": deleted.store,
+                    "statement": deleted.statement,
+                    "switched_off": default_key(deleted),
+                }
             )
         else:
-            click.echo(f"[deleted] {quoted(deleted.statement)} from {quoted(deleted.store)}")
+            click.echo(deleted_text(deleted))
 
     return group
 
 
 predictions = _group("prediction")
 behaviors = _group("behavior")
+
+
+@behaviors.command("defaults", context_settings=SETTINGS)
+@click.option("--off", "off", metavar="KEY", multiple=True, help="Switch this default off.")
+@click.option("--on", "on", metavar="KEY", multiple=True, help="Switch it back on.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
+    """List the default behaviors thatch seeds into global, each on or off; --off KEY
+    deletes one and keeps it from coming back, --on KEY lets the next thatch mcp seed it."""
+    from thatch.frontend.store.engine_store import BEHAVIORS
+    from thatch.frontend.tools.default_behaviors import DEFAULTS
+    from thatch.frontend.tools.seed_stamps import SEED_STORE, STAMP_MARKER, default_key
+
+    keys = {default.key for default in DEFAULTS}
+    unknown = sorted({*off, *on} - keys)
+    if unknown:
+        raise click.UsageError(
+            f"no default behavior {unknown[0]!r}; the keys are: {', '.join(sorted(keys))}"
+        )
+    if set(off) & set(on):
+        raise click.UsageError("a key cannot be switched on and off at once")
+    with _errors():
+        _tools, engines = _open(BEHAVIORS)
+        for key in off:
+            engines.switch_default(key, on=False)
+            for item in engines.stamped(SEED_STORE, f"{STAMP_MARKER}{key} "):
+                engines.delete(item.id, switch_off=default_key)
+        for key in on:
+            engines.switch_default(key, on=True)
+        switched_off = engines.defaults_off()
+    rows = [
+        {"key": d.key, "on": d.key not in switched_off, "situation": d.situation} for d in DEFAULTS
+    ]
+    if as_json:
+        _emit_json(rows)
+        return
+    for row in rows:
+        click.echo(f"{'on ' if row['on'] else 'off'}  {row['key']:<22} when {row['situation']}")
+    if on:
+        click.echo("Switched on: seeded again when the next thatch mcp starts.")

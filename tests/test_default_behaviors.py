@@ -209,3 +209,70 @@ def test_seeder_stopped_while_waiting_makes_one_last_attempt(store: Store) -> No
     seeder.close()
     assert seeder.report is not None and seeder.report.created == 9
     assert rows(store.path, "SELECT count(*) FROM behaviors") == [(9,)]  # type: ignore[arg-type]
+
+
+def test_a_deleted_default_stays_off_and_its_bookkeeping_is_hidden(tmp_path: Path) -> None:
+    """behavior_delete of a default records it switched off in the same transaction: seeding
+    never brings it back; lists show no seed stamp; switching it on lets seeding restore it
+    (issue 23)."""
+    from tests.support.fake_embedder import tool_context
+    from thatch.frontend.tools.memory_tools import Tools
+
+    wrap_up = DEFAULTS[0]
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        embedder = FakeEmbedder()
+        assert seed_defaults(ctx.store, embedder, version="1.0").created == 9
+        listed = tools.call("behavior_list", {"store": "global"}).text
+        assert "seed-key" not in listed and "seed-version" not in listed
+        assert wrap_up.why in listed
+        deleted = tools.call(
+            "behavior_delete", {"statement": wrap_up.behavior, "store": "global"}
+        ).text
+        assert deleted.endswith(
+            f"(a default behavior: switched off; thatch behaviors defaults --on {wrap_up.key})"
+        )
+        again = seed_defaults(ctx.store, embedder, version="1.0")
+        assert (again.created, again.current) == (0, 8)
+        assert wrap_up.key not in dict(stamps(tmp_path / "thatch.db"))
+        # A new release upgrades the others and still leaves it off.
+        assert seed_defaults(ctx.store, embedder, version="2.0").upgraded == 8
+        assert wrap_up.key not in dict(stamps(tmp_path / "thatch.db"))
+        engines = EngineStore(ctx.store.conn, BEHAVIORS, lock=ctx.store.lock)
+        assert engines.switch_default(wrap_up.key, on=True)
+        assert seed_defaults(ctx.store, embedder, version="2.0").created == 1
+        assert (wrap_up.key, "2.0") in stamps(tmp_path / "thatch.db")
+
+
+def test_cli_switches_defaults_off_and_on(tmp_path: Path, mock_embedder: EmbedderProcess) -> None:
+    """thatch behaviors defaults lists the nine with on/off; --off deletes one and keeps it
+    off across a real thatch mcp's seeding; JSON shows no stamp, names the default."""
+    import json
+
+    env = {
+        **os.environ,
+        "THATCH_DB_PATH": str(tmp_path / "thatch.db"),
+        "THATCH_EMBEDDER_ADDR": mock_embedder.address,
+        "THATCH_PROJECT_DIR": str(tmp_path),
+    }
+    with Store.open(tmp_path / "thatch.db") as store:
+        seed_defaults(store, FakeEmbedder(), version="1.0")
+
+    def thatch(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [THATCH, *args], env=env, capture_output=True, text=True, cwd=tmp_path, check=False
+        )
+
+    key = DEFAULTS[1].key
+    off = thatch("behaviors", "defaults", "--off", key)
+    assert off.returncode == 0, off.stderr
+    states = [line.split()[0] for line in off.stdout.splitlines()]
+    assert f"off  {key}" in off.stdout and states.count("on") == 8
+    assert key not in dict(stamps(tmp_path / "thatch.db"))
+    listed = json.loads(thatch("behaviors", "list", "--store", "global", "--json").stdout)
+    assert len(listed) == 8 and all("seed-key" not in item["rationale"] for item in listed)
+    assert {item["default"] for item in listed} == {d.key for d in DEFAULTS} - {key}
+    unknown = thatch("behaviors", "defaults", "--off", "nope")
+    assert unknown.returncode == 2 and "no default behavior 'nope'" in unknown.stderr
+    on = thatch("behaviors", "defaults", "--on", key, "--json")
+    assert {row["key"]: row["on"] for row in json.loads(on.stdout)}[key] is True

@@ -178,6 +178,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
     extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence", *CHAT_TABLES}
+    extra.add("thatch_defaults_off")
     fts = {
         DOCS_TABLE,
         FTS_TABLE,

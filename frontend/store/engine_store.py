@@ -17,7 +17,7 @@ import math
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -177,6 +177,7 @@ class SeedPlan:
     existing: Item | None = None
     detail: str = ""
     stamp_check: str = ""  # the rationale the existing row must still hold (re-checked)
+    key: str | None = None  # the default's key: a create re-checks it is not switched off
 
 
 def _item_columns(prefix: str = "") -> str:
@@ -569,27 +570,71 @@ class EngineStore:
             return self._apply(conn, near[0].id, signal, detail, now)
 
     def delete_nearest(
-        self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
+        self,
+        stores: Sequence[str] | str,
+        vector: Any,
+        threshold: float = DEDUP_THRESHOLD,
+        *,
+        switch_off: Callable[[Item], str | None] | None = None,
     ) -> Item | None:
         """Delete the nearest item ≥ threshold (edges and provenance cascade), then its
-        matchers that no edge holds any more; the deleted item, or None."""
+        matchers that no edge holds any more; the deleted item, or None.
+
+        ``switch_off(item)``: the default's key to record as switched off, in the same
+        transaction, so that no seeding in between brings it back (None: not a default).
+        """
         query = as_vector(vector)
         names = store_list(stores)
         with self._write() as conn:
             near = self._nearest_item(conn, names, query, threshold)
             if near is None:
                 return None
-            return self._delete(conn, near[0])
+            return self._delete(conn, near[0], switch_off)
 
-    def delete(self, item_id: str) -> Item | None:
+    def delete(
+        self, item_id: str, *, switch_off: Callable[[Item], str | None] | None = None
+    ) -> Item | None:
         with self._write() as conn:
             row = conn.execute(
                 f"SELECT {_ITEM_COLUMNS} FROM {self.engine.items} WHERE id = ?", (item_id,)
             ).fetchone()
-            return None if row is None else self._delete(conn, _item(row))
+            return None if row is None else self._delete(conn, _item(row), switch_off)
 
-    def _delete(self, conn: sqlite3.Connection, item: Item) -> Item:
+    def defaults_off(self) -> set[str]:
+        """The keys of the defaults switched off."""
+        with self._lock:
+            rows = self.conn.execute("SELECT key FROM thatch_defaults_off").fetchall()
+        return {str(row[0]) for row in rows}
+
+    def switch_default(self, key: str, *, on: bool) -> bool:
+        """Record the default ``key`` as switched on or off; True when that changed."""
+        with self._write() as conn:
+            if on:
+                return (
+                    conn.execute("DELETE FROM thatch_defaults_off WHERE key = ?", (key,)).rowcount
+                    > 0
+                )
+            return (
+                conn.execute(
+                    "INSERT OR IGNORE INTO thatch_defaults_off (key, at) VALUES (?, ?)",
+                    (key, self._now()),
+                ).rowcount
+                > 0
+            )
+
+    def _delete(
+        self,
+        conn: sqlite3.Connection,
+        item: Item,
+        switch_off: Callable[[Item], str | None] | None = None,
+    ) -> Item:
         engine = self.engine
+        key = switch_off(item) if switch_off is not None else None
+        if key is not None:
+            conn.execute(
+                "INSERT OR IGNORE INTO thatch_defaults_off (key, at) VALUES (?, ?)",
+                (key, self._now()),
+            )
         linked = [
             row[0]
             for row in conn.execute(
@@ -622,6 +667,13 @@ class EngineStore:
         with self._write() as conn:
             conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
             if plan.existing is None:
+                if (
+                    plan.key is not None
+                    and conn.execute(
+                        "SELECT 1 FROM thatch_defaults_off WHERE key = ?", (plan.key,)
+                    ).fetchone()
+                ):
+                    return False  # switched off meanwhile: a person's choice stands
                 taken = conn.execute(
                     f"SELECT 1 FROM {engine.items} WHERE store = ? AND instr(rationale, ?) > 0",
                     (store, marker),

@@ -485,6 +485,14 @@ def m009_fts(conn: sqlite3.Connection) -> None:
     )
 
 
+def m012_defaults_off(conn: sqlite3.Connection) -> None:
+    """The default behaviors a person switched off (docs/engines.md §defaults): seeding
+    never brings those back."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS thatch_defaults_off (key TEXT PRIMARY KEY, at TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_create_tables", m001_create_tables),
     ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
@@ -495,6 +503,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m007_change_log", m007_change_log),
     ("m008_chat_and_repo_paths", m008_chat_and_repo_paths),
     ("m009_fts", m009_fts),
+    ("m012_defaults_off", m012_defaults_off),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

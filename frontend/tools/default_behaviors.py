@@ -14,7 +14,6 @@ failures go to stderr and never affect tool calls.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -25,10 +24,8 @@ from thatch.embedder.errors import EmbedderUnavailable
 from thatch.frontend.store.engine_store import BEHAVIORS, EngineStore, Item, SeedPlan
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.context import Embedder
+from thatch.frontend.tools.seed_stamps import SEED_STORE, STAMP_MARKER, parse_stamp, stamp
 
-SEED_STORE = "global"
-STAMP_MARKER = "seed-key:"
-_STAMP = re.compile(r" seed-key:(\S+) seed-version:(\S+)\Z")
 # How long a server keeps trying for an embedder (the first start downloads the model).
 SEED_WAIT_SECONDS = 600.0
 # Each attempt may spawn a local embedder (as a prompt hook's would): back off, so an
@@ -111,16 +108,6 @@ DEFAULTS: tuple[Default, ...] = (
 )
 
 
-def stamp(key: str, version: str) -> str:
-    return f" seed-key:{key} seed-version:{version}"
-
-
-def parse_stamp(rationale: str | None) -> tuple[str, str] | None:
-    """(key, version) of a stamped rationale, None for an unstamped one."""
-    found = _STAMP.search(rationale or "")
-    return None if found is None else (found.group(1), found.group(2))
-
-
 @dataclass(frozen=True)
 class SeedReport:
     created: int = 0
@@ -141,6 +128,8 @@ def seed_defaults(
     Raises EmbedderUnavailable when something must change and no embedder answers.
     """
     engines = EngineStore(store.conn, BEHAVIORS, clock=store.clock, lock=store.lock)
+    off = engines.defaults_off()
+    defaults = tuple(default for default in defaults if default.key not in off)
     stamped: dict[str, Item] = {}
     for item in engines.stamped(SEED_STORE, STAMP_MARKER):
         parsed = parse_stamp(item.rationale)
@@ -168,6 +157,7 @@ def seed_defaults(
             situation_vector=result.vectors[2 * index + 1],
             model=result.model_id,
             existing=existing,
+            key=default.key,
         )
         if existing is not None:
             old = (parse_stamp(existing.rationale) or ("", "?"))[1]

@@ -23,6 +23,7 @@ from thatch.frontend.store.engine_store import (
     Listed,
     Scored,
 )
+from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import inline, quoted, token
 
@@ -91,8 +92,8 @@ def listing(engine: Engine, entries: Sequence[Listed], scope: Sequence[str]) -> 
     for entry in entries:
         item = entry.item
         lines = [f"{head(item)} {inline(item.statement)}", f"  store: {token(item.store)}"]
-        if item.rationale:
-            lines.append(f"  rationale: {inline(item.rationale)}")
+        if without_stamp(item.rationale):
+            lines.append(f"  rationale: {inline(without_stamp(item.rationale))}")
         if entry.matchers:
             lines.append("  matchers:")
             lines += [
@@ -101,7 +102,8 @@ def listing(engine: Engine, entries: Sequence[Listed], scope: Sequence[str]) -> 
         if entry.provenance:
             lines.append("  provenance:")
             for row in entry.provenance:
-                detail = f": {inline(row.detail)}" if row.detail else ""
+                shown = without_stamp(row.detail)
+                detail = f": {inline(shown)}" if shown else ""
                 lines.append(f"    - [{row.created_at[:10]}] {row.signal}{detail}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
@@ -227,10 +229,19 @@ def behavior_list(tools: Tools, args: dict[str, Any]) -> str:
 def _delete(tools: Tools, args: dict[str, Any], engine: Engine) -> str:
     scope = _scope(tools, args["store"])
     vector = tools.embed([args["statement"]], Kind.PASSAGE).vectors[0]
-    deleted = engine_store(tools, engine).delete_nearest(scope, vector)
+    deleted = engine_store(tools, engine).delete_nearest(scope, vector, switch_off=default_key)
     if deleted is None:
         return not_found(engine, args["statement"], scope)
-    return f"[deleted] {quoted(deleted.statement)} from {quoted(deleted.store)}"
+    return deleted_text(deleted)
+
+
+def deleted_text(item: Item) -> str:
+    """``[deleted] …``; a default also says it stays off (engines.md §defaults)."""
+    text = f"[deleted] {quoted(item.statement)} from {quoted(item.store)}"
+    key = default_key(item)
+    if key is not None:
+        text += f" (a default behavior: switched off; thatch behaviors defaults --on {key})"
+    return text
 
 
 def prediction_delete(tools: Tools, args: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ from thatch.frontend.tools.engine_tools import engine_store
 from thatch.frontend.tools.hygiene import StoreHygiene, hygiene
 from thatch.frontend.tools.memory_tools import Refused, Tools, embedder_error
 from thatch.frontend.tools.registry import SPECS_BY_NAME
+from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import ArgumentError, validate
 from thatch.frontend.ui.forms import Form
 from thatch.frontend.ui.html import (
@@ -54,6 +55,20 @@ SIMILAR_THRESHOLD = 0.5
 SIMILAR_SHOWN = 5
 ARCHIVED_CHOICES = ("live", "all", "archived")
 ENGINES: dict[str, Engine] = {"prediction": PREDICTIONS, "behavior": BEHAVIORS}
+ENGINE_HELP = {
+    "prediction": (
+        "What agents expect to happen in a situation (for example that a command fails "
+        "without a flag), with a confidence that confirmations raise and surprises lower. "
+        "Above the auto-fire threshold a prediction is shown to the agent when a prompt "
+        "matches its situations."
+    ),
+    "behavior": (
+        "What agents should do in a situation (for example check for uncommitted work "
+        "before wrapping up). Agents confirm or refute them; one that matches a prompt is "
+        "shown to the agent. The defaults come with thatch: deleting one switches it off "
+        "(thatch behaviors defaults)."
+    ),
+}
 CHAT_SHOWN = 200
 CHAT_REFRESH = 5
 CHAT_SCRIPT = "/static/chat.js"
@@ -622,6 +637,7 @@ class Views:
         for kind, engine in ENGINES.items():
             entries = engine_store(self.tools, engine).listing(names)
             blocks.append(f"<h2>{'Predictions' if kind == 'prediction' else 'Behaviors'}</h2>")
+            blocks.append(f'<p class="muted">{ENGINE_HELP[kind]}</p>')
             if not entries:
                 blocks.append("<p>None yet.</p>")
                 continue
@@ -633,12 +649,19 @@ class Views:
                 )
                 provenance = "<br>".join(
                     f"{text(p.signal)} {text(p.created_at)}"
-                    + (f" <span class=muted>{text(p.detail)}</span>" if p.detail else "")
+                    + (
+                        f" <span class=muted>{text(without_stamp(p.detail))}</span>"
+                        if without_stamp(p.detail)
+                        else ""
+                    )
                     for p in entry.provenance
                 )
                 statement = text(item.statement)
-                if item.rationale:
-                    statement += f'<br><span class="muted">{text(item.rationale)}</span>'
+                if without_stamp(item.rationale):
+                    rationale = text(without_stamp(item.rationale))
+                    statement += f'<br><span class="muted">{rationale}</span>'
+                if default_key(item) is not None:
+                    statement += ' <span class="tag">default: deleting switches it off</span>'
                 if not item.fires:
                     statement += ' <span class="tag">below the floor: never auto-fires</span>'
                 rows.append(
@@ -676,10 +699,16 @@ class Views:
             engine = ENGINES.get(kind)
             if engine is None:
                 raise Problem(400, "Refused", "engine must be prediction or behavior.")
-            deleted = engine_store(self.tools, engine).delete(form.text("id"))
+            deleted = engine_store(self.tools, engine).delete(
+                form.text("id"), switch_off=default_key
+            )
             if deleted is None:
                 raise Problem(404, "Not found", f"No {kind} with that id.")
-            return _back("/engines", {}, f"deleted {kind}: {deleted.statement}")
+            message = f"deleted {kind}: {deleted.statement}"
+            key = default_key(deleted)
+            if key is not None:
+                message += f" (a default: switched off; thatch behaviors defaults --on {key})"
+            return _back("/engines", {}, message)
 
         return self._safely(run)
 
