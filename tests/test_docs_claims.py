@@ -1,0 +1,93 @@
+"""Claims in README.md and docs/ that the code can contradict are checked against it
+(issue 23: the docs had drifted from the code in ten places)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from thatch.cli.main import COMMANDS
+from thatch.embedder.models.thresholds import VARIABLES, defaults_for
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
+TOOLS_DOC = (ROOT / "docs" / "tools.md").read_text()
+CLI_DOC = (ROOT / "docs" / "cli.md").read_text()
+
+
+def _row(text: str, first_cell: str) -> str:
+    """The row of the table with the variables (the other table explains the rules)."""
+    (line,) = [
+        line
+        for line in text.splitlines()
+        if line.startswith(f"| {first_cell} ") and "`THATCH_" in line
+    ]
+    return line
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md"])
+@pytest.mark.parametrize("field", list(VARIABLES))
+def test_threshold_defaults_in_the_variable_tables_are_the_codes(doc: str, field: str) -> None:
+    """'the model's: 0.30 BGE, 0.15 MiniLM' says what embedder/models/thresholds.py holds."""
+    text = README if doc == "README.md" else ARCHITECTURE
+    variable = VARIABLES[field]
+    rows = [line for line in text.splitlines() if line.startswith("| ") and variable in line]
+    assert rows, f"{doc} has no row for {variable}"
+    bge, minilm = defaults_for("bge-small-en-v1.5"), defaults_for("all-MiniLM-L6-v2")
+    assert bge is not None and minilm is not None
+    found = re.search(r"(\d\.\d\d) BGE, (\d\.\d\d) MiniLM", rows[0])
+    assert found is not None, rows[0]
+    assert (float(found.group(1)), float(found.group(2))) == (
+        getattr(bge, field),
+        getattr(minilm, field),
+    )
+
+
+@pytest.mark.parametrize("field", list(VARIABLES))
+def test_threshold_table_of_tools_md_is_the_codes(field: str) -> None:
+    row = _row(
+        TOOLS_DOC,
+        {
+            "recall_nudge": "recall nudge",
+            "recall_floor": "recall floor",
+            "duplicate": "near-duplicate",
+            "prediction": "prediction",
+            "behavior": "behavior",
+        }[field],
+    )
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    bge, minilm = defaults_for("bge-small-en-v1.5"), defaults_for("all-MiniLM-L6-v2")
+    assert bge is not None and minilm is not None
+    assert (float(cells[3]), float(cells[4])) == (getattr(bge, field), getattr(minilm, field))
+
+
+def test_every_command_is_in_the_readme_and_cli_md() -> None:
+    """The README's command table and docs/cli.md name every top-level command."""
+    table = "\n".join(line for line in README.splitlines() if line.startswith("| `thatch"))
+    for name in COMMANDS:
+        assert f"`{name}`" in table or f"`thatch {name}" in table or f", `{name}`" in table, name
+        assert f"`{name}" in CLI_DOC or f" {name} " in CLI_DOC, name
+
+
+def test_the_layout_table_names_every_package_and_only_modules_that_exist() -> None:
+    """docs/architecture.md §layout: a row per package folder; each `x.py` it names exists
+    there; nothing is described as planned or not written."""
+    rows = {
+        match.group(1): match.group(0)
+        for match in re.finditer(r"^\| `([a-z_/]+/)(?:\*\.py)?` \|.*$", ARCHITECTURE, re.M)
+    }
+    packages = {
+        f"{path.parent.relative_to(ROOT).as_posix()}/"
+        for top in ("common", "embedder", "frontend", "cli")
+        for path in (ROOT / top).rglob("__init__.py")
+    }
+    for package in sorted(packages):
+        if package == "embedder/v1/" or package.count("/") == 1:
+            continue  # generated code and top-level packages have rows of their own
+        assert package in rows, f"docs/architecture.md §layout has no row for {package}"
+        for module in re.findall(r"`([a-z_]+\.py)`", rows[package]):
+            assert (ROOT / package / module).is_file(), f"{package}{module} does not exist"
+    assert "not written yet" not in ARCHITECTURE
