@@ -6,7 +6,7 @@ import os
 
 import click
 
-from thatch.cli.errors import translate_errors
+from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.main import CONTEXT_SETTINGS
 
 UI_START_WAIT = 120.0
@@ -61,15 +61,15 @@ def ui(host: str, port: int, no_browser: bool, token: str | None, demo: bool) ->
 
         database = demo_db_path(env)
         if not database.is_file():
-            raise click.ClickException(
-                f"no demo database at {database}.\n"
-                "Fix: run `thatch demo` first; it leaves its memories there."
+            raise FixableError(
+                f"no demo database at {database}",
+                "run thatch demo first; it leaves its memories there",
             )
         env["THATCH_DB_PATH"] = str(database)
         click.echo(f"thatch ui: showing the demo's database {database}", err=True)
         banner = (
-            f"This is the database `thatch demo` left ({database}), not yours: what you "
-            "change here stays in it, and the next `thatch demo` replaces it."
+            f"This is the database thatch demo left ({database}), not yours: what you "
+            "change here stays in it, and the next thatch demo replaces it."
         )
     with translate_errors():
         _run(host, port, no_browser, token, env, banner)

@@ -165,7 +165,7 @@ def test_newcomer_runs_the_demo_then_browses_it(
         assert client.request("GET", entry).status == 303
         stores = client.get("/")
         assert ">demo</a>" in stores.body
-        assert f"This is the database `thatch demo` left ({database}), not yours" in stores.body
+        assert f"This is the database thatch demo left ({database}), not yours" in stores.body
         listed = client.get("/memories", store="demo")
         demo_labels = sorted(LINK.findall(listed.body))
         assert len(demo_labels) == 3 and "Running the test suite" in demo_labels

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from urllib.parse import urlencode
 
 from thatch.frontend.untrusted import body, inline
@@ -31,6 +32,7 @@ textarea{width:100%;min-height:12em;font:14px monospace}
 .bar{display:inline-block;height:.7em;background:#5b8bd0;vertical-align:middle}
 .barbox{display:inline-block;width:8em;background:#e4e9ee;margin-right:.4em}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:1em}
+time{white-space:nowrap}
 """
 
 
@@ -42,6 +44,34 @@ def text(value: object) -> str:
 def stored(value: str) -> str:
     """Multi-line stored text in its framed box."""
     return f'<pre class="stored">{html.escape(body(value), quote=True)}</pre>'
+
+
+def moment(value: str | None, now: datetime) -> str:
+    """A stored timestamp as people read it: how long ago, never wrapped mid-token, the
+    exact UTC time on hover (and in ``datetime``); "never" for none."""
+    from thatch.frontend.timefmt import parse_timestamp
+
+    if not value:
+        return '<span class="muted">never</span>'
+    try:
+        then = parse_timestamp(value)
+    except ValueError:
+        return text(value)  # written by another tool in another format: shown as it is
+    seconds = (now - then).total_seconds()
+    if seconds < -60:
+        ago = then.strftime("%Y-%m-%d %H:%M")
+    elif seconds < 60:
+        ago = "just now"
+    elif seconds < 3600:
+        ago = f"{int(seconds // 60)} min ago"
+    elif seconds < 86400:
+        ago = f"{int(seconds // 3600)} h ago"
+    elif seconds < 30 * 86400:
+        days = int(seconds // 86400)
+        ago = f"{days} day{'s' if days > 1 else ''} ago"
+    else:
+        ago = then.strftime("%Y-%m-%d")
+    return f'<time datetime="{attr(value)}" title="{attr(value)}">{ago}</time>'
 
 
 def attr(value: object) -> str:

@@ -39,6 +39,7 @@ from thatch.frontend.ui.html import (
     confidence_bar,
     hidden,
     link,
+    moment,
     page,
     post_form,
     stored,
@@ -122,16 +123,15 @@ def _back(path: str, params: dict[str, object], message: str) -> RedirectRespons
     return RedirectResponse(stdhtml.unescape(target), status_code=303)
 
 
-def _when(value: str | None) -> str:
-    return text(value) if value else '<span class="muted">never</span>'
-
-
 @dataclass
 class Views:
     tools: Tools
     csrf: str
 
     # -- plumbing ----------------------------------------------------------------------
+
+    def _moment(self, value: str | None) -> str:
+        return moment(value, self.store.clock())
 
     @property
     def store(self) -> Store:
@@ -293,7 +293,7 @@ class Views:
                 + " "
                 + " ".join(tags)
                 + f'<br><span class="muted">{text(first)}</span>',
-                text(memory.created_at),
+                self._moment(memory.created_at),
                 str(memory.recall_count),
             ]
             if query:
@@ -369,10 +369,10 @@ class Views:
                     str(memory.confidence or "—"),
                     "yes" if memory.archived else "no",
                     "not embedded yet" if memory.pending else text(memory.model or "?"),
-                    text(memory.created_at),
-                    text(memory.updated_at),
+                    self._moment(memory.created_at),
+                    self._moment(memory.updated_at),
                     str(memory.recall_count),
-                    _when(memory.last_recalled_at),
+                    self._moment(memory.last_recalled_at),
                 ]
             ],
         )
@@ -648,7 +648,7 @@ class Views:
                     f"{text(d)} <span class=muted>×{w:.2f}</span>" for d, w in entry.matchers
                 )
                 provenance = "<br>".join(
-                    f"{text(p.signal)} {text(p.created_at)}"
+                    f"{text(p.signal)} {self._moment(p.created_at)}"
                     + (
                         f" <span class=muted>{text(without_stamp(p.detail))}</span>"
                         if without_stamp(p.detail)
@@ -741,7 +741,7 @@ class Views:
             state = "read" if message.read_at else "unread"
             items.append(
                 f'<div class="chat-message"><p><b>#{message.id}</b> {text(sender)} → '
-                f'{text(receiver)} <span class="muted">{text(message.created_at)} · {state}'
+                f'{text(receiver)} <span class="muted">{self._moment(message.created_at)} · {state}'
                 f"{' · broadcast' if message.via_broadcast else ''}</span></p>"
                 + stored(message.body)
                 + "</div>"
