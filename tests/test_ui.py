@@ -330,6 +330,14 @@ def test_memories_page_newest_first_with_filters_and_search(
     assert labels[0] == "Tabs"  # the mock model: identical text scores 1.0
     counts = sqlite3.connect(db_path(ctx)).execute("SELECT sum(recall_count) FROM entries")
     assert counts.fetchone()[0] == 0  # a person's search: recall counts are agents'
+    by_label = client.get("/memories", store="proj", sort="label")
+    assert re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', by_label.body) == sorted(
+        order, key=str.lower
+    )
+    assert "3 memories, by label" in by_label.body
+    oldest = client.get("/memories", store="proj", sort="oldest")
+    assert re.findall(r'<a href="/memory\?[^"]*">([^<]+)</a>', oldest.body)[-1] == "Newest"
+    assert client.get("/memories", store="proj", sort="random").status == 400
     bad = client.get("/memories", store="proj", archived="maybe")
     assert bad.status == 400 and "archived must be one of" in bad.body
 

@@ -14,7 +14,16 @@ from thatch.frontend.store.memory import Memory
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.rows import COLUMNS, memory_from_row
 
-ORDER = "created_at DESC, slug DESC"
+# The Memories page's sort choices: (ORDER BY, how the page says it). Every order ends
+# with slug so that pages never overlap or skip rows.
+SORTS: dict[str, tuple[str, str]] = {
+    "newest": ("created_at DESC, slug DESC", "newest first"),
+    "oldest": ("created_at ASC, slug ASC", "oldest first"),
+    "updated": ("updated_at DESC, slug DESC", "recently updated first"),
+    "recalled": ("recall_count DESC, last_recalled_at DESC, slug", "most recalled first"),
+    "label": ("label COLLATE NOCASE, slug", "by label"),
+}
+ORDER = SORTS["newest"][0]
 
 
 @dataclass(frozen=True)
@@ -24,9 +33,18 @@ class MemoryPage:
 
 
 def newest_page(
-    store: Store, name: str, *, branch: str | None, archived: str, offset: int, limit: int
+    store: Store,
+    name: str,
+    *,
+    branch: str | None,
+    archived: str,
+    offset: int,
+    limit: int,
+    sort: str = "newest",
 ) -> MemoryPage:
-    """``archived``: "live" (not archived), "archived" (only archived) or "all"."""
+    """``archived``: "live" (not archived), "archived" (only archived) or "all"; ``sort``
+    one of SORTS (KeyError otherwise: the caller checks what it was given)."""
+    order = SORTS[sort][0]
     conditions = ["store = ?"]
     params: list[object] = [name]
     if branch is not None:
@@ -43,7 +61,7 @@ def newest_page(
         )
         rows = store.conn.execute(
             f"SELECT {COLUMNS} FROM entries WHERE rowid IN (SELECT rowid FROM entries "
-            f"WHERE {where} ORDER BY {ORDER} LIMIT ? OFFSET ?) ORDER BY {ORDER}",
+            f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?) ORDER BY {order}",
             [*params, limit, offset],
         ).fetchall()
     return MemoryPage([memory_from_row(row) for row in rows], total)

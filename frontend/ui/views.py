@@ -47,7 +47,7 @@ from thatch.frontend.ui.html import (
     text,
     url,
 )
-from thatch.frontend.ui.queries import newest_page
+from thatch.frontend.ui.queries import SORTS, newest_page
 from thatch.frontend.untrusted import body, inline
 
 PAGE_SIZE = 100
@@ -245,6 +245,9 @@ class Views:
         if archived not in ARCHIVED_CHOICES:
             raise Problem(400, "Refused", f"archived must be one of {', '.join(ARCHIVED_CHOICES)}.")
         query = (params.get("q") or "").strip()
+        sort = params.get("sort") or "newest"
+        if sort not in SORTS:
+            raise Problem(400, "Refused", f"sort must be one of {', '.join(SORTS)}.")
         try:
             page_no = max(1, int(params.get("page") or "1"))
         except ValueError:
@@ -275,7 +278,13 @@ class Views:
             visible = shown[start : start + PAGE_SIZE]
         else:
             listed = newest_page(
-                self.store, name, branch=branch, archived=archived, offset=start, limit=PAGE_SIZE
+                self.store,
+                name,
+                branch=branch,
+                archived=archived,
+                offset=start,
+                limit=PAGE_SIZE,
+                sort=sort,
             )
             total, visible = listed.total, listed.memories
         rows = []
@@ -309,24 +318,29 @@ class Views:
         choices = "".join(
             f"<option{' selected' if c == archived else ''}>{c}</option>" for c in ARCHIVED_CHOICES
         )
+        sorts = "".join(
+            f'<option value="{key}"{" selected" if key == sort else ""}>{words}</option>'
+            for key, (_order, words) in SORTS.items()
+        )
         search = (
             f'<form method="get" action="/memories">{hidden({"store": name})}'
             f'<input name="q" size="40" placeholder="search by meaning" value="{text(query)}"> '
             f'branch <select name="branch"><option value="">any</option>{options}</select> '
-            f'<select name="archived">{choices}</select> <button>Show</button></form>'
+            f'<select name="archived">{choices}</select> '
+            f'sort <select name="sort">{sorts}</select> <button>Show</button></form>'
         )
         pager = []
-        base = {"store": name, "branch": branch, "archived": archived, "q": query}
+        base = {"store": name, "branch": branch, "archived": archived, "q": query, "sort": sort}
         if page_no > 1:
-            pager.append(link("/memories", "← newer", {**base, "page": page_no - 1}))
+            pager.append(link("/memories", "← previous", {**base, "page": page_no - 1}))
         if start + PAGE_SIZE < total:
-            pager.append(link("/memories", "older →", {**base, "page": page_no + 1}))
+            pager.append(link("/memories", "next →", {**base, "page": page_no + 1}))
         summary = (
             f"<p>{total} {'match' if query and total == 1 else 'matches' if query else 'memories'}"
             + (
                 f" for <b>{text(query)}</b> (ranked as memory_recall ranks)"
                 if query
-                else ", newest first"
+                else f", {SORTS[sort][1]}"
             )
             + "</p>"
         )
