@@ -485,6 +485,36 @@ def m009_fts(conn: sqlite3.Connection) -> None:
     )
 
 
+def m011_chat_binding(conn: sqlite3.Connection) -> None:
+    """Chat identities bound to their holders, and what retention needs (docs/chat.md).
+
+    ``chat_keys`` keeps a hash of each identity's key (a separate table: the earlier
+    release writes ``chat_sessions`` and must find it as it left it); ``chat_secret`` the
+    random secret hook keys are derived from. The indexes let upkeep trim engine
+    provenance per item without scanning the table.
+    """
+    import secrets
+
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS chat_keys (session_id TEXT PRIMARY KEY, key_hash TEXT NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS chat_secret "
+        "(id INTEGER PRIMARY KEY CHECK (id = 1), salt TEXT NOT NULL)"
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO chat_secret (id, salt) VALUES (1, ?)", (secrets.token_hex(32),)
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_prediction_provenance_item "
+        "ON prediction_provenance (prediction_id, created_at)"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_behavior_provenance_item "
+        "ON behavior_provenance (behavior_id, created_at)"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_create_tables", m001_create_tables),
     ("m002_chat_sessions_nocase", m002_chat_sessions_nocase),
@@ -495,6 +525,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m007_change_log", m007_change_log),
     ("m008_chat_and_repo_paths", m008_chat_and_repo_paths),
     ("m009_fts", m009_fts),
+    ("m011_chat_binding", m011_chat_binding),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
