@@ -485,6 +485,14 @@ def m009_fts(conn: sqlite3.Connection) -> None:
     )
 
 
+CHAT_BINDING_TABLES: dict[str, str] = {
+    "chat_keys": "CREATE TABLE IF NOT EXISTS chat_keys "
+    "(session_id TEXT PRIMARY KEY, key_hash TEXT NOT NULL)",
+    "chat_secret": "CREATE TABLE IF NOT EXISTS chat_secret "
+    "(id INTEGER PRIMARY KEY CHECK (id = 1), salt TEXT NOT NULL)",
+}
+
+
 def m011_chat_binding(conn: sqlite3.Connection) -> None:
     """Chat identities bound to their holders, and what retention needs (docs/chat.md).
 
@@ -495,13 +503,8 @@ def m011_chat_binding(conn: sqlite3.Connection) -> None:
     """
     import secrets
 
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS chat_keys (session_id TEXT PRIMARY KEY, key_hash TEXT NOT NULL)"
-    )
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS chat_secret "
-        "(id INTEGER PRIMARY KEY CHECK (id = 1), salt TEXT NOT NULL)"
-    )
+    for ddl in CHAT_BINDING_TABLES.values():
+        conn.execute(ddl)
     conn.execute(
         "INSERT OR IGNORE INTO chat_secret (id, salt) VALUES (1, ?)", (secrets.token_hex(32),)
     )
