@@ -305,3 +305,14 @@ def test_a_huge_message_is_clipped_visibly_and_never_lost(tools: Tools) -> None:
         rest.append(body)
         offset += len(body)
     assert "".join(rest) == huge
+
+
+def test_sending_takes_a_step_of_retention(tools: Tools) -> None:
+    """A send runs the day's upkeep step: a message older than 30 days goes, read or not."""
+    a, b = anchored(tools, "A"), anchored(tools, "B")
+    store = tools.chat.store
+    store.send(tools.chat.caller(a.me).session_id, tools.chat.caller(b.me).session_id, ["old"])
+    store.conn.execute("UPDATE chat_messages SET created_at = '2020-01-01T00:00:00.000Z'")
+    store.conn.commit()
+    ok(tools, "chat_send", {"as": a.me, "to": b.name, "body": "new"})
+    assert [r[0] for r in store.conn.execute("SELECT body FROM chat_messages")] == ["new"]

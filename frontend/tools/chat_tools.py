@@ -241,7 +241,10 @@ class ChatTools:
         if recipient.session_id == me.session_id:
             raise ChatRefused("You cannot send a message to yourself.")
         name = token(recipient.name)
-        if not self.store.send(me.session_id, recipient.session_id, parts):
+        stored = self.store.send(me.session_id, recipient.session_id, parts)
+        # Senders drive retention too, off any hook's path: a flood trims itself.
+        self.store.prune()
+        if not stored:
             return f"[sent] → {name} (duplicate suppressed)"
         if len(parts) > 1:
             return f"[sent] → {name} (SENT AS {len(parts)} PARTS)"
@@ -254,6 +257,7 @@ class ChatTools:
         if not others:
             return "[broadcast] no other active sessions"
         self.store.broadcast(me.session_id, [s.session_id for s in others], parts)
+        self.store.prune()
         names = ", ".join(token(s.name) for s in others)
         return f"[broadcast] → {len(others)} sessions ({names})"
 
