@@ -56,11 +56,12 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
         if host != "cursor" and payload.get("stop_hook_active") is True:
             chat.touch(key)  # Claude's own loop guard: this turn already continued for a hook
             return None
+        secret = chat.host_key(session)  # before the wake: a wake taken is a wake spent
         woken = chat.wake(key)  # refreshes last_seen too
         if woken is None:
             return None
         unread, senders = woken
-        return pointer(unread, senders, me.name, chat.host_key(session))
+        return pointer(unread, senders, me.name, secret)
     finally:
         chat.conn.close()
 
