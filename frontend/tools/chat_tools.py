@@ -158,7 +158,7 @@ class ChatTools:
                 session is None
                 or session.project != self.ctx.project_store
                 or not (
-                    self.store.holds(session.session_id, key.strip())
+                    self.store.holds(session.session_id, key.strip().lower())
                     if colon
                     else session.session_id == self.default_session
                 )
