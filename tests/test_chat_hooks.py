@@ -12,7 +12,10 @@ from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatStore, host_session_key
 from thatch.frontend.timefmt import utc_now
 
-LINE = re.compile(r"\[thatch\] chat: you are ([a-z]+-\d{5}) \((\d+) unread\)")
+LINE = re.compile(
+    r'\[thatch\] chat: you are ([a-z]+-\d{5}) \((\d+) unread\)\. Pass "as": "\1:([0-9a-f]{16})" '
+    r"to the chat tools; the part after the colon is your key: never write it anywhere else\."
+)
 
 
 def last_line(result: bytes) -> str:
@@ -34,14 +37,21 @@ def test_reminder_names_the_session_and_flush_tools_only_with_mail(tmp_path: Pat
     name = match[1]
     # The same session keeps its name; flush-tools says nothing about chat without mail.
     again = run_hook(["reminder"], {"session_id": "claude-a"}, env)
-    assert LINE.fullmatch(last_line(again.stdout))[1] == name  # type: ignore[index]
+    assert LINE.fullmatch(last_line(again.stdout)).groups() == (name, "0", match[3])  # type: ignore[union-attr]
     flush = run_hook(["flush-tools"], {"session_id": "claude-a", "prompt": "hi"}, env)
     assert flush.returncode == 0 and b"chat:" not in flush.stdout
     store = chat(env)
     other = store.register_server(project="proj", host_kind="claude", worktree="/")
     store.send(other.session_id, host_session_key("claude-a"), ["ping"])
     flush = run_hook(["flush-tools"], {"session_id": "claude-a", "prompt": "hi"}, env)
-    assert last_line(flush.stdout) == f"[thatch] chat: you are {name} (1 unread)"
+    flushed = LINE.fullmatch(last_line(flush.stdout))
+    assert flushed and flushed.groups() == (name, "1", match[3])  # the same key every run
+    # Another session's key is its own; the database keeps only a hash of either.
+    other_line = LINE.fullmatch(
+        last_line(run_hook(["reminder"], {"session_id": "claude-b"}, env).stdout)
+    )
+    assert other_line and other_line[3] != match[3]
+    assert match[3].encode() not in Path(env["THATCH_DB_PATH"]).read_bytes()
     session = store.get(host_session_key("claude-a"))
     assert session is not None and session.auto and session.project == "proj"
     assert session.worktree == str(project.resolve())

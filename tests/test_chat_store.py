@@ -133,12 +133,13 @@ def test_send_read_and_retry_dedup(chat: ChatStore, clock: Clock) -> None:
     clock.advance(seconds=2)
     assert chat.send(a.session_id, b.session_id, ["hello"])  # 11 s later: a new message
     assert chat.unread_count(b.session_id) == 2
-    read = chat.read_unread(b.session_id)
+    read, left = chat.read_unread(b.session_id)
     assert [(m.body, m.from_name) for m in read] == [("hello", a.name), ("hello", a.name)]
+    assert left == 0
     assert chat.unread_count(b.session_id) == 0
     assert chat.send(a.session_id, b.session_id, ["hello"])  # the earlier copy was read
     chat.unregister(a.session_id)
-    (late,) = chat.read_unread(b.session_id)
+    (late,), _ = chat.read_unread(b.session_id)
     assert late.from_name is None  # the sender left
 
 
@@ -164,3 +165,67 @@ def test_wakes_renudge_window_and_hourly_cap(chat: ChatStore, clock: Clock) -> N
     chat.read_unread(b.session_id)
     clock.advance(hours=1)
     assert chat.wake(b.session_id) is None
+
+
+def test_a_host_key_is_per_session_and_only_its_hash_is_stored(chat: ChatStore) -> None:
+    key_a, key_b = chat.host_key("claude-a"), chat.host_key("claude-b")
+    assert re.fullmatch(r"[0-9a-f]{16}", key_a) and key_a != key_b
+    assert chat.host_key("claude-a") == key_a  # every hook run prints the same key
+    row = host_session_key("claude-a")
+    chat.anchor(row, project="o/r", host_kind="claude", worktree="/w", key=key_a)
+    assert chat.holds(row, key_a) and not chat.holds(row, key_b) and not chat.holds(row, "")
+    stored = [tuple(r) for r in chat.conn.execute("SELECT * FROM chat_keys")]
+    assert stored == [(row, hashlib.sha256(key_a.encode()).hexdigest())]
+    server = chat.register_server(project="o/r", host_kind="claude", worktree="/w")
+    assert not chat.holds(server.session_id, "")  # bound to nothing: nobody holds it
+    chat.unregister(row)
+    assert not chat.holds(row, key_a)
+
+
+def test_read_unread_marks_only_the_page_it_returns(chat: ChatStore) -> None:
+    a = chat.by_name(anchor(chat, "a"))
+    b = chat.by_name(anchor(chat, "b"))
+    assert a is not None and b is not None
+    chat.send(a.session_id, b.session_id, [f"m{i}" for i in range(5)] + ["x" * 5000])
+    page, left = chat.read_unread(b.session_id, lambda found: 2)
+    assert [m.body for m in page] == ["m0", "m1"] and left == 4
+    page, left = chat.read_unread(b.session_id, lambda found: 0)  # at least one
+    assert [m.body for m in page] == ["m2"] and left == 3
+    page, left = chat.read_unread(b.session_id, lambda found: len(found), prefix=10)
+    assert [(m.body, m.length) for m in page] == [("m3", 2), ("m4", 2), ("x" * 10, 5000)]
+    assert left == 0 and chat.unread_count(b.session_id) == 0
+    assert chat.read_unread(b.session_id) == ([], 0)
+
+
+def test_messages_are_pruned_by_age_and_count_in_bounded_steps(
+    chat: ChatStore, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Older than 30 days (read or not) or beyond the newest MESSAGES_KEPT: deleted, at
+    most PRUNE_BATCH rows a step; the daily stamp only once nothing more is due."""
+    from thatch.frontend.store import chat_store
+
+    monkeypatch.setattr(chat_store, "PRUNE_BATCH", 4)
+    monkeypatch.setattr(chat_store, "MESSAGES_KEPT", 6)
+    a = chat.by_name(anchor(chat, "a"))
+    b = chat.by_name(anchor(chat, "b"))
+    assert a is not None and b is not None
+    chat.send(a.session_id, b.session_id, [f"old{i}" for i in range(6)])
+    clock.advance(days=20)
+    chat.send(a.session_id, b.session_id, [f"mid{i}" for i in range(3)])
+    clock.advance(days=10, seconds=1)
+    anchor(chat, "a"), anchor(chat, "b")
+    chat.send(a.session_id, b.session_id, [f"new{i}" for i in range(5)])
+
+    def bodies() -> list[str]:
+        return [str(r[0]) for r in chat.conn.execute("SELECT body FROM chat_messages ORDER BY id")]
+
+    # Step 1: four of the six 30-day-old rows; then 10 rows > 6, the cap takes the
+    # oldest four; a full batch was deleted, so the day is not stamped.
+    assert chat.prune()
+    assert bodies() == ["mid2", *[f"new{i}" for i in range(5)]]
+    assert chat.prune()  # nothing more is due: this step stamps the day
+    assert not chat.prune()
+    clock.advance(days=1, seconds=1)
+    chat.send(a.session_id, b.session_id, ["newest"])
+    assert chat.prune()
+    assert bodies() == [*[f"new{i}" for i in range(5)], "newest"]

@@ -17,6 +17,7 @@ from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.engine_store import (
     BEHAVIORS,
     PREDICTIONS,
+    W_SOFT,
     EngineStore,
     Item,
     confidence_of,
@@ -358,3 +359,53 @@ def test_connection_without_the_lock_is_serialised_by_one(tmp_path: Path) -> Non
     record(eng, "create")
     assert eng.count(["o/r"]) == 1 and eng.count(["global"]) == 0
     conn.close()
+
+
+def test_provenance_keeps_the_newest_rows_per_item_and_trims_in_steps(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each signal keeps PROVENANCE_KEPT rows of its item (newest first) and deletes at
+    most PROVENANCE_TRIM older ones, so a file another writer grew shrinks in steps;
+    another item's rows are never touched. Counts keep every signal."""
+    from thatch.frontend.store import engine_store
+
+    monkeypatch.setattr(engine_store, "PROVENANCE_KEPT", 5)
+    monkeypatch.setattr(engine_store, "PROVENANCE_TRIM", 3)
+    clock = iter(datetime(2025, 3, 4, 5, minute, tzinfo=UTC) for minute in range(60))
+    eng = EngineStore(store.conn, PREDICTIONS, clock=lambda: next(clock), lock=store.lock)
+    item = record(eng, "create")
+    other = record(eng, "create", m=E3, s=E4, text="Q")
+
+    def details(item_id: str) -> list[str | None]:
+        return [
+            row[0]
+            for row in store.conn.execute(
+                "SELECT detail FROM prediction_provenance WHERE prediction_id = ? "
+                "ORDER BY created_at DESC, rowid DESC",
+                (item_id,),
+            )
+        ]
+
+    for index in range(4):
+        eng.signal(item.id, "confirm", f"c{index}")
+    assert details(item.id) == ["c3", "c2", "c1", "c0", "why"]  # five: nothing trimmed yet
+    eng.signal(item.id, "confirm", "c4")
+    assert details(item.id) == ["c4", "c3", "c2", "c1", "c0"]  # the oldest went
+    # The earlier release (its exact insert) adds ten rows; a signal trims three at a time.
+    for index in range(10):
+        store.conn.execute(
+            "INSERT INTO prediction_provenance (id, prediction_id, signal, detail, created_at) "
+            "VALUES (?, ?, 'confirm', ?, '2025-03-04T04:00:00.000Z')",
+            (f"old{index}", item.id, f"old{index}"),
+        )
+    store.conn.commit()
+    eng.signal(item.id, "soft", "s0")
+    assert len(details(item.id)) == 16 - 3
+    for index in range(1, 4):
+        eng.signal(item.id, "soft", f"s{index}")
+    assert len(details(item.id)) == 7  # 16 rows, one more and three fewer per signal
+    eng.signal(item.id, "soft", "s4")
+    assert details(item.id) == ["s4", "s3", "s2", "s1", "s0"]
+    assert len(details(other.id)) == 1
+    final = eng.item(item.id)
+    assert final is not None and final.confirm == 5 and final.disconfirm == 5 * W_SOFT

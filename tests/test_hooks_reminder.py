@@ -37,7 +37,11 @@ def reminder(env: dict[str, str], payload: object, *args: str) -> str:
 def without_chat_line(text: str) -> str:
     """The reminder with its chat line (docs/chat.md §2) checked and taken off."""
     body, line = text.rstrip("\n").rsplit("\n\n", 1)
-    assert re.fullmatch(r"\[thatch\] chat: you are [a-z]+-\d{5} \(0 unread\)", line), line
+    assert re.fullmatch(
+        r'\[thatch\] chat: you are ([a-z]+-\d{5}) \(0 unread\)\. Pass "as": "\1:[0-9a-f]{16}" to '
+        r"the chat tools; the part after the colon is your key: never write it anywhere else\.",
+        line,
+    ), line
     return body + text[len(text.rstrip("\n")) :]
 
 

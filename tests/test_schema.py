@@ -19,6 +19,7 @@ from thatch.frontend.store.lexical import DOCS_TABLE, FTS_TABLE
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import (
     CHANGES_TABLE,
+    CHAT_BINDING_TABLES,
     CHAT_TABLES,
     MIGRATIONS,
     MIGRATIONS_TABLE,
@@ -177,7 +178,14 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         row[0] for row in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
-    extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence", *CHAT_TABLES}
+    extra = {
+        MIGRATIONS_TABLE,
+        VERSIONS_TABLE,
+        CHANGES_TABLE,
+        "sqlite_sequence",
+        *CHAT_TABLES,
+        *CHAT_BINDING_TABLES,
+    }
     extra.add("thatch_defaults_off")
     fts = {
         DOCS_TABLE,
@@ -513,3 +521,26 @@ def test_chat_tables_are_added_by_m008(store: Store) -> None:
     ]
     assert columns["chat_wakes"] == [("session_id", "TEXT", 1, 0), ("at", "TEXT", 1, 0)]
     assert "m008_chat_and_repo_paths" in [name for name, _ in MIGRATIONS]
+
+
+def test_chat_binding_tables_and_provenance_indexes_are_added_by_m011(store: Store) -> None:
+    """m011: a hash per identity's key, one random secret, provenance indexed per item."""
+    conn = store.conn
+    assert [(r[1], r[2], r[3], r[5]) for r in conn.execute("PRAGMA table_info(chat_keys)")] == [
+        ("session_id", "TEXT", 0, 1),
+        ("key_hash", "TEXT", 1, 0),
+    ]
+    (salt,) = conn.execute("SELECT salt FROM chat_secret").fetchone()
+    assert len(salt) == 64 and int(salt, 16) >= 0
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("INSERT INTO chat_secret (id, salt) VALUES (2, 'x')")
+    plan = " ".join(
+        str(r[3])
+        for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT rowid FROM prediction_provenance WHERE prediction_id = ? "
+            "ORDER BY created_at DESC",
+            ("x",),
+        )
+    )
+    assert "thatch_prediction_provenance_item" in plan
+    assert "m011_chat_binding" in [name for name, _ in MIGRATIONS]

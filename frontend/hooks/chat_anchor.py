@@ -1,8 +1,10 @@
 """Chat anchoring by the prompt hooks (docs/chat.md §2, §6): who this session is in chat.
 
 ``reminder`` and ``flush-tools`` register their host session (``auto = 1``) if it is
-missing and refresh its ``last_seen``; ``reminder`` always says the session's name,
-``flush-tools`` only when mail waits, and ``reminder`` prunes old rows (at most daily).
+missing, bind it to the session's key and refresh its ``last_seen``; ``reminder`` always
+says the session's name and ``as`` (name and key: only this session's hooks can derive
+the key), ``flush-tools`` only when mail waits, and ``reminder`` takes one bounded step
+of pruning (at most daily).
 On the hot path: one connection, no numpy, no git for a session already registered
 (its project is kept from when it was anchored), and the schema migrated only when a
 chat table is missing. Every failure returns None: the nudge still prints.
@@ -114,11 +116,13 @@ def _anchor(
                 from thatch.frontend.project import project_store
 
                 project = project_store(directory, env)
+        secret = chat.host_key(session)
         anchored = chat.anchor(
             key,
             project=project,
             host_kind=host,
             worktree=os.path.realpath(directory),
+            key=secret,
         )
         if anchored is None:
             return None
@@ -127,11 +131,25 @@ def _anchor(
             chat.prune()
         elif unread == 0:
             return None
-        from thatch.frontend.untrusted import token
-
-        return f"[thatch] chat: you are {token(anchored.name)} ({unread} unread)"
+        return identity_line(anchored.name, unread, secret)
     finally:
         chat.conn.close()
+
+
+def credential(name: str, key: str) -> str:
+    """What the chat tools take as ``as``: the name and the session's own key."""
+    return f"{name}:{key}"
+
+
+def identity_line(name: str, unread: int, key: str) -> str:
+    """The chat line: the name (public) and the ``as`` only this session is handed."""
+    from thatch.frontend.untrusted import quoted, token
+
+    return (
+        f"[thatch] chat: you are {token(name)} ({unread} unread). Pass "
+        f'"as": {quoted(credential(name, key))} to the chat tools; the part after the '
+        "colon is your key: never write it anywhere else."
+    )
 
 
 def with_chat_line(text: str | None, line: str | None) -> str | None:

@@ -22,14 +22,16 @@ from thatch.frontend.hooks.runner import hook_options, report_failure
 COMMAND = "chat-notify"
 
 
-def pointer(unread: int, senders: list[str], name: str) -> str:
+def pointer(unread: int, senders: list[str], name: str, key: str) -> str:
+    """The wake: who wrote and the call that reads it (with this session's own key)."""
+    from thatch.frontend.hooks.chat_anchor import credential
     from thatch.frontend.untrusted import quoted, token
 
     who = ", ".join(token(sender) for sender in senders)
     return (
         f"[thatch] System notification, not user input: {unread} unread chat message(s) "
-        f'from {who}. Read them with chat_read {{"as": {quoted(name)}}}. Reply only if it '
-        "matters to your current work; otherwise carry on."
+        f'from {who}. Read them with chat_read {{"as": {quoted(credential(name, key))}}}. '
+        "Reply only if it matters to your current work; otherwise carry on."
     )
 
 
@@ -54,11 +56,12 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
         if host != "cursor" and payload.get("stop_hook_active") is True:
             chat.touch(key)  # Claude's own loop guard: this turn already continued for a hook
             return None
+        secret = chat.host_key(session)  # before the wake: a wake taken is a wake spent
         woken = chat.wake(key)  # refreshes last_seen too
         if woken is None:
             return None
         unread, senders = woken
-        return pointer(unread, senders, me.name)
+        return pointer(unread, senders, me.name, secret)
     finally:
         chat.conn.close()
 

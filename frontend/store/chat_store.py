@@ -9,9 +9,10 @@ the tools (tools/chat_tools.py) and hooks do that.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -29,13 +30,18 @@ WAKE_WINDOW = timedelta(hours=1)
 WAKES_PER_WINDOW = 6
 DUPLICATE_WINDOW = timedelta(seconds=10)
 PERSON = "person"  # host_kind and name base of a person's identity (thatch chat send)
+KEY_HEX = 16  # a chat key: 64 bits, far beyond guessing through tool calls
+READ_BATCH = 200  # more messages than one 20,000-character page can frame
+MESSAGE_KEPT = timedelta(days=30)  # retention of chat_messages, read or not
+MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
+PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
 
 _SESSION_COLUMNS = (
     "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
 )
 _MESSAGE_COLUMNS = (
     "m.id, m.from_session, m.to_session, m.body, m.created_at, m.delivered_at, m.read_at, "
-    "m.via_broadcast, s.name"
+    "m.via_broadcast, s.name, length(m.body)"
 )
 _MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
 
@@ -71,11 +77,17 @@ class ChatMessage(NamedTuple):
     read_at: str | None
     via_broadcast: bool
     from_name: str | None  # None: the sender has left (shown as "unknown")
+    length: int  # of the whole body; ``body`` may be a prefix of it (a read page)
 
 
 def host_session_key(host_session: str) -> str:
     """The row key of a host session (Claude session_id, Cursor conversation_id, ...)."""
     return "mcp_" + hashlib.sha256(host_session.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def key_hash(key: str) -> str:
+    """What the database keeps of a chat key: never the key itself."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def name_word(session_id: str) -> str:
@@ -109,6 +121,7 @@ def _message(row: Sequence[object]) -> ChatMessage:
         read_at=None if row[6] is None else str(row[6]),
         via_broadcast=bool(row[7]),
         from_name=None if row[8] is None else str(row[8]),
+        length=int(row[9]),  # type: ignore[call-overload]
     )
 
 
@@ -206,12 +219,19 @@ class ChatStore:
         )
 
     def anchor(
-        self, session_id: str, *, project: str, host_kind: str, worktree: str
+        self,
+        session_id: str,
+        *,
+        project: str,
+        host_kind: str,
+        worktree: str,
+        key: str | None = None,
     ) -> ChatSession | None:
         """Ensure a hook's session is registered (``auto = 1``) and refresh ``last_seen``.
 
         None when the session left less than 7 days ago (its tombstone keeps it out).
-        An existing row keeps its name; project and worktree follow the session.
+        An existing row keeps its name; project and worktree follow the session. ``key``
+        (``host_key``) binds the identity: the tools accept it only with that key.
         """
         with self._write() as conn:
             left = conn.execute(
@@ -233,14 +253,19 @@ class ChatStore:
                     worktree=worktree,
                     auto=True,
                 )
+            if key is not None:
+                self._bind(conn, session_id, key)
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         return _session(row)
 
-    def register_server(self, *, project: str, host_kind: str, worktree: str) -> ChatSession:
-        """A new identity for one server process (``srv_`` + uuid4, ``auto = 0``)."""
+    def register_server(
+        self, *, project: str, host_kind: str, worktree: str, key: str | None = None
+    ) -> ChatSession:
+        """A new identity for one server process (``srv_`` + uuid4, ``auto = 0``), bound
+        to ``key`` (which that process keeps in memory) when given."""
         import uuid  # ~3 ms: only servers need it, never a hook
 
         session_id = "srv_" + str(uuid.uuid4())
@@ -253,6 +278,8 @@ class ChatStore:
                 worktree=worktree,
                 auto=False,
             )
+            if key is not None:
+                self._bind(conn, session_id, key)
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
@@ -283,6 +310,44 @@ class ChatStore:
             ).fetchone()
         return _session(row)
 
+    # -- binding (docs/chat.md §binding) ---------------------------------------------------
+
+    def host_key(self, host_session: str) -> str:
+        """The chat key of a host session: HMAC of its host id under this database's
+        secret. Only the session's own hooks are handed its host id, so only they can
+        print the key; the database keeps a hash of it, never the key."""
+        with self._read() as conn:
+            row = conn.execute("SELECT salt FROM chat_secret WHERE id = 1").fetchone()
+        if row is None:  # the migration writes it; a row deleted by hand is made again
+            import secrets
+
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO chat_secret (id, salt) VALUES (1, ?)",
+                    (secrets.token_hex(32),),
+                )
+                row = conn.execute("SELECT salt FROM chat_secret WHERE id = 1").fetchone()
+        digest = hmac.new(
+            str(row[0]).encode(), host_session.encode("utf-8", "surrogatepass"), hashlib.sha256
+        )
+        return digest.hexdigest()[:KEY_HEX]
+
+    def _bind(self, conn: sqlite3.Connection, session_id: str, key: str) -> None:
+        conn.execute(
+            "INSERT INTO chat_keys (session_id, key_hash) VALUES (?, ?) "
+            "ON CONFLICT(session_id) DO UPDATE SET key_hash = excluded.key_hash "
+            "WHERE key_hash IS NOT excluded.key_hash",
+            (session_id, key_hash(key)),
+        )
+
+    def holds(self, session_id: str, key: str) -> bool:
+        """Whether ``key`` is the key ``session_id`` is bound to (none bound: never)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT key_hash FROM chat_keys WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return row is not None and hmac.compare_digest(str(row[0]), key_hash(key))
+
     def touch(self, session_id: str) -> None:
         with self._write() as conn:
             conn.execute(
@@ -301,6 +366,7 @@ class ChatStore:
         """Delete the row and leave a tombstone; its messages stay."""
         with self._write() as conn:
             conn.execute("DELETE FROM chat_sessions WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM chat_keys WHERE session_id = ?", (session_id,))
             conn.execute(
                 "INSERT INTO chat_leave_tombstones (session_id, left_at) VALUES (?, ?) "
                 "ON CONFLICT(session_id) DO UPDATE SET left_at = excluded.left_at",
@@ -308,28 +374,63 @@ class ChatStore:
             )
 
     def prune(self, *, task: str = "prune") -> bool:
-        """Delete auto rows unseen for 7 days, old tombstones and wakes, at most once a day.
+        """One bounded step of the daily upkeep (docs/chat.md §retention); whether it ran.
 
-        Returns whether it ran. The once-a-day stamp is written in the same transaction,
-        so concurrent reminders prune once.
+        Deletes auto rows unseen for 7 days and the keys of rows gone, tombstones older
+        than 7 days, wakes older than an hour, and messages older than 30 days (read or
+        not) or beyond the newest 50,000. Every delete looks at
+        most at ``PRUNE_BATCH`` rows, so a step costs a hook little whatever the backlog;
+        the once-a-day stamp is written (in the same transaction, so concurrent reminders
+        share the work) only by the step that finds nothing more to delete.
         """
         with self._write() as conn:
             last = conn.execute("SELECT at FROM chat_upkeep WHERE task = ?", (task,)).fetchone()
             if last is not None and str(last[0]) > self._at(PRUNE_EVERY):
                 return False
-            conn.execute(
-                "DELETE FROM chat_sessions WHERE auto = 1 AND last_seen < ?",
-                (self._at(AUTO_ROW_KEPT),),
-            )
-            conn.execute(
-                "DELETE FROM chat_leave_tombstones WHERE left_at < ?", (self._at(TOMBSTONE_KEPT),)
-            )
-            conn.execute("DELETE FROM chat_wakes WHERE at < ?", (self._at(WAKE_WINDOW),))
-            conn.execute(
-                "INSERT INTO chat_upkeep (task, at) VALUES (?, ?) "
-                "ON CONFLICT(task) DO UPDATE SET at = excluded.at",
-                (task, self._at()),
-            )
+            deleted = 0
+            for sql, args in (
+                (
+                    "DELETE FROM chat_sessions WHERE session_id IN (SELECT session_id "
+                    "FROM chat_sessions WHERE auto = 1 AND last_seen < ? LIMIT ?)",
+                    (self._at(AUTO_ROW_KEPT), PRUNE_BATCH),
+                ),
+                (
+                    "DELETE FROM chat_keys WHERE session_id IN (SELECT k.session_id "
+                    "FROM chat_keys k LEFT JOIN chat_sessions s ON s.session_id = k.session_id "
+                    "WHERE s.session_id IS NULL LIMIT ?)",
+                    (PRUNE_BATCH,),
+                ),
+                (
+                    "DELETE FROM chat_leave_tombstones WHERE session_id IN (SELECT session_id "
+                    "FROM chat_leave_tombstones WHERE left_at < ? LIMIT ?)",
+                    (self._at(TOMBSTONE_KEPT), PRUNE_BATCH),
+                ),
+                (
+                    "DELETE FROM chat_wakes WHERE rowid IN (SELECT rowid FROM chat_wakes "
+                    "WHERE at < ? LIMIT ?)",
+                    (self._at(WAKE_WINDOW), PRUNE_BATCH),
+                ),
+                # The oldest rows by id only: ids follow time, so the batch is where old
+                # messages are, and the step never scans the table.
+                (
+                    "DELETE FROM chat_messages WHERE id IN (SELECT id FROM chat_messages "
+                    "ORDER BY id LIMIT ?) AND created_at < ?",
+                    (PRUNE_BATCH, self._at(MESSAGE_KEPT)),
+                ),
+                (
+                    "DELETE FROM chat_messages WHERE id IN (SELECT id FROM chat_messages "
+                    "WHERE id <= (SELECT id FROM chat_messages ORDER BY id DESC "
+                    "LIMIT 1 OFFSET ?) ORDER BY id LIMIT ?)",
+                    (MESSAGES_KEPT, PRUNE_BATCH),
+                ),
+            ):
+                deleted = max(deleted, conn.execute(sql, args).rowcount)
+            if deleted < PRUNE_BATCH:
+                conn.execute(
+                    "INSERT INTO chat_upkeep (task, at) VALUES (?, ?) "
+                    "ON CONFLICT(task) DO UPDATE SET at = excluded.at",
+                    (task, self._at()),
+                )
         return True
 
     # -- messages ------------------------------------------------------------------------
@@ -390,24 +491,45 @@ class ChatStore:
             ).fetchone()
         return int(count)
 
-    def read_unread(self, session_id: str) -> list[ChatMessage]:
-        """Every unread message to the session, oldest first, marked read (one transaction)."""
+    def read_unread(
+        self,
+        session_id: str,
+        take: Callable[[Sequence[ChatMessage]], int] | None = None,
+        prefix: int | None = None,
+    ) -> tuple[list[ChatMessage], int]:
+        """One page of the session's unread messages, oldest first, marked read, and how
+        many stay unread, in one transaction.
+
+        The oldest ``READ_BATCH`` unread messages are fetched (bodies cut to ``prefix``
+        characters, ``length`` keeping the whole size); ``take`` says how many of them
+        form the page (at least one is always taken). Only those are marked read.
+        """
+        cut = "m.body" if prefix is None else "substr(m.body, 1, ?)"
+        columns = _MESSAGE_COLUMNS.replace("m.body,", f"{cut},", 1)
+        args: tuple[object, ...] = (session_id, READ_BATCH)
+        if prefix is not None:
+            args = (prefix, *args)
         with self._write() as conn:
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} "
-                "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id",
-                (session_id,),
+                f"SELECT {columns} FROM {_MESSAGE_FROM} "
+                "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id LIMIT ?",
+                args,
             ).fetchall()
+            found = [_message(row) for row in rows]
+            page = found[: max(1, take(found))] if take is not None and found else found
             now = self._at()
-            conn.execute(
-                "UPDATE chat_messages SET read_at = ? WHERE to_session = ? AND read_at IS NULL "
-                "AND id <= ?",
-                (now, session_id, rows[-1][0] if rows else 0),
+            conn.executemany(
+                "UPDATE chat_messages SET read_at = ? WHERE id = ? AND read_at IS NULL",
+                [(now, message.id) for message in page],
             )
             conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
             )
-        return [_message(row) for row in rows]
+            (left,) = conn.execute(
+                "SELECT count(*) FROM chat_messages WHERE to_session = ? AND read_at IS NULL",
+                (session_id,),
+            ).fetchone()
+        return page, int(left)
 
     def message(self, message_id: int) -> ChatMessage | None:
         with self._read() as conn:

@@ -42,6 +42,8 @@ NOISE_FLOOR = 0.01
 CONFIDENCE_FLOOR = 0.35
 FLOOR_EVIDENCE = 3
 PROVENANCE_SHOWN = 10
+PROVENANCE_KEPT = 100  # rows of provenance kept per item (docs/engines.md), newest first
+PROVENANCE_TRIM = 500  # older rows deleted per signal at most
 
 # signal → (confirm delta, disconfirm delta); creation signals change no count.
 DELTAS: dict[str, tuple[float, float]] = {
@@ -464,6 +466,14 @@ class EngineStore:
             f"INSERT INTO {self.engine.provenance} (id, {self.engine.item_column}, signal, "
             "detail, created_at) VALUES (?, ?, ?, ?, ?)",
             (str(uuid.uuid4()), item_id, signal, detail, now),
+        )
+        # Retention: the newest PROVENANCE_KEPT rows of an item; at most PROVENANCE_TRIM
+        # older ones go per signal, so a file an older release grew is trimmed in steps.
+        conn.execute(
+            f"DELETE FROM {self.engine.provenance} WHERE rowid IN (SELECT rowid FROM "
+            f"{self.engine.provenance} WHERE {self.engine.item_column} = ? "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?)",
+            (item_id, PROVENANCE_TRIM, PROVENANCE_KEPT),
         )
         row = conn.execute(
             f"SELECT {_ITEM_COLUMNS} FROM {self.engine.items} WHERE id = ?", (item_id,)

@@ -485,6 +485,39 @@ def m009_fts(conn: sqlite3.Connection) -> None:
     )
 
 
+CHAT_BINDING_TABLES: dict[str, str] = {
+    "chat_keys": "CREATE TABLE IF NOT EXISTS chat_keys "
+    "(session_id TEXT PRIMARY KEY, key_hash TEXT NOT NULL)",
+    "chat_secret": "CREATE TABLE IF NOT EXISTS chat_secret "
+    "(id INTEGER PRIMARY KEY CHECK (id = 1), salt TEXT NOT NULL)",
+}
+
+
+def m011_chat_binding(conn: sqlite3.Connection) -> None:
+    """Chat identities bound to their holders, and what retention needs (docs/chat.md).
+
+    ``chat_keys`` keeps a hash of each identity's key (a separate table: the earlier
+    release writes ``chat_sessions`` and must find it as it left it); ``chat_secret`` the
+    random secret hook keys are derived from. The indexes let upkeep trim engine
+    provenance per item without scanning the table.
+    """
+    import secrets
+
+    for ddl in CHAT_BINDING_TABLES.values():
+        conn.execute(ddl)
+    conn.execute(
+        "INSERT OR IGNORE INTO chat_secret (id, salt) VALUES (1, ?)", (secrets.token_hex(32),)
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_prediction_provenance_item "
+        "ON prediction_provenance (prediction_id, created_at)"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_behavior_provenance_item "
+        "ON behavior_provenance (behavior_id, created_at)"
+    )
+
+
 def m012_defaults_off(conn: sqlite3.Connection) -> None:
     """The default behaviors a person switched off (docs/engines.md §defaults): seeding
     never brings those back."""
@@ -503,6 +536,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m007_change_log", m007_change_log),
     ("m008_chat_and_repo_paths", m008_chat_and_repo_paths),
     ("m009_fts", m009_fts),
+    ("m011_chat_binding", m011_chat_binding),
     ("m012_defaults_off", m012_defaults_off),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process

@@ -155,8 +155,11 @@ def _as() -> Param:
     return Param(
         "as",
         "string",
-        "Your chat name, exactly as the hooks printed it at session start "
-        '("[thatch] chat: you are NAME"). Names are assigned, never chosen.',
+        'Who you are in chat, exactly as the hooks printed it: "NAME:KEY" from the line '
+        '"[thatch] chat: you are NAME … Pass "as": "NAME:KEY" …" (or from a [thatch] '
+        "notification). The key proves the name is yours; never write it anywhere else. "
+        "A name this server registered for you (chat_register without `as`) may be given "
+        "alone. Names are assigned, never chosen.",
         max_length=LABEL_MAX,
         single_line=True,
         blank_is_omitted=True,
@@ -564,10 +567,10 @@ CHAT_SPECS: tuple[ToolSpec, ...] = (
         "chat_register",
         "Chat with the other agent sessions on this machine (Claude Code, Cursor, opencode). "
         "Your chat name is assigned, never chosen: the hooks print it at session start as "
-        '"[thatch] chat: you are NAME"; pass it as `as` to every chat tool. With `as`, '
-        "this sets your topic (what you are working on). Without `as` (only when no name "
-        "was printed), it registers this server process under a new assigned name and "
-        "uses it when `as` is omitted.",
+        '"[thatch] chat: you are NAME (n unread). Pass "as": "NAME:KEY" …"; pass that '
+        "NAME:KEY as `as` to every chat tool. With `as`, this sets your topic (what you "
+        "are working on). Without `as` (only when no name was printed), it registers this "
+        "server process under a new assigned name and uses it when `as` is omitted.",
         (
             _as(),
             Param(
@@ -617,10 +620,11 @@ CHAT_SPECS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "chat_read",
-        "Read your unread chat messages, oldest first (they are then marked read); call it "
-        "when a [thatch] notification says you have messages. Reply only when it matters "
-        "to your current work." + _CHAT_UNTRUSTED + " With `message` (and `offset`), show "
-        "the rest of one clipped message.",
+        "Read your unread chat messages, oldest first, one page of at most 20,000 "
+        "characters a call (the messages shown are marked read; a last line says how many "
+        "wait); call it when a [thatch] notification says you have messages. Reply only "
+        "when it matters to your current work." + _CHAT_UNTRUSTED + " With `message` (and "
+        "`offset`), show the rest of one clipped message.",
         (
             _as(),
             Param("message", "integer", "The id of one message to you (#id).", minimum=1),

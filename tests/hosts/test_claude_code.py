@@ -494,8 +494,11 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     name_b = chat_name(sandbox, b)
 
     def send(request: ModelRequest) -> Reply:
-        # As a model would: its own name comes from the reminder's chat line.
-        me = re.search(r"\[thatch\] chat: you are (\S+) \(", request.all_text())
+        # As a model would: its own "as" (name and key) comes from the reminder's chat line.
+        me = re.search(
+            r'\[thatch\] chat: you are \S+ \(\d+ unread\)\. Pass "as": "([^"]+)"',
+            request.all_text(),
+        )
         assert me is not None, request.all_text()[-2000:]
         return call(CHAT_SEND, to=name_b, body=body, **{"as": me.group(1)})
 
@@ -514,9 +517,15 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     def woken(request: ModelRequest) -> bool:
         return WAKE in request.last_user_text()
 
+    def read(request: ModelRequest) -> Reply:
+        # The pointer carries B's own "as": only B's Stop hook could print its key.
+        me = re.search(r'chat_read \{"as": "([^"]+)"\}', request.last_user_text())
+        assert me is not None, request.last_user_text()
+        return call(CHAT_READ, **{"as": me.group(1)})
+
     model_server.run(
         [
-            Turn(both(main_agent, fresh, woken), call(CHAT_READ, **{"as": name_b}), name="read"),
+            Turn(both(main_agent, fresh, woken), read, name="read"),
             Turn(both(main_agent, fresh), say("Hello again."), name="answer"),
             Turn(both(main_agent, after(CHAT_READ)), say("Read it."), name="done"),
         ]
@@ -526,7 +535,9 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     requests = main_requests(model_server.requests())
     (wake,) = [r for r in requests if woken(r)]
     pointer = wake.last_user_text()
-    assert f'from {name_a}. Read them with chat_read {{"as": "{name_b}"}}' in pointer, pointer
+    assert re.search(
+        rf'from {name_a}\. Read them with chat_read \{{"as": "{name_b}:[0-9a-f]{{16}}"\}}', pointer
+    ), pointer
     assert body not in wake.all_text()
     ((_, read),) = requests[-1].last_tool_results()
     assert "<<<chat message #" in read and f"from {name_a} at " in read, read
