@@ -17,10 +17,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from thatch.cli.errors import FixableError
 from thatch.cli.hook_cmds import HOOK_SETTINGS, HookCommand
 from thatch.common.environment import default_db_path, project_dir_from_env
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
@@ -40,9 +41,9 @@ def open_chat() -> ChatStore:
     return ChatStore(db.connect(path), utc_now)
 
 
-def fail(message: str) -> None:
-    click.echo(message, err=True)
-    sys.exit(1)
+def fail(message: str, fix: str | None = None) -> NoReturn:
+    """``Error: <message>`` and its ``Fix:`` line on stderr, exit 1 (docs/cli.md)."""
+    raise FixableError(message, fix)
 
 
 @click.group("chat")
@@ -285,17 +286,21 @@ def send(to: str, body: str) -> None:
     from thatch.frontend.tools.chat_tools import max_body, split_body, split_len
 
     if not body.strip():
-        fail("Invalid arguments: body: must not be empty")
+        fail("Invalid arguments: body: must not be empty", "pass the message text as BODY")
     limit = max_body(os.environ)
     if len(body) > limit:
-        fail(f"Message too long: {len(body)} characters (maximum {limit}).")
+        fail(
+            f"message too long: {len(body)} characters (maximum {limit})",
+            "shorten it, or raise THATCH_CHAT_MAX_BODY_CHARS",
+        )
     directory = project_dir_from_env(os.environ) or Path.cwd()
     store = open_chat()
     try:
         recipient = store.by_name(to.strip())
         if recipient is None:
-            fail(f'No chat session named "{inline(to)}". Run thatch chat list to see who is here.')
-            return
+            fail(f'no chat session named "{inline(to)}"', "thatch chat list shows who is here")
+        if recipient.session_id == person_session_id():
+            fail("you cannot send a message to yourself", "thatch chat list shows who is here")
         me = store.ensure_person(
             person_session_id(),
             project=project_store(directory, os.environ),

@@ -84,15 +84,20 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
     env, store, ids = setup_sessions(tmp_path)
     assert thatch(env, "chat", "send", "nobody-00001", "hi")[::2] == (
         1,
-        'No chat session named "nobody-00001". Run thatch chat list to see who is here.\n',
+        'Error: no chat session named "nobody-00001"\nFix: thatch chat list shows who is here\n',
     )
     assert thatch(env, "chat", "send", "x", " ")[::2] == (
         1,
-        "Invalid arguments: body: must not be empty\n",
+        "Error: Invalid arguments: body: must not be empty\nFix: pass the message text as BODY\n",
     )
     name = store.names()[ids[0]]
-    code, out, _ = thatch(env, "chat", "send", name, "y" * 20_001)
-    assert code == 1
+    code, out, err = thatch(env, "chat", "send", name, "y" * 20_001)
+    assert code == 1 and err.startswith("Error: message too long: 20001 characters")
     code, out, _ = thatch(env, "chat", "send", name, "y" * 5000)
     assert code == 0 and out.startswith(f"[sent] → {name} (SENT AS 3 PARTS) as person-")
+    me = out.rsplit(" as ", 1)[1].strip()
+    assert thatch(env, "chat", "send", me, "to myself")[::2] == (
+        1,
+        "Error: you cannot send a message to yourself\nFix: thatch chat list shows who is here\n",
+    )
     store.conn.close()
