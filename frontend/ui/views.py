@@ -761,10 +761,8 @@ class Views:
         return self._safely(self._status)
 
     def _status(self) -> Response:
-        from thatch.common.version import thatch_version
         from thatch.embedder.client.embedder_client import EmbedderClient
-        from thatch.frontend.doctor import run_checks
-        from thatch.frontend.setup.hosts import resolve_bin
+        from thatch.frontend.doctor import checks_in_child
 
         ctx = self.tools.ctx
         path = self.store.path
@@ -801,12 +799,9 @@ class Views:
             ]
         except ThatchEmbedderError as error:
             facts.append(["embedder", text(f"not answering: {error}")])
-        checks = run_checks(
-            dict(ctx.env),
-            project_dir=ctx.project_dir,
-            bin_path=resolve_bin("thatch", ctx.env),
-            version=thatch_version(),
-        )
+        # In a child: this process holds the database open (docs/database.md
+        # §who-opens-the-file), and the checks open the file themselves.
+        checks = checks_in_child(ctx.env, project_dir=ctx.project_dir)
         check_rows = [
             [text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks
         ]
