@@ -16,6 +16,7 @@ import ast
 import os
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,78 @@ def test_status_page_then_another_writer_leaves_the_file_whole(env: dict[str, st
         "Seed": "# Seed\n\nedited in the ui, round 2",
         **{f"Other {i}": f"# Other {i}\n\nwritten by thatch remember, round {i}" for i in range(3)},
     }
+
+
+# A process holding the database open, as thatch mcp or thatch ui does: it writes, then
+# runs ``step`` (argv[2]), says so, waits for a line on stdin, writes again and closes.
+HOLDER = """
+import sys
+from pathlib import Path
+from thatch.frontend.store import db
+from thatch.frontend.store.memory_store import Store
+
+path, step = Path(sys.argv[1]), sys.argv[2]
+store = Store.open(path)
+store.remember("p", "Holder before", "# Holder before", None, None)
+if step == "write_fault":
+    db.write_fault(path)
+elif step == "store_error":
+    import sqlite3
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL
+    db.store_error(full, path)
+print("ready", flush=True)
+sys.stdin.readline()
+store.remember("p", "Holder after", "# Holder after", None, None)
+store.close()
+print("done", flush=True)
+"""
+
+OTHER = """
+import sys
+from thatch.frontend.store.memory_store import Store
+with Store.open(sys.argv[1]) as store:
+    store.remember("p", "Other", "# Other", None, None)
+"""
+
+
+@pytest.mark.parametrize("step", ["nothing", "write_fault", "store_error"])
+def test_naming_a_write_fault_keeps_the_holders_locks(tmp_path: Path, step: str) -> None:
+    """A process holding the file open names a write fault (``write_fault``, or
+    ``store_error`` for a full disk, as the ui and the MCP tools do on a failed write):
+    it keeps its locks. Seen from outside: another process that opens, writes and closes
+    does not take the file for its own (it would checkpoint and remove the -wal the
+    holder still uses); then the holder writes, and the file is whole with every row."""
+    db = tmp_path / "thatch.db"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), step],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "ready\n", holder.stderr
+        other = subprocess.run(
+            [sys.executable, "-c", OTHER, str(db)], capture_output=True, text=True, timeout=120
+        )
+        assert other.returncode == 0, other.stderr
+        wal_kept = Path(f"{db}-wal").exists()
+        out, err = holder.communicate("go\n", timeout=120)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.communicate()
+    assert (holder.returncode, out) == (0, "done\n"), err
+    assert wal_kept  # the holder's locks told the other process it was not alone
+    assert integrity(db) == ["ok"]
+    conn = sqlite3.connect(db)
+    try:
+        labels = sorted(row[0] for row in conn.execute("SELECT label FROM entries"))
+    finally:
+        conn.close()
+    assert labels == ["Holder after", "Holder before", "Other"]
 
 
 # -- structure ---------------------------------------------------------------------------
