@@ -44,6 +44,7 @@ RESTART_FIX = "thatch embedder stop && thatch embedder start"
 HEALTH_TIMEOUT = 1.0
 INFO_TIMEOUT = 2.0
 CHILD_TIMEOUT = 120.0
+DAMAGED_AT = " is damaged: "
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def _damaged(path: Path, problem: str) -> Check:
     return Check(
         "FAIL",
         "database",
-        f"{path} is damaged: {' '.join(problem.split())}",
+        f"{path}{DAMAGED_AT}{' '.join(problem.split())}",
         f'run sqlite3 {quoted} "PRAGMA integrity_check"; then restore a backup, or move '
         "the file aside (thatch starts a new one)",
     )
@@ -527,6 +528,15 @@ def checks_in_child(env: Mapping[str, str], *, project_dir: Path) -> list[Check]
         return [
             Check("FAIL", "doctor", f"thatch doctor did not answer: {why}", "run thatch doctor")
         ]
+
+
+def damage_found(checks: list[Check], path: Path) -> str | None:
+    """SQLite's words when the database check found ``path`` damaged, else None."""
+    prefix = f"{path}{DAMAGED_AT}"
+    for check in checks:
+        if check.name == "database" and check.status == "FAIL" and check.detail.startswith(prefix):
+            return check.detail.removeprefix(prefix)
+    return None
 
 
 def exit_code(checks: list[Check]) -> int:

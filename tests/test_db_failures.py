@@ -6,9 +6,11 @@ full file systems are real mounts in a private namespace (tests/support/mounts.p
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import bag_vector, rows
 from tests.support.hookrun import run_hook, thatch_command
 from tests.support.mounts import immutable, in_namespace, read_only, small_tmpfs
+from tests.support.ui_client import run_ui_process
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.context import ToolContext
@@ -205,6 +208,99 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
     with ToolContext.from_env() as ctx:
         listed = Tools(ctx).call("memory_list", {"store": "proj"})
     assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))
+
+
+# Inside a child process: the MCP tool layer over a damaged file, as `thatch mcp` runs it.
+DAMAGE_PROBE = """
+import json
+from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.tools.memory_tools import Tools
+out = []
+with ToolContext.from_env() as ctx:
+    tools = Tools(ctx)
+    for name, args in [
+        ("memory_remember", {"label": "Before", "content": "saved first", "store": "global"}),
+        ("memory_list", {"store": "proj"}),
+        ("memory_remember", {"label": "After", "content": "refused", "store": "global"}),
+        ("memory_forget", {"label": "Tabs", "store": "global"}),
+        ("memory_recall", {"query": "user likes tabs", "store": "global"}),
+    ]:
+        result = tools.call(name, args)
+        out.append([result.is_error, result.text])
+print(json.dumps(out))
+"""
+
+
+def damaged_store(env: dict) -> Path:
+    """A global memory, then 60 large project memories, then mid-file damage (in the
+    project's pages: the global rows still read)."""
+    db = db_of(env)
+    assert cli_run("remember", "Tabs", "user likes tabs", "--store", "global")[0] == 0
+    rng = np.random.default_rng(7)
+    with Store.open(db) as store:
+        for i in range(60):
+            vector = rng.standard_normal(16).astype(np.float32)
+            store.remember("proj", f"Mem {i}", f"# Mem {i}\n\n" + f"{i} " * 900, vector, "m")
+    damage(db)
+    return db
+
+
+def labels_after_the_project(db: Path) -> list[str]:
+    """Labels of the rows written after the 60 project ones (read by rowid: a scan of
+    the store would meet the damage)."""
+    return [label for (label,) in rows(db, "SELECT label FROM entries WHERE rowid > 61")]
+
+
+def test_damage_met_refuses_every_later_write_of_the_process(env: dict) -> None:
+    """A `thatch mcp` process writes into a damaged file while it has not met the damage;
+    once a read found it damaged, each later write (remember, forget, recall counts) is
+    refused with the damaged-file line, while the rows it can still read answer."""
+    db = damaged_store(env)
+    expected = f"database {db} " + DAMAGED.format(db=db)
+    done = subprocess.run(
+        [sys.executable, "-c", DAMAGE_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    before, listed, after, forget, recall = json.loads(done.stdout)
+    assert before[0] is False, before  # SQLite had not met the damage yet
+    assert listed == [True, expected]
+    assert after == [True, expected]
+    assert forget == [True, expected]
+    assert recall[0] is False and "Tabs" in recall[1]
+    assert labels_after_the_project(db) == ["Before"]
+    assert rows(db, "SELECT label, recall_count FROM entries WHERE rowid = 1") == [("Tabs", 0)]
+
+
+def test_ui_status_reporting_damage_refuses_later_edits(env: dict) -> None:
+    """A `thatch ui` process: its Status page's doctor finds the file damaged; from then
+    on an edit (of a memory it can still read) is refused with the damaged-file line and
+    changes nothing. Before that visit the same page reads fine."""
+    db = damaged_store(env)
+    with run_ui_process(env) as (client, entry):
+        assert client.request("GET", entry).status == 303
+        shown = client.get("/memory", store="global", label="Tabs")
+        assert shown.status == 200 and "user likes tabs" in shown.body
+        status = client.get("/status")
+        assert status.status == 200
+        assert f"{db} is damaged: " in html.unescape(status.body)
+        edited = client.post(
+            "/memory/edit",
+            {
+                "csrf": shown.csrf(),
+                "store": "global",
+                "label": "Tabs",
+                "content": "changed after the damage was reported",
+                "confidence": "5",
+            },
+        )
+        assert edited.status == 500
+        said = html.unescape(edited.body)
+        assert f"database {db} is damaged (" in said
+        assert f'): run sqlite3 {db} "PRAGMA integrity_check"' in said
+        assert "Nothing was changed." in said
+    assert rows(db, "SELECT content FROM entries WHERE rowid = 1") == [
+        ("# Tabs\n\nuser likes tabs",)
+    ]
 
 
 def test_undecodable_text_is_read_with_replacement_and_never_blocks_writes(env: dict) -> None:

@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
-from thatch.frontend.errors import StoreError
+from thatch.frontend.errors import DatabaseDamagedError, StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatMessage, ChatStore
 from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
@@ -762,7 +762,7 @@ class Views:
 
     def _status(self) -> Response:
         from thatch.embedder.client.embedder_client import EmbedderClient
-        from thatch.frontend.doctor import checks_in_child
+        from thatch.frontend.doctor import checks_in_child, damage_found
 
         ctx = self.tools.ctx
         path = self.store.path
@@ -802,6 +802,9 @@ class Views:
         # In a child: this process holds the database open (docs/database.md
         # §who-opens-the-file), and the checks open the file themselves.
         checks = checks_in_child(ctx.env, project_dir=ctx.project_dir)
+        damage = damage_found(checks, path) if path is not None else None
+        if damage is not None:  # from now on this process refuses writes to the file
+            db.note_damage(self.store.conn, DatabaseDamagedError(path, damage), path)
         check_rows = [
             [text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks
         ]
