@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.support.embedder_proc import EmbedderProcess
+from tests.support.embedder_proc import EmbedderProcess, tcp_embedder
 from tests.support.fake_embedder import bag_vector, rows
 from tests.support.hookrun import run_hook, thatch_command
 from tests.support.mounts import immutable, in_namespace, read_only, small_tmpfs
@@ -149,6 +149,84 @@ def test_read_only_file_reads_answer_and_writes_fail_in_one_line(env: dict) -> N
             saved = tools.call("memory_remember", {"label": "New", "content": "x"})
             assert (saved.is_error, saved.text) == (True, f"cannot write database {db}: {reason}")
     assert telemetry(db) == before
+
+
+def as_nobody(command: list[str], env: dict) -> subprocess.CompletedProcess[str]:
+    """``command`` run as the user nobody (util-linux ``setpriv``, as the namespace tests
+    use ``unshare``): root writes any directory whatever its mode."""
+    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+    return subprocess.run(
+        [*drop, *command], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_unwritable_directory_reads_answer_and_writes_fail_in_one_line(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's own database file in a directory they may not write (SQLite can make no
+    -wal/-shm there): stores, list, show, search and MCP recall answer; remember fails in
+    one line naming the directory; nothing changes."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    short_tmp.chmod(0o755)
+    data = short_tmp / "data"  # root's, 0755: nobody may read it, not write it
+    data.mkdir(mode=0o755)
+    home = short_tmp / "home"
+    home.mkdir()
+    project = home / "proj"
+    project.mkdir()
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    os.chown(project, nobody.pw_uid, nobody.pw_gid)
+    db = data / "thatch.db"
+    with tcp_embedder(short_tmp) as (_embedder, port):
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("THATCH_")},
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "THATCH_DB_PATH": str(db),
+            "THATCH_PROJECT_DIR": str(project),
+            "THATCH_QUEUE_DIR": str(home / "queue"),
+            "THATCH_EMBEDDER_ADDR": f"127.0.0.1:{port}",
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert cli_run("remember", "Deploy", "push a tag to deploy")[0] == 0
+        assert cli_run("remember", "Tabs", "user likes tabs", "--store", "global")[0] == 0
+        assert sorted(os.listdir(data)) == ["thatch.db"]  # closed cleanly
+        os.chown(db, nobody.pw_uid, nobody.pw_gid)  # the file is the user's own
+        before = db.read_bytes()
+        stores, listed, shown, search, probe, remember = (
+            as_nobody(command, env)
+            for command in (
+                thatch_command("stores"),
+                thatch_command("list"),
+                thatch_command("show", "Deploy"),
+                thatch_command("search", "push", "a", "tag"),
+                [sys.executable, "-c", TOOLS_PROBE],
+                thatch_command("remember", "New", "x"),
+            )
+        )
+    assert (stores.returncode, stores.stdout, stores.stderr) == (0, "global\nproj\n", "")
+    assert listed.returncode == 0 and "Deploy" in listed.stdout, listed.stderr
+    assert shown.returncode == 0 and "push a tag to deploy" in shown.stdout, shown.stderr
+    assert search.returncode == 0, search.stderr
+    assert search.stdout.splitlines()[1].endswith("[proj] Deploy")
+    reason = (
+        f"its directory {data} is not writable "
+        "(SQLite creates thatch.db-wal and thatch.db-shm there)"
+    )
+    assert search.stderr.splitlines() == [
+        f"note: recall counts not updated: cannot write database {db}: {reason}"
+    ]
+    tools = json.loads(probe.stdout)
+    assert tools["memory_recall"][0] is False and "Deploy" in tools["memory_recall"][1]
+    assert tools["memory_remember"] == [True, f"cannot write database {db}: {reason}"]
+    assert remember.returncode == 1
+    assert remember.stderr.splitlines() == [f"Error: cannot write database {db}: {reason}"]
+    assert db.read_bytes() == before
+    assert sorted(os.listdir(data)) == ["thatch.db"]
 
 
 def test_current_database_opens_without_writing(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ FREE_SPACE_MIN_BYTES = 4 * 1024 * 1024
 
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 _DAMAGED_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+_UNREADABLE_CODES = {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY}
 _WRITE_CODES = {
     sqlite3.SQLITE_READONLY,
     sqlite3.SQLITE_FULL,
@@ -137,11 +138,13 @@ def connect(path: Path | str) -> sqlite3.Connection:
     try:
         return _configured(_sqlite_connect(path))
     except sqlite3.Error as error:
-        if _code(error) != sqlite3.SQLITE_CANTOPEN or not _readable_only_immutable(path):
+        if _code(error) not in _UNREADABLE_CODES or not _readable_only_immutable(path):
             raise open_error(error, path) from None
-    # A WAL database on a read-only file system cannot get its -shm file, so SQLite refuses
-    # even to read it. No -wal file means no writer has it open (one would have made it),
-    # so reading it as immutable is exact; writes then fail as read-only, as they must.
+    # A WAL database in a directory this process may not write (a read-only file system,
+    # a directory of another user) cannot get its -shm file, so SQLite refuses even to
+    # read it: SQLITE_CANTOPEN, or SQLITE_READONLY_DIRECTORY when the file itself is
+    # writable. No -wal file means no writer has it open (one would have made it), so
+    # reading it as immutable is exact; writes then fail as read-only, as they must.
     from urllib.parse import quote
 
     uri = f"file:{quote(os.fspath(path))}?mode=ro&immutable=1"
@@ -152,8 +155,11 @@ def connect(path: Path | str) -> sqlite3.Connection:
 
 
 def _configured(conn: ThatchConnection) -> ThatchConnection:
+    """``conn`` configured, and shown to read: the first read of a WAL file is where SQLite
+    finds it cannot make the -shm (the WAL switch takes that refusal for a read-only file)."""
     try:
         configure(conn)
+        conn.execute("PRAGMA schema_version").fetchone()
     except BaseException:
         conn.close()
         raise
