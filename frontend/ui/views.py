@@ -803,7 +803,7 @@ class Views:
         # §who-opens-the-file), and the checks open the file themselves.
         checks = checks_in_child(ctx.env, project_dir=ctx.project_dir)
         damage = damage_found(checks, path) if path is not None else None
-        if damage is not None:  # from now on this process refuses writes to the file
+        if path is not None and damage is not None:  # from now on writes are refused
             db.note_damage(self.store.conn, DatabaseDamagedError(path, damage), path)
         check_rows = [
             [text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks
