@@ -310,15 +310,14 @@ def read_leniently(conn: sqlite3.Connection, operation: Callable[[], T]) -> T:
     """
     try:
         return operation()
-    except sqlite3.OperationalError as error:
-        if not is_undecodable(error) or conn.text_factory is lenient_text:
+    except (sqlite3.DatabaseError, DatabaseDamagedError) as error:
+        if is_damage(error) or isinstance(error, DatabaseDamagedError):
             note_damage(conn, error, _main_file(conn))
             raise
-    except (sqlite3.DatabaseError, DatabaseDamagedError) as error:
-        note_damage(conn, error, _main_file(conn))
-        raise
+        if not is_undecodable(error) or conn.text_factory is lenient_text:
+            raise
     conn.text_factory = lenient_text
-    return operation()
+    return read_leniently(conn, operation)  # the lenient decoder is kept: no third try
 
 
 def is_write_refused(error: BaseException) -> bool:
@@ -499,7 +498,8 @@ def atomic(conn: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3
             conn.rollback()
         if is_busy(error):
             raise DatabaseBusyError() from None
-        note_damage(conn, error, _main_file(conn))
+        if is_damage(error):
+            note_damage(conn, error, _main_file(conn))
         raise
 
 
