@@ -379,16 +379,12 @@ def keep_database(source: Path, target: Path) -> Path:
     The copy is written beside ``target`` and renamed over it; the old file's ``-wal`` and
     ``-shm`` go first, since SQLite would replay a stale WAL onto the new file.
     """
-    import sqlite3
+    from thatch.frontend.store import db
 
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".new")
     partial.unlink(missing_ok=True)
-    with (
-        contextlib.closing(sqlite3.connect(source)) as src,
-        contextlib.closing(sqlite3.connect(partial)) as dst,
-    ):
-        src.backup(dst)
+    db.backup(source, partial)
     for suffix in ("-wal", "-shm"):
         target.with_name(target.name + suffix).unlink(missing_ok=True)
     os.replace(partial, target)

@@ -9,6 +9,10 @@ files and its directory opened for writing, free space, the write lock taken wit
 names the fault it meets. The embedder is asked for health and info on a client that
 cannot auto-start; models are described without network access.
 
+The database checks open the file beside SQLite (its header) and with connections of
+their own, so they run only in a process that holds no connection to it: ``thatch
+doctor`` itself. A long-lived process (the ui's Status page) calls ``checks_in_child``.
+
 Decisions the spec leaves open:
 - a database file that does not exist yet is ``warn`` (thatch creates it on first use)
   when its directory can be created, ``FAIL`` when it cannot;
@@ -31,11 +35,7 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote
-
-if TYPE_CHECKING:
-    from thatch.frontend.store.db import WriteFault
+from typing import Any, Literal
 
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
@@ -43,7 +43,8 @@ QUEUE_FIX = "check permissions of {dir} or set THATCH_QUEUE_DIR"
 RESTART_FIX = "thatch embedder stop && thatch embedder start"
 HEALTH_TIMEOUT = 1.0
 INFO_TIMEOUT = 2.0
-_SQLITE_HEADER = b"SQLite format 3\x00"
+CHILD_TIMEOUT = 120.0
+DAMAGED_AT = " is damaged: "
 
 
 @dataclass(frozen=True)
@@ -76,22 +77,6 @@ class Served:
 # -- database ---------------------------------------------------------------------------
 
 
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    uri = f"file:{quote(os.fspath(path))}?mode=ro"
-    if not Path(f"{path}-wal").exists():
-        uri += "&immutable=1"  # nobody has it open: read it without WAL side files
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 5000")
-    return conn
-
-
-def _is_wal(path: Path) -> bool:
-    """WAL mode is recorded in the header: file format versions (bytes 18, 19) are 2."""
-    with path.open("rb") as handle:
-        header = handle.read(20)
-    return header[:16] == _SQLITE_HEADER and header[18] == 2 and header[19] == 2
-
-
 def _creatable(directory: Path) -> bool:
     """True if ``directory`` exists writable, or its nearest existing ancestor is."""
     for candidate in (directory, *directory.parents):
@@ -102,6 +87,7 @@ def _creatable(directory: Path) -> bool:
 
 def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
     """The database check and, when it could be read, an open read-only connection."""
+    from thatch.frontend.store.db import connect_read_only, header_is_wal
     from thatch.frontend.store.schema import MIGRATIONS, applied_migrations
 
     fix = DB_FIX.format(dir=path.parent)
@@ -125,12 +111,12 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
                 f"restore {path} from a backup if it held memories; "
                 "otherwise delete it and thatch creates a new one",
             ), None
-        wal = _is_wal(path)
-        conn = _open_read_only(path)
+        wal = header_is_wal(path)
+        conn = connect_read_only(path)
     except (OSError, sqlite3.Error) as error:
         # Reading a WAL database needs its -shm file: a full disk or read-only mount can
         # stop even that, and is then the fault to name.
-        return _write_check(path, lock=False) or Check(
+        return _write_check(path) or Check(
             "FAIL", "database", f"cannot open {path}: {error}", fix
         ), None
     try:
@@ -144,10 +130,10 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         conn.close()
         if isinstance(error, sqlite3.DatabaseError) and "malformed" in str(error):
             return _damaged(path, str(error)), None
-        return _write_check(path, lock=False) or Check(
+        return _write_check(path) or Check(
             "FAIL", "database", f"cannot read {path}: {error}", fix
         ), None
-    unwritable = _write_check(path)
+    unwritable = _write_check(path, lock=Path(f"{path}-wal").exists() or not wal)
     if unwritable is not None:
         return unwritable, conn
     if missing:
@@ -170,24 +156,24 @@ def _damaged(path: Path, problem: str) -> Check:
     return Check(
         "FAIL",
         "database",
-        f"{path} is damaged: {' '.join(problem.split())}",
+        f"{path}{DAMAGED_AT}{' '.join(problem.split())}",
         f'run sqlite3 {quoted} "PRAGMA integrity_check"; then restore a backup, or move '
         "the file aside (thatch starts a new one)",
     )
 
 
-def _write_check(path: Path, *, lock: bool = True) -> Check | None:
+def _write_check(path: Path, *, lock: bool = False) -> Check | None:
     """FAIL naming what stops the other commands from writing, or None when they can.
 
-    ``lock=False`` probes the file system only (for a file SQLite could not even read).
+    ``lock`` also takes the write lock (and gives it back), only when that creates no
+    file: with no -wal (nobody has it open) a WAL database would get -wal/-shm files made
+    and removed, and nobody holds the lock anyway.
     """
-    from thatch.frontend.store.db import write_fault
+    from thatch.frontend.store.db import lock_fault, write_fault
 
     found = write_fault(path)
-    if found is None and lock and (Path(f"{path}-wal").exists() or not _is_wal(path)):
-        # Only when it creates no file: with no -wal (nobody has it open) a WAL database
-        # would get -wal/-shm files made and removed, and nobody holds the lock anyway.
-        found = _lock_fault(path)
+    if found is None and lock:
+        found = lock_fault(path)
     if found is None:
         return None
     kind, detail = found
@@ -198,30 +184,6 @@ def _write_check(path: Path, *, lock: bool = True) -> Check | None:
     }
     fix = fixes.get(kind, DB_FIX.format(dir=path.parent))
     return Check("FAIL", "database", f"{path} cannot be written: {detail}", fix)
-
-
-def _lock_fault(path: Path) -> tuple[WriteFault, str] | None:
-    """Take the write lock as a write would, and give it back: nothing is written.
-
-    Busy is fine (another session is writing right now); anything else is a fault the
-    file-system probe did not see (a lock-less network mount, a file SQLite refuses).
-    """
-    from thatch.frontend.store.db import is_busy
-
-    uri = f"file:{quote(os.fspath(path))}?mode=rw"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-    except sqlite3.Error as error:
-        return "other", str(error)
-    try:
-        conn.execute("PRAGMA busy_timeout = 200")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-    except sqlite3.Error as error:
-        return None if is_busy(error) else ("other", str(error))
-    finally:
-        conn.close()
-    return None
 
 
 def _counts(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -530,6 +492,51 @@ def run_checks(
     for host in hosts_to_check(project_dir, env):
         checks.append(check_setup(host, project_dir, env, bin_path=bin_path, version=version))
     return checks
+
+
+def checks_in_child(env: Mapping[str, str], *, project_dir: Path) -> list[Check]:
+    """``run_checks`` in a ``thatch doctor --json`` child process, for a long-lived process.
+
+    The database check reads the file's header and opens connections of its own; in a
+    process that holds the database open, the close of such a descriptor drops the locks
+    of its own connection (docs/database.md §who-opens-the-file). A child's descriptors
+    and locks are its own. A child that gives no answer is one FAIL row saying why.
+    """
+    import json
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "thatch"
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "thatch.cli"]
+    try:
+        done = subprocess.run(
+            [*command, "doctor", "--json"],
+            env=dict(env),
+            cwd=project_dir if project_dir.is_dir() else None,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+            check=False,
+        )
+        found = json.loads(done.stdout)
+        return [
+            Check(item["status"], item["check"], item["detail"], item.get("fix")) for item in found
+        ]
+    except (OSError, ValueError, TypeError, KeyError, subprocess.SubprocessError) as error:
+        why = " ".join(str(error).split()) or type(error).__name__
+        return [
+            Check("FAIL", "doctor", f"thatch doctor did not answer: {why}", "run thatch doctor")
+        ]
+
+
+def damage_found(checks: list[Check], path: Path) -> str | None:
+    """SQLite's words when the database check found ``path`` damaged, else None."""
+    prefix = f"{path}{DAMAGED_AT}"
+    for check in checks:
+        if check.name == "database" and check.status == "FAIL" and check.detail.startswith(prefix):
+            return check.detail.removeprefix(prefix)
+    return None
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -6,9 +6,11 @@ full file systems are real mounts in a private namespace (tests/support/mounts.p
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,10 +18,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.support.embedder_proc import EmbedderProcess
+from tests.support.embedder_proc import EmbedderProcess, tcp_embedder
 from tests.support.fake_embedder import bag_vector, rows
 from tests.support.hookrun import run_hook, thatch_command
 from tests.support.mounts import immutable, in_namespace, read_only, small_tmpfs
+from tests.support.ui_client import run_ui_process
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.context import ToolContext
@@ -151,6 +154,83 @@ def test_read_only_file_reads_answer_and_writes_fail_in_one_line(env: dict) -> N
     assert telemetry(db) == before
 
 
+def as_nobody(command: list[str], env: dict) -> subprocess.CompletedProcess[str]:
+    """``command`` run as the user nobody (util-linux ``setpriv``, as the namespace tests
+    use ``unshare``): root writes any directory whatever its mode."""
+    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+    return subprocess.run(
+        [*drop, *command], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_unwritable_directory_reads_answer_and_writes_fail_in_one_line(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's own database file in a directory they may not write (SQLite can make no
+    -wal/-shm there): stores, list, show, search and MCP recall answer; remember fails in
+    one line naming the directory; nothing changes."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    short_tmp.chmod(0o755)
+    data = short_tmp / "data"  # root's, 0755: nobody may read it, not write it
+    data.mkdir(mode=0o755)
+    home = short_tmp / "home"
+    home.mkdir()
+    project = home / "proj"
+    project.mkdir()
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    os.chown(project, nobody.pw_uid, nobody.pw_gid)
+    db = data / "thatch.db"
+    with tcp_embedder(short_tmp) as (_embedder, port):
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("THATCH_")},
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "THATCH_DB_PATH": str(db),
+            "THATCH_PROJECT_DIR": str(project),
+            "THATCH_QUEUE_DIR": str(home / "queue"),
+            "THATCH_EMBEDDER_ADDR": f"127.0.0.1:{port}",
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert cli_run("remember", "Deploy", "push a tag to deploy")[0] == 0
+        assert cli_run("remember", "Tabs", "user likes tabs", "--store", "global")[0] == 0
+        assert sorted(os.listdir(data)) == ["thatch.db"]  # closed cleanly
+        os.chown(db, nobody.pw_uid, nobody.pw_gid)  # the file is the user's own
+        before = db.read_bytes()
+        stores, listed, shown, search, probe, remember = (
+            as_nobody(command, env)
+            for command in (
+                thatch_command("stores"),
+                thatch_command("list"),
+                thatch_command("show", "Deploy"),
+                thatch_command("search", "push", "a", "tag"),
+                [sys.executable, "-c", TOOLS_PROBE],
+                thatch_command("remember", "New", "x"),
+            )
+        )
+    assert (stores.returncode, stores.stdout, stores.stderr) == (0, "global\nproj\n", "")
+    assert listed.returncode == 0 and "Deploy" in listed.stdout, listed.stderr
+    assert shown.returncode == 0 and "push a tag to deploy" in shown.stdout, shown.stderr
+    assert search.returncode == 0, search.stderr
+    assert search.stdout.splitlines()[1].endswith("[proj] Deploy")
+    reason = (
+        f"its directory {data} is not writable "
+        "(SQLite creates thatch.db-wal and thatch.db-shm there)"
+    )
+    assert search.stderr == ""  # a person's search stamps no recall counts: nothing to write
+    tools = json.loads(probe.stdout)
+    assert tools["memory_recall"][0] is False and "Deploy" in tools["memory_recall"][1]
+    assert tools["memory_remember"] == [True, f"cannot write database {db}: {reason}"]
+    assert remember.returncode == 1
+    assert remember.stderr.splitlines()[0] == f"Error: cannot write database {db}: {reason}"
+    assert remember.stderr.splitlines()[1].startswith("Fix: ")
+    assert db.read_bytes() == before
+    assert sorted(os.listdir(data)) == ["thatch.db"]
+
+
 def test_current_database_opens_without_writing(tmp_path: Path) -> None:
     """Opening a fully migrated database changes no byte of it; an immutable one opens for
     reading, even one that still needs a migration it cannot write."""
@@ -209,6 +289,99 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
     with ToolContext.from_env() as ctx:
         listed = Tools(ctx).call("memory_list", {"store": "proj"})
     assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))
+
+
+# Inside a child process: the MCP tool layer over a damaged file, as `thatch mcp` runs it.
+DAMAGE_PROBE = """
+import json
+from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.tools.memory_tools import Tools
+out = []
+with ToolContext.from_env() as ctx:
+    tools = Tools(ctx)
+    for name, args in [
+        ("memory_remember", {"label": "Before", "content": "saved first", "store": "global"}),
+        ("memory_list", {"store": "proj"}),
+        ("memory_remember", {"label": "After", "content": "refused", "store": "global"}),
+        ("memory_forget", {"label": "Tabs", "store": "global"}),
+        ("memory_recall", {"query": "user likes tabs", "store": "global"}),
+    ]:
+        result = tools.call(name, args)
+        out.append([result.is_error, result.text])
+print(json.dumps(out))
+"""
+
+
+def damaged_store(env: dict) -> Path:
+    """A global memory, then 60 large project memories, then mid-file damage (in the
+    project's pages: the global rows still read)."""
+    db = db_of(env)
+    assert cli_run("remember", "Tabs", "user likes tabs", "--store", "global")[0] == 0
+    rng = np.random.default_rng(7)
+    with Store.open(db) as store:
+        for i in range(60):
+            vector = rng.standard_normal(16).astype(np.float32)
+            store.remember("proj", f"Mem {i}", f"# Mem {i}\n\n" + f"{i} " * 900, vector, "m")
+    damage(db)
+    return db
+
+
+def labels_after_the_project(db: Path) -> list[str]:
+    """Labels of the rows written after the 60 project ones (read by rowid: a scan of
+    the store would meet the damage)."""
+    return [label for (label,) in rows(db, "SELECT label FROM entries WHERE rowid > 61")]
+
+
+def test_damage_met_refuses_every_later_write_of_the_process(env: dict) -> None:
+    """A `thatch mcp` process writes into a damaged file while it has not met the damage;
+    once a read found it damaged, each later write (remember, forget, recall counts) is
+    refused with the damaged-file line, while the rows it can still read answer."""
+    db = damaged_store(env)
+    expected = f"database {db} " + DAMAGED.format(db=db)
+    done = subprocess.run(
+        [sys.executable, "-c", DAMAGE_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    before, listed, after, forget, recall = json.loads(done.stdout)
+    assert before[0] is False, before  # SQLite had not met the damage yet
+    assert listed == [True, expected]
+    assert after == [True, expected]
+    assert forget == [True, expected]
+    assert recall[0] is False and "Tabs" in recall[1]
+    assert labels_after_the_project(db) == ["Before"]
+    assert rows(db, "SELECT label, recall_count FROM entries WHERE rowid = 1") == [("Tabs", 0)]
+
+
+def test_ui_status_reporting_damage_refuses_later_edits(env: dict) -> None:
+    """A `thatch ui` process: its Status page's doctor finds the file damaged; from then
+    on an edit (of a memory it can still read) is refused with the damaged-file line and
+    changes nothing. Before that visit the same page reads fine."""
+    db = damaged_store(env)
+    with run_ui_process(env) as (client, entry):
+        assert client.request("GET", entry).status == 303
+        shown = client.get("/memory", store="global", label="Tabs")
+        assert shown.status == 200 and "user likes tabs" in shown.body
+        status = client.get("/status")
+        assert status.status == 200
+        assert f"{db} is damaged: " in html.unescape(status.body)
+        edited = client.post(
+            "/memory/edit",
+            {
+                "csrf": shown.csrf(),
+                "store": "global",
+                "label": "Tabs",
+                "content": "changed after the damage was reported",
+                "confidence": "5",
+            },
+        )
+        assert edited.status == 500
+        said = html.unescape(edited.body)
+        assert f"database {db} is damaged (" in said
+        assert f'): run sqlite3 {db} "PRAGMA integrity_check"' in said
+        assert "Nothing was changed." in said
+    assert rows(db, "SELECT content FROM entries WHERE rowid = 1") == [
+        ("# Tabs\n\nuser likes tabs",)
+    ]
 
 
 def test_undecodable_text_is_read_with_replacement_and_never_blocks_writes(env: dict) -> None:

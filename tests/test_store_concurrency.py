@@ -184,12 +184,15 @@ def test_rolled_back_writes_never_linger_in_the_cache(long_lived: Store) -> None
     assert slugs(long_lived, vec(1, 0)) == ["kept"]
 
 
+# Everything is imported before the process says it is ready: released at once, the
+# openers reach the WAL switch together (released before importing, they arrived
+# hundreds of milliseconds apart and the race never happened).
 OPENER = """
 import os, sys
+from thatch.frontend.store.memory_store import Store
 ready, go = int(sys.argv[2]), int(sys.argv[3])
 os.write(ready, b"r")
 os.read(go, 1)  # all released at once
-from thatch.frontend.store.memory_store import Store
 with Store.open(sys.argv[1]) as store:
     store.store_names()
 """
@@ -197,7 +200,10 @@ with Store.open(sys.argv[1]) as store:
 
 def test_processes_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> None:
     """8 processes released together onto a file none has made yet: every one opens it
-    (SQLite answers losers of the WAL switch SQLITE_BUSY at once; they must retry)."""
+    (the directory, the WAL switch and the schema made once). SQLite answers a loser of
+    the WAL switch SQLITE_BUSY at once; the openers meet that only when scheduled within
+    microseconds of each other, so test_wal_switch_refused_at_once_is_retried makes the
+    refusal for sure."""
     for round_ in range(5):
         db = tmp_path / f"round{round_}.db"
         ready_r, ready_w = os.pipe()
@@ -222,3 +228,85 @@ def test_processes_opening_a_new_file_at_once_all_open_it(tmp_path: Path) -> Non
         ] * len(openers)
         with sqlite3.connect(db) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# Holds the write lock on a file that is not in WAL mode yet, as another opener does in
+# the middle of its own switch, until told to let go.
+LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+conn.close()
+print("released", flush=True)
+"""
+
+# Opens the file with the store. The retry's pause is where it says, once, that the
+# switch was refused ("busy" on stdout) and waits to be told the lock is free: the
+# only change to the code under test is that the first pause waits for that word.
+SWITCHER = """
+import sys, time
+from thatch.frontend.store import db
+from thatch.frontend.store.memory_store import Store
+
+
+class FirstPauseWaits:
+    monotonic = staticmethod(time.monotonic)
+    waited = False
+
+    def sleep(self, seconds):
+        if not self.waited:
+            self.waited = True
+            print("busy", flush=True)
+            assert sys.stdin.readline() == "go\\n"
+        time.sleep(seconds)
+
+
+db.time = FirstPauseWaits()
+with Store.open(sys.argv[1]) as store:
+    print(store.store_names(), flush=True)
+"""
+
+
+def test_wal_switch_refused_at_once_is_retried(tmp_path: Path) -> None:
+    """SQLite refuses the WAL switch at once, without the busy handler, while another
+    connection holds the write lock on the file (waiting could deadlock): the opener
+    retries, and opens once that lock is let go. The refusal is made for sure (a holder
+    process) and the lock let go only after the opener has met it."""
+    db = tmp_path / "thatch.db"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    switcher = None
+    try:
+        assert holder.stdin is not None and holder.stdout is not None
+        assert holder.stdout.readline() == "held\n", holder.stderr
+        switcher = subprocess.Popen(
+            [sys.executable, "-c", SWITCHER, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert switcher.stdin is not None and switcher.stdout is not None
+        said = switcher.stdout.readline()
+        assert said == "busy\n", (said, switcher.stderr and switcher.stderr.read())
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "released\n"
+        out, err = switcher.communicate("go\n", timeout=120)
+        assert (switcher.returncode, out, err) == (0, "['global']\n", "")
+    finally:
+        for process in (holder, switcher):
+            if process is not None:
+                if process.poll() is None:
+                    process.kill()
+                process.communicate()  # closes its pipes
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

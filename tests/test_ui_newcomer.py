@@ -4,23 +4,20 @@ CLI agrees afterwards."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
 
 from tests.support.embedder_proc import EmbedderProcess
-from tests.support.ui_client import UiClient
+from tests.support.ui_client import UiClient, run_ui_process
 from thatch.cli.main import cli
 
 BIN = Path(sys.executable).parent
@@ -47,39 +44,11 @@ def env(
 @pytest.fixture
 def ui_process(env: dict[str, str]) -> Iterator[tuple[UiClient, str]]:
     """``thatch ui --port 0 --no-browser`` as a user runs it; its printed URL."""
-    with run_ui(env) as started:
+    with run_ui_process(env) as started:
         client, entry = started
         assert client.request("GET", entry).status == 303
         assert "not yours" not in client.get("/").body  # no demo banner on your own data
         yield started
-
-
-@contextlib.contextmanager
-def run_ui(env: dict[str, str], *args: str) -> Iterator[tuple[UiClient, str]]:
-    """``thatch ui --port 0 --no-browser [args]`` as a process; stopped with Ctrl-C."""
-    process = subprocess.Popen(
-        [str(BIN / "thatch"), "ui", "--port", "0", "--no-browser", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # printed once the socket listens
-        assert line.startswith("thatch ui: http://127.0.0.1:"), (line, process.stderr)
-        url = urlsplit(line.split(": ", 1)[1].strip())
-        assert url.port is not None
-        yield UiClient(url.port), f"{url.path}?{url.query}"
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            _out, err = process.communicate(timeout=30)  # also closes the pipes
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert process.returncode == 0, err
 
 
 def cli_labels() -> list[str]:
@@ -161,7 +130,7 @@ def test_newcomer_runs_the_demo_then_browses_it(
     assert database == home / ".cache" / "thatch" / "demo" / "thatch.db"
 
     ui_env = dict(env, THATCH_EMBEDDER_ADDR=minilm_server.address)
-    with run_ui(ui_env, "--demo") as (client, entry):
+    with run_ui_process(ui_env, "--demo") as (client, entry):
         assert client.request("GET", entry).status == 303
         stores = client.get("/")
         assert ">demo</a>" in stores.body

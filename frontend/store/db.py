@@ -1,4 +1,12 @@
-"""Connections and transactions: the only place that talks to sqlite3 about either.
+"""Connections and transactions: the only module that opens the database file.
+
+One owner (docs/database.md §who-opens-the-file): every ``sqlite3.connect`` and every
+other open of the database file or its -wal/-shm is here. A process holding a connection
+must never open the file a second time outside SQLite: closing any descriptor of a file
+drops every POSIX lock the process holds on it, so SQLite would go on writing without
+its locks and another process could checkpoint and remove the WAL under it (the file is
+then corrupt). The probes that must open the file (``write_fault``) run in a child
+process, whose descriptors and locks are its own. tests/test_db_owner.py keeps it so.
 
 Every connection runs in autocommit mode (``isolation_level=None``) so that ``atomic`` is
 the one thing that begins and ends transactions. WAL and the busy timeout are set right
@@ -29,11 +37,17 @@ from thatch.frontend.errors import (
 )
 
 __all__ = [
+    "ThatchConnection",
     "atomic",
+    "backup",
     "configure",
     "connect",
+    "connect_read_only",
+    "header_is_wal",
     "is_busy",
     "is_write_refused",
+    "lock_fault",
+    "note_damage",
     "read_leniently",
     "store_error",
     "write_fault",
@@ -49,6 +63,7 @@ FREE_SPACE_MIN_BYTES = 4 * 1024 * 1024
 
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 _DAMAGED_CODES = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB}
+_UNREADABLE_CODES = {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY}
 _WRITE_CODES = {
     sqlite3.SQLITE_READONLY,
     sqlite3.SQLITE_FULL,
@@ -56,6 +71,58 @@ _WRITE_CODES = {
     sqlite3.SQLITE_PERM,
 }
 _UNDECODABLE = "Could not decode to UTF-8"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+# Run by ``write_fault`` in a child process: opens each path for writing (changing
+# nothing) and prints the first refusal as JSON [path, errno, strerror].
+_OPEN_PROBE = """
+import json, os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except FileNotFoundError:
+        continue
+    except OSError as error:
+        print(json.dumps([path, error.errno, error.strerror or str(error)]))
+        break
+"""
+PROBE_TIMEOUT = 30.0
+
+
+class ThatchConnection(sqlite3.Connection):
+    """A connection that remembers the damage it met: once SQLite reported the file
+    malformed to this process, ``atomic`` refuses every write with that error (writing
+    into a damaged file spreads the damage, and the user was told to check it)."""
+
+    damaged: DatabaseDamagedError | None = None
+
+
+def note_damage(conn: sqlite3.Connection, error: BaseException, path: Path | str | None) -> None:
+    """Remember on ``conn`` that ``error`` found its file damaged (else do nothing)."""
+    if not isinstance(conn, ThatchConnection) or conn.damaged is not None:
+        return
+    if isinstance(error, DatabaseDamagedError):
+        conn.damaged = error
+    elif isinstance(error, sqlite3.DatabaseError) and is_damage(error):
+        conn.damaged = DatabaseDamagedError(Path(path or "(in memory)"), _words(error))
+
+
+def is_damage(error: BaseException) -> bool:
+    """SQLite found the file malformed (not merely undecodable text)."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return False
+    return _code(error) in _DAMAGED_CODES or "malformed" in str(error)
+
+
+def _sqlite_connect(target: str | Path, *, uri: bool = False) -> ThatchConnection:
+    conn = sqlite3.connect(
+        target,
+        uri=uri,
+        isolation_level=None,
+        check_same_thread=False,
+        factory=ThatchConnection,
+    )
+    assert isinstance(conn, ThatchConnection)
+    return conn
 
 
 def connect(path: Path | str) -> sqlite3.Connection:
@@ -69,26 +136,30 @@ def connect(path: Path | str) -> sqlite3.Connection:
     if path.is_dir():
         raise DatabaseOpenError(path, "is a directory")
     try:
-        return _configured(sqlite3.connect(path, isolation_level=None, check_same_thread=False))
+        return _configured(_sqlite_connect(path))
     except sqlite3.Error as error:
-        if _code(error) != sqlite3.SQLITE_CANTOPEN or not _readable_only_immutable(path):
+        if _code(error) not in _UNREADABLE_CODES or not _readable_only_immutable(path):
             raise open_error(error, path) from None
-    # A WAL database on a read-only file system cannot get its -shm file, so SQLite refuses
-    # even to read it. No -wal file means no writer has it open (one would have made it),
-    # so reading it as immutable is exact; writes then fail as read-only, as they must.
+    # A WAL database in a directory this process may not write (a read-only file system,
+    # a directory of another user) cannot get its -shm file, so SQLite refuses even to
+    # read it: SQLITE_CANTOPEN, or SQLITE_READONLY_DIRECTORY when the file itself is
+    # writable. No -wal file means no writer has it open (one would have made it), so
+    # reading it as immutable is exact; writes then fail as read-only, as they must.
     from urllib.parse import quote
 
     uri = f"file:{quote(os.fspath(path))}?mode=ro&immutable=1"
     try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        return _configured(conn)
+        return _configured(_sqlite_connect(uri, uri=True))
     except sqlite3.Error as error:
         raise open_error(error, path) from None
 
 
-def _configured(conn: sqlite3.Connection) -> sqlite3.Connection:
+def _configured(conn: ThatchConnection) -> ThatchConnection:
+    """``conn`` configured, and shown to read: the first read of a WAL file is where SQLite
+    finds it cannot make the -shm (the WAL switch takes that refusal for a read-only file)."""
     try:
         configure(conn)
+        conn.execute("PRAGMA schema_version").fetchone()
     except BaseException:
         conn.close()
         raise
@@ -105,6 +176,70 @@ def _readable_only_immutable(path: Path) -> bool:
         )
     except OSError:
         return False
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection for a look that changes nothing (``thatch doctor``).
+
+    When no -wal file exists (no process has the file open) it is read ``immutable``, so
+    SQLite leaves no -wal/-shm files behind. Never migrated, never switched to WAL.
+    """
+    from urllib.parse import quote
+
+    uri = f"file:{quote(os.fspath(path))}?mode=ro"
+    if not Path(f"{path}-wal").exists():
+        uri += "&immutable=1"
+    conn = _sqlite_connect(uri, uri=True)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def header_is_wal(path: Path) -> bool:
+    """WAL mode as the file's header records it (format versions, bytes 18 and 19, are 2).
+
+    Reads the file outside SQLite: only for a process that holds no connection to it
+    (``thatch doctor`` reads it before connecting). An immutable read-only connection
+    reports ``delete`` for a WAL file, so the header is the one place that says.
+    """
+    with path.open("rb") as handle:
+        header = handle.read(20)
+    return header[:16] == _SQLITE_HEADER and header[18] == 2 and header[19] == 2
+
+
+def lock_fault(path: Path) -> tuple[WriteFault, str] | None:
+    """Take the write lock as a write would, and give it back: nothing is written.
+
+    Busy is fine (another session is writing right now); anything else is a fault the
+    file-system probe did not see (a lock-less network mount, a file SQLite refuses).
+    A second SQLite connection is safe beside a first in the same process: SQLite keeps
+    one descriptor set per file and defers closing it while a lock is held.
+    """
+    from urllib.parse import quote
+
+    try:
+        conn = _sqlite_connect(f"file:{quote(os.fspath(path))}?mode=rw", uri=True)
+    except sqlite3.Error as error:
+        return "other", str(error)
+    try:
+        conn.execute("PRAGMA busy_timeout = 200")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as error:
+        return None if is_busy(error) else ("other", str(error))
+    finally:
+        conn.close()
+    return None
+
+
+def backup(source: Path, target: Path) -> None:
+    """A consistent copy of ``source`` (WAL included) written to a new file ``target``."""
+    import contextlib
+
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
 
 
 def configure(conn: sqlite3.Connection) -> None:
@@ -170,19 +305,25 @@ def read_leniently(conn: sqlite3.Connection, operation: Callable[[], T]) -> T:
     The connection keeps the lenient decoder from then on. It is not the default because
     a Python text factory makes every text column of a matrix load about 1.5x slower, and
     only damaged rows need it. Callers pass operations that fail before they write.
+    Damage met on the way is noted on the connection (``note_damage``): later writes on it
+    are refused.
     """
     try:
         return operation()
-    except sqlite3.OperationalError as error:
+    except (sqlite3.DatabaseError, DatabaseDamagedError) as error:
+        if is_damage(error) or isinstance(error, DatabaseDamagedError):
+            note_damage(conn, error, _main_file(conn))
+            raise
         if not is_undecodable(error) or conn.text_factory is lenient_text:
             raise
     conn.text_factory = lenient_text
-    return operation()
+    return read_leniently(conn, operation)  # the lenient decoder is kept: no third try
 
 
 def is_write_refused(error: BaseException) -> bool:
-    """The file system refused a write (read-only, full, I/O), or the lock was not had."""
-    if isinstance(error, DatabaseBusyError | DatabaseWriteError):
+    """The file system refused a write (read-only, full, I/O), the lock was not had, or
+    the connection refuses writes to a file found damaged."""
+    if isinstance(error, DatabaseBusyError | DatabaseWriteError | DatabaseDamagedError):
         return True
     return isinstance(error, sqlite3.OperationalError) and (
         is_busy(error) or _code(error) in _WRITE_CODES
@@ -234,9 +375,11 @@ def write_problem(path: Path) -> str | None:
 def write_fault(path: Path) -> tuple[WriteFault, str] | None:
     """The kind and description of what stops writes to ``path``, or None.
 
-    Opens the file for writing (which changes nothing), so it reports what a write would
-    meet: a read-only mount, permissions or an immutable attribute, an unwritable
-    directory (SQLite creates <name>-wal and <name>-shm beside the file), a full disk.
+    Opens the file and its -wal/-shm for writing (which changes nothing), so it reports
+    what a write would meet: a read-only mount, permissions or an immutable attribute, an
+    unwritable directory (SQLite creates <name>-wal and <name>-shm beside the file), a
+    full disk. The opens run in a child process: this one may hold a connection to the
+    file, and closing a descriptor here would drop its locks (module docstring).
     """
     directory = path.parent
     try:
@@ -244,13 +387,9 @@ def write_fault(path: Path) -> tuple[WriteFault, str] | None:
             return "read-only", f"the file system holding {directory} is mounted read-only"
     except OSError:
         pass
-    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            os.close(os.open(candidate, os.O_RDWR))
-        except FileNotFoundError:
-            continue
-        except OSError as error:
-            return _refusal(candidate, error)
+    refused = _open_refusal([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
+    if refused is not None:
+        return _refusal(*refused)
     if not _directory_writable(directory) and not Path(f"{path}-wal").exists():
         return "directory", (
             f"its directory {directory} is not writable "
@@ -265,6 +404,29 @@ def write_fault(path: Path) -> tuple[WriteFault, str] | None:
     if free is not None and free < FREE_SPACE_MIN_BYTES:
         return "full", f"the disk holding {directory} is full ({free // 1024} KiB free)"
     return None
+
+
+def _open_refusal(paths: list[Path]) -> tuple[Path, OSError] | None:
+    """The first of ``paths`` that a child process may not open for writing, with why."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _OPEN_PROBE, *map(os.fspath, paths)],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+        if done.returncode != 0 or not done.stdout.strip():
+            return None
+        where, number, words = json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None  # the probe itself failed: report what the other checks find
+    return Path(where), OSError(int(number), str(words))
 
 
 def _refusal(path: Path, error: OSError) -> tuple[WriteFault, str]:
@@ -318,8 +480,12 @@ def atomic(conn: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3
     """One transaction: ``BEGIN [IMMEDIATE]`` outermost, ``SAVEPOINT`` when nested.
 
     Rolls back on any BaseException (KeyboardInterrupt included) and re-raises; a lock
-    not obtained within the busy timeout becomes DatabaseBusyError.
+    not obtained within the busy timeout becomes DatabaseBusyError. A write on a
+    connection that met damage is refused with that DatabaseDamagedError (``note_damage``).
     """
+    damaged = getattr(conn, "damaged", None)
+    if immediate and damaged is not None:
+        raise damaged
     if conn.in_transaction:
         name = f"thatch_{os.urandom(16).hex()}"
         conn.execute(f"SAVEPOINT {name}")
@@ -345,4 +511,16 @@ def atomic(conn: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3
             conn.rollback()
         if is_busy(error):
             raise DatabaseBusyError() from None
+        if is_damage(error):
+            note_damage(conn, error, _main_file(conn))
         raise
+
+
+def _main_file(conn: sqlite3.Connection) -> str | None:
+    try:
+        for row in conn.execute("PRAGMA database_list"):
+            if row[1] == "main":
+                return str(row[2]) or None
+    except sqlite3.Error:
+        return None
+    return None

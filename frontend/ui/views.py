@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
-from thatch.frontend.errors import StoreError
+from thatch.frontend.errors import DatabaseDamagedError, StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatMessage, ChatStore
 from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
@@ -805,10 +805,8 @@ class Views:
         return self._safely(self._status)
 
     def _status(self) -> Response:
-        from thatch.common.version import thatch_version
         from thatch.embedder.client.embedder_client import EmbedderClient
-        from thatch.frontend.doctor import run_checks
-        from thatch.frontend.setup.hosts import resolve_bin
+        from thatch.frontend.doctor import checks_in_child, damage_found
 
         ctx = self.tools.ctx
         path = self.store.path
@@ -845,12 +843,12 @@ class Views:
             ]
         except ThatchEmbedderError as error:
             facts.append(["embedder", text(f"not answering: {error}")])
-        checks = run_checks(
-            dict(ctx.env),
-            project_dir=ctx.project_dir,
-            bin_path=resolve_bin("thatch", ctx.env),
-            version=thatch_version(),
-        )
+        # In a child: this process holds the database open (docs/database.md
+        # §who-opens-the-file), and the checks open the file themselves.
+        checks = checks_in_child(ctx.env, project_dir=ctx.project_dir)
+        damage = damage_found(checks, path) if path is not None else None
+        if path is not None and damage is not None:  # from now on writes are refused
+            db.note_damage(self.store.conn, DatabaseDamagedError(path, damage), path)
         check_rows = [
             [text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks
         ]

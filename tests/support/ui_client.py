@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import http.client
 import re
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from urllib.parse import urlencode
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.ui.app import build_app
@@ -163,3 +167,33 @@ def running_ui(ctx: ToolContext, token: str | None = None) -> Iterator[tuple[UiC
         thread.join(timeout=30)
         sock.close()
         assert not thread.is_alive(), "the ui server did not stop"
+
+
+@contextmanager
+def run_ui_process(env: Mapping[str, str], *args: str) -> Iterator[tuple[UiClient, str]]:
+    """``thatch ui --port 0 --no-browser [args]`` as a process, with the path of its printed
+    URL (the token in it); stopped with Ctrl-C, which must end it cleanly."""
+    thatch = Path(sys.executable).parent / "thatch"
+    process = subprocess.Popen(
+        [str(thatch), "ui", "--port", "0", "--no-browser", *args],
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # printed once the socket listens
+        assert line.startswith("thatch ui: http://127.0.0.1:"), (line, process.stderr)
+        url = urlsplit(line.split(": ", 1)[1].strip())
+        assert url.port is not None
+        yield UiClient(url.port), f"{url.path}?{url.query}"
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            _out, err = process.communicate(timeout=30)  # also closes the pipes
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 0, err
