@@ -350,7 +350,7 @@ def run_demo(
 
 def thatch_invocation(env: Mapping[str, str]) -> str:
     """How to run this thatch from the user's shell: ``thatch`` when PATH finds this very
-    program, else its path (relative to the working directory when under it)."""
+    program, else its absolute path (it must work from any project directory)."""
     here = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     if here is None or here.name != "thatch" or not here.exists():
         here = Path(sys.executable).parent / "thatch"
@@ -359,12 +359,7 @@ def thatch_invocation(env: Mapping[str, str]) -> str:
     found = shutil.which("thatch", path=env.get("PATH", os.defpath))
     if found is not None and Path(found).resolve() == here.resolve():
         return "thatch"
-    absolute = here.absolute()
-    try:
-        shown = str(absolute.relative_to(Path.cwd()))
-    except ValueError:
-        return shlex_quote(str(absolute))
-    return shlex_quote(shown if "/" in shown else f"./{shown}")
+    return shlex_quote(str(here.absolute()))
 
 
 def shlex_quote(text: str) -> str:

@@ -231,7 +231,8 @@ def test_a_missing_model_is_named_with_its_fix_when_remember_saves_pending(
 def test_the_demo_says_how_to_run_thatch_when_path_does_not_find_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Run as .venv/bin/thatch with PATH lacking it: the demo's commands use that path."""
+    """Run as .venv/bin/thatch with PATH lacking it: the demo's commands use its absolute
+    path, which works from any project directory."""
     import sys
 
     from thatch.frontend.demo import thatch_invocation
@@ -239,7 +240,7 @@ def test_the_demo_says_how_to_run_thatch_when_path_does_not_find_it(
     bin_dir = Path(sys.executable).parent
     monkeypatch.chdir(bin_dir.parent)
     monkeypatch.setattr(sys, "argv", [str(bin_dir / "thatch"), "demo"])
-    assert thatch_invocation({"PATH": "/usr/bin:/bin"}) == f"{bin_dir.name}/thatch"
+    assert thatch_invocation({"PATH": "/usr/bin:/bin"}) == str(bin_dir / "thatch")
     assert thatch_invocation({"PATH": f"{bin_dir}:/usr/bin"}) == "thatch"
     monkeypatch.chdir(tmp_path)
     assert thatch_invocation({"PATH": "/usr/bin"}) == str(bin_dir / "thatch")

@@ -175,3 +175,81 @@ def test_newcomer_offline_from_help_to_doctor(newcomer: dict[str, str], tmp_path
         " served by the embedder"
     ) in lines
     assert any(line.startswith("ok  setup:claude") for line in lines), lines
+
+
+def _printed(text: str, pattern: str) -> str:
+    import re
+
+    found = re.search(pattern, text, re.M)
+    assert found is not None, (pattern, text)
+    return found.group(1)
+
+
+def test_the_readme_from_the_quick_start_to_search(tmp_path: Path, short_tmp: Path) -> None:
+    """Issue 23: the README's path in an empty HOME, offline, with thatch NOT on PATH (as the
+    quick start leaves it): the demo names the command to run and the one line that makes
+    the offline model every agent's; running exactly those, ui --demo shows the demo's
+    memories, setup --claude wires a project, doctor says ok, search finds a memory."""
+    from tests.support.ui_client import run_ui_process
+
+    home = tmp_path / "home"
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("THATCH_", "HF_", "XDG_", "CLAUDE_", "CURSOR_"))
+    }
+    env.update(
+        HOME=str(home),
+        PATH="/usr/bin:/bin",  # the quick start puts nothing on PATH
+        XDG_RUNTIME_DIR=str(short_tmp),
+        HF_HUB_OFFLINE="1",
+        HF_ENDPOINT="http://127.0.0.1:9",
+        THATCH_EMBEDDER_EXIT_SECONDS="300",
+    )
+    workdir = BIN.parent.parent  # where the quick start ran: the clone holding .venv
+    installed = BIN / "thatch"
+
+    def run(command: list[str], cwd: Path = workdir, **kwargs: Any) -> Any:
+        return subprocess.run(
+            command, env=env, cwd=cwd, capture_output=True, text=True, timeout=300, **kwargs
+        )
+
+    try:
+        demo = run([str(installed), "demo"])
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        thatch_word = _printed(
+            demo.stdout, r"^Look at these memories in a browser: (\S+) ui --demo$"
+        )
+        assert thatch_word != "thatch"  # not on PATH: the demo names what runs
+        ran = run([*shlex.split(thatch_word), "--version"])
+        assert ran.returncode == 0, ran.stderr
+        use_line = _printed(demo.stdout, r"^.*To give them the demo's model: (.+)$")
+        used = run(shlex.split(use_line))
+        assert used.returncode == 0, used.stderr
+
+        thatch_cmd = shlex.split(thatch_word)
+        with run_ui_process(env, "--demo") as (client, entry):
+            assert client.request("GET", entry).status == 303
+            listed = client.get("/memories", store="demo")
+            assert "Running the test suite" in listed.body
+
+        project = tmp_path / "widgets"
+        project.mkdir()
+        subprocess.run(["git", "init", "-q", str(project)], check=True)
+        setup = run([*thatch_cmd, "setup", "--claude"], cwd=project)
+        assert setup.returncode == 0, setup.stderr
+        assert str(installed) in (project / ".mcp.json").read_text()  # not "thatch"
+        saved = run(
+            [*thatch_cmd, "remember", "Deploys", "Production deploys run make deploy from main"],
+            cwd=project,
+        )
+        assert saved.returncode == 0, saved.stderr
+        assert "Embedding pending" not in saved.stderr
+        doctor = run([*thatch_cmd, "doctor"], cwd=project)
+        assert doctor.returncode == 0, doctor.stdout
+        assert not [line for line in doctor.stdout.splitlines() if line.startswith("FAIL")]
+        found = run([*thatch_cmd, "search", "how", "do", "we", "deploy?"], cwd=project)
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.splitlines()[1].endswith("] Deploys")
+    finally:
+        run([str(installed), "embedder", "stop"])
