@@ -183,7 +183,8 @@ def with_peers(template: Path, work: Path, rows: int) -> None:
         f"writer: {wrote['ops']} statements, slowest {wrote['slowest_ms']} ms, "
         f"errors {wrote['errors'][:3]}"  # type: ignore[index]
     )
-    print(f"reader: {read['ops']} searches, {read['answered']} answered, errors {read['errors'][:3]}")  # type: ignore[index]  # noqa: E501
+    errors: list[str] = read["errors"]  # type: ignore[assignment]
+    print(f"reader: {read['ops']} searches, {read['answered']} answered, errors {errors[:3]}")
     with Store.open(copy) as store:
         expected: dict[str, str | None] = wrote["expected"]  # type: ignore[assignment]
         lost = [

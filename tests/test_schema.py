@@ -14,6 +14,7 @@ import pytest
 from tests.support.fts import assert_index_in_step
 from thatch.common.environment import default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
+from thatch.frontend.store.backfill import BACKFILLS_TABLE
 from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.lexical import DOCS_TABLE, FTS_TABLE
 from thatch.frontend.store.memory_store import Store
@@ -178,6 +179,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
     extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence", *CHAT_TABLES}
+    extra.add(BACKFILLS_TABLE)
     fts = {
         DOCS_TABLE,
         FTS_TABLE,

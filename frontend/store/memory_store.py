@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
-from thatch.frontend.store import db, lexical
+from thatch.frontend.store import backfill, db, lexical
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
     LogPosition,
@@ -120,8 +120,10 @@ class Store(UpkeepQueries):
             # read it in its own schema, without the change log (so without caching).
             self._tracked = False
         # The lexical index exists once m009 ran (not in a file this process may not migrate,
-        # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone.
+        # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone. So it does
+        # while m009's backfill is still indexing the memories that predate it.
         self._lexical = lexical.index_present(conn)
+        self._lexical_filling = self._lexical and lexical.BACKFILL in backfill.pending(conn)
         self.path = self._file_path()
         identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
         self._cache = MatrixCache(
@@ -554,10 +556,17 @@ class Store(UpkeepQueries):
         self, names: Sequence[str], text: str | None
     ) -> dict[tuple[str, str], float]:
         """(store, slug) → what its lexical match adds to its cosine for ranking; {} without
-        text or index. Lexical ranking only reorders: any failure leaves the dense order."""
+        text or complete index. Lexical ranking only reorders: any failure leaves the dense
+        order. A partly filled index would lift only the memories it has reached (and count
+        an identifier as unique that is not), so until its backfill ends (in this process or
+        another) the order is the dense one."""
         if not text or not self._lexical:
             return {}
         try:
+            if self._lexical_filling:
+                self._lexical_filling = lexical.BACKFILL in backfill.pending(self.conn)
+                if self._lexical_filling:
+                    return {}
             hits, exact = lexical.evidence(self.conn, names, text)
         except sqlite3.OperationalError:
             return {}

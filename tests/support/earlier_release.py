@@ -45,11 +45,11 @@ INSERT OR IGNORE INTO stores (name) VALUES ('global');
 STORES = ("global", "acme/app", "acme/lib", "tools/cli")
 STAMP = "2024-06-01T08:00:00.000Z"
 DIM = 384
-_WORDS = """build release target binaries integration tests postgres port fixtures tabs
+_WORDS_TEXT = """build release target binaries integration tests postgres port fixtures tabs
 pull requests reviewed deploys actions staging cluster production redis schema version
 migration cache alembic defaults oauth tokens middleware logging structlog bundler paths
-pathlib worker queue retry budget timeout socket embedder vector index ranking recall
-""".split()
+pathlib worker queue retry budget timeout socket embedder vector index ranking recall"""
+_WORDS = _WORDS_TEXT.split()
 
 # The earlier release's write statements on entries, verbatim from its src/db.ts (v0.1.30).
 INSERT = """INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, archived, created_at, updated_at)

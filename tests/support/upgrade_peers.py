@@ -135,8 +135,10 @@ class Commands:
 def main() -> None:
     role, path = sys.argv[1], Path(sys.argv[2])
     peer: Writer | Reader
-    peer = Writer(path, int(sys.argv[3]), int(sys.argv[4])) if role == "writer" else Reader(
-        path, int(sys.argv[3])
+    peer = (
+        Writer(path, int(sys.argv[3]), int(sys.argv[4]))
+        if role == "writer"
+        else Reader(path, int(sys.argv[3]))
     )
     print("ready", flush=True)
     commands = Commands()
