@@ -2,6 +2,7 @@
 
     python -m tests.support.upgrade_peers writer PATH SEED ROWS
     python -m tests.support.upgrade_peers reader PATH ROWS
+    python -m tests.support.upgrade_peers upgrader PATH ROWS_PER_STEP
 
 Both read commands from stdin, one a line, and answer on stdout:
 - ``ops N``: do N operations, then answer ``done`` (lock-step use);
@@ -13,7 +14,8 @@ timeout, running its exact INSERT, upsert and DELETE statements on ``acme/app``.
 summary: operations, the slowest one (ms), every error, and what each key it touched must
 hold afterwards (``expected``: slug → content, or None when deleted). The reader is this
 thatch (``build_indexes=False``, as a hook opens) searching by vector and text; its summary
-counts searches, answers with at least one match, and errors.
+counts searches, answers with at least one match, answers ranked by the lexical index
+(``lexical``, also after each ``done``), and errors. The upgrader is described at ``upgrade``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.support import earlier_release as er
 
@@ -91,26 +94,37 @@ class Reader:
         from thatch.frontend.store.memory_store import Store
 
         self.store = Store.open(path, build_indexes=False)
-        blob = er.fixed_blob(1)
-        self.vector = np.frombuffer(blob, dtype="<f4")
+        self.vector = np.frombuffer(er.fixed_blob(1), dtype="<f4")
         self.rows = rows
         self.done = 0
         self.answered = 0
+        self.lexical = 0
         self.errors: list[str] = []
 
     def one(self) -> None:
-        text = f"mark_{self.done % max(1, self.rows)} retry budget"
+        # Every memory has the same vector: by meaning alone the tie goes to the first
+        # (store, slug), an acme/app one; memory k of 'global' (k = 0 mod 4, which the
+        # writer never touches) comes first only when the lexical index lifts it.
+        k = 4 * (self.done % max(1, self.rows // 4))
         try:
-            found = self.store.search(["acme/app", "global"], self.vector, text=text, limit=5)
+            found = self.store.search(
+                ["acme/app", "global"], self.vector, text=f"mark_{k} retry budget", limit=5
+            )
         except Exception as error:  # every failure is reported, none ends the loop
             self.errors.append(f"{type(error).__name__}: {error}")
         else:
             self.answered += bool(found)
+            self.lexical += bool(found) and found[0].memory.slug == er.slug_of(k)
         self.done += 1
 
     def summary(self) -> dict[str, object]:
         self.store.close()
-        return {"ops": self.done, "answered": self.answered, "errors": self.errors}
+        return {
+            "ops": self.done,
+            "answered": self.answered,
+            "lexical": self.lexical,
+            "errors": self.errors,
+        }
 
 
 class Commands:
@@ -132,8 +146,32 @@ class Commands:
         return line.decode().split()
 
 
+def upgrade(path: Path, rows: int) -> None:
+    """Open ``path`` as ``thatch mcp`` does, the backfill doing ``rows`` rows a transaction
+    and, between transactions (the lock free), printing ``paused`` and waiting for a line."""
+    from thatch.frontend.store import backfill
+    from thatch.frontend.store.memory_store import Store
+
+    commands = Commands()
+    run = backfill.run
+
+    def handshake(seconds: float) -> None:
+        print("paused", flush=True)
+        commands.next()
+
+    def stepwise(conn: sqlite3.Connection, steps: Any, **_: object) -> set[str]:
+        return run(conn, steps, rows=rows, work_s=0.0, sleep=handshake)
+
+    backfill.run = stepwise  # type: ignore[assignment]
+    with Store.open(path):
+        print("opened", flush=True)
+
+
 def main() -> None:
     role, path = sys.argv[1], Path(sys.argv[2])
+    if role == "upgrader":
+        upgrade(path, int(sys.argv[3]))
+        return
     peer: Writer | Reader
     peer = (
         Writer(path, int(sys.argv[3]), int(sys.argv[4]))
@@ -147,7 +185,7 @@ def main() -> None:
         if command[0] == "ops":
             for _ in range(int(command[1])):
                 peer.one()
-            print("done", flush=True)
+            print(f"done {getattr(peer, 'lexical', 0)}", flush=True)
         elif command[0] == "run":
             while not commands.waiting():
                 peer.one()
