@@ -101,8 +101,9 @@ class Store(UpkeepQueries):
     ) -> None:
         """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
         ``write_snapshots=False`` only maps them (a hook must not wait for a write);
-        ``build_indexes=False`` leaves migrations that index every memory to a later open
-        (a hook must not wait for those either: schema ``BUILDS_INDEXES``)."""
+        ``build_indexes=False`` leaves migrations that index every memory, and every
+        pending backfill, to a later open (a hook must not wait for those either: schema
+        ``BUILDS_INDEXES``)."""
         self.conn = conn
         self._writes_snapshots = write_snapshots
         self.clock = clock
