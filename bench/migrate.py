@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support import earlier_release  # noqa: E402
 from tests.support.fts import assert_index_in_step  # noqa: E402
-from thatch.frontend.store import db, schema  # noqa: E402
+from thatch.frontend.store import backfill, db, lexical, schema  # noqa: E402
 from thatch.frontend.store.memory_store import Store  # noqa: E402
 
 Holds = list[tuple[str, float]]
@@ -62,18 +63,33 @@ def timed_atomic(holds: Holds, label: list[str]) -> Callable[..., AbstractContex
     return atomic
 
 
-def open_timed(path: Path) -> tuple[Holds, float]:
+def one_transaction_m009(conn: sqlite3.Connection) -> None:
+    """m009 as it was before its backfill (the baseline): every memory indexed inside the
+    migration's own transaction, with FTS5's ``'rebuild'``."""
+    schema.m009_fts(conn)
+    conn.execute(
+        f"INSERT INTO {lexical.DOCS_TABLE} (store, slug, body) "
+        "SELECT store, slug, label || char(10) || content FROM entries"
+    )
+    conn.execute(f"INSERT INTO {lexical.FTS_TABLE} ({lexical.FTS_TABLE}) VALUES ('rebuild')")
+    conn.execute(f"DELETE FROM {backfill.BACKFILLS_TABLE}")
+
+
+@contextmanager
+def baseline_m009(active: bool) -> Iterator[None]:
+    saved = list(schema.MIGRATIONS)
+    if active:
+        schema.MIGRATIONS[-1] = ("m009_fts", one_transaction_m009)
+    try:
+        yield
+    finally:
+        schema.MIGRATIONS[:] = saved
+
+
+def open_timed(path: Path, *, fill_now: bool = True) -> tuple[Holds, float]:
     """Open ``path`` with every transaction of the upgrade timed; (holds, wall seconds)."""
     holds: Holds = []
     label = ["?"]
-    modules = [schema]
-    try:
-        from thatch.frontend.store import backfill
-
-        modules.append(backfill)  # type: ignore[arg-type]
-    except ImportError:
-        backfill = None  # type: ignore[assignment]
-    saved = [(module, module.atomic) for module in modules]
     migrations = list(schema.MIGRATIONS)
 
     def tagged(name: str, migrate: Callable[..., None]) -> Callable[..., None]:
@@ -84,65 +100,74 @@ def open_timed(path: Path) -> tuple[Holds, float]:
         return run
 
     schema.MIGRATIONS[:] = [(name, tagged(name, step)) for name, step in migrations]
-    for module in modules:
-        module.atomic = timed_atomic(holds, label)  # type: ignore[attr-defined]
+    schema.atomic = backfill.atomic = timed_atomic(holds, label)  # type: ignore[assignment]
     try:
         start = time.perf_counter()
-        label[0] = "?"
-        with Store.open(path):
-            pass
-        wall = time.perf_counter() - start
+        with Store.open(path, fill_now=fill_now):
+            wall = time.perf_counter() - start
     finally:
         schema.MIGRATIONS[:] = migrations
-        for module, atomic in saved:
-            module.atomic = atomic  # type: ignore[attr-defined]
-    # Transactions after the last migration are the backfill's chunks.
-    names = {name for name, _ in migrations}
-    seen_last = False
+        schema.atomic = backfill.atomic = db.atomic
+    # Transactions after the last migration are the backfill's.
+    last = migrations[-1][0]
     relabelled: Holds = []
+    seen_last = False
     for name, seconds in holds:
-        if name == migrations[-1][0]:
-            if seen_last:
-                name = "backfill chunk"
-            seen_last = True
-        elif name not in names:
-            name = "backfill chunk"
+        if name == last and seen_last:
+            name = "backfill transaction"
+        seen_last |= name == last
         relabelled.append((name, seconds))
     return relabelled, wall
 
 
+def fresh_copy(template: Path, copy: Path) -> Path:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{copy}{suffix}").unlink(missing_ok=True)
+    shutil.copy(template, copy)
+    return copy
+
+
 def lock_holds(template: Path, work: Path, repeats: int) -> None:
-    per_name: dict[str, list[float]] = {}
-    longest: Holds = []
-    walls: list[float] = []
-    chunks: list[int] = []
+    """Baseline and now alternately, ``repeats`` times each, plus the server's open."""
+    kinds = ("before (one-transaction m009)", "now", "now, thatch mcp's open")
+    per_name: dict[str, dict[str, list[float]]] = {kind: {} for kind in kinds}
+    longest: dict[str, Holds] = {kind: [] for kind in kinds}
+    walls: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(repeats):
-        copy = work / "upgrade.db"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{copy}{suffix}").unlink(missing_ok=True)
-        shutil.copy(template, copy)
-        holds, wall = open_timed(copy)
-        walls.append(wall)
-        longest.append(max(holds, key=lambda hold: hold[1]))
-        chunk_holds = [s for name, s in holds if name == "backfill chunk"]
-        chunks.append(len(chunk_holds))
-        for name, seconds in holds:
-            if name == "backfill chunk":
-                continue
-            per_name.setdefault(name, []).append(seconds)
-        if chunk_holds:
-            per_name.setdefault("backfill chunk (longest)", []).append(max(chunk_holds))
-            per_name.setdefault("backfill chunk (median)", []).append(
-                statistics.median(chunk_holds)
-            )
+        for kind in kinds:
+            copy = fresh_copy(template, work / "upgrade.db")
+            with baseline_m009(kind.startswith("before")):
+                holds, wall = open_timed(copy, fill_now=not kind.endswith("open"))
+            walls[kind].append(wall)
+            longest[kind].append(max(holds, key=lambda hold: hold[1]))
+            chunks = [s for name, s in holds if name == "backfill transaction"]
+            named = per_name[kind]
+            for name, seconds in holds:
+                if name != "backfill transaction":
+                    named.setdefault(name, []).append(seconds)
+            if chunks:
+                named.setdefault("backfill transactions (count)", []).append(len(chunks))
+                named.setdefault("backfill transaction (longest)", []).append(max(chunks))
+                named.setdefault("backfill transaction (median)", []).append(
+                    statistics.median(chunks)
+                )
     print(f"\n## Write-lock holds while opening an earlier-release file (load {loadavg()})\n")
-    print("| transaction | median hold over repeats (ms) |")
-    print("|---|---|")
-    for name, values in per_name.items():
-        print(f"| {name} | {statistics.median(values) * 1000:.1f} |")
-    print(f"\nlongest hold per repeat (ms): {[(n, round(v * 1000)) for n, v in longest]}")
-    print(f"backfill chunks per repeat: {chunks}")
-    print(f"open wall time per repeat (s): {[round(v, 2) for v in walls]}")
+    print("medians over the repeats, ms (count: transactions)\n")
+    print("| transaction | " + " | ".join(kinds) + " |")
+    print("|---|" + "---|" * len(kinds))
+    names = list(dict.fromkeys(name for kind in kinds for name in per_name[kind]))
+    for name in names:
+        cells = []
+        for kind in kinds:
+            values = per_name[kind].get(name)
+            scale = 1 if name.endswith("(count)") else 1000
+            cells.append("—" if not values else f"{statistics.median(values) * scale:.0f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    for kind in kinds:
+        print(f"\n{kind}:")
+        print(f"  longest hold per repeat (ms): {[(n, round(v * 1000)) for n, v in longest[kind]]}")
+        print(f"  open wall time per repeat (s): {[round(v, 2) for v in walls[kind]]}")
+    print(f"load after: {loadavg()}")
 
 
 def start_peer(*args: str) -> subprocess.Popen[str]:
@@ -163,9 +188,8 @@ def stop_peer(peer: subprocess.Popen[str]) -> dict[str, object]:
     return summary
 
 
-def with_peers(template: Path, work: Path, rows: int) -> None:
-    copy = work / "peers.db"
-    shutil.copy(template, copy)
+def with_peers(template: Path, work: Path, rows: int, *, before: bool) -> None:
+    copy = fresh_copy(template, work / "peers.db")
     writer = start_peer("writer", str(copy), "5", str(rows))
     reader = start_peer("reader", str(copy), str(rows))
     for peer in (writer, reader):
@@ -173,11 +197,11 @@ def with_peers(template: Path, work: Path, rows: int) -> None:
         peer.stdin.write("run\n")
         peer.stdin.flush()
     start = time.perf_counter()
-    with Store.open(copy):
-        pass
-    wall = time.perf_counter() - start
+    with baseline_m009(before), Store.open(copy):
+        wall = time.perf_counter() - start
     wrote, read = stop_peer(writer), stop_peer(reader)
-    print(f"\n## Upgrade with an earlier-release writer and a thatch reader (load {loadavg()})\n")
+    kind = "before (one-transaction m009)" if before else "now"
+    print(f"\n## {kind}: upgrade beside the earlier release writing, a reader (load {loadavg()})\n")
     print(f"upgrade open: {wall:.2f} s")
     print(
         f"writer: {wrote['ops']} statements, slowest {wrote['slowest_ms']} ms, "
@@ -214,7 +238,8 @@ def main() -> None:
         lock_holds(legacy, work, args.repeats)
         if not args.skip_peers:
             earlier_release.build(current, args.rows, legacy=False)
-            with_peers(current, work, args.rows)
+            with_peers(current, work, args.rows, before=True)
+            with_peers(current, work, args.rows, before=False)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from thatch.frontend.errors import DatabaseBusyError
@@ -104,19 +105,30 @@ def run(
     work_s: float = WORK_S,
     pause_s: float = PAUSE_S,
     timer: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
+    guard: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> set[str]:
     """Run every pending backfill named in ``steps`` to its end; returns those finished.
 
-    Stops early, leaving the rest for a later open, when the lock is not had within the
-    busy timeout or the file cannot be written. Backfills this release does not know (a
-    newer one scheduled them) are left alone.
+    Each transaction runs inside ``guard()`` (a lock serialising the connection's users,
+    for a backfill on a thread beside them); between two, ``sleep(pause_s)`` with the lock
+    free, and a true result of it stops the run (``threading.Event.wait``: asked to stop).
+    Stops early too, leaving the rest for a later open, when the lock is not had within
+    the busy timeout or the file cannot be written. Backfills this release does not know
+    (a newer one scheduled them) are left alone.
     """
     finished: set[str] = set()
-    for name in sorted(pending(conn) & steps.keys()):
+    with guard():
+        names = sorted(pending(conn) & steps.keys())
+    for name in names:
         try:
-            while not run_one(conn, name, steps[name], rows=rows, work_s=work_s, timer=timer):
-                sleep(pause_s)  # the lock stays free: waiting writers get in
+            while True:
+                with guard():
+                    done = run_one(conn, name, steps[name], rows=rows, work_s=work_s, timer=timer)
+                if done:
+                    break
+                if sleep(pause_s):  # the lock stays free meanwhile: waiting writers get in
+                    return finished
         except DatabaseBusyError:
             return finished
         except sqlite3.OperationalError as error:

@@ -54,7 +54,7 @@ from thatch.frontend.store.rows import (
     store_name,
     threshold_value,
 )
-from thatch.frontend.store.schema import init_schema
+from thatch.frontend.store.schema import init_schema, run_backfills
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.upkeep import UpkeepQueries
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity
@@ -98,12 +98,14 @@ class Store(UpkeepQueries):
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
         build_indexes: bool = True,
+        fill_now: bool = True,
     ) -> None:
         """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
         ``write_snapshots=False`` only maps them (a hook must not wait for a write);
         ``build_indexes=False`` leaves migrations that index every memory, and every
         pending backfill, to a later open (a hook must not wait for those either: schema
-        ``BUILDS_INDEXES``)."""
+        ``BUILDS_INDEXES``); ``fill_now=False`` leaves pending backfills to ``fill_backlog``
+        (``thatch mcp`` runs it on a thread, so that its first answer does not wait)."""
         self.conn = conn
         self._writes_snapshots = write_snapshots
         self.clock = clock
@@ -113,7 +115,7 @@ class Store(UpkeepQueries):
         db.configure(conn)
         self._tracked = True  # the change counters and log of m004/m007 exist
         try:
-            init_schema(conn, self._now(), build_indexes=build_indexes)
+            init_schema(conn, self._now(), build_indexes=build_indexes, fill_now=fill_now)
         except sqlite3.OperationalError as error:
             if not db.is_read_only(error):
                 raise
@@ -140,6 +142,7 @@ class Store(UpkeepQueries):
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
         build_indexes: bool = True,
+        fill_now: bool = True,
     ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
@@ -150,6 +153,7 @@ class Store(UpkeepQueries):
                 snapshot_dir=snapshot_dir,
                 write_snapshots=write_snapshots,
                 build_indexes=build_indexes,
+                fill_now=fill_now,
             )
         except sqlite3.DatabaseError as error:
             conn.close()
@@ -181,6 +185,12 @@ class Store(UpkeepQueries):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def fill_backlog(self, stop: threading.Event) -> None:
+        """Run the pending backfills (schema ``run_backfills``) beside this store's other
+        users: each transaction under the store's lock, the pauses between without it.
+        Returns when they are done, or soon after ``stop`` is set (for a thread)."""
+        run_backfills(self.conn, guard=lambda: self._lock, sleep=stop.wait)
 
     # -- plumbing ------------------------------------------------------------------------
 

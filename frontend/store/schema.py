@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from thatch.frontend.store import backfill, lexical
 from thatch.frontend.store.db import atomic
@@ -555,29 +557,40 @@ def applied_migrations(conn: sqlite3.Connection) -> set[str]:
 
 
 def init_schema(
-    conn: sqlite3.Connection, applied_at: str, *, build_indexes: bool = True
+    conn: sqlite3.Connection,
+    applied_at: str,
+    *,
+    build_indexes: bool = True,
+    fill_now: bool = True,
 ) -> list[str]:
-    """Apply every migration not yet recorded, then (``build_indexes``) run the backfills
-    still pending; returns the migration names applied now.
+    """Apply every migration not yet recorded, then (``build_indexes`` and ``fill_now``)
+    run the backfills still pending; returns the migration names applied now.
 
     ``build_indexes=False`` leaves the ``BUILDS_INDEXES`` migrations and every backfill for
-    a later open.
+    a later open; ``fill_now=False`` leaves the backfills to the caller (``run_backfills``).
     """
     done = _migrate(conn, applied_at, build_indexes)
-    if build_indexes:
+    if build_indexes and fill_now:
         run_backfills(conn)
     return done
 
 
-def run_backfills(conn: sqlite3.Connection) -> set[str]:
-    """Every pending backfill this SQLite can run, in short transactions; those finished."""
+def run_backfills(
+    conn: sqlite3.Connection,
+    *,
+    guard: Callable[[], AbstractContextManager[object]] = nullcontext,
+    sleep: Callable[[float], object] = time.sleep,
+) -> set[str]:
+    """Every pending backfill this SQLite can run, in short transactions; those finished.
+    ``guard`` and ``sleep`` as in ``backfill.run`` (the lock to take, how to pause)."""
     steps = BACKFILLS
-    waiting = backfill.pending(conn) & steps.keys()
+    with guard():
+        waiting = backfill.pending(conn) & steps.keys()
+        if waiting & NEEDS_FTS5 and not lexical.fts5_available(conn):
+            steps = {name: step for name, step in steps.items() if name not in NEEDS_FTS5}
     if not waiting:
         return set()
-    if waiting & NEEDS_FTS5 and not lexical.fts5_available(conn):
-        steps = {name: step for name, step in steps.items() if name not in NEEDS_FTS5}
-    return backfill.run(conn, steps)
+    return backfill.run(conn, steps, guard=guard, sleep=sleep)
 
 
 def _migrate(conn: sqlite3.Connection, applied_at: str, build_indexes: bool) -> list[str]:
