@@ -187,3 +187,50 @@ def test_killed_upgrade_resumes_where_it_stopped(tmp_path: Path, peers: list[Pee
         assert docs.fetchall()[: len(kept)] == kept  # resumed, not started over
         assert len(index_rows(store.conn)) == rows
     assert progress(path)[2] is None
+
+
+def test_server_fills_the_index_on_a_thread_beside_its_own_calls(tmp_path: Path) -> None:
+    """``thatch mcp`` opens with ``fill_now=False`` and runs ``fill_backlog`` on a thread:
+    the open returns with the backfill pending (recall ranks by vectors alone), calls on the
+    same Store go on meanwhile, and once it ends the same Store ranks lexically too."""
+    import threading
+
+    import numpy as np
+
+    path = tmp_path / "thatch.db"
+    earlier_release.build(path, ROWS, legacy=False)
+    vector = np.frombuffer(earlier_release.fixed_blob(1), dtype="<f4")
+    first = earlier_release.slug_of(0)  # memory 0, in 'global'
+    with Store.open(path, fill_now=False) as store:
+        assert progress(path)[2] is None and progress(path)[0] == 0  # scheduled, not begun
+        scope = ["acme/app", "global"]
+        assert store.search(scope, vector, text="mark_0", limit=1)[0].memory.slug != first
+        stop = threading.Event()
+        filler = threading.Thread(target=store.fill_backlog, args=(stop,))
+        filler.start()
+        store.remember("acme/app", "during", "# during\n\nduring_fill", vector, "m")
+        assert store.show("acme/app", "during") is not None
+        filler.join(timeout=600)
+        assert not filler.is_alive()
+        assert store.search(scope, vector, text="mark_0", limit=1)[0].memory.slug == first
+        assert store.search(scope, vector, text="during_fill", limit=1)[0].memory.slug == "during"
+        assert_index_in_step(store.conn)
+    conn = sqlite3.connect(path)
+    assert conn.execute(f"SELECT count(*) FROM {BACKFILLS_TABLE}").fetchone() == (0,)
+    conn.close()
+
+
+def test_reminder_hooks_pending_fill_leaves_the_index_to_a_later_open(tmp_path: Path) -> None:
+    """The session-start hook fills pending memories through a ToolContext: that open, a
+    hook's, must not run m009 nor its backfill either."""
+    import os
+
+    from thatch.frontend.hooks.prompt_hooks import fill_pending
+
+    path = tmp_path / "thatch.db"
+    earlier_release.build(path, 20, legacy=False)
+    fill_pending({**os.environ, "THATCH_DB_PATH": str(path)})
+    conn = sqlite3.connect(path)
+    names = {row[0] for row in conn.execute("SELECT name FROM _thatch_migrations")}
+    conn.close()
+    assert names and BACKFILL not in names
