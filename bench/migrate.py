@@ -77,13 +77,17 @@ def one_transaction_m009(conn: sqlite3.Connection) -> None:
 
 @contextmanager
 def baseline_m009(active: bool) -> Iterator[None]:
-    saved = list(schema.MIGRATIONS)
+    """The upgrade as before this change (``active``): m009 in one transaction, and
+    migrations reading the file without a memory map."""
+    saved, mapped = list(schema.MIGRATIONS), schema.MIGRATION_MMAP_BYTES
     if active:
         schema.MIGRATIONS[-1] = ("m009_fts", one_transaction_m009)
+        schema.MIGRATION_MMAP_BYTES = 0
     try:
         yield
     finally:
         schema.MIGRATIONS[:] = saved
+        schema.MIGRATION_MMAP_BYTES = mapped
 
 
 def open_timed(path: Path, *, fill_now: bool = True) -> tuple[Holds, float]:
