@@ -514,3 +514,14 @@ def test_chat_tables_are_added_by_m008(store: Store) -> None:
     ]
     assert columns["chat_wakes"] == [("session_id", "TEXT", 1, 0), ("at", "TEXT", 1, 0)]
     assert "m008_chat_and_repo_paths" in [name for name, _ in MIGRATIONS]
+
+
+def test_migrating_leaves_the_memory_map_setting_as_it_was(tmp_path: Path) -> None:
+    """Migrations read through a memory map (index builds scan every row); the connection
+    gets its own setting back for everything after them."""
+    path = tmp_path / "thatch.db"
+    raw = sqlite3.connect(path)
+    (default,) = raw.execute("PRAGMA mmap_size").fetchone()
+    raw.close()
+    with Store.open(path) as store:
+        assert store.conn.execute("PRAGMA mmap_size").fetchone() == (default,)
