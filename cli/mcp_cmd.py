@@ -23,7 +23,7 @@ def mcp() -> None:
                 "thatch mcp speaks MCP on stdin and stdout, and one of them is closed."
             )
         try:
-            ctx = ToolContext.from_env()
+            ctx = ToolContext.from_env(fill_later=True)  # run_stdio starts the backfills
         except StoreError as error:
             raise click.ClickException(str(error)) from None
         # At EOF: the background fill stops after its batch, then Store and client close.

@@ -14,6 +14,7 @@ import pytest
 from tests.support.fts import assert_index_in_step
 from thatch.common.environment import default_db_path
 from thatch.frontend.errors import BUSY_MESSAGE, DatabaseBusyError, DatabaseOpenError
+from thatch.frontend.store.backfill import BACKFILLS_TABLE
 from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.lexical import DOCS_TABLE, FTS_TABLE
 from thatch.frontend.store.memory_store import Store
@@ -187,6 +188,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         *CHAT_BINDING_TABLES,
     }
     extra.add("thatch_defaults_off")
+    extra.add(BACKFILLS_TABLE)
     fts = {
         DOCS_TABLE,
         FTS_TABLE,
@@ -544,3 +546,12 @@ def test_chat_binding_tables_and_provenance_indexes_are_added_by_m011(store: Sto
     )
     assert "thatch_prediction_provenance_item" in plan
     assert "m011_chat_binding" in [name for name, _ in MIGRATIONS]
+def test_migrating_leaves_the_memory_map_setting_as_it_was(tmp_path: Path) -> None:
+    """Migrations read through a memory map (index builds scan every row); the connection
+    gets its own setting back for everything after them."""
+    path = tmp_path / "thatch.db"
+    raw = sqlite3.connect(path)
+    (default,) = raw.execute("PRAGMA mmap_size").fetchone()
+    raw.close()
+    with Store.open(path) as store:
+        assert store.conn.execute("PRAGMA mmap_size").fetchone() == (default,)

@@ -306,7 +306,8 @@ def fill_pending(env: Mapping[str, str]) -> None:
     as "not embedded yet" until some search happens to fill them."""
     from thatch.frontend.tools.context import ToolContext
 
-    with ToolContext.from_env(env, autostart=False, start_wait=0) as ctx:
+    # A hook: neither m009 nor any backfill (the session's start must not wait on them).
+    with ToolContext.from_env(env, autostart=False, start_wait=0, build_indexes=False) as ctx:
         ctx.pending_fill.fill_opportunistically()
 
 

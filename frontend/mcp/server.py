@@ -166,6 +166,9 @@ def run_stdio(ctx: ToolContext) -> None:
     # Pending memories are filled on this thread when a tool call schedules it, never on
     # a request's path; ``ctx.close`` stops it.
     ctx.pending_fill.start()
+    # Memories older than an index (schema m009's, on the first open after an upgrade) are
+    # indexed on this thread, a short transaction at a time; ``ctx.close`` stops it.
+    ctx.backlog_fill.start()
     # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
     scan = start_scan_service(ctx)
     seeder = start_seeding(ctx)

@@ -21,6 +21,9 @@ FTS_TABLE = "thatch_entries_fts"
 DOCS_TABLE = "_thatch_fts_docs"
 SOURCE_VIEW = "_thatch_fts_source"
 TOKENIZER = "unicode61 remove_diacritics 2 tokenchars '_'"
+# The backfill (schema ``fill_fts``) that indexes the memories older than the index: while
+# it is pending, the index holds only part of them.
+BACKFILL = "m009_fts"
 
 # Identifiers and words considered per query (a 2,000-character prompt must not become a
 # 300-term OR), and the memories they may match in all (see ``affordable``).

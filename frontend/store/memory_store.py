@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
-from thatch.frontend.store import db, lexical
+from thatch.frontend.store import backfill, db, lexical
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
     LogPosition,
@@ -54,7 +54,7 @@ from thatch.frontend.store.rows import (
     store_name,
     threshold_value,
 )
-from thatch.frontend.store.schema import init_schema
+from thatch.frontend.store.schema import init_schema, run_backfills
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.upkeep import UpkeepQueries
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity
@@ -98,11 +98,14 @@ class Store(UpkeepQueries):
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
         build_indexes: bool = True,
+        fill_now: bool = True,
     ) -> None:
         """``snapshot_dir``: where to share vector snapshots with other processes (none: off);
         ``write_snapshots=False`` only maps them (a hook must not wait for a write);
-        ``build_indexes=False`` leaves migrations that index every memory to a later open
-        (a hook must not wait for those either: schema ``BUILDS_INDEXES``)."""
+        ``build_indexes=False`` leaves migrations that index every memory, and every
+        pending backfill, to a later open (a hook must not wait for those either: schema
+        ``BUILDS_INDEXES``); ``fill_now=False`` leaves pending backfills to ``fill_backlog``
+        (``thatch mcp`` runs it on a thread, so that its first answer does not wait)."""
         self.conn = conn
         self._writes_snapshots = write_snapshots
         self.clock = clock
@@ -112,7 +115,7 @@ class Store(UpkeepQueries):
         db.configure(conn)
         self._tracked = True  # the change counters and log of m004/m007 exist
         try:
-            init_schema(conn, self._now(), build_indexes=build_indexes)
+            init_schema(conn, self._now(), build_indexes=build_indexes, fill_now=fill_now)
         except sqlite3.OperationalError as error:
             if not db.is_read_only(error):
                 raise
@@ -120,8 +123,10 @@ class Store(UpkeepQueries):
             # read it in its own schema, without the change log (so without caching).
             self._tracked = False
         # The lexical index exists once m009 ran (not in a file this process may not migrate,
-        # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone.
+        # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone. So it does
+        # while m009's backfill is still indexing the memories that predate it.
         self._lexical = lexical.index_present(conn)
+        self._lexical_filling = self._lexical and lexical.BACKFILL in backfill.pending(conn)
         self.path = self._file_path()
         identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
         self._cache = MatrixCache(
@@ -137,6 +142,7 @@ class Store(UpkeepQueries):
         snapshot_dir: Path | None = None,
         write_snapshots: bool = True,
         build_indexes: bool = True,
+        fill_now: bool = True,
     ) -> Store:
         """Connect to ``path`` (created if missing), initialise the schema, own the connection."""
         conn = db.connect(path)
@@ -147,6 +153,7 @@ class Store(UpkeepQueries):
                 snapshot_dir=snapshot_dir,
                 write_snapshots=write_snapshots,
                 build_indexes=build_indexes,
+                fill_now=fill_now,
             )
         except sqlite3.DatabaseError as error:
             conn.close()
@@ -178,6 +185,12 @@ class Store(UpkeepQueries):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def fill_backlog(self, stop: threading.Event) -> None:
+        """Run the pending backfills (schema ``run_backfills``) beside this store's other
+        users: each transaction under the store's lock, the pauses between without it.
+        Returns when they are done, or soon after ``stop`` is set (for a thread)."""
+        run_backfills(self.conn, guard=lambda: self._lock, sleep=stop.wait)
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -554,10 +567,17 @@ class Store(UpkeepQueries):
         self, names: Sequence[str], text: str | None
     ) -> dict[tuple[str, str], float]:
         """(store, slug) → what its lexical match adds to its cosine for ranking; {} without
-        text or index. Lexical ranking only reorders: any failure leaves the dense order."""
+        text or complete index. Lexical ranking only reorders: any failure leaves the dense
+        order. A partly filled index would lift only the memories it has reached (and count
+        an identifier as unique that is not), so until its backfill ends (in this process or
+        another) the order is the dense one."""
         if not text or not self._lexical:
             return {}
         try:
+            if self._lexical_filling:
+                self._lexical_filling = lexical.BACKFILL in backfill.pending(self.conn)
+                if self._lexical_filling:
+                    return {}
             hits, exact = lexical.evidence(self.conn, names, text)
         except sqlite3.OperationalError:
             return {}

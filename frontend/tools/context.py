@@ -2,7 +2,8 @@
 
 A frontend builds one ``ToolContext`` per process (MCP server) or invocation (CLI) with
 ``ToolContext.from_env(env)`` and closes it (``with``, or click's ``call_on_close``):
-closing runs or stops the pending fill, then closes the Store and the embedder client.
+closing stops the backlog fill, runs or stops the pending fill, then closes the Store and
+the embedder client.
 Nothing here is global, so tests build their own.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,33 @@ class EmbedResultLike(Protocol):
 
     @property
     def model_id(self) -> str: ...
+
+
+class BacklogFill:
+    """A long-lived server's pending backfills (docs/database.md §backfills) on a thread,
+    so that its first answers do not wait for them; ``close`` stops it after at most one
+    short transaction (the rest resumes on a later open)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="thatch-backfill", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._store.fill_backlog(self._stop)
+        except Exception as error:  # recall ranks by vectors until a later open finishes it
+            print(f"[thatch] index backfill stopped: {error}", file=sys.stderr)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 class Embedder(Protocol):
@@ -76,10 +105,12 @@ class ToolContext:
     start_wait: float = TOOL_START_WAIT
     embed_timeout: float = EMBED_TIMEOUT
     pending_fill: PendingFill = field(init=False, repr=False, compare=False)
+    backlog_fill: BacklogFill = field(init=False, repr=False, compare=False)
     _closed: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.pending_fill = PendingFill(self)
+        self.backlog_fill = BacklogFill(self.store)
 
     @classmethod
     def from_env(
@@ -90,15 +121,26 @@ class ToolContext:
         start_wait: float = TOOL_START_WAIT,
         autostart: bool = True,
         notice: Callable[[], None] | None = None,
+        build_indexes: bool = True,
+        fill_later: bool = False,
     ) -> ToolContext:
         """Resolve project dir, project store and host, open the database, make a client
-        for ``env`` (default: this process's); the caller closes it."""
+        for ``env`` (default: this process's); the caller closes it.
+
+        ``build_indexes`` as in ``Store``; ``fill_later``: pending backfills are left to
+        ``backlog_fill`` (a server starts it) instead of run before this returns."""
         from thatch.frontend.project import project_store
         from thatch.frontend.timefmt import utc_now
 
         env = dict(os.environ) if env is None else dict(env)
         project_dir = project_dir_from_env(env) or Path.cwd()
-        store = Store.open(default_db_path(env), clock=utc_now, snapshot_dir=snapshot_dir(env))
+        store = Store.open(
+            default_db_path(env),
+            clock=utc_now,
+            snapshot_dir=snapshot_dir(env),
+            build_indexes=build_indexes,
+            fill_now=not fill_later,
+        )
         try:
             if embedder is None:
                 from thatch.embedder.client.embedder_client import EmbedderClient
@@ -130,6 +172,7 @@ class ToolContext:
             return
         self._closed = True
         try:
+            self.backlog_fill.close()
             self.pending_fill.close()
         finally:
             try:
