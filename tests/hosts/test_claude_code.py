@@ -534,3 +534,118 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     stops = [c for c in hook_calls(sandbox.hook_log) if c.command == "chat-notify"]
     assert [c.payload()["session_id"] for c in stops] == [b, a, b, b], stops
     assert [bool(c.stdout.strip()) for c in stops] == [False, False, True, False], stops
+
+
+NUDGE_PROMPT = re.compile(r'with this prompt: "(Call .*? even if nothing was worth saving\.)"')
+NUDGED_ID = re.compile(r'session_id ("(?:[^"\\]|\\.)*")')
+
+
+def nudged_session(text: str) -> str:
+    """The session id an extraction nudge (or the prompt it gave a sub-agent) names."""
+    found = NUDGED_ID.findall(text)
+    assert found, text[-2000:]
+    value = json.loads(found[-1])
+    assert isinstance(value, str)
+    return value
+
+
+def carry_files(sandbox: Sandbox) -> list[Path]:
+    return sorted(sandbox.queue_dir.glob("~carry-*.jsonl")) if sandbox.queue_dir.is_dir() else []
+
+
+def test_calls_carried_at_session_end_are_extracted_once_on_resume(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    """issue 28: ``claude -p --session-id S`` runs a Bash and a Read and ends (SessionEnd
+    carries its queue to the project's carry file); ``claude -p --resume S``'s nudge names
+    what its sub-agent can fetch with exactly the nudge's arguments and complete; then the
+    queue and the carry file are empty, the fact is saved and the next prompt is quiet."""
+    setup(sandbox)
+    session = str(uuid.uuid4())
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    ("Bash", {"command": "git log --oneline", "description": "History"}),
+                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Read")), say("Read."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: show the history and read widgets.py.", session_id=session)
+    assert model_server.matched() == ["work", "answer"], model_server.describe()
+    (carry,) = carry_files(sandbox)  # SessionEnd carried the session's calls over
+    assert sorted(r["tool"] for r in sandbox.queued()) == ["Bash", "Read"]
+
+    def nudged(request: ModelRequest) -> bool:
+        return main_agent(request) and fresh(request) and EXTRACTION in request.all_text()
+
+    def dispatch(request: ModelRequest) -> Reply:
+        # As a model would: the sub-agent gets exactly the prompt the nudge gave.
+        found = NUDGE_PROMPT.search(request.all_text())
+        assert found is not None, request.all_text()[-2000:]
+        return call(
+            "Agent",
+            description="thatch fact extraction",
+            subagent_type="general-purpose",
+            prompt=found.group(1),
+        )
+
+    def fetch(request: ModelRequest) -> Reply:
+        return call(FETCH, session_id=nudged_session(request.user_texts()[0]))
+
+    def done(request: ModelRequest) -> Reply:
+        return call(DONE, session_id=nudged_session(request.user_texts()[0]))
+
+    model_server.run(
+        [
+            Turn(nudged, dispatch, name="dispatch"),
+            Turn(both(subagent, fresh), fetch, name="fetch"),
+            Turn(
+                both(subagent, after(FETCH)),
+                call(REMEMBER, label="spin halves", content=f"In acme/widgets, {EXTRACTED}."),
+                name="extract",
+            ),
+            Turn(both(subagent, after(REMEMBER)), done, name="done"),
+            Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
+            Turn(both(main_agent, after("Agent")), say("Nothing else."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN2: anything else?", resume=session)
+    assert model_server.matched() == [
+        "dispatch",
+        "fetch",
+        "extract",
+        "done",
+        "sub-answer",
+        "answer",
+    ], model_server.describe()
+    prompt_text = main_requests(model_server.requests())[0].all_text()
+    assert "2 tool interactions are queued" in prompt_text, prompt_text[-2000:]
+    results = dict(
+        (name, text) for r in model_server.requests() for name, text in r.last_tool_results()
+    )
+    fetched = json.loads(results[FETCH])
+    assert sorted(i["tool"] for i in fetched["interactions"]) == ["Bash", "Read"]
+    assert results[DONE].startswith("[acknowledged]")
+    assert [r["label"] for r in sandbox.memories()] == ["spin halves"]
+    assert sandbox.queued() == [] and not carry.exists()
+
+    model_server.run([])
+    claude(sandbox, "RUN3: and now?", resume=session)
+    for c in hook_calls(sandbox.hook_log):
+        print(
+            "HOOK",
+            c.command,
+            c.payload().get("session_id"),
+            c.payload().get("reason"),
+            c.payload().get("agent_id"),
+            c.stdout[:80].replace("\n", " "),
+        )
+    last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
+    assert "RUN3" in last_prompt.payload()["prompt"]
+    assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout
+    assert sandbox.queued() == []
