@@ -636,16 +636,99 @@ def test_calls_carried_at_session_end_are_extracted_once_on_resume(
 
     model_server.run([])
     claude(sandbox, "RUN3: and now?", resume=session)
-    for c in hook_calls(sandbox.hook_log):
-        print(
-            "HOOK",
-            c.command,
-            c.payload().get("session_id"),
-            c.payload().get("reason"),
-            c.payload().get("agent_id"),
-            c.stdout[:80].replace("\n", " "),
-        )
     last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
     assert "RUN3" in last_prompt.payload()["prompt"]
     assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout
     assert sandbox.queued() == []
+
+
+def test_calls_a_session_end_carried_after_the_nudge_are_still_fetched(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    """issue 28's other hand-off: the nudge names S, then another process of S ends (its
+    SessionEnd carries S's queue to the project) before S's extractor fetches; the fetch
+    with the nudge's exact arguments still gets both calls and completing removes them."""
+    setup(sandbox)
+    session = str(uuid.uuid4())
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    ("Bash", {"command": "git log --oneline", "description": "History"}),
+                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Read")), say("Read."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: show the history and read widgets.py.", session_id=session)
+    assert model_server.matched() == ["work", "answer"], model_server.describe()
+
+    def nudged(request: ModelRequest) -> bool:
+        return main_agent(request) and fresh(request) and "RUN2" in request.last_user_text()
+
+    def dispatch(request: ModelRequest) -> Reply:
+        found = NUDGE_PROMPT.search(request.all_text())
+        assert found is not None, request.all_text()[-2000:]
+        return call(
+            "Agent",
+            description="thatch fact extraction",
+            subagent_type="general-purpose",
+            prompt=found.group(1),
+        )
+
+    def fetch_after_another_end(request: ModelRequest) -> Reply:
+        # Before answering with the fetch: a second process of S runs one prompt and
+        # ends; its SessionEnd moves S's queue (what the nudge announced) away.
+        claude(sandbox, "RUN3: quick question.", resume=session)
+        assert carry_files(sandbox), "the second process's SessionEnd carried nothing"
+        return call(FETCH, session_id=nudged_session(request.user_texts()[0]))
+
+    def done(request: ModelRequest) -> Reply:
+        return call(DONE, session_id=nudged_session(request.user_texts()[0]))
+
+    model_server.run(
+        [
+            Turn(
+                lambda r: main_agent(r) and fresh(r) and "RUN3" in r.last_user_text(),
+                say("Quick answer."),
+                name="other-process",
+            ),
+            Turn(nudged, dispatch, name="dispatch"),
+            Turn(both(subagent, fresh), fetch_after_another_end, name="fetch"),
+            Turn(
+                both(subagent, after(FETCH)),
+                call(REMEMBER, label="spin halves", content=f"In acme/widgets, {EXTRACTED}."),
+                name="extract",
+            ),
+            Turn(both(subagent, after(REMEMBER)), done, name="done"),
+            Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
+            Turn(both(main_agent, after("Agent")), say("Nothing else."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN2: anything else?", resume=session)
+    assert model_server.matched() == [
+        "dispatch",
+        "other-process",
+        "fetch",
+        "extract",
+        "done",
+        "sub-answer",
+        "answer",
+    ], model_server.describe()
+    results = dict(
+        (name, text) for r in model_server.requests() for name, text in r.last_tool_results()
+    )
+    assert results[FETCH] != "No queued tool interactions found for this session."
+    fetched = json.loads(results[FETCH])
+    assert sorted(i["tool"] for i in fetched["interactions"]) == ["Bash", "Read"]
+    assert [r["label"] for r in sandbox.memories()] == ["spin halves"]
+    assert sandbox.queued() == [] and carry_files(sandbox) == []
+
+    model_server.run([])
+    claude(sandbox, "RUN4: and now?", resume=session)
+    last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
+    assert "RUN4" in last_prompt.payload()["prompt"]
+    assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout
