@@ -188,7 +188,7 @@ def test_the_project_is_one_key_through_a_symlink(tmp_path: Path, env: dict[str,
     queue_calls(env, link, S, "a")
     session_end(env, link, S)
     directory = qdir(tmp_path)
-    assert [r["tool_use_id"] for r in queue.accept(directory, T, project=str(real))] == ["a"]
+    assert [r["tool_use_id"] for r in queue.accept(directory, S, project=str(real))] == ["a"]
 
 
 def test_two_sessions_prompting_at_once_adopt_carried_calls_once(
@@ -244,6 +244,7 @@ def test_a_prompt_and_a_fetch_racing_share_carried_calls_once(
         ids = (f"q{round_}a", f"q{round_}b")
         queue_calls(env, tmp_path, S, *ids)
         session_end(env, tmp_path, S)
+        queue.increment_count(qdir(tmp_path), f"B{round_}")  # B's nudge named B earlier
         stdin = tmp_path / "prompt.json"
         stdin.write_text(json.dumps(prompt_payload(tmp_path, f"A{round_}")))
         with stdin.open("rb") as handle:
@@ -263,3 +264,17 @@ def test_a_prompt_and_a_fetch_racing_share_carried_calls_once(
         assert (NUDGE.search(out) is not None) == bool(in_a)
         assert carried(tmp_path) == []
     assert os.path.isdir(qdir(tmp_path))
+
+
+def test_a_fetch_by_a_session_no_nudge_named_adopts_nothing(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """An id the queue never saw (an opencode task child fetching with its own id) gets
+    nothing, and the carried calls stay for a session whose nudge announces them: adopted
+    under the child's id they would never be announced again."""
+    queue_calls(env, tmp_path, S, "a")
+    session_end(env, tmp_path, S)
+    with tool_context(tmp_path) as ctx:
+        assert fetched_ids(Tools(ctx), "ses_child_never_nudged") == []
+    assert len(carried(tmp_path)) == 1
+    assert nudge(env, tmp_path, T) == (1, T)

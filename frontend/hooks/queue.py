@@ -656,13 +656,15 @@ def accept(
     With ``project``, the project's carried-over records are adopted first, as the prompt
     hook does: a nudge names this session, and a ``session-end`` that ran between the
     nudge and the fetch (a late one, ``/clear`` beside a background extractor, another
-    process of the session) has moved what it announced to the project's carry file."""
+    process of the session) has moved what it announced to the project's carry file.
+    Only a session the queue knows (its lock file exists: it queued calls, was nudged or
+    ended) adopts: an id no nudge named (a child session's own) would strand them."""
     if session_id_problem(session_id) is not None:
         return []
     now = time.time() if now is None else now
-    if project:
-        adopt_carried(directory, session_id, project, now=now)
     jsonl, _count, lock = queue_paths(directory, session_id)
+    if project and lock.exists():
+        adopt_carried(directory, session_id, project, now=now)
     if not jsonl.exists():
         return []
     with _locked(lock):
