@@ -278,3 +278,30 @@ def test_a_fetch_by_a_session_no_nudge_named_adopts_nothing(
         assert fetched_ids(Tools(ctx), "ses_child_never_nudged") == []
     assert len(carried(tmp_path)) == 1
     assert nudge(env, tmp_path, T) == (1, T)
+
+
+def test_a_session_of_another_host_adopts_carried_calls_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Claude Code's session ends; the next prompt in the project is opencode's (the
+    plugin's payload has no cwd: the hook's working directory is the project): its nudge
+    names its own session with opencode's tool names, its fetch gets the call, and a Claude
+    session prompting afterwards is not nudged about it again."""
+    queue_calls(env, tmp_path, S, "a")
+    session_end(env, tmp_path, S)
+    opencode = "ses_2f0a6c1d3ffeQx8mB2kq7Lr1Zt"
+    result = run_hook(
+        ["flush-tools", "--json", "--host", "opencode"],
+        {"session_id": opencode, "prompt": "continue with the widgets"},
+        env,
+        cwd=tmp_path,
+    )
+    text = json.loads(result.stdout)["additional_context"]
+    assert "1 tool interaction is queued" in text
+    assert f'thatch_get_extraction_payload with session_id "{opencode}"' in text
+    assert nudge(env, tmp_path, T) is None
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        assert len(fetched_ids(tools, opencode)) == 1
+        tools.call("extraction_done", {"session_id": opencode})
+    assert queue.peek_records(qdir(tmp_path), opencode) == [] and carried(tmp_path) == []
