@@ -240,6 +240,7 @@ def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: Mod
         "chat-notify",
         "flush-tools",
         "reminder",
+        "session-end",
     ]
     said = "\n".join(c.stderr for c in calls_made)
     assert "[thatch reminder]" in said and str(sandbox.db_path) in said  # they failed, and said so
