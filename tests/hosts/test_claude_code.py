@@ -554,15 +554,18 @@ def carry_files(sandbox: Sandbox) -> list[Path]:
     return sorted(sandbox.queue_dir.glob("~carry-*.jsonl")) if sandbox.queue_dir.is_dir() else []
 
 
-def test_calls_carried_at_session_end_are_extracted_once_on_resume(
-    sandbox: Sandbox, model_server: ModelServer
+@pytest.mark.parametrize("next_session", ["resumed", "new"])
+def test_calls_carried_at_session_end_are_extracted_once(
+    sandbox: Sandbox, model_server: ModelServer, next_session: str
 ) -> None:
     """issue 28: ``claude -p --session-id S`` runs a Bash and a Read and ends (SessionEnd
-    carries its queue to the project's carry file); ``claude -p --resume S``'s nudge names
-    what its sub-agent can fetch with exactly the nudge's arguments and complete; then the
-    queue and the carry file are empty, the fact is saved and the next prompt is quiet."""
+    carries its queue to the project's carry file); the next run (``--resume S``, or a new
+    session of the project) is nudged with what its sub-agent can fetch with exactly the
+    nudge's arguments and complete; then the queue and the carry file are empty, the fact
+    is saved and the next prompt is quiet."""
     setup(sandbox)
     session = str(uuid.uuid4())
+    following = session if next_session == "resumed" else str(uuid.uuid4())
     model_server.run(
         [
             Turn(
@@ -615,7 +618,10 @@ def test_calls_carried_at_session_end_are_extracted_once_on_resume(
             Turn(both(main_agent, after("Agent")), say("Nothing else."), name="answer"),
         ]
     )
-    claude(sandbox, "RUN2: anything else?", resume=session)
+    if next_session == "resumed":
+        claude(sandbox, "RUN2: anything else?", resume=session)
+    else:
+        claude(sandbox, "RUN2: anything else?", session_id=following)
     assert model_server.matched() == [
         "dispatch",
         "fetch",
@@ -626,6 +632,7 @@ def test_calls_carried_at_session_end_are_extracted_once_on_resume(
     ], model_server.describe()
     prompt_text = main_requests(model_server.requests())[0].all_text()
     assert "2 tool interactions are queued" in prompt_text, prompt_text[-2000:]
+    assert nudged_session(prompt_text) == following
     results = dict(
         (name, text) for r in model_server.requests() for name, text in r.last_tool_results()
     )
@@ -636,7 +643,7 @@ def test_calls_carried_at_session_end_are_extracted_once_on_resume(
     assert sandbox.queued() == [] and not carry.exists()
 
     model_server.run([])
-    claude(sandbox, "RUN3: and now?", resume=session)
+    claude(sandbox, "RUN3: and now?", resume=following)
     last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
     assert "RUN3" in last_prompt.payload()["prompt"]
     assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout
