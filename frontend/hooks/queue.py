@@ -473,6 +473,19 @@ def _capped(record: dict[str, Any]) -> dict[str, Any]:
         capped["ended_at"] = ended
     if _seq(record):
         capped["seq"] = _seq(record)
+    held_by = record.get("held_by")
+    held_until = record.get("held_until")
+    if (
+        isinstance(held_by, str)
+        and held_by
+        and isinstance(held_until, int | float)
+        and not isinstance(held_until, bool)
+    ):
+        capped["held_by"] = held_by[:SESSION_ID_MAX]
+        capped["held_until"] = float(held_until)
+        agent = record.get("held_agent")
+        if isinstance(agent, str) and agent:
+            capped["held_agent"] = agent[:ID_LIMIT]
     return capped
 
 
@@ -633,60 +646,76 @@ def nudge_records(
     return records
 
 
-def accept(directory: Path, session_id: str, *, now: float | None = None) -> list[dict[str, Any]]:
+def accept(
+    directory: Path, session_id: str, *, project: str = "", now: float | None = None
+) -> list[dict[str, Any]]:
     """Hand the queued records out (``get_extraction_payload``): returns them and records
     the snapshot's cursor (their highest sequence number), which quiets the nudge until
-    ``complete``, ``requeue`` or ACCEPTED_TTL_SECONDS. Records stay queued."""
+    ``complete``, ``requeue`` or ACCEPTED_TTL_SECONDS. Records stay queued.
+
+    With ``project``, the project's carried-over records are adopted first, as the prompt
+    hook does: a nudge names this session, and a ``session-end`` that ran between the
+    nudge and the fetch (a late one, ``/clear`` beside a background extractor, another
+    process of the session) has moved what it announced to the project's carry file.
+    Only a session the queue knows (its lock file exists: it queued calls, was nudged or
+    ended) adopts: an id no nudge named (a child session's own) would strand them."""
     if session_id_problem(session_id) is not None:
         return []
+    now = time.time() if now is None else now
     jsonl, _count, lock = queue_paths(directory, session_id)
+    if project and lock.exists():
+        adopt_carried(directory, session_id, project, now=now)
     if not jsonl.exists():
         return []
     with _locked(lock):
         records = _read_lines(jsonl)
         if records:
-            now = time.time() if now is None else now
             cursor = max(_seq(record) for record in records)
             _write_atomic(_state_path(jsonl), _compact({"cursor": cursor, "accepted_at": now}))
     return records
 
 
-def complete(directory: Path, session_id: str, agent_id: str = "") -> int:
+def complete(directory: Path, session_id: str, agent_id: str = "", project: str = "") -> int:
     """The extractor finished (``extraction_done``): delete exactly the handed-out snapshot
     (records up to its cursor) and the nudge count; records queued since survive. Without
     a snapshot nothing is deleted; with ``agent_id`` (a Claude sub-agent stopped) only the
-    snapshot that agent fetched is completed. Returns the number of records deleted."""
+    snapshot that agent fetched is completed. With ``project``, the snapshot's records a
+    ``session-end`` carried over while they were held (``carry_over``) are deleted from
+    the project's carry file too. Returns the number of records deleted."""
     if session_id_problem(session_id) is not None or not directory.is_dir():
         return 0
     jsonl, count, lock = queue_paths(directory, session_id)
     state_path = _state_path(jsonl)
     with _locked(lock):
+        carried = _release_held(directory, session_id, project, agent_id, delete=True)
         state = _read_state(state_path)
         if "cursor" not in state:
             _unlink(state_path)  # a damaged state file hands nothing out
-            return 0
+            return carried
         if agent_id and state.get("agent_id") != agent_id[:ID_LIMIT]:
-            return 0  # another sub-agent stopped; the extractor may still be working
+            return carried  # another sub-agent stopped; the extractor may still be working
         records = _read_lines(jsonl)
         kept = [record for record in records if _seq(record) > state["cursor"]]
         if len(kept) != len(records):
             _write_records(jsonl, kept)
         _unlink(count)
         _unlink(state_path)
-    return len(records) - len(kept)
+    return carried + len(records) - len(kept)
 
 
-def requeue(directory: Path, session_id: str) -> bool:
-    """The extractor died: the snapshot's records are pending again (the nudge resumes).
-    Returns whether a snapshot was handed out."""
+def requeue(directory: Path, session_id: str, project: str = "") -> bool:
+    """The extractor died: the snapshot's records are pending again (the nudge resumes),
+    those a ``session-end`` carried over while held included (with ``project``). Returns
+    whether a snapshot was handed out."""
     if session_id_problem(session_id) is not None or not directory.is_dir():
         return False
     jsonl, _count, lock = queue_paths(directory, session_id)
     state_path = _state_path(jsonl)
     with _locked(lock):
+        released = _release_held(directory, session_id, project, "", delete=False)
         had = state_path.exists()
         _unlink(state_path)
-    return had
+    return had or released > 0
 
 
 def consume(directory: Path, session_id: str) -> None:
@@ -718,8 +747,48 @@ def project_key(project: str) -> str:
 
 
 def _carry_paths(directory: Path, project: str) -> tuple[Path, Path]:
-    stem = project_key(project)
+    # The hooks name the project as the host does (CLAUDE_PROJECT_DIR, the payload's cwd),
+    # the MCP server by its working directory, where symlinks are resolved: one key for both.
+    stem = project_key(os.path.realpath(project))
     return directory / f"{stem}.jsonl", directory / f"{stem}.lock"
+
+
+def _held(record: Mapping[str, Any], now: float) -> bool:
+    """A carried record of a snapshot whose extractor may still be working on it."""
+    return "held_by" in record and 0 <= record["held_until"] - now <= ACCEPTED_TTL_SECONDS
+
+
+def _unheld(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("held_by", "held_until", "held_agent")}
+
+
+def _release_held(
+    directory: Path, session_id: str, project: str, agent_id: str, *, delete: bool
+) -> int:
+    """Delete (``complete``) or release (``requeue``) the carried records ``session_id``'s
+    snapshot holds; with ``agent_id`` only those that agent fetched. The caller holds the
+    session's lock; the carry lock is taken second, the order every carry operation uses."""
+    if not project:
+        return 0
+    carry, carry_lock = _carry_paths(directory, project)
+    if not carry.exists():
+        return 0
+    agent = agent_id[:ID_LIMIT]
+
+    def mine(record: Mapping[str, Any]) -> bool:
+        if record.get("held_by") != session_id[:SESSION_ID_MAX]:
+            return False
+        return not agent or record.get("held_agent") == agent
+
+    with _locked(carry_lock):
+        carried = _read_lines(carry)
+        ours = [record for record in carried if mine(record)]
+        if ours:
+            if delete:
+                _write_records(carry, [r for r in carried if not mine(r)])
+            else:
+                _write_records(carry, [_unheld(r) if mine(r) else r for r in carried])
+    return len(ours)
 
 
 def _merged(
@@ -737,16 +806,45 @@ def _merged(
     return out
 
 
-def carry_over(directory: Path, session_id: str, project: str) -> int:
-    """The session ended (Claude's SessionEnd): move its queued records, a handed-out
-    snapshot included (its extractor ended with the session), to the project's carry-over
-    queue, which the project's next prompting session adopts. Returns the records moved."""
+def carry_over(
+    directory: Path,
+    session_id: str,
+    project: str,
+    *,
+    hold: bool = False,
+    now: float | None = None,
+) -> int:
+    """The session ended (Claude's SessionEnd, Cursor's sessionEnd): move its queued records
+    to the project's carry-over queue, which the project's next prompting session (or
+    fetch, ``accept``) adopts. Returns the records moved.
+
+    A handed-out snapshot's extractor normally ended with the session, so its records are
+    pending again. With ``hold`` (the host process lives on: Claude Code's ``/clear`` and
+    ``/resume``, whose background sub-agents keep running), a fresh snapshot's records are
+    carried *held* (``held_by`` the session, ``held_agent`` its fetcher, ``held_until``
+    the snapshot's expiry): the extractor completes them with its ``extraction_done`` or
+    stop, and nobody adopts them before then or the expiry, so they are extracted once."""
     if session_id_problem(session_id) is not None or not project or not directory.is_dir():
         return 0
+    now = time.time() if now is None else now
     jsonl, count, lock = queue_paths(directory, session_id)
     carry, carry_lock = _carry_paths(directory, project)
     with _locked(lock):
         records = _read_lines(jsonl)
+        state = _read_state(_state_path(jsonl))
+        fresh = "cursor" in state and 0 <= now - state["accepted_at"] < ACCEPTED_TTL_SECONDS
+        if hold and fresh:
+            holder: dict[str, Any] = {
+                "held_by": session_id[:SESSION_ID_MAX],
+                "held_until": state["accepted_at"] + ACCEPTED_TTL_SECONDS,
+            }
+            if state.get("agent_id"):
+                holder["held_agent"] = state["agent_id"]
+            records = [
+                {**r, **holder} if _seq(r) <= state["cursor"] else _unheld(r) for r in records
+            ]
+        else:
+            records = [_unheld(r) for r in records]
         if records:
             # Session lock first, then the carry lock: the order adopt_carried takes too.
             # The destination is written before the source goes, so a crash between
@@ -761,24 +859,32 @@ def carry_over(directory: Path, session_id: str, project: str) -> int:
     return len(records)
 
 
-def adopt_carried(directory: Path, session_id: str, project: str) -> int:
+def adopt_carried(
+    directory: Path, session_id: str, project: str, *, now: float | None = None
+) -> int:
     """Move the project's carried-over records into this session's queue (before its
-    extraction nudge). Returns the records adopted; a stat when there are none."""
+    extraction nudge, and before a fetch), except those a live snapshot holds
+    (``carry_over``). Both locks are held, so of two sessions adopting at once exactly one
+    gets each record. Returns the records adopted; a stat when there are none."""
     if session_id_problem(session_id) is not None or not project:
         return 0
     carry, carry_lock = _carry_paths(directory, project)
     if not carry.exists():
         return 0
+    now = time.time() if now is None else now
     jsonl, _count, lock = queue_paths(directory, session_id)
     with _locked(lock), _locked(carry_lock):
         carried = _read_lines(carry)
-        if carried:
+        held = [record for record in carried if _held(record, now)]
+        taken = [_unheld(record) for record in carried if not _held(record, now)]
+        if taken:
             records = _read_lines(jsonl)
             state = _read_state(_state_path(jsonl))
             first = max([0, state.get("cursor", 0), *(_seq(r) for r in records)]) + 1
-            _write_records(jsonl, _merged(records, carried, first))
-        _unlink(carry)
-    return len(carried)
+            _write_records(jsonl, _merged(records, taken, first))
+        if len(held) != len(carried) or not carried:
+            _write_records(carry, held)  # none held: the file goes
+    return len(taken)
 
 
 def _parse_count(path: Path) -> int:

@@ -152,17 +152,27 @@ def _extraction_body(command: str) -> Callable[[Mapping[str, Any], Mapping[str, 
         session = hookio.first_string(payload, "session_id", "conversation_id")
         if not session:
             return  # nothing names a queue: as buffer-tool without a tool_name
+        # The project names the carry file, where a session-end may have moved the
+        # snapshot these commands finish (queue.carry_over).
+        project = str(hookio.project_dir(env, payload))
         if command == "extraction-requeue":
-            queue.requeue(queue_dir(env), session)
+            queue.requeue(queue_dir(env), session, project)
         elif command == "extraction-complete":
             # Claude Code's SubagentStop passes agent_id: only the extractor's stop counts.
-            queue.complete(queue_dir(env), session, hookio.first_string(payload, "agent_id"))
+            agent = hookio.first_string(payload, "agent_id")
+            queue.complete(queue_dir(env), session, agent, project)
         else:  # session-end
-            project = str(hookio.project_dir(env, payload))
-            queue.carry_over(queue_dir(env), session, project)
+            # /clear and /resume end a session inside a process that goes on, background
+            # sub-agents (an extractor) included; any other end takes them with it.
+            hold = hookio.first_string(payload, "reason") in HOLDING_END_REASONS
+            queue.carry_over(queue_dir(env), session, project, hold=hold)
 
     return body
 
+
+# Claude Code's SessionEnd reasons after which the host process (and its background
+# sub-agents) carries on with another session.
+HOLDING_END_REASONS = ("clear", "resume")
 
 # Silent hook commands: they change the queue and print nothing.
 QUEUE_COMMANDS = (

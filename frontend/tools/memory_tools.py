@@ -346,18 +346,22 @@ class Tools:
             from thatch.frontend.hooks import queue
 
             try:
-                queue.complete(self.ctx.queue_dir, session_id)
+                queue.complete(self.ctx.queue_dir, session_id, project=str(self.ctx.project_dir))
             except queue.QueueError as error:
                 raise Refused(str(error)) from None
         return fmt.ACKNOWLEDGED
 
     def extraction_payload(self, session_id: str) -> str:
-        """The session's queued tool interactions as JSON; they stay queued, handed out
-        (the nudge quiets) until ``extraction_done`` drains them."""
+        """The session's queued tool interactions as JSON, the project's carried-over
+        calls adopted first (what a nudge announced for this session, wherever a
+        session-end has moved it); they stay queued, handed out (the nudge quiets) until
+        ``extraction_done`` drains them."""
         from thatch.frontend.hooks import queue
 
         try:
-            records = queue.accept(self.ctx.queue_dir, session_id)
+            records = queue.accept(
+                self.ctx.queue_dir, session_id, project=str(self.ctx.project_dir)
+            )
         except queue.QueueError as error:
             raise Refused(str(error)) from None
         payload = queue.build_payload(records, self.ctx.project_store)

@@ -37,6 +37,7 @@ HOOK_COMMANDS = (
     "extraction-status",
     "extraction-complete",
     "extraction-requeue",
+    "session-end",
 )
 HOST_TIMEOUT = 180
 

@@ -240,6 +240,7 @@ def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: Mod
         "chat-notify",
         "flush-tools",
         "reminder",
+        "session-end",
     ]
     said = "\n".join(c.stderr for c in calls_made)
     assert "[thatch reminder]" in said and str(sandbox.db_path) in said  # they failed, and said so
@@ -545,3 +546,208 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     stops = [c for c in hook_calls(sandbox.hook_log) if c.command == "chat-notify"]
     assert [c.payload()["session_id"] for c in stops] == [b, a, b, b], stops
     assert [bool(c.stdout.strip()) for c in stops] == [False, False, True, False], stops
+
+
+NUDGE_PROMPT = re.compile(r'with this prompt: "(Call .*? even if nothing was worth saving\.)"')
+NUDGED_ID = re.compile(r'session_id ("(?:[^"\\]|\\.)*")')
+
+
+def nudged_session(text: str) -> str:
+    """The session id an extraction nudge (or the prompt it gave a sub-agent) names."""
+    found = NUDGED_ID.findall(text)
+    assert found, text[-2000:]
+    value = json.loads(found[-1])
+    assert isinstance(value, str)
+    return value
+
+
+def carry_files(sandbox: Sandbox) -> list[Path]:
+    return sorted(sandbox.queue_dir.glob("~carry-*.jsonl")) if sandbox.queue_dir.is_dir() else []
+
+
+@pytest.mark.parametrize("next_session", ["resumed", "new"])
+def test_calls_carried_at_session_end_are_extracted_once(
+    sandbox: Sandbox, model_server: ModelServer, next_session: str
+) -> None:
+    """issue 28: ``claude -p --session-id S`` runs a Bash and a Read and ends (SessionEnd
+    carries its queue to the project's carry file); the next run (``--resume S``, or a new
+    session of the project) is nudged with what its sub-agent can fetch with exactly the
+    nudge's arguments and complete; then the queue and the carry file are empty, the fact
+    is saved and the next prompt is quiet."""
+    setup(sandbox)
+    session = str(uuid.uuid4())
+    following = session if next_session == "resumed" else str(uuid.uuid4())
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    ("Bash", {"command": "git log --oneline", "description": "History"}),
+                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Read")), say("Read."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: show the history and read widgets.py.", session_id=session)
+    assert model_server.matched() == ["work", "answer"], model_server.describe()
+    (carry,) = carry_files(sandbox)  # SessionEnd carried the session's calls over
+    assert sorted(r["tool"] for r in sandbox.queued()) == ["Bash", "Read"]
+
+    def nudged(request: ModelRequest) -> bool:
+        return main_agent(request) and fresh(request) and EXTRACTION in request.all_text()
+
+    def dispatch(request: ModelRequest) -> Reply:
+        # As a model would: the sub-agent gets exactly the prompt the nudge gave.
+        found = NUDGE_PROMPT.search(request.all_text())
+        assert found is not None, request.all_text()[-2000:]
+        return call(
+            "Agent",
+            description="thatch fact extraction",
+            subagent_type="general-purpose",
+            prompt=found.group(1),
+        )
+
+    def fetch(request: ModelRequest) -> Reply:
+        return call(FETCH, session_id=nudged_session(request.user_texts()[0]))
+
+    def done(request: ModelRequest) -> Reply:
+        return call(DONE, session_id=nudged_session(request.user_texts()[0]))
+
+    model_server.run(
+        [
+            Turn(nudged, dispatch, name="dispatch"),
+            Turn(both(subagent, fresh), fetch, name="fetch"),
+            Turn(
+                both(subagent, after(FETCH)),
+                call(REMEMBER, label="spin halves", content=f"In acme/widgets, {EXTRACTED}."),
+                name="extract",
+            ),
+            Turn(both(subagent, after(REMEMBER)), done, name="done"),
+            Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
+            Turn(both(main_agent, after("Agent")), say("Nothing else."), name="answer"),
+        ]
+    )
+    if next_session == "resumed":
+        claude(sandbox, "RUN2: anything else?", resume=session)
+    else:
+        claude(sandbox, "RUN2: anything else?", session_id=following)
+    assert model_server.matched() == [
+        "dispatch",
+        "fetch",
+        "extract",
+        "done",
+        "sub-answer",
+        "answer",
+    ], model_server.describe()
+    prompt_text = main_requests(model_server.requests())[0].all_text()
+    assert "2 tool interactions are queued" in prompt_text, prompt_text[-2000:]
+    assert nudged_session(prompt_text) == following
+    results = dict(
+        (name, text) for r in model_server.requests() for name, text in r.last_tool_results()
+    )
+    fetched = json.loads(results[FETCH])
+    assert sorted(i["tool"] for i in fetched["interactions"]) == ["Bash", "Read"]
+    assert results[DONE].startswith("[acknowledged]")
+    assert [r["label"] for r in sandbox.memories()] == ["spin halves"]
+    assert sandbox.queued() == [] and not carry.exists()
+
+    model_server.run([])
+    claude(sandbox, "RUN3: and now?", resume=following)
+    last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
+    assert "RUN3" in last_prompt.payload()["prompt"]
+    assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout
+    assert sandbox.queued() == []
+
+
+def test_calls_a_session_end_carried_after_the_nudge_are_still_fetched(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    """issue 28's other hand-off: the nudge names S, then another process of S ends (its
+    SessionEnd carries S's queue to the project) before S's extractor fetches; the fetch
+    with the nudge's exact arguments still gets both calls and completing removes them."""
+    setup(sandbox)
+    session = str(uuid.uuid4())
+    model_server.run(
+        [
+            Turn(
+                both(main_agent, fresh),
+                calls(
+                    ("Bash", {"command": "git log --oneline", "description": "History"}),
+                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
+                ),
+                name="work",
+            ),
+            Turn(both(main_agent, after("Read")), say("Read."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN1: show the history and read widgets.py.", session_id=session)
+    assert model_server.matched() == ["work", "answer"], model_server.describe()
+
+    def nudged(request: ModelRequest) -> bool:
+        return main_agent(request) and fresh(request) and "RUN2" in request.last_user_text()
+
+    def dispatch(request: ModelRequest) -> Reply:
+        found = NUDGE_PROMPT.search(request.all_text())
+        assert found is not None, request.all_text()[-2000:]
+        return call(
+            "Agent",
+            description="thatch fact extraction",
+            subagent_type="general-purpose",
+            prompt=found.group(1),
+        )
+
+    def fetch_after_another_end(request: ModelRequest) -> Reply:
+        # Before answering with the fetch: a second process of S runs one prompt and
+        # ends; its SessionEnd moves S's queue (what the nudge announced) away.
+        claude(sandbox, "RUN3: quick question.", resume=session)
+        assert carry_files(sandbox), "the second process's SessionEnd carried nothing"
+        return call(FETCH, session_id=nudged_session(request.user_texts()[0]))
+
+    def done(request: ModelRequest) -> Reply:
+        return call(DONE, session_id=nudged_session(request.user_texts()[0]))
+
+    model_server.run(
+        [
+            Turn(
+                lambda r: main_agent(r) and fresh(r) and "RUN3" in r.last_user_text(),
+                say("Quick answer."),
+                name="other-process",
+            ),
+            Turn(nudged, dispatch, name="dispatch"),
+            Turn(both(subagent, fresh), fetch_after_another_end, name="fetch"),
+            Turn(
+                both(subagent, after(FETCH)),
+                call(REMEMBER, label="spin halves", content=f"In acme/widgets, {EXTRACTED}."),
+                name="extract",
+            ),
+            Turn(both(subagent, after(REMEMBER)), done, name="done"),
+            Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
+            Turn(both(main_agent, after("Agent")), say("Nothing else."), name="answer"),
+        ]
+    )
+    claude(sandbox, "RUN2: anything else?", resume=session)
+    assert model_server.matched() == [
+        "dispatch",
+        "other-process",
+        "fetch",
+        "extract",
+        "done",
+        "sub-answer",
+        "answer",
+    ], model_server.describe()
+    results = dict(
+        (name, text) for r in model_server.requests() for name, text in r.last_tool_results()
+    )
+    assert results[FETCH] != "No queued tool interactions found for this session."
+    fetched = json.loads(results[FETCH])
+    assert sorted(i["tool"] for i in fetched["interactions"]) == ["Bash", "Read"]
+    assert [r["label"] for r in sandbox.memories()] == ["spin halves"]
+    assert sandbox.queued() == [] and carry_files(sandbox) == []
+
+    model_server.run([])
+    claude(sandbox, "RUN4: and now?", resume=session)
+    last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
+    assert "RUN4" in last_prompt.payload()["prompt"]
+    assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout

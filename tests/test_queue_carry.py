@@ -1,0 +1,307 @@
+"""Carried-over calls (docs/hooks.md §carry-over): what an extraction nudge names can be
+fetched and completed with exactly its arguments, whichever session-end moved the calls
+in between, and every carried call is extracted once and only once, by real hook
+processes racing each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_embedder import tool_context
+from tests.support.hookrun import hook_env, run_hook, thatch_command
+from tests.support.host_payloads import host_payload
+from thatch.frontend.hooks import queue
+from thatch.frontend.tools.memory_tools import Tools
+
+S = "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9"  # the recorded Claude Code session
+T = "5d0c5a51-7b4e-4f0e-9a35-0c2b7f0e1a11"  # the project's next session
+AGENT = "a173cf817a18f6fa8"
+NUDGE = re.compile(rb'\[thatch\] (\d+) tool interactions? (?:is|are) queued.*?session_id ("[^"]*")')
+EMPTY = "No queued tool interactions found for this session."
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return hook_env(tmp_path)
+
+
+def qdir(tmp_path: Path) -> Path:
+    return tmp_path / "queue"
+
+
+def ok(result: subprocess.CompletedProcess[bytes]) -> None:
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+
+
+def queue_calls(env: dict[str, str], project: Path, session: str, *ids: str) -> None:
+    for use_id in ids:
+        payload = host_payload("claude-PostToolUse-Bash")
+        payload.update(tool_use_id=use_id, session_id=session, cwd=str(project))
+        ok(run_hook(["buffer-batch"], payload, env))
+
+
+def session_end(env: dict[str, str], project: Path, session: str, reason: str = "other") -> None:
+    payload = host_payload("claude-SessionEnd")
+    payload.update(session_id=session, cwd=str(project), reason=reason)
+    ok(run_hook(["session-end"], payload, env))
+
+
+def prompt_payload(project: Path, session: str) -> dict[str, object]:
+    payload = host_payload("claude-UserPromptSubmit-task-notification")
+    payload.update(prompt="continue with the widgets", session_id=session, cwd=str(project))
+    return payload
+
+
+def nudge(env: dict[str, str], project: Path, session: str) -> tuple[int, str] | None:
+    """(n, the session id it names) of the prompt hook's extraction nudge, or None."""
+    result = run_hook(["flush-tools"], prompt_payload(project, session), env)
+    assert result.returncode == 0, result.stderr
+    found = NUDGE.search(result.stdout)
+    return (int(found.group(1)), json.loads(found.group(2))) if found else None
+
+
+def carried(tmp_path: Path) -> list[dict[str, object]]:
+    return [r for p in qdir(tmp_path).glob("~carry-*.jsonl") for r in queue._read_lines(p)]
+
+
+def fetched_ids(tools: Tools, session: str) -> list[str]:
+    """The Bash commands' ids get_extraction_payload hands out (none: [])."""
+    text = tools.call("get_extraction_payload", {"session_id": session}).text
+    if text == EMPTY:
+        return []
+    return [i["title"] for i in json.loads(text)["interactions"]]
+
+
+def test_a_fetch_gets_what_a_session_end_carried_after_the_nudge(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The nudge names S; a session-end of S runs before its extractor fetches (Claude's
+    SessionEnd of an earlier process of S, a second process of S): the fetch with the
+    nudge's arguments still gets both calls, extraction_done removes them from everywhere,
+    and the next prompt has no nudge."""
+    queue_calls(env, tmp_path, S, "a", "b")
+    assert nudge(env, tmp_path, S) == (2, S)
+    session_end(env, tmp_path, S)
+    assert len(carried(tmp_path)) == 2
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        interactions = json.loads(tools.call("get_extraction_payload", {"session_id": S}).text)[
+            "interactions"
+        ]
+        assert [i["tool"] for i in interactions] == ["Bash", "Bash"]
+        assert tools.call("extraction_done", {"session_id": S}).text == "[acknowledged]"
+    assert queue.peek_records(qdir(tmp_path), S) == [] and carried(tmp_path) == []
+    assert nudge(env, tmp_path, S) is None
+    assert nudge(env, tmp_path, T) is None
+
+
+def test_session_end_on_clear_holds_a_fetched_snapshot_for_its_extractor(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """/clear ends S while its background extractor has fetched S's calls: the project's
+    next session is not nudged about them (that would extract them twice); the
+    extractor's extraction_done(S) removes them; a call queued after the fetch goes on."""
+    queue_calls(env, tmp_path, S, "a", "b")
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        assert len(fetched_ids(tools, S)) == 2
+        queue_calls(env, tmp_path, S, "c")  # after the fetch: not part of the snapshot
+        session_end(env, tmp_path, S, reason="clear")
+        assert nudge(env, tmp_path, T) == (1, T)
+        assert [r["tool_use_id"] for r in queue.peek_records(qdir(tmp_path), T)] == ["c"]
+        assert tools.call("extraction_done", {"session_id": S}).text == "[acknowledged]"
+    assert carried(tmp_path) == []
+    assert [r["tool_use_id"] for r in queue.peek_records(qdir(tmp_path), T)] == ["c"]
+
+
+def test_session_end_for_good_makes_a_fetched_snapshot_pending_again(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Any other end takes the extractor with the session: the next session adopts and is
+    nudged about every call at once."""
+    queue_calls(env, tmp_path, S, "a", "b")
+    queue.accept(qdir(tmp_path), S)
+    session_end(env, tmp_path, S, reason="prompt_input_exit")
+    assert nudge(env, tmp_path, T) == (2, T)
+
+
+def test_held_calls_are_released_by_requeue_and_by_expiry(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    directory = qdir(tmp_path)
+    queue_calls(env, tmp_path, S, "a")
+    queue.accept(directory, S)
+    session_end(env, tmp_path, S, reason="resume")
+    assert queue.adopt_carried(directory, T, str(tmp_path)) == 0
+    ok(run_hook(["extraction-requeue"], {"session_id": S, "cwd": str(tmp_path)}, env))
+    assert nudge(env, tmp_path, T) == (1, T)
+    assert carried(tmp_path) == []
+
+    queue_calls(env, tmp_path, S, "b")
+    queue.accept(directory, S)
+    session_end(env, tmp_path, S, reason="clear")
+    later = time.time() + queue.ACCEPTED_TTL_SECONDS + 1
+    assert queue.adopt_carried(directory, "third", str(tmp_path), now=later) == 1
+
+
+def test_subagent_stop_completes_only_its_own_carried_snapshot(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The extractor's SubagentStop (agent_id) completes the snapshot it fetched even after
+    /clear carried it; another sub-agent's stop leaves it held."""
+    directory = qdir(tmp_path)
+    queue_calls(env, tmp_path, S, "a", "b")
+    queue.accept(directory, S)
+    fetch = host_payload("claude-PostToolBatch-subagent")
+    fetch.update(session_id=S, agent_id=AGENT, cwd=str(tmp_path))
+    fetch["tool_calls"] = [
+        {
+            "tool_name": "mcp__thatch__get_extraction_payload",
+            "tool_input": {"session_id": S},
+            "tool_use_id": "f1",
+            "tool_response": [{"type": "text", "text": '{"interactions":[]}'}],
+        }
+    ]
+    ok(run_hook(["buffer-batch"], fetch, env))
+    session_end(env, tmp_path, S, reason="clear")
+    stop = {"session_id": S, "agent_id": "someone-else", "cwd": str(tmp_path)}
+    ok(run_hook(["extraction-complete"], stop, env))
+    assert len(carried(tmp_path)) == 2
+    ok(run_hook(["extraction-complete"], {**stop, "agent_id": AGENT}, env))
+    assert carried(tmp_path) == []
+
+
+def test_the_project_is_one_key_through_a_symlink(tmp_path: Path, env: dict[str, str]) -> None:
+    """The hooks name the project as the host passes it (a symlinked path); the MCP server
+    by its working directory (symlinks resolved): its fetch finds the carried calls."""
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    queue_calls(env, link, S, "a")
+    session_end(env, link, S)
+    directory = qdir(tmp_path)
+    assert [r["tool_use_id"] for r in queue.accept(directory, S, project=str(real))] == ["a"]
+
+
+def test_two_sessions_prompting_at_once_adopt_carried_calls_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Real processes: sessions A and B of the project prompt at the same moment, each
+    round after a session-end carried two calls: exactly one of them is nudged about
+    them, and the calls end up queued exactly once."""
+    project = tmp_path
+    for round_ in range(4):
+        ids = (f"r{round_}a", f"r{round_}b")
+        queue_calls(env, project, S, *ids)
+        session_end(env, project, S)
+        procs = []
+        for session in (f"A{round_}", f"B{round_}"):
+            stdin = tmp_path / f"prompt-{session}.json"
+            stdin.write_text(json.dumps(prompt_payload(project, session)))
+            with stdin.open("rb") as handle:
+                procs.append(
+                    subprocess.Popen(
+                        thatch_command("flush-tools"),
+                        stdin=handle,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        env=env,
+                    )
+                )
+        outs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert (proc.returncode, err) == (0, b"")
+            outs.append(NUDGE.search(out))
+        nudged = [json.loads(m.group(2)) for m in outs if m]
+        assert len(nudged) == 1 and outs[[bool(m) for m in outs].index(True)].group(1) == b"2"
+        queued = [
+            r["tool_use_id"]
+            for session in (f"A{round_}", f"B{round_}")
+            for r in queue.peek_records(qdir(tmp_path), session)
+        ]
+        assert sorted(queued) == sorted(ids)
+        assert [r["tool_use_id"] for r in queue.peek_records(qdir(tmp_path), nudged[0])] == list(
+            ids
+        )
+        assert carried(tmp_path) == []
+
+
+def test_a_prompt_and_a_fetch_racing_share_carried_calls_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Real processes: a prompt of session A (flush-tools) and a fetch of session B (the MCP
+    tool, in this process) at once: each carried call ends up in exactly one queue."""
+    for round_ in range(4):
+        ids = (f"q{round_}a", f"q{round_}b")
+        queue_calls(env, tmp_path, S, *ids)
+        session_end(env, tmp_path, S)
+        queue.increment_count(qdir(tmp_path), f"B{round_}")  # B's nudge named B earlier
+        stdin = tmp_path / "prompt.json"
+        stdin.write_text(json.dumps(prompt_payload(tmp_path, f"A{round_}")))
+        with stdin.open("rb") as handle:
+            proc = subprocess.Popen(
+                thatch_command("flush-tools"),
+                stdin=handle,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        fetched = queue.accept(qdir(tmp_path), f"B{round_}", project=str(tmp_path))
+        out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, b"")
+        in_a = queue.peek_records(qdir(tmp_path), f"A{round_}")
+        got = [r["tool_use_id"] for r in [*fetched, *in_a]]
+        assert sorted(got) == sorted(ids)
+        assert (NUDGE.search(out) is not None) == bool(in_a)
+        assert carried(tmp_path) == []
+    assert os.path.isdir(qdir(tmp_path))
+
+
+def test_a_fetch_by_a_session_no_nudge_named_adopts_nothing(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """An id the queue never saw (an opencode task child fetching with its own id) gets
+    nothing, and the carried calls stay for a session whose nudge announces them: adopted
+    under the child's id they would never be announced again."""
+    queue_calls(env, tmp_path, S, "a")
+    session_end(env, tmp_path, S)
+    with tool_context(tmp_path) as ctx:
+        assert fetched_ids(Tools(ctx), "ses_child_never_nudged") == []
+    assert len(carried(tmp_path)) == 1
+    assert nudge(env, tmp_path, T) == (1, T)
+
+
+def test_a_session_of_another_host_adopts_carried_calls_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Claude Code's session ends; the next prompt in the project is opencode's (the
+    plugin's payload has no cwd: the hook's working directory is the project): its nudge
+    names its own session with opencode's tool names, its fetch gets the call, and a Claude
+    session prompting afterwards is not nudged about it again."""
+    queue_calls(env, tmp_path, S, "a")
+    session_end(env, tmp_path, S)
+    opencode = "ses_2f0a6c1d3ffeQx8mB2kq7Lr1Zt"
+    result = run_hook(
+        ["flush-tools", "--json", "--host", "opencode"],
+        {"session_id": opencode, "prompt": "continue with the widgets"},
+        env,
+        cwd=tmp_path,
+    )
+    text = json.loads(result.stdout)["additional_context"]
+    assert "1 tool interaction is queued" in text
+    assert f'thatch_get_extraction_payload with session_id "{opencode}"' in text
+    assert nudge(env, tmp_path, T) is None
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        assert len(fetched_ids(tools, opencode)) == 1
+        tools.call("extraction_done", {"session_id": opencode})
+    assert queue.peek_records(qdir(tmp_path), opencode) == [] and carried(tmp_path) == []
