@@ -7,8 +7,6 @@ running session under a person identity (``person-<NNNNN>``).
 
 from __future__ import annotations
 
-import getpass
-import hashlib
 import json
 import os
 import re
@@ -269,51 +267,26 @@ def tail(
 # -- send --------------------------------------------------------------------------------
 
 
-def person_session_id() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return "person_" + hashlib.sha256(user.encode()).hexdigest()[:12]
-
-
 @chat.command("send")
 @click.argument("to")
 @click.argument("body")
 def send(to: str, body: str) -> None:
     """Send BODY to the session named TO, as yourself (a person, not an agent)."""
-    from thatch.frontend.project import project_store
-    from thatch.frontend.tools.chat_tools import max_body, split_body, split_len
+    from thatch.frontend.tools.chat_tools import PersonSendRefused, person_send
 
-    if not body.strip():
-        fail("Invalid arguments: body: must not be empty", "pass the message text as BODY")
-    limit = max_body(os.environ)
-    if len(body) > limit:
-        fail(
-            f"message too long: {len(body)} characters (maximum {limit})",
-            "shorten it, or raise THATCH_CHAT_MAX_BODY_CHARS",
-        )
     directory = project_dir_from_env(os.environ) or Path.cwd()
     store = open_chat()
     try:
-        recipient = store.by_name(to.strip())
-        if recipient is None:
-            fail(f'no chat session named "{inline(to)}"', "thatch chat list shows who is here")
-        if recipient.session_id == person_session_id():
-            fail("you cannot send a message to yourself", "thatch chat list shows who is here")
-        me = store.ensure_person(
-            person_session_id(),
-            project=project_store(directory, os.environ),
-            worktree=os.path.realpath(directory),
-        )
-        parts = split_body(body, split_len(os.environ))
-        if not store.send(me.session_id, recipient.session_id, parts):
-            click.echo(f"[sent] → {recipient.name} (duplicate suppressed)")
-            return
-        suffix = f" (SENT AS {len(parts)} PARTS)" if len(parts) > 1 else ""
-        click.echo(f"[sent] → {recipient.name}{suffix} as {me.name}")
+        sent = person_send(store, to, body, env=os.environ, project_dir=str(directory))
+    except PersonSendRefused as refused:
+        fail(str(refused), refused.fix)
     finally:
         store.conn.close()
+    if sent.duplicate:
+        click.echo(f"[sent] → {sent.recipient} (duplicate suppressed)")
+        return
+    suffix = f" (SENT AS {sent.parts} PARTS)" if sent.parts > 1 else ""
+    click.echo(f"[sent] → {sent.recipient}{suffix} as {sent.sender}")
 
 
 # -- the hook ----------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
     )
     assert thatch(env, "chat", "send", "x", " ")[::2] == (
         1,
-        "Error: Invalid arguments: body: must not be empty\nFix: pass the message text as BODY\n",
+        "Error: Invalid arguments: body: must not be empty\nFix: write a message\n",
     )
     name = store.names()[ids[0]]
     code, out, err = thatch(env, "chat", "send", name, "y" * 20_001)

@@ -482,6 +482,35 @@ def test_chat_page_follows_by_reloading(ui: tuple[UiClient, Guard], ctx: ToolCon
     assert f"{one.name} → {two.name}" in followed.body and "unread" in followed.body
 
 
+def test_a_person_replies_from_the_chat_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    """The Chat page sends as the person identity (issue 23); hostile or empty input is
+    refused with a page, nothing sent; a message to yourself is refused."""
+    client, _guard = ui
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    agent = chat.register_server(project="proj", host_kind="claude", worktree="/w")
+    page = client.get("/chat")
+    assert f'<option value="{agent.name}"' in page.body and 'action="/chat/send"' in page.body
+    sent = client.post(
+        "/chat/send", {"csrf": page.csrf(), "to": agent.name, "body": "<b>ship it</b>"}
+    )
+    assert sent.status == 303
+    (message,) = chat.messages_after(0, 10)
+    assert message.body == "<b>ship it</b>" and (message.from_name or "").startswith("person-")
+    shown = client.get("/chat").body
+    assert "&lt;b&gt;ship it&lt;/b&gt;" in shown and "<b>ship it</b>" not in shown
+    empty = client.post("/chat/send", {"csrf": page.csrf(), "to": agent.name, "body": "  "})
+    assert empty.status == 400 and "must not be empty" in empty.body
+    nobody = client.post("/chat/send", {"csrf": page.csrf(), "to": "nobody-00001", "body": "x"})
+    assert nobody.status == 400 and "no chat session named" in nobody.body
+    myself = client.post(
+        "/chat/send", {"csrf": page.csrf(), "to": message.from_name or "", "body": "x"}
+    )
+    assert myself.status == 400 and "cannot send a message to yourself" in myself.body
+    forged = client.post("/chat/send", {"csrf": "wrong", "to": agent.name, "body": "x"})
+    assert forged.status != 303
+    assert len(chat.messages_after(0, 10)) == 1
+
+
 def send_as_another_process(env: dict[str, str], to: str, body: str) -> None:
     """``thatch chat send`` in its own process, on the same database file."""
     sent = subprocess.run(

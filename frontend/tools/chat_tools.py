@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
 from thatch.frontend.tools.context import ToolContext
@@ -44,6 +45,65 @@ def unknown_identity(given: str) -> str:
         f"Unknown chat identity {quoted(given)} for this project; your identity is printed "
         'at session start as "[thatch] chat: you are NAME".'
     )
+
+
+class PersonSendRefused(Exception):
+    """A person's message was not sent: ``str`` is the reason, ``fix`` what to do."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class PersonSent:
+    recipient: str
+    sender: str
+    parts: int
+    duplicate: bool  # the same text to the same session moments ago: not sent again
+
+
+def person_session_id() -> str:
+    """This OS user's one person identity (docs/chat.md §identities)."""
+    import getpass
+    import hashlib
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return "person_" + hashlib.sha256(user.encode()).hexdigest()[:12]
+
+
+def person_send(
+    store: ChatStore, to: str, body: str, *, env: Mapping[str, str], project_dir: str
+) -> PersonSent:
+    """Send ``body`` to the session named ``to`` as this OS user's person identity: what
+    ``thatch chat send`` and the UI's reply form do. Raises PersonSendRefused."""
+    from thatch.frontend.project import project_store
+
+    where = "thatch chat list shows who is here"
+    if not body.strip():
+        raise PersonSendRefused("Invalid arguments: body: must not be empty", "write a message")
+    limit = max_body(env)
+    if len(body) > limit:
+        raise PersonSendRefused(
+            f"message too long: {len(body)} characters (maximum {limit})",
+            "shorten it, or raise THATCH_CHAT_MAX_BODY_CHARS",
+        )
+    recipient = store.by_name(to.strip())
+    if recipient is None:
+        raise PersonSendRefused(f"no chat session named {quoted(inline(to))}", where)
+    if recipient.session_id == person_session_id():
+        raise PersonSendRefused("you cannot send a message to yourself", where)
+    me = store.ensure_person(
+        person_session_id(),
+        project=project_store(Path(project_dir), env),
+        worktree=os.path.realpath(project_dir),
+    )
+    parts = split_body(body, split_len(env))
+    sent = store.send(me.session_id, recipient.session_id, parts)
+    return PersonSent(recipient.name, me.name, len(parts), duplicate=not sent)
 
 
 def _env_int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -183,6 +183,7 @@ class UiApp:
             "/duplicates/verdict": views.Views.verdict,
             "/duplicates/merge": views.Views.merge,
             "/engines/delete": views.Views.engine_delete,
+            "/chat/send": views.Views.chat_send,
         }
         routes = []
         for path in sorted({*reads, *changes}):

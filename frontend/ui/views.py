@@ -28,6 +28,7 @@ from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
 from thatch.frontend.store.memory import VERDICTS, Memory
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools import formatting as fmt
+from thatch.frontend.tools.chat_tools import PersonSendRefused, person_send, person_session_id
 from thatch.frontend.tools.engine_tools import engine_store
 from thatch.frontend.tools.hygiene import StoreHygiene, hygiene
 from thatch.frontend.tools.memory_tools import Refused, Tools, embedder_error
@@ -36,6 +37,7 @@ from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import ArgumentError, validate
 from thatch.frontend.ui.forms import Form
 from thatch.frontend.ui.html import (
+    attr,
     confidence_bar,
     hidden,
     link,
@@ -761,7 +763,23 @@ class Views:
                 + "</div>"
             )
         newest = messages[-1].id if messages else 0
+        me = person_session_id()
+        targets = "".join(
+            f'<option value="{attr(s.name)}"'
+            f"{' selected' if s.name == request.query_params.get('to') else ''}>"
+            f"{text(s.name)}</option>"
+            for s in sessions
+            if s.session_id != me
+        )
+        reply = (
+            f'<form method="post" action="/chat/send">{hidden({"csrf": self.csrf})}'
+            f'Send as yourself (a person, not an agent) to <select name="to">{targets}</select>'
+            '<textarea name="body" required></textarea><button>Send</button></form>'
+            if targets
+            else ""
+        )
         content = [
+            reply,
             "<h2>Sessions</h2>",
             table(["name", "state", "host", "project", "topic", "last seen"], rows)
             if rows
@@ -790,6 +808,27 @@ class Views:
             )
             content.append(f'<script src="{CHAT_SCRIPT}" defer></script>')
         return _html("Chat", "".join(content), refresh=CHAT_REFRESH if follow else None)
+
+    def chat_send(self, request: Request, form: Form) -> Response:
+        """A person's message to a session, as ``thatch chat send`` sends it."""
+
+        def run() -> Response:
+            ctx = self.tools.ctx
+            try:
+                sent = person_send(
+                    self.tools.chat.store,
+                    form.text("to"),
+                    form.text("body"),
+                    env=ctx.env,
+                    project_dir=str(ctx.project_dir),
+                )
+            except PersonSendRefused as refused:
+                raise Problem(400, "Refused", f"{refused}. {refused.fix}.") from None
+            if sent.duplicate:
+                return _back("/chat", {}, f"already sent to {sent.recipient} a moment ago")
+            return _back("/chat", {}, f"sent to {sent.recipient} as {sent.sender}")
+
+        return self._safely(run)
 
     def chat_stream_events(self, after: int, limit: int) -> list[dict[str, object]]:
         """The messages after id ``after`` (oldest first, at most ``limit``) as the live
