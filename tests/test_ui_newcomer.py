@@ -165,3 +165,25 @@ def test_newcomer_runs_the_demo_then_browses_it(
     # The user's own database was never created.
     assert not (home / ".config" / "thatch" / "thatch.db").exists()
     assert [p.name for p in (home / ".config").rglob("*.db")] == []
+
+
+def test_status_agrees_with_doctor_on_the_setup(tmp_path: Path, env: dict[str, str]) -> None:
+    """A project set up by thatch setup --claude: the Status page, started from another
+    directory, says the setup is installed, as thatch doctor does (issue 23: it said every
+    host setup drifted)."""
+    project = Path(env["THATCH_PROJECT_DIR"])
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    thatch = str(Path(sys.executable).parent / "thatch")
+    setup = subprocess.run(
+        [thatch, "setup", "--claude"], env=env, cwd=project, capture_output=True, text=True
+    )
+    assert setup.returncode == 0, setup.stderr
+    doctor = subprocess.run(
+        [thatch, "doctor"], env=env, cwd=project, capture_output=True, text=True
+    )
+    assert "ok  setup:claude  installed (local)" in doctor.stdout, doctor.stdout
+    with run_ui_process(env) as (client, entry):  # the test's cwd: not the project
+        assert client.request("GET", entry).status == 303
+        status = client.get("/status").body
+    assert re.search(r"<td>ok</td><td>setup:claude</td><td>installed \(local\)", status), status
+    assert "drifted" not in status
