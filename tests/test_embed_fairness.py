@@ -89,8 +89,9 @@ def test_big_requests_complete_in_admission_order_and_a_query_goes_ahead(
 
 def test_requests_beyond_the_queue_are_refused_at_once(embedder: EmbedderProcess) -> None:
     """24 requests of 256 long passages at once (the issue's load): what does not fit in the
-    4096 queued texts is refused with RESOURCE_EXHAUSTED, not left to time out; the rest is
-    admitted, and the server answers a query once they are cancelled."""
+    4096 queued texts (or could not finish before its deadline behind them) is refused with
+    RESOURCE_EXHAUSTED, not left to time out; the rest is admitted, and the server answers
+    a query once they are cancelled."""
     stub = embedder.stub()
     futures = [
         stub.Embed.future(
@@ -114,9 +115,46 @@ def test_requests_beyond_the_queue_are_refused_at_once(embedder: EmbedderProcess
         for future in answered:
             assert future.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert future.details().startswith("embedder overloaded: ")
-            assert future.details().endswith("(max 4096); retry shortly")
+            assert future.details().endswith("; retry shortly")
     finally:
         for future in futures:
             future.cancel()
     response = stub.Embed(pb.EmbedRequest(texts=["deploy"], kind=pb.QUERY), timeout=600)
     assert response.count == 1
+
+
+def test_a_request_that_cannot_finish_before_its_deadline_is_refused_at_once(
+    embedder: EmbedderProcess,
+) -> None:
+    """Behind 3840 queued long passages, a 256-text request with a 5 s deadline cannot be
+    done in time at any pace the server has shown: RESOURCE_EXHAUSTED at once, saying so,
+    instead of DEADLINE_EXCEEDED after 5 s of waiting."""
+    stub = embedder.stub()
+    warm = stub.Embed(
+        pb.EmbedRequest(texts=passages(7, 16, words=250), kind=pb.PASSAGE), timeout=600
+    )
+    assert warm.count == 16  # full batches ran: the server knows its pace
+    futures = [
+        stub.Embed.future(
+            pb.EmbedRequest(texts=passages(200 + n, 256, words=250), kind=pb.PASSAGE), timeout=600
+        )
+        for n in range(15)
+    ]
+
+    def settled() -> bool:  # each queued, or refused (on a slow machine, too late already)
+        queued = embedder.log_text().count("Embed call: 256 passage texts queued")
+        return queued + sum(f.done() and f.code() != grpc.StatusCode.OK for f in futures) >= 15
+
+    try:
+        wait_until(settled, 300, "every request to be queued or refused")
+        late = stub.Embed.future(
+            pb.EmbedRequest(texts=passages(300, 256, words=250), kind=pb.PASSAGE), timeout=5
+        )
+        assert late.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, late.details()
+        assert "queued ahead would take about" in late.details()
+        assert late.details().endswith("; retry shortly")
+    finally:
+        for future in futures:
+            future.cancel()
+    query = stub.Embed(pb.EmbedRequest(texts=["deploy"], kind=pb.QUERY), timeout=600)
+    assert query.count == 1

@@ -17,7 +17,9 @@ anchors the next one, so a stream of queries never stalls it. A batch also stops
 last call to arrive, finding the model loaded and nothing running, runs the batch on its
 own thread, so a lone query pays no hand-off to the inference thread and back (two thread
 wake-ups, ~0.2 ms on 2 cores). Either way only one batch runs at a time. Items whose call
-expired or was cancelled are dropped before inference (docs/embedder.md §batching).
+expired or was cancelled are dropped before inference, and a call that could not finish
+before its deadline behind the work queued ahead is refused at once (``TooLate``) rather
+than left to time out (docs/embedder.md §batching).
 """
 
 from __future__ import annotations
@@ -64,6 +66,18 @@ class Overloaded(Exception):
 
     def __init__(self, queued: int, limit: int) -> None:
         super().__init__(f"embedder overloaded: {queued} texts queued (max {limit}); retry shortly")
+
+
+class TooLate(Overloaded):
+    """The texts queued ahead of a call would outlast its deadline: refused at once rather
+    than left to time out (``str`` is the RESOURCE_EXHAUSTED message)."""
+
+    def __init__(self, ahead: int, needed: float, left: float) -> None:
+        Exception.__init__(
+            self,
+            f"embedder overloaded: {ahead} texts queued ahead would take about {needed:.0f} s, "
+            f"past this call's deadline in {left:.0f} s; retry shortly",
+        )
 
 
 @dataclass
@@ -119,6 +133,11 @@ class _Item:
 # running its texts in separate batches (attention and the per-token work on padding
 # are wasted); measured on MiniLM and a bge-small-shaped model on 2 cores.
 MAX_PADDED_RATIO = 1.3
+
+# Batches of at least this many real tokens time the model for ``TooLate``: smaller ones
+# (a lone query) cost mostly fixed overhead per token and would make queued work look slow.
+RATE_MIN_TOKENS = 256
+RATE_WEIGHT = 0.3  # of the newest batch in the moving average of seconds per token
 
 # No batch runs more padded tokens than this, below the spec's max_batch_tokens (8192): a
 # query arriving during a batch waits for all of it, and past a few hundred tokens a
@@ -215,6 +234,7 @@ class Batcher:
         self._idle = True
         self._admitted = 0  # calls admitted so far: the next one's ``seq``
         self._query_went_last = False  # the last batch was anchored on a one-text call
+        self._seconds_per_token: float | None = None  # recent batches' pace (see TooLate)
         self._last_embed = clock()
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
 
@@ -236,7 +256,8 @@ class Batcher:
         return sum(not item.call.finished for item in self._pending)
 
     def submit(self, call: EmbedCall, arrival: Arrival | None = None) -> None:
-        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full.
+        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full, or
+        ``TooLate`` when what is queued ahead of it would outlast its deadline.
 
         ``arrival`` is the handle of the ``arriving()`` block the call was made in.
         """
@@ -244,6 +265,9 @@ class Batcher:
             queued = self._live_pending()
             if queued + len(call.texts) > self.limits.max_queued_texts:
                 raise Overloaded(queued, self.limits.max_queued_texts)
+            late = self._too_late(call)
+            if late is not None:
+                raise late
             call.seq = self._admitted
             self._admitted += 1
             for index, tokenized in enumerate(call.texts):
@@ -254,6 +278,25 @@ class Batcher:
             if arrival is None or self._arriving != 1:
                 self._cond.notify_all()
             # else this is the only call on its way: leaving arriving() decides who runs it
+
+    def _too_late(self, call: EmbedCall) -> TooLate | None:
+        """Under the lock: ``TooLate`` when the texts that run before ``call`` (queries:
+        the queued queries; larger calls: everything queued, first in, first out) and its
+        own, at the pace of recent full batches, would take longer than its deadline allows.
+        No estimate before such a batch ran, nor for a call without a deadline."""
+        rate = self._seconds_per_token
+        if rate is None or call.deadline is None:
+            return None
+        query = len(call.texts) == 1
+        ahead = [
+            item
+            for item in self._pending
+            if not item.call.finished and (not query or len(item.call.texts) == 1)
+        ]
+        tokens = sum(item.n_tokens for item in ahead) + sum(t.n_tokens for t in call.texts)
+        needed = tokens * rate
+        left = call.deadline - self._clock()
+        return TooLate(len(ahead), needed, left) if needed > left else None
 
     @contextlib.contextmanager
     def arriving(self) -> Iterator[Arrival]:
@@ -540,6 +583,11 @@ class Batcher:
         """Under the lock: each item's row to its call; a call with every row is done."""
         if len(vectors) != len(batch):
             raise ValueError(f"the model returned {len(vectors)} vectors for {len(batch)} texts")
+        tokens = sum(item.n_tokens for item in batch)
+        if tokens >= RATE_MIN_TOKENS:
+            rate = elapsed / tokens
+            old = self._seconds_per_token
+            self._seconds_per_token = rate if old is None else old + RATE_WEIGHT * (rate - old)
         counted: set[int] = set()
         for item, row in zip(batch, vectors, strict=True):
             call = item.call
