@@ -35,10 +35,13 @@ checkout's interpreter (its venv) too, to compare commits in one run; one run ea
 with the 120 s deadline of ``thatch reembed`` batches, and prints how many completed, were
 refused (RESOURCE_EXHAUSTED: more than 4096 texts queued) or timed out, with the seconds
 from sending to each completion (first, median, last) and the texts embedded per second;
-one run per embedder. MiniLM fp32, 2 cores shared with other jobs (load ~12), one run:
+one run per embedder. MiniLM fp32, 2 cores shared with other jobs, one run each:
 at 55d12f4 (calls taking turns) none completed: 8 refused, 16 timed out, every admitted
-request advancing together; first in, first out: 5 completed (15, 48 and 100 s to the
-first, median and last completion), 8 refused, 11 timed out behind them.
+request advancing together (load ~12 and ~7). First in, first out (load ~12): 5 completed
+(15, 48 and 100 s to the first, median and last completion), 8 refused, 11 timed out
+behind them. With calls refused once the work queued ahead would outlast their deadline
+(load ~7): 10 completed (13, 77, 120 s), 9 refused, 5 timed out (admitted together before
+any batch had shown the server's pace).
 What a query waits there: the rest of the batch running when it arrives, at most
 MAX_RUN_TOKENS (1024) padded tokens. Measured on 2 cores shared with other jobs (load ~15),
 MiniLM fp32: that batch 1.0 s in-process (the spec's 8192 tokens: 11 s); queries during
