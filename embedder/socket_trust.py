@@ -100,8 +100,14 @@ def probe(path: Path, timeout: float = PROBE_SECONDS) -> Peer:
     return Peer("listening", pid, uid)
 
 
-def directory_problem(directory: Path, uid: int | None = None) -> str | None:
-    """Why ``directory`` must not hold our sockets, or None (also when it does not exist)."""
+def directory_problem(
+    directory: Path, uid: int | None = None, *, tightened: bool = False
+) -> str | None:
+    """Why ``directory`` must not hold our sockets, or None (also when it does not exist).
+
+    ``tightened``: judge it as ``tighten_own_directory`` would leave it (group/other write
+    bits on a directory of ours are no problem), without changing it.
+    """
     uid = os.geteuid() if uid is None else uid
     try:
         info = os.stat(directory)
@@ -111,7 +117,7 @@ def directory_problem(directory: Path, uid: int | None = None) -> str | None:
         return f"cannot inspect socket directory {directory}: {error.strerror or error}"
     if info.st_uid != uid:
         return f"socket directory {directory} belongs to {user(info.st_uid)}, not to you"
-    if info.st_mode & _SHARED_WRITE:
+    if info.st_mode & _SHARED_WRITE and not tightened:
         return (
             f"socket directory {directory} is writable by group or others "
             f"(mode {stat.S_IMODE(info.st_mode):04o})"
@@ -163,10 +169,13 @@ def ancestors_problem(directory: Path, uid: int | None = None) -> str | None:
     return None
 
 
-def check_path(path: Path, uid: int | None = None) -> PathCheck:
-    """The socket file, its directory and the directories above it (see the two checks)."""
+def check_path(path: Path, uid: int | None = None, *, tightened: bool = False) -> PathCheck:
+    """The socket file, its directory and the directories above it (see the two checks);
+    ``tightened`` as in ``directory_problem``."""
     uid = os.geteuid() if uid is None else uid
-    problem = directory_problem(path.parent, uid) or ancestors_problem(path.parent, uid)
+    problem = directory_problem(path.parent, uid, tightened=tightened) or ancestors_problem(
+        path.parent, uid
+    )
     if problem is not None:
         return PathCheck(problem)
     try:

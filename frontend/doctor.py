@@ -221,7 +221,7 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     """Health at the configured address; never starts anything."""
     from thatch.common.environment import embedder_log_file
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.errors import EmbedderUntrusted, ThatchEmbedderError
     from thatch.embedder.settings import configured_address
 
     try:
@@ -232,10 +232,14 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     remote = not address.is_unix
     fix = "check THATCH_EMBEDDER_ADDR" if remote else "thatch embedder start"
     try:
-        client = EmbedderClient(env=env, autostart=False)
+        client = EmbedderClient(env=env, autostart=False, repair=False)
     except ThatchEmbedderError as error:
         return Check("FAIL", "embedder", str(error), fix), None
     try:
+        try:
+            client.check_trusted()  # the check every tool makes before sending anything
+        except EmbedderUntrusted as error:
+            return Check("FAIL", "embedder", error.cause, error.fix), None
         health = client.health(timeout=HEALTH_TIMEOUT)
         unknown = Served(str(address), None, remote)
         if health == "UNREACHABLE":

@@ -195,6 +195,15 @@ def list_branches(directory: Path, env: Mapping[str, str] | None = None) -> list
     return [line for line in output.splitlines() if line]
 
 
+def current_branch(directory: Path, env: Mapping[str, str] | None = None) -> str | None:
+    """The branch checked out in ``directory`` (a worktree's own), or None: not a git
+    checkout, HEAD detached, or git cannot say. The prompt hook's recall nudge searches
+    that branch plus unscoped memories, memory_recall's rule for a ``branch`` argument."""
+    if not Path(directory).is_dir():
+        return None
+    return _git(directory, env, "symbolic-ref", "--quiet", "--short", "HEAD")
+
+
 def _common_dir(directory: Path, env: Mapping[str, str] | None) -> Path | None:
     output = _git(
         directory, env, "rev-parse", "--path-format=absolute", "--git-common-dir"

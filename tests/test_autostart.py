@@ -127,14 +127,31 @@ def test_stale_socket_is_replaced(sock: Path) -> None:
     assert len(embedder_pids(str(sock))) == 1
 
 
-def test_regular_file_at_socket_path_is_replaced(sock: Path) -> None:
-    """A regular file where the socket belongs is removed and a server takes its place."""
+@pytest.mark.parametrize("wait", [30.0, 0.0])
+def test_regular_file_at_socket_path_is_never_removed(sock: Path, wait: float) -> None:
+    """A regular file where the socket belongs is someone's data: kept byte for byte, no
+    server spawned, and the error names the path and the fix (foreground and hook starts)."""
     sock.parent.mkdir(mode=0o700, parents=True)
     sock.write_text("not a socket")
-    with EmbedderClient() as client:
-        client.ensure_started(wait=30)
-    assert stat.S_ISSOCK(sock.stat().st_mode)
-    assert len(embedder_pids(str(sock))) == 1
+    with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+        client.ensure_started(wait=wait)
+    assert sock.read_text() == "not a socket"
+    assert str(caught.value).startswith(f"{sock} exists and is not a socket")
+    assert caught.value.fix.startswith(f"move {sock} away")
+    assert "THATCH_EMBEDDER_ADDR" in caught.value.fix
+    assert embedder_pids(str(sock)) == []
+    assert not launchers(sock)
+
+
+def test_embed_with_a_directory_at_socket_path_fails_and_keeps_it(sock: Path) -> None:
+    """A directory at the socket path is not removed either; embed fails with the same cause."""
+    sock.mkdir(mode=0o700, parents=True)
+    (sock / "keep.txt").write_text("data")
+    with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+        client.embed(["x"], Kind.QUERY, start_wait=30)
+    assert "exists and is not a socket" in str(caught.value)
+    assert (sock / "keep.txt").read_text() == "data"
+    assert embedder_pids(str(sock)) == []
 
 
 def test_live_server_is_never_replaced(sock: Path) -> None:

@@ -55,11 +55,16 @@ def test_select_batch_builds_around_the_anchor_it_is_given() -> None:
     assert select_batch(lengths, max_batch_tokens=1000, max_batch_size=64, anchor=2) == [0, 2]
 
 
-def test_select_batch_prefers_the_anchors_own_call_among_equal_lengths() -> None:
-    """Equally near companions of the anchor's call go before older ones of other calls."""
-    lengths, groups = [10, 10, 10, 10, 11], [1, 1, 2, 2, 2]
-    chosen = select_batch(lengths, max_batch_tokens=33, max_batch_size=64, anchor=2, groups=groups)
-    assert chosen == [0, 2, 3]  # length first: a 10 of call 1 before the 11 of call 2
+def test_select_batch_fills_by_rank_then_nearness() -> None:
+    """Items of a lower rank (the anchor's call, then the calls next in line) go first,
+    however far their lengths; within a rank the nearest, then the older."""
+    lengths, ranks = [10, 10, 10, 12, 11, 12], [2, 2, 0, 0, 1, 1]
+    chosen = select_batch(lengths, max_batch_tokens=1000, max_batch_size=3, anchor=2, ranks=ranks)
+    assert chosen == [2, 3, 4]  # the anchor's 12 and rank 1's 11 before the 10s of rank 2
+    # Past the budget a rank's long item is skipped, and shorter ones of later ranks fit.
+    lengths, ranks = [10, 40, 10, 10], [1, 0, 0, 1]
+    chosen = select_batch(lengths, max_batch_tokens=35, max_batch_size=64, anchor=2, ranks=ranks)
+    assert chosen == [0, 2, 3]
 
 
 def test_select_batch_prefers_lengths_closest_to_the_oldest() -> None:
@@ -485,7 +490,7 @@ def test_stop_finishes_queued_work(gate: threading.Event) -> None:
     assert all(call.done.is_set() and call.error is None for call in calls)
 
 
-# -- turns between calls: a large request never holds a small one for long ---------------
+# -- order between calls: first in, first out; queries go ahead -------------------------
 
 
 class SteppedEncoder(FakeEncoder):
@@ -600,27 +605,38 @@ def test_a_large_request_still_advances_under_a_stream_of_small_calls(
     assert [batch for batch, big in zip(ran, is_big, strict=True) if big] == in_fours("big", 20)
 
 
-def test_a_new_call_goes_behind_calls_already_waiting(stepped: SteppedEncoder) -> None:
-    """Turns go round: a call waiting since an earlier batch runs before a newer one."""
+def test_larger_calls_run_first_in_first_out_and_queries_go_ahead(
+    stepped: SteppedEncoder,
+) -> None:
+    """Larger calls run in admission order, each to its end before the next (nothing
+    advances them all together); a query arriving meanwhile runs in the next batch."""
     batcher = started(Batcher(stepped, limits=Limits(max_batch_tokens=64)))
     calls = {
         "first": make_call(stepped, full_texts(12)),
-        "second": make_call(stepped, full_texts(4)),
-        "third": make_call(stepped, [f"third {i} short text" for i in range(4)]),  # 6 tokens
-        "small": make_call(stepped, ["late query"]),
+        "second": make_call(stepped, full_texts(8)),
+        "third": make_call(stepped, full_texts(4)),
+        "query": make_call(stepped, ["late query"]),
     }
     batcher.submit(calls["first"])
     stepped.wait_started(1)
     batcher.submit(calls["second"])  # both arrive during first's batch 1
     batcher.submit(calls["third"])
-    stepped.allow(2)
-    stepped.wait_started(3)  # third's batch runs; first has waited since batch 1
-    batcher.submit(calls["small"])
+    stepped.allow(1)
+    stepped.wait_started(2)  # first's batch 2 runs
+    batcher.submit(calls["query"])
     stepped.allow_all()
     assert all(call.done.wait(10) and call.error is None for call in calls.values())
     batcher.stop(10)
     owners = [{name for name, _ in batch} for batch in stepped.ran(calls)]
-    assert owners == [{"first"}, {"second"}, {"third"}, {"first"}, {"small"}, {"first"}]
+    assert owners == [
+        {"first"},
+        {"first"},
+        {"query"},
+        {"first"},
+        {"second"},
+        {"second"},
+        {"third"},
+    ]
 
 
 def test_a_batch_never_exceeds_the_run_token_ceiling() -> None:

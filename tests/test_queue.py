@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.embedder_cleanup import wait_until
 from thatch.common.environment import queue_dir
 from thatch.frontend.hooks import queue
 
@@ -311,3 +315,108 @@ def test_payload_shape_and_summaries() -> None:
     assert third["args"] == "pattern: *.md"
     assert fourth["args"] == json.dumps({"url": "u" * 200}, separators=(",", ":"))[:120]
     assert queue.build_payload([], "acme/app") is None
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from thatch.frontend.hooks.queue import _locked
+with _locked(Path(sys.argv[1]), timeout=120):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def lock_holder(lock: Path) -> subprocess.Popen[str]:
+    """A process that takes the queue lock and holds it until its stdin gets a line."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return holder
+
+
+def release(holder: subprocess.Popen[str]) -> None:
+    """Tell a holder (or waiter) to let go, and wait for it to exit."""
+    holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+
+
+def lock_is_free(lock: Path) -> bool:
+    """Whether the file now at ``lock`` can be flocked (the lock every new taker gets)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_cleanup_keeps_a_lock_another_process_holds(qdir: Path) -> None:
+    """A week-old lock held by a live process stays (same inode), so the next taker waits
+    for it instead of locking a fresh file beside it; once released, cleanup removes it."""
+    queue.append_calls(qdir, "busy", [call("Bash", "x")])
+    lock = qdir / "busy.lock"
+    holder = lock_holder(lock)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        inode = lock.stat().st_ino
+        later = time.time() + 8 * 24 * 3600  # the holder touched it now: a week from now
+        for name in ("busy.jsonl", "busy.lock"):
+            os.utime(qdir / name, (later - 8 * 24 * 3600, later - 8 * 24 * 3600))
+        assert queue.cleanup(qdir, now=later, force=True) == 1  # the .jsonl only
+        assert lock.stat().st_ino == inode
+        assert not lock_is_free(lock)
+    finally:
+        release(holder)
+    assert queue.cleanup(qdir, now=later, force=True) == 1
+    assert not lock.exists()
+
+
+WAITER = """
+import os, sys
+from pathlib import Path
+from thatch.frontend.hooks.queue import _locked
+with _locked(Path(sys.argv[1]), timeout=120):
+    print(os.stat(sys.argv[1]).st_ino, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (its /proc fd links)."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd) == str(path) for fd in fds.iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_taker_of_a_removed_lock_file_locks_the_file_now_at_the_path(qdir: Path) -> None:
+    """A process waiting on a lock file that is unlinked meanwhile (by cleanup, whoever) does
+    not go on holding the orphan: it locks the file at the path, so others wait for it."""
+    queue.append_calls(qdir, "s", [call("Bash", "x")])
+    lock = qdir / "s.lock"
+    first = lock_holder(lock)
+    assert first.stdout is not None and first.stdout.readline() == "held\n"
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # It opened the lock file and waits on it.
+        wait_until(lambda: has_open(waiter.pid, lock), 60, "the waiter to open the lock")
+        lock.unlink()
+        release(first)
+        assert waiter.stdout is not None
+        held_inode = int(waiter.stdout.readline())
+        assert lock.stat().st_ino == held_inode
+        assert not lock_is_free(lock)
+    finally:
+        release(waiter)

@@ -235,8 +235,16 @@ def test_stale_socket_replaced_live_one_kept_removed_on_exit(
 
 
 class FixedSearcher:
-    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
-        return [f"{prompt}|{','.join(stores)}|{limit}|{threshold}"]
+    def labels(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float | None,
+        *,
+        branch: str | None = None,
+    ) -> list[str]:
+        return [f"{prompt}|{','.join(stores)}|{limit}|{threshold}|{branch}"]
 
 
 def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
@@ -248,7 +256,7 @@ def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     assert service.ready.wait(30)
     try:
         labels = recall_scan.request_labels(path, "some prompt", ["p", "global"], 5, 0.5)
-        assert labels == ["some prompt|p,global|5|0.5"]
+        assert labels == ["some prompt|p,global|5|0.5|None"]
     finally:
         service.close()
     assert not path.exists()

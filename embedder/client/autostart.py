@@ -5,9 +5,11 @@ embedder answers. The rules that keep concurrent frontends safe:
 
 - nothing is started (or trusted) in a directory that is not ours or is writable by
   group/other, nor behind a socket or listener of another user (``socket_trust``);
-- the socket is probed at the OS level first, because only a *refused* connection or a
-  path that is not a socket proves nothing lives there; a timeout means a slow live server,
-  which must never be replaced;
+- the socket is probed at the OS level first, because only a *refused* connection proves
+  nothing lives there; a timeout means a slow live server, which must never be replaced;
+- anything at the socket path that is not a socket (a file, a directory, a dangling
+  symlink) is someone's data or a misconfigured address: it is never removed, the start
+  fails naming the path (``not_a_socket``);
 - spawning happens under an exclusive ``flock`` on ``<socket>.lock``, after checking again,
   so eight frontends starting at once produce one server;
 - the lock is released once the new server has bound its socket (at most 10 s later);
@@ -230,6 +232,17 @@ def start_failure(address: Address, reason: str, fix: str | None = None) -> Embe
     )
 
 
+def not_a_socket(address: Address) -> EmbedderUnavailable:
+    """The error for a path that holds something other than a socket; nothing is removed."""
+    path = address.path
+    return EmbedderUnavailable(
+        f"{path} exists and is not a socket, so no embedder can listen at {address} "
+        "(auto-start never removes it)",
+        f"move {path} away if it is not needed, or set THATCH_EMBEDDER_ADDR to another "
+        "unix:/// path",
+    )
+
+
 def untrusted(address: Address, problem: str) -> EmbedderUntrusted:
     """The error for a socket that is not ours; the caller sends nothing."""
     return EmbedderUntrusted(f"refusing to send text to {address}: {problem}", FIX_UNTRUSTED)
@@ -256,7 +269,7 @@ class StartOutcome:
     spawned_pid: int | None  # the server this call started, None if one was already there
 
 
-NEEDS_SPAWN = ("absent", "not_socket", "refused")
+NEEDS_SPAWN = ("absent", "refused")
 
 
 class AutoStarter:
@@ -306,6 +319,8 @@ class AutoStarter:
                     return StartOutcome(True, proc.pid if proc else None)
                 if state == "denied":
                     raise start_failure(self.address, f"permission denied on {self.path}")
+                if state == "not_socket":
+                    raise not_a_socket(self.address)
                 if state in NEEDS_SPAWN and (proc is None or proc.poll() is not None):
                     if proc is not None:  # ours exited and nobody else serves: say why
                         reason = log_reason(self.log, log_offset)
@@ -344,9 +359,11 @@ class AutoStarter:
                         self.address, f"another process held {self.path}.lock for {lock_wait:g} s"
                     )
                 found = probe_socket(self.path)
+                if found == "not_socket":
+                    raise not_a_socket(self.address)
                 if found not in NEEDS_SPAWN:
                     return None
-                if found != "absent":  # refused or not a socket: provably dead, replace it
+                if found == "refused":  # a socket nobody listens on: provably dead, replace it
                     self.path.unlink(missing_ok=True)
                 command = spawn_command(self.address, self.env, self.log)
                 if background:

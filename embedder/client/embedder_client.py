@@ -136,7 +136,9 @@ class EmbedderClient:
     """One gRPC channel to the embedder; create one per process and ``close`` it.
 
     ``notice`` (optional) is called once when auto-start has waited a second, so a CLI
-    can print ``Starting embedder…``.
+    can print ``Starting embedder…``. ``repair=False`` (``thatch doctor``, which only
+    looks) never makes thatch's own socket directory 0700; it is judged as if it were,
+    since the first call of any other client does that.
     """
 
     def __init__(
@@ -146,11 +148,13 @@ class EmbedderClient:
         env: Mapping[str, str] | None = None,
         autostart: bool = True,
         notice: Callable[[], None] | None = None,
+        repair: bool = True,
     ) -> None:
         self.env: Mapping[str, str] = dict(os.environ if env is None else env)
         self.address = configured_address(self.env) if address is None else parse_address(address)
         self.autostart = autostart and self.address.is_unix
         self._notice = notice
+        self._repair = repair
         self._tls = None if self.address.is_unix else _tls_config(self.address, self.env)
         self._channel = make_channel(self.address, self._tls)
         self._stub = embedder_pb2_grpc.EmbedderStub(self._channel)
@@ -231,6 +235,11 @@ class EmbedderClient:
         """``SERVING``, ``NOT_SERVING`` (starting, stopping, load failed) or ``UNREACHABLE``."""
         return self._check_health(timeout, wait_for_ready=False)
 
+    def check_trusted(self) -> None:
+        """Raise ``EmbedderUntrusted`` when every call would be refused before sending: the
+        unix socket, its directory or its listener is not the current user's."""
+        self._socket_ready()
+
     def connection_problem(self) -> EmbedderUnavailable | None:
         """Why a remote embedder cannot be reached at the TLS layer (its real cause), if so."""
         if self.address.is_unix:
@@ -273,8 +282,8 @@ class EmbedderClient:
         path = self.address.path
         if path is None:
             return True
-        check = check_path(path)
         own = path.parent == socket_dir(self.env)  # thatch's own directory: made private
+        check = check_path(path, tightened=own and not self._repair)
         if check.problem is not None and own and tighten_own_directory(path.parent):
             check = check_path(path)
         if check.problem is not None:

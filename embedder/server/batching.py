@@ -4,17 +4,22 @@ Request handlers call ``Batcher.submit`` with an ``EmbedCall`` (one item per tex
 ``arriving()`` and wait on ``call.done``. The inference thread owns loading and releasing
 the model and runs the batches: when it finds items after being idle it waits at most
 ``max_wait_ms`` for companions still on their way, then runs a batch anchored on one call's
-oldest pending item, together with the items closest to it in token length
-(``select_batch``). Calls take turns (``Batcher._anchor``): a call arriving while batch n
-runs counts as last served in batch n - 1, so it goes ahead of the calls in the running
-batch but behind those already waiting; a large request therefore runs as a string of
-batches that interleave with small calls, and a lone query waits for at most the batch
-running when it arrived. A batch also stops at ``MAX_RUN_TOKENS`` padded tokens, which
-bounds that batch's duration. One shortcut: the last call to arrive, finding the model
-loaded and nothing running, runs the batch on its own thread, so a lone query pays no
-hand-off to the inference thread and back (two thread wake-ups, ~0.2 ms on 2 cores).
-Either way only one batch runs at a time. Items whose call expired or was cancelled are
-dropped before inference (docs/embedder.md §batching).
+oldest pending item, filled first with that call's other items, then with those of the
+calls behind it in order, each time the ones closest to the anchor in token length
+(``select_batch``). Which call anchors (``Batcher._order``): one-text calls (a typed
+prompt, a recall) first, oldest first, so a query waits for the batch running when it
+arrived and little more; otherwise the oldest admitted of the larger calls. Larger calls
+are served first in, first out: the first admitted completes first instead of all of them
+advancing together and none finishing before its deadline (24 concurrent 256-text
+requests once all timed out). After a batch anchored on a query the oldest larger call
+anchors the next one, so a stream of queries never stalls it. A batch also stops at
+``MAX_RUN_TOKENS`` padded tokens, which bounds that batch's duration. One shortcut: the
+last call to arrive, finding the model loaded and nothing running, runs the batch on its
+own thread, so a lone query pays no hand-off to the inference thread and back (two thread
+wake-ups, ~0.2 ms on 2 cores). Either way only one batch runs at a time. Items whose call
+expired or was cancelled are dropped before inference, and a call that could not finish
+before its deadline behind the work queued ahead is refused at once (``TooLate``) rather
+than left to time out (docs/embedder.md §batching).
 """
 
 from __future__ import annotations
@@ -63,6 +68,18 @@ class Overloaded(Exception):
         super().__init__(f"embedder overloaded: {queued} texts queued (max {limit}); retry shortly")
 
 
+class TooLate(Overloaded):
+    """The texts queued ahead of a call would outlast its deadline: refused at once rather
+    than left to time out (``str`` is the RESOURCE_EXHAUSTED message)."""
+
+    def __init__(self, ahead: int, needed: float, left: float) -> None:
+        Exception.__init__(
+            self,
+            f"embedder overloaded: {ahead} texts queued ahead would take about {needed:.0f} s, "
+            f"past this call's deadline in {left:.0f} s; retry shortly",
+        )
+
+
 @dataclass
 class EmbedCall:
     """One Embed request in flight: its tokenized texts, and where the results go.
@@ -80,9 +97,8 @@ class EmbedCall:
     error: tuple[grpc.StatusCode, str] | None = None
     first_batch_start: float | None = None
     inference_s: float = 0.0
-    # The number of the last batch that held one of its texts (set on arrival: see
-    # Batcher._anchor). Written under the batcher's lock.
-    turn: int = -1
+    # Admission order (set by Batcher.submit under its lock): larger calls run by it.
+    seq: int = -1
     done: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -118,6 +134,11 @@ class _Item:
 # are wasted); measured on MiniLM and a bge-small-shaped model on 2 cores.
 MAX_PADDED_RATIO = 1.3
 
+# Batches of at least this many real tokens time the model for ``TooLate``: smaller ones
+# (a lone query) cost mostly fixed overhead per token and would make queued work look slow.
+RATE_MIN_TOKENS = 256
+RATE_WEIGHT = 0.3  # of the newest batch in the moving average of seconds per token
+
 # No batch runs more padded tokens than this, below the spec's max_batch_tokens (8192): a
 # query arriving during a batch waits for all of it, and past a few hundred tokens a
 # bigger batch embeds no more per second on CPU. MiniLM fp32 on 2 (loaded) cores: 192
@@ -134,14 +155,16 @@ def select_batch(
     max_batch_tokens: int,
     max_batch_size: int,
     anchor: int = 0,
-    groups: Sequence[int] | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> list[int]:
     """Pick the next batch from pending items given oldest first, as sorted indices.
 
-    The ``anchor`` item always goes in (so nothing starves; the Batcher picks it by turns
-    between calls); then the items closest to it in token length (ties: those of the
-    anchor's group, i.e. its call, then the older) while the padded cost ``max_len * n``
-    stays within ``max_batch_tokens`` and ``n`` within ``max_batch_size``.
+    The ``anchor`` item always goes in (the Batcher picks it: see ``Batcher._order``);
+    then items by ``ranks`` (lower first: the Batcher ranks each item by its call's
+    place in line, the anchor's call first), within a rank those closest to the anchor in
+    token length, then the older, while the padded cost ``max_len * n`` stays within
+    ``max_batch_tokens`` and ``n`` within ``max_batch_size``. Without ranks, nearness
+    alone decides.
     """
     if not lengths:
         return []
@@ -149,18 +172,20 @@ def select_batch(
     chosen = [anchor]
     longest = target
     real = target
-    group = groups if groups is not None else [0] * len(lengths)
+    rank = ranks if ranks is not None else [0] * len(lengths)
 
-    def nearness(i: int) -> tuple[int, bool, int]:
-        return abs(lengths[i] - target), group[i] != group[anchor], i
+    def place(i: int) -> tuple[int, int, int]:
+        return rank[i], abs(lengths[i] - target), i
 
-    for i in sorted((i for i in range(len(lengths)) if i != anchor), key=nearness):
+    for i in sorted((i for i in range(len(lengths)) if i != anchor), key=place):
         if len(chosen) >= max_batch_size:
             break
         new_longest = max(longest, lengths[i])
         padded = new_longest * (len(chosen) + 1)
         if padded > max_batch_tokens:
-            break
+            if ranks is None:
+                break  # by nearness: every later item is at least as far off
+            continue  # a later rank may hold shorter items that still fit
         if padded > MAX_PADDED_RATIO * (real + lengths[i]):
             continue  # mostly padding: it runs in a later batch of its own length
         chosen.append(i)
@@ -207,7 +232,9 @@ class Batcher:
         self._busy = False  # the model runtime is in use: a batch, a load or a release
         self._wanted = False  # the inference thread waits for a caller's batch to end
         self._idle = True
-        self._batches_taken = 0
+        self._admitted = 0  # calls admitted so far: the next one's ``seq``
+        self._query_went_last = False  # the last batch was anchored on a one-text call
+        self._seconds_per_token: float | None = None  # recent batches' pace (see TooLate)
         self._last_embed = clock()
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
 
@@ -229,7 +256,8 @@ class Batcher:
         return sum(not item.call.finished for item in self._pending)
 
     def submit(self, call: EmbedCall, arrival: Arrival | None = None) -> None:
-        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full.
+        """Queue every text of ``call``; raises ``Overloaded`` when the queue is full, or
+        ``TooLate`` when what is queued ahead of it would outlast its deadline.
 
         ``arrival`` is the handle of the ``arriving()`` block the call was made in.
         """
@@ -237,7 +265,11 @@ class Batcher:
             queued = self._live_pending()
             if queued + len(call.texts) > self.limits.max_queued_texts:
                 raise Overloaded(queued, self.limits.max_queued_texts)
-            call.turn = self._batches_taken - 1  # see _anchor
+            late = self._too_late(call)
+            if late is not None:
+                raise late
+            call.seq = self._admitted
+            self._admitted += 1
             for index, tokenized in enumerate(call.texts):
                 self._pending.append(_Item(call, index, tokenized.n_tokens))
             self._last_embed = self._clock()
@@ -246,6 +278,25 @@ class Batcher:
             if arrival is None or self._arriving != 1:
                 self._cond.notify_all()
             # else this is the only call on its way: leaving arriving() decides who runs it
+
+    def _too_late(self, call: EmbedCall) -> TooLate | None:
+        """Under the lock: ``TooLate`` when the texts that run before ``call`` (queries:
+        the queued queries; larger calls: everything queued, first in, first out) and its
+        own, at the pace of recent full batches, would take longer than its deadline allows.
+        No estimate before such a batch ran, nor for a call without a deadline."""
+        rate = self._seconds_per_token
+        if rate is None or call.deadline is None:
+            return None
+        query = len(call.texts) == 1
+        ahead = [
+            item
+            for item in self._pending
+            if not item.call.finished and (not query or len(item.call.texts) == 1)
+        ]
+        tokens = sum(item.n_tokens for item in ahead) + sum(t.n_tokens for t in call.texts)
+        needed = tokens * rate
+        left = call.deadline - self._clock()
+        return TooLate(len(ahead), needed, left) if needed > left else None
 
     @contextlib.contextmanager
     def arriving(self) -> Iterator[Arrival]:
@@ -370,14 +421,18 @@ class Batcher:
         if len(self._pending) == 1:
             batch = [self._pending[0]]
             rest: deque[_Item] = deque()
+            anchored_on = batch[0].call
         else:
-            lengths = [item.n_tokens for item in self._pending]
+            order = self._order()
+            rank = {id(call): place for place, call in enumerate(order)}
+            ranks = [rank[id(item.call)] for item in self._pending]
+            anchored_on = order[0]
             chosen = select_batch(
-                lengths,
+                [item.n_tokens for item in self._pending],
                 max_batch_tokens=min(self.limits.max_batch_tokens, MAX_RUN_TOKENS),
                 max_batch_size=self.limits.max_batch_size,
-                anchor=self._anchor(),
-                groups=[id(item.call) for item in self._pending],
+                anchor=ranks.index(0),  # the anchor call's oldest pending item
+                ranks=ranks,
             )
             chosen_set = set(chosen)
             batch = [self._pending[i] for i in chosen]
@@ -385,36 +440,35 @@ class Batcher:
         if containing is not None and all(item.call is not containing for item in batch):
             return None
         self._pending = rest
-        self._batches_taken += 1
+        self._query_went_last = len(anchored_on.texts) == 1
         start = self._clock()
         for item in batch:
-            item.call.turn = self._batches_taken
             if item.call.first_batch_start is None:
                 item.call.first_batch_start = start
         return batch
 
-    def _anchor(self) -> int:
-        """Under the lock: the index of the item the next batch is built around.
+    def _order(self) -> list[EmbedCall]:
+        """Under the lock: the calls with pending items in the order they are served; the
+        first anchors the next batch.
 
-        Calls take turns: the anchor is the oldest pending item of the call whose ``turn``
-        (the last batch that held its texts) is lowest. A call arriving while batch n runs
-        gets turn n - 1: ahead of the calls in batch n (a query waits for the running batch
-        only, not for the rest of a large request) and behind any call waiting since
-        earlier. Ties go to a call with no text run yet, then to the older call. Every
-        call's turn comes: one batch per other call waiting at most.
+        One-text calls (queries) go first, oldest first, so a query waits for the batch
+        running when it arrived, not for the larger calls queued before it. Larger calls
+        follow in admission order (first in, first out): the first admitted completes
+        first. After a batch anchored on a query, the oldest larger call anchors the next
+        one (queries then still fill it first), so queries arriving during every batch
+        cannot stall the larger calls: they get every other batch at least.
         """
-        best = 0
-        best_key: tuple[int, bool] | None = None
+        queries: list[EmbedCall] = []
+        larger: list[EmbedCall] = []
         seen: set[int] = set()
-        for i, item in enumerate(self._pending):  # calls appear in arrival order
+        for item in self._pending:  # in admission order: items are queued call by call
             call = item.call
-            if id(call) in seen:
-                continue
-            seen.add(id(call))
-            key = (call.turn, call.started)
-            if best_key is None or key < best_key:
-                best, best_key = i, key
-        return best
+            if id(call) not in seen:
+                seen.add(id(call))
+                (queries if len(call.texts) == 1 else larger).append(call)
+        if larger and (self._query_went_last or not queries):
+            return [larger[0], *queries, *larger[1:]]
+        return [*queries, *larger]
 
     def _next_action(self) -> Callable[[], None] | None:
         """Block until there is something to do; None means the thread should end."""
@@ -529,6 +583,11 @@ class Batcher:
         """Under the lock: each item's row to its call; a call with every row is done."""
         if len(vectors) != len(batch):
             raise ValueError(f"the model returned {len(vectors)} vectors for {len(batch)} texts")
+        tokens = sum(item.n_tokens for item in batch)
+        if tokens >= RATE_MIN_TOKENS:
+            rate = elapsed / tokens
+            old = self._seconds_per_token
+            self._seconds_per_token = rate if old is None else old + RATE_WEIGHT * (rate - old)
         counted: set[int] = set()
         for item, row in zip(batch, vectors, strict=True):
             call = item.call

@@ -1,9 +1,9 @@
 """The Embedder gRPC service: validation, tokenization, admission and Info.
 
 Handler threads validate, tokenize and queue their texts, then wait; the batcher runs the
-model one batch at a time, calls taking turns so that a large request's batches interleave
-with small calls (a lone call's batch on its own handler thread, see ``batching``). Error
-messages are those of docs/embedder.md §errors.
+model one batch at a time, one-text queries first, larger calls first in, first out (a
+lone call's batch on its own handler thread, see ``batching``). Error messages are those
+of docs/embedder.md §errors.
 """
 
 from __future__ import annotations

@@ -116,17 +116,23 @@ def usable_session_id(session: str) -> bool:
     return session_id_problem(session) is None
 
 
-def recall_tier(prompt: str, env: Mapping[str, str], project: str, host: str) -> str | None:
+def recall_tier(
+    prompt: str, env: Mapping[str, str], project: str, host: str, branch: str | None = None
+) -> str | None:
     """The recall nudge and the engines' blocks for a prompt of ≥ 10 characters, or None
     (embedder absent, nothing above the threshold)."""
-    return recall_parts(prompt, env, project, host)[0]
+    return recall_parts(prompt, env, project, host, branch)[0]
 
 
 def recall_parts(
-    prompt: str, env: Mapping[str, str], project: str, host: str
+    prompt: str, env: Mapping[str, str], project: str, host: str, branch: str | None = None
 ) -> tuple[str | None, str | None]:
     """(recall nudge and engine blocks, the recall nudge alone) for a prompt of ≥ 10
-    characters; (None, None) when the embedder is absent or nothing fires."""
+    characters; (None, None) when the embedder is absent or nothing fires.
+
+    ``branch`` (the project's checked-out branch): the nudge names only memories of that
+    branch and unscoped ones, memory_recall's rule for its ``branch`` argument; None
+    (not git, detached HEAD): every branch, as memory_recall without one."""
     prompt = prompt.strip()
     if len(prompt) < MIN_PROMPT_LEN:
         return None, None
@@ -135,7 +141,7 @@ def recall_parts(
     threshold = recall_threshold(env)
     stores = [project] if project == "global" else [project, "global"]
     text = prompt[:PROMPT_EMBED_CHARS]
-    warm = warm_scan(text, env, stores, threshold)
+    warm = warm_scan(text, env, stores, threshold, branch)
     if warm is not None:
         nudge = recall_nudge(host, warm[0])
         return prompt_aware_text(nudge, warm[1]), nudge
@@ -155,7 +161,7 @@ def recall_parts(
         build_indexes=False,  # nor for the lexical index's first build (schema m009)
     )
     try:
-        matches = store.search(stores, vector, text=text, limit=RECALL_LIMIT)
+        matches = store.search(stores, vector, text=text, branch=branch, limit=RECALL_LIMIT)
         blocks = engine_blocks(store, stores, vector, env, model)
     finally:
         store.close()
@@ -186,7 +192,11 @@ def prompt_aware_text(recall: str | None, blocks: list[str]) -> str | None:
 
 
 def warm_scan(
-    text: str, env: Mapping[str, str], stores: list[str], threshold: float | None
+    text: str,
+    env: Mapping[str, str],
+    stores: list[str],
+    threshold: float | None,
+    branch: str | None = None,
 ) -> tuple[list[str], list[str]] | None:
     """(recall labels, engine blocks) from a running ``thatch mcp`` for this database, from
     its one embedding of the prompt; None when none answers (the cold path runs instead)."""
@@ -203,6 +213,7 @@ def warm_scan(
         RECALL_LIMIT,
         threshold,
         auto_fire_overrides(env),
+        branch=branch,
         deadline=PROMPT_EMBED_DEADLINE,
     )
 
@@ -255,11 +266,12 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
         extraction = extraction_tier(directory, session, host, str(project_path))
         found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
-            from thatch.frontend.project import project_store
+            from thatch.frontend.project import current_branch, project_store
 
             project = project_store(project_path, env)
+            branch = current_branch(project_path, env)
             try:
-                found = recall_parts(prompt, env, project, host)
+                found = recall_parts(prompt, env, project, host, branch)
             except Exception as error:
                 if not extraction:
                     raise

@@ -186,7 +186,6 @@ def _locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except OSError as error:
                 if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     raise
@@ -196,11 +195,52 @@ def _locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[
                     ) from None
                 time.sleep(delay)  # waiting for another hook process; no event to wait on
                 delay = min(delay * 2, 0.05)
-        # Touch the lock so the 7-day cleanup never removes a lock that is in use.
+                continue
+            # The cleanup may have unlinked this file while we waited for it: holding an
+            # orphan locks nobody out, so only the file still at the path counts.
+            if _same_file(fd, lock_path):
+                break
+            orphan, fd = fd, os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(orphan)
+        # Touch the lock so the 7-day cleanup leaves it alone (it also skips held locks).
         os.utime(fd)
         yield
     finally:
         os.close(fd)  # closing releases the flock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file at ``path`` now (not one unlinked or replaced meanwhile)."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
+
+
+def _remove_idle_lock(path: str, stale_before: float) -> bool:
+    """Unlink a stale lock file only while holding it, so no process holds it then.
+
+    A taker that opened it before the unlink finds it gone once it gets the flock and
+    retries on the file at the path (``_locked``). True when removed.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False  # gone meanwhile, or not a file we can lock: leave it
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held right now
+        # Re-check under the flock: a taker may have touched it, or replaced it, meanwhile.
+        if os.fstat(fd).st_mtime >= stale_before or not _same_file(fd, Path(path)):
+            return False
+        os.unlink(path)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -930,7 +970,8 @@ def warn_unreadable_once(directory: Path, session_id: str, warn: Callable[[], No
 
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
     """Delete queue files (carried-over ones too) untouched for 7 days, at most once a
-    day; returns files removed."""
+    day; returns files removed. A lock file goes only while this process holds it
+    (``_remove_idle_lock``): never one another process holds or is taking."""
     now = time.time() if now is None else now
     if not directory.is_dir():
         return 0
@@ -950,7 +991,11 @@ def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -
         if not entry.name.endswith((".jsonl", ".count", ".state", ".lock", ".tmp", UNREAD)):
             continue
         try:
-            if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
+            if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_SECONDS:
+                continue
+            if entry.name.endswith(".lock"):
+                removed += _remove_idle_lock(entry.path, now - STALE_SECONDS)
+            else:
                 os.unlink(entry.path)
                 removed += 1
         except FileNotFoundError:

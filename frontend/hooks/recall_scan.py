@@ -4,10 +4,13 @@ A fresh ``flush-tools`` process spends most of its budget importing numpy and gr
 loading the vectors; ``thatch mcp`` already holds all three. Each MCP process offers a
 "recall scan" socket per database (``scan-<sha256 of the DB path>.sock`` beside the
 embedder's socket): the hook sends one JSON line
-``{"prompt", "stores", "limit", "threshold"[, "engines"]}`` and reads one back,
+``{"prompt", "stores", "limit", "threshold"[, "engines"][, "branch"]}`` and reads one back,
 ``{"labels": [...]}`` (plus ``"blocks": [...]``, the engines' prompt-time blocks from the
-same embedding, when ``engines`` gives their thresholds) or ``{"error": "..."}``. Any
-failure on the hook's side means "use the cold path".
+same embedding, when ``engines`` gives their thresholds, and ``"branch"``, the branch the
+labels were searched on, when the request named one) or ``{"error": "..."}``. Any
+failure on the hook's side means "use the cold path"; so does a reply that does not echo
+the branch asked for (a ``thatch mcp`` started before branches were sent would have
+searched every branch).
 
 The client half (``socket_path``, ``request_labels``) imports only the standard library,
 ``thatch.common.environment`` and ``thatch.embedder.settings``; the server half imports its
@@ -95,19 +98,26 @@ def request_scan(
     threshold: float | None,
     engines: Mapping[str, float | None],
     *,
+    branch: str | None = None,
     deadline: float = CLIENT_DEADLINE,
 ) -> tuple[list[str], list[str]] | None:
     """(recall labels, engine blocks) from the serving MCP process, from its one embedding
-    of the prompt; None on any failure, or from a server without engines (cold path)."""
-    request = {
+    of the prompt; labels of ``branch`` and unscoped memories only when it is given (the
+    rule of memory_recall's ``branch``). None on any failure, or from a server without
+    engines or that did not apply the branch (cold path)."""
+    request: dict[str, Any] = {
         "prompt": prompt,
         "stores": list(stores),
         "limit": limit,
         "threshold": threshold,
         "engines": dict(engines),
     }
+    if branch is not None:
+        request["branch"] = branch
     answer = _request(path, request, deadline)
     if answer is None:
+        return None
+    if branch is not None and answer.get("branch") != branch:
         return None
     labels, blocks = answer.get("labels"), answer.get("blocks")
     for values in (labels, blocks):
@@ -165,10 +175,17 @@ class Searcher(Protocol):
     """What answering needs: embed a query and search the stores (``ToolContext`` parts)."""
 
     def labels(
-        self, prompt: str, stores: list[str], limit: int, threshold: float | None
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float | None,
+        *,
+        branch: str | None = None,
     ) -> list[str]:
-        """Labels scoring ≥ threshold (None: the embedding model's default), best first;
-        raises with a one-line message on failure."""
+        """Labels scoring ≥ threshold (None: the embedding model's default), best first,
+        of ``branch`` and unscoped memories when given; raises with a one-line message on
+        failure."""
         ...
 
 
@@ -180,12 +197,19 @@ class ContextSearcher:
         self.ctx = ctx  # a ToolContext; typed loosely so the hook never imports it
 
     def labels(
-        self, prompt: str, stores: list[str], limit: int, threshold: float | None
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float | None,
+        *,
+        branch: str | None = None,
     ) -> list[str]:
         from thatch.embedder.encoder import Kind
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        matches = self.ctx.store.search(stores, result.vectors[0], text=prompt, limit=limit)
+        vector = result.vectors[0]
+        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
         cut = nudge_threshold(threshold, result.model_id)
         return [match.memory.label for match in matches if match.score >= cut]
 
@@ -196,6 +220,8 @@ class ContextSearcher:
         limit: int,
         threshold: float | None,
         engines: Mapping[str, float | None],
+        *,
+        branch: str | None = None,
     ) -> tuple[list[str], list[str]]:
         """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
         from thatch.embedder.encoder import Kind
@@ -204,7 +230,7 @@ class ContextSearcher:
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
         vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, text=prompt, limit=limit)
+        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
         cut = nudge_threshold(threshold, result.model_id)
         labels = [match.memory.label for match in matches if match.score >= cut]
         blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
@@ -240,6 +266,17 @@ def parse_engines(line: bytes) -> dict[str, float | None] | None:
         ):
             raise ScanError('"engines" thresholds must be numbers from 0 to 1')
     return {name: None if value is None else float(value) for name, value in engines.items()}
+
+
+def parse_branch(line: bytes) -> str | None:
+    """The request's branch (search it plus unscoped memories), None for every branch;
+    ScanError when malformed."""
+    branch = json.loads(line).get("branch")  # parse_request has accepted the line already
+    if branch is None:
+        return None
+    if not isinstance(branch, str) or not branch:
+        raise ScanError('"branch" must be a non-empty string or null')
+    return branch
 
 
 def parse_request(line: bytes) -> tuple[str, list[str], int, float | None]:
@@ -281,11 +318,13 @@ def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
     try:
         prompt, stores, limit, threshold = parse_request(line)
         engines = parse_engines(line)
+        branch = parse_branch(line)
+        scope = {} if branch is None else {"branch": branch}  # echoed: the hook checks it
         scan = getattr(searcher, "scan", None)
         if engines is not None and scan is not None:
-            labels, blocks = scan(prompt, stores, limit, threshold, engines)
-            return {"labels": labels, "blocks": blocks}
-        return {"labels": searcher.labels(prompt, stores, limit, threshold)}
+            labels, blocks = scan(prompt, stores, limit, threshold, engines, branch=branch)
+            return {"labels": labels, "blocks": blocks, **scope}
+        return {"labels": searcher.labels(prompt, stores, limit, threshold, branch=branch), **scope}
     except Exception as error:  # one bad request must not take the service down
         text = " ".join(str(error).split()) or type(error).__name__
         return {"error": text}
