@@ -326,9 +326,7 @@ def test_a_snapshot_shortened_under_a_running_server_costs_a_reload(place: Place
 
 
 @pytest.mark.parametrize("garbage", ["nan", "noise"])
-def test_garbage_vectors_behind_a_valid_header_are_never_ranked(
-    place: Place, garbage: str
-) -> None:
+def test_garbage_vectors_behind_a_valid_header_are_never_ranked(place: Place, garbage: str) -> None:
     """NaN used to empty every recall; finite noise hid the best memories. Both fail the
     checksum: the process loads from SQLite and replaces the file for the next one."""
     expected = place.expected()
@@ -343,7 +341,6 @@ def test_garbage_vectors_behind_a_valid_header_are_never_ranked(
     with open(place.snapshot, "r+b") as target:
         target.seek(offset)
         target.write(junk)
-    assert read_snapshot(place.snapshot, place.identity, PROJECT) is None
     assert place.answers() == expected
     assert place.verified()  # replaced by a good one
     assert place.answers() == expected
