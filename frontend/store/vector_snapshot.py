@@ -247,14 +247,14 @@ def _piece_sum(piece: memoryview) -> int:
 
 
 def _checksums(pieces: list[memoryview]) -> list[int]:
-    """Each piece's ``_piece_sum``; over 2 pieces, split across up to 4 threads (numpy lets
-    go of the GIL), so on a busy machine the worst case is the one-core time."""
+    """Each piece's ``_piece_sum``; from 2 full pieces on, split across up to 4 threads
+    (numpy lets go of the GIL), so on a busy machine the worst case is the one-core time."""
     sums = [0] * len(pieces)
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         cpus = os.cpu_count() or 1
-    workers = max(1, min(cpus, 4, len(pieces) // 2))
+    workers = max(1, min(cpus, 4, sum(len(piece) for piece in pieces) // CHECKSUM_PIECE))
 
     def run(worker: int) -> None:
         for index in range(worker, len(pieces), workers):
