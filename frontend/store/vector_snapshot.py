@@ -16,13 +16,14 @@ checks all of them when it maps the file, so garbage never ranks.
 
 Writers never change a file that anyone may have mapped: a snapshot is written whole under
 a fresh exclusive temp name (``mkstemp``), made read-only (0400) and renamed into place, so
-readers see an old file or a new one, never half of one, and a replaced file lives on, out
-of reach, for as long as a process maps it. What a mapping cannot survive is its file
-being shortened in place (the pages past the new end fault with SIGBUS): only this user can
-do that, and as a non-root user only after a chmod. The cache re-checks the size of the
-file behind a mapped matrix before each use (``MappedFile.intact``) and reloads from SQLite
-when it changed; a file shortened during the few milliseconds of one scan is the residual
-risk. Location: ``$XDG_CACHE_HOME/thatch/vectors`` (``~/.cache``), one file per (database real
+readers see an old file or a new one, never half of one, and a replaced file lives on,
+reached by no path, for as long as a process maps it. What a mapping cannot survive is its
+file being shortened in place (the pages past the new end fault with SIGBUS): only this
+user or root can do that, and a non-root user only after a chmod. The cache re-checks the
+size of the file behind a mapped matrix before each use (``MappedFile.intact``) and reloads
+from SQLite when it changed; a file shortened during one use (a scan: milliseconds; a
+snapshot write reading a mapped matrix: up to a few hundred) is the residual risk.
+Location: ``$XDG_CACHE_HOME/thatch/vectors`` (``~/.cache``), one file per (database real
 path, store).
 """
 
