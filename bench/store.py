@@ -2,7 +2,7 @@
 
     python bench/store.py [--model minilm-int8|minilm-fp32|mock] [--repeats 30]
                           [--big 100000] [--sessions 8] [--session-ops 100]
-                          [--only alternation]
+                          [--only alternation|lexical|snapshot]
 
 Rows are random unit vectors of the model's dimension inserted straight into a temp SQLite
 file in the project store ``benchproj``; every tool call goes over a real stdio ``thatch mcp``
@@ -25,6 +25,10 @@ process and without the embedder: ``Store.search`` with and without the query te
 interleaved, at 1k, 10k and ``--big`` memories whose texts follow a Zipf distribution over
 pseudo-words and snake_case/dotted identifiers, queries a bench question plus corpus words
 and one identifier (random query vectors: the dense half costs the same either way).
+``--only snapshot`` measures what checking a mapped snapshot costs (issue 21 §3), without the
+embedder: at ``--big`` memories, new processes each open the store and run one search, in
+turn with the snapshot checked (as shipped), with its checksums skipped (the unchecked map
+of before, for comparison) and with no snapshot at all (the SQLite load it saves).
 Other processes may share the machine: compare figures with their same-run baselines.
 """
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -510,6 +515,82 @@ def lexical_cost(args: argparse.Namespace) -> None:
     )
 
 
+# One new process: open the store, time mapping the snapshot and the first search.
+FIRST_SEARCH = """
+import json, sys, time
+import numpy as np
+from pathlib import Path
+import thatch.frontend.store.matrix_cache as cache
+import thatch.frontend.store.vector_snapshot as snapshot
+from thatch.frontend.store.memory_store import Store
+
+db, snaps, mode, store_name = sys.argv[1:5]
+figures = {}
+if mode == "unchecked":
+    class Equal(list):
+        def __ne__(self, other): return False
+    snapshot._checksums = lambda pieces: Equal()
+read = snapshot.read_snapshot
+def timed_read(*args):
+    start = time.perf_counter()
+    found = read(*args)
+    figures["map"] = time.perf_counter() - start
+    return found
+cache.read_snapshot = timed_read
+query = np.random.default_rng(int(sys.argv[5])).normal(size=int(sys.argv[6])).astype(np.float32)
+with Store.open(db, snapshot_dir=None if mode == "none" else Path(snaps)) as store:
+    start = time.perf_counter()
+    store.search([store_name], query)
+    figures["first"] = time.perf_counter() - start
+print(json.dumps(figures))
+"""
+
+
+def snapshot_cost(args: argparse.Namespace) -> None:
+    """First search of a new process at --big: snapshot checked, unchecked, absent."""
+    root = Path(tempfile.mkdtemp(prefix="thatch-snapshot-"))
+    try:
+        db, snaps = root / "thatch.db", root / "vectors"
+        fill(db, args.big, args.dim, "m")
+        modes = ("checked", "unchecked", "none")
+        figures: Figures = {f"{mode} {part}": [] for mode in modes for part in ("map", "first")}
+
+        def first(mode: str, seed: int) -> dict[str, float]:
+            done = subprocess.run(
+                [sys.executable, "-c", FIRST_SEARCH, str(db), str(snaps), mode, PROJECT,
+                 str(seed), str(args.dim)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            found: dict[str, float] = json.loads(done.stdout)
+            return found
+
+        first("checked", 0)  # loads and writes the snapshot
+        for repeat in range(args.repeats + 1):
+            for mode in modes:
+                found = first(mode, repeat)
+                if repeat:  # the first round warms the page cache
+                    for part, value in found.items():
+                        figures[f"{mode} {part}"].append(value)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    checked = statistics.median(figures["checked first"])
+    unchecked = statistics.median(figures["unchecked first"])
+    rows = [
+        ["snapshot checked (as shipped)", ms(statistics.median(figures["checked map"])),
+         ms(checked), f"{checked / unchecked:.2f}", f"≤ 300 ms: {verdict(checked <= 0.3)}"],
+        ["checksums skipped (before)", ms(statistics.median(figures["unchecked map"])),
+         ms(unchecked), "1.00", "baseline"],
+        ["no snapshot (SQLite load)", "—", ms(statistics.median(figures["none first"])),
+         f"{statistics.median(figures['none first']) / unchecked:.2f}", "report"],
+    ]  # fmt: skip
+    print_table(
+        f"First search of a new process at {args.big:,} memories, medians of {args.repeats} "
+        "(ms; issue 21 §3)",
+        ["snapshot", "map + check", "first search", "ratio", "target"],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm-int8", help="minilm-int8, minilm-fp32, mock")
@@ -520,9 +601,11 @@ def main() -> None:
     parser.add_argument("--session-ops", type=int, default=100)
     parser.add_argument(
         "--only",
-        choices=["alternation", "lexical"],
+        choices=["alternation", "lexical", "snapshot"],
         help="alternation: only the remember/recall alternation at 1k and 10k (the first two "
-        "targets); lexical: only recall with and without the lexical query (no embedder)",
+        "targets); lexical: only recall with and without the lexical query (no embedder); "
+        "snapshot: only a new process's first search with the snapshot checked, unchecked "
+        "and absent (no embedder)",
     )
     parser.add_argument(
         "--cache",
@@ -530,10 +613,10 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    if args.only == "lexical":
+    if args.only in ("lexical", "snapshot"):
         args.dim = 384
         print(f"{os.cpu_count()} CPUs; load average before {loadavg()}")
-        lexical_cost(args)
+        (lexical_cost if args.only == "lexical" else snapshot_cost)(args)
         print(f"load average after {loadavg()}")
         return
     model_path = (

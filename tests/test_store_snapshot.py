@@ -16,7 +16,14 @@ import pytest
 from tests.support.brute_force import brute_force
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_KEPT
-from thatch.frontend.store.vector_snapshot import DatabaseIdentity, peek_seq, snapshot_path
+from thatch.frontend.store.vector_snapshot import (
+    ALIGN,
+    PREFIX,
+    DatabaseIdentity,
+    peek_seq,
+    read_snapshot,
+    snapshot_path,
+)
 
 DIM = 16
 INSERT = (
@@ -397,3 +404,82 @@ def test_a_process_writing_its_own_memories_still_refreshes_its_snapshot(
     answer = search_in_new_process(path, snaps, asked)
     assert answer["loads"] == []
     assert_exact(path, answer, asked)
+
+
+@pytest.mark.parametrize("array", ["unit", "norms", "archived", "codes", "slugs"])
+def test_one_flipped_bit_in_any_array_fails_the_checksum(
+    path: Path, snaps: Path, array: str
+) -> None:
+    """Read straight after a write the file maps; one bit changed anywhere a reader uses
+    and it does not (the process then loads and replaces it)."""
+    search_in_new_process(path, snaps, queries(26))
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    target = snapshot_path(snaps, identity, "p")
+    assert read_snapshot(target, identity, "p") is not None
+    raw = bytearray(target.read_bytes())
+    header_len = PREFIX.unpack_from(raw)[2]
+    header = json.loads(bytes(raw[PREFIX.size : PREFIX.size + header_len]))
+    base = -(-(PREFIX.size + header_len) // ALIGN) * ALIGN
+    group = max(header["groups"], key=lambda g: g["count"])
+    raw[base + group[array] + 1] ^= 0x10
+    target.chmod(0o600)
+    target.write_bytes(bytes(raw))
+    assert read_snapshot(target, identity, "p") is None
+    asked = queries(27)
+    answer = search_in_new_process(path, snaps, asked)
+    assert answer["loads"] == ["p"]
+    assert_exact(path, answer, asked)
+    assert read_snapshot(target, identity, "p") is not None
+
+
+# Run in a new process (a SIGBUS must not take pytest down): map the snapshot, then after
+# the parent shortened it, save memories (the cache's own-write path) and search again.
+SHORTENED = """
+import json, sys
+import numpy as np
+from pathlib import Path
+from thatch.frontend.store.memory_store import Store
+
+db, snaps = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(28)
+with Store.open(db, snapshot_dir=Path(snaps)) as store:
+    store.search(["p"], rng.normal(size=16).astype(np.float32))
+    print("mapped", flush=True)
+    sys.stdin.readline()
+    for i in range(40):
+        store.remember("p", f"late {i}", f"# late {i}", rng.normal(size=16), "m")
+    query = rng.normal(size=16).astype(np.float32)
+    found = store.search(["p"], query)
+    print(json.dumps([query.tolist(), [m.memory.slug for m in found]]), flush=True)
+"""
+
+
+def test_a_shortened_snapshot_is_never_touched_by_own_writes(path: Path, snaps: Path) -> None:
+    """Own writes put rows straight into the mapped matrix: after the file was truncated
+    that would fault (SIGBUS); the size check drops the matrix first."""
+    search_in_new_process(path, snaps, queries(29))
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    target = snapshot_path(snaps, identity, "p")
+    child = subprocess.Popen(
+        [sys.executable, "-c", SHORTENED, str(path), str(snaps)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "mapped\n"
+        os.truncate(target, ALIGN * 2)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        query, slugs = json.loads(child.stdout.readline())
+        assert child.wait(120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
+    expected = brute_force(path, ["p"], np.array(query, dtype=np.float32))
+    assert slugs == [row[1] for row in expected]

@@ -19,6 +19,8 @@ of every row that can reach the result, so caching and float32 never change a re
 Given a ``SnapshotPlace``, a store's first use in a process maps the shared snapshot other
 processes wrote (``vector_snapshot``) and catches up from the log from its sequence number
 on; a full load, or a catch-up far past the snapshot, queues a fresh one for the store.
+Before each use of a mapped matrix the cache checks that its file was not shortened
+(touching a page past the end would kill the process with SIGBUS) and reloads if it was.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE, VERSIONS_T
 from thatch.frontend.store.vector_snapshot import (
     DatabaseIdentity,
     Fingerprint,
+    MappedFile,
     fingerprint,
     fingerprint_holds,
     peek_seq,
@@ -186,6 +189,8 @@ class StoreMatrix:
     capacity: int = 0
     # The change-log sequence number of the shared snapshot this matrix came from or wrote.
     snapshot_seq: int | None = None
+    # The mapped snapshot file this matrix's arrays may still view.
+    backing: MappedFile | None = None
     _where: dict[str, tuple[int, int]] | None = None
 
     @property
@@ -202,6 +207,10 @@ class StoreMatrix:
     @property
     def size(self) -> int:
         return sum(group.count for group in self.groups.values())
+
+    def intact(self) -> bool:
+        """Every row can be touched: no mapped file behind it, or one still of its size."""
+        return self.backing is None or self.backing.intact()
 
     def code(self, branch: str | None) -> int:
         found = self.branch_names.get(branch)
@@ -348,6 +357,9 @@ class MatrixCache:
         ).fetchone()
         version = int(row[0]) if row else 0
         cached = self._matrices.get(store)
+        if cached is not None and not cached.intact():
+            self._forget(store)
+            cached = None
         if cached is not None and cached.version == version:
             return cached
         low, high = conn.execute(
@@ -395,6 +407,7 @@ class MatrixCache:
             return None  # another history at this path, or the log was pruned past it
         matrix = StoreMatrix(seq=snapshot.seq, version=snapshot.version)
         matrix.snapshot_seq = snapshot.seq
+        matrix.backing = snapshot.file
         matrix.branch_names = {name: code for code, name in enumerate(snapshot.branches)}
         if len(matrix.branch_names) != len(snapshot.branches):
             return None
@@ -443,6 +456,9 @@ class MatrixCache:
         """
         with self._guard:
             matrix = self._matrices.get(store)
+            if matrix is not None and not matrix.intact():
+                self._forget(store)
+                return False
             if (
                 matrix is None
                 or matrix.version != before.version
@@ -475,6 +491,9 @@ class MatrixCache:
         for store, (matrix, seq, log_fingerprint) in queued.items():
             if self._matrices.get(store) is not matrix or matrix.seq != seq:
                 continue  # changed or dropped since it was queued
+            if not matrix.intact():
+                self._forget(store)
+                continue
             path = snapshot_path(place.directory, place.identity, store)
             current = None if store in self._unusable else peek_seq(path, place.identity, store)
             self._unusable.discard(store)
@@ -491,6 +510,13 @@ class MatrixCache:
                 path, place.identity, store, seq, matrix.version, log_fingerprint,
                 [name for name, _ in names], groups,
             )  # fmt: skip
+
+    def _forget(self, store: str) -> None:
+        """Drop a matrix whose mapped file was shortened, unread: the next use reloads it,
+        and the snapshot at the path is replaced whatever its header says."""
+        del self._matrices[store]
+        self._to_write.pop(store, None)
+        self._unusable.add(store)
 
     def clear(self) -> None:
         with self._guard:
