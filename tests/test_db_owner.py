@@ -190,6 +190,7 @@ PACKAGES = ("common", "cli", "embedder", "frontend")
 HOLDERS = ("common", "cli", "frontend")
 NOT_THE_DATABASE = {
     "frontend/store/vector_snapshot.py": "the shared vector snapshot files",
+    "frontend/store/snapshot_dir.py": "the shared vector snapshot files and their directory",
     "frontend/ui/app.py": "the page's static script",
     "frontend/mcp/stdio.py": "/dev/null, for stdin",
     "frontend/hooks/queue.py": "the extraction queue's files and its lock",
