@@ -33,7 +33,7 @@ def _fill_pending() -> None:
 def hygiene(as_json: bool) -> None:
     """Report duplicates, stale, orphaned, other-model and pending memories.
 
-    Prints the report and names what it counts (the duplicate-candidate pairs, the stale
+    Prints the report and names what it counts (the first page of duplicate clusters, the stale
     memories, the memories of deleted branches), or "Store is healthy." when there is
     nothing to tend. Exits 0 either way; thatch never deletes anything for hygiene.
     Memories waiting for an embedding are embedded first when an embedder is serving.
@@ -54,6 +54,9 @@ def hygiene(as_json: bool) -> None:
         _fill_pending()
         store = Store.open(default_db_path(os.environ), clock=utc_now)
         try:
+            # Compare the memories no write compared (an upgraded database), in short
+            # chunks: the count below is then complete, not "counting".
+            read_leniently(store.conn, lambda: store.check_all_duplicates(project))
             model = _active_model()
             now = utc_now()
             result = read_leniently(

@@ -1,0 +1,51 @@
+"""The background comparison of memories no write compared (docs/database.md
+§duplicate-candidates): long-lived processes (``thatch mcp``, ``thatch ui``) run it so
+an upgraded database gets its duplicate candidates without any session start paying.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from thatch.frontend.store.memory_store import Store
+
+__all__ = ["DuplicateChecker"]
+
+# Between two chunks: the lock and the write lock are free for requests meanwhile.
+PAUSE_SECONDS = 0.05
+# When every store is checked: look again this often (the earlier release writes too).
+IDLE_SECONDS = 60.0
+
+
+class DuplicateChecker:
+    """Checks every store in chunks (``Store.check_duplicates``) on its own thread until
+    ``close``. A cache: any failure waits for the next round, nothing is printed."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="thatch-dup-check", daemon=True)
+
+    def start(self) -> DuplicateChecker:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            worked = False
+            with contextlib.suppress(Exception):
+                for name in self._store.store_names():
+                    checked, total = self._store.duplicate_progress(name)
+                    while checked < total and not self._stop.wait(PAUSE_SECONDS):
+                        before = checked
+                        checked, total = self._store.check_duplicates(name)
+                        worked = True
+                        if checked <= before:
+                            break
+            self._stop.wait(PAUSE_SECONDS if worked else IDLE_SECONDS)
