@@ -167,8 +167,11 @@ def test_existing_database_is_migrated_without_comparing_then_checked_in_chunks(
         assert store.conn.execute(f"SELECT count(*) FROM {DUP_SCANNED_TABLE}").fetchone() == (0,)
         summary = store.duplicate_summary("p", 0.85)
         assert (summary.memories, summary.checked, summary.total) == (0, 0, 62)
-        checked, total = store.check_duplicates("p", limit=25)
-        assert (checked, total) == (25, 62)
+        marked, after = store.check_duplicates("p", limit=25)
+        assert marked == 25 and after > 0
+        assert store.duplicate_progress("p") == (25, 62)
+        assert store.check_duplicates("p", limit=25, after=after)[0] == 25
+        assert store.duplicate_progress("p") == (50, 62)
         assert store.check_all_duplicates("p") == (62, 62)
         expected = brute_force(slugs, vectors, FLOOR)
         assert set(stored_pairs(store, "p")) == expected

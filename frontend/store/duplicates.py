@@ -95,15 +95,18 @@ def _live(alias: str = "") -> str:
     return f"{prefix}store = ? AND {prefix}archived = 0 AND {usable}"
 
 
-def unchecked(conn: sqlite3.Connection, store: str, limit: int) -> list[str]:
-    """Up to ``limit`` live embedded memories of ``store`` not compared yet."""
+def unchecked(
+    conn: sqlite3.Connection, store: str, limit: int, after: int = 0
+) -> tuple[list[str], int]:
+    """Up to ``limit`` live embedded memories of ``store`` not compared yet, from rowid
+    ``after`` on, and the rowid to continue from (a backfill never rescans what it did)."""
     rows = conn.execute(
-        f"SELECT e.slug FROM entries e WHERE {_live('e')} AND NOT EXISTS "
-        f"(SELECT 1 FROM {DUP_SCANNED_TABLE} s WHERE s.store = e.store AND s.slug = e.slug) "
-        "LIMIT ?",
-        (store, limit),
-    )
-    return [row[0] for row in rows]
+        f"SELECT e.rowid, e.slug FROM entries e WHERE {_live('e')} AND e.rowid > ? "
+        f"AND NOT EXISTS (SELECT 1 FROM {DUP_SCANNED_TABLE} s "
+        "WHERE s.store = e.store AND s.slug = e.slug) ORDER BY e.rowid LIMIT ?",
+        (store, after, limit),
+    ).fetchall()
+    return [row[1] for row in rows], (int(rows[-1][0]) if rows else after)
 
 
 def progress(conn: sqlite3.Connection, store: str) -> tuple[int, int]:

@@ -638,47 +638,57 @@ class Store(UpkeepQueries):
         if not self._tracked or self.conn.in_transaction:
             return
         with contextlib.suppress(Exception):
-            self._check_slugs(store, [slug])
+            self._check_slugs(store_name(store), [slug])
 
-    def _check_slugs(self, name: str, slugs: builtins.list[str] | None, limit: int = 0) -> int:
-        with self._read() as conn:
-            todo = slugs if slugs is not None else duplicates.unchecked(conn, name, limit)
-            if not todo:
-                return 0
+    def _check_slugs(self, name: str, slugs: builtins.list[str]) -> int:
+        """Compare ``slugs`` with their store; how many were marked checked."""
+        if not slugs:
+            return 0
+        with self._read():
             matrix = self._matrix(name)
             seq = matrix.seq
-            candidates = duplicates.screen(matrix, todo)
+            candidates = duplicates.screen(matrix, slugs)
         if not candidates:
             return 0
         with self._write(durable=False) as conn:
             return duplicates.record(conn, name, seq, candidates)
 
     @locked
-    def check_duplicates(self, store: str, limit: int = duplicates.CHUNK_ROWS) -> tuple[int, int]:
-        """Compare up to ``limit`` unchecked memories of ``store`` with it, in one short
-        write transaction; returns (checked, total) afterwards. The backfill for memories
-        no write-time check covered (written before schema m010, by the earlier release,
-        or while a check failed): call it until checked == total."""
+    def check_duplicates(
+        self, store: str, limit: int = duplicates.CHUNK_ROWS, after: int = 0
+    ) -> tuple[int, int]:
+        """Compare up to ``limit`` unchecked memories of ``store`` (from rowid ``after``
+        on) with it, in one short write transaction; returns (memories marked checked, the
+        rowid to continue from; 0 when none were left there). The backfill for memories no
+        write-time check covered (written before schema m010, by the earlier release, or
+        while a check failed)."""
         name = store_name(store)
         if not self._tracked:
             return 0, 0
-        self._check_slugs(name, None, limit)
         with self._read() as conn:
-            return duplicates.progress(conn, name)
+            slugs, last = duplicates.unchecked(conn, name, limit, after)
+        if not slugs:
+            return 0, 0
+        return self._check_slugs(name, slugs), last
 
     def check_all_duplicates(self, store: str, *, deadline: float | None = None) -> tuple[int, int]:
-        """``check_duplicates`` in chunks until the store is checked (or ``deadline``,
-        a ``time.monotonic()`` value, passes; or a chunk makes no progress)."""
+        """``check_duplicates`` chunk after chunk until the store is checked (or
+        ``deadline``, a ``time.monotonic()`` value, passes); returns (checked, total).
+
+        Each chunk is its own transaction: writers wait at most one chunk's write. A
+        memory that changed under its chunk is left for the next round (at most two
+        rounds per call, so rows changing all the time cannot keep it busy)."""
         import time
 
-        checked, total = self.duplicate_progress(store)
-        while checked < total:
-            if deadline is not None and time.monotonic() >= deadline:
+        for _ in range(2):
+            after = 0
+            while deadline is None or time.monotonic() < deadline:
+                _, after = self.check_duplicates(store, after=after)
+                if after == 0:
+                    break
+            checked, total = self.duplicate_progress(store)
+            if checked >= total:
                 break
-            before = checked
-            checked, total = self.check_duplicates(store)
-            if checked <= before:
-                break  # nothing could be checked now (rows changing under us): later
         return checked, total
 
     @locked

@@ -41,11 +41,8 @@ class DuplicateChecker:
             worked = False
             with contextlib.suppress(Exception):
                 for name in self._store.store_names():
-                    checked, total = self._store.duplicate_progress(name)
-                    while checked < total and not self._stop.wait(PAUSE_SECONDS):
-                        before = checked
-                        checked, total = self._store.check_duplicates(name)
+                    _, after = self._store.check_duplicates(name)
+                    while after and not self._stop.wait(PAUSE_SECONDS):
                         worked = True
-                        if checked <= before:
-                            break
+                        _, after = self._store.check_duplicates(name, after=after)
             self._stop.wait(PAUSE_SECONDS if worked else IDLE_SECONDS)
