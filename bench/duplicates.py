@@ -110,6 +110,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sizes", default="100,10k,100k")
+    parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="also run the reminder once before `thatch hygiene` (stored candidates only)",
+    )
     args = parser.parse_args()
     sizes = {"100": (100, 0), "10k": (10_000, 2_000), "100k": (100_000, 0)}
     chosen = [s for s in args.sizes.split(",") if s in sizes]
@@ -137,6 +142,12 @@ def main() -> None:
             db_path = root / f"{name}.db"
             took = seed(db_path, count, near, "mock")
             env_db = {**env, "THATCH_DB_PATH": str(db_path)}
+            if args.unchecked:
+                wall, rss, code, out = run_rss([*thatch, "reminder"], env_db, b"{}")
+                print(
+                    f"{name:>5}: reminder before any check: {wall * 1000:8.1f} ms, {rss} MB, "
+                    f"exit {code} [{duplicates_phrase(out.decode(errors='replace'))}]"
+                )
             wall, rss, code, out = run_rss([*thatch, "hygiene", "--json"], env_db, b"")
             dup = json.loads(out).get("duplicates") if code == 0 else f"(exit {code})"
             print(

@@ -340,3 +340,43 @@ def test_rows_changed_during_a_check_are_taken_as_they_are_now(
         assert store.duplicate_progress("p") == (1, 3)  # far mate; moved, new unchecked
         assert store.check_all_duplicates("p") == (3, 3)
         assert set(stored_pairs(store, "p")) == {("far-mate", "new")}
+
+
+def test_a_running_mcp_server_checks_an_upgraded_file_in_the_background(
+    tmp_path: Path,
+) -> None:
+    """``thatch mcp`` compares the memories no write compared, chunk by chunk, while
+    another process keeps writing to the file; the count then is complete and right."""
+    import signal
+
+    from tests.support.hookrun import thatch_command
+    from tests.support.polling import poll
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project), THATCH_MODEL="mock")
+    path = Path(env["THATCH_DB_PATH"])
+    rng = np.random.default_rng(20)
+    base = unit(rng.normal(size=DIM))
+    vectors = np.vstack([near_copies(base, 10, 21), rng.normal(size=(290, DIM))])
+    with Store.open(path) as store, dbmod.atomic(store.conn):  # unchecked, as after m010
+        for i, vector in enumerate(vectors.astype(np.float32)):
+            store.remember("proj", f"m{i}", "# x", vector, "mock")
+    server = subprocess.Popen(
+        thatch_command("mcp"),
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with Store.open(path) as writer:
+            [late] = near_copies(base, 1, 22)
+            writer.remember("proj", "late copy", "# x", late, "mock")  # checked at its write
+            assert poll(lambda: writer.duplicate_progress("proj") == (301, 301), timeout=120)
+            assert writer.duplicate_summary("proj", 0.85).memories == 11
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        assert server.stdin is not None
+        server.stdin.close()
