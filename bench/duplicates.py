@@ -100,10 +100,13 @@ def run_rss(argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[float, 
 
 
 def duplicates_phrase(text: str) -> str:
-    for part in text.replace("\n", " ").split(";"):
-        if "duplicate" in part:
-            return part.strip()[:90]
-    return "(no duplicate part)"
+    """The duplicate part of the reminder's hygiene report, if any."""
+    for line in text.splitlines():
+        if line.startswith("[thatch hygiene]"):
+            parts = [p.strip() for p in line.split(";")]
+            found = [p.rstrip(".") for p in parts if "duplicate" in p]
+            return "; ".join(found) or "(no duplicate part)"
+    return "(no hygiene report)"
 
 
 def main() -> None:
