@@ -658,3 +658,26 @@ def test_embedder_down_reads_work_search_says_why_edit_saves_pending(
         assert rows(db_path(context), "SELECT content, embedding IS NULL FROM entries") == [
             ("# Tabs\n\nspaces now", 1)
         ]
+
+
+def test_duplicates_page_pages_through_clusters(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """25 clusters: the page shows 20 and links the rest; the next page shows the others,
+    numbered on, with no further link (issue 21 §2)."""
+    import numpy as np
+
+    client, _guard = ui
+    rng = np.random.default_rng(0)
+    for c in range(25):
+        base = rng.normal(size=32)
+        for k in range(2):
+            vector = (base + rng.normal(size=32) * 0.01).astype(np.float32)
+            ctx.store.remember("proj", f"pair {c} {k}", "# x", vector, "m")
+    page = client.get("/duplicates", store="proj")
+    assert page.status == 200
+    assert page.body.count("<h2>Cluster ") == 20 and "Cluster 20 (2 memories)" in page.body
+    assert "Clusters 1–20 of 25." in page.body and "offset=20" in page.body
+    rest = client.get("/duplicates", store="proj", offset="20")
+    assert rest.body.count("<h2>Cluster ") == 5 and "Cluster 21 (2 memories)" in rest.body
+    assert "Next clusters" not in rest.body
