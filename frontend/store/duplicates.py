@@ -89,6 +89,12 @@ class DuplicatePage:
         return self.checked >= self.total
 
 
+def _usable(alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    usable = USABLE.replace("embedding", prefix + "embedding")
+    return f"{prefix}store = ? AND {usable}"
+
+
 def _live(alias: str = "") -> str:
     prefix = f"{alias}." if alias else ""
     usable = USABLE.replace("embedding", prefix + "embedding")
@@ -98,10 +104,10 @@ def _live(alias: str = "") -> str:
 def unchecked(
     conn: sqlite3.Connection, store: str, limit: int, after: int = 0
 ) -> tuple[list[str], int]:
-    """Up to ``limit`` live embedded memories of ``store`` not compared yet, from rowid
+    """Up to ``limit`` embedded memories of ``store`` not checked yet, from rowid
     ``after`` on, and the rowid to continue from (a backfill never rescans what it did)."""
     rows = conn.execute(
-        f"SELECT e.rowid, e.slug FROM entries e WHERE {_live('e')} AND e.rowid > ? "
+        f"SELECT e.rowid, e.slug FROM entries e WHERE {_usable('e')} AND e.rowid > ? "
         f"AND NOT EXISTS (SELECT 1 FROM {DUP_SCANNED_TABLE} s "
         "WHERE s.store = e.store AND s.slug = e.slug) ORDER BY e.rowid LIMIT ?",
         (store, after, limit),
@@ -110,11 +116,14 @@ def unchecked(
 
 
 def progress(conn: sqlite3.Connection, store: str) -> tuple[int, int]:
-    """(checked, total) live embedded memories of ``store``, in one pass over its rows."""
-    total, checked = conn.execute(
-        f"SELECT count(*), coalesce(sum(EXISTS (SELECT 1 FROM {DUP_SCANNED_TABLE} s "
-        f"WHERE s.store = e.store AND s.slug = e.slug)), 0) FROM entries e WHERE {_live('e')}",
-        (store,),
+    """(checked, total) embedded memories of ``store``, archived included (checking an
+    archived one only marks it): two index-only counts, no pass over the rows, because
+    the triggers keep every checked mark on a row that is embedded as it was checked."""
+    (total,) = conn.execute(
+        f"SELECT count(*) FROM entries WHERE store = ? AND {USABLE}", (store,)
+    ).fetchone()
+    (checked,) = conn.execute(
+        f"SELECT count(*) FROM {DUP_SCANNED_TABLE} WHERE store = ?", (store,)
     ).fetchone()
     return int(checked), int(total)
 
@@ -169,11 +178,12 @@ def record(
     conn: sqlite3.Connection,
     store: str,
     seq: int,
+    slugs: Sequence[str],
     candidates: dict[str, list[str]],
 ) -> int:
-    """Inside a write transaction: store the pairs and checked marks of ``candidates``
-    (screened on a matrix read at change-log position ``seq``); returns how many memories
-    were marked checked.
+    """Inside a write transaction: store the pairs of ``slugs`` from their ``candidates``
+    (screened on a matrix read at change-log position ``seq``) and mark them checked (an
+    archived one just marked); returns how many memories were marked checked.
 
     Rows changed since ``seq`` (by any process) are read now: a changed memory being
     checked is left for later, a changed neighbour is scored from its current vector. So
@@ -189,7 +199,7 @@ def record(
             (store, seq),
         )
     }
-    todo = [slug for slug in candidates if slug not in changed]
+    todo = [slug for slug in slugs if slug not in changed]
     if not todo:
         return 0
     done = {
@@ -204,14 +214,18 @@ def record(
     todo = [slug for slug in todo if slug not in done]
     involved = set(todo) | changed
     for slug in todo:
-        involved.update(candidates[slug])
+        involved.update(candidates.get(slug, ()))
     blobs = _blobs(conn, store, involved)
-    marked = 0
+    archived = _archived(conn, store, [slug for slug in todo if slug not in blobs])
     pairs: list[tuple[str, str, str, float]] = []
+    checked: list[str] = []
     for slug in todo:
         own = blobs.get(slug)
-        if own is None:
-            continue  # archived or emptied since: nothing to compare
+        if own is None or slug not in candidates:
+            if slug in archived:  # nothing to compare, but no longer unchecked
+                checked.append(slug)
+            continue  # gone or pending (or missing from the matrix): not checkable now
+        checked.append(slug)
         others = [o for o in candidates[slug] if o not in changed]
         others += [o for o in changed if o != slug]
         others = [o for o in others if o in blobs and len(blobs[o]) == len(own)]
@@ -224,18 +238,32 @@ def record(
         for score, other in scored[:NEIGHBOURS]:
             first, second = sorted((slug, other))
             pairs.append((store, first, second, score))
-        marked += 1
     conn.executemany(
         f"INSERT OR REPLACE INTO {DUP_PAIRS_TABLE} (store, slug_a, slug_b, score) "
         "VALUES (?, ?, ?, ?)",
         pairs,
     )
-    checked = [slug for slug in todo if slug in blobs]
     conn.executemany(
         f"INSERT OR IGNORE INTO {DUP_SCANNED_TABLE} (store, slug) VALUES (?, ?)",
         [(store, slug) for slug in checked],
     )
-    return marked
+    return len(checked)
+
+
+def _archived(conn: sqlite3.Connection, store: str, slugs: Sequence[str]) -> set[str]:
+    """Which of ``slugs`` are archived embedded memories of ``store``."""
+    found: set[str] = set()
+    for chunk in _chunks(slugs):
+        marks = ", ".join("?" * len(chunk))
+        found.update(
+            row[0]
+            for row in conn.execute(
+                f"SELECT slug FROM entries WHERE {_usable()} AND archived = 1 "
+                f"AND slug IN ({marks})",
+                (store, *chunk),
+            )
+        )
+    return found
 
 
 def _chunks(items: Sequence[str], size: int = 256) -> Iterator[Sequence[str]]:

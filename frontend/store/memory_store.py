@@ -648,10 +648,8 @@ class Store(UpkeepQueries):
             matrix = self._matrix(name)
             seq = matrix.seq
             candidates = duplicates.screen(matrix, slugs)
-        if not candidates:
-            return 0
         with self._write(durable=False) as conn:
-            return duplicates.record(conn, name, seq, candidates)
+            return duplicates.record(conn, name, seq, slugs, candidates)
 
     @locked
     def check_duplicates(
@@ -693,7 +691,7 @@ class Store(UpkeepQueries):
 
     @locked
     def duplicate_progress(self, store: str) -> tuple[int, int]:
-        """(checked, total) live embedded memories of ``store`` compared with it."""
+        """(checked, total) embedded memories of ``store`` (archived included)."""
         if not self._tracked:
             return 0, 0
         with self._read() as conn:
