@@ -20,6 +20,8 @@ from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import (
     CHANGES_TABLE,
     CHAT_TABLES,
+    DUP_PAIRS_TABLE,
+    DUP_SCANNED_TABLE,
     MIGRATIONS,
     MIGRATIONS_TABLE,
     VERSIONS_TABLE,
@@ -178,6 +180,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     ]
     assert [name for name in names if name in EXPECTED] == TABLE_ORDER
     extra = {MIGRATIONS_TABLE, VERSIONS_TABLE, CHANGES_TABLE, "sqlite_sequence", *CHAT_TABLES}
+    extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE}
     fts = {
         DOCS_TABLE,
         FTS_TABLE,

@@ -299,10 +299,10 @@ def test_stores_page_counts_and_hygiene(ui: tuple[UiClient, Guard], ctx: ToolCon
     )
     assert len(cells) == 1
     numbers = re.findall(r"<td>(?:<a [^>]*>)?(\d+)", cells[0])
-    # memories, archived, unembedded, other model, duplicate candidates, stale
-    assert numbers == ["4", "1", "0", "0", "1", "0"]
-    assert "1 duplicate-candidate pair pending review" in page.body
-    assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 1 duplicate" in page.body
+    # memories, archived, unembedded, other model, memories with duplicate candidates, stale
+    assert numbers == ["4", "1", "0", "0", "2", "0"]
+    assert "2 memories with duplicate candidates pending review" in page.body
+    assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 2 memories with dup" in page.body
 
 
 def test_memories_page_newest_first_with_filters_and_search(
