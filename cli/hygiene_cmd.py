@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from thatch.cli.errors import translate_errors
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.memory_store import Store
 
 
 def _active_model() -> str:
@@ -26,6 +30,20 @@ def _fill_pending() -> None:
     with ToolContext.from_env(autostart=False, start_wait=0) as ctx:
         if ctx.store.pending_count():
             ctx.pending_fill.fill_opportunistically()
+
+
+def check_unchecked_duplicates(store: Store, name: str) -> None:
+    """Compare the memories no write compared, saying so first when there are any."""
+    from thatch.frontend.store.db import read_leniently
+
+    checked, total = read_leniently(store.conn, lambda: store.duplicate_progress(name))
+    if checked < total:
+        click.echo(
+            f"[thatch] comparing {total - checked} memories for duplicates (once: later "
+            "writes are compared as they are saved)…",
+            err=True,
+        )
+    read_leniently(store.conn, lambda: store.check_all_duplicates(name))
 
 
 @click.command("hygiene")
@@ -56,7 +74,7 @@ def hygiene(as_json: bool) -> None:
         try:
             # Compare the memories no write compared (an upgraded database), in short
             # chunks: the count below is then complete, not "counting".
-            read_leniently(store.conn, lambda: store.check_all_duplicates(project))
+            check_unchecked_duplicates(store, project)
             model = _active_model()
             now = utc_now()
             result = read_leniently(

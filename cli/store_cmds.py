@@ -453,7 +453,9 @@ def dedup(
             return
         cut = threshold if threshold is not None else tools.configured_thresholds().duplicate
         # A person asked: compare everything no write compared yet, however long it takes.
-        _leniently(tools, lambda: tools.ctx.store.check_all_duplicates(name))
+        from thatch.cli.hygiene_cmd import check_unchecked_duplicates
+
+        check_unchecked_duplicates(tools.ctx.store, name)
         page = _leniently(tools, lambda: tools.duplicate_page(name, cut, offset))
     if as_json:
         # The page's clusters in the shape of before paging; where the next page starts
