@@ -690,6 +690,12 @@ class Store(UpkeepQueries):
         return checked, total
 
     @locked
+    def last_entry_rowid(self) -> int:
+        """The highest rowid of ``entries`` (where a backfill cursor can start from)."""
+        (last,) = self.conn.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()
+        return int(last)
+
+    @locked
     def duplicate_progress(self, store: str) -> tuple[int, int]:
         """(checked, total) embedded memories of ``store`` (archived included)."""
         if not self._tracked:

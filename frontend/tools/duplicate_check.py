@@ -6,13 +6,16 @@ an upgraded database gets its duplicate candidates without any session start pay
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
+import time
 
 from thatch.frontend.store.memory_store import Store
 
 __all__ = ["DuplicateChecker"]
 
-# Between two chunks: the lock and the write lock are free for requests meanwhile.
+# Between two chunks (at least; as long as the chunk took when that is longer): the lock
+# and the write lock are free for requests meanwhile, and the agents keep their CPU.
 PAUSE_SECONDS = 0.05
 # When every store is checked: look again this often (the earlier release writes too).
 IDLE_SECONDS = 60.0
@@ -25,6 +28,7 @@ class DuplicateChecker:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._stop = threading.Event()
+        self._random = random.Random()
         self._thread = threading.Thread(target=self._run, name="thatch-dup-check", daemon=True)
 
     def start(self) -> DuplicateChecker:
@@ -41,8 +45,22 @@ class DuplicateChecker:
             worked = False
             with contextlib.suppress(Exception):
                 for name in self._store.store_names():
-                    _, after = self._store.check_duplicates(name)
-                    while after and not self._stop.wait(PAUSE_SECONDS):
-                        worked = True
-                        _, after = self._store.check_duplicates(name, after=after)
+                    # From a random row on, then from the start: several servers on one
+                    # file (one per session) mostly check different chunks.
+                    middle = self._random.randrange(self._store.last_entry_rowid() + 1)
+                    for start in (middle, 0):
+                        worked |= self._pass(name, start)
             self._stop.wait(PAUSE_SECONDS if worked else IDLE_SECONDS)
+
+    def _pass(self, name: str, after: int) -> bool:
+        """Chunks of ``name`` from rowid ``after`` to the end; whether any was checked.
+        Waits at least as long as each chunk took: at most half a core, however big."""
+        worked = False
+        while not self._stop.is_set():
+            began = time.monotonic()
+            _, after = self._store.check_duplicates(name, after=after)
+            if not after:
+                return worked
+            worked = True
+            self._stop.wait(max(PAUSE_SECONDS, time.monotonic() - began))
+        return worked
