@@ -226,23 +226,6 @@ def clusters(pairs: Sequence[DuplicatePair]) -> list[Cluster]:
     return [Cluster(grouped[key]) for key in order]
 
 
-def duplicates(store: str, pairs: Sequence[DuplicatePair], threshold: float) -> str:
-    if not pairs:
-        return (
-            f"No duplicate candidates found in {quoted(store)} above threshold "
-            f"{shortest(threshold)}."
-        )
-    blocks = []
-    for cluster in clusters(pairs):
-        lines = [f"Cluster of {cluster.size}:"]
-        lines += [
-            f"  [score:{score(pair.score)}] {quoted(pair.label_a)} ↔ {quoted(pair.label_b)}"
-            for pair in cluster.pairs
-        ]
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
-
-
 def duplicate_page(
     store: str, page: DuplicatePage, threshold: float, next_page: str = "offset"
 ) -> str:

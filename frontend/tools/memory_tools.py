@@ -24,7 +24,7 @@ from thatch.embedder.models.thresholds import ModelThresholds, in_force
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.duplicates import DuplicatePage
-from thatch.frontend.store.memory import DuplicatePair, Match, Memory, RememberOutcome
+from thatch.frontend.store.memory import Match, Memory, RememberOutcome
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools import formatting as fmt
@@ -307,15 +307,6 @@ class Tools:
         # within a call (RecallReport.telemetry_skipped, which MCP never shows).
         with contextlib.suppress(sqlite3.Error, StoreError):
             self.ctx.store.stamp_recalls(matches, at)
-
-    def duplicate_pairs(self, store: str, threshold: float | None = None) -> list[DuplicatePair]:
-        """Pairs at ``threshold`` or more (default: the configured model's duplicate one)."""
-        if threshold is None:
-            threshold = self.configured_thresholds().duplicate
-        if self.ctx.store.pending_count(store):
-            self.ctx.pending_fill.fill_store(store)
-        self._check_duplicates(store)
-        return list(self.ctx.store.find_duplicates(store, threshold))
 
     def duplicate_page(
         self, store: str, threshold: float | None = None, offset: int = 0
