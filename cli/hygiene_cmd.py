@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from thatch.cli.errors import translate_errors
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.memory_store import Store
 
 
 def _active_model() -> str:
@@ -28,12 +32,26 @@ def _fill_pending() -> None:
             ctx.pending_fill.fill_opportunistically()
 
 
+def check_unchecked_duplicates(store: Store, name: str) -> None:
+    """Compare the memories no write compared, saying so first when there are any."""
+    from thatch.frontend.store.db import read_leniently
+
+    checked, total = read_leniently(store.conn, lambda: store.duplicate_progress(name))
+    if checked < total:
+        click.echo(
+            f"[thatch] comparing {total - checked} memories for duplicates (once: later "
+            "writes are compared as they are saved)…",
+            err=True,
+        )
+    read_leniently(store.conn, lambda: store.check_all_duplicates(name))
+
+
 @click.command("hygiene")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as one JSON document.")
 def hygiene(as_json: bool) -> None:
     """Report duplicates, stale, orphaned, other-model and pending memories.
 
-    Prints the report and names what it counts (the duplicate-candidate pairs, the stale
+    Prints the report and names what it counts (the first page of duplicate clusters, the stale
     memories, the memories of deleted branches), or "Store is healthy." when there is
     nothing to tend. Exits 0 either way; thatch never deletes anything for hygiene.
     Memories waiting for an embedding are embedded first when an embedder is serving.
@@ -54,6 +72,9 @@ def hygiene(as_json: bool) -> None:
         _fill_pending()
         store = Store.open(default_db_path(os.environ), clock=utc_now)
         try:
+            # Compare the memories no write compared (an upgraded database), in short
+            # chunks: the count below is then complete, not "counting".
+            check_unchecked_duplicates(store, project)
             model = _active_model()
             now = utc_now()
             result = read_leniently(

@@ -443,18 +443,26 @@ def _is_terminal(stream: Any) -> bool:
 @click.option(
     "--threshold", type=click.FloatRange(0, 1), help="Minimum similarity (default: the model's)."
 )
+@click.option(
+    "--offset",
+    type=click.IntRange(0),
+    default=0,
+    help="Clusters to skip: the offset the previous page named (default 0).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def dedup(
     labels: tuple[str, ...],
     store: str | None,
     verdict: str | None,
     threshold: float | None,
+    offset: int,
     as_json: bool,
 ) -> None:
-    """List near-duplicate clusters, or record a verdict on one pair.
+    """List near-duplicate clusters a page at a time, or record a verdict on one pair.
 
     \b
-    thatch dedup                      clusters of the project store (find_duplicates)
+    thatch dedup                      first page of clusters of the project store
+    thatch dedup --offset N           the page from cluster N on (find_duplicates)
     thatch dedup A B --verdict V      record V for the pair A, B (dedup_mark_checked)
     """
     from thatch.frontend.tools import formatting as fmt
@@ -477,16 +485,26 @@ def dedup(
                 click.echo(text)
             return
         cut = threshold if threshold is not None else tools.configured_thresholds().duplicate
-        pairs = _leniently(tools, lambda: tools.duplicate_pairs(name, cut))
+        # A person asked: compare everything no write compared yet, however long it takes.
+        from thatch.cli.hygiene_cmd import check_unchecked_duplicates
+
+        check_unchecked_duplicates(tools.ctx.store, name)
+        page = _leniently(tools, lambda: tools.duplicate_page(name, cut, offset))
     if as_json:
+        # The page's clusters in the shape of before paging; where the next page starts
+        # (and an incomplete check) goes to stderr, which JSON readers ignore.
         _emit_json(
             [
                 [
                     {"label_a": p.label_a, "label_b": p.label_b, "score": round(p.score, 6)}
                     for p in cluster.pairs
                 ]
-                for cluster in fmt.clusters(pairs)
+                for cluster in page.clusters
             ]
         )
+        if page.next_offset is not None:
+            click.echo(f"next page: thatch dedup --offset {page.next_offset}", err=True)
+        if not page.complete:
+            click.echo(f"duplicates: counting ({page.checked} of {page.total} checked)", err=True)
     else:
-        click.echo(fmt.duplicates(name, pairs, cut))
+        click.echo(fmt.duplicate_page(name, page, cut, next_page="thatch dedup --offset"))

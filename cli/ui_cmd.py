@@ -87,6 +87,7 @@ def _run(
     import webbrowser
 
     from thatch.frontend.tools.context import ToolContext
+    from thatch.frontend.tools.duplicate_check import DuplicateChecker
     from thatch.frontend.ui.app import build_app
     from thatch.frontend.ui.security import Guard
     from thatch.frontend.ui.server import bind, bound_port, make_server, page_url, serve
@@ -105,8 +106,12 @@ def _run(
         click.echo("Press Ctrl-C to stop.", err=True)
         if not no_browser:
             webbrowser.open(address)
+        # Duplicate candidates for memories no write compared (an upgraded database).
+        checker = DuplicateChecker(ctx.store).start()
         try:
             stopping = threading.Event()
             serve(make_server(build_app(ctx, guard, stopping, banner), stopping), sock)
         except KeyboardInterrupt:  # uvicorn stops cleanly first, then re-raises Ctrl-C
             click.echo("thatch ui stopped.", err=True)
+        finally:
+            checker.close()

@@ -74,13 +74,13 @@ def test_healthy_store_is_silent(store: Store, repo: Path, vec: Callable[[], np.
 
 
 def test_duplicates_alone(store: Store, repo: Path, vec: Callable[[], np.ndarray]) -> None:
-    """Two near-identical memories: one duplicate-candidate pair."""
+    """Two near-identical memories: two memories with a duplicate candidate."""
     v = vec()
     add(store, "acme", "deploy a", v)
     add(store, "acme", "deploy b", v + 0.01 * vec())
     add(store, "acme", "other", vec())
     assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) == (
-        'Store "acme": 1 duplicate-candidate pair pending review.'
+        'Store "acme": 2 memories with duplicate candidates pending review.'
     )
 
 
@@ -151,7 +151,7 @@ def test_all_signals_together_with_global_appended(
         add(store, "global", "g pending", None)
         result = hygiene(store, "acme", repo, ACTIVE, now=NOW)
     assert result.report == (
-        'Store "acme": 1 duplicate-candidate pair pending review; '
+        'Store "acme": 2 memories with duplicate candidates pending review; '
         "1 memory neither updated nor recalled in 90+ days; "
         "1 memory scoped to deleted branches (gone); "
         "2 memories embedded with another model than test/model-a; "
@@ -161,7 +161,8 @@ def test_all_signals_together_with_global_appended(
     assert result.as_json() == {
         "store": "acme",
         "report": result.report,
-        "duplicates": 1,
+        "duplicates": 2,
+        "duplicates_checked": {"checked": 6, "total": 6},
         "stale": 1,
         "orphaned": {"branches": ["gone"], "count": 1},
         "other_model": 2,
@@ -184,7 +185,7 @@ def test_cli_names_the_pairs_stale_memories_and_branches_it_counts(
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].startswith(
-        'Store "acme": 1 duplicate-candidate pair pending review; 3 memories'
+        'Store "acme": 2 memories with duplicate candidates pending review; 3 memories'
     )
     assert lines[1:] == [
         'Duplicate candidates in "acme" (thatch dedup to review):',
@@ -258,6 +259,7 @@ def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> N
         "store": "acme",
         "report": None,
         "duplicates": 0,
+        "duplicates_checked": {"checked": 0, "total": 0},
         "stale": 0,
         "orphaned": {"branches": [], "count": 0},
         "other_model": 0,

@@ -22,6 +22,8 @@ from thatch.frontend.store.schema import (
     CHANGES_TABLE,
     CHAT_BINDING_TABLES,
     CHAT_TABLES,
+    DUP_PAIRS_TABLE,
+    DUP_SCANNED_TABLE,
     MIGRATIONS,
     MIGRATIONS_TABLE,
     VERSIONS_TABLE,
@@ -189,6 +191,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     }
     extra.add("thatch_defaults_off")
     extra.add(BACKFILLS_TABLE)
+    extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE}
     fts = {
         DOCS_TABLE,
         FTS_TABLE,

@@ -254,3 +254,29 @@ def test_every_json_output_is_one_line(db: Path) -> None:
         result = run(*args)
         assert result.stdout.count("\n") == 1, args
         json.loads(result.stdout)
+
+
+def test_dedup_compares_an_upgraded_store_then_pages(db: Path) -> None:
+    """thatch dedup on memories no write compared: says so on stderr, compares them all,
+    then prints a page of clusters naming the next --offset (issue 21 §2)."""
+    import numpy as np
+
+    from thatch.frontend.store.db import atomic
+    from thatch.frontend.store.memory_store import Store
+
+    rng = np.random.default_rng(0)
+    with Store.open(db) as store, atomic(store.conn):  # unchecked, as in an upgraded file
+        for c in range(23):
+            base = rng.normal(size=32)
+            for k in range(2):
+                vector = (base + rng.normal(size=32) * 0.01).astype(np.float32)
+                store.remember("proj", f"pair {c} {k}", "# x", vector, "m")
+    first = run("dedup", "--threshold", "0.9")
+    assert first.exit_code == 0, first.stderr
+    assert "[thatch] comparing 46 memories for duplicates" in first.stderr
+    assert first.stdout.count("Cluster of 2:") == 20
+    assert first.stdout.endswith("Clusters 1–20 of 23; next page: thatch dedup --offset 20.\n")
+    rest = run("dedup", "--threshold", "0.9", "--offset", "20", "--json")
+    assert rest.exit_code == 0 and rest.stderr == ""
+    assert [len(cluster) for cluster in json.loads(rest.stdout)] == [1, 1, 1]
+    assert run("dedup", "--offset", "-1").exit_code == 2

@@ -119,3 +119,36 @@ def test_find_duplicates_fills_pending_first(tools: Tools, fake: FakeEmbedder) -
     fake.unavailable = None
     assert tools.call("find_duplicates", {}).text.startswith("Cluster of 2:")
     assert tools.ctx.store.pending_count("o/r") == 0
+
+
+def test_find_duplicates_pages_are_bounded_and_name_the_next_offset(tools: Tools) -> None:
+    """25 pairs and one cluster of 30 near-copies: the first page holds 20 clusters and
+    names offset 20; the big cluster shows 20 pairs and how many more it has; the next
+    page holds the other 6 clusters and no further offset (issue 21 §2)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    store = tools.ctx.store
+    for c in range(25):
+        base = rng.normal(size=32)
+        for k in range(2):
+            vector = (base + rng.normal(size=32) * 0.01).astype(np.float32)
+            store.remember("o/r", f"pair {c} {k}", "# x", vector, "m")
+    base = rng.normal(size=32) * 3
+    for k in range(30):
+        store.remember("o/r", f"copy {k}", "# x", (base + rng.normal(size=32) * 0.01), "m")
+    first = tools.call("find_duplicates", {"threshold": 0.9}).text
+    blocks = first.split("\n\n")
+    assert blocks[-1] == "Clusters 1–20 of 26; next page: offset 20."
+    assert len(blocks) == 21 and all(b.startswith("Cluster of ") for b in blocks[:-1])
+    big = next(b for b in blocks if b.startswith("Cluster of 30:"))
+    lines = big.splitlines()
+    assert len(lines) == 22 and re.fullmatch(r"  … \d+ more pairs in this cluster .*", lines[-1])
+    second = tools.call("find_duplicates", {"threshold": 0.9, "offset": 20}).text
+    assert second.count("Cluster of ") == 6 and "next page" not in second
+    labels = set(re.findall(r'"([^"]+)"', first + second))
+    assert {f"pair {c} {k}" for c in range(25) for k in range(2)} <= labels
+    assert tools.call("find_duplicates", {"threshold": 0.9, "offset": 26}).text == (
+        "No clusters from offset 26 (26 in all)."
+    )
+    assert tools.call("find_duplicates", {"offset": -1}).is_error

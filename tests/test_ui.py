@@ -300,10 +300,10 @@ def test_stores_page_counts_and_hygiene(ui: tuple[UiClient, Guard], ctx: ToolCon
     )
     assert len(cells) == 1
     numbers = re.findall(r"<td>(?:<a [^>]*>)?(\d+)", cells[0])
-    # memories, archived, unembedded, other model, duplicate candidates, stale
-    assert numbers == ["4", "1", "0", "0", "1", "0"]
-    assert "1 duplicate-candidate pair pending review" in page.body
-    assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 1 duplicate" in page.body
+    # memories, archived, unembedded, other model, memories with duplicate candidates, stale
+    assert numbers == ["4", "1", "0", "0", "2", "0"]
+    assert "2 memories with duplicate candidates pending review" in page.body
+    assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 2 memories with dup" in page.body
 
 
 def test_memories_page_newest_first_with_filters_and_search(
@@ -698,3 +698,46 @@ def test_embedder_down_reads_work_search_says_why_edit_saves_pending(
         assert rows(db_path(context), "SELECT content, embedding IS NULL FROM entries") == [
             ("# Tabs\n\nspaces now", 1)
         ]
+
+
+def test_duplicates_page_pages_through_clusters(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """25 clusters: the page shows 20 and links the rest; the next page shows the others,
+    numbered on, with no further link (issue 21 §2)."""
+    import numpy as np
+
+    client, _guard = ui
+    rng = np.random.default_rng(0)
+    for c in range(25):
+        base = rng.normal(size=32)
+        for k in range(2):
+            vector = (base + rng.normal(size=32) * 0.01).astype(np.float32)
+            ctx.store.remember("proj", f"pair {c} {k}", "# x", vector, "m")
+    page = client.get("/duplicates", store="proj")
+    assert page.status == 200
+    assert page.body.count("<h2>Cluster ") == 20 and "Cluster 20 (2 memories)" in page.body
+    assert "Clusters 1–20 of 25." in page.body and "offset=20" in page.body
+    rest = client.get("/duplicates", store="proj", offset="20")
+    assert rest.body.count("<h2>Cluster ") == 5 and "Cluster 21 (2 memories)" in rest.body
+    assert "Next clusters" not in rest.body
+
+
+def test_duplicates_page_uses_the_models_threshold(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """The Duplicates page counts with the threshold thatch dedup and the Stores page use
+    (the configured model's, or THATCH_DUPLICATE_THRESHOLD), not a fixed 0.85 (issue 23)."""
+    import numpy as np
+
+    client, _guard = ui
+    base = np.zeros(32, dtype=np.float32)
+    base[0] = 1.0
+    near = np.zeros(32, dtype=np.float32)
+    near[0], near[1] = 0.7, 0.714  # cosine 0.70 with base
+    ctx.store.remember("proj", "First", "# First", base, "m")
+    ctx.store.remember("proj", "Second", "# Second", near, "m")
+    assert "No duplicate candidates" in client.get("/duplicates", store="proj").body
+    ctx.env = {**ctx.env, "THATCH_DUPLICATE_THRESHOLD": "0.66"}
+    page = client.get("/duplicates", store="proj").body
+    assert "Cluster 1 (2 memories)" in page and "at least 0.66" in page

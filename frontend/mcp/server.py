@@ -157,6 +157,7 @@ def start_embedder_in_background(ctx: ToolContext) -> threading.Thread:
 def run_stdio(ctx: ToolContext) -> None:
     """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0."""
     from thatch.frontend.hooks.recall_scan import start_scan_service
+    from thatch.frontend.tools.duplicate_check import DuplicateChecker
 
     configure_stderr_logging()
     # Recall counts are written after each answer is out, off its path.
@@ -172,6 +173,8 @@ def run_stdio(ctx: ToolContext) -> None:
     # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
     scan = start_scan_service(ctx)
     seeder = start_seeding(ctx)
+    # Duplicate candidates for memories no write compared (an upgraded database).
+    checker = DuplicateChecker(ctx.store).start()
 
     async def serve() -> None:
         async with anyio.create_task_group() as group:
@@ -198,6 +201,7 @@ def run_stdio(ctx: ToolContext) -> None:
         if scan is not None:
             scan.close()
         seeder.close()
+        checker.close()
 
 
 def start_seeding(ctx: ToolContext) -> DefaultSeeder:

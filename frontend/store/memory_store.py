@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
-from thatch.frontend.store import backfill, db, lexical
+from thatch.frontend.store import backfill, db, duplicates, lexical
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
     LogPosition,
@@ -29,13 +29,11 @@ from thatch.frontend.store.matrix_cache import (
     SnapshotPlace,
     StoreMatrix,
     WrittenRow,
-    candidate_pairs,
     candidates_above,
     exact_scores,
     fused_candidates,
     load_matrix,
     log_position,
-    pair_scores,
     top_candidates,
 )
 from thatch.frontend.store.memory import (
@@ -388,45 +386,63 @@ class Store(UpkeepQueries):
                 if inserted != 1:
                     return RememberOutcome.EXISTS
                 own.wrote(slug, blob, flag, branch)
-                return RememberOutcome.SAVED
-            old = conn.execute(
-                "SELECT archived, branch, confidence FROM entries WHERE slug = ? AND store = ?",
-                (slug, store),
-            ).fetchone()
-            if old is None:
-                conn.execute(INSERT_ENTRY, row)
-                own.wrote(slug, blob, flag, branch)
             else:
-                if old[0] and archived is None:
+                if self._overwrite(own, row, archived, branch, confidence) is not None:
                     return RememberOutcome.ARCHIVED_GUARD
-                own.wrote(
-                    slug,
-                    blob,
-                    old[0] if archived is None else int(archived),
-                    old[1] if branch is None else branch,
-                )
-                conn.execute(
-                    "UPDATE entries SET label = ?, content = ?, embedding = ?, model = ?, "
-                    "updated_at = ?, branch = ?, confidence = ?, archived = ? "
-                    "WHERE slug = ? AND store = ?",
-                    (
-                        label,
-                        stored_text,
-                        blob,
-                        model,
-                        now,
-                        old[1] if branch is None else branch,
-                        old[2] if confidence is None else confidence,
-                        old[0] if archived is None else int(archived),
-                        slug,
-                        store,
-                    ),
-                )
-            conn.execute(
-                "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
-                (store, slug, slug),
-            )
+        if blob is not None:
+            self._check_written(store, slug)
         return RememberOutcome.SAVED
+
+    def _overwrite(
+        self,
+        own: OwnWrite,
+        row: tuple[Any, ...],
+        archived: bool | None,
+        branch: str | None,
+        confidence: int | None,
+    ) -> RememberOutcome | None:
+        """The overwrite half of ``remember`` inside its transaction; the guard's refusal,
+        or None when written."""
+        conn = own.conn
+        slug, store, label, stored_text, blob, model, _, _, flag, now, _ = row
+        old = conn.execute(
+            "SELECT archived, branch, confidence FROM entries WHERE slug = ? AND store = ?",
+            (slug, store),
+        ).fetchone()
+        if old is None:
+            conn.execute(INSERT_ENTRY, row)
+            own.wrote(slug, blob, flag, branch)
+        else:
+            if old[0] and archived is None:
+                return RememberOutcome.ARCHIVED_GUARD
+            own.wrote(
+                slug,
+                blob,
+                old[0] if archived is None else int(archived),
+                old[1] if branch is None else branch,
+            )
+            conn.execute(
+                "UPDATE entries SET label = ?, content = ?, embedding = ?, model = ?, "
+                "updated_at = ?, branch = ?, confidence = ?, archived = ? "
+                "WHERE slug = ? AND store = ?",
+                (
+                    label,
+                    stored_text,
+                    blob,
+                    model,
+                    now,
+                    old[1] if branch is None else branch,
+                    old[2] if confidence is None else confidence,
+                    old[0] if archived is None else int(archived),
+                    slug,
+                    store,
+                ),
+            )
+        conn.execute(
+            "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
+            (store, slug, slug),
+        )
+        return None
 
     @locked
     def forget(self, store: str, label: str) -> Memory | None:
@@ -630,47 +646,153 @@ class Store(UpkeepQueries):
                 [(now, match.memory.slug, match.memory.store) for match in matches],
             )
 
+    # -- duplicate candidates (docs/database.md §duplicate-candidates) -------------------
+
+    def _check_written(self, store: str, slug: str) -> None:
+        """Compare a memory just written with its store and keep its candidates.
+
+        A cache: on any failure (a busy database, a matrix that cannot load) the memory
+        stays unchecked and the backfill compares it later; the write itself stands.
+        Inside a caller's transaction (which may roll back) it is left to the backfill too.
+        """
+        if not self._tracked or self.conn.in_transaction:
+            return
+        with contextlib.suppress(Exception):
+            self._check_slugs(store_name(store), [slug])
+
+    def _check_slugs(self, name: str, slugs: builtins.list[str]) -> int:
+        """Compare ``slugs`` with their store; how many were marked checked."""
+        if not slugs:
+            return 0
+        with self._read():
+            matrix = self._matrix(name)
+            seq = matrix.seq
+            candidates = duplicates.screen(matrix, slugs)
+        with self._write(durable=False) as conn:
+            return duplicates.record(conn, name, seq, slugs, candidates)
+
+    @locked
+    def check_duplicates(
+        self, store: str, limit: int = duplicates.CHUNK_ROWS, after: int = 0
+    ) -> tuple[int, int]:
+        """Compare up to ``limit`` unchecked memories of ``store`` (from rowid ``after``
+        on) with it, in one short write transaction; returns (memories marked checked, the
+        rowid to continue from; 0 when none were left there). The backfill for memories no
+        write-time check covered (written before schema m010, by the earlier release, or
+        while a check failed)."""
+        name = store_name(store)
+        if not self._tracked:
+            return 0, 0
+        with self._read() as conn:
+            slugs, last = duplicates.unchecked(conn, name, limit, after)
+        if not slugs:
+            return 0, 0
+        return self._check_slugs(name, slugs), last
+
+    def check_all_duplicates(self, store: str, *, deadline: float | None = None) -> tuple[int, int]:
+        """``check_duplicates`` chunk after chunk until the store is checked (or
+        ``deadline``, a ``time.monotonic()`` value, passes); returns (checked, total).
+
+        Each chunk is its own transaction: writers wait at most one chunk's write. A
+        memory that changed under its chunk is left for the next round (at most two
+        rounds per call, so rows changing all the time cannot keep it busy)."""
+        import time
+
+        for _ in range(2):
+            after = 0
+            while deadline is None or time.monotonic() < deadline:
+                _, after = self.check_duplicates(store, after=after)
+                if after == 0:
+                    break
+            checked, total = self.duplicate_progress(store)
+            if checked >= total:
+                break
+        return checked, total
+
+    @locked
+    def last_entry_rowid(self) -> int:
+        """The highest rowid of ``entries`` (where a backfill cursor can start from)."""
+        (last,) = self.conn.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()
+        return int(last)
+
+    @locked
+    def duplicate_progress(self, store: str) -> tuple[int, int]:
+        """(checked, total) embedded memories of ``store`` (archived included)."""
+        if not self._tracked:
+            return 0, 0
+        with self._read() as conn:
+            return duplicates.progress(conn, store_name(store))
+
+    @locked
+    def duplicate_summary(
+        self, store: str, threshold: float = DUPLICATE_THRESHOLD
+    ) -> duplicates.DuplicateSummary:
+        """Memories with an unreviewed candidate at ``threshold`` and the check's progress:
+        read from stored candidates, never computed here (the session-start path)."""
+        threshold = threshold_value(threshold)
+        name = store_name(store)
+        if not self._tracked:
+            return duplicates.DuplicateSummary(0, 0, 0)
+        with self._read() as conn:
+            checked, total = duplicates.progress(conn, name)
+            count = duplicates.memories_with_candidates(conn, name, threshold)
+        return duplicates.DuplicateSummary(count, checked, total)
+
+    @locked
+    def duplicate_page(
+        self,
+        store: str,
+        threshold: float = DUPLICATE_THRESHOLD,
+        *,
+        offset: int = 0,
+        clusters: int = duplicates.PAGE_CLUSTERS,
+        pairs_per_cluster: int = duplicates.CLUSTER_PAIRS,
+    ) -> duplicates.DuplicatePage:
+        """Clusters of unreviewed candidates from ``offset`` (0-based), at most
+        ``clusters`` of them, each with its best ``pairs_per_cluster`` pairs."""
+        threshold = threshold_value(threshold)
+        name = store_name(store)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidInputError("offset must be a whole number ≥ 0")
+        if not self._tracked:
+            return duplicates.DuplicatePage([], offset, 0, 0, 0)
+        with self._read() as conn:
+            found, total_clusters = duplicates.page(
+                conn, name, threshold, offset, clusters, pairs_per_cluster
+            )
+            names = duplicates.labels(
+                conn, name, (slug for _, pairs, _ in found for a, b, _ in pairs for slug in (a, b))
+            )
+            checked, total = duplicates.progress(conn, name)
+        pages = [
+            duplicates.ClusterPage(
+                size,
+                [DuplicatePair(a, names.get(a, a), b, names.get(b, b), s) for a, b, s in pairs],
+                more,
+            )
+            for size, pairs, more in found
+        ]
+        return duplicates.DuplicatePage(pages, offset, total_clusters, checked, total)
+
     @locked
     def find_duplicates(
         self, store: str, threshold: float = DUPLICATE_THRESHOLD
     ) -> builtins.list[DuplicatePair]:
-        """Unreviewed pairs of live memories with cosine ≥ threshold, best first."""
+        """Unreviewed candidate pairs ≥ threshold, best first, after checking every
+        memory not checked yet (the backfill, however long). Each memory keeps its
+        ``NEIGHBOURS`` nearest: in a cluster larger than that, not every pair is listed."""
         threshold = threshold_value(threshold)
         name = store_name(store)
-        pairs: list[DuplicatePair] = []
+        if not self._tracked:
+            return []
+        self.check_all_duplicates(name)
         with self._read() as conn:
-            matrix = self._matrix(name)
-            checked = set(
-                conn.execute("SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ?", (name,))
-            )
-            for group in matrix.groups.values():
-                first, second = candidate_pairs(group, ~group.archived, threshold)
-                rows = {int(row) for row in np.concatenate([first, second])}
-                fetched = {}
-                for row in rows:
-                    fetched[row] = conn.execute(
-                        "SELECT slug, label, embedding FROM entries WHERE slug = ? AND store = ?",
-                        (group.slugs[row], name),
-                    ).fetchone()
-                scores = pair_scores(
-                    [fetched[int(i)][2] for i in first],
-                    [fetched[int(j)][2] for j in second],
-                    group.dim,
-                )
-                for i, j, score in zip(first, second, scores, strict=True):
-                    if score < threshold:
-                        continue
-                    a, b = fetched[int(i)], fetched[int(j)]
-                    if b[0] < a[0]:
-                        a, b = b, a
-                    if (a[0], b[0]) in checked:
-                        continue
-                    pairs.append(DuplicatePair(a[0], a[1], b[0], b[1], float(score)))
-        pairs.sort(key=lambda pair: (-pair.score, pair.slug_a, pair.slug_b))
-        return pairs
+            found = builtins.list(duplicates.edges(conn, name, threshold))
+            names = duplicates.labels(conn, name, (s for a, b, _ in found for s in (a, b)))
+        return [DuplicatePair(a, names.get(a, a), b, names.get(b, b), s) for a, b, s in found]
 
     @locked
     def duplicate_count(self, store: str, threshold: float = DUPLICATE_THRESHOLD) -> int:
-        """``len(find_duplicates(store, threshold))`` (docs/database.md §hygiene-queries);
-        the caller passes the model's duplicate threshold (docs/tools.md §thresholds)."""
-        return len(self.find_duplicates(store, threshold))
+        """Memories with an unreviewed duplicate candidate (docs/database.md
+        §hygiene-queries); the caller passes the model's duplicate threshold."""
+        return self.duplicate_summary(store, threshold).memories

@@ -135,4 +135,9 @@ class UpkeepQueries:
                 f"UPDATE entries SET embedding = ?, model = ? WHERE {condition}",
                 (blob, model, memory.slug, memory.store, memory.updated_at, memory.content),
             ).rowcount
+        if changed == 1:
+            self._check_written(memory.store, memory.slug)
         return changed == 1
+
+    def _check_written(self, store: str, slug: str) -> None:
+        """Compare a memory just given a vector with its store (``Store`` does)."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard, TypeVar
 
+from thatch.frontend.store.duplicates import DuplicatePage
 from thatch.frontend.store.memory import DuplicatePair, Match, Memory
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import body, inline, quoted, token
@@ -227,21 +228,47 @@ def clusters(pairs: Sequence[DuplicatePair]) -> list[Cluster]:
     return [Cluster(grouped[key]) for key in order]
 
 
-def duplicates(store: str, pairs: Sequence[DuplicatePair], threshold: float) -> str:
-    if not pairs:
-        return (
+def duplicate_page(
+    store: str, page: DuplicatePage, threshold: float, next_page: str = "offset"
+) -> str:
+    """One page of clusters (docs/tools.md §find_duplicates): the cluster blocks of
+    ``duplicates``, a cluster's pairs past the page's share summed up, then where the next
+    page starts and how far the comparison of the store has come."""
+    notes = []
+    if not page.complete:
+        notes.append(
+            f"Duplicate check in progress: {page.checked} of {page.total} memories compared "
+            "so far; call again for the rest."
+        )
+    if not page.clusters:
+        text = (
             f"No duplicate candidates found in {quoted(store)} above threshold "
             f"{shortest(threshold)}."
         )
+        if page.offset and page.total_clusters:
+            text = f"No clusters from offset {page.offset} ({page.total_clusters} in all)."
+        return "\n".join([text, *notes])
     blocks = []
-    for cluster in clusters(pairs):
+    for cluster in page.clusters:
         lines = [f"Cluster of {cluster.size}:"]
         lines += [
             f"  [score:{score(pair.score)}] {quoted(pair.label_a)} ↔ {quoted(pair.label_b)}"
             for pair in cluster.pairs
         ]
+        if cluster.more_pairs:
+            lines.append(
+                f"  … {cluster.more_pairs} more pairs in this cluster (mark the pairs above "
+                "with dedup_mark_checked or consolidate, then call again)"
+            )
         blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+    if page.next_offset is not None:
+        first, last = page.offset + 1, page.offset + len(page.clusters)
+        notes.append(
+            f"Clusters {first}–{last} of {page.total_clusters}; next page: {next_page} "
+            f"{page.next_offset}."
+        )
+    text = "\n\n".join(blocks)
+    return "\n\n".join([text, "\n".join(notes)]) if notes else text
 
 
 def checked(store: str, label_a: str, label_b: str, status: str) -> str:

@@ -11,9 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from thatch.frontend.untrusted import inline, quoted, token
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.duplicates import DuplicateSummary
 
 __all__ = [
     "GLOBAL_STORE",
@@ -34,7 +37,7 @@ class HygieneQueries(Protocol):
     def stale_count(self, store: str, now: datetime | None = None) -> int: ...
     def branches_in_store(self, store: str) -> list[str]: ...
     def count_for_branches(self, store: str, branches: Sequence[str]) -> int: ...
-    def duplicate_count(self, store: str, threshold: float = ...) -> int: ...
+    def duplicate_summary(self, store: str, threshold: float = ...) -> DuplicateSummary: ...
     def model_mismatch_count(self, store: str, active_model: str) -> int: ...
     def pending_count(self, store: str) -> int: ...
 
@@ -49,13 +52,17 @@ class StoreHygiene:
     have live memories."""
 
     store: str
-    duplicates: int = 0
+    duplicates: int = 0  # memories with an unreviewed duplicate candidate
     stale: int = 0
     orphaned_branches: tuple[str, ...] = ()
     orphaned: int = 0
     other_model: int = 0
     pending: int = 0
     active_model: str = ""
+    # Of the live embedded memories, how many were compared with the store so far: until
+    # all are, ``duplicates`` counts only what is known (the report says so).
+    duplicates_checked: int = 0
+    duplicates_total: int = 0
 
     def model_parts(self) -> list[str]:
         parts = []
@@ -70,10 +77,17 @@ class StoreHygiene:
 
     def parts(self) -> list[str]:
         parts = []
+        counting = self.duplicates_checked < self.duplicates_total
         if self.duplicates:
             parts.append(
-                _plural(self.duplicates, "duplicate-candidate pair", "duplicate-candidate pairs")
-                + " pending review"
+                _plural(self.duplicates, "memory", "memories")
+                + " with duplicate candidates pending review"
+                + (" so far" if counting else "")
+            )
+        if counting:
+            parts.append(
+                f"duplicates: counting ({self.duplicates_checked} of "
+                f"{self.duplicates_total} checked)"
             )
         if self.stale:
             parts.append(
@@ -140,6 +154,10 @@ class Hygiene:
             "store": self.project.store,
             "report": self.report,
             "duplicates": self.project.duplicates,
+            "duplicates_checked": {
+                "checked": self.project.duplicates_checked,
+                "total": self.project.duplicates_total,
+            },
             "stale": self.project.stale,
             "orphaned": {
                 "branches": list(self.project.orphaned_branches),
@@ -168,9 +186,12 @@ def _store_hygiene(
         counts = {b: db.count_for_branches(name, [b]) for b in deleted}
         orphaned_branches = [b for b in deleted if counts[b] > 0]
         orphaned = sum(counts.values())
+    summary = db.duplicate_summary(name, duplicate_threshold)
     return StoreHygiene(
         store=name,
-        duplicates=db.duplicate_count(name, duplicate_threshold),
+        duplicates=summary.memories,
+        duplicates_checked=summary.checked,
+        duplicates_total=summary.total,
         stale=db.stale_count(name, now),
         orphaned_branches=tuple(orphaned_branches),
         orphaned=orphaned,
@@ -289,8 +310,10 @@ def named(store: Any, result: Hygiene, threshold: float, now: datetime) -> Named
     project = result.project
     pairs = []
     if project.duplicates:
+        # The first page of clusters (thatch dedup pages through all of them).
+        page = store.duplicate_page(project.store, threshold)
         pairs = [
-            (p.label_a, p.label_b, p.score) for p in store.find_duplicates(project.store, threshold)
+            (p.label_a, p.label_b, p.score) for cluster in page.clusters for p in cluster.pairs
         ]
     cutoff = format_timestamp(now - timedelta(days=STALE_DAYS))
     deleted = set(project.orphaned_branches)

@@ -23,7 +23,8 @@ from thatch.embedder.errors import EmbedderUnavailable
 from thatch.embedder.models.thresholds import ModelThresholds, in_force
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
-from thatch.frontend.store.memory import DuplicatePair, Match, Memory, RememberOutcome
+from thatch.frontend.store.duplicates import DuplicatePage
+from thatch.frontend.store.memory import Match, Memory, RememberOutcome
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools import formatting as fmt
@@ -33,6 +34,10 @@ from thatch.frontend.tools.context import EmbedResultLike, ToolContext
 from thatch.frontend.tools.labels import derive_label
 from thatch.frontend.tools.registry import SPECS_BY_NAME
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError, validate
+
+# How long one find_duplicates call may spend comparing memories no write compared (an
+# upgraded database): ~3,000 memories a second at 100k; the rest waits for the next call.
+CHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -314,13 +319,23 @@ class Tools:
         with contextlib.suppress(sqlite3.Error, StoreError):
             self.ctx.store.stamp_recalls(matches, at)
 
-    def duplicate_pairs(self, store: str, threshold: float | None = None) -> list[DuplicatePair]:
-        """Pairs at ``threshold`` or more (default: the configured model's duplicate one)."""
+    def duplicate_page(
+        self, store: str, threshold: float | None = None, offset: int = 0
+    ) -> DuplicatePage:
+        """One page of clusters at ``threshold`` (default: the model's), from ``offset``."""
         if threshold is None:
             threshold = self.configured_thresholds().duplicate
         if self.ctx.store.pending_count(store):
             self.ctx.pending_fill.fill_store(store)
-        return list(self.ctx.store.find_duplicates(store, threshold))
+        self._check_duplicates(store)
+        return self.ctx.store.duplicate_page(store, threshold, offset=offset)
+
+    def _check_duplicates(self, store: str) -> None:
+        """Compare what no write compared yet (an upgraded database, the earlier release's
+        rows), for at most ``CHECK_SECONDS``: the page then says how far it got."""
+        import time
+
+        self.ctx.store.check_all_duplicates(store, deadline=time.monotonic() + CHECK_SECONDS)
 
     def mark_checked(self, store: str, label_a: str, label_b: str, status: str) -> str:
         slug_a, slug_b = slugify(label_a), slugify(label_b)

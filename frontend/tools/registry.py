@@ -132,7 +132,8 @@ def _find_duplicates(tools: Tools, args: dict[str, Any]) -> str:
     threshold = args["threshold"]
     if threshold is None:
         threshold = tools.configured_thresholds().duplicate
-    return fmt.duplicates(store, tools.duplicate_pairs(store, threshold), threshold)
+    offset = args["offset"] or 0
+    return fmt.duplicate_page(store, tools.duplicate_page(store, threshold, offset), threshold)
 
 
 def _mark_checked(tools: Tools, args: dict[str, Any]) -> str:
@@ -337,7 +338,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         "find_duplicates",
         "Find near-duplicate memories in one store so they can be consolidated. Related "
         "pairs are grouped into clusters (a cluster of 3 or more usually means one topic "
-        "was fragmented). Pairs already reviewed with dedup_mark_checked are skipped.",
+        "was fragmented). Pairs already reviewed with dedup_mark_checked are skipped. "
+        "Answers one page of clusters; the last line names the offset of the next page.",
         (
             _store("the current project's store"),
             Param(
@@ -347,6 +349,12 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "0.85 for the default model).",
                 minimum=0,
                 maximum=1,
+            ),
+            Param(
+                "offset",
+                "integer",
+                "Clusters to skip: the offset a previous page named (default 0, the first).",
+                minimum=0,
             ),
         ),
         _find_duplicates,

@@ -125,6 +125,14 @@ def _back(path: str, params: dict[str, object], message: str) -> RedirectRespons
     return RedirectResponse(stdhtml.unescape(target), status_code=303)
 
 
+def _whole(value: str | None) -> int:
+    """A query parameter as a whole number ≥ 0 (anything else: 0)."""
+    try:
+        return max(0, int(value or "0"))
+    except ValueError:
+        return 0
+
+
 @dataclass
 class Views:
     tools: Tools
@@ -542,13 +550,31 @@ class Views:
     def _duplicates(self, request: Request) -> Response:
         params = request.query_params
         name = self._store_name(params.get("store"))
-        pairs = self.tools.duplicate_pairs(name, 0.85)
+        offset = _whole(params.get("offset"))
+        # The threshold thatch dedup, hygiene and the Stores page count with: the model's.
+        threshold = self.tools.configured_thresholds().duplicate
+        page = self.tools.duplicate_page(name, threshold, offset)
         stores = " · ".join(link("/duplicates", s, {"store": s}) for s in self.store.store_names())
-        blocks = [_done(params.get("done")), f"<p>Stores: {stores}</p>"]
-        if not pairs:
+        blocks = [
+            _done(params.get("done")),
+            f"<p>Stores: {stores}</p>",
+            f'<p class="muted">Pairs scoring at least {threshold:.2f}, the near-duplicate '
+            "threshold of the configured model (as thatch dedup and the Stores page).</p>",
+        ]
+        if not page.complete:
+            blocks.append(
+                f"<p>Still comparing memories: {page.checked} of {page.total} checked; "
+                "reload for the rest.</p>"
+            )
+        if not page.clusters:
             blocks.append(f"<p>No duplicate candidates in <b>{text(name)}</b>.</p>")
-        for number, cluster in enumerate(fmt.clusters(pairs), 1):
+        for number, cluster in enumerate(page.clusters, offset + 1):
             blocks.append(f"<h2>Cluster {number} ({cluster.size} memories)</h2>")
+            if cluster.more_pairs:
+                blocks.append(
+                    f"<p>Its {len(cluster.pairs)} closest pairs; {cluster.more_pairs} more "
+                    "appear as these are resolved.</p>"
+                )
             for pair in cluster.pairs:
                 sides = []
                 for label, other in ((pair.label_a, pair.label_b), (pair.label_b, pair.label_a)):
@@ -579,6 +605,12 @@ class Views:
                     f"<p>similarity {fmt.score(pair.score)}</p>"
                     f'<div class="pair">{"".join(sides)}</div><p>Verdict: {buttons}</p>'
                 )
+        if page.next_offset is not None:
+            nxt = {"store": name, "offset": str(page.next_offset)}
+            blocks.append(
+                f"<p>Clusters {offset + 1}–{offset + len(page.clusters)} of "
+                f"{page.total_clusters}. {link('/duplicates', 'Next clusters', nxt)}</p>"
+            )
         return _html(f"Duplicates in {name}", "".join(blocks))
 
     def verdict(self, request: Request, form: Form) -> Response:
