@@ -254,11 +254,30 @@ def test_current_database_opens_without_writing(tmp_path: Path) -> None:
 
 
 def damage(db: Path) -> None:
-    """Overwrite three pages in the middle of the file (it is checkpointed and closed)."""
-    pages = db.stat().st_size // 4096
+    """Overwrite the pages holding the text of three project memories in the middle of
+    the 60 (the file is checkpointed and closed). Found by their bytes, not by position:
+    where the middle of the file falls depends on every other table and index."""
+    data = db.read_bytes()
+    pages = sorted(
+        {
+            found // 4096
+            for number in (29, 30, 31)
+            for found in _all(data, f"# Mem {number}\n\n{number} {number} ".encode())
+        }
+    )
+    assert pages, "the project memories' pages were not found"
     with db.open("r+b") as handle:
-        handle.seek(pages // 2 * 4096)
-        handle.write(b"\xa5" * 4096 * 3)
+        for page in pages:
+            handle.seek(page * 4096)
+            handle.write(b"\xa5" * 4096)
+
+
+def _all(data: bytes, needle: bytes) -> list[int]:
+    found, at = [], data.find(needle)
+    while at != -1:
+        found.append(at)
+        at = data.find(needle, at + 1)
+    return found
 
 
 def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:

@@ -163,7 +163,15 @@ class _Searcher:
     def __init__(self) -> None:
         self.asked: list[dict[str, float]] = []
 
-    def labels(self, prompt: str, stores: list[str], limit: int, threshold: float) -> list[str]:
+    def labels(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float,
+        *,
+        branch: str | None = None,
+    ) -> list[str]:
         return ["L"]
 
     def scan(
@@ -173,6 +181,8 @@ class _Searcher:
         limit: int,
         threshold: float,
         engines: dict[str, float],
+        *,
+        branch: str | None = None,
     ) -> tuple[list[str], list[str]]:
         self.asked.append(engines)
         return ["L"], ["[thatch] User decision model\n- x"]
