@@ -185,27 +185,16 @@ def _printed(text: str, pattern: str) -> str:
     return found.group(1)
 
 
-def test_the_readme_from_the_quick_start_to_search(tmp_path: Path, short_tmp: Path) -> None:
+def test_the_readme_from_the_quick_start_to_search(
+    newcomer: dict[str, str], tmp_path: Path
+) -> None:
     """Issue 23: the README's path in an empty HOME, offline, with thatch NOT on PATH (as the
     quick start leaves it): the demo names the command to run and the one line that makes
     the offline model every agent's; running exactly those, ui --demo shows the demo's
     memories, setup --claude wires a project, doctor says ok, search finds a memory."""
     from tests.support.ui_client import run_ui_process
 
-    home = tmp_path / "home"
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("THATCH_", "HF_", "XDG_", "CLAUDE_", "CURSOR_"))
-    }
-    env.update(
-        HOME=str(home),
-        PATH="/usr/bin:/bin",  # the quick start puts nothing on PATH
-        XDG_RUNTIME_DIR=str(short_tmp),
-        HF_HUB_OFFLINE="1",
-        HF_ENDPOINT="http://127.0.0.1:9",
-        THATCH_EMBEDDER_EXIT_SECONDS="300",
-    )
+    env = {**newcomer, "PATH": "/usr/bin:/bin"}  # the quick start puts nothing on PATH
     workdir = BIN.parent.parent  # where the quick start ran: the clone holding .venv
     installed = BIN / "thatch"
 

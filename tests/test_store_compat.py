@@ -12,33 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.earlier_release import CURRENT_ENTRIES, LEGACY_ENTRIES
 from tests.support.fts import assert_index_in_step
 from thatch.frontend.store.lexical import lexical_hits
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.vectors import cosine
 
-# The earlier release's DDL, written out by hand; LEGACY_ENTRIES predates the three
-# telemetry/archive columns.
-LEGACY_ENTRIES = """
-CREATE TABLE IF NOT EXISTS entries (
-  slug TEXT NOT NULL,
-  store TEXT NOT NULL REFERENCES stores(name),
-  label TEXT NOT NULL,
-  content TEXT NOT NULL,
-  embedding BLOB,
-  model TEXT,
-  branch TEXT,
-  confidence INTEGER,
-  created_at TEXT NOT NULL,
-  updated_at TEXT NOT NULL,
-  PRIMARY KEY (slug, store)
-)"""
-CURRENT_ENTRIES = LEGACY_ENTRIES.replace(
-    "  created_at TEXT NOT NULL,\n  updated_at TEXT NOT NULL,",
-    "  archived INTEGER NOT NULL DEFAULT 0,\n  created_at TEXT NOT NULL,\n"
-    "  updated_at TEXT NOT NULL,\n  recall_count INTEGER NOT NULL DEFAULT 0,\n"
-    "  last_recalled_at TEXT,",
-)
+# The earlier release's DDL, written out by hand (tests/support/earlier_release.py; its
+# LEGACY_ENTRIES predates the three telemetry/archive columns).
 OTHER_DDL = """
 CREATE TABLE IF NOT EXISTS stores (name TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS dedup_pairs (store TEXT NOT NULL, slug_a TEXT NOT NULL,
