@@ -22,15 +22,18 @@ from thatch.frontend.hooks.runner import hook_options, report_failure
 COMMAND = "chat-notify"
 
 
-def pointer(unread: int, senders: list[str], name: str) -> str:
+def pointer(unread: int, senders: list[str], name: str, host: str = "claude") -> str:
+    from thatch.frontend.hooks.nudges import host_names
     from thatch.frontend.untrusted import quoted, token
 
     who = ", ".join(token(sender) for sender in senders)
-    return (
+    text = (
         f"[thatch] System notification, not user input: {unread} unread chat message(s) "
         f'from {who}. Read them with chat_read {{"as": {quoted(name)}}}. Reply only if it '
         "matters to your current work; otherwise carry on."
     )
+    load = host_names(host).load("chat_read")  # Claude Code may defer chat_read
+    return f"{text} {load}" if load else text
 
 
 def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
@@ -58,7 +61,7 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
         if woken is None:
             return None
         unread, senders = woken
-        return pointer(unread, senders, me.name)
+        return pointer(unread, senders, me.name, host)
     finally:
         chat.conn.close()
 

@@ -1,4 +1,5 @@
-"""Real Claude Code (2.1.197) with thatch set up, driven by the scripted model server.
+"""Real Claude Code (2.1.197 and the latest, 2.1.332) with thatch set up, driven by the
+scripted model server.
 
 Each test is one project and a few ``claude -p`` runs; assertions are about what the host
 really sent the model, what thatch's hooks got from the host (the recording shim), what
@@ -65,7 +66,7 @@ def subagent(request: ModelRequest) -> bool:
 def sandbox(
     tmp_path: Path,
     isolated_env: Path,
-    host_bin: Path,
+    claude_bin: Path,
     host_embedder: Any,
     minilm_dir: Path,
     model_server: ModelServer,
@@ -75,7 +76,7 @@ def sandbox(
         "THATCH_MODEL": str(minilm_dir),
         "THATCH_EMBEDDER_ADDR": host_embedder.address,
     }
-    return make_sandbox(tmp_path, isolated_env, host_bin, extra)
+    return make_sandbox(tmp_path, isolated_env, claude_bin, extra)
 
 
 def claude(
