@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
 from thatch.frontend.tools.after_reply import AfterReply
@@ -85,7 +86,7 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
     ) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[])
 
-    return Server(
+    server: Server[Any] = Server(
         "thatch",
         version=server_version(),
         get_tool_input_schema=schemas.get,
@@ -96,6 +97,30 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
         on_list_prompts=no_prompts,
         on_list_resources=no_resources,
         on_list_resource_templates=no_resource_templates,
+    )
+
+    async def discover(
+        _ctx: ServerRequestContext[Any], _params: types.RequestParams | None
+    ) -> types.DiscoverResult:
+        # The SDK's own answer derives capabilities from the handlers registered, which
+        # would advertise the empty prompt and resource lists: tools only, as initialize.
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=served_capabilities(server),
+            instructions=server.instructions,
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
+
+
+def served_capabilities(server: Server[Any]) -> types.ServerCapabilities:
+    """What thatch advertises, in either era: tools only (the prompt and resource lists
+    it answers are empty, for hosts that ask whatever the capabilities say)."""
+    capabilities = server.create_initialization_options().capabilities
+    extensions = capabilities.extensions or None  # the SDK's discover omits an empty map
+    return capabilities.model_copy(
+        update={"prompts": None, "resources": None, "extensions": extensions}
     )
 
 
