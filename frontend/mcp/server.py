@@ -15,12 +15,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
+from mcp_types import RequestId
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
@@ -179,8 +180,10 @@ def start_embedder_in_background(ctx: ToolContext) -> threading.Thread:
     return thread
 
 
-def run_stdio(ctx: ToolContext) -> None:
-    """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0."""
+def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = ()) -> None:
+    """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0.
+
+    ``lead`` and ``quiet``: what the quick start read and answered (``serve_stdio``)."""
     from thatch.frontend.hooks.recall_scan import start_scan_service
 
     configure_stderr_logging()
@@ -194,6 +197,7 @@ def run_stdio(ctx: ToolContext) -> None:
     # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
     scan = start_scan_service(ctx)
     seeder = start_seeding(ctx)
+    refresh_answer_sheet(ctx.env, server)
 
     async def serve() -> None:
         async with anyio.create_task_group() as group:
@@ -210,7 +214,7 @@ def run_stdio(ctx: ToolContext) -> None:
                         os._exit(0)
 
             group.start_soon(watch_signals)
-            await serve_stdio(server, after_reply.release)
+            await serve_stdio(server, after_reply.release, lead, quiet)
             group.cancel_scope.cancel()
 
     try:
@@ -220,6 +224,26 @@ def run_stdio(ctx: ToolContext) -> None:
         if scan is not None:
             scan.close()
         seeder.close()
+
+
+def refresh_answer_sheet(env: Mapping[str, str], server: Server[Any]) -> threading.Thread | None:
+    """Write the quick start's answers (answer_sheet.py) when they are missing or stale,
+    in a thread of its own, off every request's path."""
+    from thatch.frontend.mcp.answer_sheet import load_sheet, sheet_key, write_sheet
+
+    if load_sheet(env, sheet_key()) is not None:
+        return None
+
+    def run() -> None:
+        try:
+            write_sheet(env, server)
+        except Exception as error:  # the next start is slower, nothing else
+            print(f"[thatch] quick-start answers not written: {error}", file=sys.stderr)
+
+    # Not a daemon: a session that ends at once still leaves the answers for the next.
+    thread = threading.Thread(target=run, name="thatch-answer-sheet")
+    thread.start()
+    return thread
 
 
 def start_seeding(ctx: ToolContext) -> DefaultSeeder:

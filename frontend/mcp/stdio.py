@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -75,9 +76,17 @@ class Wire:
     line is out (the server's after-the-answer work starts there).
     """
 
-    def __init__(self, out: BinaryIO, on_written: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        out: BinaryIO,
+        on_written: Callable[[], None] | None = None,
+        quiet: Iterable[RequestId] = (),
+    ) -> None:
         self._out = out
         self._on_written = on_written
+        # Requests the quick start already answered (quick_start.py), read again so the
+        # SDK's session knows them: their answers are not written a second time.
+        self._quiet: Counter[IdKey] = Counter(id_key(request_id) for request_id in quiet)
         self._lock = anyio.Lock()
         self._owed: Counter[IdKey] = Counter()
         self._drained = anyio.Event()
@@ -150,7 +159,9 @@ class Wire:
         if key is not None:
             self._handshake_answered(key, message)
         batch = self._batches.get(key) if key is not None else None
-        if batch is not None and batch.owed[key]:  # type: ignore[index]
+        if key is not None and self._quiet[key]:
+            self._quiet[key] -= 1
+        elif batch is not None and batch.owed[key]:  # type: ignore[index]
             batch.owed[key] -= 1  # type: ignore[index]
             batch.parts.append(_dump(message))
             await self._finish_if_complete(batch)
@@ -412,23 +423,64 @@ def _backed_by(stream: object, fd: int) -> bool:
         return False
 
 
-async def serve_stdio(server: Server[Any], on_written: Callable[[], None] | None = None) -> None:
+async def serve_stdio(
+    server: Server[Any],
+    on_written: Callable[[], None] | None = None,
+    lead: bytes = b"",
+    quiet: Iterable[RequestId] = (),
+) -> None:
     """Serve ``server`` on stdin/stdout until stdin ends and every request is answered.
 
-    ``on_written`` is called after every line written (see ``Wire``)."""
+    ``on_written`` is called after every line written (see ``Wire``). ``lead``: bytes the
+    quick start read from stdin and left to the server (read before stdin); ``quiet``: the
+    ids of requests in it that were answered already."""
+    with wire_descriptors() as (source, out):
+        if lead:
+            source = io.BufferedReader(_Prefixed(lead, source))
+        await serve_streams(server, source, out, on_written, quiet)
+
+
+async def serve_streams(
+    server: Server[Any],
+    source: BinaryIO,
+    out: BinaryIO,
+    on_written: Callable[[], None] | None = None,
+    quiet: Iterable[RequestId] = (),
+) -> None:
+    """Serve ``server`` reading ``source`` and writing ``out`` until ``source`` ends."""
     options = server.create_initialization_options()
     # thatch serves tools only; the SDK would also advertise the (empty) prompt and
     # resource lists the server answers.
     options.capabilities = options.capabilities.model_copy(
         update={"prompts": None, "resources": None}
     )
-    with wire_descriptors() as (source, out):
-        wire = Wire(out, on_written)
-        async with anyio.create_task_group() as loops:
+    wire = Wire(out, on_written, quiet)
+    async with anyio.create_task_group() as loops:
 
-            def start(messages: MemoryObjectReceiveStream[SessionMessage | Exception]) -> None:
-                loops.start_soon(server.run, messages, wire, options)
+        def start(messages: MemoryObjectReceiveStream[SessionMessage | Exception]) -> None:
+            loops.start_soon(server.run, messages, wire, options)
 
-            # At EOF the reader closes every loop's stream; the group then waits for the
-            # loops to answer what they hold. A loop that fails cancels the reader.
-            await read_loop(source, Eras(start), wire)
+        # At EOF the reader closes every loop's stream; the group then waits for the
+        # loops to answer what they hold. A loop that fails cancels the reader.
+        await read_loop(source, Eras(start), wire)
+
+
+class _Prefixed(io.RawIOBase):
+    """``lead``, then whatever ``rest`` holds: stdin as if the quick start had not read."""
+
+    def __init__(self, lead: bytes, rest: BinaryIO) -> None:
+        self._lead = memoryview(lead)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._lead:
+            n = min(len(buffer), len(self._lead))
+            buffer[:n] = self._lead[:n]
+            self._lead = self._lead[n:]
+            return n
+        data = self._rest.read1(len(buffer))  # type: ignore[attr-defined]  # a buffered reader
+        buffer[: len(data)] = data
+        return len(data)
