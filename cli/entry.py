@@ -33,8 +33,8 @@ def main() -> None:
         sys.exit(0)
     if args == ["mcp"]:
         # Hosts snapshot their tools at their first request: answer before click and the
-        # MCP SDK have loaded (frontend/mcp/quick_start.py).
-        from thatch.frontend.mcp.quick_start import main as mcp_main
+        # MCP SDK have loaded (cli/mcp_start.py).
+        from thatch.cli.mcp_start import main as mcp_main
 
         mcp_main()
         sys.exit(0)

@@ -5,7 +5,7 @@ snapshot their tools when their first request goes out. So the SDK's own answers
 opening requests (``initialize`` for each handshake version, ``server/discover``, and
 ``tools/list`` in either era) are recorded once, by running the real server over memory
 (``build_sheet``), and kept in ``$XDG_CACHE_HOME/thatch/mcp-answers.json``; the next
-``thatch mcp`` answers from that sheet while the SDK loads (``quick_start.py``).
+``thatch mcp`` answers from that sheet while the SDK loads (``cli/mcp_start.py``).
 
 The sheet is keyed by what its answers derive from: the installed distributions of thatch,
 ``mcp`` and ``mcp_types`` (their ``METADATA`` files) and thatch's tool and server sources

@@ -84,7 +84,7 @@ class Wire:
     ) -> None:
         self._out = out
         self._on_written = on_written
-        # Requests the quick start already answered (quick_start.py), read again so the
+        # Requests the quick start already answered (cli/mcp_start.py), read again so the
         # SDK's session knows them: their answers are not written a second time.
         self._quiet: Counter[IdKey] = Counter(id_key(request_id) for request_id in quiet)
         self._lock = anyio.Lock()
