@@ -21,7 +21,7 @@ from thatch.frontend.mcp.answer_sheet import (
     sheet_key,
     sheet_path,
 )
-from thatch.frontend.mcp.server import make_server
+from thatch.frontend.mcp.server import build_server, make_server
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
 # What Claude Code sends: capabilities and client names the sheet was not built with.
@@ -91,6 +91,8 @@ def test_quick_answers_are_the_sdks_for_every_protocol_version(
             request(8, "tools/list", {"_meta": MODERN}),
         ]
         assert quick_lines(sheet, modern) == sdk_lines(server, modern)
+    # What setup records without a database: the same answers.
+    assert build_sheet(build_server(), "k") == sheet
 
 
 def test_quick_start_leaves_other_requests_to_the_server(tmp_path: Path) -> None:
@@ -182,3 +184,16 @@ def test_a_stale_sheet_is_never_used(server_env: dict[str, str]) -> None:
     replies = run_mcp(server_env, opening)
     assert replies[1]["result"]["tools"][0]["description"] != "answered from the sheet"
     assert json.loads(path.read_text())["key"] == sheet_key()  # rewritten
+
+
+def test_setup_writes_the_sheet(tmp_path: Path) -> None:
+    """A new user's first host session starts quick too: setup leaves the answers."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = {**os.environ, "THATCH_PROJECT_DIR": str(project), "PWD": str(project)}
+    done = subprocess.run(
+        [THATCH, "setup", "--claude"], cwd=project, env=env, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    sheet = json.loads(sheet_path(env).read_text())
+    assert sheet["key"] == sheet_key() and json.loads(sheet["tools"])["tools"]

@@ -54,13 +54,7 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
     # hold up tools that need none. The Store serialises its own methods (one lock, one
     # connection), so concurrent calls interleave like separate frontends would.
     limiter = anyio.CapacityLimiter(TOOL_THREADS)
-    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
     prefix = FirstResultPrefix(ctx.first_result_prefix)
-
-    async def list_tools(
-        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[listed_tool(spec) for spec in TOOL_SPECS])
 
     async def call_tool(
         _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -71,6 +65,19 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
             content=[types.TextContent(type="text", text=prefix.take() + result.text)],
             is_error=result.is_error,
         )
+
+    return build_server(call_tool)
+
+
+def build_server(on_call_tool: Any = None) -> Server[Any]:
+    """The server's listing side: everything but ``tools/call`` (``make_server`` adds
+    it), which is what the quick start's answer sheet records (setup writes it)."""
+    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+
+    async def list_tools(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[listed_tool(spec) for spec in TOOL_SPECS])
 
     async def no_prompts(
         _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
@@ -92,7 +99,7 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
         version=server_version(),
         get_tool_input_schema=schemas.get,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_call_tool=on_call_tool,
         # Empty lists for hosts that ask whatever the capabilities say (thatch answered
         # them so from the start); serve_stdio advertises tools only.
         on_list_prompts=no_prompts,
