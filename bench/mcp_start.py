@@ -5,11 +5,12 @@
 Each run spawns the ``thatch`` script as a host does (``thatch mcp``), writes
 ``initialize``, ``notifications/initialized`` and ``tools/list`` at once, and times the
 ``initialize`` answer and the ``tools/list`` answer from spawn; the same with
-``server/discover`` (Claude Code 2.1.332 opens with it). The baseline, measured in the
+``server/discover`` (Claude Code 2.1.332 opens with it); and ``initialize`` once more
+without the quick start's answer sheet (a fresh cache: the full server answers, as every
+start did before the sheet). The baseline, measured in the
 same run, is a bare interpreter's whole life (``python -c pass``). Medians of ``--runs``;
 the machine's load average beside them. The embedder address points at nothing (no
-embedder starts) and the database is a fresh temp file each run, so the first start of a
-run pays for creating it.
+embedder starts) and the database is a fresh temp file each run.
 """
 
 from __future__ import annotations
@@ -94,10 +95,14 @@ def main() -> None:
             "XDG_CACHE_HOME": f"{tmp}/cache",
             "THATCH_PROJECT_DIR": tmp,
         }
-        rows: dict[str, list[float]] = {k: [] for k in ("python", "init", "list", "disc", "dlist")}
+        keys = ("python", "cold", "init", "list", "disc", "dlist")
+        rows: dict[str, list[float]] = {k: [] for k in keys}
         for run in range(args.runs):
             env = {**base, "THATCH_DB_PATH": f"{tmp}/db{run}/thatch.db"}
             rows["python"].append(bare_python())
+            # No answer sheet yet (first start after an install or upgrade, before setup).
+            cold = {**env, "XDG_CACHE_HOME": f"{tmp}/cold{run}"}
+            rows["cold"].append(mcp_answers(HANDSHAKE, cold)[0])
             first, listed = mcp_answers(HANDSHAKE, env)
             rows["init"].append(first)
             rows["list"].append(listed)
@@ -109,13 +114,14 @@ def main() -> None:
     print(f"thatch mcp start, median of {args.runs} (load {' '.join(load)})")
     print(f"  python -c pass (whole life)          {med['python']:7.0f} ms")
     for key, label in (
+        ("cold", "initialize answered, no answer sheet"),
         ("init", "initialize answered"),
         ("list", "tools/list answered (after initialize)"),
         ("disc", "server/discover answered"),
         ("dlist", "tools/list answered (after discover)"),
     ):
         over = med[key] - med["python"]
-        print(f"  {label:<38} {med[key]:7.0f} ms  (+{over:.0f} ms over bare python)")
+        print(f"  {label:<38} {med[key]:7.0f} ms  ({over:+.0f} ms over bare python)")
 
 
 if __name__ == "__main__":
