@@ -39,7 +39,7 @@ from tests.hosts.model_server import (
     fresh,
     say,
 )
-from tests.hosts.recording import add_claude_recorder, recording, write_fixtures
+from tests.hosts.recording import FIXTURES, add_claude_recorder, recording, write_fixtures
 
 REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
 EXTRACTION = "queued for fact extraction"
@@ -50,6 +50,7 @@ CHAT_SEND = "mcp__thatch__chat_send"
 CHAT_READ = "mcp__thatch__chat_read"
 WAKE = "[thatch] System notification, not user input: 1 unread chat message(s) from "
 LABEL = "Widgets spin an even number of times"
+VERSION_VAR = "THATCH_TEST_CLAUDE_VERSION"  # which Claude Code a sandbox runs (fixtures)
 EXTRACTED = "widgets.spin halves its argument"
 
 
@@ -68,12 +69,14 @@ def sandbox(
     tmp_path: Path,
     isolated_env: Path,
     claude_bin: Path,
+    claude_version: str,
     host_embedder: Any,
     minilm_dir: Path,
     model_server: ModelServer,
 ) -> Sandbox:
     extra = {
         **claude_env(model_server.url),
+        VERSION_VAR: claude_version,
         "THATCH_MODEL": str(minilm_dir),
         "THATCH_EMBEDDER_ADDR": host_embedder.address,
     }
@@ -105,9 +108,12 @@ def setup(sandbox: Sandbox, *flags: str) -> None:
 
 
 def record(sandbox: Sandbox) -> None:
-    """With THATCH_RECORD_FIXTURES=1, keep this test's payloads as the fixtures."""
+    """With THATCH_RECORD_FIXTURES=1, keep this test's payloads as the fixtures (the
+    pinned release's at the top, another release's in ``claude-<version>/``)."""
     if recording():
-        write_fixtures("claude", hook_calls(sandbox.hook_log), sandbox)
+        version = sandbox.env[VERSION_VAR]
+        dest = FIXTURES if version == CLAUDE_VERSION else FIXTURES / f"claude-{version}"
+        write_fixtures("claude", hook_calls(sandbox.hook_log), sandbox, dest)
 
 
 def requests_text(requests: list[ModelRequest]) -> str:
