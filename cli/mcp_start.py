@@ -126,8 +126,12 @@ def _plain_initialize(params: Any) -> str | None:
         "clientInfo",
     }:
         return None
-    version = params["protocolVersion"]
-    if not isinstance(params["capabilities"], dict) or not _client_info(params["clientInfo"]):
+    version, capabilities = params["protocolVersion"], params["capabilities"]
+    # Every client capability is an object (the SDK refuses anything else as invalid).
+    plain = isinstance(capabilities, dict) and all(
+        isinstance(v, dict) for v in capabilities.values()
+    )
+    if not plain or not _client_info(params["clientInfo"]):
         return None
     return version if isinstance(version, str) else None
 

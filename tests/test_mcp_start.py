@@ -104,6 +104,14 @@ def test_quick_start_leaves_other_requests_to_the_server(tmp_path: Path) -> None
         initialize(1, "2099-01-01"),  # a version the sheet has no answer for
         initialize(True, "2025-06-18"),  # type: ignore[arg-type]  # no valid id
         initialize('a"b', "2025-06-18"),
+        {
+            **initialize(1, "2025-06-18"),
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"roots": True},
+                "clientInfo": CLIENT,
+            },
+        },  # a capability that is no object
         request(1, "tools/call", {"name": "store_list", "arguments": {}}),
         request(1, "server/discover", {"_meta": {**MODERN, "extra": 1}}),
     ):

@@ -552,9 +552,6 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     stops = [c for c in hook_calls(sandbox.hook_log) if c.command == "chat-notify"]
     assert [c.payload()["session_id"] for c in stops] == [b, a, b, b], stops
     assert [bool(c.stdout.strip()) for c in stops] == [False, False, True, False], stops
-    # The pointer reaches the woken turn's model once.
-    pointers = [r.all_text().count("unread chat message(s)") for r in requests]
-    assert max(pointers) == 1, model_server.describe()
 
 
 def test_the_first_request_offers_thatchs_tools_with_default_settings(
