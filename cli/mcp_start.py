@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import threading
 from collections.abc import Mapping
@@ -182,7 +183,17 @@ def main() -> None:
 
         click_main()
         return
-    loading = threading.Thread(target=_load_server, name="thatch-load-server", daemon=True)
+    loaded = threading.Event()
+    wake_read, wake_write = os.pipe()
+
+    def load() -> None:
+        try:
+            _load_server()
+        finally:
+            loaded.set()
+            os.write(wake_write, b"x")
+
+    loading = threading.Thread(target=load, name="thatch-load-server", daemon=True)
     loading.start()
     # Until the full server installs its own: SQLite transactions make an exit safe.
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -192,10 +203,16 @@ def main() -> None:
     quiet: list[str | int] = []
     pending = b""
     try:
-        while loading.is_alive():
+        while not loaded.is_set():
             end = pending.find(b"\n")
             if end < 0:
                 if len(pending) > LINE_LIMIT:
+                    break
+                # Wait for stdin or the server, whichever comes first: a host that waits
+                # for nothing more must not keep the server (its recall scan, the
+                # embedder start) from starting.
+                ready, _, _ = select.select([0, wake_read], [], [])
+                if wake_read in ready:
                     break
                 chunk = os.read(0, 65536)
                 if not chunk:
@@ -215,6 +232,8 @@ def main() -> None:
     except OSError:
         pass  # stdin or stdout failed: the full server meets it and ends as it does
     loading.join()
+    os.close(wake_read)
+    os.close(wake_write)
     from thatch.cli.mcp_cmd import serve_after_quick_start
 
     serve_after_quick_start(b"".join(replayed) + pending, quiet)

@@ -237,6 +237,7 @@ def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
         assert loaded_by_hints(outside) == named_tools(outside) == {"extraction_done"}
     for text in (
         recall_nudge("claude", ["L"]) or "",
+        recall_nudge("claude", ["L", "M", "N"]) or "",
         write_nudge("claude"),
         reminder_text("acme", "claude"),
         reminder_text("acme", "claude", 'Store "acme": 1 memory not embedded yet.'),

@@ -45,7 +45,7 @@ class HostNames(NamedTuple):
 
     def load(self, *bare: str) -> str:
         """The hint that loads exactly the tools ``bare`` names; "" where none is needed."""
-        if not self.deferred_prefix:
+        if not self.deferred_prefix or not bare:
             return ""
         if len(bare) == 1:
             return f"Tool not listed? Load it with ToolSearch (query: {self.select(*bare)})."
@@ -123,9 +123,9 @@ def host_names(host: str) -> HostNames:
     return _MCP_NAMES if host == "cursor" else _CLAUDE_NAMES
 
 
-def _with_load(text: str, names: HostNames, *bare: str) -> str:
-    """``text`` and the hint loading the tools it names (``bare``)."""
-    load = names.load(*bare)
+def _with_load(text: str, names: HostNames, tool: str, *more: str) -> str:
+    """``text`` and the hint loading the tools it names (bare names)."""
+    load = names.load(tool, *more)
     return f"{text} {load}" if load else text
 
 
@@ -197,6 +197,7 @@ def recall_nudge(host: str, labels: Sequence[str]) -> str | None:
         f"[thatch] {len(labels)} memories relate to this prompt ({shown}{etc}). "
         f"Use {recall} before responding. {RECALL_NUDGE_FRAME}",
         names,
+        _MCP_NAMES.recall,
     )
 
 
