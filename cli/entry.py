@@ -43,6 +43,13 @@ def _dispatch(args: list[str]) -> None:
 
         run_chat_notify(args[1:])
         sys.exit(0)
+    if args == ["mcp"]:
+        # Hosts snapshot their tools at their first request: answer before click and the
+        # MCP SDK have loaded (cli/mcp_start.py).
+        from thatch.cli.mcp_start import main as mcp_main
+
+        mcp_main()
+        sys.exit(0)
     if args and args[0] in HOOKS and not {"-h", "--help"} & set(args[1:]):
         from thatch.frontend.hooks.runner import run_hook_command
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import click
 
@@ -11,6 +12,11 @@ import click
 @click.command("mcp", context_settings={"help_option_names": ["-h", "--help"]})
 def mcp() -> None:
     """Run the MCP server on stdio (one per host session)."""
+    serve_mcp()
+
+
+def serve_mcp(lead: bytes = b"", quiet: Sequence[str | int] = ()) -> None:
+    """The server; ``lead``/``quiet``: what the quick start read and answered."""
     from thatch.cli.errors import translate_errors
     from thatch.frontend.errors import StoreError
     from thatch.frontend.mcp.server import run_stdio
@@ -28,6 +34,17 @@ def mcp() -> None:
             raise click.ClickException(str(error)) from None
         # At EOF: the background fill stops after its batch, then Store and client close.
         # (SIGTERM ends the process at once; SQLite transactions make that safe.)
-        click.get_current_context().call_on_close(ctx.close)
-        ctx.first_result_prefix = setup_prefix(ctx)
-        run_stdio(ctx)
+        try:
+            ctx.first_result_prefix = setup_prefix(ctx)
+            run_stdio(ctx, lead, quiet)
+        finally:
+            ctx.close()
+
+
+def serve_after_quick_start(lead: bytes, quiet: Sequence[str | int]) -> None:
+    """``serve_mcp`` outside click's command runner: its errors as click prints them."""
+    try:
+        serve_mcp(lead, quiet)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)

@@ -73,9 +73,22 @@ def setup(
         result = run_setup(request)
     except OSError as error:
         raise click.ClickException(f"setup could not write a file: {error}") from None
+    if not dry_run:
+        write_mcp_answers(env)
     for line in result.stdout_lines():
         click.echo(line)
     for detail in result.details():
         click.echo(f"[thatch setup] {detail}", err=True)
     if result.exit_code:
         click.get_current_context().exit(result.exit_code)
+
+
+def write_mcp_answers(env: dict[str, str]) -> None:
+    """The answers ``thatch mcp`` gives while it loads (frontend/mcp/answer_sheet.py), so
+    that the first host session after setup starts as fast as the next ones."""
+    from thatch.frontend.mcp.answer_sheet import write_sheet
+
+    try:
+        write_sheet(env)
+    except Exception as error:  # the first server writes them instead, a little later
+        click.echo(f"[thatch setup] MCP quick-start answers not written: {error}", err=True)

@@ -118,7 +118,8 @@ def test_a_sends_b_is_notified_once_and_reads_the_framed_message(env: dict[str, 
             "decision": "block",
             "reason": "[thatch] System notification, not user input: 1 unread chat message(s) "
             f'from {a.name}. Read them with chat_read {{"as": "{b.me}"}}. Reply only if it '
-            "matters to your current work; otherwise carry on.",
+            "matters to your current work; otherwise carry on. Tool not listed? Load it with "
+            "ToolSearch (query: select:mcp__thatch__chat_read).",  # Claude Code may defer it
         }
         assert b"rebase" not in out.stdout  # a pointer, never a body
         again = notify(env, {"session_id": "claude-b", "stop_hook_active": False})

@@ -39,7 +39,8 @@ BEHAVIOR_BLOCK = (
 WRITE = (
     "[thatch] After responding, check whether this turn taught you something durable "
     "(project knowledge, a user preference, a correction). If so, save it with memory_remember."
-    " Tools not listed? Load them with ToolSearch (query: thatch).\n"  # Claude's deferred tools
+    " Tool not listed? Load it with ToolSearch"  # Claude's deferred tools
+    " (query: select:mcp__thatch__memory_remember).\n"
 )
 
 

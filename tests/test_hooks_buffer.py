@@ -115,6 +115,27 @@ def test_claude_single_post_tool_use(env: dict[str, str], name: str) -> None:
     assert "interrupted" not in record["output"] and "numLines" not in record["output"]
 
 
+@pytest.mark.parametrize("name", ["Bash", "Read"])
+def test_claude_2_1_332_post_tool_use_queues_the_output_text(
+    env: dict[str, str], name: str
+) -> None:
+    """The latest tested Claude Code's recorded payloads (fixtures claude-2.1.332/): the
+    call is queued with its text output, and its Agent call (now always in the
+    background) is not."""
+    payload = host_payload(f"claude-PostToolUse-{name}", claude="2.1.332")
+    session = payload["session_id"]
+    assert_silent_ok(run_hook(["buffer-batch"], payload, env))
+    (record,) = read_jsonl(queue_file(env, session))
+    assert record["tool"] == name and record["output"].strip(), record
+    assert not record["output"].lstrip().startswith("{"), record
+    agent = host_payload("claude-PostToolUse-Agent", claude="2.1.332")
+    assert agent["tool_response"]["status"] == "async_launched"  # what changed in 2.1.332
+    assert_silent_ok(run_hook(["buffer-batch"], agent, env))
+    agent_queue = queue_file(env, agent["session_id"])
+    queued = read_jsonl(agent_queue) if agent_queue.exists() else []
+    assert "Agent" not in [r["tool"] for r in queued]
+
+
 @pytest.mark.parametrize("name", ["Agent", "mcp-thatch-memory_recall"])
 def test_claude_meta_and_own_calls_are_not_queued(env: dict[str, str], name: str) -> None:
     """The recorded Agent call and thatch's own recall queue nothing."""

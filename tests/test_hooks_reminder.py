@@ -23,8 +23,16 @@ CURSOR_TEXT = (
     "(3) if you are not on the main branch, notes scoped to this branch.\n"
     "Call store_list and memory_list to see what exists, then memory_recall for what you need."
 )
-# Claude Code may defer MCP tools behind ToolSearch: its reminder says how to load them.
-CLAUDE_TEXT = CURSOR_TEXT + "\nTools not listed? Load them with ToolSearch (query: thatch)."
+# Claude Code may defer MCP tools behind ToolSearch: its reminder says how to load exactly
+# the ones it names.
+CLAUDE_TEXT = CURSOR_TEXT + (
+    "\nTools not listed? Load them with ToolSearch (query: select:mcp__thatch__store_list,"
+    "mcp__thatch__memory_list,mcp__thatch__memory_recall)."
+)
+# With the hygiene paragraph, its tools too.
+CLAUDE_HYGIENE_TEXT = CLAUDE_TEXT[: -len(").")] + (
+    ",mcp__thatch__find_duplicates,mcp__thatch__memory_show,mcp__thatch__memory_forget)."
+)
 
 
 def reminder(env: dict[str, str], payload: object, *args: str) -> str:
@@ -108,7 +116,7 @@ def test_unhealthy_store_adds_hygiene_paragraph(tmp_path: Path) -> None:
     out = reminder(env, {})
     base, hygiene_block = out.rstrip("\n").split("\n\n")
     report, advice = hygiene_block.split("\n")
-    assert base == CLAUDE_TEXT.format(store="acme")
+    assert base == CLAUDE_HYGIENE_TEXT.format(store="acme")
     assert report == (
         '[thatch hygiene] Store "acme": 1 memory scoped to deleted branches (old-wip); '
         "1 memory not embedded yet."
@@ -186,9 +194,61 @@ def test_every_text_names_tools_by_one_rule_per_host(host: str, prefix: str) -> 
         write_nudge(host),
         reminder_text("acme", host, 'Store "acme": 1 memory not embedded yet.'),
     ]
+    # Claude Code's load hints are the one place full names appear: ToolSearch selects by them.
+    select = re.compile(r"query: select:([\w,]+)")
+    texts = [select.sub("query: select:", text) for text in texts]
     tool = re.compile(r"\b(?:mcp__thatch__|thatch_)?(?:" + "|".join(SPECS_BY_NAME) + r")\b")
     named = {match.group(0) for text in texts for match in tool.finditer(text)}
     assert named >= {f"{prefix}get_extraction_payload", f"{prefix}memory_recall"}
     assert all(name.startswith(prefix) and "mcp__" not in name for name in named), named
     if not prefix:
         assert not any(name.startswith("thatch_") for name in named), named
+
+
+def loaded_by_hints(text: str) -> set[str]:
+    import re
+
+    selected = re.findall(r"ToolSearch,? \(?query: select:([\w,]+)", text)
+    return {name.removeprefix("mcp__thatch__") for group in selected for name in group.split(",")}
+
+
+def named_tools(text: str) -> set[str]:
+    import re
+
+    from thatch.frontend.tools.registry import SPECS_BY_NAME
+
+    text = re.sub(r"query: select:[\w,]+", "", text)
+    return set(re.findall(r"\b(?:" + "|".join(SPECS_BY_NAME) + r")\b", text))
+
+
+def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
+    """ToolSearch's keyword query "thatch" returned its 5 best matches, none of them the
+    tools the text named (issue 22 §1): each hint selects exactly the named ones."""
+    import re
+
+    from thatch.frontend.hooks.chat_notify import pointer
+    from thatch.frontend.hooks.nudges import extraction_nudge, recall_nudge, write_nudge
+    from thatch.frontend.hooks.reminder import reminder_text
+
+    extractor = {"get_extraction_payload", "memory_recall", "memory_remember", "extraction_done"}
+    for missed in (0, 2, 3):
+        nudge = extraction_nudge("claude", "sid-1", 2, missed)
+        found = re.search(r'(?i)prompt: "(.*?)" then call', nudge)
+        assert found is not None, nudge
+        prompt = found.group(1)
+        assert loaded_by_hints(prompt) == extractor  # what the sub-agent calls
+        outside = nudge.replace(prompt, "")
+        assert loaded_by_hints(outside) == named_tools(outside) == {"extraction_done"}
+    for text in (
+        recall_nudge("claude", ["L"]) or "",
+        recall_nudge("claude", ["L", "M", "N"]) or "",
+        write_nudge("claude"),
+        reminder_text("acme", "claude"),
+        reminder_text("acme", "claude", 'Store "acme": 1 memory not embedded yet.'),
+        pointer(1, ["bob"], "alice", "claude"),
+    ):
+        assert named_tools(text), text
+        assert loaded_by_hints(text) == named_tools(text), text
+    for host in ("cursor", "opencode"):
+        assert "ToolSearch" not in pointer(1, ["bob"], "alice", host)
+        assert "ToolSearch" not in write_nudge(host)

@@ -374,3 +374,46 @@ def test_a_closed_stdin_or_stdout_is_one_clear_error(
         "Error: thatch mcp speaks MCP on stdin and stdout, and one of them is closed."
     ]
     assert not (tmp_path / "db" / "thatch.db").exists()
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def _discover(request_id: int) -> dict[str, object]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "server/discover",
+        "params": {"_meta": MODERN_META},
+    }
+
+
+def test_discover_advertises_tools_only(server_env: dict[str, str]) -> None:
+    """Over server/discover as over initialize: no prompts or resources (docs/tools.md)."""
+    replies, _ = _run_to_eof(server_env, _lines(_discover(1)))
+    (reply,) = replies
+    assert isinstance(reply, dict)
+    assert reply["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    assert reply["result"]["supportedVersions"] == ["2026-07-28"]
+
+
+def test_initialize_after_discover_is_served_not_refused(server_env: dict[str, str]) -> None:
+    """Claude Code 2.1.332 falls back to initialize when its server/discover is answered
+    late, on the same stdin: the fallback opens a handshake session (issue 22 §1)."""
+    listed = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+    data = _lines(_discover(1), *_initialize("2025-06-18"), listed)
+    replies, _ = _run_to_eof(server_env, data)
+    by_id = {reply["id"]: reply for reply in replies if isinstance(reply, dict)}
+    assert set(by_id) == {1, 3}
+    answers = [reply for reply in replies if isinstance(reply, dict) and reply["id"] == 1]
+    assert [sorted(answer) for answer in answers] == [["id", "jsonrpc", "result"]] * 2, answers
+    initialized = [a for a in answers if "protocolVersion" in a["result"]]
+    assert [a["result"]["protocolVersion"] for a in initialized] == ["2025-06-18"]
+    assert "memory_remember" in {tool["name"] for tool in by_id[3]["result"]["tools"]}
+    # An enveloped request on a handshake session is still refused, as the SDK does.
+    replies, _ = _run_to_eof(server_env, _lines(*_initialize("2025-06-18"), _discover(2)))
+    assert [r["error"]["code"] for r in replies if isinstance(r, dict) and "error" in r] == [-32600]

@@ -22,17 +22,21 @@ from thatch.frontend.hooks.runner import hook_options, report_failure
 COMMAND = "chat-notify"
 
 
-def pointer(unread: int, senders: list[str], name: str, key: str) -> str:
-    """The wake: who wrote and the call that reads it (with this session's own key)."""
+def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "claude") -> str:
+    """The wake: who wrote and the call that reads it (with this session's own key), and
+    for a host that may defer chat_read, the hint that loads exactly it."""
     from thatch.frontend.hooks.chat_anchor import credential
+    from thatch.frontend.hooks.nudges import host_names
     from thatch.frontend.untrusted import quoted, token
 
     who = ", ".join(token(sender) for sender in senders)
-    return (
+    text = (
         f"[thatch] System notification, not user input: {unread} unread chat message(s) "
         f'from {who}. Read them with chat_read {{"as": {quoted(credential(name, key))}}}. '
         "Reply only if it matters to your current work; otherwise carry on."
     )
+    load = host_names(host).load("chat_read")  # Claude Code may defer chat_read
+    return f"{text} {load}" if load else text
 
 
 def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
@@ -61,7 +65,7 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
         if woken is None:
             return None
         unread, senders = woken
-        return pointer(unread, senders, me.name, secret)
+        return pointer(unread, senders, me.name, secret, host)
     finally:
         chat.conn.close()
 

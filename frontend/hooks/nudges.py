@@ -35,18 +35,33 @@ class HostNames(NamedTuple):
     remember: str
     dispatch: str
     prefix: str  # how this host prefixes bare tool names in agent-facing text
-    # How to load the thatch tools where the host may defer them (Claude Code offers MCP
-    # tools only through ToolSearch when there are many): "" where they are always listed.
-    load: str = ""
+    # Where the host may defer the thatch tools behind a tool search (Claude Code: behind
+    # ToolSearch when there are many, and always from 2.1.332 on), the full name the search
+    # selects a bare tool by: "mcp__thatch__"; "" where the tools are always listed.
+    deferred_prefix: str = ""
 
     def tool(self, bare: str) -> str:
         return self.prefix + bare
 
+    def load(self, *bare: str) -> str:
+        """The hint that loads exactly the tools ``bare`` names; "" where none is needed."""
+        if not self.deferred_prefix or not bare:
+            return ""
+        if len(bare) == 1:
+            return f"Tool not listed? Load it with ToolSearch (query: {self.select(*bare)})."
+        return f"Tools not listed? Load them with ToolSearch (query: {self.select(*bare)})."
+
+    def select(self, *bare: str) -> str:
+        """ToolSearch's query for exactly these tools (every Claude Code thatch supports,
+        2.1.197 and 2.1.332, reads "select:<name>[,<name>...]" the same way); its keyword
+        search would return its default 5 best matches, rarely the ones a text names."""
+        return "select:" + ",".join(self.deferred_prefix + name for name in bare)
+
 
 # One rule per host (docs/hooks.md §host-naming): every thatch text names every tool the
 # same way for a host. Claude Code and Cursor: the tool's bare name (what the MCP server
-# publishes; Claude Code's own mcp__thatch__ prefix is found from it, and ToolSearch
-# "query: thatch" loads it); opencode: thatch_<tool>, the only name its agent can call.
+# publishes; Claude Code's own mcp__thatch__ prefix is found from it, and the load hint
+# selects the full names); opencode: thatch_<tool>, the only name its agent can call.
 _MCP_NAMES = HostNames(
     fetch="get_extraction_payload",
     done="extraction_done",
@@ -55,10 +70,18 @@ _MCP_NAMES = HostNames(
     dispatch="Spawn a background sub-agent",
     prefix="",
 )
-# Claude Code against the Anthropic API defers MCP tools behind ToolSearch: a first turn
-# offers no mcp__thatch__* tool and a direct call fails "No such tool available".
-LOAD_HINT = "Tools not listed? Load them with ToolSearch (query: thatch)."
-_CLAUDE_NAMES = _MCP_NAMES._replace(load=LOAD_HINT)
+# Claude Code defers MCP tools behind ToolSearch (against the Anthropic API, and from
+# 2.1.332 on against any): a first turn offers no mcp__thatch__* tool and a direct call
+# fails "No such tool available".
+_CLAUDE_NAMES = _MCP_NAMES._replace(deferred_prefix="mcp__thatch__")
+# What an extraction sub-agent calls (bare MCP names): the prompt's two tools and the
+# fact-extractor skill's recall and remember.
+_MCP_EXTRACTOR_TOOLS = (
+    _MCP_NAMES.fetch,
+    _MCP_NAMES.recall,
+    _MCP_NAMES.remember,
+    _MCP_NAMES.done,
+)
 _OPENCODE_NAMES = HostNames(
     fetch="thatch_get_extraction_payload",
     done="thatch_extraction_done",
@@ -100,17 +123,23 @@ def host_names(host: str) -> HostNames:
     return _MCP_NAMES if host == "cursor" else _CLAUDE_NAMES
 
 
-def _with_load(text: str, names: HostNames) -> str:
-    return f"{text} {names.load}" if names.load else text
+def _with_load(text: str, names: HostNames, tool: str, *more: str) -> str:
+    """``text`` and the hint loading the tools it names (bare names)."""
+    load = names.load(tool, *more)
+    return f"{text} {load}" if load else text
 
 
 def _subagent_prompt(names: HostNames, session_id: str) -> str:
     sid = quoted(session_id)
-    # The sub-agent's tools may be deferred too; the hint stays free of double quotes,
-    # which would end the quoted prompt.
-    load = " (not listed? load it with ToolSearch, query: thatch)"
+    # The sub-agent's tools may be deferred too: the ones it calls (the fact-extractor
+    # skill recalls and remembers). The hint stays free of double quotes, which would end
+    # the quoted prompt.
+    load = ""
+    if names.deferred_prefix:
+        query = names.select(*_MCP_EXTRACTOR_TOOLS)
+        load = f" (not listed? load them with ToolSearch, query: {query})"
     return (
-        f"Call {names.fetch}{load if names.load else ''} with session_id {sid} to get the "
+        f"Call {names.fetch}{load} with session_id {sid} to get the "
         f"queued tool "
         f"interactions, apply the thatch-fact-extractor skill to them, then call "
         f"{names.done} with session_id {sid} even if nothing was worth saving."
@@ -130,6 +159,7 @@ def extraction_nudge(host: str, session_id: str, n: int, missed: int) -> str:
             f"WAITING. {names.dispatch.upper()} NOW WITH THIS EXACT PROMPT: "
             f'"{prompt}" THEN CALL {names.done} TO ACKNOWLEDGE.',
             names,
+            _MCP_NAMES.done,
         )
     if missed == 2:
         return _with_load(
@@ -137,11 +167,13 @@ def extraction_nudge(host: str, session_id: str, n: int, missed: int) -> str:
             f'{verb} now queued. {names.dispatch} now with this prompt: "{prompt}" Then call '
             f"{names.done} to acknowledge.",
             names,
+            _MCP_NAMES.done,
         )
     return _with_load(
         f"[thatch] {n} {interactions} {verb} queued for fact extraction. {names.dispatch} "
         f'with this prompt: "{prompt}" Then call {names.done} to acknowledge.',
         names,
+        _MCP_NAMES.done,
     ) + (" " + NOT_A_REQUEST)
 
 
@@ -157,6 +189,7 @@ def recall_nudge(host: str, labels: Sequence[str]) -> str | None:
             f"[thatch] 1 memory relates to this prompt ({quoted(labels[0])}). "
             f"Use {recall} before responding. {RECALL_NUDGE_FRAME}",
             names,
+            _MCP_NAMES.recall,
         )
     shown = ", ".join(quoted(label) for label in labels[:2])
     etc = ", etc." if len(labels) > 2 else ""
@@ -164,6 +197,7 @@ def recall_nudge(host: str, labels: Sequence[str]) -> str | None:
         f"[thatch] {len(labels)} memories relate to this prompt ({shown}{etc}). "
         f"Use {recall} before responding. {RECALL_NUDGE_FRAME}",
         names,
+        _MCP_NAMES.recall,
     )
 
 
@@ -174,4 +208,5 @@ def write_nudge(host: str) -> str:
         "(project knowledge, a user preference, a correction). If so, save it with "
         f"{names.remember}.",
         names,
+        _MCP_NAMES.remember,
     )

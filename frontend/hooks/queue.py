@@ -119,8 +119,14 @@ DRAINING_TOOLS = ("memory_remember", "extraction_done")
 THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
 # Host meta-tools: queueing them would feed extraction back into itself (an extraction
 # sub-agent's dispatch, a skill load) or queue a host's own plumbing (Claude Code's
-# ToolSearch loads deferred tool schemas).
-META_TOOLS = ("skill", "task", "agent", "toolsearch")
+# ToolSearch loads deferred tool schemas, ListAgents and TaskOutput watch sub-agents).
+# Hosts add such tools in every release, so they are known by a rule, not a list: a
+# built-in (no server prefix) one of whose words is one of these (or its plural).
+META_WORDS = frozenset({"skill", "task", "agent", "tool", "todo"})
+# Words of a built-in tool name: runs split at case changes, digits, "_", "-" and spaces.
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+# A name from some MCP server or namespace, never a host built-in.
+_NAMESPACED = re.compile(r"__|[:./]")
 # The first words of a successful call's answer (tools/formatting.py, build_payload): the
 # hooks drain (or name a snapshot's holder) only on this evidence, never on a failed or
 # unknown call.
@@ -306,7 +312,7 @@ def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:
         return "thatch", name[4:]
     if name in SERVED_TOOLS:
         return "thatch", name
-    if name in META_TOOLS:
+    if is_meta_tool(tool_name):
         return "meta", None
     if _LAST_SEGMENT.split(name)[-1] == "execute":
         found = re.findall(_TOOL_WORDS, _compact(tool_input if tool_input is not None else {}))
@@ -315,6 +321,19 @@ def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:
                 return "thatch", "memory_remember"
             return "thatch", found[0]
     return "other", None
+
+
+def is_meta_tool(tool_name: str) -> bool:
+    """A host built-in about agents, tasks, skills, todos or tools (docs/hooks.md
+    §classification): ``Agent``, ``ListAgents``, ``TaskOutput``, ``ToolSearch``, ``skill``."""
+    name = tool_name.strip()
+    if _NAMESPACED.search(name):
+        return False
+    for word in _NAME_WORDS.findall(name):
+        word = word.lower()
+        if word in META_WORDS or (word.endswith("s") and word[:-1] in META_WORDS):
+            return True
+    return False
 
 
 def _cut_strings(value: Any) -> Any:

@@ -20,8 +20,12 @@ def reminder_text(project_store: str, host: str, hygiene_report: str | None = No
         f"Call {tool('store_list')} and {tool('memory_list')} to see what exists, "
         f"then {tool('memory_recall')} for what you need."
     )
-    if names.load:  # Claude Code may defer the thatch tools behind ToolSearch
-        text += "\n" + names.load
+    named = ["store_list", "memory_list", "memory_recall"]
+    if hygiene_report:
+        named += ["find_duplicates", "memory_show", "memory_forget"]
+    load = names.load(*named)  # Claude Code may defer the thatch tools behind ToolSearch
+    if load:
+        text += "\n" + load
     if not hygiene_report:
         return text
     return (

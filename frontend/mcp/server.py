@@ -15,12 +15,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
+from mcp_types import RequestId
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
 from thatch.frontend.tools.after_reply import AfterReply
@@ -52,13 +54,7 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
     # hold up tools that need none. The Store serialises its own methods (one lock, one
     # connection), so concurrent calls interleave like separate frontends would.
     limiter = anyio.CapacityLimiter(TOOL_THREADS)
-    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
     prefix = FirstResultPrefix(ctx.first_result_prefix)
-
-    async def list_tools(
-        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[listed_tool(spec) for spec in TOOL_SPECS])
 
     async def call_tool(
         _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -69,6 +65,19 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
             content=[types.TextContent(type="text", text=prefix.take() + result.text)],
             is_error=result.is_error,
         )
+
+    return build_server(call_tool)
+
+
+def build_server(on_call_tool: Any = None) -> Server[Any]:
+    """The server's listing side: everything but ``tools/call`` (``make_server`` adds
+    it), which is what the quick start's answer sheet records (setup writes it)."""
+    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+
+    async def list_tools(
+        _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[listed_tool(spec) for spec in TOOL_SPECS])
 
     async def no_prompts(
         _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
@@ -85,17 +94,41 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
     ) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[])
 
-    return Server(
+    server: Server[Any] = Server(
         "thatch",
         version=server_version(),
         get_tool_input_schema=schemas.get,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_call_tool=on_call_tool,
         # Empty lists for hosts that ask whatever the capabilities say (thatch answered
         # them so from the start); serve_stdio advertises tools only.
         on_list_prompts=no_prompts,
         on_list_resources=no_resources,
         on_list_resource_templates=no_resource_templates,
+    )
+
+    async def discover(
+        _ctx: ServerRequestContext[Any], _params: types.RequestParams | None
+    ) -> types.DiscoverResult:
+        # The SDK's own answer derives capabilities from the handlers registered, which
+        # would advertise the empty prompt and resource lists: tools only, as initialize.
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=served_capabilities(server),
+            instructions=server.instructions,
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
+
+
+def served_capabilities(server: Server[Any]) -> types.ServerCapabilities:
+    """What thatch advertises, in either era: tools only (the prompt and resource lists
+    it answers are empty, for hosts that ask whatever the capabilities say)."""
+    capabilities = server.create_initialization_options().capabilities
+    extensions = capabilities.extensions or None  # the SDK's discover omits an empty map
+    return capabilities.model_copy(
+        update={"prompts": None, "resources": None, "extensions": extensions}
     )
 
 
@@ -154,8 +187,10 @@ def start_embedder_in_background(ctx: ToolContext) -> threading.Thread:
     return thread
 
 
-def run_stdio(ctx: ToolContext) -> None:
-    """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0."""
+def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = ()) -> None:
+    """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0.
+
+    ``lead`` and ``quiet``: what the quick start read and answered (``serve_stdio``)."""
     from thatch.frontend.hooks.recall_scan import start_scan_service
     from thatch.frontend.tools.duplicate_check import DuplicateChecker
 
@@ -175,6 +210,7 @@ def run_stdio(ctx: ToolContext) -> None:
     seeder = start_seeding(ctx)
     # Duplicate candidates for memories no write compared (an upgraded database).
     checker = DuplicateChecker(ctx.store).start()
+    refresh_answer_sheet(ctx.env, server)
 
     async def serve() -> None:
         async with anyio.create_task_group() as group:
@@ -191,7 +227,7 @@ def run_stdio(ctx: ToolContext) -> None:
                         os._exit(0)
 
             group.start_soon(watch_signals)
-            await serve_stdio(server, after_reply.release)
+            await serve_stdio(server, after_reply.release, lead, quiet)
             group.cancel_scope.cancel()
 
     try:
@@ -202,6 +238,26 @@ def run_stdio(ctx: ToolContext) -> None:
             scan.close()
         seeder.close()
         checker.close()
+
+
+def refresh_answer_sheet(env: Mapping[str, str], server: Server[Any]) -> threading.Thread | None:
+    """Write the quick start's answers (answer_sheet.py) when they are missing or stale,
+    in a thread of its own, off every request's path."""
+    from thatch.frontend.mcp.answer_sheet import load_sheet, sheet_key, write_sheet
+
+    if load_sheet(env, sheet_key()) is not None:
+        return None
+
+    def run() -> None:
+        try:
+            write_sheet(env, server)
+        except Exception as error:  # the next start is slower, nothing else
+            print(f"[thatch] quick-start answers not written: {error}", file=sys.stderr)
+
+    # Not a daemon: a session that ends at once still leaves the answers for the next.
+    thread = threading.Thread(target=run, name="thatch-answer-sheet")
+    thread.start()
+    return thread
 
 
 def start_seeding(ctx: ToolContext) -> DefaultSeeder:

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, BinaryIO
 
 import anyio
 import mcp_types
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCMessage, RequestId
@@ -75,9 +76,17 @@ class Wire:
     line is out (the server's after-the-answer work starts there).
     """
 
-    def __init__(self, out: BinaryIO, on_written: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        out: BinaryIO,
+        on_written: Callable[[], None] | None = None,
+        quiet: Iterable[RequestId] = (),
+    ) -> None:
         self._out = out
         self._on_written = on_written
+        # Requests the quick start already answered (cli/mcp_start.py), read again so the
+        # SDK's session knows them: their answers are not written a second time.
+        self._quiet: Counter[IdKey] = Counter(id_key(request_id) for request_id in quiet)
         self._lock = anyio.Lock()
         self._owed: Counter[IdKey] = Counter()
         self._drained = anyio.Event()
@@ -150,7 +159,9 @@ class Wire:
         if key is not None:
             self._handshake_answered(key, message)
         batch = self._batches.get(key) if key is not None else None
-        if batch is not None and batch.owed[key]:  # type: ignore[index]
+        if key is not None and self._quiet[key]:
+            self._quiet[key] -= 1
+        elif batch is not None and batch.owed[key]:  # type: ignore[index]
             batch.owed[key] -= 1  # type: ignore[index]
             batch.parts.append(_dump(message))
             await self._finish_if_complete(batch)
@@ -272,11 +283,57 @@ def read_message(source: BinaryIO) -> JSONRPCMessage | Batch | Refused | None:
             return line
 
 
-async def read_loop(
-    source: BinaryIO, inbox: MemoryObjectSendStream[SessionMessage | Exception], wire: Wire
-) -> None:
-    """Feed stdin to the server; at EOF wait for the answers owed, then end the stream."""
-    async with inbox:
+MODERN_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+
+
+def opens_modern(message: mcp_types.JSONRPCRequest) -> bool:
+    """Whether a connection's first request opens the 2026-07-28 era (the SDK's rule:
+    the per-request envelope's version key, on anything but ``initialize``)."""
+    meta = (message.params or {}).get("_meta")
+    return message.method != "initialize" and isinstance(meta, dict) and MODERN_VERSION_KEY in meta
+
+
+class Eras:
+    """Where stdin's messages go: one SDK serving loop per protocol era the client opens.
+
+    The SDK fixes a connection's era at its first request and refuses ``initialize`` on a
+    2026-07-28 connection. Claude Code 2.1.332 opens with ``server/discover`` and, when the
+    answer is slow, falls back to ``initialize`` on the same stdin: that ``initialize``
+    opens a handshake-era loop, which serves everything after it. The first loop keeps
+    serving what it already read. Nothing else changes era (an enveloped request on a
+    handshake connection is still refused).
+    """
+
+    def __init__(
+        self, start: Callable[[MemoryObjectReceiveStream[SessionMessage | Exception]], None]
+    ) -> None:
+        self._start = start
+        self._inboxes: list[MemoryObjectSendStream[SessionMessage | Exception]] = []
+        self._modern: bool | None = None  # undecided until the current loop's first request
+
+    async def send(self, message: JSONRPCMessage) -> None:
+        request = isinstance(message, mcp_types.JSONRPCRequest)
+        fallback = request and self._modern and message.method == "initialize"  # type: ignore[union-attr]
+        if not self._inboxes or fallback:
+            self._open()
+        if request and self._modern is None:
+            self._modern = opens_modern(message)  # type: ignore[arg-type]
+        await self._inboxes[-1].send(SessionMessage(message))
+
+    def _open(self) -> None:
+        inbox, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        self._inboxes.append(inbox)
+        self._modern = None
+        self._start(messages)
+
+    def close(self) -> None:
+        for inbox in self._inboxes:
+            inbox.close()
+
+
+async def read_loop(source: BinaryIO, eras: Eras, wire: Wire) -> None:
+    """Feed stdin to the server; at EOF wait for the answers owed, then end the streams."""
+    try:
         while True:
             line = await anyio.to_thread.run_sync(read_message, source, abandon_on_cancel=True)
             if line is None:
@@ -284,9 +341,9 @@ async def read_loop(
             if isinstance(line, Refused):
                 await wire.refuse(line)
             elif isinstance(line, Batch):
-                await dispatch_batch(line, inbox, wire)
+                await dispatch_batch(line, eras, wire)
             else:
-                await dispatch(line, inbox, wire)
+                await dispatch(line, eras, wire)
         owed = await wire.drained()
         if owed:
             print(
@@ -294,11 +351,11 @@ async def read_loop(
                 f"{DRAIN_SECONDS:.0f} s, exiting",
                 file=sys.stderr,
             )
+    finally:
+        eras.close()
 
 
-async def dispatch_batch(
-    batch: Batch, inbox: MemoryObjectSendStream[SessionMessage | Exception], wire: Wire
-) -> None:
+async def dispatch_batch(batch: Batch, eras: Eras, wire: Wire) -> None:
     await wire.handshake_settled()  # the version an initialize in flight negotiates decides
     version = wire.protocol_version
     if version not in BATCH_VERSIONS:
@@ -316,14 +373,12 @@ async def dispatch_batch(
     if parts:
         await wire.write_line("[" + ",".join(parts) + "]")
     for message in messages:
-        await dispatch(message, inbox, wire)
+        await dispatch(message, eras, wire)
 
 
-async def dispatch(
-    message: JSONRPCMessage, inbox: MemoryObjectSendStream[SessionMessage | Exception], wire: Wire
-) -> None:
+async def dispatch(message: JSONRPCMessage, eras: Eras, wire: Wire) -> None:
     await wire.expect(message)
-    await inbox.send(SessionMessage(with_arguments_set_aside(message)))
+    await eras.send(with_arguments_set_aside(message))
 
 
 def with_arguments_set_aside(message: JSONRPCMessage) -> JSONRPCMessage:
@@ -368,20 +423,64 @@ def _backed_by(stream: object, fd: int) -> bool:
         return False
 
 
-async def serve_stdio(server: Server[Any], on_written: Callable[[], None] | None = None) -> None:
+async def serve_stdio(
+    server: Server[Any],
+    on_written: Callable[[], None] | None = None,
+    lead: bytes = b"",
+    quiet: Iterable[RequestId] = (),
+) -> None:
     """Serve ``server`` on stdin/stdout until stdin ends and every request is answered.
 
-    ``on_written`` is called after every line written (see ``Wire``)."""
+    ``on_written`` is called after every line written (see ``Wire``). ``lead``: bytes the
+    quick start read from stdin and left to the server (read before stdin); ``quiet``: the
+    ids of requests in it that were answered already."""
+    with wire_descriptors() as (source, out):
+        if lead:
+            source = io.BufferedReader(_Prefixed(lead, source))
+        await serve_streams(server, source, out, on_written, quiet)
+
+
+async def serve_streams(
+    server: Server[Any],
+    source: BinaryIO,
+    out: BinaryIO,
+    on_written: Callable[[], None] | None = None,
+    quiet: Iterable[RequestId] = (),
+) -> None:
+    """Serve ``server`` reading ``source`` and writing ``out`` until ``source`` ends."""
     options = server.create_initialization_options()
     # thatch serves tools only; the SDK would also advertise the (empty) prompt and
     # resource lists the server answers.
     options.capabilities = options.capabilities.model_copy(
         update={"prompts": None, "resources": None}
     )
-    with wire_descriptors() as (source, out):
-        wire = Wire(out, on_written)
-        inbox, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        async with anyio.create_task_group() as group:
-            group.start_soon(read_loop, source, inbox, wire)
-            await server.run(messages, wire, options)
-            group.cancel_scope.cancel()  # the server stopped on its own: stop reading too
+    wire = Wire(out, on_written, quiet)
+    async with anyio.create_task_group() as loops:
+
+        def start(messages: MemoryObjectReceiveStream[SessionMessage | Exception]) -> None:
+            loops.start_soon(server.run, messages, wire, options)
+
+        # At EOF the reader closes every loop's stream; the group then waits for the
+        # loops to answer what they hold. A loop that fails cancels the reader.
+        await read_loop(source, Eras(start), wire)
+
+
+class _Prefixed(io.RawIOBase):
+    """``lead``, then whatever ``rest`` holds: stdin as if the quick start had not read."""
+
+    def __init__(self, lead: bytes, rest: BinaryIO) -> None:
+        self._lead = memoryview(lead)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._lead:
+            n = min(len(buffer), len(self._lead))
+            buffer[:n] = self._lead[:n]
+            self._lead = self._lead[n:]
+            return n
+        data = self._rest.read1(len(buffer))  # type: ignore[attr-defined]  # a buffered reader
+        buffer[: len(data)] = data
+        return len(data)

@@ -22,8 +22,10 @@ named bare below; your host adds a prefix: `mcp__thatch__<name>` in Claude Code 
 Cursor (e.g. `mcp__thatch__memory_recall`), `thatch_<name>` in opencode
 (e.g. `thatch_memory_recall`).
 
-If the thatch tools are not in your tool list, your host may be deferring them: load them
-with its tool search first (in Claude Code: `ToolSearch` with the query "thatch"), then
+If the thatch tools are not in your tool list, your host may be deferring them: load the
+ones you need with its tool search first (in Claude Code: `ToolSearch` with the query
+"select:" and their full names, comma-separated, e.g.
+"select:mcp__thatch__store_list,mcp__thatch__memory_list,mcp__thatch__memory_recall"), then
 call them. Only when that search finds none is thatch unavailable in this session.
 
 ## Stores

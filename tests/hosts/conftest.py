@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts.hostkit import HostInstallError, install_hosts
+from tests.hosts.hostkit import CLAUDE_VERSIONS, HostInstallError, claude_hosts, install_hosts
 from tests.hosts.model_server import ModelServer
 
 
@@ -27,6 +27,21 @@ def host_bin() -> Path:
     # Session fixtures are set up before the per-test isolation: this sees the real cache.
     try:
         return install_hosts(dict(os.environ))
+    except HostInstallError as error:
+        pytest.fail(f"the real hosts could not be installed: {error}", pytrace=False)
+
+
+@pytest.fixture(scope="session", params=CLAUDE_VERSIONS)
+def claude_version(request: pytest.FixtureRequest) -> str:
+    """Each Claude Code scenario runs on the older release thatch supports and the latest."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def claude_bin(claude_version: str) -> Path:
+    """node_modules/.bin holding ``claude`` at ``claude_version``."""
+    try:
+        return install_hosts(dict(os.environ), claude_hosts(claude_version))
     except HostInstallError as error:
         pytest.fail(f"the real hosts could not be installed: {error}", pytrace=False)
 

@@ -1,7 +1,9 @@
 """Installing and running the real agent hosts (Claude Code, opencode) for tests/hosts.
 
-The hosts come from ``package.json`` + ``package-lock.json`` next to this file, installed
-into a cache directory keyed by the hash of both files, reused across runs. Each host run
+The hosts come from ``package.json`` + ``package-lock.json`` next to this file (the older
+Claude Code thatch supports, and opencode) and in ``claude-latest/`` (the latest Claude
+Code), each set installed into a cache directory keyed by its name and the hash of both
+files, reused across runs. Each host run
 gets the test's own HOME and XDG directories, the scripted model server's URL, and every
 telemetry, update and feedback switch off. ``thatch`` on the host's PATH is a recording
 shim: it saves each hook command's stdin (and stdout) under the run's hook log, then runs
@@ -26,6 +28,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CLAUDE_VERSION = "2.1.197"
+LATEST_CLAUDE_VERSION = "2.1.332"
+CLAUDE_VERSIONS = (CLAUDE_VERSION, LATEST_CLAUDE_VERSION)
 OPENCODE_VERSION = "1.18.33"
 HOOK_COMMANDS = (
     "reminder",
@@ -46,20 +50,41 @@ class HostInstallError(RuntimeError):
     pass
 
 
-def lock_key() -> str:
+@dataclass(frozen=True)
+class HostSet:
+    """One pinned npm install: its package directory and the versions ``--version`` says."""
+
+    name: str
+    directory: Path
+    versions: tuple[tuple[str, str], ...]
+
+
+BASE_HOSTS = HostSet("base", HERE, (("claude", CLAUDE_VERSION), ("opencode", OPENCODE_VERSION)))
+LATEST_CLAUDE = HostSet(
+    "claude-latest", HERE / "claude-latest", (("claude", LATEST_CLAUDE_VERSION),)
+)
+
+
+def claude_hosts(version: str) -> HostSet:
+    return BASE_HOSTS if version == CLAUDE_VERSION else LATEST_CLAUDE
+
+
+def lock_key(hosts: HostSet = BASE_HOSTS) -> str:
     digest = hashlib.sha256()
     for name in ("package.json", "package-lock.json"):
-        digest.update((HERE / name).read_bytes())
-    return digest.hexdigest()[:16]
+        digest.update((hosts.directory / name).read_bytes())
+    return f"{hosts.name}-{digest.hexdigest()[:16]}"
 
 
 def cache_root(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
-    return Path(base).expanduser() / "thatch-tests" / "hosts"
+    # Not thatch-tests/hosts, where checkouts from before the host sets keep one install
+    # and remove every other one they find.
+    return Path(base).expanduser() / "thatch-tests" / "host-sets"
 
 
-def install_hosts(env: Mapping[str, str]) -> Path:
-    """The ``node_modules/.bin`` directory of the pinned hosts, installed once per lockfile.
+def install_hosts(env: Mapping[str, str], hosts: HostSet = BASE_HOSTS) -> Path:
+    """The ``node_modules/.bin`` directory of pinned hosts, installed once per lockfile.
 
     ``npm ci`` refuses this lockfile: the registry here serves only the linux-x64 builds of
     opencode's optional platform packages, so the lockfile cannot list the others and ci
@@ -68,7 +93,7 @@ def install_hosts(env: Mapping[str, str]) -> Path:
     only copy the native binary out of the platform package (no download).
     """
     root = cache_root(env)
-    final = root / lock_key()
+    final = root / lock_key(hosts)
     bin_dir = final / "node_modules" / ".bin"
     if (final / "installed").is_file():
         return bin_dir
@@ -79,7 +104,7 @@ def install_hosts(env: Mapping[str, str]) -> Path:
     work = Path(tempfile.mkdtemp(prefix="install-", dir=root))
     try:
         for name in ("package.json", "package-lock.json"):
-            shutil.copyfile(HERE / name, work / name)
+            shutil.copyfile(hosts.directory / name, work / name)
         result = subprocess.run(
             [npm, "install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=work,
@@ -93,10 +118,10 @@ def install_hosts(env: Mapping[str, str]) -> Path:
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-15:]
             raise HostInstallError(
-                f"npm install of tests/hosts/package-lock.json failed "
+                f"npm install of {hosts.directory / 'package-lock.json'} failed "
                 f"(exit {result.returncode}; is the npm registry reachable?):\n" + "\n".join(tail)
             )
-        for tool, version in (("claude", CLAUDE_VERSION), ("opencode", OPENCODE_VERSION)):
+        for tool, version in hosts.versions:
             exe = work / "node_modules" / ".bin" / tool
             probe = subprocess.run(
                 [str(exe), "--version"],
@@ -122,8 +147,9 @@ def install_hosts(env: Mapping[str, str]) -> Path:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     for old in root.iterdir():
-        # An install of an earlier lockfile is ~600 MB that nothing will use again.
-        if old != final and not old.name.startswith("install-") and (old / "installed").is_file():
+        # An install of an earlier lockfile of this set is ~600 MB nothing will use again.
+        earlier = old.name.rsplit("-", 1)[0] == hosts.name and old != final
+        if earlier and (old / "installed").is_file():
             shutil.rmtree(old, ignore_errors=True)
     return bin_dir
 

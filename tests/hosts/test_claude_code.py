@@ -1,4 +1,5 @@
-"""Real Claude Code (2.1.197) with thatch set up, driven by the scripted model server.
+"""Real Claude Code (2.1.197 and the latest, 2.1.332) with thatch set up, driven by the
+scripted model server.
 
 Each test is one project and a few ``claude -p`` runs; assertions are about what the host
 really sent the model, what thatch's hooks got from the host (the recording shim), what
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.hosts.hostkit import (
+    CLAUDE_VERSION,
     Sandbox,
     claude_env,
     hook_calls,
@@ -37,7 +39,7 @@ from tests.hosts.model_server import (
     fresh,
     say,
 )
-from tests.hosts.recording import add_claude_recorder, recording, write_fixtures
+from tests.hosts.recording import FIXTURES, add_claude_recorder, recording, write_fixtures
 
 REMINDER = "[thatch] Before you reply, load what earlier sessions learned"
 EXTRACTION = "queued for fact extraction"
@@ -48,6 +50,7 @@ CHAT_SEND = "mcp__thatch__chat_send"
 CHAT_READ = "mcp__thatch__chat_read"
 WAKE = "[thatch] System notification, not user input: 1 unread chat message(s) from "
 LABEL = "Widgets spin an even number of times"
+VERSION_VAR = "THATCH_TEST_CLAUDE_VERSION"  # which Claude Code a sandbox runs (fixtures)
 EXTRACTED = "widgets.spin halves its argument"
 
 
@@ -65,17 +68,19 @@ def subagent(request: ModelRequest) -> bool:
 def sandbox(
     tmp_path: Path,
     isolated_env: Path,
-    host_bin: Path,
+    claude_bin: Path,
+    claude_version: str,
     host_embedder: Any,
     minilm_dir: Path,
     model_server: ModelServer,
 ) -> Sandbox:
     extra = {
         **claude_env(model_server.url),
+        VERSION_VAR: claude_version,
         "THATCH_MODEL": str(minilm_dir),
         "THATCH_EMBEDDER_ADDR": host_embedder.address,
     }
-    return make_sandbox(tmp_path, isolated_env, host_bin, extra)
+    return make_sandbox(tmp_path, isolated_env, claude_bin, extra)
 
 
 def claude(
@@ -103,16 +108,26 @@ def setup(sandbox: Sandbox, *flags: str) -> None:
 
 
 def record(sandbox: Sandbox) -> None:
-    """With THATCH_RECORD_FIXTURES=1, keep this test's payloads as the fixtures."""
+    """With THATCH_RECORD_FIXTURES=1, keep this test's payloads as the fixtures (the
+    pinned release's at the top, another release's in ``claude-<version>/``)."""
     if recording():
-        write_fixtures("claude", hook_calls(sandbox.hook_log), sandbox)
+        version = sandbox.env[VERSION_VAR]
+        dest = FIXTURES if version == CLAUDE_VERSION else FIXTURES / f"claude-{version}"
+        write_fixtures("claude", hook_calls(sandbox.hook_log), sandbox, dest)
 
 
 def requests_text(requests: list[ModelRequest]) -> str:
     return "\n".join(r.all_text() for r in requests)
 
 
-def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> None:
+def completion(request: ModelRequest) -> bool:
+    """A background agent's completion, delivered to the main agent as a new prompt."""
+    return "<task-notification>" in request.last_user_text()
+
+
+def test_claude_code_end_to_end(
+    sandbox: Sandbox, model_server: ModelServer, claude_version: str
+) -> None:
     setup(sandbox)
     model_server.run(
         [
@@ -187,20 +202,23 @@ def test_claude_code_end_to_end(sandbox: Sandbox, model_server: ModelServer) -> 
             Turn(both(subagent, after(REMEMBER)), call(DONE, session_id=session), name="done"),
             Turn(both(subagent, after(DONE)), say("Saved 1 fact."), name="sub-answer"),
             Turn(both(main_agent, after("Agent")), say("Widgets spin evenly."), name="answer"),
+            # 2.1.332 runs every Agent call in the background: the main agent answers at
+            # once and gets one more turn when the sub-agent's completion arrives.
+            Turn(both(main_agent, fresh, completion), say("Noted."), name="completed"),
         ]
     )
     claude(sandbox, "RUN2: how do widgets spin?", resume=session)
     requests = model_server.requests()
     prompt_text = main_requests(requests)[0].all_text()
     assert EXTRACTION in prompt_text and f'session_id "{session}"' in prompt_text
-    assert model_server.matched() == [
-        "dispatch",
-        "fetch",
-        "extract",
-        "done",
-        "sub-answer",
-        "answer",
-    ], model_server.describe()
+    matched = model_server.matched()
+    sub_agent = ["fetch", "extract", "done", "sub-answer"]
+    assert [name for name in matched if name in sub_agent] == sub_agent, model_server.describe()
+    assert matched[0] == "dispatch" and "answer" in matched, model_server.describe()
+    asynchronous = "completed" in matched
+    assert asynchronous == (claude_version != CLAUDE_VERSION), model_server.describe()
+    if not asynchronous:  # 2.1.197: the Agent call returns when the sub-agent is done
+        assert matched == ["dispatch", *sub_agent, "answer"], model_server.describe()
     labels = sorted(r["label"] for r in sandbox.memories())
     assert labels == sorted([LABEL, "spin halves"])
     assert sandbox.queued() == []
@@ -223,7 +241,7 @@ def test_failing_hooks_never_reach_the_model(sandbox: Sandbox, model_server: Mod
     and nothing the hooks said about it reaches the model."""
     setup(sandbox)
     sandbox.db_path.mkdir()
-    (sandbox.queue_dir.parent).mkdir(parents=True)
+    (sandbox.queue_dir.parent).mkdir(parents=True, exist_ok=True)
     sandbox.queue_dir.write_text("not a directory\n")  # the queue cannot be written either
     model_server.run(
         [
@@ -751,3 +769,28 @@ def test_calls_a_session_end_carried_after_the_nudge_are_still_fetched(
     last_prompt = [c for c in hook_calls(sandbox.hook_log) if c.command == "flush-tools"][-1]
     assert "RUN4" in last_prompt.payload()["prompt"]
     assert EXTRACTION not in last_prompt.stdout, last_prompt.stdout
+
+
+def test_the_first_request_offers_thatchs_tools_with_default_settings(
+    sandbox: Sandbox, model_server: ModelServer
+) -> None:
+    """Claude Code connects MCP servers in the background by default and snapshots its
+    tools when the first request goes out: ``thatch mcp`` answers before that, in every
+    one of 10 sessions (issue 22 §3; a slow start lost the tools in 1-5 of 10)."""
+    del sandbox.env["MCP_CONNECTION_NONBLOCKING"]  # the default
+    setup(sandbox)
+    missing = []
+    for run in range(10):
+        model_server.run([])
+        claude(sandbox, f"RUN{run}: hello.")
+        first = main_requests(model_server.requests())[0]
+        if not offers(first, REMEMBER):
+            missing.append((run, first.tool_names()))
+    assert missing == []
+
+
+def offers(request: ModelRequest, tool: str) -> bool:
+    """Whether the request offers ``tool``: loaded, or (2.1.332 defers MCP tools) named on
+    a line of its own in the list of tools ToolSearch can load."""
+    listed = re.search(rf"(?m)^{re.escape(tool)}$", request.all_text()) is not None
+    return tool in request.tool_names() or listed

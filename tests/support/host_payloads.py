@@ -10,9 +10,11 @@ from typing import Any
 HOST_PAYLOADS = Path(__file__).resolve().parent.parent / "fixtures" / "host-payloads"
 
 
-def host_payload(name: str) -> dict[str, Any]:
-    """A fresh copy of ``<name>.json`` (tests may change it)."""
-    value = json.loads((HOST_PAYLOADS / f"{name}.json").read_text(encoding="utf-8"))
+def host_payload(name: str, claude: str | None = None) -> dict[str, Any]:
+    """A fresh copy of ``<name>.json`` (tests may change it); with ``claude``, the one
+    recorded from that other Claude Code release (``claude-<version>/``)."""
+    directory = HOST_PAYLOADS / f"claude-{claude}" if claude else HOST_PAYLOADS
+    value = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
     assert isinstance(value, dict)
     return copy.deepcopy(value)
 
