@@ -245,10 +245,10 @@ def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
         write_nudge("claude"),
         reminder_text("acme", "claude"),
         reminder_text("acme", "claude", 'Store "acme": 1 memory not embedded yet.'),
-        pointer(1, ["bob"], "alice", "claude"),
+        pointer(1, ["bob"], "alice", "0123456789abcdef", "claude"),
     ):
         assert named_tools(text), text
         assert loaded_by_hints(text) == named_tools(text), text
     for host in ("cursor", "opencode"):
-        assert "ToolSearch" not in pointer(1, ["bob"], "alice", host)
+        assert "ToolSearch" not in pointer(1, ["bob"], "alice", "0123456789abcdef", host)
         assert "ToolSearch" not in write_nudge(host)
