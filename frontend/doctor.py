@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from thatch.frontend.errors import fault_fix
+
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
 QUEUE_FIX = "check permissions of {dir} or set THATCH_QUEUE_DIR"
@@ -177,12 +179,7 @@ def _write_check(path: Path, *, lock: bool = False) -> Check | None:
     if found is None:
         return None
     kind, detail = found
-    fixes = {
-        "read-only": "remount it read-write, or set THATCH_DB_PATH to a writable place",
-        "immutable": f"chattr -i {shlex.quote(os.fspath(path))}",
-        "full": "free space on that disk, or set THATCH_DB_PATH to a disk with room",
-    }
-    fix = fixes.get(kind, DB_FIX.format(dir=path.parent))
+    fix = fault_fix(kind, path) or DB_FIX.format(dir=path.parent)
     return Check("FAIL", "database", f"{path} cannot be written: {detail}", fix)
 
 

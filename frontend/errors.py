@@ -33,9 +33,10 @@ class StoreError(Exception):
 class _FileError(StoreError):
     """An error about the database file at ``path``, for ``reason``."""
 
-    def __init__(self, path: Path | str, reason: str) -> None:
+    def __init__(self, path: Path | str, reason: str, kind: str | None = None) -> None:
         self.path = Path(path)
         self.reason = reason
+        self.kind = kind  # db.write_fault's kind of refusal, when it found one
         super().__init__(self.describe(str(path), reason))
 
     @staticmethod
@@ -43,20 +44,24 @@ class _FileError(StoreError):
         raise NotImplementedError
 
 
-def _file_fix(path: Path, reason: str) -> str:
-    """The action for a file the file system refuses, from ``db.write_fault``'s words."""
+def fault_fix(kind: str | None, path: Path) -> str | None:
+    """The one action for a kind of refusal ``db.write_fault`` names (None: no single
+    action, the caller says what to check). The doctor's database check uses it too."""
     import shlex
 
-    if "is full" in reason:
-        return "free space on that disk, or set THATCH_DB_PATH to a disk with room"
-    if "mounted read-only" in reason:
-        return "remount it read-write, or set THATCH_DB_PATH to a writable place"
-    if "virtual file system" in reason:
-        return "set THATCH_DB_PATH to a file on a disk (unset, it is ~/.config/thatch/thatch.db)"
-    if "immutable" in reason:
-        return f"chattr -i {shlex.quote(str(path))}"
-    return (
-        f"make {path} and its directory usable by this user, "
+    return {
+        "full": "free space on that disk, or set THATCH_DB_PATH to a disk with room",
+        "read-only": "remount it read-write, or set THATCH_DB_PATH to a writable place",
+        "virtual": (
+            "set THATCH_DB_PATH to a file on a disk (unset, it is ~/.config/thatch/thatch.db)"
+        ),
+        "immutable": f"chattr -i {shlex.quote(str(path))}",
+    }.get(kind or "")
+
+
+def _file_fix(error: _FileError) -> str:
+    return fault_fix(error.kind, error.path) or (
+        f"make {error.path} and its directory usable by this user, "
         "or set THATCH_DB_PATH to a file in a directory you can write"
     )
 
@@ -69,10 +74,10 @@ class DatabaseOpenError(_FileError):
         return f"cannot open database at {path}: {reason}"
 
     @property
-    def fix(self) -> str:  # type: ignore[override]  # computed from the reason
+    def fix(self) -> str:  # type: ignore[override]  # computed from the kind
         if self.reason == "is a directory":
             return f"set THATCH_DB_PATH to a file, e.g. {self.path / 'thatch.db'}"
-        return _file_fix(self.path, self.reason)
+        return _file_fix(self)
 
 
 class DatabaseBusyError(StoreError):
@@ -92,8 +97,8 @@ class DatabaseWriteError(_FileError):
         return f"cannot write database {path}: {reason}"
 
     @property
-    def fix(self) -> str:  # type: ignore[override]  # computed from the reason
-        return _file_fix(self.path, self.reason)
+    def fix(self) -> str:  # type: ignore[override]  # computed from the kind
+        return _file_fix(self)
 
 
 class DatabaseDamagedError(_FileError):

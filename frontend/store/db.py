@@ -14,7 +14,7 @@ after connecting, outside any transaction (journal_mode cannot change inside one
 
 Failures are named here too: ``store_error`` turns a raw ``sqlite3.Error`` into the
 StoreError that says what is wrong with the file (read-only, full, damaged), probing the
-file system with ``write_problem`` rather than repeating SQLite's generic words.
+file system with ``write_fault`` rather than repeating SQLite's generic words.
 """
 
 from __future__ import annotations
@@ -51,11 +51,12 @@ __all__ = [
     "read_leniently",
     "store_error",
     "write_fault",
-    "write_problem",
 ]
 
 T = TypeVar("T")
-WriteFault = Literal["read-only", "permission", "immutable", "directory", "full", "other"]
+WriteFault = Literal[
+    "read-only", "permission", "immutable", "directory", "virtual", "full", "other"
+]
 
 BUSY_TIMEOUT_MS = 5000
 # Below this much free space a commit (WAL frames, then a checkpoint) is likely to fail.
@@ -334,8 +335,10 @@ def store_error(error: sqlite3.Error, path: Path | str | None) -> StoreError:
     """The StoreError naming what is wrong with the database file behind ``error``."""
     where = Path(path) if path else Path("(in memory)")
     if _code(error) in _WRITE_CODES:
-        reason = (write_problem(where) if path else None) or _words(error)
-        return DatabaseWriteError(where, reason)
+        fault = write_fault(where) if path else None
+        if fault is None:
+            return DatabaseWriteError(where, _words(error))
+        return DatabaseWriteError(where, fault[1], fault[0])
     found = open_error(error, where)
     if isinstance(found, DatabaseOpenError):  # not an opening problem: say it plainly
         return StoreError(f"database {where}: {_words(error)}")
@@ -356,20 +359,15 @@ def open_error(error: sqlite3.Error, path: Path | str) -> StoreError:
         return DatabaseOpenError(path, f"{_words(error)} ({check})")
     if code in _DAMAGED_CODES or "malformed" in str(error) or is_undecodable(error):
         return DatabaseDamagedError(path, _words(error))
-    reason = _words(error)
     if code in _WRITE_CODES or code == sqlite3.SQLITE_CANTOPEN:
-        reason = write_problem(path) or reason
-    return DatabaseOpenError(path, reason)
+        fault = write_fault(path)
+        if fault is not None:
+            return DatabaseOpenError(path, fault[1], fault[0])
+    return DatabaseOpenError(path, _words(error))
 
 
 def _words(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
-
-
-def write_problem(path: Path) -> str | None:
-    """Why SQLite could not write ``path`` and its -wal/-shm files, or None if it can."""
-    fault = write_fault(path)
-    return None if fault is None else fault[1]
 
 
 def write_fault(path: Path) -> tuple[WriteFault, str] | None:
@@ -396,7 +394,7 @@ def write_fault(path: Path) -> tuple[WriteFault, str] | None:
             f"(SQLite creates {path.name}-wal and {path.name}-shm there)"
         )
     if _pseudo_file_system(directory):
-        return "other", (
+        return "virtual", (
             f"{directory} is on a virtual file system (such as /proc or /sys) "
             "that cannot hold a database"
         )
