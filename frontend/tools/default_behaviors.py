@@ -15,7 +15,6 @@ failures go to stderr and never affect tool calls.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
 from thatch.frontend.store.engine_store import BEHAVIORS, EngineStore, Item, SeedPlan
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.background import Background
 from thatch.frontend.tools.context import Embedder
 from thatch.frontend.tools.seed_stamps import SEED_STORE, STAMP_MARKER, parse_stamp, stamp
 
@@ -172,7 +172,7 @@ def seed_defaults(
     return SeedReport(created, upgraded, current)
 
 
-class DefaultSeeder:
+class DefaultSeeder(Background):
     """Seeds the defaults in a background thread once the embedder answers.
 
     ``close`` stops the waiting and joins; a seeder stopped while waiting makes one last
@@ -180,22 +180,14 @@ class DefaultSeeder:
     leaves the defaults seeded, however short its life.
     """
 
+    name = "thatch-seed"
+
     def __init__(self, store: Store, embedder: Embedder, *, version: str) -> None:
         self._store = store
         self._embedder = embedder
         self._version = version
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="thatch-seed", daemon=True)
         self.report: SeedReport | None = None
-
-    def start(self) -> DefaultSeeder:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().__init__()
 
     def _run(self) -> None:
         deadline = time.monotonic() + SEED_WAIT_SECONDS

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
 import time
 
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.background import Background
 
 __all__ = ["DuplicateChecker"]
 
@@ -21,24 +21,16 @@ PAUSE_SECONDS = 0.05
 IDLE_SECONDS = 60.0
 
 
-class DuplicateChecker:
+class DuplicateChecker(Background):
     """Checks every store in chunks (``Store.check_duplicates``) on its own thread until
     ``close``. A cache: any failure waits for the next round, nothing is printed."""
 
+    name = "thatch-dup-check"
+
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._stop = threading.Event()
         self._random = random.Random()
-        self._thread = threading.Thread(target=self._run, name="thatch-dup-check", daemon=True)
-
-    def start(self) -> DuplicateChecker:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().__init__()
 
     def _run(self) -> None:
         while not self._stop.is_set():
