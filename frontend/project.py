@@ -201,7 +201,42 @@ def current_branch(directory: Path, env: Mapping[str, str] | None = None) -> str
     that branch plus unscoped memories, memory_recall's rule for a ``branch`` argument."""
     if not Path(directory).is_dir():
         return None
+    head = _head_file(Path(directory))
+    if head is None:
+        return None  # no .git here or above: not a checkout
+    try:
+        text = head.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    # Read, not asked: this runs on every prompt, and a git process costs milliseconds.
+    branch = text[len(_BRANCH_REF) :] if text.startswith(_BRANCH_REF) else ""
+    if branch and branch != ".invalid":  # reftable repositories keep HEAD elsewhere
+        return branch
+    if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
+        return None  # detached
     return _git(directory, env, "symbolic-ref", "--quiet", "--short", "HEAD")
+
+
+_BRANCH_REF = "ref: refs/heads/"
+
+
+def _head_file(directory: Path) -> Path | None:
+    """The HEAD file of the checkout holding ``directory``: ``.git/HEAD``, or for a worktree
+    (``.git`` a file ``gitdir: <dir>``) ``<dir>/HEAD``; None when no ``.git`` is found."""
+    for candidate in (directory, *directory.parents):
+        dotgit = candidate / ".git"
+        if dotgit.is_dir():
+            return dotgit / "HEAD"
+        if dotgit.is_file():
+            try:
+                line = dotgit.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError):
+                return None
+            if not line.startswith("gitdir: "):
+                return None
+            gitdir = Path(line.removeprefix("gitdir: "))
+            return (gitdir if gitdir.is_absolute() else candidate / gitdir) / "HEAD"
+    return None
 
 
 def _common_dir(directory: Path, env: Mapping[str, str] | None) -> Path | None:

@@ -201,6 +201,7 @@ NOT_THE_DATABASE = {
     "frontend/setup/jsonfiles.py": "host configuration files",
     "frontend/setup/git_exclude.py": "the git clone's info/exclude file",
     "frontend/mcp/answer_sheet.py": "the quick start's recorded answers (mcp-answers.json)",
+    "frontend/project.py": "a git checkout's .git file and HEAD (the current branch)",
     "frontend/setup/run.py": "host configuration files",
     "frontend/setup/skills.py": "the packaged skill files",
     "frontend/demo.py": "the demo's embedder log (its database is copied by db.backup)",

@@ -148,3 +148,42 @@ def test_list_branches(tmp_path: Path) -> None:
     plain.mkdir()
     assert list_branches(plain) == []
     assert list_branches(tmp_path / "missing") == []
+
+
+def test_current_branch_reads_head_as_git_says_it(tmp_path: Path) -> None:
+    """current_branch (run on every prompt) reads HEAD instead of starting git: the same
+    answer as git for a checkout, a subdirectory, a worktree, a detached HEAD, no repo."""
+    import subprocess
+
+    from thatch.frontend.project import current_branch
+
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    repo = tmp_path / "repo"
+    (repo / "src" / "deep").mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=repo)
+    git(
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+        cwd=repo,
+    )
+    git("worktree", "add", "-q", "-b", "feat/a", str(tmp_path / "wt"), cwd=repo)
+    assert current_branch(repo) == "main"
+    assert current_branch(repo / "src" / "deep") == "main"
+    assert current_branch(tmp_path / "wt") == "feat/a"
+    git("checkout", "-q", "--detach", cwd=tmp_path / "wt")
+    assert current_branch(tmp_path / "wt") is None
+    assert current_branch(repo) == "main"
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert current_branch(outside) is None
