@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 import pytest
 
 from thatch.cli.main import COMMANDS
+from thatch.cli.main import cli as cli_main
 from thatch.embedder.models.thresholds import VARIABLES, defaults_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,3 +93,71 @@ def test_the_layout_table_names_every_package_and_only_modules_that_exist() -> N
         for module in re.findall(r"`([a-z_]+\.py)`", rows[package]):
             assert (ROOT / package / module).is_file(), f"{package}{module} does not exist"
     assert "not written yet" not in ARCHITECTURE
+
+
+def _documented_command_lines() -> list[tuple[str, str]]:
+    """Every `thatch …` the README and docs/ show, in code spans and fenced blocks."""
+    found: list[tuple[str, str]] = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        spans = re.findall(r"`(thatch [^`]+)`", text)
+        for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+            spans += [line.strip().removeprefix("$ ") for line in block.splitlines()]
+        for span in spans:
+            for segment in span.split("#")[0].replace("\\|", "|").split("&&"):
+                segment = " ".join(segment.split())
+                if segment.startswith("thatch "):
+                    found.append((path.name, segment))
+    return found
+
+
+def _resolve(tokens: list[str]) -> tuple[click.Command, list[str]]:
+    """The command the tokens name (descending through groups) and the options given."""
+    command: click.Command = cli_main
+    options: list[str] = []
+    descending = True
+    for token in tokens:
+        if token.startswith("--") or token.startswith("-h"):
+            options += [option.split("=")[0] for option in token.split("|")]
+            continue
+        if descending and isinstance(command, click.Group):
+            context = click.Context(command)
+            names = token.split("|")
+            subcommands = [command.get_command(context, name) for name in names]
+            if all(sub is not None for sub in subcommands):
+                command = subcommands[0]  # type: ignore[assignment]
+                continue
+            an_argument = token.isupper() or not token.isidentifier()  # DIR, ID, a path
+            assert len(names) == 1 and an_argument, (
+                f"`{token}` is not a subcommand of `{command.name}`"
+            )
+        descending = False
+    return command, options
+
+
+def test_every_documented_command_line_names_real_commands_and_options() -> None:
+    """`thatch setup --claude --no-allow-tools`, `thatch chat tail --since T`, …: each
+    subcommand the docs write exists, and each option is one that command accepts."""
+    placeholder = re.compile(r"<[^>]*>|…|\.\.\.")
+    lines = _documented_command_lines()
+    assert len(lines) > 100
+    for doc, line in lines:
+        if placeholder.search(line.split()[1]):
+            continue  # `thatch <hook-command>`, `thatch …`: a pattern, not a command
+        tokens = [token.strip("[](),;") for token in line.split()[1:]]
+        tokens = [t for t in tokens if t and not placeholder.fullmatch(t)]
+        if tokens and not tokens[0].startswith("-") and not tokens[0].islower():
+            continue  # prose that starts with "thatch" ("thatch is not wired …")
+        if tokens and tokens[0] in {"is", "runs"}:
+            continue
+        command, options = _resolve(tokens)
+        accepted = {"--help", "-h"}
+        for param in command.params:
+            accepted.update(getattr(param, "opts", []))
+            accepted.update(getattr(param, "secondary_opts", []))
+        if command is cli_main:
+            accepted.add("--version")
+        for option in options:
+            if placeholder.search(option):
+                continue  # --<host>
+            assert option in accepted, f"{doc}: `{line}`: {command.name} has no {option}"
