@@ -20,6 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # one: the CLI is imported by nothing, the embedder (server, models, convert and client)
 # never imports the frontend, and common imports no other thatch package.
 LAYERS: tuple[str, ...] = ("thatch.common", "thatch.embedder", "thatch.frontend", "thatch.cli")
+# The same rule among these packages of the frontend, lowest first: the extraction queue
+# (written on every tool call) knows neither the tools nor the hooks, and the tools never
+# reach into the hooks. The frontend's other modules are not ordered among themselves.
+FRONTEND_LAYERS: tuple[str, ...] = (
+    "thatch.frontend.queue",
+    "thatch.frontend.tools",
+    "thatch.frontend.hooks",
+)
 
 # Edges the layer order allows but the design does not: (importer, imported, why).
 FORBIDDEN: tuple[tuple[str, str, str], ...] = (
@@ -52,8 +60,8 @@ def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def layer_of(name: str) -> int | None:
-    for index, layer in enumerate(LAYERS):
+def layer_of(name: str, layers: tuple[str, ...] = LAYERS) -> int | None:
+    for index, layer in enumerate(layers):
         if under(name, layer):
             return index
     return None
@@ -119,6 +127,11 @@ def violations(module: str, source: str, is_package: bool) -> list[str]:
         elif target > own:
             message = f"{module}:{line} imports {name}: {LAYERS[own]} is below {LAYERS[target]}"
             found.setdefault((line, target), message)
+        inner, inner_target = layer_of(module, FRONTEND_LAYERS), layer_of(name, FRONTEND_LAYERS)
+        if inner is not None and inner_target is not None and inner_target > inner:
+            below, above = FRONTEND_LAYERS[inner], FRONTEND_LAYERS[inner_target]
+            message = f"{module}:{line} imports {name}: {below} is below {above}"
+            found.setdefault((line, above), message)
         for rule in FORBIDDEN:
             importer, imported, why = rule
             if under(module, importer) and under(name, imported):
@@ -176,6 +189,17 @@ def test_imports_follow_the_layers() -> None:
             "thatch.embedder.client.autostart:1 imports thatch.embedder.models",
         ),
         (
+            "thatch.frontend.queue.append",
+            "def f():\n    from thatch.frontend.tools.registry import TOOL_SPECS\n",
+            "thatch.frontend.queue.append:2 imports thatch.frontend.tools.registry: "
+            "thatch.frontend.queue is below thatch.frontend.tools",
+        ),
+        (
+            "thatch.frontend.tools.memory_tools",
+            "from thatch.frontend.hooks import hookio\n",
+            "thatch.frontend.tools.memory_tools:1 imports thatch.frontend.hooks",
+        ),
+        (
             "thatch.frontend.demo",
             "import thatch.elsewhere\n",
             "thatch.frontend.demo:1 imports thatch.elsewhere, which is in no layer",
@@ -195,6 +219,8 @@ def test_allowed_edges_pass() -> None:
         "from thatch.common.environment import home\n"
         "from thatch.embedder.client.embedder_client import EmbedderClient\n"
         "from . import hookio\n"
+        "from thatch.frontend import queue\n"
         "def f():\n    from thatch.frontend.store import db\n"
+        "    from thatch.frontend.tools.context import ToolContext\n"
     )
     assert violations("thatch.frontend.hooks.runner", source, is_package=False) == []

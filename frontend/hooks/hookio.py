@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from thatch.common.environment import HOSTS, host_from_project_vars, known_host
 from thatch.common.environment import project_dir_from_env as env_project_dir
-from thatch.frontend.hooks.queue import first_string
+from thatch.frontend.queue import first_string
 
 __all__ = [
     "HOOK_FALLBACK_HOST",

@@ -2,7 +2,7 @@
 
 The hook commands run on every tool call, prompt and session start of every agent: the
 ``thatch`` entry point (``thatch.cli.entry``) runs them from here without importing click,
-and the tool hooks import nothing beyond this module, ``hookio``, ``queue`` and
+and the tool hooks import nothing beyond this module, ``hookio``, the queue package and
 ``thatch.common.environment``.
 """
 
@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from thatch.common.environment import queue_dir
-from thatch.frontend.hooks import hookio, queue
+from thatch.frontend import queue
+from thatch.frontend.hooks import hookio
 
 CURSOR_RESPONSE_FIELDS = (
     "tool_output",
