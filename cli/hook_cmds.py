@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.runner import hook_options, run_buffer_hook, run_extraction_status
+from thatch.frontend.hooks.hookio import hook_options
+from thatch.frontend.hooks.runner import run_buffer_hook, run_extraction_status
 
 # Hosts add options over time; an unknown one must not turn a hook into exit 2.
 HOOK_SETTINGS: dict[str, Any] = {

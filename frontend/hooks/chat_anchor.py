@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import default_db_path
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.runner import report_failure
+from thatch.frontend.hooks.hookio import report_failure
 
 if TYPE_CHECKING:
     from thatch.frontend.store.chat_store import ChatStore
