@@ -20,7 +20,6 @@ from typing import IO, Any
 
 from thatch.common.environment import HOSTS, host_from_project_vars, known_host
 from thatch.common.environment import project_dir_from_env as env_project_dir
-from thatch.frontend.queue import first_string
 
 __all__ = [
     "HOOK_FALLBACK_HOST",
@@ -46,6 +45,18 @@ REMINDER_STDIN_DEADLINE = 0.5
 # names one: Claude Code's hooks are the ones that run without any of them.
 HOOK_FALLBACK_HOST = "claude"
 _CHUNK = 1 << 16
+
+
+def first_string(payload: Mapping[str, Any], *names: str) -> str:
+    """The first present non-empty string among ``names`` (docs/hooks.md's ``a`` → ``b``).
+
+    The queue reads tool arguments with a helper of its own: ``chat-notify``, which reads a
+    payload and never the queue, must not load the queue package for these few lines."""
+    for name in names:
+        value = payload.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def warn(command: str, message: str, stderr: IO[str] | None = None) -> None:

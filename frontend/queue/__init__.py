@@ -48,7 +48,7 @@ from thatch.frontend.queue.limits import (
     TOOL_NAME_LIMIT,
 )
 from thatch.frontend.queue.payload import build_payload
-from thatch.frontend.queue.records import first_string, make_record, response_text
+from thatch.frontend.queue.records import make_record, response_text
 from thatch.frontend.queue.snapshot import (
     accept,
     complete,
@@ -83,7 +83,6 @@ __all__ = [
     "complete",
     "consume",
     "drain",
-    "first_string",
     "increment_count",
     "make_record",
     "nudge_records",
