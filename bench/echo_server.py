@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from thatch.embedder.encoder import Kind
-from thatch.embedder.models.registry import create_encoder, resolve_model
+from thatch.embedder.models.resolve import create_encoder, resolve_model
 
 METHOD = "/bench.Echo/Embed"
 

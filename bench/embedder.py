@@ -72,7 +72,7 @@ from _common import embedder_running, median_of, memory_texts, percentile, print
 from echo_server import METHOD
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Encoder, Kind, Tokenized
-from thatch.embedder.models.registry import create_encoder, resolve_model
+from thatch.embedder.models.resolve import create_encoder, resolve_model
 from thatch.embedder.server.batching import MAX_RUN_TOKENS
 
 MAX_BATCH_TOKENS = 8192

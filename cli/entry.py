@@ -2,7 +2,7 @@
 
 Hook commands run on every tool call, prompt and session start of every agent session,
 so they skip click: the tool hooks import only the standard library and the queue
-module, the prompt hooks what their tier needs. Every other command (and any hook's
+package, the prompt hooks what their tier needs. Every other command (and any hook's
 ``--help``) goes through the click group.
 """
 

@@ -1,7 +1,7 @@
 """The hook commands hosts run on every session start, tool call and prompt.
 
 ``buffer-batch`` and ``buffer-tool`` run after every tool call, so this module imports
-only the standard library, click and ``thatch.frontend.hooks.queue``/``hookio`` at the top;
+only the standard library, click and ``thatch.frontend.queue``/``hooks.hookio`` at the top;
 what ``reminder`` and ``flush-tools`` need (store, embedder client, git) is imported
 inside the functions that use it. Every command exits 0 whatever happens (docs/hooks.md
 §rules): problems are one stderr line, tracebacks only with ``THATCH_DEBUG=1``.
@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.runner import hook_options, run_buffer_hook, run_extraction_status
+from thatch.frontend.hooks.hookio import hook_options
+from thatch.frontend.hooks.runner import run_buffer_hook, run_extraction_status
 
 # Hosts add options over time; an unknown one must not turn a hook into exit 2.
 HOOK_SETTINGS: dict[str, Any] = {

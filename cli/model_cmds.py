@@ -91,7 +91,7 @@ def use_name(directory: Path, env: Mapping[str, str]) -> str:
 def info_cmd(name: str | None, as_json: bool) -> None:
     """Show how MODEL resolves, without downloading or loading it."""
     with translate_errors():
-        from thatch.embedder.models.registry import describe_model
+        from thatch.embedder.models.resolve import describe_model
 
         settings = describe_model(name, env=os.environ)
     fields = info_fields(settings)
@@ -137,7 +137,7 @@ def pull_cmd(name: str | None, revision: str | None) -> None:
     HF_HUB_OFFLINE (offline and not cached is an error).
     """
     with translate_errors():
-        from thatch.embedder.models.registry import pull_model
+        from thatch.embedder.models.resolve import pull_model
 
         settings = pull_model(name, revision=revision, env=os.environ)
     where = settings.path if settings.path is not None else "(built in)"
@@ -176,7 +176,7 @@ def use_cmd(name: str | None, clear: bool) -> None:
         return
     assert name is not None
     with translate_errors():
-        from thatch.embedder.models.registry import describe_model
+        from thatch.embedder.models.resolve import describe_model
 
         settings = describe_model(name, env=env)
     saved = saved_name(name, settings, env)

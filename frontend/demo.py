@@ -144,7 +144,8 @@ def choose_model(
 ) -> ModelChoice:
     """``--model``, else the configured model when usable now, else the packaged MiniLM."""
     from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.models.registry import describe_model, hub_offline, pull_model
+    from thatch.embedder.models.registry import hub_offline
+    from thatch.embedder.models.resolve import describe_model, pull_model
     from thatch.embedder.settings import configured_model
 
     name = requested or configured_model(env)

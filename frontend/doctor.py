@@ -266,7 +266,8 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     id. A model that is not here names a fix that works here: pull only when the hub answers."""
     from thatch.embedder.errors import ModelError, ThatchEmbedderError
     from thatch.embedder.models.fixes import unavailable_fix
-    from thatch.embedder.models.registry import describe_model, hub_endpoint, hub_offline
+    from thatch.embedder.models.registry import hub_endpoint, hub_offline
+    from thatch.embedder.models.resolve import describe_model
     from thatch.embedder.settings import model_setting
 
     served_id = served.model_id if served else None

@@ -193,7 +193,7 @@ NOT_THE_DATABASE = {
     "frontend/store/snapshot_dir.py": "the shared vector snapshot files and their directory",
     "frontend/ui/app.py": "the page's static script",
     "frontend/mcp/stdio.py": "/dev/null, for stdin",
-    "frontend/hooks/queue.py": "the extraction queue's files and its lock",
+    "frontend/queue/files.py": "the extraction queue's files and its lock",
     "cli/chat_cmds.py": "/dev/null, for stdout",
     "common/environment.py": "thatch's config file",
     "frontend/setup/check.py": "host configuration files",

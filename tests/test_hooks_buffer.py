@@ -414,7 +414,16 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch.frontend.hooks.runner",
         "thatch.frontend.hooks.hookio",
         "thatch.frontend.identifiers",
-        "thatch.frontend.hooks.queue",
+        "thatch.frontend.queue",
+        "thatch.frontend.queue.append",
+        "thatch.frontend.queue.carry",
+        "thatch.frontend.queue.classify",
+        "thatch.frontend.queue.counts",
+        "thatch.frontend.queue.files",
+        "thatch.frontend.queue.limits",
+        "thatch.frontend.queue.payload",
+        "thatch.frontend.queue.records",
+        "thatch.frontend.queue.snapshot",
     }
     if hook.startswith("buffer"):
         assert len(read_jsonl(queue_file(env, "s"))) == 1

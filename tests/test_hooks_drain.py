@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.hookrun import hook_env, read_jsonl, run_hook, thatch_command
 from tests.support.host_payloads import host_payload
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 
 SESSION = "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9"  # the recorded Claude Code session
 

@@ -14,7 +14,7 @@ import pytest
 from tests.support.embedder_cleanup import stop_embedders, wait_until
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.hookrun import hook_env, run_hook
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 
 WRITE_BASE = (
     "[thatch] After responding, check whether this turn taught you something durable "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hookrun import hook_env, run_hook, thatch_command
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 
 QUEUE_COMMANDS = ["session-end", "extraction-requeue", "extraction-complete"]
 HOOKS = ["buffer-batch", "buffer-tool", "flush-tools", "reminder", *QUEUE_COMMANDS]

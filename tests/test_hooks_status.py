@@ -13,7 +13,7 @@ import pytest
 from tests.support.hookrun import hook_env, run_hook
 from tests.support.host_payloads import host_payload
 from tests.test_hooks_buffer import HEAVY, IMPORT_PROBE
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 
 SID = "ses_dcc66450bffep2Ud0biMgDPOtj"  # the recorded opencode session
 

@@ -14,7 +14,7 @@ import pytest
 from tests.support.fake_hub import COMMIT, FakeHub
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models.known_answers import KNOWN_ANSWERS_FILE
-from thatch.embedder.models.registry import resolve_model
+from thatch.embedder.models.resolve import resolve_model
 
 REPO = "acme/minilm-test"
 
@@ -137,7 +137,7 @@ def test_cached_int8_without_its_fp32_file_is_completed_or_refused(
 ) -> None:
     """A snapshot cached before the load-time check (int8 file only) is never served
     unchecked: online the fp32 reference is fetched; offline the load names the fix."""
-    from thatch.embedder.models.registry import create_encoder
+    from thatch.embedder.models.resolve import create_encoder
 
     settings = resolve_model(REPO, env=dict(os.environ), progress=False)
     assert settings.path is not None and settings.quantized

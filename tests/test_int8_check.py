@@ -24,12 +24,8 @@ from tests.support.embedder_proc import embedder_process
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
-from thatch.embedder.models.registry import (
-    create_encoder,
-    resolve_model,
-    sha256_file,
-    with_onnx,
-)
+from thatch.embedder.models.registry import sha256_file, with_onnx
+from thatch.embedder.models.resolve import create_encoder, resolve_model
 from thatch.embedder.models.runtime import OnnxEncoder
 
 INT8 = "onnx/model_quantized.onnx"

@@ -1,8 +1,11 @@
-"""Imports point one way: cli → frontend → embedder → common, plus the edges named below.
+"""Imports point one way: cli → frontend → embedder → common, plus the edges named below,
+and no module reaches itself through its imports.
 
 Every module of every package is parsed with ``ast`` and each import it makes, at module
-level or inside a function (the lazy imports of the hook paths), relative or absolute, and
-``importlib.import_module``/``find_spec`` of a literal name, is checked against the rules.
+level, inside a function (the lazy imports of the hook paths) or under ``TYPE_CHECKING``,
+relative or absolute, and ``importlib.import_module``/``find_spec`` of a literal name, is
+checked against the rules. The cycle check counts the same imports: a cycle through a lazy
+or a type-only import still ties the modules together for whoever reads or moves them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # one: the CLI is imported by nothing, the embedder (server, models, convert and client)
 # never imports the frontend, and common imports no other thatch package.
 LAYERS: tuple[str, ...] = ("thatch.common", "thatch.embedder", "thatch.frontend", "thatch.cli")
+# The same rule among these packages of the frontend, lowest first: the extraction queue
+# (written on every tool call) knows neither the tools nor the hooks, and the tools never
+# reach into the hooks. The frontend's other modules are not ordered among themselves.
+FRONTEND_LAYERS: tuple[str, ...] = (
+    "thatch.frontend.queue",
+    "thatch.frontend.tools",
+    "thatch.frontend.hooks",
+)
 
 # Edges the layer order allows but the design does not: (importer, imported, why).
 FORBIDDEN: tuple[tuple[str, str, str], ...] = (
@@ -52,8 +63,8 @@ def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def layer_of(name: str) -> int | None:
-    for index, layer in enumerate(LAYERS):
+def layer_of(name: str, layers: tuple[str, ...] = LAYERS) -> int | None:
+    for index, layer in enumerate(layers):
         if under(name, layer):
             return index
     return None
@@ -76,16 +87,17 @@ def modules() -> Iterator[tuple[str, Path]]:
             yield ".".join([package, *parts]), path
 
 
-def imported_names(module: str, source: str, is_package: bool) -> Iterator[tuple[int, str]]:
-    """(line, imported dotted name) for every import in ``source``, wherever it sits.
-
-    ``from a import b`` yields ``a`` and ``a.b`` (``b`` may be a submodule).
-    """
+def imports(
+    module: str, source: str, is_package: bool
+) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+    """(line, imported dotted name, names taken from it) for every import in ``source``,
+    wherever it sits: ``import a.b`` and ``import_module("a.b")`` give ``("a.b", ())``,
+    ``from a import b, c`` gives ``("a", ("a.b", "a.c"))`` (each may be a submodule)."""
     package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, ()
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -93,16 +105,97 @@ def imported_names(module: str, source: str, is_package: bool) -> Iterator[tuple
                 target = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 target = node.module or ""
-            yield node.lineno, target
-            for alias in node.names:
-                yield node.lineno, f"{target}.{alias.name}"
+            yield node.lineno, target, tuple(f"{target}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Call):
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if called in DYNAMIC_IMPORTERS and node.args:
                 first = node.args[0]
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    yield node.lineno, first.value
+                    yield node.lineno, first.value, ()
+
+
+def imported_names(module: str, source: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, imported dotted name) for every import in ``source``, wherever it sits.
+
+    ``from a import b`` yields ``a`` and ``a.b`` (``b`` may be a submodule).
+    """
+    for line, name, members in imports(module, source, is_package):
+        yield line, name
+        for member in members:
+            yield line, member
+
+
+def dependencies(module: str, source: str, is_package: bool, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``module`` imports. ``from a import b`` depends on the
+    submodule ``a.b`` when there is one, else on ``a``; a package that a submodule import
+    merely passes through (its ``__init__`` runs first) is no dependency of its own."""
+    found: set[str] = set()
+    for _line, name, members in imports(module, source, is_package):
+        submodules = [member for member in members if member in known]
+        found.update(submodules)
+        if name in known and (len(submodules) < len(members) or not members):
+            found.add(name)
+    found.discard(module)
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[tuple[frozenset[str], list[str]]]:
+    """Each group of modules that reach one another through ``graph`` (Tarjan's strongly
+    connected components), with one cycle through it (its first module repeated last)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [
+        (frozenset(group), cycle_through(graph, set(group), group[0])) for group in sorted(groups)
+    ]
+
+
+def cycle_through(graph: dict[str, set[str]], group: set[str], start: str) -> list[str]:
+    """The shortest way from ``start`` back to itself inside ``group`` (breadth first)."""
+    paths = {target: [start, target] for target in sorted(graph[start] & group)}
+    queue = list(paths)
+    while start not in paths:
+        node = queue.pop(0)
+        for target in sorted(graph[node] & group):
+            if target not in paths:
+                paths[target] = [*paths[node], target]
+                queue.append(target)
+    return paths[start]
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module of every package and the modules of thatch it imports."""
+    found = [(module, path, path.read_text(encoding="utf-8")) for module, path in modules()]
+    known = {module for module, _path, _source in found}
+    return {
+        module: dependencies(module, source, path.name == "__init__.py", known)
+        for module, path, source in found
+    }
 
 
 def violations(module: str, source: str, is_package: bool) -> list[str]:
@@ -119,11 +212,32 @@ def violations(module: str, source: str, is_package: bool) -> list[str]:
         elif target > own:
             message = f"{module}:{line} imports {name}: {LAYERS[own]} is below {LAYERS[target]}"
             found.setdefault((line, target), message)
+        inner, inner_target = layer_of(module, FRONTEND_LAYERS), layer_of(name, FRONTEND_LAYERS)
+        if inner is not None and inner_target is not None and inner_target > inner:
+            below, above = FRONTEND_LAYERS[inner], FRONTEND_LAYERS[inner_target]
+            message = f"{module}:{line} imports {name}: {below} is below {above}"
+            found.setdefault((line, above), message)
         for rule in FORBIDDEN:
             importer, imported, why = rule
             if under(module, importer) and under(name, imported):
                 found.setdefault((line, rule), f"{module}:{line} imports {name}: {why}")
     return list(found.values())
+
+
+# Import cycles of frontend/tools through its TYPE_CHECKING imports.
+# removed by h/tools; delete this exemption at merge
+EXEMPT_CYCLES: frozenset[frozenset[str]] = frozenset(
+    {
+        frozenset({"thatch.frontend.tools.context", "thatch.frontend.tools.pending_fill"}),
+        frozenset(
+            {
+                "thatch.frontend.tools.engine_tools",
+                "thatch.frontend.tools.memory_tools",
+                "thatch.frontend.tools.registry",
+            }
+        ),
+    }
+)
 
 
 def test_every_package_is_in_a_layer() -> None:
@@ -176,6 +290,17 @@ def test_imports_follow_the_layers() -> None:
             "thatch.embedder.client.autostart:1 imports thatch.embedder.models",
         ),
         (
+            "thatch.frontend.queue.append",
+            "def f():\n    from thatch.frontend.tools.registry import TOOL_SPECS\n",
+            "thatch.frontend.queue.append:2 imports thatch.frontend.tools.registry: "
+            "thatch.frontend.queue is below thatch.frontend.tools",
+        ),
+        (
+            "thatch.frontend.tools.memory_tools",
+            "from thatch.frontend.hooks import hookio\n",
+            "thatch.frontend.tools.memory_tools:1 imports thatch.frontend.hooks",
+        ),
+        (
             "thatch.frontend.demo",
             "import thatch.elsewhere\n",
             "thatch.frontend.demo:1 imports thatch.elsewhere, which is in no layer",
@@ -195,6 +320,50 @@ def test_allowed_edges_pass() -> None:
         "from thatch.common.environment import home\n"
         "from thatch.embedder.client.embedder_client import EmbedderClient\n"
         "from . import hookio\n"
+        "from thatch.frontend import queue\n"
         "def f():\n    from thatch.frontend.store import db\n"
+        "    from thatch.frontend.tools.context import ToolContext\n"
     )
     assert violations("thatch.frontend.hooks.runner", source, is_package=False) == []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import cycle anywhere: within a package or across packages, through module-level,
+    lazy, type-only or dynamic imports alike (see the module docstring)."""
+    graph = module_graph()
+    assert len(graph) > 50  # the walk saw the packages
+    cycles = import_cycles(graph)
+    stale = EXEMPT_CYCLES - {group for group, _cycle in cycles}
+    assert stale == set(), "an exempted cycle is gone: delete its exemption"
+    found = [
+        " → ".join(cycle) + f" (all of: {', '.join(sorted(group))})"
+        for group, cycle in cycles
+        if group not in EXEMPT_CYCLES
+    ]
+    assert found == []
+
+
+def test_the_cycle_check_sees_lazy_relative_and_package_imports() -> None:
+    """A cycle closed by a lazy import, a relative one or ``from package import name`` (the
+    package's ``__init__``) is found and printed; a package re-exporting its submodules,
+    which import one another by their own names, is none."""
+    sources = {
+        "thatch.x": ("", True),
+        "thatch.x.a": ("from thatch.x.b import f\n", False),
+        "thatch.x.b": ("def g():\n    from . import c\n", False),
+        "thatch.x.c": ("import thatch.x.a\n", False),
+        "thatch.y": ("from thatch.y.low import f\nfrom thatch.y.high import g\n", True),
+        "thatch.y.low": ("", False),
+        "thatch.y.high": ("from thatch.y.low import f\n", False),
+        "thatch.z": ("from thatch.z.inner import f\n", True),
+        "thatch.z.inner": ("from thatch.z import g\n", False),
+    }
+    known = set(sources)
+    graph = {
+        name: dependencies(name, source, is_package, known)
+        for name, (source, is_package) in sources.items()
+    }
+    assert [cycle for _group, cycle in import_cycles(graph)] == [
+        ["thatch.x.a", "thatch.x.b", "thatch.x.c", "thatch.x.a"],
+        ["thatch.z", "thatch.z.inner", "thatch.z"],
+    ]

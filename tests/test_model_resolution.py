@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from thatch.embedder.errors import ModelError
-from thatch.embedder.models.registry import (
-    REGISTRY,
-    create_encoder,
-    describe_model,
-    hub_cache_dir,
-    resolve_model,
-)
+from thatch.embedder.models.registry import REGISTRY, hub_cache_dir
+from thatch.embedder.models.resolve import create_encoder, describe_model, resolve_model
 
 COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
 

@@ -22,7 +22,8 @@ from thatch.common.environment import ConfigError, config_file, read_config, set
 from thatch.embedder.convert.importer import default_model_id
 from thatch.embedder.errors import ModelError
 from thatch.embedder.models.fixes import PACKAGED_MODEL_ID, offline_choices, unavailable_fix
-from thatch.embedder.models.registry import describe_model, model_id_for, resolve_model
+from thatch.embedder.models.registry import model_id_for
+from thatch.embedder.models.resolve import describe_model, resolve_model
 from thatch.embedder.settings import DEFAULT_MODEL, configured_model, model_setting
 
 

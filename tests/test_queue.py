@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.embedder_cleanup import wait_until
 from thatch.common.environment import queue_dir
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 
 
 def call(name: str, use_id: str | None = None, **extra: object) -> dict[str, object]:
@@ -329,7 +329,7 @@ def test_payload_shape_and_summaries() -> None:
 HOLDER = """
 import sys
 from pathlib import Path
-from thatch.frontend.hooks.queue import _locked
+from thatch.frontend.queue.files import locked as _locked
 with _locked(Path(sys.argv[1]), timeout=120):
     print("held", flush=True)
     sys.stdin.readline()
@@ -389,7 +389,7 @@ def test_cleanup_keeps_a_lock_another_process_holds(qdir: Path) -> None:
 WAITER = """
 import os, sys
 from pathlib import Path
-from thatch.frontend.hooks.queue import _locked
+from thatch.frontend.queue.files import locked as _locked
 with _locked(Path(sys.argv[1]), timeout=120):
     print(os.stat(sys.argv[1]).st_ino, flush=True)
     sys.stdin.readline()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.fake_embedder import tool_context
 from tests.support.hookrun import hook_env, run_hook
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 from thatch.frontend.identifiers import session_id_problem
 from thatch.frontend.tools.memory_tools import Tools
 

@@ -17,7 +17,8 @@ import pytest
 from tests.support.fake_embedder import tool_context
 from tests.support.hookrun import hook_env, run_hook, thatch_command
 from tests.support.host_payloads import host_payload
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
+from thatch.frontend.queue.files import read_lines
 from thatch.frontend.tools.memory_tools import Tools
 
 S = "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9"  # the recorded Claude Code session
@@ -68,7 +69,7 @@ def nudge(env: dict[str, str], project: Path, session: str) -> tuple[int, str] |
 
 
 def carried(tmp_path: Path) -> list[dict[str, object]]:
-    return [r for p in qdir(tmp_path).glob("~carry-*.jsonl") for r in queue._read_lines(p)]
+    return [r for p in qdir(tmp_path).glob("~carry-*.jsonl") for r in read_lines(p)]
 
 
 def fetched_ids(tools: Tools, session: str) -> list[str]:

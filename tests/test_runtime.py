@@ -15,7 +15,8 @@ import pytest
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.models.mock import MOCK_DIM, MockEncoder, mock_vector
-from thatch.embedder.models.registry import create_encoder, resolve_model, with_onnx
+from thatch.embedder.models.registry import with_onnx
+from thatch.embedder.models.resolve import create_encoder, resolve_model
 from thatch.embedder.models.runtime import OnnxEncoder, default_threads, pool, session_options
 
 MIXED = [

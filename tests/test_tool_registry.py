@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.fake_embedder import tool_context
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 from thatch.frontend.tools.memory_tools import Tools
 from thatch.frontend.tools.registry import TOOL_SPECS
 
@@ -19,8 +19,8 @@ DRAINING = tuple(spec.name for spec in TOOL_SPECS if spec.drains_queue)
 
 def test_the_hooks_copy_of_the_tool_names_is_the_registrys() -> None:
     """queue.SERVED_TOOLS / DRAINING_TOOLS hold exactly the registry's names, in its order."""
-    assert NAMES == queue.SERVED_TOOLS, f"set hooks/queue.py SERVED_TOOLS = {NAMES!r}"
-    assert DRAINING == queue.DRAINING_TOOLS, f"set hooks/queue.py DRAINING_TOOLS = {DRAINING!r}"
+    assert NAMES == queue.SERVED_TOOLS, f"set queue/classify.py SERVED_TOOLS = {NAMES!r}"
+    assert DRAINING == queue.DRAINING_TOOLS, f"set queue/classify.py DRAINING_TOOLS = {DRAINING!r}"
     assert DRAINING == ("memory_remember", "extraction_done")
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.support.fake_embedder import FakeEmbedder, tool_context
-from thatch.frontend.hooks import queue
+from thatch.frontend import queue
 from thatch.frontend.tools.memory_tools import Tools
 
 CALL = {

@@ -1,11 +1,11 @@
-"""Which model a name means, where its files are, and how to run it (docs/embedder.md §models).
+"""Which model a name means and where its files are (docs/embedder.md §models).
 
-``resolve_model`` turns ``THATCH_MODEL`` / ``--model`` into ``ModelSettings``, downloading
-the few files a hub model needs into the Hugging Face cache when they are missing;
-``describe_model`` does the same without touching the network; ``create_encoder`` builds
-the runtime for resolved settings. Hub access goes through huggingface_hub with endpoint,
-cache directory and offline mode taken from the ``env`` mapping we are given (the library
-reads its own copies once, at import).
+The models thatch knows by id (``REGISTRY``), names parsed (``parse_name``), the settings a
+model directory declares (``settings_from_dir``), the Hugging Face cache and the imports
+that stand for hub models. Hub access settings (endpoint, cache directory, offline mode)
+are taken from the ``env`` mapping we are given (huggingface_hub reads its own copies once,
+at import). Resolving a name to runnable settings, downloading what is missing, and
+building the encoder is ``resolve``, above this module.
 """
 
 from __future__ import annotations
@@ -18,17 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from thatch.common.environment import Env, cache_home, env_get, expand_user
 from thatch.embedder.encoder import ModelSettings
 from thatch.embedder.errors import ModelError, ModelUnavailable
 from thatch.embedder.models.imported import find_by_short_name, find_imported
-from thatch.embedder.models.mock import mock_settings
 from thatch.embedder.settings import configured_model
-
-if TYPE_CHECKING:
-    from thatch.embedder.encoder import Encoder
 
 
 @dataclass(frozen=True)
@@ -179,7 +175,7 @@ def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
     env = os.environ if env is None else env
     target = parse_name(name if name is not None else configured_model(env), env)
     if isinstance(target, HubRef):
-        local = _imported(target, env, cached=cached_snapshot(target, env) is not None)
+        local = imported_for(target, env, cached=cached_snapshot(target, env) is not None)
         if local is None:
             return target.repo_id
         return directory_model_id(local, read_json(local / "thatch_model.json"))
@@ -350,46 +346,20 @@ def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
     snapshot = storage / "snapshots" / commit
     if not all((snapshot / name).is_file() for name in REQUIRED_FILES):
         return None
-    onnx = _snapshot_onnx(snapshot, ref)
+    onnx = snapshot_onnx(snapshot, ref)
     if onnx is None or not (snapshot / onnx).is_file():
         return None
     return snapshot
 
 
-def _snapshot_onnx(snapshot: Path, ref: HubRef) -> str | None:
+def snapshot_onnx(snapshot: Path, ref: HubRef) -> str | None:
     """The ONNX file a cached snapshot serves (its metadata, the registry, what is there)."""
     meta = read_json(snapshot / "thatch_model.json")
     present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
     return choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
 
 
-def _int8_checkable(snapshot: Path, ref: HubRef) -> bool:
-    """False for a cached int8 file with nothing to check it against on this CPU.
-
-    Snapshots cached before the load-time check hold only ``onnx/model_quantized.onnx``;
-    resolving such a one downloads the missing fp32 file (the check's reference) instead of
-    serving int8 that may be wrong here.
-    """
-    from thatch.embedder.models import known_answers
-
-    onnx = _snapshot_onnx(snapshot, ref)
-    if onnx is None or "quantized" not in onnx:
-        return True
-    served = snapshot / onnx
-    return (
-        known_answers.fp32_beside(snapshot, served) is not None
-        or (snapshot / known_answers.KNOWN_ANSWERS_FILE).is_file()
-    )
-
-
-def _hub_settings(ref: HubRef, snapshot: Path, source: str) -> ModelSettings:
-    return settings_from_dir(snapshot, source=source, model_id=ref.repo_id, revision=snapshot.name)
-
-
-# --- public API ------------------------------------------------------------------------
-
-
-def _imported(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -> Path | None:
+def imported_for(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -> Path | None:
     """An import standing for ``ref``: by its id (an explicit import wins over the hub
     cache), else, for a registry short name whose hub model is not cached, the one import
     with that short name. None for a pinned revision: imports have none."""
@@ -402,102 +372,6 @@ def _imported(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -
         return None
     by_short = find_by_short_name(env, ref.short_name)
     return by_short.path if by_short is not None else None
-
-
-def resolve_model(
-    name: str | None = None,
-    *,
-    env: Env | None = None,
-    revision: str | None = None,
-    download: bool = True,
-    progress: bool = True,
-    hub_first: bool = False,
-) -> ModelSettings:
-    """Resolve a model name to runnable settings, downloading hub files when needed.
-
-    ``hub_first`` (``thatch model pull``): a short name means the hub model even when an
-    import with that short name exists.
-    """
-    env = os.environ if env is None else env
-    target = parse_name(name if name is not None else configured_model(env), env, revision)
-    if target == "mock":
-        return mock_settings()
-    if isinstance(target, Path):
-        return settings_from_dir(target, source="local dir")
-    assert isinstance(target, HubRef)
-    snapshot = cached_snapshot(target, env)
-    imported = _imported(target, env, cached=snapshot is not None, hub_first=hub_first)
-    if imported is not None:
-        return settings_from_dir(imported, source="imported")
-    if snapshot is not None and (
-        _int8_checkable(snapshot, target) or hub_offline(env) or not download
-    ):
-        return _hub_settings(target, snapshot, "hub cache")
-    from thatch.embedder.models.fixes import unavailable_fix
-
-    if snapshot is None and hub_offline(env):
-        error = offline_error(target.repo_id)
-        error.fix = unavailable_fix(target.repo_id, env, hub=False)
-        raise error
-    if not download:
-        raise ModelError(
-            f"model {target.repo_id} needs download", fix=unavailable_fix(target.repo_id, env)
-        )
-    from thatch.embedder.models.hub_download import download_snapshot
-
-    try:
-        snapshot = download_snapshot(target, env=env, progress=progress)
-    except ModelUnavailable as error:
-        error.fix = error.fix or unavailable_fix(target.repo_id, env, hub=False)
-        raise
-    return _hub_settings(target, snapshot, "downloaded")
-
-
-def describe_model(
-    name: str | None = None, *, env: Env | None = None, revision: str | None = None
-) -> ModelSettings:
-    """Resolution without network or loading; a hub model not yet cached says so."""
-    env = os.environ if env is None else env
-    target = parse_name(name if name is not None else configured_model(env), env, revision)
-    if not isinstance(target, HubRef):
-        return resolve_model(name, env=env, revision=revision, download=False)
-    snapshot = cached_snapshot(target, env)
-    imported = _imported(target, env, cached=snapshot is not None)
-    if imported is not None:
-        return settings_from_dir(imported, source="imported")
-    if snapshot is not None:
-        return _hub_settings(target, snapshot, "hub cache")
-    entry = REGISTRY.get(target.repo_id)
-    return ModelSettings(
-        model_id=target.repo_id,
-        dim=0,  # unknown until config.json is downloaded
-        max_tokens=entry.max_tokens if entry else 0,
-        pooling=entry.pooling if entry else "",
-        query_prefix=entry.query_prefix if entry else "",
-        quantized=entry.quantized if entry else False,
-        revision=target.revision or "",
-        source="needs download",
-    )
-
-
-def pull_model(
-    name: str | None = None, *, revision: str | None = None, env: Env | None = None
-) -> ModelSettings:
-    """Make sure a model's files are on disk (downloading with a progress bar if needed)."""
-    return resolve_model(
-        name, env=env, revision=revision, download=True, progress=True, hub_first=True
-    )
-
-
-def create_encoder(settings: ModelSettings, *, threads: int | None = None) -> Encoder:
-    """The runtime for resolved settings: MockEncoder for mock, else OnnxEncoder."""
-    if settings.model_id == "mock" and settings.onnx_path is None:
-        from thatch.embedder.models.mock import MockEncoder
-
-        return MockEncoder(settings)
-    from thatch.embedder.models.runtime import OnnxEncoder
-
-    return OnnxEncoder(settings, threads=threads)
 
 
 def with_onnx(settings: ModelSettings, onnx: str) -> ModelSettings:

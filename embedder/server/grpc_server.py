@@ -297,7 +297,7 @@ def serve(
 
     Startup problems raise ``ThatchEmbedderError`` subclasses after cleaning up.
     """
-    from thatch.embedder.models.registry import create_encoder, resolve_model
+    from thatch.embedder.models.resolve import create_encoder, resolve_model
 
     address = listen_address(options.listen, env)
     process = _Process(address)

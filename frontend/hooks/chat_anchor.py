@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import default_db_path
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.runner import report_failure
+from thatch.frontend.hooks.hookio import report_failure
 
 if TYPE_CHECKING:
     from thatch.frontend.store.chat_store import ChatStore
@@ -35,9 +35,7 @@ _DEFAULT_FIELDS = ("session_id", "conversation_id", "sessionID")
 
 def host_session(payload: Mapping[str, Any], host: str) -> str:
     """The host's session id in a hook payload ("" when there is none)."""
-    from thatch.frontend.hooks.queue import first_string
-
-    return first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_FIELDS)).strip()
+    return hookio.first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_FIELDS)).strip()
 
 
 def open_chat(env: Mapping[str, str]) -> ChatStore:

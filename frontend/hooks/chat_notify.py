@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.runner import hook_options, report_failure
+from thatch.frontend.hooks.hookio import hook_options, report_failure
 
 COMMAND = "chat-notify"
 

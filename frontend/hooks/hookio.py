@@ -1,4 +1,5 @@
-"""Reading a host's hook payload and resolving what a hook needs from its environment.
+"""What every hook command shares: reading a host's payload and options, resolving what a
+hook needs from its environment, running its body and reporting a failure.
 
 Standard library only: the tool hooks import this module on every tool call. Nothing
 here raises on bad input; problems become one stderr line ``[thatch <command>] <message>``
@@ -13,13 +14,12 @@ import os
 import select
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from thatch.common.environment import HOSTS, host_from_project_vars, known_host
 from thatch.common.environment import project_dir_from_env as env_project_dir
-from thatch.frontend.hooks.queue import first_string
 
 __all__ = [
     "HOOK_FALLBACK_HOST",
@@ -28,9 +28,12 @@ __all__ = [
     "REMINDER_STDIN_DEADLINE",
     "STDIN_DEADLINE",
     "first_string",
+    "hook_options",
     "project_dir",
     "read_payload",
+    "report_failure",
     "resolve_host",
+    "run_hook",
     "warn",
     "warn_plain",
 ]
@@ -42,6 +45,18 @@ REMINDER_STDIN_DEADLINE = 0.5
 # names one: Claude Code's hooks are the ones that run without any of them.
 HOOK_FALLBACK_HOST = "claude"
 _CHUNK = 1 << 16
+
+
+def first_string(payload: Mapping[str, Any], *names: str) -> str:
+    """The first present non-empty string among ``names`` (docs/hooks.md's ``a`` → ``b``).
+
+    The queue reads tool arguments with a helper of its own: ``chat-notify``, which reads a
+    payload and never the queue, must not load the queue package for these few lines."""
+    for name in names:
+        value = payload.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def warn(command: str, message: str, stderr: IO[str] | None = None) -> None:
@@ -140,3 +155,56 @@ def project_dir(env: Mapping[str, str], payload: Mapping[str, Any]) -> Path:
     if isinstance(roots, list) and roots and isinstance(roots[0], str) and roots[0]:
         return Path(roots[0])
     return Path.cwd()
+
+
+def report_failure(command: str, error: BaseException) -> None:
+    if os.environ.get("THATCH_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(error, file=sys.stderr)
+    sqlite3 = sys.modules.get("sqlite3")  # only loaded if a database was opened
+    if sqlite3 is not None and isinstance(error, sqlite3.Error):
+        from thatch.common.environment import default_db_path
+        from thatch.frontend.store.db import store_error
+
+        warn(command, str(store_error(error, default_db_path(os.environ))))
+        return
+    warn(command, f"internal error: {type(error).__name__}: {error}".splitlines()[0])
+
+
+def run_hook(command: str, body: Callable[[], str | None], as_json: bool = False) -> None:
+    """Run ``body``; print its text (or the ``--json`` form); swallow every failure."""
+    try:
+        text = body()
+    except Exception as error:  # a hook must never fail its host's turn
+        report_failure(command, error)
+        text = None
+    try:
+        if as_json:
+            document = {"additional_context": text} if text else {}
+            sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+        elif text:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass  # the host closed our stdout; nothing left to tell it
+
+
+def hook_options(command: str, args: list[str]) -> dict[str, Any]:
+    """``--json`` and ``--host`` read by hand: hooks never fail on their command line.
+
+    Unknown options are ignored (hosts add options over time); a ``--host`` without a
+    value is reported on stderr and ignored.
+    """
+    options: dict[str, Any] = {"as_json": False, "host": None}
+    for i, arg in enumerate(args):
+        if arg == "--json" or arg.startswith("--json="):
+            options["as_json"] = True
+        elif arg == "--host":
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                options["host"] = args[i + 1]
+            else:
+                warn(command, "ignoring --host without a value")
+        elif arg.startswith("--host="):
+            options["host"] = arg.split("=", 1)[1]
+    return options

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
-from thatch.frontend.hooks import hookio, queue
-from thatch.frontend.hooks.runner import report_failure, run_hook
+from thatch.frontend import queue
+from thatch.frontend.hooks import hookio
+from thatch.frontend.hooks.hookio import report_failure, run_hook
 
 MIN_PROMPT_LEN = 10
 PROMPT_EMBED_CHARS = 2000

@@ -1,9 +1,11 @@
-"""What the hook commands share, importing only the standard library and the queue.
+"""The queue's hook commands, and the dispatch of every hook command.
 
 The hook commands run on every tool call, prompt and session start of every agent: the
 ``thatch`` entry point (``thatch.cli.entry``) runs them from here without importing click,
-and the tool hooks import nothing beyond this module, ``hookio``, ``queue`` and
-``thatch.common.environment``.
+and the tool hooks import nothing beyond this module, ``hookio``, the queue package and
+``thatch.common.environment``. What every hook command shares (running a body, reporting
+its failure, reading options) is in ``hookio``, which the prompt hooks import too: they
+never import this module, which imports them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from thatch.common.environment import queue_dir
-from thatch.frontend.hooks import hookio, queue
+from thatch.frontend import queue
+from thatch.frontend.hooks import hookio
 
 CURSOR_RESPONSE_FIELDS = (
     "tool_output",
@@ -25,39 +28,6 @@ CURSOR_RESPONSE_FIELDS = (
     "result",
     "output",
 )
-
-
-def report_failure(command: str, error: BaseException) -> None:
-    if os.environ.get("THATCH_DEBUG") == "1":
-        import traceback
-
-        traceback.print_exception(error, file=sys.stderr)
-    sqlite3 = sys.modules.get("sqlite3")  # only loaded if a database was opened
-    if sqlite3 is not None and isinstance(error, sqlite3.Error):
-        from thatch.common.environment import default_db_path
-        from thatch.frontend.store.db import store_error
-
-        hookio.warn(command, str(store_error(error, default_db_path(os.environ))))
-        return
-    hookio.warn(command, f"internal error: {type(error).__name__}: {error}".splitlines()[0])
-
-
-def run_hook(command: str, body: Callable[[], str | None], as_json: bool = False) -> None:
-    """Run ``body``; print its text (or the ``--json`` form); swallow every failure."""
-    try:
-        text = body()
-    except Exception as error:  # a hook must never fail its host's turn
-        report_failure(command, error)
-        text = None
-    try:
-        if as_json:
-            document = {"additional_context": text} if text else {}
-            sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
-        elif text:
-            sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass  # the host closed our stdout; nothing left to tell it
 
 
 def _batch_calls(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -203,7 +173,7 @@ def run_buffer_hook(command: str) -> None:
             hookio.warn(command, f"cannot write the queue: {error.strerror or error}")
         return None
 
-    run_hook(command, run)
+    hookio.run_hook(command, run)
 
 
 def extraction_status(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
@@ -223,7 +193,7 @@ def run_extraction_status() -> None:
     try:
         line = json.dumps(extraction_status(hookio.read_payload(command), os.environ))
     except Exception as error:  # a hook must never fail its host's turn
-        report_failure(command, error)
+        hookio.report_failure(command, error)
         return
     try:
         sys.stdout.write(line + "\n")
@@ -232,29 +202,9 @@ def run_extraction_status() -> None:
         pass
 
 
-def hook_options(command: str, args: list[str]) -> dict[str, Any]:
-    """``--json`` and ``--host`` read by hand: hooks never fail on their command line.
-
-    Unknown options are ignored (hosts add options over time); a ``--host`` without a
-    value is reported on stderr and ignored.
-    """
-    options: dict[str, Any] = {"as_json": False, "host": None}
-    for i, arg in enumerate(args):
-        if arg == "--json" or arg.startswith("--json="):
-            options["as_json"] = True
-        elif arg == "--host":
-            if i + 1 < len(args) and not args[i + 1].startswith("--"):
-                options["host"] = args[i + 1]
-            else:
-                hookio.warn(command, "ignoring --host without a value")
-        elif arg.startswith("--host="):
-            options["host"] = arg.split("=", 1)[1]
-    return options
-
-
 def run_hook_command(command: str, args: list[str]) -> None:
     """Run a hook command without click (see ``thatch.cli.entry``)."""
-    options = hook_options(command, args)
+    options = hookio.hook_options(command, args)
     if command in QUEUE_COMMANDS:
         run_buffer_hook(command)
         return

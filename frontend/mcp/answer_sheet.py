@@ -156,13 +156,10 @@ def served(server: Server[Any], messages: list[dict[str, Any]]) -> list[str]:
     return results
 
 
-def write_sheet(env: Mapping[str, str], server: Server[Any] | None = None) -> Path:
+def write_sheet(env: Mapping[str, str], server: Server[Any]) -> Path:
     """Build and store the sheet for this installation (atomically: readers see the old
-    file or the new one); ``server`` defaults to the listing side of thatch's."""
-    if server is None:
-        from thatch.frontend.mcp.server import build_server
-
-        server = build_server()
+    file or the new one) from ``server``'s answers (``thatch setup`` passes the listing
+    side of thatch's, ``server.build_server``; this module never imports the server)."""
     path = sheet_path(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     sheet = build_sheet(server, sheet_key())

@@ -358,7 +358,7 @@ class Tools:
         """Acknowledge extraction; with a session id, drain exactly the records that
         ``get_extraction_payload`` handed out for it (docs/hooks.md §snapshot)."""
         if session_id:
-            from thatch.frontend.hooks import queue
+            from thatch.frontend import queue
 
             try:
                 queue.complete(self.ctx.queue_dir, session_id, project=str(self.ctx.project_dir))
@@ -371,7 +371,7 @@ class Tools:
         calls adopted first (what a nudge announced for this session, wherever a
         session-end has moved it); they stay queued, handed out (the nudge quiets) until
         ``extraction_done`` drains them."""
-        from thatch.frontend.hooks import queue
+        from thatch.frontend import queue
 
         try:
             records = queue.accept(

@@ -7,7 +7,7 @@ arguments in, result text out, over the typed operations of ``memory_tools.Tools
 its role in the extraction queue. Adding a tool is one entry here.
 
 The tool hooks cannot import this module (their hot path imports the standard library
-only), so ``hooks/queue.py`` keeps a copy of the names (``SERVED_TOOLS``) and of the
+only), so ``queue/classify.py`` keeps a copy of the names (``SERVED_TOOLS``) and of the
 draining ones (``DRAINING_TOOLS``); tests/test_tool_registry.py fails when they differ.
 """
 

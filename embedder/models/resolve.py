@@ -1,0 +1,154 @@
+"""From a model name to a running encoder (docs/embedder.md §models).
+
+``resolve_model`` turns ``THATCH_MODEL`` / ``--model`` into ``ModelSettings``, downloading
+the few files a hub model needs into the Hugging Face cache when they are missing;
+``describe_model`` does the same without touching the network; ``create_encoder`` builds
+the runtime for resolved settings. What a name means and where a model's files are is
+``registry``; this module sits above it and the modules it drives (``hub_download``,
+``fixes``, ``runtime``), none of which imports this one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from thatch.common.environment import Env
+from thatch.embedder.encoder import ModelSettings
+from thatch.embedder.errors import ModelError, ModelUnavailable
+from thatch.embedder.models.mock import mock_settings
+from thatch.embedder.models.registry import (
+    REGISTRY,
+    HubRef,
+    cached_snapshot,
+    hub_offline,
+    imported_for,
+    offline_error,
+    parse_name,
+    settings_from_dir,
+    snapshot_onnx,
+)
+from thatch.embedder.settings import configured_model
+
+if TYPE_CHECKING:
+    from thatch.embedder.encoder import Encoder
+
+
+def _int8_checkable(snapshot: Path, ref: HubRef) -> bool:
+    """False for a cached int8 file with nothing to check it against on this CPU.
+
+    Snapshots cached before the load-time check hold only ``onnx/model_quantized.onnx``;
+    resolving such a one downloads the missing fp32 file (the check's reference) instead of
+    serving int8 that may be wrong here.
+    """
+    from thatch.embedder.models import known_answers
+
+    onnx = snapshot_onnx(snapshot, ref)
+    if onnx is None or "quantized" not in onnx:
+        return True
+    served = snapshot / onnx
+    return (
+        known_answers.fp32_beside(snapshot, served) is not None
+        or (snapshot / known_answers.KNOWN_ANSWERS_FILE).is_file()
+    )
+
+
+def _hub_settings(ref: HubRef, snapshot: Path, source: str) -> ModelSettings:
+    return settings_from_dir(snapshot, source=source, model_id=ref.repo_id, revision=snapshot.name)
+
+
+def resolve_model(
+    name: str | None = None,
+    *,
+    env: Env | None = None,
+    revision: str | None = None,
+    download: bool = True,
+    progress: bool = True,
+    hub_first: bool = False,
+) -> ModelSettings:
+    """Resolve a model name to runnable settings, downloading hub files when needed.
+
+    ``hub_first`` (``thatch model pull``): a short name means the hub model even when an
+    import with that short name exists.
+    """
+    env = os.environ if env is None else env
+    target = parse_name(name if name is not None else configured_model(env), env, revision)
+    if target == "mock":
+        return mock_settings()
+    if isinstance(target, Path):
+        return settings_from_dir(target, source="local dir")
+    assert isinstance(target, HubRef)
+    snapshot = cached_snapshot(target, env)
+    imported = imported_for(target, env, cached=snapshot is not None, hub_first=hub_first)
+    if imported is not None:
+        return settings_from_dir(imported, source="imported")
+    if snapshot is not None and (
+        _int8_checkable(snapshot, target) or hub_offline(env) or not download
+    ):
+        return _hub_settings(target, snapshot, "hub cache")
+    from thatch.embedder.models.fixes import unavailable_fix
+
+    if snapshot is None and hub_offline(env):
+        error = offline_error(target.repo_id)
+        error.fix = unavailable_fix(target.repo_id, env, hub=False)
+        raise error
+    if not download:
+        raise ModelError(
+            f"model {target.repo_id} needs download", fix=unavailable_fix(target.repo_id, env)
+        )
+    from thatch.embedder.models.hub_download import download_snapshot
+
+    try:
+        snapshot = download_snapshot(target, env=env, progress=progress)
+    except ModelUnavailable as error:
+        error.fix = error.fix or unavailable_fix(target.repo_id, env, hub=False)
+        raise
+    return _hub_settings(target, snapshot, "downloaded")
+
+
+def describe_model(
+    name: str | None = None, *, env: Env | None = None, revision: str | None = None
+) -> ModelSettings:
+    """Resolution without network or loading; a hub model not yet cached says so."""
+    env = os.environ if env is None else env
+    target = parse_name(name if name is not None else configured_model(env), env, revision)
+    if not isinstance(target, HubRef):
+        return resolve_model(name, env=env, revision=revision, download=False)
+    snapshot = cached_snapshot(target, env)
+    imported = imported_for(target, env, cached=snapshot is not None)
+    if imported is not None:
+        return settings_from_dir(imported, source="imported")
+    if snapshot is not None:
+        return _hub_settings(target, snapshot, "hub cache")
+    entry = REGISTRY.get(target.repo_id)
+    return ModelSettings(
+        model_id=target.repo_id,
+        dim=0,  # unknown until config.json is downloaded
+        max_tokens=entry.max_tokens if entry else 0,
+        pooling=entry.pooling if entry else "",
+        query_prefix=entry.query_prefix if entry else "",
+        quantized=entry.quantized if entry else False,
+        revision=target.revision or "",
+        source="needs download",
+    )
+
+
+def pull_model(
+    name: str | None = None, *, revision: str | None = None, env: Env | None = None
+) -> ModelSettings:
+    """Make sure a model's files are on disk (downloading with a progress bar if needed)."""
+    return resolve_model(
+        name, env=env, revision=revision, download=True, progress=True, hub_first=True
+    )
+
+
+def create_encoder(settings: ModelSettings, *, threads: int | None = None) -> Encoder:
+    """The runtime for resolved settings: MockEncoder for mock, else OnnxEncoder."""
+    if settings.model_id == "mock" and settings.onnx_path is None:
+        from thatch.embedder.models.mock import MockEncoder
+
+        return MockEncoder(settings)
+    from thatch.embedder.models.runtime import OnnxEncoder
+
+    return OnnxEncoder(settings, threads=threads)

@@ -1,0 +1,181 @@
+"""Carry-over: a session's last calls go to the project's next session.
+
+When a session ends (Claude's SessionEnd, Cursor's sessionEnd) its queued records move to
+the project's carry file (``~carry-<key>.jsonl``), which the project's next prompting
+session, or a fetch (``snapshot.accept``), adopts. Locks are always taken in one order:
+the session's first, then the carry file's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
+from thatch.frontend.queue.files import (
+    locked,
+    queue_paths,
+    read_lines,
+    read_state,
+    state_path,
+    unlink,
+    write_records,
+)
+from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT
+from thatch.frontend.queue.records import seq_of
+
+# Stem of a project's carried-over queue: "~" never occurs in a session's safe name.
+CARRY_PREFIX = "~carry-"
+
+
+def project_key(project: str) -> str:
+    """Stem of a project's carried-over queue: FNV-1a (64 bit) of its directory (hashlib
+    would load OpenSSL on every prompt)."""
+    value = 0xCBF29CE484222325
+    for byte in project.encode("utf-8", "surrogatepass"):
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{CARRY_PREFIX}{value:016x}"
+
+
+def _carry_paths(directory: Path, project: str) -> tuple[Path, Path]:
+    # The hooks name the project as the host does (CLAUDE_PROJECT_DIR, the payload's cwd),
+    # the MCP server by its working directory, where symlinks are resolved: one key for both.
+    stem = project_key(os.path.realpath(project))
+    return directory / f"{stem}.jsonl", directory / f"{stem}.lock"
+
+
+def _held(record: Mapping[str, Any], now: float) -> bool:
+    """A carried record of a snapshot whose extractor may still be working on it."""
+    return "held_by" in record and 0 <= record["held_until"] - now <= ACCEPTED_TTL_SECONDS
+
+
+def _unheld(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("held_by", "held_until", "held_agent")}
+
+
+def release_held(
+    directory: Path, session_id: str, project: str, agent_id: str, *, delete: bool
+) -> int:
+    """Delete (``complete``) or release (``requeue``) the carried records ``session_id``'s
+    snapshot holds; with ``agent_id`` only those that agent fetched. The caller holds the
+    session's lock; the carry lock is taken second, the order every carry operation uses."""
+    if not project:
+        return 0
+    carry, carry_lock = _carry_paths(directory, project)
+    if not carry.exists():
+        return 0
+    agent = agent_id[:ID_LIMIT]
+
+    def mine(record: Mapping[str, Any]) -> bool:
+        if record.get("held_by") != session_id[:SESSION_ID_MAX]:
+            return False
+        return not agent or record.get("held_agent") == agent
+
+    with locked(carry_lock):
+        carried = read_lines(carry)
+        ours = [record for record in carried if mine(record)]
+        if ours:
+            if delete:
+                write_records(carry, [r for r in carried if not mine(r)])
+            else:
+                write_records(carry, [_unheld(r) if mine(r) else r for r in carried])
+    return len(ours)
+
+
+def _merged(
+    records: list[dict[str, Any]], incoming: list[dict[str, Any]], first_seq: int
+) -> list[dict[str, Any]]:
+    """``incoming`` appended to ``records`` (new sequence numbers, queued ids skipped)."""
+    seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
+    out = list(records)
+    for record in incoming:
+        use_id = record.get("tool_use_id")
+        if use_id and use_id in seen:
+            continue
+        out.append({**record, "seq": first_seq})
+        first_seq += 1
+    return out
+
+
+def carry_over(
+    directory: Path,
+    session_id: str,
+    project: str,
+    *,
+    hold: bool = False,
+    now: float | None = None,
+) -> int:
+    """The session ended (Claude's SessionEnd, Cursor's sessionEnd): move its queued records
+    to the project's carry-over queue, which the project's next prompting session (or
+    fetch, ``accept``) adopts. Returns the records moved.
+
+    A handed-out snapshot's extractor normally ended with the session, so its records are
+    pending again. With ``hold`` (the host process lives on: Claude Code's ``/clear`` and
+    ``/resume``, whose background sub-agents keep running), a fresh snapshot's records are
+    carried *held* (``held_by`` the session, ``held_agent`` its fetcher, ``held_until``
+    the snapshot's expiry): the extractor completes them with its ``extraction_done`` or
+    stop, and nobody adopts them before then or the expiry, so they are extracted once."""
+    if session_id_problem(session_id) is not None or not project or not directory.is_dir():
+        return 0
+    now = time.time() if now is None else now
+    jsonl, count, lock = queue_paths(directory, session_id)
+    carry, carry_lock = _carry_paths(directory, project)
+    with locked(lock):
+        records = read_lines(jsonl)
+        state = read_state(state_path(jsonl))
+        fresh = "cursor" in state and 0 <= now - state["accepted_at"] < ACCEPTED_TTL_SECONDS
+        if hold and fresh:
+            holder: dict[str, Any] = {
+                "held_by": session_id[:SESSION_ID_MAX],
+                "held_until": state["accepted_at"] + ACCEPTED_TTL_SECONDS,
+            }
+            if state.get("agent_id"):
+                holder["held_agent"] = state["agent_id"]
+            records = [
+                {**r, **holder} if seq_of(r) <= state["cursor"] else _unheld(r) for r in records
+            ]
+        else:
+            records = [_unheld(r) for r in records]
+        if records:
+            # Session lock first, then the carry lock: the order adopt_carried takes too.
+            # The destination is written before the source goes, so a crash between
+            # the two duplicates records (tool_use_ids dedupe them) and loses none.
+            with locked(carry_lock):
+                carried = read_lines(carry)
+                first = max([0, *(seq_of(r) for r in carried)]) + 1
+                write_records(carry, _merged(carried, records, first))
+        unlink(jsonl)
+        unlink(count)
+        unlink(state_path(jsonl))
+    return len(records)
+
+
+def adopt_carried(
+    directory: Path, session_id: str, project: str, *, now: float | None = None
+) -> int:
+    """Move the project's carried-over records into this session's queue (before its
+    extraction nudge, and before a fetch), except those a live snapshot holds
+    (``carry_over``). Both locks are held, so of two sessions adopting at once exactly one
+    gets each record. Returns the records adopted; a stat when there are none."""
+    if session_id_problem(session_id) is not None or not project:
+        return 0
+    carry, carry_lock = _carry_paths(directory, project)
+    if not carry.exists():
+        return 0
+    now = time.time() if now is None else now
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    with locked(lock), locked(carry_lock):
+        carried = read_lines(carry)
+        held = [record for record in carried if _held(record, now)]
+        taken = [_unheld(record) for record in carried if not _held(record, now)]
+        if taken:
+            records = read_lines(jsonl)
+            state = read_state(state_path(jsonl))
+            first = max([0, state.get("cursor", 0), *(seq_of(r) for r in records)]) + 1
+            write_records(jsonl, _merged(records, taken, first))
+        if len(held) != len(carried) or not carried:
+            write_records(carry, held)  # none held: the file goes
+    return len(taken)

@@ -1,0 +1,269 @@
+"""The extraction queue's files: where they are, their lock, and every read and write.
+
+Layout per session id in the queue directory: ``<safe>.jsonl`` (records, oldest first,
+each with a sequence number ``seq``), ``<safe>.count`` (nudges printed since the last
+drain), ``<safe>.state`` (the snapshot handed to an extractor: its cursor and when) and
+``<safe>.lock`` (flock target); a project's carried-over records have the same files under
+a ``~carry-`` stem (``carry``). Every read-modify-write holds the lock and replaces the file
+atomically, so readers (which never lock) see either the old or the new file, never a
+torn one. This is the one module of the queue that opens its files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from thatch.frontend.queue.limits import (
+    CLEANUP_INTERVAL_SECONDS,
+    ID_LIMIT,
+    LOCK_TIMEOUT_SECONDS,
+    MAX_RECORDS,
+    QUEUE_BYTES_LIMIT,
+    STALE_SECONDS,
+)
+from thatch.frontend.queue.records import capped, compact
+
+CLEANUP_MARKER = ".last-cleanup"
+UNREAD = ".unread"  # marker: this session was told once that its payloads are unreadable
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class QueueError(Exception):
+    """A queue operation could not be done (lock timeout, unsafe path); one-line message."""
+
+
+# -- locations -------------------------------------------------------------------------
+
+
+def safe_name(session_id: str) -> str:
+    """File stem for a session id: itself when already safe, else sanitised plus a hash."""
+    safe = _UNSAFE.sub("_", session_id)
+    if safe != session_id or len(session_id) > 128:
+        import hashlib  # loads OpenSSL (~3 ms); UUIDs and opencode ids never need it
+
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+        safe = safe[:64] + "-" + digest[:16]
+    return safe
+
+
+def queue_paths(directory: Path, session_id: str) -> tuple[Path, Path, Path]:
+    """The ``.jsonl``, ``.count`` and ``.lock`` paths of a non-empty session id."""
+    if not session_id:
+        raise QueueError("empty session id has no queue")
+    stem = safe_name(session_id)
+    paths = tuple(directory / f"{stem}{suffix}" for suffix in (".jsonl", ".count", ".lock"))
+    for path in paths:
+        # Belt and braces: the sanitising above already rules out separators and "..".
+        if path.parent != directory or path.name in (".", ".."):
+            raise QueueError(f"session id {session_id[:40]!r} does not map into the queue")
+    return paths  # type: ignore[return-value]
+
+
+def ensure_dir(directory: Path) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+# -- locking and atomic files ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise QueueError(
+                        f"queue lock {lock_path.name} busy for {timeout:g} s; gave up"
+                    ) from None
+                time.sleep(delay)  # waiting for another hook process; no event to wait on
+                delay = min(delay * 2, 0.05)
+                continue
+            # The cleanup may have unlinked this file while we waited for it: holding an
+            # orphan locks nobody out, so only the file still at the path counts.
+            if _same_file(fd, lock_path):
+                break
+            orphan, fd = fd, os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(orphan)
+        # Touch the lock so the 7-day cleanup leaves it alone (it also skips held locks).
+        os.utime(fd)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file at ``path`` now (not one unlinked or replaced meanwhile)."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
+
+
+def _remove_idle_lock(path: str, stale_before: float) -> bool:
+    """Unlink a stale lock file only while holding it, so no process holds it then.
+
+    A taker that opened it before the unlink finds it gone once it gets the flock and
+    retries on the file at the path (``locked``). True when removed.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False  # gone meanwhile, or not a file we can lock: leave it
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held right now
+        # Re-check under the flock: a taker may have touched it, or replaced it, meanwhile.
+        if os.fstat(fd).st_mtime >= stale_before or not _same_file(fd, Path(path)):
+            return False
+        os.unlink(path)
+        return True
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    # Not tempfile.mkstemp: importing tempfile costs a tool hook ~3 ms.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The file's records, newest MAX_RECORDS, each capped; at most QUEUE_BYTES_LIMIT read."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > QUEUE_BYTES_LIMIT:
+                handle.seek(size - QUEUE_BYTES_LIMIT)  # the first (partial) line is skipped
+            data = handle.read(QUEUE_BYTES_LIMIT)
+    except FileNotFoundError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > QUEUE_BYTES_LIMIT:
+        lines = lines[1:]
+    records: list[dict[str, Any]] = []
+    for line in lines[-MAX_RECORDS * 2 :]:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # a foreign or damaged line must not hide the others
+        if isinstance(value, dict):
+            records.append(capped(value))
+    return records[-MAX_RECORDS:]
+
+
+# -- state: the snapshot handed to an extractor ----------------------------------------------
+
+
+def state_path(jsonl: Path) -> Path:
+    return jsonl.with_suffix(".state")
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    cursor, at = value.get("cursor"), value.get("accepted_at")
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+        return {}
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return {}
+    state: dict[str, Any] = {"cursor": cursor, "accepted_at": float(at)}
+    agent = value.get("agent_id")
+    if isinstance(agent, str) and agent:
+        state["agent_id"] = agent[:ID_LIMIT]
+    return state
+
+
+def write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:
+    kept = records[-MAX_RECORDS:]
+    if kept:
+        write_atomic(jsonl, "".join(compact(record) + "\n" for record in kept))
+    else:
+        unlink(jsonl)
+
+
+# -- counts and upkeep ----------------------------------------------------------------
+
+
+def read_number(path: Path) -> int:
+    """A count file's number (missing, unparsable or negative = 0)."""
+    try:
+        value = int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return 0
+    return max(value, 0)
+
+
+def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
+    """Delete queue files (carried-over ones too) untouched for 7 days, at most once a
+    day; returns files removed. A lock file goes only while this process holds it
+    (``_remove_idle_lock``): never one another process holds or is taking."""
+    now = time.time() if now is None else now
+    if not directory.is_dir():
+        return 0
+    marker = directory / CLEANUP_MARKER
+    try:
+        last = marker.stat().st_mtime
+    except FileNotFoundError:
+        last = 0.0
+    if not force and now - last < CLEANUP_INTERVAL_SECONDS:
+        return 0
+    marker.touch()
+    os.utime(marker, (now, now))
+    removed = 0
+    for entry in os.scandir(directory):
+        if entry.name == CLEANUP_MARKER or not entry.is_file(follow_symlinks=False):
+            continue
+        if not entry.name.endswith((".jsonl", ".count", ".state", ".lock", ".tmp", UNREAD)):
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_SECONDS:
+                continue
+            if entry.name.endswith(".lock"):
+                removed += _remove_idle_lock(entry.path, now - STALE_SECONDS)
+            else:
+                os.unlink(entry.path)
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed

@@ -1,0 +1,36 @@
+"""Bounds of everything the extraction queue stores, and its times.
+
+Hosts pass tool names, argument names, ids and values as they come, and one 5 MB tool
+name once made a 10 MB queue and a 10 MB ``get_extraction_payload``: every field of a
+record has a cap, applied when a record is written and again when it is read
+(``records.capped``), so a file written by anyone else is bounded too.
+"""
+
+from __future__ import annotations
+
+from thatch.frontend.identifiers import SESSION_ID_MAX
+
+MAX_RECORDS = 20
+ARG_STRING_LIMIT = 500
+OUTPUT_LIMIT = 2000
+PAYLOAD_OUTPUT_LIMIT = 500
+TOOL_NAME_LIMIT = 200  # host-prefixed tool names are well under 100 characters
+KEY_LIMIT = 100  # an argument's name
+ID_LIMIT = 200  # tool_use_id (hosts send ~40-character ids)
+ARG_ITEMS_LIMIT = 50  # entries kept per object or array inside args
+ARG_DEPTH_LIMIT = 8  # nesting kept inside args; deeper values become "…"
+ARGS_CHARS_LIMIT = 4000  # budget of one record's args (names and strings counted)
+TITLE_LIMIT = 200
+# One record is at most about the sum of its fields' limits (~7.5k characters), so a
+# queue of MAX_RECORDS stays under QUEUE_BYTES_LIMIT; reading never takes more than that
+# from the end of a file (a foreign or older file may be larger).
+RECORD_CHARS_LIMIT = (
+    TOOL_NAME_LIMIT + SESSION_ID_MAX + ARGS_CHARS_LIMIT + TITLE_LIMIT + OUTPUT_LIMIT + ID_LIMIT
+)
+QUEUE_BYTES_LIMIT = 4 * MAX_RECORDS * RECORD_CHARS_LIMIT  # UTF-8: up to 4 bytes a character
+LOCK_TIMEOUT_SECONDS = 2.0
+STALE_SECONDS = 7 * 24 * 3600
+# How long a handed-out snapshot keeps the extraction nudge quiet: an extractor that died
+# (host closed, sub-agent killed) must not strand its records; after this they nudge again.
+ACCEPTED_TTL_SECONDS = 600
+CLEANUP_INTERVAL_SECONDS = 24 * 3600
