@@ -222,7 +222,6 @@ def test_ordinary_prompt_prints_nothing(
     assert flush(env, payload, "--host", host)[0].startswith("[thatch] 1 tool interaction is")
 
 
-
 def test_short_prompts_never_reach_the_embedder(
     tmp_path: Path, project: Path, mock_embedder: EmbedderProcess
 ) -> None:
