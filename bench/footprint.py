@@ -238,11 +238,14 @@ def measure(body: dict[str, Any], text: str, hooks: list[list[tuple[str, str]]])
     block = found.group(0) if found else (inner if inner in text else "")
 
     def sent(pairs: list[tuple[str, str]], command: str) -> int:
-        # Each text once, where the host put it (a resumed history holds earlier ones too).
-        return sum(in_json(t) for c, t in pairs if c == command and t and t in text)
+        # As often as the host put it there: a resumed session may run the reminder again
+        # with the same text, and the history holds the earlier one.
+        texts = {t for c, t in pairs if c == command and t}
+        return sum(in_json(t) * text.count(t) for t in texts)
 
     current = hooks[-1] if hooks else []
     earlier = [pair for prompt in hooks[:-1] for pair in prompt]
+    this_prompt = sum(in_json(t) for c, t in current if c == "flush-tools" and t and t in text)
     return Measure(
         total=len(compact(body)),
         tools=len(compact(tools)),
@@ -252,8 +255,8 @@ def measure(body: dict[str, Any], text: str, hooks: list[list[tuple[str, str]]])
         block_raw=len(block),
         skills=sum(in_json(name) + in_json(about) for name, about in SKILLS if about in text),
         reminder=sent(current + earlier, "reminder"),
-        prompt_hook=sent(current, "flush-tools"),
-        history_hooks=sent(earlier, "flush-tools"),
+        prompt_hook=this_prompt,
+        history_hooks=sent(current + earlier, "flush-tools") - this_prompt,
     )
 
 
