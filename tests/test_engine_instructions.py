@@ -1,28 +1,21 @@
-"""The instruction block carries the engines' two sections (engines.md §7)."""
+"""The instruction block carries the engines' part (engines.md §7)."""
 
 from __future__ import annotations
 
 import re
 
 from thatch.frontend.setup.block import END
+from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
 from thatch.frontend.setup.instructions import BLOCK
 from thatch.frontend.tools.registry import SPECS_BY_NAME
 
 
-def test_block_has_both_engine_sections_naming_real_tools() -> None:
-    assert "\n## User decision model (predictions)\n" in BLOCK
-    assert "\n## Situational behaviors\n" in BLOCK
-    assert BLOCK.endswith(END) and BLOCK.index("## Situational behaviors") < BLOCK.index(END)
+def test_block_has_the_engines_part_naming_real_tools() -> None:
+    assert BLOCK.endswith(ENGINE_SECTIONS + END)
     named = set(re.findall(r"`((?:prediction|behavior)_[a-z]+)`", BLOCK))
-    assert named == {
-        "prediction_update",
-        "prediction_query",
-        "prediction_list",
-        "prediction_delete",
-        "behavior_feedback",
-        "behavior_codify",
-        "behavior_list",
-        "behavior_delete",
-    }
+    assert named == {"prediction_update", "behavior_feedback", "behavior_codify"}
     assert named <= set(SPECS_BY_NAME)
-    assert "[thatch] User decision model" in BLOCK and "[thatch] Situational behaviors" in BLOCK
+    assert "`[thatch] User decision model`" in BLOCK
+    assert "`[thatch] Situational behaviors`" in BLOCK
+    for rule in ("follow strong predictions", "ask about thin", "less thorough"):
+        assert rule in ENGINE_SECTIONS, rule

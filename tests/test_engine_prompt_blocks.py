@@ -36,12 +36,7 @@ PREDICTION_BLOCK = (
 BEHAVIOR_BLOCK = (
     f"[thatch] Situational behaviors\n- [0.50 conf, 0 tests] When {SIT}: consider {B}\n"
 )
-WRITE = (
-    "[thatch] After responding, check whether this turn taught you something durable "
-    "(project knowledge, a user preference, a correction). If so, save it with memory_remember."
-    " Tool not listed? Load it with ToolSearch"  # Claude's deferred tools
-    " (query: select:mcp__thatch__memory_remember).\n"
-)
+NOTHING = ""  # an ordinary prompt: no fixed save reminder (issue 22)
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +85,9 @@ def test_cold_path_blocks_from_one_embedding(env: dict[str, str], minilm: Embedd
     assert flush(env, TEST_PROMPT) == PREDICTION_BLOCK
     assert flush(env, MIGRATION_PROMPT) == BEHAVIOR_BLOCK
     assert minilm.info().requests_served == served + 2  # one Embed per prompt
-    assert flush(env, "please continue with the refactoring of the parser") == WRITE
+    assert flush(env, "please continue with the refactoring of the parser") == NOTHING
     # Thresholds come from the environment.
-    assert flush({**env, "THATCH_PREDICTION_THRESHOLD": "0.99"}, TEST_PROMPT) == WRITE
+    assert flush({**env, "THATCH_PREDICTION_THRESHOLD": "0.99"}, TEST_PROMPT) == NOTHING
 
 
 def test_recall_and_blocks_are_joined_in_order(env: dict[str, str]) -> None:
@@ -132,7 +127,7 @@ def test_three_spam_signals_stop_a_behavior_firing(env: dict[str, str]) -> None:
             )
             assert not graded.is_error, graded.text
     assert graded.text == f'[disconfirm] "{B}" confidence=0.31 (0/3)'
-    assert flush(env, MIGRATION_PROMPT) == WRITE
+    assert flush(env, MIGRATION_PROMPT) == NOTHING
 
 
 def test_warm_path_carries_the_blocks_and_embeds_once(

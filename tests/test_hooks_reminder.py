@@ -184,14 +184,13 @@ def test_every_text_names_tools_by_one_rule_per_host(host: str, prefix: str) -> 
     host: bare for Claude Code and Cursor, thatch_ for opencode (issue 12 §4)."""
     import re
 
-    from thatch.frontend.hooks.nudges import extraction_nudge, recall_nudge, write_nudge
+    from thatch.frontend.hooks.nudges import extraction_nudge, recall_nudge
     from thatch.frontend.hooks.reminder import reminder_text
     from thatch.frontend.tools.registry import SPECS_BY_NAME
 
     texts = [
         *(extraction_nudge(host, "sid-1", 2, missed) for missed in (0, 2, 3)),
         recall_nudge(host, ["L"]) or "",
-        write_nudge(host),
         reminder_text("acme", host, 'Store "acme": 1 memory not embedded yet.'),
     ]
     # Claude Code's load hints are the one place full names appear: ToolSearch selects by them.
@@ -227,7 +226,7 @@ def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
     import re
 
     from thatch.frontend.hooks.chat_notify import pointer
-    from thatch.frontend.hooks.nudges import extraction_nudge, recall_nudge, write_nudge
+    from thatch.frontend.hooks.nudges import extraction_nudge, recall_nudge
     from thatch.frontend.hooks.reminder import reminder_text
 
     extractor = {"get_extraction_payload", "memory_recall", "memory_remember", "extraction_done"}
@@ -242,7 +241,6 @@ def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
     for text in (
         recall_nudge("claude", ["L"]) or "",
         recall_nudge("claude", ["L", "M", "N"]) or "",
-        write_nudge("claude"),
         reminder_text("acme", "claude"),
         reminder_text("acme", "claude", 'Store "acme": 1 memory not embedded yet.'),
         pointer(1, ["bob"], "alice", "0123456789abcdef", "claude"),
@@ -251,4 +249,4 @@ def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
         assert loaded_by_hints(text) == named_tools(text), text
     for host in ("cursor", "opencode"):
         assert "ToolSearch" not in pointer(1, ["bob"], "alice", "0123456789abcdef", host)
-        assert "ToolSearch" not in write_nudge(host)
+        assert "ToolSearch" not in (recall_nudge(host, ["L"]) or "")

@@ -37,12 +37,7 @@ RECALL = (
     " Tool not listed? Load it with ToolSearch"  # Claude's deferred tools
     " (query: select:mcp__thatch__memory_recall).\n"
 )
-WRITE = (
-    "[thatch] After responding, check whether this turn taught you something durable "
-    "(project knowledge, a user preference, a correction). If so, save it with memory_remember."
-    " Tool not listed? Load it with ToolSearch"  # Claude's deferred tools
-    " (query: select:mcp__thatch__memory_remember).\n"
-)
+NOTHING = ""  # an ordinary prompt: no fixed save reminder (issue 22)
 
 
 @dataclass
@@ -174,7 +169,7 @@ def test_hook_recall_is_served_warm_and_records_nothing(served: Setup) -> None:
     with Store.open(served.db) as store:
         memory = store.show("myproject", LABEL)
     assert memory is not None and memory.recall_count == 0 and memory.last_recalled_at is None
-    assert flush(served.hook_env(THATCH_RECALL_THRESHOLD="0.99")) == WRITE  # threshold sent
+    assert flush(served.hook_env(THATCH_RECALL_THRESHOLD="0.99")) == NOTHING  # threshold sent
 
 
 def test_malformed_requests_get_one_error_line_and_serving_goes_on(served: Setup) -> None:
@@ -230,7 +225,7 @@ def test_stale_socket_replaced_live_one_kept_removed_on_exit(
         first.send_signal(signal.SIGTERM)
         assert first.wait(30) == 0
     assert not setup.scan.exists()
-    assert flush(setup.hook_env()) == WRITE  # cold path, and it cannot embed
+    assert flush(setup.hook_env()) == NOTHING  # cold path, and it cannot embed
 
 
 # -- in-process parts -----------------------------------------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from thatch.frontend.setup.block import BEGIN, END, analyse, has_marker, install
-from thatch.frontend.setup.instructions import BLOCK, BODY
+from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
+from thatch.frontend.setup.instructions import BLOCK, BLOCK_BUDGET, BODY, POINTER_BLOCK
 
 NEW = f"{BEGIN}\nnew\n{END}"
 LEGACY = (
@@ -82,24 +83,43 @@ def test_broken_forms_leave_file_untouched(text: str) -> None:
 
 
 def test_block_text_covers_spec_points() -> None:
-    """The shipped block names the prefixes, stores, nudges, durability and skills."""
+    """The shipped block names the prefixes, stores, writing rules and nudge framing."""
     for phrase in [
-        "mcp__thatch__",
+        "mcp__thatch__<name>",
         "thatch_<name>",
         "`global`",
-        "branch",
+        "`branch`",
         "memory_recall",
         "overwrite: true",
-        "Confidence",
-        "durability test",
+        "Durability test",
         "hashes",
-        "archived",
-        "thatch-dedup-classifier",
         '"Remember X"',
         '"Forget X"',
-        "extraction_done",
         "not requests from the user",
         "never instead of it",
     ]:
         assert phrase in BODY, phrase
     assert analyse(BLOCK + "\n").kind == "sentinel"
+
+
+def test_block_within_budget_with_every_section_on() -> None:
+    """Sent with every request: the whole block, markers and the engines' part included,
+    stays within 1,500 characters (issue 22)."""
+    assert ENGINE_SECTIONS in BLOCK
+    assert len(BLOCK) <= BLOCK_BUDGET == 1500
+    assert len(POINTER_BLOCK) <= len(BLOCK)
+
+
+def test_earlier_long_block_replaced_by_the_short_one() -> None:
+    """A block an earlier release wrote (several sections) is replaced whole on re-setup;
+    the user's text on both sides stays byte for byte."""
+    old = (
+        f"{BEGIN}\n# thatch — persistent memory\n\n## Stores\n- `global` ...\n\n"
+        f"## At session start\nBefore the first reply, recall ...\n\n"
+        f"## Situational behaviors\n- Grade every surfaced behavior ...\n{END}"
+    )
+    current = "# Our rules\n\nTabs.\n\n" + old + "\n\n## After\nkept\n"
+    updated, outcome, _ = install(current, BLOCK)
+    assert outcome == "written"
+    assert updated == "# Our rules\n\nTabs.\n\n" + BLOCK + "\n\n## After\nkept\n"
+    assert install(updated, BLOCK)[1] == "unchanged"

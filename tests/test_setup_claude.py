@@ -243,11 +243,8 @@ def test_cli_flag(
 
 def test_block_tells_how_to_load_deferred_tools() -> None:
     """Claude Code may defer MCP tools behind ToolSearch: the block says how to load them."""
-    assert 'ToolSearch` with the query\n"select:" and their full names' in BLOCK
-    assert (
-        '"select:mcp__thatch__store_list,mcp__thatch__memory_list,mcp__thatch__memory_recall"'
-        in BLOCK
-    )
+    assert '`ToolSearch`, query "select:<full names>"' in BLOCK
+    assert "`mcp__thatch__<name>`" in BLOCK
     assert BLOCK.startswith(BEGIN) and POINTER_BLOCK.endswith(END)
 
 

@@ -22,7 +22,6 @@ __all__ = [
     "extraction_nudge",
     "host_names",
     "recall_nudge",
-    "write_nudge",
 ]
 
 
@@ -198,15 +197,4 @@ def recall_nudge(host: str, labels: Sequence[str]) -> str | None:
         f"Use {recall} before responding. {RECALL_NUDGE_FRAME}",
         names,
         _MCP_NAMES.recall,
-    )
-
-
-def write_nudge(host: str) -> str:
-    names = host_names(host)
-    return _with_load(
-        "[thatch] After responding, check whether this turn taught you something durable "
-        "(project knowledge, a user preference, a correction). If so, save it with "
-        f"{names.remember}.",
-        names,
-        _MCP_NAMES.remember,
     )

@@ -251,10 +251,12 @@ def within_budget(extraction: str, prompt_aware: str | None, recall: str | None)
 
 def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
     """The nudges for this prompt: extraction (with the recall tier's text when both apply,
-    within the size budget), else recall, else the write nudge; None for a prompt no user
-    typed."""
-    from thatch.frontend.hooks.nudges import write_nudge
+    within the size budget), else recall; None when neither has anything to say, for a
+    prompt no user typed, and on failure.
 
+    No fixed text on an ordinary prompt (issue 22): it would cost every later request its
+    characters without telling the agent anything the instruction block does not.
+    """
     command = "flush-tools"
     prompt = hookio.first_string(payload, "prompt", "message", "text", "user_input", "input")
     if not_a_user_prompt(payload, prompt):
@@ -279,15 +281,15 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
                 report_failure(command, error)  # the extraction nudge still goes out
         if extraction:
             return within_budget(extraction, found[0], found[1])
-        if found[0]:
-            return found[0]
-    except Exception as error:  # any failure falls through to the write nudge
+        return found[0]
+    except Exception as error:
         report_failure(command, error)
-    return write_nudge(host)
+    return None
 
 
 def run_flush_tools(as_json: bool, host: str | None) -> None:
-    """Prompt hook: print one nudge (extraction, relevant memories, or save reminder)."""
+    """Prompt hook: print the nudges that apply (extraction, relevant memories, engine
+    blocks, unread chat), or nothing."""
 
     def body() -> str | None:
         payload = hookio.read_payload("flush-tools")

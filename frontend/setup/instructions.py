@@ -1,5 +1,13 @@
 """The instruction block setup puts into CLAUDE.md / AGENTS.md (docs/hooks.md §instruction-block).
 
+It is sent with every request the agent makes, so it says only what changes the agent's
+behaviour and stays within ``BLOCK_BUDGET`` characters with every section on. What a tool
+call needs (confidence scale, ``archived``) is in the tool descriptions; what only a
+moment needs is said at that moment: the session-start reminder (load what exists), the
+nudges (their own load hint), the skills (extraction, duplicates, archiving, priming).
+Tool names appear as few times as possible: the verbs "recall", "save" and "forget"
+stand for the memory tools.
+
 Host-neutral on purpose: Claude Code, Cursor and opencode read the same text, so tools
 are named bare and the prefix rule is stated once.
 
@@ -14,72 +22,26 @@ from __future__ import annotations
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
 
+# Characters, markers included (issue 22: memory tools are chosen by what they cost).
+BLOCK_BUDGET = 1500
+
 BODY = """\
 # thatch — persistent memory
 
-thatch keeps what you learn in a memory store that outlives this session. Its tools are
-named bare below; your host adds a prefix: `mcp__thatch__<name>` in Claude Code and
-Cursor (e.g. `mcp__thatch__memory_recall`), `thatch_<name>` in opencode
-(e.g. `thatch_memory_recall`).
+Tool names below are bare: `mcp__thatch__<name>` in Claude Code and Cursor,
+`thatch_<name>` in opencode. Not listed? Load them with your tool search (Claude Code:
+`ToolSearch`, query "select:<full names>").
 
-If the thatch tools are not in your tool list, your host may be deferring them: load the
-ones you need with its tool search first (in Claude Code: `ToolSearch` with the query
-"select:" and their full names, comma-separated, e.g.
-"select:mcp__thatch__store_list,mcp__thatch__memory_list,mcp__thatch__memory_recall"), then
-call them. Only when that search finds none is thatch unavailable in this session.
-
-## Stores
-- `global` holds what is true everywhere: the user's preferences and working style,
-  personality, and their machine and environment.
-- The project store is detected from the git remote (`owner/repo`) and is the default when
-  you omit `store`. Put architecture, conventions, commands and gotchas there.
-- Pass `branch` to scope a memory to a git branch when it only holds on that branch.
-
-## At session start
-Before the first reply, recall the user's preferences, the project's architecture and
-conventions, and (off the main branch) notes for the current branch: `store_list` and
-`memory_list` show what exists, `memory_recall` fetches it. Before working in an area of
-the code you have not touched this session, `memory_recall` that area first.
-
-## When to write
-- One clear signal is enough: a correction, a stated preference, a fact you had to dig
-  for. Do not wait for the user to repeat it.
-- After multi-step tool work (debugging, exploring, setting something up), recall to
-  check for an existing memory on the topic, then save what you learned before you
-  write your answer.
-- "Remember X" means save X now. "Forget X" means `memory_recall` to find the memory,
-  then `memory_forget` it.
-
-## Extraction nudges
-Messages starting with `[thatch]` that say tool interactions are queued for fact
-extraction are automated system messages, not requests from the user. Dispatch the
-background sub-agent or task exactly as the nudge says, acknowledge with
-`extraction_done`, and answer the user's prompt as you would have: extraction runs
-alongside your answer, never instead of it.
-
-## How to write
-- One topic per memory, written for a reader with zero context: name files, commands
-  and reasons in full sentences.
-- To update a memory, save under the same label with `overwrite: true` instead of
-  creating a near-copy.
-- Confidence: 1–3 a weak or single hint, 5–6 moderate evidence, 7–8 strong evidence,
-  9 stated by the user, 10 a hard constraint.
-
-## The durability test
-Save only what will still be true and useful in a later session. Do not save
-point-in-time values (counts, versions you just saw, today's status), commit hashes,
-narratives of what happened on a branch, facts anyone can re-derive in seconds from the
-code, or anything already in this instruction file or the project's docs.
-
-## Archiving and branches
-Archive memories that are no longer current but worth keeping for history, rather than
-deleting them. When a branch is merged or deleted, fold its branch-scoped memories into
-one archived memory and forget the rest. Updating an archived memory requires passing
-`archived` (true keeps it archived, false restores it).
-
-## Duplicates
-When `memory_remember` warns about similar memories, or `find_duplicates` reports
-clusters, follow the `thatch-dedup-classifier` skill to merge or mark them.
+- `global` holds the user's preferences and environment; the project store (the default)
+  architecture, conventions, commands, gotchas; pass `branch` for branch-only facts.
+- Before working in an area new to this session, recall it (`memory_recall`).
+- Save on one clear signal (a correction, a stated preference, a fact you dug for): one
+  topic per memory, self-contained; to update, reuse its label with `overwrite: true`.
+  "Remember X": save now. "Forget X": recall it, then forget it.
+- Durability test: save only what stays true; no counts, versions, hashes, branch
+  stories, nor what the code or docs already say.
+- `[thatch]` messages are automated, not requests from the user: do what they ask
+  alongside your answer, never instead of it.
 """
 
 BLOCK = f"{BEGIN}\n{BODY}{ENGINE_SECTIONS}{END}"
