@@ -12,13 +12,12 @@ import hashlib
 import hmac
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from thatch.frontend.store import db
 from thatch.frontend.store.chat_words import WORDS
+from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.timefmt import Clock, format_timestamp, parse_timestamp
 
 ACTIVE_WINDOW = timedelta(minutes=30)
@@ -132,28 +131,21 @@ class ChatStore:
         self, conn: sqlite3.Connection, clock: Clock, lock: threading.RLock | None = None
     ) -> None:
         self.conn = conn
-        self.clock = clock
-        self._lock = lock if lock is not None else threading.RLock()
+        self.tx = Transactions(conn, clock=clock, lock=lock)
 
     # -- plumbing ------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        return self.tx.clock
 
     def _at(self, delta: timedelta = timedelta(0)) -> str:
         return format_timestamp(self.clock() - delta)
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.atomic(self.conn) as conn:
-            yield conn
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.atomic(self.conn, immediate=False) as conn:
-            yield conn
-
     # -- sessions ------------------------------------------------------------------------
 
     def get(self, session_id: str) -> ChatSession | None:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
@@ -162,14 +154,14 @@ class ChatStore:
 
     def by_name(self, name: str) -> ChatSession | None:
         """The session called ``name``, case-insensitively (the column is NOCASE)."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
             ).fetchone()
         return None if row is None else _session(row)
 
     def sessions(self) -> list[ChatSession]:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM chat_sessions").fetchall()
         return [_session(row) for row in rows]
 
@@ -233,7 +225,7 @@ class ChatStore:
         An existing row keeps its name; project and worktree follow the session. ``key``
         (``host_key``) binds the identity: the tools accept it only with that key.
         """
-        with self._write() as conn:
+        with self.tx.write() as conn:
             left = conn.execute(
                 "SELECT left_at FROM chat_leave_tombstones WHERE session_id = ?", (session_id,)
             ).fetchone()
@@ -269,7 +261,7 @@ class ChatStore:
         import uuid  # ~3 ms: only servers need it, never a hook
 
         session_id = "srv_" + str(uuid.uuid4())
-        with self._write() as conn:
+        with self.tx.write() as conn:
             self._insert(
                 conn,
                 session_id,
@@ -289,7 +281,7 @@ class ChatStore:
     def ensure_person(self, session_id: str, *, project: str, worktree: str) -> ChatSession:
         """The identity a person sends under from the CLI: ``person-<NNNNN>`` (a base
         outside the 64 words, so no agent's name can look like it), ``host_kind`` person."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             updated = conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
                 (self._at(), session_id),
@@ -316,12 +308,12 @@ class ChatStore:
         """The chat key of a host session: HMAC of its host id under this database's
         secret. Only the session's own hooks are handed its host id, so only they can
         print the key; the database keeps a hash of it, never the key."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute("SELECT salt FROM chat_secret WHERE id = 1").fetchone()
         if row is None:  # the migration writes it; a row deleted by hand is made again
             import secrets
 
-            with self._write() as conn:
+            with self.tx.write() as conn:
                 conn.execute(
                     "INSERT OR IGNORE INTO chat_secret (id, salt) VALUES (1, ?)",
                     (secrets.token_hex(32),),
@@ -342,21 +334,21 @@ class ChatStore:
 
     def holds(self, session_id: str, key: str) -> bool:
         """Whether ``key`` is the key ``session_id`` is bound to (none bound: never)."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
                 "SELECT key_hash FROM chat_keys WHERE session_id = ?", (session_id,)
             ).fetchone()
         return row is not None and hmac.compare_digest(str(row[0]), key_hash(key))
 
     def touch(self, session_id: str) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
                 (self._at(), session_id),
             )
 
     def set_topic(self, session_id: str, topic: str | None) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "UPDATE chat_sessions SET topic = ?, last_seen = ? WHERE session_id = ?",
                 (topic, self._at(), session_id),
@@ -364,7 +356,7 @@ class ChatStore:
 
     def unregister(self, session_id: str) -> None:
         """Delete the row and leave a tombstone; its messages stay."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute("DELETE FROM chat_sessions WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM chat_keys WHERE session_id = ?", (session_id,))
             conn.execute(
@@ -383,7 +375,7 @@ class ChatStore:
         the once-a-day stamp is written (in the same transaction, so concurrent reminders
         share the work) only by the step that finds nothing more to delete.
         """
-        with self._write() as conn:
+        with self.tx.write() as conn:
             last = conn.execute("SELECT at FROM chat_upkeep WHERE task = ?", (task,)).fetchone()
             if last is not None and str(last[0]) > self._at(PRUNE_EVERY):
                 return False
@@ -438,7 +430,7 @@ class ChatStore:
     def send(self, from_session: str, to_session: str, parts: Sequence[str]) -> bool:
         """Store ``parts`` as consecutive messages in one transaction; False when an
         identical unread copy to the same recipient is under 10 s old (a retry)."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             duplicate = all(
                 conn.execute(
                     "SELECT 1 FROM chat_messages WHERE from_session = ? AND to_session = ? "
@@ -460,7 +452,7 @@ class ChatStore:
     def broadcast(
         self, from_session: str, to_sessions: Sequence[str], parts: Sequence[str]
     ) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             for to_session in to_sessions:
                 self._insert_parts(conn, from_session, to_session, parts, broadcast=True)
 
@@ -484,7 +476,7 @@ class ChatStore:
         )
 
     def unread_count(self, session_id: str) -> int:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             (count,) = conn.execute(
                 "SELECT count(*) FROM chat_messages WHERE to_session = ? AND read_at IS NULL",
                 (session_id,),
@@ -509,7 +501,7 @@ class ChatStore:
         args: tuple[object, ...] = (session_id, READ_BATCH)
         if prefix is not None:
             args = (prefix, *args)
-        with self._write() as conn:
+        with self.tx.write() as conn:
             rows = conn.execute(
                 f"SELECT {columns} FROM {_MESSAGE_FROM} "
                 "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id LIMIT ?",
@@ -532,14 +524,14 @@ class ChatStore:
         return page, int(left)
 
     def message(self, message_id: int) -> ChatMessage | None:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id = ?", (message_id,)
             ).fetchone()
         return None if row is None else _message(row)
 
     def mark_read(self, message_id: int) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "UPDATE chat_messages SET read_at = ? WHERE id = ? AND read_at IS NULL",
                 (self._at(), message_id),
@@ -555,7 +547,7 @@ class ChatStore:
         Due: unread messages not delivered in the last 15 minutes, and fewer than 6 wakes
         in the last hour. Stamps those messages' ``delivered_at`` and records the wake.
         """
-        with self._write() as conn:
+        with self.tx.write() as conn:
             now = self._at()
             conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
@@ -588,7 +580,7 @@ class ChatStore:
 
     def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]:
         """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             if limit is None:
                 rows = conn.execute(
                     f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? ORDER BY m.id",
@@ -604,7 +596,7 @@ class ChatStore:
         return [_message(row) for row in rows]
 
     def unread_ids(self) -> set[int]:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             return {
                 int(row[0])
                 for row in conn.execute("SELECT id FROM chat_messages WHERE read_at IS NULL")
@@ -613,7 +605,7 @@ class ChatStore:
     def read_among(self, ids: Sequence[int]) -> list[ChatMessage]:
         """Those of ``ids`` that are read now, in read order (a tail's read events)."""
         found: list[ChatMessage] = []
-        with self._read() as conn:
+        with self.tx.read() as conn:
             for start in range(0, len(ids), 500):
                 chunk = list(ids[start : start + 500])
                 marks = ", ".join("?" * len(chunk))
@@ -629,7 +621,7 @@ class ChatStore:
 
     def names(self) -> dict[str, str]:
         """session id → name, for showing message endpoints."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             return {
                 str(sid): str(name)
                 for sid, name in conn.execute("SELECT session_id, name FROM chat_sessions")

@@ -17,18 +17,17 @@ import math
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from thatch.frontend.errors import InvalidInputError
-from thatch.frontend.store import db
 from thatch.frontend.store.rows import USABLE, store_list, store_name
+from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, decode, encode
-from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.frontend.timefmt import Clock, utc_now
 
 # engines.md §2
 K = 5.0
@@ -259,33 +258,19 @@ class EngineStore:
     ) -> None:
         self.conn = conn
         self.engine = engine
-        self.clock = clock
-        self._lock = lock if lock is not None else threading.RLock()
-
-    def _now(self) -> str:
-        return format_timestamp(self.clock())
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.atomic(self.conn) as conn:
-            yield conn
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.atomic(self.conn, immediate=False) as conn:
-            yield conn
+        self.tx = Transactions(conn, clock=clock, lock=lock)
 
     # -- reads -----------------------------------------------------------------------------
 
     def item(self, item_id: str) -> Item | None:
-        with self._lock:
+        with self.tx.lock:
             row = self.conn.execute(
                 f"SELECT {_ITEM_COLUMNS} FROM {self.engine.items} WHERE id = ?", (item_id,)
             ).fetchone()
         return None if row is None else _item(row)
 
     def count(self, stores: Sequence[str] | None = None) -> int:
-        with self._lock:
+        with self.tx.lock:
             if stores is None:
                 return int(
                     self.conn.execute(f"SELECT count(*) FROM {self.engine.items}").fetchone()[0]
@@ -303,7 +288,7 @@ class EngineStore:
     ) -> tuple[Item, float] | None:
         """The item of ``stores`` most similar to ``vector`` at cosine ≥ threshold, or None."""
         query = as_vector(vector)
-        with self._read() as conn:
+        with self.tx.read() as conn:
             return self._nearest_item(conn, store_list(stores), query, threshold)
 
     def _nearest_item(
@@ -352,7 +337,7 @@ class EngineStore:
         """
         query = as_vector(vector)
         names = store_list(stores)
-        with self._read() as conn:
+        with self.tx.read() as conn:
             rows = conn.execute(
                 f"SELECT id, store, description, embedding FROM {self.engine.matchers} "
                 f"WHERE store IN ({_in(names)})",
@@ -390,7 +375,7 @@ class EngineStore:
         names = store_list(stores)
         engine = self.engine
         out: list[Listed] = []
-        with self._read() as conn:
+        with self.tx.read() as conn:
             rows = conn.execute(
                 f"SELECT {_ITEM_COLUMNS} FROM {engine.items} WHERE store IN ({_in(names)}) "
                 "ORDER BY confidence DESC, statement, id",
@@ -421,7 +406,7 @@ class EngineStore:
 
     def stamped(self, store: str, marker: str) -> list[Item]:
         """Items of ``store`` whose rationale contains ``marker`` (the seed stamps)."""
-        with self._lock:
+        with self.tx.lock:
             rows = self.conn.execute(
                 f"SELECT {_ITEM_COLUMNS} FROM {self.engine.items} "
                 "WHERE store = ? AND instr(rationale, ?) > 0 ORDER BY created_at, id",
@@ -524,8 +509,8 @@ class EngineStore:
                 raise InvalidInputError(f"{self.engine.name} texts must be non-empty strings")
         m_blob, s_blob = encode(matcher_vector), encode(statement_vector)
         m_query, s_query = as_vector(matcher_vector), as_vector(statement_vector)
-        now = self._now()
-        with self._write() as conn:
+        now = self.tx.now()
+        with self.tx.write() as conn:
             conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
             near = self._nearest_matcher(conn, store, m_query, DEDUP_THRESHOLD)
             found = near[0] if near else self._new_matcher(conn, store, matcher, m_blob, model, now)
@@ -548,8 +533,8 @@ class EngineStore:
         """Apply ``signal`` to one item (its counts, confidence and a provenance row) in one
         transaction; None when the item is gone."""
         self._check_signal(signal)
-        now = self._now()
-        with self._write() as conn:
+        now = self.tx.now()
+        with self.tx.write() as conn:
             if (
                 conn.execute(
                     f"SELECT 1 FROM {self.engine.items} WHERE id = ?", (item_id,)
@@ -572,8 +557,8 @@ class EngineStore:
         self._check_signal(signal)
         query = as_vector(vector)
         names = store_list(stores)
-        now = self._now()
-        with self._write() as conn:
+        now = self.tx.now()
+        with self.tx.write() as conn:
             near = self._nearest_item(conn, names, query, threshold)
             if near is None:
                 return None
@@ -595,7 +580,7 @@ class EngineStore:
         """
         query = as_vector(vector)
         names = store_list(stores)
-        with self._write() as conn:
+        with self.tx.write() as conn:
             near = self._nearest_item(conn, names, query, threshold)
             if near is None:
                 return None
@@ -604,7 +589,7 @@ class EngineStore:
     def delete(
         self, item_id: str, *, switch_off: Callable[[Item], str | None] | None = None
     ) -> Item | None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             row = conn.execute(
                 f"SELECT {_ITEM_COLUMNS} FROM {self.engine.items} WHERE id = ?", (item_id,)
             ).fetchone()
@@ -612,13 +597,13 @@ class EngineStore:
 
     def defaults_off(self) -> set[str]:
         """The keys of the defaults switched off."""
-        with self._lock:
+        with self.tx.lock:
             rows = self.conn.execute("SELECT key FROM thatch_defaults_off").fetchall()
         return {str(row[0]) for row in rows}
 
     def switch_default(self, key: str, *, on: bool) -> bool:
         """Record the default ``key`` as switched on or off; True when that changed."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             if on:
                 return (
                     conn.execute("DELETE FROM thatch_defaults_off WHERE key = ?", (key,)).rowcount
@@ -627,7 +612,7 @@ class EngineStore:
             return (
                 conn.execute(
                     "INSERT OR IGNORE INTO thatch_defaults_off (key, at) VALUES (?, ?)",
-                    (key, self._now()),
+                    (key, self.tx.now()),
                 ).rowcount
                 > 0
             )
@@ -643,7 +628,7 @@ class EngineStore:
         if key is not None:
             conn.execute(
                 "INSERT OR IGNORE INTO thatch_defaults_off (key, at) VALUES (?, ?)",
-                (key, self._now()),
+                (key, self.tx.now()),
             )
         linked = [
             row[0]
@@ -673,8 +658,8 @@ class EngineStore:
         s_blob, m_blob = encode(plan.statement_vector), encode(plan.situation_vector)
         m_query = as_vector(plan.situation_vector)
         engine = self.engine
-        now = self._now()
-        with self._write() as conn:
+        now = self.tx.now()
+        with self.tx.write() as conn:
             conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
             if plan.existing is None:
                 if (
@@ -767,7 +752,7 @@ class EngineStore:
     def embedding_counts(self, active_model: str) -> tuple[int, int]:
         """(rows embedded with another model, rows not embedded) over matchers and items."""
         other = pending = 0
-        with self._lock:
+        with self.tx.lock:
             for table in (self.engine.matchers, self.engine.items):
                 row = self.conn.execute(
                     f"SELECT count(*) FILTER (WHERE {USABLE} AND model IS NOT ?), "
@@ -794,7 +779,7 @@ class EngineStore:
             if store is not None:
                 clause += " AND store = ?"
                 params.append(store)
-            with self._lock:
+            with self.tx.lock:
                 rows = self.conn.execute(
                     f"SELECT id, {column} FROM {table} WHERE {clause} ORDER BY id", params
                 ).fetchall()
@@ -807,7 +792,7 @@ class EngineStore:
             raise InvalidInputError(f"not a table of the {self.engine.name} engine: {table}")
         column = "description" if table == self.engine.matchers else "statement"
         blob = encode(vector)
-        with self._write() as conn:
+        with self.tx.write() as conn:
             changed = conn.execute(
                 f"UPDATE {table} SET embedding = ?, model = ? WHERE id = ? AND {column} = ?",
                 (blob, model, row_id, text),

@@ -54,10 +54,11 @@ from thatch.frontend.store.rows import (
 )
 from thatch.frontend.store.schema import init_schema, run_backfills
 from thatch.frontend.store.slugs import slugify
+from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.upkeep import UpkeepQueries
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity
 from thatch.frontend.store.vectors import as_vector, encode
-from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.frontend.timefmt import Clock, utc_now
 
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
 
@@ -105,9 +106,9 @@ class Store(UpkeepQueries):
         ``BUILDS_INDEXES``); ``fill_now=False`` leaves pending backfills to ``fill_backlog``
         (``thatch mcp`` runs it on a thread, so that its first answer does not wait)."""
         self.conn = conn
+        self.tx = Transactions(conn, clock=clock)
         self._writes_snapshots = write_snapshots
-        self.clock = clock
-        self._lock = threading.RLock()
+        self._lock = self.tx.lock
         self._snapshot_writer: threading.Thread | None = None
         self._owns_conn = False
         db.configure(conn)
@@ -195,10 +196,18 @@ class Store(UpkeepQueries):
     @property
     def lock(self) -> threading.RLock:
         """The lock serialising this connection's users (the engine and chat stores share it)."""
-        return self._lock
+        return self.tx.lock
+
+    @property
+    def clock(self) -> Clock:
+        return self.tx.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.tx.clock = clock
 
     def _now(self) -> str:
-        return format_timestamp(self.clock())
+        return self.tx.now()
 
     def _file_path(self) -> Path | None:
         for row in self.conn.execute("PRAGMA database_list"):
@@ -207,39 +216,19 @@ class Store(UpkeepQueries):
         return None
 
     @contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; ``durable=False`` skips its fsync (recall counts only).
-
-        In WAL mode ``synchronous = NORMAL`` still never corrupts the file; a power cut may
-        lose the last such commits, harmless for statistics and ~1 ms off every recall.
-        Memories are always written with the connection's own (FULL) setting.
-        """
-        if durable:
-            with db.atomic(self.conn) as conn:
-                yield conn
-            return
-        (level,) = self.conn.execute("PRAGMA synchronous").fetchone()
-        self.conn.execute("PRAGMA synchronous = NORMAL")
-        try:
-            with db.atomic(self.conn) as conn:
-                yield conn
-        finally:
-            self.conn.execute(f"PRAGMA synchronous = {int(level)}")
-
-    @contextmanager
     def _own_write(self, store: str) -> Iterator[OwnWrite]:
-        """``_write`` for changes to entries of ``store`` that this process's cache may take
+        """``tx.write`` for changes to entries of ``store`` that this process's cache may take
         in directly once committed (``MatrixCache.apply_own``): the recall that follows a
         remember then reads no change log. Rows the block reports with ``wrote`` are put
         into the cached matrix after the commit; without a cached matrix, inside a caller's
-        transaction (which may still roll back) or untracked, it is a plain ``_write``."""
+        transaction (which may still roll back) or untracked, it is a plain ``tx.write``."""
         direct = (
             self._tracked
             and isinstance(store, str)  # forget takes names unchecked: SQLite refuses others
             and not self.conn.in_transaction
             and self._cache.holds(store)
         )
-        with self._write() as conn:
+        with self.tx.write() as conn:
             own = OwnWrite(conn, log_position(conn, store) if direct else None)
             yield own
             after = log_position(conn, store) if own.rows and own.before is not None else None
@@ -295,7 +284,7 @@ class Store(UpkeepQueries):
         if nested:
             self._cache.clear()
         try:
-            with db.atomic(self.conn, immediate=False) as conn:
+            with self.tx.read() as conn:
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                 yield conn
             if not nested:
@@ -472,7 +461,7 @@ class Store(UpkeepQueries):
                 f"unknown verdict {status!r}; expected one of: {', '.join(VERDICTS)}"
             )
         first, second = sorted((slug_a, slug_b))
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO dedup_pairs (store, slug_a, slug_b, status, checked_at) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -639,7 +628,7 @@ class Store(UpkeepQueries):
         if not matches:
             return
         now = self._now() if at is None else at
-        with self._write(durable=False) as conn:
+        with self.tx.write(durable=False) as conn:
             conn.executemany(
                 "UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ? "
                 "WHERE slug = ? AND store = ?",
@@ -668,7 +657,7 @@ class Store(UpkeepQueries):
             matrix = self._matrix(name)
             seq = matrix.seq
             candidates = duplicates.screen(matrix, slugs)
-        with self._write(durable=False) as conn:
+        with self.tx.write(durable=False) as conn:
             return duplicates.record(conn, name, seq, slugs, candidates)
 
     @locked
