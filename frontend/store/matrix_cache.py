@@ -32,13 +32,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from thatch.frontend.store.changelog import (
+    CHANGES_KEPT,
+    LogPosition,
+    changed_slugs,
+    log_bounds,
+    store_version,
+)
 from thatch.frontend.store.rows import USABLE
-from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE, VERSIONS_TABLE
 from thatch.frontend.store.vector_snapshot import (
     DatabaseIdentity,
     Fingerprint,
@@ -297,22 +302,6 @@ def load_matrix(conn: sqlite3.Connection, store: str) -> StoreMatrix:
     return matrix
 
 
-class LogPosition(NamedTuple):
-    """A store's change counter and the change log's last sequence number, read together."""
-
-    version: int
-    seq: int
-
-
-def log_position(conn: sqlite3.Connection, store: str) -> LogPosition:
-    version, seq = conn.execute(
-        f"SELECT (SELECT version FROM {VERSIONS_TABLE} WHERE store = ?), "
-        f"(SELECT max(seq) FROM {CHANGES_TABLE})",
-        (store,),
-    ).fetchone()
-    return LogPosition(int(version or 0), int(seq or 0))
-
-
 # A row as a write left it: (slug, embedding BLOB or None when gone, archived, branch).
 WrittenRow = tuple[str, bytes | None, object, str | None]
 
@@ -352,20 +341,15 @@ class MatrixCache:
     def _get(
         self, conn: sqlite3.Connection, store: str, load: Callable[[str], StoreMatrix]
     ) -> StoreMatrix:
-        row = conn.execute(
-            f"SELECT version FROM {VERSIONS_TABLE} WHERE store = ?", (store,)
-        ).fetchone()
-        version = int(row[0]) if row else 0
+        version = store_version(conn, store)
         cached = self._matrices.get(store)
         if cached is not None and not cached.intact():
             self._forget(store)
             cached = None
         if cached is not None and cached.version == version:
             return cached
-        low, high = conn.execute(
-            f"SELECT (SELECT min(seq) FROM {CHANGES_TABLE}), (SELECT max(seq) FROM {CHANGES_TABLE})"
-        ).fetchone()
-        high = int(high or 0)
+        low, last = log_bounds(conn)
+        high = int(last or 0)
         if cached is not None and _catch_up(conn, cached, store, low, high):
             cached.version = version
             self._note_drift(conn, store, cached)
@@ -539,13 +523,7 @@ def _catch_up(
         return False  # the log went backwards: not the file this matrix was read from
     if high > matrix.seq and (low is None or low > matrix.seq + 1):
         return False  # entries after matrix.seq were pruned
-    slugs = [
-        row[0]
-        for row in conn.execute(
-            f"SELECT DISTINCT slug FROM {CHANGES_TABLE} WHERE store = ? AND seq > ?",
-            (store, matrix.seq),
-        )
-    ]
+    slugs = changed_slugs(conn, store, matrix.seq)
     if len(slugs) > max(INCREMENTAL_MIN, matrix.size // INCREMENTAL_SHARE):
         return False
     for slug in slugs:

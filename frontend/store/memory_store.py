@@ -22,9 +22,9 @@ import numpy.typing as npt
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.store import backfill, db, duplicates, lexical
+from thatch.frontend.store.changelog import LogPosition, log_position
 from thatch.frontend.store.matrix_cache import (
     DimGroup,
-    LogPosition,
     MatrixCache,
     SnapshotPlace,
     StoreMatrix,
@@ -33,7 +33,6 @@ from thatch.frontend.store.matrix_cache import (
     exact_scores,
     fused_candidates,
     load_matrix,
-    log_position,
     top_candidates,
 )
 from thatch.frontend.store.memory import (
