@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from thatch.frontend.store.changelog import changed_slugs, log_bounds
-from thatch.frontend.store.matrix_cache import SCREEN_MARGIN, StoreMatrix, pair_scores
+from thatch.frontend.store.matrix import StoreMatrix
 from thatch.frontend.store.memory import DuplicatePair
 from thatch.frontend.store.migrations.duplicates import DUP_PAIRS_TABLE, DUP_SCANNED_TABLE
 from thatch.frontend.store.rows import USABLE
+from thatch.frontend.store.scoring import SCREEN_MARGIN, pair_scores
 
 __all__ = [
     "CHUNK_ROWS",

@@ -23,18 +23,8 @@ import numpy.typing as npt
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.store import backfill, db, duplicates, lexical
 from thatch.frontend.store.changelog import LogPosition, log_position
-from thatch.frontend.store.matrix_cache import (
-    DimGroup,
-    MatrixCache,
-    SnapshotPlace,
-    StoreMatrix,
-    WrittenRow,
-    candidates_above,
-    exact_scores,
-    fused_candidates,
-    load_matrix,
-    top_candidates,
-)
+from thatch.frontend.store.matrix import DimGroup, StoreMatrix, load_matrix
+from thatch.frontend.store.matrix_cache import MatrixCache, SnapshotPlace, WrittenRow
 from thatch.frontend.store.memory import (
     DUPLICATE_THRESHOLD,
     VERDICTS,
@@ -52,6 +42,12 @@ from thatch.frontend.store.rows import (
     threshold_value,
 )
 from thatch.frontend.store.schema import init_schema, run_backfills
+from thatch.frontend.store.scoring import (
+    candidates_above,
+    exact_scores,
+    fused_candidates,
+    top_candidates,
+)
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.upkeep import UpkeepQueries
