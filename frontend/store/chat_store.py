@@ -13,14 +13,25 @@ import hmac
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import NamedTuple
+from datetime import timedelta
 
-from thatch.frontend.store.chat_words import WORDS
+from thatch.frontend.store.chat_rows import (
+    ACTIVE_WINDOW,
+    MESSAGE_COLUMNS,
+    MESSAGE_FROM,
+    SESSION_COLUMNS,
+    ChatMessage,
+    ChatSession,
+    host_session_key,
+    key_hash,
+    message_from_row,
+    name_word,
+    session_from_row,
+)
+from thatch.frontend.store.chat_tail import ChatTail
 from thatch.frontend.store.transactions import Transactions
-from thatch.frontend.timefmt import Clock, format_timestamp, parse_timestamp
+from thatch.frontend.timefmt import Clock, format_timestamp
 
-ACTIVE_WINDOW = timedelta(minutes=30)
 TOMBSTONE_KEPT = timedelta(days=7)
 AUTO_ROW_KEPT = timedelta(days=7)
 PRUNE_EVERY = timedelta(days=1)
@@ -35,96 +46,22 @@ MESSAGE_KEPT = timedelta(days=30)  # retention of chat_messages, read or not
 MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
 PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
 
-_SESSION_COLUMNS = (
-    "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
-)
-_MESSAGE_COLUMNS = (
-    "m.id, m.from_session, m.to_session, m.body, m.created_at, m.delivered_at, m.read_at, "
-    "m.via_broadcast, s.name, length(m.body)"
-)
-_MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
+# The rows are defined in chat_rows and named here too: callers import the store and its
+# rows from one place.
+__all__ = [
+    "ACTIVE_WINDOW",
+    "MESSAGES_KEPT",
+    "PERSON",
+    "ChatMessage",
+    "ChatSession",
+    "ChatStore",
+    "host_session_key",
+    "key_hash",
+    "name_word",
+]
 
 
-# NamedTuples, not dataclasses: the prompt hooks import this module, and dataclasses
-# (with inspect) would cost them ~6 ms a prompt.
-class ChatSession(NamedTuple):
-    session_id: str
-    name: str
-    topic: str | None
-    project: str | None
-    host_kind: str
-    registered_at: str
-    last_seen: str
-    auto: bool
-    worktree: str
-
-    def is_active(self, now: datetime) -> bool:
-        try:
-            seen = parse_timestamp(self.last_seen)
-        except ValueError:  # written by something else: not a sign of life
-            return False
-        return now - seen <= ACTIVE_WINDOW
-
-
-class ChatMessage(NamedTuple):
-    id: int
-    from_session: str
-    to_session: str
-    body: str
-    created_at: str
-    delivered_at: str | None
-    read_at: str | None
-    via_broadcast: bool
-    from_name: str | None  # None: the sender has left (shown as "unknown")
-    length: int  # of the whole body; ``body`` may be a prefix of it (a read page)
-
-
-def host_session_key(host_session: str) -> str:
-    """The row key of a host session (Claude session_id, Cursor conversation_id, ...)."""
-    return "mcp_" + hashlib.sha256(host_session.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
-
-def key_hash(key: str) -> str:
-    """What the database keeps of a chat key: never the key itself."""
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def name_word(session_id: str) -> str:
-    """The word a session's name starts with: fixed by its row key."""
-    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return WORDS[int(digest, 16) % len(WORDS)]
-
-
-def _session(row: Sequence[object]) -> ChatSession:
-    return ChatSession(
-        session_id=str(row[0]),
-        name=str(row[1]),
-        topic=None if row[2] is None else str(row[2]),
-        project=None if row[3] is None else str(row[3]),
-        host_kind=str(row[4]),
-        registered_at=str(row[5]),
-        last_seen=str(row[6]),
-        auto=bool(row[7]),
-        worktree=str(row[8] or ""),
-    )
-
-
-def _message(row: Sequence[object]) -> ChatMessage:
-    return ChatMessage(
-        id=int(row[0]),  # type: ignore[call-overload]
-        from_session=str(row[1]),
-        to_session=str(row[2]),
-        body=str(row[3]),
-        created_at=str(row[4]),
-        delivered_at=None if row[5] is None else str(row[5]),
-        read_at=None if row[6] is None else str(row[6]),
-        via_broadcast=bool(row[7]),
-        from_name=None if row[8] is None else str(row[8]),
-        length=int(row[9]),  # type: ignore[call-overload]
-    )
-
-
-class ChatStore:
+class ChatStore(ChatTail):
     """Chat queries over one connection; ``lock`` serialises threads sharing it."""
 
     def __init__(
@@ -147,23 +84,23 @@ class ChatStore:
     def get(self, session_id: str) -> ChatSession | None:
         with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return None if row is None else _session(row)
+        return None if row is None else session_from_row(row)
 
     def by_name(self, name: str) -> ChatSession | None:
         """The session called ``name``, case-insensitively (the column is NOCASE)."""
         with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
             ).fetchone()
-        return None if row is None else _session(row)
+        return None if row is None else session_from_row(row)
 
     def sessions(self) -> list[ChatSession]:
         with self.tx.read() as conn:
-            rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM chat_sessions").fetchall()
-        return [_session(row) for row in rows]
+            rows = conn.execute(f"SELECT {SESSION_COLUMNS} FROM chat_sessions").fetchall()
+        return [session_from_row(row) for row in rows]
 
     def _assign_name(self, conn: sqlite3.Connection, session_id: str, word: str | None) -> str:
         word = word or name_word(session_id)
@@ -248,10 +185,10 @@ class ChatStore:
             if key is not None:
                 self._bind(conn, session_id, key)
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return _session(row)
+        return session_from_row(row)
 
     def register_server(
         self, *, project: str, host_kind: str, worktree: str, key: str | None = None
@@ -273,10 +210,10 @@ class ChatStore:
             if key is not None:
                 self._bind(conn, session_id, key)
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return _session(row)
+        return session_from_row(row)
 
     def ensure_person(self, session_id: str, *, project: str, worktree: str) -> ChatSession:
         """The identity a person sends under from the CLI: ``person-<NNNNN>`` (a base
@@ -297,10 +234,10 @@ class ChatStore:
                     word=PERSON,
                 )
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return _session(row)
+        return session_from_row(row)
 
     # -- binding (docs/chat.md §binding) ---------------------------------------------------
 
@@ -497,17 +434,17 @@ class ChatStore:
         form the page (at least one is always taken). Only those are marked read.
         """
         cut = "m.body" if prefix is None else "substr(m.body, 1, ?)"
-        columns = _MESSAGE_COLUMNS.replace("m.body,", f"{cut},", 1)
+        columns = MESSAGE_COLUMNS.replace("m.body,", f"{cut},", 1)
         args: tuple[object, ...] = (session_id, READ_BATCH)
         if prefix is not None:
             args = (prefix, *args)
         with self.tx.write() as conn:
             rows = conn.execute(
-                f"SELECT {columns} FROM {_MESSAGE_FROM} "
+                f"SELECT {columns} FROM {MESSAGE_FROM} "
                 "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id LIMIT ?",
                 args,
             ).fetchall()
-            found = [_message(row) for row in rows]
+            found = [message_from_row(row) for row in rows]
             page = found[: max(1, take(found))] if take is not None and found else found
             now = self._at()
             conn.executemany(
@@ -526,9 +463,9 @@ class ChatStore:
     def message(self, message_id: int) -> ChatMessage | None:
         with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id = ?", (message_id,)
+                f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id = ?", (message_id,)
             ).fetchone()
-        return None if row is None else _message(row)
+        return None if row is None else message_from_row(row)
 
     def mark_read(self, message_id: int) -> None:
         with self.tx.write() as conn:
@@ -575,54 +512,3 @@ class ChatStore:
             conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
         senders = [str(row[1]) if row[1] is not None else "unknown" for row in rows]
         return len(rows), list(dict.fromkeys(senders))
-
-    # -- the tail ------------------------------------------------------------------------
-
-    def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]:
-        """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``."""
-        with self.tx.read() as conn:
-            if limit is None:
-                rows = conn.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? ORDER BY m.id",
-                    (after_id,),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? "
-                    "ORDER BY m.id DESC LIMIT ?",
-                    (after_id, limit),
-                ).fetchall()
-                rows.reverse()
-        return [_message(row) for row in rows]
-
-    def unread_ids(self) -> set[int]:
-        with self.tx.read() as conn:
-            return {
-                int(row[0])
-                for row in conn.execute("SELECT id FROM chat_messages WHERE read_at IS NULL")
-            }
-
-    def read_among(self, ids: Sequence[int]) -> list[ChatMessage]:
-        """Those of ``ids`` that are read now, in read order (a tail's read events)."""
-        found: list[ChatMessage] = []
-        with self.tx.read() as conn:
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                marks = ", ".join("?" * len(chunk))
-                found.extend(
-                    _message(row)
-                    for row in conn.execute(
-                        f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} "
-                        f"WHERE m.read_at IS NOT NULL AND m.id IN ({marks})",
-                        chunk,
-                    )
-                )
-        return sorted(found, key=lambda message: (message.read_at or "", message.id))
-
-    def names(self) -> dict[str, str]:
-        """session id → name, for showing message endpoints."""
-        with self.tx.read() as conn:
-            return {
-                str(sid): str(name)
-                for sid, name in conn.execute("SELECT session_id, name FROM chat_sessions")
-            }
