@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.store import backfill, db, lexical
@@ -43,6 +43,10 @@ from thatch.frontend.store.upkeep import UpkeepQueries
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity
 from thatch.frontend.store.vectors import encode
 from thatch.frontend.timefmt import Clock, utc_now
+
+if TYPE_CHECKING:  # imported where used: a hook opening the Store needs neither
+    from thatch.frontend.store.chat_store import ChatStore
+    from thatch.frontend.store.engine_store import Engine, EngineStore
 
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
 
@@ -170,6 +174,18 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def engines(self, engine: Engine) -> EngineStore:
+        """The ``engine``'s store over this connection, sharing its lock and clock."""
+        from thatch.frontend.store.engine_store import EngineStore
+
+        return EngineStore(self.conn, engine, clock=self.clock, lock=self.lock)
+
+    def chat(self) -> ChatStore:
+        """The chat store over this connection, sharing its lock and clock."""
+        from thatch.frontend.store.chat_store import ChatStore
+
+        return ChatStore(self.conn, self.clock, self.lock)
 
     def fill_backlog(self, stop: threading.Event) -> None:
         """Run the pending backfills (schema ``run_backfills``) beside this store's other
