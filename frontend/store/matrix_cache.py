@@ -51,6 +51,12 @@ from thatch.frontend.store.vector_snapshot import (
     write_snapshot,
 )
 
+__all__ = [
+    "MatrixCache",
+    "SnapshotPlace",
+    "WrittenRow",
+]
+
 # Past this share of a store's rows changed since the cached state, one load is cheaper.
 INCREMENTAL_SHARE = 8
 INCREMENTAL_MIN = 512

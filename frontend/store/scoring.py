@@ -18,10 +18,8 @@ from thatch.frontend.store.matrix import F32, F64, DimGroup, Indices
 from thatch.frontend.store.vectors import FLOAT32_LE
 
 __all__ = [
-    "DUPLICATE_BLOCK_ROWS",
     "PARALLEL_ROWS",
     "SCREEN_MARGIN",
-    "candidate_pairs",
     "candidates_above",
     "exact_scores",
     "fused_candidates",
@@ -33,7 +31,6 @@ __all__ = [
 # float32 screening may misjudge a cosine by ~1e-6; anything this close is re-checked in float64.
 SCREEN_MARGIN = 1e-4
 
-DUPLICATE_BLOCK_ROWS = 1024
 
 # Scans of at least this many rows are split across threads (below, starting them costs more).
 PARALLEL_ROWS = 32_768
@@ -174,35 +171,6 @@ def candidates_above(
     screened = screen_scores(group, query)[eligible]
     result: Indices = eligible[screened >= threshold - SCREEN_MARGIN]
     return result
-
-
-def candidate_pairs(
-    group: DimGroup, mask: npt.NDArray[np.bool_], threshold: float
-) -> tuple[Indices, Indices]:
-    """Pairs ``(i, j)`` of masked group rows, i < j, whose exact cosine may reach threshold.
-
-    One matrix product over the store, computed in row blocks so 5,000+ rows never need a
-    full n×n float32 matrix at once.
-    """
-    rows = np.flatnonzero(mask)
-    count = rows.size
-    empty = np.zeros(0, dtype=np.intp)
-    if count < 2:
-        return empty, empty
-    unit = group.vectors[rows]
-    found_i: list[Indices] = []
-    found_j: list[Indices] = []
-    for start in range(0, count, DUPLICATE_BLOCK_ROWS):
-        stop = min(start + DUPLICATE_BLOCK_ROWS, count)
-        # Only columns from ``start`` on: pairs (i, j) with i < j, so half the product.
-        block = unit[start:stop] @ unit[start:].T
-        local_i, local_j = np.nonzero(block >= threshold - SCREEN_MARGIN)
-        absolute_i = local_i + start
-        absolute_j = local_j + start
-        upper = absolute_j > absolute_i
-        found_i.append(absolute_i[upper])
-        found_j.append(absolute_j[upper])
-    return rows[np.concatenate(found_i)], rows[np.concatenate(found_j)]
 
 
 def pair_scores(first: list[bytes], second: list[bytes], dim: int) -> F64:

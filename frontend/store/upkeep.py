@@ -27,6 +27,10 @@ from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import encode
 from thatch.frontend.timefmt import format_timestamp
 
+__all__ = [
+    "UpkeepQueries",
+]
+
 
 class UpkeepQueries:
     """Counts for the hygiene report and the rows ``reembed`` works through."""

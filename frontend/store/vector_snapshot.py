@@ -55,6 +55,21 @@ from thatch.frontend.store.snapshot_dir import (
     usable_directory,
 )
 
+__all__ = [
+    "ALIGN",
+    "PREFIX",
+    "DatabaseIdentity",
+    "Fingerprint",
+    "MappedFile",
+    "Snapshot",
+    "fingerprint",
+    "fingerprint_holds",
+    "peek_seq",
+    "read_snapshot",
+    "snapshot_path",
+    "write_snapshot",
+]
+
 MAGIC = b"THATCHVS"
 FORMAT = 2  # 2: checksums (files of format 1 are passed over and replaced)
 # magic, format, length of the JSON header that follows, CRC-32 of that header
