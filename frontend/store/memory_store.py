@@ -2,7 +2,9 @@
 
 The store never embeds text. It stores BLOBs, compares the vectors the tool layer gives
 it, and keeps one decoded matrix per store between calls (``matrix_cache``). Every write is
-one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
+one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it, through the
+database core's ``Transactions`` (docs/architecture.md §the-database-core), which the
+engine and chat stores it hands out (``engines``, ``chat``) share.
 """
 
 from __future__ import annotations
