@@ -15,7 +15,8 @@ import click
 from thatch.cli.store_cmds import SETTINGS, _check, _emit_json, _errors, _leniently, _tools
 
 if TYPE_CHECKING:
-    from thatch.frontend.store.engine_store import Engine, EngineStore, Item, Listed
+    from thatch.frontend.store.engine_store import Engine, Item, Listed
+    from thatch.frontend.store.operations import EngineOperations
     from thatch.frontend.tools.memory_tools import Tools
 
 
@@ -25,7 +26,7 @@ def _engine(name: str) -> Engine:
     return PREDICTIONS if name == "prediction" else BEHAVIORS
 
 
-def _open(engine: Engine) -> tuple[Tools, EngineStore]:
+def _open(engine: Engine) -> tuple[Tools, EngineOperations]:
     from thatch.frontend.tools.engine_tools import engine_store
 
     tools = _tools()
@@ -62,7 +63,7 @@ def _item_json(entry: Listed) -> dict[str, Any]:
     }
 
 
-def _find(tools: Tools, engines: EngineStore, scope: list[str], statement: str) -> Item | None:
+def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Item | None:
     """The item with this exact id in scope, else the nearest statement ≥ 0.85."""
     from thatch.embedder.encoder import Kind
 

@@ -16,11 +16,12 @@ import pytest
 from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.engine_store import (
     BEHAVIORS,
+    P0,
     PREDICTIONS,
     W_SOFT,
     EngineStore,
     Item,
-    confidence_of,
+    K,
 )
 from thatch.frontend.store.memory_store import Store
 
@@ -87,6 +88,11 @@ def test_worked_values_of_section_3(store: Store) -> None:
     eng.signal(fresh.id, "confirm", None)
     assert counts(eng.signal(fresh.id, "disconfirm", None)) == (1, 1, "0.500")  # type: ignore[arg-type]
     assert eng.count() == 2
+
+
+def confidence_of(confirm: float, disconfirm: float) -> float:
+    """``(c + K·P0) / (c + d + K)`` (engines.md §3), as the store's UPDATE computes it."""
+    return (confirm + K * P0) / (confirm + disconfirm + K)
 
 
 def test_floor_arithmetic_spam_and_edges() -> None:

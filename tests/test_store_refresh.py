@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.support.brute_force import brute_force
-from thatch.frontend.store.matrix_cache import StoreMatrix
+from thatch.frontend.store.matrix import StoreMatrix
 from thatch.frontend.store.memory import RememberOutcome
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_KEPT, CHANGES_TABLE
@@ -256,7 +256,7 @@ def test_extreme_vectors_rank_exactly(cached: tuple[Store, list[str]], path: Pat
 WATCHER = """
 import json, sys
 import numpy as np
-from thatch.frontend.store.matrix_cache import StoreMatrix
+from thatch.frontend.store.matrix import StoreMatrix
 from thatch.frontend.store.memory import RememberOutcome
 from thatch.frontend.store.memory_store import Store
 

@@ -12,16 +12,26 @@ import hashlib
 import hmac
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from datetime import datetime, timedelta
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 
-from thatch.frontend.store import db
-from thatch.frontend.store.chat_words import WORDS
-from thatch.frontend.timefmt import Clock, format_timestamp, parse_timestamp
+from thatch.frontend.store.chat_rows import (
+    ACTIVE_WINDOW,
+    MESSAGE_COLUMNS,
+    MESSAGE_FROM,
+    SESSION_COLUMNS,
+    ChatMessage,
+    ChatSession,
+    host_session_key,
+    key_hash,
+    message_from_row,
+    name_word,
+    session_from_row,
+)
+from thatch.frontend.store.chat_tail import ChatTail
+from thatch.frontend.store.transactions import Transactions
+from thatch.frontend.timefmt import Clock, format_timestamp
 
-ACTIVE_WINDOW = timedelta(minutes=30)
 TOMBSTONE_KEPT = timedelta(days=7)
 AUTO_ROW_KEPT = timedelta(days=7)
 PRUNE_EVERY = timedelta(days=1)
@@ -36,142 +46,61 @@ MESSAGE_KEPT = timedelta(days=30)  # retention of chat_messages, read or not
 MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
 PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
 
-_SESSION_COLUMNS = (
-    "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
-)
-_MESSAGE_COLUMNS = (
-    "m.id, m.from_session, m.to_session, m.body, m.created_at, m.delivered_at, m.read_at, "
-    "m.via_broadcast, s.name, length(m.body)"
-)
-_MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
+# The rows are defined in chat_rows and named here too: callers import the store and its
+# rows from one place.
+__all__ = [
+    "ACTIVE_WINDOW",
+    "MESSAGES_KEPT",
+    "PERSON",
+    "ChatMessage",
+    "ChatSession",
+    "ChatStore",
+    "host_session_key",
+    "key_hash",
+    "name_word",
+]
 
 
-# NamedTuples, not dataclasses: the prompt hooks import this module, and dataclasses
-# (with inspect) would cost them ~6 ms a prompt.
-class ChatSession(NamedTuple):
-    session_id: str
-    name: str
-    topic: str | None
-    project: str | None
-    host_kind: str
-    registered_at: str
-    last_seen: str
-    auto: bool
-    worktree: str
-
-    def is_active(self, now: datetime) -> bool:
-        try:
-            seen = parse_timestamp(self.last_seen)
-        except ValueError:  # written by something else: not a sign of life
-            return False
-        return now - seen <= ACTIVE_WINDOW
-
-
-class ChatMessage(NamedTuple):
-    id: int
-    from_session: str
-    to_session: str
-    body: str
-    created_at: str
-    delivered_at: str | None
-    read_at: str | None
-    via_broadcast: bool
-    from_name: str | None  # None: the sender has left (shown as "unknown")
-    length: int  # of the whole body; ``body`` may be a prefix of it (a read page)
-
-
-def host_session_key(host_session: str) -> str:
-    """The row key of a host session (Claude session_id, Cursor conversation_id, ...)."""
-    return "mcp_" + hashlib.sha256(host_session.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
-
-def key_hash(key: str) -> str:
-    """What the database keeps of a chat key: never the key itself."""
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def name_word(session_id: str) -> str:
-    """The word a session's name starts with: fixed by its row key."""
-    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return WORDS[int(digest, 16) % len(WORDS)]
-
-
-def _session(row: Sequence[object]) -> ChatSession:
-    return ChatSession(
-        session_id=str(row[0]),
-        name=str(row[1]),
-        topic=None if row[2] is None else str(row[2]),
-        project=None if row[3] is None else str(row[3]),
-        host_kind=str(row[4]),
-        registered_at=str(row[5]),
-        last_seen=str(row[6]),
-        auto=bool(row[7]),
-        worktree=str(row[8] or ""),
-    )
-
-
-def _message(row: Sequence[object]) -> ChatMessage:
-    return ChatMessage(
-        id=int(row[0]),  # type: ignore[call-overload]
-        from_session=str(row[1]),
-        to_session=str(row[2]),
-        body=str(row[3]),
-        created_at=str(row[4]),
-        delivered_at=None if row[5] is None else str(row[5]),
-        read_at=None if row[6] is None else str(row[6]),
-        via_broadcast=bool(row[7]),
-        from_name=None if row[8] is None else str(row[8]),
-        length=int(row[9]),  # type: ignore[call-overload]
-    )
-
-
-class ChatStore:
+class ChatStore(ChatTail):
     """Chat queries over one connection; ``lock`` serialises threads sharing it."""
 
     def __init__(
         self, conn: sqlite3.Connection, clock: Clock, lock: threading.RLock | None = None
     ) -> None:
         self.conn = conn
-        self.clock = clock
-        self._lock = lock if lock is not None else threading.RLock()
+        self.tx = Transactions(conn, clock=clock, lock=lock)
 
     # -- plumbing ------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        return self.tx.clock
 
     def _at(self, delta: timedelta = timedelta(0)) -> str:
         return format_timestamp(self.clock() - delta)
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.atomic(self.conn) as conn:
-            yield conn
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.atomic(self.conn, immediate=False) as conn:
-            yield conn
-
     # -- sessions ------------------------------------------------------------------------
 
     def get(self, session_id: str) -> ChatSession | None:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return None if row is None else _session(row)
+        return None if row is None else session_from_row(row)
 
     def by_name(self, name: str) -> ChatSession | None:
         """The session called ``name``, case-insensitively (the column is NOCASE)."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
             ).fetchone()
-        return None if row is None else _session(row)
+        return None if row is None else session_from_row(row)
 
     def sessions(self) -> list[ChatSession]:
-        with self._read() as conn:
-            rows = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM chat_sessions").fetchall()
-        return [_session(row) for row in rows]
+        with self.tx.read() as conn:
+            rows = conn.execute(f"SELECT {SESSION_COLUMNS} FROM chat_sessions").fetchall()
+        return [session_from_row(row) for row in rows]
 
     def _assign_name(self, conn: sqlite3.Connection, session_id: str, word: str | None) -> str:
         word = word or name_word(session_id)
@@ -233,7 +162,7 @@ class ChatStore:
         An existing row keeps its name; project and worktree follow the session. ``key``
         (``host_key``) binds the identity: the tools accept it only with that key.
         """
-        with self._write() as conn:
+        with self.tx.write() as conn:
             left = conn.execute(
                 "SELECT left_at FROM chat_leave_tombstones WHERE session_id = ?", (session_id,)
             ).fetchone()
@@ -256,10 +185,10 @@ class ChatStore:
             if key is not None:
                 self._bind(conn, session_id, key)
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return _session(row)
+        return session_from_row(row)
 
     def register_server(
         self, *, project: str, host_kind: str, worktree: str, key: str | None = None
@@ -269,7 +198,7 @@ class ChatStore:
         import uuid  # ~3 ms: only servers need it, never a hook
 
         session_id = "srv_" + str(uuid.uuid4())
-        with self._write() as conn:
+        with self.tx.write() as conn:
             self._insert(
                 conn,
                 session_id,
@@ -281,15 +210,15 @@ class ChatStore:
             if key is not None:
                 self._bind(conn, session_id, key)
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return _session(row)
+        return session_from_row(row)
 
     def ensure_person(self, session_id: str, *, project: str, worktree: str) -> ChatSession:
         """The identity a person sends under from the CLI: ``person-<NNNNN>`` (a base
         outside the 64 words, so no agent's name can look like it), ``host_kind`` person."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             updated = conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
                 (self._at(), session_id),
@@ -305,10 +234,10 @@ class ChatStore:
                     word=PERSON,
                 )
             row = conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
-        return _session(row)
+        return session_from_row(row)
 
     # -- binding (docs/chat.md §binding) ---------------------------------------------------
 
@@ -316,12 +245,12 @@ class ChatStore:
         """The chat key of a host session: HMAC of its host id under this database's
         secret. Only the session's own hooks are handed its host id, so only they can
         print the key; the database keeps a hash of it, never the key."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute("SELECT salt FROM chat_secret WHERE id = 1").fetchone()
         if row is None:  # the migration writes it; a row deleted by hand is made again
             import secrets
 
-            with self._write() as conn:
+            with self.tx.write() as conn:
                 conn.execute(
                     "INSERT OR IGNORE INTO chat_secret (id, salt) VALUES (1, ?)",
                     (secrets.token_hex(32),),
@@ -342,21 +271,21 @@ class ChatStore:
 
     def holds(self, session_id: str, key: str) -> bool:
         """Whether ``key`` is the key ``session_id`` is bound to (none bound: never)."""
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
                 "SELECT key_hash FROM chat_keys WHERE session_id = ?", (session_id,)
             ).fetchone()
         return row is not None and hmac.compare_digest(str(row[0]), key_hash(key))
 
     def touch(self, session_id: str) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
                 (self._at(), session_id),
             )
 
     def set_topic(self, session_id: str, topic: str | None) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "UPDATE chat_sessions SET topic = ?, last_seen = ? WHERE session_id = ?",
                 (topic, self._at(), session_id),
@@ -364,7 +293,7 @@ class ChatStore:
 
     def unregister(self, session_id: str) -> None:
         """Delete the row and leave a tombstone; its messages stay."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute("DELETE FROM chat_sessions WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM chat_keys WHERE session_id = ?", (session_id,))
             conn.execute(
@@ -383,7 +312,7 @@ class ChatStore:
         the once-a-day stamp is written (in the same transaction, so concurrent reminders
         share the work) only by the step that finds nothing more to delete.
         """
-        with self._write() as conn:
+        with self.tx.write() as conn:
             last = conn.execute("SELECT at FROM chat_upkeep WHERE task = ?", (task,)).fetchone()
             if last is not None and str(last[0]) > self._at(PRUNE_EVERY):
                 return False
@@ -438,7 +367,7 @@ class ChatStore:
     def send(self, from_session: str, to_session: str, parts: Sequence[str]) -> bool:
         """Store ``parts`` as consecutive messages in one transaction; False when an
         identical unread copy to the same recipient is under 10 s old (a retry)."""
-        with self._write() as conn:
+        with self.tx.write() as conn:
             duplicate = all(
                 conn.execute(
                     "SELECT 1 FROM chat_messages WHERE from_session = ? AND to_session = ? "
@@ -460,7 +389,7 @@ class ChatStore:
     def broadcast(
         self, from_session: str, to_sessions: Sequence[str], parts: Sequence[str]
     ) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             for to_session in to_sessions:
                 self._insert_parts(conn, from_session, to_session, parts, broadcast=True)
 
@@ -484,7 +413,7 @@ class ChatStore:
         )
 
     def unread_count(self, session_id: str) -> int:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             (count,) = conn.execute(
                 "SELECT count(*) FROM chat_messages WHERE to_session = ? AND read_at IS NULL",
                 (session_id,),
@@ -505,17 +434,17 @@ class ChatStore:
         form the page (at least one is always taken). Only those are marked read.
         """
         cut = "m.body" if prefix is None else "substr(m.body, 1, ?)"
-        columns = _MESSAGE_COLUMNS.replace("m.body,", f"{cut},", 1)
+        columns = MESSAGE_COLUMNS.replace("m.body,", f"{cut},", 1)
         args: tuple[object, ...] = (session_id, READ_BATCH)
         if prefix is not None:
             args = (prefix, *args)
-        with self._write() as conn:
+        with self.tx.write() as conn:
             rows = conn.execute(
-                f"SELECT {columns} FROM {_MESSAGE_FROM} "
+                f"SELECT {columns} FROM {MESSAGE_FROM} "
                 "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id LIMIT ?",
                 args,
             ).fetchall()
-            found = [_message(row) for row in rows]
+            found = [message_from_row(row) for row in rows]
             page = found[: max(1, take(found))] if take is not None and found else found
             now = self._at()
             conn.executemany(
@@ -532,14 +461,14 @@ class ChatStore:
         return page, int(left)
 
     def message(self, message_id: int) -> ChatMessage | None:
-        with self._read() as conn:
+        with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id = ?", (message_id,)
+                f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id = ?", (message_id,)
             ).fetchone()
-        return None if row is None else _message(row)
+        return None if row is None else message_from_row(row)
 
     def mark_read(self, message_id: int) -> None:
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "UPDATE chat_messages SET read_at = ? WHERE id = ? AND read_at IS NULL",
                 (self._at(), message_id),
@@ -555,7 +484,7 @@ class ChatStore:
         Due: unread messages not delivered in the last 15 minutes, and fewer than 6 wakes
         in the last hour. Stamps those messages' ``delivered_at`` and records the wake.
         """
-        with self._write() as conn:
+        with self.tx.write() as conn:
             now = self._at()
             conn.execute(
                 "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
@@ -583,54 +512,3 @@ class ChatStore:
             conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
         senders = [str(row[1]) if row[1] is not None else "unknown" for row in rows]
         return len(rows), list(dict.fromkeys(senders))
-
-    # -- the tail ------------------------------------------------------------------------
-
-    def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]:
-        """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``."""
-        with self._read() as conn:
-            if limit is None:
-                rows = conn.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? ORDER BY m.id",
-                    (after_id,),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE m.id > ? "
-                    "ORDER BY m.id DESC LIMIT ?",
-                    (after_id, limit),
-                ).fetchall()
-                rows.reverse()
-        return [_message(row) for row in rows]
-
-    def unread_ids(self) -> set[int]:
-        with self._read() as conn:
-            return {
-                int(row[0])
-                for row in conn.execute("SELECT id FROM chat_messages WHERE read_at IS NULL")
-            }
-
-    def read_among(self, ids: Sequence[int]) -> list[ChatMessage]:
-        """Those of ``ids`` that are read now, in read order (a tail's read events)."""
-        found: list[ChatMessage] = []
-        with self._read() as conn:
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                marks = ", ".join("?" * len(chunk))
-                found.extend(
-                    _message(row)
-                    for row in conn.execute(
-                        f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} "
-                        f"WHERE m.read_at IS NOT NULL AND m.id IN ({marks})",
-                        chunk,
-                    )
-                )
-        return sorted(found, key=lambda message: (message.read_at or "", message.id))
-
-    def names(self) -> dict[str, str]:
-        """session id → name, for showing message endpoints."""
-        with self._read() as conn:
-            return {
-                str(sid): str(name)
-                for sid, name in conn.execute("SELECT session_id, name FROM chat_sessions")
-            }

@@ -9,6 +9,10 @@ or that skip counters.
 
 from __future__ import annotations
 
+__all__ = [
+    "WORDS",
+]
+
 WORDS: tuple[str, ...] = (
     "amber", "aspen", "badger", "basil", "birch", "bison", "brook", "cedar",
     "cider", "clover", "comet", "coral", "crane", "delta", "dune", "ember",

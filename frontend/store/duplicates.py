@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from thatch.frontend.store.matrix_cache import SCREEN_MARGIN, StoreMatrix, pair_scores
+from thatch.frontend.store.changelog import changed_slugs, log_bounds
+from thatch.frontend.store.matrix import StoreMatrix
 from thatch.frontend.store.memory import DuplicatePair
+from thatch.frontend.store.migrations.duplicates import DUP_PAIRS_TABLE, DUP_SCANNED_TABLE
 from thatch.frontend.store.rows import USABLE
-from thatch.frontend.store.schema import CHANGES_TABLE, DUP_PAIRS_TABLE, DUP_SCANNED_TABLE
+from thatch.frontend.store.scoring import SCREEN_MARGIN, pair_scores
 
 __all__ = [
     "CHUNK_ROWS",
@@ -189,16 +191,10 @@ def record(
     checked is left for later, a changed neighbour is scored from its current vector. So
     of two memories written at once, whichever is checked second sees the first.
     """
-    low, high = conn.execute(f"SELECT min(seq), max(seq) FROM {CHANGES_TABLE}").fetchone()
+    low, high = log_bounds(conn)
     if high is not None and high > seq and (low is None or low > seq + 1):
         return 0  # the log no longer reaches back to the matrix: screen again later
-    changed = {
-        row[0]
-        for row in conn.execute(
-            f"SELECT DISTINCT slug FROM {CHANGES_TABLE} WHERE store = ? AND seq > ?",
-            (store, seq),
-        )
-    }
+    changed = set(changed_slugs(conn, store, seq))
     todo = [slug for slug in slugs if slug not in changed]
     if not todo:
         return 0

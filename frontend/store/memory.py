@@ -5,6 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+__all__ = [
+    "DUPLICATE_THRESHOLD",
+    "STALE_DAYS",
+    "VERDICTS",
+    "DuplicatePair",
+    "Match",
+    "Memory",
+    "RememberOutcome",
+]
+
 
 @dataclass(frozen=True)
 class Memory:

@@ -2,68 +2,56 @@
 
 The store never embeds text. It stores BLOBs, compares the vectors the tool layer gives
 it, and keeps one decoded matrix per store between calls (``matrix_cache``). Every write is
-one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it.
+one short ``BEGIN IMMEDIATE`` transaction with nothing but SQLite inside it, through the
+database core's ``Transactions`` (docs/architecture.md §the-database-core), which the
+engine and chat stores it hands out (``engines``, ``chat``) share.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
-from thatch.frontend.store import backfill, db, duplicates, lexical
-from thatch.frontend.store.matrix_cache import (
-    DimGroup,
-    LogPosition,
-    MatrixCache,
-    SnapshotPlace,
-    StoreMatrix,
-    WrittenRow,
-    candidates_above,
-    exact_scores,
-    fused_candidates,
-    load_matrix,
-    log_position,
-    top_candidates,
-)
+from thatch.frontend.store import backfill, db, lexical
+from thatch.frontend.store.changelog import LogPosition, log_position
+from thatch.frontend.store.duplicate_queries import DuplicateQueries
+from thatch.frontend.store.matrix import StoreMatrix, load_matrix
+from thatch.frontend.store.matrix_cache import MatrixCache, SnapshotPlace, WrittenRow
 from thatch.frontend.store.memory import (
-    DUPLICATE_THRESHOLD,
     VERDICTS,
     DuplicatePair,
     Match,
     Memory,
     RememberOutcome,
 )
+from thatch.frontend.store.memory_search import SearchQueries
 from thatch.frontend.store.rows import (
     COLUMNS,
     locked,
     memory_from_row,
-    store_list,
     store_name,
-    threshold_value,
 )
 from thatch.frontend.store.schema import init_schema, run_backfills
 from thatch.frontend.store.slugs import slugify
+from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.upkeep import UpkeepQueries
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity
-from thatch.frontend.store.vectors import as_vector, encode
-from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.frontend.store.vectors import encode
+from thatch.frontend.timefmt import Clock, utc_now
+
+if TYPE_CHECKING:  # imported where used: a hook opening the Store needs neither
+    from thatch.frontend.store.chat_store import ChatStore
+    from thatch.frontend.store.engine_store import Engine, EngineStore
 
 __all__ = ["DuplicatePair", "Match", "Memory", "RememberOutcome", "Store"]
 
-
-# Candidate rows fetched per statement (well under SQLite's bound parameter limit).
-FETCH_CHUNK = 256
 
 INSERT_ENTRY = (
     "INSERT INTO entries (slug, store, label, content, embedding, model, branch, confidence, "
@@ -85,8 +73,13 @@ class OwnWrite:
         self.rows.append((slug, blob, archived, branch))
 
 
-class Store(UpkeepQueries):
-    """All memory queries over one connection (see docs/database.md §queries)."""
+class Store(SearchQueries, DuplicateQueries, UpkeepQueries):
+    """All memory queries over one connection (see docs/database.md §queries).
+
+    Writes, listing and the plumbing here; ranking in ``SearchQueries`` (memory_search.py),
+    duplicate candidates in ``DuplicateQueries`` (duplicate_queries.py), hygiene and
+    re-embedding counts in ``UpkeepQueries`` (upkeep.py).
+    """
 
     def __init__(
         self,
@@ -105,9 +98,9 @@ class Store(UpkeepQueries):
         ``BUILDS_INDEXES``); ``fill_now=False`` leaves pending backfills to ``fill_backlog``
         (``thatch mcp`` runs it on a thread, so that its first answer does not wait)."""
         self.conn = conn
+        self.tx = Transactions(conn, clock=clock)
         self._writes_snapshots = write_snapshots
-        self.clock = clock
-        self._lock = threading.RLock()
+        self._lock = self.tx.lock
         self._snapshot_writer: threading.Thread | None = None
         self._owns_conn = False
         db.configure(conn)
@@ -184,6 +177,18 @@ class Store(UpkeepQueries):
     ) -> None:
         self.close()
 
+    def engines(self, engine: Engine) -> EngineStore:
+        """The ``engine``'s store over this connection, sharing its lock and clock."""
+        from thatch.frontend.store.engine_store import EngineStore
+
+        return EngineStore(self.conn, engine, clock=self.clock, lock=self.lock)
+
+    def chat(self) -> ChatStore:
+        """The chat store over this connection, sharing its lock and clock."""
+        from thatch.frontend.store.chat_store import ChatStore
+
+        return ChatStore(self.conn, self.clock, self.lock)
+
     def fill_backlog(self, stop: threading.Event) -> None:
         """Run the pending backfills (schema ``run_backfills``) beside this store's other
         users: each transaction under the store's lock, the pauses between without it.
@@ -195,10 +200,18 @@ class Store(UpkeepQueries):
     @property
     def lock(self) -> threading.RLock:
         """The lock serialising this connection's users (the engine and chat stores share it)."""
-        return self._lock
+        return self.tx.lock
+
+    @property
+    def clock(self) -> Clock:
+        return self.tx.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.tx.clock = clock
 
     def _now(self) -> str:
-        return format_timestamp(self.clock())
+        return self.tx.now()
 
     def _file_path(self) -> Path | None:
         for row in self.conn.execute("PRAGMA database_list"):
@@ -207,39 +220,19 @@ class Store(UpkeepQueries):
         return None
 
     @contextmanager
-    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; ``durable=False`` skips its fsync (recall counts only).
-
-        In WAL mode ``synchronous = NORMAL`` still never corrupts the file; a power cut may
-        lose the last such commits, harmless for statistics and ~1 ms off every recall.
-        Memories are always written with the connection's own (FULL) setting.
-        """
-        if durable:
-            with db.atomic(self.conn) as conn:
-                yield conn
-            return
-        (level,) = self.conn.execute("PRAGMA synchronous").fetchone()
-        self.conn.execute("PRAGMA synchronous = NORMAL")
-        try:
-            with db.atomic(self.conn) as conn:
-                yield conn
-        finally:
-            self.conn.execute(f"PRAGMA synchronous = {int(level)}")
-
-    @contextmanager
     def _own_write(self, store: str) -> Iterator[OwnWrite]:
-        """``_write`` for changes to entries of ``store`` that this process's cache may take
+        """``tx.write`` for changes to entries of ``store`` that this process's cache may take
         in directly once committed (``MatrixCache.apply_own``): the recall that follows a
         remember then reads no change log. Rows the block reports with ``wrote`` are put
         into the cached matrix after the commit; without a cached matrix, inside a caller's
-        transaction (which may still roll back) or untracked, it is a plain ``_write``."""
+        transaction (which may still roll back) or untracked, it is a plain ``tx.write``."""
         direct = (
             self._tracked
             and isinstance(store, str)  # forget takes names unchecked: SQLite refuses others
             and not self.conn.in_transaction
             and self._cache.holds(store)
         )
-        with self._write() as conn:
+        with self.tx.write() as conn:
             own = OwnWrite(conn, log_position(conn, store) if direct else None)
             yield own
             after = log_position(conn, store) if own.rows and own.before is not None else None
@@ -260,32 +253,6 @@ class Store(UpkeepQueries):
     def _load_matrix(self, store: str) -> StoreMatrix:
         return load_matrix(self.conn, store)
 
-    def _scored(
-        self, store: str, group: DimGroup, rows: npt.NDArray[np.intp], query: npt.NDArray[Any]
-    ) -> list[Match]:
-        """The candidate rows' memories read now, with exact float64 scores from their BLOBs.
-
-        Inside the same read transaction as the matrix, so every candidate still exists
-        with the vector it was screened by.
-        """
-        found: list[tuple[Memory, bytes]] = []
-        slugs = [group.slugs[row] for row in rows]
-        for start in range(0, len(slugs), FETCH_CHUNK):
-            chunk = slugs[start : start + FETCH_CHUNK]
-            # ``slug IN (…) AND store = ?``: one primary-key search per slug in a single
-            # statement (a row-value IN would scan the index). Rows come in key order:
-            # callers sort by score and key.
-            marks = ", ".join("?" * len(chunk))
-            for fetched in self.conn.execute(
-                f"SELECT {COLUMNS}, embedding FROM entries WHERE store = ? AND slug IN ({marks})",
-                (store, *chunk),
-            ):
-                found.append((memory_from_row(fetched), fetched[-1]))
-        scores = exact_scores([blob for _, blob in found], query)
-        return [
-            Match(memory, float(score)) for (memory, _), score in zip(found, scores, strict=True)
-        ]
-
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: one consistent snapshot for the cache key and the rows."""
@@ -295,7 +262,7 @@ class Store(UpkeepQueries):
         if nested:
             self._cache.clear()
         try:
-            with db.atomic(self.conn, immediate=False) as conn:
+            with self.tx.read() as conn:
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                 yield conn
             if not nested:
@@ -472,7 +439,7 @@ class Store(UpkeepQueries):
                 f"unknown verdict {status!r}; expected one of: {', '.join(VERDICTS)}"
             )
         first, second = sorted((slug_a, slug_b))
-        with self._write() as conn:
+        with self.tx.write() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO dedup_pairs (store, slug_a, slug_b, status, checked_at) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -495,304 +462,3 @@ class Store(UpkeepQueries):
             f"SELECT {COLUMNS} FROM entries WHERE slug = ? AND store = ?", (slugify(label), store)
         ).fetchone()
         return None if row is None else memory_from_row(row)
-
-    @locked
-    def find_similar(
-        self,
-        store: str,
-        vector: Any,
-        *,
-        threshold: float = DUPLICATE_THRESHOLD,
-        limit: int = 3,
-        exclude_slug: str | None = None,
-    ) -> builtins.list[Match]:
-        """Live memories of one store with cosine ≥ threshold, best first. No telemetry."""
-        query = as_vector(vector)
-        threshold = threshold_value(threshold)
-        if limit <= 0:
-            return []
-        name = store_name(store)
-        with self._read():
-            matrix = self._matrix(name)
-            group = matrix.groups.get(query.size)
-            if group is None:
-                return []
-            mask = ~group.archived
-            placed = matrix.where.get(exclude_slug) if exclude_slug is not None else None
-            if placed is not None and placed[0] == query.size:
-                mask[placed[1]] = False
-            found = [
-                match
-                for match in self._scored(
-                    name, group, candidates_above(group, query, mask, threshold), query
-                )
-                if match.score >= threshold
-            ]
-            found.sort(key=lambda match: (-match.score, match.memory.slug))
-            return found[:limit]
-
-    @locked
-    def search(
-        self,
-        stores: Sequence[str],
-        vector: Any,
-        *,
-        text: str | None = None,
-        branch: str | None = None,
-        limit: int = 10,
-        include_archived: bool = False,
-    ) -> builtins.list[Match]:
-        """Best matches over the stores, ties by (store, slug). Records no usage.
-
-        With ``text`` (the query the vector embeds) the order also weighs the lexical
-        match (docs/database.md §ranking); each match's score stays its cosine.
-        """
-        query = as_vector(vector)
-        names = store_list(stores)
-        if limit <= 0:
-            return []
-        found: list[tuple[float, Match]] = []
-        with self._read():
-            lifts = self._lexical_lifts(names, text)
-            for name in names:
-                matrix = self._matrix(name)
-                group = matrix.groups.get(query.size)
-                if group is None:
-                    continue
-                mask = np.ones(group.count, dtype=bool)
-                if not include_archived:
-                    mask &= ~group.archived
-                if branch is not None:
-                    mask &= matrix.branch_mask(group, branch)
-                rows_lifted: dict[int, float] = {}
-                for (store, slug), lift in lifts.items():
-                    placed = matrix.where.get(slug) if store == name else None
-                    if placed is not None and placed[0] == query.size:
-                        rows_lifted[placed[1]] = lift
-                if rows_lifted:
-                    rows = fused_candidates(group, query, mask, limit, rows_lifted)
-                else:
-                    rows = top_candidates(group, query, mask, limit)
-                for match in self._scored(name, group, rows, query):
-                    lift = lifts.get((name, match.memory.slug), 0.0)
-                    found.append((match.score + lift, match))
-            found.sort(key=lambda item: (-item[0], item[1].memory.store, item[1].memory.slug))
-            return [match for _, match in found[:limit]]
-
-    def _lexical_lifts(
-        self, names: Sequence[str], text: str | None
-    ) -> dict[tuple[str, str], float]:
-        """(store, slug) → what its lexical match adds to its cosine for ranking; {} without
-        text or complete index. Lexical ranking only reorders: any failure leaves the dense
-        order. A partly filled index would lift only the memories it has reached (and count
-        an identifier as unique that is not), so until its backfill ends (in this process or
-        another) the order is the dense one."""
-        if not text or not self._lexical:
-            return {}
-        try:
-            if self._lexical_filling:
-                self._lexical_filling = lexical.BACKFILL in backfill.pending(self.conn)
-                if self._lexical_filling:
-                    return {}
-            hits, exact = lexical.evidence(self.conn, names, text)
-        except sqlite3.OperationalError:
-            return {}
-        return lexical.lifts(hits, exact)
-
-    @locked
-    def recall(
-        self,
-        stores: Sequence[str],
-        vector: Any,
-        *,
-        text: str | None = None,
-        branch: str | None = None,
-        limit: int = 10,
-        include_archived: bool = False,
-        floor: float | None = None,
-    ) -> builtins.list[Match]:
-        """``search`` (scores below ``floor`` dropped), then stamp recall_count and
-        last_recalled_at on exactly the returned rows.
-
-        The returned memories show the telemetry as it was before this recall.
-        """
-        matches = self.search(
-            stores,
-            vector,
-            text=text,
-            branch=branch,
-            limit=limit,
-            include_archived=include_archived,
-        )
-        if floor is not None:
-            matches = [match for match in matches if match.score >= floor]
-        self.stamp_recalls(matches)
-        return matches
-
-    @locked
-    def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None:
-        """recall_count + 1 and last_recalled_at = ``at`` (default: now) on the matched rows.
-
-        ``recall`` stamps at once; the MCP server stamps after its answer is out (``at`` is
-        then the time of the recall). A row deleted meanwhile is simply not stamped.
-        """
-        if not matches:
-            return
-        now = self._now() if at is None else at
-        with self._write(durable=False) as conn:
-            conn.executemany(
-                "UPDATE entries SET recall_count = recall_count + 1, last_recalled_at = ? "
-                "WHERE slug = ? AND store = ?",
-                [(now, match.memory.slug, match.memory.store) for match in matches],
-            )
-
-    # -- duplicate candidates (docs/database.md §duplicate-candidates) -------------------
-
-    def _check_written(self, store: str, slug: str) -> None:
-        """Compare a memory just written with its store and keep its candidates.
-
-        A cache: on any failure (a busy database, a matrix that cannot load) the memory
-        stays unchecked and the backfill compares it later; the write itself stands.
-        Inside a caller's transaction (which may roll back) it is left to the backfill too.
-        """
-        if not self._tracked or self.conn.in_transaction:
-            return
-        with contextlib.suppress(Exception):
-            self._check_slugs(store_name(store), [slug])
-
-    def _check_slugs(self, name: str, slugs: builtins.list[str]) -> int:
-        """Compare ``slugs`` with their store; how many were marked checked."""
-        if not slugs:
-            return 0
-        with self._read():
-            matrix = self._matrix(name)
-            seq = matrix.seq
-            candidates = duplicates.screen(matrix, slugs)
-        with self._write(durable=False) as conn:
-            return duplicates.record(conn, name, seq, slugs, candidates)
-
-    @locked
-    def check_duplicates(
-        self, store: str, limit: int = duplicates.CHUNK_ROWS, after: int = 0
-    ) -> tuple[int, int]:
-        """Compare up to ``limit`` unchecked memories of ``store`` (from rowid ``after``
-        on) with it, in one short write transaction; returns (memories marked checked, the
-        rowid to continue from; 0 when none were left there). The backfill for memories no
-        write-time check covered (written before schema m010, by the earlier release, or
-        while a check failed)."""
-        name = store_name(store)
-        if not self._tracked:
-            return 0, 0
-        with self._read() as conn:
-            slugs, last = duplicates.unchecked(conn, name, limit, after)
-        if not slugs:
-            return 0, 0
-        return self._check_slugs(name, slugs), last
-
-    def check_all_duplicates(self, store: str, *, deadline: float | None = None) -> tuple[int, int]:
-        """``check_duplicates`` chunk after chunk until the store is checked (or
-        ``deadline``, a ``time.monotonic()`` value, passes); returns (checked, total).
-
-        Each chunk is its own transaction: writers wait at most one chunk's write. A
-        memory that changed under its chunk is left for the next round (at most two
-        rounds per call, so rows changing all the time cannot keep it busy)."""
-        import time
-
-        for _ in range(2):
-            after = 0
-            while deadline is None or time.monotonic() < deadline:
-                _, after = self.check_duplicates(store, after=after)
-                if after == 0:
-                    break
-            checked, total = self.duplicate_progress(store)
-            if checked >= total:
-                break
-        return checked, total
-
-    @locked
-    def last_entry_rowid(self) -> int:
-        """The highest rowid of ``entries`` (where a backfill cursor can start from)."""
-        (last,) = self.conn.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()
-        return int(last)
-
-    @locked
-    def duplicate_progress(self, store: str) -> tuple[int, int]:
-        """(checked, total) embedded memories of ``store`` (archived included)."""
-        if not self._tracked:
-            return 0, 0
-        with self._read() as conn:
-            return duplicates.progress(conn, store_name(store))
-
-    @locked
-    def duplicate_summary(
-        self, store: str, threshold: float = DUPLICATE_THRESHOLD
-    ) -> duplicates.DuplicateSummary:
-        """Memories with an unreviewed candidate at ``threshold`` and the check's progress:
-        read from stored candidates, never computed here (the session-start path)."""
-        threshold = threshold_value(threshold)
-        name = store_name(store)
-        if not self._tracked:
-            return duplicates.DuplicateSummary(0, 0, 0)
-        with self._read() as conn:
-            checked, total = duplicates.progress(conn, name)
-            count = duplicates.memories_with_candidates(conn, name, threshold)
-        return duplicates.DuplicateSummary(count, checked, total)
-
-    @locked
-    def duplicate_page(
-        self,
-        store: str,
-        threshold: float = DUPLICATE_THRESHOLD,
-        *,
-        offset: int = 0,
-        clusters: int = duplicates.PAGE_CLUSTERS,
-        pairs_per_cluster: int = duplicates.CLUSTER_PAIRS,
-    ) -> duplicates.DuplicatePage:
-        """Clusters of unreviewed candidates from ``offset`` (0-based), at most
-        ``clusters`` of them, each with its best ``pairs_per_cluster`` pairs."""
-        threshold = threshold_value(threshold)
-        name = store_name(store)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidInputError("offset must be a whole number ≥ 0")
-        if not self._tracked:
-            return duplicates.DuplicatePage([], offset, 0, 0, 0)
-        with self._read() as conn:
-            found, total_clusters = duplicates.page(
-                conn, name, threshold, offset, clusters, pairs_per_cluster
-            )
-            names = duplicates.labels(
-                conn, name, (slug for _, pairs, _ in found for a, b, _ in pairs for slug in (a, b))
-            )
-            checked, total = duplicates.progress(conn, name)
-        pages = [
-            duplicates.ClusterPage(
-                size,
-                [DuplicatePair(a, names.get(a, a), b, names.get(b, b), s) for a, b, s in pairs],
-                more,
-            )
-            for size, pairs, more in found
-        ]
-        return duplicates.DuplicatePage(pages, offset, total_clusters, checked, total)
-
-    @locked
-    def find_duplicates(
-        self, store: str, threshold: float = DUPLICATE_THRESHOLD
-    ) -> builtins.list[DuplicatePair]:
-        """Unreviewed candidate pairs ≥ threshold, best first, after checking every
-        memory not checked yet (the backfill, however long). Each memory keeps its
-        ``NEIGHBOURS`` nearest: in a cluster larger than that, not every pair is listed."""
-        threshold = threshold_value(threshold)
-        name = store_name(store)
-        if not self._tracked:
-            return []
-        self.check_all_duplicates(name)
-        with self._read() as conn:
-            found = builtins.list(duplicates.edges(conn, name, threshold))
-            names = duplicates.labels(conn, name, (s for a, b, _ in found for s in (a, b)))
-        return [DuplicatePair(a, names.get(a, a), b, names.get(b, b), s) for a, b, s in found]
-
-    @locked
-    def duplicate_count(self, store: str, threshold: float = DUPLICATE_THRESHOLD) -> int:
-        """Memories with an unreviewed duplicate candidate (docs/database.md
-        §hygiene-queries); the caller passes the model's duplicate threshold."""
-        return self.duplicate_summary(store, threshold).memories

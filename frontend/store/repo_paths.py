@@ -16,6 +16,11 @@ from pathlib import Path
 
 from thatch.common.environment import default_db_path
 
+__all__ = [
+    "RepoPaths",
+    "normalized",
+]
+
 
 class RepoPaths:
     """The cache over one connection (closed by ``close``)."""

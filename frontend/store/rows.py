@@ -12,6 +12,17 @@ import numpy as np
 from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.memory import Memory
 
+__all__ = [
+    "COLUMNS",
+    "MISSING",
+    "USABLE",
+    "locked",
+    "memory_from_row",
+    "store_list",
+    "store_name",
+    "threshold_value",
+]
+
 # A usable embedding is a BLOB of 4·k bytes, k > 0; anything else counts as missing.
 USABLE = "(typeof(embedding) = 'blob' AND length(embedding) > 0 AND length(embedding) % 4 = 0)"
 MISSING = f"(NOT {USABLE})"

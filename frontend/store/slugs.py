@@ -9,6 +9,11 @@ from __future__ import annotations
 import re
 import unicodedata
 
+__all__ = [
+    "WHITESPACE",
+    "slugify",
+]
+
 # Exactly JavaScript's whitespace (WhiteSpace + LineTerminator), not Python's str.isspace().
 WHITESPACE = (
     "\u0009\u000a\u000b\u000c\u000d\u0020\u00a0\u1680"

@@ -25,6 +25,18 @@ import stat
 import time
 from pathlib import Path
 
+__all__ = [
+    "CAP_BYTES",
+    "SNAPSHOT_SUFFIX",
+    "STALE_SECONDS",
+    "TEMP_PREFIX",
+    "TEMP_SUFFIX",
+    "mark_used",
+    "open_own_file",
+    "tidy",
+    "usable_directory",
+]
+
 TEMP_PREFIX = ".snap-"
 TEMP_SUFFIX = ".tmp"
 SNAPSHOT_SUFFIX = ".vec"

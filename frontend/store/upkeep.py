@@ -2,7 +2,7 @@
 (§pending-embeddings) of the Store.
 
 A mixin so that ``Store`` keeps one public surface while each module stays small; it relies
-only on ``conn``, ``clock``, ``_lock`` and ``_write`` of the class it is mixed into.
+only on ``conn``, ``tx`` and ``_lock`` of the class it is mixed into.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 import sqlite3
 import threading
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,23 +23,25 @@ from thatch.frontend.store.rows import (
     memory_from_row,
     store_list,
 )
+from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import encode
-from thatch.frontend.timefmt import Clock, format_timestamp
+from thatch.frontend.timefmt import format_timestamp
+
+__all__ = [
+    "UpkeepQueries",
+]
 
 
 class UpkeepQueries:
     """Counts for the hygiene report and the rows ``reembed`` works through."""
 
     conn: sqlite3.Connection
-    clock: Clock
+    tx: Transactions
     _lock: threading.RLock
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
 
     @locked
     def stale_count(self, store: str, now: datetime | None = None) -> int:
-        cutoff = format_timestamp((now or self.clock()) - timedelta(days=STALE_DAYS))
+        cutoff = format_timestamp((now or self.tx.clock()) - timedelta(days=STALE_DAYS))
         return self._count(
             "store = ? AND archived = 0 AND "
             "max(updated_at, COALESCE(last_recalled_at, updated_at)) < ?",
@@ -130,7 +131,7 @@ class UpkeepQueries:
         condition = "slug = ? AND store = ? AND updated_at = ? AND content = ?"
         if memory.pending:
             condition += f" AND {MISSING}"
-        with self._write() as conn:
+        with self.tx.write() as conn:
             changed = conn.execute(
                 f"UPDATE entries SET embedding = ?, model = ? WHERE {condition}",
                 (blob, model, memory.slug, memory.store, memory.updated_at, memory.content),

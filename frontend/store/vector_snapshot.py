@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from thatch.frontend.store.schema import CHANGES_TABLE
+from thatch.frontend.store.changelog import logged, logged_since
 from thatch.frontend.store.snapshot_dir import (
     SNAPSHOT_SUFFIX,
     TEMP_PREFIX,
@@ -54,6 +54,21 @@ from thatch.frontend.store.snapshot_dir import (
     tidy,
     usable_directory,
 )
+
+__all__ = [
+    "ALIGN",
+    "PREFIX",
+    "DatabaseIdentity",
+    "Fingerprint",
+    "MappedFile",
+    "Snapshot",
+    "fingerprint",
+    "fingerprint_holds",
+    "peek_seq",
+    "read_snapshot",
+    "snapshot_path",
+    "write_snapshot",
+]
 
 MAGIC = b"THATCHVS"
 FORMAT = 2  # 2: checksums (files of format 1 are passed over and replaced)
@@ -105,10 +120,7 @@ def fingerprint(conn: sqlite3.Connection, seq: int) -> Fingerprint:
     path that reached the same sequence number by the same keys still differs in the rows.
     """
     entries: Fingerprint = []
-    for number, store, slug in conn.execute(
-        f"SELECT seq, store, slug FROM {CHANGES_TABLE} WHERE seq > ? AND seq <= ? ORDER BY seq",
-        (seq - FINGERPRINT_ENTRIES, seq),
-    ).fetchall():
+    for number, store, slug in logged(conn, seq - FINGERPRINT_ENTRIES, seq):
         entries.append([number, store, slug, _row_hash(conn, store, slug)])
     return entries
 
@@ -133,18 +145,12 @@ def fingerprint_holds(conn: sqlite3.Connection, seq: int, recorded: Fingerprint)
     """
     if seq == 0:
         return recorded == []
-    current = conn.execute(
-        f"SELECT seq, store, slug FROM {CHANGES_TABLE} WHERE seq > ? AND seq <= ? ORDER BY seq",
-        (seq - FINGERPRINT_ENTRIES, seq),
-    ).fetchall()
+    current = logged(conn, seq - FINGERPRINT_ENTRIES, seq)
     if not current or [list(row) for row in current] != [entry[:3] for entry in recorded]:
         return False
     for _number, store, slug, row_hash in recorded:
-        later = conn.execute(
-            f"SELECT 1 FROM {CHANGES_TABLE} WHERE store = ? AND seq > ? AND slug = ? LIMIT 1",
-            (store, seq, slug),
-        ).fetchone()
-        if later is None and _row_hash(conn, str(store), str(slug)) != row_hash:
+        later = logged_since(conn, str(store), str(slug), seq)
+        if not later and _row_hash(conn, str(store), str(slug)) != row_hash:
             return False
     return True
 

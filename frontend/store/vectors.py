@@ -13,6 +13,15 @@ import numpy.typing as npt
 
 from thatch.frontend.errors import InvalidInputError
 
+__all__ = [
+    "FLOAT32_LE",
+    "Vector",
+    "as_vector",
+    "cosine",
+    "decode",
+    "encode",
+]
+
 FLOAT32_LE = np.dtype("<f4")
 Vector = npt.NDArray[np.float32]
 

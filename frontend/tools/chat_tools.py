@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
+from thatch.frontend.store.chat_store import ChatMessage, ChatSession
+from thatch.frontend.store.operations import ChatOperations
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.untrusted import body as neutral_body
 from thatch.frontend.untrusted import inline, quoted, token
@@ -76,7 +77,7 @@ def person_session_id() -> str:
 
 
 def person_send(
-    store: ChatStore, to: str, body: str, *, env: Mapping[str, str], project_dir: str
+    store: ChatOperations, to: str, body: str, *, env: Mapping[str, str], project_dir: str
 ) -> PersonSent:
     """Send ``body`` to the session named ``to`` as this OS user's person identity: what
     ``thatch chat send`` and the UI's reply form do. Raises PersonSendRefused."""
@@ -194,12 +195,12 @@ def frame(message: ChatMessage, offset: int = 0) -> str:
 @dataclass
 class ChatTools:
     ctx: ToolContext
-    store: ChatStore
+    store: ChatOperations
     default_session: str | None = None
 
     @classmethod
     def over(cls, ctx: ToolContext) -> ChatTools:
-        return cls(ctx, ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock))
+        return cls(ctx, ctx.store.chat())
 
     # -- identity ------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable
-from thatch.frontend.store.engine_store import BEHAVIORS, EngineStore, Item, SeedPlan
+from thatch.frontend.store.engine_store import BEHAVIORS, Item, SeedPlan
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.background import Background
 from thatch.frontend.tools.context import Embedder
@@ -127,7 +127,7 @@ def seed_defaults(
 
     Raises EmbedderUnavailable when something must change and no embedder answers.
     """
-    engines = EngineStore(store.conn, BEHAVIORS, clock=store.clock, lock=store.lock)
+    engines = store.engines(BEHAVIORS)
     off = engines.defaults_off()
     defaults = tuple(default for default in defaults if default.key not in off)
     stamped: dict[str, Item] = {}

@@ -18,11 +18,11 @@ from thatch.frontend.store.engine_store import (
     BEHAVIORS,
     PREDICTIONS,
     Engine,
-    EngineStore,
     Item,
     Listed,
     Scored,
 )
+from thatch.frontend.store.operations import EngineOperations
 from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import inline, quoted, token
@@ -45,9 +45,8 @@ def auto_fire_threshold(env: Mapping[str, str], engine: Engine, model: str) -> f
     return auto_fire_thresholds(env, model)[engine.name]
 
 
-def engine_store(tools: Tools, engine: Engine) -> EngineStore:
-    store = tools.ctx.store
-    return EngineStore(store.conn, engine, clock=store.clock, lock=store.lock)
+def engine_store(tools: Tools, engine: Engine) -> EngineOperations:
+    return tools.ctx.store.engines(engine)
 
 
 # -- formatting ------------------------------------------------------------------------------
@@ -120,7 +119,7 @@ def prompt_blocks(
     query vector: predictions then behaviors, each only when something fires."""
     blocks = []
     for engine in (PREDICTIONS, BEHAVIORS):
-        engines = EngineStore(store.conn, engine, clock=store.clock, lock=store.lock)
+        engines = store.engines(engine)
         found = engines.match(scope, vector, thresholds[engine.name], auto_fire=True)
         block = prompt_block(engine, found)
         if block is not None:

@@ -126,14 +126,14 @@ class EngineHygiene:
     @classmethod
     def of(cls, db: object, active_model: str) -> EngineHygiene:
         """Counted over the memory Store's connection; other query objects have no engines."""
-        from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, EngineStore
+        from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS
         from thatch.frontend.store.memory_store import Store
 
         if not isinstance(db, Store):
             return cls(active_model=active_model)
         other = pending = 0
         for engine in (PREDICTIONS, BEHAVIORS):
-            counts = EngineStore(db.conn, engine, lock=db.lock).embedding_counts(active_model)
+            counts = db.engines(engine).embedding_counts(active_model)
             other, pending = other + counts[0], pending + counts[1]
         return cls(other, pending, active_model)
 

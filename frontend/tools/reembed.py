@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from thatch.embedder.encoder import Kind
-from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine, EngineStore
+from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
 from thatch.frontend.store.memory_store import Memory, Store
 from thatch.frontend.tools.context import Embedder
 
@@ -53,7 +53,7 @@ def plan_engine_reembed(
     another model than ``active_model``."""
     rows: list[EngineRow] = []
     for engine in (PREDICTIONS, BEHAVIORS):
-        engines = EngineStore(store.conn, engine, clock=store.clock, lock=store.lock)
+        engines = store.engines(engine)
         candidates = engines.reembed_candidates(
             active_model, missing_only=missing_only, store=store_name
         )
@@ -80,7 +80,7 @@ def reembed_engine_rows(
             [row.text for row in chunk], Kind.PASSAGE, timeout=timeout, start_wait=start_wait
         )
         for row, vector in zip(chunk, result.vectors, strict=True):
-            engines = EngineStore(store.conn, row.engine, clock=store.clock, lock=store.lock)
+            engines = store.engines(row.engine)
             if engines.set_vector(row.table, row.id, row.text, vector, result.model_id):
                 done += 1
             else:

@@ -23,10 +23,11 @@ from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
 from thatch.frontend.errors import DatabaseDamagedError, StoreError
 from thatch.frontend.store import db
-from thatch.frontend.store.chat_store import ChatMessage, ChatStore
+from thatch.frontend.store.chat_store import ChatMessage
 from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
 from thatch.frontend.store.memory import VERDICTS, Memory
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.operations import ChatOperations
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.chat_tools import PersonSendRefused, person_send, person_session_id
 from thatch.frontend.tools.engine_tools import engine_store
@@ -931,7 +932,7 @@ class Views:
         return _html("Status", "".join(content))
 
 
-def chat_events(chat: ChatStore, messages: list[ChatMessage]) -> list[dict[str, object]]:
+def chat_events(chat: ChatOperations, messages: list[ChatMessage]) -> list[dict[str, object]]:
     """Messages as plain text fields (invisible characters shown as the CLI shows them, no
     HTML escaping: the page escapes them, the script inserts them as text)."""
     names = chat.names() if messages else {}
