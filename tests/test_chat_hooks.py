@@ -14,7 +14,7 @@ from thatch.frontend.timefmt import utc_now
 
 LINE = re.compile(
     r'\[thatch\] chat: you are ([a-z]+-\d{5}) \((\d+) unread\)\. Pass "as": "\1:([0-9a-f]{16})" '
-    r"to the chat tools; the part after the colon is your key: never write it anywhere else\."
+    r"to the chat tool; the part after the colon is your key: never write it anywhere else\."
 )
 
 

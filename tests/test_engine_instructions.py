@@ -6,7 +6,7 @@ import re
 
 from thatch.frontend.setup.block import END
 from thatch.frontend.setup.instructions import BLOCK
-from thatch.frontend.tools.registry import SPECS_BY_NAME
+from thatch.frontend.tools.engine_specs import ENGINE_ACTIONS
 
 
 def test_block_has_both_engine_sections_naming_real_tools() -> None:
@@ -24,5 +24,6 @@ def test_block_has_both_engine_sections_naming_real_tools() -> None:
         "behavior_list",
         "behavior_delete",
     }
-    assert named <= set(SPECS_BY_NAME)
+    assert named <= {action.name for action in ENGINE_ACTIONS}
+    assert "`engine` action `prediction_update`" in BLOCK
     assert "[thatch] User decision model" in BLOCK and "[thatch] Situational behaviors" in BLOCK

@@ -68,12 +68,19 @@ def env(tmp_path: Path, short_tmp: Path, minilm: EmbedderProcess) -> dict[str, s
     with ToolContext.from_env(environment, autostart=False) as ctx:
         tools = Tools(ctx)
         made = tools.call(
-            "prediction_update",
-            {"matcher": M, "prediction": P, "signal": "confirm", "rationale": "chose it"},
+            "engine",
+            {
+                "action": "prediction_update",
+                "matcher": M,
+                "prediction": P,
+                "signal": "confirm",
+                "rationale": "chose it",
+            },
         )
         assert not made.is_error, made.text
         codified = tools.call(
-            "behavior_codify", {"situation": SIT, "behavior": B, "rationale": "r"}
+            "engine",
+            {"action": "behavior_codify", "situation": SIT, "behavior": B, "rationale": "r"},
         )
         assert not codified.is_error, codified.text
     return environment
@@ -111,7 +118,13 @@ def test_recall_and_blocks_are_joined_in_order(env: dict[str, str]) -> None:
     # The same situation for a behavior: both engine blocks fire, after the recall.
     with ToolContext.from_env(env, autostart=False) as ctx:
         Tools(ctx).call(
-            "behavior_codify", {"situation": M, "behavior": "read the CI config", "rationale": "r"}
+            "engine",
+            {
+                "action": "behavior_codify",
+                "situation": M,
+                "behavior": "read the CI config",
+                "rationale": "r",
+            },
         )
     out = flush({**env, "THATCH_RECALL_THRESHOLD": "0.3"}, TEST_PROMPT)
     recall, predictions, behaviors = out.split("\n\n")
@@ -128,7 +141,13 @@ def test_three_spam_signals_stop_a_behavior_firing(env: dict[str, str]) -> None:
     with ToolContext.from_env(env, autostart=False) as ctx:
         for _ in range(3):
             graded = Tools(ctx).call(
-                "behavior_feedback", {"behavior": B, "relevant": False, "context": "not here"}
+                "engine",
+                {
+                    "action": "behavior_feedback",
+                    "behavior": B,
+                    "relevant": False,
+                    "context": "not here",
+                },
             )
             assert not graded.is_error, graded.text
     assert graded.text == f'[disconfirm] "{B}" confidence=0.31 (0/3)'

@@ -152,8 +152,9 @@ def test_numeric_text_stays_text_for_string_fields(tools: Tools, tmp_path: Path)
 
 
 def test_schema_lists_required_ranges_and_enums() -> None:
-    """Every tool publishes an object schema with descriptions, required, bounds and enum."""
-    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+    """Every tool publishes an object schema with required, bounds and enum; an action
+    tool requires only ``action``, an enum of its actions."""
+    schemas = {spec.name: input_schema(spec.published_params()) for spec in TOOL_SPECS}
     assert schemas["memory_remember"]["required"] == ["content"]
     confidence = schemas["memory_remember"]["properties"]["confidence"]
     assert (confidence["type"], confidence["minimum"], confidence["maximum"]) == ("integer", 1, 10)
@@ -166,8 +167,25 @@ def test_schema_lists_required_ranges_and_enums() -> None:
         "unrelated",
     ]
     assert schemas["store_list"] == {"type": "object", "properties": {}, "required": []}
+    assert schemas["chat"]["required"] == ["action"]
+    assert schemas["chat"]["properties"]["action"]["enum"] == [
+        "register",
+        "list",
+        "send",
+        "broadcast",
+        "read",
+        "unregister",
+        "status",
+    ]
+    assert schemas["engine"]["properties"]["signal"]["enum"] == [
+        "confirm",
+        "disconfirm",
+        "soft",
+        "create",
+    ]
+    # Descriptions only where a name does not say it all: none is empty.
     for schema in schemas.values():
-        assert all(prop["description"] for prop in schema["properties"].values())
+        assert all(prop.get("description", "x") for prop in schema["properties"].values())
 
 
 @pytest.mark.parametrize(

@@ -137,7 +137,7 @@ def _anchor(
 
 
 def credential(name: str, key: str) -> str:
-    """What the chat tools take as ``as``: the name and the session's own key."""
+    """What the chat tool takes as ``as``: the name and the session's own key."""
     return f"{name}:{key}"
 
 
@@ -147,7 +147,7 @@ def identity_line(name: str, unread: int, key: str) -> str:
 
     return (
         f"[thatch] chat: you are {token(name)} ({unread} unread). Pass "
-        f'"as": {quoted(credential(name, key))} to the chat tools; the part after the '
+        f'"as": {quoted(credential(name, key))} to the chat tool; the part after the '
         "colon is your key: never write it anywhere else."
     )
 

@@ -99,21 +99,8 @@ SERVED_TOOLS = (
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
-    "prediction_query",
-    "prediction_update",
-    "prediction_list",
-    "prediction_delete",
-    "behavior_codify",
-    "behavior_feedback",
-    "behavior_list",
-    "behavior_delete",
-    "chat_register",
-    "chat_list",
-    "chat_send",
-    "chat_broadcast",
-    "chat_read",
-    "chat_unregister",
-    "chat_status",
+    "engine",
+    "chat",
 )
 DRAINING_TOOLS = ("memory_remember", "extraction_done")
 THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
