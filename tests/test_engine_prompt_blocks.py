@@ -100,6 +100,8 @@ def test_cold_path_blocks_from_one_embedding(env: dict[str, str], minilm: Embedd
     assert flush(env, "please continue with the refactoring of the parser") == WRITE
     # Thresholds come from the environment.
     assert flush({**env, "THATCH_PREDICTION_THRESHOLD": "0.99"}, TEST_PROMPT) == WRITE
+    # THATCH_ENGINES=off (docs/tools.md §switches): the project shows no engine block.
+    assert flush({**env, "THATCH_ENGINES": "off"}, TEST_PROMPT) == WRITE
 
 
 def test_recall_and_blocks_are_joined_in_order(env: dict[str, str]) -> None:
@@ -176,6 +178,7 @@ def test_warm_path_carries_the_blocks_and_embeds_once(
         assert flush(warm, TEST_PROMPT) == PREDICTION_BLOCK
         assert flush(warm, MIGRATION_PROMPT) == BEHAVIOR_BLOCK
         assert minilm.info().requests_served == served + 2
+        assert flush({**warm, "THATCH_ENGINES": "off"}, MIGRATION_PROMPT) == WRITE
     assert flush(env, TEST_PROMPT) == PREDICTION_BLOCK  # cold, same database
 
 

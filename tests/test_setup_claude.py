@@ -302,3 +302,29 @@ def test_user_entry_naming_thatch_on_path_is_the_same_binary(
         scope="global",
     )
     assert run_setup(request).stdout_lines()[1].startswith("  unchanged  claude mcp add")
+
+
+def test_feature_switches_in_thatch_entries_survive_setup(
+    project: Path, env: dict[str, str]
+) -> None:
+    """THATCH_ENGINES / THATCH_CHAT set in thatch's MCP entry (docs/tools.md §switches) stay
+    when setup rewrites the entry, for Claude Code and opencode; nothing else of theirs."""
+    run(project, env)
+    mcp = project / ".mcp.json"
+    doc = json.loads(mcp.read_text())
+    doc["mcpServers"]["thatch"]["env"] = {"THATCH_CHAT": "off", "OTHER": "x"}
+    mcp.write_text(json.dumps(doc))
+    run(project, env)
+    assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["env"] == {"THATCH_CHAT": "off"}
+    run_setup(
+        SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN, version="1")
+    )
+    opencode = project / "opencode.json"
+    doc = json.loads(opencode.read_text())
+    doc["mcp"]["thatch"]["environment"]["THATCH_ENGINES"] = "off"
+    opencode.write_text(json.dumps(doc))
+    run_setup(
+        SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN, version="1")
+    )
+    environment = json.loads(opencode.read_text())["mcp"]["thatch"]["environment"]
+    assert environment == {"THATCH_HOST": "opencode", "THATCH_ENGINES": "off"}

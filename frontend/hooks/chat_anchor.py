@@ -76,8 +76,10 @@ def chat_line(
     ``always`` (reminder): printed whatever n is, and old rows pruned; else only when
     n > 0. None without a session id, for a session that left (tombstone), or on failure.
     """
+    from thatch.frontend.switches import is_on
+
     session = host_session(payload, host)
-    if not session:
+    if not session or not is_on(env, "chat"):  # THATCH_CHAT=off (docs/tools.md §switches)
         return None
     try:
         try:

@@ -137,12 +137,30 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _set_key(doc: dict[str, Any], key: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _set_key(
+    doc: dict[str, Any], key: str, entry: dict[str, Any], env_key: str = "env"
+) -> dict[str, Any]:
     servers = doc.setdefault(key, {})
     if not isinstance(servers, dict):
         raise hooks.HookFileConflict(f'"{key}" is not an object')
-    servers["thatch"] = entry
+    servers["thatch"] = _with_switches(entry, servers.get("thatch"), env_key)
     return doc
+
+
+def _with_switches(entry: dict[str, Any], old: object, env_key: str) -> dict[str, Any]:
+    """``entry`` keeping the feature switches (THATCH_ENGINES, THATCH_CHAT) the user set in
+    thatch's old entry: a project's choice survives setup (docs/tools.md §switches)."""
+    from thatch.frontend.switches import FEATURES, variable
+
+    old_env = old.get(env_key) if isinstance(old, dict) else None
+    if not isinstance(old_env, dict):
+        return entry
+    kept = {
+        name: old_env[name]
+        for name in map(variable, FEATURES)
+        if isinstance(old_env.get(name), str)
+    }
+    return {**entry, env_key: {**entry.get(env_key, {}), **kept}} if kept else entry
 
 
 def _stdio_entry(bin_path: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -159,11 +177,11 @@ def _opencode_mcp(doc: dict[str, Any], bin_path: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"type": "local", "command": [bin_path, "mcp"]}
     if "servers" in mcp:
         entry["environment"] = {"THATCH_HOST": "opencode"}
-        _set_key(mcp, "servers", entry)
+        _set_key(mcp, "servers", entry, "environment")
         return doc
     entry["enabled"] = True
     entry["environment"] = {"THATCH_HOST": "opencode"}
-    mcp["thatch"] = entry
+    mcp["thatch"] = _with_switches(entry, mcp.get("thatch"), "environment")
     return doc
 
 
