@@ -1,9 +1,9 @@
 """Per-project switches for thatch's optional parts (docs/tools.md §switches).
 
 ``THATCH_ENGINES=off`` and ``THATCH_CHAT=off`` turn the engines (predictions, behaviors)
-and chat off: their tools leave ``tools/list``, their instruction text and hook lines are
-not printed. ``thatch setup --no-engines`` / ``--no-chat`` write the variable into the
-project's host configuration. Standard library only: hooks and the MCP quick start read it.
+and chat off: their tool leaves ``tools/list`` and the hooks print none of their lines.
+A project sets the variable in thatch's MCP entry (setup keeps it there). Standard
+library only: hooks and the MCP quick start read it.
 """
 
 from __future__ import annotations
