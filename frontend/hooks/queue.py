@@ -128,8 +128,9 @@ CARRY_PREFIX = "~carry-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _LAST_SEGMENT = re.compile(r"(?:__|[:./])")
 # A pattern string, not a compiled object: only aggregator calls need it, and compiling it
-# costs more than the rest of a tool hook's work (re caches it after the first use).
-_TOOL_WORDS = r"\b(" + "|".join(SERVED_TOOLS) + r")\b"
+# costs more than the rest of a tool hook's work (re caches it after the first use). Only
+# names with an underscore: "engine" and "chat" are words any input may hold.
+_TOOL_WORDS = r"\b(" + "|".join(name for name in SERVED_TOOLS if "_" in name) + r")\b"
 
 
 class QueueError(Exception):
