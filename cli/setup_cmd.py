@@ -87,8 +87,9 @@ def write_mcp_answers(env: dict[str, str]) -> None:
     """The answers ``thatch mcp`` gives while it loads (frontend/mcp/answer_sheet.py), so
     that the first host session after setup starts as fast as the next ones."""
     from thatch.frontend.mcp.answer_sheet import write_sheet
+    from thatch.frontend.mcp.server import listing_server
 
     try:
-        write_sheet(env)
+        write_sheet(env, listing_server(env))
     except Exception as error:  # the first server writes them instead, a little later
         click.echo(f"[thatch setup] MCP quick-start answers not written: {error}", err=True)

@@ -160,16 +160,10 @@ def served(server: Server[Any], messages: list[dict[str, Any]]) -> list[str]:
     return results
 
 
-def write_sheet(env: Mapping[str, str], server: Server[Any] | None = None) -> Path:
+def write_sheet(env: Mapping[str, str], server: Server[Any]) -> Path:
     """Build and store the sheet for this installation (atomically: readers see the old
-    file or the new one); ``server`` defaults to the listing side of thatch's, for the
-    features ``env`` leaves on."""
-    if server is None:
-        from thatch.frontend.mcp.server import build_server
-        from thatch.frontend.switches import features_off
-        from thatch.frontend.tools.registry import served_specs
-
-        server = build_server(specs=served_specs(features_off(env)))
+    file or the new one) from ``server``, whose tools are those ``env`` serves
+    (``server.listing_server``)."""
     path = sheet_path(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     sheet = build_sheet(server, sheet_key())

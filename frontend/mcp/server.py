@@ -125,6 +125,15 @@ def build_server(on_call_tool: Any = None, specs: Sequence[ToolSpec] = TOOL_SPEC
     return server
 
 
+def listing_server(env: Mapping[str, str]) -> Server[Any]:
+    """The listing side for the tools ``env`` serves (the switched-off features' are not):
+    what setup records in the quick start's answer sheet."""
+    from thatch.frontend.switches import features_off
+    from thatch.frontend.tools.registry import served_specs
+
+    return build_server(specs=served_specs(features_off(env)))
+
+
 def served_capabilities(server: Server[Any]) -> types.ServerCapabilities:
     """What thatch advertises, in either era: tools only (the prompt and resource lists
     it answers are empty, for hosts that ask whatever the capabilities say)."""
