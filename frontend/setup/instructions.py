@@ -82,7 +82,14 @@ When `memory_remember` warns about similar memories, or `find_duplicates` report
 clusters, follow the `thatch-dedup-classifier` skill to merge or mark them.
 """
 
-BLOCK = f"{BEGIN}\n{BODY}{ENGINE_SECTIONS}{END}"
+
+def block_text(*, engines: bool = True) -> str:
+    """The block; without the engines' sections for a project that switched them off
+    (docs/tools.md §switches)."""
+    return f"{BEGIN}\n{BODY}{ENGINE_SECTIONS if engines else ''}{END}"
+
+
+BLOCK = block_text()
 
 POINTER_BODY = """\
 # thatch
