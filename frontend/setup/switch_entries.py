@@ -47,7 +47,10 @@ def entry_off(host: str, mcp_file: Path | None, flags: Mapping[str, bool]) -> fr
     """The features off in thatch's entry of ``mcp_file`` once setup has run with ``flags``."""
     entry: object = None
     if mcp_file is not None:
-        doc = jsonfiles.load_object(mcp_file).data
+        try:
+            doc = jsonfiles.load_object(mcp_file).data
+        except OSError:  # the entry's own step reports the file; the block goes on
+            doc = {}
         servers = doc.get("mcp" if host == "opencode" else "mcpServers")
         if isinstance(servers, dict) and isinstance(servers.get("servers"), dict):
             servers = servers["servers"]
