@@ -1,4 +1,4 @@
-"""The chat tools (docs/chat.md §3-§5): identity resolution, sending, reading, framing.
+"""The chat tool's operations (docs/chat.md §3-§5): identity resolution, sending, reading, framing.
 
 ``ChatTools`` lives as long as its ``Tools`` (one per ``thatch mcp`` process), because
 ``chat`` ``register`` without ``as`` gives that process a default identity. An identity is
