@@ -98,8 +98,9 @@ def seed_demo(ctx: ToolContext) -> None:
         tools.remember(label=label, content=content, store=DEMO, branch="main")
     tools.remember(label="Old note", content="Superseded build notes.", store=DEMO, archived=True)
     tools.call(
-        "behavior_codify",
+        "engine",
         {
+            "action": "behavior_codify",
             "situation": "before committing Python changes",
             "behavior": "run ruff check and the type check",
             "rationale": "CI fails on lint",
@@ -107,8 +108,9 @@ def seed_demo(ctx: ToolContext) -> None:
         },
     )
     tools.call(
-        "prediction_update",
+        "engine",
         {
+            "action": "prediction_update",
             "matcher": "after changing the schema",
             "prediction": "the migration test needs a new fixture",
             "signal": "create",

@@ -1,6 +1,6 @@
 """``thatch predictions`` and ``thatch behaviors``: list, show, delete (engines.md §5).
 
-Thin adapters over the engine tools' operations: the same scopes (project + global when
+Thin adapters over the engine tool's operations: the same scopes (project + global when
 ``--store`` is omitted), the same texts, and ``--json`` documents. ``show`` and ``delete``
 find an item by its statement (a paraphrase at similarity ≥ 0.85 finds it, so they need
 the embedder) or by its exact id (no embedder).

@@ -29,6 +29,18 @@ from thatch.common.version import thatch_version
     help="Claude Code: do not add (and remove thatch's) permission rule mcp__thatch; "
     "Claude then asks before every thatch tool call.",
 )
+@click.option(
+    "--engines/--no-engines",
+    default=None,
+    help="Switch the engines (predictions, behaviors) on or off for this project: the "
+    "engine tool, its hook lines and instruction sections. Default: as the entry says.",
+)
+@click.option(
+    "--chat/--no-chat",
+    default=None,
+    help="Switch chat on or off for this project: the chat tool and its hook lines. "
+    "Default: as the entry says.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 def setup(
     claude: bool,
@@ -38,6 +50,8 @@ def setup(
     global_: bool,
     post_tool_use: bool,
     no_allow_tools: bool,
+    engines: bool | None,
+    chat: bool | None,
     dry_run: bool,
 ) -> None:
     """Install thatch's MCP server, hooks, instructions and skills for agent hosts.
@@ -57,6 +71,13 @@ def setup(
         raise click.UsageError("choose at least one host: --claude, --cursor, --opencode.")
     if local and global_:
         raise click.UsageError("--local and --global are mutually exclusive.")
+    switches = {
+        feature: on for feature, on in (("engines", engines), ("chat", chat)) if on is not None
+    }
+    if switches and global_ and claude:
+        raise click.UsageError(
+            "--engines/--chat switch a project: run them without --global for Claude Code."
+        )
     env = dict(os.environ)
     request = SetupRequest(
         hosts=hosts,
@@ -67,6 +88,7 @@ def setup(
         scope="global" if global_ else "local",
         post_tool_use=post_tool_use,
         allow_tools=not no_allow_tools,
+        switches=switches,
         dry_run=dry_run,
     )
     try:
@@ -74,7 +96,7 @@ def setup(
     except OSError as error:
         raise click.ClickException(f"setup could not write a file: {error}") from None
     if not dry_run:
-        write_mcp_answers(env)
+        write_mcp_answers(env)  # the sheet of every feature on; a project's own comes later
     for line in result.stdout_lines():
         click.echo(line)
     for detail in result.details():
@@ -87,9 +109,9 @@ def write_mcp_answers(env: dict[str, str]) -> None:
     """The answers ``thatch mcp`` gives while it loads (frontend/mcp/answer_sheet.py), so
     that the first host session after setup starts as fast as the next ones."""
     from thatch.frontend.mcp.answer_sheet import write_sheet
-    from thatch.frontend.mcp.server import build_server
+    from thatch.frontend.mcp.server import listing_server
 
     try:
-        write_sheet(env, build_server())
+        write_sheet(env, listing_server(env))
     except Exception as error:  # the first server writes them instead, a little later
         click.echo(f"[thatch setup] MCP quick-start answers not written: {error}", err=True)

@@ -75,11 +75,12 @@ def _emit_json(document: object) -> None:
 
 
 def _check(param_name: str, tool: str, value: object) -> Any:
-    """One value through the tool's own parameter rules (same limits and messages)."""
-    from thatch.frontend.tools.registry import SPECS_BY_NAME
+    """One value through the tool's (or engine action's) own parameter rules (same limits
+    and messages)."""
+    from thatch.frontend.tools.registry import declared_params
     from thatch.frontend.tools.validation import validate
 
-    params = [p for p in SPECS_BY_NAME[tool].params if p.name == param_name]
+    params = [p for p in declared_params(tool) if p.name == param_name]
     return validate(params, {param_name: value})[param_name]
 
 

@@ -14,7 +14,7 @@ from thatch.frontend.timefmt import utc_now
 
 LINE = re.compile(
     r'\[thatch\] chat: you are ([a-z]+-\d{5}) \((\d+) unread\)\. Pass "as": "\1:([0-9a-f]{16})" '
-    r"to the chat tools; the part after the colon is your key: never write it anywhere else\."
+    r"to the chat tool; the part after the colon is your key: never write it anywhere else\."
 )
 
 
@@ -124,4 +124,28 @@ def test_flush_tools_migrates_a_file_without_chat_tables(tmp_path: Path) -> None
     assert out.returncode == 0 and out.stderr == b"", out.stderr
     store = chat(env)
     assert store.get(host_session_key("s1")) is not None
+    store.conn.close()
+
+
+def test_chat_off_for_the_project_leaves_no_chat_line_and_no_wake(tmp_path: Path) -> None:
+    """THATCH_CHAT=off (docs/tools.md §switches): the session is not anchored, the reminder
+    and flush-tools print no chat line, and chat-notify wakes nobody, even with mail."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    on = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project))
+    run_hook(["reminder"], {"session_id": "claude-a"}, on)  # anchored while chat was on
+    store = chat(on)
+    other = store.register_server(project="proj", host_kind="claude", worktree="/")
+    store.send(other.session_id, host_session_key("claude-a"), ["ping"])
+    off = {**on, "THATCH_CHAT": "off"}
+    out = run_hook(["reminder"], {"session_id": "claude-b"}, off)
+    assert out.returncode == 0 and out.stderr == b"" and b"chat:" not in out.stdout
+    assert store.get(host_session_key("claude-b")) is None
+    flush = run_hook(["flush-tools"], {"session_id": "claude-a", "prompt": "hi"}, off)
+    assert flush.returncode == 0 and b"chat:" not in flush.stdout
+    wake = run_hook(["chat-notify"], {"session_id": "claude-a", "stop_hook_active": False}, off)
+    assert wake.returncode == 0 and wake.stdout == b""
+    # The same mail with chat on: the wake and the line come back.
+    woken = run_hook(["chat-notify"], {"session_id": "claude-a", "stop_hook_active": False}, on)
+    assert b"unread chat message" in woken.stdout
     store.conn.close()

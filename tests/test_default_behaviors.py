@@ -212,7 +212,7 @@ def test_seeder_stopped_while_waiting_makes_one_last_attempt(store: Store) -> No
 
 
 def test_a_deleted_default_stays_off_and_its_bookkeeping_is_hidden(tmp_path: Path) -> None:
-    """behavior_delete of a default records it switched off in the same transaction: seeding
+    """engine behavior_delete of a default records it switched off in the same transaction: seeding
     never brings it back; lists show no seed stamp; switching it on lets seeding restore it
     (issue 23)."""
     from tests.support.fake_embedder import tool_context
@@ -223,11 +223,12 @@ def test_a_deleted_default_stays_off_and_its_bookkeeping_is_hidden(tmp_path: Pat
         tools = Tools(ctx)
         embedder = FakeEmbedder()
         assert seed_defaults(ctx.store, embedder, version="1.0").created == 9
-        listed = tools.call("behavior_list", {"store": "global"}).text
+        listed = tools.call("engine", {"action": "behavior_list", "store": "global"}).text
         assert "seed-key" not in listed and "seed-version" not in listed
         assert wrap_up.why in listed
         deleted = tools.call(
-            "behavior_delete", {"statement": wrap_up.behavior, "store": "global"}
+            "engine",
+            {"action": "behavior_delete", "statement": wrap_up.behavior, "store": "global"},
         ).text
         assert deleted.endswith(
             f"(a default behavior: switched off; thatch behaviors defaults --on {wrap_up.key})"

@@ -50,9 +50,9 @@ def seed(db: Path) -> None:
                 "store": "global",
             },
         ):
-            assert not tools.call("prediction_update", args).is_error
+            assert not tools.call("engine", {"action": "prediction_update", **args}).is_error
         codify = {"situation": "before a deploy", "behavior": "run the tests", "rationale": "r"}
-        assert not tools.call("behavior_codify", codify).is_error
+        assert not tools.call("engine", {"action": "behavior_codify", **codify}).is_error
 
 
 def test_list_show_delete_predictions(env: Path) -> None:

@@ -63,12 +63,19 @@ def env(tmp_path: Path, short_tmp: Path, minilm: EmbedderProcess) -> dict[str, s
     with ToolContext.from_env(environment, autostart=False) as ctx:
         tools = Tools(ctx)
         made = tools.call(
-            "prediction_update",
-            {"matcher": M, "prediction": P, "signal": "confirm", "rationale": "chose it"},
+            "engine",
+            {
+                "action": "prediction_update",
+                "matcher": M,
+                "prediction": P,
+                "signal": "confirm",
+                "rationale": "chose it",
+            },
         )
         assert not made.is_error, made.text
         codified = tools.call(
-            "behavior_codify", {"situation": SIT, "behavior": B, "rationale": "r"}
+            "engine",
+            {"action": "behavior_codify", "situation": SIT, "behavior": B, "rationale": "r"},
         )
         assert not codified.is_error, codified.text
     return environment
@@ -88,6 +95,8 @@ def test_cold_path_blocks_from_one_embedding(env: dict[str, str], minilm: Embedd
     assert flush(env, "please continue with the refactoring of the parser") == NOTHING
     # Thresholds come from the environment.
     assert flush({**env, "THATCH_PREDICTION_THRESHOLD": "0.99"}, TEST_PROMPT) == NOTHING
+    # THATCH_ENGINES=off (docs/tools.md §switches): the project shows no engine block.
+    assert flush({**env, "THATCH_ENGINES": "off"}, TEST_PROMPT) == NOTHING
 
 
 def test_recall_and_blocks_are_joined_in_order(env: dict[str, str]) -> None:
@@ -106,7 +115,13 @@ def test_recall_and_blocks_are_joined_in_order(env: dict[str, str]) -> None:
     # The same situation for a behavior: both engine blocks fire, after the recall.
     with ToolContext.from_env(env, autostart=False) as ctx:
         Tools(ctx).call(
-            "behavior_codify", {"situation": M, "behavior": "read the CI config", "rationale": "r"}
+            "engine",
+            {
+                "action": "behavior_codify",
+                "situation": M,
+                "behavior": "read the CI config",
+                "rationale": "r",
+            },
         )
     out = flush({**env, "THATCH_RECALL_THRESHOLD": "0.3"}, TEST_PROMPT)
     recall, predictions, behaviors = out.split("\n\n")
@@ -123,7 +138,13 @@ def test_three_spam_signals_stop_a_behavior_firing(env: dict[str, str]) -> None:
     with ToolContext.from_env(env, autostart=False) as ctx:
         for _ in range(3):
             graded = Tools(ctx).call(
-                "behavior_feedback", {"behavior": B, "relevant": False, "context": "not here"}
+                "engine",
+                {
+                    "action": "behavior_feedback",
+                    "behavior": B,
+                    "relevant": False,
+                    "context": "not here",
+                },
             )
             assert not graded.is_error, graded.text
     assert graded.text == f'[disconfirm] "{B}" confidence=0.31 (0/3)'
@@ -152,6 +173,7 @@ def test_warm_path_carries_the_blocks_and_embeds_once(
         assert flush(warm, TEST_PROMPT) == PREDICTION_BLOCK
         assert flush(warm, MIGRATION_PROMPT) == BEHAVIOR_BLOCK
         assert minilm.info().requests_served == served + 2
+        assert flush({**warm, "THATCH_ENGINES": "off"}, MIGRATION_PROMPT) == NOTHING
     assert flush(env, TEST_PROMPT) == PREDICTION_BLOCK  # cold, same database
 
 

@@ -47,7 +47,7 @@ def without_chat_line(text: str) -> str:
     body, line = text.rstrip("\n").rsplit("\n\n", 1)
     assert re.fullmatch(
         r'\[thatch\] chat: you are ([a-z]+-\d{5}) \(0 unread\)\. Pass "as": "\1:[0-9a-f]{16}" to '
-        r"the chat tools; the part after the colon is your key: never write it anywhere else\.",
+        r"the chat tool; the part after the colon is your key: never write it anywhere else\.",
         line,
     ), line
     return body + text[len(text.rstrip("\n")) :]

@@ -224,22 +224,6 @@ def violations(module: str, source: str, is_package: bool) -> list[str]:
     return list(found.values())
 
 
-# Import cycles of frontend/tools through its TYPE_CHECKING imports.
-# removed by h/tools; delete this exemption at merge
-EXEMPT_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset({"thatch.frontend.tools.context", "thatch.frontend.tools.pending_fill"}),
-        frozenset(
-            {
-                "thatch.frontend.tools.engine_tools",
-                "thatch.frontend.tools.memory_tools",
-                "thatch.frontend.tools.registry",
-            }
-        ),
-    }
-)
-
-
 def test_every_package_is_in_a_layer() -> None:
     """A new top-level package in pyproject gets a place in the rules before it gets code."""
     assert sorted(package_dirs()) == sorted(LAYERS)
@@ -333,12 +317,8 @@ def test_no_module_imports_itself_through_others() -> None:
     graph = module_graph()
     assert len(graph) > 50  # the walk saw the packages
     cycles = import_cycles(graph)
-    stale = EXEMPT_CYCLES - {group for group, _cycle in cycles}
-    assert stale == set(), "an exempted cycle is gone: delete its exemption"
     found = [
-        " → ".join(cycle) + f" (all of: {', '.join(sorted(group))})"
-        for group, cycle in cycles
-        if group not in EXEMPT_CYCLES
+        " → ".join(cycle) + f" (all of: {', '.join(sorted(group))})" for group, cycle in cycles
     ]
     assert found == []
 

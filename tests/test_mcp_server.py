@@ -13,6 +13,7 @@ from mcp_types import JSONRPCRequest
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.frontend.mcp.server import make_server
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, with_arguments_set_aside
+from thatch.frontend.tools.footprint import BUDGET, definition_chars
 
 pytestmark = pytest.mark.anyio
 
@@ -27,21 +28,8 @@ ORDER = [
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
-    "prediction_query",
-    "prediction_update",
-    "prediction_list",
-    "prediction_delete",
-    "behavior_codify",
-    "behavior_feedback",
-    "behavior_list",
-    "behavior_delete",
-    "chat_register",
-    "chat_list",
-    "chat_send",
-    "chat_broadcast",
-    "chat_read",
-    "chat_unregister",
-    "chat_status",
+    "engine",
+    "chat",
 ]
 
 
@@ -58,7 +46,7 @@ def anyio_backend() -> str:
 
 
 async def test_initialize_and_tools_list(tmp_path: Path, closing: ExitStack) -> None:
-    """serverInfo is thatch + version; tools come in spec order with full input schemas."""
+    """serverInfo is thatch + version; tools come in spec order with their input schemas."""
     async with Client(
         make_server(closing.enter_context(tool_context(tmp_path))), mode="legacy"
     ) as client:
@@ -72,12 +60,51 @@ async def test_initialize_and_tools_list(tmp_path: Path, closing: ExitStack) -> 
     assert recall["type"] == "object" and recall["required"] == ["query"]
     assert recall["properties"]["limit"] == {
         "type": "integer",
-        "description": "Maximum number of results (1-20, default 10).",
         "minimum": 1,
         "maximum": 20,
         "default": 10,
     }
     assert all(tool.description for tool in listed)
+
+
+async def test_all_tool_definitions_fit_the_budget(tmp_path: Path, closing: ExitStack) -> None:
+    """What a host sends with every request for thatch's tools (name, description, input
+    schema of each, every feature on) stays within 6,000 characters (issue 22 §2)."""
+    async with Client(
+        make_server(closing.enter_context(tool_context(tmp_path))), mode="legacy"
+    ) as client:
+        listed = (await client.list_tools()).tools
+    sizes = {
+        tool.name: definition_chars(tool.model_dump(by_alias=True, exclude_none=True))
+        for tool in listed
+    }
+    assert "engine" in sizes and "chat" in sizes
+    assert sum(sizes.values()) <= BUDGET == 6_000, sizes
+
+
+@pytest.mark.parametrize(
+    ("env", "absent"),
+    [
+        ({"THATCH_ENGINES": "off"}, {"engine"}),
+        ({"THATCH_CHAT": "off"}, {"chat"}),
+        ({"THATCH_ENGINES": "0", "THATCH_CHAT": "false"}, {"engine", "chat"}),
+        ({"THATCH_CHAT": "on"}, set()),
+    ],
+)
+async def test_a_feature_switched_off_leaves_tools_list(
+    tmp_path: Path, closing: ExitStack, env: dict[str, str], absent: set[str]
+) -> None:
+    """THATCH_ENGINES=off / THATCH_CHAT=off: the tool is not listed and a call says why;
+    the memory tools stay."""
+    ctx = closing.enter_context(tool_context(tmp_path))
+    ctx.env = env
+    async with Client(make_server(ctx), mode="legacy") as client:
+        listed = [tool.name for tool in (await client.list_tools()).tools]
+        called = {name: await client.call_tool(name, {"action": "status"}) for name in absent}
+    assert listed == [name for name in ORDER if name not in absent]
+    for name, result in called.items():
+        assert result.is_error
+        assert result.content[0].text.startswith(f"Tool {name} is switched off for this project")
 
 
 async def test_calls_return_text_and_is_error(tmp_path: Path, closing: ExitStack) -> None:

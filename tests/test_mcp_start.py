@@ -205,3 +205,22 @@ def test_setup_writes_the_sheet(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     sheet = json.loads(sheet_path(env).read_text())
     assert sheet["key"] == sheet_key() and json.loads(sheet["tools"])["tools"]
+
+
+def test_a_project_with_chat_off_gets_a_sheet_of_its_own(server_env: dict[str, str]) -> None:
+    """THATCH_CHAT=off (a project's MCP entry sets it): the real server lists no chat tool,
+    writes a sheet of its own, and the next start answers from that one; the sheet of
+    projects with every feature on is another file and keeps chat."""
+    off = {**server_env, "THATCH_CHAT": "off"}
+    opening = [initialize(1, "2025-06-18"), INITIALIZED, request(2, "tools/list")]
+    first = run_mcp(off, opening)
+    names = [tool["name"] for tool in first[1]["result"]["tools"]]
+    assert "chat" not in names and "engine" in names and "memory_recall" in names
+    path = sheet_path(off)
+    assert path != sheet_path(server_env) and path.name == "mcp-answers-no-chat.json"
+    assert json.loads(json.loads(path.read_text())["tools"]) == first[1]["result"]
+    again = run_mcp(off, opening)
+    assert [tool["name"] for tool in again[1]["result"]["tools"]] == names
+    on = run_mcp(server_env, opening)
+    assert [tool["name"] for tool in on[1]["result"]["tools"]][-2:] == ["engine", "chat"]
+    assert "chat" in json.loads(sheet_path(server_env).read_text())["tools"]

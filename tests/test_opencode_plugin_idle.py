@@ -19,8 +19,8 @@ TOP = "ses_top"
 CHILD = "ses_child1"  # the fake client's first created session
 POINTER = (
     "[thatch] System notification, not user input: 1 unread chat message(s) from "
-    'ruby-00001. Read them with chat_read {"as": "jade-00002"}. Reply only if it matters '
-    "to your current work; otherwise carry on."
+    'ruby-00001. Read them with chat {"action": "read", "as": "jade-00002"}. Reply only if '
+    "it matters to your current work; otherwise carry on."
 )
 
 # Fake thatch: logs "<args>\t<stdin>"; prints <dir>/<command>.out if present, else

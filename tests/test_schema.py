@@ -549,6 +549,8 @@ def test_chat_binding_tables_and_provenance_indexes_are_added_by_m011(store: Sto
     )
     assert "thatch_prediction_provenance_item" in plan
     assert "m011_chat_binding" in [name for name, _ in MIGRATIONS]
+
+
 def test_migrating_leaves_the_memory_map_setting_as_it_was(tmp_path: Path) -> None:
     """Migrations read through a memory map (index builds scan every row); the connection
     gets its own setting back for everything after them."""

@@ -299,3 +299,75 @@ def test_user_entry_naming_thatch_on_path_is_the_same_binary(
         scope="global",
     )
     assert run_setup(request).stdout_lines()[1].startswith("  unchanged  claude mcp add")
+
+
+def test_feature_switches_in_thatch_entries_survive_setup(
+    project: Path, env: dict[str, str]
+) -> None:
+    """THATCH_ENGINES / THATCH_CHAT set in thatch's MCP entry (docs/tools.md §switches) stay
+    when setup rewrites the entry, for Claude Code and opencode; nothing else of theirs."""
+    run(project, env)
+    mcp = project / ".mcp.json"
+    doc = json.loads(mcp.read_text())
+    doc["mcpServers"]["thatch"]["env"] = {"THATCH_CHAT": "off", "OTHER": "x"}
+    mcp.write_text(json.dumps(doc))
+    run(project, env)
+    assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["env"] == {"THATCH_CHAT": "off"}
+    run_setup(
+        SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN, version="1")
+    )
+    opencode = project / "opencode.json"
+    doc = json.loads(opencode.read_text())
+    doc["mcp"]["thatch"]["environment"]["THATCH_ENGINES"] = "off"
+    opencode.write_text(json.dumps(doc))
+    run_setup(
+        SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN, version="1")
+    )
+    environment = json.loads(opencode.read_text())["mcp"]["thatch"]["environment"]
+    assert environment == {"THATCH_HOST": "opencode", "THATCH_ENGINES": "off"}
+
+
+def test_no_engines_and_no_chat_switch_the_project_and_doctor_agrees(
+    project: Path, env: dict[str, str]
+) -> None:
+    """setup --no-engines --no-chat: thatch's entry carries both switches and the block
+    drops the engines' sections; a plain rerun keeps that and doctor sees no drift;
+    --engines turns the engines back on (docs/tools.md §switches)."""
+    from thatch.frontend.setup.check import doctor_status
+
+    def entry_env() -> object:
+        return json.loads((project / ".mcp.json").read_text())["mcpServers"]["thatch"].get("env")
+
+    def block_has_engines() -> bool:
+        return "## User decision model" in (project / "CLAUDE.md").read_text()
+
+    run(project, env, switches={"engines": False, "chat": False})
+    assert entry_env() == {"THATCH_ENGINES": "off", "THATCH_CHAT": "off"}
+    assert not block_has_engines()
+    again = run(project, env)
+    assert all(line.status == "unchanged" for line in again.reports[0].lines), again
+    assert doctor_status("claude", project, env, bin_path=BIN, version="1")[0] == "ok"
+    run(project, env, switches={"engines": True})
+    assert entry_env() == {"THATCH_CHAT": "off"}
+    assert block_has_engines()
+    run(project, env, switches={"chat": True})
+    assert entry_env() is None
+
+
+def test_cli_switch_flags(
+    tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`thatch setup --claude --no-chat` writes the switch; with --global it is a usage error."""
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    script = tmp_path / "bin" / "thatch"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "setup"])
+    done = CliRunner().invoke(cli, ["setup", "--claude", "--no-chat"])
+    assert done.exit_code == 0, done.output
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["thatch"]
+    assert entry["env"] == {"THATCH_CHAT": "off"}
+    refused = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--no-chat"])
+    assert refused.exit_code == 2 and "without --global" in refused.output

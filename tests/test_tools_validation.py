@@ -152,8 +152,9 @@ def test_numeric_text_stays_text_for_string_fields(tools: Tools, tmp_path: Path)
 
 
 def test_schema_lists_required_ranges_and_enums() -> None:
-    """Every tool publishes an object schema with descriptions, required, bounds and enum."""
-    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+    """Every tool publishes an object schema with required, bounds and enum; an action
+    tool requires only ``action``, an enum of its actions."""
+    schemas = {spec.name: input_schema(spec.published_params()) for spec in TOOL_SPECS}
     assert schemas["memory_remember"]["required"] == ["content"]
     confidence = schemas["memory_remember"]["properties"]["confidence"]
     assert (confidence["type"], confidence["minimum"], confidence["maximum"]) == ("integer", 1, 10)
@@ -166,8 +167,25 @@ def test_schema_lists_required_ranges_and_enums() -> None:
         "unrelated",
     ]
     assert schemas["store_list"] == {"type": "object", "properties": {}, "required": []}
+    assert schemas["chat"]["required"] == ["action"]
+    assert schemas["chat"]["properties"]["action"]["enum"] == [
+        "register",
+        "list",
+        "send",
+        "broadcast",
+        "read",
+        "unregister",
+        "status",
+    ]
+    assert schemas["engine"]["properties"]["signal"]["enum"] == [
+        "confirm",
+        "disconfirm",
+        "soft",
+        "create",
+    ]
+    # Descriptions only where a name does not say it all: none is empty.
     for schema in schemas.values():
-        assert all(prop["description"] for prop in schema["properties"].values())
+        assert all(prop.get("description", "x") for prop in schema["properties"].values())
 
 
 @pytest.mark.parametrize(
@@ -224,3 +242,28 @@ def test_unexpected_failure_is_one_line_tool_error(tmp_path: Path) -> None:
     with tool_context(tmp_path, Broken()) as ctx:
         result = Tools(ctx).call("memory_recall", {"query": "q"})
     assert (result.is_error, result.text) == (True, "Tool error: boom second line")
+
+
+def test_an_action_tool_names_its_actions_and_refuses_foreign_parameters(tools: Tools) -> None:
+    """A missing or unknown action names the valid ones; a parameter of another action is an
+    error naming what this action takes (never silently ignored); null counts as unset."""
+    actions = "register, list, send, broadcast, read, unregister, status"
+    assert refused(tools, "chat", {}) == "Invalid arguments: action: required"
+    assert refused(tools, "chat", {"action": "reed"}) == (
+        f'Invalid arguments: action: must be one of {actions} (got "reed")'
+    )
+    assert refused(tools, "chat", {"action": "read", "to": "x", "body": None}) == (
+        "Invalid arguments: to: not a parameter of action read (it takes as, message, offset)"
+    )
+    assert refused(tools, "chat", {"action": "send", "to": "x", "topic": "t"}) == (
+        "Invalid arguments: topic: not a parameter of action send (it takes as, body, to); "
+        "body: required"
+    )
+    assert refused(tools, "engine", {"action": "behavior_list", "context": "c"}) == (
+        "Invalid arguments: context: not a parameter of action behavior_list (it takes store)"
+    )
+    assert refused(tools, "chat", ["read"]) == NOT_AN_OBJECT
+    # Every parameter of the action's own is checked as before.
+    assert refused(tools, "chat", {"action": "read", "message": 0}) == (
+        "Invalid arguments: message: must be an integer from 1 to …"
+    )

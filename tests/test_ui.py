@@ -239,8 +239,13 @@ def test_stored_text_comes_back_escaped_on_every_page(
     # The payload as a store name, a branch, an engine statement and chat bodies.
     tools.remember(label="x", content="y", store="<script>s</script>", branch="<img src=x>")
     result = tools.call(
-        "behavior_codify",
-        {"situation": "<script>alert(4)</script>", "behavior": XSS_STATEMENT, "rationale": "r"},
+        "engine",
+        {
+            "action": "behavior_codify",
+            "situation": "<script>alert(4)</script>",
+            "behavior": XSS_STATEMENT,
+            "rationale": "r",
+        },
     )
     assert not result.is_error, result.text
     chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
@@ -447,8 +452,13 @@ def test_merge_then_forget(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None
 def test_engines_page_and_delete(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
     client, _guard = ui
     result = Tools(ctx).call(
-        "behavior_codify",
-        {"situation": "before a commit", "behavior": "run the linter", "rationale": "CI fails"},
+        "engine",
+        {
+            "action": "behavior_codify",
+            "situation": "before a commit",
+            "behavior": "run the linter",
+            "rationale": "CI fails",
+        },
     )
     assert not result.is_error, result.text
     page = client.get("/engines")

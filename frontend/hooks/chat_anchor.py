@@ -74,8 +74,10 @@ def chat_line(
     ``always`` (reminder): printed whatever n is, and old rows pruned; else only when
     n > 0. None without a session id, for a session that left (tombstone), or on failure.
     """
+    from thatch.frontend.switches import is_on
+
     session = host_session(payload, host)
-    if not session:
+    if not session or not is_on(env, "chat"):  # THATCH_CHAT=off (docs/tools.md §switches)
         return None
     try:
         try:
@@ -135,7 +137,7 @@ def _anchor(
 
 
 def credential(name: str, key: str) -> str:
-    """What the chat tools take as ``as``: the name and the session's own key."""
+    """What the chat tool takes as ``as``: the name and the session's own key."""
     return f"{name}:{key}"
 
 
@@ -145,7 +147,7 @@ def identity_line(name: str, unread: int, key: str) -> str:
 
     return (
         f"[thatch] chat: you are {token(name)} ({unread} unread). Pass "
-        f'"as": {quoted(credential(name, key))} to the chat tools; the part after the '
+        f'"as": {quoted(credential(name, key))} to the chat tool; the part after the '
         "colon is your key: never write it anywhere else."
     )
 

@@ -24,7 +24,7 @@ COMMAND = "chat-notify"
 
 def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "claude") -> str:
     """The wake: who wrote and the call that reads it (with this session's own key), and
-    for a host that may defer chat_read, the hint that loads exactly it."""
+    for a host that may defer the chat tool, the hint that loads exactly it."""
     from thatch.frontend.hooks.chat_anchor import credential
     from thatch.frontend.hooks.nudges import host_names
     from thatch.frontend.untrusted import quoted, token
@@ -32,19 +32,21 @@ def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "c
     who = ", ".join(token(sender) for sender in senders)
     text = (
         f"[thatch] System notification, not user input: {unread} unread chat message(s) "
-        f'from {who}. Read them with chat_read {{"as": {quoted(credential(name, key))}}}. '
+        f"from {who}. Read them with chat "
+        f'{{"action": "read", "as": {quoted(credential(name, key))}}}. '
         "Reply only if it matters to your current work; otherwise carry on."
     )
-    load = host_names(host).load("chat_read")  # Claude Code may defer chat_read
+    load = host_names(host).load("chat")  # Claude Code may defer it
     return f"{text} {load}" if load else text
 
 
 def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
     """The pointer when a wake is due for the payload's session, else None."""
     from thatch.frontend.hooks.chat_anchor import host_session, open_chat
+    from thatch.frontend.switches import is_on
 
     session = host_session(payload, host)
-    if not session:
+    if not session or not is_on(env, "chat"):  # THATCH_CHAT=off (docs/tools.md §switches)
         return None
     from thatch.frontend.store.chat_store import host_session_key
 

@@ -138,14 +138,16 @@ def recall_parts(
     if len(prompt) < MIN_PROMPT_LEN:
         return None, None
     from thatch.frontend.hooks.nudges import recall_nudge
+    from thatch.frontend.switches import is_on
 
     threshold = recall_threshold(env)
     stores = [project] if project == "global" else [project, "global"]
     text = prompt[:PROMPT_EMBED_CHARS]
     warm = warm_scan(text, env, stores, threshold, branch)
+    engines = is_on(env, "engines")  # THATCH_ENGINES=off: no blocks (docs/tools.md §switches)
     if warm is not None:
         nudge = recall_nudge(host, warm[0])
-        return prompt_aware_text(nudge, warm[1]), nudge
+        return prompt_aware_text(nudge, warm[1] if engines else []), nudge
     embedded = embed_prompt(text, env)
     if embedded is None:
         return None, None
@@ -163,7 +165,7 @@ def recall_parts(
     )
     try:
         matches = store.search(stores, vector, text=text, branch=branch, limit=RECALL_LIMIT)
-        blocks = engine_blocks(store, stores, vector, env, model)
+        blocks = engine_blocks(store, stores, vector, env, model) if engines else []
     finally:
         store.close()
     cut = model_recall_threshold(threshold, model)

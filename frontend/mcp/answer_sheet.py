@@ -43,9 +43,13 @@ _SOURCES = (_HERE, _HERE.parent / "tools")
 
 
 def sheet_path(env: Mapping[str, str]) -> Path:
+    """One sheet per set of tools served: projects that switch features off
+    (switches.py) list fewer tools."""
     from thatch.common.environment import thatch_cache_dir
+    from thatch.frontend.switches import features_off
 
-    return thatch_cache_dir(env) / "mcp-answers.json"
+    off = "".join(f"-no-{feature}" for feature in sorted(features_off(env)))
+    return thatch_cache_dir(env) / f"mcp-answers{off}.json"
 
 
 def sheet_key() -> str:
@@ -158,8 +162,8 @@ def served(server: Server[Any], messages: list[dict[str, Any]]) -> list[str]:
 
 def write_sheet(env: Mapping[str, str], server: Server[Any]) -> Path:
     """Build and store the sheet for this installation (atomically: readers see the old
-    file or the new one) from ``server``'s answers (``thatch setup`` passes the listing
-    side of thatch's, ``server.build_server``; this module never imports the server)."""
+    file or the new one) from ``server``, whose tools are those ``env`` serves
+    (``server.listing_server``)."""
     path = sheet_path(env)
     path.parent.mkdir(parents=True, exist_ok=True)
     sheet = build_sheet(server, sheet_key())

@@ -28,7 +28,8 @@ from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
 from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
-from thatch.frontend.tools.registry import TOOL_SPECS, ToolSpec
+from thatch.frontend.tools.registry import TOOL_SPECS
+from thatch.frontend.tools.spec import ToolSpec
 from thatch.frontend.tools.validation import input_schema
 
 if TYPE_CHECKING:
@@ -66,18 +67,20 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
             is_error=result.is_error,
         )
 
-    return build_server(call_tool)
+    return build_server(call_tool, tools.specs)
 
 
-def build_server(on_call_tool: Any = None) -> Server[Any]:
-    """The server's listing side: everything but ``tools/call`` (``make_server`` adds
-    it), which is what the quick start's answer sheet records (setup writes it)."""
-    schemas = {spec.name: input_schema(spec.params) for spec in TOOL_SPECS}
+def build_server(on_call_tool: Any = None, specs: Sequence[ToolSpec] = TOOL_SPECS) -> Server[Any]:
+    """The server's listing side for the tools ``specs`` (those served: the features
+    switched off are not): everything but ``tools/call`` (``make_server`` adds it), which
+    is what the quick start's answer sheet records (setup writes it)."""
+    schemas = {spec.name: input_schema(spec.published_params()) for spec in specs}
+    listed = [listed_tool(spec) for spec in specs]
 
     async def list_tools(
         _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[listed_tool(spec) for spec in TOOL_SPECS])
+        return types.ListToolsResult(tools=listed)
 
     async def no_prompts(
         _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
@@ -122,6 +125,15 @@ def build_server(on_call_tool: Any = None) -> Server[Any]:
     return server
 
 
+def listing_server(env: Mapping[str, str]) -> Server[Any]:
+    """The listing side for the tools ``env`` serves (the switched-off features' are not):
+    what setup records in the quick start's answer sheet."""
+    from thatch.frontend.switches import features_off
+    from thatch.frontend.tools.registry import served_specs
+
+    return build_server(specs=served_specs(features_off(env)))
+
+
 def served_capabilities(server: Server[Any]) -> types.ServerCapabilities:
     """What thatch advertises, in either era: tools only (the prompt and resource lists
     it answers are empty, for hosts that ask whatever the capabilities say)."""
@@ -134,7 +146,9 @@ def served_capabilities(server: Server[Any]) -> types.ServerCapabilities:
 
 def listed_tool(spec: ToolSpec) -> types.Tool:
     return types.Tool(
-        name=spec.name, description=spec.description, input_schema=input_schema(spec.params)
+        name=spec.name,
+        description=spec.description,
+        input_schema=input_schema(spec.published_params()),
     )
 
 

@@ -30,21 +30,8 @@ SERVED_TOOLS = (
     "dedup_mark_checked",
     "extraction_done",
     "get_extraction_payload",
-    "prediction_query",
-    "prediction_update",
-    "prediction_list",
-    "prediction_delete",
-    "behavior_codify",
-    "behavior_feedback",
-    "behavior_list",
-    "behavior_delete",
-    "chat_register",
-    "chat_list",
-    "chat_send",
-    "chat_broadcast",
-    "chat_read",
-    "chat_unregister",
-    "chat_status",
+    "engine",
+    "chat",
 )
 DRAINING_TOOLS = ("memory_remember", "extraction_done")
 THATCH_PREFIXES = ("mcp__thatch__", "mcp_thatch_", "thatch_", "thatch:", "thatch.")
@@ -69,7 +56,7 @@ SUCCESS_MARKERS = {
 _LAST_SEGMENT = re.compile(r"(?:__|[:./])")
 # A pattern string, not a compiled object: only aggregator calls need it, and compiling it
 # costs more than the rest of a tool hook's work (re caches it after the first use).
-_TOOL_WORDS = r"\b(" + "|".join(SERVED_TOOLS) + r")\b"
+_TOOL_WORDS = r"\b(" + "|".join(name for name in SERVED_TOOLS if "_" in name) + r")\b"
 
 
 def classify(tool_name: str, tool_input: Any = None) -> tuple[str, str | None]:

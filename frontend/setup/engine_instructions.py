@@ -10,7 +10,9 @@ from __future__ import annotations
 ENGINE_SECTIONS = """\
 - `[thatch] User decision model`: follow strong predictions; ask about thin or
   conflicting ones ("you usually prefer X — right?"). When the user answers, corrects or
-  states a preference (reviews count), record it with `prediction_update`, querying first.
-- `[thatch] Situational behaviors`: grade each with `behavior_feedback`; codify rules
-  about your own work with `behavior_codify`, never one that makes you less thorough.
+  states a preference (reviews count), record it with `engine` action `prediction_update`,
+  querying first.
+- `[thatch] Situational behaviors`: grade each with action `behavior_feedback`; codify
+  rules about your own work with action `behavior_codify`, never one that makes you less
+  thorough.
 """

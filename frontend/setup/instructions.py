@@ -44,7 +44,14 @@ Tool names below are bare: `mcp__thatch__<name>` in Claude Code and Cursor,
   alongside your answer, never instead of it.
 """
 
-BLOCK = f"{BEGIN}\n{BODY}{ENGINE_SECTIONS}{END}"
+
+def block_text(*, engines: bool = True) -> str:
+    """The block; without the engines' sections for a project that switched them off
+    (docs/tools.md §switches)."""
+    return f"{BEGIN}\n{BODY}{ENGINE_SECTIONS if engines else ''}{END}"
+
+
+BLOCK = block_text()
 
 POINTER_BODY = """\
 # thatch

@@ -30,7 +30,8 @@ from thatch.frontend.setup import (
     skills,
 )
 from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
-from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
+from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
+from thatch.frontend.setup.switch_entries import entry_off, with_switches
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
@@ -64,6 +65,9 @@ class SetupRequest:
     scope: Scope = "local"
     post_tool_use: bool = False
     allow_tools: bool = True  # Claude: permissions.allow gets mcp__thatch (False removes ours)
+    # Feature → on (True) or off (False) in thatch's MCP entry; a feature not named keeps
+    # what the entry says (docs/tools.md §switches).
+    switches: Mapping[str, bool] = field(default_factory=dict)
     dry_run: bool = False
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
@@ -137,11 +141,19 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _set_key(doc: dict[str, Any], key: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _set_key(
+    doc: dict[str, Any],
+    key: str,
+    entry: dict[str, Any],
+    env_key: str = "env",
+    flags: Mapping[str, bool] | None = None,
+) -> dict[str, Any]:
+    flags = flags or {}
     servers = doc.setdefault(key, {})
     if not isinstance(servers, dict):
         raise hooks.HookFileConflict(f'"{key}" is not an object')
-    servers["thatch"] = entry
+    # The project's feature switches survive setup; flags change them (docs/tools.md §switches).
+    servers["thatch"] = with_switches(entry, servers.get("thatch"), env_key, flags)
     return doc
 
 
@@ -152,18 +164,18 @@ def _stdio_entry(bin_path: str, env: dict[str, str] | None = None) -> dict[str, 
     return entry
 
 
-def _opencode_mcp(doc: dict[str, Any], bin_path: str) -> dict[str, Any]:
+def _opencode_mcp(doc: dict[str, Any], bin_path: str, flags: Mapping[str, bool]) -> dict[str, Any]:
     mcp = doc.setdefault("mcp", {})
     if not isinstance(mcp, dict):
         raise hooks.HookFileConflict('"mcp" is not an object')
     entry: dict[str, Any] = {"type": "local", "command": [bin_path, "mcp"]}
     if "servers" in mcp:
         entry["environment"] = {"THATCH_HOST": "opencode"}
-        _set_key(mcp, "servers", entry)
+        _set_key(mcp, "servers", entry, "environment", flags)
         return doc
     entry["enabled"] = True
     entry["environment"] = {"THATCH_HOST": "opencode"}
-    mcp["thatch"] = entry
+    mcp["thatch"] = with_switches(entry, mcp.get("thatch"), "environment", flags)
     return doc
 
 
@@ -264,7 +276,20 @@ def _claude_block(request: SetupRequest) -> str:
     Claude Code loads both files, so a full local block would put the text in context twice.
     """
     user_file = host_paths("claude", "global", request.project_dir, request.env).instructions
-    return POINTER_BLOCK if _has_block(user_file) else BLOCK
+    if _has_block(user_file):
+        return POINTER_BLOCK
+    return _block(
+        request, "claude", host_paths("claude", "local", request.project_dir, request.env)
+    )
+
+
+def _block_step(request: SetupRequest, host: str, paths: HostPaths, writer: _Writer) -> Line:
+    return _instructions(writer, paths.instructions, _block(request, host, paths))
+
+
+def _block(request: SetupRequest, host: str, paths: HostPaths) -> str:
+    """The full block, without the engines' sections where the host's entry turns them off."""
+    return block_text(engines="engines" not in entry_off(host, paths.mcp, request.switches))
 
 
 def _permission_note(had: bool, allow_tools: bool) -> str:
@@ -318,7 +343,10 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
         steps.append(
             (
                 project_mcp,
-                lambda: writer.json(project_mcp, lambda d: _set_key(d, "mcpServers", stdio)),
+                lambda: writer.json(
+                    project_mcp,
+                    lambda d: _set_key(d, "mcpServers", stdio, flags=request.switches),
+                ),
             )
         )
     if request.scope == "local":
@@ -376,16 +404,24 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
         env = {"THATCH_PROJECT_DIR": "${workspaceFolder}", "THATCH_HOST": "cursor"}
         entry = _stdio_entry(bin_path, env)
         mcp, hook_file = paths.mcp, paths.hooks
-        steps.append((mcp, lambda: writer.json(mcp, lambda d: _set_key(d, "mcpServers", entry))))
-        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
+        steps.append(
+            (
+                mcp,
+                lambda: writer.json(
+                    mcp, lambda d: _set_key(d, "mcpServers", entry, flags=request.switches)
+                ),
+            )
+        )
+        steps.append((paths.instructions, lambda: [_block_step(request, host, paths, writer)]))
         steps.append(
             (hook_file, lambda: writer.json(hook_file, lambda d: hooks.merge_cursor(d, bin_word)))
         )
     else:
         assert paths.mcp is not None and paths.plugin is not None
         mcp, plugin = paths.mcp, paths.plugin
-        steps.append((mcp, lambda: writer.json(mcp, lambda d: _opencode_mcp(d, bin_path))))
-        steps.append((paths.instructions, lambda: [_instructions(writer, paths.instructions)]))
+        flags = request.switches
+        steps.append((mcp, lambda: writer.json(mcp, lambda d: _opencode_mcp(d, bin_path, flags))))
+        steps.append((paths.instructions, lambda: [_block_step(request, host, paths, writer)]))
         steps.append((plugin, lambda: [_plugin(writer, plugin, request)]))
     for path, text in skills.skill_files(paths.skills):
 

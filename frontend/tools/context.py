@@ -12,14 +12,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
-
-import numpy as np
-import numpy.typing as npt
 
 from thatch.common.environment import (
     default_db_path,
@@ -28,20 +24,13 @@ from thatch.common.environment import (
     queue_dir,
     snapshot_dir,
 )
-from thatch.embedder.encoder import Kind
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.embedding import Embedder as Embedder
+from thatch.frontend.tools.embedding import EmbedResultLike as EmbedResultLike
 from thatch.frontend.tools.pending_fill import PendingFill
 
 TOOL_START_WAIT = 20.0
 EMBED_TIMEOUT = 30.0
-
-
-class EmbedResultLike(Protocol):
-    @property
-    def vectors(self) -> npt.NDArray[np.float32]: ...
-
-    @property
-    def model_id(self) -> str: ...
 
 
 class BacklogFill:
@@ -69,25 +58,6 @@ class BacklogFill:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-
-
-class Embedder(Protocol):
-    """The part of ``EmbedderClient`` the frontends use."""
-
-    def embed(
-        self,
-        texts: Sequence[str],
-        kind: Kind,
-        *,
-        timeout: float = ...,
-        start_wait: float = ...,
-    ) -> EmbedResultLike: ...
-
-    def ensure_started(self, *, wait: float) -> None:
-        """Start a local embedder if none runs; wait up to ``wait`` s (0: do not wait)."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass

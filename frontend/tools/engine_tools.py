@@ -1,7 +1,7 @@
-"""The eight engine tools (engines.md §5) and the texts of the engines' prompt-time blocks.
+"""The engine tool's actions (engines.md §5) and the texts of the engines' prompt-time blocks.
 
-Handlers take the ``Tools`` of memory_tools and the validated arguments and return the
-result text; registry.py holds their ToolSpecs. Matcher and item texts are
+Handlers take the ``Operations`` (operations.py) and the validated arguments and return the
+result text; engine_specs.py holds the tool. Matcher and item texts are
 passage-embedded raw, both in one Embed call; a statement named for lookup (delete,
 feedback) is passage-embedded too, as the stored statements are; a context is
 query-embedded. Every text agents wrote is shown through ``untrusted``.
@@ -29,7 +29,7 @@ from thatch.frontend.untrusted import inline, quoted, token
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
-    from thatch.frontend.tools.memory_tools import Tools
+    from thatch.frontend.tools.operations import Operations
 
 NO_PREDICTIONS_MATCH = "No matching predictions found."
 PREDICTION_BLOCK_TITLE = "[thatch] User decision model"
@@ -45,7 +45,7 @@ def auto_fire_threshold(env: Mapping[str, str], engine: Engine, model: str) -> f
     return auto_fire_thresholds(env, model)[engine.name]
 
 
-def engine_store(tools: Tools, engine: Engine) -> EngineOperations:
+def engine_store(tools: Operations, engine: Engine) -> EngineOperations:
     return tools.ctx.store.engines(engine)
 
 
@@ -130,12 +130,12 @@ def prompt_blocks(
 # -- handlers ------------------------------------------------------------------------------
 
 
-def _scope(tools: Tools, store: str | None) -> list[str]:
+def _scope(tools: Operations, store: str | None) -> list[str]:
     return [store] if store else tools.ctx.default_scope
 
 
 def _record(
-    tools: Tools,
+    tools: Operations,
     engine: Engine,
     store: str | None,
     matcher: str,
@@ -166,7 +166,7 @@ def _record(
     return f"[{tag}] {quoted(item.statement)} {confidence_text(item)}"
 
 
-def prediction_query(tools: Tools, args: dict[str, Any]) -> str:
+def prediction_query(tools: Operations, args: dict[str, Any]) -> str:
     scope = _scope(tools, args["store"])
     result = tools.embed([args["context"]], Kind.QUERY)
     vector = result.vectors[0]
@@ -177,7 +177,7 @@ def prediction_query(tools: Tools, args: dict[str, Any]) -> str:
     return "\n".join(surfaced_line(PREDICTIONS, scored) for scored in found)
 
 
-def prediction_update(tools: Tools, args: dict[str, Any]) -> str:
+def prediction_update(tools: Operations, args: dict[str, Any]) -> str:
     return _record(
         tools,
         PREDICTIONS,
@@ -189,7 +189,7 @@ def prediction_update(tools: Tools, args: dict[str, Any]) -> str:
     )
 
 
-def behavior_codify(tools: Tools, args: dict[str, Any]) -> str:
+def behavior_codify(tools: Operations, args: dict[str, Any]) -> str:
     return _record(
         tools,
         BEHAVIORS,
@@ -201,7 +201,7 @@ def behavior_codify(tools: Tools, args: dict[str, Any]) -> str:
     )
 
 
-def behavior_feedback(tools: Tools, args: dict[str, Any]) -> str:
+def behavior_feedback(tools: Operations, args: dict[str, Any]) -> str:
     scope = _scope(tools, args["store"])
     vector = tools.embed([args["behavior"]], Kind.PASSAGE).vectors[0]
     signal = "confirm" if args["relevant"] else "disconfirm"
@@ -212,20 +212,20 @@ def behavior_feedback(tools: Tools, args: dict[str, Any]) -> str:
     return f"[{signal}] {quoted(item.statement)} {confidence_text(item)}"
 
 
-def _list(tools: Tools, args: dict[str, Any], engine: Engine) -> str:
+def _list(tools: Operations, args: dict[str, Any], engine: Engine) -> str:
     scope = _scope(tools, args["store"])
     return listing(engine, engine_store(tools, engine).listing(scope), scope)
 
 
-def prediction_list(tools: Tools, args: dict[str, Any]) -> str:
+def prediction_list(tools: Operations, args: dict[str, Any]) -> str:
     return _list(tools, args, PREDICTIONS)
 
 
-def behavior_list(tools: Tools, args: dict[str, Any]) -> str:
+def behavior_list(tools: Operations, args: dict[str, Any]) -> str:
     return _list(tools, args, BEHAVIORS)
 
 
-def _delete(tools: Tools, args: dict[str, Any], engine: Engine) -> str:
+def _delete(tools: Operations, args: dict[str, Any], engine: Engine) -> str:
     scope = _scope(tools, args["store"])
     vector = tools.embed([args["statement"]], Kind.PASSAGE).vectors[0]
     deleted = engine_store(tools, engine).delete_nearest(scope, vector, switch_off=default_key)
@@ -243,9 +243,9 @@ def deleted_text(item: Item) -> str:
     return text
 
 
-def prediction_delete(tools: Tools, args: dict[str, Any]) -> str:
+def prediction_delete(tools: Operations, args: dict[str, Any]) -> str:
     return _delete(tools, args, PREDICTIONS)
 
 
-def behavior_delete(tools: Tools, args: dict[str, Any]) -> str:
+def behavior_delete(tools: Operations, args: dict[str, Any]) -> str:
     return _delete(tools, args, BEHAVIORS)

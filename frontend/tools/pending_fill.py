@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,9 +30,18 @@ import numpy.typing as npt
 from thatch.embedder.encoder import Kind
 from thatch.embedder.errors import EmbedRequestError
 from thatch.frontend.store.memory import Memory
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.embedding import Embedder
 
-if TYPE_CHECKING:
-    from thatch.frontend.tools.context import Embedder, ToolContext
+
+class FillSource(Protocol):
+    """What a fill reads at each use: ``ToolContext`` is one."""
+
+    store: Store
+    embedder: Embedder
+    embed_timeout: float
+    start_wait: float
+
 
 BATCH = 32
 OPPORTUNISTIC_LIMIT = 32
@@ -90,7 +99,7 @@ class PendingFill:
     """Fills embeddings for one ToolContext: now (``fill``, ``fill_store``) or later
     (``schedule``). Reads the context's Store and embedder at each use."""
 
-    def __init__(self, ctx: ToolContext) -> None:
+    def __init__(self, ctx: FillSource) -> None:
         self._ctx = ctx
         self._state = threading.Condition()
         self._scheduled = False

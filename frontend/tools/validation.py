@@ -57,7 +57,10 @@ def input_schema(params: Sequence[Param]) -> dict[str, Any]:
     """The JSON Schema object published in ``tools/list``."""
     properties: dict[str, Any] = {}
     for param in params:
-        prop: dict[str, Any] = {"type": param.type, "description": param.description}
+        # A name that says it all goes without a description (docs/tools.md §tools).
+        prop: dict[str, Any] = {"type": param.type}
+        if param.description:
+            prop["description"] = param.description
         if param.enum is not None:
             prop["enum"] = list(param.enum)
         if param.minimum is not None:

@@ -32,7 +32,8 @@ from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.chat_tools import PersonSendRefused, person_send, person_session_id
 from thatch.frontend.tools.engine_tools import engine_store
 from thatch.frontend.tools.hygiene import StoreHygiene, hygiene
-from thatch.frontend.tools.memory_tools import Refused, Tools, embedder_error
+from thatch.frontend.tools.memory_tools import Tools
+from thatch.frontend.tools.operations import Refused, embedder_error
 from thatch.frontend.tools.registry import SPECS_BY_NAME
 from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import ArgumentError, validate

@@ -46,8 +46,7 @@ EXTRACTION = "queued for fact extraction"
 FETCH = "mcp__thatch__get_extraction_payload"
 DONE = "mcp__thatch__extraction_done"
 REMEMBER = "mcp__thatch__memory_remember"
-CHAT_SEND = "mcp__thatch__chat_send"
-CHAT_READ = "mcp__thatch__chat_read"
+CHAT = "mcp__thatch__chat"
 WAKE = "[thatch] System notification, not user input: 1 unread chat message(s) from "
 LABEL = "Widgets spin an even number of times"
 VERSION_VAR = "THATCH_TEST_CLAUDE_VERSION"  # which Claude Code a sandbox runs (fixtures)
@@ -504,7 +503,7 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     sandbox: Sandbox, model_server: ModelServer
 ) -> None:
     """A's model sends B a message; B's next turn ends, its Stop hook's pointer makes
-    Claude take one more turn, and B's model reads the message through chat_read."""
+    Claude take one more turn, and B's model reads the message through chat's read."""
     setup(sandbox)
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     body = "rebase before you touch models.py"
@@ -519,12 +518,12 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
             request.all_text(),
         )
         assert me is not None, request.all_text()[-2000:]
-        return call(CHAT_SEND, to=name_b, body=body, **{"as": me.group(1)})
+        return call(CHAT, action="send", to=name_b, body=body, **{"as": me.group(1)})
 
     model_server.run(
         [
             Turn(both(main_agent, fresh), send, name="send"),
-            Turn(both(main_agent, after(CHAT_SEND)), say("Sent."), name="sent"),
+            Turn(both(main_agent, after(CHAT)), say("Sent."), name="sent"),
         ]
     )
     claude(sandbox, "RUN-A1: tell the other session to rebase.", session_id=a)
@@ -538,15 +537,15 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
 
     def read(request: ModelRequest) -> Reply:
         # The pointer carries B's own "as": only B's Stop hook could print its key.
-        me = re.search(r'chat_read \{"as": "([^"]+)"\}', request.last_user_text())
+        me = re.search(r'chat \{"action": "read", "as": "([^"]+)"\}', request.last_user_text())
         assert me is not None, request.last_user_text()
-        return call(CHAT_READ, **{"as": me.group(1)})
+        return call(CHAT, action="read", **{"as": me.group(1)})
 
     model_server.run(
         [
             Turn(both(main_agent, fresh, woken), read, name="read"),
             Turn(both(main_agent, fresh), say("Hello again."), name="answer"),
-            Turn(both(main_agent, after(CHAT_READ)), say("Read it."), name="done"),
+            Turn(both(main_agent, after(CHAT)), say("Read it."), name="done"),
         ]
     )
     claude(sandbox, "RUN-B2: carry on.", resume=b)
@@ -555,7 +554,9 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     (wake,) = [r for r in requests if woken(r)]
     pointer = wake.last_user_text()
     assert re.search(
-        rf'from {name_a}\. Read them with chat_read \{{"as": "{name_b}:[0-9a-f]{{16}}"\}}', pointer
+        rf'from {name_a}\. Read them with chat \{{"action": "read", "as": '
+        rf'"{name_b}:[0-9a-f]{{16}}"\}}',
+        pointer,
     ), pointer
     assert body not in wake.all_text()
     ((_, read),) = requests[-1].last_tool_results()

@@ -340,7 +340,8 @@ def test_a_chat_message_wakes_the_idle_session_once(served: Served) -> None:
     (wake,) = [r for r in server.requests() if woken(r)]
     pointer = wake.last_user_text()
     assert body not in wake.all_text()
-    assert re.search(rf'chat_read \{{"as": "{rows[0]["name"]}:[0-9a-f]{{16}}"\}}', pointer), pointer
+    credential = rf'"as": "{rows[0]["name"]}:[0-9a-f]{{16}}"'
+    assert re.search(rf'chat \{{"action": "read", {credential}\}}', pointer), pointer
     assert "[thatch] Before you reply" not in pointer  # a wake gets no reminder
     messages = served.http("GET", f"/session/{session}/message")
     wakes = [
