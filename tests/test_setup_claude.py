@@ -339,7 +339,7 @@ def test_no_engines_and_no_chat_switch_the_project_and_doctor_agrees(
         return json.loads((project / ".mcp.json").read_text())["mcpServers"]["thatch"].get("env")
 
     def block_has_engines() -> bool:
-        return "## User decision model" in (project / "CLAUDE.md").read_text()
+        return "[thatch] User decision model" in (project / "CLAUDE.md").read_text()
 
     run(project, env, switches={"engines": False, "chat": False})
     assert entry_env() == {"THATCH_ENGINES": "off", "THATCH_CHAT": "off"}

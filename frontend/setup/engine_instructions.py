@@ -12,7 +12,7 @@ ENGINE_SECTIONS = """\
   conflicting ones ("you usually prefer X — right?"). When the user answers, corrects or
   states a preference (reviews count), record it with `engine` action `prediction_update`,
   querying first.
-- `[thatch] Situational behaviors`: grade each with action `behavior_feedback`; codify
-  rules about your own work with action `behavior_codify`, never one that makes you less
-  thorough.
+- `[thatch] Situational behaviors`: grade each with action `behavior_feedback`;
+  codify rules about your own work with action `behavior_codify`, never one that makes
+  you less thorough.
 """
