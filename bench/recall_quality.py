@@ -15,7 +15,7 @@ its triggers build. Methods:
 - fused (store): ``Store.search(text=query)``, the ranking recall uses now;
 - levers (issue 24), each computed over all memories from the same vectors and hits:
   linear fusion weights, reciprocal-rank fusion, query rewriting for questions
-  (``ranking.question_core``), long memories split for ranking (chunks scored, the memory
+  (``recall_levers.question_core``), long memories split for ranking (chunks scored, the memory
   returned), label-vs-body field weighting (a temp FTS5 table with two columns).
 ``--held-out`` measures CPython's standard library docstrings as the code set instead:
 the held-out check, run once after the choices, not used to choose anything.
@@ -36,12 +36,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+import recall_levers
 from _common import embedder_running, print_table
 from embedder import prepare_models
 from recall_sets import DevSet, among, code_set, conversation_set
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
-from thatch.frontend.store import lexical, ranking
+from thatch.frontend.store import lexical
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify
 
@@ -184,7 +185,7 @@ def chunk_max(vectors: Vectors, dev: DevSet, q: F64, whole: F64, max_chars: int)
     owners: list[int] = []
     texts: list[str] = []
     for i, memory in enumerate(dev.memories):
-        pieces = ranking.chunks(memory.content, max_chars)
+        pieces = recall_levers.chunks(memory.content, max_chars)
         if len(pieces) > 1:
             owners += [i] * len(pieces)
             texts += [stored_text(memory.label, piece) for piece in pieces]
@@ -208,7 +209,7 @@ def measure(dev: DevSet, vectors: Vectors) -> list[list[str]]:
     targets = [q.target for q in dev.questions]
     memory_vectors = vectors.get(texts, Kind.PASSAGE)
     query_vectors = vectors.get(questions, Kind.QUERY)
-    rewritten = [ranking.question_core(text) for text in questions]
+    rewritten = [recall_levers.question_core(text) for text in questions]
     rewritten_vectors = vectors.get(rewritten, Kind.QUERY)
 
     rows: list[list[str]] = []

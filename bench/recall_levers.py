@@ -1,7 +1,6 @@
-"""Recall ranking levers (docs/database.md §ranking, issue 24): pure functions of text.
-
-Measured by bench/recall_quality.py on both dev sets; what the store uses is said in
-docs/database.md.
+"""Recall ranking levers of issue 24 that bench/recall_quality.py measures: pure functions
+of text. None won on both dev sets, so the store does not use them (docs/database.md
+§ranking); they stay here with their measurement.
 """
 
 from __future__ import annotations
