@@ -52,6 +52,7 @@ WEIGHTS = [0.0, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
 RRF_KS = [10, 60]
 CC_WEIGHTS = [0.15, 0.25, 0.4]
 CHUNK_CHARS = [400, 800]
+CHUNK_BLEND = 0.25
 LABEL_WEIGHTS = [1.0, 3.0]
 
 F64 = npt.NDArray[np.float64]
@@ -268,6 +269,11 @@ def measure(dev: DevSet, vectors: Vectors) -> list[list[str]]:
         row(
             f"chunks {max_chars}: linear w {lexical.LEXICAL_WEIGHT}",
             ranks_by(fused_chunks, targets),
+        )
+        blend = cos + CHUNK_BLEND * (best - cos)  # best >= cos: the whole text is one of them
+        row(
+            f"chunks {max_chars}: whole + {CHUNK_BLEND} × gain, linear w {lexical.LEXICAL_WEIGHT}",
+            ranks_by(linear(blend, hits, exact, index, lexical.LEXICAL_WEIGHT), targets),
         )
     for label_weight, stem in [(w, False) for w in LABEL_WEIGHTS] + [(1.0, True)]:
         fhits = field_hits(dev, slugs, label_weight, questions, stem=stem)
