@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +70,10 @@ def embed(client: EmbedderClient, texts: list[str], kind: Kind) -> np.ndarray:
         result = client.embed(texts[start : start + EMBED_BATCH], kind, timeout=600)
         out.extend(np.asarray(v, dtype=np.float32) for v in result.vectors)
     return np.stack(out) if out else np.zeros((0, 384), dtype=np.float32)
+
+
+class Embeddings(Protocol):
+    def get(self, texts: list[str], kind: Kind) -> np.ndarray: ...
 
 
 class Vectors:
@@ -180,7 +185,9 @@ def field_hits(
     return out
 
 
-def chunk_max(vectors: Vectors, dev: DevSet, q: F64, whole: F64, max_chars: int) -> tuple[F64, int]:
+def chunk_max(
+    vectors: Embeddings, dev: DevSet, q: F64, whole: F64, max_chars: int
+) -> tuple[F64, int]:
     """Each memory's score as the best of its whole text and its chunks (chunks of at
     most ``max_chars`` of the content, each embedded under the memory's label)."""
     owners: list[int] = []
@@ -199,7 +206,7 @@ def chunk_max(vectors: Vectors, dev: DevSet, q: F64, whole: F64, max_chars: int)
     return best, len(texts)
 
 
-def measure(dev: DevSet, vectors: Vectors) -> list[list[str]]:
+def measure(dev: DevSet, vectors: Embeddings) -> list[list[str]]:
     labels = [m.label for m in dev.memories]
     slugs = [slugify(label) for label in labels]
     if len(set(slugs)) != len(slugs):
