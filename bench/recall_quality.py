@@ -1,14 +1,16 @@
-"""Recall quality: R@1, R@5 and MRR per ranking method on both dev sets (issues 15, 24).
+"""Recall quality: R@1, R@5 and MRR per ranking method on the dev sets (issues 15, 24).
 
-    python bench/recall_quality.py [--set conversation|code|both] [--model minilm-int8]
-                                   [--size 800] [--held-out]
+    python bench/recall_quality.py [--set conversation|facts|docstrings|all]
+                                   [--model minilm-int8] [--size 800] [--held-out]
 
 Dev sets (bench/recall_sets.py): ``conversation`` (hand-written conversations, one memory
-per turn, 109 questions) and ``code`` (docstring facts of third-party packages, 800
-sampled). Every memory is saved through ``Store.remember`` as the memory tool saves it
-(``# label`` blank line content, vector of that text from a real embedder process serving
-the packaged all-MiniLM-L6-v2) into a temp SQLite file, so the lexical index is the one
-its triggers build. Methods:
+per turn, 109 questions), ``facts`` (hand-written code facts as agents save them from
+tool output, 98 facts, 102 queries an agent would type) and ``docstrings`` (docstring facts
+of third-party packages, 800 sampled); with ``all``, also the conversation and facts
+questions over one store holding all three kinds. Every memory is saved through
+``Store.remember`` as the memory tool saves it (``# label`` blank line content, vector of
+that text from a real embedder process serving the packaged all-MiniLM-L6-v2) into a temp
+SQLite file, so the lexical index is the one its triggers build. Methods:
 
 - dense: cosine alone (``Store.search`` without text);
 - lexical: BM25 alone (``lexical.evidence``); a memory it does not return has no rank;
@@ -17,7 +19,7 @@ its triggers build. Methods:
   linear fusion weights, reciprocal-rank fusion, query rewriting for questions
   (``recall_levers.question_core``), long memories split for ranking (chunks scored, the memory
   returned), label-vs-body field weighting (a temp FTS5 table with two columns).
-``--held-out`` measures CPython's standard library docstrings as the code set instead:
+``--held-out`` measures CPython's standard library docstrings instead of the dev sets:
 the held-out check, run once after the choices, not used to choose anything.
 """
 
@@ -40,7 +42,7 @@ import numpy.typing as npt
 import recall_levers
 from _common import embedder_running, print_table
 from embedder import prepare_models
-from recall_sets import DevSet, among, code_set, conversation_set
+from recall_sets import DevSet, among, code_set, conversation_set, facts_set
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.encoder import Kind
 from thatch.frontend.store import lexical
@@ -48,6 +50,7 @@ from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify
 
 STORE = "dev"
+SETS = ["conversation", "facts", "docstrings"]
 EMBED_BATCH = 32
 WEIGHTS = [0.0, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
 RRF_KS = [10, 60]
@@ -304,7 +307,7 @@ def measure(dev: DevSet, vectors: Embeddings) -> list[list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--set", default="both", choices=["conversation", "code", "both"])
+    parser.add_argument("--set", default="all", choices=[*SETS, "all"])
     parser.add_argument("--model", default="minilm-int8", help="minilm-int8 or minilm-fp32")
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--seed", type=int, default=15)
@@ -316,14 +319,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     builders: list[Callable[[], DevSet]] = []
-    if args.set in ("conversation", "both") and not args.held_out:
-        builders.append(conversation_set)
-    if args.set in ("code", "both") or args.held_out:
-        builders.append(lambda: code_set(args.size, args.seed, held_out=args.held_out))
-    if args.set == "both" and not args.held_out:
-        codes = lambda: code_set(args.size, args.seed)  # noqa: E731
-        builders.append(lambda: among(conversation_set(), codes()))
-        builders.append(lambda: among(codes(), conversation_set()))
+    docstrings = lambda: code_set(args.size, args.seed, held_out=args.held_out)  # noqa: E731
+    if args.held_out:
+        builders.append(docstrings)
+    else:
+        chosen = SETS if args.set == "all" else [args.set]
+        named = {"conversation": conversation_set, "facts": facts_set, "docstrings": docstrings}
+        builders += [named[name] for name in chosen]
+        if args.set == "all":
+            builders.append(lambda: among(conversation_set(), facts_set(), docstrings()))
+            builders.append(lambda: among(facts_set(), conversation_set(), docstrings()))
     model_path = str(prepare_models(args.cache, [args.model])[args.model])
     rows: list[list[str]] = []
     with (

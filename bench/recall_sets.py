@@ -3,15 +3,17 @@ they then ask.
 
 - conversation: turns of five hand-written conversations (four between friends in the
   style of LoCoMo, one of a user telling a coding agent facts and preferences), one memory
-  per turn, labelled by speaker, date and turn (as a turn-level harness saves them), with
-  109 questions each answered by one turn (bench/data/recall_conversation.txt says how
-  they were written). No packaged conversational corpus with questions was found on
-  PyPI, npm or Debian (LoCoMo is not packaged), hence written by hand.
-- code: facts from the docstrings of third-party packages installed beside thatch, parsed
-  with ``ast`` (never imported): the memory is labelled with the module and name an agent
-  would label it with, its content is the docstring's body, the query its summary line (what
-  the thing does, the way an agent asks for it). CPython's standard library is held out
-  (``held_out_roots``).
+  per turn, labelled by conversation, date, turn and speaker (as a turn-level harness
+  saves them), with 109 questions each answered by one turn (the data file says how they
+  were written). No packaged conversational corpus with questions was found on PyPI, npm
+  or Debian (LoCoMo is not packaged), hence written by hand.
+- facts: 98 hand-written code facts of fictional projects, as an agent saves what it
+  learned from tool output (ports, commands, paths, causes of errors), and 102 queries an
+  agent would type needing them.
+- docstrings: facts from the docstrings of third-party packages installed beside thatch,
+  parsed with ``ast`` (never imported): the memory is labelled with the module and name,
+  its content is the docstring's body, the query its summary line. CPython's standard
+  library is held out (``held_out_roots``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONVERSATION_FILE = Path(__file__).parent / "data" / "recall_conversation.txt"
+FACTS_FILE = Path(__file__).parent / "data" / "recall_code_facts.txt"
 DEV_PACKAGES = [
     "numpy", "click", "grpc", "huggingface_hub", "starlette", "pydantic", "anyio",
     "jsonschema", "pygments", "yaml", "attr", "fsspec", "onnx", "packaging", "tqdm",
@@ -76,6 +79,27 @@ def conversation_set(path: Path = CONVERSATION_FILE) -> DevSet:
             turn += 1
             memories.append(Memory(f"{conversation} {date} turn {turn} {speaker}", line))
     return DevSet("conversation", memories, questions)
+
+
+def facts_set(path: Path = FACTS_FILE) -> DevSet:
+    """The hand-written code facts: every ``!`` line a memory (label | content), every
+    ``?`` line a query needing the fact above it."""
+    memories: list[Memory] = []
+    questions: list[Question] = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("! "):
+            label, sep, content = line[2:].partition(" | ")
+            if not sep:
+                raise ValueError(f"not a fact: {line}")
+            memories.append(Memory(label.strip(), content.strip()))
+        elif line.startswith("? ") and memories:
+            questions.append(Question(line[2:], len(memories) - 1))
+        else:
+            raise ValueError(f"not a fact or a query: {line}")
+    return DevSet("code facts", memories, questions)
 
 
 def split_docstring(doc: str) -> tuple[str, str] | None:
@@ -160,10 +184,13 @@ def code_set(size: int, seed: int, *, held_out: bool = False) -> DevSet:
     chosen = sorted(random.Random(seed).sample(pool, min(size, len(pool))), key=lambda p: p.name)
     memories = [Memory(pair.name, pair.body) for pair in chosen]
     questions = [Question(pair.query, i) for i, pair in enumerate(chosen)]
-    return DevSet("code (held out: stdlib)" if held_out else "code", memories, questions)
+    return DevSet(
+        "docstrings (held out: stdlib)" if held_out else "docstrings", memories, questions
+    )
 
 
-def among(dev: DevSet, others: DevSet) -> DevSet:
+def among(dev: DevSet, *others: DevSet) -> DevSet:
     """``dev``'s questions over its memories and ``others``' together (one store holding
-    both kinds, as an agent's does)."""
-    return DevSet(f"{dev.name} + {others.name}", dev.memories + others.memories, dev.questions)
+    every kind, as an agent's does)."""
+    memories = dev.memories + [memory for other in others for memory in other.memories]
+    return DevSet(f"{dev.name} + others", memories, dev.questions)
