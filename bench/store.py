@@ -2,7 +2,7 @@
 
     python bench/store.py [--model minilm-int8|minilm-fp32|mock] [--repeats 30]
                           [--big 100000] [--sessions 8] [--session-ops 100]
-                          [--only alternation|lexical|snapshot]
+                          [--only alternation|lexical|snapshot|parts]
 
 Rows are random unit vectors of the model's dimension inserted straight into a temp SQLite
 file in the project store ``benchproj``; every tool call goes over a real stdio ``thatch mcp``
@@ -29,6 +29,10 @@ and one identifier (random query vectors: the dense half costs the same either w
 embedder: at ``--big`` memories, new processes each open the store and run one search, in
 turn with the snapshot checked (as shipped), with its checksums skipped (the unchecked map
 of before, for comparison) and with no snapshot at all (the SQLite load it saves).
+``--only parts`` measures recall per ranking part (issue 24), without the embedder: at 10k and
+``--big`` memories, ``Store.search`` dense only, with the lexical query (as shipped), and
+with the rows chunk vectors would add (bench/recall_quality.py measured chunked ranking;
+it did not win, so this is its cost estimate).
 Other processes may share the machine: compare figures with their same-run baselines.
 """
 
@@ -515,6 +519,70 @@ def lexical_cost(args: argparse.Namespace) -> None:
     )
 
 
+# Chunk vectors per memory of the code dev set split at 400 characters (1,544 chunks for
+# 800 memories, bench/recall_quality.py): the rows a chunked ranking would scan besides.
+CHUNKS_PER_MEMORY = 1544 / 800
+
+
+def insert_rows(store: Store, texts: list[str], first: int, dim: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    conn = store.conn
+    conn.execute("BEGIN")
+    conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (PROJECT,))
+    for start in range(0, len(texts), 10_000):
+        chunk = texts[start : start + 10_000]
+        vectors = rng.normal(size=(len(chunk), dim)).astype(np.float32)
+        pairs = enumerate(zip(chunk, vectors, strict=True), first + start)
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, embedding, model, "
+            "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((f"memory-{i}", PROJECT, f"memory {i}", text, encode(v), "m", STAMP, STAMP)
+             for i, (text, v) in pairs)
+        )  # fmt: skip
+    conn.execute("COMMIT")
+
+
+def search_p50(store: Store, queries: list[str], dim: int, repeats: int) -> tuple[float, float]:
+    """(dense only, dense + lexical) p50 of ``Store.search`` in process, interleaved."""
+    probes = np.random.default_rng(1).normal(size=(len(queries), dim)).astype(np.float32)
+    plain: list[float] = []
+    lexical: list[float] = []
+    for repeat in range(repeats // len(queries) + 2):
+        for vector, text in zip(probes, queries, strict=True):
+            a = timed(lambda v=vector: store.search([PROJECT], v, limit=10))
+            b = timed(lambda v=vector, t=text: store.search([PROJECT], v, text=t, limit=10))
+            if repeat:  # the first round loads the matrix and warms the pages
+                plain.append(a)
+                lexical.append(b)
+    return statistics.median(plain), statistics.median(lexical)
+
+
+def parts_cost(args: argparse.Namespace) -> None:
+    """Recall p50 in process per ranking part (issue 24): dense, + lexical (shipped), and
+    + chunk rows (not shipped: the same store with CHUNKS_PER_MEMORY more vector rows per
+    memory, an estimate of what scanning chunk vectors would add)."""
+    rows = []
+    for size in (10000, args.big):
+        texts, queries = zipf_corpus(size, seed=size)
+        root = Path(tempfile.mkdtemp(prefix=f"thatch-parts-{size}-"))
+        try:
+            with Store.open(root / "thatch.db") as store:
+                insert_rows(store, texts, 0, args.dim, size)
+                dense, fused = search_p50(store, queries, args.dim, args.repeats)
+                extra = round(size * CHUNKS_PER_MEMORY)
+                insert_rows(store, ["# chunk\n\nc."] * extra, size, args.dim, size + 1)
+                _, chunked = search_p50(store, queries, args.dim, args.repeats)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        rows.append([f"{size:,}", ms(dense), ms(fused), ms(chunked),
+                     f"{chunked / fused:.2f}×"])  # fmt: skip
+    print_table(
+        "Recall p50 in process per ranking part (ms; issue 24)",
+        ["memories", "dense", "+ lexical (shipped)", "+ chunk rows (not shipped)", "chunks ×"],
+        rows,
+    )
+
+
 # One new process: open the store, time mapping the snapshot and the first search.
 FIRST_SEARCH = """
 import json, sys, time
@@ -601,11 +669,11 @@ def main() -> None:
     parser.add_argument("--session-ops", type=int, default=100)
     parser.add_argument(
         "--only",
-        choices=["alternation", "lexical", "snapshot"],
+        choices=["alternation", "lexical", "snapshot", "parts"],
         help="alternation: only the remember/recall alternation at 1k and 10k (the first two "
         "targets); lexical: only recall with and without the lexical query (no embedder); "
         "snapshot: only a new process's first search with the snapshot checked, unchecked "
-        "and absent (no embedder)",
+        "and absent (no embedder); parts: recall per ranking part, issue 24 (no embedder)",
     )
     parser.add_argument(
         "--cache",
@@ -613,10 +681,10 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    if args.only in ("lexical", "snapshot"):
+    if args.only in ("lexical", "snapshot", "parts"):
         args.dim = 384
         print(f"{os.cpu_count()} CPUs; load average before {loadavg()}")
-        (lexical_cost if args.only == "lexical" else snapshot_cost)(args)
+        {"lexical": lexical_cost, "snapshot": snapshot_cost, "parts": parts_cost}[args.only](args)
         print(f"load average after {loadavg()}")
         return
     model_path = (

@@ -1,0 +1,48 @@
+"""Recall ranking on the conversational dev set (issue 24, docs/database.md §ranking): the
+real MiniLM and the shipped fusion reach the issue's target, and fusion beats either half."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _bench(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
+    monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its siblings by name
+    import recall_quality
+    import recall_sets
+
+    return recall_quality, recall_sets
+
+
+def test_conversational_recall_reaches_the_target(
+    tmp_path: Path, minilm_server: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from thatch.embedder.client.embedder_client import EmbedderClient
+
+    recall_quality, recall_sets = _bench(monkeypatch)
+    dev = recall_sets.conversation_set()
+    assert len(dev.questions) >= 100
+    address = minilm_server.address  # type: ignore[attr-defined]
+    with EmbedderClient(address, autostart=False) as client:
+        rows = recall_quality.measure(dev, recall_quality.Vectors(tmp_path, client, "minilm"))
+    figures = {name: (float(r1), float(r5), float(mrr)) for _, name, r1, r5, mrr in rows}
+    dense = figures["dense (cosine)"]
+    lexical = figures["lexical (BM25)"]
+    fused = next(value for name, value in figures.items() if name.startswith("fused, store"))
+    assert fused[1] >= 0.85  # issue 24's conversational R@5 target
+    assert fused[0] > max(dense[0], lexical[0])
+    assert fused[2] > max(dense[2], lexical[2])
+
+
+def test_every_question_answers_one_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, recall_sets = _bench(monkeypatch)
+    dev = recall_sets.conversation_set()
+    assert len({memory.label for memory in dev.memories}) == len(dev.memories)
+    targets = [question.target for question in dev.questions]
+    assert len(set(targets)) == len(targets)  # one question per answering turn
+    assert all(0 <= target < len(dev.memories) for target in targets)
