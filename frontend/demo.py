@@ -62,7 +62,9 @@ MEMORIES = (
         "rolls it out to the Kubernetes cluster in eu-west-1. Only main may be deployed.",
     ),
 )
-QUERIES = ("how do I run the tests?", "how do we ship a release to production?")
+# Prompts as a user types them, each over the model's nudge threshold (checked by
+# tests/test_demo.py): the demo shows what an agent is given unasked, not only on request.
+QUERIES = ("what command runs the test suite?", "how do I deploy to production?")
 
 
 class DemoFailed(Exception):
@@ -387,6 +389,17 @@ def keep_database(source: Path, target: Path) -> Path:
     return target
 
 
+def nudge_line(best: float | None, nudge: float) -> str:
+    """Whether the prompt hook would give the agent this memory unasked, had a user typed
+    the query as a prompt: the same score against the model's nudge threshold."""
+    if best is not None and best >= nudge:
+        return (
+            f"(score {best:.3f} ≥ the nudge threshold {nudge}: typed as a prompt, this "
+            "memory reaches the agent unasked)"
+        )
+    return f"(under the nudge threshold {nudge}: an agent finds this only by asking)"
+
+
 def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
     """Three memory_remember calls and two memory_recall calls through the tool layer."""
     from thatch.embedder.errors import ThatchEmbedderError
@@ -411,6 +424,7 @@ def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
                 )
             out(report.text())
         steps.start("Recalling by meaning (memory_recall)")
+        nudge = tools.configured_thresholds().recall_nudge
         for query in QUERIES:
             try:
                 recall = tools.recall(query=query, stores=[DEMO_STORE], limit=3)
@@ -418,4 +432,5 @@ def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
                 raise steps.fail(str(error), "rerun with --keep and read embedder.log") from None
             out(f'\n> memory_recall {{"query": "{query}", "store": "{DEMO_STORE}"}}\n')
             out(recall.text())
+            out(nudge_line(recall.matches[0].score if recall.matches else None, nudge))
             out("")
