@@ -26,7 +26,8 @@ def demo(model: str | None, keep: bool) -> None:
     queue, saves three memories in store "demo", recalls two questions by meaning, stops
     the embedder and deletes the directory (unless --keep).
     """
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.cli.demo_model import choose_model
+    from thatch.embedder.client.errors import ThatchEmbedderError
     from thatch.frontend.demo import DemoFailed, run_demo
     from thatch.frontend.errors import StoreError
 
@@ -37,6 +38,7 @@ def demo(model: str | None, keep: bool) -> None:
             env=dict(os.environ),
             out=click.echo,
             log=lambda line: click.echo(f"   {line}", err=True),
+            choose_model=choose_model,
         )
     except DemoFailed as error:
         debug_traceback()

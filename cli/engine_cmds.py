@@ -64,7 +64,7 @@ def _item_json(entry: Listed) -> dict[str, Any]:
 
 def _find(tools: Tools, engines: EngineStore, scope: list[str], statement: str) -> Item | None:
     """The item with this exact id in scope, else the nearest statement ≥ 0.85."""
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
 
     by_id = engines.item(statement.strip())
     if by_id is not None and by_id.store in scope:

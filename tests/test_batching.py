@@ -16,7 +16,8 @@ import pytest
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_encoder import FakeEncoder
 from tests.support.polling import poll
-from thatch.embedder.encoder import Kind, Tokenized
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import Tokenized
 from thatch.embedder.models.registry import resolve_model
 from thatch.embedder.models.runtime import encode_truncated, load_tokenizer
 from thatch.embedder.server.batching import (

@@ -131,7 +131,7 @@ def test_deleted_default_returns_and_unstamped_are_never_touched(store: Store) -
 
 
 def test_embedder_unavailable_writes_nothing(store: Store) -> None:
-    from thatch.embedder.errors import EmbedderUnavailable
+    from thatch.embedder.client.errors import EmbedderUnavailable
 
     with pytest.raises(EmbedderUnavailable):
         seed_defaults(store, FakeEmbedder(unavailable="down"), version="1.0")

@@ -298,7 +298,7 @@ async def test_real_stdio_session_with_minilm(
     ]
     # The paraphrase really is within the dedup cosine (and not a copy).
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
 
     client_env = {**env}
     embedder = EmbedderClient(env=client_env, autostart=False)

@@ -257,7 +257,7 @@ ARCHIVED = ("Old deploy notes", "We used to deploy to production with Heroku git
 @pytest.fixture
 def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) -> dict[str, str]:
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.frontend.store.memory_store import Store
 
     env = hook_env(
@@ -280,7 +280,7 @@ def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) 
 def scores(env: dict[str, str], prompt: str, *, archived: bool = False) -> dict[str, float]:
     """Independent check of what search sees: cosine of the prompt with every live memory."""
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.frontend.store.memory_store import Store
 
     with (
@@ -392,7 +392,7 @@ def test_invalid_threshold_warns_once_and_uses_default(
 ) -> None:
     """A threshold outside [0, 1] is ignored with one stderr line; the serving model's
     default applies (MiniLM's calibrated one here, not the BGE 0.55 it used to be)."""
-    from thatch.embedder.models.thresholds import defaults_for
+    from thatch.frontend.thresholds import defaults_for
 
     default = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
     assert default is not None
@@ -461,7 +461,7 @@ def test_handed_out_snapshot_quiets_the_extraction_nudge(tmp_path: Path) -> None
 def test_minilm_nudge_fires_for_the_issues_example(recall_env: dict[str, str]) -> None:
     """With MiniLM and no THATCH_RECALL_THRESHOLD, "how do I run the tests in this repo?"
     names the test-suite memory: the model's own threshold applies, not BGE's 0.55."""
-    from thatch.embedder.models.thresholds import defaults_for
+    from thatch.frontend.thresholds import defaults_for
 
     minilm = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
     assert minilm is not None

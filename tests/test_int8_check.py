@@ -21,8 +21,8 @@ import pytest
 from onnx import numpy_helper
 
 from tests.support.embedder_proc import embedder_process
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.models import known_answers
 from thatch.embedder.models.registry import (
     create_encoder,

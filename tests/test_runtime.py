@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.models.mock import MOCK_DIM, MockEncoder, mock_vector
 from thatch.embedder.models.registry import create_encoder, resolve_model, with_onnx
 from thatch.embedder.models.runtime import OnnxEncoder, default_threads, pool, session_options

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert.safetensors_io import read_header, read_safetensors, write_safetensors
-from thatch.embedder.errors import ModelError
 
 
 def _raw_file(path: Path, header: object, data: bytes = b"") -> Path:

@@ -20,11 +20,11 @@ from grpc_health.v1 import health
 
 from tests.support.fake_encoder import FakeEncoder
 from tests.support.polling import poll
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.client.settings import parse_address
 from thatch.embedder.server.batching import Batcher, Limits
 from thatch.embedder.server.grpc_server import MAX_MESSAGE_BYTES, create_server
 from thatch.embedder.server.servicer import EmbedderServicer, ServerState
-from thatch.embedder.settings import parse_address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.support.embedder_cleanup import wait_until
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.server.instance import running_pid
 
 ROUNDS = 5

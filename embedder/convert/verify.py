@@ -11,9 +11,9 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert import numpy_bert
 from thatch.embedder.convert.weights import BertConfig, Weights
-from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
 
 SAMPLES = (

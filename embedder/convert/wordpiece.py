@@ -22,7 +22,7 @@ from tokenizers import (
     processors,
 )
 
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
 
 _SPECIAL_DEFAULTS = {
     "unk_token": "[UNK]",

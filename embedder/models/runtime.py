@@ -24,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import ModelSettings, Tokenized
 from thatch.embedder.models import known_answers
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from thatch.embedder.errors import ALREADY_RUNNING_FIX, ServerStartError
+from thatch.embedder.client.errors import ALREADY_RUNNING_FIX, ServerStartError
 
 
 def lock_path(socket_path: Path) -> Path:

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import click
 
-from thatch.embedder.cli_errors import translate_embedder_errors
-from thatch.embedder.errors import ModelError, ThatchEmbedderError
-from thatch.embedder.settings import (
+from thatch.embedder.client.cli_errors import translate_embedder_errors
+from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
+from thatch.embedder.client.settings import (
     DEFAULT_IDLE_SECONDS,
     configured_model,
     int_setting,

@@ -47,7 +47,7 @@ def recall_threshold(env: Mapping[str, str]) -> float | None:
 def model_recall_threshold(override: float | None, model: str) -> float:
     if override is not None:
         return override
-    from thatch.embedder.models.thresholds import BUILT_IN, defaults_for
+    from thatch.frontend.thresholds import BUILT_IN, defaults_for
 
     return (defaults_for(model) or BUILT_IN).recall_nudge
 
@@ -223,8 +223,8 @@ def embed_prompt(text: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     None when the embedder cannot answer (a local one is then started in the background for
     the next prompt)."""
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.embedder.client.kind import Kind
 
     try:
         client = EmbedderClient(env=env, autostart=True)

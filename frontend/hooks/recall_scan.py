@@ -13,7 +13,7 @@ the branch asked for (a ``thatch mcp`` started before branches were sent would h
 searched every branch).
 
 The client half (``socket_path``, ``request_labels``) imports only the standard library,
-``thatch.common.environment`` and ``thatch.embedder.settings``; the server half imports its
+``thatch.common.environment`` and ``thatch.embedder.client.settings``; the server half imports its
 heavy parts lazily.
 """
 
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from thatch.common.environment import default_db_path, socket_dir
-from thatch.embedder.settings import MAX_SOCKET_PATH_BYTES
-from thatch.embedder.socket_trust import (
+from thatch.embedder.client.settings import MAX_SOCKET_PATH_BYTES
+from thatch.embedder.client.socket_trust import (
     check_path,
     directory_problem,
     peer_credentials,
@@ -205,7 +205,7 @@ class ContextSearcher:
         *,
         branch: str | None = None,
     ) -> list[str]:
-        from thatch.embedder.encoder import Kind
+        from thatch.embedder.client.kind import Kind
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
         vector = result.vectors[0]
@@ -224,7 +224,7 @@ class ContextSearcher:
         branch: str | None = None,
     ) -> tuple[list[str], list[str]]:
         """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
-        from thatch.embedder.encoder import Kind
+        from thatch.embedder.client.kind import Kind
         from thatch.frontend.engine_thresholds import resolve
         from thatch.frontend.tools.engine_tools import prompt_blocks
 
@@ -242,7 +242,7 @@ def nudge_threshold(threshold: float | None, model: str) -> float:
     prompt (the hook cannot know which model this process's embedder serves)."""
     if threshold is not None:
         return threshold
-    from thatch.embedder.models.thresholds import BUILT_IN, defaults_for
+    from thatch.frontend.thresholds import BUILT_IN, defaults_for
 
     return (defaults_for(model) or BUILT_IN).recall_nudge
 

@@ -28,7 +28,7 @@ from thatch.common.environment import (
     queue_dir,
     snapshot_dir,
 )
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.pending_fill import PendingFill
 

@@ -19,8 +19,8 @@ from typing import TypeVar
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
+from thatch.embedder.client.errors import EmbedderUnavailable, ThatchEmbedderError
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.errors import DatabaseDamagedError, StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatMessage, ChatStore

@@ -21,7 +21,7 @@ from thatch.common.environment import (
     env_get,
     setting,
 )
-from thatch.embedder.errors import AddressError, ModelError
+from thatch.embedder.client.errors import AddressError, ModelError
 
 DEFAULT_MODEL = "Xenova/bge-small-en-v1.5"
 DEFAULT_IDLE_SECONDS = 600

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thatch.common.environment import Env, models_dir
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
 
 META_FILE = "thatch_model.json"
 

@@ -38,7 +38,7 @@ def debug_traceback() -> None:
 @contextmanager
 def translate_embedder_errors() -> Iterator[None]:
     """Turn the embedder's exceptions into one-line CLI errors (exit 1)."""
-    from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
+    from thatch.embedder.client.errors import EmbedderUnavailable, ThatchEmbedderError
 
     try:
         yield
