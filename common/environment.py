@@ -78,16 +78,6 @@ def cache_home(env: Env) -> Path:
     return _dir_setting(env, "XDG_CACHE_HOME", home(env) / ".cache")
 
 
-def data_home(env: Env) -> Path:
-    """``$XDG_DATA_HOME``, else ``~/.local/share``."""
-    return _dir_setting(env, "XDG_DATA_HOME", home(env) / ".local" / "share")
-
-
-def state_home(env: Env) -> Path:
-    """``$XDG_STATE_HOME``, else ``~/.local/state``."""
-    return _dir_setting(env, "XDG_STATE_HOME", home(env) / ".local" / "state")
-
-
 def runtime_dir(env: Env) -> Path | None:
     """``$XDG_RUNTIME_DIR``; None when unset (the XDG spec gives it no default)."""
     value = env_get(env, "XDG_RUNTIME_DIR")

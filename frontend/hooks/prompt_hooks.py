@@ -116,14 +116,6 @@ def usable_session_id(session: str) -> bool:
     return session_id_problem(session) is None
 
 
-def recall_tier(
-    prompt: str, env: Mapping[str, str], project: str, host: str, branch: str | None = None
-) -> str | None:
-    """The recall nudge and the engines' blocks for a prompt of ≥ 10 characters, or None
-    (embedder absent, nothing above the threshold)."""
-    return recall_parts(prompt, env, project, host, branch)[0]
-
-
 def recall_parts(
     prompt: str, env: Mapping[str, str], project: str, host: str, branch: str | None = None
 ) -> tuple[str | None, str | None]:

@@ -12,7 +12,7 @@ failure on the hook's side means "use the cold path"; so does a reply that does 
 the branch asked for (a ``thatch mcp`` started before branches were sent would have
 searched every branch).
 
-The client half (``socket_path``, ``request_labels``) imports only the standard library,
+The client half (``socket_path``, ``request_scan``) imports only the standard library,
 ``thatch.common.environment`` and ``thatch.embedder.client.settings``; the server half imports its
 heavy parts lazily.
 """
@@ -70,24 +70,6 @@ def socket_path(db: Path | str, env: Mapping[str, str]) -> Path | None:
 
 
 # -- client (the hook) ---------------------------------------------------------------------
-
-
-def request_labels(
-    path: Path,
-    prompt: str,
-    stores: Sequence[str],
-    limit: int,
-    threshold: float | None,
-    *,
-    deadline: float = CLIENT_DEADLINE,
-) -> list[str] | None:
-    """The labels the serving MCP process found, or None on any failure (use the cold path)."""
-    request = {"prompt": prompt, "stores": list(stores), "limit": limit, "threshold": threshold}
-    answer = _request(path, request, deadline)
-    labels = answer.get("labels") if answer is not None else None
-    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        return None
-    return labels
 
 
 def request_scan(
