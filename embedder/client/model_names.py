@@ -57,7 +57,6 @@ class RegistryEntry:
     quantized: bool
 
 
-
 _ENTRIES = (
     RegistryEntry(
         "Xenova/bge-small-en-v1.5",
@@ -83,9 +82,7 @@ _ENTRIES = (
 )
 
 
-
 REGISTRY: Mapping[str, RegistryEntry] = MappingProxyType({e.model_id: e for e in _ENTRIES})
-
 
 
 SHORT_NAMES: Mapping[str, str] = MappingProxyType(
@@ -93,29 +90,22 @@ SHORT_NAMES: Mapping[str, str] = MappingProxyType(
 )
 
 
-
 REQUIRED_FILES = ("config.json", "tokenizer.json")
-
 
 
 ONNX_CANDIDATES = ("onnx/model_quantized.onnx", "onnx/model.onnx", "model.onnx")
 
 
-
 DEFAULT_ENDPOINT = "https://huggingface.co"
-
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-
 _TRUE = {"1", "ON", "YES", "TRUE"}
-
 
 
 @dataclass(frozen=True)
@@ -123,7 +113,6 @@ class HubRef:
     repo_id: str
     revision: str | None  # None = the default branch
     short_name: str | None = None  # the registry short name it was given as, if any
-
 
 
 def hub_cache_dir(env: Env) -> Path:
@@ -137,16 +126,13 @@ def hub_cache_dir(env: Env) -> Path:
     return cache_home(env) / "huggingface" / "hub"
 
 
-
 def hub_endpoint(env: Env) -> str:
     return (env_get(env, "HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-
 
 
 def hub_offline(env: Env) -> bool:
     value = env_get(env, "HF_HUB_OFFLINE") or env_get(env, "TRANSFORMERS_OFFLINE") or ""
     return value.upper() in _TRUE
-
 
 
 def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path | HubRef:
@@ -182,7 +168,6 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
     )
 
 
-
 def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:
     """thatch_model.json's model_id, else org/name for a hub-cache snapshot, else local:<name>."""
     declared = meta.get("model_id")
@@ -192,7 +177,6 @@ def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
         return parts[-3][len("models--") :].replace("--", "/", 1)
     return f"local:{path.name}"
-
 
 
 def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
@@ -211,7 +195,6 @@ def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
     return target
 
 
-
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from an optional file: {} when absent, ModelError when malformed."""
     if not path.is_file():
@@ -225,7 +208,6 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-
 def choose_onnx(
     meta: Mapping[str, Any], entry: RegistryEntry | None, present: set[str]
 ) -> str | None:
@@ -236,7 +218,6 @@ def choose_onnx(
     if entry is not None:
         return entry.onnx
     return next((name for name in ONNX_CANDIDATES if name in present), None)
-
 
 
 def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
@@ -259,13 +240,11 @@ def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
     return snapshot
 
 
-
 def snapshot_onnx(snapshot: Path, ref: HubRef) -> str | None:
     """The ONNX file a cached snapshot serves (its metadata, the registry, what is there)."""
     meta = read_json(snapshot / "thatch_model.json")
     present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
     return choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
-
 
 
 def imported_for(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -> Path | None:
