@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from thatch.cli.store_cmds import SETTINGS, _check, _emit_json, _errors, _leniently, _tools
+from thatch.cli.store_access import check_argument, emit_json, leniently, open_tools, store_errors
+from thatch.cli.store_cmds import SETTINGS
 
 if TYPE_CHECKING:
     from thatch.frontend.store.engine_store import Engine, EngineStore, Item, Listed
@@ -28,7 +29,7 @@ def _engine(name: str) -> Engine:
 def _open(engine: Engine) -> tuple[Tools, EngineStore]:
     from thatch.frontend.tools.engine_tools import engine_store
 
-    tools = _tools()
+    tools = open_tools()
     return tools, engine_store(tools, engine)
 
 
@@ -108,14 +109,14 @@ def _group(kind: str) -> click.Group:
         from thatch.frontend.tools.engine_tools import listing
 
         engine = _engine(kind)
-        with _errors():
+        with store_errors():
             if store is not None:
-                store = _check("store", tool, store)
+                store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            entries = _leniently(tools, lambda: engines.listing(scope))
+            entries = leniently(tools, lambda: engines.listing(scope))
         if as_json:
-            _emit_json([_item_json(entry) for entry in entries])
+            emit_json([_item_json(entry) for entry in entries])
         else:
             click.echo(listing(engine, entries, scope))
 
@@ -128,13 +129,13 @@ def _group(kind: str) -> click.Group:
         from thatch.frontend.tools.engine_tools import listing
 
         engine = _engine(kind)
-        with _errors():
-            statement = _check("statement", tool, statement)
+        with store_errors():
+            statement = check_argument("statement", tool, statement)
             if store is not None:
-                store = _check("store", tool, store)
+                store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
+            found = leniently(tools, lambda: _find(tools, engines, scope, statement))
             entry = None
             if found is not None:
                 entry = next(
@@ -143,7 +144,7 @@ def _group(kind: str) -> click.Group:
         if entry is None:
             raise _not_found(engine, statement, scope)
         if as_json:
-            _emit_json(_item_json(entry))
+            emit_json(_item_json(entry))
         else:
             click.echo(f"id: {entry.item.id}\n" + listing(engine, [entry], scope))
 
@@ -158,20 +159,20 @@ def _group(kind: str) -> click.Group:
         from thatch.frontend.tools.seed_stamps import default_key
 
         engine = _engine(kind)
-        with _errors():
-            statement = _check("statement", tool, statement)
+        with store_errors():
+            statement = check_argument("statement", tool, statement)
             if store is not None:
-                store = _check("store", tool, store)
+                store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
+            found = leniently(tools, lambda: _find(tools, engines, scope, statement))
             deleted = None
             if found is not None:
                 deleted = engines.delete(found.id, switch_off=default_key)
         if deleted is None:
             raise _not_found(engine, statement, scope)
         if as_json:
-            _emit_json(
+            emit_json(
                 {
                     "deleted": deleted.id,
                     "store": deleted.store,
@@ -208,7 +209,7 @@ def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
         )
     if set(off) & set(on):
         raise click.UsageError("a key cannot be switched on and off at once")
-    with _errors():
+    with store_errors():
         _tools, engines = _open(BEHAVIORS)
         for key in off:
             engines.switch_default(key, on=False)
@@ -221,7 +222,7 @@ def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
         {"key": d.key, "on": d.key not in switched_off, "situation": d.situation} for d in DEFAULTS
     ]
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     for row in rows:
         click.echo(f"{'on ' if row['on'] else 'off'}  {row['key']:<22} when {row['situation']}")
