@@ -20,15 +20,9 @@ from thatch.embedder.client.kind import Kind
 from thatch.embedder.encoder import Tokenized
 from thatch.embedder.models.registry import resolve_model
 from thatch.embedder.models.runtime import encode_truncated, load_tokenizer
-from thatch.embedder.server.batching import (
-    MAX_PADDED_RATIO,
-    MAX_RUN_TOKENS,
-    Batcher,
-    EmbedCall,
-    Limits,
-    Overloaded,
-    select_batch,
-)
+from thatch.embedder.server.batch_selection import MAX_PADDED_RATIO, MAX_RUN_TOKENS, select_batch
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import EmbedCall, Limits, Overloaded
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 # -- select_batch -------------------------------------------------------------------------

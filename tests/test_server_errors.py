@@ -22,7 +22,8 @@ from tests.support.fake_encoder import FakeEncoder
 from tests.support.polling import poll
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.client.settings import parse_address
-from thatch.embedder.server.batching import Batcher, Limits
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import Limits
 from thatch.embedder.server.grpc_server import MAX_MESSAGE_BYTES, create_server
 from thatch.embedder.server.servicer import EmbedderServicer, ServerState
 from thatch.embedder.v1 import embedder_pb2 as pb

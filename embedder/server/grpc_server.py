@@ -34,7 +34,8 @@ from thatch.embedder.client.errors import (
 )
 from thatch.embedder.client.settings import Address, default_address, parse_address
 from thatch.embedder.client.socket_trust import probe, tighten_own_directory
-from thatch.embedder.server.batching import Batcher, Limits
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import Limits
 from thatch.embedder.server.instance import InstanceLock
 from thatch.embedder.server.servicer import (
     SERVICE_NAME,

@@ -21,7 +21,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message, message_fa
 
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.encoder import Encoder, ModelSettings
-from thatch.embedder.server.batching import DEADLINE_MESSAGE, Batcher, EmbedCall, Limits, Overloaded
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import DEADLINE_MESSAGE, EmbedCall, Limits, Overloaded
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
