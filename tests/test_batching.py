@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -494,7 +495,7 @@ class SteppedEncoder(FakeEncoder):
     ``batches`` records each batch's items (the calls' own Tokenized objects) in run order.
     """
 
-    def __init__(self, **kwargs: int) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.batches: list[list[Tokenized]] = []
         self._steps = threading.Condition()

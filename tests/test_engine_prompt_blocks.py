@@ -169,7 +169,7 @@ class _Searcher:
         prompt: str,
         stores: list[str],
         limit: int,
-        threshold: float,
+        threshold: float | None,
         *,
         branch: str | None = None,
     ) -> list[str]:
@@ -180,7 +180,7 @@ class _Searcher:
         prompt: str,
         stores: list[str],
         limit: int,
-        threshold: float,
+        threshold: float | None,
         engines: dict[str, float],
         *,
         branch: str | None = None,

@@ -155,7 +155,7 @@ def test_behavior_codify_feedback_list_delete(ctx: ToolContext) -> None:
 
 
 def test_bad_input_is_a_clear_error_and_writes_nothing(ctx: ToolContext) -> None:
-    good = {
+    good: dict[str, dict[str, Any]] = {
         "prediction_query": {"context": "c"},
         "prediction_update": {
             "matcher": "m",

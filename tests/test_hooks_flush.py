@@ -314,25 +314,25 @@ def test_recall_nudge_names_matching_memories(recall_env: dict[str, str]) -> Non
     )
 
     tests_prompt = "how do I run the tests?"
-    ranked = sorted(scores(recall_env, tests_prompt).items(), key=lambda kv: -kv[1])
-    assert {label for label, _ in ranked[:3]} == {
+    by_score = sorted(scores(recall_env, tests_prompt).items(), key=lambda kv: -kv[1])
+    assert {label for label, _ in by_score[:3]} == {
         "Running the test suite",
         "Integration test database",
         "Flaky test retries",
     }
-    two = (ranked[1][1] + ranked[2][1]) / 2
+    two = (by_score[1][1] + by_score[2][1]) / 2
     env2 = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{two:.4f}"}
     out, _ = flush(env2, {"prompt": tests_prompt})
     assert out == (
-        f'[thatch] 2 memories relate to this prompt ("{ranked[0][0]}", "{ranked[1][0]}"). '
+        f'[thatch] 2 memories relate to this prompt ("{by_score[0][0]}", "{by_score[1][0]}"). '
         f"Use memory_recall before responding. {FRAME}{LOAD_RECALL}\n"
     )
-    three = (ranked[2][1] + ranked[3][1]) / 2
+    three = (by_score[2][1] + by_score[3][1]) / 2
     env3 = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{three:.4f}"}
     out, _ = flush(env3, {"prompt": tests_prompt}, "--json")
     assert json.loads(out) == {
-        "additional_context": f'[thatch] 3 memories relate to this prompt ("{ranked[0][0]}", '
-        f'"{ranked[1][0]}", etc.). Use memory_recall before responding. {FRAME}{LOAD_RECALL}'
+        "additional_context": f'[thatch] 3 memories relate to this prompt ("{by_score[0][0]}", '
+        f'"{by_score[1][0]}", etc.). Use memory_recall before responding. {FRAME}{LOAD_RECALL}'
     }
     with Store.open(recall_env["THATCH_DB_PATH"]) as store:
         rows = store.list("acme-app") + store.list("global")

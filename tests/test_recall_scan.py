@@ -141,7 +141,7 @@ def ask(path: Path, data: bytes) -> dict[str, object]:
     return parsed
 
 
-def request(prompt: str = PROMPT, **fields: object) -> bytes:
+def request(prompt: object = PROMPT, **fields: object) -> bytes:
     body = {"prompt": prompt, "stores": ["myproject", "global"], "limit": 5, "threshold": 0.05}
     return json.dumps({**body, **fields}).encode() + b"\n"
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -76,7 +77,7 @@ def server() -> Iterator[Running]:
         yield running
 
 
-def embed_error(stub: pb_grpc.EmbedderStub, texts: list[str], kind: int) -> grpc.RpcError:
+def embed_error(stub: pb_grpc.EmbedderStub, texts: list[str], kind: Any) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as raised:
         stub.Embed(pb.EmbedRequest(texts=texts, kind=kind), timeout=10)
     return raised.value
@@ -108,7 +109,7 @@ def test_invalid_requests_get_invalid_argument(
 
 
 def raw_embed(channel: grpc.Channel, payload: bytes) -> grpc.RpcError:
-    call = channel.unary_unary(EMBED, response_deserializer=pb.EmbedResponse.FromString)
+    call: Any = channel.unary_unary(EMBED, response_deserializer=pb.EmbedResponse.FromString)
     with pytest.raises(grpc.RpcError) as raised:
         call(payload, timeout=10)
     return raised.value
