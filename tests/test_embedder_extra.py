@@ -106,6 +106,25 @@ def test_the_demo_names_the_missing_extra() -> None:
     assert "[embedder]" in output
 
 
+def test_serving_names_the_missing_extra() -> None:
+    """`thatch-embedder serve` (what auto-start runs) says what to install, in one line."""
+    done = run_blocked(
+        """
+        from click.testing import CliRunner
+        from thatch.embedder.server.serve_cmd import serve
+        result = CliRunner().invoke(serve, ["--model", "Xenova/bge-small-en-v1.5"])
+        print(result.exit_code)
+        print(result.output)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    code, _, output = done.stdout.partition("\n")
+    assert code == "1"
+    assert "the embedder extra is not installed (onnxruntime" in output
+    assert "[embedder]" in output
+    assert "Traceback" not in output
+
+
 def test_the_extra_carries_the_runtime_and_the_test_extra_pulls_it() -> None:
     """The default install leaves the runtime out; `test` and `demo` pull the extra in."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
