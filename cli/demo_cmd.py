@@ -10,6 +10,8 @@ import click
 from thatch.cli.errors import FixableError, debug_traceback
 from thatch.cli.main import CONTEXT_SETTINGS
 
+__all__ = ["demo"]
+
 
 @click.command("demo", context_settings=CONTEXT_SETTINGS)
 @click.option(

@@ -12,6 +12,8 @@ import click
 from thatch.cli.main import CONTEXT_SETTINGS
 from thatch.common.version import thatch_version
 
+__all__ = ["doctor"]
+
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON document.")

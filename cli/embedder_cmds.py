@@ -30,6 +30,8 @@ from thatch.embedder.server.instance import looks_like_embedder, process_alive, 
 from thatch.embedder.server.serve_cmd import serve
 from thatch.embedder.v1 import embedder_pb2
 
+__all__ = ["embedder"]
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def embedder() -> None:

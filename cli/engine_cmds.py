@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from thatch.frontend.store.engine_store import Engine, EngineStore, Item, Listed
     from thatch.frontend.tools.memory_tools import Tools
 
+__all__ = ["behaviors", "predictions"]
+
 
 def _engine(name: str) -> Engine:
     from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS

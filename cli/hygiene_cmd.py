@@ -14,6 +14,8 @@ from thatch.cli.errors import translate_errors
 if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
 
+__all__ = ["check_unchecked_duplicates", "hygiene"]
+
 
 def _active_model() -> str:
     # A report command: ask a running embedder, never start one.

@@ -14,6 +14,8 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.embedder.encoder import ModelSettings
 
+__all__ = ["model"]
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def model() -> None:

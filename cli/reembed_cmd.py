@@ -12,6 +12,8 @@ from thatch.cli.errors import FixableError, translate_errors
 if TYPE_CHECKING:
     from thatch.frontend.tools.context import ToolContext
 
+__all__ = ["reembed"]
+
 CLI_START_WAIT = 120.0
 
 

@@ -28,6 +28,8 @@ from thatch.frontend.untrusted import body, inline, quoted, token
 if TYPE_CHECKING:
     from thatch.frontend.store.memory import Memory
 
+__all__ = ["SETTINGS", "dedup", "forget", "list_cmd", "remember", "search", "show", "stores"]
+
 SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 

@@ -18,6 +18,8 @@ import numpy.typing as npt
 
 from thatch.embedder.client.kind import Kind
 
+__all__ = ["Encoder", "ModelSettings", "Tokenized"]
+
 
 @dataclass(frozen=True)
 class ModelSettings:

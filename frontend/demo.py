@@ -30,6 +30,18 @@ from pathlib import Path
 
 from thatch.common.environment import demo_db_path
 
+__all__ = [
+    "OFFLINE_MODEL_ID",
+    "DemoFailed",
+    "DemoResult",
+    "ModelChoice",
+    "Output",
+    "Steps",
+    "keep_database",
+    "run_demo",
+    "thatch_invocation",
+]
+
 Output = Callable[[str], None]
 
 DEMO_STORE = "demo"

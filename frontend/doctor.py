@@ -39,6 +39,20 @@ from typing import Any, Literal
 
 from thatch.frontend.errors import fault_fix
 
+__all__ = [
+    "NOT_WIRED",
+    "NOT_WIRED_FIX",
+    "RESTART_FIX",
+    "Check",
+    "Served",
+    "check_database",
+    "checks_in_child",
+    "damage_found",
+    "exit_code",
+    "hosts_to_check",
+    "run_checks",
+]
+
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
 QUEUE_FIX = "check permissions of {dir} or set THATCH_QUEUE_DIR"

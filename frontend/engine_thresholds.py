@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 from thatch.frontend.thresholds import VARIABLES, defaults_for, in_force
 
+__all__ = ["auto_fire_overrides", "auto_fire_thresholds", "resolve"]
+
 ENGINES = ("prediction", "behavior")
 
 

@@ -56,6 +56,7 @@ UNIT_MODULES: frozenset[str] = frozenset(
         "test_int8_format.py",
         "test_jsonrpc_lines.py",
         "test_layers.py",
+        "test_public_surface.py",
         "test_matrix_scan.py",
         "test_mcp_server.py",
         "test_model_resolution.py",

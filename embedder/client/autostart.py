@@ -47,6 +47,22 @@ from thatch.embedder.client.settings import DEFAULT_EXIT_SECONDS, Address, int_s
 from thatch.embedder.client.socket_trust import PROBE_SECONDS, SocketState, probe, socket_problem
 from thatch.embedder.grpc_env import child_environment
 
+__all__ = [
+    "FIX_UNTRUSTED",
+    "POLL_SECONDS",
+    "STILL_STARTING",
+    "AutoStarter",
+    "Health",
+    "LockHold",
+    "StartOutcome",
+    "log_reason",
+    "make_private_dir",
+    "offline_error",
+    "probe_socket",
+    "start_failure",
+    "untrusted",
+]
+
 Health = Literal["SERVING", "NOT_SERVING", "UNREACHABLE"]
 
 LOCK_WAIT_SECONDS = 30.0

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import click
 
+__all__ = ["FixableError", "debug_traceback", "translate_embedder_errors"]
+
 
 class FixableError(click.ClickException):
     """``Error: <message>`` plus a ``Fix: <action>`` line, exit 1."""

@@ -61,6 +61,8 @@ from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
 if TYPE_CHECKING:
     from thatch.embedder.client.tls import TlsConfig
 
+__all__ = ["EmbedResult", "EmbedderClient"]
+
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 OVERLOAD_DELAYS = (0.1, 0.3)
 FIX_FAILED = "run thatch doctor"

@@ -15,6 +15,8 @@ from pathlib import Path
 from thatch.common.environment import Env, models_dir
 from thatch.embedder.client.errors import ModelError
 
+__all__ = ["ImportedModel", "find_by_short_name", "find_imported", "imported_models"]
+
 META_FILE = "thatch_model.json"
 
 

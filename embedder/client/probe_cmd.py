@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+__all__ = ["probe"]
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(

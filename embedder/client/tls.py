@@ -24,6 +24,8 @@ from thatch.common.environment import env_get, expand_user
 from thatch.embedder.client.errors import EmbedderUnavailable
 from thatch.embedder.client.settings import Address
 
+__all__ = ["TlsConfig", "diagnose", "tls_config"]
+
 CA, CERT, KEY = "THATCH_EMBEDDER_CA", "THATCH_EMBEDDER_CERT", "THATCH_EMBEDDER_KEY"
 DIAGNOSE_SECONDS = 2.0
 HOST_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH

@@ -35,6 +35,8 @@ from thatch.embedder.convert.weights import BertConfig, canonical_weights
 from thatch.embedder.convert.wordpiece import build_wordpiece_tokenizer
 from thatch.embedder.models import known_answers
 
+__all__ = ["ImportSettings", "default_model_id", "import_checkpoint"]
+
 FP32_ONNX = "onnx/model.onnx"
 INT8_ONNX = "onnx/model_quantized.onnx"
 OPTIONAL_FILES = (

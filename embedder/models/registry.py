@@ -42,6 +42,18 @@ from thatch.embedder.models.mock import mock_settings
 if TYPE_CHECKING:
     from thatch.embedder.encoder import Encoder
 
+__all__ = [
+    "OPTIONAL_FILES",
+    "create_encoder",
+    "describe_model",
+    "offline_error",
+    "pull_model",
+    "resolve_model",
+    "settings_from_dir",
+    "sha256_file",
+    "with_onnx",
+]
+
 
 OPTIONAL_FILES = (
     "tokenizer_config.json",

@@ -33,6 +33,15 @@ if TYPE_CHECKING:
     import onnxruntime
     from tokenizers import Encoding
 
+__all__ = [
+    "OnnxEncoder",
+    "default_threads",
+    "encode_truncated",
+    "load_tokenizer",
+    "pool",
+    "session_options",
+]
+
 MAX_DEFAULT_THREADS = 8
 _WARMUP_SHORT_TEXT = "warm up"
 

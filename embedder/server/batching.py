@@ -51,6 +51,8 @@ from thatch.embedder.server.embed_calls import (
     TooLate,
 )
 
+__all__ = ["Batcher"]
+
 T = TypeVar("T")
 Clock = Callable[[], float]
 LoadListener = Callable[[bool, str], None]

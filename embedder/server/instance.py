@@ -20,6 +20,16 @@ from pathlib import Path
 
 from thatch.embedder.client.errors import ALREADY_RUNNING_FIX, ServerStartError
 
+__all__ = [
+    "InstanceLock",
+    "lock_holder",
+    "lock_path",
+    "looks_like_embedder",
+    "pid_path",
+    "process_alive",
+    "running_pid",
+]
+
 
 def lock_path(socket_path: Path) -> Path:
     return socket_path.with_name(socket_path.name + ".instance.lock")

@@ -26,6 +26,8 @@ from thatch.embedder.server.embed_calls import DEADLINE_MESSAGE, EmbedCall, Limi
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
+__all__ = ["SERVICE_NAME", "EmbedderServicer", "ServerState", "UndecodableRequest", "add_to_server"]
+
 SERVICE_NAME = "thatch.embedder.v1.Embedder"
 STARTING = "embedder is starting"
 SHUTTING_DOWN = "embedder is shutting down"

@@ -16,6 +16,8 @@ from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
 from thatch.frontend.hooks import hookio, queue
 from thatch.frontend.hooks.runner import report_failure, run_hook
 
+__all__ = ["NUDGE_BUDGET", "fill_pending", "run_flush_tools", "run_reminder", "within_budget"]
+
 MIN_PROMPT_LEN = 10
 PROMPT_EMBED_CHARS = 2000
 PROMPT_EMBED_DEADLINE = 1.5

@@ -44,6 +44,22 @@ from thatch.embedder.client.socket_trust import (
     tighten_own_directory,
 )
 
+__all__ = [
+    "CLIENT_DEADLINE",
+    "MAX_REQUEST_BYTES",
+    "ContextSearcher",
+    "ScanError",
+    "ScanService",
+    "Searcher",
+    "answer",
+    "nudge_threshold",
+    "parse_engines",
+    "parse_request",
+    "request_scan",
+    "socket_path",
+    "start_scan_service",
+]
+
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_PROMPT_CHARS = 2000
 MAX_LIMIT = 100

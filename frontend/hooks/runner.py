@@ -17,6 +17,15 @@ from typing import Any
 from thatch.common.environment import queue_dir
 from thatch.frontend.hooks import hookio, queue
 
+__all__ = [
+    "hook_options",
+    "report_failure",
+    "run_buffer_hook",
+    "run_extraction_status",
+    "run_hook",
+    "run_hook_command",
+]
+
 CURSOR_RESPONSE_FIELDS = (
     "tool_output",
     "tool_result",

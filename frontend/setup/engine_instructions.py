@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ENGINE_SECTIONS"]
+
 ENGINE_SECTIONS = """\
 
 ## User decision model (predictions)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
 
+__all__ = ["BLOCK", "BODY", "POINTER_BLOCK"]
+
 BODY = """\
 # thatch — persistent memory
 
