@@ -47,7 +47,8 @@ from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.importer import import_checkpoint
 from thatch.embedder.encoder import ModelSettings
-from thatch.embedder.models.registry import known_answers, settings_from_dir
+from thatch.embedder.models import known_answers
+from thatch.embedder.models.registry import settings_from_dir
 from thatch.embedder.models.runtime import OnnxEncoder
 
 REFERENCE = Path(__file__).parent.parent / "tests" / "data" / "minilm_reference.json"
