@@ -61,7 +61,8 @@ def choose_model(
     absent = missing() if requested != "mock" else []
     if absent:  # the demo's embedder would die importing them: say so before starting it
         raise steps.fail(
-            f"the embedder extra is not installed ({', '.join(absent)} missing)", install_line()
+            f"the embedder extra is not installed ({', '.join(absent)} missing)",
+            f"{install_line()}, or run the demo on the mock model: thatch demo --model mock",
         )
     from thatch.embedder.models.registry import describe_model, pull_model
 

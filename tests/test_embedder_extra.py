@@ -7,10 +7,12 @@ interpreter where importing any of them fails, as it does where they are not ins
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import tomllib
+from pathlib import Path
 
 from tests.test_layers import EMBEDDER_CLI, ROOT, modules
 
@@ -104,6 +106,35 @@ def test_the_demo_names_the_missing_extra() -> None:
     assert code == "1"
     assert "embedder extra" in output
     assert "[embedder]" in output
+    assert "thatch demo --model mock" in output
+
+
+def test_the_mock_demo_runs_end_to_end_without_the_extra(tmp_path: Path) -> None:
+    """`thatch demo --model mock`: every process of it (the CLI, the embedder it starts)
+    runs with the extra absent, and the memories are saved and recalled."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK)
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(site),
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("thatch")), "demo", "--model", "mock"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5. Stopping the embedder" in done.stdout
+    assert "# Running the test suite" in done.stdout
+    assert "No module named" not in done.stdout + done.stderr
 
 
 def test_serving_names_the_missing_extra() -> None:
