@@ -1,4 +1,5 @@
-"""Which model a name means, where its files are, and how to run it (docs/embedder.md §models).
+"""Where a model's files are and how to run it (docs/embedder.md §models); what a name means
+is ``thatch.embedder.client.model_names`` (frontends resolve names too).
 
 ``resolve_model`` turns ``THATCH_MODEL`` / ``--model`` into ``ModelSettings``, downloading
 the few files a hub model needs into the Hugging Face cache when they are missing;
