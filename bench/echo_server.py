@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.models.resolve import create_encoder, resolve_model
 
 METHOD = "/bench.Echo/Embed"

@@ -71,9 +71,10 @@ import grpc
 from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
 from echo_server import METHOD
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Encoder, Kind, Tokenized
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import Encoder, Tokenized
 from thatch.embedder.models.resolve import create_encoder, resolve_model
-from thatch.embedder.server.batching import MAX_RUN_TOKENS
+from thatch.embedder.server.batch_selection import MAX_RUN_TOKENS
 
 MAX_BATCH_TOKENS = 8192
 MAX_BATCH_SIZE = 64

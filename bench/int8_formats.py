@@ -42,10 +42,11 @@ from tokenizers import Tokenizer
 
 from _common import print_table
 from make_random_bert import minilm_source
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.importer import import_checkpoint
-from thatch.embedder.encoder import Kind, ModelSettings
+from thatch.embedder.encoder import ModelSettings
 from thatch.embedder.models import known_answers
 from thatch.embedder.models.registry import settings_from_dir
 from thatch.embedder.models.runtime import OnnxEncoder

@@ -203,7 +203,7 @@ def embedder_for(model: str) -> Iterator[tuple[str | None, int]]:
     from _common import embedder_running
     from embedder import prepare_models
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench"
     with embedder_running(str(prepare_models(cache, [model])[model])) as (address, _proc):

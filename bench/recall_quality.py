@@ -44,7 +44,7 @@ from _common import embedder_running, print_table
 from embedder import prepare_models
 from recall_sets import DevSet, among, code_set, conversation_set, facts_set
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store import lexical
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify

@@ -60,7 +60,7 @@ from mcp.client.stdio import StdioServerParameters
 from _common import embedder_running, memory_texts, percentile, print_table, timed
 from embedder import prepare_models
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.vectors import encode

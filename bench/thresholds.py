@@ -203,7 +203,7 @@ def calibrate(
 
 def encoder_embed(model_dir: Path, onnx: str) -> Callable[[list[str], str], F32]:
     sys.path.insert(0, str(ROOT.parent))
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.embedder.models.registry import settings_from_dir, with_onnx
     from thatch.embedder.models.resolve import create_encoder
 

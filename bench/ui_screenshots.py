@@ -41,7 +41,7 @@ from _common import embedder_running, percentile, print_table
 from embedder import prepare_models
 from store import PROJECT, QUESTIONS, fill
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.chat_store import ChatStore
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools

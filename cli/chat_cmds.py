@@ -25,6 +25,8 @@ from thatch.common.environment import default_db_path, project_dir_from_env
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
 from thatch.frontend.untrusted import inline
 
+__all__ = ["TailFilter", "chat", "chat_notify"]
+
 POLL_SECONDS = 2.0
 BACKLOG = 20
 

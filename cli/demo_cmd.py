@@ -10,6 +10,8 @@ import click
 from thatch.cli.errors import FixableError, debug_traceback
 from thatch.cli.main import CONTEXT_SETTINGS
 
+__all__ = ["demo"]
+
 
 @click.command("demo", context_settings=CONTEXT_SETTINGS)
 @click.option(
@@ -26,7 +28,8 @@ def demo(model: str | None, keep: bool) -> None:
     queue, saves three memories in store "demo", recalls two questions by meaning, stops
     the embedder and deletes the directory (unless --keep).
     """
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.cli.demo_model import choose_model
+    from thatch.embedder.client.errors import ThatchEmbedderError
     from thatch.frontend.demo import DemoFailed, run_demo
     from thatch.frontend.errors import StoreError
 
@@ -37,6 +40,7 @@ def demo(model: str | None, keep: bool) -> None:
             env=dict(os.environ),
             out=click.echo,
             log=lambda line: click.echo(f"   {line}", err=True),
+            choose_model=choose_model,
         )
     except DemoFailed as error:
         debug_traceback()

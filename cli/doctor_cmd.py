@@ -12,6 +12,8 @@ import click
 from thatch.cli.main import CONTEXT_SETTINGS
 from thatch.common.version import thatch_version
 
+__all__ = ["doctor"]
+
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON document.")
@@ -22,6 +24,7 @@ def doctor(as_json: bool) -> None:
     1 if any check failed. Doctor only looks: it starts no embedder, downloads nothing and
     creates no file.
     """
+    from thatch.cli.doctor_model import check_model
     from thatch.common.environment import project_dir_from_env
     from thatch.frontend.doctor import exit_code, run_checks
     from thatch.frontend.setup.hosts import resolve_bin
@@ -32,6 +35,7 @@ def doctor(as_json: bool) -> None:
         project_dir=project_dir_from_env(env) or Path.cwd(),
         bin_path=resolve_bin(sys.argv[0], env),
         version=thatch_version(),
+        check_model=check_model,
     )
     if as_json:
         document = [check.as_json() for check in checks]

@@ -19,16 +19,18 @@ from thatch.cli.errors import FixableError, translate_errors
 from thatch.common.environment import embedder_log_file
 from thatch.embedder.client.autostart import POLL_SECONDS, probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.errors import (
+from thatch.embedder.client.errors import (
     FIX_REMOTE,
     FIX_STARTING,
     EmbedderUnavailable,
     EmbedderUntrusted,
 )
+from thatch.embedder.client.settings import Address, configured_address
 from thatch.embedder.server.instance import looks_like_embedder, process_alive, running_pid
 from thatch.embedder.server.serve_cmd import serve
-from thatch.embedder.settings import Address, configured_address
 from thatch.embedder.v1 import embedder_pb2
+
+__all__ = ["embedder"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from thatch.cli.store_cmds import SETTINGS, _check, _emit_json, _errors, _leniently, _tools
+from thatch.cli.store_access import check_argument, emit_json, leniently, open_tools, store_errors
+from thatch.cli.store_cmds import SETTINGS
 
 if TYPE_CHECKING:
     from thatch.frontend.store.engine_store import Engine, Item, Listed
     from thatch.frontend.store.operations import EngineOperations
     from thatch.frontend.tools.memory_tools import Tools
+
+__all__ = ["behaviors", "predictions"]
 
 
 def _engine(name: str) -> Engine:
@@ -29,7 +32,7 @@ def _engine(name: str) -> Engine:
 def _open(engine: Engine) -> tuple[Tools, EngineOperations]:
     from thatch.frontend.tools.engine_tools import engine_store
 
-    tools = _tools()
+    tools = open_tools()
     return tools, engine_store(tools, engine)
 
 
@@ -65,7 +68,7 @@ def _item_json(entry: Listed) -> dict[str, Any]:
 
 def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Item | None:
     """The item with this exact id in scope, else the nearest statement ≥ 0.85."""
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
 
     by_id = engines.item(statement.strip())
     if by_id is not None and by_id.store in scope:
@@ -109,14 +112,14 @@ def _group(kind: str) -> click.Group:
         from thatch.frontend.tools.engine_tools import listing
 
         engine = _engine(kind)
-        with _errors():
+        with store_errors():
             if store is not None:
-                store = _check("store", tool, store)
+                store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            entries = _leniently(tools, lambda: engines.listing(scope))
+            entries = leniently(tools, lambda: engines.listing(scope))
         if as_json:
-            _emit_json([_item_json(entry) for entry in entries])
+            emit_json([_item_json(entry) for entry in entries])
         else:
             click.echo(listing(engine, entries, scope))
 
@@ -129,13 +132,13 @@ def _group(kind: str) -> click.Group:
         from thatch.frontend.tools.engine_tools import listing
 
         engine = _engine(kind)
-        with _errors():
-            statement = _check("statement", tool, statement)
+        with store_errors():
+            statement = check_argument("statement", tool, statement)
             if store is not None:
-                store = _check("store", tool, store)
+                store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
+            found = leniently(tools, lambda: _find(tools, engines, scope, statement))
             entry = None
             if found is not None:
                 entry = next(
@@ -144,7 +147,7 @@ def _group(kind: str) -> click.Group:
         if entry is None:
             raise _not_found(engine, statement, scope)
         if as_json:
-            _emit_json(_item_json(entry))
+            emit_json(_item_json(entry))
         else:
             click.echo(f"id: {entry.item.id}\n" + listing(engine, [entry], scope))
 
@@ -159,20 +162,20 @@ def _group(kind: str) -> click.Group:
         from thatch.frontend.tools.seed_stamps import default_key
 
         engine = _engine(kind)
-        with _errors():
-            statement = _check("statement", tool, statement)
+        with store_errors():
+            statement = check_argument("statement", tool, statement)
             if store is not None:
-                store = _check("store", tool, store)
+                store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            found = _leniently(tools, lambda: _find(tools, engines, scope, statement))
+            found = leniently(tools, lambda: _find(tools, engines, scope, statement))
             deleted = None
             if found is not None:
                 deleted = engines.delete(found.id, switch_off=default_key)
         if deleted is None:
             raise _not_found(engine, statement, scope)
         if as_json:
-            _emit_json(
+            emit_json(
                 {
                     "deleted": deleted.id,
                     "store": deleted.store,
@@ -209,7 +212,7 @@ def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
         )
     if set(off) & set(on):
         raise click.UsageError("a key cannot be switched on and off at once")
-    with _errors():
+    with store_errors():
         _tools, engines = _open(BEHAVIORS)
         for key in off:
             engines.switch_default(key, on=False)
@@ -222,7 +225,7 @@ def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
         {"key": d.key, "on": d.key not in switched_off, "situation": d.situation} for d in DEFAULTS
     ]
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     for row in rows:
         click.echo(f"{'on ' if row['on'] else 'off'}  {row['key']:<22} when {row['situation']}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+__all__ = ["HOOKS", "main"]
+
 HOOKS = frozenset(
     {
         "buffer-batch",

@@ -1,6 +1,6 @@
 """Translate library errors into click errors at the CLI's edge.
 
-The embedder's part (and ``FixableError``) lives in ``thatch.embedder.cli_errors``, which
+The embedder's part (and ``FixableError``) lives in ``thatch.embedder.client.cli_errors``, which
 ``thatch-embedder`` uses without the frontend; this adds the store's errors.
 """
 
@@ -13,7 +13,11 @@ from contextlib import contextmanager
 
 import click
 
-from thatch.embedder.cli_errors import FixableError, debug_traceback, translate_embedder_errors
+from thatch.embedder.client.cli_errors import (
+    FixableError,
+    debug_traceback,
+    translate_embedder_errors,
+)
 
 __all__ = ["FixableError", "debug_traceback", "translate_errors"]
 

@@ -17,6 +17,19 @@ from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.hookio import hook_options
 from thatch.frontend.hooks.runner import run_buffer_hook, run_extraction_status
 
+__all__ = [
+    "HOOK_SETTINGS",
+    "HookCommand",
+    "buffer_batch",
+    "buffer_tool",
+    "extraction_complete",
+    "extraction_requeue",
+    "extraction_status",
+    "flush_tools",
+    "reminder",
+    "session_end",
+]
+
 # Hosts add options over time; an unknown one must not turn a hook into exit 2.
 HOOK_SETTINGS: dict[str, Any] = {
     "ignore_unknown_options": True,

@@ -14,6 +14,8 @@ from thatch.cli.errors import translate_errors
 if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
 
+__all__ = ["check_unchecked_duplicates", "hygiene"]
+
 
 def _active_model() -> str:
     # A report command: ask a running embedder, never start one.
@@ -57,11 +59,11 @@ def hygiene(as_json: bool) -> None:
     Memories waiting for an embedding are embedded first when an embedder is serving.
     """
     from thatch.common.environment import default_db_path
-    from thatch.embedder.models.thresholds import in_force
     from thatch.frontend.hooks.hookio import project_dir
     from thatch.frontend.project import project_store
     from thatch.frontend.store.db import read_leniently
     from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.thresholds import in_force
     from thatch.frontend.timefmt import utc_now
     from thatch.frontend.tools.hygiene import hygiene as compute_hygiene
     from thatch.frontend.tools.hygiene import named

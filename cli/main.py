@@ -13,6 +13,8 @@ import click
 
 from thatch.common.version import thatch_version
 
+__all__ = ["COMMANDS", "CONTEXT_SETTINGS", "LazyGroup", "cli", "main"]
+
 # name -> "module:attribute"; modules are imported only when the command runs.
 COMMANDS: dict[str, str] = {
     "embedder": "thatch.cli.embedder_cmds:embedder",

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import click
 
+__all__ = ["mcp", "serve_after_quick_start"]
+
 
 @click.command("mcp", context_settings={"help_option_names": ["-h", "--help"]})
 def mcp() -> None:

@@ -30,6 +30,8 @@ from typing import Any
 
 from thatch.frontend.mcp.answer_sheet import MODERN_VERSION, load_sheet, sheet_key
 
+__all__ = ["Answer", "QuickSession", "main"]
+
 # A line longer than this is never one of the opening requests: hand it over unread.
 LINE_LIMIT = 1 << 20
 _SIMPLE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")

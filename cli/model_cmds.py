@@ -14,6 +14,8 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.embedder.encoder import ModelSettings
 
+__all__ = ["model"]
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def model() -> None:
@@ -76,8 +78,8 @@ def import_cmd(
 def use_name(directory: Path, env: Mapping[str, str]) -> str:
     """How ``thatch model use`` names an import: its id when resolution finds it by id
     (it is in thatch's model cache), else its directory."""
-    from thatch.embedder.models.imported import find_imported
-    from thatch.embedder.models.registry import read_json
+    from thatch.embedder.client.imported import find_imported
+    from thatch.embedder.client.model_names import read_json
 
     declared = read_json(directory / "thatch_model.json").get("model_id")
     if isinstance(declared, str) and find_imported(env, declared) == directory.absolute():
@@ -155,7 +157,7 @@ def use_cmd(name: str | None, clear: bool) -> None:
     path. Without MODEL, shows the model in use and where that setting comes from.
     """
     from thatch.common.environment import ConfigError, config_file, write_config
-    from thatch.embedder.settings import DEFAULT_MODEL, model_setting
+    from thatch.embedder.client.settings import DEFAULT_MODEL, model_setting
 
     env = os.environ
     if clear and name is not None:
@@ -201,7 +203,7 @@ def use_cmd(name: str | None, clear: bool) -> None:
 
 def saved_name(name: str, settings: ModelSettings, env: Mapping[str, str]) -> str:
     """What the config file records: stable across directories and later hub downloads."""
-    from thatch.embedder.models.registry import HubRef, parse_name
+    from thatch.embedder.client.model_names import HubRef, parse_name
 
     if settings.model_id == "mock" and settings.path is None:
         return "mock"
@@ -230,7 +232,7 @@ def _env_wins_notice(env: Mapping[str, str]) -> None:
 def _restart_notice(model_id: str, env: Mapping[str, str]) -> None:
     """A running embedder keeps its model: say how to switch it."""
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.client.errors import ThatchEmbedderError
 
     try:
         with EmbedderClient(env=env, autostart=False) as client:

@@ -12,6 +12,8 @@ from thatch.cli.errors import FixableError, translate_errors
 if TYPE_CHECKING:
     from thatch.frontend.tools.context import ToolContext
 
+__all__ = ["reembed"]
+
 CLI_START_WAIT = 120.0
 
 
@@ -126,7 +128,7 @@ def _active_model(ctx: ToolContext, *, need_embedder: bool) -> str:
     the model tag written afterwards is always the one each Embed response carries.
     """
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.errors import EmbedderUnavailable
+    from thatch.embedder.client.errors import EmbedderUnavailable
     from thatch.frontend.tools.active_model import configured_model_id
 
     client = ctx.embedder

@@ -11,6 +11,8 @@ import click
 from thatch.cli.main import CONTEXT_SETTINGS
 from thatch.common.version import thatch_version
 
+__all__ = ["setup"]
+
 
 @click.command("setup", context_settings=CONTEXT_SETTINGS)
 @click.option("--claude", is_flag=True, help="Set up Claude Code.")

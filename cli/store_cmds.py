@@ -6,152 +6,31 @@ run, with the CLI's own output shapes, ``--json`` documents and exit codes.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from thatch.cli.errors import FixableError, debug_traceback, translate_errors
+from thatch.cli.store_access import (
+    check_argument,
+    emit_json,
+    leniently,
+    list_store,
+    memory_json,
+    not_found,
+    open_tools,
+    reading_store,
+    store_argument,
+    store_errors,
+)
 from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory import Memory
-    from thatch.frontend.tools.memory_tools import Tools
 
-CLI_START_WAIT = 120.0
+__all__ = ["SETTINGS", "dedup", "forget", "list_cmd", "remember", "search", "show", "stores"]
+
 SETTINGS = {"help_option_names": ["-h", "--help"]}
-T = TypeVar("T")
-
-
-# -- plumbing ---------------------------------------------------------------------------
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Library errors → ``Error: …`` (exit 1); refused arguments → usage errors (exit 2)."""
-    from thatch.frontend.errors import StoreError
-    from thatch.frontend.tools.memory_tools import Refused
-    from thatch.frontend.tools.validation import ArgumentError
-
-    with translate_errors():
-        try:
-            yield
-        except Refused as error:
-            debug_traceback()
-            raise click.ClickException(error.cli) from None
-        except StoreError as error:
-            debug_traceback()
-            raise FixableError(str(error), error.fix) from None
-        except ArgumentError as error:
-            raise click.UsageError(str(error)) from None
-
-
-def _tools() -> Tools:
-    """The tools over a ToolContext that closes when the command ends (after its output)."""
-    from thatch.frontend.tools.context import ToolContext
-    from thatch.frontend.tools.memory_tools import Tools
-
-    def notice() -> None:
-        click.echo("Starting embedder…", err=True)
-
-    ctx = ToolContext.from_env(start_wait=CLI_START_WAIT, notice=notice)
-    click.get_current_context().call_on_close(ctx.close)
-    return Tools(ctx)
-
-
-def _leniently(tools: Tools, operation: Callable[[], T]) -> T:
-    """``operation()``, read again with replacement characters if a stored text is not UTF-8."""
-    from thatch.frontend.store.db import read_leniently
-
-    return read_leniently(tools.ctx.store.conn, operation)
-
-
-def _emit_json(document: object) -> None:
-    """Every ``--json`` output: one JSON document on one line (docs/cli.md §one-voice)."""
-    click.echo(json.dumps(document, ensure_ascii=False))
-
-
-def _check(param_name: str, tool: str, value: object) -> Any:
-    """One value through the tool's (or engine action's) own parameter rules (same limits
-    and messages)."""
-    from thatch.frontend.tools.registry import declared_params
-    from thatch.frontend.tools.validation import validate
-
-    params = [p for p in declared_params(tool) if p.name == param_name]
-    return validate(params, {param_name: value})[param_name]
-
-
-def _reading_store(tools: Tools, store: str | None) -> str:
-    """The store to read: project store when omitted; a named one must exist."""
-    if store is None or not store.strip():
-        return tools.ctx.project_store
-    if not tools.ctx.store.store_exists(store):
-        from thatch.frontend.identifiers import store_name_problem
-
-        problem = store_name_problem(store)
-        if problem is not None:  # existing stores stay readable whatever their name
-            raise click.ClickException(f"Invalid arguments: store: {problem}")
-        from thatch.frontend.tools import formatting as fmt
-
-        raise click.ClickException(fmt.no_store(store, tools.ctx.store.store_names()))
-    return store
-
-
-def _list_store(tools: Tools, name: str) -> list[Memory]:
-    return _leniently(tools, lambda: tools.ctx.store.list(name))
-
-
-def _memory_json(memory: Memory, *, content: bool = False) -> dict[str, Any]:
-    document: dict[str, Any] = {
-        "store": memory.store,
-        "label": memory.label,
-        "slug": memory.slug,
-        "branch": memory.branch,
-        "confidence": memory.confidence,
-        "archived": memory.archived,
-        "embedding": "pending" if memory.pending else "ok",
-        "model": memory.model,
-        "created_at": memory.created_at,
-        "updated_at": memory.updated_at,
-        "recall_count": memory.recall_count,
-        "last_recalled_at": memory.last_recalled_at,
-    }
-    if content:
-        document["content"] = memory.content
-    return document
-
-
-def _not_found(
-    label: str, store: str, tools: Tools | None = None, command: str = "show"
-) -> click.ClickException:
-    """No such memory in ``store``; the fix names the command for the store that holds it."""
-    message = f"no memory labeled {quoted(label)} in {quoted(store)}."
-    if tools is not None:
-        for other in tools.ctx.default_scope:
-            if other != store and tools.ctx.store.show(other, label) is not None:
-                return FixableError(
-                    f"{message[:-1]}; it is in {quoted(other)}.",
-                    f"thatch {command} {_shell(label)} --store {_shell(other)}",
-                )
-    return FixableError(message, f"thatch list --store {_shell(store)} shows its labels")
-
-
-def _shell(value: str) -> str:
-    import shlex
-
-    return shlex.quote(value)
-
-
-def _store_argument(positional: str | None, option: str | None) -> str | None:
-    """STORE given positionally or as --store (both accepted, as by the other commands)."""
-    if positional is not None and option is not None and positional != option:
-        raise click.UsageError(
-            f"two stores given ({quoted(positional)} and --store {quoted(option)}); give one"
-        )
-    return option if option is not None else positional
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -161,12 +40,12 @@ def _store_argument(positional: str | None, option: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stores(as_json: bool) -> None:
     """List store names, sorted."""
-    with _errors():
-        tools = _tools()
-        counts = _leniently(tools, tools.ctx.store.store_counts)
+    with store_errors():
+        tools = open_tools()
+        counts = leniently(tools, tools.ctx.store.store_counts)
     names = sorted(counts)
     if as_json:
-        _emit_json([{"name": name, "memories": counts[name]} for name in names])
+        emit_json([{"name": name, "memories": counts[name]} for name in names])
     else:
         for name in names:
             click.echo(token(name))
@@ -180,14 +59,14 @@ def list_cmd(store: str | None, store_option: str | None, as_json: bool) -> None
     """List the memories of STORE (default: the project store; all: project + global)."""
     from thatch.frontend.tools import formatting as fmt
 
-    store = _store_argument(store, store_option)
-    with _errors():
-        tools = _tools()
+    store = store_argument(store, store_option)
+    with store_errors():
+        tools = open_tools()
         # "all" means the default scope, as for search --store all.
-        names = tools.ctx.default_scope if store == "all" else [_reading_store(tools, store)]
-        listed = {name: _list_store(tools, name) for name in names}
+        names = tools.ctx.default_scope if store == "all" else [reading_store(tools, store)]
+        listed = {name: list_store(tools, name) for name in names}
     if as_json:
-        _emit_json([_memory_json(memory) for name in names for memory in listed[name]])
+        emit_json([memory_json(memory) for name in names for memory in listed[name]])
     else:
         click.echo("\n".join(fmt.memory_list(name, listed[name]) for name in names))
 
@@ -199,18 +78,18 @@ def list_cmd(store: str | None, store_option: str | None, as_json: bool) -> None
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(label: str, store: str | None, store_option: str | None, as_json: bool) -> None:
     """Show one memory by LABEL (in the project store unless STORE is given)."""
-    store = _store_argument(store, store_option)
-    with _errors():
-        label = _check("label", "memory_show", label)
-        tools = _tools()
-        name = _reading_store(tools, store)
-        memory = _leniently(tools, lambda: tools.ctx.store.show(name, label))
+    store = store_argument(store, store_option)
+    with store_errors():
+        label = check_argument("label", "memory_show", label)
+        tools = open_tools()
+        name = reading_store(tools, store)
+        memory = leniently(tools, lambda: tools.ctx.store.show(name, label))
         if memory is None:
-            raise _not_found(label.strip(), name, tools)
+            raise not_found(label.strip(), name, tools)
     if as_json:
         # The same text the plain output shows: the stored "# <label>" heading is the
         # label's, already a field of its own.
-        _emit_json({**_memory_json(memory), "content": body_text(memory)})
+        emit_json({**memory_json(memory), "content": body_text(memory)})
         return
     lines = [f"[{token(memory.store)}] {inline(memory.label)}"]
     if memory.branch:
@@ -248,23 +127,23 @@ def forget(
     """Delete the memory LABEL (asks first when stdin is a terminal; --yes skips)."""
     from thatch.frontend.tools import formatting as fmt
 
-    store = _store_argument(store, store_option)
-    with _errors():
-        label = _check("label", "memory_forget", label)
-        tools = _tools()
-        name = _reading_store(tools, store)
+    store = store_argument(store, store_option)
+    with store_errors():
+        label = check_argument("label", "memory_forget", label)
+        tools = open_tools()
+        name = reading_store(tools, store)
         if not yes and _is_terminal(sys.stdin):
-            found = _leniently(tools, lambda: tools.ctx.store.show(name, label))
+            found = leniently(tools, lambda: tools.ctx.store.show(name, label))
             if found is None:
-                raise _not_found(label.strip(), name, tools, "forget")
+                raise not_found(label.strip(), name, tools, "forget")
             question = f"Delete {quoted(found.label)} from {quoted(name)}?"
             if not click.confirm(question, default=False):
                 raise click.ClickException("not deleted.")
-        memory = _leniently(tools, lambda: tools.ctx.store.forget(name, label))
+        memory = leniently(tools, lambda: tools.ctx.store.forget(name, label))
         if memory is None:
-            raise _not_found(label.strip(), name, tools, "forget")
+            raise not_found(label.strip(), name, tools, "forget")
     if as_json:
-        _emit_json({"store": name, "label": memory.label, "slug": memory.slug, "forgotten": True})
+        emit_json({"store": name, "label": memory.label, "slug": memory.slug, "forgotten": True})
     else:
         click.echo(fmt.forgotten(name, memory.label))
 
@@ -288,10 +167,10 @@ def search(
     from thatch.frontend.tools import formatting as fmt
 
     text = " ".join(query)
-    with _errors():
-        text = _check("query", "memory_recall", text)
-        branch = _check("branch", "memory_recall", branch)
-        tools = _tools()
+    with store_errors():
+        text = check_argument("query", "memory_recall", text)
+        branch = check_argument("branch", "memory_recall", branch)
+        tools = open_tools()
         last = query[-1]
         if len(query) >= 2 and (last == "all" or tools.ctx.store.store_exists(last)):
             click.echo(
@@ -299,8 +178,8 @@ def search(
                 f"use --store {last}",
                 err=True,
             )
-        scope = None if store in (None, "", "all") else [_reading_store(tools, store)]
-        report = _leniently(
+        scope = None if store in (None, "", "all") else [reading_store(tools, store)]
+        report = leniently(
             tools,
             lambda: tools.recall(
                 query=text,
@@ -312,7 +191,7 @@ def search(
             ),
         )
     if as_json:
-        _emit_json(
+        emit_json(
             [
                 {
                     "store": m.memory.store,
@@ -390,22 +269,22 @@ def remember(
         if content is None and _is_terminal(stdin):
             raise click.UsageError("missing content: pass it as an argument or pipe it on stdin.")
         content = stdin.read()
-    with _errors():
+    with store_errors():
         values = {
-            "label": None if label is None else _check("label", "memory_remember", label),
-            "content": _check("content", "memory_remember", content),
-            "store": _check("store", "memory_remember", store),
-            "branch": _check("branch", "memory_remember", branch),
+            "label": None if label is None else check_argument("label", "memory_remember", label),
+            "content": check_argument("content", "memory_remember", content),
+            "store": check_argument("store", "memory_remember", store),
+            "branch": check_argument("branch", "memory_remember", branch),
         }
-        tools = _tools()
-        report = _leniently(
+        tools = open_tools()
+        report = leniently(
             tools,
             lambda: tools.remember(
                 **values, confidence=confidence, overwrite=overwrite, archived=archived
             ),
         )
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "store": report.store,
                 "label": report.label,
@@ -472,16 +351,16 @@ def dedup(
         raise click.UsageError("record a verdict with: thatch dedup LABEL_A LABEL_B --verdict V")
     if verdict is not None and not labels:
         raise click.UsageError("--verdict needs the pair: thatch dedup LABEL_A LABEL_B --verdict V")
-    with _errors():
-        tools = _tools()
-        name = _reading_store(tools, store)
+    with store_errors():
+        tools = open_tools()
+        name = reading_store(tools, store)
         if labels:
             assert verdict is not None
-            a = _check("label_a", "dedup_mark_checked", labels[0])
-            b = _check("label_b", "dedup_mark_checked", labels[1])
-            text = _leniently(tools, lambda: tools.mark_checked(name, a, b, verdict))
+            a = check_argument("label_a", "dedup_mark_checked", labels[0])
+            b = check_argument("label_b", "dedup_mark_checked", labels[1])
+            text = leniently(tools, lambda: tools.mark_checked(name, a, b, verdict))
             if as_json:
-                _emit_json({"store": name, "label_a": a, "label_b": b, "verdict": verdict})
+                emit_json({"store": name, "label_a": a, "label_b": b, "verdict": verdict})
             else:
                 click.echo(text)
             return
@@ -490,11 +369,11 @@ def dedup(
         from thatch.cli.hygiene_cmd import check_unchecked_duplicates
 
         check_unchecked_duplicates(tools.ctx.store, name)
-        page = _leniently(tools, lambda: tools.duplicate_page(name, cut, offset))
+        page = leniently(tools, lambda: tools.duplicate_page(name, cut, offset))
     if as_json:
         # The page's clusters in the shape of before paging; where the next page starts
         # (and an incomplete check) goes to stderr, which JSON readers ignore.
-        _emit_json(
+        emit_json(
             [
                 [
                     {"label_a": p.label_a, "label_b": p.label_b, "score": round(p.score, 6)}

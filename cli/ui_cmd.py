@@ -9,6 +9,8 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.main import CONTEXT_SETTINGS
 
+__all__ = ["ui"]
+
 UI_START_WAIT = 120.0
 
 

@@ -23,6 +23,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = [
+    "HOSTS",
+    "ConfigError",
+    "Env",
+    "Setting",
+    "cache_home",
+    "config_file",
+    "config_home",
+    "default_db_path",
+    "default_socket_path",
+    "demo_db_path",
+    "embedder_log_file",
+    "env_get",
+    "expand_user",
+    "home",
+    "host_from_env",
+    "host_from_project_vars",
+    "known_host",
+    "models_dir",
+    "project_dir_from_env",
+    "queue_dir",
+    "read_config",
+    "runtime_dir",
+    "setting",
+    "snapshot_dir",
+    "socket_dir",
+    "thatch_cache_dir",
+    "write_config",
+]
+
 Env = Mapping[str, str]
 
 HOSTS: tuple[str, ...] = ("claude", "cursor", "opencode")
@@ -76,16 +106,6 @@ def config_home(env: Env) -> Path:
 def cache_home(env: Env) -> Path:
     """``$XDG_CACHE_HOME``, else ``~/.cache``."""
     return _dir_setting(env, "XDG_CACHE_HOME", home(env) / ".cache")
-
-
-def data_home(env: Env) -> Path:
-    """``$XDG_DATA_HOME``, else ``~/.local/share``."""
-    return _dir_setting(env, "XDG_DATA_HOME", home(env) / ".local" / "share")
-
-
-def state_home(env: Env) -> Path:
-    """``$XDG_STATE_HOME``, else ``~/.local/state``."""
-    return _dir_setting(env, "XDG_STATE_HOME", home(env) / ".local" / "state")
 
 
 def runtime_dir(env: Env) -> Path | None:

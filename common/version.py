@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["thatch_version"]
+
 
 def thatch_version() -> str:
     """The installed distribution's version; ``0.0.0`` in a source tree without install."""

@@ -10,17 +10,15 @@ the session when idle (always from the inference thread).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from thatch.embedder.client.kind import Kind
 
-class Kind(Enum):
-    QUERY = "query"
-    PASSAGE = "passage"
+__all__ = ["Encoder", "ModelSettings", "Tokenized"]
 
 
 @dataclass(frozen=True)

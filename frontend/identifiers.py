@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["SESSION_ID_MAX", "session_id_problem", "store_name_problem"]
+
 SESSION_ID_MAX = 512  # docs/tools.md §validation
 LINE_BREAKS = "\r\n\u2028\u2029\x0b\x0c\x85"
 # C0 and C1 controls, DEL, and the bidirectional controls that reorder displayed text.

@@ -13,6 +13,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+__all__ = [
+    "RepoPathCache",
+    "current_branch",
+    "detect_store",
+    "list_branches",
+    "parse_remote",
+    "project_store",
+]
+
 GIT_TIMEOUT_SECONDS = 2.0
 UNKNOWN = "unknown"
 GLOBAL_STORE = "global"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+__all__ = ["Clock", "format_timestamp", "parse_timestamp", "utc_now"]
+
 Clock = Callable[[], datetime]
 
 _PARSE_FORMAT = "%Y-%m-%dT%H:%M:%S.%f%z"

@@ -43,6 +43,70 @@ THATCH_VARS = [
 ]
 
 
+# The test tiers (markers in pyproject.toml; the README runs each with `pytest -m TIER`):
+# tests/hosts/ is `hosts` (tests/hosts/conftest.py), these modules are `unit` (in-process:
+# no child process, no embedder process), every other module is `processes`. A new module
+# is `processes` until it is listed here; a `unit` test that starts a process fails.
+UNIT_MODULES: frozenset[str] = frozenset(
+    (
+        "test_chat_tools.py",
+        "test_engine_instructions.py",
+        "test_engine_store.py",
+        "test_environment.py",
+        "test_int8_format.py",
+        "test_jsonrpc_lines.py",
+        "test_layers.py",
+        "test_public_surface.py",
+        "test_matrix_scan.py",
+        "test_mcp_server.py",
+        "test_model_resolution.py",
+        "test_readme.py",
+        "test_runtime.py",
+        "test_safetensors_io.py",
+        "test_server_errors.py",
+        "test_setup_block.py",
+        "test_setup_hooks.py",
+        "test_setup_jsonfiles.py",
+        "test_slugs.py",
+        "test_store.py",
+        "test_store_names.py",
+        "test_tool_registry.py",
+        "test_tools_dedup.py",
+        "test_tools_extraction.py",
+        "test_tools_memory.py",
+        "test_tools_validation.py",
+        "test_ui_html.py",
+    )
+)
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        if path.parent != TESTS:
+            continue  # tests/hosts marks its own
+        item.add_marker(pytest.mark.unit if path.name in UNIT_MODULES else pytest.mark.processes)
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A `unit` test that starts a child process fails: its module belongs in `processes`."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    import subprocess
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            "a unit test started a process: remove its module from UNIT_MODULES (tests/conftest.py)"
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "_execute_child", refuse)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Per-test HOME and XDG dirs; thatch and HF variables cleared; hub offline."""

@@ -140,7 +140,7 @@ def test_mcp_server_stamps_while_serving_and_on_sigterm(
         process.stdin.write("\n")
         content = "# Test command\n\nRun make check before pushing."
         ask(2, "tools/call", {"name": "memory_remember", "arguments": {"content": content}})
-        recall = {"name": "memory_recall", "arguments": {"query": "make check"}}
+        recall: dict[str, object] = {"name": "memory_recall", "arguments": {"query": "make check"}}
         assert "# Test command" in json.dumps(ask(3, "tools/call", recall))
         count = "SELECT recall_count FROM entries"
         assert poll(lambda: rows(db, count) == [(1,)]), rows(db, count)

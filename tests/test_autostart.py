@@ -25,11 +25,11 @@ from tests.support.embedder_cleanup import (
 )
 from thatch.embedder.client.autostart import probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import (
+from thatch.embedder.client.errors import (
     FIX_STARTING,
     EmbedderUnavailable,
 )
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.models.fixes import unavailable_fix
 
 
@@ -60,7 +60,7 @@ def stale_socket(path: Path) -> None:
 RACER = """
 import sys
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 with EmbedderClient() as client:
     result = client.embed([sys.argv[1]], Kind.PASSAGE, start_wait=90)
 print(result.model_id, result.vectors.astype("<f4").tobytes().hex())

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -16,18 +17,13 @@ import pytest
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_encoder import FakeEncoder
 from tests.support.polling import poll
-from thatch.embedder.encoder import Kind, Tokenized
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import Tokenized
 from thatch.embedder.models.resolve import resolve_model
 from thatch.embedder.models.runtime import encode_truncated, load_tokenizer
-from thatch.embedder.server.batching import (
-    MAX_PADDED_RATIO,
-    MAX_RUN_TOKENS,
-    Batcher,
-    EmbedCall,
-    Limits,
-    Overloaded,
-    select_batch,
-)
+from thatch.embedder.server.batch_selection import MAX_PADDED_RATIO, MAX_RUN_TOKENS, select_batch
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import EmbedCall, Limits, Overloaded
 from thatch.embedder.v1 import embedder_pb2 as pb
 
 # -- select_batch -------------------------------------------------------------------------
@@ -499,7 +495,7 @@ class SteppedEncoder(FakeEncoder):
     ``batches`` records each batch's items (the calls' own Tokenized objects) in run order.
     """
 
-    def __init__(self, **kwargs: int) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.batches: list[list[Tokenized]] = []
         self._steps = threading.Condition()

@@ -138,7 +138,8 @@ def test_broadcast_reaches_other_active_sessions_only(tools: Tools) -> None:
     assert ok(tools, "chat", {"action": "broadcast", "as": a.me, "body": "hello"}) == (
         f"[broadcast] → 2 sessions ({names})"
     )
-    store: ChatStore = tools.chat.store
+    store = tools.chat.store
+    assert isinstance(store, ChatStore)
     rows = store.conn.execute("SELECT via_broadcast FROM chat_messages").fetchall()
     assert rows == [(1,), (1,)]
 
@@ -324,6 +325,7 @@ def test_sending_takes_a_step_of_retention(tools: Tools) -> None:
     """A send runs the day's upkeep step: a message older than 30 days goes, read or not."""
     a, b = anchored(tools, "A"), anchored(tools, "B")
     store = tools.chat.store
+    assert isinstance(store, ChatStore)
     store.send(tools.chat.caller(a.me).session_id, tools.chat.caller(b.me).session_id, ["old"])
     store.conn.execute("UPDATE chat_messages SET created_at = '2020-01-01T00:00:00.000Z'")
     store.conn.commit()

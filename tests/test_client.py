@@ -16,8 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tests.support.embedder_cleanup import stop_embedders
 from thatch.embedder.client.embedder_client import EmbedderClient, EmbedResult
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import (
+from thatch.embedder.client.errors import (
     FIX_OVERLOADED,
     FIX_REMOTE,
     AddressError,
@@ -25,6 +24,7 @@ from thatch.embedder.errors import (
     EmbedRequestError,
     fix_offline,
 )
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
 
 DIM = 4

@@ -18,8 +18,8 @@ from tests.support.tls_certs import make_certs
 from thatch.cli.main import cli
 from thatch.embedder.__main__ import main as embedder_main
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import EmbedderUnavailable
+from thatch.embedder.client.errors import EmbedderUnavailable
+from thatch.embedder.client.kind import Kind
 
 CERT_FIX = (
     "set THATCH_EMBEDDER_CERT and THATCH_EMBEDDER_KEY to a certificate its --tls-client-ca signed"

@@ -302,9 +302,9 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
     assert {"list", "search", "hygiene"} <= failed
     hook_env = {**env, "THATCH_PROJECT_DIR": str(Path(env["THATCH_PROJECT_DIR"]))}
     for hook, payload in (("flush-tools", {"prompt": "how do I push a tag"}), ("reminder", {})):
-        done = run_hook([hook], {"session_id": "s", **payload}, hook_env)
-        assert done.returncode == 0  # hooks never fail the host's turn
-        assert done.stderr.decode() == f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n"
+        ran = run_hook([hook], {"session_id": "s", **payload}, hook_env)
+        assert ran.returncode == 0  # hooks never fail the host's turn
+        assert ran.stderr.decode() == f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n"
     with ToolContext.from_env() as ctx:
         listed = Tools(ctx).call("memory_list", {"store": "proj"})
     assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))

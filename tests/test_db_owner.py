@@ -207,13 +207,13 @@ NOT_THE_DATABASE = {
     "frontend/demo.py": "the demo's embedder log (its database is copied by db.backup)",
 }
 # Long-lived processes: they may run the doctor's checks only in a child.
-LONG_LIVED = ("frontend/ui", "frontend/mcp", "frontend/tools", "embedder")
+LONG_LIVED: tuple[str, ...] = ("frontend/ui", "frontend/mcp", "frontend/tools", "embedder")
 LONG_LIVED += ("cli/ui_cmd.py", "cli/mcp_cmd.py", "cli/embedder_cmds.py")
 OPENS_BY_NAME = {"open", "read_bytes", "read_text", "write_bytes", "write_text"}
 
 
 def sources(*places: str) -> list[tuple[str, ast.AST]]:
-    found = []
+    found: list[tuple[str, ast.AST]] = []
     for place in places:
         target = ROOT / place
         for path in sorted([target] if target.is_file() else target.rglob("*.py")):
@@ -300,7 +300,7 @@ def test_the_embedder_never_touches_the_database() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             offenders += [
-                f"{module}:{node.lineno}: {name}"
+                f"{module}:{getattr(node, 'lineno', '?')}: {name}"
                 for name in names
                 if name == "sqlite3" or name.startswith("thatch.frontend")
             ]

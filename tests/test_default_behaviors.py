@@ -15,13 +15,8 @@ from tests.support.fake_embedder import FakeEmbedder, rows
 from thatch.common.version import thatch_version
 from thatch.frontend.store.engine_store import BEHAVIORS, EngineStore
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.default_behaviors import (
-    DEFAULTS,
-    Default,
-    parse_stamp,
-    seed_defaults,
-    stamp,
-)
+from thatch.frontend.tools.default_behaviors import DEFAULTS, Default, seed_defaults
+from thatch.frontend.tools.seed_stamps import parse_stamp, stamp
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
 
@@ -131,7 +126,7 @@ def test_deleted_default_returns_and_unstamped_are_never_touched(store: Store) -
 
 
 def test_embedder_unavailable_writes_nothing(store: Store) -> None:
-    from thatch.embedder.errors import EmbedderUnavailable
+    from thatch.embedder.client.errors import EmbedderUnavailable
 
     with pytest.raises(EmbedderUnavailable):
         seed_defaults(store, FakeEmbedder(unavailable="down"), version="1.0")

@@ -236,6 +236,7 @@ def test_embedder_that_cannot_load_fails_and_stops_cleanly(home: Path, tmp_path:
 
 def test_interrupt_stops_the_embedder_and_removes_the_directory(tmp_path: Path) -> None:
     """Ctrl-C while the embedder serves: it is stopped and the scratch directory deleted."""
+    from thatch.cli.demo_model import choose_model
     from thatch.frontend.demo import run_demo as run_demo_library
 
     env = demo_env(tmp_path / "home", tmp_path / "cache")
@@ -250,7 +251,14 @@ def test_interrupt_stops_the_embedder_and_removes_the_directory(tmp_path: Path) 
 
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_demo_library(model="mock", keep=False, env=env, out=out, log=lambda _line: None)
+            run_demo_library(
+                model="mock",
+                keep=False,
+                env=env,
+                out=out,
+                log=lambda _line: None,
+                choose_model=choose_model,
+            )
         scratch = seen["scratch"]
         assert isinstance(scratch, Path)
         assert len(seen["running"]) == 1  # type: ignore[arg-type]

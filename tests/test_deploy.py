@@ -37,6 +37,14 @@ def _containerfile_json_commands() -> dict[str, list[str]]:
     return commands
 
 
+def test_the_image_installs_the_embedder_extra() -> None:
+    """The image serves the model: thatch goes in with the `embedder` extra, which the
+    default install leaves out."""
+    text = (DEPLOY / "container" / "Containerfile").read_text()
+    installs = re.findall(r"^RUN pip install (.+)$", text, flags=re.M)
+    assert installs == ["'/src[embedder]'"]
+
+
 def test_kubernetes_manifest_has_deployment_and_headless_service() -> None:
     """The manifest parses; the Service is headless so dns:/// round_robin sees every pod."""
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "embedder.yaml").read_text()))

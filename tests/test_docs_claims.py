@@ -11,7 +11,7 @@ import pytest
 
 from thatch.cli.main import COMMANDS
 from thatch.cli.main import cli as cli_main
-from thatch.embedder.models.thresholds import VARIABLES, defaults_for
+from thatch.frontend.thresholds import VARIABLES, defaults_for
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -33,7 +33,7 @@ def _row(text: str, first_cell: str) -> str:
 @pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md"])
 @pytest.mark.parametrize("field", list(VARIABLES))
 def test_threshold_defaults_in_the_variable_tables_are_the_codes(doc: str, field: str) -> None:
-    """'the model's: 0.30 BGE, 0.15 MiniLM' says what embedder/models/thresholds.py holds."""
+    """'the model's: 0.30 BGE, 0.15 MiniLM' says what frontend/thresholds.py holds."""
     text = README if doc == "README.md" else ARCHITECTURE
     variable = VARIABLES[field]
     rows = [line for line in text.splitlines() if line.startswith("| ") and variable in line]

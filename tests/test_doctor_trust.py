@@ -17,8 +17,8 @@ from tests.support.hookrun import thatch_command
 from thatch.common.environment import default_db_path
 from thatch.embedder.client.autostart import FIX_UNTRUSTED
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import EmbedderUntrusted
+from thatch.embedder.client.errors import EmbedderUntrusted
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.memory_store import Store
 
 

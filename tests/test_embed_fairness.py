@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -93,14 +94,14 @@ def test_requests_beyond_the_queue_are_refused_at_once(embedder: EmbedderProcess
     RESOURCE_EXHAUSTED, not left to time out; the rest is admitted, and the server answers
     a query once they are cancelled."""
     stub = embedder.stub()
-    futures = [
+    futures: list[Any] = [
         stub.Embed.future(
             pb.EmbedRequest(texts=passages(100 + n, 256, words=250), kind=pb.PASSAGE), timeout=600
         )
         for n in range(24)
     ]
 
-    def refused() -> list[grpc.Future]:  # answered without being queued (an admitted
+    def refused() -> list[Any]:  # answered without being queued (an admitted
         # request can complete meanwhile: the first in line needs only its own 256 texts)
         return [f for f in futures if f.done() and f.code() != grpc.StatusCode.OK]
 

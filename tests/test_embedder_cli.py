@@ -17,8 +17,8 @@ from click.testing import CliRunner, Result
 from tests.support.embedder_cleanup import alive, embedder_pids, stop_embedders, wait_until
 from thatch.cli.main import cli
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import FIX_REMOTE, EmbedderUnavailable
+from thatch.embedder.client.errors import FIX_REMOTE, EmbedderUnavailable
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.models.fixes import unavailable_fix
 from thatch.embedder.server.instance import lock_holder, lock_path, pid_path, running_pid
 

@@ -101,7 +101,7 @@ def test_cold_path_blocks_from_one_embedding(env: dict[str, str], minilm: Embedd
 
 def test_recall_and_blocks_are_joined_in_order(env: dict[str, str]) -> None:
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.frontend.store.memory_store import Store
 
     label = "Test framework choice"
@@ -186,7 +186,7 @@ class _Searcher:
         prompt: str,
         stores: list[str],
         limit: int,
-        threshold: float,
+        threshold: float | None,
         *,
         branch: str | None = None,
     ) -> list[str]:
@@ -197,7 +197,7 @@ class _Searcher:
         prompt: str,
         stores: list[str],
         limit: int,
-        threshold: float,
+        threshold: float | None,
         engines: dict[str, float],
         *,
         branch: str | None = None,

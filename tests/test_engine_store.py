@@ -7,6 +7,7 @@ are tested in tests/test_engine_tools.py.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -42,9 +43,9 @@ E1, E2, E3, E4 = (unit(*row) for row in np.eye(4))
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with Store.open(tmp_path / "thatch.db") as opened:
-        yield opened  # type: ignore[misc]
+        yield opened
 
 
 def engine(store: Store, which: object = PREDICTIONS) -> EngineStore:

@@ -166,7 +166,7 @@ def test_behavior_codify_feedback_list_delete(ctx: ToolContext) -> None:
 
 
 def test_bad_input_is_a_clear_error_and_writes_nothing(ctx: ToolContext) -> None:
-    good = {
+    good: dict[str, dict[str, Any]] = {
         "prediction_query": {"context": "c"},
         "prediction_update": {
             "matcher": "m",
@@ -337,7 +337,7 @@ async def test_real_stdio_session_with_minilm(
     ]
     # The paraphrase really is within the dedup cosine (and not a copy).
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
 
     client_env = {**env}
     embedder = EmbedderClient(env=client_env, autostart=False)

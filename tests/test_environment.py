@@ -15,7 +15,6 @@ from thatch.common.environment import (
     HOSTS,
     cache_home,
     config_home,
-    data_home,
     default_db_path,
     default_socket_path,
     embedder_log_file,
@@ -29,7 +28,6 @@ from thatch.common.environment import (
     runtime_dir,
     snapshot_dir,
     socket_dir,
-    state_home,
 )
 from thatch.frontend.hooks import hookio
 
@@ -86,21 +84,15 @@ def test_tilde_expands_against_the_mappings_home_not_the_processes() -> None:
 def test_xdg_directories_and_their_defaults() -> None:
     assert config_home(H) == Path("/h/.config")
     assert cache_home(H) == Path("/h/.cache")
-    assert data_home(H) == Path("/h/.local/share")
-    assert state_home(H) == Path("/h/.local/state")
     assert runtime_dir(H) is None
     xdg = {
         "HOME": "/h",
         "XDG_CONFIG_HOME": "/x/config",
         "XDG_CACHE_HOME": "/x/cache",
-        "XDG_DATA_HOME": "/x/data",
-        "XDG_STATE_HOME": "/x/state",
         "XDG_RUNTIME_DIR": "/run/user/7",
     }
     assert config_home(xdg) == Path("/x/config")
     assert cache_home(xdg) == Path("/x/cache")
-    assert data_home(xdg) == Path("/x/data")
-    assert state_home(xdg) == Path("/x/state")
     assert runtime_dir(xdg) == Path("/run/user/7")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,7 +162,7 @@ def test_legacy_queue_file_is_read_and_drained(env: dict[str, str]) -> None:
     """A file of an older release (no seq): read, handed out, drained by completion; a
     record queued after the fetch survives."""
     qdir(env).mkdir(parents=True)
-    legacy = [
+    legacy: list[dict[str, Any]] = [
         {
             "tool": "Bash",
             "sessionID": SESSION,

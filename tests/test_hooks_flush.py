@@ -213,7 +213,11 @@ def test_ordinary_prompt_prints_nothing(
     env = hook_env(
         tmp_path, THATCH_EMBEDDER_ADDR=mock_embedder.address, THATCH_PROJECT_DIR=str(project)
     )
-    payload = {"session_id": f"ordinary-{host}", "prompt": PROMPT, "cwd": str(project)}
+    payload: dict[str, object] = {
+        "session_id": f"ordinary-{host}",
+        "prompt": PROMPT,
+        "cwd": str(project),
+    }
     served = mock_embedder.info().requests_served
     assert flush(env, payload, "--host", host) == ("", "")
     assert json.loads(flush(env, payload, "--json", "--host", host)[0]) == {}
@@ -270,7 +274,7 @@ ARCHIVED = ("Old deploy notes", "We used to deploy to production with Heroku git
 @pytest.fixture
 def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) -> dict[str, str]:
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.frontend.store.memory_store import Store
 
     env = hook_env(
@@ -293,7 +297,7 @@ def recall_env(tmp_path: Path, project: Path, minilm_embedder: EmbedderProcess) 
 def scores(env: dict[str, str], prompt: str, *, archived: bool = False) -> dict[str, float]:
     """Independent check of what search sees: cosine of the prompt with every live memory."""
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.frontend.store.memory_store import Store
 
     with (
@@ -327,25 +331,25 @@ def test_recall_nudge_names_matching_memories(recall_env: dict[str, str]) -> Non
     )
 
     tests_prompt = "how do I run the tests?"
-    ranked = sorted(scores(recall_env, tests_prompt).items(), key=lambda kv: -kv[1])
-    assert {label for label, _ in ranked[:3]} == {
+    by_score = sorted(scores(recall_env, tests_prompt).items(), key=lambda kv: -kv[1])
+    assert {label for label, _ in by_score[:3]} == {
         "Running the test suite",
         "Integration test database",
         "Flaky test retries",
     }
-    two = (ranked[1][1] + ranked[2][1]) / 2
+    two = (by_score[1][1] + by_score[2][1]) / 2
     env2 = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{two:.4f}"}
     out, _ = flush(env2, {"prompt": tests_prompt})
     assert out == (
-        f'[thatch] 2 memories relate to this prompt ("{ranked[0][0]}", "{ranked[1][0]}"). '
+        f'[thatch] 2 memories relate to this prompt ("{by_score[0][0]}", "{by_score[1][0]}"). '
         f"Use memory_recall before responding. {FRAME}{LOAD_RECALL}\n"
     )
-    three = (ranked[2][1] + ranked[3][1]) / 2
+    three = (by_score[2][1] + by_score[3][1]) / 2
     env3 = {**recall_env, "THATCH_RECALL_THRESHOLD": f"{three:.4f}"}
     out, _ = flush(env3, {"prompt": tests_prompt}, "--json")
     assert json.loads(out) == {
-        "additional_context": f'[thatch] 3 memories relate to this prompt ("{ranked[0][0]}", '
-        f'"{ranked[1][0]}", etc.). Use memory_recall before responding. {FRAME}{LOAD_RECALL}'
+        "additional_context": f'[thatch] 3 memories relate to this prompt ("{by_score[0][0]}", '
+        f'"{by_score[1][0]}", etc.). Use memory_recall before responding. {FRAME}{LOAD_RECALL}'
     }
     with Store.open(recall_env["THATCH_DB_PATH"]) as store:
         rows = store.list("acme-app") + store.list("global")
@@ -405,7 +409,7 @@ def test_invalid_threshold_warns_once_and_uses_default(
 ) -> None:
     """A threshold outside [0, 1] is ignored with one stderr line; the serving model's
     default applies (MiniLM's calibrated one here, not the BGE 0.55 it used to be)."""
-    from thatch.embedder.models.thresholds import defaults_for
+    from thatch.frontend.thresholds import defaults_for
 
     default = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
     assert default is not None
@@ -474,7 +478,7 @@ def test_handed_out_snapshot_quiets_the_extraction_nudge(tmp_path: Path) -> None
 def test_minilm_nudge_fires_for_the_issues_example(recall_env: dict[str, str]) -> None:
     """With MiniLM and no THATCH_RECALL_THRESHOLD, "how do I run the tests in this repo?"
     names the test-suite memory: the model's own threshold applies, not BGE's 0.55."""
-    from thatch.embedder.models.thresholds import defaults_for
+    from thatch.frontend.thresholds import defaults_for
 
     minilm = defaults_for("sentence-transformers/all-MiniLM-L6-v2")
     assert minilm is not None

@@ -12,7 +12,7 @@ import huggingface_hub.constants
 import pytest
 
 from tests.support.fake_hub import COMMIT, FakeHub
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.models.known_answers import KNOWN_ANSWERS_FILE
 from thatch.embedder.models.resolve import resolve_model
 

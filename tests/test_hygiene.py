@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def add(
-    store: Store, name: str, label: str, vector: object, model: str | None = ACTIVE, **kw: object
+    store: Store, name: str, label: str, vector: object, model: str | None = ACTIVE, **kw: Any
 ) -> None:
     store.remember(name, label, f"# {label}\n\ntext of {label}", vector, model, **kw)
 

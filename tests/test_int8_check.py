@@ -21,8 +21,9 @@ import pytest
 from onnx import numpy_helper
 
 from tests.support.embedder_proc import embedder_process
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import Encoder
 from thatch.embedder.models import known_answers
 from thatch.embedder.models.registry import sha256_file, with_onnx
 from thatch.embedder.models.resolve import create_encoder, resolve_model
@@ -35,7 +36,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 WARNING = "disagrees with fp32 on this CPU"
 
 
-def vectors(encoder: OnnxEncoder, texts: list[str]) -> np.ndarray:
+def vectors(encoder: Encoder, texts: list[str]) -> np.ndarray:
     return encoder.encode([encoder.tokenize(text, Kind.PASSAGE) for text in texts])
 
 
@@ -116,6 +117,7 @@ def test_imported_model_serves_int8_that_agrees_or_fp32(
     encoder = create_encoder(resolve_model(str(minilm_dir), env={}), threads=2)
     encoder.load()
     served = encoder.settings
+    assert served.onnx_path is not None
     assert served.sha256 == sha256_file(served.onnx_path)
     texts = reference_texts(minilm_reference)
     cosines = np.sum(vectors(encoder, texts) * vectors(fp32, texts), axis=1)
@@ -210,6 +212,7 @@ def test_hub_quantize_dynamic_file_agrees_or_fp32_is_served(
     cosines = np.sum(vectors(encoder, texts) * vectors(fp32, texts), axis=1)
     served = encoder.settings
     encoder.release()
+    assert served.onnx_path is not None
     assert served.sha256 == sha256_file(served.onnx_path)
     if served.quantized:
         assert served.onnx_path == settings.onnx_path and warnings(caplog) == []

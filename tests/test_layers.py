@@ -35,11 +35,6 @@ FRONTEND_LAYERS: tuple[str, ...] = (
 # Edges the layer order allows but the design does not: (importer, imported, why).
 FORBIDDEN: tuple[tuple[str, str, str], ...] = (
     (
-        "thatch.frontend",
-        "thatch.embedder.server",
-        "frontends use the embedding service through its client, never in-process",
-    ),
-    (
         "thatch.embedder.client",
         "thatch.embedder.server",
         "the client runs in every frontend; it starts a server as a process",
@@ -56,11 +51,37 @@ FORBIDDEN: tuple[tuple[str, str, str], ...] = (
     ),
 )
 
+# The embedder's surface: what frontends (and the CLI) may import of thatch.embedder. The
+# server, the model runtime, the registry and the import pipeline stay behind it, so a
+# frontend runs without the `embedder` extra (onnxruntime, onnx, tokenizers).
+EMBEDDER_SURFACE: tuple[str, ...] = ("thatch.embedder.client", "thatch.embedder.v1")
+# The embedder's own CLI: commands that start the embedder process, or resolve, download
+# and import models, may reach behind the surface (lazily, where the rest of the CLI can
+# import them without the extra).
+EMBEDDER_CLI: tuple[str, ...] = (
+    "thatch.cli.embedder_cmds",
+    "thatch.cli.model_cmds",
+    "thatch.cli.doctor_model",
+    "thatch.cli.demo_model",
+)
+BEHIND_SURFACE = (
+    "frontends use the embedder through thatch.embedder.client and the proto (thatch.embedder.v1)"
+)
+
 DYNAMIC_IMPORTERS = {"import_module", "find_spec", "__import__"}
 
 
 def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
+
+
+def behind_surface(name: str) -> bool:
+    """A thatch.embedder module outside the surface (the bare package is only a docstring)."""
+    return (
+        under(name, "thatch.embedder")
+        and name != "thatch.embedder"
+        and not any(under(name, allowed) for allowed in EMBEDDER_SURFACE)
+    )
 
 
 def layer_of(name: str, layers: tuple[str, ...] = LAYERS) -> int | None:
@@ -217,6 +238,11 @@ def violations(module: str, source: str, is_package: bool) -> list[str]:
             below, above = FRONTEND_LAYERS[inner], FRONTEND_LAYERS[inner_target]
             message = f"{module}:{line} imports {name}: {below} is below {above}"
             found.setdefault((line, above), message)
+        if (
+            under(module, "thatch.frontend")
+            or (under(module, "thatch.cli") and not any(under(module, m) for m in EMBEDDER_CLI))
+        ) and behind_surface(name):
+            found.setdefault((line, "surface"), f"{module}:{line} imports {name}: {BEHIND_SURFACE}")
         for rule in FORBIDDEN:
             importer, imported, why = rule
             if under(module, importer) and under(name, imported):
@@ -285,6 +311,17 @@ def test_imports_follow_the_layers() -> None:
             "thatch.frontend.tools.memory_tools:1 imports thatch.frontend.hooks",
         ),
         (
+            "thatch.frontend.hooks.prompt_hooks",
+            "def f():\n    from thatch.embedder.models.registry import model_id_for\n",
+            "thatch.frontend.hooks.prompt_hooks:2 imports thatch.embedder.models.registry: "
+            "frontends use",
+        ),
+        (
+            "thatch.cli.store_cmds",
+            "from thatch.embedder.encoder import ModelSettings\n",
+            "thatch.cli.store_cmds:1 imports thatch.embedder.encoder: frontends use",
+        ),
+        (
             "thatch.frontend.demo",
             "import thatch.elsewhere\n",
             "thatch.frontend.demo:1 imports thatch.elsewhere, which is in no layer",
@@ -309,6 +346,12 @@ def test_allowed_edges_pass() -> None:
         "    from thatch.frontend.tools.context import ToolContext\n"
     )
     assert violations("thatch.frontend.hooks.runner", source, is_package=False) == []
+
+
+def test_the_embedders_cli_may_reach_behind_the_surface() -> None:
+    """`thatch model import` and `thatch embedder serve` use the embedder itself."""
+    source = "def f():\n    from thatch.embedder.convert.importer import import_checkpoint\n"
+    assert violations("thatch.cli.model_cmds", source, is_package=False) == []
 
 
 def test_no_module_imports_itself_through_others() -> None:

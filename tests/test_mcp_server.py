@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.client import Client
@@ -164,7 +165,8 @@ async def test_non_object_arguments_answer_as_tool_error(tmp_path: Path) -> None
     async with Client(make_server(tool_context(tmp_path)), mode="legacy") as client:
         for arguments in (["q"], "q", 5):
             for name in ("memory_recall", "nope"):
-                result = await client.call_tool(name, meta={ARGUMENTS_META_KEY: arguments})
+                meta: Any = {ARGUMENTS_META_KEY: arguments}
+                result = await client.call_tool(name, meta=meta)
                 assert (result.is_error, result.content[0].text) == (True, text)
 
 

@@ -135,7 +135,7 @@ def server_env(tmp_path: Path, mock_embedder: EmbedderProcess) -> dict[str, str]
     }
 
 
-def run_mcp(env: dict[str, str], messages: list[Any]) -> list[dict[str, Any]]:
+def run_mcp(env: dict[str, str], messages: list[Any]) -> list[Any]:
     data = b"".join(json.dumps(m).encode() + b"\n" for m in messages)
     done = subprocess.run([THATCH, "mcp"], input=data, env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode(errors="replace")

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.client import Client
@@ -199,7 +200,7 @@ def test_every_request_read_is_answered_when_stdin_closes(
         {"jsonrpc": "2.0", "id": 7, "method": "ping"},
     ]
     replies, _ = _run_to_eof(server_env, _lines(*_initialize("2025-06-18"), *calls))
-    by_id = {reply["id"]: reply for reply in replies}  # type: ignore[index]
+    by_id: dict[Any, Any] = {reply["id"]: reply for reply in replies}  # type: ignore[index]
     assert sorted(by_id) == [1, 2, 3, 4, 5, 6, 7] and len(replies) == 7
     assert all("result" in reply for reply in by_id.values()), replies
     assert not any(by_id[i]["result"].get("isError") for i in range(2, 7))

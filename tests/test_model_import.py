@@ -24,12 +24,12 @@ import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
 
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert import numpy_bert
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.importer import import_checkpoint
 from thatch.embedder.convert.safetensors_io import write_safetensors
 from thatch.embedder.convert.wordpiece import build_wordpiece_tokenizer
-from thatch.embedder.errors import ModelError
 
 TINY_VOCAB = [
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",

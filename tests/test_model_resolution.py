@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from thatch.embedder.errors import ModelError
-from thatch.embedder.models.registry import REGISTRY, hub_cache_dir
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.model_names import REGISTRY, hub_cache_dir
 from thatch.embedder.models.resolve import create_encoder, describe_model, resolve_model
 
 COMMIT = "fedcba9876543210fedcba9876543210fedcba98"

@@ -19,12 +19,12 @@ from click.testing import CliRunner
 
 from thatch.cli.main import cli
 from thatch.common.environment import ConfigError, config_file, read_config, setting
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.model_names import model_id_for
+from thatch.embedder.client.settings import DEFAULT_MODEL, configured_model, model_setting
 from thatch.embedder.convert.importer import default_model_id
-from thatch.embedder.errors import ModelError
 from thatch.embedder.models.fixes import PACKAGED_MODEL_ID, offline_choices, unavailable_fix
-from thatch.embedder.models.registry import model_id_for
 from thatch.embedder.models.resolve import describe_model, resolve_model
-from thatch.embedder.settings import DEFAULT_MODEL, configured_model, model_setting
 
 
 def run(*args: str) -> tuple[int, str, str]:

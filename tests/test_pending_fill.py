@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import FakeEmbedder, FakeResult, rows, tool_context
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.tools.memory_tools import Tools
 
 DOWN = "nothing is listening at unix:///x.sock"

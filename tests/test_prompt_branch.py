@@ -87,10 +87,10 @@ def repo(
     stores = {project_store(path, env) for path in (main, *worktrees.values())}
     assert stores == {"widgets"}  # one project: the worktrees share its store
     with Store.open(db) as store:
-        for label, branch in MEMORIES.items():
+        for label, scope in MEMORIES.items():
             text = f"# {label}\n\nThe parser rewrite plan: tokens first, then the grammar."
             assert float(mock_vector(PROMPT) @ mock_vector(text)) >= 0.05
-            store.remember("widgets", label, text, mock_vector(text), "mock", branch=branch)
+            store.remember("widgets", label, text, mock_vector(text), "mock", branch=scope)
     try:
         yield Repo(main, worktrees, env, db)
     finally:

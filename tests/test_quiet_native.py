@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.support.embedder_proc import embedder_process
 from tests.support.hookrun import thatch_command
-from thatch.embedder.errors import FIX_REMOTE
+from thatch.embedder.client.errors import FIX_REMOTE
 
 # absl's format, which gRPC's core uses: "I1201 22:35:21.218192   15791 file.cc:1403] ..."
 CORE_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]", re.MULTILINE)

@@ -13,8 +13,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 def _bench(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
     monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its siblings by name
-    import recall_quality
-    import recall_sets
+    import recall_quality  # type: ignore[import-not-found]
+    import recall_sets  # type: ignore[import-not-found]
 
     return recall_quality, recall_sets
 

@@ -136,7 +136,7 @@ def ask(path: Path, data: bytes) -> dict[str, object]:
     return parsed
 
 
-def request(prompt: str = PROMPT, **fields: object) -> bytes:
+def request(prompt: object = PROMPT, **fields: object) -> bytes:
     body = {"prompt": prompt, "stores": ["myproject", "global"], "limit": 5, "threshold": 0.05}
     return json.dumps({**body, **fields}).encode() + b"\n"
 
@@ -244,6 +244,21 @@ class FixedSearcher:
         return [f"{prompt}|{','.join(stores)}|{limit}|{threshold}|{branch}"]
 
 
+def labels_only(
+    path: Path, prompt: str, stores: list[str], limit: int, threshold: float | None
+) -> list[str] | None:
+    """A request without engines, as a hook of a release before the engines sends it."""
+    answer = recall_scan._request(
+        path,
+        {"prompt": prompt, "stores": stores, "limit": limit, "threshold": threshold},
+        recall_scan.CLIENT_DEADLINE,
+    )
+    labels = answer.get("labels") if answer is not None else None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        return None
+    return labels
+
+
 def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     """A non-socket at the path is replaced; the client gets the labels; close removes it."""
     path = short_tmp / "scan-test.sock"
@@ -252,12 +267,12 @@ def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     service.start()
     assert service.ready.wait(30)
     try:
-        labels = recall_scan.request_labels(path, "some prompt", ["p", "global"], 5, 0.5)
+        labels = labels_only(path, "some prompt", ["p", "global"], 5, 0.5)
         assert labels == ["some prompt|p,global|5|0.5|None"]
     finally:
         service.close()
     assert not path.exists()
-    assert recall_scan.request_labels(path, "some prompt", ["p"], 5, 0.5) is None
+    assert labels_only(path, "some prompt", ["p"], 5, 0.5) is None
 
 
 def test_client_gives_none_on_error_or_garbage_replies(short_tmp: Path) -> None:
@@ -282,7 +297,7 @@ def test_client_gives_none_on_error_or_garbage_replies(short_tmp: Path) -> None:
 
             thread = threading.Thread(target=serve)
             thread.start()
-            assert recall_scan.request_labels(path, "p" * 20, ["g"], 5, 0.5) is None, reply
+            assert labels_only(path, "p" * 20, ["g"], 5, 0.5) is None, reply
             thread.join(10)
             assert json.loads(received[0]) == {
                 "prompt": "p" * 20,

@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.models.mock import MOCK_DIM, MockEncoder, mock_vector
 from thatch.embedder.models.registry import with_onnx
 from thatch.embedder.models.resolve import create_encoder, resolve_model
@@ -201,5 +201,6 @@ def test_mock_matches_spec_hash_rule() -> None:
 
 def test_mock_module_does_not_import_onnxruntime() -> None:
     """mock.py stays free of onnxruntime (it is the no-dependency model)."""
-    source = Path(__import__("thatch.embedder.models.mock", fromlist=["x"]).__file__).read_text()
+    mock = __import__("thatch.embedder.models.mock", fromlist=["x"])
+    source = Path(str(mock.__file__)).read_text()
     assert "onnxruntime" not in source.replace("no onnxruntime", "")

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert.safetensors_io import read_header, read_safetensors, write_safetensors
-from thatch.embedder.errors import ModelError
 
 
 def _raw_file(path: Path, header: object, data: bytes = b"") -> Path:
@@ -22,7 +22,7 @@ def _raw_file(path: Path, header: object, data: bytes = b"") -> Path:
 def test_f32_round_trip_keeps_values_shapes_and_ints(tmp_path: Path) -> None:
     """F32 and I64 tensors come back bit-identical with their shapes."""
     rng = np.random.default_rng(1)
-    tensors = {
+    tensors: dict[str, np.ndarray] = {
         "a": rng.standard_normal((3, 5)).astype(np.float32),
         "b.bias": rng.standard_normal(7).astype(np.float32),
         "ids": np.arange(6, dtype=np.int64).reshape(1, 6),
@@ -55,7 +55,9 @@ def test_half_precision_reads_back_as_float32(tmp_path: Path, dtype: str, tolera
     assert read_header(path)[1]["w"]["dtype"] == dtype
     back = read_safetensors(path)["w"]
     assert back.dtype == np.float32
-    np.testing.assert_allclose(back, values, rtol=tolerance, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(back, dtype=np.float32), values, rtol=tolerance, atol=1e-6
+    )
 
 
 def test_bf16_exact_values_decode_exactly(tmp_path: Path) -> None:

@@ -119,14 +119,14 @@ EXPECTED: dict[str, list[tuple[str, str, int, str | None, int]]] = {
 }
 EXPECTED["behavior_matchers"] = EXPECTED["prediction_matchers"]
 EXPECTED["behaviors"] = [
-    (name.replace("prediction", "behavior"), *rest) for name, *rest in EXPECTED["predictions"]
+    (row[0].replace("prediction", "behavior"), *row[1:]) for row in EXPECTED["predictions"]
 ]
 EXPECTED["behavior_edges"] = [
-    (name.replace("prediction", "behavior"), *rest) for name, *rest in EXPECTED["prediction_edges"]
+    (row[0].replace("prediction", "behavior"), *row[1:]) for row in EXPECTED["prediction_edges"]
 ]
 EXPECTED["behavior_provenance"] = [
-    (name.replace("prediction", "behavior"), *rest)
-    for name, *rest in EXPECTED["prediction_provenance"]
+    (row[0].replace("prediction", "behavior"), *row[1:])
+    for row in EXPECTED["prediction_provenance"]
 ]
 
 TABLE_ORDER = [

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -20,11 +21,12 @@ from grpc_health.v1 import health
 
 from tests.support.fake_encoder import FakeEncoder
 from tests.support.polling import poll
-from thatch.embedder.encoder import Kind
-from thatch.embedder.server.batching import Batcher, Limits
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.client.settings import parse_address
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import Limits
 from thatch.embedder.server.grpc_server import MAX_MESSAGE_BYTES, create_server
 from thatch.embedder.server.servicer import EmbedderServicer, ServerState
-from thatch.embedder.settings import parse_address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
@@ -75,7 +77,7 @@ def server() -> Iterator[Running]:
         yield running
 
 
-def embed_error(stub: pb_grpc.EmbedderStub, texts: list[str], kind: int) -> grpc.RpcError:
+def embed_error(stub: pb_grpc.EmbedderStub, texts: list[str], kind: Any) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as raised:
         stub.Embed(pb.EmbedRequest(texts=texts, kind=kind), timeout=10)
     return raised.value
@@ -107,7 +109,7 @@ def test_invalid_requests_get_invalid_argument(
 
 
 def raw_embed(channel: grpc.Channel, payload: bytes) -> grpc.RpcError:
-    call = channel.unary_unary(EMBED, response_deserializer=pb.EmbedResponse.FromString)
+    call: Any = channel.unary_unary(EMBED, response_deserializer=pb.EmbedResponse.FromString)
     with pytest.raises(grpc.RpcError) as raised:
         call(payload, timeout=10)
     return raised.value

@@ -11,11 +11,12 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 from tests.support.embedder_cleanup import wait_until
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.embedder.server.instance import running_pid
 
 ROUNDS = 5
@@ -51,13 +52,17 @@ def racers(sock: Path, logs: Path) -> list[subprocess.Popen[bytes]]:
     return procs
 
 
+def any_exited(procs: list[subprocess.Popen[bytes]]) -> bool:
+    return any(p.poll() is not None for p in procs)
+
+
 def test_two_servers_started_together_one_serves(short_tmp: Path, tmp_path: Path) -> None:
     """Round after round, exactly one of two simultaneous servers runs; the other says who."""
     sock = short_tmp / "e.sock"
     for _ in range(ROUNDS):
         procs = racers(sock, tmp_path)
         try:
-            wait_until(lambda procs=procs: any(p.poll() is not None for p in procs), 60, "a loser")
+            wait_until(partial(any_exited, procs), 60, "a loser")
             [loser] = [p for p in procs if p.poll() is not None]
             [winner] = [p for p in procs if p is not loser]
             assert loser.returncode == 1

@@ -17,7 +17,8 @@ from tests.support.embedder_proc import embedder_process, tcp_embedder
 from tests.support.fake_encoder import FakeEncoder
 from tests.support.tls_certs import make_certs
 from thatch.embedder.__main__ import main
-from thatch.embedder.errors import AddressError, ServerStartError
+from thatch.embedder.client.errors import AddressError, ServerStartError
+from thatch.embedder.client.settings import Address
 from thatch.embedder.server.batching import Batcher
 from thatch.embedder.server.grpc_server import (
     MAX_MESSAGE_BYTES,
@@ -27,7 +28,6 @@ from thatch.embedder.server.grpc_server import (
     prepare_unix_socket,
 )
 from thatch.embedder.server.servicer import EmbedderServicer, ServerState
-from thatch.embedder.settings import Address
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 

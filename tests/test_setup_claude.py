@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -35,11 +36,11 @@ def project(tmp_path: Path) -> Path:
     return path
 
 
-def run(project: Path, env: dict[str, str], **options: object) -> SetupResult:
+def run(project: Path, env: dict[str, str], **options: Any) -> SetupResult:
     request = SetupRequest(
         hosts=["claude"], project_dir=project, env=env, bin_path=BIN, version="1", **options
     )
-    return run_setup(request)  # type: ignore[arg-type]
+    return run_setup(request)
 
 
 def fake_claude(tmp_path: Path, project: Path) -> Path:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,7 @@ def read_calls(log: Path) -> list[list[str]]:
     return [line.split("\t", 1) for line in log.read_text().splitlines()]
 
 
-def run_node(tmp_path: Path, bin_path: str, driver: str = DRIVER) -> dict[str, object]:
+def run_node(tmp_path: Path, bin_path: str, driver: str = DRIVER) -> dict[str, Any]:
     assert NODE is not None, "node is required for the plugin tests"
     (tmp_path / "plugin.mjs").write_text(render("1.2.3", bin_path))
     (tmp_path / "driver.mjs").write_text(driver)
@@ -81,7 +82,7 @@ def run_node(tmp_path: Path, bin_path: str, driver: str = DRIVER) -> dict[str, o
         [NODE, "driver.mjs"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -149,12 +150,12 @@ def test_hooks_call_thatch_with_expected_payloads(tmp_path: Path) -> None:
     assert prompt_calls[2:] == [
         ("flush-tools --json --host opencode", {"session_id": "ses_1", "prompt": "and then?"}),
     ]
-    (first,) = result["first"]  # type: ignore[misc]
+    (first,) = result["first"]
     assert first["text"] == "REMINDER\n\nNUDGE"
     assert first["synthetic"] is True and first["type"] == "text"
     assert first["sessionID"] == "ses_1" and first["messageID"] == "msg_1"
     assert first["id"].startswith("prt_")
-    (second,) = result["second"]  # type: ignore[misc]
+    (second,) = result["second"]
     assert second["text"] == "NUDGE"
     assert result["compacted"] == 3
 

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,11 +44,11 @@ def project(tmp_path: Path) -> Path:
     return path
 
 
-def run(project: Path, env: dict[str, str], hosts: list[str], **options: object) -> SetupResult:
+def run(project: Path, env: dict[str, str], hosts: list[str], **options: Any) -> SetupResult:
     request = SetupRequest(
         hosts=hosts, project_dir=project, env=env, bin_path=BIN, version="9.9.9", **options
     )
-    return run_setup(request)  # type: ignore[arg-type]
+    return run_setup(request)
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:

@@ -23,9 +23,9 @@ from tests.support.foreign_listener import NOBODY, foreign_listener
 from tests.support.hookrun import run_hook, thatch_command
 from thatch.embedder.__main__ import main as embedder_main
 from thatch.embedder.client.autostart import FIX_UNTRUSTED
-from thatch.embedder.errors import ServerStartError
+from thatch.embedder.client.errors import ServerStartError
+from thatch.embedder.client.socket_trust import check_path, socket_problem
 from thatch.embedder.server.grpc_server import prepare_unix_socket
-from thatch.embedder.socket_trust import check_path, socket_problem
 from thatch.frontend.hooks import recall_scan
 
 SECRET_CONTENT = "the deploy key is hunter2-secret-content"

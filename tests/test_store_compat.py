@@ -7,7 +7,9 @@ import sqlite3
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -229,7 +231,7 @@ conn.close()
 """
 
 
-def run_earlier_release(path: Path, *steps: tuple[str, list[object]]) -> None:
+def run_earlier_release(path: Path, *steps: tuple[str, Sequence[object]]) -> None:
     encoded = [
         [name, [{"hex": p.hex()} if isinstance(p, bytes) else p for p in params]]
         for name, params in steps
@@ -292,7 +294,7 @@ def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, st
         store.remember("acme/app", "alpha twin", "# alpha twin", near_a, "m")
         assert [p.slug_b for p in store.find_duplicates("acme/app")] == ["alpha-twin"]
 
-        def top(vector: np.ndarray) -> tuple[str, str, float]:
+        def top(vector: np.ndarray) -> tuple[Any, ...]:
             assert_index_in_step(store.conn)
             best = store.search(["acme/app"], vector, limit=1)[0]
             return best.memory.slug, best.memory.content, best.score

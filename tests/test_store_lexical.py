@@ -139,7 +139,7 @@ def test_exact_identifier_buried_in_a_long_memory_is_recalled_first(
 ) -> None:
     """Real MiniLM: the name a query asks for, deep in a long memory, ranks first."""
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
 
     long_text = (
         "# Planning notes\n\n"

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -278,7 +279,7 @@ def test_results_are_identical_with_and_without_snapshots(path: Path, snaps: Pat
                         "UPDATE entries SET embedding = ? WHERE slug = ?", (blob(rng), slug)
                     )
                 query = rng.normal(size=DIM).astype(np.float32)
-                options = {"branch": "dev"} if step % 3 == 0 else {}
+                options: dict[str, Any] = {"branch": "dev"} if step % 3 == 0 else {}
                 got = [
                     (m.memory.store, m.memory.slug, m.score)
                     for m in mapped.search(["p", "q"], query, limit=5, **options)
@@ -372,7 +373,7 @@ def test_a_map_only_store_writes_no_snapshot_but_maps_one(path: Path, snaps: Pat
     loads: list[str] = []
     with Store.open(path, snapshot_dir=snaps, write_snapshots=False) as store:
         original = store._load_matrix
-        store._load_matrix = lambda name: (loads.append(name), original(name))[1]  # type: ignore[method-assign]
+        store._load_matrix = lambda name: (loads.append(name), original(name))[1]  # type: ignore[method-assign, assignment, func-returns-value]
         store.search(["p", "q"], np.array(asked[0][0], dtype=np.float32))
     assert loads == [] and snapshot_files(snaps) == written
 

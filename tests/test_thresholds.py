@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from thatch.embedder.models.registry import REGISTRY
-from thatch.embedder.models.thresholds import (
+from thatch.embedder.client.model_names import REGISTRY
+from thatch.frontend.thresholds import (
     BUILT_IN,
     NAMES,
     VARIABLES,
@@ -106,7 +106,7 @@ def test_recall_drops_results_below_the_models_floor(tmp_path: Path, minilm_serv
     like noise for the model that embedded the query; THATCH_RECALL_FLOOR overrides."""
     from tests.support.fake_embedder import tool_context
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
+    from thatch.embedder.client.kind import Kind
     from thatch.frontend.tools.memory_tools import Tools
 
     address = minilm_server.address  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from pathlib import Path
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.embedder.client.embedder_client import EmbedderClient
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.tools.memory_tools import Tools
 
 CAUSE = "nothing is listening at unix:///tmp/x/embedder.sock (auto-start failed: no model)"
@@ -141,7 +141,7 @@ def test_meaning_level_recall_with_minilm(
 
 def test_a_text_the_embedder_refuses_does_not_block_the_others(tmp_path: Path) -> None:
     """find_duplicates fills what it can; a refused legacy row stays pending, no error."""
-    from thatch.embedder.errors import EmbedRequestError
+    from thatch.embedder.client.errors import EmbedRequestError
 
     class Picky(FakeEmbedder):
         def embed(self, texts, kind, *, timeout=30.0, start_wait=20.0):  # type: ignore[no-untyped-def]

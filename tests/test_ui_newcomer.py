@@ -140,10 +140,10 @@ def test_newcomer_runs_the_demo_then_browses_it(
         assert len(demo_labels) == 3 and "Running the test suite" in demo_labels
         searched = client.get("/memories", store="demo", q="where do we roll out new builds?")
         assert LINK.findall(searched.body)[0] == "Production deployment"
-        shown = client.get("/memory", store="demo", label="Production deployment")
+        memory_page = client.get("/memory", store="demo", label="Production deployment")
         forgotten = client.post(
             "/memory/forget",
-            {"csrf": shown.csrf(), "store": "demo", "label": "Production deployment"},
+            {"csrf": memory_page.csrf(), "store": "demo", "label": "Production deployment"},
         )
         assert forgotten.status == 303
         # Ctrl-C below stops the page cleanly with a live chat stream still open.

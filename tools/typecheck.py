@@ -5,7 +5,10 @@ mypy follows neither that mapping nor setuptools' editable-install finder, so it
 see `embedder` where the code imports `thatch.embedder`. This script rebuilds the
 installed layout as a tree of symlinks (under .mypy_cache/, so mypy's incremental cache
 stays valid between runs), checks every mapped package there with the [tool.mypy]
-settings of pyproject.toml, and reports locations as the repository's own paths.
+settings of pyproject.toml, and reports locations as the repository's own paths. The
+tests (the `tests` package, at the repository root) are checked in the same run, under
+the less strict override pyproject.toml gives them: their fakes are checked against the
+protocols they stand in for.
 
     .venv/bin/python tools/typecheck.py [extra mypy options]
 """
@@ -21,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LINKS = Path(".mypy_cache") / "layout"  # relative to ROOT, so mypy prints short paths
+TESTS = "tests"  # a package at ROOT, which mypy finds from its working directory
 
 
 def package_dirs(pyproject: Path) -> dict[str, str]:
@@ -59,7 +63,7 @@ def main(argv: list[str]) -> int:
     mapping = package_dirs(ROOT / "pyproject.toml")
     build_links(mapping)
     command = [sys.executable, "-m", "mypy", *argv]
-    for package in mapping:
+    for package in [*mapping, TESTS]:
         command += ["-p", package]
     env = {**os.environ, "MYPYPATH": str(LINKS)}
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)

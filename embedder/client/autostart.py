@@ -36,16 +36,32 @@ from pathlib import Path
 from typing import Literal
 
 from thatch.common.environment import embedder_log_file
-from thatch.embedder.errors import (
+from thatch.embedder.client.errors import (
     FIX_START,
     FIX_STARTING,
     EmbedderUnavailable,
     EmbedderUntrusted,
     fix_offline,
 )
+from thatch.embedder.client.settings import DEFAULT_EXIT_SECONDS, Address, int_setting
+from thatch.embedder.client.socket_trust import PROBE_SECONDS, SocketState, probe, socket_problem
 from thatch.embedder.grpc_env import child_environment
-from thatch.embedder.settings import DEFAULT_EXIT_SECONDS, Address, int_setting
-from thatch.embedder.socket_trust import PROBE_SECONDS, SocketState, probe, socket_problem
+
+__all__ = [
+    "FIX_UNTRUSTED",
+    "POLL_SECONDS",
+    "STILL_STARTING",
+    "AutoStarter",
+    "Health",
+    "LockHold",
+    "StartOutcome",
+    "log_reason",
+    "make_private_dir",
+    "offline_error",
+    "probe_socket",
+    "start_failure",
+    "untrusted",
+]
 
 Health = Literal["SERVING", "NOT_SERVING", "UNREACHABLE"]
 

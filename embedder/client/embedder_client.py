@@ -40,8 +40,7 @@ from thatch.embedder.client.autostart import (
     start_failure,
     untrusted,
 )
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import (
+from thatch.embedder.client.errors import (
     FIX_OVERLOADED,
     FIX_REMOTE,
     FIX_START,
@@ -49,12 +48,20 @@ from thatch.embedder.errors import (
     EmbedderUnavailable,
     EmbedRequestError,
 )
-from thatch.embedder.settings import Address, configured_address, parse_address
-from thatch.embedder.socket_trust import check_path, peer_problem, probe, tighten_own_directory
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.client.settings import Address, configured_address, parse_address
+from thatch.embedder.client.socket_trust import (
+    check_path,
+    peer_problem,
+    probe,
+    tighten_own_directory,
+)
 from thatch.embedder.v1 import embedder_pb2, embedder_pb2_grpc
 
 if TYPE_CHECKING:
     from thatch.embedder.client.tls import TlsConfig
+
+__all__ = ["EmbedResult", "EmbedderClient"]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 OVERLOAD_DELAYS = (0.1, 0.3)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+__all__ = ["probe"]
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
@@ -19,7 +21,7 @@ def probe(addr: str, timeout: float) -> None:
     For container and orchestrator health checks; it never starts anything.
     """
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.client.errors import ThatchEmbedderError
 
     try:
         with EmbedderClient(addr, autostart=False) as client:

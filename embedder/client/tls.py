@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thatch.common.environment import env_get, expand_user
-from thatch.embedder.errors import EmbedderUnavailable
-from thatch.embedder.settings import Address
+from thatch.embedder.client.errors import EmbedderUnavailable
+from thatch.embedder.client.settings import Address
+
+__all__ = ["TlsConfig", "diagnose", "tls_config"]
 
 CA, CERT, KEY = "THATCH_EMBEDDER_CA", "THATCH_EMBEDDER_CERT", "THATCH_EMBEDDER_KEY"
 DIAGNOSE_SECONDS = 2.0

@@ -26,14 +26,16 @@ import onnx
 from tokenizers import Encoding, Tokenizer
 
 from thatch.common.environment import expand_user, models_dir
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.onnx_graph import build_bert_onnx
 from thatch.embedder.convert.safetensors_io import read_safetensors
 from thatch.embedder.convert.weights import BertConfig, canonical_weights
 from thatch.embedder.convert.wordpiece import build_wordpiece_tokenizer
-from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
+
+__all__ = ["ImportSettings", "default_model_id", "import_checkpoint"]
 
 FP32_ONNX = "onnx/model.onnx"
 INT8_ONNX = "onnx/model_quantized.onnx"

@@ -17,6 +17,8 @@ import numpy.typing as npt
 
 from thatch.embedder.convert.weights import BertConfig, Weights, layer_weight
 
+__all__ = ["forward", "pooled"]
+
 F64 = npt.NDArray[np.float64]
 
 # numpy has no erf; math.erf is exact and the reference inputs are small.

@@ -19,6 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from thatch.embedder.convert.weights import BertConfig, Weights, layer_weight
 
+__all__ = ["build_bert_onnx"]
+
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "last_hidden_state"

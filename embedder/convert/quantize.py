@@ -41,6 +41,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer
 
+__all__ = ["DEFAULT_FORMAT", "FORMATS", "Int8Format", "calibration_feeds", "quantize_file"]
+
 DEFAULT_FORMAT = "u8u8"
 SMOOTHING_ALPHA = 0.5
 # Only used to find each channel's typical magnitude, so variety matters more than number:

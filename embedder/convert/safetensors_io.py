@@ -22,7 +22,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+
+__all__ = ["read_header", "read_safetensors", "write_safetensors"]
 
 # A header beyond this is hostile or corrupt; real ones are a few hundred KB at most.
 MAX_HEADER_BYTES = 100 * 1024 * 1024

@@ -11,10 +11,20 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Encoding, Tokenizer
 
+from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert import numpy_bert
 from thatch.embedder.convert.weights import BertConfig, Weights
-from thatch.embedder.errors import ModelError
 from thatch.embedder.models import known_answers
+
+__all__ = [
+    "INT8_MIN_COSINE",
+    "SAMPLES",
+    "check_fp32",
+    "encode_samples",
+    "int8_agrees",
+    "reference_vectors",
+    "run_onnx",
+]
 
 SAMPLES = (
     "The quick brown fox jumps over the lazy dog.",

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+
+__all__ = ["BertConfig", "Weights", "canonical_weights", "layer_weight"]
 
 # float32 as read; the numpy reference widens the dense ones to float64.
 Weights = dict[str, npt.NDArray[np.floating[Any]]]

@@ -22,7 +22,9 @@ from tokenizers import (
     processors,
 )
 
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+
+__all__ = ["build_wordpiece_tokenizer"]
 
 _SPECIAL_DEFAULTS = {
     "unk_token": "[UNK]",

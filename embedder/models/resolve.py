@@ -15,21 +15,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from thatch.common.environment import Env
-from thatch.embedder.encoder import ModelSettings
-from thatch.embedder.errors import ModelError, ModelUnavailable
-from thatch.embedder.models.mock import mock_settings
-from thatch.embedder.models.registry import (
+from thatch.embedder.client.errors import ModelError, ModelUnavailable
+from thatch.embedder.client.model_names import (
     REGISTRY,
     HubRef,
     cached_snapshot,
     hub_offline,
     imported_for,
-    offline_error,
     parse_name,
-    settings_from_dir,
     snapshot_onnx,
 )
-from thatch.embedder.settings import configured_model
+from thatch.embedder.client.settings import configured_model
+from thatch.embedder.encoder import ModelSettings
+from thatch.embedder.models.mock import mock_settings
+from thatch.embedder.models.registry import offline_error, settings_from_dir
 
 if TYPE_CHECKING:
     from thatch.embedder.encoder import Encoder

@@ -24,13 +24,23 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import ModelSettings, Tokenized
 from thatch.embedder.models import known_answers
 
 if TYPE_CHECKING:
     import onnxruntime
     from tokenizers import Encoding
+
+__all__ = [
+    "OnnxEncoder",
+    "default_threads",
+    "encode_truncated",
+    "load_tokenizer",
+    "pool",
+    "session_options",
+]
 
 MAX_DEFAULT_THREADS = 8
 _WARMUP_SHORT_TEXT = "warm up"

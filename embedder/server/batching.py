@@ -32,94 +32,30 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar, overload
 
 import grpc
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.encoder import Encoder, Tokenized
+from thatch.embedder.encoder import Encoder
+from thatch.embedder.server.batch_selection import MAX_RUN_TOKENS, select_batch
+from thatch.embedder.server.embed_calls import (
+    DEADLINE_MESSAGE,
+    Arrival,
+    EmbedCall,
+    Limits,
+    Overloaded,
+    TooLate,
+)
+
+__all__ = ["Batcher"]
 
 T = TypeVar("T")
 Clock = Callable[[], float]
 LoadListener = Callable[[bool, str], None]
-
-DEADLINE_MESSAGE = "deadline exceeded before inference"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The server's limits, reported verbatim by ``Info`` (docs/embedder.md §batching, §errors)."""
-
-    max_texts_per_request: int = 256
-    max_chars_per_text: int = 100_000
-    max_batch_tokens: int = 8192
-    max_batch_size: int = 64
-    max_queued_texts: int = 4096
-    max_wait_ms: int = 2
-
-
-class Overloaded(Exception):
-    """The queue is full; ``str`` is the RESOURCE_EXHAUSTED message."""
-
-    def __init__(self, queued: int, limit: int) -> None:
-        super().__init__(f"embedder overloaded: {queued} texts queued (max {limit}); retry shortly")
-
-
-class TooLate(Overloaded):
-    """The texts queued ahead of a call would outlast its deadline: refused at once rather
-    than left to time out (``str`` is the RESOURCE_EXHAUSTED message)."""
-
-    def __init__(self, ahead: int, needed: float, left: float) -> None:
-        Exception.__init__(
-            self,
-            f"embedder overloaded: {ahead} texts queued ahead would take about {needed:.0f} s, "
-            f"past this call's deadline in {left:.0f} s; retry shortly",
-        )
-
-
-@dataclass
-class EmbedCall:
-    """One Embed request in flight: its tokenized texts, and where the results go.
-
-    Mutated only under the batcher's lock; ``done`` is set once, with either every row of
-    ``vectors`` filled or ``error`` set.
-    """
-
-    texts: list[Tokenized]
-    dim: int
-    deadline: float | None  # on the batcher's clock; None = no deadline
-    arrived: float
-    vectors: npt.NDArray[np.float32] = field(init=False)
-    remaining: int = field(init=False)
-    error: tuple[grpc.StatusCode, str] | None = None
-    first_batch_start: float | None = None
-    inference_s: float = 0.0
-    # Admission order (set by Batcher.submit under its lock): larger calls run by it.
-    seq: int = -1
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        # Little-endian, as EmbedResponse.vectors carries them: tobytes() needs no conversion.
-        self.vectors = np.zeros((len(self.texts), self.dim), dtype="<f4")
-        self.remaining = len(self.texts)
-
-    @property
-    def finished(self) -> bool:
-        return self.done.is_set()
-
-    @property
-    def started(self) -> bool:
-        return self.first_batch_start is not None
-
-
-class Arrival:
-    """What ``Batcher.arriving()`` yields: pass it to ``submit`` for the call it carries."""
-
-    def __init__(self) -> None:
-        self.call: EmbedCall | None = None
 
 
 @dataclass
@@ -129,69 +65,10 @@ class _Item:
     n_tokens: int
 
 
-# A batch whose padded size exceeds its real tokens by more than this costs more than
-# running its texts in separate batches (attention and the per-token work on padding
-# are wasted); measured on MiniLM and a bge-small-shaped model on 2 cores.
-MAX_PADDED_RATIO = 1.3
-
 # Batches of at least this many real tokens time the model for ``TooLate``: smaller ones
 # (a lone query) cost mostly fixed overhead per token and would make queued work look slow.
 RATE_MIN_TOKENS = 256
 RATE_WEIGHT = 0.3  # of the newest batch in the moving average of seconds per token
-
-# No batch runs more padded tokens than this, below the spec's max_batch_tokens (8192): a
-# query arriving during a batch waits for all of it, and past a few hundred tokens a
-# bigger batch embeds no more per second on CPU. MiniLM fp32 on 2 (loaded) cores: 192
-# memory-like passages (23-226 tokens) took 0.7-0.8x the time in batches of at most
-# 512-2048 padded tokens that they took at 8192, and 256-token texts cost the same per
-# token alone as 32 at a time. 1024 still batches 64 short queries; bench/embedder.py
-# --behind-max measures what a query waits.
-MAX_RUN_TOKENS = 1024
-
-
-def select_batch(
-    lengths: Sequence[int],
-    *,
-    max_batch_tokens: int,
-    max_batch_size: int,
-    anchor: int = 0,
-    ranks: Sequence[int] | None = None,
-) -> list[int]:
-    """Pick the next batch from pending items given oldest first, as sorted indices.
-
-    The ``anchor`` item always goes in (the Batcher picks it: see ``Batcher._order``);
-    then items by ``ranks`` (lower first: the Batcher ranks each item by its call's
-    place in line, the anchor's call first), within a rank those closest to the anchor in
-    token length, then the older, while the padded cost ``max_len * n`` stays within
-    ``max_batch_tokens`` and ``n`` within ``max_batch_size``. Without ranks, nearness
-    alone decides.
-    """
-    if not lengths:
-        return []
-    target = lengths[anchor]
-    chosen = [anchor]
-    longest = target
-    real = target
-    rank = ranks if ranks is not None else [0] * len(lengths)
-
-    def place(i: int) -> tuple[int, int, int]:
-        return rank[i], abs(lengths[i] - target), i
-
-    for i in sorted((i for i in range(len(lengths)) if i != anchor), key=place):
-        if len(chosen) >= max_batch_size:
-            break
-        new_longest = max(longest, lengths[i])
-        padded = new_longest * (len(chosen) + 1)
-        if padded > max_batch_tokens:
-            if ranks is None:
-                break  # by nearness: every later item is at least as far off
-            continue  # a later rank may hold shorter items that still fit
-        if padded > MAX_PADDED_RATIO * (real + lengths[i]):
-            continue  # mostly padding: it runs in a later batch of its own length
-        chosen.append(i)
-        longest = new_longest
-        real += lengths[i]
-    return sorted(chosen)
 
 
 def _trim_heap() -> None:

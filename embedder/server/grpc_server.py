@@ -26,13 +26,16 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, socket_dir
-from thatch.embedder.errors import (
+from thatch.embedder.client.errors import (
     ALREADY_RUNNING_FIX,
     AddressError,
     ModelError,
     ServerStartError,
 )
-from thatch.embedder.server.batching import Batcher, Limits
+from thatch.embedder.client.settings import Address, default_address, parse_address
+from thatch.embedder.client.socket_trust import probe, tighten_own_directory
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import Limits
 from thatch.embedder.server.instance import InstanceLock
 from thatch.embedder.server.servicer import (
     SERVICE_NAME,
@@ -40,8 +43,6 @@ from thatch.embedder.server.servicer import (
     ServerState,
     add_to_server,
 )
-from thatch.embedder.settings import Address, default_address, parse_address
-from thatch.embedder.socket_trust import probe, tighten_own_directory
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

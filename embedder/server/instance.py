@@ -18,7 +18,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from thatch.embedder.errors import ALREADY_RUNNING_FIX, ServerStartError
+from thatch.embedder.client.errors import ALREADY_RUNNING_FIX, ServerStartError
+
+__all__ = [
+    "InstanceLock",
+    "lock_holder",
+    "lock_path",
+    "looks_like_embedder",
+    "pid_path",
+    "process_alive",
+    "running_pid",
+]
 
 
 def lock_path(socket_path: Path) -> Path:

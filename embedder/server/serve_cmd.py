@@ -18,13 +18,16 @@ from typing import Any, TypeVar
 
 import click
 
-from thatch.embedder.cli_errors import translate_embedder_errors
-from thatch.embedder.errors import ModelError, ThatchEmbedderError
-from thatch.embedder.settings import (
+from thatch.embedder.client.cli_errors import translate_embedder_errors
+from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
+from thatch.embedder.client.extra import install_line, missing
+from thatch.embedder.client.settings import (
     DEFAULT_IDLE_SECONDS,
     configured_model,
     int_setting,
 )
+
+__all__ = ["serve", "setup_logging"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOG_MAX_BYTES = 5 * 1024 * 1024
@@ -136,6 +139,12 @@ def serve(
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
     with translate_embedder_errors():  # a malformed config file: one line, no traceback
         chosen = model or configured_model(env)
+        absent = missing() if chosen != "mock" else []
+        if absent:  # a frontend-only install: say so, not an ImportError from deep inside
+            raise ModelError(
+                f"the embedder extra is not installed ({', '.join(absent)} missing)",
+                fix=install_line(),
+            )
     options = server.ServeOptions(
         model=chosen,
         listen=listen,

@@ -19,10 +19,14 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from thatch.embedder.encoder import Encoder, Kind, ModelSettings
-from thatch.embedder.server.batching import DEADLINE_MESSAGE, Batcher, EmbedCall, Limits, Overloaded
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import Encoder, ModelSettings
+from thatch.embedder.server.batching import Batcher
+from thatch.embedder.server.embed_calls import DEADLINE_MESSAGE, EmbedCall, Limits, Overloaded
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
+
+__all__ = ["SERVICE_NAME", "EmbedderServicer", "ServerState", "UndecodableRequest", "add_to_server"]
 
 SERVICE_NAME = "thatch.embedder.v1.Embedder"
 STARTING = "embedder is starting"

@@ -25,6 +25,8 @@ from thatch.frontend.hooks.hookio import report_failure
 if TYPE_CHECKING:
     from thatch.frontend.store.chat_store import ChatStore
 
+__all__ = ["chat_line", "credential", "host_session", "open_chat", "with_chat_line"]
+
 # The payload field naming the host session, by host (Claude, Cursor, opencode).
 _SESSION_FIELDS = {
     "cursor": ("conversation_id", "session_id", "sessionID"),

@@ -19,6 +19,8 @@ from typing import Any
 from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.hookio import hook_options, report_failure
 
+__all__ = ["pointer", "run_chat_notify"]
+
 COMMAND = "chat-notify"
 
 

@@ -17,6 +17,8 @@ from thatch.frontend import queue
 from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.hookio import report_failure, run_hook
 
+__all__ = ["NUDGE_BUDGET", "fill_pending", "run_flush_tools", "run_reminder", "within_budget"]
+
 MIN_PROMPT_LEN = 10
 PROMPT_EMBED_CHARS = 2000
 PROMPT_EMBED_DEADLINE = 1.5
@@ -48,7 +50,7 @@ def recall_threshold(env: Mapping[str, str]) -> float | None:
 def model_recall_threshold(override: float | None, model: str) -> float:
     if override is not None:
         return override
-    from thatch.embedder.models.thresholds import BUILT_IN, defaults_for
+    from thatch.frontend.thresholds import BUILT_IN, defaults_for
 
     return (defaults_for(model) or BUILT_IN).recall_nudge
 
@@ -115,14 +117,6 @@ def usable_session_id(session: str) -> bool:
     from thatch.frontend.identifiers import session_id_problem
 
     return session_id_problem(session) is None
-
-
-def recall_tier(
-    prompt: str, env: Mapping[str, str], project: str, host: str, branch: str | None = None
-) -> str | None:
-    """The recall nudge and the engines' blocks for a prompt of ≥ 10 characters, or None
-    (embedder absent, nothing above the threshold)."""
-    return recall_parts(prompt, env, project, host, branch)[0]
 
 
 def recall_parts(
@@ -226,8 +220,8 @@ def embed_prompt(text: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     None when the embedder cannot answer (a local one is then started in the background for
     the next prompt)."""
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.encoder import Kind
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.embedder.client.kind import Kind
 
     try:
         client = EmbedderClient(env=env, autostart=True)

@@ -12,8 +12,8 @@ failure on the hook's side means "use the cold path"; so does a reply that does 
 the branch asked for (a ``thatch mcp`` started before branches were sent would have
 searched every branch).
 
-The client half (``socket_path``, ``request_labels``) imports only the standard library,
-``thatch.common.environment`` and ``thatch.embedder.settings``; the server half imports its
+The client half (``socket_path``, ``request_scan``) imports only the standard library,
+``thatch.common.environment`` and ``thatch.embedder.client.settings``; the server half imports its
 heavy parts lazily.
 """
 
@@ -35,14 +35,30 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from thatch.common.environment import default_db_path, socket_dir
-from thatch.embedder.settings import MAX_SOCKET_PATH_BYTES
-from thatch.embedder.socket_trust import (
+from thatch.embedder.client.settings import MAX_SOCKET_PATH_BYTES
+from thatch.embedder.client.socket_trust import (
     check_path,
     directory_problem,
     peer_credentials,
     peer_problem,
     tighten_own_directory,
 )
+
+__all__ = [
+    "CLIENT_DEADLINE",
+    "MAX_REQUEST_BYTES",
+    "ContextSearcher",
+    "ScanError",
+    "ScanService",
+    "Searcher",
+    "answer",
+    "nudge_threshold",
+    "parse_engines",
+    "parse_request",
+    "request_scan",
+    "socket_path",
+    "start_scan_service",
+]
 
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_PROMPT_CHARS = 2000
@@ -70,24 +86,6 @@ def socket_path(db: Path | str, env: Mapping[str, str]) -> Path | None:
 
 
 # -- client (the hook) ---------------------------------------------------------------------
-
-
-def request_labels(
-    path: Path,
-    prompt: str,
-    stores: Sequence[str],
-    limit: int,
-    threshold: float | None,
-    *,
-    deadline: float = CLIENT_DEADLINE,
-) -> list[str] | None:
-    """The labels the serving MCP process found, or None on any failure (use the cold path)."""
-    request = {"prompt": prompt, "stores": list(stores), "limit": limit, "threshold": threshold}
-    answer = _request(path, request, deadline)
-    labels = answer.get("labels") if answer is not None else None
-    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        return None
-    return labels
 
 
 def request_scan(
@@ -205,7 +203,7 @@ class ContextSearcher:
         *,
         branch: str | None = None,
     ) -> list[str]:
-        from thatch.embedder.encoder import Kind
+        from thatch.embedder.client.kind import Kind
 
         result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
         vector = result.vectors[0]
@@ -224,7 +222,7 @@ class ContextSearcher:
         branch: str | None = None,
     ) -> tuple[list[str], list[str]]:
         """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
-        from thatch.embedder.encoder import Kind
+        from thatch.embedder.client.kind import Kind
         from thatch.frontend.engine_thresholds import resolve
         from thatch.frontend.tools.engine_tools import prompt_blocks
 
@@ -242,7 +240,7 @@ def nudge_threshold(threshold: float | None, model: str) -> float:
     prompt (the hook cannot know which model this process's embedder serves)."""
     if threshold is not None:
         return threshold
-    from thatch.embedder.models.thresholds import BUILT_IN, defaults_for
+    from thatch.frontend.thresholds import BUILT_IN, defaults_for
 
     return (defaults_for(model) or BUILT_IN).recall_nudge
 

@@ -20,6 +20,12 @@ from thatch.common.environment import queue_dir
 from thatch.frontend import queue
 from thatch.frontend.hooks import hookio
 
+__all__ = [
+    "run_buffer_hook",
+    "run_extraction_status",
+    "run_hook_command",
+]
+
 CURSOR_RESPONSE_FIELDS = (
     "tool_output",
     "tool_result",

@@ -27,6 +27,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp.server import Server
 
+__all__ = [
+    "HANDSHAKE_VERSIONS",
+    "MODERN_VERSION",
+    "build_sheet",
+    "load_sheet",
+    "sheet_key",
+    "sheet_path",
+    "write_sheet",
+]
+
 SHEET_FORMAT = 1
 # The handshake versions the sheet answers initialize for (the SDK's, mcp 2.3); a client
 # asking another goes to the SDK.

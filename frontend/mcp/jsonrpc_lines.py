@@ -19,6 +19,16 @@ import mcp_types
 from mcp_types import JSONRPCMessage, RequestId
 from pydantic import ValidationError
 
+__all__ = [
+    "EMPTY_BATCH",
+    "NOT_A_MESSAGE",
+    "Batch",
+    "Refused",
+    "read_line",
+    "top_level_id",
+    "without_lone_surrogates",
+]
+
 # A lone high surrogate escape (not followed by a low one), a lone low one, or any other
 # escape; matching escapes left to right keeps "\\ud800" (an escaped backslash) intact.
 _ESCAPE = re.compile(

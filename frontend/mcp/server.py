@@ -35,6 +35,8 @@ from thatch.frontend.tools.validation import input_schema
 if TYPE_CHECKING:
     from thatch.frontend.tools.default_behaviors import DefaultSeeder
 
+__all__ = ["FirstResultPrefix", "build_server", "make_server", "run_stdio"]
+
 TOOL_THREADS = 4
 
 

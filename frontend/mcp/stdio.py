@@ -42,6 +42,16 @@ from mcp_types import JSONRPCMessage, RequestId
 
 from thatch.frontend.mcp.jsonrpc_lines import Batch, Refused, read_line, top_level_id
 
+__all__ = [
+    "ARGUMENTS_META_KEY",
+    "Eras",
+    "Wire",
+    "read_raw_line",
+    "serve_stdio",
+    "serve_streams",
+    "with_arguments_set_aside",
+]
+
 # Versions whose JSON-RPC layer includes batches (2025-06-18 removed them).
 BATCH_VERSIONS = frozenset({"2024-11-05", "2025-03-26"})
 # A request line is a few kilobytes (tool arguments are capped at 50,000 characters);

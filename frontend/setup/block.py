@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = ["BEGIN", "END", "BlockState", "analyse", "has_marker", "install"]
+
 BEGIN = "<!-- thatch:begin -->"
 END = "<!-- thatch:end -->"
 LEGACY_HEADING = "# Persistence"

@@ -17,6 +17,8 @@ from thatch.common.environment import HOSTS
 from thatch.frontend.setup import block
 from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instruction_files
 
+__all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
+
 Status = Literal["installed", "markers-broken", "not-installed"]
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+__all__ = ["MAX_SETTINGS_BYTES", "claude_server_declined"]
+
 SERVER_NAME = "thatch"
 MAX_SETTINGS_BYTES = 1 << 20  # settings files are a few KB; never parse something huge
 

@@ -7,6 +7,8 @@ tool descriptions.
 
 from __future__ import annotations
 
+__all__ = ["ENGINE_SECTIONS"]
+
 ENGINE_SECTIONS = """\
 - `[thatch] User decision model`: follow strong predictions; ask about thin or
   conflicting ones ("you usually prefer X — right?"). When the user answers, corrects or

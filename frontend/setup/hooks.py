@@ -11,6 +11,16 @@ import os
 import shlex
 from typing import Any
 
+__all__ = [
+    "HOOK_SUBCOMMANDS",
+    "HookFileConflict",
+    "claude_commands",
+    "cursor_commands",
+    "is_thatch_command",
+    "merge_claude",
+    "merge_cursor",
+]
+
 HOOK_SUBCOMMANDS = frozenset(
     {
         "reminder",

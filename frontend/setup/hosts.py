@@ -14,6 +14,18 @@ from typing import Literal
 
 from thatch.common.environment import Env, config_home, env_get, expand_user, home
 
+__all__ = [
+    "HOST_NAMES",
+    "HostPaths",
+    "Scope",
+    "claude_config_dir",
+    "cursor_config_dir",
+    "host_paths",
+    "instruction_files",
+    "opencode_config_dir",
+    "resolve_bin",
+]
+
 Scope = Literal["local", "global"]
 
 HOST_NAMES: dict[str, str] = {"claude": "Claude Code", "cursor": "Cursor", "opencode": "opencode"}

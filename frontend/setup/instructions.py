@@ -25,6 +25,8 @@ from thatch.frontend.setup.engine_instructions import ENGINE_SECTIONS
 # Characters, markers included (issue 22: memory tools are chosen by what they cost).
 BLOCK_BUDGET = 1500
 
+__all__ = ["BLOCK", "BLOCK_BUDGET", "BODY", "POINTER_BLOCK", "block_text"]
+
 BODY = """\
 # thatch — persistent memory
 

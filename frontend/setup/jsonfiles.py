@@ -17,6 +17,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "JSONCError",
+    "Loaded",
+    "backup",
+    "dump",
+    "load_object",
+    "parse_jsonc",
+    "same_document",
+    "write_atomic",
+]
+
 
 class JSONCError(ValueError):
     """The text is not JSON even after removing comments and trailing commas."""

@@ -12,6 +12,8 @@ from typing import Any
 
 from thatch.frontend.setup.hooks import HookFileConflict
 
+__all__ = ["RULE", "apply", "has_rule"]
+
 RULE = "mcp__thatch"
 
 

@@ -33,6 +33,8 @@ from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.switch_entries import entry_off, with_switches
 
+__all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup"]
+
 FAILED_STATUSES = frozenset({"broken", "conflict"})
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
 CLAUDE_TIMEOUT_SECONDS = 30

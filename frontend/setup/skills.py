@@ -9,6 +9,8 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
+__all__ = ["SKILL_NAMES", "skill_files", "skill_text"]
+
 SKILL_NAMES: tuple[str, ...] = (
     "thatch-fact-extractor",
     "thatch-dedup-classifier",

@@ -2,7 +2,7 @@
 
 A snapshot is only a cache, so anything here that is not plainly this user's own is
 passed over and the caller loads from SQLite. The rules mirror the embedder socket's
-(``thatch.embedder.socket_trust``): the directory is created 0700, refused when another
+(``thatch.embedder.client.socket_trust``): the directory is created 0700, refused when another
 user owns it, and made 0700 again when it is ours but group or others may write it (from
 then on nobody else can add an entry, and every file is checked on its own anyway). A
 file is opened only as a regular file (no symlink: ``O_NOFOLLOW``; no FIFO or device:

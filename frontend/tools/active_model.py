@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 def configured_model_id(env: Mapping[str, str]) -> str:
     """The id THATCH_MODEL resolves to, from local files only; the raw value if unresolvable."""
-    from thatch.embedder.errors import ThatchEmbedderError
-    from thatch.embedder.models.registry import model_id_for
-    from thatch.embedder.settings import configured_model
+    from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.embedder.client.model_names import model_id_for
+    from thatch.embedder.client.settings import configured_model
 
     try:
         return model_id_for(env=env)
@@ -29,7 +29,7 @@ def active_model(env: Mapping[str, str], *, timeout: float, start_if_absent: boo
     warm by the session's first prompt) without waiting for it.
     """
     from thatch.embedder.client.embedder_client import EmbedderClient
-    from thatch.embedder.errors import ThatchEmbedderError
+    from thatch.embedder.client.errors import ThatchEmbedderError
 
     try:
         client = EmbedderClient(env=env, autostart=start_if_absent)

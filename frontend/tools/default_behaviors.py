@@ -18,8 +18,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import EmbedderUnavailable
+from thatch.embedder.client.errors import EmbedderUnavailable
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.engine_store import BEHAVIORS, Item, SeedPlan
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.background import Background

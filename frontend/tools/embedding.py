@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 
 
 class EmbedResultLike(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.engine_thresholds import auto_fire_thresholds
 from thatch.frontend.store.engine_store import (
     BEHAVIORS,

@@ -221,7 +221,7 @@ def hygiene(
 
     Duplicate candidates are pairs at the active model's duplicate threshold (``env``'s
     THATCH_DUPLICATE_THRESHOLD first; docs/tools.md §thresholds)."""
-    from thatch.embedder.models.thresholds import in_force
+    from thatch.frontend.thresholds import in_force
 
     duplicate = in_force(env or {}, active_model).values.duplicate
     branches = (list_branches or _default_branches)(project_dir)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from thatch.embedder.errors import EmbedderUnavailable
+from thatch.embedder.client.errors import EmbedderUnavailable
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
 from thatch.frontend.switches import features_off, variable

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import EmbedderUnavailable
-from thatch.embedder.models.thresholds import ModelThresholds, in_force
+from thatch.embedder.client.errors import EmbedderUnavailable
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
 from thatch.frontend.store.duplicates import DuplicatePage
 from thatch.frontend.store.memory import Match, Memory, RememberOutcome
 from thatch.frontend.store.slugs import slugify
+from thatch.frontend.thresholds import ModelThresholds, in_force
 from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.after_reply import AfterReply

@@ -27,8 +27,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import EmbedRequestError
+from thatch.embedder.client.errors import EmbedRequestError
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.memory import Memory
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.embedding import Embedder

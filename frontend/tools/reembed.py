@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from thatch.embedder.encoder import Kind
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
 from thatch.frontend.store.memory_store import Memory, Store
 from thatch.frontend.tools.context import Embedder

@@ -31,6 +31,8 @@ from thatch.frontend.ui.forms import Form
 from thatch.frontend.ui.html import page
 from thatch.frontend.ui.security import Guard
 
+__all__ = ["GuardMiddleware", "UiApp", "build_app"]
+
 MAX_FORM_BYTES = 512 * 1024  # a memory is at most 50,000 characters; room for UTF-8 and fields
 
 SECURITY_HEADERS = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+__all__ = ["Form"]
+
 
 @dataclass(frozen=True)
 class Form:

@@ -13,6 +13,21 @@ from urllib.parse import urlencode
 
 from thatch.frontend.untrusted import body, inline
 
+__all__ = [
+    "STYLE",
+    "attr",
+    "confidence_bar",
+    "hidden",
+    "link",
+    "moment",
+    "page",
+    "post_form",
+    "stored",
+    "table",
+    "text",
+    "url",
+]
+
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d232a;background:#f6f7f9}
 header{background:#24313f;color:#fff;padding:.6em 1.2em;display:flex;gap:1.2em;align-items:center}

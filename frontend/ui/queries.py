@@ -14,6 +14,8 @@ from thatch.frontend.store.memory import Memory
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.rows import COLUMNS, memory_from_row
 
+__all__ = ["SORTS", "MemoryPage", "newest_page"]
+
 # The Memories page's sort choices: (ORDER BY, how the page says it). Every order ends
 # with slug so that pages never overlap or skip rows.
 SORTS: dict[str, tuple[str, str]] = {

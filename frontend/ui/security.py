@@ -13,6 +13,8 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
+__all__ = ["Guard", "is_loopback"]
+
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 

@@ -15,6 +15,8 @@ from starlette.types import ASGIApp
 
 from thatch.frontend.ui.security import Guard
 
+__all__ = ["UiServer", "bind", "bound_port", "make_server", "page_url", "serve"]
+
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port``; raises OSError (port taken, bad address)."""

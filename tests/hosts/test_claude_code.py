@@ -559,9 +559,9 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
         pointer,
     ), pointer
     assert body not in wake.all_text()
-    ((_, read),) = requests[-1].last_tool_results()
-    assert "<<<chat message #" in read and f"from {name_a} at " in read, read
-    assert body in read, read
+    ((_, read_result),) = requests[-1].last_tool_results()
+    assert "<<<chat message #" in read_result and f"from {name_a} at " in read_result, read_result
+    assert body in read_result, read_result
     stops = [c for c in hook_calls(sandbox.hook_log) if c.command == "chat-notify"]
     assert [c.payload()["session_id"] for c in stops] == [b, a, b, b], stops
     assert [bool(c.stdout.strip()) for c in stops] == [False, False, True, False], stops

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -74,7 +75,7 @@ class EmbedderProcess:
         return self.stub().Info(pb.InfoRequest(), timeout=timeout)
 
     def health(self, service: str = "", timeout: float = 5) -> int:
-        stub = health_pb2_grpc.HealthStub(self.channel())
+        stub: Any = health_pb2_grpc.HealthStub(self.channel())
         response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         return int(response.status)
 
@@ -99,7 +100,7 @@ class EmbedderProcess:
     def wait_serving(self, timeout: float) -> None:
         """Follow the health Watch stream until SERVING; fail early if the process exits."""
         deadline = time.monotonic() + timeout
-        stub = health_pb2_grpc.HealthStub(self.channel())
+        stub: Any = health_pb2_grpc.HealthStub(self.channel())
         while True:
             if self.process.poll() is not None:
                 raise EmbedderStartError(

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.encoder import Kind
-from thatch.embedder.errors import FIX_START, EmbedderUnavailable
+from thatch.embedder.client.errors import FIX_START, EmbedderUnavailable
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.tools.context import ToolContext
 
 MODEL_ID = "test/fake-embedder"

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import numpy as np
 import numpy.typing as npt
 
-from thatch.embedder.encoder import Kind, ModelSettings, Tokenized
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.kind import Kind
+from thatch.embedder.encoder import ModelSettings, Tokenized
 
 CLS, SEP = 101, 102
 

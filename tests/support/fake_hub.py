@@ -38,6 +38,7 @@ class FakeHub:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)
         return f"http://{host}:{port}"
 
     def record(self, method: str, path: str) -> None:

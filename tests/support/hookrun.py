@@ -31,7 +31,7 @@ def thatch_command(*args: str) -> list[str]:
 
 def run_hook(
     args: list[str],
-    payload: Mapping[str, Any] | str | bytes | None,
+    payload: object,
     env: Mapping[str, str],
     *,
     cwd: Path | None = None,

@@ -45,7 +45,8 @@ class OpenTracker:
         return [str(path_of(conn)) for conn in self.connections if is_open(conn)]
 
     def open_clients(self) -> list[str]:
-        return [c.address.path or "?" for c in self.clients if id(c) not in self.closed_clients]
+        open_ones = [c for c in self.clients if id(c) not in self.closed_clients]
+        return [str(c.address.path or "?") for c in open_ones]
 
 
 def path_of(conn: sqlite3.Connection) -> object:

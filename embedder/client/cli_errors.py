@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import click
 
+__all__ = ["FixableError", "debug_traceback", "translate_embedder_errors"]
+
 
 class FixableError(click.ClickException):
     """``Error: <message>`` plus a ``Fix: <action>`` line, exit 1."""
@@ -38,7 +40,7 @@ def debug_traceback() -> None:
 @contextmanager
 def translate_embedder_errors() -> Iterator[None]:
     """Turn the embedder's exceptions into one-line CLI errors (exit 1)."""
-    from thatch.embedder.errors import EmbedderUnavailable, ThatchEmbedderError
+    from thatch.embedder.client.errors import EmbedderUnavailable, ThatchEmbedderError
 
     try:
         yield

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thatch.common.environment import Env, models_dir
-from thatch.embedder.errors import ModelError
+from thatch.embedder.client.errors import ModelError
+
+__all__ = ["ImportedModel", "find_by_short_name", "find_imported", "imported_models"]
 
 META_FILE = "thatch_model.json"
 

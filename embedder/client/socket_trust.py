@@ -20,6 +20,20 @@ import struct
 from pathlib import Path
 from typing import Literal
 
+__all__ = [
+    "PROBE_SECONDS",
+    "PathCheck",
+    "Peer",
+    "SocketState",
+    "check_path",
+    "directory_problem",
+    "peer_credentials",
+    "peer_problem",
+    "probe",
+    "socket_problem",
+    "tighten_own_directory",
+]
+
 SocketState = Literal["absent", "not_socket", "refused", "listening", "busy", "denied"]
 PROBE_SECONDS = 0.2
 _SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH

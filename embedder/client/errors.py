@@ -19,6 +19,23 @@ The CLI turns every one of them into ``click.ClickException``; the MCP tool laye
 
 from __future__ import annotations
 
+__all__ = [
+    "ALREADY_RUNNING_FIX",
+    "FIX_OVERLOADED",
+    "FIX_REMOTE",
+    "FIX_START",
+    "FIX_STARTING",
+    "AddressError",
+    "EmbedRequestError",
+    "EmbedderUnavailable",
+    "EmbedderUntrusted",
+    "ModelError",
+    "ModelUnavailable",
+    "ServerStartError",
+    "ThatchEmbedderError",
+    "fix_offline",
+]
+
 
 class ThatchEmbedderError(Exception):
     """Base class: ``str(error)`` is a complete one-line message."""

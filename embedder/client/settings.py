@@ -21,7 +21,21 @@ from thatch.common.environment import (
     env_get,
     setting,
 )
-from thatch.embedder.errors import AddressError, ModelError
+from thatch.embedder.client.errors import AddressError, ModelError
+
+__all__ = [
+    "DEFAULT_EXIT_SECONDS",
+    "DEFAULT_IDLE_SECONDS",
+    "DEFAULT_MODEL",
+    "MAX_SOCKET_PATH_BYTES",
+    "Address",
+    "configured_address",
+    "configured_model",
+    "default_address",
+    "int_setting",
+    "model_setting",
+    "parse_address",
+]
 
 DEFAULT_MODEL = "Xenova/bge-small-en-v1.5"
 DEFAULT_IDLE_SECONDS = 600

@@ -1,0 +1,90 @@
+"""``thatch doctor``'s model check: the configured model described by the embedder's own
+resolution (local files only, no network, no loading). The embedder's side of the doctor,
+so it lives with the embedder's CLI; ``frontend/doctor.py`` runs the other checks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from thatch.frontend.doctor import RESTART_FIX, Check, Served
+
+__all__ = ["check_model"]
+
+
+def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, str | None]:
+    """The configured model's local availability, where the setting came from (THATCH_MODEL,
+    the config file of ``thatch model use``, the default) and the served id; also the active
+    id. A model that is not here names a fix that works here: pull only when the hub answers."""
+    from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
+    from thatch.embedder.client.model_names import hub_endpoint, hub_offline
+    from thatch.embedder.client.settings import model_setting
+    from thatch.embedder.models.fixes import unavailable_fix
+    from thatch.embedder.models.resolve import describe_model
+
+    served_id = served.model_id if served else None
+    try:
+        chosen = model_setting(env)
+        name = chosen.value or ""
+        settings = describe_model(name, env=env)
+    except ThatchEmbedderError as error:
+        fix = error.fix if isinstance(error, ModelError) and error.fix else None
+        fix = fix or "thatch model use ID (an imported model, a hub id or a model directory)"
+        return Check("FAIL", "model", str(error), fix), served_id
+    origin = f"from {chosen.origin}"
+    model_id = settings.model_id
+    if served_id is not None and served_id != model_id:
+        fix = (
+            f"thatch model use {served_id} or point THATCH_EMBEDDER_ADDR at one serving {model_id}"
+            if served and served.remote
+            else RESTART_FIX
+        )
+        detail = f"the embedder serves {served_id} but the model in use is {model_id} ({origin})"
+        return Check("warn", "model", detail, fix), served_id
+    if settings.source == "needs download" and served is not None and served.remote:
+        detail = (
+            f"{model_id} ({origin}; not cached here; the remote embedder at {served.address} "
+            "loads it)"
+        )
+        return Check("ok", "model", detail), model_id
+    if settings.source == "needs download" and served_id is None:
+        fix = unavailable_fix(model_id, env)
+        if fix.startswith("thatch model pull"):
+            detail = (
+                f"{model_id} ({origin}) is not cached; the embedder downloads it on first start"
+            )
+            return Check("warn", "model", detail, fix), model_id
+        reason = (
+            "HF_HUB_OFFLINE=1"
+            if hub_offline(env)
+            else f"the hub {hub_endpoint(env)} does not answer"
+        )
+        detail = f"{model_id} ({origin}) is not on this machine and {reason}"
+        return Check("FAIL", "model", detail, fix), model_id
+    where = f" at {settings.path}" if settings.path else ""
+    serving = ", served by the embedder" if served_id else ""
+    detail = f"{model_id} ({settings.source}{where}; {origin}){serving}"
+    if chosen.origin == "THATCH_MODEL":
+        detail += _unsaved_note(env, model_id, name)
+    return Check("ok", "model", detail), model_id
+
+
+def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
+    """Hosts started outside this shell (an IDE, a desktop launcher) lack THATCH_MODEL:
+    say which model they get when it is another one, and how to save this one."""
+    from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.embedder.client.model_names import model_id_for
+    from thatch.embedder.client.settings import model_setting
+
+    without = {key: value for key, value in env.items() if key != "THATCH_MODEL"}
+    try:
+        other = model_id_for(model_setting(without).value, env=without)
+    except ThatchEmbedderError:
+        return ""  # the config file's own problem shows once THATCH_MODEL is unset
+    if other == model_id:
+        return ""
+    return (
+        f"; processes started without THATCH_MODEL use {other}: "
+        f"thatch model use {shlex.quote(name)} saves this one"
+    )

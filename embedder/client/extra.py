@@ -1,0 +1,38 @@
+"""Whether this machine can run an embedder: the `embedder` extra's packages.
+
+A frontend-only install (agents using a shared embedder) leaves them out; commands that
+run an embedder here say so with the line that installs them, before a child process
+fails on its first import. Looked up with ``find_spec``: nothing is imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+__all__ = ["EXTRA_MODULES", "install_line", "missing"]
+
+# The import names of the `embedder` extra in pyproject.toml.
+EXTRA_MODULES = ("onnxruntime", "onnx", "tokenizers", "huggingface_hub")
+
+
+def missing() -> list[str]:
+    """The extra's packages this interpreter cannot import."""
+    absent = []
+    for name in EXTRA_MODULES:
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            absent.append(name)
+    return absent
+
+
+def install_line() -> str:
+    """The pip line that adds the extra to this interpreter's thatch: from the clone it
+    runs from (an editable install), else the package name."""
+    root = Path(__file__).resolve().parents[2]
+    source = str(root) if (root / "pyproject.toml").is_file() else "thatch"
+    return f"{sys.executable} -m pip install '{source}[embedder]'"

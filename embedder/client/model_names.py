@@ -1,0 +1,262 @@
+"""What a model name means, from local files only: the registry of known models, hub
+references, the hub cache's layout, imported models, and the id a name resolves to.
+
+Frontends name the model whose vectors they hold (``model_id_for``) exactly as the embedder
+resolves it, without the model runtime: standard library only, no network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from thatch.common.environment import Env, cache_home, env_get, expand_user
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.imported import find_by_short_name, find_imported
+from thatch.embedder.client.settings import configured_model
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "ONNX_CANDIDATES",
+    "REGISTRY",
+    "REQUIRED_FILES",
+    "SHORT_NAMES",
+    "HubRef",
+    "RegistryEntry",
+    "cached_snapshot",
+    "choose_onnx",
+    "directory_model_id",
+    "hub_cache_dir",
+    "hub_endpoint",
+    "hub_offline",
+    "imported_for",
+    "model_id_for",
+    "parse_name",
+    "read_json",
+    "snapshot_onnx",
+]
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """A model thatch knows by id: where its ONNX file is and how to pool (docs/embedder.md
+    §registry)."""
+
+    model_id: str
+    short_name: str
+    onnx: str
+    pooling: str
+    max_tokens: int
+    query_prefix: str
+    quantized: bool
+
+
+_ENTRIES = (
+    RegistryEntry(
+        "Xenova/bge-small-en-v1.5",
+        "bge-small-en-v1.5",
+        "onnx/model_quantized.onnx",
+        "mean",
+        512,
+        "Represent this sentence for searching relevant passages: ",
+        True,
+    ),
+    RegistryEntry(
+        "Xenova/all-MiniLM-L6-v2",
+        "all-MiniLM-L6-v2",
+        "onnx/model_quantized.onnx",
+        "mean",
+        256,
+        "",
+        True,
+    ),
+    RegistryEntry(
+        "sentence-transformers/all-MiniLM-L6-v2", "", "onnx/model.onnx", "mean", 256, "", False
+    ),
+)
+
+
+REGISTRY: Mapping[str, RegistryEntry] = MappingProxyType({e.model_id: e for e in _ENTRIES})
+
+
+SHORT_NAMES: Mapping[str, str] = MappingProxyType(
+    {e.short_name: e.model_id for e in _ENTRIES if e.short_name}
+)
+
+
+REQUIRED_FILES = ("config.json", "tokenizer.json")
+
+
+ONNX_CANDIDATES = ("onnx/model_quantized.onnx", "onnx/model.onnx", "model.onnx")
+
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+@dataclass(frozen=True)
+class HubRef:
+    repo_id: str
+    revision: str | None  # None = the default branch
+    short_name: str | None = None  # the registry short name it was given as, if any
+
+
+def hub_cache_dir(env: Env) -> Path:
+    """The hub cache as huggingface_hub computes it: HF_HUB_CACHE, else HF_HOME/hub."""
+    explicit = env_get(env, "HF_HUB_CACHE") or env_get(env, "HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return expand_user(os.path.expandvars(explicit), env)
+    hf_home = env_get(env, "HF_HOME")
+    if hf_home:
+        return expand_user(os.path.expandvars(hf_home), env) / "hub"
+    return cache_home(env) / "huggingface" / "hub"
+
+
+def hub_endpoint(env: Env) -> str:
+    return (env_get(env, "HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def hub_offline(env: Env) -> bool:
+    value = env_get(env, "HF_HUB_OFFLINE") or env_get(env, "TRANSFORMERS_OFFLINE") or ""
+    return value.upper() in _TRUE
+
+
+def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path | HubRef:
+    """Classify a model name (docs/embedder.md §resolution order): "mock", a local directory, or a
+    hub ref."""
+    name = name.strip()
+    if not name:
+        raise ModelError("model name is empty")
+    if name == "mock":
+        return "mock"
+    base, _, at_revision = name.partition("@")
+    if base in SHORT_NAMES:
+        return HubRef(SHORT_NAMES[base], revision or at_revision or None, base)
+    path = expand_user(name, env)
+    if path.is_dir():
+        return path.absolute()
+    if "/" not in name and "@" not in name and not name.startswith(("~", ".")):
+        imported = find_by_short_name(env, name)
+        if imported is not None:
+            return imported.path
+    if _HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
+        if "@" in name and not at_revision:
+            raise ModelError(f'model "{name}" has an empty revision after @')
+        return HubRef(base, revision or at_revision or None)
+    if path.exists():
+        raise ModelError(f"model path {path} is not a directory")
+    if name.startswith(("/", "~", ".")) or name.count("/") > 1:
+        raise ModelError(f"model directory {path} does not exist")
+    raise ModelError(
+        f'unknown model "{name}": expected mock, a short name '
+        f"({', '.join(sorted(SHORT_NAMES))}), an imported model's id or short name, "
+        "a model directory or a hub id org/name[@revision]"
+    )
+
+
+def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:
+    """thatch_model.json's model_id, else org/name for a hub-cache snapshot, else local:<name>."""
+    declared = meta.get("model_id")
+    if isinstance(declared, str) and declared.strip():
+        return declared.strip()
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3][len("models--") :].replace("--", "/", 1)
+    return f"local:{path.name}"
+
+
+def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
+    """The model id ``name`` (default THATCH_MODEL) resolves to, cheaply: no network, no
+    loading, no hashing. Used where a frontend must name the active model without asking
+    the embedder (hygiene at session start, reembed --dry-run)."""
+    env = os.environ if env is None else env
+    target = parse_name(name if name is not None else configured_model(env), env)
+    if isinstance(target, HubRef):
+        local = imported_for(target, env, cached=cached_snapshot(target, env) is not None)
+        if local is None:
+            return target.repo_id
+        return directory_model_id(local, read_json(local / "thatch_model.json"))
+    if isinstance(target, Path):
+        return directory_model_id(target, read_json(target / "thatch_model.json"))
+    return target
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from an optional file: {} when absent, ModelError when malformed."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ModelError(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} is not a JSON object")
+    return data
+
+
+def choose_onnx(
+    meta: Mapping[str, Any], entry: RegistryEntry | None, present: set[str]
+) -> str | None:
+    """The ONNX file: thatch_model.json's, else the registry's, else the first candidate present."""
+    declared = meta.get("onnx")
+    if isinstance(declared, str) and declared:
+        return declared
+    if entry is not None:
+        return entry.onnx
+    return next((name for name in ONNX_CANDIDATES if name in present), None)
+
+
+def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
+    """The cached snapshot directory for ref when it holds every required file, else None."""
+    storage = hub_cache_dir(env) / ("models--" + ref.repo_id.replace("/", "--"))
+    revision = ref.revision or "main"
+    if _COMMIT.fullmatch(revision):
+        commit = revision
+    else:
+        try:
+            commit = (storage / "refs" / revision).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+    snapshot = storage / "snapshots" / commit
+    if not all((snapshot / name).is_file() for name in REQUIRED_FILES):
+        return None
+    onnx = snapshot_onnx(snapshot, ref)
+    if onnx is None or not (snapshot / onnx).is_file():
+        return None
+    return snapshot
+
+
+def snapshot_onnx(snapshot: Path, ref: HubRef) -> str | None:
+    """The ONNX file a cached snapshot serves (its metadata, the registry, what is there)."""
+    meta = read_json(snapshot / "thatch_model.json")
+    present = {name for name in ONNX_CANDIDATES if (snapshot / name).is_file()}
+    return choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
+
+
+def imported_for(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -> Path | None:
+    """An import standing for ``ref``: by its id (an explicit import wins over the hub
+    cache), else, for a registry short name whose hub model is not cached, the one import
+    with that short name. None for a pinned revision: imports have none."""
+    if ref.revision is not None:
+        return None
+    by_id = find_imported(env, ref.repo_id)
+    if by_id is not None:
+        return by_id
+    if ref.short_name is None or cached or hub_first:
+        return None
+    by_short = find_by_short_name(env, ref.short_name)
+    return by_short.path if by_short is not None else None
