@@ -23,7 +23,7 @@ from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import NO_EMBEDDER, run_hook
 from thatch.common.environment import default_db_path
 from thatch.embedder.models.mock import mock_vector
-from thatch.frontend.hooks import recall_scan
+from thatch.frontend.hooks import recall_scan, scan_service
 from thatch.frontend.store.memory_store import Store
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
@@ -253,7 +253,7 @@ def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     """A non-socket at the path is replaced; the client gets the labels; close removes it."""
     path = short_tmp / "scan-test.sock"
     path.write_text("leftover")
-    service = recall_scan.ScanService(path, FixedSearcher(), {})
+    service = scan_service.ScanService(path, FixedSearcher(), {})
     service.start()
     assert service.ready.wait(30)
     try:
@@ -320,7 +320,7 @@ def test_null_thresholds_mean_the_embedding_models_defaults() -> None:
     """The hook sends a threshold only when its variable is set; otherwise the serving
     process applies the defaults of the model that embedded the prompt (issue 12 §3)."""
     from thatch.frontend.engine_thresholds import resolve
-    from thatch.frontend.hooks.recall_scan import nudge_threshold, parse_engines, parse_request
+    from thatch.frontend.hooks.scan_service import nudge_threshold, parse_engines, parse_request
 
     line = json.dumps(
         {
