@@ -177,6 +177,36 @@ def test_hook_recall_is_served_warm_and_records_nothing(served: Setup) -> None:
     assert flush(served.hook_env(THATCH_RECALL_THRESHOLD="0.99")) == WRITE  # threshold sent
 
 
+def test_reminder_hygiene_is_served_warm(served: Setup, tmp_path: Path) -> None:
+    """The reminder takes its hygiene report from the serving thatch mcp, whose embedder
+    ("mock") made the store's one memory: healthy. Its own embedder is dead, so computed
+    here the report names the memory as another model's than the one configured."""
+    warm = run_hook(["reminder"], {}, served.hook_env())
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.decode().startswith("[thatch] Before you reply, load what earlier")
+    assert b"[thatch hygiene]" not in warm.stdout, warm.stdout
+    elsewhere = tmp_path / "run"  # no scan socket there: the cold path
+    elsewhere.mkdir(mode=0o700)
+    cold = run_hook(["reminder"], {}, served.hook_env(XDG_RUNTIME_DIR=str(elsewhere)))
+    assert b"1 memory embedded with another model than" in cold.stdout, cold.stdout
+    assert cold.stdout.splitlines()[:5] == warm.stdout.splitlines()[:5]
+
+
+def test_hygiene_requests_are_checked(served: Setup) -> None:
+    directory = served.env["THATCH_PROJECT_DIR"]
+    healthy = {"project": "myproject", "directory": directory, "duplicate": None}
+    assert ask(served.scan, json.dumps({"hygiene": healthy}).encode() + b"\n") == {"report": None}
+    for fields, error in [
+        ({**healthy, "project": ""}, '"project" must be a non-empty string'),
+        ({**healthy, "directory": "relative"}, '"directory" must be an absolute path'),
+        ({**healthy, "duplicate": 0.5}, '"duplicate" must be a string or null'),
+    ]:
+        assert ask(served.scan, json.dumps({"hygiene": fields}).encode() + b"\n") == {
+            "error": error
+        }
+    assert recall_scan.request_hygiene(served.scan, "myproject", directory, None) == (None,)
+
+
 def test_malformed_requests_get_one_error_line_and_serving_goes_on(served: Setup) -> None:
     """Garbage, wrong types, out-of-range values and oversize lines each get {"error": ...}."""
     bad = [

@@ -1,9 +1,11 @@
 """The prompt hook's recall tier served warm by ``thatch mcp`` over a unix socket.
 
 A fresh ``flush-tools`` process spends most of its budget importing numpy and grpc and
-loading the vectors; ``thatch mcp`` already holds all three. Each MCP process offers a
-"recall scan" socket per database (``scan-<sha256 of the DB path>.sock`` beside the
-embedder's socket): the hook sends one JSON line
+loading the vectors; ``thatch mcp`` already holds all three. ``reminder`` asks the same
+socket for its hygiene report (``{"hygiene": {"project", "directory", "duplicate"}}`` →
+``{"report": <text or null>}``): the store and the embedder's model are the server's.
+Each MCP process offers a "recall scan" socket per database (``scan-<sha256 of the DB
+path>.sock`` beside the embedder's socket): the hook sends one JSON line
 ``{"prompt", "stores", "limit", "threshold"[, "engines"][, "branch"]}`` and reads one back,
 ``{"labels": [...]}`` (plus ``"blocks": [...]``, the engines' prompt-time blocks from the
 same embedding, when ``engines`` gives their thresholds, and ``"branch"``, the branch the
@@ -106,6 +108,28 @@ def request_scan(
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             return None
     return labels, blocks  # type: ignore[return-value]
+
+
+def request_hygiene(
+    path: Path,
+    project: str,
+    directory: str,
+    duplicate: str | None,
+    *,
+    deadline: float = CLIENT_DEADLINE,
+) -> tuple[str | None] | None:
+    """The session-start hygiene report for ``project`` (its checkout at ``directory``) as
+    the serving MCP process computes it, as a one-tuple (``(None,)``: healthy); None on any
+    failure or from a server that predates the request (cold path). ``duplicate``: the
+    hook's THATCH_DUPLICATE_THRESHOLD, which the server applies instead of its own."""
+    request = {"hygiene": {"project": project, "directory": directory, "duplicate": duplicate}}
+    answer = _request(path, request, deadline)
+    if answer is None or "report" not in answer:
+        return None
+    report = answer["report"]
+    if report is not None and not isinstance(report, str):
+        return None
+    return (report,)
 
 
 def _request(path: Path, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:

@@ -32,6 +32,8 @@ CONNECTION_TIMEOUT = 2.0
 EMBED_TIMEOUT = 1.5
 PROBE_TIMEOUT = 0.2
 MAX_CONNECTIONS = 8
+INFO_DEADLINE = 0.3  # the reminder's wait for the embedder's model id
+DUPLICATE_VARIABLE = "THATCH_DUPLICATE_THRESHOLD"
 
 # -- answering -----------------------------------------------------------------------------
 
@@ -100,6 +102,20 @@ class ContextSearcher:
         labels = [match.memory.label for match in matches if match.score >= cut]
         blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
         return labels, blocks
+
+    def hygiene(self, project: str, directory: Path, duplicate: str | None) -> str | None:
+        """The reminder's hygiene report (``prompt_hooks.reminder_output``'s cold path, from
+        this process's store and embedder): the hook's own duplicate threshold applies."""
+        from thatch.frontend.tools.active_model import active_model
+        from thatch.frontend.tools.hygiene import hygiene_report
+
+        env = {k: v for k, v in self.ctx.env.items() if k != DUPLICATE_VARIABLE}
+        if duplicate:
+            env[DUPLICATE_VARIABLE] = duplicate
+        model = active_model(env, timeout=INFO_DEADLINE, start_if_absent=True)
+        if self.ctx.store.pending_count():
+            self.ctx.pending_fill.fill_opportunistically()
+        return hygiene_report(self.ctx.store, project, directory, model, env=env)
 
 
 def nudge_threshold(threshold: float | None, model: str) -> float:
@@ -178,9 +194,35 @@ def parse_request(line: bytes) -> tuple[str, list[str], int, float | None]:
     return prompt[:MAX_PROMPT_CHARS], list(dict.fromkeys(stores)), limit, float(threshold)
 
 
+def parse_hygiene(line: bytes) -> tuple[str, Path, str | None] | None:
+    """(project store, project directory, duplicate threshold variable) of a hygiene
+    request, None for a recall request; ScanError when malformed."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return None  # parse_request says why
+    if not isinstance(request, dict) or "hygiene" not in request:
+        return None
+    fields = request["hygiene"]
+    if not isinstance(fields, dict):
+        raise ScanError('"hygiene" must be an object')
+    project, directory, duplicate = (fields.get(k) for k in ("project", "directory", "duplicate"))
+    if not isinstance(project, str) or not project:
+        raise ScanError('"project" must be a non-empty string')
+    if not isinstance(directory, str) or not os.path.isabs(directory):
+        raise ScanError('"directory" must be an absolute path')
+    if duplicate is not None and not isinstance(duplicate, str):
+        raise ScanError('"duplicate" must be a string or null')
+    return project, Path(directory), duplicate
+
+
 def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
     """The reply object for one request line; every failure becomes ``{"error": ...}``."""
     try:
+        hygiene = parse_hygiene(line)
+        report = getattr(searcher, "hygiene", None)
+        if hygiene is not None and report is not None:
+            return {"report": report(*hygiene)}
         prompt, stores, limit, threshold = parse_request(line)
         engines = parse_engines(line)
         branch = parse_branch(line)
