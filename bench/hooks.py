@@ -1,6 +1,6 @@
 """Wall-clock cost of each hook command as a whole process (prints figures; not a test).
 
-    .venv/bin/python bench/hooks.py [--runs 30] [--model DIR|mock]
+    .venv/bin/python bench/hooks.py [--runs 30] [--model DIR|mock] [--before DIR] [--quick]
 
 Each hook runs ``--runs`` times as hosts run it (the ``thatch`` script, payload on stdin)
 beside a baseline measured in the same run: a bare interpreter that parses the same kind
@@ -222,6 +222,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--model", default=None)
     parser.add_argument("--before", default=None, help="PYTHONPATH root of an earlier tree")
+    parser.add_argument(
+        "--quick", action="store_true", help="skip the cold flush-tools rows and the engines A/B"
+    )
     args = parser.parse_args()
     runs = max(args.runs, 30)
 
@@ -281,16 +284,18 @@ def main() -> None:
                 {"session_id": "bench-session", "prompt": "how do we deploy the service?"}
             ).encode()
 
-        compare("flush-tools, queue present (extraction tier)", [*thatch, "flush-tools"],
-                prompt, variants(env), runs, baseline)  # fmt: skip
+        if not args.quick:
+            compare("flush-tools, queue present (extraction tier)", [*thatch, "flush-tools"],
+                    prompt, variants(env), runs, baseline)  # fmt: skip
 
         fill_store(root / "recall.db", "bench-project", 1000, int(info.dim), info.model_id)
 
         def no_queue(_: int) -> bytes:
             return json.dumps({"session_id": "empty", "prompt": "how do we deploy?!"}).encode()
 
-        name = "flush-tools, empty queue, 1,000 memories (recall, cold path)"
-        compare(name, [*thatch, "flush-tools"], no_queue, variants(env), runs, baseline)
+        if not args.quick:
+            name = "flush-tools, empty queue, 1,000 memories (recall, cold path)"
+            compare(name, [*thatch, "flush-tools"], no_queue, variants(env), runs, baseline)
         with mcp_server(thatch, env):
             name = "flush-tools, empty queue, 1,000 memories (recall, warm path via thatch mcp)"
             compare(name, [*thatch, "flush-tools"], no_queue, variants(env), runs, baseline)
@@ -301,7 +306,7 @@ def main() -> None:
         shutil.copy(root / "recall.db", root / "engines.db")
         fill_engines(root / "engines.db", 100, int(info.dim), info.model_id)
         env_eng = {**env, "THATCH_DB_PATH": str(root / "engines.db")}
-        for warm in (False, True):
+        for warm in () if args.quick else (False, True):
             plain: list[float] = []
             engines: list[float] = []
             with contextlib.ExitStack() as servers:
