@@ -371,3 +371,37 @@ def test_null_thresholds_mean_the_embedding_models_defaults() -> None:
         "prediction": 0.42,
         "behavior": 0.7,
     }
+
+
+def test_hygiene_client_gives_none_unless_the_reply_is_a_report(short_tmp: Path) -> None:
+    """A server that predates the hygiene request answers with an error: the reminder then
+    computes the report itself (None); so for garbage, a non-text report or no reply."""
+    path = short_tmp / "fake.sock"
+    replies = {
+        b'{"error": "\\"prompt\\" must be a non-empty string"}\n': None,
+        b"garbage\n": None,
+        b'{"report": 3}\n': None,
+        b"": None,
+        b'{"report": null}\n': (None,),
+        b'{"report": "Store \\"p\\": 2 memories not embedded yet."}\n': (
+            'Store "p": 2 memories not embedded yet.',
+        ),
+    }
+    for reply, expected in replies.items():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            server.listen(1)
+            server.settimeout(10)
+
+            def serve(server: socket.socket = server, reply: bytes = reply) -> None:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+            thread = threading.Thread(target=serve)
+            thread.start()
+            got = recall_scan.request_hygiene(path, "p", "/tmp/p", None)
+            thread.join(10)
+            assert got == expected, reply
+        path.unlink()
