@@ -1,14 +1,21 @@
 """Wall-clock cost of each hook command as a whole process (prints figures; not a test).
 
-    .venv/bin/python bench/hooks.py [--runs 30] [--model DIR|mock]
+    .venv/bin/python bench/hooks.py [--runs 30] [--model DIR|mock] [--before DIR] [--quick]
 
 Each hook runs ``--runs`` times as hosts run it (the ``thatch`` script, payload on stdin)
 beside a baseline measured in the same run: a bare interpreter that parses the same kind
-of JSON (``python -c "import json, sys; json.load(sys.stdin)"``). Budgets (docs/hooks.md §rules,
+of JSON (``python -c "import json, sys; json.load(sys.stdin)"``). ``--before DIR`` (a
+directory whose ``thatch/`` holds an earlier tree's ``cli``, ``common``, ``embedder`` and
+``frontend``, e.g. links into a ``git archive`` of it) measures every hook row for that
+tree too, interleaved run by run with this one, and prints after/before ratios; the
+``thatch mcp`` serving the warm rows is this tree's. Budgets (docs/hooks.md §rules,
 §reminder): buffer hooks 150 ms p95 including interpreter start; reminder under 1 s for 5,000
 memories; flush-tools' recall tier 150 ms median, measured twice: cold (only an embedder
 runs) and warm (a ``thatch mcp`` for the same DB answers the recall scan), then both again
-with 100 predictions and 100 behaviors added (the engines' prompt-time blocks). Without
+with 100 predictions and 100 behaviors added (the engines' prompt-time blocks). The
+reminder runs cold and warm (a ``thatch mcp`` serves its hygiene report) and with a
+session id (the chat line); ``chat-notify`` (Claude's Stop hook) for a registered session
+with nothing due, and ``session-end`` moving three queued calls. Without
 ``--model`` the packaged all-MiniLM-L6-v2 checkpoint is imported once into the thatch
 model cache and used by the embedder.
 """
@@ -51,6 +58,35 @@ def measure(
         if result.returncode != 0:
             raise SystemExit(f"{argv} exited {result.returncode}: {result.stderr.decode()}")
     return times
+
+
+Variants = list[tuple[str, dict[str, str]]]
+
+
+def compare(
+    name: str,
+    argv: list[str],
+    payloads: Callable[[int], bytes],
+    variants: Variants,
+    runs: int,
+    baseline: list[float] | None = None,
+    prepare: Callable[[int, dict[str, str]], None] | None = None,
+) -> None:
+    """One row per variant (an earlier tree, this one), measured interleaved run by run so
+    the machine's load hits them alike; the last row gets the ratio to the first."""
+    times: dict[str, list[float]] = {label: [] for label, _ in variants}
+    for i in range(runs):
+        for label, env in variants:
+            if prepare is not None:
+                prepare(i, env)
+            times[label] += measure(argv, lambda _, i=i: payloads(i), env, 1)  # type: ignore[misc]
+    first = times[variants[0][0]]
+    for label, _ in variants:
+        line = row(f"{name} [{label}]" if label else name, times[label], baseline)
+        if label and times[label] is not first:
+            ratio = statistics.median(times[label]) / statistics.median(first)
+            line += f"  (after/before {ratio:.2f})"
+        print(line, flush=True)
 
 
 def row(name: str, times: list[float], baseline: list[float] | None = None) -> str:
@@ -169,7 +205,7 @@ def mcp_server(thatch: list[str], env: dict[str, str]) -> Iterator[None]:
         proc.wait(30)
 
 
-def precompile() -> None:
+def precompile(root: Path = HERE.parent) -> None:
     """Write thatch's bytecode first, as an installed package has it.
 
     An editable install run with PYTHONDONTWRITEBYTECODE=1 (set on these machines) would
@@ -178,17 +214,23 @@ def precompile() -> None:
     import compileall
 
     for package in ("common", "embedder", "frontend", "cli"):
-        compileall.compile_dir(str(HERE.parent / package), quiet=1)
+        compileall.compile_dir(str(root / package), quiet=1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--model", default=None)
+    parser.add_argument("--before", default=None, help="PYTHONPATH root of an earlier tree")
+    parser.add_argument(
+        "--quick", action="store_true", help="skip the cold flush-tools rows and the engines A/B"
+    )
     args = parser.parse_args()
     runs = max(args.runs, 30)
 
     precompile()
+    if args.before:
+        precompile(Path(args.before) / "thatch")
     root = Path(tempfile.mkdtemp(prefix="thb-", dir="/tmp"))
     project = root / "bench-project"
     project.mkdir()
@@ -204,15 +246,24 @@ def main() -> None:
     }
     thatch = thatch_script()
     proc = None
+
+    def variants(base: dict[str, str]) -> Variants:
+        if not args.before:
+            return [("", base)]
+        return [("before", {**base, "PYTHONPATH": args.before}), ("after", base)]
+
     try:
-        model = model_dir(args.model, env)
+        model = model_dir(args.model, env)  # imported once into the user's model cache
         env["THATCH_MODEL"] = model
+        env["XDG_CACHE_HOME"] = str(root / "cache")  # the hooks' other files: this run's
         proc = start_embedder(model, root / "e.sock", env)
         from thatch.embedder.client.embedder_client import EmbedderClient
 
         with EmbedderClient(env=env, autostart=False) as client:
             info = client.info()
-        print(f"model {info.model_id} (dim {info.dim}); {runs} runs each; {thatch[0]}\n")
+        print(f"model {info.model_id} (dim {info.dim}); {runs} runs each; {thatch[0]}")
+        with open("/proc/loadavg") as load:
+            print(f"load average at start: {load.read().split()[:3]}\n", flush=True)
 
         response = "r" * 2048
 
@@ -225,28 +276,29 @@ def main() -> None:
             [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], batch, env, runs
         )
         print(row("baseline: python -c json.load(stdin)", baseline))
-        times = measure([*thatch, "buffer-batch"], batch, env, runs)
-        print(row("buffer-batch, 2 KB tool response", times, baseline))
+        compare("buffer-batch, 2 KB tool response", [*thatch, "buffer-batch"], batch,
+                variants(env), runs, baseline)  # fmt: skip
 
         def prompt(_: int) -> bytes:
             return json.dumps(
                 {"session_id": "bench-session", "prompt": "how do we deploy the service?"}
             ).encode()
 
-        times = measure([*thatch, "flush-tools"], prompt, env, runs)
-        print(row("flush-tools, queue present (extraction tier)", times, baseline))
+        if not args.quick:
+            compare("flush-tools, queue present (extraction tier)", [*thatch, "flush-tools"],
+                    prompt, variants(env), runs, baseline)  # fmt: skip
 
         fill_store(root / "recall.db", "bench-project", 1000, int(info.dim), info.model_id)
 
         def no_queue(_: int) -> bytes:
             return json.dumps({"session_id": "empty", "prompt": "how do we deploy?!"}).encode()
 
-        times = measure([*thatch, "flush-tools"], no_queue, env, runs)
-        print(row("flush-tools, empty queue, 1,000 memories (recall, cold path)", times, baseline))
+        if not args.quick:
+            name = "flush-tools, empty queue, 1,000 memories (recall, cold path)"
+            compare(name, [*thatch, "flush-tools"], no_queue, variants(env), runs, baseline)
         with mcp_server(thatch, env):
-            times = measure([*thatch, "flush-tools"], no_queue, env, runs)
-        name = "flush-tools, empty queue, 1,000 memories (recall, warm path via thatch mcp)"
-        print(row(name, times, baseline))
+            name = "flush-tools, empty queue, 1,000 memories (recall, warm path via thatch mcp)"
+            compare(name, [*thatch, "flush-tools"], no_queue, variants(env), runs, baseline)
 
         # A/B in one interleaved run, so machine noise hits both alike: the same 1,000
         # memories without and with 100 predictions + 100 behaviors, each DB served warm by
@@ -254,7 +306,7 @@ def main() -> None:
         shutil.copy(root / "recall.db", root / "engines.db")
         fill_engines(root / "engines.db", 100, int(info.dim), info.model_id)
         env_eng = {**env, "THATCH_DB_PATH": str(root / "engines.db")}
-        for warm in (False, True):
+        for warm in () if args.quick else (False, True):
             plain: list[float] = []
             engines: list[float] = []
             with contextlib.ExitStack() as servers:
@@ -272,8 +324,43 @@ def main() -> None:
 
         env_rem = {**env, "THATCH_DB_PATH": str(root / "reminder.db")}
         fill_store(root / "reminder.db", "bench-project", 5000, int(info.dim), info.model_id)
-        times = measure([*thatch, "reminder"], lambda _: b"{}", env_rem, runs)
-        print(row("reminder, 5,000 memories (hygiene incl.)", times, baseline))
+
+        def session(i: int) -> bytes:
+            return json.dumps({"session_id": f"bench-chat-{i % 3}"}).encode()
+
+        reminder = [*thatch, "reminder"]
+        name = "reminder, 5,000 memories (hygiene incl.), cold"
+        compare(name, reminder, lambda _: b"{}", variants(env_rem), runs, baseline)
+        compare(f"{name}, session id (chat line)", reminder, session, variants(env_rem), runs,
+                baseline)  # fmt: skip
+        with mcp_server(thatch, env_rem):
+            name = "reminder, 5,000 memories (hygiene incl.), warm (thatch mcp serves)"
+            compare(name, reminder, lambda _: b"{}", variants(env_rem), runs, baseline)
+            compare(f"{name}, session id (chat line)", reminder, session, variants(env_rem),
+                    runs, baseline)  # fmt: skip
+
+        def stop(i: int) -> bytes:
+            return json.dumps({"session_id": f"bench-chat-{i % 3}", "stop_hook_active": False,
+                               "hook_event_name": "Stop"}).encode()  # fmt: skip
+
+        compare("chat-notify (Stop), registered session, no mail", [*thatch, "chat-notify"],
+                stop, variants(env_rem), runs, baseline)  # fmt: skip
+
+        def ending(i: int) -> bytes:
+            return json.dumps({"session_id": f"bench-end-{i}", "cwd": str(project),
+                               "reason": "other"}).encode()  # fmt: skip
+
+        def queue_three(i: int, hook_env: dict[str, str]) -> None:
+            calls = [{"tool_name": "Bash", "tool_input": {"command": f"make {i} {n}"},
+                      "tool_use_id": f"toolu_end_{i}_{n}", "tool_response": response}
+                     for n in range(3)]  # fmt: skip
+            data = json.dumps({"session_id": f"bench-end-{i}", "tool_calls": calls}).encode()
+            measure([*thatch, "buffer-batch"], lambda _: data, hook_env, 1)
+
+        compare("session-end, 3 queued calls carried to the project", [*thatch, "session-end"],
+                ending, variants(env_rem), runs, baseline, prepare=queue_three)  # fmt: skip
+        with open("/proc/loadavg") as load:
+            print(f"\nload average at end: {load.read().split()[:3]}")
     finally:
         if proc is not None:
             proc.terminate()

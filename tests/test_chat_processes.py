@@ -115,11 +115,13 @@ def test_a_sends_b_is_notified_once_and_reads_the_framed_message(env: dict[str, 
         ) == (f"[sent] → {b.name}")
         out = notify(env, {"session_id": "claude-b", "stop_hook_active": False})
         assert json.loads(out.stdout) == {
-            "decision": "block",
-            "reason": "[thatch] System notification, not user input: 1 unread chat message(s) "
-            f'from {a.name}. Read them with chat {{"action": "read", "as": "{b.me}"}}. Reply '
-            "only if it matters to your current work; otherwise carry on. Tool not listed? Load "
-            "it with ToolSearch (query: select:mcp__thatch__chat).",  # Claude Code may defer it
+            "hookSpecificOutput": {
+                "hookEventName": "Stop",
+                "additionalContext": "[thatch] System notification, not user input: 1 unread "
+                f'chat message(s) from {a.name}. Read them with chat {{"action": "read", "as": '
+                f'"{b.me}"}}. Reply only if it matters to your current work; otherwise carry on. '
+                "Tool not listed? Load it with ToolSearch (query: select:mcp__thatch__chat).",
+            }
         }
         assert b"rebase" not in out.stdout  # a pointer, never a body
         again = notify(env, {"session_id": "claude-b", "stop_hook_active": False})
@@ -295,7 +297,10 @@ def test_pointer_names_every_sender_and_honours_stop_hook_active(env: dict[str, 
         server.close()
     # A turn that a Stop hook already continued is not woken again (Claude's loop guard).
     assert notify(env, {"session_id": "p-c", "stop_hook_active": True}).stdout == b""
-    reason = json.loads(notify(env, {"session_id": "p-c"}).stdout)["reason"]
+    # The opencode plugin's form: it sends the reason into the session as a message.
+    answer = json.loads(notify(env, {"session_id": "p-c"}, "--host", "opencode").stdout)
+    assert answer["decision"] == "block"
+    reason = answer["reason"]
     assert f"3 unread chat message(s) from {a.name}, {b.name}. Read them with" in reason
     assert "one" not in reason and "two" not in reason
 
@@ -393,3 +398,24 @@ def test_read_pages_a_backlog_across_processes(env: dict[str, str]) -> None:
     finally:
         server.close()
     assert len(ids) == sent and ids == sorted(set(ids))
+
+
+def test_a_resumed_session_hears_its_unread_count_once_per_request(env: dict[str, str]) -> None:
+    """Claude Code runs SessionStart, then the prompt hook, for one request: the prompt hook
+    does not repeat the reminder's line, the next prompt's says it again, and news is said."""
+    a, b = anchor(env, "r-a"), anchor(env, "r-b")
+    server = Mcp(env)
+    try:
+        server.ok("chat_send", {"as": a.me, "to": b.name, "body": "one"})
+        told = run_hook(["reminder"], {"session_id": "r-b"}, env).stdout.decode()
+        assert f"[thatch] chat: you are {b.name} (1 unread)." in told
+        prompt = {"session_id": "r-b", "prompt": "carry on"}
+        assert "chat: you are" not in run_hook(["flush-tools"], prompt, env).stdout.decode()
+        again = run_hook(["flush-tools"], prompt, env).stdout.decode()
+        assert f"[thatch] chat: you are {b.name} (1 unread)." in again
+        run_hook(["reminder"], {"session_id": "r-b"}, env)
+        server.ok("chat_send", {"as": a.me, "to": b.name, "body": "two"})
+        news = run_hook(["flush-tools"], prompt, env).stdout.decode()
+        assert f"[thatch] chat: you are {b.name} (2 unread)." in news
+    finally:
+        server.close()

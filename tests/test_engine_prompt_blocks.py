@@ -20,7 +20,7 @@ from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.fake_embedder import rows
 from tests.support.hookrun import NO_EMBEDDER, hook_env, run_hook
 from tests.test_recall_scan import mcp_server, wait_serving
-from thatch.frontend.hooks import recall_scan
+from thatch.frontend.hooks import recall_scan, scan_service
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
 
@@ -214,7 +214,7 @@ def test_scan_requests_with_engines_are_checked() -> None:
     base = {"prompt": "p" * 20, "stores": ["s"], "limit": 5, "threshold": 0.5}
 
     def ask(**extra: object) -> dict[str, object]:
-        return recall_scan.answer(json.dumps({**base, **extra}).encode(), searcher)
+        return scan_service.answer(json.dumps({**base, **extra}).encode(), searcher)
 
     assert ask() == {"labels": ["L"]}
     good = {"prediction": 0.6, "behavior": 1}

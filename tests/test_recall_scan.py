@@ -23,7 +23,7 @@ from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import NO_EMBEDDER, run_hook
 from thatch.common.environment import default_db_path
 from thatch.embedder.models.mock import mock_vector
-from thatch.frontend.hooks import recall_scan
+from thatch.frontend.hooks import recall_scan, scan_service
 from thatch.frontend.store.memory_store import Store
 
 THATCH = str(Path(sys.executable).with_name("thatch"))
@@ -172,6 +172,36 @@ def test_hook_recall_is_served_warm_and_records_nothing(served: Setup) -> None:
     assert flush(served.hook_env(THATCH_RECALL_THRESHOLD="0.99")) == NOTHING  # threshold sent
 
 
+def test_reminder_hygiene_is_served_warm(served: Setup, tmp_path: Path) -> None:
+    """The reminder takes its hygiene report from the serving thatch mcp, whose embedder
+    ("mock") made the store's one memory: healthy. Its own embedder is dead, so computed
+    here the report names the memory as another model's than the one configured."""
+    warm = run_hook(["reminder"], {}, served.hook_env())
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.decode().startswith("[thatch] Before you reply, load what earlier")
+    assert b"[thatch hygiene]" not in warm.stdout, warm.stdout
+    elsewhere = tmp_path / "run"  # no scan socket there: the cold path
+    elsewhere.mkdir(mode=0o700)
+    cold = run_hook(["reminder"], {}, served.hook_env(XDG_RUNTIME_DIR=str(elsewhere)))
+    assert b"1 memory embedded with another model than" in cold.stdout, cold.stdout
+    assert cold.stdout.splitlines()[:5] == warm.stdout.splitlines()[:5]
+
+
+def test_hygiene_requests_are_checked(served: Setup) -> None:
+    directory = served.env["THATCH_PROJECT_DIR"]
+    healthy = {"project": "myproject", "directory": directory, "duplicate": None}
+    assert ask(served.scan, json.dumps({"hygiene": healthy}).encode() + b"\n") == {"report": None}
+    for fields, error in [
+        ({**healthy, "project": ""}, '"project" must be a non-empty string'),
+        ({**healthy, "directory": "relative"}, '"directory" must be an absolute path'),
+        ({**healthy, "duplicate": 0.5}, '"duplicate" must be a string or null'),
+    ]:
+        assert ask(served.scan, json.dumps({"hygiene": fields}).encode() + b"\n") == {
+            "error": error
+        }
+    assert recall_scan.request_hygiene(served.scan, "myproject", directory, None) == (None,)
+
+
 def test_malformed_requests_get_one_error_line_and_serving_goes_on(served: Setup) -> None:
     """Garbage, wrong types, out-of-range values and oversize lines each get {"error": ...}."""
     bad = [
@@ -263,7 +293,7 @@ def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     """A non-socket at the path is replaced; the client gets the labels; close removes it."""
     path = short_tmp / "scan-test.sock"
     path.write_text("leftover")
-    service = recall_scan.ScanService(path, FixedSearcher(), {})
+    service = scan_service.ScanService(path, FixedSearcher(), {})
     service.start()
     assert service.ready.wait(30)
     try:
@@ -330,7 +360,7 @@ def test_null_thresholds_mean_the_embedding_models_defaults() -> None:
     """The hook sends a threshold only when its variable is set; otherwise the serving
     process applies the defaults of the model that embedded the prompt (issue 12 §3)."""
     from thatch.frontend.engine_thresholds import resolve
-    from thatch.frontend.hooks.recall_scan import nudge_threshold, parse_engines, parse_request
+    from thatch.frontend.hooks.scan_service import nudge_threshold, parse_engines, parse_request
 
     line = json.dumps(
         {
@@ -351,3 +381,37 @@ def test_null_thresholds_mean_the_embedding_models_defaults() -> None:
         "prediction": 0.42,
         "behavior": 0.7,
     }
+
+
+def test_hygiene_client_gives_none_unless_the_reply_is_a_report(short_tmp: Path) -> None:
+    """A server that predates the hygiene request answers with an error: the reminder then
+    computes the report itself (None); so for garbage, a non-text report or no reply."""
+    path = short_tmp / "fake.sock"
+    replies = {
+        b'{"error": "\\"prompt\\" must be a non-empty string"}\n': None,
+        b"garbage\n": None,
+        b'{"report": 3}\n': None,
+        b"": None,
+        b'{"report": null}\n': (None,),
+        b'{"report": "Store \\"p\\": 2 memories not embedded yet."}\n': (
+            'Store "p": 2 memories not embedded yet.',
+        ),
+    }
+    for reply, expected in replies.items():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            server.listen(1)
+            server.settimeout(10)
+
+            def serve(server: socket.socket = server, reply: bytes = reply) -> None:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+            thread = threading.Thread(target=serve)
+            thread.start()
+            got = recall_scan.request_hygiene(path, "p", "/tmp/p", None)
+            thread.join(10)
+            assert got == expected, reply
+        path.unlink()

@@ -129,12 +129,23 @@ def test_every_installed_command_is_one_thatch_runs_and_recognises(post_tool_use
 def test_claude_session_end_and_subagent_stop_are_wired() -> None:
     """SessionEnd carries the last turn's calls over; SubagentStop completes the snapshot."""
     hooks = merge_claude({}, "thatch", post_tool_use=False)["hooks"]
+    # Claude Code gives SessionEnd 1.5 s unless the entry names a longer timeout.
     assert hooks["SessionEnd"] == [
-        {"hooks": [{"type": "command", "command": "thatch session-end"}]}
+        {"hooks": [{"type": "command", "command": "thatch session-end", "timeout": 10}]}
     ]
     assert hooks["SubagentStop"] == [
         {"hooks": [{"type": "command", "command": "thatch extraction-complete"}]}
     ]
+
+
+def test_a_session_end_entry_without_its_timeout_is_replaced_once() -> None:
+    """An install from before the SessionEnd timeout: a rerun writes it, a further rerun
+    changes nothing."""
+    old = merge_claude({}, "thatch", post_tool_use=False)
+    del old["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"]
+    new = merge_claude(copy.deepcopy(old), "thatch", post_tool_use=False)
+    assert new["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"] == 10
+    assert merge_claude(copy.deepcopy(new), "thatch", post_tool_use=False) == new
 
 
 def test_an_older_install_gains_the_new_events_and_keeps_foreign_hooks() -> None:
@@ -149,7 +160,7 @@ def test_an_older_install_gains_the_new_events_and_keeps_foreign_hooks() -> None
     new = merge_claude(copy.deepcopy(old), "thatch", post_tool_use=False)["hooks"]
     assert new["SessionEnd"] == [
         mine_end,
-        {"hooks": [{"type": "command", "command": "thatch session-end"}]},
+        {"hooks": [{"type": "command", "command": "thatch session-end", "timeout": 10}]},
     ]
     assert new["SubagentStop"] == [
         mine_sub,

@@ -132,10 +132,60 @@ def _anchor(
         if always:
             chat.prune()
         elif unread == 0:
+            _told_before(env, key)  # a marker left by the reminder is spent either way
             return None
-        return identity_line(anchored.name, unread, secret)
+        line = identity_line(anchored.name, unread, secret)
+        if always:
+            if unread and host != "opencode":
+                _tell_once(env, key, line)
+            return line
+        return None if _told_before(env, key) == line else line
     finally:
         chat.conn.close()
+
+
+# A session that starts (or resumes) with mail hears "(n unread)" from the reminder; the
+# host then runs the prompt hook for the same request, which would say it again. The
+# reminder leaves the line it printed here and the session's next prompt hook takes it:
+# the same line is not repeated, anything new is. opencode's plugin runs both hooks at
+# once (no order), and its sessions cannot hold mail before their first anchoring.
+TOLD_DIR = "chat-told"
+TOLD_STALE_SECONDS = 86400
+
+
+def _told_path(env: Mapping[str, str], key: str) -> Path:
+    from thatch.common.environment import thatch_cache_dir
+
+    return thatch_cache_dir(env) / TOLD_DIR / key
+
+
+def _tell_once(env: Mapping[str, str], key: str, line: str) -> None:
+    """Leave ``line`` for the session's next prompt hook (and drop markers nobody took)."""
+    import time
+
+    path = _told_path(env, key)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        cutoff = time.time() - TOLD_STALE_SECONDS
+        for entry in os.scandir(path.parent):
+            if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+        temp = path.with_suffix(f".{os.getpid()}.tmp")
+        temp.write_text(line, encoding="utf-8")
+        os.replace(temp, path)
+    except OSError:
+        pass  # the line is then said twice, as before: never worse
+
+
+def _told_before(env: Mapping[str, str], key: str) -> str | None:
+    """The line the reminder left for this session, taken (deleted), or None."""
+    path = _told_path(env, key)
+    try:
+        line = path.read_text(encoding="utf-8")
+        path.unlink()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return line
 
 
 def credential(name: str, key: str) -> str:

@@ -2,7 +2,8 @@
 
 Claude Code's ``Stop`` hook and Cursor's ``stop`` hook run it after every turn. When a wake
 is due it prints a pointer (who wrote, which tool reads it), never a body: Claude
-``{"decision": "block", "reason": …}``, Cursor ``{"followup_message": …}``. Otherwise
+``{"hookSpecificOutput": {"hookEventName": "Stop", "additionalContext": …}}``, Cursor
+``{"followup_message": …}``, the opencode plugin ``{"decision": "block", "reason": …}``. Otherwise
 Claude gets nothing and Cursor ``{}``, also for empty, malformed or huge stdin. It always
 exits 0, and stays off the database unless the payload names a session.
 """
@@ -77,9 +78,16 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
 def output(text: str | None, host: str) -> str:
     if host == "cursor":
         return json.dumps({"followup_message": text} if text else {}, ensure_ascii=False)
-    if text:
-        return json.dumps({"decision": "block", "reason": text}, ensure_ascii=False)
-    return ""
+    if not text:
+        return ""
+    if host == "claude":
+        # additionalContext, not {"decision": "block"}: Claude Code 2.1.332 hands a block's
+        # reason to the model twice ("Stop hook feedback" and a "Stop hook blocking
+        # error"); the context reaches it once and continues the turn on 2.1.197 too.
+        context = {"hookEventName": "Stop", "additionalContext": text}
+        return json.dumps({"hookSpecificOutput": context}, ensure_ascii=False)
+    # The opencode plugin reads this form and sends the reason as a new message.
+    return json.dumps({"decision": "block", "reason": text}, ensure_ascii=False)
 
 
 def run_chat_notify(args: list[str]) -> None:

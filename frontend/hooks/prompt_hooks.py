@@ -23,6 +23,9 @@ MIN_PROMPT_LEN = 10
 PROMPT_EMBED_CHARS = 2000
 PROMPT_EMBED_DEADLINE = 1.5
 INFO_DEADLINE = 0.3
+# The warm reminder's wait for a running thatch mcp (then the cold path runs): the server
+# takes ~0.1 s at 5,000 memories, and the reminder's whole budget is 1 s.
+HYGIENE_DEADLINE = 0.6
 RECALL_LIMIT = 5
 # What the prompt hook adds to the agent's context at most when the extraction nudge and
 # the recall tier both apply (the extraction nudge alone is always printed whole).
@@ -322,6 +325,38 @@ def fill_pending(env: Mapping[str, str]) -> None:
         ctx.pending_fill.fill_opportunistically()
 
 
+def warm_hygiene(project: str, directory: Path, env: Mapping[str, str]) -> tuple[str | None] | None:
+    """The hygiene report from a running ``thatch mcp`` for this database (one-tuple), None
+    when none answers: it holds numpy, grpc and the store already, which a fresh process
+    spends most of its start importing."""
+    from thatch.frontend.hooks import recall_scan
+
+    path = recall_scan.socket_path(default_db_path(env), env)
+    if path is None:
+        return None
+    duplicate = env.get("THATCH_DUPLICATE_THRESHOLD") or None
+    return recall_scan.request_hygiene(
+        path, project, str(directory), duplicate, deadline=HYGIENE_DEADLINE
+    )
+
+
+def cold_hygiene(project: str, directory: Path, env: Mapping[str, str]) -> str | None:
+    """The hygiene report computed here: the store opened, the embedder asked for its model
+    (and started in the background when absent), memories saved while it was down filled."""
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.timefmt import utc_now
+    from thatch.frontend.tools.hygiene import hygiene_report
+
+    model = active_model(env)
+    store = Store.open(default_db_path(env), clock=utc_now, build_indexes=False)
+    try:
+        if store.pending_count():
+            fill_pending(env)
+        return hygiene_report(store, project, directory, model, env=env)
+    finally:
+        store.close()
+
+
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
     """The session-start reminder, with the hygiene paragraph when the store needs it; in
     a Claude Code project that declined thatch's server, the one line saying so."""
@@ -334,23 +369,14 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
         return CLAUDE_DECLINED_NOTICE
     from thatch.frontend.hooks.reminder import reminder_text
     from thatch.frontend.project import project_store
-    from thatch.frontend.store.memory_store import Store
-    from thatch.frontend.timefmt import utc_now
-    from thatch.frontend.tools.hygiene import hygiene_report
 
     directory = hookio.project_dir(env, payload)
     project = project_store(directory, env)
     _cleanup_queue(command, queue_dir(env))
     report = None
     try:
-        model = active_model(env)
-        store = Store.open(default_db_path(env), clock=utc_now, build_indexes=False)
-        try:
-            if store.pending_count():
-                fill_pending(env)
-            report = hygiene_report(store, project, directory, model, env=env)
-        finally:
-            store.close()
+        warm = warm_hygiene(project, directory, env)
+        report = warm[0] if warm is not None else cold_hygiene(project, directory, env)
     except Exception as error:  # the reminder itself matters more than hygiene
         report_failure(command, error)
     from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line

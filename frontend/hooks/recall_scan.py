@@ -1,9 +1,11 @@
 """The prompt hook's recall tier served warm by ``thatch mcp`` over a unix socket.
 
 A fresh ``flush-tools`` process spends most of its budget importing numpy and grpc and
-loading the vectors; ``thatch mcp`` already holds all three. Each MCP process offers a
-"recall scan" socket per database (``scan-<sha256 of the DB path>.sock`` beside the
-embedder's socket): the hook sends one JSON line
+loading the vectors; ``thatch mcp`` already holds all three. ``reminder`` asks the same
+socket for its hygiene report (``{"hygiene": {"project", "directory", "duplicate"}}`` →
+``{"report": <text or null>}``): the store and the embedder's model are the server's.
+Each MCP process offers a "recall scan" socket per database (``scan-<sha256 of the DB
+path>.sock`` beside the embedder's socket): the hook sends one JSON line
 ``{"prompt", "stores", "limit", "threshold"[, "engines"][, "branch"]}`` and reads one back,
 ``{"labels": [...]}`` (plus ``"blocks": [...]``, the engines' prompt-time blocks from the
 same embedding, when ``engines`` gives their thresholds, and ``"branch"``, the branch the
@@ -12,63 +14,39 @@ failure on the hook's side means "use the cold path"; so does a reply that does 
 the branch asked for (a ``thatch mcp`` started before branches were sent would have
 searched every branch).
 
-The client half (``socket_path``, ``request_scan``) imports only the standard library,
-``thatch.common.environment`` and ``thatch.embedder.client.settings``; the server half imports its
-heavy parts lazily.
+This module is the hook's half (``socket_path``, the requests): it imports only the
+standard library, ``thatch.common.environment`` and ``thatch.embedder``'s settings and
+socket checks. ``scan_service`` is the server's half.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import json
-import math
 import os
 import socket
-import stat
-import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from thatch.common.environment import default_db_path, socket_dir
+from thatch.common.environment import socket_dir
 from thatch.embedder.client.settings import MAX_SOCKET_PATH_BYTES
-from thatch.embedder.client.socket_trust import (
-    check_path,
-    directory_problem,
-    peer_credentials,
-    peer_problem,
-    tighten_own_directory,
-)
+from thatch.embedder.client.socket_trust import check_path, peer_credentials, peer_problem
 
 __all__ = [
     "CLIENT_DEADLINE",
     "MAX_REQUEST_BYTES",
-    "ContextSearcher",
     "ScanError",
-    "ScanService",
-    "Searcher",
-    "answer",
-    "nudge_threshold",
-    "parse_engines",
-    "parse_request",
+    "read_line",
+    "request_hygiene",
     "request_scan",
     "socket_path",
-    "start_scan_service",
 ]
 
-MAX_REQUEST_BYTES = 64 * 1024
-MAX_PROMPT_CHARS = 2000
-MAX_LIMIT = 100
+MAX_REQUEST_BYTES = 64 * 1024  # a request line, and a reply line
 CONNECT_TIMEOUT = 0.2
 CLIENT_DEADLINE = 1.5
-CONNECTION_TIMEOUT = 2.0
-EMBED_TIMEOUT = 1.5
-PROBE_TIMEOUT = 0.2
-MAX_CONNECTIONS = 8
 
 
 class ScanError(ValueError):
@@ -124,6 +102,28 @@ def request_scan(
     return labels, blocks  # type: ignore[return-value]
 
 
+def request_hygiene(
+    path: Path,
+    project: str,
+    directory: str,
+    duplicate: str | None,
+    *,
+    deadline: float = CLIENT_DEADLINE,
+) -> tuple[str | None] | None:
+    """The session-start hygiene report for ``project`` (its checkout at ``directory``) as
+    the serving MCP process computes it, as a one-tuple (``(None,)``: healthy); None on any
+    failure or from a server that predates the request (cold path). ``duplicate``: the
+    hook's THATCH_DUPLICATE_THRESHOLD, which the server applies instead of its own."""
+    request = {"hygiene": {"project": project, "directory": directory, "duplicate": duplicate}}
+    answer = _request(path, request, deadline)
+    if answer is None or "report" not in answer:
+        return None
+    report = answer["report"]
+    if report is not None and not isinstance(report, str):
+        return None
+    return (report,)
+
+
 def _request(path: Path, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
     """One request line sent and one reply object read back, or None on any failure."""
     end = time.monotonic() + deadline
@@ -139,7 +139,7 @@ def _request(path: Path, request: dict[str, Any], deadline: float) -> dict[str, 
                 return None
             sock.settimeout(max(end - time.monotonic(), 0.01))
             sock.sendall(json.dumps(request).encode() + b"\n")
-            reply = _read_line(sock, end, MAX_REQUEST_BYTES)
+            reply = read_line(sock, end, MAX_REQUEST_BYTES)
     except (OSError, ValueError):
         return None
     try:
@@ -149,7 +149,7 @@ def _request(path: Path, request: dict[str, Any], deadline: float) -> dict[str, 
     return answer if isinstance(answer, dict) else None
 
 
-def _read_line(sock: socket.socket, end: float, limit: int) -> bytes:
+def read_line(sock: socket.socket, end: float, limit: int) -> bytes:
     """Bytes up to the first newline (or EOF); ScanError past ``limit``, TimeoutError at ``end``."""
     data = bytearray()
     while b"\n" not in data:
@@ -164,341 +164,3 @@ def _read_line(sock: socket.socket, end: float, limit: int) -> bytes:
         if len(data) > limit and b"\n" not in data[: limit + 1]:
             raise ScanError(f"request longer than {limit} bytes")
     return bytes(data.split(b"\n", 1)[0])
-
-
-# -- answering -----------------------------------------------------------------------------
-
-
-class Searcher(Protocol):
-    """What answering needs: embed a query and search the stores (``ToolContext`` parts)."""
-
-    def labels(
-        self,
-        prompt: str,
-        stores: list[str],
-        limit: int,
-        threshold: float | None,
-        *,
-        branch: str | None = None,
-    ) -> list[str]:
-        """Labels scoring ≥ threshold (None: the embedding model's default), best first,
-        of ``branch`` and unscoped memories when given; raises with a one-line message on
-        failure."""
-        ...
-
-
-class ContextSearcher:
-    """``Searcher`` over a ToolContext's Store and embedder: no telemetry, archived excluded."""
-
-    # Plain classes, not dataclasses, here: building those costs the hook milliseconds.
-    def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx  # a ToolContext; typed loosely so the hook never imports it
-
-    def labels(
-        self,
-        prompt: str,
-        stores: list[str],
-        limit: int,
-        threshold: float | None,
-        *,
-        branch: str | None = None,
-    ) -> list[str]:
-        from thatch.embedder.client.kind import Kind
-
-        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
-        cut = nudge_threshold(threshold, result.model_id)
-        return [match.memory.label for match in matches if match.score >= cut]
-
-    def scan(
-        self,
-        prompt: str,
-        stores: list[str],
-        limit: int,
-        threshold: float | None,
-        engines: Mapping[str, float | None],
-        *,
-        branch: str | None = None,
-    ) -> tuple[list[str], list[str]]:
-        """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
-        from thatch.embedder.client.kind import Kind
-        from thatch.frontend.engine_thresholds import resolve
-        from thatch.frontend.tools.engine_tools import prompt_blocks
-
-        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
-        cut = nudge_threshold(threshold, result.model_id)
-        labels = [match.memory.label for match in matches if match.score >= cut]
-        blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
-        return labels, blocks
-
-
-def nudge_threshold(threshold: float | None, model: str) -> float:
-    """The hook's override when it sent one, else the default of the model that embedded the
-    prompt (the hook cannot know which model this process's embedder serves)."""
-    if threshold is not None:
-        return threshold
-    from thatch.frontend.thresholds import BUILT_IN, defaults_for
-
-    return (defaults_for(model) or BUILT_IN).recall_nudge
-
-
-def parse_engines(line: bytes) -> dict[str, float | None] | None:
-    """The request's engine thresholds (``{"prediction": t, "behavior": t}``, a null t for
-    the embedding model's default), None when it asks for no engine blocks; ScanError when
-    malformed."""
-    request = json.loads(line)  # parse_request has accepted the line already
-    engines = request.get("engines")
-    if engines is None:
-        return None
-    if not isinstance(engines, dict) or set(engines) != {"prediction", "behavior"}:
-        raise ScanError('"engines" must map prediction and behavior to thresholds')
-    for value in engines.values():
-        if value is not None and (
-            not isinstance(value, int | float)
-            or isinstance(value, bool)
-            or math.isnan(value)
-            or not 0.0 <= value <= 1.0
-        ):
-            raise ScanError('"engines" thresholds must be numbers from 0 to 1')
-    return {name: None if value is None else float(value) for name, value in engines.items()}
-
-
-def parse_branch(line: bytes) -> str | None:
-    """The request's branch (search it plus unscoped memories), None for every branch;
-    ScanError when malformed."""
-    branch = json.loads(line).get("branch")  # parse_request has accepted the line already
-    if branch is None:
-        return None
-    if not isinstance(branch, str) or not branch:
-        raise ScanError('"branch" must be a non-empty string or null')
-    return branch
-
-
-def parse_request(line: bytes) -> tuple[str, list[str], int, float | None]:
-    """(prompt, stores, limit, threshold) from one request line, or ScanError saying why."""
-    try:
-        request = json.loads(line)
-    except ValueError:
-        raise ScanError("request is not valid JSON") from None
-    if not isinstance(request, dict):
-        raise ScanError("request must be a JSON object")
-    prompt = request.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ScanError('"prompt" must be a non-empty string')
-    stores = request.get("stores")
-    if (
-        not isinstance(stores, list)
-        or not stores
-        or not all(isinstance(name, str) and name for name in stores)
-    ):
-        raise ScanError('"stores" must be a non-empty list of store names')
-    limit = request.get("limit")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise ScanError(f'"limit" must be an integer from 1 to {MAX_LIMIT}')
-    threshold = request.get("threshold")
-    if threshold is None:  # the embedding model's default
-        return prompt[:MAX_PROMPT_CHARS], list(dict.fromkeys(stores)), limit, None
-    if (
-        not isinstance(threshold, int | float)
-        or isinstance(threshold, bool)
-        or math.isnan(threshold)
-        or not 0.0 <= threshold <= 1.0
-    ):
-        raise ScanError('"threshold" must be a number from 0 to 1')
-    return prompt[:MAX_PROMPT_CHARS], list(dict.fromkeys(stores)), limit, float(threshold)
-
-
-def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
-    """The reply object for one request line; every failure becomes ``{"error": ...}``."""
-    try:
-        prompt, stores, limit, threshold = parse_request(line)
-        engines = parse_engines(line)
-        branch = parse_branch(line)
-        scope = {} if branch is None else {"branch": branch}  # echoed: the hook checks it
-        scan = getattr(searcher, "scan", None)
-        if engines is not None and scan is not None:
-            labels, blocks = scan(prompt, stores, limit, threshold, engines, branch=branch)
-            return {"labels": labels, "blocks": blocks, **scope}
-        return {"labels": searcher.labels(prompt, stores, limit, threshold, branch=branch), **scope}
-    except Exception as error:  # one bad request must not take the service down
-        text = " ".join(str(error).split()) or type(error).__name__
-        return {"error": text}
-
-
-# -- server (inside ``thatch mcp``) ---------------------------------------------------------
-
-
-def _warn(message: str) -> None:
-    print(f"[thatch] recall scan not served: {message}", file=sys.stderr, flush=True)
-
-
-def _debug(env: Mapping[str, str], message: str) -> None:
-    if env.get("THATCH_DEBUG") == "1":
-        print(f"[thatch] recall scan: {message}", file=sys.stderr, flush=True)
-
-
-def _claim(path: Path) -> str | None:
-    """Clear ``path`` for binding; a reason (not to bind) when something live holds it."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return None
-    if stat.S_ISSOCK(mode):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.settimeout(PROBE_TIMEOUT)
-            try:
-                probe.connect(os.fspath(path))
-                return "another thatch mcp already serves this database"
-            except ConnectionRefusedError:
-                pass  # a stale socket left by a crash
-            except FileNotFoundError:
-                return None
-            except (TimeoutError, BlockingIOError):
-                return f"{path} is busy (not replacing a live socket)"
-            except OSError as error:
-                if error.errno in (errno.EAGAIN, errno.EINPROGRESS):
-                    return f"{path} is busy (not replacing a live socket)"
-                raise
-    path.unlink(missing_ok=True)
-    return None
-
-
-def _bind(path: Path) -> socket.socket:
-    from thatch.embedder.client.autostart import make_private_dir
-
-    make_private_dir(path.parent)
-    tighten_own_directory(path.parent)  # always thatch's own socket directory
-    problem = directory_problem(path.parent)
-    if problem is not None:
-        raise PermissionError(problem)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    previous = os.umask(0o077)
-    try:
-        sock.bind(os.fspath(path))
-        os.chmod(path, 0o600)
-        sock.listen(16)
-    except BaseException:
-        sock.close()
-        raise
-    finally:
-        os.umask(previous)
-    return sock
-
-
-class ScanService:
-    """One process's scan socket: bound and served by a daemon thread, removed by ``close``."""
-
-    def __init__(self, path: Path, searcher: Searcher, env: Mapping[str, str]) -> None:
-        self.path = path
-        self.searcher = searcher
-        self.env = env
-        self.ready = threading.Event()  # set once the socket is bound or given up on
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._inode: int | None = None
-        self._closed = False
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._run, name="thatch-recall-scan", daemon=True)
-        thread.start()
-        return thread
-
-    def _run(self) -> None:
-        try:
-            if not self._open():
-                return
-        except Exception as error:  # the MCP server goes on without the scan
-            _warn(f"{self.path}: {getattr(error, 'strerror', None) or error}")
-            return
-        finally:
-            self.ready.set()
-        self._serve()
-
-    def _open(self) -> bool:
-        with self._lock:
-            if self._closed:
-                return False
-            reason = _claim(self.path)
-            if reason is not None:
-                _debug(self.env, reason)
-                return False
-            self._sock = _bind(self.path)
-            self._inode = self.path.stat().st_ino
-        _debug(self.env, f"serving {self.path}")
-        return True
-
-    def _serve(self) -> None:
-        sock = self._sock
-        assert sock is not None
-        while not self._closed:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                if self._closed:
-                    return
-                time.sleep(0.05)  # e.g. out of file descriptors: back off, keep serving
-                continue
-            if not self._slots.acquire(blocking=False):
-                self._reply(conn, {"error": "recall scan busy"})
-                continue
-            threading.Thread(
-                target=self._handle, args=(conn,), name="thatch-recall-scan-conn", daemon=True
-            ).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        try:
-            end = time.monotonic() + CONNECTION_TIMEOUT
-            try:
-                line = _read_line(conn, end, MAX_REQUEST_BYTES)
-            except ScanError as error:
-                self._reply(conn, {"error": str(error)})
-                return
-            except OSError:
-                conn.close()  # timed out or went away: nobody to answer
-                return
-            if not line.strip():
-                conn.close()  # a liveness probe connects and leaves without asking
-                return
-            self._reply(conn, answer(line, self.searcher))
-        finally:
-            self._slots.release()
-
-    @staticmethod
-    def _reply(conn: socket.socket, reply: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError), conn:
-            conn.settimeout(CONNECTION_TIMEOUT)
-            conn.sendall(json.dumps(reply, ensure_ascii=False).encode() + b"\n")
-
-    def close(self) -> None:
-        """Stop serving; remove the socket file only while it is still the one we bound."""
-        with self._lock:
-            self._closed = True
-            sock, self._sock = self._sock, None
-            if self._inode is not None:
-                with contextlib.suppress(OSError):
-                    if self.path.lstat().st_ino == self._inode:
-                        self.path.unlink()
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() in the serving thread
-            sock.close()
-
-
-def start_scan_service(ctx: Any) -> ScanService | None:
-    """Serve the recall scan for ``ctx``'s database in the background; never raises."""
-    try:
-        db = ctx.store.path or default_db_path(ctx.env)
-        path = socket_path(db, ctx.env)
-        if path is None:
-            _debug(ctx.env, "socket path too long")
-            return None
-        service = ScanService(path, ContextSearcher(ctx), ctx.env)
-        service.start()
-    except Exception as error:  # the MCP server matters more than the scan
-        _warn(str(error))
-        return None
-    return service

@@ -207,7 +207,7 @@ def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = 
     """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0.
 
     ``lead`` and ``quiet``: what the quick start read and answered (``serve_stdio``)."""
-    from thatch.frontend.hooks.recall_scan import start_scan_service
+    from thatch.frontend.hooks.scan_service import start_scan_service
     from thatch.frontend.tools.duplicate_check import DuplicateChecker
 
     configure_stderr_logging()
@@ -221,7 +221,7 @@ def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = 
     # Memories older than an index (schema m009's, on the first open after an upgrade) are
     # indexed on this thread, a short transaction at a time; ``ctx.close`` stops it.
     ctx.backlog_fill.start()
-    # The prompt hook's warm recall path (recall_scan.py); binds in its own thread.
+    # The prompt hook's warm recall path (recall_scan.py, scan_service.py); binds in its own thread.
     scan = start_scan_service(ctx)
     seeder = start_seeding(ctx)
     # Duplicate candidates for memories no write compared (an upgraded database).

@@ -94,6 +94,13 @@ def cursor_commands(bin_word: str) -> dict[str, str]:
 # Cursor's own cap on follow-ups one stop hook may chain (docs/chat.md §liveness).
 CURSOR_ENTRY_EXTRAS: dict[str, dict[str, Any]] = {"stop": {"loop_limit": 3}}
 
+# Claude Code gives SessionEnd hooks 1.5 s in all unless one names a longer timeout
+# (seconds, at most 60): on a loaded machine session-end was killed mid-carry, between
+# taking the session's queue lock and the project's (each wait up to 2 s). The other
+# events' default (60 s and more) already covers every hook's worst case.
+SESSION_END_TIMEOUT = 10
+CLAUDE_ENTRY_EXTRAS: dict[str, dict[str, Any]] = {"SessionEnd": {"timeout": SESSION_END_TIMEOUT}}
+
 
 def _hooks_map(doc: dict[str, Any]) -> dict[str, Any]:
     hooks = doc.setdefault("hooks", {})
@@ -140,7 +147,7 @@ def merge_claude(doc: dict[str, Any], bin_word: str, post_tool_use: bool) -> dic
             del hooks[other]
     for event, command in claude_commands(bin_word, post_tool_use).items():
         groups = _without_thatch_groups(_event_list(hooks, event))
-        entry = {"type": "command", "command": command}
+        entry = {"type": "command", "command": command, **CLAUDE_ENTRY_EXTRAS.get(event, {})}
         group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
         group["hooks"] = [entry]
         hooks[event] = [*groups, group]

@@ -562,6 +562,12 @@ def test_a_chat_message_wakes_the_other_session_at_its_stop(
     ((_, read_result),) = requests[-1].last_tool_results()
     assert "<<<chat message #" in read_result and f"from {name_a} at " in read_result, read_result
     assert body in read_result, read_result
+    # Each piece reaches the model once: the resumed session's "(1 unread)" (its reminder
+    # says it; the same request's prompt hook does not repeat it) and the pointer (2.1.332
+    # repeated a {"decision": "block"} reason as a "Stop hook blocking error").
+    told = f"[thatch] chat: you are {name_b} (1 unread)."
+    assert requests[-1].all_text().count(told) == 1, requests[-1].all_text()[-3000:]
+    assert requests[-1].all_text().count(WAKE) == 1, requests[-1].all_text()[-3000:]
     stops = [c for c in hook_calls(sandbox.hook_log) if c.command == "chat-notify"]
     assert [c.payload()["session_id"] for c in stops] == [b, a, b, b], stops
     assert [bool(c.stdout.strip()) for c in stops] == [False, False, True, False], stops
