@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+__all__ = [
+    "FEATURES",
+    "features_off",
+    "is_on",
+    "variable",
+]
+
+
 FEATURES = ("engines", "chat")
 _OFF = frozenset({"off", "0", "false", "no"})
 

@@ -13,7 +13,7 @@ from tests.test_layers import modules, under
 NOT_YET: tuple[str, ...] = (
     "thatch.frontend.store",
     "thatch.frontend.tools",
-    "thatch.frontend.hooks.queue",
+    "thatch.frontend.queue",
 )
 
 

@@ -33,6 +33,13 @@ from thatch.embedder.models.registry import offline_error, settings_from_dir
 if TYPE_CHECKING:
     from thatch.embedder.encoder import Encoder
 
+__all__ = [
+    "create_encoder",
+    "describe_model",
+    "pull_model",
+    "resolve_model",
+]
+
 
 def _int8_checkable(snapshot: Path, ref: HubRef) -> bool:
     """False for a cached int8 file with nothing to check it against on this CPU.

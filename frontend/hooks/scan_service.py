@@ -26,6 +26,28 @@ from thatch.common.environment import default_db_path
 from thatch.embedder.client.socket_trust import directory_problem, tighten_own_directory
 from thatch.frontend.hooks.recall_scan import MAX_REQUEST_BYTES, ScanError, read_line, socket_path
 
+__all__ = [
+    "CONNECTION_TIMEOUT",
+    "DUPLICATE_VARIABLE",
+    "EMBED_TIMEOUT",
+    "INFO_DEADLINE",
+    "MAX_CONNECTIONS",
+    "MAX_LIMIT",
+    "MAX_PROMPT_CHARS",
+    "PROBE_TIMEOUT",
+    "ContextSearcher",
+    "ScanService",
+    "Searcher",
+    "answer",
+    "nudge_threshold",
+    "parse_branch",
+    "parse_engines",
+    "parse_hygiene",
+    "parse_request",
+    "start_scan_service",
+]
+
+
 MAX_PROMPT_CHARS = 2000
 MAX_LIMIT = 100
 CONNECTION_TIMEOUT = 2.0

@@ -15,6 +15,14 @@ from typing import Any
 from thatch.frontend.setup import jsonfiles
 from thatch.frontend.switches import FEATURES, features_off, variable
 
+__all__ = [
+    "OFF",
+    "entry_off",
+    "env_key",
+    "with_switches",
+]
+
+
 OFF = "off"
 
 
