@@ -40,6 +40,14 @@ def main() -> None:
 
 
 def _dispatch(args: list[str]) -> None:
+    if any(arg.startswith("--off=") for arg in args[1:]):
+        # Setup's per-project switches on a hook command (frontend/switches.py): imported
+        # only when present, so an ordinary hook pays nothing for them.
+        import os
+
+        from thatch.frontend.switches import apply_off_args
+
+        apply_off_args(args[1:], os.environ)
     if args and args[0] == "chat-notify" and not {"-h", "--help"} & set(args[1:]):
         from thatch.frontend.hooks.chat_notify import run_chat_notify
 

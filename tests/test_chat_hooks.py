@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support.hookrun import hook_env, run_hook
 from thatch.frontend.store import db
@@ -148,4 +152,70 @@ def test_chat_off_for_the_project_leaves_no_chat_line_and_no_wake(tmp_path: Path
     # The same mail with chat on: the wake and the line come back.
     woken = run_hook(["chat-notify"], {"session_id": "claude-a", "stop_hook_active": False}, on)
     assert b"unread chat message" in woken.stdout
+    store.conn.close()
+
+
+@pytest.mark.parametrize("host", ["claude", "cursor"])
+def test_setup_no_chat_reaches_the_hook_commands(tmp_path: Path, host: str) -> None:
+    """Hosts give an MCP entry's environment to the server alone: `thatch setup --no-chat`
+    also writes the switch on every hook command, so the hooks that setup wrote print no
+    chat line and wake nobody, with THATCH_CHAT nowhere in the host's environment."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.hosts import host_paths
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = hook_env(tmp_path, HOME=str(tmp_path / "home"), THATCH_PROJECT_DIR=str(project))
+    env.pop("THATCH_CHAT", None)
+    bin_path = str(Path(sys.executable).with_name("thatch"))
+
+    def commands(**switches: bool) -> dict[str, str]:
+        request = SetupRequest(
+            hosts=[host],
+            project_dir=project,
+            env=env,
+            bin_path=bin_path,
+            version="1",
+            switches=switches,
+        )
+        assert run_setup(request).exit_code == 0
+        hooks_file = host_paths(host, "local", project, env).hooks
+        assert hooks_file is not None
+        found: dict[str, str] = {}
+        for event, entries in json.loads(hooks_file.read_text())["hooks"].items():
+            for entry in entries:
+                for hook in [entry, *entry.get("hooks", [])]:
+                    if "command" in hook:
+                        found[event] = hook["command"]
+        return found
+
+    def shell(command: str, payload: dict[str, object]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            command,
+            shell=True,
+            input=json.dumps(payload).encode(),
+            capture_output=True,
+            env=env,
+            cwd=project,
+            timeout=60,
+            check=False,
+        )
+
+    start, stop = ("SessionStart", "Stop") if host == "claude" else ("sessionStart", "stop")
+    on = commands()
+    assert b"chat:" in shell(on[start], {"session_id": "s-on"}).stdout
+    off = commands(chat=False)
+    assert all(command.endswith(" --off=chat") for command in off.values()), off
+    out = shell(off[start], {"session_id": "s-off"})
+    assert out.returncode == 0 and b"chat:" not in out.stdout, out.stdout
+    store = chat(env)
+    assert store.get(host_session_key("s-off")) is None
+    store.send(
+        store.register_server(project="p", host_kind=host, worktree="/").session_id,
+        host_session_key("s-on"),
+        ["ping"],
+    )
+    wake = shell(off[stop], {"session_id": "s-on", "stop_hook_active": False})
+    assert wake.returncode == 0 and wake.stdout.strip() in (b"", b"{}"), wake.stdout
+    assert commands(chat=True) == on  # switched back on: the commands carry nothing
     store.conn.close()

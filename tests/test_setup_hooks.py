@@ -25,6 +25,8 @@ from thatch.frontend.setup.hooks import (
         "thatch reminder",
         "/usr/local/bin/thatch buffer-batch",
         "'/opt/my tools/thatch' flush-tools --json",
+        "thatch chat-notify --host cursor --off=chat",
+        "thatch reminder --json --off=engines,chat",
     ],
 )
 def test_thatch_commands_recognised(command: str) -> None:
@@ -41,6 +43,7 @@ def test_thatch_commands_recognised(command: str) -> None:
         "thatch",
         "thatch mcp",
         "thatch reminder --json --host claude",  # five words
+        "thatch reminder --off=chat --json",  # the switches come last
         "thatch reminder --host",
         "thatch 'unterminated",
         "bash -c 'thatch reminder'",

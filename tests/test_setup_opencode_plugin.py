@@ -74,9 +74,11 @@ def read_calls(log: Path) -> list[list[str]]:
     return [line.split("\t", 1) for line in log.read_text().splitlines()]
 
 
-def run_node(tmp_path: Path, bin_path: str, driver: str = DRIVER) -> dict[str, Any]:
+def run_node(
+    tmp_path: Path, bin_path: str, driver: str = DRIVER, off: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     assert NODE is not None, "node is required for the plugin tests"
-    (tmp_path / "plugin.mjs").write_text(render("1.2.3", bin_path))
+    (tmp_path / "plugin.mjs").write_text(render("1.2.3", bin_path, off))
     (tmp_path / "driver.mjs").write_text(driver)
     done = subprocess.run(
         [NODE, "driver.mjs"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
@@ -96,6 +98,17 @@ def test_header_and_ownership() -> None:
     assert is_generated(render("0.1.9", "thatch"))
     assert not is_generated("// my plugin\n" + text)
     assert 'const THATCH_BIN = "/x/thatch";' in text
+
+
+def test_switched_off_features_ride_on_every_hook_call(tmp_path: Path) -> None:
+    """opencode gives the MCP entry's environment to the server alone: the plugin of a
+    project with chat off passes ``--off=chat`` to every hook command it runs."""
+    script, log = write_fake(tmp_path / "bin")
+    run_node(tmp_path, str(script), off=frozenset({"chat"}))
+    calls = [c[0] for c in read_calls(log)]
+    hooks = [c for c in calls if not c.startswith("embedder")]
+    assert hooks and all(c.endswith(" --off=chat") for c in hooks), calls
+    assert [c for c in calls if c.startswith("embedder")] == ["embedder start --wait 0"]
 
 
 def test_node_parses_generated_file(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import os
 import shlex
 from typing import Any
 
+from thatch.frontend.switches import OFF_OPTION, off_args
+
 __all__ = [
     "HOOK_SUBCOMMANDS",
     "HookFileConflict",
@@ -48,6 +50,8 @@ def is_thatch_command(command: object) -> bool:
         words = shlex.split(command)
     except ValueError:
         return False
+    if words and words[-1].startswith(OFF_OPTION):
+        words = words[:-1]  # the project's switches (frontend/switches.py), always last
     if not 2 <= len(words) <= 4:
         return False
     if os.path.basename(words[0]) != "thatch" or words[1] not in HOOK_SUBCOMMANDS:
@@ -63,9 +67,12 @@ def is_thatch_command(command: object) -> bool:
     return True
 
 
-def claude_commands(bin_word: str, post_tool_use: bool) -> dict[str, str]:
-    """Event -> command for Claude Code; ``bin_word`` is already shell-quoted."""
-    return {
+def claude_commands(
+    bin_word: str, post_tool_use: bool, off: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Event -> command for Claude Code; ``bin_word`` is already shell-quoted; ``off``:
+    the features the project switched off (each command carries them)."""
+    commands = {
         "SessionStart": f"{bin_word} reminder",
         "PostToolUse" if post_tool_use else "PostToolBatch": f"{bin_word} buffer-batch",
         "UserPromptSubmit": f"{bin_word} flush-tools",
@@ -76,10 +83,16 @@ def claude_commands(bin_word: str, post_tool_use: bool) -> dict[str, str]:
         # (docs/hooks.md §snapshot); any other sub-agent's stop changes nothing.
         "SubagentStop": f"{bin_word} extraction-complete",
     }
+    return _with_off(commands, off)
 
 
-def cursor_commands(bin_word: str) -> dict[str, str]:
-    return {
+def _with_off(commands: dict[str, str], off: frozenset[str]) -> dict[str, str]:
+    suffix = "".join(f" {arg}" for arg in off_args(off))
+    return {event: command + suffix for event, command in commands.items()}
+
+
+def cursor_commands(bin_word: str, off: frozenset[str] = frozenset()) -> dict[str, str]:
+    commands = {
         "sessionStart": f"{bin_word} reminder --json",
         "postToolUse": f"{bin_word} buffer-tool",
         "beforeSubmitPrompt": f"{bin_word} flush-tools --json",
@@ -89,6 +102,7 @@ def cursor_commands(bin_word: str) -> dict[str, str]:
         # is left to extraction_done and the 10-minute expiry there.
         "sessionEnd": f"{bin_word} session-end",
     }
+    return _with_off(commands, off)
 
 
 # Cursor's own cap on follow-ups one stop hook may chain (docs/chat.md §liveness).
@@ -135,7 +149,9 @@ def is_thatch(entry: dict[str, Any]) -> bool:
     return is_thatch_command(entry.get("command"))
 
 
-def merge_claude(doc: dict[str, Any], bin_word: str, post_tool_use: bool) -> dict[str, Any]:
+def merge_claude(
+    doc: dict[str, Any], bin_word: str, post_tool_use: bool, off: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """``doc`` (a settings.json object, modified in place) with thatch's hooks current."""
     hooks = _hooks_map(doc)
     other = "PostToolBatch" if post_tool_use else "PostToolUse"
@@ -145,7 +161,7 @@ def merge_claude(doc: dict[str, Any], bin_word: str, post_tool_use: bool) -> dic
             hooks[other] = remaining
         else:
             del hooks[other]
-    for event, command in claude_commands(bin_word, post_tool_use).items():
+    for event, command in claude_commands(bin_word, post_tool_use, off).items():
         groups = _without_thatch_groups(_event_list(hooks, event))
         entry = {"type": "command", "command": command, **CLAUDE_ENTRY_EXTRAS.get(event, {})}
         group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
@@ -154,12 +170,14 @@ def merge_claude(doc: dict[str, Any], bin_word: str, post_tool_use: bool) -> dic
     return doc
 
 
-def merge_cursor(doc: dict[str, Any], bin_word: str) -> dict[str, Any]:
+def merge_cursor(
+    doc: dict[str, Any], bin_word: str, off: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """A Cursor hooks.json object with thatch's hooks current (``"version": 1`` first if new)."""
     if "version" not in doc:
         doc = {"version": 1, **doc}
     hooks = _hooks_map(doc)
-    for event, command in cursor_commands(bin_word).items():
+    for event, command in cursor_commands(bin_word, off).items():
         entries = _event_list(hooks, event)
         kept = [e for e in entries if not (isinstance(e, dict) and is_thatch(e))]
         hooks[event] = [*kept, {"command": command, **CURSOR_ENTRY_EXTRAS.get(event, {})}]

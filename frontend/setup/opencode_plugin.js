@@ -2,6 +2,8 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 
 const THATCH_BIN = __BIN__;
+// The features this project switched off, passed to every hook command (thatch setup).
+const OFF_ARGS = __OFF_ARGS__;
 // The agent waits on chat.message; never hold it longer than this.
 const BUDGET_MS = 3000;
 // Asking opencode about a session is an in-process call; give up on it well within budget.
@@ -30,7 +32,7 @@ function runThatch(args, payload, timeoutMs, collect) {
       finish();
     }, Math.max(0, timeoutMs));
     try {
-      child = spawn(THATCH_BIN, args, {
+      child = spawn(THATCH_BIN, [...args, ...OFF_ARGS], {
         stdio: ["pipe", collect ? "pipe" : "ignore", "ignore"],
       });
       child.on("error", finish);

@@ -43,7 +43,11 @@ def is_generated(text: str) -> bool:
 SOURCE = Path(__file__).with_name("opencode_plugin.js")
 
 
-def render(version: str, bin_path: str) -> str:
-    """The plugin source for this thatch version, with ``bin_path`` as a JSON string."""
+def render(version: str, bin_path: str, off: frozenset[str] = frozenset()) -> str:
+    """The plugin source for this thatch version, with ``bin_path`` as a JSON string and
+    the hook arguments of the features the project switched off (frontend/switches.py)."""
+    from thatch.frontend.switches import off_args
+
     body = SOURCE.read_text(encoding="utf-8")
+    body = body.replace("__OFF_ARGS__", json.dumps(off_args(off)))
     return header(version) + "\n" + body.replace("__BIN__", json.dumps(bin_path))

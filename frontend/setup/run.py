@@ -264,7 +264,12 @@ def _plugin(writer: _Writer, path: Path, request: SetupRequest) -> Line:
     if old is not None and not opencode_plugin.is_generated(old):
         detail = f"{path} was not written by thatch setup; move it away, then rerun"
         return Line("conflict", str(path), detail)
-    return writer.text(path, opencode_plugin.render(request.version, request.bin_path), old)
+    off = entry_off("opencode", _mcp_file(request, "opencode"), request.switches)
+    return writer.text(path, opencode_plugin.render(request.version, request.bin_path, off), old)
+
+
+def _mcp_file(request: SetupRequest, host: str) -> Path | None:
+    return host_paths(host, request.scope, request.project_dir, request.env).mcp
 
 
 def _has_block(path: Path) -> bool:
@@ -337,6 +342,7 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
     claude_hooks, allow_file, post = paths.hooks, paths.permissions, request.post_tool_use
     assert claude_hooks is not None and allow_file is not None
     bin_path, bin_word = request.bin_path, shlex.quote(request.bin_path)
+    switches = request.switches
     steps: list[Step] = []
     if paths.mcp is None:
         steps.append((Path("claude"), lambda: [_claude_user_mcp(request)]))
@@ -369,7 +375,7 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
             )
 
     def merge_hooks(doc: dict[str, Any]) -> dict[str, Any]:
-        return hooks.merge_claude(doc, bin_word, post)
+        return hooks.merge_claude(doc, bin_word, post, entry_off("claude", paths.mcp, switches))
 
     if allow_file == claude_hooks:
         steps.append(
@@ -416,7 +422,15 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
         )
         steps.append((paths.instructions, lambda: [_block_step(request, host, paths, writer)]))
         steps.append(
-            (hook_file, lambda: writer.json(hook_file, lambda d: hooks.merge_cursor(d, bin_word)))
+            (
+                hook_file,
+                lambda: writer.json(
+                    hook_file,
+                    lambda d: hooks.merge_cursor(
+                        d, bin_word, entry_off(host, mcp, request.switches)
+                    ),
+                ),
+            )
         )
     else:
         assert paths.mcp is not None and paths.plugin is not None
