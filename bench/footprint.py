@@ -201,6 +201,7 @@ class Measure:
     tools: int
     thatch_tools: int
     thatch_tool_count: int
+    thatch_tools_own: int  # names, descriptions and schemas only: the host's wrapping left out
     block: int
     block_raw: int
     skills: int
@@ -222,6 +223,20 @@ def context_text(hook_stdout: str) -> str:
         except (ValueError, AttributeError):
             return stdout
     return stdout
+
+
+def own_chars(tool: dict[str, Any]) -> int:
+    """A tool definition as the host sent it, less what the host wraps every tool in
+    (opencode: ``{"type": "function", "function": …}`` and ``additionalProperties``)."""
+    inner = tool.get("function", tool)
+    schema = dict(inner.get("parameters") or inner.get("input_schema") or {})
+    schema.pop("additionalProperties", None)
+    schema.pop("$schema", None)
+    return len(
+        compact(
+            {"name": inner.get("name"), "description": inner.get("description"), "schema": schema}
+        )
+    )
 
 
 def measure(body: dict[str, Any], text: str, hooks: list[list[tuple[str, str]]]) -> Measure:
@@ -251,6 +266,7 @@ def measure(body: dict[str, Any], text: str, hooks: list[list[tuple[str, str]]])
         tools=len(compact(tools)),
         thatch_tools=sum(len(compact(t)) for t in ours),
         thatch_tool_count=len(ours),
+        thatch_tools_own=sum(own_chars(t) for t in ours),
         block=in_json(block),
         block_raw=len(block),
         skills=sum(in_json(name) + in_json(about) for name, about in SKILLS if about in text),
@@ -382,10 +398,12 @@ def host_table(host: str, without: HostRun, with_thatch: HostRun) -> None:
         "rest",
     ]
     print_table(f"{host}: characters of the request body (tokens ≈ chars/4)", header, rows)
-    tools = max(r.thatch_tools for r in with_thatch.requests)
+    tools = max(r.thatch_tools_own for r in with_thatch.requests)
+    wrapped = max(r.thatch_tools for r in with_thatch.requests)
     block = max(r.block_raw for r in with_thatch.requests)
     print(
-        f"\nbudgets: tool definitions {tools:,} chars {within(tools, TOOLS_BUDGET)}"
+        f"\nbudgets: tool definitions (names, descriptions, schemas) {tools:,} chars"
+        f" {within(tools, TOOLS_BUDGET)}, {wrapped:,} as the host wraps them"
         f" (0 = deferred behind tool search); instruction block {block:,} chars"
         f" {within(block, BLOCK_BUDGET)}"
     )
