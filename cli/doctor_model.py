@@ -18,12 +18,22 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     the config file of ``thatch model use``, the default) and the served id; also the active
     id. A model that is not here names a fix that works here: pull only when the hub answers."""
     from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
+    from thatch.embedder.client.extra import install_line, missing
     from thatch.embedder.client.model_names import hub_endpoint, hub_offline
     from thatch.embedder.client.settings import model_setting
     from thatch.embedder.models.fixes import unavailable_fix
     from thatch.embedder.models.resolve import describe_model
 
     served_id = served.model_id if served else None
+    absent = missing()
+    if absent and served is None:
+        # A frontend-only install: nothing here can load a model, whatever is configured.
+        detail = (
+            "this install cannot run an embedder: the embedder extra "
+            f"({', '.join(absent)}) is not installed and no embedder is reachable"
+        )
+        fix = f"{install_line()}, or point THATCH_EMBEDDER_ADDR at a shared embedder"
+        return Check("FAIL", "model", detail, fix), None
     try:
         chosen = model_setting(env)
         name = chosen.value or ""

@@ -7,6 +7,7 @@ interpreter where importing any of them fails, as it does where they are not ins
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -107,6 +108,27 @@ def test_the_demo_names_the_missing_extra() -> None:
     assert "embedder extra" in output
     assert "[embedder]" in output
     assert "thatch demo --model mock" in output
+
+
+def test_doctor_names_the_missing_extra(tmp_path: Path) -> None:
+    """Without the extra and with no embedder reachable, the doctor's model check fails
+    with the install line (not `thatch model import`, which needs the extra itself)."""
+    done = run_blocked(
+        f"""
+        import json, os
+        os.environ.pop("THATCH_EMBEDDER_ADDR", None)
+        os.environ.update(HOME={str(tmp_path)!r}, XDG_CACHE_HOME={str(tmp_path / "c")!r},
+                          XDG_RUNTIME_DIR={str(tmp_path / "r")!r})
+        from click.testing import CliRunner
+        from thatch.cli.main import cli
+        result = CliRunner().invoke(cli, ["doctor", "--json"])
+        print(json.dumps([c for c in json.loads(result.output) if c["check"] == "model"]))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    (model,) = json.loads(done.stdout.strip().splitlines()[-1])
+    assert model["status"] == "FAIL", model
+    assert "embedder extra" in model["detail"] and "[embedder]" in model["fix"], model
 
 
 def test_the_mock_demo_runs_end_to_end_without_the_extra(tmp_path: Path) -> None:
