@@ -32,8 +32,8 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
             "this install cannot run an embedder: the embedder extra "
             f"({', '.join(absent)}) is not installed and no embedder is reachable"
         )
-        fix = f"{install_line()}, or point THATCH_EMBEDDER_ADDR at a shared embedder"
-        return Check("FAIL", "model", detail, fix), None
+        extra_fix = f"{install_line()}, or point THATCH_EMBEDDER_ADDR at a shared embedder"
+        return Check("FAIL", "model", detail, extra_fix), None
     try:
         chosen = model_setting(env)
         name = chosen.value or ""
