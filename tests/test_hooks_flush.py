@@ -96,7 +96,7 @@ def test_extraction_nudge_escalates_with_ids_verbatim(tmp_path: Path, sid: str) 
         assert text.count(f'"{sid}"') == 2 and fetch in text and done in text
     assert jsonl.read_bytes() == before
     assert (jsonl.with_suffix(".count")).read_text().strip() == "4"
-    queue.drain(Path(env["THATCH_QUEUE_DIR"]), sid)
+    queue.consume(Path(env["THATCH_QUEUE_DIR"]), sid)
     assert flush(env, {"session_id": sid, "prompt": "ok"})[0] == ""
 
 

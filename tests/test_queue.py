@@ -249,9 +249,9 @@ def test_count_increments_and_drain_removes_both(qdir: Path) -> None:
     (qdir / "s.count").write_text("garbage")
     assert queue.read_count(qdir, "s") == 0
     queue.append_calls(qdir, "s", [call("Bash", "x")])
-    queue.drain(qdir, "s")
+    queue.consume(qdir, "s")
     assert not (qdir / "s.jsonl").exists() and not (qdir / "s.count").exists()
-    queue.drain(tmp_missing := qdir / "nope", "s")
+    queue.consume(tmp_missing := qdir / "nope", "s")
     assert not tmp_missing.exists()
 
 

@@ -27,6 +27,10 @@ from thatch.frontend.queue.files import (
 from thatch.frontend.queue.limits import ID_LIMIT
 from thatch.frontend.queue.records import call_time, compact, make_record, seq_of
 
+__all__ = [
+    "append_calls",
+]
+
 
 def append_calls(
     directory: Path,

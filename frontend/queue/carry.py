@@ -27,6 +27,14 @@ from thatch.frontend.queue.files import (
 from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT
 from thatch.frontend.queue.records import seq_of
 
+__all__ = [
+    "CARRY_PREFIX",
+    "adopt_carried",
+    "carry_over",
+    "project_key",
+    "release_held",
+]
+
 # Stem of a project's carried-over queue: "~" never occurs in a session's safe name.
 CARRY_PREFIX = "~carry-"
 

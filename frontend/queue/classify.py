@@ -15,6 +15,17 @@ from typing import Any
 
 from thatch.frontend.queue.records import compact, response_text
 
+__all__ = [
+    "DRAINING_TOOLS",
+    "META_WORDS",
+    "SERVED_TOOLS",
+    "SUCCESS_MARKERS",
+    "THATCH_PREFIXES",
+    "call_succeeded",
+    "classify",
+    "is_meta_tool",
+]
+
 # Bare names of thatch's MCP tools, used to recognise thatch's own calls however a host
 # prefixes them. SERVED_TOOLS and DRAINING_TOOLS (the tools whose call drains the queue)
 # are copies of what the tool registry (tools/registry.py) says; this hot path imports the

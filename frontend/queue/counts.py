@@ -16,6 +16,12 @@ from thatch.frontend.queue.files import (
     write_atomic,
 )
 
+__all__ = [
+    "increment_count",
+    "read_count",
+    "warn_unreadable_once",
+]
+
 
 def read_count(directory: Path, session_id: str) -> int:
     """Extraction nudges printed since the last drain (missing or unparsable = 0)."""

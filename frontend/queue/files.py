@@ -32,6 +32,24 @@ from thatch.frontend.queue.limits import (
 )
 from thatch.frontend.queue.records import capped, compact
 
+__all__ = [
+    "CLEANUP_MARKER",
+    "UNREAD",
+    "QueueError",
+    "cleanup",
+    "ensure_dir",
+    "locked",
+    "queue_paths",
+    "read_lines",
+    "read_number",
+    "read_state",
+    "safe_name",
+    "state_path",
+    "unlink",
+    "write_atomic",
+    "write_records",
+]
+
 CLEANUP_MARKER = ".last-cleanup"
 UNREAD = ".unread"  # marker: this session was told once that its payloads are unreadable
 

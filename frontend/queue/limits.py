@@ -10,6 +10,26 @@ from __future__ import annotations
 
 from thatch.frontend.identifiers import SESSION_ID_MAX
 
+__all__ = [
+    "ACCEPTED_TTL_SECONDS",
+    "ARGS_CHARS_LIMIT",
+    "ARG_DEPTH_LIMIT",
+    "ARG_ITEMS_LIMIT",
+    "ARG_STRING_LIMIT",
+    "CLEANUP_INTERVAL_SECONDS",
+    "ID_LIMIT",
+    "KEY_LIMIT",
+    "LOCK_TIMEOUT_SECONDS",
+    "MAX_RECORDS",
+    "OUTPUT_LIMIT",
+    "PAYLOAD_OUTPUT_LIMIT",
+    "QUEUE_BYTES_LIMIT",
+    "RECORD_CHARS_LIMIT",
+    "STALE_SECONDS",
+    "TITLE_LIMIT",
+    "TOOL_NAME_LIMIT",
+]
+
 MAX_RECORDS = 20
 ARG_STRING_LIMIT = 500
 OUTPUT_LIMIT = 2000

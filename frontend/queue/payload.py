@@ -7,6 +7,10 @@ from typing import Any
 from thatch.frontend.queue.limits import PAYLOAD_OUTPUT_LIMIT
 from thatch.frontend.queue.records import compact, first_string
 
+__all__ = [
+    "build_payload",
+]
+
 
 def _summarize_args(tool: str, args: Any) -> str:
     name = tool.strip().lower()

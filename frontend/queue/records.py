@@ -25,6 +25,16 @@ from thatch.frontend.queue.limits import (
     TOOL_NAME_LIMIT,
 )
 
+__all__ = [
+    "call_time",
+    "capped",
+    "compact",
+    "first_string",
+    "make_record",
+    "response_text",
+    "seq_of",
+]
+
 
 def compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)

@@ -27,6 +27,15 @@ from thatch.frontend.queue.files import (
 from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT
 from thatch.frontend.queue.records import compact, seq_of
 
+__all__ = [
+    "accept",
+    "complete",
+    "consume",
+    "nudge_records",
+    "peek_records",
+    "requeue",
+]
+
 
 def peek_records(directory: Path, session_id: str) -> list[dict[str, Any]]:
     """The queued records, oldest first, without locking or changing anything."""
@@ -137,6 +146,3 @@ def consume(directory: Path, session_id: str) -> None:
         unlink(jsonl)
         unlink(count)
         unlink(state_path(jsonl))
-
-
-drain = consume  # the name callers of earlier releases use

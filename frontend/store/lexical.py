@@ -17,6 +17,32 @@ import sqlite3
 from collections.abc import Sequence
 from typing import NamedTuple
 
+__all__ = [
+    "BACKFILL",
+    "DOCS_TABLE",
+    "EXACT_LIFT",
+    "EXACT_MAX_MATCHES",
+    "FTS_TABLE",
+    "HIT_LIMIT",
+    "LEXICAL_WEIGHT",
+    "MATCH_BUDGET",
+    "MAX_IDENTIFIERS",
+    "MAX_WORDS",
+    "PARTS_WEIGHT",
+    "SOURCE_VIEW",
+    "STOPWORDS",
+    "TOKENIZER",
+    "WORDS_WEIGHT",
+    "Identifier",
+    "affordable",
+    "evidence",
+    "fts5_available",
+    "index_present",
+    "lexical_hits",
+    "lifts",
+    "query_items",
+]
+
 FTS_TABLE = "thatch_entries_fts"
 DOCS_TABLE = "_thatch_fts_docs"
 SOURCE_VIEW = "_thatch_fts_source"

@@ -9,6 +9,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 
+__all__ = [
+    "active_model",
+    "configured_model_id",
+]
+
 
 def configured_model_id(env: Mapping[str, str]) -> str:
     """The id THATCH_MODEL resolves to, from local files only; the raw value if unresolvable."""

@@ -16,6 +16,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+__all__ = [
+    "AfterReply",
+]
+
 
 @dataclass(frozen=True)
 class _Job:

@@ -9,6 +9,11 @@ from thatch.frontend.tools.operations import Operations
 from thatch.frontend.tools.spec import Action, ToolSpec
 from thatch.frontend.tools.validation import LABEL_MAX, Param
 
+__all__ = [
+    "CHAT_ACTIONS",
+    "CHAT_SPEC",
+]
+
 _AS = Param("as", "string", "", max_length=LABEL_MAX, single_line=True, blank_is_omitted=True)
 _BODY = Param("body", "string", "", required=True, non_empty=True)
 _TO = Param(

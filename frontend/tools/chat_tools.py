@@ -21,6 +21,30 @@ from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.untrusted import body as neutral_body
 from thatch.frontend.untrusted import inline, quoted, token
 
+__all__ = [
+    "CONTINUED",
+    "MAX_BODY_DEFAULT",
+    "MORE_UNREAD",
+    "NO_UNREAD",
+    "READ_HEADER",
+    "READ_OUTPUT_MAX",
+    "READ_PAGE",
+    "SPLIT_DEFAULT",
+    "TOPIC_MAX",
+    "ChatRefused",
+    "ChatTools",
+    "PersonSendRefused",
+    "PersonSent",
+    "frame",
+    "max_body",
+    "neutralise",
+    "person_send",
+    "person_session_id",
+    "split_body",
+    "split_len",
+    "unknown_identity",
+]
+
 MAX_BODY_DEFAULT = 20_000
 SPLIT_DEFAULT = 2_000
 SPLIT_MIN, SPLIT_MAX = 500, 9_000

@@ -29,6 +29,14 @@ from thatch.frontend.tools.embedding import Embedder as Embedder
 from thatch.frontend.tools.embedding import EmbedResultLike as EmbedResultLike
 from thatch.frontend.tools.pending_fill import PendingFill
 
+__all__ = [
+    "EMBED_TIMEOUT",
+    "TOOL_START_WAIT",
+    "BacklogFill",
+    "ToolContext",
+    "setup_prefix",
+]
+
 TOOL_START_WAIT = 20.0
 EMBED_TIMEOUT = 30.0
 

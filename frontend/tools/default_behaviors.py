@@ -26,6 +26,18 @@ from thatch.frontend.tools.background import Background
 from thatch.frontend.tools.context import Embedder
 from thatch.frontend.tools.seed_stamps import SEED_STORE, STAMP_MARKER, parse_stamp, stamp
 
+__all__ = [
+    "DEFAULTS",
+    "SEED_EMBED_TIMEOUT",
+    "SEED_RETRY_MAX_SECONDS",
+    "SEED_RETRY_SECONDS",
+    "SEED_WAIT_SECONDS",
+    "Default",
+    "DefaultSeeder",
+    "SeedReport",
+    "seed_defaults",
+]
+
 # How long a server keeps trying for an embedder (the first start downloads the model).
 SEED_WAIT_SECONDS = 600.0
 # Each attempt may spawn a local embedder (as a prompt hook's would): back off, so an

@@ -12,6 +12,11 @@ import numpy.typing as npt
 
 from thatch.embedder.client.kind import Kind
 
+__all__ = [
+    "EmbedResultLike",
+    "Embedder",
+]
+
 
 class EmbedResultLike(Protocol):
     @property

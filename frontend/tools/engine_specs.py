@@ -8,6 +8,12 @@ from thatch.frontend.tools.memory_specs import store_param
 from thatch.frontend.tools.spec import Action, ToolSpec
 from thatch.frontend.tools.validation import QUERY_MAX, Param
 
+__all__ = [
+    "ENGINE_ACTIONS",
+    "ENGINE_SPEC",
+    "ENGINE_TEXT_MAX",
+]
+
 ENGINE_TEXT_MAX = 1_000  # a situation or a statement: one sentence, never a document
 
 

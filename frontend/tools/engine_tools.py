@@ -31,6 +31,32 @@ if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
     from thatch.frontend.tools.operations import Operations
 
+__all__ = [
+    "BEHAVIOR_BLOCK_TITLE",
+    "NO_PREDICTIONS_MATCH",
+    "PREDICTION_BLOCK_TITLE",
+    "VERBS",
+    "auto_fire_threshold",
+    "behavior_codify",
+    "behavior_delete",
+    "behavior_feedback",
+    "behavior_list",
+    "confidence_text",
+    "deleted_text",
+    "engine_store",
+    "head",
+    "listing",
+    "not_found",
+    "prediction_delete",
+    "prediction_list",
+    "prediction_query",
+    "prediction_update",
+    "prompt_block",
+    "prompt_blocks",
+    "scope_text",
+    "surfaced_line",
+]
+
 NO_PREDICTIONS_MATCH = "No matching predictions found."
 PREDICTION_BLOCK_TITLE = "[thatch] User decision model"
 BEHAVIOR_BLOCK_TITLE = "[thatch] Situational behaviors"

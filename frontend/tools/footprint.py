@@ -15,6 +15,13 @@ from typing import Any
 from thatch.frontend.tools.spec import ToolSpec
 from thatch.frontend.tools.validation import input_schema
 
+__all__ = [
+    "BUDGET",
+    "definition_chars",
+    "tool_definition",
+    "tool_definitions_chars",
+]
+
 BUDGET = 6_000  # characters of all tool definitions together, every feature on
 
 

@@ -11,6 +11,37 @@ from thatch.frontend.store.memory import DuplicatePair, Match, Memory
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import body, inline, quoted, token
 
+__all__ = [
+    "ACKNOWLEDGED",
+    "NO_MATCHES",
+    "NO_QUEUE",
+    "RECALL_FRAME",
+    "RESULT_SEPARATOR",
+    "Cluster",
+    "T",
+    "archived_guard",
+    "checked",
+    "clusters",
+    "duplicate_page",
+    "forgotten",
+    "label_exists",
+    "list_line",
+    "memory_list",
+    "new_store",
+    "no_memories",
+    "no_store",
+    "not_found",
+    "not_indexed",
+    "not_recorded",
+    "pending_notice",
+    "recall_results",
+    "saved",
+    "score",
+    "show",
+    "similar_warning",
+    "store_list",
+]
+
 RESULT_SEPARATOR = "\n\n-----\n\n"
 NO_MATCHES = "No matching memories found."
 NO_QUEUE = "No queued tool interactions found for this session."

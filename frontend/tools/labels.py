@@ -6,6 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+__all__ = [
+    "MAX_DERIVED",
+    "MIN_CUT",
+    "Derived",
+    "derive_label",
+]
+
 MAX_DERIVED = 80
 MIN_CUT = 40
 

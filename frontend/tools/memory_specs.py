@@ -18,6 +18,12 @@ from thatch.frontend.tools.validation import (
     Param,
 )
 
+__all__ = [
+    "BRANCH_MAX",
+    "MEMORY_SPECS",
+    "store_param",
+]
+
 BRANCH_MAX = LABEL_MAX
 
 

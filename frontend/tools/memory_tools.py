@@ -28,6 +28,12 @@ from thatch.frontend.tools.operations import Refused as Refused
 from thatch.frontend.tools.registry import SPECS_BY_NAME, served_specs, specs_named
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError
 
+__all__ = [
+    "ToolResult",
+    "Tools",
+    "call_tool",
+]
+
 
 @dataclass(frozen=True)
 class ToolResult:

@@ -32,6 +32,17 @@ from thatch.frontend.tools.context import EmbedResultLike, ToolContext
 from thatch.frontend.tools.labels import derive_label
 from thatch.frontend.tools.validation import ArgumentError
 
+__all__ = [
+    "CHECK_SECONDS",
+    "Operations",
+    "RecallReport",
+    "Refused",
+    "RememberReport",
+    "above",
+    "embedder_error",
+    "one_line",
+]
+
 # How long one find_duplicates call may spend comparing memories no write compared (an
 # upgraded database): ~3,000 memories a second at 100k; the rest waits for the next call.
 CHECK_SECONDS = 5.0

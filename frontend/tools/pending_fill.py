@@ -33,6 +33,16 @@ from thatch.frontend.store.memory import Memory
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.embedding import Embedder
 
+__all__ = [
+    "BATCH",
+    "OPPORTUNISTIC_LIMIT",
+    "FillSource",
+    "FillSummary",
+    "PendingFill",
+    "Progress",
+    "embed_stored_texts",
+]
+
 
 class FillSource(Protocol):
     """What a fill reads at each use: ``ToolContext`` is one."""

@@ -16,6 +16,15 @@ from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS, Engine
 from thatch.frontend.store.memory_store import Memory, Store
 from thatch.frontend.tools.context import Embedder
 
+__all__ = [
+    "REEMBED_TIMEOUT_S",
+    "EngineRow",
+    "ReembedPlan",
+    "plan_engine_reembed",
+    "plan_reembed",
+    "reembed_engine_rows",
+]
+
 REEMBED_TIMEOUT_S = 120.0
 
 

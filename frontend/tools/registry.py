@@ -21,6 +21,14 @@ from thatch.frontend.tools.memory_specs import MEMORY_SPECS
 from thatch.frontend.tools.spec import ToolSpec
 from thatch.frontend.tools.validation import Param
 
+__all__ = [
+    "SPECS_BY_NAME",
+    "TOOL_SPECS",
+    "declared_params",
+    "served_specs",
+    "specs_named",
+]
+
 TOOL_SPECS: tuple[ToolSpec, ...] = (*MEMORY_SPECS, ENGINE_SPEC, CHAT_SPEC)
 
 SPECS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOL_SPECS}

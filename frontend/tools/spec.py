@@ -19,6 +19,13 @@ from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError, Param
 if TYPE_CHECKING:
     from thatch.frontend.tools.operations import Operations
 
+__all__ = [
+    "ACTION",
+    "Action",
+    "Handler",
+    "ToolSpec",
+]
+
 # Validated arguments (every declared parameter, None when omitted) in, result text out;
 # raises what the typed operations raise (ArgumentError, Refused, StoreError, ...).
 Handler = Callable[["Operations", dict[str, Any]], str]

@@ -15,6 +15,20 @@ from typing import Any, Literal
 
 from thatch.frontend.untrusted import has_control
 
+__all__ = [
+    "CONTENT_MAX",
+    "LABEL_MAX",
+    "NOT_AN_OBJECT",
+    "QUERY_MAX",
+    "SESSION_ID_MAX",
+    "ArgumentError",
+    "Param",
+    "ParamType",
+    "input_schema",
+    "shortest",
+    "validate",
+]
+
 ParamType = Literal["string", "integer", "number", "boolean"]
 
 NOT_AN_OBJECT = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
