@@ -172,3 +172,15 @@ def postgres() -> Iterator[object]:
 
     with running_postgres() as server:
         yield server
+
+
+@pytest.fixture
+def hub_db(postgres: object) -> Iterator[object]:
+    """A fresh hub database on the run's PostgreSQL, migrated by its owner
+    (tests/support/hubdb.py)."""
+    from tests.support.hubdb import hub_database
+    from tests.support.postgres import PostgresServer
+
+    assert isinstance(postgres, PostgresServer)
+    with hub_database(postgres) as database:
+        yield database
