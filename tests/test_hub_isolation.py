@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.fake_embedder import bag_vector
 from tests.support.hubdb import HubDatabase
+from tests.support.postgres import HUB_ROLE
 from thatch.hub.feed import START, changes_after
 from thatch.hub.memories import HubMemories, Outcome
 from thatch.hub.schema import HubRoleError, check_role
@@ -205,3 +206,34 @@ def test_the_hub_refuses_to_serve_as_a_role_row_security_does_not_bind(
             pytest.raises(HubRoleError, match=reason),
         ):
             check_role(conn)
+
+
+def test_one_pooled_connection_serves_two_teams_in_turn_and_each_sees_its_own(
+    hub_db: HubDatabase, teams: tuple[HubMemories, HubMemories]
+) -> None:
+    """A pool of one connection (the worst case of a pooler): team A's transaction, then
+    team B's, then one with no team, all on the same server session."""
+    from thatch.hub.pool import open_pool
+
+    alice, bob = teams
+    pool = open_pool(hub_db.server.conninfo(hub_db.name, user=HUB_ROLE), max_size=1)
+    try:
+        pids = set()
+        for who, expected in ((alice.who, []), (bob.who, ["deploy-keys"]), (alice.who, [])):
+            with pool.connection() as conn:
+                pids.add(conn.info.backend_pid)
+                assert [m.slug for m in HubMemories(conn, who, hub_db.clock).list("shared")] == (
+                    expected
+                )
+        with pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+        assert len(pids) == 1
+    finally:
+        pool.close()
+
+
+def test_the_pool_refuses_a_role_row_security_does_not_bind(hub_db: HubDatabase) -> None:
+    from thatch.hub.pool import open_pool
+
+    with pytest.raises(HubRoleError, match="superuser"):
+        open_pool(hub_db.server.conninfo(hub_db.name), max_size=1).close()
