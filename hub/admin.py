@@ -1,7 +1,7 @@
 """The operator's changes to teams and members, run as the owner (docs/team.md §roles).
 
 The hub's own role cannot touch ``members`` at all: tokens are added and revoked here, by
-whoever runs the migrations (``thatch hub member add``, next, will call these).
+whoever runs the migrations (the ``hub member add`` command, next, will call these).
 """
 
 from __future__ import annotations
