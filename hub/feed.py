@@ -44,6 +44,10 @@ class Change:
 class Page:
     changes: list[Change]
     cursor: Cursor  # where the next pull starts (the last change's position)
+    # The cursor is older than a purged tombstone: the machine may have missed a delete,
+    # so it drops its replica of the team's stores and pulls again from START (which is
+    # never reset: a machine with nothing has missed nothing).
+    reset: bool = False
 
 
 def changes_after(
@@ -51,6 +55,11 @@ def changes_after(
 ) -> Page:
     """The team's changes after ``cursor``, oldest first, at most ``limit``."""
     with as_member(conn, who):
+        horizon = conn.execute(
+            "SELECT purged_txid::text, purged_seq FROM teams WHERE id = thatch_team()"
+        ).fetchone()
+        if horizon is not None and START < cursor < Cursor(int(horizon[0]), int(horizon[1])):
+            return Page([], cursor, reset=True)
         rows = conn.execute(
             f"SELECT {MEMORY_COLUMNS}, m.rev, m.conflict_of, m.author, m.deleted_at IS NOT NULL, "
             "m.txid::text, m.seq FROM memories m WHERE m.team = thatch_team() "

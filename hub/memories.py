@@ -54,9 +54,12 @@ __all__ = [
     "memory_from_hub_row",
 ]
 
-# halfvec keeps float16: a 384-term inner product of unit vectors may move by ~1e-3.
-# PostgreSQL screens with this margin below the limit-th score; float64 decides.
-HALF_MARGIN = 2e-3
+# halfvec keeps float16 (relative error 2⁻¹¹ per component, on the stored and the query
+# vector alike), so a screened inner product of unit vectors is off from the exact one by
+# e ≤ 2·2⁻¹¹ + float32 summation ≈ 1.0e-3. A row of the exact top k screens at least
+# (k-th exact − e) and the k-th screened score is at most (k-th exact + e): a cut 2e below
+# the k-th screened score keeps every such row. float64 then decides.
+HALF_MARGIN = 4e-3
 
 # A memory row: the 13 values ``memory_from_row`` would read, with telemetry counted from
 # the events and dim 384 for a row with a vector.
@@ -272,11 +275,12 @@ class HubMemories:
         return memory_from_hub_row(row)
 
     def purge_tombstones(self, before: datetime) -> int:
-        """Remove tombstones (and their recall events) deleted before ``before``."""
+        """Remove tombstones (and their recall events) deleted before ``before``, and move
+        the team's purge horizon past them (``feed``: older cursors must re-pull)."""
         with as_member(self.conn, self.who) as conn:
             gone = conn.execute(
                 "DELETE FROM memories WHERE team = thatch_team() AND deleted_at < %s "
-                "RETURNING store, slug",
+                "RETURNING store, slug, txid::text, seq",
                 (before,),
             ).fetchall()
             if gone:
@@ -285,6 +289,12 @@ class HubMemories:
                     "AS g(store, slug) WHERE e.team = thatch_team() "
                     "AND e.store = g.store AND e.slug = g.slug",
                     ([row[0] for row in gone], [row[1] for row in gone]),
+                )
+                txid, seq = max((int(row[2]), int(row[3])) for row in gone)
+                conn.execute(
+                    "UPDATE teams SET purged_txid = %s::text::xid8, purged_seq = %s "
+                    "WHERE id = thatch_team() AND (purged_txid, purged_seq) < (%s::text::xid8, %s)",
+                    (str(txid), seq, str(txid), seq),
                 )
             return len(gone)
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 from psycopg import Connection, sql
 from psycopg.rows import TupleRow
 
-__all__ = ["TABLES", "m001_tables", "m002_row_security", "m003_stamps_and_auth"]
+__all__ = [
+    "TABLES",
+    "m001_tables",
+    "m002_row_security",
+    "m003_stamps_and_auth",
+    "m004_purge_horizon",
+]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
 TABLES = ("teams", "members", "stores", "memories", "recall_events")
@@ -195,5 +201,19 @@ CREATE FUNCTION thatch_authenticate(token bytea)
 REVOKE ALL ON FUNCTION thatch_authenticate(bytea) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION thatch_authenticate(bytea) TO {role}""",
+        role,
+    )
+
+
+def m004_purge_horizon(conn: Connection[TupleRow], role: str) -> None:
+    """Where each team's feed was purged through: a cursor before it may have missed a
+    purged tombstone, so its machine re-pulls (``feed.Page.reset``)."""
+    _run(
+        conn,
+        """ALTER TABLE teams ADD COLUMN purged_txid xid8 NOT NULL DEFAULT '0';
+
+ALTER TABLE teams ADD COLUMN purged_seq bigint NOT NULL DEFAULT 0;
+
+GRANT UPDATE (purged_txid, purged_seq) ON teams TO {role}""",
         role,
     )

@@ -17,7 +17,13 @@ from datetime import datetime
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
-from thatch.hub.migrations import TABLES, m001_tables, m002_row_security, m003_stamps_and_auth
+from thatch.hub.migrations import (
+    TABLES,
+    m001_tables,
+    m002_row_security,
+    m003_stamps_and_auth,
+    m004_purge_horizon,
+)
 
 __all__ = [
     "MIGRATIONS",
@@ -34,6 +40,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m001_tables", m001_tables),
     ("m002_row_security", m002_row_security),
     ("m003_stamps_and_auth", m003_stamps_and_auth),
+    ("m004_purge_horizon", m004_purge_horizon),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).

@@ -342,3 +342,24 @@ def test_screening_in_half_precision_never_drops_a_row_float64_ranks_in(
             wanted = [(m.memory.slug, m.score) for m in local.search(["proj"], base, limit=limit)]
             got = [(m.memory.slug, m.score) for m in alice.search(["proj"], base, limit=limit)]
             assert got == wanted
+
+
+def test_a_cursor_older_than_a_purged_tombstone_is_told_to_pull_again(
+    hub_db: HubDatabase,
+) -> None:
+    alice = hub_db.memories("A", "alice")
+    save(alice, "Old", "old")
+    before_delete = changes_after(alice.conn, alice.who, START).cursor
+    alice.forget("proj", "Old")
+    save(alice, "New", "new")
+    current = changes_after(alice.conn, alice.who, START).cursor
+    assert not changes_after(alice.conn, alice.who, before_delete).reset
+    assert alice.purge_tombstones(hub_db.clock()) == 1
+    stale = changes_after(alice.conn, alice.who, before_delete)
+    assert stale.reset and stale.changes == []
+    assert not changes_after(alice.conn, alice.who, current).reset
+    fresh = changes_after(alice.conn, alice.who, START)
+    assert not fresh.reset and [change.slug for change in fresh.changes] == ["new"]
+    # Another team's purge horizon is its own.
+    bob = hub_db.memories("B", "bob")
+    assert not changes_after(bob.conn, bob.who, before_delete).reset
