@@ -13,7 +13,8 @@ recall always has). Figures, each the median over the queries of the median of
 - shipped: ``HubMemories.search`` as shipped (halfvec screen with the margin, the rows'
   text and float32 vectors fetched, float64 rescoring), before any index exists;
 - scan: ``ORDER BY embedding <#> q LIMIT k`` with the store filter, slugs only, as an
-  exact sequential scan (no index yet): what the index can save;
+  exact sequential scan (no index yet): what the index can save, and its recall@k against
+  the shipped answer (what float16 order alone loses at the k-th place, without an index);
 - hnsw: the same query on an HNSW index (``halfvec_ip_ops``, m=16, ef_construction=64)
   with ``hnsw.iterative_scan = relaxed_order``, for each ``hnsw.ef_search`` of ``--ef``;
   its recall@k against the shipped answer, and the index build time.
@@ -76,6 +77,11 @@ def load(conn: object, store: str, vectors: np.ndarray) -> None:
                 )
 
 
+def overlap(found: list[set[str]], wanted: list[set[str]], k: int) -> list[float]:
+    """recall@k of each answer against the wanted one."""
+    return [len(a & b) / k for a, b in zip(found, wanted, strict=True)]
+
+
 def median_ms(repeats: int, run: object) -> float:
     assert callable(run)
     times = []
@@ -124,6 +130,7 @@ def measure(server: object, n: int, args: argparse.Namespace) -> list[str]:
                 ).fetchall()
 
         scan_ms = [median_ms(args.repeats, lambda q=query: ids(q)) for query in queries]
+        scanned = [{row[0] for row in ids(query)} for query in queries]  # vs answers, below
         exact_ms, answers = [], []
         for query in queries:
             exact_ms.append(
@@ -156,6 +163,7 @@ def measure(server: object, n: int, args: argparse.Namespace) -> list[str]:
         f"{loaded:.1f}",
         f"{statistics.median(exact_ms):.1f}",
         f"{statistics.median(scan_ms):.1f}",
+        f"{statistics.mean(overlap(scanned, answers, args.k)):.3f}",
         *hnsw,
         f"{built:.1f}" + ("" if uses_index else " (index unused)"),
     ]
@@ -185,6 +193,7 @@ def main() -> None:
             "load s",
             "shipped ms",
             "scan ms",
+            "scan recall@k",
             *(f"hnsw ef={ef} {what}" for ef in args.ef.split(",") for what in ("ms", "recall@k")),
             "build s",
         ],
