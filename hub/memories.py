@@ -165,10 +165,12 @@ class HubMemories:
         base_rev: int | None = None,
         branch: str | None = None,
         confidence: int | None = None,
-        archived: bool = False,
+        archived: bool | None = None,
     ) -> Written:
         """Save one memory; a write that would replace a version its writer has not seen
         (``base_rev`` is not the row's revision) is kept beside it as a conflict version.
+        A None vector saves it pending. As the local store's overwrite does, a replacing
+        write given no ``branch``, ``confidence`` or ``archived`` keeps the row's.
 
         Refused (``SecretFound``) when the label or text holds what looks like a secret.
         """
@@ -188,7 +190,7 @@ class HubMemories:
             "model": None if vector is None else model,
             "branch": branch,
             "confidence": confidence,
-            "archived": bool(archived),
+            "archived": archived,
             "now": now,
         }
         with as_member(self.conn, self.who) as conn:
@@ -209,20 +211,23 @@ class HubMemories:
             if (deleted and base_rev is None) or (not deleted and base_rev == rev):
                 # The writer saw this revision, or recreates a label deleted before it
                 # knew of it: the row is theirs to replace.
+                # An edit keeps what it does not set; a recreated label starts afresh.
+                kept = "COALESCE(%({0})s, {0})" if not deleted else "%({0})s"
                 conn.execute(
                     "UPDATE memories SET label = %(label)s, content = %(content)s, "
                     "embedding = %(half)s::halfvec, vector = %(exact)s, model = %(model)s, "
-                    "branch = %(branch)s, confidence = %(confidence)s, "
-                    "archived = %(archived)s, updated_at = %(now)s, deleted_at = NULL, "
-                    "rev = rev + 1 WHERE team = thatch_team() AND store = %(store)s "
-                    "AND slug = %(slug)s",
+                    f"branch = {kept.format('branch')}, "
+                    f"confidence = {kept.format('confidence')}, "
+                    f"archived = COALESCE({kept.format('archived')}, false), "
+                    "updated_at = %(now)s, deleted_at = NULL, rev = rev + 1 "
+                    "WHERE team = thatch_team() AND store = %(store)s AND slug = %(slug)s",
                     {**values, "slug": slug},
                 )
                 return Written(Outcome.SAVED, slug, rev + 1)
             version = self._conflict_slug(conn, store, slug)
-            kept = self._insert(conn, {**values, "slug": version, "conflict_of": slug})
-            assert kept is not None  # the original's row lock serialises conflict versions
-            return Written(Outcome.CONFLICT, version, kept)
+            aside = self._insert(conn, {**values, "slug": version, "conflict_of": slug})
+            assert aside is not None  # the original's row lock serialises conflict versions
+            return Written(Outcome.CONFLICT, version, aside)
 
     @staticmethod
     def _insert(conn: Connection[TupleRow], values: dict[str, Any]) -> int | None:
@@ -232,7 +237,7 @@ class HubMemories:
             "model, branch, confidence, archived, conflict_of, created_at, updated_at) "
             "VALUES (thatch_team(), %(store)s, %(slug)s, %(label)s, %(content)s, "
             "%(half)s::halfvec, %(exact)s, %(model)s, %(branch)s, %(confidence)s, "
-            "%(archived)s, %(conflict_of)s, %(now)s, %(now)s) "
+            "COALESCE(%(archived)s, false), %(conflict_of)s, %(now)s, %(now)s) "
             "ON CONFLICT (team, store, slug) DO NOTHING RETURNING rev",
             values,
         ).fetchone()

@@ -363,3 +363,43 @@ def test_a_cursor_older_than_a_purged_tombstone_is_told_to_pull_again(
     # Another team's purge horizon is its own.
     bob = hub_db.memories("B", "bob")
     assert not changes_after(bob.conn, bob.who, before_delete).reset
+
+
+def test_an_edit_keeps_the_branch_confidence_and_archived_flag_it_does_not_set(
+    hub_db: HubDatabase,
+) -> None:
+    """As the local store's overwrite: an edit of an archived memory stays archived."""
+    alice = hub_db.memories("A", "alice")
+    save(alice, "Build", "make", branch="main", confidence=3, archived=True)
+    save(alice, "Build", "ninja", base_rev=1)
+    shown = alice.show("proj", "Build")
+    assert shown is not None
+    assert (shown.content, shown.branch, shown.confidence, shown.archived) == (
+        text_of("Build", "ninja"),
+        "main",
+        3,
+        True,
+    )
+    save(alice, "Build", "bazel", base_rev=2, archived=False, branch="dev")
+    shown = alice.show("proj", "Build")
+    assert shown is not None and (shown.branch, shown.archived) == ("dev", False)
+    # A label recreated after a delete starts afresh.
+    alice.forget("proj", "Build")
+    save(alice, "Build", "cmake")
+    shown = alice.show("proj", "Build")
+    assert shown is not None
+    assert (shown.branch, shown.confidence, shown.archived) == (None, None, False)
+
+
+def test_a_memory_saved_without_a_vector_is_pending_and_never_ranked(
+    hub_db: HubDatabase,
+) -> None:
+    alice = hub_db.memories("A", "alice")
+    stored = text_of("Build", "make")
+    assert alice.remember("proj", "Build", stored, None, "m").outcome is Outcome.SAVED
+    shown = alice.show("proj", "Build")
+    assert shown is not None and shown.pending and shown.model is None
+    assert alice.search(["proj"], vec(stored)) == []
+    alice.remember("proj", "Build", stored, vec(stored), "m", base_rev=1)
+    (match,) = alice.search(["proj"], vec(stored))
+    assert match.memory.dim == DIM and match.score == pytest.approx(1.0)
