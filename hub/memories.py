@@ -6,7 +6,8 @@ row-level security confines it to the member's team whatever the arguments say.
 
 Where it follows ``MemoryOperations`` (frontend/store/operations.py): ``store_names``,
 ``store_counts``, ``store_exists``, ``list``, ``show``, ``search``, ``recall`` and
-``stamp_recalls`` take the same arguments and return the same types, and ``search`` ranks
+``stamp_recalls`` take the same arguments and return the same types (``SharedOperations``,
+which mypy checks both this class and the SQLite ``Store`` against), and ``search`` ranks
 exactly as the SQLite ``Store`` does (one recall path). Where it does not, and why:
 - ``remember`` takes ``base_rev`` (the revision the writer last saw) instead of
   ``overwrite``, and answers a ``Written`` (saved or kept as a conflict version, with the
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from psycopg import Connection
@@ -50,6 +51,7 @@ __all__ = [
     "MEMORY_COLUMNS",
     "HubMemories",
     "Outcome",
+    "SharedOperations",
     "Written",
     "memory_from_hub_row",
 ]
@@ -70,6 +72,41 @@ MEMORY_COLUMNS = f"""m.slug, m.store, m.label, m.content, m.model, m.branch, m.c
   (SELECT max(e.at) FROM recall_events e
      WHERE e.team = m.team AND e.store = m.store AND e.slug = m.slug),
   CASE WHEN m.embedding IS NOT NULL THEN {DIMENSION} END"""
+
+
+class SharedOperations(Protocol):
+    """What ``HubMemories`` and the SQLite ``Store`` share, signature for signature (the
+    part of ``MemoryOperations`` the hub runs; mypy checks both classes at the end)."""
+
+    clock: Clock
+
+    def store_names(self) -> builtins.list[str]: ...
+    def store_counts(self) -> dict[str, int]: ...
+    def store_exists(self, name: str) -> bool: ...
+    def list(self, store: str) -> builtins.list[Memory]: ...
+    def show(self, store: str, label: str) -> Memory | None: ...
+    def search(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        text: str | None = None,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> builtins.list[Match]: ...
+    def recall(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        text: str | None = None,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+        floor: float | None = None,
+    ) -> builtins.list[Match]: ...
+    def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None: ...
 
 
 class Outcome(Enum):
@@ -432,3 +469,10 @@ WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""
                 "VALUES (thatch_team(), %s, %s, %s)",
                 [(match.memory.store, match.memory.slug, when) for match in matches],
             )
+
+
+if TYPE_CHECKING:  # both implement the shared part (mypy checks it here)
+    from thatch.frontend.store.memory_store import Store
+
+    def _both_share(local: Store, hub: HubMemories) -> tuple[SharedOperations, SharedOperations]:
+        return local, hub
