@@ -26,7 +26,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,12 +49,17 @@ __all__ = [
     "DIMENSION",
     "HALF_MARGIN",
     "MEMORY_COLUMNS",
+    "TOMBSTONE_RETENTION",
     "HubMemories",
     "Outcome",
     "SharedOperations",
     "Written",
     "memory_from_hub_row",
 ]
+
+# How long a tombstone stays for machines to pull before ``purge_tombstones`` may drop it;
+# a machine offline longer re-pulls (``feed.Page.reset``).
+TOMBSTONE_RETENTION = timedelta(days=30)
 
 # halfvec keeps float16 (relative error 2⁻¹¹ per component, on the stored and the query
 # vector alike), so a screened inner product of unit vectors is off from the exact one by
