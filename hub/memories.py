@@ -208,11 +208,15 @@ class HubMemories:
         branch: str | None = None,
         confidence: int | None = None,
         archived: bool | None = None,
+        write_id: str | None = None,
     ) -> Written:
         """Save one memory; a write that would replace a version its writer has not seen
         (``base_rev`` is not the row's revision) is kept beside it as a conflict version.
         A None vector saves it pending. As the local store's overwrite does, a replacing
         write given no ``branch``, ``confidence`` or ``archived`` keeps the row's.
+
+        ``write_id`` (the machine's outbox id for this write, unique in the team) makes a
+        retried push return the first outcome and write nothing again.
 
         Refused (``SecretFound``) when the label or text holds what looks like a secret.
         """
@@ -236,40 +240,75 @@ class HubMemories:
             "now": now,
         }
         with as_member(self.conn, self.who) as conn:
-            conn.execute(
-                "INSERT INTO stores (team, name) VALUES (thatch_team(), %s) ON CONFLICT DO NOTHING",
-                (store,),
-            )
-            inserted = self._insert(conn, {**values, "slug": slug, "conflict_of": None})
-            if inserted is not None:
-                return Written(Outcome.SAVED, slug, inserted)
-            row = conn.execute(
-                "SELECT rev, deleted_at IS NOT NULL FROM memories "
-                "WHERE team = thatch_team() AND store = %s AND slug = %s FOR UPDATE",
-                (store, slug),
-            ).fetchone()
-            assert row is not None  # the insert met it, and rows are only purged, never
-            rev, deleted = int(row[0]), bool(row[1])  # deleted, while locked by a conflict
-            if (deleted and base_rev is None) or (not deleted and base_rev == rev):
-                # The writer saw this revision, or recreates a label deleted before it
-                # knew of it: the row is theirs to replace.
-                # An edit keeps what it does not set; a recreated label starts afresh.
-                kept = "COALESCE(%({0})s, {0})" if not deleted else "%({0})s"
+            if write_id is not None:
+                done = self._claim(conn, write_id)
+                if done is not None:
+                    return done
+            written = self._write(conn, values, slug, base_rev)
+            if write_id is not None:
                 conn.execute(
-                    "UPDATE memories SET label = %(label)s, content = %(content)s, "
-                    "embedding = %(half)s::halfvec, vector = %(exact)s, model = %(model)s, "
-                    f"branch = {kept.format('branch')}, "
-                    f"confidence = {kept.format('confidence')}, "
-                    f"archived = COALESCE({kept.format('archived')}, false), "
-                    "updated_at = %(now)s, deleted_at = NULL, rev = rev + 1 "
-                    "WHERE team = thatch_team() AND store = %(store)s AND slug = %(slug)s",
-                    {**values, "slug": slug},
+                    "UPDATE applied_writes SET outcome = %s, slug = %s, rev = %s "
+                    "WHERE team = thatch_team() AND id = %s",
+                    (written.outcome.value, written.slug, written.rev, write_id),
                 )
-                return Written(Outcome.SAVED, slug, rev + 1)
-            version = self._conflict_slug(conn, store, slug)
-            aside = self._insert(conn, {**values, "slug": version, "conflict_of": slug})
-            assert aside is not None  # the original's row lock serialises conflict versions
-            return Written(Outcome.CONFLICT, version, aside)
+            return written
+
+    def _claim(self, conn: Connection[TupleRow], write_id: str) -> Written | None:
+        """Claim ``write_id`` for this transaction; the recorded outcome when a previous
+        push applied it (a concurrent push holding the claim is waited for)."""
+        claimed = conn.execute(
+            "INSERT INTO applied_writes (team, id, at) VALUES (thatch_team(), %s, %s) "
+            "ON CONFLICT (team, id) DO NOTHING RETURNING id",
+            (write_id, self.clock()),
+        ).fetchone()
+        if claimed is not None:
+            return None
+        row = conn.execute(
+            "SELECT outcome, slug, rev FROM applied_writes WHERE team = thatch_team() AND id = %s",
+            (write_id,),
+        ).fetchone()
+        assert row is not None and row[0] is not None  # committed with its outcome
+        return Written(Outcome(row[0]), str(row[1]), int(row[2]))
+
+    def _write(
+        self, conn: Connection[TupleRow], values: dict[str, Any], slug: str, base_rev: int | None
+    ) -> Written:
+        """``remember``'s write, inside its transaction."""
+        store = values["store"]
+        conn.execute(
+            "INSERT INTO stores (team, name) VALUES (thatch_team(), %s) ON CONFLICT DO NOTHING",
+            (store,),
+        )
+        inserted = self._insert(conn, {**values, "slug": slug, "conflict_of": None})
+        if inserted is not None:
+            return Written(Outcome.SAVED, slug, inserted)
+        row = conn.execute(
+            "SELECT rev, deleted_at IS NOT NULL FROM memories "
+            "WHERE team = thatch_team() AND store = %s AND slug = %s FOR UPDATE",
+            (store, slug),
+        ).fetchone()
+        assert row is not None  # the insert met it, and rows are only purged, never
+        rev, deleted = int(row[0]), bool(row[1])  # deleted, while locked by a conflict
+        if (deleted and base_rev is None) or (not deleted and base_rev == rev):
+            # The writer saw this revision, or recreates a label deleted before it
+            # knew of it: the row is theirs to replace.
+            # An edit keeps what it does not set; a recreated label starts afresh.
+            kept = "COALESCE(%({0})s, {0})" if not deleted else "%({0})s"
+            conn.execute(
+                "UPDATE memories SET label = %(label)s, content = %(content)s, "
+                "embedding = %(half)s::halfvec, vector = %(exact)s, model = %(model)s, "
+                f"branch = {kept.format('branch')}, "
+                f"confidence = {kept.format('confidence')}, "
+                f"archived = COALESCE({kept.format('archived')}, false), "
+                "updated_at = %(now)s, deleted_at = NULL, rev = rev + 1 "
+                "WHERE team = thatch_team() AND store = %(store)s AND slug = %(slug)s",
+                {**values, "slug": slug},
+            )
+            return Written(Outcome.SAVED, slug, rev + 1)
+        version = self._conflict_slug(conn, store, slug)
+        aside = self._insert(conn, {**values, "slug": version, "conflict_of": slug})
+        assert aside is not None  # the original's row lock serialises conflict versions
+        return Written(Outcome.CONFLICT, version, aside)
 
     @staticmethod
     def _insert(conn: Connection[TupleRow], values: dict[str, Any]) -> int | None:
@@ -323,8 +362,12 @@ class HubMemories:
 
     def purge_tombstones(self, before: datetime) -> int:
         """Remove tombstones (and their recall events) deleted before ``before``, and move
-        the team's purge horizon past them (``feed``: older cursors must re-pull)."""
+        the team's purge horizon past them (``feed``: older cursors must re-pull); forget
+        the ids of writes applied before it (a machine offline that long is reset)."""
         with as_member(self.conn, self.who) as conn:
+            conn.execute(
+                "DELETE FROM applied_writes WHERE team = thatch_team() AND at < %s", (before,)
+            )
             gone = conn.execute(
                 "DELETE FROM memories WHERE team = thatch_team() AND deleted_at < %s "
                 "RETURNING store, slug, txid::text, seq",

@@ -17,10 +17,11 @@ __all__ = [
     "m002_row_security",
     "m003_stamps_and_auth",
     "m004_purge_horizon",
+    "m005_applied_writes",
 ]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
-TABLES = ("teams", "members", "stores", "memories", "recall_events")
+TABLES = ("teams", "members", "stores", "memories", "recall_events", "applied_writes")
 
 DIMENSION = 384  # the pinned model's (docs/team.md §vectors)
 
@@ -215,5 +216,32 @@ def m004_purge_horizon(conn: Connection[TupleRow], role: str) -> None:
 ALTER TABLE teams ADD COLUMN purged_seq bigint NOT NULL DEFAULT 0;
 
 GRANT UPDATE (purged_txid, purged_seq) ON teams TO {role}""",
+        role,
+    )
+
+
+def m005_applied_writes(conn: Connection[TupleRow], role: str) -> None:
+    """The writes already applied, by the id their machine gave them: a push retried after
+    a lost acknowledgement gets the first outcome instead of a spurious conflict."""
+    _run(
+        conn,
+        """CREATE TABLE applied_writes (
+  team text NOT NULL,
+  id text NOT NULL CHECK (id <> ''),
+  outcome text,
+  slug text,
+  rev bigint,
+  at timestamptz NOT NULL,
+  PRIMARY KEY (team, id)
+);
+
+CREATE INDEX applied_writes_at ON applied_writes (team, at);
+
+ALTER TABLE applied_writes ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY team_rows ON applied_writes
+  USING (team = thatch_team()) WITH CHECK (team = thatch_team());
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON applied_writes TO {role}""",
         role,
     )

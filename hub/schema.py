@@ -23,6 +23,7 @@ from thatch.hub.migrations import (
     m002_row_security,
     m003_stamps_and_auth,
     m004_purge_horizon,
+    m005_applied_writes,
 )
 
 __all__ = [
@@ -41,6 +42,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m002_row_security", m002_row_security),
     ("m003_stamps_and_auth", m003_stamps_and_auth),
     ("m004_purge_horizon", m004_purge_horizon),
+    ("m005_applied_writes", m005_applied_writes),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).

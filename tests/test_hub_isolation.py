@@ -36,7 +36,7 @@ def teams(hub_db: HubDatabase) -> tuple[HubMemories, HubMemories]:
     alice = hub_db.memories("A", "alice")
     bob = hub_db.memories("B", "bob")
     assert bob.remember("shared", "Deploy keys", B_TEXT, vec(B_TEXT), "m").outcome is Outcome.SAVED
-    bob.remember("shared", "Old", "# Old\n\nold", vec("old"), "m")
+    bob.remember("shared", "Old", "# Old\n\nold", vec("old"), "m", write_id="bob-1")
     assert bob.forget("shared", "Old") is not None
     return alice, bob
 
@@ -92,7 +92,7 @@ def test_raw_sql_as_the_hubs_role_without_a_team_reads_and_writes_nothing(
     hub_db: HubDatabase, teams: tuple[HubMemories, HubMemories]
 ) -> None:
     conn = hub_db.hub()
-    for table in ("teams", "stores", "memories", "recall_events"):
+    for table in ("teams", "stores", "memories", "recall_events", "applied_writes"):
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("SELECT count(*) FROM members")

@@ -125,7 +125,7 @@ def test_simultaneous_writes_from_one_base_on_separate_connections_keep_every_ve
         [
             lambda w=w, i=i: save(w, "Build", f"version {i}", base_rev=base_rev)
             for i, w in enumerate(writers)
-        ]  # type: ignore[misc]
+        ]
     )
     outcomes = sorted(result.outcome.value for result in results)
     assert outcomes == ["conflict"] * 3 + ["saved"]
@@ -403,3 +403,33 @@ def test_a_memory_saved_without_a_vector_is_pending_and_never_ranked(
     alice.remember("proj", "Build", stored, vec(stored), "m", base_rev=1)
     (match,) = alice.search(["proj"], vec(stored))
     assert match.memory.dim == DIM and match.score == pytest.approx(1.0)
+
+
+def test_a_retried_push_gets_its_first_outcome_and_writes_nothing_again(
+    hub_db: HubDatabase,
+) -> None:
+    """The acknowledgement of a push may be lost; the machine pushes the same outbox row
+    again, which must not become a conflict version of itself."""
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    first = save(alice, "Build", "make", write_id="alice-1")
+    edit = save(alice, "Build", "ninja", base_rev=1, write_id="alice-2")
+    assert save(alice, "Build", "ninja", base_rev=1, write_id="alice-2") == edit
+    assert save(alice, "Build", "make", write_id="alice-1") == first
+    conflict = save(carol, "Build", "bazel", base_rev=1, write_id="carol-1")
+    assert conflict.outcome is Outcome.CONFLICT
+    assert save(carol, "Build", "bazel", base_rev=1, write_id="carol-1") == conflict
+    assert sorted(m.slug for m in alice.list("proj")) == ["build", "build--conflict-2"]
+    assert hub_db.owner().execute("SELECT max(rev) FROM memories").fetchone() == (2,)
+    # The ids are per team: team B's "alice-1" is a write of its own.
+    bob = hub_db.memories("B", "bob")
+    assert save(bob, "Build", "cargo", write_id="alice-1") == Written(Outcome.SAVED, "build", 1)
+
+
+def test_the_same_push_arriving_twice_at_once_is_applied_once(hub_db: HubDatabase) -> None:
+    pushes = [hub_db.memories("A", f"alice{index}") for index in range(2)]
+    save(pushes[0], "Build", "make")
+    results = run_together(
+        [lambda p=p: save(p, "Build", "ninja", base_rev=1, write_id="machine-7") for p in pushes]
+    )
+    assert results[0] == results[1] == Written(Outcome.SAVED, "build", 2)
+    assert [m.slug for m in pushes[0].list("proj")] == ["build"]
