@@ -326,7 +326,9 @@ class HubMemories:
 
     @staticmethod
     def _conflict_slug(conn: Connection[TupleRow], store: str, slug: str) -> str:
-        """``<slug>--conflict-<n>``, the first n ≥ 2 not taken (tombstones included)."""
+        """``<slug>--conflict-<n>``, the first n ≥ 2 not taken (tombstones included).
+        No label's slug holds ``--`` (slugify collapses hyphen runs), so a conflict
+        version never takes the slug of a memory saved later."""
         taken = {
             str(row[0])
             for row in conn.execute(

@@ -89,6 +89,8 @@ def test_two_machines_creating_one_label_keep_both(hub_db: HubDatabase) -> None:
     alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
     assert save(alice, "Build", "make").outcome is Outcome.SAVED
     assert save(carol, "Build", "ninja") == Written(Outcome.CONFLICT, "build--conflict-2", 1)
+    # A label that reads like a conflict version is a memory of its own.
+    assert save(carol, "Build--conflict-2", "x") == Written(Outcome.SAVED, "build-conflict-2", 1)
 
 
 def run_together(calls: list[Callable[[], Written]]) -> list[Written]:
