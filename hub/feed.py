@@ -1,0 +1,83 @@
+"""The change feed a machine pulls to keep its replica (docs/team.md §sync-protocol).
+
+A position is ``(txid, seq)``: the writing transaction's id and a sequence value, both
+stamped by trigger on every insert, update and tombstone. A page holds only rows whose
+transaction is older than every transaction still running (``pg_snapshot_xmin``): a
+transaction that began earlier may commit later with a smaller position, and a cursor
+that moved past it would skip its rows for good. Held back, they arrive on a later pull.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import Connection
+from psycopg.rows import TupleRow
+
+from thatch.frontend.store.memory import Memory
+from thatch.hub.memories import MEMORY_COLUMNS, memory_from_hub_row
+from thatch.hub.session import Member, as_member
+
+__all__ = ["START", "Change", "Cursor", "Page", "changes_after"]
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    txid: int
+    seq: int
+
+
+START = Cursor(0, 0)
+
+
+@dataclass(frozen=True)
+class Change:
+    store: str
+    slug: str
+    rev: int
+    conflict_of: str | None
+    author: str
+    memory: Memory | None  # None: a tombstone, the replica deletes the row
+
+
+@dataclass(frozen=True)
+class Page:
+    changes: list[Change]
+    cursor: Cursor  # where the next pull starts (the last change's position)
+    # The cursor is older than a purged tombstone: the machine may have missed a delete,
+    # so it drops its replica of the team's stores and pulls again from START (which is
+    # never reset: a machine with nothing has missed nothing).
+    reset: bool = False
+
+
+def changes_after(
+    conn: Connection[TupleRow], who: Member, cursor: Cursor, limit: int = 500
+) -> Page:
+    """The team's changes after ``cursor``, oldest first, at most ``limit``."""
+    with as_member(conn, who):
+        horizon = conn.execute(
+            "SELECT purged_txid::text, purged_seq FROM teams WHERE id = thatch_team()"
+        ).fetchone()
+        if horizon is not None and START < cursor < Cursor(int(horizon[0]), int(horizon[1])):
+            return Page([], cursor, reset=True)
+        rows = conn.execute(
+            f"SELECT {MEMORY_COLUMNS}, m.rev, m.conflict_of, m.author, m.deleted_at IS NOT NULL, "
+            "m.txid::text, m.seq FROM memories m WHERE m.team = thatch_team() "
+            "AND (m.txid, m.seq) > (%s::text::xid8, %s) "
+            "AND m.txid < pg_snapshot_xmin(pg_current_snapshot()) "
+            "ORDER BY m.txid, m.seq LIMIT %s",
+            (str(cursor.txid), cursor.seq, limit),
+        ).fetchall()
+    changes = [
+        Change(
+            store=row[1],
+            slug=row[0],
+            rev=int(row[13]),
+            conflict_of=row[14],
+            author=row[15],
+            memory=None if row[16] else memory_from_hub_row(row),
+        )
+        for row in rows
+    ]
+    last = Cursor(int(rows[-1][17]), int(rows[-1][18])) if rows else cursor
+    return Page(changes, last)

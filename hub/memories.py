@@ -1,0 +1,528 @@
+"""Memories of a team's stores on PostgreSQL (docs/team.md): what the hub runs for a member.
+
+``HubMemories`` holds one connection (from the hub's pool), the authenticated member and
+the clock; every call is one transaction as that member (``session.as_member``), so
+row-level security confines it to the member's team whatever the arguments say.
+
+Where it follows ``MemoryOperations`` (frontend/store/operations.py): ``store_names``,
+``store_counts``, ``store_exists``, ``list``, ``show``, ``search``, ``recall`` and
+``stamp_recalls`` take the same arguments and return the same types (``SharedOperations``,
+which mypy checks both this class and the SQLite ``Store`` against), and ``search`` ranks
+exactly as the SQLite ``Store`` does (one recall path). Where it does not, and why:
+- ``remember`` takes ``base_rev`` (the revision the writer last saw) instead of
+  ``overwrite``, and answers a ``Written`` (saved or kept as a conflict version, with the
+  slug and revision): a team write never overwrites what its writer has not seen.
+- ``forget`` leaves a tombstone (a row with ``deleted_at``) for replicas to apply;
+  ``purge_tombstones`` removes old ones.
+- Telemetry (``stamp_recalls``) appends ``recall_events``; ``recall_count`` and
+  ``last_recalled_at`` are counted from them.
+- Not here (they run on each machine's replica, not on the hub): the duplicate scans
+  and verdicts, hygiene counts, pending embeddings and re-embedding (the hub embeds with
+  one pinned model, so a team store has no model mismatch to repair).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from psycopg import Connection
+from psycopg.rows import TupleRow
+
+from thatch.frontend.errors import InvalidInputError
+from thatch.frontend.secret_scan import refuse_secrets
+from thatch.frontend.store.memory import Match, Memory
+from thatch.frontend.store.rows import store_list, store_name
+from thatch.frontend.store.scoring import exact_scores
+from thatch.frontend.store.slugs import slugify
+from thatch.frontend.store.vectors import as_vector
+from thatch.frontend.timefmt import Clock, format_timestamp
+from thatch.hub.migrations import DIMENSION
+from thatch.hub.session import Member, as_member
+
+__all__ = [
+    "DIMENSION",
+    "HALF_MARGIN",
+    "MEMORY_COLUMNS",
+    "TOMBSTONE_RETENTION",
+    "HubMemories",
+    "Outcome",
+    "SharedOperations",
+    "Written",
+    "memory_from_hub_row",
+]
+
+# How long a tombstone stays for machines to pull before ``purge_tombstones`` may drop it;
+# a machine offline longer re-pulls (``feed.Page.reset``).
+TOMBSTONE_RETENTION = timedelta(days=30)
+
+# halfvec keeps float16 (relative error 2⁻¹¹ per component, on the stored and the query
+# vector alike), so a screened inner product of unit vectors is off from the exact one by
+# e ≤ 2·2⁻¹¹ + float32 summation ≈ 1.0e-3. A row of the exact top k screens at least
+# (k-th exact − e) and the k-th screened score is at most (k-th exact + e): a cut 2e below
+# the k-th screened score keeps every such row. float64 then decides.
+HALF_MARGIN = 4e-3
+
+# A memory row: the 13 values ``memory_from_row`` would read, with telemetry counted from
+# the events and dim 384 for a row with a vector.
+MEMORY_COLUMNS = f"""m.slug, m.store, m.label, m.content, m.model, m.branch, m.confidence,
+  m.archived, m.created_at, m.updated_at,
+  (SELECT count(*) FROM recall_events e
+     WHERE e.team = m.team AND e.store = m.store AND e.slug = m.slug),
+  (SELECT max(e.at) FROM recall_events e
+     WHERE e.team = m.team AND e.store = m.store AND e.slug = m.slug),
+  CASE WHEN m.embedding IS NOT NULL THEN {DIMENSION} END"""
+
+
+class SharedOperations(Protocol):
+    """What ``HubMemories`` and the SQLite ``Store`` share, signature for signature (the
+    part of ``MemoryOperations`` the hub runs; mypy checks both classes at the end)."""
+
+    clock: Clock
+
+    def store_names(self) -> builtins.list[str]: ...
+    def store_counts(self) -> dict[str, int]: ...
+    def store_exists(self, name: str) -> bool: ...
+    def list(self, store: str) -> builtins.list[Memory]: ...
+    def show(self, store: str, label: str) -> Memory | None: ...
+    def search(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        text: str | None = None,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> builtins.list[Match]: ...
+    def recall(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        text: str | None = None,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+        floor: float | None = None,
+    ) -> builtins.list[Match]: ...
+    def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None: ...
+
+
+class Outcome(Enum):
+    SAVED = "saved"
+    CONFLICT = "conflict"  # kept as a second version beside the one the writer had not seen
+
+
+@dataclass(frozen=True)
+class Written:
+    outcome: Outcome
+    slug: str  # the row written: the memory's own slug, or its conflict version's
+    rev: int
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return None if moment is None else format_timestamp(moment)
+
+
+def memory_from_hub_row(row: Sequence[Any]) -> Memory:
+    return Memory(
+        slug=row[0],
+        store=row[1],
+        label=row[2],
+        content=row[3],
+        model=row[4],
+        branch=row[5],
+        confidence=row[6],
+        archived=bool(row[7]),
+        created_at=format_timestamp(row[8]),
+        updated_at=format_timestamp(row[9]),
+        recall_count=int(row[10]),
+        last_recalled_at=_stamp(row[11]),
+        dim=row[12],
+    )
+
+
+def _halfvec(unit: np.ndarray[Any, Any]) -> str:
+    return "[" + ",".join(repr(float(value)) for value in unit) + "]"
+
+
+def _pinned(vector: Any) -> tuple[str, bytes]:
+    """(the unit vector as halfvec text, the exact float32 bytes) of a 384-d vector."""
+    array = as_vector(vector)
+    if array.size != DIMENSION:
+        raise InvalidInputError(
+            f"team stores hold {DIMENSION}-dimensional vectors (the hub's pinned model); "
+            f"got {array.size}"
+        )
+    norm = float(np.linalg.norm(array.astype(np.float64)))
+    if norm == 0.0:
+        raise InvalidInputError("vector must not be all zeros")
+    return _halfvec(array.astype(np.float64) / norm), array.astype("<f4").tobytes()
+
+
+class HubMemories:
+    """One member's view of the team's memories, over one connection (not in a transaction)."""
+
+    def __init__(self, conn: Connection[TupleRow], who: Member, clock: Clock) -> None:
+        self.conn = conn
+        self.who = who
+        self.clock = clock
+
+    # -- stores
+
+    def store_names(self) -> list[str]:
+        with as_member(self.conn, self.who) as conn:
+            return [str(row[0]) for row in conn.execute("SELECT name FROM stores ORDER BY name")]
+
+    def store_counts(self) -> dict[str, int]:
+        with as_member(self.conn, self.who) as conn:
+            rows = conn.execute(
+                "SELECT s.name, count(m.slug) FROM stores s LEFT JOIN memories m "
+                "ON m.team = s.team AND m.store = s.name AND m.deleted_at IS NULL "
+                "GROUP BY s.name ORDER BY s.name"
+            )
+            return {str(name): int(count) for name, count in rows}
+
+    def store_exists(self, name: str) -> bool:
+        with as_member(self.conn, self.who) as conn:
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM stores WHERE name = %s)", (name,))
+            return bool(row.fetchone()[0])  # type: ignore[index]
+
+    # -- writes
+
+    def remember(
+        self,
+        store: str,
+        label: str,
+        stored_text: str,
+        vector: Any | None,
+        model: str | None,
+        *,
+        base_rev: int | None = None,
+        branch: str | None = None,
+        confidence: int | None = None,
+        archived: bool | None = None,
+        write_id: str | None = None,
+    ) -> Written:
+        """Save one memory; a write that would replace a version its writer has not seen
+        (``base_rev`` is not the row's revision) is kept beside it as a conflict version.
+        A None vector saves it pending. As the local store's overwrite does, a replacing
+        write given no ``branch``, ``confidence`` or ``archived`` keeps the row's.
+
+        ``write_id`` (the machine's outbox id for this write, unique in the team) makes a
+        retried push return the first outcome and write nothing again.
+
+        Refused (``SecretFound``) when the label or text holds what looks like a secret.
+        """
+        store = store_name(store)
+        if not isinstance(label, str) or not isinstance(stored_text, str):
+            raise InvalidInputError("label and stored text must be strings")
+        refuse_secrets(store, label, stored_text)
+        half, exact = (None, None) if vector is None else _pinned(vector)
+        now = self.clock()
+        slug = slugify(label)
+        values = {
+            "store": store,
+            "label": label,
+            "content": stored_text,
+            "half": half,
+            "exact": exact,
+            "model": None if vector is None else model,
+            "branch": branch,
+            "confidence": confidence,
+            "archived": archived,
+            "now": now,
+        }
+        with as_member(self.conn, self.who) as conn:
+            if write_id is not None:
+                done = self._claim(conn, write_id)
+                if done is not None:
+                    return done
+            written = self._write(conn, values, slug, base_rev)
+            if write_id is not None:
+                conn.execute(
+                    "UPDATE applied_writes SET outcome = %s, slug = %s, rev = %s "
+                    "WHERE team = thatch_team() AND id = %s",
+                    (written.outcome.value, written.slug, written.rev, write_id),
+                )
+            return written
+
+    def _claim(self, conn: Connection[TupleRow], write_id: str) -> Written | None:
+        """Claim ``write_id`` for this transaction; the recorded outcome when a previous
+        push applied it (a concurrent push holding the claim is waited for)."""
+        claimed = conn.execute(
+            "INSERT INTO applied_writes (team, id, at) VALUES (thatch_team(), %s, %s) "
+            "ON CONFLICT (team, id) DO NOTHING RETURNING id",
+            (write_id, self.clock()),
+        ).fetchone()
+        if claimed is not None:
+            return None
+        row = conn.execute(
+            "SELECT outcome, slug, rev FROM applied_writes WHERE team = thatch_team() AND id = %s",
+            (write_id,),
+        ).fetchone()
+        assert row is not None and row[0] is not None  # committed with its outcome
+        return Written(Outcome(row[0]), str(row[1]), int(row[2]))
+
+    def _write(
+        self, conn: Connection[TupleRow], values: dict[str, Any], slug: str, base_rev: int | None
+    ) -> Written:
+        """``remember``'s write, inside its transaction."""
+        store = values["store"]
+        conn.execute(
+            "INSERT INTO stores (team, name) VALUES (thatch_team(), %s) ON CONFLICT DO NOTHING",
+            (store,),
+        )
+        inserted = self._insert(conn, {**values, "slug": slug, "conflict_of": None})
+        if inserted is not None:
+            return Written(Outcome.SAVED, slug, inserted)
+        row = conn.execute(
+            "SELECT rev, deleted_at IS NOT NULL FROM memories "
+            "WHERE team = thatch_team() AND store = %s AND slug = %s FOR UPDATE",
+            (store, slug),
+        ).fetchone()
+        assert row is not None  # the insert met it, and rows are only purged, never
+        rev, deleted = int(row[0]), bool(row[1])  # deleted, while locked by a conflict
+        if (deleted and base_rev is None) or (not deleted and base_rev == rev):
+            # The writer saw this revision, or recreates a label deleted before it
+            # knew of it: the row is theirs to replace.
+            # An edit keeps what it does not set; a recreated label starts afresh.
+            kept = "COALESCE(%({0})s, {0})" if not deleted else "%({0})s"
+            conn.execute(
+                "UPDATE memories SET label = %(label)s, content = %(content)s, "
+                "embedding = %(half)s::halfvec, vector = %(exact)s, model = %(model)s, "
+                f"branch = {kept.format('branch')}, "
+                f"confidence = {kept.format('confidence')}, "
+                f"archived = COALESCE({kept.format('archived')}, false), "
+                "updated_at = %(now)s, deleted_at = NULL, rev = rev + 1 "
+                "WHERE team = thatch_team() AND store = %(store)s AND slug = %(slug)s",
+                {**values, "slug": slug},
+            )
+            return Written(Outcome.SAVED, slug, rev + 1)
+        version = self._conflict_slug(conn, store, slug)
+        aside = self._insert(conn, {**values, "slug": version, "conflict_of": slug})
+        assert aside is not None  # the original's row lock serialises conflict versions
+        return Written(Outcome.CONFLICT, version, aside)
+
+    @staticmethod
+    def _insert(conn: Connection[TupleRow], values: dict[str, Any]) -> int | None:
+        """Insert a new row; its revision, or None when the slug is taken."""
+        row = conn.execute(
+            "INSERT INTO memories (team, store, slug, label, content, embedding, vector, "
+            "model, branch, confidence, archived, conflict_of, created_at, updated_at) "
+            "VALUES (thatch_team(), %(store)s, %(slug)s, %(label)s, %(content)s, "
+            "%(half)s::halfvec, %(exact)s, %(model)s, %(branch)s, %(confidence)s, "
+            "COALESCE(%(archived)s, false), %(conflict_of)s, %(now)s, %(now)s) "
+            "ON CONFLICT (team, store, slug) DO NOTHING RETURNING rev",
+            values,
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    @staticmethod
+    def _conflict_slug(conn: Connection[TupleRow], store: str, slug: str) -> str:
+        """``<slug>--conflict-<n>``, the first n ≥ 2 not taken (tombstones included).
+        No label's slug holds ``--`` (slugify collapses hyphen runs), so a conflict
+        version never takes the slug of a memory saved later."""
+        taken = {
+            str(row[0])
+            for row in conn.execute(
+                "SELECT slug FROM memories WHERE team = thatch_team() AND store = %s "
+                "AND conflict_of = %s",
+                (store, slug),
+            )
+        }
+        number = 2
+        while f"{slug}--conflict-{number}" in taken:
+            number += 1
+        return f"{slug}--conflict-{number}"
+
+    def forget(self, store: str, label: str) -> Memory | None:
+        """Tombstone the memory: text and vectors cleared, ``deleted_at`` set, a new feed
+        position. The memory as it was, or None when there was none."""
+        slug = slugify(label)
+        with as_member(self.conn, self.who) as conn:
+            row = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.team = thatch_team() "
+                "AND m.store = %s AND m.slug = %s AND m.deleted_at IS NULL FOR UPDATE",
+                (store, slug),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE memories SET content = '', embedding = NULL, vector = NULL, "
+                "deleted_at = %s, rev = rev + 1 "
+                "WHERE team = thatch_team() AND store = %s AND slug = %s",
+                (self.clock(), store, slug),
+            )
+        return memory_from_hub_row(row)
+
+    def purge_tombstones(self, before: datetime) -> int:
+        """Remove tombstones (and their recall events) deleted before ``before``, and move
+        the team's purge horizon past them (``feed``: older cursors must re-pull); forget
+        the ids of writes applied before it (a machine offline that long is reset)."""
+        with as_member(self.conn, self.who) as conn:
+            conn.execute(
+                "DELETE FROM applied_writes WHERE team = thatch_team() AND at < %s", (before,)
+            )
+            gone = conn.execute(
+                "DELETE FROM memories WHERE team = thatch_team() AND deleted_at < %s "
+                "RETURNING store, slug, txid::text, seq",
+                (before,),
+            ).fetchall()
+            if gone:
+                conn.execute(
+                    "DELETE FROM recall_events e USING unnest(%s::text[], %s::text[]) "
+                    "AS g(store, slug) WHERE e.team = thatch_team() "
+                    "AND e.store = g.store AND e.slug = g.slug",
+                    ([row[0] for row in gone], [row[1] for row in gone]),
+                )
+                txid, seq = max((int(row[2]), int(row[3])) for row in gone)
+                conn.execute(
+                    "UPDATE teams SET purged_txid = %s::text::xid8, purged_seq = %s "
+                    "WHERE id = thatch_team() AND (purged_txid, purged_seq) < (%s::text::xid8, %s)",
+                    (str(txid), seq, str(txid), seq),
+                )
+            return len(gone)
+
+    # -- reads
+
+    def list(self, store: str) -> list[Memory]:
+        """Every live memory of the store, archived included, by label (byte order)."""
+        with as_member(self.conn, self.who) as conn:
+            rows = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.team = thatch_team() "
+                "AND m.store = %s AND m.deleted_at IS NULL "
+                'ORDER BY m.label COLLATE "C", m.slug COLLATE "C"',
+                (store,),
+            )
+            return [memory_from_hub_row(row) for row in rows]
+
+    def show(self, store: str, label: str) -> Memory | None:
+        with as_member(self.conn, self.who) as conn:
+            row = conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.team = thatch_team() "
+                "AND m.store = %s AND m.slug = %s AND m.deleted_at IS NULL",
+                (store, slugify(label)),
+            ).fetchone()
+            return None if row is None else memory_from_hub_row(row)
+
+    def revision(self, store: str, label: str) -> int | None:
+        """The live memory's revision (what a writer passes as ``base_rev``), or None."""
+        with as_member(self.conn, self.who) as conn:
+            row = conn.execute(
+                "SELECT rev FROM memories WHERE team = thatch_team() AND store = %s "
+                "AND slug = %s AND deleted_at IS NULL",
+                (store, slugify(label)),
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+    # -- ranking
+
+    def search(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        text: str | None = None,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+    ) -> builtins.list[Match]:
+        """Best matches over the stores, ties by (store, slug), as the SQLite ``Store``
+        ranks them. Records no usage. ``text`` is accepted and not yet used: PostgreSQL
+        has no counterpart of the local lexical lift yet (docs/team.md §vectors).
+
+        PostgreSQL screens by halfvec inner product: every row within ``HALF_MARGIN`` of
+        the limit-th screened score comes back with its exact float32 vector, and
+        ``scoring.exact_scores`` (the local store's own) decides in float64.
+        """
+        query = as_vector(vector)
+        names = store_list(stores)
+        if limit <= 0 or query.size != DIMENSION:
+            return []
+        norm = float(np.linalg.norm(query.astype(np.float64)))
+        if norm == 0.0:
+            return []
+        half = _halfvec(query.astype(np.float64) / norm)
+        with as_member(self.conn, self.who) as conn:
+            rows = conn.execute(
+                f"""WITH screened AS (
+  SELECT store, slug, -(embedding <#> %(q)s::halfvec) AS screen FROM memories
+  WHERE team = thatch_team() AND store = ANY(%(stores)s) AND deleted_at IS NULL
+    AND embedding IS NOT NULL AND (%(archived)s OR NOT archived)
+    AND (%(branch)s::text IS NULL OR branch IS NULL OR branch = %(branch)s)
+), cut AS (
+  SELECT screen FROM screened ORDER BY screen DESC OFFSET %(limit)s - 1 LIMIT 1
+)
+SELECT {MEMORY_COLUMNS}, m.vector FROM screened s
+JOIN memories m ON m.team = thatch_team() AND m.store = s.store AND m.slug = s.slug
+WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""",
+                {
+                    "q": half,
+                    "stores": names,
+                    "archived": include_archived,
+                    "branch": branch,
+                    "limit": limit,
+                    "margin": HALF_MARGIN,
+                },
+            ).fetchall()
+        if not rows:
+            return []
+        scores = exact_scores([bytes(row[-1]) for row in rows], query)
+        found = [
+            Match(memory_from_hub_row(row), float(score))
+            for row, score in zip(rows, scores, strict=True)
+        ]
+        found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
+        return found[:limit]
+
+    def recall(
+        self,
+        stores: Sequence[str],
+        vector: Any,
+        *,
+        text: str | None = None,
+        branch: str | None = None,
+        limit: int = 10,
+        include_archived: bool = False,
+        floor: float | None = None,
+    ) -> builtins.list[Match]:
+        """``search`` (scores below ``floor`` dropped), then one recall event per match."""
+        matches = self.search(
+            stores,
+            vector,
+            text=text,
+            branch=branch,
+            limit=limit,
+            include_archived=include_archived,
+        )
+        if floor is not None:
+            matches = [match for match in matches if match.score >= floor]
+        self.stamp_recalls(matches)
+        return matches
+
+    def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None:
+        """Append a recall event per match (the member is stamped by trigger); ``at`` is
+        a store timestamp, default now."""
+        if not matches:
+            return
+        when: Any = self.clock() if at is None else at
+        with as_member(self.conn, self.who) as conn, conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO recall_events (team, store, slug, at) "
+                "VALUES (thatch_team(), %s, %s, %s)",
+                [(match.memory.store, match.memory.slug, when) for match in matches],
+            )
+
+
+if TYPE_CHECKING:  # both implement the shared part (mypy checks it here)
+    from thatch.frontend.store.memory_store import Store
+
+    def _both_share(local: Store, hub: HubMemories) -> tuple[SharedOperations, SharedOperations]:
+        return local, hub

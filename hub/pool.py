@@ -1,0 +1,41 @@
+"""The hub's connections to PostgreSQL: one pool per hub process (docs/team.md §roles).
+
+The role is checked before the pool opens (``schema.check_role``: one row-level security
+binds), so a misconfigured hub fails at once with the reason instead of retrying
+connections; every connection runs in autocommit, so the only transactions are the
+explicit ones of ``session.as_member``, whose team and member end with them: a
+connection handed back to the pool, or by a PgBouncer in transaction mode to another hub
+replica, carries neither.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import Connection
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from thatch.hub.schema import check_role
+
+__all__ = ["open_pool"]
+
+
+def _configure(conn: Connection[TupleRow]) -> None:
+    conn.autocommit = True
+
+
+def open_pool(conninfo: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
+    """An open pool of autocommit connections as a checked role; the caller closes it.
+    ``HubRoleError`` when the role could bypass row-level security."""
+    with psycopg.connect(conninfo, autocommit=True) as probe:
+        check_role(probe)
+    pool: ConnectionPool = ConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        configure=_configure,
+        open=False,
+        name="thatch-hub",
+    )
+    pool.open(wait=True)
+    return pool

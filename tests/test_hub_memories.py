@@ -1,0 +1,437 @@
+"""The hub's memory operations on a real PostgreSQL with pgvector (docs/team.md): conflicts
+keep both versions, deletes are tombstones, telemetry is events, the change feed never
+skips a row, secrets are refused, and recall ranks exactly as the local SQLite store does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.fake_embedder import bag_vector
+from tests.support.hubdb import HubDatabase
+from thatch.frontend.errors import InvalidInputError
+from thatch.frontend.secret_scan import SecretFound
+from thatch.frontend.store.memory_store import Store
+from thatch.hub.feed import START, changes_after
+from thatch.hub.memories import HubMemories, Outcome, Written
+from thatch.hub.session import as_member
+
+DIM = 384
+
+
+def vec(text: str) -> Any:
+    return bag_vector(text, DIM)
+
+
+def text_of(label: str, body: str) -> str:
+    return f"# {label}\n\n{body}"
+
+
+def save(memories: HubMemories, label: str, body: str, **options: Any) -> Written:
+    stored = text_of(label, body)
+    return memories.remember("proj", label, stored, vec(stored), "m", **options)
+
+
+# -- conflicts -----------------------------------------------------------------------------
+
+
+def test_an_edit_from_the_revision_seen_replaces_and_keeps_the_first_author(
+    hub_db: HubDatabase,
+) -> None:
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    assert save(alice, "Build", "make") == Written(Outcome.SAVED, "build", 1)
+    assert save(carol, "Build", "ninja", base_rev=1) == Written(Outcome.SAVED, "build", 2)
+    assert [m.content for m in alice.list("proj")] == [text_of("Build", "ninja")]
+    row = hub_db.owner().execute("SELECT author, updated_by, rev FROM memories").fetchone()
+    assert row == ("alice", "carol", 2)
+
+
+def test_concurrent_edits_of_one_memory_keep_both_never_a_silent_overwrite(
+    hub_db: HubDatabase,
+) -> None:
+    alice, carol, dan = (hub_db.memories("A", name) for name in ("alice", "carol", "dan"))
+    save(alice, "Build", "make")
+    seen = alice.revision("proj", "Build")
+    assert seen == 1 and carol.revision("proj", "Build") == 1
+    assert save(alice, "Build", "make -j8", base_rev=seen).outcome is Outcome.SAVED
+    second = save(carol, "Build", "ninja", base_rev=seen)
+    third = save(dan, "Build", "bazel", base_rev=seen)
+    assert second == Written(Outcome.CONFLICT, "build--conflict-2", 1)
+    assert third == Written(Outcome.CONFLICT, "build--conflict-3", 1)
+    shown = alice.show("proj", "Build")
+    assert shown is not None and shown.content == text_of("Build", "make -j8")
+    assert {m.slug: m.content for m in alice.list("proj")} == {
+        "build": text_of("Build", "make -j8"),
+        "build--conflict-2": text_of("Build", "ninja"),
+        "build--conflict-3": text_of("Build", "bazel"),
+    }
+    flagged = (
+        hub_db.owner()
+        .execute(
+            "SELECT slug, conflict_of, author FROM memories "
+            "WHERE conflict_of IS NOT NULL ORDER BY slug"
+        )
+        .fetchall()
+    )
+    assert flagged == [
+        ("build--conflict-2", "build", "carol"),
+        ("build--conflict-3", "build", "dan"),
+    ]
+
+
+def test_two_machines_creating_one_label_keep_both(hub_db: HubDatabase) -> None:
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    assert save(alice, "Build", "make").outcome is Outcome.SAVED
+    assert save(carol, "Build", "ninja") == Written(Outcome.CONFLICT, "build--conflict-2", 1)
+    # A label that reads like a conflict version is a memory of its own.
+    assert save(carol, "Build--conflict-2", "x") == Written(Outcome.SAVED, "build-conflict-2", 1)
+
+
+def run_together(calls: list[Callable[[], Written]]) -> list[Written]:
+    """Each call on its own thread, released at once; their results in order."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Written | BaseException | None] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = calls[index]()
+        except BaseException as error:  # re-raised below, on the test's thread
+            results[index] = error
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if isinstance(result, Written)]
+
+
+@pytest.mark.parametrize("base_rev", [None, 1])
+def test_simultaneous_writes_from_one_base_on_separate_connections_keep_every_version(
+    hub_db: HubDatabase, base_rev: int | None
+) -> None:
+    writers = [hub_db.memories("A", f"member{index}") for index in range(4)]
+    if base_rev is not None:
+        save(writers[0], "Build", "first")
+    results = run_together(
+        [
+            lambda w=w, i=i: save(w, "Build", f"version {i}", base_rev=base_rev)
+            for i, w in enumerate(writers)
+        ]
+    )
+    outcomes = sorted(result.outcome.value for result in results)
+    assert outcomes == ["conflict"] * 3 + ["saved"]
+    slugs = sorted(m.slug for m in writers[0].list("proj"))
+    assert slugs == ["build", "build--conflict-2", "build--conflict-3", "build--conflict-4"]
+    bodies = {m.content for m in writers[0].list("proj")}
+    assert {text_of("Build", f"version {i}") for i in range(4)} <= bodies
+
+
+# -- tombstones ----------------------------------------------------------------------------
+
+
+def test_forget_leaves_a_tombstone_without_the_text_that_the_feed_carries(
+    hub_db: HubDatabase,
+) -> None:
+    alice = hub_db.memories("A", "alice")
+    save(alice, "Build", "make")
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    forgotten = alice.forget("proj", "Build")
+    assert forgotten is not None and forgotten.content == text_of("Build", "make")
+    assert alice.show("proj", "Build") is None
+    assert alice.list("proj") == []
+    assert alice.search(["proj"], vec(text_of("Build", "make"))) == []
+    assert alice.forget("proj", "Build") is None
+    row = (
+        hub_db.owner()
+        .execute(
+            "SELECT content, embedding IS NULL, vector IS NULL, deleted_at IS NOT NULL, rev "
+            "FROM memories"
+        )
+        .fetchone()
+    )
+    assert row == ("", True, True, True, 2)
+    (change,) = changes_after(alice.conn, alice.who, cursor).changes
+    assert (change.slug, change.memory, change.rev) == ("build", None, 2)
+
+
+def test_a_label_deleted_then_written_again_lives_and_a_stale_edit_is_kept_aside(
+    hub_db: HubDatabase,
+) -> None:
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    save(alice, "Build", "make")
+    alice.forget("proj", "Build")
+    # carol edits from revision 1, which she saw before the delete: kept, not lost.
+    assert save(carol, "Build", "ninja", base_rev=1) == Written(
+        Outcome.CONFLICT, "build--conflict-2", 1
+    )
+    # A fresh write of the label (no base) recreates it.
+    assert save(alice, "Build", "bazel") == Written(Outcome.SAVED, "build", 3)
+    assert [m.slug for m in alice.list("proj")] == ["build", "build--conflict-2"]
+
+
+def test_tombstones_and_their_events_are_purged_after_the_retention(hub_db: HubDatabase) -> None:
+    alice = hub_db.memories("A", "alice")
+    for label in ("Old", "Recent", "Alive"):
+        save(alice, label, label.lower())
+    alice.recall(["proj"], vec("old recent alive"))
+    alice.forget("proj", "Old")
+    cutoff = hub_db.clock()
+    alice.forget("proj", "Recent")
+    assert alice.purge_tombstones(cutoff) == 1
+    rows = (
+        hub_db.owner()
+        .execute("SELECT slug, deleted_at IS NOT NULL FROM memories ORDER BY slug")
+        .fetchall()
+    )
+    assert rows == [("alive", False), ("recent", True)]
+    events = (
+        hub_db.owner().execute("SELECT DISTINCT slug FROM recall_events ORDER BY slug").fetchall()
+    )
+    assert events == [("alive",), ("recent",)]
+
+
+# -- telemetry and the feed ----------------------------------------------------------------
+
+
+def test_recalls_append_events_and_never_update_the_memory(hub_db: HubDatabase) -> None:
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    save(alice, "Build", "make")
+    position = hub_db.owner().execute("SELECT rev, txid::text, seq FROM memories").fetchone()
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    (match,) = alice.recall(["proj"], vec(text_of("Build", "make")))
+    assert match.memory.recall_count == 0
+    carol.recall(["proj"], vec(text_of("Build", "make")))
+    shown = alice.show("proj", "Build")
+    assert shown is not None and shown.recall_count == 2
+    assert shown.last_recalled_at is not None
+    assert (
+        hub_db.owner().execute("SELECT rev, txid::text, seq FROM memories").fetchone() == position
+    )
+    assert changes_after(alice.conn, alice.who, cursor).changes == []
+    members = hub_db.owner().execute("SELECT member FROM recall_events ORDER BY id").fetchall()
+    assert members == [("alice",), ("carol",)]
+
+
+def test_the_feed_holds_back_rows_of_a_transaction_older_than_one_still_running(
+    hub_db: HubDatabase,
+) -> None:
+    """A transaction that began first but commits last must not be skipped by a cursor
+    that already moved past the later one's rows."""
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    save(alice, "Seed", "seed")
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    slow = hub_db.hub()
+    with as_member(slow, carol.who):
+        slow.execute(
+            "INSERT INTO memories (team, store, slug, label, content, created_at, updated_at) "
+            "VALUES ('A', 'proj', 'slow', 'Slow', 'slow', now(), now())"
+        )
+        save(alice, "Fast", "fast")  # commits while the slow transaction is open
+        page = changes_after(alice.conn, alice.who, cursor)
+        assert page.changes == [] and page.cursor == cursor
+    page = changes_after(alice.conn, alice.who, cursor)
+    assert [change.slug for change in page.changes] == ["slow", "fast"]
+    assert changes_after(alice.conn, alice.who, page.cursor).changes == []
+
+
+def test_the_feed_pages_in_order_and_names_each_author(hub_db: HubDatabase) -> None:
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    for index in range(5):
+        save(alice if index % 2 == 0 else carol, f"Note {index}", f"body {index}")
+    seen: list[tuple[str, str]] = []
+    cursor = START
+    while page := changes_after(alice.conn, alice.who, cursor, limit=2).changes:
+        seen += [(change.slug, change.author) for change in page]
+        cursor = changes_after(alice.conn, alice.who, cursor, limit=2).cursor
+    assert seen == [(f"note-{i}", "alice" if i % 2 == 0 else "carol") for i in range(5)]
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+
+def test_a_memory_holding_a_secret_is_refused_and_nothing_is_written(hub_db: HubDatabase) -> None:
+    alice = hub_db.memories("A", "alice")
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    with pytest.raises(SecretFound, match=r"GitHub token \(line 4\).*personal store") as raised:
+        save(alice, "CI", f"the CI pushes with\n{token}")
+    assert token not in str(raised.value)
+    assert hub_db.owner().execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("dim", [256, 768])
+def test_vectors_of_another_model_are_refused(hub_db: HubDatabase, dim: int) -> None:
+    alice = hub_db.memories("A", "alice")
+    with pytest.raises(InvalidInputError, match="384-dimensional"):
+        alice.remember("proj", "Build", "# Build\n\nmake", bag_vector("make", dim), "m")
+
+
+# -- one recall path -----------------------------------------------------------------------
+
+CORPUS = [
+    ("proj", "Build", "run make then make test", None, False),
+    ("proj", "Build twice", "run make then make test", None, False),  # same vector: a tie
+    ("proj", "Test", "pytest runs the suite with make test", None, False),
+    ("proj", "Deploy", "deploy with the release script", "main", False),
+    ("proj", "Deploy branch", "deploy from the feature branch script", "feature", False),
+    ("proj", "Archived build", "old make build steps", None, True),
+    ("other", "Make", "make is the build tool here", None, False),
+    ("other", "Lint", "ruff checks the style", None, False),
+] + [
+    ("proj", f"Filler {i}", f"filler words {i} about build {i % 3} things", None, False)
+    for i in range(30)
+]
+
+QUERIES = ["how do I build", "make test", "deploy script", "style checks", "filler build 1"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"stores": ["proj"], "limit": 5},
+        {"stores": ["proj", "other"], "limit": 3},
+        {"stores": ["proj", "other"], "limit": 50},
+        {"stores": ["proj"], "limit": 4, "branch": "feature"},
+        {"stores": ["proj"], "limit": 4, "include_archived": True},
+    ],
+)
+def test_recall_ranks_exactly_as_the_local_sqlite_store(
+    hub_db: HubDatabase, tmp_path: Path, options: dict[str, Any]
+) -> None:
+    alice = hub_db.memories("A", "alice")
+    stores = options.pop("stores")
+    with Store.open(tmp_path / "thatch.db") as local:
+        for store, label, body, branch, archived in CORPUS:
+            stored = text_of(label, body)
+            vector = vec(stored)
+            local.remember(store, label, stored, vector, "m", branch=branch, archived=archived)
+            alice.remember(store, label, stored, vector, "m", branch=branch, archived=archived)
+        for query in QUERIES:
+            wanted = local.search(stores, vec(query), **options)
+            got = alice.search(stores, vec(query), **options)
+            assert wanted, query
+            assert [(m.memory.store, m.memory.slug, m.score) for m in got] == [
+                (m.memory.store, m.memory.slug, m.score) for m in wanted
+            ], query
+
+
+def test_screening_in_half_precision_never_drops_a_row_float64_ranks_in(
+    hub_db: HubDatabase, tmp_path: Path
+) -> None:
+    """Near-ties closer than float16 can tell apart: the limit-th best by exact score is
+    still returned, as locally."""
+    alice = hub_db.memories("A", "alice")
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal(DIM)
+    base /= np.linalg.norm(base)
+    with Store.open(tmp_path / "thatch.db") as local:
+        for index in range(40):
+            vector = (base + rng.standard_normal(DIM) * 1e-3).astype(np.float32)
+            label = f"Near {index}"
+            alice.remember("proj", label, text_of(label, "x"), vector, "m")
+            local.remember("proj", label, text_of(label, "x"), vector, "m")
+        for limit in (1, 3, 10):
+            wanted = [(m.memory.slug, m.score) for m in local.search(["proj"], base, limit=limit)]
+            got = [(m.memory.slug, m.score) for m in alice.search(["proj"], base, limit=limit)]
+            assert got == wanted
+
+
+def test_a_cursor_older_than_a_purged_tombstone_is_told_to_pull_again(
+    hub_db: HubDatabase,
+) -> None:
+    alice = hub_db.memories("A", "alice")
+    save(alice, "Old", "old")
+    before_delete = changes_after(alice.conn, alice.who, START).cursor
+    alice.forget("proj", "Old")
+    save(alice, "New", "new")
+    current = changes_after(alice.conn, alice.who, START).cursor
+    assert not changes_after(alice.conn, alice.who, before_delete).reset
+    assert alice.purge_tombstones(hub_db.clock()) == 1
+    stale = changes_after(alice.conn, alice.who, before_delete)
+    assert stale.reset and stale.changes == []
+    assert not changes_after(alice.conn, alice.who, current).reset
+    fresh = changes_after(alice.conn, alice.who, START)
+    assert not fresh.reset and [change.slug for change in fresh.changes] == ["new"]
+    # Another team's purge horizon is its own.
+    bob = hub_db.memories("B", "bob")
+    assert not changes_after(bob.conn, bob.who, before_delete).reset
+
+
+def test_an_edit_keeps_the_branch_confidence_and_archived_flag_it_does_not_set(
+    hub_db: HubDatabase,
+) -> None:
+    """As the local store's overwrite: an edit of an archived memory stays archived."""
+    alice = hub_db.memories("A", "alice")
+    save(alice, "Build", "make", branch="main", confidence=3, archived=True)
+    save(alice, "Build", "ninja", base_rev=1)
+    shown = alice.show("proj", "Build")
+    assert shown is not None
+    assert (shown.content, shown.branch, shown.confidence, shown.archived) == (
+        text_of("Build", "ninja"),
+        "main",
+        3,
+        True,
+    )
+    save(alice, "Build", "bazel", base_rev=2, archived=False, branch="dev")
+    shown = alice.show("proj", "Build")
+    assert shown is not None and (shown.branch, shown.archived) == ("dev", False)
+    # A label recreated after a delete starts afresh.
+    alice.forget("proj", "Build")
+    save(alice, "Build", "cmake")
+    shown = alice.show("proj", "Build")
+    assert shown is not None
+    assert (shown.branch, shown.confidence, shown.archived) == (None, None, False)
+
+
+def test_a_memory_saved_without_a_vector_is_pending_and_never_ranked(
+    hub_db: HubDatabase,
+) -> None:
+    alice = hub_db.memories("A", "alice")
+    stored = text_of("Build", "make")
+    assert alice.remember("proj", "Build", stored, None, "m").outcome is Outcome.SAVED
+    shown = alice.show("proj", "Build")
+    assert shown is not None and shown.pending and shown.model is None
+    assert alice.search(["proj"], vec(stored)) == []
+    alice.remember("proj", "Build", stored, vec(stored), "m", base_rev=1)
+    (match,) = alice.search(["proj"], vec(stored))
+    assert match.memory.dim == DIM and match.score == pytest.approx(1.0)
+
+
+def test_a_retried_push_gets_its_first_outcome_and_writes_nothing_again(
+    hub_db: HubDatabase,
+) -> None:
+    """The acknowledgement of a push may be lost; the machine pushes the same outbox row
+    again, which must not become a conflict version of itself."""
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    first = save(alice, "Build", "make", write_id="alice-1")
+    edit = save(alice, "Build", "ninja", base_rev=1, write_id="alice-2")
+    assert save(alice, "Build", "ninja", base_rev=1, write_id="alice-2") == edit
+    assert save(alice, "Build", "make", write_id="alice-1") == first
+    conflict = save(carol, "Build", "bazel", base_rev=1, write_id="carol-1")
+    assert conflict.outcome is Outcome.CONFLICT
+    assert save(carol, "Build", "bazel", base_rev=1, write_id="carol-1") == conflict
+    assert sorted(m.slug for m in alice.list("proj")) == ["build", "build--conflict-2"]
+    assert hub_db.owner().execute("SELECT max(rev) FROM memories").fetchone() == (2,)
+    # The ids are per team: team B's "alice-1" is a write of its own.
+    bob = hub_db.memories("B", "bob")
+    assert save(bob, "Build", "cargo", write_id="alice-1") == Written(Outcome.SAVED, "build", 1)
+
+
+def test_the_same_push_arriving_twice_at_once_is_applied_once(hub_db: HubDatabase) -> None:
+    pushes = [hub_db.memories("A", f"alice{index}") for index in range(2)]
+    save(pushes[0], "Build", "make")
+    results = run_together(
+        [lambda p=p: save(p, "Build", "ninja", base_rev=1, write_id="machine-7") for p in pushes]
+    )
+    assert results[0] == results[1] == Written(Outcome.SAVED, "build", 2)
+    assert [m.slug for m in pushes[0].list("proj")] == ["build"]

@@ -1,0 +1,73 @@
+"""The hub's schema: named migrations recorded in the database, applied once even when
+several hub replicas start together, and row-level security on every table."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+
+from tests.support.hubdb import START
+from tests.support.postgres import HUB_ROLE, PostgresServer
+from thatch.hub.migrations import TABLES
+from thatch.hub.schema import MIGRATIONS, applied_migrations, migrate
+
+
+def test_migrations_are_recorded_and_a_second_run_applies_nothing(postgres: Any) -> None:
+    server: PostgresServer = postgres
+    name = server.fresh_database()
+    with psycopg.connect(server.conninfo(name), autocommit=True) as conn:
+        assert migrate(conn, HUB_ROLE, START) == [step for step, _ in MIGRATIONS]
+        assert applied_migrations(conn) == {step for step, _ in MIGRATIONS}
+        assert migrate(conn, HUB_ROLE, START) == []
+
+
+def test_replicas_starting_together_apply_each_migration_once(postgres: Any) -> None:
+    server: PostgresServer = postgres
+    name = server.fresh_database()
+    barrier = threading.Barrier(3)
+    applied: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def replica() -> None:
+        try:
+            with psycopg.connect(server.conninfo(name), autocommit=True) as conn:
+                barrier.wait()
+                applied.append(migrate(conn, HUB_ROLE, START))
+        except BaseException as error:  # reported on the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=replica) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(step for steps in applied for step in steps) == sorted(
+        step for step, _ in MIGRATIONS
+    )
+
+
+def test_every_table_has_row_security_and_a_team_policy(hub_db: Any) -> None:
+    rows = (
+        hub_db.owner()
+        .execute(
+            "SELECT c.relname, c.relrowsecurity, "
+            "(SELECT count(*) FROM pg_policies p WHERE p.tablename = c.relname) "
+            "FROM pg_class c WHERE c.relname = ANY(%s) ORDER BY c.relname",
+            (list(TABLES),),
+        )
+        .fetchall()
+    )
+    assert rows == [(table, True, 1) for table in sorted(TABLES)]
+    # Every table in the schema is one of TABLES (a new table gets its policy with it).
+    public = (
+        hub_db.owner()
+        .execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND tablename <> '_thatch_migrations' ORDER BY tablename"
+        )
+        .fetchall()
+    )
+    assert [row[0] for row in public] == sorted(TABLES)
