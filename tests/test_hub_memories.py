@@ -5,6 +5,7 @@ skips a row, secrets are refused, and recall ranks exactly as the local SQLite s
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -125,7 +126,7 @@ def test_simultaneous_writes_from_one_base_on_separate_connections_keep_every_ve
         save(writers[0], "Build", "first")
     results = run_together(
         [
-            lambda w=w, i=i: save(w, "Build", f"version {i}", base_rev=base_rev)
+            functools.partial(save, w, "Build", f"version {i}", base_rev=base_rev)
             for i, w in enumerate(writers)
         ]
     )
@@ -431,7 +432,10 @@ def test_the_same_push_arriving_twice_at_once_is_applied_once(hub_db: HubDatabas
     pushes = [hub_db.memories("A", f"alice{index}") for index in range(2)]
     save(pushes[0], "Build", "make")
     results = run_together(
-        [lambda p=p: save(p, "Build", "ninja", base_rev=1, write_id="machine-7") for p in pushes]
+        [
+            functools.partial(save, p, "Build", "ninja", base_rev=1, write_id="machine-7")
+            for p in pushes
+        ]
     )
     assert results[0] == results[1] == Written(Outcome.SAVED, "build", 2)
     assert [m.slug for m in pushes[0].list("proj")] == ["build"]

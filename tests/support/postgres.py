@@ -81,13 +81,13 @@ def running_postgres() -> Iterator[PostgresServer]:
     env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
 
     def run(program: str, *args: str) -> None:
-        done = subprocess.run(
+        done = subprocess.run(  # type: ignore[call-overload]
             [str(binaries / program), *args],
             capture_output=True,
             text=True,
             env=env,
             check=False,
-            **run_as,  # type: ignore[arg-type]
+            **run_as,
         )
         if done.returncode != 0:
             detail = log.read_text(errors="replace") if log.exists() else ""
