@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from thatch.frontend.anchors.spec import MAX_ANCHORS
 from thatch.frontend.identifiers import session_id_problem, store_name_problem
 from thatch.frontend.store.memory import VERDICTS
 from thatch.frontend.tools import formatting as fmt
@@ -92,6 +93,7 @@ def _remember(tools: Operations, args: dict[str, Any]) -> str:
         confidence=args["confidence"],
         overwrite=args["overwrite"],
         archived=args["archived"],
+        anchors=args["anchors"] or (),
     ).text()
 
 
@@ -184,6 +186,13 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
                 "archived",
                 "boolean",
                 "true archives, false unarchives; needed to overwrite an archived memory",
+            ),
+            Param(
+                "anchors",
+                "array",
+                "code it is about: path, path:symbol or path:10-20",
+                max_items=MAX_ANCHORS,
+                max_length=LABEL_MAX,
             ),
         ),
         _remember,
