@@ -333,3 +333,59 @@ def test_stored_text_cannot_forge_the_marker(tmp_path: Path, repo: Path) -> None
     assert len(meta) == 1 and meta[0].count("[score:") == 1
     assert meta[0].endswith('[code changed since saved: "src/a\\u005d \\u005bscore:0.999/f.py"]')
     assert "\n\\[code changed since saved: src/config.py]\nbody" in text
+
+
+# -- the prompt-time nudge, warm (served by thatch mcp) and cold ---------------------------
+
+
+def test_the_prompt_nudge_marks_a_memory_whose_code_changed(
+    tmp_path: Path, repo: Path, mock_embedder: object
+) -> None:
+    """flush-tools' recall nudge, served warm by a real ``thatch mcp`` and computed cold by
+    the hook itself, names the memory with the marker once its anchored code changed."""
+    import os
+    import shutil
+    import tempfile
+
+    from tests.support.hookrun import NO_EMBEDDER
+    from tests.test_recall_scan import flush, mcp_server, wait_serving
+    from thatch.embedder.models.mock import mock_vector
+    from thatch.frontend.anchors.capture import capture_anchors
+    from thatch.frontend.hooks import recall_scan
+    from thatch.frontend.project import project_store
+
+    runtime = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("THATCH_")}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "home" / ".config"),
+        XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"),
+        XDG_RUNTIME_DIR=str(runtime),
+        THATCH_DB_PATH=str(tmp_path / "db" / "thatch.db"),
+        THATCH_QUEUE_DIR=str(tmp_path / "queue"),
+        THATCH_PROJECT_DIR=str(repo),
+        THATCH_EMBEDDER_ADDR=mock_embedder.address,  # type: ignore[attr-defined]
+        THATCH_RECALL_THRESHOLD="0.05",
+    )
+    content = "# Deploy checklist\n\nTo deploy the service run make release from the main branch."
+    db = tmp_path / "db" / "thatch.db"
+    anchors = capture_anchors(["src/config.py:parse_config"], repo, env)
+    with Store.open(db) as store:
+        store.remember(
+            project_store(repo, env), "Deploy checklist", content, mock_vector(content), "mock",
+            anchors=anchors,
+        )  # fmt: skip
+    marked = '"Deploy checklist" [code changed since saved: src/config.py]'
+    try:
+        assert '("Deploy checklist")' in flush(env)  # cold: the hook embeds and checks
+        scan = recall_scan.socket_path(db, env)
+        assert scan is not None
+        with mcp_server(env, tmp_path / "mcp.err") as process:
+            wait_serving(process, scan, tmp_path / "mcp.err")
+            dead = {**env, "THATCH_EMBEDDER_ADDR": NO_EMBEDDER}
+            assert '("Deploy checklist")' in flush(dead)
+            edit(repo / "src" / "config.py", "value.strip()", "value")
+            assert f"({marked})" in flush(dead)  # warm: only thatch mcp could answer
+        assert f"({marked})" in flush(env)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)

@@ -105,6 +105,25 @@ def request_scan(
     of the prompt; labels of ``branch`` and unscoped memories only when it is given (the
     rule of memory_recall's ``branch``). None on any failure, or from a server without
     engines or that did not apply the branch (cold path)."""
+    found = request_marked_scan(
+        path, prompt, stores, limit, threshold, engines, branch=branch, deadline=deadline
+    )
+    return None if found is None else (found[0], found[1])
+
+
+def request_marked_scan(
+    path: Path,
+    prompt: str,
+    stores: Sequence[str],
+    limit: int,
+    threshold: float | None,
+    engines: Mapping[str, float | None],
+    *,
+    branch: str | None = None,
+    deadline: float = CLIENT_DEADLINE,
+) -> tuple[list[str], list[str], dict[str, list[str]]] | None:
+    """``request_scan`` plus, per label whose anchored code changed since saved, the
+    changed paths (``"changed"``; absent from an older server: none)."""
     request: dict[str, Any] = {
         "prompt": prompt,
         "stores": list(stores),
@@ -123,7 +142,13 @@ def request_scan(
     for values in (labels, blocks):
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             return None
-    return labels, blocks  # type: ignore[return-value]
+    changed = answer.get("changed", {})
+    if not isinstance(changed, dict) or not all(
+        isinstance(paths, list) and all(isinstance(p, str) for p in paths)
+        for paths in changed.values()
+    ):
+        return None
+    return labels, blocks, changed  # type: ignore[return-value]
 
 
 def _request(path: Path, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
@@ -236,6 +261,52 @@ class ContextSearcher:
         blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
         return labels, blocks
 
+    def scan_marked(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float | None,
+        engines: Mapping[str, float | None],
+        *,
+        branch: str | None = None,
+    ) -> tuple[list[str], list[str], dict[str, list[str]]]:
+        """``scan`` with the labels' anchors checked (docs/tools.md §code-anchors): the
+        labels whose code changed come after the others, with their changed paths."""
+        from thatch.embedder.encoder import Kind
+        from thatch.frontend.engine_thresholds import resolve
+        from thatch.frontend.tools.engine_tools import prompt_blocks
+
+        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
+        vector = result.vectors[0]
+        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
+        cut = nudge_threshold(threshold, result.model_id)
+        kept = [match for match in matches if match.score >= cut]
+        labels, changed = marked_labels(self.ctx.anchor_check, self.ctx.store, kept)
+        blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
+        return labels, blocks, changed
+
+
+def marked_labels(
+    check: Any, store: Any, matches: Sequence[Any]
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The matches' labels, those whose anchored code changed last, and their changed
+    paths by label; a check that fails marks nothing (the nudge matters more)."""
+    labels = [match.memory.label for match in matches]
+    if not matches:
+        return labels, {}
+    keys = [(match.memory.store, match.memory.slug) for match in matches]
+    try:
+        drift = check.drift(store, keys)
+    except Exception:
+        return labels, {}
+    changed: dict[str, list[str]] = {}
+    for match, key in zip(matches, keys, strict=True):
+        if key in drift:
+            changed[match.memory.label] = list(drift[key].paths)
+    labels.sort(key=lambda label: label in changed)
+    return labels, changed
+
 
 def nudge_threshold(threshold: float | None, model: str) -> float:
     """The hook's override when it sent one, else the default of the model that embedded the
@@ -320,6 +391,12 @@ def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
         engines = parse_engines(line)
         branch = parse_branch(line)
         scope = {} if branch is None else {"branch": branch}  # echoed: the hook checks it
+        marked = getattr(searcher, "scan_marked", None)
+        if engines is not None and marked is not None:
+            labels, blocks, changed = marked(
+                prompt, stores, limit, threshold, engines, branch=branch
+            )
+            return {"labels": labels, "blocks": blocks, "changed": changed, **scope}
         scan = getattr(searcher, "scan", None)
         if engines is not None and scan is not None:
             labels, blocks = scan(prompt, stores, limit, threshold, engines, branch=branch)
