@@ -275,6 +275,7 @@ def test_bad_anchors_refuse_the_save_and_lose_nothing(tmp_path: Path, repo: Path
             (["src/config.py:10-99"], "past its end"),
             (["src/config.py:9-3"], "bad line span"),
             ([1], "must be an array of strings"),
+            (["src/config.py"] * 11, "at most 10 anchors (11 given)"),
         ]:
             result = tools.call(
                 "memory_remember", {"label": "X", "content": "x", "anchors": anchors}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from thatch.frontend.anchors.spec import MAX_ANCHORS
 from thatch.frontend.identifiers import session_id_problem, store_name_problem
 from thatch.frontend.store.memory import VERDICTS
 from thatch.frontend.tools import formatting as fmt
@@ -187,11 +186,12 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
                 "boolean",
                 "true archives, false unarchives; needed to overwrite an archived memory",
             ),
+            # At most 10 (anchors.spec.MAX_ANCHORS), checked at capture: not published, to
+            # spare the tool budget.
             Param(
                 "anchors",
                 "array",
-                "code it is about: path, path:symbol or path:10-20",
-                max_items=MAX_ANCHORS,
+                "code it is about: path, path:symbol, path:N-M",
                 max_length=LABEL_MAX,
             ),
         ),

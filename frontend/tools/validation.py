@@ -73,7 +73,7 @@ def input_schema(params: Sequence[Param]) -> dict[str, Any]:
             prop["maximum"] = _schema_number(param.maximum)
         if param.max_items is not None:
             prop["maxItems"] = param.max_items
-        elif param.max_length is not None:
+        elif param.max_length is not None and param.type != "array":
             prop["maxLength"] = param.max_length
         if param.default is not None:
             prop["default"] = param.default
