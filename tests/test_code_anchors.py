@@ -253,6 +253,31 @@ def test_a_moved_span_is_unchanged_and_a_deleted_file_is_changed(
         assert check.drift(ctx.store, [("acme", "p")])[("acme", "p")].paths == ("src/config.py",)
 
 
+def test_the_file_cache_stays_bounded_and_right(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its byte bound the cache drops the oldest files; answers stay the same."""
+    from thatch.frontend.anchors import check
+
+    monkeypatch.setattr(check, "CACHE_BYTES", 3 * len(PARSER))
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for i in range(6):
+            (repo / f"m{i}.py").write_text(PARSER)
+            ok(
+                tools,
+                "memory_remember",
+                {"label": f"M{i}", "content": "x", "anchors": [f"m{i}.py:4-11"]},
+            )
+        for i in range(6):
+            edit(repo / f"m{i}.py", '"""The config parser."""', '"""The config parser!"""')
+        keys = [("acme", f"m{i}") for i in range(6)]
+        for _ in range(2):
+            assert ctx.anchor_check.drift(ctx.store, keys) == {}
+            assert ctx.anchor_check._bytes <= check.CACHE_BYTES
+            assert len(ctx.anchor_check._facts) == 3
+
+
 def test_a_file_outside_git_that_vanished_is_unverifiable(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()

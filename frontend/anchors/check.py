@@ -7,8 +7,9 @@ git checkout that still exists is a change; a file gone outside git, or unreadab
 "unverifiable", never "changed".
 
 ``AnchorCheck`` owns the process's cache of file facts, keyed by (path, mtime, size), so
-a long-lived server reads a file once per version; each call checks at most
-``MAX_FILES`` files and stops at its deadline (~30 ms), the rest left unverified.
+a long-lived server reads a file once per version (256 files, 32 MiB at most); each call
+checks at most ``MAX_FILES`` files and stops at its deadline (~30 ms), the rest left
+unverified.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ UNVERIFIABLE = "unverifiable"
 BUDGET_SECONDS = 0.030
 MAX_FILES = 32
 CACHE_FILES = 256
+# The cache's bound in bytes of file text kept (their lines): a cache costs time, never
+# memory without bound.
+CACHE_BYTES = 32 * 1024 * 1024
 MAX_READ_BYTES = 2 * 1024 * 1024
 
 
@@ -54,11 +58,12 @@ class Drift:
 
 
 class _Facts:
-    __slots__ = ("blob", "lines")
+    __slots__ = ("blob", "lines", "size")
 
-    def __init__(self, blob: str, lines: list[str] | None) -> None:
+    def __init__(self, blob: str, lines: list[str] | None, size: int) -> None:
         self.blob = blob
         self.lines = lines
+        self.size = size
 
 
 def anchor_file(anchor: Anchor) -> str:
@@ -78,6 +83,7 @@ class AnchorCheck:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._facts: OrderedDict[tuple[str, int, int], _Facts] = OrderedDict()
+        self._bytes = 0
 
     def status(self, anchor: Anchor) -> str:
         """``fresh``, ``changed`` or ``unverifiable`` for one anchor, now."""
@@ -116,10 +122,11 @@ class AnchorCheck:
         small = len(content) <= MAX_READ_BYTES
         if not small:
             return None  # the blob id would need the whole file: not within a recall
-        facts = _Facts(blob_id(content), lines_of(content))
+        facts = _Facts(blob_id(content), lines_of(content), len(content))
         self._facts[key] = facts
-        if len(self._facts) > CACHE_FILES:
-            self._facts.popitem(last=False)
+        self._bytes += facts.size
+        while len(self._facts) > CACHE_FILES or self._bytes > CACHE_BYTES:
+            self._bytes -= self._facts.popitem(last=False)[1].size
         return facts
 
     def drift(
