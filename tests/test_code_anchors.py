@@ -415,3 +415,26 @@ def test_the_prompt_nudge_marks_a_memory_whose_code_changed(
         assert f"({marked})" in flush(env)
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_the_extraction_payload_asks_to_revisit_changed_memories(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A payload names the project's memories whose code changed (``codeChanged``); none
+    changed: the payload keeps its three keys."""
+    import json
+
+    from thatch.frontend import queue
+
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "P", "content": "x", "anchors": ["src/config.py"]})
+
+        def payload(session: str) -> dict[str, object]:
+            call = {"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_response": "ok"}
+            queue.append_calls(ctx.queue_dir, session, [{**call, "tool_use_id": session}])
+            return json.loads(ok(tools, "get_extraction_payload", {"session_id": session}))
+
+        assert list(payload("s1")) == ["interactions", "projectStore", "globalStore"]
+        edit(repo / "src" / "config.py", "return 1", "return 2")
+        assert payload("s2")["codeChanged"] == [{"label": "P", "paths": ["src/config.py"]}]

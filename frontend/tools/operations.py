@@ -38,6 +38,8 @@ from thatch.frontend.tools.validation import ArgumentError
 # How long one find_duplicates call may spend comparing memories no write compared (an
 # upgraded database): ~3,000 memories a second at 100k; the rest waits for the next call.
 CHECK_SECONDS = 5.0
+# How many memories whose code changed an extraction payload names for revisiting.
+REVISIT_MAX = 10
 
 
 class Refused(Exception):
@@ -383,8 +385,28 @@ class Operations:
             )
         except queue.QueueError as error:
             raise Refused(str(error)) from None
-        payload = queue.build_payload(records, self.ctx.project_store)
+        changed = self._code_changed() if records else []
+        payload = queue.build_payload(records, self.ctx.project_store, changed)
         return payload if payload else fmt.NO_QUEUE
+
+    def _code_changed(self) -> list[dict[str, object]]:
+        """The project store's memories whose anchored code changed since saved (at most
+        ``REVISIT_MAX``), for the extractor to revisit (docs/tools.md §code-anchors); none
+        when the check fails: the payload matters more."""
+        from thatch.frontend.anchors.recheck import drifted
+
+        store = self.ctx.project_store
+        found: list[dict[str, object]] = []
+        try:
+            for slug, paths in drifted(self.ctx.store, store, self.ctx.anchor_check).items():
+                memory = self.ctx.store.show(store, slug)
+                if memory is not None:
+                    found.append({"label": memory.label, "paths": list(paths)})
+                if len(found) == REVISIT_MAX:
+                    break
+        except (sqlite3.Error, StoreError, OSError):
+            return []
+        return found
 
 
 def above(matches: Sequence[Match], floor: float) -> list[Match]:
