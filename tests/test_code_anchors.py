@@ -236,6 +236,24 @@ def test_git_mv_moves_the_anchor(tmp_path: Path, repo: Path) -> None:
         ]
 
 
+def test_a_recall_that_finds_the_file_gone_follows_the_rename(tmp_path: Path, repo: Path) -> None:
+    """Right after ``git mv``, a recall (outside thatch mcp: within the call) asks git,
+    follows the rename and marks nothing; a file deleted for good stays marked."""
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "P", "content": "x", "anchors": ["src/config.py"]})
+        ok(tools, "memory_remember", {"label": "Q", "content": "x", "anchors": ["README"]})
+        git(repo, "mv", "src/config.py", "src/settings.py")
+        git(repo, "rm", "-q", "README")
+        text = ok(tools, "memory_recall", {"query": "x"})
+    assert text.count("[code changed since saved: README]") == 1
+    assert text.count("code changed") == 1
+    assert rows(tmp_path / "thatch.db", "SELECT slug, path FROM thatch_anchors ORDER BY 1") == [
+        ("p", "src/settings.py"),
+        ("q", "README"),
+    ]
+
+
 def test_a_moved_span_is_unchanged_and_a_deleted_file_is_changed(
     tmp_path: Path, repo: Path
 ) -> None:

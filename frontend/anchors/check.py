@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHANGED",
     "FRESH",
+    "GONE",
     "UNVERIFIABLE",
     "AnchorCheck",
     "Drift",
@@ -37,6 +38,8 @@ __all__ = [
 
 FRESH = "fresh"
 CHANGED = "changed"
+# A change too, of a kind a rename explains: the file is gone from a checkout that exists.
+GONE = "gone"
 UNVERIFIABLE = "unverifiable"
 
 BUDGET_SECONDS = 0.030
@@ -55,6 +58,7 @@ class Drift:
 
     paths: tuple[str, ...]
     via: str | None = None  # the label of the memory it supplements
+    gone: bool = False  # one of the files is gone from its checkout (renamed?)
 
 
 class _Facts:
@@ -92,7 +96,7 @@ class AnchorCheck:
             stat = os.stat(path)
         except FileNotFoundError:
             gone_from_git = bool(anchor.root) and os.path.isdir(anchor.root)
-            return CHANGED if gone_from_git else UNVERIFIABLE
+            return GONE if gone_from_git else UNVERIFIABLE
         except OSError:
             return UNVERIFIABLE
         if stat.st_mtime_ns == anchor.mtime_ns and stat.st_size == anchor.size:
@@ -146,27 +150,30 @@ class AnchorCheck:
             for slug, label in pairs
         }
         anchors = source.anchors_of([*keys, *partners])
-        changed: dict[Key, tuple[str, ...]] = {}
+        changed: dict[Key, Drift] = {}
         files = 0
         for key in [*keys, *partners]:
             paths: list[str] = []
+            gone = False
             for anchor in anchors.get(key, []):
                 if files >= MAX_FILES or self._clock() > deadline:
                     break
                 files += 1
-                if self.status(anchor) == CHANGED and anchor.path not in paths:
+                verdict = self.status(anchor)
+                if verdict in (CHANGED, GONE) and anchor.path not in paths:
                     paths.append(anchor.path)
+                    gone = gone or verdict == GONE
             if paths:
-                changed[key] = tuple(paths)
+                changed[key] = Drift(tuple(paths), gone=gone)
         found: dict[Key, Drift] = {}
         for key in keys:
             if key in changed:
-                found[key] = Drift(changed[key])
+                found[key] = changed[key]
                 continue
             for slug, label in supplements.get(key, []):
                 partner = (key[0], slug)
                 if partner in changed:
-                    found[key] = Drift(changed[partner], via=label)
+                    found[key] = Drift(changed[partner].paths, label, changed[partner].gone)
                     break
         return found
 
@@ -177,7 +184,8 @@ class AnchorCheck:
         for anchor in anchors:
             if self._clock() > deadline:
                 break
-            verdicts.append((anchor, self.status(anchor)))
+            verdict = self.status(anchor)
+            verdicts.append((anchor, CHANGED if verdict == GONE else verdict))
         return verdicts
 
 

@@ -1,6 +1,7 @@
 """The passes off the prompt path (docs/tools.md §code-anchors): following git's renames
 and re-checking a store's anchors for the hygiene report. Session start and ``thatch
-hygiene`` run them; a recall never asks git.
+hygiene`` run both; a recall that finds an anchored file gone runs the rename pass (after
+its answer in ``thatch mcp``); the prompt hook never asks git.
 """
 
 from __future__ import annotations

@@ -286,6 +286,15 @@ class Operations:
         keys = [(match.memory.store, match.memory.slug) for match in report.matches]
         try:
             drift = self.ctx.anchor_check.drift(self.ctx.store, keys)
+            if any(found.gone for found in drift.values()):
+                # A file gone from its checkout may have been renamed: git says so off the
+                # answer's path in thatch mcp (the next recall follows), within the call
+                # elsewhere (this one does).
+                if self.after_reply is not None:
+                    self.after_reply.defer(self._follow_renames, keep=False, key="renames")
+                else:
+                    self._follow_renames()
+                    drift = self.ctx.anchor_check.drift(self.ctx.store, keys)
         except (sqlite3.Error, StoreError, OSError):
             return report
         if not drift:
@@ -305,6 +314,13 @@ class Operations:
         from thatch.frontend.tools.active_model import configured_model_id
 
         return self.thresholds(configured_model_id(self.ctx.env))
+
+    def _follow_renames(self) -> None:
+        from thatch.frontend.anchors.recheck import follow_renames
+
+        # A database refusing the write: the anchors stay put until a later pass.
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            follow_renames(self.ctx.store, self.ctx.env)
 
     def _schedule_fill(self) -> None:
         # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
