@@ -63,7 +63,8 @@ def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, tuple[str,
     every = [anchor for anchors in anchored.values() for anchor in anchors]
     verdicts = check.recheck(every, HYGIENE_BUDGET)
     with contextlib.suppress(sqlite3.Error, StoreError):
-        store.set_anchor_status(verdicts)
+        # Only the verdicts that changed: most passes write nothing.
+        store.set_anchor_status([(a, v) for a, v in verdicts if v != a.status])
     status = {(a.slug, a.seq): verdict for a, verdict in verdicts}
     found: dict[str, tuple[str, ...]] = {}
     for slug, anchors in anchored.items():

@@ -40,6 +40,11 @@ def m014_code_anchors(conn: sqlite3.Connection) -> None:
         "status TEXT NOT NULL DEFAULT 'fresh', checked_at TEXT, "
         "PRIMARY KEY (store, slug, seq)) WITHOUT ROWID"
     )
+    # The rename pass reads the distinct (root, commit) pairs and moves by path.
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_anchors_commit ON {ANCHORS_TABLE} "
+        "(root, commit_id, path)"
+    )
     for name in ANCHOR_TRIGGERS:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     conn.execute(
