@@ -456,3 +456,35 @@ def test_the_extraction_payload_asks_to_revisit_changed_memories(
         assert list(payload("s1")) == ["interactions", "projectStore", "globalStore"]
         edit(repo / "src" / "config.py", "return 1", "return 2")
         assert payload("s2")["codeChanged"] == [{"label": "P", "paths": ["src/config.py"]}]
+
+
+def test_the_cli_anchors_and_marks(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: object
+) -> None:
+    """``thatch remember --anchor`` captures, ``thatch search`` marks (text and JSON)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from thatch.cli.main import cli
+
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(repo))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)  # type: ignore[attr-defined]
+
+    def run(*args: str) -> tuple[int, str, str]:
+        result = CliRunner().invoke(cli, list(args))
+        return result.exit_code, result.stdout, result.stderr
+
+    code, _, err = run("remember", "Parser", "how config parses", "--anchor", "src/config.py:nope")
+    assert code != 0 and "anchors: 'src/config.py': no symbol 'nope' found" in err
+    saved = run("remember", "Parser", "how config parses", "--anchor", "src/config.py:parse_config")
+    assert saved[0] == 0, saved
+    assert "code changed" not in run("search", "how", "config", "parses")[1]
+    edit(repo / "src" / "config.py", "value.strip()", "value")
+    code, out, _ = run("search", "how", "config", "parses")
+    assert code == 0 and out.splitlines()[1].endswith(
+        "Parser [code changed since saved: src/config.py]"
+    )
+    document = json.loads(run("search", "how", "config", "parses", "--json")[1])
+    assert document[0]["code_changed"] == {"paths": ["src/config.py"], "via": None}
