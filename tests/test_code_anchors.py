@@ -477,7 +477,7 @@ def test_the_cli_anchors_and_marks(
         return result.exit_code, result.stdout, result.stderr
 
     code, _, err = run("remember", "Parser", "how config parses", "--anchor", "src/config.py:nope")
-    assert code != 0 and "anchors: 'src/config.py': no symbol 'nope' found" in err
+    assert code == 2 and "anchors: 'src/config.py': no symbol 'nope' found" in err
     saved = run("remember", "Parser", "how config parses", "--anchor", "src/config.py:parse_config")
     assert saved[0] == 0, saved
     assert "code changed" not in run("search", "how", "config", "parses")[1]
