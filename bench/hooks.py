@@ -18,6 +18,14 @@ session id (the chat line); ``chat-notify`` (Claude's Stop hook) for a registere
 with nothing due, and ``session-end`` moving three queued calls. Without
 ``--model`` the packaged all-MiniLM-L6-v2 checkpoint is imported once into the thatch
 model cache and used by the embedder.
+
+``--anchors`` measures only the prompt hook with 1,000 memories in a real git repository
+(100 files of 10 functions), interleaved: A without anchors, B each anchored to one
+function (files untouched: stat only), C the same after every file gained a line at its
+end (stat, blob id and the symbol located again, every check; nothing marked), D after
+every anchored function changed (all five named memories marked). The recall threshold is
+0, so the five best memories are named and checked on every prompt (docs/hooks.md
+§nudges: the warm path's budget is 100 ms).
 """
 
 from __future__ import annotations
@@ -155,6 +163,98 @@ def fill_engines(db_path: Path, count: int, dim: int, model: str) -> None:
                 )  # fmt: skip
 
 
+def anchored_repo(repo: Path, files: int, functions: int) -> None:
+    """A git repository of ``files`` modules of ``functions`` small functions each."""
+    (repo / "src").mkdir(parents=True)
+    for k in range(files):
+        body = "".join(
+            f"def fn_{j}(x):\n    y = x + {j}\n    return y * {k}\n\n\n" for j in range(functions)
+        )
+        (repo / "src" / f"mod{k}.py").write_text(body)
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=repo, check=True)
+
+
+def fill_anchored(
+    db_path: Path, store: str, count: int, dim: int, model: str, repo: Path | None
+) -> None:
+    """``count`` memories (the vectors of ``fill_store``), each anchored to one function
+    of ``repo`` when given."""
+    from thatch.frontend.anchors.capture import capture_anchors
+    from thatch.frontend.store.memory_store import Store
+
+    texts = [f"src/mod{i % 100}.py:fn_{i // 100 % 10}" for i in range(count)]
+    anchors = []
+    if repo is not None:
+        for start in range(0, count, 10):
+            anchors += capture_anchors(texts[start : start + 10], repo)
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((count, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with Store.open(db_path) as db:
+        for i, vector in enumerate(vectors):
+            label = f"bench memory {i}"
+            mine = [anchors[i]] if anchors else []
+            db.remember(store, label, f"# {label}\n\nfiller {i}", vector, model, anchors=mine)
+
+
+def bench_anchors(
+    root: Path, env: dict[str, str], thatch: list[str], dim: int, model: str, runs: int
+) -> None:
+    """The prompt hook's warm and cold paths with 1,000 anchored memories (``--anchors``)."""
+    from thatch.frontend.project import project_store
+
+    repo = root / "anchored-project"
+    anchored_repo(repo, 100, 10)
+    env = {**env, "THATCH_PROJECT_DIR": str(repo), "THATCH_RECALL_THRESHOLD": "0"}
+    store = project_store(repo, env)
+    env_a = {**env, "THATCH_DB_PATH": str(root / "plain.db")}
+    env_b = {**env, "THATCH_DB_PATH": str(root / "anchored.db")}
+    fill_anchored(root / "plain.db", store, 1000, dim, model, None)
+    fill_anchored(root / "anchored.db", store, 1000, dim, model, repo)
+
+    def prompt(_: int) -> bytes:
+        return json.dumps({"session_id": "empty", "prompt": "how do we deploy?!"}).encode()
+
+    def touch(change: Callable[[str], str]) -> None:
+        for path in (repo / "src").iterdir():
+            path.write_text(change(path.read_text()))
+
+    marked = subprocess.run(
+        [*thatch, "flush-tools"], input=prompt(0), env=env_b, capture_output=True, check=True
+    ).stdout.decode()
+    assert "code changed" not in marked, marked
+    for warm in (False, True):
+        with contextlib.ExitStack() as servers:
+            if warm:
+                servers.enter_context(mcp_server(thatch, env_a))
+                servers.enter_context(mcp_server(thatch, env_b))
+            path = "warm path" if warm else "cold path"
+            for name, change in (
+                ("B: each anchored, code as saved", None),
+                ("C: every file changed, not its functions", lambda t: t + "# edited\n"),
+                ("D: every anchored function changed", lambda t: t.replace("y * ", "y - ")),
+            ):
+                if change is not None:
+                    touch(change)
+                plain: list[float] = []
+                anchored: list[float] = []
+                for _ in range(runs):
+                    plain += measure([*thatch, "flush-tools"], prompt, env_a, 1)
+                    anchored += measure([*thatch, "flush-tools"], prompt, env_b, 1)
+                ratio = statistics.median(anchored) / statistics.median(plain)
+                print(row(f"flush-tools, {path}, A: 1,000 memories, no anchors", plain))
+                print(row(f"flush-tools, {path}, {name}", anchored) + f"  (/A {ratio:.2f})")
+            shown = subprocess.run(
+                [*thatch, "flush-tools"], input=prompt(0), env=env_b, capture_output=True,
+                check=True,
+            ).stdout.decode()  # fmt: skip
+            print(f"  ({path}: {shown.count('code changed since saved')} named memories marked)")
+            touch(lambda t: t.replace("y - ", "y * ").replace("# edited\n", ""))
+
+
 def start_embedder(model: str, socket: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     from thatch.embedder.client.embedder_client import EmbedderClient
 
@@ -225,6 +325,9 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="skip the cold flush-tools rows and the engines A/B"
     )
+    parser.add_argument(
+        "--anchors", action="store_true", help="only the prompt hook with 1,000 anchored memories"
+    )
     args = parser.parse_args()
     runs = max(args.runs, 30)
 
@@ -264,6 +367,9 @@ def main() -> None:
         print(f"model {info.model_id} (dim {info.dim}); {runs} runs each; {thatch[0]}")
         with open("/proc/loadavg") as load:
             print(f"load average at start: {load.read().split()[:3]}\n", flush=True)
+        if args.anchors:
+            bench_anchors(root, env, thatch, int(info.dim), info.model_id, runs)
+            return
 
         response = "r" * 2048
 

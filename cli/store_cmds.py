@@ -26,6 +26,7 @@ from thatch.cli.store_access import (
 from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:
+    from thatch.frontend.anchors.check import Drift
     from thatch.frontend.store.memory import Memory
 
 __all__ = ["SETTINGS", "dedup", "forget", "list_cmd", "remember", "search", "show", "stores"]
@@ -202,6 +203,7 @@ def search(
                     "confidence": m.memory.confidence,
                     "archived": m.memory.archived,
                     "updated_at": m.memory.updated_at,
+                    "code_changed": _drift_json(report.drift.get((m.memory.store, m.memory.slug))),
                 }
                 for m in report.matches
             ]
@@ -220,9 +222,18 @@ def search(
         if memory.confidence:
             meta.append(f"c:{memory.confidence}")
         label = inline(memory.label)
-        click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {label}")
+        drift = report.drift.get((memory.store, memory.slug))
+        marker = f" {fmt.drift_marker(drift)}" if drift is not None else ""
+        click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {label}{marker}")
     if report.pending:
         click.echo(fmt.not_indexed(report.pending), err=True)
+
+
+def _drift_json(drift: Drift | None) -> dict[str, object] | None:
+    """A search result's code-anchor marker as JSON: None when its code is as saved."""
+    if drift is None:
+        return None
+    return {"paths": list(drift.paths), "via": drift.via}
 
 
 @click.command("remember", context_settings=SETTINGS)
@@ -238,6 +249,13 @@ def search(
 @click.option("--confidence", type=click.IntRange(1, 10), help="1..10.")
 @click.option("--overwrite", is_flag=True, help="Replace a memory with the same label.")
 @click.option("--archived/--no-archived", default=None, help="Archive or unarchive.")
+@click.option(
+    "--anchor",
+    "anchors",
+    multiple=True,
+    metavar="PATH[:SYMBOL|:N-M]",
+    help="Code the memory is about (repeatable); recall marks it when that code changes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def remember(
     label: str | None,
@@ -248,6 +266,7 @@ def remember(
     confidence: int | None,
     overwrite: bool,
     archived: bool | None,
+    anchors: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Save a memory; CONTENT comes from stdin when omitted or "-".
@@ -280,7 +299,11 @@ def remember(
         report = leniently(
             tools,
             lambda: tools.remember(
-                **values, confidence=confidence, overwrite=overwrite, archived=archived
+                **values,
+                confidence=confidence,
+                overwrite=overwrite,
+                archived=archived,
+                anchors=anchors,
             ),
         )
     if as_json:

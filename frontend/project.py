@@ -262,6 +262,11 @@ def _common_dir(directory: Path, env: Mapping[str, str] | None) -> Path | None:
     return Path(os.path.normpath(path if path.is_absolute() else directory / path))
 
 
+def run_git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str | None:
+    """Trimmed stdout of a successful git command in ``directory``, else None."""
+    return _git(directory, env, *args)
+
+
 def _git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str | None:
     """Trimmed stdout of a successful git command, else None (timeout, no git, error)."""
     clean = {

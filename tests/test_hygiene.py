@@ -168,6 +168,7 @@ def test_all_signals_together_with_global_appended(
         "orphaned": {"branches": ["gone"], "count": 1},
         "other_model": 2,
         "pending": 2,
+        "code_changed": 0,
         "engines": {"other_model": 0, "pending": 0},
     }
 
@@ -265,10 +266,12 @@ def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> N
         "orphaned": {"branches": [], "count": 0},
         "other_model": 0,
         "pending": 0,
+        "code_changed": 0,
         "engines": {"other_model": 0, "pending": 0},
         "duplicate_pairs": [],
         "stale_labels": [],
         "orphaned_memories": [],
+        "code_changed_memories": [],
     }
 
 

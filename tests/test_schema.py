@@ -19,6 +19,7 @@ from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.lexical import DOCS_TABLE, FTS_TABLE
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import (
+    ANCHORS_TABLE,
     CHANGES_TABLE,
     CHAT_BINDING_TABLES,
     CHAT_TABLES,
@@ -191,7 +192,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     }
     extra.add("thatch_defaults_off")
     extra.add(BACKFILLS_TABLE)
-    extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE}
+    extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, ANCHORS_TABLE}
     fts = {
         DOCS_TABLE,
         FTS_TABLE,

@@ -27,6 +27,8 @@ POINTS = {
         "5–8 words",
         "2–5 sentences",
         "overwrite: true",
+        "`anchors`",
+        "`codeChanged`",
         "1–3 weak",
         "5–6 moderate",
         "7–8 strong",

@@ -9,10 +9,10 @@ neither end its quotes early nor speak with thatch's voice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from thatch.frontend.untrusted import quoted
+from thatch.frontend.untrusted import quoted, token
 
 __all__ = [
     "CLAUDE_DECLINED_NOTICE",
@@ -176,21 +176,33 @@ def extraction_nudge(host: str, session_id: str, n: int, missed: int) -> str:
     ) + (" " + NOT_A_REQUEST)
 
 
-def recall_nudge(host: str, labels: Sequence[str]) -> str | None:
-    """Recall nudge naming at most two labels (score order); None when nothing matched."""
+def _named(label: str, changed: Mapping[str, Sequence[str]]) -> str:
+    """A label as the nudge names it, with the code-anchor marker when its code changed."""
+    paths = changed.get(label)
+    if not paths:
+        return quoted(label)
+    return f"{quoted(label)} [code changed since saved: {', '.join(map(token, paths))}]"
+
+
+def recall_nudge(
+    host: str, labels: Sequence[str], changed: Mapping[str, Sequence[str]] | None = None
+) -> str | None:
+    """Recall nudge naming at most two labels (score order, those whose anchored code
+    changed last, marked: ``changed``); None when nothing matched."""
     if not labels:
         return None
+    changed = changed or {}
     names = host_names(host)
     recall = names.recall
     # quoted() keeps every nudge one line, whatever a stored label contains.
     if len(labels) == 1:
         return _with_load(
-            f"[thatch] 1 memory relates to this prompt ({quoted(labels[0])}). "
+            f"[thatch] 1 memory relates to this prompt ({_named(labels[0], changed)}). "
             f"Use {recall} before responding. {RECALL_NUDGE_FRAME}",
             names,
             _MCP_NAMES.recall,
         )
-    shown = ", ".join(quoted(label) for label in labels[:2])
+    shown = ", ".join(_named(label, changed) for label in labels[:2])
     etc = ", etc." if len(labels) > 2 else ""
     return _with_load(
         f"[thatch] {len(labels)} memories relate to this prompt ({shown}{etc}). "

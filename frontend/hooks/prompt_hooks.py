@@ -143,7 +143,7 @@ def recall_parts(
     warm = warm_scan(text, env, stores, threshold, branch)
     engines = is_on(env, "engines")  # THATCH_ENGINES=off: no blocks (docs/tools.md §switches)
     if warm is not None:
-        nudge = recall_nudge(host, warm[0])
+        nudge = recall_nudge(host, warm[0], warm[2])
         return prompt_aware_text(nudge, warm[1] if engines else []), nudge
     embedded = embed_prompt(text, env)
     if embedded is None:
@@ -163,11 +163,15 @@ def recall_parts(
     try:
         matches = store.search(stores, vector, text=text, branch=branch, limit=RECALL_LIMIT)
         blocks = engine_blocks(store, stores, vector, env, model) if engines else []
+        cut = model_recall_threshold(threshold, model)
+        from thatch.frontend.anchors.check import AnchorCheck
+        from thatch.frontend.hooks.recall_scan import marked_labels
+
+        kept = [match for match in matches if match.score >= cut]
+        labels, changed = marked_labels(AnchorCheck(), store, kept)
     finally:
         store.close()
-    cut = model_recall_threshold(threshold, model)
-    labels = [match.memory.label for match in matches if match.score >= cut]
-    nudge = recall_nudge(host, labels)
+    nudge = recall_nudge(host, labels, changed)
     return prompt_aware_text(nudge, blocks), nudge
 
 
@@ -197,16 +201,17 @@ def warm_scan(
     stores: list[str],
     threshold: float | None,
     branch: str | None = None,
-) -> tuple[list[str], list[str]] | None:
-    """(recall labels, engine blocks) from a running ``thatch mcp`` for this database, from
-    its one embedding of the prompt; None when none answers (the cold path runs instead)."""
+) -> tuple[list[str], list[str], dict[str, list[str]]] | None:
+    """(recall labels, engine blocks, changed paths by label) from a running ``thatch mcp``
+    for this database, from its one embedding of the prompt; None when none answers (the
+    cold path runs instead)."""
     from thatch.frontend.engine_thresholds import auto_fire_overrides
     from thatch.frontend.hooks import recall_scan
 
     path = recall_scan.socket_path(default_db_path(env), env)
     if path is None:
         return None
-    return recall_scan.request_scan(
+    return recall_scan.request_marked_scan(
         path,
         text,
         stores,

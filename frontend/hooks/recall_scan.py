@@ -38,8 +38,10 @@ __all__ = [
     "CLIENT_DEADLINE",
     "MAX_REQUEST_BYTES",
     "ScanError",
+    "marked_labels",
     "read_line",
     "request_hygiene",
+    "request_marked_scan",
     "request_scan",
     "socket_path",
 ]
@@ -81,6 +83,25 @@ def request_scan(
     of the prompt; labels of ``branch`` and unscoped memories only when it is given (the
     rule of memory_recall's ``branch``). None on any failure, or from a server without
     engines or that did not apply the branch (cold path)."""
+    found = request_marked_scan(
+        path, prompt, stores, limit, threshold, engines, branch=branch, deadline=deadline
+    )
+    return None if found is None else (found[0], found[1])
+
+
+def request_marked_scan(
+    path: Path,
+    prompt: str,
+    stores: Sequence[str],
+    limit: int,
+    threshold: float | None,
+    engines: Mapping[str, float | None],
+    *,
+    branch: str | None = None,
+    deadline: float = CLIENT_DEADLINE,
+) -> tuple[list[str], list[str], dict[str, list[str]]] | None:
+    """``request_scan`` plus, per label whose anchored code changed since saved, the
+    changed paths (``"changed"``; absent from an older server: none)."""
     request: dict[str, Any] = {
         "prompt": prompt,
         "stores": list(stores),
@@ -99,7 +120,13 @@ def request_scan(
     for values in (labels, blocks):
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             return None
-    return labels, blocks  # type: ignore[return-value]
+    changed = answer.get("changed", {})
+    if not isinstance(changed, dict) or not all(
+        isinstance(paths, list) and all(isinstance(p, str) for p in paths)
+        for paths in changed.values()
+    ):
+        return None
+    return labels, blocks, changed  # type: ignore[return-value]
 
 
 def request_hygiene(
@@ -164,3 +191,24 @@ def read_line(sock: socket.socket, end: float, limit: int) -> bytes:
         if len(data) > limit and b"\n" not in data[: limit + 1]:
             raise ScanError(f"request longer than {limit} bytes")
     return bytes(data.split(b"\n", 1)[0])
+
+
+def marked_labels(
+    check: Any, store: Any, matches: Sequence[Any]
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The matches' labels, those whose anchored code changed last, and their changed
+    paths by label; a check that fails marks nothing (the nudge matters more)."""
+    labels = [match.memory.label for match in matches]
+    if not matches:
+        return labels, {}
+    keys = [(match.memory.store, match.memory.slug) for match in matches]
+    try:
+        drift = check.drift(store, keys)
+    except Exception:
+        return labels, {}
+    changed: dict[str, list[str]] = {}
+    for match, key in zip(matches, keys, strict=True):
+        if key in drift:
+            changed[match.memory.label] = list(drift[key].paths)
+    labels.sort(key=lambda label: label in changed)
+    return labels, changed

@@ -24,7 +24,13 @@ from typing import Any, Protocol
 
 from thatch.common.environment import default_db_path
 from thatch.embedder.client.socket_trust import directory_problem, tighten_own_directory
-from thatch.frontend.hooks.recall_scan import MAX_REQUEST_BYTES, ScanError, read_line, socket_path
+from thatch.frontend.hooks.recall_scan import (
+    MAX_REQUEST_BYTES,
+    ScanError,
+    marked_labels,
+    read_line,
+    socket_path,
+)
 
 __all__ = [
     "CONNECTION_TIMEOUT",
@@ -124,6 +130,31 @@ class ContextSearcher:
         labels = [match.memory.label for match in matches if match.score >= cut]
         blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
         return labels, blocks
+
+    def scan_marked(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float | None,
+        engines: Mapping[str, float | None],
+        *,
+        branch: str | None = None,
+    ) -> tuple[list[str], list[str], dict[str, list[str]]]:
+        """``scan`` with the labels' anchors checked (docs/tools.md §code-anchors): the
+        labels whose code changed come after the others, with their changed paths."""
+        from thatch.embedder.client.kind import Kind
+        from thatch.frontend.engine_thresholds import resolve
+        from thatch.frontend.tools.engine_tools import prompt_blocks
+
+        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
+        vector = result.vectors[0]
+        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
+        cut = nudge_threshold(threshold, result.model_id)
+        kept = [match for match in matches if match.score >= cut]
+        labels, changed = marked_labels(self.ctx.anchor_check, self.ctx.store, kept)
+        blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
+        return labels, blocks, changed
 
     def hygiene(self, project: str, directory: Path, duplicate: str | None) -> str | None:
         """The reminder's hygiene report (``prompt_hooks.reminder_output``'s cold path, from
@@ -249,6 +280,12 @@ def answer(line: bytes, searcher: Searcher) -> dict[str, Any]:
         engines = parse_engines(line)
         branch = parse_branch(line)
         scope = {} if branch is None else {"branch": branch}  # echoed: the hook checks it
+        marked = getattr(searcher, "scan_marked", None)
+        if engines is not None and marked is not None:
+            labels, blocks, changed = marked(
+                prompt, stores, limit, threshold, engines, branch=branch
+            )
+            return {"labels": labels, "blocks": blocks, "changed": changed, **scope}
         scan = getattr(searcher, "scan", None)
         if engines is not None and scan is not None:
             labels, blocks = scan(prompt, stores, limit, threshold, engines, branch=branch)

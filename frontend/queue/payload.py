@@ -24,9 +24,14 @@ def _summarize_args(tool: str, args: Any) -> str:
     return compact(args)[:120]
 
 
-def build_payload(records: list[dict[str, Any]], project_store: str) -> str | None:
+def build_payload(
+    records: list[dict[str, Any]],
+    project_store: str,
+    code_changed: list[dict[str, Any]] | None = None,
+) -> str | None:
     """The ``get_extraction_payload`` JSON (docs/hooks.md §payload), or None when nothing is
-    queued."""
+    queued; ``code_changed`` (the project's memories whose anchored code changed, to
+    revisit) is added last when there are any."""
     if not records:
         return None
     interactions = []
@@ -46,6 +51,11 @@ def build_payload(records: list[dict[str, Any]], project_store: str) -> str | No
                 "output": output,
             }
         )
-    return compact(
-        {"interactions": interactions, "projectStore": project_store, "globalStore": "global"}
-    )
+    document: dict[str, Any] = {
+        "interactions": interactions,
+        "projectStore": project_store,
+        "globalStore": "global",
+    }
+    if code_changed:
+        document["codeChanged"] = code_changed
+    return compact(document)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.errors import DatabaseBusyError, InvalidInputError
 from thatch.frontend.store import backfill, db, lexical
+from thatch.frontend.store.anchor_queries import Anchor, AnchorQueries
 from thatch.frontend.store.changelog import LogPosition, log_position
 from thatch.frontend.store.duplicate_queries import DuplicateQueries
 from thatch.frontend.store.matrix import StoreMatrix, load_matrix
@@ -73,12 +74,13 @@ class OwnWrite:
         self.rows.append((slug, blob, archived, branch))
 
 
-class Store(SearchQueries, DuplicateQueries, UpkeepQueries):
+class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
     """All memory queries over one connection (see docs/database.md §queries).
 
     Writes, listing and the plumbing here; ranking in ``SearchQueries`` (memory_search.py),
     duplicate candidates in ``DuplicateQueries`` (duplicate_queries.py), hygiene and
-    re-embedding counts in ``UpkeepQueries`` (upkeep.py).
+    re-embedding counts in ``UpkeepQueries`` (upkeep.py), code anchors in ``AnchorQueries``
+    (anchor_queries.py).
     """
 
     def __init__(
@@ -331,9 +333,11 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries):
         confidence: int | None = None,
         overwrite: bool = False,
         archived: bool | None = None,
+        anchors: Sequence[Anchor] = (),
     ) -> RememberOutcome:
         """Save one memory (docs/database.md §memory-operations remember); a None vector saves it
-        pending (NULL embedding)."""
+        pending (NULL embedding). ``anchors`` replace the memory's code anchors in the same
+        transaction; without them, a text that changed drops the old ones (m014's triggers)."""
         store = store_name(store)
         if not isinstance(label, str) or not isinstance(stored_text, str):
             raise InvalidInputError("label and stored text must be strings")
@@ -356,6 +360,8 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries):
             else:
                 if self._overwrite(own, row, archived, branch, confidence) is not None:
                     return RememberOutcome.ARCHIVED_GUARD
+            if anchors:
+                self._write_anchors(conn, store, slug, anchors)
         if blob is not None:
             self._check_written(store, slug)
         return RememberOutcome.SAVED

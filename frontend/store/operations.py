@@ -1,7 +1,7 @@
 """The operations the tools, CLI and UI ask of the database, as one interface per part.
 
 ``MemoryOperations`` (memories: remember, recall/search, list, show, forget, duplicates,
-hygiene counts, pending embeddings), ``EngineOperations`` (one engine's predictions or
+hygiene counts, pending embeddings, code anchors), ``EngineOperations`` (one engine's predictions or
 behaviors) and ``ChatOperations`` (sessions and messages) are ``typing.Protocol``s: the
 SQLite classes (``memory_store.Store``, ``engine_store.EngineStore``,
 ``chat_store.ChatStore``) implement them, and a second backend implements the same.
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from thatch.frontend.store.anchor_queries import HYGIENE_ROWS, Anchor, Key
 from thatch.frontend.store.chat_rows import ChatMessage, ChatSession
 from thatch.frontend.store.duplicates import (
     CLUSTER_PAIRS,
@@ -73,6 +74,7 @@ class MemoryOperations(Protocol):
         confidence: int | None = None,
         overwrite: bool = False,
         archived: bool | None = None,
+        anchors: Sequence[Anchor] = (),
     ) -> RememberOutcome: ...
     def forget(self, store: str, label: str) -> Memory | None: ...
     def mark_checked(self, store: str, slug_a: str, slug_b: str, status: str) -> None: ...
@@ -111,6 +113,18 @@ class MemoryOperations(Protocol):
         floor: float | None = None,
     ) -> builtins.list[Match]: ...
     def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None: ...
+
+    # -- code anchors (docs/database.md §code-anchors)
+    def anchors_of(self, keys: Iterable[Key]) -> dict[Key, builtins.list[Anchor]]: ...
+    def supplements_of(self, keys: Iterable[Key]) -> dict[Key, builtins.list[tuple[str, str]]]: ...
+    def anchored_in(
+        self, store: str, limit: int = HYGIENE_ROWS
+    ) -> dict[str, builtins.list[Anchor]]: ...
+    def set_anchor_status(self, verdicts: Sequence[tuple[Anchor, str]]) -> None: ...
+    def anchor_commits(self) -> builtins.list[tuple[str, str]]: ...
+    def move_anchors(
+        self, root: str, commit: str, renames: Sequence[tuple[str, str]], head: str
+    ) -> int: ...
 
     # -- duplicate candidates
     def check_all_duplicates(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from thatch.frontend.store import backfill, lexical
+from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE, m014_code_anchors
 from thatch.frontend.store.migrations.changes import (
     CHANGES_KEPT,
     CHANGES_TABLE,
@@ -53,6 +54,7 @@ from thatch.frontend.store.transactions import atomic
 
 # The names of the tables the migrations make, for the modules and tests that read them.
 __all__ = [
+    "ANCHORS_TABLE",
     "BACKFILLS",
     "BUILDS_INDEXES",
     "CHANGES_KEPT",
@@ -89,6 +91,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m010_duplicate_candidates", m010_duplicate_candidates),
     ("m011_chat_binding", m011_chat_binding),
     ("m012_defaults_off", m012_defaults_off),
+    ("m014_code_anchors", m014_code_anchors),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -24,6 +24,7 @@ from thatch.common.environment import (
     queue_dir,
     snapshot_dir,
 )
+from thatch.frontend.anchors.check import AnchorCheck
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.embedding import Embedder as Embedder
 from thatch.frontend.tools.embedding import EmbedResultLike as EmbedResultLike
@@ -84,6 +85,8 @@ class ToolContext:
     embed_timeout: float = EMBED_TIMEOUT
     pending_fill: PendingFill = field(init=False, repr=False, compare=False)
     backlog_fill: BacklogFill = field(init=False, repr=False, compare=False)
+    # The process's one cache of anchored files' facts (docs/tools.md §code-anchors).
+    anchor_check: AnchorCheck = field(default_factory=AnchorCheck, repr=False, compare=False)
     _closed: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

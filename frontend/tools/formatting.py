@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard, TypeVar
 
+from thatch.frontend.anchors.check import Drift
 from thatch.frontend.store.duplicates import DuplicatePage
 from thatch.frontend.store.memory import DuplicatePair, Match, Memory
 from thatch.frontend.tools.validation import shortest
@@ -136,9 +137,15 @@ def no_store(store: str, names: Sequence[str]) -> str:
 # -- memory_recall -----------------------------------------------------------------------
 
 
-def recall_results(matches: Sequence[Match], pending: int) -> str:
+def recall_results(
+    matches: Sequence[Match], pending: int, drift: Mapping[tuple[str, str], Drift] | None = None
+) -> str:
+    drift = drift or {}
     if matches:
-        records = RESULT_SEPARATOR.join(_recall_item(match) for match in matches)
+        records = RESULT_SEPARATOR.join(
+            _recall_item(match, drift.get((match.memory.store, match.memory.slug)))
+            for match in matches
+        )
         text = RECALL_FRAME + "\n\n" + records
     else:
         text = NO_MATCHES
@@ -147,7 +154,15 @@ def recall_results(matches: Sequence[Match], pending: int) -> str:
     return text
 
 
-def _recall_item(match: Match) -> str:
+def drift_marker(drift: Drift) -> str:
+    """`` [code changed since saved: <paths>]`` (`` via "<label>"`` when inherited from the
+    memory it supplements): thatch's words, on thatch's meta line, paths as tokens."""
+    paths = ", ".join(token(path) for path in drift.paths)
+    via = f" via {quoted(drift.via)}" if drift.via is not None else ""
+    return f"[code changed since saved: {paths}{via}]"
+
+
+def _recall_item(match: Match, drift: Drift | None = None) -> str:
     memory = match.memory
     meta = [f"store:{token(memory.store)}"]
     if _set(memory.branch):
@@ -157,7 +172,8 @@ def _recall_item(match: Match) -> str:
     if memory.archived:
         meta.append("archived:true")
     meta.append(f"updated:{memory.updated_at}")
-    return f"[{' '.join(meta)}] [score:{score(match.score)}]\n{body(memory.content)}"
+    marker = f" {drift_marker(drift)}" if drift is not None else ""
+    return f"[{' '.join(meta)}] [score:{score(match.score)}]{marker}\n{body(memory.content)}"
 
 
 def not_indexed(pending: int) -> str:

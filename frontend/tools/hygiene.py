@@ -63,6 +63,9 @@ class StoreHygiene:
     # all are, ``duplicates`` counts only what is known (the report says so).
     duplicates_checked: int = 0
     duplicates_total: int = 0
+    # Memories whose anchored code changed since saved (docs/tools.md §code-anchors):
+    # slug → the changed paths.
+    drifted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def model_parts(self) -> list[str]:
         parts = []
@@ -98,6 +101,11 @@ class StoreHygiene:
             parts.append(
                 _plural(self.orphaned, "memory", "memories")
                 + f" scoped to deleted branches ({', '.join(map(token, self.orphaned_branches))})"
+            )
+        if self.drifted:
+            parts.append(
+                _plural(len(self.drifted), "memory", "memories")
+                + " whose code changed since saved (recall them, check, update or forget)"
             )
         return parts + self.model_parts()
 
@@ -165,6 +173,7 @@ class Hygiene:
             },
             "other_model": self.project.other_model,
             "pending": self.project.pending,
+            "code_changed": len(self.project.drifted),
             "engines": {"other_model": self.engines.other_model, "pending": self.engines.pending},
         }
 
@@ -188,6 +197,7 @@ def _store_hygiene(
         orphaned = sum(counts.values())
     summary = db.duplicate_summary(name, duplicate_threshold)
     return StoreHygiene(
+        drifted=_drifted(db, name),
         store=name,
         duplicates=summary.memories,
         duplicates_checked=summary.checked,
@@ -199,6 +209,29 @@ def _store_hygiene(
         pending=db.pending_count(name),
         active_model=active_model,
     )
+
+
+def _drifted(db: object, name: str) -> dict[str, tuple[str, ...]]:
+    """Memory Stores only (other query objects have no anchors): renames followed first,
+    then the store's anchors re-checked within the hygiene pass's budget."""
+    from thatch.frontend.store.memory_store import Store
+
+    if not isinstance(db, Store):
+        return {}
+    import contextlib
+    import sqlite3
+
+    from thatch.frontend.anchors.check import AnchorCheck
+    from thatch.frontend.anchors.recheck import drifted, follow_renames
+    from thatch.frontend.errors import StoreError
+
+    # A database refusing the write: the anchors stay where they were.
+    with contextlib.suppress(sqlite3.Error, StoreError):
+        follow_renames(db)
+    try:
+        return drifted(db, name, AnchorCheck())
+    except sqlite3.Error:
+        return {}  # a file the earlier release left without the anchors' table
 
 
 def _default_branches(project_dir: Path) -> list[str]:
@@ -269,6 +302,7 @@ class Named:
     pairs: list[tuple[str, str, float]]  # (label_a, label_b, score), best first
     stale: list[str]  # labels
     orphaned: list[tuple[str, str]]  # (label, deleted branch)
+    code_changed: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
     def lines(self, store: str) -> list[str]:
         out: list[str] = []
@@ -285,6 +319,12 @@ class Named:
             out += [
                 f"  {quoted(label)} (branch:{token(branch)})" for label, branch in self.orphaned
             ]
+        if self.code_changed:
+            out.append(f"Code changed since saved in {quoted(store)}:")
+            out += [
+                f"  {quoted(label)} ({', '.join(map(token, paths))})"
+                for label, paths in self.code_changed
+            ]
         return out
 
     def as_json(self) -> dict[str, Any]:
@@ -295,6 +335,9 @@ class Named:
             "stale_labels": list(self.stale),
             "orphaned_memories": [
                 {"label": label, "branch": branch} for label, branch in self.orphaned
+            ],
+            "code_changed_memories": [
+                {"label": label, "paths": list(paths)} for label, paths in self.code_changed
             ],
         }
 
@@ -319,11 +362,14 @@ def named(store: Any, result: Hygiene, threshold: float, now: datetime) -> Named
     deleted = set(project.orphaned_branches)
     stale: list[str] = []
     orphaned: list[tuple[str, str]] = []
+    code_changed: list[tuple[str, tuple[str, ...]]] = []
     for memory in store.list(project.store):
         if memory.archived:
             continue
+        if memory.slug in project.drifted:
+            code_changed.append((memory.label, project.drifted[memory.slug]))
         if project.stale and max(memory.updated_at, memory.last_recalled_at or "") < cutoff:
             stale.append(memory.label)
         if memory.branch in deleted:
             orphaned.append((memory.label, memory.branch))
-    return Named(pairs, stale, orphaned)
+    return Named(pairs, stale, orphaned, code_changed)

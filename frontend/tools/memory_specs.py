@@ -98,6 +98,7 @@ def _remember(tools: Operations, args: dict[str, Any]) -> str:
         confidence=args["confidence"],
         overwrite=args["overwrite"],
         archived=args["archived"],
+        anchors=args["anchors"] or (),
     ).text()
 
 
@@ -190,6 +191,14 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
                 "archived",
                 "boolean",
                 "true archives, false unarchives; needed to overwrite an archived memory",
+            ),
+            # At most 10 (anchors.spec.MAX_ANCHORS), checked at capture: not published, to
+            # spare the tool budget.
+            Param(
+                "anchors",
+                "array",
+                "code it is about: path, path:symbol, path:N-M",
+                max_length=LABEL_MAX,
             ),
         ),
         _remember,

@@ -10,16 +10,19 @@ without an import cycle.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from thatch.embedder.client.errors import EmbedderUnavailable
 from thatch.embedder.client.kind import Kind
+from thatch.frontend.anchors.check import Drift
 from thatch.frontend.errors import StoreError
 from thatch.frontend.store import db
+from thatch.frontend.store.anchor_queries import Anchor
 from thatch.frontend.store.duplicates import DuplicatePage
 from thatch.frontend.store.memory import Match, Memory, RememberOutcome
 from thatch.frontend.store.slugs import slugify
@@ -46,6 +49,8 @@ __all__ = [
 # How long one find_duplicates call may spend comparing memories no write compared (an
 # upgraded database): ~3,000 memories a second at 100k; the rest waits for the next call.
 CHECK_SECONDS = 5.0
+# How many memories whose code changed an extraction payload names for revisiting.
+REVISIT_MAX = 10
 
 
 class Refused(Exception):
@@ -86,9 +91,11 @@ class RecallReport:
     # Set when the recall counts could not be stamped (read-only or full database, lock
     # not obtained): the answer stands, the CLI says so on stderr, MCP skips it silently.
     telemetry_skipped: str | None = None
+    # The returned memories whose anchored code changed since saved, by (store, slug).
+    drift: Mapping[tuple[str, str], Drift] = field(default_factory=dict)
 
     def text(self) -> str:
-        return fmt.recall_results(self.matches, self.pending)
+        return fmt.recall_results(self.matches, self.pending, self.drift)
 
 
 class _SearchOptions(TypedDict):
@@ -140,8 +147,11 @@ class Operations:
         confidence: int | None = None,
         overwrite: bool = False,
         archived: bool | None = None,
+        anchors: Sequence[str] = (),
     ) -> RememberReport:
-        """Save one memory (docs/tools.md §memory_remember); raises ArgumentError or Refused."""
+        """Save one memory (docs/tools.md §memory_remember); raises ArgumentError or Refused.
+        ``anchors`` (docs/tools.md §code-anchors) are captured before anything is written:
+        one that names no readable file, symbol or span refuses the save."""
         if label is not None and not label.strip():
             # Deriving is for a label not given at all; an empty one is a mistake to report.
             raise ArgumentError(
@@ -157,6 +167,7 @@ class Operations:
                 )
             label, content = derived.label, derived.content
         name = self.store_or_project(store)
+        captured = self._capture(anchors) if anchors else []
         stored_text = f"# {label}\n\n{content}"
         slug = slugify(label)
         vector, model, cause, fix = None, None, None, None
@@ -183,6 +194,7 @@ class Operations:
             confidence=confidence,
             overwrite=overwrite,
             archived=archived,
+            anchors=captured,
         )
         if outcome is RememberOutcome.EXISTS:
             existing = db.show(name, label)
@@ -195,6 +207,14 @@ class Operations:
         if vector is not None:
             self._schedule_fill()  # the embedder is up: index what waits for it
         return RememberReport(name, label, slug, list(similar), cause, created, fix)
+
+    def _capture(self, anchors: Sequence[str]) -> list[Anchor]:
+        from thatch.frontend.anchors.capture import AnchorProblem, capture_anchors
+
+        try:
+            return capture_anchors(anchors, self.ctx.project_dir, self.ctx.env)
+        except AnchorProblem as problem:
+            raise ArgumentError(f"Invalid arguments: anchors: {problem}") from None
 
     def existing_store(self, store: str | None) -> str:
         """The store a read names (the project store when omitted); Refused when a named
@@ -236,7 +256,8 @@ class Operations:
             matches = above(
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
             )
-            return RecallReport(scope, list(matches), self.ctx.store.pending_count_in(scope))
+            pending = self.ctx.store.pending_count_in(scope)
+            return self._with_drift(RecallReport(scope, list(matches), pending))
         if self.after_reply is not None:
             matches = above(
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
@@ -245,7 +266,7 @@ class Operations:
             if matches:  # stamped as of now, written once the answer is out
                 at = format_timestamp(self.ctx.store.clock())
                 self.after_reply.defer(functools.partial(self._stamp_quietly, matches, at))
-            return RecallReport(scope, list(matches), pending)
+            return self._with_drift(RecallReport(scope, list(matches), pending))
         try:
             matches = above(
                 self.ctx.store.recall(scope, result.vectors[0], floor=floor, text=query, **options),
@@ -265,7 +286,35 @@ class Operations:
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
             )
         pending = self.ctx.store.pending_count_in(scope)
-        return RecallReport(scope, list(matches), pending, skipped)
+        return self._with_drift(RecallReport(scope, list(matches), pending, skipped))
+
+    def _with_drift(self, report: RecallReport) -> RecallReport:
+        """The report with its memories' anchors checked (docs/tools.md §code-anchors):
+        a memory whose code changed is marked and ranked after the unmarked ones, never
+        dropped. A check that fails leaves the answer unmarked."""
+        if not report.matches:
+            return report
+        keys = [(match.memory.store, match.memory.slug) for match in report.matches]
+        try:
+            drift = self.ctx.anchor_check.drift(self.ctx.store, keys)
+            if any(found.gone for found in drift.values()):
+                # A file gone from its checkout may have been renamed: git says so off the
+                # answer's path in thatch mcp (the next recall follows), within the call
+                # elsewhere (this one does).
+                if self.after_reply is not None:
+                    self.after_reply.defer(self._follow_renames, keep=False, key="renames")
+                else:
+                    self._follow_renames()
+                    drift = self.ctx.anchor_check.drift(self.ctx.store, keys)
+        except (sqlite3.Error, StoreError, OSError):
+            return report
+        if not drift:
+            return report
+        ranked = sorted(
+            report.matches,
+            key=lambda match: (match.memory.store, match.memory.slug) in drift,
+        )
+        return dataclasses.replace(report, matches=ranked, drift=drift)
 
     def thresholds(self, model: str) -> ModelThresholds:
         """The thresholds for vectors of ``model``, variables first (docs/tools.md §thresholds)."""
@@ -276,6 +325,13 @@ class Operations:
         from thatch.frontend.tools.active_model import configured_model_id
 
         return self.thresholds(configured_model_id(self.ctx.env))
+
+    def _follow_renames(self) -> None:
+        from thatch.frontend.anchors.recheck import follow_renames
+
+        # A database refusing the write: the anchors stay put until a later pass.
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            follow_renames(self.ctx.store, self.ctx.env)
 
     def _schedule_fill(self) -> None:
         # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
@@ -356,8 +412,28 @@ class Operations:
             )
         except queue.QueueError as error:
             raise Refused(str(error)) from None
-        payload = queue.build_payload(records, self.ctx.project_store)
+        changed = self._code_changed() if records else []
+        payload = queue.build_payload(records, self.ctx.project_store, changed)
         return payload if payload else fmt.NO_QUEUE
+
+    def _code_changed(self) -> list[dict[str, object]]:
+        """The project store's memories whose anchored code changed since saved (at most
+        ``REVISIT_MAX``), for the extractor to revisit (docs/tools.md §code-anchors); none
+        when the check fails: the payload matters more."""
+        from thatch.frontend.anchors.recheck import drifted
+
+        store = self.ctx.project_store
+        found: list[dict[str, object]] = []
+        try:
+            for slug, paths in drifted(self.ctx.store, store, self.ctx.anchor_check).items():
+                memory = self.ctx.store.show(store, slug)
+                if memory is not None:
+                    found.append({"label": memory.label, "paths": list(paths)})
+                if len(found) == REVISIT_MAX:
+                    break
+        except (sqlite3.Error, StoreError, OSError):
+            return []
+        return found
 
 
 def above(matches: Sequence[Match], floor: float) -> list[Match]:

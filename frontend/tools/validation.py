@@ -29,7 +29,7 @@ __all__ = [
     "validate",
 ]
 
-ParamType = Literal["string", "integer", "number", "boolean"]
+ParamType = Literal["string", "integer", "number", "boolean", "array"]
 
 NOT_AN_OBJECT = 'Invalid arguments: expected an object of named arguments, e.g. {"query": "…"}'
 
@@ -65,6 +65,8 @@ class Param:
     # A last rule for text, run after the ones above: returns the reason or None
     # (``identifiers.store_name_problem``, ``identifiers.session_id_problem``).
     check: Callable[[str], str | None] | None = None
+    # "array" (of strings): at most this many items, each checked as a string.
+    max_items: int | None = None
 
 
 def input_schema(params: Sequence[Param]) -> dict[str, Any]:
@@ -73,6 +75,8 @@ def input_schema(params: Sequence[Param]) -> dict[str, Any]:
     for param in params:
         # A name that says it all goes without a description (docs/tools.md §tools).
         prop: dict[str, Any] = {"type": param.type}
+        if param.type == "array":
+            prop["items"] = {"type": "string"}
         if param.description:
             prop["description"] = param.description
         if param.enum is not None:
@@ -81,7 +85,9 @@ def input_schema(params: Sequence[Param]) -> dict[str, Any]:
             prop["minimum"] = _schema_number(param.minimum)
         if param.maximum is not None:
             prop["maximum"] = _schema_number(param.maximum)
-        if param.max_length is not None:
+        if param.max_items is not None:
+            prop["maxItems"] = param.max_items
+        elif param.max_length is not None and param.type != "array":
             prop["maxLength"] = param.max_length
         if param.default is not None:
             prop["default"] = param.default
@@ -138,6 +144,8 @@ def _check(param: Param, value: object) -> Any:
             return _check_integer(param, value)
         case "number":
             return _check_number(param, value)
+        case "array":
+            return _check_array(param, value)
     raise AssertionError(param.type)  # pragma: no cover - Literal is exhaustive
 
 
@@ -161,6 +169,21 @@ def _check_text(param: Param, value: object) -> str:
         if problem is not None:
             raise _Reason(problem)
     return value
+
+
+def _check_array(param: Param, value: object) -> list[str]:
+    """A list of strings; one string alone is a list of one (lax, as numbers are)."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise _Reason("must be an array of strings")
+    if param.max_items is not None and len(items) > param.max_items:
+        raise _Reason(f"too many items ({len(items)}; maximum {param.max_items})")
+    for item in items:
+        if param.max_length is not None and len(item) > param.max_length:
+            raise _Reason(f"item too long ({len(item)} characters; maximum {param.max_length})")
+        if has_control(item):
+            raise _Reason("items must not contain control characters")
+    return [item for item in items if item.strip()]
 
 
 def _short(value: str) -> str:

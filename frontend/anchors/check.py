@@ -1,0 +1,202 @@
+"""Checking anchors cheaply at recall (docs/tools.md §code-anchors).
+
+Per anchor: ``stat`` first (same mtime and size as at save: unchanged, nothing read),
+then the file's blob id computed in process (the same: unchanged), then the span's hash
+(the span unchanged, even moved within the file: unchanged). A file that is gone from a
+git checkout that still exists is a change; a file gone outside git, or unreadable, is
+"unverifiable", never "changed".
+
+``AnchorCheck`` owns the process's cache of file facts, keyed by (path, mtime, size), so
+a long-lived server reads a file once per version (256 files, 32 MiB at most); each call
+checks at most ``MAX_FILES`` files and stops at its deadline (~30 ms), the rest left
+unverified.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.anchor_queries import Anchor, Key
+
+__all__ = [
+    "CHANGED",
+    "FRESH",
+    "GONE",
+    "UNVERIFIABLE",
+    "AnchorCheck",
+    "Drift",
+    "anchor_file",
+]
+
+FRESH = "fresh"
+CHANGED = "changed"
+# A change too, of a kind a rename explains: the file is gone from a checkout that exists.
+GONE = "gone"
+UNVERIFIABLE = "unverifiable"
+
+BUDGET_SECONDS = 0.030
+MAX_FILES = 32
+CACHE_FILES = 256
+# The cache's bound in bytes of file text kept (their lines): a cache costs time, never
+# memory without bound.
+CACHE_BYTES = 32 * 1024 * 1024
+MAX_READ_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Why a recalled memory is marked: the anchored paths whose code changed, and the
+    memory it depends on when the change is that one's (None: its own)."""
+
+    paths: tuple[str, ...]
+    via: str | None = None  # the label of the memory it supplements
+    gone: bool = False  # one of the files is gone from its checkout (renamed?)
+
+
+class _Facts:
+    __slots__ = ("blob", "lines", "size")
+
+    def __init__(self, blob: str, lines: list[str] | None, size: int) -> None:
+        self.blob = blob
+        self.lines = lines
+        self.size = size
+
+
+def anchor_file(anchor: Anchor) -> str:
+    return os.path.join(anchor.root, anchor.path) if anchor.root else anchor.path
+
+
+class AnchorQuerySource(Protocol):
+    """What ``AnchorCheck.drift`` reads from the store (``Store`` provides it)."""
+
+    def anchors_of(self, keys: Iterable[Key]) -> dict[Key, list[Anchor]]: ...
+    def supplements_of(self, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]: ...
+
+
+class AnchorCheck:
+    """Verdicts on anchors, with the file-facts cache this process keeps."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._facts: OrderedDict[tuple[str, int, int], _Facts] = OrderedDict()
+        self._bytes = 0
+
+    def status(self, anchor: Anchor) -> str:
+        """``fresh``, ``changed`` or ``unverifiable`` for one anchor, now."""
+        path = anchor_file(anchor)
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            gone_from_git = bool(anchor.root) and os.path.isdir(anchor.root)
+            return GONE if gone_from_git else UNVERIFIABLE
+        except OSError:
+            return UNVERIFIABLE
+        if stat.st_mtime_ns == anchor.mtime_ns and stat.st_size == anchor.size:
+            return FRESH
+        facts = self._read(path, stat.st_mtime_ns, stat.st_size)
+        if facts is None:
+            return UNVERIFIABLE
+        if facts.blob == anchor.blob:
+            return FRESH
+        if anchor.span_hash is None:
+            return CHANGED
+        if facts.lines is None:
+            return UNVERIFIABLE
+        return FRESH if _span_same(facts.lines, anchor) else CHANGED
+
+    def _read(self, path: str, mtime_ns: int, size: int) -> _Facts | None:
+        key = (path, mtime_ns, size)
+        facts = self._facts.get(key)
+        if facts is not None:
+            self._facts.move_to_end(key)
+            return facts
+        try:
+            with open(path, "rb") as handle:
+                content = handle.read(MAX_READ_BYTES + 1)
+        except OSError:
+            return None
+        small = len(content) <= MAX_READ_BYTES
+        if not small:
+            return None  # the blob id would need the whole file: not within a recall
+        facts = _Facts(blob_id(content), lines_of(content), len(content))
+        self._facts[key] = facts
+        self._bytes += facts.size
+        while len(self._facts) > CACHE_FILES or self._bytes > CACHE_BYTES:
+            self._bytes -= self._facts.popitem(last=False)[1].size
+        return facts
+
+    def drift(
+        self,
+        source: AnchorQuerySource,
+        keys: Sequence[Key],
+        budget: float = BUDGET_SECONDS,
+    ) -> dict[Key, Drift]:
+        """The memories among ``keys`` whose anchored code changed, or that supplement
+        one whose code did (dedup verdict "supplement"), within ``budget`` seconds and
+        ``MAX_FILES`` files: an anchor not reached is left unmarked."""
+        deadline = self._clock() + budget
+        supplements = source.supplements_of(keys)
+        partners = {
+            (store, slug): label
+            for (store, _), pairs in supplements.items()
+            for slug, label in pairs
+        }
+        anchors = source.anchors_of([*keys, *partners])
+        changed: dict[Key, Drift] = {}
+        files = 0
+        for key in [*keys, *partners]:
+            paths: list[str] = []
+            gone = False
+            for anchor in anchors.get(key, []):
+                if files >= MAX_FILES or self._clock() > deadline:
+                    break
+                files += 1
+                verdict = self.status(anchor)
+                if verdict in (CHANGED, GONE) and anchor.path not in paths:
+                    paths.append(anchor.path)
+                    gone = gone or verdict == GONE
+            if paths:
+                changed[key] = Drift(tuple(paths), gone=gone)
+        found: dict[Key, Drift] = {}
+        for key in keys:
+            if key in changed:
+                found[key] = changed[key]
+                continue
+            for slug, label in supplements.get(key, []):
+                partner = (key[0], slug)
+                if partner in changed:
+                    found[key] = Drift(changed[partner].paths, label, changed[partner].gone)
+                    break
+        return found
+
+    def recheck(self, anchors: Iterable[Anchor], budget: float) -> list[tuple[Anchor, str]]:
+        """Verdicts for as many of ``anchors`` as ``budget`` seconds allow (hygiene)."""
+        deadline = self._clock() + budget
+        verdicts = []
+        for anchor in anchors:
+            if self._clock() > deadline:
+                break
+            verdict = self.status(anchor)
+            verdicts.append((anchor, CHANGED if verdict == GONE else verdict))
+        return verdicts
+
+
+def _span_same(lines: list[str], anchor: Anchor) -> bool:
+    if anchor.symbol is not None:
+        found = locate_symbol(lines, anchor.symbol)
+        return found is not None and span_hash(lines[found[0] : found[1] + 1]) == anchor.span_hash
+    if anchor.line_start is None or anchor.line_end is None or anchor.span_hash is None:
+        return False
+    size = anchor.line_end - anchor.line_start + 1
+    here = lines[anchor.line_start - 1 : anchor.line_end]
+    if len(here) == size and span_hash(here) == anchor.span_hash:
+        return True
+    return find_window(lines, size, anchor.span_hash) is not None

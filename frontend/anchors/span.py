@@ -1,0 +1,94 @@
+"""What an anchor fingerprints: a file's git blob id and one span's hash, computed in
+process (no git on the recall path), and the language-agnostic symbol locator.
+
+The locator finds the first line declaring the name (``def``, ``class``, ``function``,
+``fn``, ``func``, ``struct``, ``interface``, ``trait``, ``impl``, ``enum``, ``type``,
+``const``/``let``/``var``, after any modifiers such as ``export async`` or ``pub``), then
+its block: to the matching closing brace when the declaration opens one, else every
+following line indented deeper than it (blank lines included). A dotted name
+(``Class.method``, ``Type::fn``) is looked up part by part, each inside the last one's
+block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = ["blob_id", "find_window", "lines_of", "locate_symbol", "span_hash"]
+
+_KEYWORDS = "def|class|function|fn|func|struct|interface|trait|impl|enum|type|const|let|var|module"
+
+
+def blob_id(content: bytes) -> str:
+    """``git hash-object`` of ``content``: sha1 over ``blob <len>\\0`` and the bytes."""
+    digest = hashlib.sha1(b"blob %d\x00" % len(content), usedforsecurity=False)
+    digest.update(content)
+    return digest.hexdigest()
+
+
+def lines_of(content: bytes) -> list[str]:
+    return content.decode("utf-8", errors="replace").splitlines()
+
+
+def span_hash(lines: list[str]) -> str:
+    """The span's fingerprint: trailing whitespace ignored, so an editor's trimming is no
+    change."""
+    text = "\n".join(line.rstrip() for line in lines)
+    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def find_window(lines: list[str], size: int, wanted: str) -> int | None:
+    """The first line (0-based) where ``size`` lines hash to ``wanted``: a span that moved
+    in its file unchanged is still the same code."""
+    if size <= 0 or size > len(lines):
+        return None
+    for start in range(len(lines) - size + 1):
+        if span_hash(lines[start : start + size]) == wanted:
+            return start
+    return None
+
+
+def locate_symbol(lines: list[str], symbol: str) -> tuple[int, int] | None:
+    """(first, last) 0-based lines of ``symbol``'s block, or None when not found."""
+    low, high = 0, len(lines) - 1
+    found: tuple[int, int] | None = None
+    for part in [p for p in re.split(r"\.|::", symbol) if p]:
+        found = _locate_one(lines, part, low, high)
+        if found is None:
+            return None
+        low, high = found[0] + 1, found[1]
+    return found
+
+
+def _locate_one(lines: list[str], name: str, low: int, high: int) -> tuple[int, int] | None:
+    pattern = re.compile(
+        rf"^(\s*)(?:[\w()\[\]@]+\s+)*?(?:{_KEYWORDS})\s+\*?{re.escape(name)}(?![\w$])"
+    )
+    for index in range(low, high + 1):
+        match = pattern.match(lines[index])
+        if match:
+            return index, _block_end(lines, index, len(match.group(1)), high)
+    return None
+
+
+def _block_end(lines: list[str], start: int, indent: int, high: int) -> int:
+    """The block's last line: the closing brace matching the first one opened on the
+    declaration line, else the last line indented deeper than the declaration."""
+    if "{" in lines[start]:
+        depth = 0
+        for index in range(start, high + 1):
+            depth += lines[index].count("{") - lines[index].count("}")
+            if depth <= 0:
+                return index
+        return high
+    last = start
+    for index in range(start + 1, high + 1):
+        line = lines[index]
+        if not line.strip():
+            continue
+        # A closing bracket at the declaration's indent ends a multi-line signature.
+        if len(line) - len(line.lstrip()) <= indent and line.lstrip()[0] not in ")]":
+            break
+        last = index
+    return last

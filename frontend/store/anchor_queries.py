@@ -1,0 +1,170 @@
+"""The Store's code-anchor rows (docs/database.md §code-anchors): written with a memory,
+read for the memories a recall returns, updated by the re-check and rename passes.
+
+A mixin, as ``UpkeepQueries``: it relies only on ``conn``, ``tx`` and ``_lock``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE
+from thatch.frontend.store.rows import locked
+from thatch.frontend.store.transactions import Transactions
+
+__all__ = ["Anchor", "AnchorQueries", "Key"]
+
+Key = tuple[str, str]  # (store, slug)
+
+# How many anchored memories a hygiene pass reads at most: it checks them under a deadline.
+HYGIENE_ROWS = 5000
+
+_FIELDS = (
+    "store, slug, seq, root, path, symbol, line_start, line_end, blob, span_hash, "
+    "commit_id, mtime_ns, size, status"
+)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One anchor as captured at save. ``root``: the git top level ("" outside git, then
+    ``path`` is absolute); ``status`` is the last stored verdict of a re-check pass."""
+
+    store: str
+    slug: str
+    seq: int
+    root: str
+    path: str
+    symbol: str | None
+    line_start: int | None
+    line_end: int | None
+    blob: str
+    span_hash: str | None
+    commit_id: str | None
+    mtime_ns: int | None
+    size: int | None
+    status: str = "fresh"
+
+
+class AnchorQueries:
+    conn: sqlite3.Connection
+    tx: Transactions
+    _lock: threading.RLock
+
+    def _write_anchors(
+        self, conn: sqlite3.Connection, store: str, slug: str, anchors: Sequence[Anchor]
+    ) -> None:
+        """Replace the memory's anchors inside the caller's write transaction."""
+        conn.execute(f"DELETE FROM {ANCHORS_TABLE} WHERE store = ? AND slug = ?", (store, slug))
+        conn.executemany(
+            f"INSERT INTO {ANCHORS_TABLE} ({_FIELDS}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'fresh')",
+            [
+                (
+                    store,
+                    slug,
+                    seq,
+                    a.root,
+                    a.path,
+                    a.symbol,
+                    a.line_start,
+                    a.line_end,
+                    a.blob,
+                    a.span_hash,
+                    a.commit_id,
+                    a.mtime_ns,
+                    a.size,
+                )
+                for seq, a in enumerate(anchors)
+            ],
+        )
+
+    @locked
+    def anchors_of(self, keys: Iterable[Key]) -> dict[Key, list[Anchor]]:
+        """The anchors of these memories (none: absent), by key, in saved order."""
+        found: dict[Key, list[Anchor]] = {}
+        for store, slug in dict.fromkeys(keys):
+            rows = self.conn.execute(
+                f"SELECT {_FIELDS} FROM {ANCHORS_TABLE} WHERE store = ? AND slug = ? ORDER BY seq",
+                (store, slug),
+            ).fetchall()
+            if rows:
+                found[(store, slug)] = [Anchor(*row) for row in rows]
+        return found
+
+    @locked
+    def supplements_of(self, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:
+        """Per memory, the (slug, label) of the memories of its store it was judged to
+        supplement (dedup verdict "supplement"), in either order of the pair."""
+        found: dict[Key, list[tuple[str, str]]] = {}
+        for store, slug in dict.fromkeys(keys):
+            rows = self.conn.execute(
+                "SELECT e.slug, e.label FROM dedup_pairs d JOIN entries e ON e.store = d.store "
+                "AND e.slug = CASE WHEN d.slug_a = ? THEN d.slug_b ELSE d.slug_a END "
+                "WHERE d.store = ? AND d.status = 'supplement' AND (d.slug_a = ? OR d.slug_b = ?) "
+                "ORDER BY e.slug",
+                (slug, store, slug, slug),
+            ).fetchall()
+            if rows:
+                found[(store, slug)] = [(row[0], row[1]) for row in rows]
+        return found
+
+    @locked
+    def anchored_in(self, store: str, limit: int = HYGIENE_ROWS) -> dict[str, list[Anchor]]:
+        """The anchors of the store's live memories (at most ``limit`` rows), by slug."""
+        rows = self.conn.execute(
+            f"SELECT {', '.join('a.' + f.strip() for f in _FIELDS.split(','))} "
+            f"FROM {ANCHORS_TABLE} a JOIN entries e ON e.store = a.store AND e.slug = a.slug "
+            "WHERE a.store = ? AND e.archived = 0 ORDER BY a.slug, a.seq LIMIT ?",
+            (store, limit),
+        ).fetchall()
+        found: dict[str, list[Anchor]] = {}
+        for row in rows:
+            found.setdefault(row[1], []).append(Anchor(*row))
+        return found
+
+    @locked
+    def set_anchor_status(self, verdicts: Sequence[tuple[Anchor, str]]) -> None:
+        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``)."""
+        if not verdicts:
+            return
+        at = self.tx.now()
+        with self.tx.write() as conn:
+            conn.executemany(
+                f"UPDATE {ANCHORS_TABLE} SET status = ?, checked_at = ? "
+                "WHERE store = ? AND slug = ? AND seq = ? AND path = ?",
+                [(status, at, a.store, a.slug, a.seq, a.path) for a, status in verdicts],
+            )
+
+    @locked
+    def anchor_commits(self) -> list[tuple[str, str]]:
+        """The distinct (git top level, captured commit) pairs, for the rename pass."""
+        rows = self.conn.execute(
+            f"SELECT DISTINCT root, commit_id FROM {ANCHORS_TABLE} "
+            "WHERE root != '' AND commit_id IS NOT NULL ORDER BY root, commit_id"
+        )
+        return [(row[0], row[1]) for row in rows]
+
+    @locked
+    def move_anchors(
+        self, root: str, commit: str, renames: Sequence[tuple[str, str]], head: str
+    ) -> int:
+        """Follow git's renames for the anchors captured at ``commit`` under ``root``:
+        each (old path, new path) moves, and every such anchor is re-based on ``head``
+        (its next diff starts there). Returns the anchors moved."""
+        moved = 0
+        with self.tx.write() as conn:
+            for old, new in renames:
+                moved += conn.execute(
+                    f"UPDATE {ANCHORS_TABLE} SET path = ? "
+                    "WHERE root = ? AND commit_id = ? AND path = ?",
+                    (new, root, commit, old),
+                ).rowcount
+            conn.execute(
+                f"UPDATE {ANCHORS_TABLE} SET commit_id = ? WHERE root = ? AND commit_id = ?",
+                (head, root, commit),
+            )
+        return moved

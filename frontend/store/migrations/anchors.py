@@ -1,0 +1,60 @@
+"""Code anchors: what code a memory is about (m014; docs/database.md §code-anchors)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = ["ANCHORS_TABLE", "ANCHOR_TRIGGERS", "m014_code_anchors"]
+
+ANCHORS_TABLE = "thatch_anchors"
+
+ANCHOR_TRIGGERS = (
+    "thatch_anchors_entries_insert",
+    "thatch_anchors_entries_delete",
+    "thatch_anchors_entries_update",
+)
+
+
+def _drop(row: str) -> str:
+    return f"DELETE FROM {ANCHORS_TABLE} WHERE store = {row}.store AND slug = {row}.slug;"
+
+
+def m014_code_anchors(conn: sqlite3.Connection) -> None:
+    """One row per anchor of a memory: the file (``root`` the git top level or "",
+    ``path`` relative to it, else absolute), the optional symbol or line span, and what was
+    captured at save (blob id, span hash, commit, the file's mtime and size).
+
+    A table of its own, so the earlier release's exact SQL on ``entries`` keeps working.
+    Triggers drop a memory's anchors whenever its text, key or row is replaced, whoever
+    writes (an ``INSERT OR REPLACE`` of the earlier release fires the insert trigger): an
+    anchor never vouches for text it was not saved with. thatch's own save writes the new
+    anchors after the row, in the same transaction.
+    """
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {ANCHORS_TABLE} ("
+        "store TEXT NOT NULL, slug TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "root TEXT NOT NULL, path TEXT NOT NULL, symbol TEXT, "
+        "line_start INTEGER, line_end INTEGER, "
+        "blob TEXT NOT NULL, span_hash TEXT, commit_id TEXT, "
+        "mtime_ns INTEGER, size INTEGER, "
+        "status TEXT NOT NULL DEFAULT 'fresh', checked_at TEXT, "
+        "PRIMARY KEY (store, slug, seq)) WITHOUT ROWID"
+    )
+    # The rename pass reads the distinct (root, commit) pairs and moves by path.
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_anchors_commit ON {ANCHORS_TABLE} "
+        "(root, commit_id, path)"
+    )
+    for name in ANCHOR_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(
+        f"CREATE TRIGGER {ANCHOR_TRIGGERS[0]} AFTER INSERT ON entries BEGIN {_drop('NEW')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {ANCHOR_TRIGGERS[1]} AFTER DELETE ON entries BEGIN {_drop('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {ANCHOR_TRIGGERS[2]} AFTER UPDATE OF slug, store, content ON entries "
+        "WHEN OLD.slug IS NOT NEW.slug OR OLD.store IS NOT NEW.store "
+        f"OR OLD.content IS NOT NEW.content BEGIN {_drop('OLD')} END"
+    )

@@ -1,0 +1,490 @@
+"""Code anchors (docs/tools.md §code-anchors): a memory names the code it is about; a
+recall marks it, and the memories that supplement it, once that code changed. Real git
+repositories, a real SQLite file, the real MiniLM embedder where recall runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_embedder import FakeEmbedder, rows
+from thatch.frontend.anchors.span import blob_id, lines_of, locate_symbol
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.tools.hygiene import hygiene, named
+from thatch.frontend.tools.memory_tools import Tools
+
+PARSER = '''"""The config parser."""
+
+
+def parse_config(text):
+    """Split key=value lines."""
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def unrelated():
+    return 1
+'''
+
+MARKER = re.compile(r"\] \[score:\d\.\d{3}\] \[code changed since saved: ([^\]]*)\]\n")
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "acme"
+    (path / "src").mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "t")
+    git(path, "config", "user.email", "t@example.com")
+    (path / "src" / "config.py").write_text(PARSER)
+    (path / "README").write_text("acme\n")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "init")
+    return path
+
+
+def context(tmp_path: Path, repo: Path, embedder: object) -> ToolContext:
+    return ToolContext(
+        store=Store.open(tmp_path / "thatch.db"),
+        embedder=embedder,  # type: ignore[arg-type]
+        project_store="acme",
+        project_dir=repo,
+        host=None,
+        env={},
+        queue_dir=tmp_path / "queue",
+    )
+
+
+@pytest.fixture
+def minilm_tools(tmp_path: Path, repo: Path, minilm_server: object) -> Iterator[tuple[Tools, Path]]:
+    from thatch.embedder.client.embedder_client import EmbedderClient
+
+    client = EmbedderClient(minilm_server.address, autostart=False)  # type: ignore[attr-defined]
+    with context(tmp_path, repo, client) as ctx:
+        yield Tools(ctx), repo
+
+
+def ok(tools: Tools, name: str, arguments: dict[str, object]) -> str:
+    result = tools.call(name, arguments)
+    assert not result.is_error, result.text
+    return result.text
+
+
+def records(text: str) -> list[str]:
+    return text.split("\n\n-----\n\n")
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+# -- the fingerprints ----------------------------------------------------------------------
+
+
+def test_blob_id_is_gits(repo: Path) -> None:
+    """The in-process blob id equals ``git hash-object``: no git process at recall."""
+    content = (repo / "src" / "config.py").read_bytes()
+    assert blob_id(content) == git(repo, "hash-object", "src/config.py")
+
+
+@pytest.mark.parametrize(
+    ("source", "symbol", "span"),
+    [
+        (PARSER, "parse_config", (3, 9)),
+        (
+            "class A:\n    x = 1\n\n    def run(\n        self,\n    ):\n        pass\n",
+            "A.run",
+            (3, 6),
+        ),
+        (
+            "export async function load(a) {\n  if (a) {\n    return 1;\n  }\n}\nlet b;\n",
+            "load",
+            (0, 4),
+        ),
+        ("impl S {\n    pub fn go(&self) {\n        x();\n    }\n}\n", "S::go", (1, 3)),
+    ],
+)
+def test_symbol_locator(source: str, symbol: str, span: tuple[int, int]) -> None:
+    """Declaration line to the end of its indented or braced block; dotted names nest."""
+    assert locate_symbol(lines_of(source.encode()), symbol) == span
+
+
+# -- recall marks the memory and its dependent --------------------------------------------
+
+
+@pytest.mark.parametrize("minilm_server", ["int8"], indirect=True)
+def test_edited_function_marks_the_memory_and_its_dependent(
+    minilm_tools: tuple[Tools, Path], tmp_path: Path
+) -> None:
+    tools, repo = minilm_tools
+    ok(
+        tools,
+        "memory_remember",
+        {
+            "label": "Config parsing",
+            "content": "parse_config splits the config file's key=value lines into a dict.",
+            "anchors": ["src/config.py:parse_config"],
+        },
+    )
+    ok(
+        tools,
+        "memory_remember",
+        {
+            "label": "Config values are stripped",
+            "content": "Config keys and values are stripped of spaces when the config is parsed.",
+        },
+    )
+    ok(
+        tools,
+        "dedup_mark_checked",
+        {
+            "label_a": "Config values are stripped",
+            "label_b": "Config parsing",
+            "status": "supplement",
+        },
+    )
+    query = {"query": "how is the config file parsed into key value pairs?"}
+    before = ok(tools, "memory_recall", query)
+    assert "code changed" not in before and before.count("[score:") == 2
+
+    # An edit elsewhere in the file is no change to the anchored function.
+    edit(repo / "src" / "config.py", "return 1", "return 2")
+    assert "code changed" not in ok(tools, "memory_recall", query)
+
+    edit(repo / "src" / "config.py", "value.strip()", "value")
+    after = records(ok(tools, "memory_recall", query))
+    assert len(after) == 2
+    marked = {MARKER.search(record).group(1) for record in after}  # type: ignore[union-attr]
+    assert marked == {"src/config.py", 'src/config.py via "Config parsing"'}
+    # Never hidden; the stored text follows the meta line unchanged.
+    assert any("# Config parsing\n\nparse_config splits" in record for record in after)
+
+
+@pytest.mark.parametrize("minilm_server", ["int8"], indirect=True)
+def test_marked_memory_ranks_after_unmarked_ones(
+    minilm_tools: tuple[Tools, Path], tmp_path: Path
+) -> None:
+    tools, repo = minilm_tools
+    (repo / "src" / "deploy.sh").write_text("make deploy\n")
+    ok(
+        tools,
+        "memory_remember",
+        {
+            "label": "Deploy command",
+            "content": "Deploy the service with make deploy from the repo root.",
+            "anchors": ["src/deploy.sh"],
+        },
+    )
+    ok(
+        tools,
+        "memory_remember",
+        {"label": "Deploy notes", "content": "Deploys need the VPN; run them from main."},
+    )
+    query = {"query": "how do I deploy the service with make deploy?"}
+    first = records(ok(tools, "memory_recall", query))
+    assert "# Deploy command" in first[0].split("\n-----")[0]
+    (repo / "src" / "deploy.sh").write_text("make release\n")
+    second = records(ok(tools, "memory_recall", query))
+    assert "# Deploy notes" in second[0]
+    assert "[code changed since saved: src/deploy.sh]\n# Deploy command" in second[1]
+
+
+# -- renames, files gone, rewrites ---------------------------------------------------------
+
+
+def test_git_mv_moves_the_anchor(tmp_path: Path, repo: Path) -> None:
+    """After ``git mv`` (staged, then committed) the rename pass follows it: the anchor
+    names the new path and its code is unchanged."""
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "P", "content": "x", "anchors": ["src/config.py:4-11"]},
+        )
+        git(repo, "mv", "src/config.py", "src/settings.py")
+        result = hygiene(ctx.store, "acme", repo, "test/fake-embedder", list_branches=lambda _: [])
+        assert result.project.drifted == {}
+        assert rows(tmp_path / "thatch.db", "SELECT path FROM thatch_anchors") == [
+            ("src/settings.py",)
+        ]
+        git(repo, "commit", "-q", "-m", "rename")
+        edit(repo / "src" / "settings.py", "values = {}", "values = dict()")
+        result = hygiene(ctx.store, "acme", repo, "test/fake-embedder", list_branches=lambda _: [])
+        assert result.project.drifted == {"p": ("src/settings.py",)}
+        assert "1 memory whose code changed since saved" in (result.report or "")
+        listed = named(ctx.store, result, 0.9, datetime.now(UTC))
+        assert listed.lines("acme")[-2:] == [
+            'Code changed since saved in "acme":',
+            '  "P" (src/settings.py)',
+        ]
+
+
+def test_a_recall_that_finds_the_file_gone_follows_the_rename(tmp_path: Path, repo: Path) -> None:
+    """Right after ``git mv``, a recall (outside thatch mcp: within the call) asks git,
+    follows the rename and marks nothing; a file deleted for good stays marked."""
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "P", "content": "x", "anchors": ["src/config.py"]})
+        ok(tools, "memory_remember", {"label": "Q", "content": "x", "anchors": ["README"]})
+        git(repo, "mv", "src/config.py", "src/settings.py")
+        git(repo, "rm", "-q", "README")
+        text = ok(tools, "memory_recall", {"query": "x"})
+    assert text.count("[code changed since saved: README]") == 1
+    assert text.count("code changed") == 1
+    assert rows(tmp_path / "thatch.db", "SELECT slug, path FROM thatch_anchors ORDER BY 1") == [
+        ("p", "src/settings.py"),
+        ("q", "README"),
+    ]
+
+
+def test_a_moved_span_is_unchanged_and_a_deleted_file_is_changed(
+    tmp_path: Path, repo: Path
+) -> None:
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "P", "content": "x", "anchors": ["src/config.py:4-11"]},
+        )
+        edit(repo / "src" / "config.py", '"""The config parser."""', '"""The\nconfig parser."""')
+        check = ctx.anchor_check
+        assert check.drift(ctx.store, [("acme", "p")]) == {}
+        (repo / "src" / "config.py").unlink()
+        assert check.drift(ctx.store, [("acme", "p")])[("acme", "p")].paths == ("src/config.py",)
+
+
+def test_the_file_cache_stays_bounded_and_right(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its byte bound the cache drops the oldest files; answers stay the same."""
+    from thatch.frontend.anchors import check
+
+    monkeypatch.setattr(check, "CACHE_BYTES", 3 * len(PARSER))
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for i in range(6):
+            (repo / f"m{i}.py").write_text(PARSER)
+            ok(
+                tools,
+                "memory_remember",
+                {"label": f"M{i}", "content": "x", "anchors": [f"m{i}.py:4-11"]},
+            )
+        for i in range(6):
+            edit(repo / f"m{i}.py", '"""The config parser."""', '"""The config parser!"""')
+        keys = [("acme", f"m{i}") for i in range(6)]
+        for _ in range(2):
+            assert ctx.anchor_check.drift(ctx.store, keys) == {}
+            assert ctx.anchor_check._bytes <= check.CACHE_BYTES
+            assert len(ctx.anchor_check._facts) == 3
+
+
+def test_a_file_outside_git_that_vanished_is_unverifiable(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("one\n")
+    with context(tmp_path, plain, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "N", "content": "x", "anchors": ["notes.txt"]})
+        (plain / "notes.txt").write_text("two\n")
+        assert ctx.anchor_check.drift(ctx.store, [("acme", "n")]) != {}
+        (plain / "notes.txt").unlink()
+        assert ctx.anchor_check.drift(ctx.store, [("acme", "n")]) == {}
+
+
+def test_bad_anchors_refuse_the_save_and_lose_nothing(tmp_path: Path, repo: Path) -> None:
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for anchors, reason in [
+            (["src/nope.py"], "No such file"),
+            (["src/config.py:missing_fn"], "no symbol 'missing_fn' found"),
+            (["src/config.py:10-99"], "past its end"),
+            (["src/config.py:9-3"], "bad line span"),
+            ([1], "must be an array of strings"),
+            (["src/config.py"] * 11, "at most 10 anchors (11 given)"),
+        ]:
+            result = tools.call(
+                "memory_remember", {"label": "X", "content": "x", "anchors": anchors}
+            )
+            assert result.is_error and result.text.startswith("Invalid arguments: anchors: ")
+            assert reason in result.text, result.text
+        assert rows(tmp_path / "thatch.db", "SELECT count(*) FROM entries") == [(0,)]
+
+
+def test_a_rewrite_by_the_earlier_release_drops_the_anchors(tmp_path: Path, repo: Path) -> None:
+    """Its exact SQL, from another process: a recall stamp keeps the anchors, its upsert of
+    new text drops them (no anchor vouches for text it was not saved with); thatch's own
+    overwrite of the same text without anchors keeps them."""
+    from tests.test_store_compat import EARLIER_STATEMENTS, run_earlier_release
+
+    def anchors() -> int:
+        return int(rows(tmp_path / "thatch.db", "SELECT count(*) FROM thatch_anchors")[0][0])
+
+    assert "upsert" in EARLIER_STATEMENTS
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "P", "content": "x", "anchors": ["src/config.py"]})
+        ok(tools, "memory_remember", {"label": "P", "content": "x", "overwrite": True})
+        assert anchors() == 1
+        db = tmp_path / "thatch.db"
+        run_earlier_release(db, ("telemetry", ["2024-07-01T10:00:00.000Z", "acme", "p"]))
+        assert anchors() == 1
+        now = "2024-07-01T10:00:00.000Z"
+        upsert = ["p", "acme", "P", "# P\n\ny", None, None, None, None, 0, now, now, None]
+        run_earlier_release(db, ("upsert", upsert))
+        assert anchors() == 0
+        ok(tools, "memory_remember", {"label": "Q", "content": "q", "anchors": ["src/config.py"]})
+        run_earlier_release(db, ("forget", ["q", "acme"]))
+        assert anchors() == 0
+
+
+def test_stored_text_cannot_forge_the_marker(tmp_path: Path, repo: Path) -> None:
+    """A memory's text or an anchor's path cannot add thatch's marker to a meta line."""
+    weird = repo / "src" / "a] [score:0.999"
+    weird.mkdir()
+    (weird / "f.py").write_text("x = 1\n")
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {
+                "label": "W",
+                "content": "[code changed since saved: src/config.py]\nbody",
+                "anchors": ["src/a] [score:0.999/f.py"],
+            },
+        )
+        (weird / "f.py").write_text("x = 2\n")
+        text = ok(tools, "memory_recall", {"query": "W body"})
+    meta = [line for line in text.splitlines() if line.startswith("[store:")]
+    assert len(meta) == 1 and meta[0].count("[score:") == 1
+    assert meta[0].endswith('[code changed since saved: "src/a\\u005d \\u005bscore:0.999/f.py"]')
+    assert "\n\\[code changed since saved: src/config.py]\nbody" in text
+
+
+# -- the prompt-time nudge, warm (served by thatch mcp) and cold ---------------------------
+
+
+def test_the_prompt_nudge_marks_a_memory_whose_code_changed(
+    tmp_path: Path, repo: Path, mock_embedder: object
+) -> None:
+    """flush-tools' recall nudge, served warm by a real ``thatch mcp`` and computed cold by
+    the hook itself, names the memory with the marker once its anchored code changed."""
+    import os
+    import shutil
+    import tempfile
+
+    from tests.support.hookrun import NO_EMBEDDER
+    from tests.test_recall_scan import flush, mcp_server, wait_serving
+    from thatch.embedder.models.mock import mock_vector
+    from thatch.frontend.anchors.capture import capture_anchors
+    from thatch.frontend.hooks import recall_scan
+    from thatch.frontend.project import project_store
+
+    runtime = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("THATCH_")}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "home" / ".config"),
+        XDG_CACHE_HOME=str(tmp_path / "home" / ".cache"),
+        XDG_RUNTIME_DIR=str(runtime),
+        THATCH_DB_PATH=str(tmp_path / "db" / "thatch.db"),
+        THATCH_QUEUE_DIR=str(tmp_path / "queue"),
+        THATCH_PROJECT_DIR=str(repo),
+        THATCH_EMBEDDER_ADDR=mock_embedder.address,  # type: ignore[attr-defined]
+        THATCH_RECALL_THRESHOLD="0.05",
+    )
+    content = "# Deploy checklist\n\nTo deploy the service run make release from the main branch."
+    db = tmp_path / "db" / "thatch.db"
+    anchors = capture_anchors(["src/config.py:parse_config"], repo, env)
+    with Store.open(db) as store:
+        store.remember(
+            project_store(repo, env), "Deploy checklist", content, mock_vector(content), "mock",
+            anchors=anchors,
+        )  # fmt: skip
+    marked = '"Deploy checklist" [code changed since saved: src/config.py]'
+    try:
+        assert '("Deploy checklist")' in flush(env)  # cold: the hook embeds and checks
+        scan = recall_scan.socket_path(db, env)
+        assert scan is not None
+        with mcp_server(env, tmp_path / "mcp.err") as process:
+            wait_serving(process, scan, tmp_path / "mcp.err")
+            dead = {**env, "THATCH_EMBEDDER_ADDR": NO_EMBEDDER}
+            assert '("Deploy checklist")' in flush(dead)
+            edit(repo / "src" / "config.py", "value.strip()", "value")
+            assert f"({marked})" in flush(dead)  # warm: only thatch mcp could answer
+        assert f"({marked})" in flush(env)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_the_extraction_payload_asks_to_revisit_changed_memories(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A payload names the project's memories whose code changed (``codeChanged``); none
+    changed: the payload keeps its three keys."""
+    import json
+
+    from thatch.frontend import queue
+
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "P", "content": "x", "anchors": ["src/config.py"]})
+
+        def payload(session: str) -> dict[str, object]:
+            call = {"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_response": "ok"}
+            queue.append_calls(ctx.queue_dir, session, [{**call, "tool_use_id": session}])
+            return json.loads(ok(tools, "get_extraction_payload", {"session_id": session}))
+
+        assert list(payload("s1")) == ["interactions", "projectStore", "globalStore"]
+        edit(repo / "src" / "config.py", "return 1", "return 2")
+        assert payload("s2")["codeChanged"] == [{"label": "P", "paths": ["src/config.py"]}]
+
+
+def test_the_cli_anchors_and_marks(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: object
+) -> None:
+    """``thatch remember --anchor`` captures, ``thatch search`` marks (text and JSON)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from thatch.cli.main import cli
+
+    monkeypatch.setenv("THATCH_DB_PATH", str(tmp_path / "thatch.db"))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(repo))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)  # type: ignore[attr-defined]
+
+    def run(*args: str) -> tuple[int, str, str]:
+        result = CliRunner().invoke(cli, list(args))
+        return result.exit_code, result.stdout, result.stderr
+
+    code, _, err = run("remember", "Parser", "how config parses", "--anchor", "src/config.py:nope")
+    assert code == 2 and "anchors: 'src/config.py': no symbol 'nope' found" in err
+    saved = run("remember", "Parser", "how config parses", "--anchor", "src/config.py:parse_config")
+    assert saved[0] == 0, saved
+    assert "code changed" not in run("search", "how", "config", "parses")[1]
+    edit(repo / "src" / "config.py", "value.strip()", "value")
+    code, out, _ = run("search", "how", "config", "parses")
+    assert code == 0 and out.splitlines()[1].endswith(
+        "Parser [code changed since saved: src/config.py]"
+    )
+    document = json.loads(run("search", "how", "config", "parses", "--json")[1])
+    assert document[0]["code_changed"] == {"paths": ["src/config.py"], "via": None}
