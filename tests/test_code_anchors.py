@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -78,7 +78,7 @@ def minilm_tools(tmp_path: Path, repo: Path, minilm_server: object) -> Iterator[
         yield Tools(ctx), repo
 
 
-def ok(tools: Tools, name: str, arguments: dict[str, object]) -> str:
+def ok(tools: Tools, name: str, arguments: Mapping[str, object]) -> str:
     result = tools.call(name, arguments)
     assert not result.is_error, result.text
     return result.text
