@@ -406,7 +406,7 @@ def test_a_resumed_session_hears_its_unread_count_once_per_request(env: dict[str
     a, b = anchor(env, "r-a"), anchor(env, "r-b")
     server = Mcp(env)
     try:
-        server.ok("chat_send", {"as": a.me, "to": b.name, "body": "one"})
+        server.ok("chat", {"action": "send", "as": a.me, "to": b.name, "body": "one"})
         told = run_hook(["reminder"], {"session_id": "r-b"}, env).stdout.decode()
         assert f"[thatch] chat: you are {b.name} (1 unread)." in told
         prompt = {"session_id": "r-b", "prompt": "carry on"}
@@ -414,7 +414,7 @@ def test_a_resumed_session_hears_its_unread_count_once_per_request(env: dict[str
         again = run_hook(["flush-tools"], prompt, env).stdout.decode()
         assert f"[thatch] chat: you are {b.name} (1 unread)." in again
         run_hook(["reminder"], {"session_id": "r-b"}, env)
-        server.ok("chat_send", {"as": a.me, "to": b.name, "body": "two"})
+        server.ok("chat", {"action": "send", "as": a.me, "to": b.name, "body": "two"})
         news = run_hook(["flush-tools"], prompt, env).stdout.decode()
         assert f"[thatch] chat: you are {b.name} (2 unread)." in news
     finally:

@@ -328,6 +328,47 @@ def test_bad_anchors_refuse_the_save_and_lose_nothing(tmp_path: Path, repo: Path
         assert rows(tmp_path / "thatch.db", "SELECT count(*) FROM entries") == [(0,)]
 
 
+def test_anchors_name_the_projects_code_never_the_database(tmp_path: Path, repo: Path) -> None:
+    """A file outside the project, or thatch's own database (here inside the project), is
+    refused at save; a stored anchor on the database is never opened at recall (closing a
+    descriptor of it would drop the locks this process holds: trust-at-scale's corruption)."""
+    from dataclasses import replace
+
+    from thatch.frontend.anchors.capture import capture_anchors
+    from thatch.frontend.anchors.check import UNVERIFIABLE, AnchorCheck, database_files
+
+    db = repo / "thatch.db"
+    (tmp_path / "outside.txt").write_text("secret\n")
+    ctx = ToolContext(
+        store=Store.open(db),
+        embedder=FakeEmbedder(),  # type: ignore[arg-type]
+        project_store="acme",
+        project_dir=repo,
+        host=None,
+        env={"THATCH_DB_PATH": str(db)},
+        queue_dir=tmp_path / "queue",
+    )
+    with ctx:
+        tools = Tools(ctx)
+        for anchor, reason in [
+            ("thatch.db", "thatch's own database"),
+            ("thatch.db-wal", "thatch's own database"),
+            ("../outside.txt", "outside the project"),
+            (str(tmp_path / "outside.txt"), "outside the project"),
+        ]:
+            (repo / "thatch.db-wal").touch()
+            result = tools.call(
+                "memory_remember", {"label": "X", "content": "x", "anchors": [anchor]}
+            )
+            assert result.is_error and reason in result.text, result.text
+        assert rows(db, "SELECT count(*) FROM entries") == [(0,)]
+        (fine,) = capture_anchors(["README"], repo, {"THATCH_DB_PATH": str(db)})
+        on_db = replace(fine, path="thatch.db")
+        check = AnchorCheck(never_open=database_files(str(db)))
+        assert check.status(on_db) == UNVERIFIABLE
+        assert AnchorCheck().status(on_db) != UNVERIFIABLE  # the guard, not the file, decides
+
+
 def test_a_rewrite_by_the_earlier_release_drops_the_anchors(tmp_path: Path, repo: Path) -> None:
     """Its exact SQL, from another process: a recall stamp keeps the anchors, its upsert of
     new text drops them (no anchor vouches for text it was not saved with); thatch's own

@@ -205,6 +205,12 @@ NOT_THE_DATABASE = {
     "frontend/setup/run.py": "host configuration files",
     "frontend/setup/skills.py": "the packaged skill files",
     "frontend/demo.py": "the demo's embedder log (its database is copied by db.backup)",
+    "frontend/hooks/chat_anchor.py": "the chat line the session-start reminder told (chat-told/)",
+    "frontend/setup/opencode_plugin.py": "the packaged plugin source (opencode_plugin.js)",
+    # Project files named as anchors; thatch's own database and its sidecars are refused
+    # at save and never opened at recall (anchors/check.py database_files).
+    "frontend/anchors/capture.py": "the project's code an anchor names",
+    "frontend/anchors/check.py": "the project's code an anchor names",
 }
 # Long-lived processes: they may run the doctor's checks only in a child.
 LONG_LIVED: tuple[str, ...] = ("frontend/ui", "frontend/mcp", "frontend/tools", "embedder")

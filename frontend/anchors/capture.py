@@ -40,6 +40,20 @@ def capture_anchors(
     return [_capture(spec, project_dir, env, tops) for spec in specs]
 
 
+def _refusal(file: Path, project_dir: Path, env: Mapping[str, str] | None) -> str | None:
+    """Why ``file`` (resolved) is no anchor: code outside the project is not this
+    project's, and thatch's own database must never be opened by a process holding it."""
+    from thatch.common.environment import default_db_path
+    from thatch.frontend.anchors.check import database_files
+
+    root = Path(os.path.realpath(project_dir))
+    if not file.is_relative_to(root):
+        return f"outside the project ({root}); anchors name the project's code"
+    if str(file) in database_files(default_db_path(os.environ if env is None else env)):
+        return "thatch's own database, not code"
+    return None
+
+
 def _capture(
     spec: AnchorSpec,
     project_dir: Path,
@@ -47,6 +61,9 @@ def _capture(
     tops: dict[Path, tuple[str, str | None]],
 ) -> Anchor:
     file = Path(os.path.realpath(project_dir / spec.path))
+    refused = _refusal(file, project_dir, env)
+    if refused is not None:
+        raise AnchorProblem(f"{spec.path!r}: {refused}")
     try:
         stat = file.stat()
         content = file.read_bytes()

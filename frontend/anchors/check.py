@@ -34,6 +34,7 @@ __all__ = [
     "AnchorCheck",
     "Drift",
     "anchor_file",
+    "database_files",
 ]
 
 FRESH = "fresh"
@@ -70,6 +71,17 @@ class _Facts:
         self.size = size
 
 
+def database_files(path: object) -> frozenset[str]:
+    """The database file at ``path`` and its sidecars, resolved: never opened as code.
+    Closing any descriptor of a file drops every POSIX lock the process holds on it, so
+    a process that reads its own database as an anchor would corrupt it (rule of
+    docs/architecture.md §the-database-core)."""
+    if not isinstance(path, str | os.PathLike):
+        return frozenset()
+    base = os.path.realpath(path)
+    return frozenset(base + suffix for suffix in ("", "-wal", "-shm", "-journal"))
+
+
 def anchor_file(anchor: Anchor) -> str:
     return os.path.join(anchor.root, anchor.path) if anchor.root else anchor.path
 
@@ -84,14 +96,19 @@ class AnchorQuerySource(Protocol):
 class AnchorCheck:
     """Verdicts on anchors, with the file-facts cache this process keeps."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, never_open: Iterable[str] = ()
+    ) -> None:
         self._clock = clock
+        self._never_open = frozenset(never_open)
         self._facts: OrderedDict[tuple[str, int, int], _Facts] = OrderedDict()
         self._bytes = 0
 
     def status(self, anchor: Anchor) -> str:
         """``fresh``, ``changed`` or ``unverifiable`` for one anchor, now."""
         path = anchor_file(anchor)
+        if os.path.realpath(path) in self._never_open:
+            return UNVERIFIABLE
         try:
             stat = os.stat(path)
         except FileNotFoundError:
@@ -143,6 +160,7 @@ class AnchorCheck:
         one whose code did (dedup verdict "supplement"), within ``budget`` seconds and
         ``MAX_FILES`` files: an anchor not reached is left unmarked."""
         deadline = self._clock() + budget
+        self._never_open |= database_files(getattr(source, "path", None))
         supplements = source.supplements_of(keys)
         partners = {
             (store, slug): label
@@ -177,9 +195,12 @@ class AnchorCheck:
                     break
         return found
 
-    def recheck(self, anchors: Iterable[Anchor], budget: float) -> list[tuple[Anchor, str]]:
+    def recheck(
+        self, anchors: Iterable[Anchor], budget: float, never_open: Iterable[str] = ()
+    ) -> list[tuple[Anchor, str]]:
         """Verdicts for as many of ``anchors`` as ``budget`` seconds allow (hygiene)."""
         deadline = self._clock() + budget
+        self._never_open |= frozenset(never_open)
         verdicts = []
         for anchor in anchors:
             if self._clock() > deadline:

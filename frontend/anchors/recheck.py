@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from thatch.frontend.anchors.check import CHANGED, AnchorCheck
+from thatch.frontend.anchors.check import CHANGED, AnchorCheck, database_files
 from thatch.frontend.errors import StoreError
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, tuple[str,
     stored verdict. Verdicts are stored when the database takes the write."""
     anchored = store.anchored_in(name)
     every = [anchor for anchors in anchored.values() for anchor in anchors]
-    verdicts = check.recheck(every, HYGIENE_BUDGET)
+    verdicts = check.recheck(every, HYGIENE_BUDGET, never_open=database_files(store.path))
     with contextlib.suppress(sqlite3.Error, StoreError):
         # Only the verdicts that changed: most passes write nothing.
         store.set_anchor_status([(a, v) for a, v in verdicts if v != a.status])
