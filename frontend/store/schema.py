@@ -20,6 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from thatch.frontend.store import backfill, lexical
+from thatch.frontend.store.migrations.branches import (
+    BRANCH_EVENTS_TABLE,
+    BRANCH_REFS_TABLE,
+    m013_branch_lifecycle,
+)
 from thatch.frontend.store.migrations.changes import (
     CHANGES_KEPT,
     CHANGES_TABLE,
@@ -54,6 +59,8 @@ from thatch.frontend.store.transactions import atomic
 # The names of the tables the migrations make, for the modules and tests that read them.
 __all__ = [
     "BACKFILLS",
+    "BRANCH_EVENTS_TABLE",
+    "BRANCH_REFS_TABLE",
     "BUILDS_INDEXES",
     "CHANGES_KEPT",
     "CHANGES_TABLE",
@@ -89,6 +96,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m010_duplicate_candidates", m010_duplicate_candidates),
     ("m011_chat_binding", m011_chat_binding),
     ("m012_defaults_off", m012_defaults_off),
+    ("m013_branch_lifecycle", m013_branch_lifecycle),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -1,0 +1,190 @@
+"""Branch memory that follows git (docs/database.md §branch-lifecycle).
+
+At session start (``reminder``) and, when the refs' fingerprint changed, on a prompt
+(``flush-tools``), the refs git lists now are compared with the snapshot thatch stored at
+the last sync. A branch that scoped memories and is gone has them promoted to
+project-wide when its work is in the default branch (local or origin's), else archived
+(``thatch restore-branch`` undoes that). A branch whose remote-tracking ref a fetch pruned
+and whose tip is in origin's default branch (merged on the host) is promoted too, even if
+its local ref is still there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from thatch.common.environment import default_db_path, thatch_cache_dir
+from thatch.frontend import git_refs
+from thatch.frontend.store.branch_lifecycle import BranchChange, BranchRecords
+from thatch.frontend.store.transactions import Transactions
+
+__all__ = [
+    "MAX_CHECKS",
+    "SyncResult",
+    "fingerprint_file",
+    "prompt_sync",
+    "restore_branch",
+    "sync_branches",
+]
+
+# Gone branches whose merge state one sync decides (each costs up to four git calls);
+# the others keep their snapshot entry and are decided by the next syncs.
+MAX_CHECKS = 16
+
+
+class HasTransactions(Protocol):
+    """A memory ``Store`` (``frontend.store.memory_store.Store``)."""
+
+    tx: Transactions
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    changes: list[BranchChange]
+    counts: dict[str, int]  # memories changed per branch
+
+
+def sync_branches(
+    store: HasTransactions,
+    project: str,
+    directory: Path,
+    now_ms: int,
+    env: Mapping[str, str] | None = None,
+) -> SyncResult | None:
+    """Compare git's refs with the stored snapshot and promote or archive the memories of
+    gone branches; None when ``directory`` is not in a git repository or git failed (then
+    nothing changes). The first sync of a repository only stores the snapshot."""
+    common = git_refs.common_dir(Path(os.path.abspath(directory)))
+    if common is None:
+        return None
+    refs = git_refs.read_refs(directory, env)
+    if refs is None:
+        return None
+    records = BranchRecords(store.tx)
+    repo = os.path.realpath(common)
+    before = records.snapshot(project, repo)
+    changes: list[BranchChange] = []
+    kept: dict[str, str] = {}
+    if before:
+        targets = git_refs.default_targets(refs)
+        checks = 0
+        for branch in records.live_branches(project):
+            local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
+            if local not in before:
+                continue  # never seen here: another clone's branch, or older than syncing
+            pruned = remote in before and remote not in refs.commits
+            if local in refs.commits and not pruned:
+                continue  # still there, and not merged on the host: nothing to ask git
+            if checks >= MAX_CHECKS:
+                kept.update({ref: before[ref] for ref in (local, remote) if ref in before})
+                continue
+            checks += 1
+            change = _decide(directory, env, refs, before, targets, branch, local)
+            if change is not None:
+                changes.append(change)
+    counts = records.apply(project, repo, {**kept, **refs.commits}, changes, now_ms)
+    return SyncResult(changes, counts)
+
+
+def _decide(
+    directory: Path,
+    env: Mapping[str, str] | None,
+    refs: git_refs.Refs,
+    before: Mapping[str, str],
+    targets: list[str],
+    branch: str,
+    local: str,
+) -> BranchChange | None:
+    if local in refs.commits:  # its remote-tracking ref was pruned by a fetch
+        tip = refs.commits[local]
+        if git_refs.merged_into(directory, tip, targets, env):
+            return BranchChange(branch, "promoted", tip)
+        return None
+    last = before[local]
+    if git_refs.merged_into(directory, last, targets, env):
+        return BranchChange(branch, "promoted", last)
+    return BranchChange(branch, "archived", last)
+
+
+def fingerprint_file(env: Mapping[str, str], common: Path) -> Path:
+    """Where the refs' fingerprint at the last sync is kept, per database and repository:
+    a cache (a lost or stale file costs one sync, never a wrong answer)."""
+    key = f"{default_db_path(env)}\n{os.path.realpath(common)}"
+    digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:24]
+    return thatch_cache_dir(env) / "branches" / digest
+
+
+def note_fingerprint(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(value, encoding="ascii")
+    os.replace(temporary, path)
+
+
+def prompt_sync(
+    project: str,
+    directory: Path,
+    env: Mapping[str, str],
+    open_store: Callable[[], HasTransactions],
+    close_store: Callable[[HasTransactions], None],
+    now_ms: int,
+) -> SyncResult | None:
+    """The prompt hook's check: stat calls and one small file read while the refs are as
+    at the last sync; a sync (``open_store`` for the database) only after they changed."""
+    common = git_refs.common_dir(Path(os.path.abspath(directory)))
+    if common is None:
+        return None
+    value = git_refs.fingerprint(common)
+    path = fingerprint_file(env, common)
+    try:
+        if path.read_text(encoding="ascii") == value:
+            return None
+    except (OSError, UnicodeDecodeError):
+        pass
+    store = open_store()
+    try:
+        result = sync_branches(store, project, directory, now_ms, env)
+    finally:
+        close_store(store)
+    if result is not None:
+        note_fingerprint(path, value)
+    return result
+
+
+def session_sync(
+    store: HasTransactions, project: str, directory: Path, env: Mapping[str, str], now_ms: int
+) -> SyncResult | None:
+    """The session-start sync: always (git is asked once per session), then the
+    fingerprint is noted so the session's prompts stay on the stat-only path."""
+    common = git_refs.common_dir(Path(os.path.abspath(directory)))
+    if common is None:
+        return None
+    value = git_refs.fingerprint(common)
+    result = sync_branches(store, project, directory, now_ms, env)
+    if result is not None:
+        note_fingerprint(fingerprint_file(env, common), value)
+    return result
+
+
+class NothingToRestoreError(ValueError):
+    """No memory of the branch was archived by a sync (or all were restored already)."""
+
+
+def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: int) -> int:
+    """Unarchive what syncs archived for ``branch`` in ``project``; how many memories.
+    Raises NothingToRestoreError naming the branches that can be restored."""
+    records = BranchRecords(store.tx)
+    restored = records.restore(project, branch, now_ms)
+    if restored:
+        return restored
+    others = records.archived_branches(project)
+    hint = f" Archived branches: {', '.join(others)}." if others else ""
+    raise NothingToRestoreError(
+        f'No memories of branch "{branch}" in store "{project}" were archived when the '
+        f"branch was deleted.{hint}"
+    )
