@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -130,8 +131,7 @@ def prompt_sync(
     project: str,
     directory: Path,
     env: Mapping[str, str],
-    open_store: Callable[[], HasTransactions],
-    close_store: Callable[[HasTransactions], None],
+    open_store: Callable[[], AbstractContextManager[HasTransactions]],
     now_ms: int,
 ) -> SyncResult | None:
     """The prompt hook's check: stat calls and one small file read while the refs are as
@@ -146,11 +146,8 @@ def prompt_sync(
             return None
     except (OSError, UnicodeDecodeError):
         pass
-    store = open_store()
-    try:
+    with open_store() as store:
         result = sync_branches(store, project, directory, now_ms, env)
-    finally:
-        close_store(store)
     if result is not None:
         note_fingerprint(path, value)
     return result

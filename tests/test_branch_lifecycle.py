@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -256,12 +257,12 @@ def test_the_prompt_check_runs_git_only_after_the_refs_changed(
     clock = Clock()
     opened: list[int] = []
 
-    def open_store() -> Store:
+    def open_store() -> AbstractContextManager[Store]:
         opened.append(1)
-        return store
+        return nullcontext(store)
 
     def check() -> object:
-        return prompt_sync(PROJECT, tree, env, open_store, lambda _s: None, clock())
+        return prompt_sync(PROJECT, tree, env, open_store, clock())
 
     assert session_sync(store, PROJECT, tree, env, clock()) is not None
     commit(tree, "s2.txt", "more\n")  # a commit moves a ref: the fingerprint changes
@@ -271,7 +272,7 @@ def test_the_prompt_check_runs_git_only_after_the_refs_changed(
     assert len(opened) == 1  # unchanged refs: no store, no git
     git(repo, "worktree", "remove", "--force", str(tree))
     git(repo, "branch", "-q", "-D", "spike")
-    result = prompt_sync(PROJECT, repo, env, open_store, lambda _s: None, clock())
+    result = prompt_sync(PROJECT, repo, env, open_store, clock())
     assert len(opened) == 2
     assert result is not None and [c.action for c in result.changes] == ["archived"]
     assert rows(store) == {"Spike idea": ("spike", True)}

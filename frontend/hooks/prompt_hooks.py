@@ -274,6 +274,7 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
             from thatch.frontend.project import current_branch, project_store
 
             project = project_store(project_path, env)
+            follow_branches(project, project_path, env)
             branch = current_branch(project_path, env)
             try:
                 found = recall_parts(prompt, env, project, host, branch)
@@ -287,6 +288,25 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
     except Exception as error:
         report_failure(command, error)
     return None
+
+
+def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> None:
+    """Branch memory that follows git (docs/database.md §branch-lifecycle): stat calls while
+    the refs are as at the last sync; a sync after they changed. Failures cost only this."""
+    try:
+        import time
+
+        from thatch.frontend.branch_sync import prompt_sync
+        from thatch.frontend.store.memory_store import Store
+        from thatch.frontend.timefmt import utc_now
+
+        def open_store() -> Store:
+            path = default_db_path(env)
+            return Store.open(path, clock=utc_now, build_indexes=False, write_snapshots=False)
+
+        prompt_sync(project, directory, env, open_store, time.time_ns() // 10**6)
+    except Exception as error:
+        report_failure("flush-tools", error)
 
 
 def run_flush_tools(as_json: bool, host: str | None) -> None:
@@ -328,6 +348,21 @@ def fill_pending(env: Mapping[str, str]) -> None:
         ctx.pending_fill.fill_opportunistically()
 
 
+def sync_branches_at_start(
+    store: Any, project: str, directory: Path, env: Mapping[str, str]
+) -> None:
+    """Branch memory that follows git, once per session before the hygiene counts
+    (docs/database.md §branch-lifecycle); a failure costs only this."""
+    try:
+        import time
+
+        from thatch.frontend.branch_sync import session_sync
+
+        session_sync(store, project, directory, env, time.time_ns() // 10**6)
+    except Exception as error:
+        report_failure("reminder", error)
+
+
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
     """The session-start reminder, with the hygiene paragraph when the store needs it; in
     a Claude Code project that declined thatch's server, the one line saying so."""
@@ -354,6 +389,7 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
         try:
             if store.pending_count():
                 fill_pending(env)
+            sync_branches_at_start(store, project, directory, env)
             report = hygiene_report(store, project, directory, model, env=env)
         finally:
             store.close()
