@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from thatch.common.environment import default_db_path, thatch_cache_dir
 from thatch.frontend import git_refs
-from thatch.frontend.store.branch_lifecycle import BranchChange, BranchRecords
-from thatch.frontend.store.transactions import Transactions
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.branch_lifecycle import BranchChange
+    from thatch.frontend.store.transactions import Transactions
 
 __all__ = [
     "MAX_CHECKS",
@@ -66,6 +68,8 @@ def sync_branches(
     refs = git_refs.read_refs(directory, env)
     if refs is None:
         return None
+    from thatch.frontend.store.branch_lifecycle import BranchRecords
+
     records = BranchRecords(store.tx)
     repo = os.path.realpath(common)
     before = records.snapshot(project, repo)
@@ -101,6 +105,8 @@ def _decide(
     branch: str,
     local: str,
 ) -> BranchChange | None:
+    from thatch.frontend.store.branch_lifecycle import BranchChange
+
     if local in refs.commits:  # its remote-tracking ref was pruned by a fetch
         tip = refs.commits[local]
         if git_refs.merged_into(directory, tip, targets, env):
@@ -175,6 +181,8 @@ class NothingToRestoreError(ValueError):
 def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: int) -> int:
     """Unarchive what syncs archived for ``branch`` in ``project``; how many memories.
     Raises NothingToRestoreError naming the branches that can be restored."""
+    from thatch.frontend.store.branch_lifecycle import BranchRecords
+
     records = BranchRecords(store.tx)
     restored = records.restore(project, branch, now_ms)
     if restored:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.support.hookrun import hook_env, run_hook
@@ -92,3 +94,39 @@ def test_restore_branch_help_and_empty_name(tmp_path: Path) -> None:
     empty = run_hook(["restore-branch", " "], None, env, cwd=tmp_path)
     assert empty.returncode == 1
     assert b"a branch name is required" in empty.stderr
+
+
+CHECK = """
+import os, sys
+from pathlib import Path
+from thatch.frontend.hooks.prompt_hooks import follow_branches
+follow_branches("widgets", Path(sys.argv[1]), os.environ)
+print("thatch.frontend.store.memory_store" in sys.modules)
+"""
+
+
+def test_unchanged_refs_cost_the_prompt_hook_no_store_and_no_git(tmp_path: Path) -> None:
+    """The prompt hook's check while nothing changed imports no store (~60 ms) and runs no
+    git; after a branch is deleted it syncs."""
+    repo = new_repo(tmp_path / STORE)
+    feature(repo, "spike")
+    env = env_for(tmp_path)
+    db = Path(env["THATCH_DB_PATH"])
+    with Store.open(db) as store:
+        store.remember(STORE, "Spike idea", "# Spike idea\n\nbody", None, None, branch="spike")
+    start = payload("claude-SessionStart-startup.json", repo)
+    assert run_hook(["reminder"], start, env).returncode == 0
+    no_git = {**env, "PATH": str(tmp_path / "no-such-bin")}  # git cannot even be found
+
+    def check(env: dict[str, str]) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", CHECK, str(repo)], env=env, capture_output=True, check=True
+        )
+        assert result.stderr == b"", result.stderr
+        return result.stdout.decode().strip()
+
+    assert check(no_git) == "False"
+    assert state(db) == {"Spike idea": ("spike", 0)}
+    git(repo, "branch", "-q", "-D", "spike")
+    assert check(env) == "True"
+    assert state(db) == {"Spike idea": ("spike", 1)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
 from thatch.frontend import queue
@@ -297,10 +297,15 @@ def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> No
         import time
 
         from thatch.frontend.branch_sync import prompt_sync
-        from thatch.frontend.store.memory_store import Store
-        from thatch.frontend.timefmt import utc_now
+
+        if TYPE_CHECKING:
+            from thatch.frontend.store.memory_store import Store
 
         def open_store() -> Store:
+            # Imported only when the refs changed: the store costs ~60 ms of imports.
+            from thatch.frontend.store.memory_store import Store
+            from thatch.frontend.timefmt import utc_now
+
             path = default_db_path(env)
             return Store.open(path, clock=utc_now, build_indexes=False, write_snapshots=False)
 
