@@ -137,11 +137,12 @@ def prompt_sync(
     project: str,
     directory: Path,
     env: Mapping[str, str],
-    open_store: Callable[[], AbstractContextManager[HasTransactions]],
+    open_store: Callable[[], AbstractContextManager[HasTransactions | None]],
     now_ms: int,
 ) -> SyncResult | None:
     """The prompt hook's check: stat calls and one small file read while the refs are as
-    at the last sync; a sync (``open_store`` for the database) only after they changed."""
+    at the last sync; a sync (``open_store`` for the database, None: none to sync) only
+    after they changed."""
     common = git_refs.common_dir(Path(os.path.abspath(directory)))
     if common is None:
         return None
@@ -153,6 +154,8 @@ def prompt_sync(
     except (OSError, UnicodeDecodeError):
         pass
     with open_store() as store:
+        if store is None:
+            return None  # no database yet, or not migrated yet: the session start will
         result = sync_branches(store, project, directory, now_ms, env)
     if result is not None:
         note_fingerprint(path, value)

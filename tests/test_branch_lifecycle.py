@@ -7,6 +7,7 @@ snapshot; a merge seen only on the remote (fetch --prune) promotes too."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -17,12 +18,13 @@ import pytest
 from thatch.frontend import git_refs
 from thatch.frontend.branch_sync import (
     NothingToRestoreError,
+    fingerprint_file,
     prompt_sync,
     restore_branch,
     session_sync,
     sync_branches,
 )
-from thatch.frontend.store.branch_lifecycle import BranchRecords
+from thatch.frontend.store.branch_lifecycle import BranchRecords, opened_records
 from thatch.frontend.store.memory_store import Store
 
 PROJECT = "acme/widgets"
@@ -284,3 +286,19 @@ def test_not_a_git_directory_changes_nothing(tmp_path: Path, store: Store) -> No
     save(store, "Note", "feat")
     assert sync_branches(store, PROJECT, plain, 1) is None
     assert rows(store) == {"Note": ("feat", False)}
+
+
+def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_path: Path) -> None:
+    """No file yet, or one without m013's tables: nothing is created or synced (the session
+    start's Store.open migrates), and the fingerprint is not noted, so the next prompt
+    tries again."""
+    repo = new_repo(tmp_path / "widgets")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "THATCH_DB_PATH": str(tmp_path / "x.db")}
+    missing = tmp_path / "none.db"
+    assert prompt_sync(PROJECT, repo, env, lambda: opened_records(missing), 1) is None
+    assert not missing.exists()
+    bare = tmp_path / "bare.db"
+    sqlite3.connect(bare).close()
+    assert prompt_sync(PROJECT, repo, env, lambda: opened_records(bare), 1) is None
+    common = git_refs.common_dir(repo)
+    assert common is not None and not fingerprint_file(env, common).exists()

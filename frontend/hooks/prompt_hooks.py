@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
 from thatch.frontend import queue
@@ -292,24 +292,16 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
 
 def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> None:
     """Branch memory that follows git (docs/database.md §branch-lifecycle): stat calls while
-    the refs are as at the last sync; a sync after they changed. Failures cost only this."""
+    the refs are as at the last sync; a sync after they changed, over a connection of its
+    own (not the memory Store: its imports alone cost ~60 ms). Failures cost only this."""
     try:
         import time
 
         from thatch.frontend.branch_sync import prompt_sync
+        from thatch.frontend.store.branch_lifecycle import opened_records
 
-        if TYPE_CHECKING:
-            from thatch.frontend.store.memory_store import Store
-
-        def open_store() -> Store:
-            # Imported only when the refs changed: the store costs ~60 ms of imports.
-            from thatch.frontend.store.memory_store import Store
-            from thatch.frontend.timefmt import utc_now
-
-            path = default_db_path(env)
-            return Store.open(path, clock=utc_now, build_indexes=False, write_snapshots=False)
-
-        prompt_sync(project, directory, env, open_store, time.time_ns() // 10**6)
+        path = default_db_path(env)
+        prompt_sync(project, directory, env, lambda: opened_records(path), time.time_ns() // 10**6)
     except Exception as error:
         report_failure("flush-tools", error)
 

@@ -8,13 +8,15 @@ write lock, so two processes syncing the same repository at once do the work onc
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from thatch.frontend.store.migrations.branches import BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE
 from thatch.frontend.store.transactions import Transactions
 
-__all__ = ["BranchChange", "BranchRecords"]
+__all__ = ["BranchChange", "BranchRecords", "opened_records"]
 
 PROMOTED = "promoted"
 ARCHIVED = "archived"
@@ -145,3 +147,24 @@ class BranchRecords:
             (store, slug, PROMOTED),
         ).fetchone()
         return None if row is None else str(row[0])
+
+
+@contextmanager
+def opened_records(path: Path) -> Iterator[BranchRecords | None]:
+    """Branch records over a connection of their own (``db.connect``), for the prompt
+    hook: none of the memory Store's imports (~60 ms) or migrations. None while the file
+    does not exist or lacks m013's tables (the next ``Store.open`` migrates it)."""
+    from thatch.frontend.store import db
+
+    if not path.is_file():
+        yield None
+        return
+    conn = db.connect(path)
+    try:
+        present = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+            (BRANCH_REFS_TABLE,),
+        ).fetchone()
+        yield BranchRecords(Transactions(conn)) if present else None
+    finally:
+        conn.close()
