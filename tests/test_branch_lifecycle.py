@@ -302,3 +302,40 @@ def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_pat
     assert prompt_sync(PROJECT, repo, env, lambda: opened_records(bare), 1) is None
     common = git_refs.common_dir(repo)
     assert common is not None and not fingerprint_file(env, common).exists()
+
+
+def test_the_earlier_release_writes_beside_the_lifecycle(tmp_path: Path) -> None:
+    """m013 adds tables only: the earlier release's exact statements still work on a file
+    where a sync promoted and archived, and a memory it saved is followed like any other."""
+    from tests.test_store_compat import run_earlier_release
+
+    path = tmp_path / "thatch.db"
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    feature(repo, "spike")
+    now = "2024-07-01T10:00:00.000Z"
+    clock = Clock()
+    with Store.open(path) as store:
+        save(store, "Feat plan", "feat")
+        sync(store, repo, clock)
+    run_earlier_release(
+        path,
+        ("ensure_store", [PROJECT]),
+        ("insert", ["spike-idea", PROJECT, "Spike idea", "# Spike idea", None, None, "spike",
+                    None, 0, now, now]),
+    )  # fmt: skip
+    merge_ff(repo, "feat")
+    git(repo, "branch", "-q", "-D", "feat", "spike")
+    with Store.open(path) as store:
+        assert sync(store, repo, clock) == {"feat": "promoted", "spike": "archived"}
+    run_earlier_release(
+        path,
+        ("upsert", ["feat-plan", PROJECT, "Feat plan", "# Feat plan v2", None, None, None,
+                    None, 0, now, now, None]),
+        ("edit_entry", ["# Spike idea v2", now, "spike-idea", PROJECT]),
+        ("forget", ["feat-plan", PROJECT]),
+    )  # fmt: skip
+    with Store.open(path) as store:
+        assert rows(store) == {"Spike idea": ("spike", True)}
+        assert restore_branch(store, PROJECT, "spike", clock()) == 1
+        assert rows(store) == {"Spike idea": ("spike", False)}
