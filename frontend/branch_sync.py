@@ -38,6 +38,8 @@ __all__ = [
 # Gone branches whose merge state one sync decides (each costs up to four git calls);
 # the others keep their snapshot entry and are decided by the next syncs.
 MAX_CHECKS = 16
+# The optional git hooks' events file is emptied past this size (when a sync starts).
+EVENTS_KEPT_BYTES = 64 * 1024
 
 
 class HasTransactions(Protocol):
@@ -118,6 +120,17 @@ def _decide(
     return BranchChange(branch, "archived", last)
 
 
+def trim_events(common: Path) -> None:
+    """Empty the git hooks' events file once it is past ``EVENTS_KEPT_BYTES``: its lines
+    only ever serve to change the fingerprint."""
+    path = common / git_refs.EVENTS_FILE
+    try:
+        if path.stat().st_size > EVENTS_KEPT_BYTES:
+            os.truncate(path, 0)
+    except OSError:
+        pass  # no hooks, or not ours to write: nothing to trim
+
+
 def fingerprint_file(env: Mapping[str, str], common: Path) -> Path:
     """Where the refs' fingerprint at the last sync is kept, per database and repository:
     a cache (a lost or stale file costs one sync, never a wrong answer)."""
@@ -170,6 +183,7 @@ def session_sync(
     common = git_refs.common_dir(Path(os.path.abspath(directory)))
     if common is None:
         return None
+    trim_events(common)
     value = git_refs.fingerprint(common)
     result = sync_branches(store, project, directory, now_ms, env)
     if result is not None:

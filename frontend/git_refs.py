@@ -16,6 +16,7 @@ from pathlib import Path
 from thatch.frontend.project import git_result
 
 __all__ = [
+    "EVENTS_FILE",
     "HEADS",
     "REMOTE",
     "Refs",
@@ -29,6 +30,8 @@ __all__ = [
 HEADS = "refs/heads/"
 REMOTE = "origin"
 _REMOTES = f"refs/remotes/{REMOTE}/"
+# Appended to by the optional git hooks (``thatch setup --git-hooks``), in the common dir.
+EVENTS_FILE = "thatch-events"
 
 
 def common_dir(directory: Path) -> Path | None:
@@ -61,11 +64,12 @@ def common_dir(directory: Path) -> Path | None:
 
 def fingerprint(common: Path) -> str:
     """A digest of what changes whenever a branch or remote-tracking ref is written or
-    deleted: the size and mtime of ``packed-refs`` (and of reftable's table list), and the
-    mtime of every directory under ``refs/heads`` and ``refs/remotes`` (git writes a loose
-    ref by renaming a lock file into its directory, and deletes it there). Stat calls only."""
+    deleted: the size and mtime of ``packed-refs`` (and of reftable's table list, and of
+    the optional hooks' events file), and the mtime of every directory under
+    ``refs/heads`` and ``refs/remotes`` (git writes a loose ref by renaming a lock file
+    into its directory, and deletes it there). Stat calls only."""
     parts: list[str] = []
-    for name in ("packed-refs", "reftable/tables.list"):
+    for name in ("packed-refs", "reftable/tables.list", EVENTS_FILE):
         parts.append(f"{name}:{_stat(common / name)}")
     for top in ("refs/heads", "refs/remotes"):
         for root, dirs, _files in os.walk(common / top):
