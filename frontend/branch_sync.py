@@ -80,13 +80,11 @@ def sync_branches(
     if before:
         targets = git_refs.default_targets(refs)
         checks = 0
-        for branch in records.live_branches(project):
+        # Only a gone branch, or one whose remote-tracking ref went, needs a decision: the
+        # usual sync (a commit moved a ref) reads no memory at all.
+        candidates = _candidates(before, refs)
+        for branch in records.live_branches(project, candidates) if candidates else []:
             local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
-            if local not in before:
-                continue  # never seen here: another clone's branch, or older than syncing
-            pruned = remote in before and remote not in refs.commits
-            if local in refs.commits and not pruned:
-                continue  # still there, and not merged on the host: nothing to ask git
             if checks >= MAX_CHECKS:
                 kept.update({ref: before[ref] for ref in (local, remote) if ref in before})
                 continue
@@ -96,6 +94,20 @@ def sync_branches(
                 changes.append(change)
     counts = records.apply(project, repo, {**kept, **refs.commits}, changes, now_ms)
     return SyncResult(changes, counts)
+
+
+def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:
+    """Branches the snapshot had locally that are gone now, or whose origin ref is gone."""
+    remotes = f"refs/remotes/{git_refs.REMOTE}/"
+    found = set()
+    for ref in before:
+        if ref in refs.commits:
+            continue
+        if ref.startswith(git_refs.HEADS):
+            found.add(ref[len(git_refs.HEADS) :])
+        elif ref.startswith(remotes) and git_refs.HEADS + ref[len(remotes) :] in before:
+            found.add(ref[len(remotes) :])
+    return sorted(found)
 
 
 def _decide(

@@ -339,3 +339,21 @@ def test_the_earlier_release_writes_beside_the_lifecycle(tmp_path: Path) -> None
         assert rows(store) == {"Spike idea": ("spike", True)}
         assert restore_branch(store, PROJECT, "spike", clock()) == 1
         assert rows(store) == {"Spike idea": ("spike", False)}
+
+
+def test_a_sync_decides_at_most_max_checks_and_keeps_the_rest_for_the_next(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from thatch.frontend import branch_sync
+
+    monkeypatch.setattr(branch_sync, "MAX_CHECKS", 1)
+    repo = new_repo(tmp_path / "widgets")
+    for name in ("one", "two"):
+        feature(repo, name)
+        save(store, f"{name} idea", name)
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "one", "two")
+    assert sync(store, repo, clock) == {"one": "archived"}
+    assert sync(store, repo, clock) == {"two": "archived"}
+    assert sync(store, repo, clock) == {}

@@ -7,6 +7,7 @@ write lock, so two processes syncing the same repository at once do the work onc
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,12 +47,12 @@ class BranchRecords:
         )
         return {str(ref): str(commit) for ref, commit in rows}
 
-    def live_branches(self, store: str) -> list[str]:
-        """Branches that still scope unarchived memories of ``store``."""
+    def live_branches(self, store: str, among: Sequence[str]) -> list[str]:
+        """Those of ``among`` that still scope unarchived memories of ``store``."""
         rows = self.conn.execute(
             "SELECT DISTINCT branch FROM entries WHERE store = ? AND archived = 0 "
-            "AND branch IS NOT NULL ORDER BY branch",
-            (store,),
+            "AND branch IN (SELECT value FROM json_each(?)) ORDER BY branch",
+            (store, json.dumps(list(among))),
         )
         return [str(row[0]) for row in rows]
 
@@ -69,13 +70,20 @@ class BranchRecords:
         with self.tx.write() as conn:
             for change in changes:
                 counts[change.branch] = self._change(conn, store, change, now_ms)
-            conn.execute(
-                f"DELETE FROM {BRANCH_REFS_TABLE} WHERE store = ? AND repo = ?", (store, repo)
+            # Only the refs that changed are written: a sync after a commit is one row.
+            stored = self.snapshot(store, repo)
+            conn.executemany(
+                f"DELETE FROM {BRANCH_REFS_TABLE} WHERE store = ? AND repo = ? AND ref = ?",
+                [(store, repo, ref) for ref in sorted(stored.keys() - refs.keys())],
             )
             conn.executemany(
-                f"INSERT INTO {BRANCH_REFS_TABLE} (store, repo, ref, commit_id, seen_ms) "
-                "VALUES (?, ?, ?, ?, ?)",
-                [(store, repo, ref, commit, now_ms) for ref, commit in sorted(refs.items())],
+                f"INSERT OR REPLACE INTO {BRANCH_REFS_TABLE} "
+                "(store, repo, ref, commit_id, seen_ms) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (store, repo, ref, commit, now_ms)
+                    for ref, commit in sorted(refs.items())
+                    if stored.get(ref) != commit
+                ],
             )
         return counts
 
