@@ -199,15 +199,17 @@ def branchy_repo(path: Path) -> Path:
 
 
 def branch_rows(thatch: list[str], env: dict[str, str], root: Path, runs: int) -> None:
-    """flush-tools' warm path (a ``thatch mcp`` serves the recall scan) in three project
+    """flush-tools' warm path (a ``thatch mcp`` serves the recall scan) in four project
     directories, interleaved: A not a git checkout; B a repository whose refs did not
     change since the last sync (the fingerprint's stat calls); C one where a branch with a
     memory was deleted unmerged before each prompt (a full sync: git, merge checks, one
-    write). Figures for docs/database.md §branch-lifecycle."""
+    write); D one where a commit was made before each prompt (the usual sync: one git
+    call, one snapshot row). Figures for docs/database.md §branch-lifecycle."""
     from thatch.frontend.store.memory_store import Store
 
     steady = branchy_repo(root / "git-steady" / "bench-project")
     moving = branchy_repo(root / "git-moving" / "bench-project")
+    committing = branchy_repo(root / "git-commits" / "bench-project")
     with Store.open(root / "recall.db") as db:
         for i in range(BRANCHES):
             label = f"bench branch memory {i}"
@@ -216,9 +218,10 @@ def branch_rows(thatch: list[str], env: dict[str, str], root: Path, runs: int) -
         "A": env,
         "B": {**env, "THATCH_PROJECT_DIR": str(steady)},
         "C": {**env, "THATCH_PROJECT_DIR": str(moving)},
+        "D": {**env, "THATCH_PROJECT_DIR": str(committing)},
     }
     start = lambda _: b"{}"  # noqa: E731
-    for name in ("B", "C"):  # the session's start: the first sync stores the snapshot
+    for name in ("B", "C", "D"):  # the session's start: the first sync stores the snapshot
         measure([*thatch, "reminder"], start, envs[name], 1)
 
     def prompt(_: int) -> bytes:
@@ -230,17 +233,23 @@ def branch_rows(thatch: list[str], env: dict[str, str], root: Path, runs: int) -
         bench_git(moving, "branch", "-q", "-D", f"b{next(doomed)}")
         return prompt(0)
 
-    times: dict[str, list[float]] = {"A": [], "B": [], "C": []}
+    def commit_one(_: int) -> bytes:
+        bench_git(committing, "commit", "-q", "--allow-empty", "-m", "more")
+        return prompt(0)
+
+    times: dict[str, list[float]] = {"A": [], "B": [], "C": [], "D": []}
     with mcp_server(thatch, env):
         for _ in range(min(runs, BRANCHES)):
             times["A"] += measure([*thatch, "flush-tools"], prompt, envs["A"], 1)
             times["B"] += measure([*thatch, "flush-tools"], prompt, envs["B"], 1)
             times["C"] += measure([*thatch, "flush-tools"], delete_one, envs["C"], 1)
+            times["D"] += measure([*thatch, "flush-tools"], commit_one, envs["D"], 1)
     base = statistics.median(times["A"])
     for name, what in (
         ("A", "not a git checkout"),
         ("B", f"git, {BRANCHES} branches, refs unchanged"),
         ("C", "git, a branch deleted before each prompt"),
+        ("D", "git, a commit before each prompt"),
     ):
         ratio = statistics.median(times[name]) / base
         print(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from thatch.common.environment import default_db_path, thatch_cache_dir
 from thatch.frontend import git_refs
+from thatch.frontend.project import current_branch
 
 if TYPE_CHECKING:
     from thatch.frontend.store.branch_lifecycle import BranchChange
@@ -78,12 +79,13 @@ def sync_branches(
     changes: list[BranchChange] = []
     kept: dict[str, str] = {}
     if before:
-        targets = git_refs.default_targets(refs)
         checks = 0
         # Only a gone branch, or one whose remote-tracking ref went, needs a decision: the
-        # usual sync (a commit moved a ref) reads no memory at all.
+        # usual sync (a commit moved a ref) reads no memory and asks git nothing more.
         candidates = _candidates(before, refs)
-        for branch in records.live_branches(project, candidates) if candidates else []:
+        live = records.live_branches(project, candidates) if candidates else []
+        targets = git_refs.default_targets(refs, current_branch(directory, env)) if live else []
+        for branch in live:
             local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
             if checks >= MAX_CHECKS:
                 kept.update({ref: before[ref] for ref in (local, remote) if ref in before})

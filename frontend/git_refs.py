@@ -92,7 +92,6 @@ class Refs:
 
     commits: dict[str, str]
     origin_head: str | None  # e.g. "refs/remotes/origin/main"
-    current: str | None  # the full ref HEAD names in the directory asked
 
 
 def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | None:
@@ -119,17 +118,13 @@ def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | N
                 origin_head = symref
             continue
         commits[ref] = commit
-    head = git_result(directory, env, "symbolic-ref", "--quiet", "HEAD")
-    current = None
-    if head is not None and head.returncode == 0:
-        current = head.stdout.decode("utf-8", "replace").strip() or None
-    return Refs(commits, origin_head, current)
+    return Refs(commits, origin_head)
 
 
-def default_targets(refs: Refs) -> list[str]:
+def default_targets(refs: Refs, current: str | None) -> list[str]:
     """The refs a merged branch's work is found in: the default branch, local and on
-    origin. The default is origin/HEAD's target, else ``main``, else ``master``, else the
-    branch checked out."""
+    origin. The default is origin/HEAD's target, else ``main``, else ``master``, else
+    ``current`` (the branch checked out)."""
     name = None
     if refs.origin_head and refs.origin_head.startswith(_REMOTES):
         name = refs.origin_head[len(_REMOTES) :]
@@ -138,8 +133,8 @@ def default_targets(refs: Refs) -> list[str]:
             if HEADS + candidate in refs.commits or _REMOTES + candidate in refs.commits:
                 name = candidate
                 break
-        if name is None and refs.current and refs.current.startswith(HEADS):
-            name = refs.current[len(HEADS) :]
+        if name is None:
+            name = current
     if name is None:
         return []
     return [ref for ref in (HEADS + name, _REMOTES + name) if ref in refs.commits]

@@ -238,13 +238,15 @@ def test_the_default_branch_is_origin_head_then_main_then_master() -> None:
     refs = git_refs.Refs(
         {"refs/heads/main": "a", "refs/heads/trunk": "b", "refs/remotes/origin/trunk": "c"},
         "refs/remotes/origin/trunk",
-        "refs/heads/main",
     )
-    assert git_refs.default_targets(refs) == ["refs/heads/trunk", "refs/remotes/origin/trunk"]
-    refs = git_refs.Refs({"refs/heads/master": "a", "refs/heads/x": "b"}, None, "refs/heads/x")
-    assert git_refs.default_targets(refs) == ["refs/heads/master"]
-    refs = git_refs.Refs({"refs/heads/dev": "a"}, None, "refs/heads/dev")
-    assert git_refs.default_targets(refs) == ["refs/heads/dev"]
+    assert git_refs.default_targets(refs, "main") == [
+        "refs/heads/trunk",
+        "refs/remotes/origin/trunk",
+    ]
+    refs = git_refs.Refs({"refs/heads/master": "a", "refs/heads/x": "b"}, None)
+    assert git_refs.default_targets(refs, "x") == ["refs/heads/master"]
+    refs = git_refs.Refs({"refs/heads/dev": "a"}, None)
+    assert git_refs.default_targets(refs, "dev") == ["refs/heads/dev"]
 
 
 def test_the_prompt_check_runs_git_only_after_the_refs_changed(
