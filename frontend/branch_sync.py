@@ -218,9 +218,12 @@ def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: in
     restored = records.restore(project, branch, now_ms)
     if restored:
         return restored
+    from thatch.frontend.untrusted import quoted, token
+
+    # Branch and store names come from agents' memories: framed as data (rule 6).
     others = records.archived_branches(project)
-    hint = f" Archived branches: {', '.join(others)}." if others else ""
+    hint = f" Archived branches: {', '.join(map(token, others))}." if others else ""
     raise NothingToRestoreError(
-        f'No memories of branch "{branch}" in store "{project}" were archived when the '
-        f"branch was deleted.{hint}"
+        f"No memories of branch {quoted(branch)} in store {quoted(project)} were archived "
+        f"when the branch was deleted.{hint}"
     )

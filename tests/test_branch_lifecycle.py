@@ -359,3 +359,51 @@ def test_a_sync_decides_at_most_max_checks_and_keeps_the_rest_for_the_next(
     assert sync(store, repo, clock) == {"one": "archived"}
     assert sync(store, repo, clock) == {"two": "archived"}
     assert sync(store, repo, clock) == {}
+
+
+SYNC_PROCESS = """
+import sys
+from pathlib import Path
+from thatch.frontend.branch_sync import sync_branches
+from thatch.frontend.store.memory_store import Store
+with Store.open(sys.argv[1]) as store:
+    sync_branches(store, sys.argv[3], Path(sys.argv[2]), 5_000)
+"""
+
+
+def test_processes_syncing_at_once_change_each_memory_once(tmp_path: Path) -> None:
+    """Four processes (two sessions starting, two prompts) sync the same deletion at
+    once: each memory is promoted or archived exactly once, one event each."""
+    import sys
+
+    path = tmp_path / "thatch.db"
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    feature(repo, "spike")
+    clock = Clock()
+    with Store.open(path) as store:
+        for i in range(20):
+            save(store, f"Feat note {i}", "feat")
+            save(store, f"Spike note {i}", "spike")
+        sync(store, repo, clock)
+    merge_squash(repo, "feat")
+    git(repo, "branch", "-q", "-D", "feat", "spike")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SYNC_PROCESS, str(path), str(repo), PROJECT],
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    with Store.open(path) as store:
+        state = rows(store)
+        events = store.conn.execute(
+            "SELECT action, count(*), count(DISTINCT slug) FROM _thatch_branch_events "
+            "GROUP BY action ORDER BY action"
+        ).fetchall()
+    assert events == [("archived", 20, 20), ("promoted", 20, 20)]
+    assert {v for k, v in state.items() if k.startswith("Feat")} == {(None, False)}
+    assert {v for k, v in state.items() if k.startswith("Spike")} == {("spike", True)}
