@@ -39,6 +39,9 @@ __all__ = [
 # Gone branches whose merge state one sync decides (each costs up to four git calls);
 # the others keep their snapshot entry and are decided by the next syncs.
 MAX_CHECKS = 16
+# Snapshot rows for a deleted local branch whose origin copy still exists: its decision
+# waits until that copy goes or the default branch moves (the host may merge it yet).
+WAITING = "waiting:"
 # The optional git hooks' events file is emptied past this size (when a sync starts).
 EVENTS_KEPT_BYTES = 64 * 1024
 
@@ -85,17 +88,29 @@ def sync_branches(
         candidates = _candidates(before, refs)
         live = records.live_branches(project, candidates) if candidates else []
         targets = git_refs.default_targets(refs, current_branch(directory, env)) if live else []
+        moved = any(before.get(ref) != refs.commits.get(ref) for ref in targets)
         for branch in live:
             local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
+            waiting = WAITING + local
+            if waiting in before and not moved and _same(before, refs, remote):
+                kept.update({local: before[local], waiting: before[local]})
+                continue  # still waiting for its pushed copy, and nothing it waits on moved
             if checks >= MAX_CHECKS:
-                kept.update({ref: before[ref] for ref in (local, remote) if ref in before})
+                kept.update({ref: before[ref] for ref in (local, remote, waiting) if ref in before})
                 continue
             checks += 1
             change = _decide(directory, env, refs, before, targets, branch, local)
-            if change is not None:
+            if change is None and local not in refs.commits:
+                kept.update({local: before[local], waiting: before[local]})
+            elif change is not None:
                 changes.append(change)
     counts = records.apply(project, repo, {**kept, **refs.commits}, changes, now_ms)
     return SyncResult(changes, counts)
+
+
+def _same(before: Mapping[str, str], refs: git_refs.Refs, remote: str) -> bool:
+    """Whether ``remote`` still exists at the commit the snapshot has."""
+    return remote in refs.commits and before.get(remote) == refs.commits[remote]
 
 
 def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:
@@ -104,6 +119,8 @@ def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:
     found = set()
     for ref in before:
         if ref in refs.commits:
+            continue
+        if ref.startswith(WAITING):
             continue
         if ref.startswith(git_refs.HEADS):
             found.add(ref[len(git_refs.HEADS) :])
@@ -131,6 +148,8 @@ def _decide(
     last = before[local]
     if git_refs.merged_into(directory, last, targets, env):
         return BranchChange(branch, "promoted", last)
+    if f"refs/remotes/{git_refs.REMOTE}/{branch}" in refs.commits:
+        return None  # pushed: wait for the host to merge it (or the ref to go)
     return BranchChange(branch, "archived", last)
 
 

@@ -407,3 +407,35 @@ def test_processes_syncing_at_once_change_each_memory_once(tmp_path: Path) -> No
     assert events == [("archived", 20, 20), ("promoted", 20, 20)]
     assert {v for k, v in state.items() if k.startswith("Feat")} == {(None, False)}
     assert {v for k, v in state.items() if k.startswith("Spike")} == {("spike", True)}
+
+
+def test_a_pushed_branch_deleted_locally_waits_for_the_host(tmp_path: Path, store: Store) -> None:
+    """Deleted here before the host merged it: while origin still has it nothing is
+    decided; once a fetch shows it squash-merged and gone it is promoted, and a pushed
+    branch the host deleted unmerged is archived then."""
+    seed = new_repo(tmp_path / "seed")
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(remote), str(work))
+    feature(work, "feat")
+    feature(work, "wip")
+    git(work, "push", "-q", "-u", "origin", "feat", "wip")
+    save(store, "Feat plan", "feat")
+    save(store, "Wip plan", "wip")
+    clock = Clock()
+    sync(store, work, clock)
+    git(work, "branch", "-q", "-D", "feat", "wip")
+    assert sync(store, work, clock) == {}
+    feature(work, "other")  # a ref moves, the default branch does not
+    assert sync(store, work, clock) == {}
+    assert rows(store) == {"Feat plan": ("feat", False), "Wip plan": ("wip", False)}
+    host = tmp_path / "host"
+    git(tmp_path, "clone", "-q", str(remote), str(host))
+    git(host, "merge", "-q", "--squash", "origin/feat")
+    git(host, "commit", "-q", "-m", "squash feat")
+    git(host, "push", "-q", "origin", "main", ":feat", ":wip")
+    git(work, "fetch", "-q", "--prune")
+    assert sync(store, work, clock) == {"feat": "promoted", "wip": "archived"}
+    assert rows(store) == {"Feat plan": (None, False), "Wip plan": ("wip", True)}
+    assert sync(store, work, clock) == {}
