@@ -439,3 +439,23 @@ def test_a_pushed_branch_deleted_locally_waits_for_the_host(tmp_path: Path, stor
     assert sync(store, work, clock) == {"feat": "promoted", "wip": "archived"}
     assert rows(store) == {"Feat plan": (None, False), "Wip plan": ("wip", True)}
     assert sync(store, work, clock) == {}
+
+
+def test_a_gone_branchs_memories_are_found_through_the_partial_index(store: Store) -> None:
+    """The queries of a deletion read the branch-scoped rows only, never the whole store."""
+    plans = [
+        store.conn.execute(f"EXPLAIN QUERY PLAN {sql}", args).fetchall()
+        for sql, args in (
+            (
+                "SELECT DISTINCT branch FROM entries WHERE store = ? AND branch IS NOT NULL "
+                "AND archived = 0 AND branch IN (SELECT value FROM json_each(?))",
+                (PROJECT, '["feat"]'),
+            ),
+            (
+                "SELECT slug FROM entries WHERE store = ? AND branch = ? AND archived = 0",
+                (PROJECT, "feat"),
+            ),
+        )
+    ]
+    for plan in plans:
+        assert "USING INDEX thatch_entries_branch" in str(plan), plan

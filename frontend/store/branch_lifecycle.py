@@ -50,8 +50,8 @@ class BranchRecords:
     def live_branches(self, store: str, among: Sequence[str]) -> list[str]:
         """Those of ``among`` that still scope unarchived memories of ``store``."""
         rows = self.conn.execute(
-            "SELECT DISTINCT branch FROM entries WHERE store = ? AND archived = 0 "
-            "AND branch IN (SELECT value FROM json_each(?)) ORDER BY branch",
+            "SELECT DISTINCT branch FROM entries WHERE store = ? AND branch IS NOT NULL "
+            "AND archived = 0 AND branch IN (SELECT value FROM json_each(?)) ORDER BY branch",
             (store, json.dumps(list(among))),
         )
         return [str(row[0]) for row in rows]

@@ -1,18 +1,20 @@
 """Branch memory that follows git (m013; docs/database.md §branch-lifecycle).
 
-New tables only: ``entries`` keeps the earlier release's exact columns, so its SQL works
-unchanged on a migrated file.
+New tables and one partial index: ``entries`` keeps the earlier release's exact columns,
+so its SQL works unchanged on a migrated file.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["BRANCH_EVENTS_TABLE", "BRANCH_REFS_TABLE", "m013_branch_lifecycle"]
+__all__ = ["BRANCH_EVENTS_TABLE", "BRANCH_INDEX", "BRANCH_REFS_TABLE", "m013_branch_lifecycle"]
 
 BRANCH_REFS_TABLE = "_thatch_branch_refs"
 
 BRANCH_EVENTS_TABLE = "_thatch_branch_events"
+
+BRANCH_INDEX = "thatch_entries_branch"
 
 
 def m013_branch_lifecycle(conn: sqlite3.Connection) -> None:
@@ -43,4 +45,10 @@ def m013_branch_lifecycle(conn: sqlite3.Connection) -> None:
     conn.execute(
         f"CREATE INDEX IF NOT EXISTS thatch_branch_events_slug "
         f"ON {BRANCH_EVENTS_TABLE} (store, slug)"
+    )
+    # A deleted branch's memories found without reading the store: only branch-scoped
+    # rows are in it, so it stays small and costs other writes next to nothing.
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS {BRANCH_INDEX} ON entries (store, branch) "
+        "WHERE branch IS NOT NULL"
     )
