@@ -59,6 +59,12 @@ def test_reminder_then_prompt_promote_and_archive(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert b"Traceback" not in result.stderr
     assert state(db) == {"Feat plan": (None, 0), "Spike idea": ("spike", 1)}
+    shown = run_hook(["show", "Feat plan"], None, env, cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.decode().splitlines()[:2] == [
+        "[widgets] Feat plan",
+        "origin branch: feat (merged)",
+    ]
 
     restored = run_hook(["restore-branch", "spike"], None, env, cwd=repo)
     assert restored.returncode == 0, restored.stderr

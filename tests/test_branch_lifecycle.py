@@ -459,3 +459,13 @@ def test_a_gone_branchs_memories_are_found_through_the_partial_index(store: Stor
     ]
     for plan in plans:
         assert "USING INDEX thatch_entries_branch" in str(plan), plan
+
+
+def test_origin_branch_in_a_file_without_the_tables_is_none(tmp_path: Path) -> None:
+    from thatch.frontend.store.transactions import Transactions
+
+    conn = sqlite3.connect(tmp_path / "old.db")
+    try:
+        assert BranchRecords(Transactions(conn)).origin_branch(PROJECT, "x") is None
+    finally:
+        conn.close()

@@ -148,12 +148,18 @@ class BranchRecords:
         return [str(row[0]) for row in rows]
 
     def origin_branch(self, store: str, slug: str) -> str | None:
-        """The branch a promoted memory was scoped to (its latest promotion), or None."""
-        row = self.conn.execute(
-            f"SELECT origin_branch FROM {BRANCH_EVENTS_TABLE} WHERE store = ? AND slug = ? "
-            "AND action = ? ORDER BY id DESC LIMIT 1",
-            (store, slug, PROMOTED),
-        ).fetchone()
+        """The branch a promoted memory was scoped to (its latest promotion), or None; also
+        None in a file this process could not migrate (read-only, no m013 tables)."""
+        try:
+            row = self.conn.execute(
+                f"SELECT origin_branch FROM {BRANCH_EVENTS_TABLE} WHERE store = ? "
+                "AND slug = ? AND action = ? ORDER BY id DESC LIMIT 1",
+                (store, slug, PROMOTED),
+            ).fetchone()
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):
+                raise
+            return None
         return None if row is None else str(row[0])
 
 
