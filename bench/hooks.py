@@ -305,6 +305,98 @@ def mcp_server(thatch: list[str], env: dict[str, str]) -> Iterator[None]:
         proc.wait(30)
 
 
+BRANCHES = 40
+
+
+def bench_git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1")
+    return subprocess.run(
+        ["git", "-c", "user.name=b", "-c", "user.email=b@b", *args],
+        cwd=cwd, env=env, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+
+
+def branchy_repo(path: Path) -> Path:
+    """A repository named like the bench project (same store) with ``BRANCHES`` branches
+    of one commit each, all left unmerged."""
+    path.mkdir(parents=True)
+    bench_git(path, "init", "-q", "-b", "main")
+    (path / "README").write_text("bench\n")
+    bench_git(path, "add", "README")
+    bench_git(path, "commit", "-q", "-m", "first")
+    for i in range(BRANCHES):
+        bench_git(path, "checkout", "-q", "-b", f"b{i}", "main")
+        (path / f"b{i}.txt").write_text(f"{i}\n")
+        bench_git(path, "add", f"b{i}.txt")
+        bench_git(path, "commit", "-q", "-m", f"b{i}")
+    bench_git(path, "checkout", "-q", "main")
+    return path
+
+
+def branch_rows(thatch: list[str], env: dict[str, str], root: Path, runs: int) -> None:
+    """flush-tools' warm path (a ``thatch mcp`` serves the recall scan) in four project
+    directories, interleaved: A not a git checkout; B a repository whose refs did not
+    change since the last sync (the fingerprint's stat calls); C one where a branch with a
+    memory was deleted unmerged before each prompt (a full sync: git, merge checks, one
+    write); D one where a commit was made before each prompt (the usual sync: one git
+    call, one snapshot row). Figures for docs/database.md §branch-lifecycle."""
+    from thatch.frontend.store.memory_store import Store
+
+    steady = branchy_repo(root / "git-steady" / "bench-project")
+    moving = branchy_repo(root / "git-moving" / "bench-project")
+    committing = branchy_repo(root / "git-commits" / "bench-project")
+    with Store.open(root / "recall.db") as db:
+        for i in range(BRANCHES):
+            label = f"bench branch memory {i}"
+            db.remember("bench-project", label, f"# {label}\n\nbody", None, None, branch=f"b{i}")
+    envs = {
+        "A": env,
+        "B": {**env, "THATCH_PROJECT_DIR": str(steady)},
+        "C": {**env, "THATCH_PROJECT_DIR": str(moving)},
+        "D": {**env, "THATCH_PROJECT_DIR": str(committing)},
+    }
+    start = lambda _: b"{}"  # noqa: E731
+    for name in ("B", "C", "D"):  # the session's start: the first sync stores the snapshot
+        measure([*thatch, "reminder"], start, envs[name], 1)
+
+    def prompt(_: int) -> bytes:
+        return json.dumps({"session_id": "empty", "prompt": "how do we deploy?!"}).encode()
+
+    doomed = iter(range(BRANCHES))
+
+    def delete_one(_: int) -> bytes:
+        bench_git(moving, "branch", "-q", "-D", f"b{next(doomed)}")
+        return prompt(0)
+
+    def commit_one(_: int) -> bytes:
+        bench_git(committing, "commit", "-q", "--allow-empty", "-m", "more")
+        return prompt(0)
+
+    times: dict[str, list[float]] = {"A": [], "B": [], "C": [], "D": []}
+    with mcp_server(thatch, env):
+        for _ in range(min(runs, BRANCHES)):
+            times["A"] += measure([*thatch, "flush-tools"], prompt, envs["A"], 1)
+            times["B"] += measure([*thatch, "flush-tools"], prompt, envs["B"], 1)
+            times["C"] += measure([*thatch, "flush-tools"], delete_one, envs["C"], 1)
+            times["D"] += measure([*thatch, "flush-tools"], commit_one, envs["D"], 1)
+    base = statistics.median(times["A"])
+    for name, what in (
+        ("A", "not a git checkout"),
+        ("B", f"git, {BRANCHES} branches, refs unchanged"),
+        ("C", "git, a branch deleted before each prompt"),
+        ("D", "git, a commit before each prompt"),
+    ):
+        ratio = statistics.median(times[name]) / base
+        print(
+            row(f"flush-tools, warm path, {name}: {what}", times[name])
+            + f"  ({name}/A {ratio:.2f})"
+        )
+    with Store.open(root / "recall.db") as db:
+        archived = sum(m.archived for m in db.list("bench-project"))
+    print(f"C: {archived} branch memories archived (one sync per prompt)")
+
+
 def precompile(root: Path = HERE.parent) -> None:
     """Write thatch's bytecode first, as an installed package has it.
 
@@ -327,6 +419,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--anchors", action="store_true", help="only the prompt hook with 1,000 anchored memories"
+    )
+    parser.add_argument(
+        "--only-branches", action="store_true", help="only the branch-following rows"
     )
     args = parser.parse_args()
     runs = max(args.runs, 30)
@@ -382,6 +477,10 @@ def main() -> None:
             [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"], batch, env, runs
         )
         print(row("baseline: python -c json.load(stdin)", baseline))
+        if args.only_branches:
+            fill_store(root / "recall.db", "bench-project", 1000, int(info.dim), info.model_id)
+            branch_rows(thatch, env, root, runs)
+            return
         compare("buffer-batch, 2 KB tool response", [*thatch, "buffer-batch"], batch,
                 variants(env), runs, baseline)  # fmt: skip
 

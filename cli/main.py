@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "extraction-status": "thatch.cli.hook_cmds:extraction_status",
     "session-end": "thatch.cli.hook_cmds:session_end",
     "hygiene": "thatch.cli.hygiene_cmd:hygiene",
+    "restore-branch": "thatch.cli.branch_cmds:restore_branch",
     "reembed": "thatch.cli.reembed_cmd:reembed",
     "doctor": "thatch.cli.doctor_cmd:doctor",
     "demo": "thatch.cli.demo_cmd:demo",

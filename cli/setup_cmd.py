@@ -43,6 +43,12 @@ __all__ = ["setup"]
     help="Switch chat on or off for this project: the chat tool and its hook lines. "
     "Default: as the entry says.",
 )
+@click.option(
+    "--git-hooks",
+    is_flag=True,
+    help="Also write optional git hooks (post-checkout, post-merge, reference-transaction) "
+    "that tell thatch a ref moved; a hook that is not thatch's is left alone.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 def setup(
     claude: bool,
@@ -54,6 +60,7 @@ def setup(
     no_allow_tools: bool,
     engines: bool | None,
     chat: bool | None,
+    git_hooks: bool,
     dry_run: bool,
 ) -> None:
     """Install thatch's MCP server, hooks, instructions and skills for agent hosts.
@@ -69,6 +76,10 @@ def setup(
         for name, chosen in (("claude", claude), ("cursor", cursor), ("opencode", opencode))
         if chosen
     ]
+    if git_hooks:
+        write_git_hooks(dry_run)
+        if not hosts:
+            return
     if not hosts:
         raise click.UsageError("choose at least one host: --claude, --cursor, --opencode.")
     if local and global_:
@@ -105,6 +116,23 @@ def setup(
         click.echo(f"[thatch setup] {detail}", err=True)
     if result.exit_code:
         click.get_current_context().exit(result.exit_code)
+
+
+def write_git_hooks(dry_run: bool) -> None:
+    """``--git-hooks`` in the project's repository (docs/database.md §branch-lifecycle)."""
+    from thatch.common.environment import project_dir_from_env
+    from thatch.frontend.setup.git_hooks import GitHooksError, install_git_hooks
+
+    env = dict(os.environ)
+    directory = project_dir_from_env(env) or Path.cwd()
+    try:
+        outcomes = install_git_hooks(directory, env, dry_run=dry_run)
+    except GitHooksError as error:
+        raise click.ClickException(f"--git-hooks: {error}") from None
+    except OSError as error:
+        raise click.ClickException(f"setup could not write a git hook: {error}") from None
+    for outcome in outcomes:
+        click.echo(("(dry run) " if dry_run else "") + outcome.line())
 
 
 def write_mcp_answers(env: dict[str, str]) -> None:

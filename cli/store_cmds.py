@@ -95,6 +95,13 @@ def show(label: str, store: str | None, store_option: str | None, as_json: bool)
     lines = [f"[{token(memory.store)}] {inline(memory.label)}"]
     if memory.branch:
         lines.append(f"branch: {token(memory.branch)}")
+    else:
+        from thatch.frontend.store.branch_lifecycle import BranchRecords
+
+        records = BranchRecords(tools.ctx.store.tx)
+        origin = leniently(tools, lambda: records.origin_branch(memory.store, memory.slug))
+        if origin:  # project-wide since its branch was merged (docs/database.md)
+            lines.append(f"origin branch: {token(origin)} (merged)")
     if memory.confidence:
         lines.append(f"confidence: {memory.confidence}")
     if memory.archived:

@@ -267,8 +267,11 @@ def run_git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str |
     return _git(directory, env, *args)
 
 
-def _git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str | None:
-    """Trimmed stdout of a successful git command, else None (timeout, no git, error)."""
+def git_result(
+    directory: Path, env: Mapping[str, str] | None, *args: str
+) -> subprocess.CompletedProcess[bytes] | None:
+    """The finished git command (any exit status), or None: no git, timeout, no directory.
+    Same cleaned environment and timeout as every other git call here."""
     clean = {
         key: value
         for key, value in (os.environ if env is None else env).items()
@@ -277,7 +280,7 @@ def _git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str | No
     clean["GIT_TERMINAL_PROMPT"] = "0"
     clean["LC_ALL"] = "C"
     try:
-        result = subprocess.run(
+        return subprocess.run(
             ["git", *args],
             cwd=directory,
             env=clean,
@@ -288,7 +291,12 @@ def _git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str | No
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    if result.returncode != 0:
+
+
+def _git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str | None:
+    """Trimmed stdout of a successful git command, else None (timeout, no git, error)."""
+    result = git_result(directory, env, *args)
+    if result is None or result.returncode != 0:
         return None
     text = result.stdout.decode("utf-8", errors="replace").strip()
     return text or None

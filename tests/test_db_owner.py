@@ -209,6 +209,9 @@ NOT_THE_DATABASE = {
     "frontend/setup/opencode_plugin.py": "the packaged plugin source (opencode_plugin.js)",
     # Project files named as anchors; thatch's own database and its sidecars are refused
     # at save and never opened at recall (anchors/check.py database_files).
+    "frontend/git_refs.py": "a checkout's .git file and the common dir's commondir",
+    "frontend/branch_sync.py": "the refs' fingerprint cache file",
+    "frontend/setup/git_hooks.py": "the git hooks thatch setup --git-hooks writes",
     "frontend/anchors/capture.py": "the project's code an anchor names",
     "frontend/anchors/check.py": "the project's code an anchor names",
 }

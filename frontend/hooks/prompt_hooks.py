@@ -276,6 +276,7 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
             from thatch.frontend.project import current_branch, project_store
 
             project = project_store(project_path, env)
+            follow_branches(project, project_path, env)
             branch = current_branch(project_path, env)
             try:
                 found = recall_parts(prompt, env, project, host, branch)
@@ -289,6 +290,22 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
     except Exception as error:
         report_failure(command, error)
     return None
+
+
+def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> None:
+    """Branch memory that follows git (docs/database.md §branch-lifecycle): stat calls while
+    the refs are as at the last sync; a sync after they changed, over a connection of its
+    own (not the memory Store: its imports alone cost ~60 ms). Failures cost only this."""
+    try:
+        import time
+
+        from thatch.frontend.branch_sync import prompt_sync
+        from thatch.frontend.store.branch_lifecycle import opened_records
+
+        path = default_db_path(env)
+        prompt_sync(project, directory, env, lambda: opened_records(path), time.time_ns() // 10**6)
+    except Exception as error:
+        report_failure("flush-tools", error)
 
 
 def run_flush_tools(as_json: bool, host: str | None) -> None:
@@ -362,6 +379,23 @@ def cold_hygiene(project: str, directory: Path, env: Mapping[str, str]) -> str |
         store.close()
 
 
+def sync_branches_at_start(project: str, directory: Path, env: Mapping[str, str]) -> None:
+    """Branch memory that follows git, once per session before the hygiene counts
+    (docs/database.md §branch-lifecycle), over a connection of its own that is closed
+    before any other opens; a failure costs only this."""
+    try:
+        import time
+
+        from thatch.frontend.branch_sync import session_sync
+        from thatch.frontend.store.branch_lifecycle import opened_records
+
+        with opened_records(default_db_path(env)) as store:
+            if store is not None:
+                session_sync(store, project, directory, env, time.time_ns() // 10**6)
+    except Exception as error:
+        report_failure("reminder", error)
+
+
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
     """The session-start reminder, with the hygiene paragraph when the store needs it; in
     a Claude Code project that declined thatch's server, the one line saying so."""
@@ -380,6 +414,7 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     _cleanup_queue(command, queue_dir(env))
     report = None
     try:
+        sync_branches_at_start(project, directory, env)
         warm = warm_hygiene(project, directory, env)
         report = warm[0] if warm is not None else cold_hygiene(project, directory, env)
     except Exception as error:  # the reminder itself matters more than hygiene

@@ -3,8 +3,8 @@
 Modules: ``hosts`` (paths per host and scope, ``<bin>``), ``jsonfiles`` (lossless JSON
 edits), ``block`` (instruction block), ``instructions`` (its text), ``hooks`` (hook
 entries), ``permissions`` (Claude's tool permission rule), ``declined`` (did the user
-decline thatch's server; read by the hook paths), ``skills``, ``opencode_plugin`` and
-``run`` (orchestration and output).
+decline thatch's server; read by the hook paths), ``skills``, ``opencode_plugin``, ``git_hooks``
+(``--git-hooks``) and ``run`` (orchestration and output).
 
 The names below load on first use: the hook paths import ``thatch.frontend.setup.declined``
 on every prompt, and importing a submodule runs this file first.

@@ -21,6 +21,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from thatch.frontend.store import backfill, lexical
 from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE, m014_code_anchors
+from thatch.frontend.store.migrations.branches import (
+    BRANCH_EVENTS_TABLE,
+    BRANCH_REFS_TABLE,
+    m013_branch_lifecycle,
+)
 from thatch.frontend.store.migrations.changes import (
     CHANGES_KEPT,
     CHANGES_TABLE,
@@ -56,6 +61,8 @@ from thatch.frontend.store.transactions import atomic
 __all__ = [
     "ANCHORS_TABLE",
     "BACKFILLS",
+    "BRANCH_EVENTS_TABLE",
+    "BRANCH_REFS_TABLE",
     "BUILDS_INDEXES",
     "CHANGES_KEPT",
     "CHANGES_TABLE",
@@ -91,6 +98,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m010_duplicate_candidates", m010_duplicate_candidates),
     ("m011_chat_binding", m011_chat_binding),
     ("m012_defaults_off", m012_defaults_off),
+    ("m013_branch_lifecycle", m013_branch_lifecycle),
     ("m014_code_anchors", m014_code_anchors),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process

@@ -1,0 +1,48 @@
+"""``thatch restore-branch NAME``: undo the archive of a deleted branch's memories
+(docs/cli.md §store-commands, docs/database.md §branch-lifecycle)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+from thatch.cli.errors import translate_errors
+
+
+@click.command("restore-branch")
+@click.argument("name")
+@click.option(
+    "--store",
+    "store_name",
+    default=None,
+    help="The store (default: the project's, detected from the working directory).",
+)
+def restore_branch(name: str, store_name: str | None) -> None:
+    """Unarchive the memories thatch archived when branch NAME was deleted unmerged.
+
+    thatch archives a branch's memories when the branch is deleted without being merged
+    (a merged branch's memories become project-wide instead). This brings back the ones
+    still archived and still scoped to NAME; the branch itself need not exist.
+    """
+    from thatch.common.environment import default_db_path
+    from thatch.frontend.branch_sync import NothingToRestoreError
+    from thatch.frontend.branch_sync import restore_branch as restore
+    from thatch.frontend.hooks.hookio import project_dir
+    from thatch.frontend.project import project_store
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.timefmt import utc_now
+
+    if not name.strip():
+        raise click.ClickException("Invalid arguments: NAME: a branch name is required")
+    project = store_name or project_store(project_dir(os.environ, {}), os.environ)
+    with translate_errors(), Store.open(default_db_path(os.environ), clock=utc_now) as store:
+        try:
+            count = restore(store, project, name, time.time_ns() // 10**6)
+        except NothingToRestoreError as error:
+            raise click.ClickException(str(error)) from None
+    from thatch.frontend.untrusted import quoted
+
+    noun = "memory" if count == 1 else "memories"
+    click.echo(f"Restored {count} {noun} of branch {quoted(name)} in store {quoted(project)}.")

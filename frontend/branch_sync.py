@@ -1,0 +1,248 @@
+"""Branch memory that follows git (docs/database.md §branch-lifecycle).
+
+At session start (``reminder``) and, when the refs' fingerprint changed, on a prompt
+(``flush-tools``), the refs git lists now are compared with the snapshot thatch stored at
+the last sync. A branch that scoped memories and is gone has them promoted to
+project-wide when its work is in the default branch (local or origin's), else archived
+(``thatch restore-branch`` undoes that). A branch whose remote-tracking ref a fetch pruned
+and whose tip is in origin's default branch (merged on the host) is promoted too, even if
+its local ref is still there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from thatch.common.environment import default_db_path, thatch_cache_dir
+from thatch.frontend import git_refs
+from thatch.frontend.project import current_branch
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.branch_lifecycle import BranchChange
+    from thatch.frontend.store.transactions import Transactions
+
+__all__ = [
+    "MAX_CHECKS",
+    "SyncResult",
+    "fingerprint_file",
+    "prompt_sync",
+    "restore_branch",
+    "sync_branches",
+]
+
+# Gone branches whose merge state one sync decides (each costs up to four git calls);
+# the others keep their snapshot entry and are decided by the next syncs.
+MAX_CHECKS = 16
+# Snapshot rows for a deleted local branch whose origin copy still exists: its decision
+# waits until that copy goes or the default branch moves (the host may merge it yet).
+WAITING = "waiting:"
+# The optional git hooks' events file is emptied past this size (when a sync starts).
+EVENTS_KEPT_BYTES = 64 * 1024
+
+
+class HasTransactions(Protocol):
+    """A memory ``Store`` (``frontend.store.memory_store.Store``)."""
+
+    tx: Transactions
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    changes: list[BranchChange]
+    counts: dict[str, int]  # memories changed per branch
+
+
+def sync_branches(
+    store: HasTransactions,
+    project: str,
+    directory: Path,
+    now_ms: int,
+    env: Mapping[str, str] | None = None,
+) -> SyncResult | None:
+    """Compare git's refs with the stored snapshot and promote or archive the memories of
+    gone branches; None when ``directory`` is not in a git repository or git failed (then
+    nothing changes). The first sync of a repository only stores the snapshot."""
+    common = git_refs.common_dir(Path(os.path.abspath(directory)))
+    if common is None:
+        return None
+    refs = git_refs.read_refs(directory, env)
+    if refs is None:
+        return None
+    from thatch.frontend.store.branch_lifecycle import BranchRecords
+
+    records = BranchRecords(store.tx)
+    repo = os.path.realpath(common)
+    before = records.snapshot(project, repo)
+    changes: list[BranchChange] = []
+    kept: dict[str, str] = {}
+    if before:
+        checks = 0
+        # Only a gone branch, or one whose remote-tracking ref went, needs a decision: the
+        # usual sync (a commit moved a ref) reads no memory and asks git nothing more.
+        candidates = _candidates(before, refs)
+        live = records.live_branches(project, candidates) if candidates else []
+        targets = git_refs.default_targets(refs, current_branch(directory, env)) if live else []
+        moved = any(before.get(ref) != refs.commits.get(ref) for ref in targets)
+        for branch in live:
+            local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
+            waiting = WAITING + local
+            if waiting in before and not moved and _same(before, refs, remote):
+                kept.update({local: before[local], waiting: before[local]})
+                continue  # still waiting for its pushed copy, and nothing it waits on moved
+            if checks >= MAX_CHECKS:
+                kept.update({ref: before[ref] for ref in (local, remote, waiting) if ref in before})
+                continue
+            checks += 1
+            change = _decide(directory, env, refs, before, targets, branch, local)
+            if change is None and local not in refs.commits:
+                kept.update({local: before[local], waiting: before[local]})
+            elif change is not None:
+                changes.append(change)
+    counts = records.apply(project, repo, {**kept, **refs.commits}, changes, now_ms)
+    return SyncResult(changes, counts)
+
+
+def _same(before: Mapping[str, str], refs: git_refs.Refs, remote: str) -> bool:
+    """Whether ``remote`` still exists at the commit the snapshot has."""
+    return remote in refs.commits and before.get(remote) == refs.commits[remote]
+
+
+def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:
+    """Branches the snapshot had locally that are gone now, or whose origin ref is gone."""
+    remotes = f"refs/remotes/{git_refs.REMOTE}/"
+    found = set()
+    for ref in before:
+        if ref in refs.commits:
+            continue
+        if ref.startswith(WAITING):
+            continue
+        if ref.startswith(git_refs.HEADS):
+            found.add(ref[len(git_refs.HEADS) :])
+        elif ref.startswith(remotes) and git_refs.HEADS + ref[len(remotes) :] in before:
+            found.add(ref[len(remotes) :])
+    return sorted(found)
+
+
+def _decide(
+    directory: Path,
+    env: Mapping[str, str] | None,
+    refs: git_refs.Refs,
+    before: Mapping[str, str],
+    targets: list[str],
+    branch: str,
+    local: str,
+) -> BranchChange | None:
+    from thatch.frontend.store.branch_lifecycle import BranchChange
+
+    if local in refs.commits:  # its remote-tracking ref was pruned by a fetch
+        tip = refs.commits[local]
+        if git_refs.merged_into(directory, tip, targets, env):
+            return BranchChange(branch, "promoted", tip)
+        return None
+    last = before[local]
+    if git_refs.merged_into(directory, last, targets, env):
+        return BranchChange(branch, "promoted", last)
+    if f"refs/remotes/{git_refs.REMOTE}/{branch}" in refs.commits:
+        return None  # pushed: wait for the host to merge it (or the ref to go)
+    return BranchChange(branch, "archived", last)
+
+
+def trim_events(common: Path) -> None:
+    """Empty the git hooks' events file once it is past ``EVENTS_KEPT_BYTES``: its lines
+    only ever serve to change the fingerprint."""
+    path = common / git_refs.EVENTS_FILE
+    try:
+        if path.stat().st_size > EVENTS_KEPT_BYTES:
+            os.truncate(path, 0)
+    except OSError:
+        pass  # no hooks, or not ours to write: nothing to trim
+
+
+def fingerprint_file(env: Mapping[str, str], common: Path) -> Path:
+    """Where the refs' fingerprint at the last sync is kept, per database and repository:
+    a cache (a lost or stale file costs one sync, never a wrong answer)."""
+    key = f"{default_db_path(env)}\n{os.path.realpath(common)}"
+    digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:24]
+    return thatch_cache_dir(env) / "branches" / digest
+
+
+def note_fingerprint(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(value, encoding="ascii")
+    os.replace(temporary, path)
+
+
+def prompt_sync(
+    project: str,
+    directory: Path,
+    env: Mapping[str, str],
+    open_store: Callable[[], AbstractContextManager[HasTransactions | None]],
+    now_ms: int,
+) -> SyncResult | None:
+    """The prompt hook's check: stat calls and one small file read while the refs are as
+    at the last sync; a sync (``open_store`` for the database, None: none to sync) only
+    after they changed."""
+    common = git_refs.common_dir(Path(os.path.abspath(directory)))
+    if common is None:
+        return None
+    value = git_refs.fingerprint(common)
+    path = fingerprint_file(env, common)
+    try:
+        if path.read_text(encoding="ascii") == value:
+            return None
+    except (OSError, UnicodeDecodeError):
+        pass
+    with open_store() as store:
+        if store is None:
+            return None  # no database yet, or not migrated yet: the session start will
+        result = sync_branches(store, project, directory, now_ms, env)
+    if result is not None:
+        note_fingerprint(path, value)
+    return result
+
+
+def session_sync(
+    store: HasTransactions, project: str, directory: Path, env: Mapping[str, str], now_ms: int
+) -> SyncResult | None:
+    """The session-start sync: always (git is asked once per session), then the
+    fingerprint is noted so the session's prompts stay on the stat-only path."""
+    common = git_refs.common_dir(Path(os.path.abspath(directory)))
+    if common is None:
+        return None
+    trim_events(common)
+    value = git_refs.fingerprint(common)
+    result = sync_branches(store, project, directory, now_ms, env)
+    if result is not None:
+        note_fingerprint(fingerprint_file(env, common), value)
+    return result
+
+
+class NothingToRestoreError(ValueError):
+    """No memory of the branch was archived by a sync (or all were restored already)."""
+
+
+def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: int) -> int:
+    """Unarchive what syncs archived for ``branch`` in ``project``; how many memories.
+    Raises NothingToRestoreError naming the branches that can be restored."""
+    from thatch.frontend.store.branch_lifecycle import BranchRecords
+
+    records = BranchRecords(store.tx)
+    restored = records.restore(project, branch, now_ms)
+    if restored:
+        return restored
+    from thatch.frontend.untrusted import quoted, token
+
+    # Branch and store names come from agents' memories: framed as data (rule 6).
+    others = records.archived_branches(project)
+    hint = f" Archived branches: {', '.join(map(token, others))}." if others else ""
+    raise NothingToRestoreError(
+        f"No memories of branch {quoted(branch)} in store {quoted(project)} were archived "
+        f"when the branch was deleted.{hint}"
+    )

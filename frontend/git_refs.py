@@ -1,0 +1,165 @@
+"""What git says about a repository's branches (docs/database.md §branch-lifecycle).
+
+``common_dir`` and ``fingerprint`` read files only (the prompt hook calls them on every
+prompt); ``read_refs``, ``default_targets`` and ``merged_into`` run git, with the cleaned
+environment and timeout of ``project.git_result``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from thatch.frontend.project import git_result
+
+__all__ = [
+    "EVENTS_FILE",
+    "HEADS",
+    "REMOTE",
+    "Refs",
+    "common_dir",
+    "default_targets",
+    "fingerprint",
+    "merged_into",
+    "read_refs",
+]
+
+HEADS = "refs/heads/"
+REMOTE = "origin"
+_REMOTES = f"refs/remotes/{REMOTE}/"
+# Appended to by the optional git hooks (``thatch setup --git-hooks``), in the common dir.
+EVENTS_FILE = "thatch-events"
+
+
+def common_dir(directory: Path) -> Path | None:
+    """The repository's common git dir (shared by all its worktrees), read from files:
+    ``.git`` a directory, or a file ``gitdir: <dir>`` whose ``commondir`` names it."""
+    for candidate in (directory, *directory.parents):
+        dotgit = candidate / ".git"
+        if dotgit.is_dir():
+            return dotgit
+        if not dotgit.is_file():
+            continue
+        try:
+            line = dotgit.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not line.startswith("gitdir: "):
+            return None
+        gitdir = Path(line.removeprefix("gitdir: "))
+        gitdir = gitdir if gitdir.is_absolute() else candidate / gitdir
+        try:
+            common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return gitdir  # a submodule's or separate git dir: its own common dir
+        except (OSError, UnicodeDecodeError):
+            return None
+        path = Path(common)
+        return Path(os.path.normpath(path if path.is_absolute() else gitdir / path))
+    return None
+
+
+def fingerprint(common: Path) -> str:
+    """A digest of what changes whenever a branch or remote-tracking ref is written or
+    deleted: the size and mtime of ``packed-refs`` (and of reftable's table list, and of
+    the optional hooks' events file), and the mtime of every directory under
+    ``refs/heads`` and ``refs/remotes`` (git writes a loose ref by renaming a lock file
+    into its directory, and deletes it there). Stat calls only."""
+    parts: list[str] = []
+    for name in ("packed-refs", "reftable/tables.list", EVENTS_FILE):
+        parts.append(f"{name}:{_stat(common / name)}")
+    for top in ("refs/heads", "refs/remotes"):
+        for root, dirs, _files in os.walk(common / top):
+            dirs.sort()
+            parts.append(f"{root}:{_stat(Path(root))}")
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _stat(path: Path) -> str:
+    try:
+        info = path.stat()
+    except OSError:
+        return "-"
+    return f"{info.st_mtime_ns}/{info.st_size}/{info.st_ino}"
+
+
+@dataclass(frozen=True)
+class Refs:
+    """Branch and remote-tracking refs (full name → commit), and origin/HEAD's target."""
+
+    commits: dict[str, str]
+    origin_head: str | None  # e.g. "refs/remotes/origin/main"
+
+
+def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | None:
+    """One ``git for-each-ref`` over heads and remotes; None when git cannot say."""
+    result = git_result(
+        directory,
+        env,
+        "for-each-ref",
+        "--format=%(objectname) %(refname) %(symref)",
+        "refs/heads",
+        "refs/remotes",
+    )
+    if result is None or result.returncode != 0:
+        return None
+    commits: dict[str, str] = {}
+    origin_head = None
+    for line in result.stdout.decode("utf-8", "replace").splitlines():
+        fields = line.split(" ")
+        if len(fields) != 3:
+            continue
+        commit, ref, symref = fields
+        if symref:
+            if ref == f"{_REMOTES}HEAD":
+                origin_head = symref
+            continue
+        commits[ref] = commit
+    return Refs(commits, origin_head)
+
+
+def default_targets(refs: Refs, current: str | None) -> list[str]:
+    """The refs a merged branch's work is found in: the default branch, local and on
+    origin. The default is origin/HEAD's target, else ``main``, else ``master``, else
+    ``current`` (the branch checked out)."""
+    name = None
+    if refs.origin_head and refs.origin_head.startswith(_REMOTES):
+        name = refs.origin_head[len(_REMOTES) :]
+    else:
+        for candidate in ("main", "master"):
+            if HEADS + candidate in refs.commits or _REMOTES + candidate in refs.commits:
+                name = candidate
+                break
+        if name is None:
+            name = current
+    if name is None:
+        return []
+    return [ref for ref in (HEADS + name, _REMOTES + name) if ref in refs.commits]
+
+
+def merged_into(
+    directory: Path, commit: str, targets: Sequence[str], env: Mapping[str, str] | None = None
+) -> bool:
+    """Whether ``commit``'s work is in one of ``targets``.
+
+    Fast-forward and merge commits: ``commit`` is an ancestor of the target. Squash and
+    rebase merges leave no ancestry: merging ``commit`` into the target
+    (``git merge-tree --write-tree``) then changes nothing, the result is the target's own
+    tree. A target that changed the same lines again since the squash makes that merge
+    conflict: the branch then counts as unmerged (its memories are archived, restorable).
+    """
+    for target in targets:
+        ancestor = git_result(directory, env, "merge-base", "--is-ancestor", commit, target)
+        if ancestor is not None and ancestor.returncode == 0:
+            return True
+        tree = git_result(directory, env, "rev-parse", "--verify", "--quiet", f"{target}^{{tree}}")
+        merge = git_result(directory, env, "merge-tree", "--write-tree", target, commit)
+        if tree is None or merge is None or tree.returncode != 0 or merge.returncode != 0:
+            continue
+        written = merge.stdout.decode("ascii", "replace").splitlines()
+        if written and written[0].strip() == tree.stdout.decode("ascii", "replace").strip():
+            return True
+    return False

@@ -1,0 +1,112 @@
+"""``thatch setup --git-hooks``: optional git hooks that tell thatch a ref moved
+(docs/database.md §branch-lifecycle).
+
+Each hook is a few lines of shell built-ins that append one line to ``thatch-events`` in
+the repository's common git dir and always exit 0: a git command never waits on thatch
+or fails because of it. thatch never depends on them: the file only joins the refs'
+fingerprint, so an event makes the next prompt sync even where ref files' times say
+nothing (a reftable repository, a file system with coarse times).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from thatch.frontend.git_refs import EVENTS_FILE, common_dir
+from thatch.frontend.project import git_result
+
+__all__ = ["HOOKS", "MARKER", "GitHooksError", "HookOutcome", "install_git_hooks", "script"]
+
+HOOKS = ("post-checkout", "post-merge", "reference-transaction")
+MARKER = "# thatch: branch memory follows git"
+
+
+class GitHooksError(ValueError):
+    """Not a git repository, or git cannot say where its hooks live."""
+
+
+@dataclass(frozen=True)
+class HookOutcome:
+    hook: str
+    path: Path
+    status: str  # written | unchanged | refused (someone else's hook)
+
+    def line(self) -> str:
+        if self.status == "refused":
+            return (
+                f"git hook {self.hook}: left alone, {self.path} is not thatch's "
+                "(thatch works without it)"
+            )
+        return f"git hook {self.hook}: {self.status} {self.path}"
+
+
+def _quoted(path: Path) -> str:
+    return "'" + str(path).replace("'", "'\\''") + "'"
+
+
+def script(hook: str, events: Path) -> str:
+    """The hook's text: shell built-ins only (no process is started), exit 0 always."""
+    target = _quoted(events)
+    if hook == "reference-transaction":
+        body = (
+            '[ "$1" = committed ] || exit 0\n'
+            "{ while read -r _old new ref; do "
+            f'printf "%s %s %s\\n" {hook} "$ref" "$new"; done >>{target}; }} 2>/dev/null\n'
+        )
+    else:
+        body = f'{{ printf "%s %s\\n" {hook} "$*" >>{target}; }} 2>/dev/null\n'
+    return (
+        f"#!/bin/sh\n{MARKER} (written by `thatch setup --git-hooks`; safe to delete).\n"
+        "# It only appends a line for thatch to notice and never fails the git command.\n"
+        f"{body}exit 0\n"
+    )
+
+
+def hooks_dir(directory: Path, env: Mapping[str, str] | None) -> Path:
+    """Where git runs hooks from (``core.hooksPath`` included), for ``directory``."""
+    result = git_result(directory, env, "rev-parse", "--git-path", "hooks")
+    if result is None or result.returncode != 0:
+        raise GitHooksError(f"{directory} is not in a git repository")
+    text = result.stdout.decode("utf-8", "replace").strip()
+    path = Path(text)
+    return path if path.is_absolute() else directory / path
+
+
+def install_git_hooks(
+    directory: Path, env: Mapping[str, str] | None = None, *, dry_run: bool = False
+) -> list[HookOutcome]:
+    """Write thatch's three hooks; a hook file that is not thatch's is never touched."""
+    directory = Path(os.path.abspath(directory))
+    common = common_dir(directory)
+    if common is None:
+        raise GitHooksError(f"{directory} is not in a git repository")
+    events = Path(os.path.realpath(common)) / EVENTS_FILE
+    where = hooks_dir(directory, env)
+    outcomes = []
+    for hook in HOOKS:
+        path = where / hook
+        text = script(hook, events)
+        try:
+            old = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            old = None
+        except (OSError, UnicodeDecodeError):
+            old = ""  # unreadable: someone else's
+        if old is not None and MARKER not in old:
+            outcomes.append(HookOutcome(hook, path, "refused"))
+            continue
+        if old == text and os.access(path, os.X_OK):
+            outcomes.append(HookOutcome(hook, path, "unchanged"))
+            continue
+        if not dry_run:
+            where.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{hook}.thatch.tmp")
+            temporary.write_text(text, encoding="utf-8")
+            temporary.chmod(temporary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            os.replace(temporary, path)
+        outcomes.append(HookOutcome(hook, path, "written"))
+    return outcomes

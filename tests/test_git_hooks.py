@@ -1,0 +1,92 @@
+"""``thatch setup --git-hooks`` (docs/database.md §branch-lifecycle), on real repositories:
+the hooks append an event git commands never notice, exit 0 even when they cannot write,
+change the refs' fingerprint, and never replace a hook that is not thatch's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.support.hookrun import hook_env, run_hook
+from tests.test_branch_lifecycle import commit, feature, git, new_repo
+from thatch.frontend import git_refs
+from thatch.frontend.setup.git_hooks import HOOKS, MARKER
+
+
+def setup_env(tmp_path: Path) -> dict[str, str]:
+    env = hook_env(tmp_path)
+    for name in ("CLAUDE_PROJECT_DIR", "THATCH_PROJECT_DIR", "CURSOR_PROJECT_DIR"):
+        env.pop(name, None)
+    return env
+
+
+def test_hooks_append_events_and_move_the_fingerprint(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    env = setup_env(tmp_path)
+    result = run_hook(["setup", "--git-hooks"], None, env, cwd=repo)
+    assert result.returncode == 0, result.stderr
+    hooks = repo / ".git" / "hooks"
+    assert result.stdout.decode().splitlines() == [
+        f"git hook {hook}: written {hooks / hook}" for hook in HOOKS
+    ]
+    for hook in HOOKS:
+        assert os.access(hooks / hook, os.X_OK)
+    before = git_refs.fingerprint(repo / ".git")
+    git(repo, "merge", "-q", "--ff-only", "feat")
+    git(repo, "branch", "-q", "-d", "feat")
+    events = (repo / ".git" / git_refs.EVENTS_FILE).read_text().splitlines()
+    assert (
+        "reference-transaction refs/heads/feat 0000000000000000000000000000000000000000" in events
+    )
+    assert any(line.startswith("post-merge ") for line in events)
+    assert git_refs.fingerprint(repo / ".git") != before
+    again = run_hook(["setup", "--git-hooks"], None, env, cwd=repo)
+    assert again.stdout.decode().splitlines() == [
+        f"git hook {hook}: unchanged {hooks / hook}" for hook in HOOKS
+    ]
+
+
+def test_a_hook_that_cannot_write_still_exits_0_silently(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "widgets")
+    assert run_hook(["setup", "--git-hooks"], None, setup_env(tmp_path), cwd=repo).returncode == 0
+    (repo / ".git" / git_refs.EVENTS_FILE).mkdir()  # appending to it fails
+    commit(repo, "x.txt", "x\n")
+    git(repo, "checkout", "-q", "-b", "other")
+    for hook in HOOKS:
+        done = git_hook(repo, hook)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def git_hook(repo: Path, hook: str) -> subprocess.CompletedProcess[bytes]:
+    args = ["committed"] if hook == "reference-transaction" else ["a", "b", "1"]
+    return subprocess.run(
+        [str(repo / ".git" / "hooks" / hook), *args],
+        input=b"0 1 refs/heads/x\n",
+        capture_output=True,
+        cwd=repo,
+        check=False,
+    )
+
+
+def test_someone_elses_hook_is_left_alone(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "widgets")
+    theirs = repo / ".git" / "hooks" / "post-merge"
+    theirs.write_text("#!/bin/sh\necho theirs\n")
+    result = run_hook(["setup", "--git-hooks"], None, setup_env(tmp_path), cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"git hook post-merge: left alone, {theirs} is not thatch's (thatch works without it)"
+        in result.stdout.decode().splitlines()
+    )
+    assert theirs.read_text() == "#!/bin/sh\necho theirs\n"
+    assert MARKER in (repo / ".git" / "hooks" / "post-checkout").read_text()
+
+
+def test_outside_a_repository_the_error_is_clear(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    result = run_hook(["setup", "--git-hooks"], None, setup_env(tmp_path), cwd=plain)
+    assert result.returncode == 1
+    assert result.stderr.decode() == f"Error: --git-hooks: {plain} is not in a git repository\n"
