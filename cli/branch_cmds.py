@@ -10,6 +10,8 @@ import click
 
 from thatch.cli.errors import translate_errors
 
+__all__ = ["restore_branch"]
+
 
 @click.command("restore-branch")
 @click.argument("name")
