@@ -91,6 +91,31 @@ class ContextSearcher:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx  # a ToolContext; typed loosely so the hook never imports it
 
+    def _kept(
+        self,
+        prompt: str,
+        stores: list[str],
+        limit: int,
+        threshold: float | None,
+        branch: str | None,
+    ) -> tuple[Any, str, list[Any]]:
+        """The prompt's vector, its model and the matches at or over the nudge threshold."""
+        from thatch.embedder.client.kind import Kind
+
+        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
+        vector = result.vectors[0]
+        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
+        cut = nudge_threshold(threshold, result.model_id)
+        return vector, result.model_id, [match for match in matches if match.score >= cut]
+
+    def _blocks(
+        self, stores: list[str], vector: Any, model: str, engines: Mapping[str, float | None]
+    ) -> list[str]:
+        from thatch.frontend.engine_thresholds import resolve
+        from thatch.frontend.tools.engine_tools import prompt_blocks
+
+        return prompt_blocks(self.ctx.store, stores, vector, resolve(engines, model))
+
     def labels(
         self,
         prompt: str,
@@ -100,13 +125,8 @@ class ContextSearcher:
         *,
         branch: str | None = None,
     ) -> list[str]:
-        from thatch.embedder.client.kind import Kind
-
-        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
-        cut = nudge_threshold(threshold, result.model_id)
-        return [match.memory.label for match in matches if match.score >= cut]
+        _, _, kept = self._kept(prompt, stores, limit, threshold, branch)
+        return [match.memory.label for match in kept]
 
     def scan(
         self,
@@ -119,17 +139,9 @@ class ContextSearcher:
         branch: str | None = None,
     ) -> tuple[list[str], list[str]]:
         """Labels as ``labels``, plus the engines' prompt-time blocks from the same vector."""
-        from thatch.embedder.client.kind import Kind
-        from thatch.frontend.engine_thresholds import resolve
-        from thatch.frontend.tools.engine_tools import prompt_blocks
-
-        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
-        cut = nudge_threshold(threshold, result.model_id)
-        labels = [match.memory.label for match in matches if match.score >= cut]
-        blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
-        return labels, blocks
+        vector, model, kept = self._kept(prompt, stores, limit, threshold, branch)
+        labels = [match.memory.label for match in kept]
+        return labels, self._blocks(stores, vector, model, engines)
 
     def scan_marked(
         self,
@@ -143,18 +155,9 @@ class ContextSearcher:
     ) -> tuple[list[str], list[str], dict[str, list[str]]]:
         """``scan`` with the labels' anchors checked (docs/tools.md §code-anchors): the
         labels whose code changed come after the others, with their changed paths."""
-        from thatch.embedder.client.kind import Kind
-        from thatch.frontend.engine_thresholds import resolve
-        from thatch.frontend.tools.engine_tools import prompt_blocks
-
-        result = self.ctx.embedder.embed([prompt], Kind.QUERY, timeout=EMBED_TIMEOUT, start_wait=0)
-        vector = result.vectors[0]
-        matches = self.ctx.store.search(stores, vector, text=prompt, branch=branch, limit=limit)
-        cut = nudge_threshold(threshold, result.model_id)
-        kept = [match for match in matches if match.score >= cut]
+        vector, model, kept = self._kept(prompt, stores, limit, threshold, branch)
         labels, changed = marked_labels(self.ctx.anchor_check, self.ctx.store, kept)
-        blocks = prompt_blocks(self.ctx.store, stores, vector, resolve(engines, result.model_id))
-        return labels, blocks, changed
+        return labels, self._blocks(stores, vector, model, engines), changed
 
     def hygiene(self, project: str, directory: Path, duplicate: str | None) -> str | None:
         """The reminder's hygiene report (``prompt_hooks.reminder_output``'s cold path, from
