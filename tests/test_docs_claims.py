@@ -161,3 +161,16 @@ def test_every_documented_command_line_names_real_commands_and_options() -> None
             if placeholder.search(option):
                 continue  # --<host>
             assert option in accepted, f"{doc}: `{line}`: {command.name} has no {option}"
+
+
+def test_the_footprint_table_of_tools_md_is_the_codes() -> None:
+    """docs/tools.md §footprint: one row per tool with its characters, and the total."""
+    from thatch.frontend.tools.footprint import tool_definitions_chars
+    from thatch.frontend.tools.registry import TOOL_SPECS
+
+    sizes = tool_definitions_chars(TOOL_SPECS)
+    section = TOOLS_DOC.split("## Footprint", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| (\w+) \| ([\d,]+)", section, re.M))
+    total = rows.pop("total")
+    assert {name: int(value.replace(",", "")) for name, value in rows.items()} == sizes
+    assert int(total.replace(",", "")) == sum(sizes.values())

@@ -163,10 +163,9 @@ def _extraction_payload(tools: Operations, args: dict[str, Any]) -> str:
 MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "memory_remember",
-        "Save one self-contained piece of knowledge (fact, convention, gotcha, command, "
-        "preference) for future sessions. Recall first: update a memory on the same topic "
-        "(its label, overwrite: true) rather than duplicate it. label defaults to the "
-        "content's first line.",
+        "Save one self-contained fact, convention, gotcha, command or preference for future "
+        "sessions. Recall first; to update a topic, reuse its label with overwrite: true. "
+        "label defaults to the content's first line.",
         (
             _label(required=False),
             Param(
@@ -245,8 +244,8 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec("store_list", "List the memory stores.", (), _store_list),
     ToolSpec(
         "find_duplicates",
-        "One page of near-duplicate clusters in a store, to consolidate; pairs already "
-        "judged are skipped; the last line names the next page's offset.",
+        "One page of near-duplicate clusters in a store to consolidate, judged pairs "
+        "skipped; the last line gives the next offset.",
         (
             store_param(),
             Param("threshold", "number", "", minimum=0, maximum=1),
@@ -256,7 +255,7 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "dedup_mark_checked",
-        "Record your verdict on a pair find_duplicates reported, so it stops being reported.",
+        "Record your verdict on a pair find_duplicates reported.",
         (
             _pair_label("label_a"),
             _pair_label("label_b"),
@@ -275,8 +274,8 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "get_extraction_payload",
-        "The queued tool interactions for the extraction nudge's session id, as JSON, for "
-        "the thatch-fact-extractor skill.",
+        "The queued tool interactions of the nudge's session id, as JSON (for the "
+        "thatch-fact-extractor skill).",
         (_session_id("", required=True),),
         _extraction_payload,
     ),
