@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from thatch.frontend.project import git_result
+from thatch.frontend.project import checkout_git_dir, git_result
 
 __all__ = [
     "EVENTS_FILE",
@@ -37,29 +37,20 @@ EVENTS_FILE = "thatch-events"
 def common_dir(directory: Path) -> Path | None:
     """The repository's common git dir (shared by all its worktrees), read from files:
     ``.git`` a directory, or a file ``gitdir: <dir>`` whose ``commondir`` names it."""
-    for candidate in (directory, *directory.parents):
-        dotgit = candidate / ".git"
-        if dotgit.is_dir():
-            return dotgit
-        if not dotgit.is_file():
-            continue
-        try:
-            line = dotgit.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if not line.startswith("gitdir: "):
-            return None
-        gitdir = Path(line.removeprefix("gitdir: "))
-        gitdir = gitdir if gitdir.is_absolute() else candidate / gitdir
-        try:
-            common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            return gitdir  # a submodule's or separate git dir: its own common dir
-        except (OSError, UnicodeDecodeError):
-            return None
-        path = Path(common)
-        return Path(os.path.normpath(path if path.is_absolute() else gitdir / path))
-    return None
+    found = checkout_git_dir(directory)
+    if found is None:
+        return None
+    checkout, gitdir = found
+    if gitdir == checkout / ".git":
+        return gitdir  # a plain checkout: its .git is the common dir
+    try:
+        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return gitdir  # a submodule's or separate git dir: its own common dir
+    except (OSError, UnicodeDecodeError):
+        return None
+    path = Path(common)
+    return Path(os.path.normpath(path if path.is_absolute() else gitdir / path))
 
 
 def fingerprint(common: Path) -> str:

@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 
 __all__ = [
     "RepoPathCache",
+    "checkout_git_dir",
     "current_branch",
     "detect_store",
     "list_branches",
@@ -229,13 +230,14 @@ def current_branch(directory: Path, env: Mapping[str, str] | None = None) -> str
 _BRANCH_REF = "ref: refs/heads/"
 
 
-def _head_file(directory: Path) -> Path | None:
-    """The HEAD file of the checkout holding ``directory``: ``.git/HEAD``, or for a worktree
-    (``.git`` a file ``gitdir: <dir>``) ``<dir>/HEAD``; None when no ``.git`` is found."""
+def checkout_git_dir(directory: Path) -> tuple[Path, Path] | None:
+    """The nearest checkout holding ``directory`` and its own git dir: its ``.git``, or for
+    a worktree (``.git`` a file ``gitdir: <dir>``) that dir. Files only, no git process;
+    None when no ``.git`` is found or it cannot be read."""
     for candidate in (directory, *directory.parents):
         dotgit = candidate / ".git"
         if dotgit.is_dir():
-            return dotgit / "HEAD"
+            return candidate, dotgit
         if dotgit.is_file():
             try:
                 line = dotgit.read_text(encoding="utf-8").strip()
@@ -244,8 +246,14 @@ def _head_file(directory: Path) -> Path | None:
             if not line.startswith("gitdir: "):
                 return None
             gitdir = Path(line.removeprefix("gitdir: "))
-            return (gitdir if gitdir.is_absolute() else candidate / gitdir) / "HEAD"
+            return candidate, gitdir if gitdir.is_absolute() else candidate / gitdir
     return None
+
+
+def _head_file(directory: Path) -> Path | None:
+    """The HEAD file of the checkout holding ``directory`` (its own, a worktree's too)."""
+    found = checkout_git_dir(directory)
+    return None if found is None else found[1] / "HEAD"
 
 
 def _common_dir(directory: Path, env: Mapping[str, str] | None) -> Path | None:
