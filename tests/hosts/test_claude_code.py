@@ -611,18 +611,8 @@ def assert_extraction_turns(
         assert matched == ["dispatch", *sub_agent, "answer"], model_server.describe()
 
 
-@pytest.mark.parametrize("next_session", ["resumed", "new"])
-def test_calls_carried_at_session_end_are_extracted_once(
-    sandbox: Sandbox, model_server: ModelServer, next_session: str, claude_version: str
-) -> None:
-    """issue 28: ``claude -p --session-id S`` runs a Bash and a Read and ends (SessionEnd
-    carries its queue to the project's carry file); the next run (``--resume S``, or a new
-    session of the project) is nudged with what its sub-agent can fetch with exactly the
-    nudge's arguments and complete; then the queue and the carry file are empty, the fact
-    is saved and the next prompt is quiet."""
-    setup(sandbox)
-    session = str(uuid.uuid4())
-    following = session if next_session == "resumed" else str(uuid.uuid4())
+def history_and_read(sandbox: Sandbox, model_server: ModelServer, session: str) -> None:
+    """Session ``session`` runs Bash and Read in one turn, then answers: two calls queued."""
     model_server.run(
         [
             Turn(
@@ -638,6 +628,21 @@ def test_calls_carried_at_session_end_are_extracted_once(
     )
     claude(sandbox, "RUN1: show the history and read widgets.py.", session_id=session)
     assert model_server.matched() == ["work", "answer"], model_server.describe()
+
+
+@pytest.mark.parametrize("next_session", ["resumed", "new"])
+def test_calls_carried_at_session_end_are_extracted_once(
+    sandbox: Sandbox, model_server: ModelServer, next_session: str, claude_version: str
+) -> None:
+    """issue 28: ``claude -p --session-id S`` runs a Bash and a Read and ends (SessionEnd
+    carries its queue to the project's carry file); the next run (``--resume S``, or a new
+    session of the project) is nudged with what its sub-agent can fetch with exactly the
+    nudge's arguments and complete; then the queue and the carry file are empty, the fact
+    is saved and the next prompt is quiet."""
+    setup(sandbox)
+    session = str(uuid.uuid4())
+    following = session if next_session == "resumed" else str(uuid.uuid4())
+    history_and_read(sandbox, model_server, session)
     (carry,) = carry_files(sandbox)  # SessionEnd carried the session's calls over
     assert sorted(r["tool"] for r in sandbox.queued()) == ["Bash", "Read"]
 
@@ -711,21 +716,7 @@ def test_calls_a_session_end_carried_after_the_nudge_are_still_fetched(
     with the nudge's exact arguments still gets both calls and completing removes them."""
     setup(sandbox)
     session = str(uuid.uuid4())
-    model_server.run(
-        [
-            Turn(
-                both(main_agent, fresh),
-                calls(
-                    ("Bash", {"command": "git log --oneline", "description": "History"}),
-                    ("Read", {"file_path": str(sandbox.project / "widgets.py")}),
-                ),
-                name="work",
-            ),
-            Turn(both(main_agent, after("Read")), say("Read."), name="answer"),
-        ]
-    )
-    claude(sandbox, "RUN1: show the history and read widgets.py.", session_id=session)
-    assert model_server.matched() == ["work", "answer"], model_server.describe()
+    history_and_read(sandbox, model_server, session)
 
     def nudged(request: ModelRequest) -> bool:
         return main_agent(request) and fresh(request) and "RUN2" in request.last_user_text()
