@@ -208,9 +208,9 @@ def test_worktrees_share_one_snapshot(tmp_path: Path, store: Store) -> None:
     assert rows(store) == {"Feat plan": (None, False)}
 
 
-def test_a_merge_seen_only_on_the_remote_promotes_after_fetch_prune(
-    tmp_path: Path, store: Store
-) -> None:
+def pushed_feat_and_wip(tmp_path: Path, store: Store) -> tuple[Path, Path, Clock]:
+    """A clone of a bare origin with branches feat and wip pushed, a memory on each, and
+    one sync seen: (origin, the clone, the sync clock)."""
     seed = new_repo(tmp_path / "seed")
     remote = tmp_path / "origin.git"
     git(tmp_path, "clone", "-q", "--bare", str(seed), str(remote))
@@ -223,6 +223,13 @@ def test_a_merge_seen_only_on_the_remote_promotes_after_fetch_prune(
     save(store, "Wip plan", "wip")
     clock = Clock()
     sync(store, work, clock)
+    return remote, work, clock
+
+
+def test_a_merge_seen_only_on_the_remote_promotes_after_fetch_prune(
+    tmp_path: Path, store: Store
+) -> None:
+    remote, work, clock = pushed_feat_and_wip(tmp_path, store)
     host = tmp_path / "host"  # the hosting service: squash-merges feat, deletes both
     git(tmp_path, "clone", "-q", str(remote), str(host))
     git(host, "merge", "-q", "--squash", "origin/feat")
@@ -413,18 +420,7 @@ def test_a_pushed_branch_deleted_locally_waits_for_the_host(tmp_path: Path, stor
     """Deleted here before the host merged it: while origin still has it nothing is
     decided; once a fetch shows it squash-merged and gone it is promoted, and a pushed
     branch the host deleted unmerged is archived then."""
-    seed = new_repo(tmp_path / "seed")
-    remote = tmp_path / "origin.git"
-    git(tmp_path, "clone", "-q", "--bare", str(seed), str(remote))
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(remote), str(work))
-    feature(work, "feat")
-    feature(work, "wip")
-    git(work, "push", "-q", "-u", "origin", "feat", "wip")
-    save(store, "Feat plan", "feat")
-    save(store, "Wip plan", "wip")
-    clock = Clock()
-    sync(store, work, clock)
+    remote, work, clock = pushed_feat_and_wip(tmp_path, store)
     git(work, "branch", "-q", "-D", "feat", "wip")
     assert sync(store, work, clock) == {}
     feature(work, "other")  # a ref moves, the default branch does not
