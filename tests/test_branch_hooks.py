@@ -41,6 +41,22 @@ def state(db: Path) -> dict[str, tuple[str | None, int]]:
         conn.close()
 
 
+def spike_seen_at_session_start(
+    tmp_path: Path,
+) -> tuple[Path, dict[str, str], Path, dict[str, object]]:
+    """A repo with branch spike and a memory on it, after one session start's sync:
+    (repo, env, database, the session-start payload)."""
+    repo = new_repo(tmp_path / STORE)
+    feature(repo, "spike")
+    env = env_for(tmp_path)
+    db = Path(env["THATCH_DB_PATH"])
+    with Store.open(db) as store:
+        store.remember(STORE, "Spike idea", "# Spike idea\n\nbody", None, None, branch="spike")
+    start = payload("claude-SessionStart-startup.json", repo)
+    assert run_hook(["reminder"], start, env).returncode == 0
+    return repo, env, db, start
+
+
 def test_reminder_then_prompt_promote_and_archive(tmp_path: Path) -> None:
     repo = new_repo(tmp_path / STORE)
     feature(repo, "feat")
@@ -79,14 +95,7 @@ def test_reminder_then_prompt_promote_and_archive(tmp_path: Path) -> None:
 
 def test_the_session_start_sync_alone_archives(tmp_path: Path) -> None:
     """No prompt in between: the next session's reminder sees the deletion."""
-    repo = new_repo(tmp_path / STORE)
-    feature(repo, "spike")
-    env = env_for(tmp_path)
-    db = Path(env["THATCH_DB_PATH"])
-    with Store.open(db) as store:
-        store.remember(STORE, "Spike idea", "# Spike idea\n\nbody", None, None, branch="spike")
-    start = payload("claude-SessionStart-startup.json", repo)
-    assert run_hook(["reminder"], start, env).returncode == 0
+    repo, env, db, start = spike_seen_at_session_start(tmp_path)
     git(repo, "branch", "-q", "-D", "spike")
     assert run_hook(["reminder"], start, env).returncode == 0
     assert state(db) == {"Spike idea": ("spike", 1)}
@@ -114,14 +123,7 @@ print("thatch.frontend.store.memory_store" in sys.modules)
 def test_unchanged_refs_cost_the_prompt_hook_no_store_and_no_git(tmp_path: Path) -> None:
     """The prompt hook's check while nothing changed runs no git; after a branch is
     deleted it syncs. Neither imports the memory Store (~60 ms)."""
-    repo = new_repo(tmp_path / STORE)
-    feature(repo, "spike")
-    env = env_for(tmp_path)
-    db = Path(env["THATCH_DB_PATH"])
-    with Store.open(db) as store:
-        store.remember(STORE, "Spike idea", "# Spike idea\n\nbody", None, None, branch="spike")
-    start = payload("claude-SessionStart-startup.json", repo)
-    assert run_hook(["reminder"], start, env).returncode == 0
+    repo, env, db, _start = spike_seen_at_session_start(tmp_path)
     no_git = {**env, "PATH": str(tmp_path / "no-such-bin")}  # git cannot even be found
 
     def check(env: dict[str, str]) -> str:
