@@ -1,0 +1,214 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Memory(_message.Message):
+    __slots__ = ("store", "slug", "label", "content", "model", "branch", "confidence", "archived", "created_at", "updated_at", "vector")
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    SLUG_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    store: str
+    slug: str
+    label: str
+    content: str
+    model: str
+    branch: str
+    confidence: int
+    archived: bool
+    created_at: str
+    updated_at: str
+    vector: bytes
+    def __init__(self, store: _Optional[str] = ..., slug: _Optional[str] = ..., label: _Optional[str] = ..., content: _Optional[str] = ..., model: _Optional[str] = ..., branch: _Optional[str] = ..., confidence: _Optional[int] = ..., archived: _Optional[bool] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., vector: _Optional[bytes] = ...) -> None: ...
+
+class Write(_message.Message):
+    __slots__ = ("write_id", "op", "store", "label", "stored_text", "base_rev", "branch", "confidence", "archived")
+    class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OP_UNSPECIFIED: _ClassVar[Write.Op]
+        REMEMBER: _ClassVar[Write.Op]
+        FORGET: _ClassVar[Write.Op]
+    OP_UNSPECIFIED: Write.Op
+    REMEMBER: Write.Op
+    FORGET: Write.Op
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    STORED_TEXT_FIELD_NUMBER: _ClassVar[int]
+    BASE_REV_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    write_id: str
+    op: Write.Op
+    store: str
+    label: str
+    stored_text: str
+    base_rev: int
+    branch: str
+    confidence: int
+    archived: bool
+    def __init__(self, write_id: _Optional[str] = ..., op: _Optional[_Union[Write.Op, str]] = ..., store: _Optional[str] = ..., label: _Optional[str] = ..., stored_text: _Optional[str] = ..., base_rev: _Optional[int] = ..., branch: _Optional[str] = ..., confidence: _Optional[int] = ..., archived: _Optional[bool] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("write_id", "outcome", "slug", "rev", "reason")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[Ack.Outcome]
+        SAVED: _ClassVar[Ack.Outcome]
+        CONFLICT: _ClassVar[Ack.Outcome]
+        REFUSED: _ClassVar[Ack.Outcome]
+        FORGOTTEN: _ClassVar[Ack.Outcome]
+    OUTCOME_UNSPECIFIED: Ack.Outcome
+    SAVED: Ack.Outcome
+    CONFLICT: Ack.Outcome
+    REFUSED: Ack.Outcome
+    FORGOTTEN: Ack.Outcome
+    WRITE_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SLUG_FIELD_NUMBER: _ClassVar[int]
+    REV_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    write_id: str
+    outcome: Ack.Outcome
+    slug: str
+    rev: int
+    reason: str
+    def __init__(self, write_id: _Optional[str] = ..., outcome: _Optional[_Union[Ack.Outcome, str]] = ..., slug: _Optional[str] = ..., rev: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PushRequest(_message.Message):
+    __slots__ = ("writes",)
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    writes: _containers.RepeatedCompositeFieldContainer[Write]
+    def __init__(self, writes: _Optional[_Iterable[_Union[Write, _Mapping]]] = ...) -> None: ...
+
+class PushResponse(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ...) -> None: ...
+
+class Cursor(_message.Message):
+    __slots__ = ("txid", "seq")
+    TXID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    txid: int
+    seq: int
+    def __init__(self, txid: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class Change(_message.Message):
+    __slots__ = ("store", "slug", "rev", "conflict_of", "author", "memory")
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    SLUG_FIELD_NUMBER: _ClassVar[int]
+    REV_FIELD_NUMBER: _ClassVar[int]
+    CONFLICT_OF_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    store: str
+    slug: str
+    rev: int
+    conflict_of: str
+    author: str
+    memory: Memory
+    def __init__(self, store: _Optional[str] = ..., slug: _Optional[str] = ..., rev: _Optional[int] = ..., conflict_of: _Optional[str] = ..., author: _Optional[str] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("after", "limit")
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    after: Cursor
+    limit: int
+    def __init__(self, after: _Optional[_Union[Cursor, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("changes", "next", "reset")
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[Change]
+    next: Cursor
+    reset: bool
+    def __init__(self, changes: _Optional[_Iterable[_Union[Change, _Mapping]]] = ..., next: _Optional[_Union[Cursor, _Mapping]] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class RecallRequest(_message.Message):
+    __slots__ = ("stores", "text", "limit", "branch")
+    STORES_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    stores: _containers.RepeatedScalarFieldContainer[str]
+    text: str
+    limit: int
+    branch: str
+    def __init__(self, stores: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., limit: _Optional[int] = ..., branch: _Optional[str] = ...) -> None: ...
+
+class RecallMatch(_message.Message):
+    __slots__ = ("memory", "score")
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    memory: Memory
+    score: float
+    def __init__(self, memory: _Optional[_Union[Memory, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("matches",)
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    matches: _containers.RepeatedCompositeFieldContainer[RecallMatch]
+    def __init__(self, matches: _Optional[_Iterable[_Union[RecallMatch, _Mapping]]] = ...) -> None: ...
+
+class RecallEvent(_message.Message):
+    __slots__ = ("store", "slug", "at")
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    SLUG_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    store: str
+    slug: str
+    at: str
+    def __init__(self, store: _Optional[str] = ..., slug: _Optional[str] = ..., at: _Optional[str] = ...) -> None: ...
+
+class RecordRecallsRequest(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[RecallEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[RecallEvent, _Mapping]]] = ...) -> None: ...
+
+class RecordRecallsResponse(_message.Message):
+    __slots__ = ("recorded",)
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    recorded: int
+    def __init__(self, recorded: _Optional[int] = ...) -> None: ...
+
+class StoresRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StoreCount(_message.Message):
+    __slots__ = ("name", "count")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class StoresResponse(_message.Message):
+    __slots__ = ("stores", "team", "member")
+    STORES_FIELD_NUMBER: _ClassVar[int]
+    TEAM_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    stores: _containers.RepeatedCompositeFieldContainer[StoreCount]
+    team: str
+    member: str
+    def __init__(self, stores: _Optional[_Iterable[_Union[StoreCount, _Mapping]]] = ..., team: _Optional[str] = ..., member: _Optional[str] = ...) -> None: ...
