@@ -204,11 +204,15 @@ class StoreCount(_message.Message):
     def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class StoresResponse(_message.Message):
-    __slots__ = ("stores", "team", "member")
+    __slots__ = ("stores", "team", "member", "model", "dim")
     STORES_FIELD_NUMBER: _ClassVar[int]
     TEAM_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
     stores: _containers.RepeatedCompositeFieldContainer[StoreCount]
     team: str
     member: str
-    def __init__(self, stores: _Optional[_Iterable[_Union[StoreCount, _Mapping]]] = ..., team: _Optional[str] = ..., member: _Optional[str] = ...) -> None: ...
+    model: str
+    dim: int
+    def __init__(self, stores: _Optional[_Iterable[_Union[StoreCount, _Mapping]]] = ..., team: _Optional[str] = ..., member: _Optional[str] = ..., model: _Optional[str] = ..., dim: _Optional[int] = ...) -> None: ...
