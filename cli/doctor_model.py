@@ -53,9 +53,12 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         detail = f"the embedder serves {served_id} but the model in use is {model_id} ({origin})"
         return Check("warn", "model", detail, fix), served_id
     if settings.source == "needs download" and served is not None and served.remote:
+        # Unanswered, the remote side's model is unknown: say only what holds here (the
+        # embedder check above already fails on the address).
+        loads = "loads it" if served_id is not None else "would load it, once it answers"
         detail = (
             f"{model_id} ({origin}; not cached here; the remote embedder at {served.address} "
-            "loads it)"
+            f"{loads})"
         )
         return Check("ok", "model", detail), model_id
     if settings.source == "needs download" and served_id is None:

@@ -146,7 +146,7 @@ def test_remote_embedder_unreachable_names_the_address_variable(
     ]
     assert lines_of(result)["model"] == [
         "ok  model  some-org/some-model (from THATCH_MODEL; not cached here; "
-        "the remote embedder at 127.0.0.1:9 loads it)"
+        "the remote embedder at 127.0.0.1:9 would load it, once it answers)"
     ]
 
 
