@@ -355,6 +355,36 @@ def test_no_engines_and_no_chat_switch_the_project_and_doctor_agrees(
     assert entry_env() is None
 
 
+def test_shared_agents_md_keeps_the_engines_while_either_host_has_them(
+    project: Path, env: dict[str, str]
+) -> None:
+    """Cursor and opencode read one AGENTS.md: with the engines off for cursor only, the
+    block keeps the engines' sections (opencode's agents use them), reruns of either host
+    change nothing and doctor sees no drift; off for both, the sections go."""
+    from thatch.frontend.setup.check import doctor_status
+
+    agents = project / "AGENTS.md"
+
+    def setup(host: str, **switches: bool) -> SetupResult:
+        request = SetupRequest(
+            hosts=[host], project_dir=project, env=env, bin_path=BIN, version="1", switches=switches
+        )
+        return run_setup(request)
+
+    setup("cursor", engines=False)
+    assert "[thatch] User decision model" not in agents.read_text()
+    setup("opencode")
+    assert "[thatch] User decision model" in agents.read_text()
+    for host in ("cursor", "opencode", "cursor"):
+        again = setup(host)
+        assert all(line.status == "unchanged" for line in again.reports[0].lines), again
+        assert doctor_status(host, project, env, bin_path=BIN, version="1")[0] == "ok", host
+    setup("opencode", engines=False)
+    assert "[thatch] User decision model" not in agents.read_text()
+    again = setup("cursor")
+    assert all(line.status == "unchanged" for line in again.reports[0].lines), again
+
+
 def test_cli_switch_flags(
     tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,7 +31,7 @@ from thatch.frontend.setup import (
 )
 from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
-from thatch.frontend.setup.switch_entries import entry_off, with_switches
+from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
 
 __all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup"]
 
@@ -295,8 +295,29 @@ def _block_step(request: SetupRequest, host: str, paths: HostPaths, writer: _Wri
 
 
 def _block(request: SetupRequest, host: str, paths: HostPaths) -> str:
-    """The full block, without the engines' sections where the host's entry turns them off."""
-    return block_text(engines="engines" not in entry_off(host, paths.mcp, request.switches))
+    """The full block, without the engines' sections where the host's entry turns them off.
+
+    Cursor and opencode read one AGENTS.md: the sections stay while either host set up
+    there has the engines on, or setting up the two with different switches would rewrite
+    the block back and forth (and take the engines' instructions from the host using them).
+    """
+    if "engines" not in entry_off(host, paths.mcp, request.switches):
+        return block_text(engines=True)
+    for other in ("cursor", "opencode"):
+        if other == host:
+            continue
+        theirs = host_paths(other, request.scope, request.project_dir, request.env)
+        if theirs.instructions != paths.instructions:
+            continue
+        if other in request.hosts:
+            off = entry_off(other, theirs.mcp, request.switches)
+        elif thatch_entry(other, theirs.mcp) is not None:
+            off = entry_off(other, theirs.mcp, {})
+        else:
+            continue  # not set up here: its switches are nobody's
+        if "engines" not in off:
+            return block_text(engines=True)
+    return block_text(engines=False)
 
 
 def _permission_note(had: bool, allow_tools: bool) -> str:

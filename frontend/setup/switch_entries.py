@@ -19,6 +19,7 @@ __all__ = [
     "OFF",
     "entry_off",
     "env_key",
+    "thatch_entry",
     "with_switches",
 ]
 
@@ -51,18 +52,23 @@ def with_switches(
     return {**entry, key: {**entry.get(key, {}), **switches}}
 
 
+def thatch_entry(host: str, mcp_file: Path | None) -> object:
+    """thatch's entry in ``mcp_file`` (None when the file or the entry is not there)."""
+    if mcp_file is None:
+        return None
+    try:
+        doc = jsonfiles.load_object(mcp_file).data
+    except OSError:  # the entry's own step reports the file; the block goes on
+        return None
+    servers = doc.get("mcp" if host == "opencode" else "mcpServers")
+    if isinstance(servers, dict) and isinstance(servers.get("servers"), dict):
+        servers = servers["servers"]
+    return servers.get("thatch") if isinstance(servers, dict) else None
+
+
 def entry_off(host: str, mcp_file: Path | None, flags: Mapping[str, bool]) -> frozenset[str]:
     """The features off in thatch's entry of ``mcp_file`` once setup has run with ``flags``."""
-    entry: object = None
-    if mcp_file is not None:
-        try:
-            doc = jsonfiles.load_object(mcp_file).data
-        except OSError:  # the entry's own step reports the file; the block goes on
-            doc = {}
-        servers = doc.get("mcp" if host == "opencode" else "mcpServers")
-        if isinstance(servers, dict) and isinstance(servers.get("servers"), dict):
-            servers = servers["servers"]
-        entry = servers.get("thatch") if isinstance(servers, dict) else None
+    entry = thatch_entry(host, mcp_file)
     env = entry.get(env_key(host)) if isinstance(entry, dict) else None
     if not isinstance(env, dict):
         env = {}
