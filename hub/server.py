@@ -78,7 +78,6 @@ class HubOptions:
 
     listen: str
     database_url: str
-    embedder: str | None = None  # None: where the frontends find theirs
     tls: HubTls | None = None
     grace_seconds: float = 10.0
     max_workers: int = 32
