@@ -13,8 +13,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -362,6 +364,17 @@ def test_two_replicas_serve_one_database(
         (change,) = wire.page_from_pb(two.pull()).changes
         assert (change.slug, change.rev, change.author) == ("cache", 1, "alice")
         assert two.stores().team == name
+        # Eight machines' retries of one new batch race through both replicas at once.
+        batch = [remember("m:2", "s", "Queue", "jobs go to sqs"), forget("s", "Cache")]
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda n: [one, two][n % 2].push(batch), range(8)))
+        assert all(list(answer) == list(answers[0]) for answer in answers)
+        assert [a.outcome for a in answers[0]] == [pb.Ack.SAVED, pb.Ack.FORGOTTEN]
+        changes = wire.page_from_pb(one.pull()).changes  # each row as it stands now
+        assert sorted((c.slug, c.rev, c.memory is None) for c in changes) == [
+            ("cache", 2, True),
+            ("queue", 1, False),
+        ]
 
 
 def test_sigterm_stops_the_hub_cleanly(
@@ -463,3 +476,58 @@ def test_the_commands_set_up_a_team_from_scratch(
     with hub_process(postgres.conninfo(name, user=HUB_ROLE), minilm.address, tmp_path) as proc:
         assert "serving without TLS on 127.0.0.1:0" in proc.stderr()
         assert proc.client(token).stores().member == "dana"
+
+
+def test_an_embedder_of_another_model_is_refused(
+    database: HubDatabase, mock_embedder: EmbedderProcess, certs: Path, tmp_path: Path
+) -> None:
+    """Members' vectors compare only when one model made them all."""
+    with hub_process(hub_url(database), mock_embedder.address, tmp_path, certs=certs) as proc:
+        client = proc.client(database.add_member(f"t{next(_teams)}", "alice"))
+        with pytest.raises(HubUnavailable) as wrong:
+            client.push([remember("m:1", "s", "Mock", "a vector of another model")])
+        assert f"not the team's pinned {PINNED_MODEL}" in str(wrong.value)
+        with pytest.raises(HubUnavailable):
+            client.recall(["s"], "anything")
+        assert wire.page_from_pb(client.pull()).changes == []
+
+
+def test_the_client_says_how_to_trust_the_hub(
+    database: HubDatabase, hub: HubProcess, certs: Path
+) -> None:
+    token = database.add_member(f"t{next(_teams)}", "alice")
+    untrusting = HubClient(hub.address, token, env={}, timeout=20)  # the system's roots
+    with untrusting, pytest.raises(HubUnavailable) as untrusted:
+        untrusting.stores()
+    assert "THATCH_HUB_CA" in str(untrusted.value)
+    by_env = HubClient(hub.address, token, env={"THATCH_HUB_CA": str(certs / "ca.pem")})
+    with by_env:
+        assert by_env.stores().member == "alice"
+    with pytest.raises(HubRefused) as plaintext:
+        HubClient("hub.example.com:443", token, plaintext=True)
+    assert "without TLS" in str(plaintext.value)
+    with pytest.raises(HubUnavailable) as unreadable:
+        HubClient(hub.address, token, ca_file="/nonexistent/ca.pem")
+    assert "cannot read the hub's CA file" in str(unreadable.value)
+
+
+def test_hub_commands_need_the_team_extra_and_help_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from thatch.cli.main import cli
+
+    code = (
+        "import sys; from thatch.cli.main import cli\n"
+        "try:\n    cli(['hub', 'serve', '--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'psycopg' not in sys.modules and 'thatch.hub.servicer' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and "--tls-cert" in done.stdout, done.stderr
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the team extra were absent
+    monkeypatch.setenv("THATCH_HUB_OWNER_URL", "host=/nonexistent dbname=x")
+    result = CliRunner().invoke(cli, ["hub", "migrate"])
+    assert result.exit_code == 1
+    assert "the team extra is not installed (psycopg missing)" in result.output
+    assert "pip install 'thatch[team]'" in result.output
