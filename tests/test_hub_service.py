@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,11 +19,13 @@ import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
 import psycopg
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.hub_proc import HubProcess, hub_command, hub_process
@@ -414,16 +417,37 @@ def test_an_unreachable_embedder_fails_the_push_and_stores_nothing(
         assert claimed.fetchone() == (0,)
 
 
-def test_the_hub_refuses_to_start_on_an_unmigrated_database_or_as_the_owner(
+def test_the_hub_waits_for_its_migrations_and_refuses_the_owner(
     postgres: PostgresServer, database: HubDatabase, minilm: EmbedderProcess, tmp_path: Path
 ) -> None:
+    """Health stays NOT_SERVING (and the log says why) until `thatch hub migrate` has run;
+    a role that row-level security does not bind stops the hub at once."""
     empty = postgres.fresh_database()
     with hub_process(
         postgres.conninfo(empty, user=HUB_ROLE), minilm.address, tmp_path, wait=False
     ) as proc:
-        assert proc.process.wait(120) == 1
-        assert "lacks migrations m001_tables" in proc.stderr()
-        assert "thatch hub migrate" in proc.stderr()
+        assert proc.wait_for("lacks migrations m001_tables"), proc.stderr()
+        assert "run thatch hub migrate" in proc.stderr()
+        port = re.search(r"listening at 127\.0\.0\.1:(\d+)", proc.stderr())
+        assert port is not None, proc.stderr()
+        with grpc.insecure_channel(f"127.0.0.1:{port.group(1)}") as channel:
+            health: Any = health_pb2_grpc.HealthStub(channel)
+            answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+            assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            early = pb_grpc.HubStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                early.Stores(pb.StoresRequest(), metadata=(("authorization", "Bearer x"),))
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        migrated = subprocess.run(
+            hub_command("migrate"),
+            env={**_env(), "THATCH_HUB_OWNER_URL": postgres.conninfo(empty)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        proc.wait_serving()
+        assert proc.client("x").health() == "SERVING"
     with hub_process(
         database.server.conninfo(database.name), minilm.address, tmp_path, wait=False, name="o"
     ) as proc:

@@ -65,6 +65,13 @@ class HubProcess:
                 self.process.wait(0.05)  # a short pause that ends early if it exits
         return True
 
+    def wait_serving(self, timeout: float = STARTUP_SECONDS) -> None:
+        """Wait for the ``serving at`` line (health SERVING) and read the port from it."""
+        assert self.wait_for(" INFO serving at ", timeout), self.stderr()
+        match = re.search(rf"serving at {re.escape(self.host)}:(\d+)", self.stderr())
+        assert match, self.stderr()
+        self.port = int(match.group(1))
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
@@ -113,10 +120,7 @@ def hub_process(
     hub = HubProcess(process, stderr_path, host, None if certs is None else certs / "ca.pem")
     try:
         if wait:
-            assert hub.wait_for(" INFO serving at "), hub.stderr()
-            match = re.search(rf"serving at {re.escape(host)}:(\d+)", hub.stderr())
-            assert match, hub.stderr()
-            hub.port = int(match.group(1))
+            hub.wait_serving()
         yield hub
     finally:
         hub.shut_down()
