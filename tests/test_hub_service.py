@@ -146,6 +146,24 @@ def test_a_push_comes_back_on_pull_with_the_embedders_vector(
     assert found[0].score > 0.3
 
 
+def test_branch_confidence_and_archived_travel_and_an_edit_keeps_them(
+    database: HubDatabase, hub: HubProcess
+) -> None:
+    (alice,) = team(database, hub, "alice")
+    write = remember("m:1", "s", "Flag", "the beta flag is on")
+    write.branch, write.confidence, write.archived = "feat-x", 2, True
+    alice.push([write])
+    alice.push([remember("m:2", "s", "Flag", "the beta flag is off", base_rev=1)])
+    (change,) = wire.page_from_pb(alice.pull()).changes
+    assert change.memory is not None and change.rev == 2
+    assert (change.memory.branch, change.memory.confidence, change.memory.archived) == (
+        "feat-x",
+        2,
+        True,
+    )
+    assert change.memory.content.endswith("the beta flag is off")
+
+
 def test_two_edits_from_the_same_revision_keep_both(database: HubDatabase, hub: HubProcess) -> None:
     alice, bob = team(database, hub, "alice", "bob")
     alice.push([remember("a:1", "s", "Port", "the api listens on 8080")])
