@@ -113,8 +113,8 @@ def bearer_token(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | No
     return None
 
 
-def _text_problem(what: str, value: str, limit: int, *, empty_ok: bool = False) -> str | None:
-    if not value and not empty_ok:
+def _text_problem(what: str, value: str, limit: int) -> str | None:
+    if not value:
         return f"{what} is empty"
     if len(value) > limit:
         return f"{what} too long: {len(value)} characters (maximum {limit})"
@@ -166,7 +166,7 @@ class HubServicer(pb_grpc.HubServicer):
     # -- the RPCs
 
     def Push(self, request: pb.PushRequest, context: grpc.ServicerContext) -> pb.PushResponse:
-        return self._serve(context, lambda hub: self._push(hub, request.writes))
+        return self._serve(context, lambda caller: self._push(caller, request.writes))
 
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.PullResponse:
         def pull(caller: Caller) -> pb.PullResponse:
@@ -183,12 +183,12 @@ class HubServicer(pb_grpc.HubServicer):
         return self._serve(context, pull)
 
     def Recall(self, request: pb.RecallRequest, context: grpc.ServicerContext) -> pb.RecallResponse:
-        return self._serve(context, lambda hub: self._recall(hub, request))
+        return self._serve(context, lambda caller: self._recall(caller, request))
 
     def RecordRecalls(
         self, request: pb.RecordRecallsRequest, context: grpc.ServicerContext
     ) -> pb.RecordRecallsResponse:
-        return self._serve(context, lambda hub: self._record(hub, request.events))
+        return self._serve(context, lambda caller: self._record(caller, request.events))
 
     def Stores(self, request: pb.StoresRequest, context: grpc.ServicerContext) -> pb.StoresResponse:
         def stores(caller: Caller) -> pb.StoresResponse:
