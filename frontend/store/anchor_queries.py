@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE
+from thatch.frontend.store.migrations.links import LINKS_TABLE
 from thatch.frontend.store.rows import locked
 from thatch.frontend.store.transactions import Transactions
 
@@ -111,6 +112,42 @@ class AnchorQueries:
             if rows:
                 found[(store, slug)] = [(row[0], row[1]) for row in rows]
         return found
+
+    def _write_links(
+        self, conn: sqlite3.Connection, store: str, slug: str, targets: Sequence[str]
+    ) -> None:
+        """Replace the memory's links (the slugs it depends on) inside the caller's write
+        transaction; a target no longer there (forgotten meanwhile) is no link."""
+        conn.execute(f"DELETE FROM {LINKS_TABLE} WHERE store = ? AND slug = ?", (store, slug))
+        conn.executemany(
+            f"INSERT OR IGNORE INTO {LINKS_TABLE} (store, slug, target) "
+            "SELECT store, ?, slug FROM entries WHERE store = ? AND slug = ? AND slug != ?",
+            [(slug, store, target, slug) for target in dict.fromkeys(targets)],
+        )
+
+    @locked
+    def related_of(self, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:
+        """Per memory, the (slug, label) of the memories of its store it depends on
+        (``memory_remember``'s ``related``)."""
+        found: dict[Key, list[tuple[str, str]]] = {}
+        for store, slug in dict.fromkeys(keys):
+            rows = self.conn.execute(
+                f"SELECT e.slug, e.label FROM {LINKS_TABLE} l JOIN entries e "
+                "ON e.store = l.store AND e.slug = l.target "
+                "WHERE l.store = ? AND l.slug = ? ORDER BY e.slug",
+                (store, slug),
+            ).fetchall()
+            if rows:
+                found[(store, slug)] = [(row[0], row[1]) for row in rows]
+        return found
+
+    @locked
+    def stores_holding(self, slug: str) -> list[str]:
+        """The stores with a memory of this slug (a ``related`` label's whereabouts)."""
+        rows = self.conn.execute(
+            "SELECT store FROM entries WHERE slug = ? ORDER BY store LIMIT 3", (slug,)
+        )
+        return [row[0] for row in rows]
 
     @locked
     def anchored_in(self, store: str, limit: int = HYGIENE_ROWS) -> dict[str, list[Anchor]]:
