@@ -27,6 +27,7 @@ _FIELDS = (
     "store, slug, seq, root, path, symbol, line_start, line_end, blob, span_hash, "
     "commit_id, mtime_ns, size, status"
 )
+_QUALIFIED = ", ".join("a." + field.strip() for field in _FIELDS.split(","))
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,20 @@ class AnchorQueries:
         return found
 
     @locked
+    def anchors_under(self, root: str, limit: int = HYGIENE_ROWS) -> list[Anchor]:
+        """The anchors of live memories in the checkout at ``root`` (at most ``limit``)."""
+        rows = self.conn.execute(
+            f"SELECT {_QUALIFIED} FROM {ANCHORS_TABLE} a JOIN entries e "
+            "ON e.store = a.store AND e.slug = a.slug "
+            "WHERE a.root = ? AND e.archived = 0 ORDER BY a.path, a.store, a.slug LIMIT ?",
+            (root, limit),
+        )
+        return [Anchor(*row) for row in rows]
+
+    @locked
     def set_anchor_status(self, verdicts: Sequence[tuple[Anchor, str]]) -> None:
-        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``)."""
+        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``), or
+        ``recheck``: git changed the file, no pass has checked it since."""
         if not verdicts:
             return
         at = self.tx.now()
