@@ -207,12 +207,14 @@ def test_a_pull_marks_the_anchors_of_the_clone(tmp_path: Path, rebase: bool) -> 
     if rebase:
         (work / "NOTES").write_text("local\n")
         commit_all(work, "local commit")
+        local = git(work, "rev-parse", "HEAD")
         git(work, "pull", "-q", "--rebase")
-        kinds = {line.split(" ")[0] for line in events(clone)}
-        assert {"post-checkout", "post-rewrite"} <= kinds
+        assert f"post-rewrite {local} - {os.path.realpath(work)}" in events(clone)
+        assert any(line.startswith("post-checkout ") for line in events(clone))
     else:
+        before = git(work, "rev-parse", "HEAD")
         git(work, "pull", "-q", "--no-rebase")
-        assert any(line.startswith("post-merge ") for line in events(clone))
+        assert f"post-merge {before} - {os.path.realpath(work)}" in events(clone)
     with Store.open(db) as store:
         consume(store, work, env)
     assert status(db) == [("deploy-parser", "changed", True)]
