@@ -123,6 +123,9 @@ def test_forgetting_the_target_keeps_the_dependent(tmp_path: Path, repo: Path) -
         assert links(db) == [("acme", "dependent", "base")]
         ok(tools, "memory_remember", {"label": "Dependent", "content": "y", "overwrite": True})
         assert links(db) == []
+        save(tools, "Third", related=["Other"])
+        ok(tools, "memory_forget", {"label": "Third"})
+        assert links(db) == []
     assert rows(db, "SELECT slug FROM entries ORDER BY 1") == [
         ("base",),
         ("dependent",),
@@ -144,6 +147,8 @@ def test_the_earlier_release_rewriting_a_memory_drops_its_links(tmp_path: Path, 
         save(tools, "Second", related=["Base"])
         upsert = ["dependent", "acme", "Dependent", "# D\n\ny", None, None, None, None, 0, now, now]
         upsert.append(None)
+        run_earlier_release(db, ("telemetry", [now, "acme", "dependent"]))
+        assert len(links(db)) == 2  # a recall stamp is no new text
         run_earlier_release(db, ("upsert", upsert))
         assert links(db) == [("acme", "second", "base")]
         run_earlier_release(db, ("forget", ["base", "acme"]))
