@@ -52,6 +52,8 @@ MAX_LINE = 4096
 MAX_READ = 1024 * 1024
 # git processes per pass: past them, a worktree's anchors are all re-checked instead.
 MAX_DIFFS = 4
+# Distinct worktree paths looked at per pass (a repository has a few; the rest: noise).
+MAX_WORKTREES = 32
 # How many anchors a pass marks and re-checks at most, and for how long it checks files.
 MAX_ANCHORS = 5000
 # Within the session start's hygiene pass (answered within 0.6 s by thatch mcp).
@@ -226,8 +228,11 @@ def consume_git_events(
         # lost lines said is unknown, so this checkout's anchors are all re-checked.
         found.append(GitEvent("post-checkout", None, None, str(checkout[0])))
     by_root: dict[str, list[GitEvent]] = {}
+    roots: dict[str, str | None] = {}
     for event in found:
-        root = _worktree_root(event.worktree, common)
+        if event.worktree not in roots and len(roots) < MAX_WORKTREES:
+            roots[event.worktree] = _worktree_root(event.worktree, common)
+        root = roots.get(event.worktree)
         if root is not None:
             by_root.setdefault(root, []).append(event)
     diffs = [0]
