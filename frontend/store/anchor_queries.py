@@ -144,7 +144,7 @@ class AnchorQueries:
 
     @locked
     def stores_holding(self, slug: str) -> list[str]:
-        """The stores with a memory of this slug (a ``related`` label's whereabouts)."""
+        """Up to 3 stores with a memory of this slug (a ``related`` label's whereabouts)."""
         rows = self.conn.execute(
             "SELECT store FROM entries WHERE slug = ? ORDER BY store LIMIT 3", (slug,)
         )

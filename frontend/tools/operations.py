@@ -236,8 +236,9 @@ class Operations:
             problem = None
             if target == slug:
                 problem = f"{quoted(label.strip())} is this memory itself"
-            elif store not in (holding := self.ctx.store.stores_holding(target)):
+            elif self.ctx.store.show(store, target) is None:
                 problem = f"no memory {quoted(label.strip())} in store {quoted(store)}"
+                holding = self.ctx.store.stores_holding(target)
                 if holding:
                     elsewhere = ", ".join(quoted(name) for name in holding)
                     problem += f" (found in {elsewhere}; related memories share a store)"
