@@ -155,7 +155,7 @@ def test_a_checkout_is_checked_at_session_start_never_by_the_prompt_hook(
 
     session_start(repo, shimmed)
     assert status(db) == [("deploy-parser", "changed", True)]
-    assert f"diff --name-only -z --no-renames {main} {feat}" in log.read_text()
+    assert f"diff --name-only -z --no-renames {main} {feat} --" in log.read_text()
 
     git(repo, "checkout", "-q", "main")
     session_start(repo, env)

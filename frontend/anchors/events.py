@@ -174,7 +174,10 @@ def _changed_files(
             return None
         diffs[0] += 1
         assert old is not None
-        result = git_result(Path(root), env, "diff", "--name-only", "-z", "--no-renames", old, new)
+        # Both revisions (checked hex, or HEAD) before ``--``: never options, never paths.
+        result = git_result(
+            Path(root), env, "diff", "--name-only", "-z", "--no-renames", old, new, "--"
+        )
         if result is None or result.returncode != 0:
             return None
         names = result.stdout.decode("utf-8", "surrogateescape").split("\0")
