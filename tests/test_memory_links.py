@@ -9,9 +9,30 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_embedder import FakeEmbedder, bag_vector, rows
-from tests.test_code_anchors import PARSER, context, edit, git, ok
+from tests.test_code_anchors import PARSER, edit, git, ok
 from thatch.frontend.anchors.check import AnchorCheck
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import Tools
+
+
+def unhurried() -> AnchorCheck:
+    """A check whose clock stands still: its 30 ms budget never runs out on a loaded
+    machine (what is asserted is which memories are marked, not how fast)."""
+    return AnchorCheck(clock=lambda: 0.0)
+
+
+def context(tmp_path: Path, repo: Path, embedder: object) -> ToolContext:
+    return ToolContext(
+        store=Store.open(tmp_path / "thatch.db"),
+        embedder=embedder,  # type: ignore[arg-type]
+        project_store="acme",
+        project_dir=repo,
+        host=None,
+        env={},
+        queue_dir=tmp_path / "queue",
+        anchor_check=unhurried(),
+    )
 
 
 @pytest.fixture
@@ -54,7 +75,7 @@ def test_a_dependent_inherits_the_marker_on_recall_and_in_the_nudge(
         assert "# Config callers" in text.split('via "Config parsing"]\n', 1)[1][:20]
 
         matches = ctx.store.search(["acme"], bag_vector("config", FakeEmbedder.dim), limit=3)
-        labels, changed = marked_labels(AnchorCheck(), ctx.store, matches)
+        labels, changed = marked_labels(unhurried(), ctx.store, matches)
         assert changed == {
             "Config parsing": ["src/config.py"],
             "Config callers": ["src/config.py"],
