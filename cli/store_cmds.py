@@ -263,6 +263,13 @@ def _drift_json(drift: Drift | None) -> dict[str, object] | None:
     metavar="PATH[:SYMBOL|:N-M]",
     help="Code the memory is about (repeatable); recall marks it when that code changes.",
 )
+@click.option(
+    "--related",
+    multiple=True,
+    metavar="LABEL",
+    help="A memory of the same store this one depends on (repeatable): its code-changed "
+    "marker is this one's too.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def remember(
     label: str | None,
@@ -274,6 +281,7 @@ def remember(
     overwrite: bool,
     archived: bool | None,
     anchors: tuple[str, ...],
+    related: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Save a memory; CONTENT comes from stdin when omitted or "-".
@@ -301,6 +309,7 @@ def remember(
             "content": check_argument("content", "memory_remember", content),
             "store": check_argument("store", "memory_remember", store),
             "branch": check_argument("branch", "memory_remember", branch),
+            "related": check_argument("related", "memory_remember", list(related)),
         }
         tools = open_tools()
         report = leniently(

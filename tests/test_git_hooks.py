@@ -90,3 +90,26 @@ def test_outside_a_repository_the_error_is_clear(tmp_path: Path) -> None:
     result = run_hook(["setup", "--git-hooks"], None, setup_env(tmp_path), cwd=plain)
     assert result.returncode == 1
     assert result.stderr.decode() == f"Error: --git-hooks: {plain} is not in a git repository\n"
+
+
+def test_post_merge_reads_orig_head_from_a_dotgit_file(tmp_path: Path) -> None:
+    """A checkout whose ``.git`` is a file (``gitdir: <relative dir>``, a submodule's) and
+    no ``$GIT_DIR``: post-merge still records the commit before the merge, with built-ins
+    only (PATH empty), and ``-`` when ORIG_HEAD cannot be read."""
+    from thatch.frontend.setup.git_hooks import script
+
+    checkout = tmp_path / "sub"
+    (checkout / "gd").mkdir(parents=True)
+    (checkout / ".git").write_text("gitdir: gd\n")
+    orig = "a" * 40
+    (checkout / "gd" / "ORIG_HEAD").write_text(orig + "\n")
+    events = tmp_path / "thatch-events"
+    hook = tmp_path / "post-merge"
+    hook.write_text(script("post-merge", events))
+    hook.chmod(0o755)
+    env = {"PATH": ""}
+    for expected in (orig, "-"):
+        done = subprocess.run(["/bin/sh", str(hook), "0"], cwd=checkout, env=env, check=False)
+        assert done.returncode == 0
+        assert events.read_text().splitlines()[-1] == f"post-merge {expected} - {checkout}"
+        (checkout / "gd" / "ORIG_HEAD").unlink(missing_ok=True)

@@ -28,6 +28,7 @@ POINTS = {
         "2–5 sentences",
         "overwrite: true",
         "`anchors`",
+        "`related`",
         "`codeChanged`",
         "1–3 weak",
         "5–6 moderate",

@@ -58,7 +58,7 @@ class Drift:
     memory it depends on when the change is that one's (None: its own)."""
 
     paths: tuple[str, ...]
-    via: str | None = None  # the label of the memory it supplements
+    via: str | None = None  # the label of the memory it supplements or depends on
     gone: bool = False  # one of the files is gone from its checkout (renamed?)
 
 
@@ -91,6 +91,7 @@ class AnchorQuerySource(Protocol):
 
     def anchors_of(self, keys: Iterable[Key]) -> dict[Key, list[Anchor]]: ...
     def supplements_of(self, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]: ...
+    def related_of(self, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]: ...
 
 
 class AnchorCheck:
@@ -156,12 +157,15 @@ class AnchorCheck:
         keys: Sequence[Key],
         budget: float = BUDGET_SECONDS,
     ) -> dict[Key, Drift]:
-        """The memories among ``keys`` whose anchored code changed, or that supplement
-        one whose code did (dedup verdict "supplement"), within ``budget`` seconds and
-        ``MAX_FILES`` files: an anchor not reached is left unmarked."""
+        """The memories among ``keys`` whose anchored code changed, or that depend on
+        one whose code did (dedup verdict "supplement", or ``related`` at save), within
+        ``budget`` seconds and ``MAX_FILES`` files: an anchor not reached is left unmarked."""
         deadline = self._clock() + budget
         self._never_open |= database_files(getattr(source, "path", None))
         supplements = source.supplements_of(keys)
+        for key, pairs in source.related_of(keys).items():
+            known = supplements.setdefault(key, [])
+            known.extend(pair for pair in pairs if pair not in known)
         partners = {
             (store, slug): label
             for (store, _), pairs in supplements.items()

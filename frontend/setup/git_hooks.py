@@ -3,9 +3,11 @@
 
 Each hook is a few lines of shell built-ins that append one line to ``thatch-events`` in
 the repository's common git dir and always exit 0: a git command never waits on thatch
-or fails because of it. thatch never depends on them: the file only joins the refs'
+or fails because of it. thatch never depends on them: the file joins the refs'
 fingerprint, so an event makes the next prompt sync even where ref files' times say
-nothing (a reftable repository, a file system with coarse times).
+nothing (a reftable repository, a file system with coarse times), and the session
+start re-checks the code anchors on the files a checkout, merge or rewrite changed
+(``frontend/anchors/events.py``; docs/tools.md §code-anchors).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from thatch.frontend.project import git_result
 
 __all__ = ["HOOKS", "MARKER", "GitHooksError", "HookOutcome", "install_git_hooks", "script"]
 
-HOOKS = ("post-checkout", "post-merge", "reference-transaction")
+HOOKS = ("post-checkout", "post-merge", "post-rewrite", "reference-transaction")
 MARKER = "# thatch: branch memory follows git"
 
 
@@ -49,13 +51,33 @@ def _quoted(path: Path) -> str:
 
 
 def script(hook: str, events: Path) -> str:
-    """The hook's text: shell built-ins only (no process is started), exit 0 always."""
+    """The hook's text: shell built-ins only (no process is started), exit 0 always.
+
+    The checkout, merge and rewrite hooks write ``<hook> <old> <new> <worktree>``
+    (``frontend/anchors/events.py``; ``-`` for a commit the hook is not told): git runs
+    a hook at the top of the worktree, and post-merge reads ORIG_HEAD (the commit before
+    the merge) from the worktree's git dir, ``$GIT_DIR`` when git sets it (a linked
+    worktree), else ``.git`` (a directory, or a file naming it)."""
     target = _quoted(events)
+    line = 'printf "%s %s %s %s\\n" ' + hook + ' "${o:--}" "${n:--}" "$PWD" >>' + target
     if hook == "reference-transaction":
         body = (
             '[ "$1" = committed ] || exit 0\n'
             "{ while read -r _old new ref; do "
             f'printf "%s %s %s\\n" {hook} "$ref" "$new"; done >>{target}; }} 2>/dev/null\n'
+        )
+    elif hook == "post-checkout":
+        body = f"{{ o=$1 n=$2; {line}; }} 2>/dev/null\n"
+    elif hook == "post-merge":
+        body = (
+            '{ g=${GIT_DIR:-.git}; [ -f "$g" ] && read -r _ g <"$g"; o=-; n=-; '
+            f'read -r o <"$g/ORIG_HEAD"; {line}; }} 2>/dev/null\n'
+        )
+    elif hook == "post-rewrite":
+        # stdin: "<old> <new>" per rewritten commit; the first one's old is the earliest.
+        body = (
+            "{ o=-; n=-; read -r o _rest; while read -r _line; do :; done; "
+            f"{line}; }} 2>/dev/null\n"
         )
     else:
         body = f'{{ printf "%s %s\\n" {hook} "$*" >>{target}; }} 2>/dev/null\n'
@@ -79,7 +101,7 @@ def hooks_dir(directory: Path, env: Mapping[str, str] | None) -> Path:
 def install_git_hooks(
     directory: Path, env: Mapping[str, str] | None = None, *, dry_run: bool = False
 ) -> list[HookOutcome]:
-    """Write thatch's three hooks; a hook file that is not thatch's is never touched."""
+    """Write thatch's four hooks; a hook file that is not thatch's is never touched."""
     directory = Path(os.path.abspath(directory))
     common = common_dir(directory)
     if common is None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE
+from thatch.frontend.store.migrations.links import LINKS_TABLE
 from thatch.frontend.store.rows import locked
 from thatch.frontend.store.transactions import Transactions
 
@@ -26,6 +27,7 @@ _FIELDS = (
     "store, slug, seq, root, path, symbol, line_start, line_end, blob, span_hash, "
     "commit_id, mtime_ns, size, status"
 )
+_QUALIFIED = ", ".join("a." + field.strip() for field in _FIELDS.split(","))
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,42 @@ class AnchorQueries:
                 found[(store, slug)] = [(row[0], row[1]) for row in rows]
         return found
 
+    def _write_links(
+        self, conn: sqlite3.Connection, store: str, slug: str, targets: Sequence[str]
+    ) -> None:
+        """Replace the memory's links (the slugs it depends on) inside the caller's write
+        transaction; a target no longer there (forgotten meanwhile) is no link."""
+        conn.execute(f"DELETE FROM {LINKS_TABLE} WHERE store = ? AND slug = ?", (store, slug))
+        conn.executemany(
+            f"INSERT OR IGNORE INTO {LINKS_TABLE} (store, slug, target) "
+            "SELECT store, ?, slug FROM entries WHERE store = ? AND slug = ? AND slug != ?",
+            [(slug, store, target, slug) for target in dict.fromkeys(targets)],
+        )
+
+    @locked
+    def related_of(self, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:
+        """Per memory, the (slug, label) of the memories of its store it depends on
+        (``memory_remember``'s ``related``)."""
+        found: dict[Key, list[tuple[str, str]]] = {}
+        for store, slug in dict.fromkeys(keys):
+            rows = self.conn.execute(
+                f"SELECT e.slug, e.label FROM {LINKS_TABLE} l JOIN entries e "
+                "ON e.store = l.store AND e.slug = l.target "
+                "WHERE l.store = ? AND l.slug = ? ORDER BY e.slug",
+                (store, slug),
+            ).fetchall()
+            if rows:
+                found[(store, slug)] = [(row[0], row[1]) for row in rows]
+        return found
+
+    @locked
+    def stores_holding(self, slug: str) -> list[str]:
+        """Up to 3 stores with a memory of this slug (a ``related`` label's whereabouts)."""
+        rows = self.conn.execute(
+            "SELECT store FROM entries WHERE slug = ? ORDER BY store LIMIT 3", (slug,)
+        )
+        return [row[0] for row in rows]
+
     @locked
     def anchored_in(self, store: str, limit: int = HYGIENE_ROWS) -> dict[str, list[Anchor]]:
         """The anchors of the store's live memories (at most ``limit`` rows), by slug."""
@@ -127,8 +165,20 @@ class AnchorQueries:
         return found
 
     @locked
+    def anchors_under(self, root: str, limit: int = HYGIENE_ROWS) -> list[Anchor]:
+        """The anchors of live memories in the checkout at ``root`` (at most ``limit``)."""
+        rows = self.conn.execute(
+            f"SELECT {_QUALIFIED} FROM {ANCHORS_TABLE} a JOIN entries e "
+            "ON e.store = a.store AND e.slug = a.slug "
+            "WHERE a.root = ? AND e.archived = 0 ORDER BY a.path, a.store, a.slug LIMIT ?",
+            (root, limit),
+        )
+        return [Anchor(*row) for row in rows]
+
+    @locked
     def set_anchor_status(self, verdicts: Sequence[tuple[Anchor, str]]) -> None:
-        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``)."""
+        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``), or
+        ``recheck``: git changed the file, no pass has checked it since."""
         if not verdicts:
             return
         at = self.tx.now()

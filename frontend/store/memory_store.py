@@ -334,10 +334,13 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
         overwrite: bool = False,
         archived: bool | None = None,
         anchors: Sequence[Anchor] = (),
+        related: Sequence[str] = (),
     ) -> RememberOutcome:
         """Save one memory (docs/database.md §memory-operations remember); a None vector saves it
         pending (NULL embedding). ``anchors`` replace the memory's code anchors in the same
-        transaction; without them, a text that changed drops the old ones (m014's triggers)."""
+        transaction; without them, a text that changed drops the old ones (m014's triggers).
+        ``related`` (slugs of the same store it depends on) replace its links likewise
+        (m016); the caller checks they exist, one forgotten meanwhile is no link."""
         store = store_name(store)
         if not isinstance(label, str) or not isinstance(stored_text, str):
             raise InvalidInputError("label and stored text must be strings")
@@ -362,6 +365,8 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
                     return RememberOutcome.ARCHIVED_GUARD
             if anchors:
                 self._write_anchors(conn, store, slug, anchors)
+            if related:
+                self._write_links(conn, store, slug, related)
         if blob is not None:
             self._check_written(store, slug)
         return RememberOutcome.SAVED

@@ -48,6 +48,7 @@ from thatch.frontend.store.migrations.duplicates import (
 )
 from thatch.frontend.store.migrations.engines import m012_defaults_off
 from thatch.frontend.store.migrations.lexical import fill_fts, m009_fts
+from thatch.frontend.store.migrations.links import LINKS_TABLE, m016_memory_links
 from thatch.frontend.store.migrations.tables import (
     TABLES,
     m001_create_tables,
@@ -70,6 +71,7 @@ __all__ = [
     "CHAT_TABLES",
     "DUP_PAIRS_TABLE",
     "DUP_SCANNED_TABLE",
+    "LINKS_TABLE",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
     "MIGRATION_MMAP_BYTES",
@@ -100,6 +102,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m012_defaults_off", m012_defaults_off),
     ("m013_branch_lifecycle", m013_branch_lifecycle),
     ("m014_code_anchors", m014_code_anchors),
+    ("m016_memory_links", m016_memory_links),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -254,10 +254,14 @@ def hygiene(
 
     Duplicate candidates are pairs at the active model's duplicate threshold (``env``'s
     THATCH_DUPLICATE_THRESHOLD first; docs/tools.md §thresholds)."""
+    from thatch.frontend.anchors.events import consume_quietly
     from thatch.frontend.thresholds import in_force
 
     duplicate = in_force(env or {}, active_model).values.duplicate
     branches = (list_branches or _default_branches)(project_dir)
+    # The git hooks' events since the last pass: their changed files' anchors re-checked
+    # first (docs/tools.md §code-anchors), before the store's pass below.
+    consume_quietly(db, project_dir, env)
     project = _store_hygiene(db, project_store, active_model, branches, now, duplicate)
     global_store = None
     if project_store != GLOBAL_STORE:

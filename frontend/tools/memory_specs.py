@@ -99,6 +99,7 @@ def _remember(tools: Operations, args: dict[str, Any]) -> str:
         overwrite=args["overwrite"],
         archived=args["archived"],
         anchors=args["anchors"] or (),
+        related=args["related"] or (),
     ).text()
 
 
@@ -163,8 +164,8 @@ def _extraction_payload(tools: Operations, args: dict[str, Any]) -> str:
 MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "memory_remember",
-        "Save one self-contained fact, convention, gotcha, command or preference for future "
-        "sessions. Recall first; to update a topic, reuse its label with overwrite: true. "
+        "Save one self-contained fact, convention, gotcha, command or preference. Recall "
+        "first; to update a topic, reuse its label with overwrite: true. "
         "label defaults to the content's first line.",
         (
             _label(required=False),
@@ -181,7 +182,7 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
             Param(
                 "confidence",
                 "integer",
-                "1-2 weak signal, 5 moderate, 9 stated by the user, 10 hard constraint",
+                "1-2 weak, 5 moderate, 9 stated by the user, 10 hard constraint",
                 minimum=1,
                 maximum=10,
             ),
@@ -189,7 +190,7 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
             Param(
                 "archived",
                 "boolean",
-                "true archives, false unarchives; needed to overwrite an archived memory",
+                "needed to overwrite an archived memory",
             ),
             # At most 10 (anchors.spec.MAX_ANCHORS), checked at capture: not published, to
             # spare the tool budget.
@@ -199,13 +200,15 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
                 "code it is about: path, path:symbol, path:N-M",
                 max_length=LABEL_MAX,
             ),
+            # At most 10 too, checked by the operation.
+            Param("related", "array", "labels of memories it depends on", max_length=LABEL_MAX),
         ),
         _remember,
         drains_queue=True,
     ),
     ToolSpec(
         "memory_recall",
-        "Search memories by meaning (project store and global), best first. Use it before "
+        "Search memories by meaning (project store and global). Use it before "
         "answering about the project, its conventions or the user, and before saving.",
         (
             Param(
@@ -244,7 +247,7 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec("store_list", "List the memory stores.", (), _store_list),
     ToolSpec(
         "find_duplicates",
-        "One page of near-duplicate clusters in a store to consolidate, judged pairs "
+        "One page of near-duplicate clusters to consolidate, judged pairs "
         "skipped; the last line gives the next offset.",
         (
             store_param(),
@@ -266,7 +269,7 @@ MEMORY_SPECS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "extraction_done",
-        "Acknowledge extraction: the fact-extractor calls it at the end with the parent "
+        "Acknowledge extraction: the fact-extractor calls it last with the parent "
         "session's id, even when nothing was saved.",
         (_session_id("", required=False),),
         _extraction_done,

@@ -148,10 +148,12 @@ class Operations:
         overwrite: bool = False,
         archived: bool | None = None,
         anchors: Sequence[str] = (),
+        related: Sequence[str] = (),
     ) -> RememberReport:
         """Save one memory (docs/tools.md §memory_remember); raises ArgumentError or Refused.
         ``anchors`` (docs/tools.md §code-anchors) are captured before anything is written:
-        one that names no readable file, symbol or span refuses the save."""
+        one that names no readable file, symbol or span refuses the save. ``related``
+        labels the memories of its store it depends on: one that is not there refuses."""
         if label is not None and not label.strip():
             # Deriving is for a label not given at all; an empty one is a mistake to report.
             raise ArgumentError(
@@ -170,6 +172,7 @@ class Operations:
         captured = self._capture(anchors) if anchors else []
         stored_text = f"# {label}\n\n{content}"
         slug = slugify(label)
+        targets = self._related(name, slug, related) if related else []
         vector, model, cause, fix = None, None, None, None
         try:
             result = self.embed([stored_text], Kind.PASSAGE)
@@ -195,6 +198,7 @@ class Operations:
             overwrite=overwrite,
             archived=archived,
             anchors=captured,
+            related=targets,
         )
         if outcome is RememberOutcome.EXISTS:
             existing = db.show(name, label)
@@ -215,6 +219,33 @@ class Operations:
             return capture_anchors(anchors, self.ctx.project_dir, self.ctx.env)
         except AnchorProblem as problem:
             raise ArgumentError(f"Invalid arguments: anchors: {problem}") from None
+
+    def _related(self, store: str, slug: str, labels: Sequence[str]) -> list[str]:
+        """The slugs ``labels`` name in ``store``; ArgumentError for the first that is the
+        memory itself or names no memory there (links stay within one store)."""
+        from thatch.frontend.anchors.spec import MAX_ANCHORS
+        from thatch.frontend.untrusted import quoted
+
+        if len(labels) > MAX_ANCHORS:
+            raise ArgumentError(
+                f"Invalid arguments: related: at most {MAX_ANCHORS} memories ({len(labels)} given)"
+            )
+        targets = []
+        for label in labels:
+            target = slugify(label)
+            problem = None
+            if target == slug:
+                problem = f"{quoted(label.strip())} is this memory itself"
+            elif self.ctx.store.show(store, target) is None:
+                problem = f"no memory {quoted(label.strip())} in store {quoted(store)}"
+                holding = self.ctx.store.stores_holding(target)
+                if holding:
+                    elsewhere = ", ".join(quoted(name) for name in holding)
+                    problem += f" (found in {elsewhere}; related memories share a store)"
+            if problem is not None:
+                raise ArgumentError(f"Invalid arguments: related: {problem}")
+            targets.append(target)
+        return targets
 
     def existing_store(self, store: str | None) -> str:
         """The store a read names (the project store when omitted); Refused when a named
