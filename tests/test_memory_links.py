@@ -204,3 +204,16 @@ def test_the_cli_records_related(
     (repo / "README").write_text("changed\n")
     code, out = run("search", "who", "parses")
     assert code == 0 and 'Callers [code changed since saved: README via "Parser"]' in out
+
+
+def test_a_stalled_check_still_marks_its_first_file(tmp_path: Path, repo: Path) -> None:
+    """A clock that is past every deadline at once (a process stalled by a loaded machine):
+    the check still reads the first anchored file, so a changed one is marked."""
+    ticks = iter(range(0, 10**6, 10))
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        save(tools, "Config parsing", anchors=["src/config.py:parse_config"])
+        edit(repo / "src" / "config.py", "value.strip()", "value")
+        ctx.anchor_check = AnchorCheck(clock=lambda: float(next(ticks)))
+        text = ok(tools, "memory_recall", {"query": "config"})
+        assert "[code changed since saved: src/config.py]" in text

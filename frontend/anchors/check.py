@@ -160,7 +160,6 @@ class AnchorCheck:
         """The memories among ``keys`` whose anchored code changed, or that depend on
         one whose code did (dedup verdict "supplement", or ``related`` at save), within
         ``budget`` seconds and ``MAX_FILES`` files: an anchor not reached is left unmarked."""
-        deadline = self._clock() + budget
         self._never_open |= database_files(getattr(source, "path", None))
         supplements = source.supplements_of(keys)
         for key, pairs in source.related_of(keys).items():
@@ -172,13 +171,16 @@ class AnchorCheck:
             for slug, label in pairs
         }
         anchors = source.anchors_of([*keys, *partners])
+        # The budget is the files' (the queries above are the database's), and the first
+        # file is always checked: a stalled process still marks what it can.
+        deadline = self._clock() + budget
         changed: dict[Key, Drift] = {}
         files = 0
         for key in [*keys, *partners]:
             paths: list[str] = []
             gone = False
             for anchor in anchors.get(key, []):
-                if files >= MAX_FILES or self._clock() > deadline:
+                if files >= MAX_FILES or (files and self._clock() > deadline):
                     break
                 files += 1
                 verdict = self.status(anchor)
@@ -205,9 +207,9 @@ class AnchorCheck:
         """Verdicts for as many of ``anchors`` as ``budget`` seconds allow (hygiene)."""
         deadline = self._clock() + budget
         self._never_open |= frozenset(never_open)
-        verdicts = []
+        verdicts: list[tuple[Anchor, str]] = []
         for anchor in anchors:
-            if self._clock() > deadline:
+            if verdicts and self._clock() > deadline:
                 break
             verdict = self.status(anchor)
             verdicts.append((anchor, CHANGED if verdict == GONE else verdict))
