@@ -24,6 +24,7 @@ from thatch.hub.migrations import (
     m003_stamps_and_auth,
     m004_purge_horizon,
     m005_applied_writes,
+    m007_chat,
 )
 
 __all__ = [
@@ -43,6 +44,8 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m003_stamps_and_auth", m003_stamps_and_auth),
     ("m004_purge_horizon", m004_purge_horizon),
     ("m005_applied_writes", m005_applied_writes),
+    # m006 is h/hubsvc's (m006_hub_reads_migrations): m007 follows it once merged.
+    ("m007_chat", m007_chat),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).
