@@ -24,6 +24,7 @@ from thatch.hub.session import Member, as_member
 
 __all__ = [
     "CHAT_MAX_BODY",
+    "MAIL_KEPT",
     "MAIL_PAGE",
     "PEER_KEPT",
     "PUBLISH_MAX",
@@ -37,12 +38,14 @@ __all__ = [
     "peers",
     "publish",
     "pull_mail",
+    "purge_mail",
     "send_mail",
 ]
 
 PEER_KEPT = timedelta(days=7)  # a peer unseen this long is no longer listed (docs/chat.md §6)
 PUBLISH_MAX = 1_000  # sessions one machine publishes at once
 MAIL_PAGE = 200  # mails one pull returns at most
+MAIL_KEPT = timedelta(days=30)  # as local chat keeps its messages (docs/chat.md §retention)
 TOPIC_MAX = 80
 PROJECT_MAX = 200
 
@@ -352,3 +355,15 @@ def mark_delivered(
             (now, machine, list(ids)),
         ).rowcount
     return marked
+
+
+def purge_mail(conn: Connection[TupleRow], who: Member, before: datetime) -> int:
+    """Delete the mail to or from this member created before ``before`` (delivered or
+    not: a machine gone that long will not pull it), as the sync process does with
+    ``now - MAIL_KEPT``; how many. Row security leaves every other member's mail alone."""
+    with as_member(conn, who):
+        return conn.execute(
+            "DELETE FROM chat_mail WHERE team = thatch_team() AND (to_member = thatch_member() "
+            "OR from_member = thatch_member()) AND created_at < %s",
+            (before,),
+        ).rowcount

@@ -414,6 +414,6 @@ CREATE POLICY team_rows ON chat_mail
 
 GRANT SELECT, INSERT, UPDATE (topic, project, last_seen), DELETE ON chat_peers TO {{role}};
 
-GRANT SELECT, INSERT, UPDATE (delivered_at) ON chat_mail TO {{role}}""",
+GRANT SELECT, INSERT, UPDATE (delivered_at), DELETE ON chat_mail TO {{role}}""",
         role,
     )

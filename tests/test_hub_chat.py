@@ -248,3 +248,45 @@ def test_a_retried_send_is_stored_once(team: dict[str, Who]) -> None:
     again = send(alice, "0a", to, "once", "laptop-1:7")
     assert first.id is not None and again.id == first.id
     assert len(chat.pull_mail(amy.conn, amy.member, amy.machine)) == 1
+
+
+def test_old_mail_is_purged_by_its_members_only(team: dict[str, Who]) -> None:
+    alice, amy, arne, bob = team["alice"], team["amy"], team["arne"], team["bob"]
+    send(alice, "0a", peer(alice, "otter-00012@amy"), "to amy", "c:1")
+    send(amy, "1a", peer(amy, "otter-00012@arne"), "to arne", "c:1")
+    later = NOW + chat.MAIL_KEPT
+    assert chat.purge_mail(bob.conn, bob.member, later) == 0
+    assert chat.purge_mail(alice.conn, alice.member, NOW) == 0  # not older than NOW
+    assert chat.purge_mail(alice.conn, alice.member, later) == 1  # hers, not amy's to arne
+    assert [m.body for m in chat.pull_mail(arne.conn, arne.member, arne.machine)] == ["to arne"]
+    assert chat.pull_mail(amy.conn, amy.member, amy.machine) == []
+
+
+def test_a_malformed_publish_is_refused_whole(team: dict[str, Who]) -> None:
+    from thatch.hub import chat_service
+    from thatch.hub.v1 import hub_pb2 as pb
+
+    amy = team["amy"]
+    request = pb.PublishSessionsRequest(
+        machine=amy.machine,
+        sessions=[
+            pb.ChatSession(
+                key="1b".ljust(16, "0"),
+                local_name="heron-00001",
+                project="o/r",
+                last_seen="yesterday",
+            )
+        ],
+    )
+    with pytest.raises(InvalidInputError, match="last_seen"):
+        chat_service.publish_sessions(amy.conn, amy.member, request, lambda: NOW)
+    for machine in ("", "a b", "x" * 65):
+        with pytest.raises(InvalidInputError, match="machine"):
+            chat.publish(amy.conn, amy.member, machine, [])
+    with pytest.raises(InvalidInputError, match="topic"):
+        publish(amy, session("1b", "heron-00001", topic="two\nlines"))
+    assert [p.name for p in chat.peers(amy.conn, amy.member, NOW)] == [
+        "otter-00012@alice",
+        "otter-00012@amy",
+        "otter-00012@arne",
+    ]
