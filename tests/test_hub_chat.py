@@ -7,6 +7,8 @@ hub's restricted role; no mocks.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -290,3 +292,39 @@ def test_a_malformed_publish_is_refused_whole(team: dict[str, Who]) -> None:
         "otter-00012@amy",
         "otter-00012@arne",
     ]
+
+
+def test_two_machines_publishing_one_name_at_once_get_two_names(
+    hub_db: HubDatabase, team: dict[str, Who]
+) -> None:
+    """The second publish waits for the first's name assignment (an advisory lock), then
+    sees it taken: no unique violation, no shared name."""
+    alice = team["alice"]
+    other = Who(hub_db.hub(), alice.member, "desktop-9")
+    results: list[object] = []
+    with as_member(alice.conn, alice.member):
+        alice.conn.execute(
+            "INSERT INTO chat_peers (team, machine, session_key, local_name, project, "
+            "last_seen) VALUES ('A', 'tablet-8', %s, 'heron-00001', 'o/r', now())",
+            ("8a".ljust(16, "0"),),
+        )
+
+        def second() -> None:
+            try:
+                results.append(publish(other, session("9a", "heron-00001"))[0].name)
+            except Exception as error:
+                results.append(error)
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        owner = hub_db.owner()
+        while not owner.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        ).fetchone()[0]:
+            if not thread.is_alive():
+                break
+            time.sleep(0.01)  # a poll of the condition, not a wait standing in for it
+    thread.join()
+    assert results == ["heron-00001@alice#2"]
+    names = sorted(p.name for p in chat.peers(alice.conn, alice.member, NOW))
+    assert "heron-00001@alice" in names and "heron-00001@alice#2" in names
