@@ -26,6 +26,7 @@ __all__ = [
     "CHAT_MAX_BODY",
     "MAIL_KEPT",
     "MAIL_PAGE",
+    "PEERS_MAX",
     "PEER_KEPT",
     "PUBLISH_MAX",
     "TOPIC_MAX",
@@ -44,6 +45,7 @@ __all__ = [
 
 PEER_KEPT = timedelta(days=7)  # a peer unseen this long is no longer listed (docs/chat.md §6)
 PUBLISH_MAX = 1_000  # sessions one machine publishes at once
+PEERS_MAX = 5_000  # peers one listing returns at most: a bounded reply, the most recent kept
 MAIL_PAGE = 200  # mails one pull returns at most
 MAIL_KEPT = timedelta(days=30)  # as local chat keeps its messages (docs/chat.md §retention)
 TOPIC_MAX = 80
@@ -212,12 +214,14 @@ def publish(
 
 
 def peers(conn: Connection[TupleRow], who: Member, now: datetime) -> list[Peer]:
-    """The team's published sessions seen within ``PEER_KEPT``, by name."""
+    """The team's published sessions seen within ``PEER_KEPT`` (the ``PEERS_MAX`` seen
+    last), by name."""
     with as_member(conn, who):
         rows = conn.execute(
-            f"SELECT {_PEER_COLUMNS} FROM chat_peers WHERE team = thatch_team() "
-            "AND last_seen >= %s ORDER BY lower(display_name)",
-            (now - PEER_KEPT,),
+            f"SELECT {_PEER_COLUMNS} FROM (SELECT * FROM chat_peers "
+            "WHERE team = thatch_team() AND last_seen >= %s ORDER BY last_seen DESC LIMIT %s) "
+            "AS recent ORDER BY lower(display_name)",
+            (now - PEER_KEPT, PEERS_MAX),
         ).fetchall()
     return [_peer(row) for row in rows]
 

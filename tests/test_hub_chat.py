@@ -318,9 +318,7 @@ def test_two_machines_publishing_one_name_at_once_get_two_names(
         thread = threading.Thread(target=second)
         thread.start()
         owner = hub_db.owner()
-        while not owner.execute(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted"
-        ).fetchone()[0]:
+        while not owner.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
             if not thread.is_alive():
                 break
             time.sleep(0.01)  # a poll of the condition, not a wait standing in for it
