@@ -23,6 +23,7 @@ from thatch.hub.migrations import CHAT_MAX_BODY
 from thatch.hub.session import Member, as_member
 
 __all__ = [
+    "BATCH_MAX",
     "CHAT_MAX_BODY",
     "MAIL_KEPT",
     "MAIL_PAGE",
@@ -47,6 +48,7 @@ PEER_KEPT = timedelta(days=7)  # a peer unseen this long is no longer listed (do
 PUBLISH_MAX = 1_000  # sessions one machine publishes at once
 PEERS_MAX = 5_000  # peers one listing returns at most: a bounded reply, the most recent kept
 MAIL_PAGE = 200  # mails one pull returns at most
+BATCH_MAX = 1_000  # mails one send, or ids one mark, carries at most
 MAIL_KEPT = timedelta(days=30)  # as local chat keeps its messages (docs/chat.md §retention)
 TOPIC_MAX = 80
 PROJECT_MAX = 200
@@ -141,6 +143,11 @@ def _check_machine(machine: str) -> None:
             f"Invalid arguments: machine: {machine[:80]!r} is not a machine id "
             "(1-64 of A-Z a-z 0-9 _ . : -)"
         )
+
+
+def _check_batch(what: str, count: int) -> None:
+    if count > BATCH_MAX:
+        raise InvalidInputError(f"Invalid arguments: {what}: {count} (at most {BATCH_MAX} at once)")
 
 
 def _check_session(session: PublishedSession) -> None:
@@ -264,6 +271,7 @@ def send_mail(
     once.
     """
     _check_machine(machine)
+    _check_batch("mails", len(mails))
     acks: list[MailAck] = []
     with as_member(conn, who):
         for mail in mails:
@@ -349,6 +357,7 @@ def mark_delivered(
     """Mark this member's mail to ``machine`` among ``ids`` delivered; how many were
     marked now (ids of other mail, or already marked, change nothing)."""
     _check_machine(machine)
+    _check_batch("ids", len(ids))
     if not ids:
         return 0
     with as_member(conn, who):

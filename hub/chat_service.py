@@ -87,5 +87,8 @@ def pull_mail(
 def mark_delivered(
     conn: Connection[TupleRow], who: Member, request: pb.MarkDeliveredRequest, clock: Clock
 ) -> pb.MarkDeliveredResponse:
-    marked = chat.mark_delivered(conn, who, request.machine, list(request.ids), clock())
+    now = clock()
+    marked = chat.mark_delivered(conn, who, request.machine, list(request.ids), now)
+    # Retention rides on delivery: each member's machines trim that member's old mail.
+    chat.purge_mail(conn, who, now - chat.MAIL_KEPT)
     return pb.MarkDeliveredResponse(marked=marked)

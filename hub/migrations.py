@@ -316,6 +316,8 @@ CREATE TABLE chat_mail (
 CREATE INDEX chat_mail_inbox ON chat_mail (team, to_member, to_machine, id)
   WHERE delivered_at IS NULL;
 
+CREATE INDEX chat_mail_created ON chat_mail (team, created_at);
+
 CREATE FUNCTION thatch_stamp_chat_peer() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   base text;

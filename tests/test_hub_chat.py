@@ -326,3 +326,35 @@ def test_two_machines_publishing_one_name_at_once_get_two_names(
     assert results == ["heron-00001@alice#2"]
     names = sorted(p.name for p in chat.peers(alice.conn, alice.member, NOW))
     assert "heron-00001@alice" in names and "heron-00001@alice#2" in names
+
+
+def test_oversized_batches_are_refused_whole(team: dict[str, Who]) -> None:
+    alice = team["alice"]
+    to = peer(alice, "otter-00012@amy")
+    mails = [
+        OutgoingMail(f"c:{i}", "0a".ljust(16, "0"), to.id, "hi") for i in range(chat.BATCH_MAX + 1)
+    ]
+    with pytest.raises(InvalidInputError, match="mails"):
+        chat.send_mail(alice.conn, alice.member, alice.machine, mails, NOW)
+    with pytest.raises(InvalidInputError, match="ids"):
+        chat.mark_delivered(
+            alice.conn, alice.member, alice.machine, list(range(chat.BATCH_MAX + 1)), NOW
+        )
+    amy = team["amy"]
+    assert chat.pull_mail(amy.conn, amy.member, amy.machine) == []
+
+
+def test_marking_delivered_trims_the_members_mail_older_than_a_month(
+    team: dict[str, Who],
+) -> None:
+    from thatch.hub import chat_service
+    from thatch.hub.v1 import hub_pb2 as pb
+
+    alice, amy = team["alice"], team["amy"]
+    send(alice, "0a", peer(alice, "otter-00012@amy"), "stale", "c:1")
+    request = pb.MarkDeliveredRequest(machine=amy.machine)
+    chat_service.mark_delivered(amy.conn, amy.member, request, lambda: NOW)
+    assert [m.body for m in chat.pull_mail(amy.conn, amy.member, amy.machine)] == ["stale"]
+    later = NOW + chat.MAIL_KEPT + timedelta(seconds=1)
+    chat_service.mark_delivered(amy.conn, amy.member, request, lambda: later)
+    assert chat.pull_mail(amy.conn, amy.member, amy.machine) == []
