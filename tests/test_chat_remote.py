@@ -240,3 +240,42 @@ def test_the_sessions_published_are_the_teams_stores_and_the_senders(tools: Tool
     published = chat_remote.peers_to_publish(conn_of(tools), TEAM, ["o/r"], clock)
     assert sorted(p.local_name for p in published) == sorted([here.name, elsewhere.name])
     assert chat_remote.peers_to_publish(conn_of(tools), "B", [], clock) == []
+
+
+def test_a_message_another_process_writes_with_plain_sql_is_queued(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """Another writer (the earlier release's own SQL, in its own process) sending to a
+    remote session: the trigger queues it all the same."""
+    import subprocess
+    import sys
+
+    me = anchored(tools, "host-1")
+    apply(tools, remote(tools, 7, "otter-00012@alice"))
+    sender = tools.chat.store.by_name(me.name)
+    assert sender is not None
+    code = (
+        "import sqlite3, sys\n"
+        "conn = sqlite3.connect(sys.argv[1], timeout=30)\n"
+        "conn.execute('INSERT INTO chat_messages (from_session, to_session, body, created_at) "
+        "VALUES (?, ?, ?, ?)', (sys.argv[2], sys.argv[3], 'from elsewhere', sys.argv[4]))\n"
+        "conn.commit()\n"
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(tmp_path / "thatch.db"),
+            sender.session_id,
+            chat_remote.remote_session_id(TEAM, 7),
+            now(tools),
+        ],
+        check=True,
+    )
+    (queued,) = chat_remote.outgoing_mail(conn_of(tools), TEAM)
+    assert (queued.body, queued.to_peer, queued.from_key) == (
+        "from elsewhere",
+        7,
+        my_key(tools, me),
+    )
