@@ -358,3 +358,24 @@ def test_marking_delivered_trims_the_members_mail_older_than_a_month(
     later = NOW + chat.MAIL_KEPT + timedelta(seconds=1)
     chat_service.mark_delivered(amy.conn, amy.member, request, lambda: later)
     assert chat.pull_mail(amy.conn, amy.member, amy.machine) == []
+
+
+def test_raw_sql_without_a_team_set_reads_and_writes_no_chat_row(
+    hub_db: HubDatabase, team: dict[str, Who]
+) -> None:
+    alice = team["alice"]
+    send(alice, "0a", peer(alice, "otter-00012@amy"), "hi")
+    conn = hub_db.hub()
+    for table in ("chat_peers", "chat_mail"):
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+    assert conn.execute("UPDATE chat_mail SET delivered_at = now()").rowcount == 0
+    assert conn.execute("DELETE FROM chat_peers").rowcount == 0
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no member to stamp
+        conn.execute(
+            "INSERT INTO chat_peers (team, machine, session_key, local_name, project, "
+            "last_seen) VALUES ('A', 'm', %s, 'heron-00001', 'o/r', now())",
+            ("ab".ljust(16, "0"),),
+        )
+    owner = hub_db.owner()
+    assert owner.execute("SELECT count(*) FROM chat_peers").fetchone() == (5,)
+    assert owner.execute("SELECT count(*) FROM chat_mail").fetchone() == (1,)
