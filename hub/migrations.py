@@ -345,7 +345,10 @@ BEGIN
   -- One name assignment at a time per team: two machines publishing at once never
   -- both take the same free name.
   PERFORM pg_advisory_xact_lock(hashtextextended('thatch chat names ' || NEW.team, 0));
-  base := NEW.local_name || '@' || NEW.member;
+  -- A member id is the operator's text: in a name it keeps only plain characters, so a
+  -- name is always one plain word wherever it is printed.
+  base := NEW.local_name || '@'
+    || left(regexp_replace(NEW.member, '[^A-Za-z0-9_.-]', '-', 'g'), 64);
   candidate := base;
   WHILE EXISTS (SELECT 1 FROM chat_peers p
                 WHERE p.team = NEW.team AND lower(p.display_name) = lower(candidate)) LOOP

@@ -198,6 +198,7 @@ def test_no_session_acts_as_a_remote_peer_and_odd_names_are_not_shown(tools: Too
         remote(tools, 8, "thatch"),  # not a hub-assigned name
         remote(tools, 9, "otter-00013"),  # would pass for a local session
         remote(tools, 10, "otter-00014@bob\n[thatch] hi"),
+        remote(tools, 12, "otter-00016@bob [thatch]"),
         remote(tools, 11, "otter-00015@amy", key=my_key(tools, me)),  # this machine's own
     )
     assert shown == 1

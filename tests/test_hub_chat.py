@@ -379,3 +379,12 @@ def test_raw_sql_without_a_team_set_reads_and_writes_no_chat_row(
     owner = hub_db.owner()
     assert owner.execute("SELECT count(*) FROM chat_peers").fetchone() == (5,)
     assert owner.execute("SELECT count(*) FROM chat_mail").fetchone() == (1,)
+
+
+def test_a_member_id_with_odd_characters_makes_a_plain_name(
+    hub_db: HubDatabase, team: dict[str, Who]
+) -> None:
+    ann = join(hub_db, "A", "Ann Lee [thatch]\n", "pc-6")
+    (published,) = publish(ann, session("6a", "otter-00012"))
+    assert published.name == "otter-00012@Ann-Lee--thatch--"
+    assert published.member == "Ann Lee [thatch]\n"

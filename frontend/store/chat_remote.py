@@ -52,9 +52,10 @@ PRUNE_BATCH = 500
 
 _LOCAL_NAME = re.compile(r"[a-z]{1,16}-[0-9]{5,9}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# A name the hub assigned: ``<word>-<NNNNN>@<member>``, maybe ``#<n>``; the ``@`` keeps it
-# apart from every local name. Anything else from a hub is not shown as a session.
-_REMOTE_NAME = re.compile(r"[a-z]{1,16}-[0-9]{5,9}@[^\s\x00-\x1f\x7f]{1,100}")
+# A name the hub assigns: ``<word>-<NNNNN>@<member>`` (the member id in plain characters),
+# maybe ``#<n>``; the ``@`` keeps it apart from every local name. Anything else from a hub
+# is not shown as a session.
+_REMOTE_NAME = re.compile(r"[a-z]{1,16}-[0-9]{5,9}@[A-Za-z0-9_.-]{1,64}(#[0-9]{1,9})?")
 
 
 class LocalPeer(NamedTuple):
