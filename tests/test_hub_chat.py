@@ -388,3 +388,27 @@ def test_a_member_id_with_odd_characters_makes_a_plain_name(
     (published,) = publish(ann, session("6a", "otter-00012"))
     assert published.name == "otter-00012@Ann-Lee--thatch--"
     assert published.member == "Ann Lee [thatch]\n"
+
+
+def test_mail_goes_to_the_recipients_machine_only_and_pages_by_id(
+    team: dict[str, Who],
+) -> None:
+    alice, amy = team["alice"], team["amy"]
+    desk = Who(alice.conn, alice.member, "desktop-9")
+    (other,) = publish(desk, session("9a", "heron-00002"))
+    laptop = peer(amy, "otter-00012@alice")
+    ids = [send(amy, "1a", laptop, f"to laptop {i}", f"c:{i}").id for i in range(3)]
+    send(amy, "1a", other, "to desktop", "c:9")
+    assert [m.body for m in chat.pull_mail(desk.conn, desk.member, desk.machine)] == ["to desktop"]
+    first = chat.pull_mail(alice.conn, alice.member, alice.machine, limit=2)
+    assert [m.id for m in first] == ids[:2]
+    rest = chat.pull_mail(alice.conn, alice.member, alice.machine, after=first[-1].id)
+    assert [m.body for m in rest] == ["to laptop 2"]
+
+
+def test_mail_to_a_session_gone_from_the_hub_is_refused(team: dict[str, Who]) -> None:
+    alice, amy = team["alice"], team["amy"]
+    gone = peer(alice, "otter-00012@amy")
+    publish(amy)  # amy's machine has no session any more
+    ack = send(alice, "0a", gone, "anyone there?")
+    assert (ack.id, ack.refused) == (None, f"No chat session #{gone.id} in this team.")
