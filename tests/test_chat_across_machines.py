@@ -186,3 +186,16 @@ def assert_read(tools: Tools, me: Who, sender: str, body: str) -> None:
         rf"{body}\n<<<end of chat message #\1>>>",
         block,
     ), block
+
+
+def test_the_machines_side_loads_without_the_postgres_driver() -> None:
+    """The sync process imports the conversions and the store's side: never psycopg."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import thatch.hub.chat_wire, thatch.frontend.store.chat_remote; "
+        "assert 'psycopg' not in sys.modules; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
