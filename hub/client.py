@@ -212,6 +212,31 @@ class HubClient:
         response: pb.StoresResponse = self._call(self._stub.Stores, pb.StoresRequest())
         return response
 
+    # -- chat across machines (docs/team.md §chat-across-machines; hub.chat_wire builds
+    # the requests and reads the answers)
+
+    def publish_sessions(self, request: pb.PublishSessionsRequest) -> pb.PublishSessionsResponse:
+        response: pb.PublishSessionsResponse = self._call(self._stub.PublishSessions, request)
+        return response
+
+    def peers(self) -> pb.PeersResponse:
+        response: pb.PeersResponse = self._call(self._stub.Peers, pb.PeersRequest())
+        return response
+
+    def send_mail(self, request: pb.SendMailRequest) -> pb.SendMailResponse:
+        response: pb.SendMailResponse = self._call(self._stub.SendMail, request)
+        return response
+
+    def pull_mail(self, machine: str, after: int = 0, limit: int = 0) -> pb.PullMailResponse:
+        request = pb.PullMailRequest(machine=machine, after=after, limit=limit)
+        response: pb.PullMailResponse = self._call(self._stub.PullMail, request)
+        return response
+
+    def mark_delivered(self, machine: str, ids: Sequence[int]) -> int:
+        request = pb.MarkDeliveredRequest(machine=machine, ids=list(ids))
+        response: pb.MarkDeliveredResponse = self._call(self._stub.MarkDelivered, request)
+        return int(response.marked)
+
     def health(self, *, timeout: float = 2.0) -> Literal["SERVING", "NOT_SERVING", "UNREACHABLE"]:
         try:
             answer = self._health.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)

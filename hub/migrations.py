@@ -12,6 +12,7 @@ from psycopg import Connection, sql
 from psycopg.rows import TupleRow
 
 __all__ = [
+    "CHAT_MAX_BODY",
     "TABLES",
     "m001_tables",
     "m002_row_security",
@@ -19,10 +20,20 @@ __all__ = [
     "m004_purge_horizon",
     "m005_applied_writes",
     "m006_hub_reads_migrations",
+    "m007_chat",
 ]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
-TABLES = ("teams", "members", "stores", "memories", "recall_events", "applied_writes")
+TABLES = (
+    "teams",
+    "members",
+    "stores",
+    "memories",
+    "recall_events",
+    "applied_writes",
+    "chat_peers",
+    "chat_mail",
+)
 
 DIMENSION = 384  # the pinned model's (docs/team.md §vectors)
 
@@ -252,3 +263,169 @@ def m006_hub_reads_migrations(conn: Connection[TupleRow], role: str) -> None:
     """The hub reads which migrations are applied before it reports SERVING (``thatch hub
     serve``): a hub newer than its database says so instead of failing on every call."""
     _run(conn, "GRANT SELECT ON _thatch_migrations TO {role}", role)
+
+
+# The longest chat body the hub stores (docs/chat.md §4, THATCH_CHAT_MAX_BODY_CHARS's default).
+CHAT_MAX_BODY = 20_000
+
+
+def m007_chat(conn: Connection[TupleRow], role: str) -> None:
+    """Chat across machines (docs/team.md §chat-across-machines): the sessions machines
+    publish (``chat_peers``) and the mail between them (``chat_mail``).
+
+    Who a row speaks for is stamped by trigger, never taken from the client: a peer's
+    ``member`` and its team-unique ``display_name`` (``<local name>@<member>``, ``#<n>``
+    on a collision), a mail's sender (member, name, peer) from the sender's own peer row
+    and its recipient from the addressed peer. Every team member sees the team's peers,
+    but changes only its own; a mail is visible to its sender's and recipient's member
+    only, and only the recipient may mark it delivered.
+    """
+    _run(
+        conn,
+        f"""CREATE TABLE chat_peers (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  team text NOT NULL REFERENCES teams (id),
+  member text NOT NULL DEFAULT '',
+  machine text NOT NULL CHECK (machine ~ '^[A-Za-z0-9_.:-]+$' AND length(machine) <= 64),
+  session_key text NOT NULL
+    CHECK (session_key ~ '^[0-9a-f]+$' AND length(session_key) BETWEEN 16 AND 64),
+  local_name text NOT NULL CHECK (local_name ~ '^[a-z]+-[0-9]+$' AND length(local_name) <= 32),
+  display_name text NOT NULL DEFAULT '',
+  topic text CHECK (length(topic) <= 80),
+  project text NOT NULL CHECK (length(project) BETWEEN 1 AND 200),
+  last_seen timestamptz NOT NULL,
+  UNIQUE (team, member, machine, session_key)
+);
+
+CREATE UNIQUE INDEX chat_peers_name ON chat_peers (team, lower(display_name));
+
+CREATE TABLE chat_mail (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  team text NOT NULL REFERENCES teams (id),
+  client_id text NOT NULL CHECK (length(client_id) BETWEEN 1 AND 200),
+  from_member text NOT NULL DEFAULT '',
+  from_machine text NOT NULL,
+  from_key text NOT NULL,
+  from_peer bigint,
+  from_name text NOT NULL DEFAULT '',
+  to_peer bigint NOT NULL,
+  to_member text NOT NULL DEFAULT '',
+  to_machine text NOT NULL DEFAULT '',
+  to_key text NOT NULL DEFAULT '',
+  to_name text NOT NULL DEFAULT '',
+  body text NOT NULL CHECK (body <> '' AND length(body) <= {CHAT_MAX_BODY}),
+  via_broadcast boolean NOT NULL DEFAULT false,
+  created_at timestamptz NOT NULL,
+  delivered_at timestamptz,
+  UNIQUE (team, from_member, client_id)
+);
+
+CREATE INDEX chat_mail_inbox ON chat_mail (team, to_member, to_machine, id)
+  WHERE delivered_at IS NULL;
+
+CREATE INDEX chat_mail_created ON chat_mail (team, created_at);
+
+CREATE FUNCTION thatch_stamp_chat_peer() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  base text;
+  candidate text;
+  n integer := 1;
+BEGIN
+  IF thatch_member() IS NULL THEN
+    RAISE EXCEPTION 'no member set for this transaction: the hub stamps every write'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF TG_OP = 'DELETE' THEN
+    IF OLD.member <> thatch_member() THEN
+      RAISE EXCEPTION 'a member removes only its own chat sessions'
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN OLD;
+  END IF;
+  IF TG_OP = 'UPDATE' THEN
+    NEW.member := OLD.member;
+    NEW.display_name := OLD.display_name;
+    NEW.local_name := OLD.local_name;
+    RETURN NEW;
+  END IF;
+  NEW.member := thatch_member();
+  -- One name assignment at a time per team: two machines publishing at once never
+  -- both take the same free name.
+  PERFORM pg_advisory_xact_lock(hashtextextended('thatch chat names ' || NEW.team, 0));
+  -- A member id is the operator's text: in a name it keeps only plain characters, so a
+  -- name is always one plain word wherever it is printed.
+  base := NEW.local_name || '@'
+    || left(regexp_replace(NEW.member, '[^A-Za-z0-9_.-]', '-', 'g'), 64);
+  candidate := base;
+  WHILE EXISTS (SELECT 1 FROM chat_peers p
+                WHERE p.team = NEW.team AND lower(p.display_name) = lower(candidate)) LOOP
+    n := n + 1;
+    candidate := base || '#' || n;
+  END LOOP;
+  NEW.display_name := candidate;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER stamp BEFORE INSERT OR UPDATE OR DELETE ON chat_peers
+  FOR EACH ROW EXECUTE FUNCTION thatch_stamp_chat_peer();
+
+CREATE FUNCTION thatch_stamp_chat_mail() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  sender chat_peers%ROWTYPE;
+  recipient chat_peers%ROWTYPE;
+BEGIN
+  IF thatch_member() IS NULL THEN
+    RAISE EXCEPTION 'no member set for this transaction: the hub stamps every write'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF TG_OP = 'UPDATE' THEN
+    IF OLD.to_member <> thatch_member() THEN
+      RAISE EXCEPTION 'only its recipient marks a chat mail delivered'
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+  END IF;
+  NEW.from_member := thatch_member();
+  SELECT * INTO sender FROM chat_peers p WHERE p.team = NEW.team
+    AND p.member = NEW.from_member AND p.machine = NEW.from_machine
+    AND p.session_key = NEW.from_key;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'the sending session is not published by this member'
+      USING ERRCODE = 'foreign_key_violation';
+  END IF;
+  SELECT * INTO recipient FROM chat_peers p WHERE p.team = NEW.team AND p.id = NEW.to_peer;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'no such chat session in this team' USING ERRCODE = 'foreign_key_violation';
+  END IF;
+  NEW.from_peer := sender.id;
+  NEW.from_name := sender.display_name;
+  NEW.to_member := recipient.member;
+  NEW.to_machine := recipient.machine;
+  NEW.to_key := recipient.session_key;
+  NEW.to_name := recipient.display_name;
+  NEW.delivered_at := NULL;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER stamp BEFORE INSERT OR UPDATE ON chat_mail
+  FOR EACH ROW EXECUTE FUNCTION thatch_stamp_chat_mail();
+
+ALTER TABLE chat_peers ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY team_rows ON chat_peers
+  USING (team = thatch_team())
+  WITH CHECK (team = thatch_team() AND member = thatch_member());
+
+ALTER TABLE chat_mail ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY team_rows ON chat_mail
+  USING (team = thatch_team()
+         AND (to_member = thatch_member() OR from_member = thatch_member()))
+  WITH CHECK (team = thatch_team()
+              AND (to_member = thatch_member() OR from_member = thatch_member()));
+
+GRANT SELECT, INSERT, UPDATE (topic, project, last_seen), DELETE ON chat_peers TO {{role}};
+
+GRANT SELECT, INSERT, UPDATE (delivered_at), DELETE ON chat_mail TO {{role}}""",
+        role,
+    )

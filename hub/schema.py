@@ -26,6 +26,7 @@ from thatch.hub.migrations import (
     m004_purge_horizon,
     m005_applied_writes,
     m006_hub_reads_migrations,
+    m007_chat,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m004_purge_horizon", m004_purge_horizon),
     ("m005_applied_writes", m005_applied_writes),
     ("m006_hub_reads_migrations", m006_hub_reads_migrations),
+    ("m007_chat", m007_chat),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).

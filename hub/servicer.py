@@ -36,7 +36,7 @@ from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.secret_scan import SecretFound, refuse_secrets
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.timefmt import Clock, parse_timestamp
-from thatch.hub import wire
+from thatch.hub import chat_service, wire
 from thatch.hub.feed import changes_after
 from thatch.hub.memories import DIMENSION, HubMemories
 from thatch.hub.session import Member, UnknownToken, authenticate
@@ -57,6 +57,7 @@ NO_TOKEN = (
 DATABASE_DOWN = "the hub's database is unreachable; retry later"
 HUB_FAILED = "the hub failed on this call (its log says why)"
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,49 @@ class HubServicer(pb_grpc.HubServicer):
             )
 
         return self._serve(context, stores)
+
+    # -- chat across machines (docs/team.md §chat-across-machines)
+
+    def PublishSessions(
+        self, request: pb.PublishSessionsRequest, context: grpc.ServicerContext
+    ) -> pb.PublishSessionsResponse:
+        return self._chat(context, chat_service.publish_sessions, request)
+
+    def Peers(self, request: pb.PeersRequest, context: grpc.ServicerContext) -> pb.PeersResponse:
+        return self._chat(context, chat_service.list_peers, request)
+
+    def SendMail(
+        self, request: pb.SendMailRequest, context: grpc.ServicerContext
+    ) -> pb.SendMailResponse:
+        return self._chat(context, chat_service.send_mail, request)
+
+    def PullMail(
+        self, request: pb.PullMailRequest, context: grpc.ServicerContext
+    ) -> pb.PullMailResponse:
+        return self._chat(context, chat_service.pull_mail, request)
+
+    def MarkDelivered(
+        self, request: pb.MarkDeliveredRequest, context: grpc.ServicerContext
+    ) -> pb.MarkDeliveredResponse:
+        return self._chat(context, chat_service.mark_delivered, request)
+
+    def _chat(
+        self,
+        context: grpc.ServicerContext,
+        rpc: Callable[[psycopg.Connection[Any], Member, R, Clock], T],
+        request: R,
+    ) -> T:
+        """A chat RPC as the token's member on one pooled connection (each function opens
+        its own transaction as that member)."""
+
+        def call(caller: Caller) -> T:
+            try:
+                with self.pool.connection() as conn:
+                    return rpc(conn, caller.who, request, caller.clock)
+            except InvalidInputError as error:
+                raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
+
+        return self._serve(context, call)
 
     # -- one call
 

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -573,3 +574,57 @@ def test_hub_commands_need_the_team_extra_and_help_does_not(
     assert result.exit_code == 1
     assert "the team extra is not installed (psycopg missing)" in result.output
     assert "pip install 'thatch[team]'" in result.output
+
+
+def test_chat_mail_travels_through_the_hub_between_members_only(
+    database: HubDatabase, hub: HubProcess
+) -> None:
+    """The chat RPCs bound into the real hub: two members publish a session each from
+    their machines, one mails the other's hub-named peer, the recipient's machine pulls it
+    once; a member of another team sees no peer and cannot address one; bad input is
+    INVALID_ARGUMENT."""
+    alice, bob = team(database, hub, "alice", "bob")
+    (eve,) = team(database, hub, "eve")
+    # The hub lists peers seen lately by its own clock: the sessions were seen just now.
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+    def publish(client: HubClient, machine: str, key: str, name: str) -> pb.ChatPeer:
+        session = pb.ChatSession(key=key, local_name=name, project="acme/api", last_seen=now)
+        request = pb.PublishSessionsRequest(machine=machine, sessions=[session])
+        (peer,) = client.publish_sessions(request).peers
+        return peer
+
+    to_alice = publish(alice, "laptop", "a" * 32, "otter-00001")
+    publish(bob, "desk", "b" * 32, "otter-00001")
+    assert to_alice.name == "otter-00001@alice"
+    assert sorted(p.name for p in bob.peers().peers) == ["otter-00001@alice", "otter-00001@bob"]
+    assert list(eve.peers().peers) == []
+
+    mail = pb.OutgoingMail(client_id="desk:1", from_key="b" * 32, to_peer=to_alice.id, body="hi")
+    (ack,) = bob.send_mail(pb.SendMailRequest(machine="desk", mails=[mail])).acks
+    assert ack.id > 0 and ack.refused == ""
+    (eve_ack,) = eve.send_mail(
+        pb.SendMailRequest(
+            machine="x",
+            mails=[
+                pb.OutgoingMail(
+                    client_id="x:1", from_key="e" * 32, to_peer=to_alice.id, body="let me in"
+                )
+            ],
+        )
+    ).acks
+    assert eve_ack.id == 0 and eve_ack.refused
+
+    (got,) = alice.pull_mail("laptop").mails
+    assert (got.from_name, got.from_member, got.to_key, got.body) == (
+        "otter-00001@bob",
+        "bob",
+        "a" * 32,
+        "hi",
+    )
+    assert list(eve.pull_mail("laptop").mails) == []
+    assert alice.mark_delivered("laptop", [got.id]) == 1
+    assert list(alice.pull_mail("laptop").mails) == []
+    with pytest.raises(HubRefused) as refused:
+        alice.publish_sessions(pb.PublishSessionsRequest(machine="bad machine id!"))
+    assert refused.value.kind == "request"

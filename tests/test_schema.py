@@ -23,6 +23,7 @@ from thatch.frontend.store.schema import (
     ANCHORS_TABLE,
     CHANGES_TABLE,
     CHAT_BINDING_TABLES,
+    CHAT_REMOTE_TABLES,
     CHAT_TABLES,
     DUP_PAIRS_TABLE,
     DUP_SCANNED_TABLE,
@@ -191,6 +192,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
         "sqlite_sequence",
         *CHAT_TABLES,
         *CHAT_BINDING_TABLES,
+        *CHAT_REMOTE_TABLES,
     }
     extra.add("thatch_defaults_off")
     extra.add(BACKFILLS_TABLE)

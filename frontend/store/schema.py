@@ -41,6 +41,7 @@ from thatch.frontend.store.migrations.chat import (
     m008_chat_and_repo_paths,
     m011_chat_binding,
 )
+from thatch.frontend.store.migrations.chat_remote import CHAT_REMOTE_TABLES, m018_chat_remote
 from thatch.frontend.store.migrations.duplicates import (
     DUP_PAIRS_TABLE,
     DUP_SCANNED_TABLE,
@@ -68,6 +69,7 @@ __all__ = [
     "CHANGES_KEPT",
     "CHANGES_TABLE",
     "CHAT_BINDING_TABLES",
+    "CHAT_REMOTE_TABLES",
     "CHAT_TABLES",
     "DUP_PAIRS_TABLE",
     "DUP_SCANNED_TABLE",
@@ -103,6 +105,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m013_branch_lifecycle", m013_branch_lifecycle),
     ("m014_code_anchors", m014_code_anchors),
     ("m016_memory_links", m016_memory_links),
+    ("m018_chat_remote", m018_chat_remote),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -216,3 +216,157 @@ class StoresResponse(_message.Message):
     model: str
     dim: int
     def __init__(self, stores: _Optional[_Iterable[_Union[StoreCount, _Mapping]]] = ..., team: _Optional[str] = ..., member: _Optional[str] = ..., model: _Optional[str] = ..., dim: _Optional[int] = ...) -> None: ...
+
+class ChatSession(_message.Message):
+    __slots__ = ("key", "local_name", "topic", "project", "last_seen")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    local_name: str
+    topic: str
+    project: str
+    last_seen: str
+    def __init__(self, key: _Optional[str] = ..., local_name: _Optional[str] = ..., topic: _Optional[str] = ..., project: _Optional[str] = ..., last_seen: _Optional[str] = ...) -> None: ...
+
+class ChatPeer(_message.Message):
+    __slots__ = ("id", "name", "member", "machine", "key", "local_name", "topic", "project", "last_seen")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    member: str
+    machine: str
+    key: str
+    local_name: str
+    topic: str
+    project: str
+    last_seen: str
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., member: _Optional[str] = ..., machine: _Optional[str] = ..., key: _Optional[str] = ..., local_name: _Optional[str] = ..., topic: _Optional[str] = ..., project: _Optional[str] = ..., last_seen: _Optional[str] = ...) -> None: ...
+
+class PublishSessionsRequest(_message.Message):
+    __slots__ = ("machine", "sessions")
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    machine: str
+    sessions: _containers.RepeatedCompositeFieldContainer[ChatSession]
+    def __init__(self, machine: _Optional[str] = ..., sessions: _Optional[_Iterable[_Union[ChatSession, _Mapping]]] = ...) -> None: ...
+
+class PublishSessionsResponse(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedCompositeFieldContainer[ChatPeer]
+    def __init__(self, peers: _Optional[_Iterable[_Union[ChatPeer, _Mapping]]] = ...) -> None: ...
+
+class PeersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PeersResponse(_message.Message):
+    __slots__ = ("peers",)
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    peers: _containers.RepeatedCompositeFieldContainer[ChatPeer]
+    def __init__(self, peers: _Optional[_Iterable[_Union[ChatPeer, _Mapping]]] = ...) -> None: ...
+
+class OutgoingMail(_message.Message):
+    __slots__ = ("client_id", "from_key", "to_peer", "body", "via_broadcast")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_KEY_FIELD_NUMBER: _ClassVar[int]
+    TO_PEER_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    VIA_BROADCAST_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    from_key: str
+    to_peer: int
+    body: str
+    via_broadcast: bool
+    def __init__(self, client_id: _Optional[str] = ..., from_key: _Optional[str] = ..., to_peer: _Optional[int] = ..., body: _Optional[str] = ..., via_broadcast: _Optional[bool] = ...) -> None: ...
+
+class MailAck(_message.Message):
+    __slots__ = ("client_id", "id", "refused")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    id: int
+    refused: str
+    def __init__(self, client_id: _Optional[str] = ..., id: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
+
+class SendMailRequest(_message.Message):
+    __slots__ = ("machine", "mails")
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    MAILS_FIELD_NUMBER: _ClassVar[int]
+    machine: str
+    mails: _containers.RepeatedCompositeFieldContainer[OutgoingMail]
+    def __init__(self, machine: _Optional[str] = ..., mails: _Optional[_Iterable[_Union[OutgoingMail, _Mapping]]] = ...) -> None: ...
+
+class SendMailResponse(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[MailAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[MailAck, _Mapping]]] = ...) -> None: ...
+
+class Mail(_message.Message):
+    __slots__ = ("id", "from_peer", "from_name", "from_member", "from_machine", "from_project", "to_key", "to_name", "body", "via_broadcast", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_PEER_FIELD_NUMBER: _ClassVar[int]
+    FROM_NAME_FIELD_NUMBER: _ClassVar[int]
+    FROM_MEMBER_FIELD_NUMBER: _ClassVar[int]
+    FROM_MACHINE_FIELD_NUMBER: _ClassVar[int]
+    FROM_PROJECT_FIELD_NUMBER: _ClassVar[int]
+    TO_KEY_FIELD_NUMBER: _ClassVar[int]
+    TO_NAME_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    VIA_BROADCAST_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    from_peer: int
+    from_name: str
+    from_member: str
+    from_machine: str
+    from_project: str
+    to_key: str
+    to_name: str
+    body: str
+    via_broadcast: bool
+    created_at: str
+    def __init__(self, id: _Optional[int] = ..., from_peer: _Optional[int] = ..., from_name: _Optional[str] = ..., from_member: _Optional[str] = ..., from_machine: _Optional[str] = ..., from_project: _Optional[str] = ..., to_key: _Optional[str] = ..., to_name: _Optional[str] = ..., body: _Optional[str] = ..., via_broadcast: _Optional[bool] = ..., created_at: _Optional[str] = ...) -> None: ...
+
+class PullMailRequest(_message.Message):
+    __slots__ = ("machine", "after", "limit")
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    machine: str
+    after: int
+    limit: int
+    def __init__(self, machine: _Optional[str] = ..., after: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class PullMailResponse(_message.Message):
+    __slots__ = ("mails",)
+    MAILS_FIELD_NUMBER: _ClassVar[int]
+    mails: _containers.RepeatedCompositeFieldContainer[Mail]
+    def __init__(self, mails: _Optional[_Iterable[_Union[Mail, _Mapping]]] = ...) -> None: ...
+
+class MarkDeliveredRequest(_message.Message):
+    __slots__ = ("machine", "ids")
+    MACHINE_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    machine: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, machine: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MarkDeliveredResponse(_message.Message):
+    __slots__ = ("marked",)
+    MARKED_FIELD_NUMBER: _ClassVar[int]
+    marked: int
+    def __init__(self, marked: _Optional[int] = ...) -> None: ...

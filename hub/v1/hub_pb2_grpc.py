@@ -59,6 +59,31 @@ class HubStub:
                 request_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.StoresRequest.SerializeToString,
                 response_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.StoresResponse.FromString,
                 _registered_method=True)
+        self.PublishSessions = channel.unary_unary(
+                '/thatch.hub.v1.Hub/PublishSessions',
+                request_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PublishSessionsRequest.SerializeToString,
+                response_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PublishSessionsResponse.FromString,
+                _registered_method=True)
+        self.Peers = channel.unary_unary(
+                '/thatch.hub.v1.Hub/Peers',
+                request_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PeersRequest.SerializeToString,
+                response_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PeersResponse.FromString,
+                _registered_method=True)
+        self.SendMail = channel.unary_unary(
+                '/thatch.hub.v1.Hub/SendMail',
+                request_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.SendMailRequest.SerializeToString,
+                response_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.SendMailResponse.FromString,
+                _registered_method=True)
+        self.PullMail = channel.unary_unary(
+                '/thatch.hub.v1.Hub/PullMail',
+                request_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PullMailRequest.SerializeToString,
+                response_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PullMailResponse.FromString,
+                _registered_method=True)
+        self.MarkDelivered = channel.unary_unary(
+                '/thatch.hub.v1.Hub/MarkDelivered',
+                request_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.MarkDeliveredRequest.SerializeToString,
+                response_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.MarkDeliveredResponse.FromString,
+                _registered_method=True)
 
 
 class HubServicer:
@@ -99,6 +124,44 @@ class HubServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishSessions(self, request, context):
+        """Chat across machines (docs/team.md §chat-across-machines). The hub stamps who speaks:
+        a session's member and display name, a mail's sender and recipient.
+        A machine's whole set of chat sessions: new ones named, known ones refreshed, the
+        member's other sessions of that machine removed. Answers them with their names.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Peers(self, request, context):
+        """The team's chat sessions seen in the last 7 days, every machine's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendMail(self, request, context):
+        """Mail from this machine's sessions to the team's peers; one ack per mail, in order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullMail(self, request, context):
+        """The undelivered mail to this member's sessions on a machine, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MarkDelivered(self, request, context):
+        """The mail a machine stored: not pulled again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HubServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +189,31 @@ def add_HubServicer_to_server(servicer, server):
                     servicer.Stores,
                     request_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.StoresRequest.FromString,
                     response_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.StoresResponse.SerializeToString,
+            ),
+            'PublishSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishSessions,
+                    request_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PublishSessionsRequest.FromString,
+                    response_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PublishSessionsResponse.SerializeToString,
+            ),
+            'Peers': grpc.unary_unary_rpc_method_handler(
+                    servicer.Peers,
+                    request_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PeersRequest.FromString,
+                    response_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PeersResponse.SerializeToString,
+            ),
+            'SendMail': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendMail,
+                    request_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.SendMailRequest.FromString,
+                    response_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.SendMailResponse.SerializeToString,
+            ),
+            'PullMail': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullMail,
+                    request_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PullMailRequest.FromString,
+                    response_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.PullMailResponse.SerializeToString,
+            ),
+            'MarkDelivered': grpc.unary_unary_rpc_method_handler(
+                    servicer.MarkDelivered,
+                    request_deserializer=thatch_dot_hub_dot_v1_dot_hub__pb2.MarkDeliveredRequest.FromString,
+                    response_serializer=thatch_dot_hub_dot_v1_dot_hub__pb2.MarkDeliveredResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +351,141 @@ class Hub:
             '/thatch.hub.v1.Hub/Stores',
             thatch_dot_hub_dot_v1_dot_hub__pb2.StoresRequest.SerializeToString,
             thatch_dot_hub_dot_v1_dot_hub__pb2.StoresResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/thatch.hub.v1.Hub/PublishSessions',
+            thatch_dot_hub_dot_v1_dot_hub__pb2.PublishSessionsRequest.SerializeToString,
+            thatch_dot_hub_dot_v1_dot_hub__pb2.PublishSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Peers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/thatch.hub.v1.Hub/Peers',
+            thatch_dot_hub_dot_v1_dot_hub__pb2.PeersRequest.SerializeToString,
+            thatch_dot_hub_dot_v1_dot_hub__pb2.PeersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendMail(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/thatch.hub.v1.Hub/SendMail',
+            thatch_dot_hub_dot_v1_dot_hub__pb2.SendMailRequest.SerializeToString,
+            thatch_dot_hub_dot_v1_dot_hub__pb2.SendMailResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullMail(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/thatch.hub.v1.Hub/PullMail',
+            thatch_dot_hub_dot_v1_dot_hub__pb2.PullMailRequest.SerializeToString,
+            thatch_dot_hub_dot_v1_dot_hub__pb2.PullMailResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MarkDelivered(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/thatch.hub.v1.Hub/MarkDelivered',
+            thatch_dot_hub_dot_v1_dot_hub__pb2.MarkDeliveredRequest.SerializeToString,
+            thatch_dot_hub_dot_v1_dot_hub__pb2.MarkDeliveredResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,53 @@
+"""Chat across machines, the machine's side (m018; docs/team.md §chat-across-machines).
+
+Remote peers (sessions on other machines of a team, as the hub names them) are rows of
+``chat_sessions`` like local ones, so every chat action works on them unchanged;
+``chat_remote_peers`` says which rows they are and where they live. A message for one is
+copied into ``chat_outbox`` by a trigger in the writing transaction, whoever writes it.
+``chat_remote_delivered`` keeps the ids of the mail already stored here, so a mail pulled
+twice (a lost ``MarkDelivered``) is stored once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = [
+    "CHAT_OUTBOX_TRIGGER",
+    "CHAT_REMOTE_TABLES",
+    "m018_chat_remote",
+]
+
+CHAT_REMOTE_TABLES: dict[str, str] = {
+    "chat_remote_peers": "CREATE TABLE IF NOT EXISTS chat_remote_peers ("
+    "session_id TEXT PRIMARY KEY, team TEXT NOT NULL, peer_id INTEGER NOT NULL, "
+    "member TEXT NOT NULL, machine TEXT NOT NULL, UNIQUE (team, peer_id))",
+    "chat_outbox": "CREATE TABLE IF NOT EXISTS chat_outbox ("
+    "id INTEGER PRIMARY KEY AUTOINCREMENT, message_id INTEGER NOT NULL, team TEXT NOT NULL, "
+    "to_peer INTEGER NOT NULL, from_session TEXT NOT NULL, body TEXT NOT NULL, "
+    "via_broadcast INTEGER NOT NULL DEFAULT 0, queued_at TEXT NOT NULL)",
+    "chat_remote_delivered": "CREATE TABLE IF NOT EXISTS chat_remote_delivered ("
+    "team TEXT NOT NULL, mail_id INTEGER NOT NULL, message_id INTEGER, at TEXT NOT NULL, "
+    "PRIMARY KEY (team, mail_id))",
+}
+
+CHAT_OUTBOX_TRIGGER = "thatch_chat_outbox"
+
+
+def m018_chat_remote(conn: sqlite3.Connection) -> None:
+    """The remote peers, the chat outbox with the trigger filling it, the delivered ids."""
+    for ddl in CHAT_REMOTE_TABLES.values():
+        conn.execute(ddl)
+    conn.execute("CREATE INDEX IF NOT EXISTS thatch_chat_outbox_team ON chat_outbox (team, id)")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_remote_delivered_at ON chat_remote_delivered (at)"
+    )
+    # INSERT … SELECT: a message to a remote session is queued for that session's team,
+    # in the transaction that stores it; any other message queues nothing.
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS {CHAT_OUTBOX_TRIGGER} AFTER INSERT ON chat_messages "
+        "BEGIN INSERT INTO chat_outbox (message_id, team, to_peer, from_session, body, "
+        "via_broadcast, queued_at) SELECT NEW.id, r.team, r.peer_id, NEW.from_session, "
+        "NEW.body, NEW.via_broadcast, NEW.created_at FROM chat_remote_peers r "
+        "WHERE r.session_id = NEW.to_session; END"
+    )
