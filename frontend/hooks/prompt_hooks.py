@@ -273,9 +273,10 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
         extraction = extraction_tier(directory, session, host, str(project_path))
         found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
-            from thatch.frontend.project import current_branch, project_store
+            from thatch.frontend.project import current_branch
+            from thatch.frontend.project_memo import remembered_store
 
-            project = project_store(project_path, env)
+            project = remembered_store(project_path, env)
             follow_branches(project, project_path, env)
             branch = current_branch(project_path, env)
             try:
@@ -407,10 +408,11 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
         _cleanup_queue(command, queue_dir(env))
         return CLAUDE_DECLINED_NOTICE
     from thatch.frontend.hooks.reminder import reminder_text
-    from thatch.frontend.project import project_store
+    from thatch.frontend.project_memo import remembered_store
 
     directory = hookio.project_dir(env, payload)
-    project = project_store(directory, env)
+    # Asks git when the checkout's config changed, and leaves the memo the prompts read.
+    project = remembered_store(directory, env)
     _cleanup_queue(command, queue_dir(env))
     report = None
     try:
