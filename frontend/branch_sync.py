@@ -36,7 +36,7 @@ __all__ = [
     "sync_branches",
 ]
 
-# Gone branches whose merge state one sync decides (each costs up to four git calls);
+# Gone branches whose merge state one sync decides (each costs up to three git calls);
 # the others keep their snapshot entry and are decided by the next syncs.
 MAX_CHECKS = 16
 # Snapshot rows for a deleted local branch whose origin copy still exists: its decision
@@ -142,11 +142,11 @@ def _decide(
 
     if local in refs.commits:  # its remote-tracking ref was pruned by a fetch
         tip = refs.commits[local]
-        if git_refs.merged_into(directory, tip, targets, env):
+        if git_refs.merged_into(directory, tip, refs, targets, env):
             return BranchChange(branch, "promoted", tip)
         return None
     last = before[local]
-    if git_refs.merged_into(directory, last, targets, env):
+    if git_refs.merged_into(directory, last, refs, targets, env):
         return BranchChange(branch, "promoted", last)
     if f"refs/remotes/{git_refs.REMOTE}/{branch}" in refs.commits:
         return None  # pushed: wait for the host to merge it (or the ref to go)

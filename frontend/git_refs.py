@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from thatch.frontend.project import checkout_git_dir, git_result
@@ -79,10 +79,12 @@ def _stat(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Refs:
-    """Branch and remote-tracking refs (full name → commit), and origin/HEAD's target."""
+    """Branch and remote-tracking refs (full name → commit), origin/HEAD's target, and
+    each ref's tree (full name → tree; what a squash-merge check compares with)."""
 
     commits: dict[str, str]
     origin_head: str | None  # e.g. "refs/remotes/origin/main"
+    trees: dict[str, str] = field(default_factory=dict)
 
 
 def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | None:
@@ -91,25 +93,28 @@ def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | N
         directory,
         env,
         "for-each-ref",
-        "--format=%(objectname) %(refname) %(symref)",
+        "--format=%(objectname) %(tree) %(refname) %(symref)",
         "refs/heads",
         "refs/remotes",
     )
     if result is None or result.returncode != 0:
         return None
     commits: dict[str, str] = {}
+    trees: dict[str, str] = {}
     origin_head = None
     for line in result.stdout.decode("utf-8", "replace").splitlines():
         fields = line.split(" ")
-        if len(fields) != 3:
+        if len(fields) != 4:
             continue
-        commit, ref, symref = fields
+        commit, tree, ref, symref = fields
         if symref:
             if ref == f"{_REMOTES}HEAD":
                 origin_head = symref
             continue
         commits[ref] = commit
-    return Refs(commits, origin_head)
+        if tree:
+            trees[ref] = tree
+    return Refs(commits, origin_head, trees)
 
 
 def default_targets(refs: Refs, current: str | None) -> list[str]:
@@ -132,25 +137,41 @@ def default_targets(refs: Refs, current: str | None) -> list[str]:
 
 
 def merged_into(
-    directory: Path, commit: str, targets: Sequence[str], env: Mapping[str, str] | None = None
+    directory: Path,
+    commit: str,
+    refs: Refs,
+    targets: Sequence[str],
+    env: Mapping[str, str] | None = None,
 ) -> bool:
-    """Whether ``commit``'s work is in one of ``targets``.
+    """Whether ``commit``'s work is in one of ``targets`` (refs of ``refs``).
 
-    Fast-forward and merge commits: ``commit`` is an ancestor of the target. Squash and
-    rebase merges leave no ancestry: merging ``commit`` into the target
-    (``git merge-tree --write-tree``) then changes nothing, the result is the target's own
-    tree. A target that changed the same lines again since the squash makes that merge
-    conflict: the branch then counts as unmerged (its memories are archived, restorable).
+    Fast-forward and merge commits: ``commit`` is an ancestor of a target, asked of all
+    targets by one ``git for-each-ref --contains``. Squash and rebase merges leave no
+    ancestry: merging ``commit`` into the target (``git merge-tree --write-tree``) then
+    changes nothing, the result is the target's own tree (from ``refs``, read by the same
+    ``for-each-ref`` as the commits); targets at one commit are merged once. A target
+    that changed the same lines again since the squash makes that merge conflict: the
+    branch then counts as unmerged (its memories are archived, restorable). Git calls:
+    one when an ancestor, one more per distinct target commit otherwise.
     """
+    targets = [target for target in targets if target in refs.commits]
+    if not targets:
+        return False
+    contains = git_result(
+        directory, env, "for-each-ref", f"--contains={commit}", "--format=%(refname)", *targets
+    )
+    if contains is not None and contains.returncode == 0 and contains.stdout.strip():
+        return True
+    merged: set[str] = set()
     for target in targets:
-        ancestor = git_result(directory, env, "merge-base", "--is-ancestor", commit, target)
-        if ancestor is not None and ancestor.returncode == 0:
-            return True
-        tree = git_result(directory, env, "rev-parse", "--verify", "--quiet", f"{target}^{{tree}}")
-        merge = git_result(directory, env, "merge-tree", "--write-tree", target, commit)
-        if tree is None or merge is None or tree.returncode != 0 or merge.returncode != 0:
+        tip, tree = refs.commits[target], refs.trees.get(target)
+        if tip in merged or not tree:
+            continue
+        merged.add(tip)
+        merge = git_result(directory, env, "merge-tree", "--write-tree", tip, commit)
+        if merge is None or merge.returncode != 0:
             continue
         written = merge.stdout.decode("ascii", "replace").splitlines()
-        if written and written[0].strip() == tree.stdout.decode("ascii", "replace").strip():
+        if written and written[0].strip() == tree:
             return True
     return False

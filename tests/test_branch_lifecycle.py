@@ -7,6 +7,7 @@ snapshot; a merge seen only on the remote (fetch --prune) promotes too."""
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -239,6 +240,51 @@ def test_a_merge_seen_only_on_the_remote_promotes_after_fetch_prune(
     assert git(work, "branch", "--list", "feat")  # the local branch is still there
     assert sync(store, work, clock) == {"feat": "promoted"}
     assert rows(store) == {"Feat plan": (None, False), "Wip plan": ("wip", False)}
+
+
+def logged_git(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``git`` logs each call's subcommand, and that log."""
+    found = shutil.which("git")
+    assert found is not None
+    bin_dir, log = tmp_path / "logged-bin", tmp_path / "git-calls"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$1" >> "{log}"\nexec "{found}" "$@"\n')
+    wrapper.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}, log
+
+
+def test_a_sync_asks_git_once_per_decision_and_merges_a_target_commit_once(
+    tmp_path: Path, store: Store
+) -> None:
+    """Ancestry over every target in one call; a squash check only when that fails, once
+    per distinct commit of the targets (main and origin/main at one commit: one merge),
+    the targets' trees read with the refs."""
+    seed = new_repo(tmp_path / "seed")
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(remote), str(work))
+    feature(work, "done")
+    feature(work, "spike")
+    save(store, "Done plan", "done")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, work, clock)
+    git(work, "merge", "-q", "--no-ff", "-m", "merge done", "done")
+    git(work, "push", "-q", "origin", "main")
+    git(work, "branch", "-q", "-d", "done")
+    git(work, "branch", "-q", "-D", "spike")
+    env, log = logged_git(tmp_path)
+    result = sync_branches(store, PROJECT, work, clock(), env)
+    assert result is not None
+    assert {c.branch: c.action for c in result.changes} == {
+        "done": "promoted",
+        "spike": "archived",
+    }
+    calls = log.read_text().split()
+    # the refs, done's ancestry (found), spike's ancestry (not found), spike's one merge
+    assert sorted(calls) == ["for-each-ref", "for-each-ref", "for-each-ref", "merge-tree"]
 
 
 def test_the_default_branch_is_origin_head_then_main_then_master() -> None:
