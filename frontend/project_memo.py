@@ -4,13 +4,12 @@ every file git reads to give it, so a prompt in an unchanged checkout runs no gi
 opens no database to name its store.
 
 The key holds the directory's realpath, the checkout's ``.git`` and git dirs found by
-files (none: not a checkout), and the size, mtime and inode of each config file git reads
-for ``remote get-url`` (the repository's, the worktree's, the global and system ones),
-the ``GIT_CONFIG*`` variables, and the database's inode (a new file gets its repo
-identity row written again). Git writes a config file by renaming a lock file over it, so
-``git remote set-url`` changes the key. A config that includes other files is never
-memoized: their changes would not show in the key. A lost or stale file costs git calls,
-never a wrong answer.
+files (none: not a checkout), a digest of the content of each config file git reads for
+``remote get-url`` (the repository's, the worktree's, the global and system ones), the
+``GIT_*`` variables, and the database's inode (a new file gets its repo identity row
+written again). ``git remote set-url`` changes the key. A config that includes other
+files is never memoized: their changes would not show in the key. A lost or stale file
+costs git calls, never a wrong answer.
 """
 
 from __future__ import annotations
@@ -35,19 +34,19 @@ def remembered_store(directory: Path, env: Mapping[str, str]) -> str:
     facts = _facts(directory, env)
     if facts is None:
         return project_store(directory, env)
-    key, configs = facts
+    key, memoizable = facts
     path = memo_file(env, directory)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         text = ""
     stored, _, name = text.rpartition("\n")
-    if stored == key and name:
+    if memoizable and stored == key and name:
         return name
     name = project_store(directory, env)
-    # Written only when no file changed while git answered, and no config includes another.
+    # Written only when no file changed while git answered.
     again = _facts(directory, env)
-    if again is not None and again[0] == key and not any(map(_includes, configs)):
+    if memoizable and again == facts:
         _note(path, f"{key}\n{name}")
     return name
 
@@ -59,9 +58,10 @@ def memo_file(env: Mapping[str, str], directory: Path) -> Path:
     return thatch_cache_dir(env) / "projects" / digest
 
 
-def _facts(directory: Path, env: Mapping[str, str]) -> tuple[str, list[Path]] | None:
-    """(the key, the config files it covers); None for a directory that does not exist
-    (``project_store`` then asks the repo identity cache)."""
+def _facts(directory: Path, env: Mapping[str, str]) -> tuple[str, bool] | None:
+    """(the key, whether it may be memoized: no config includes another file); None for
+    a directory that does not exist (``project_store`` then asks the repo identity
+    cache)."""
     if not directory.is_dir():
         return None
     parts = [f"dir {os.path.realpath(directory)}"]
@@ -85,10 +85,14 @@ def _facts(directory: Path, env: Mapping[str, str]) -> tuple[str, list[Path]] | 
         if named:
             common = Path(os.path.normpath(gitdir / named))
         configs = [common / "config", gitdir / "config.worktree", *configs]
-    parts += [f"{config} {_stat(config)}" for config in configs]
+    memoizable = True
+    for config in configs:
+        digest, plain = _content(config)
+        parts.append(f"{config} {digest}")
+        memoizable = memoizable and plain
     parts += [f"{name}={value}" for name, value in sorted(env.items()) if name.startswith("GIT_")]
     parts.append(f"db {_identity(default_db_path(env))}")
-    return "\t".join(parts).replace("\n", " "), configs
+    return "\t".join(parts).replace("\n", " "), memoizable
 
 
 def _global_configs(env: Mapping[str, str]) -> list[Path]:
@@ -118,16 +122,19 @@ def _identity(path: Path) -> str:
     return f"{info.st_dev}/{info.st_ino}"
 
 
-def _includes(config: Path) -> bool:
-    """Whether ``config`` may include another file (unreadable counts as yes)."""
+def _content(config: Path) -> tuple[str, bool]:
+    """(a digest of the file's bytes, "-" when absent; whether it includes no other file).
+    By content, not stat: ``git branch -d`` rewrites the config file whole even when the
+    branch had no section in it. Unreadable or huge: not memoizable."""
     try:
         with open(config, "rb") as handle:
-            text = handle.read(_MAX_CONFIG_BYTES + 1)
+            data = handle.read(_MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        return False
+        return "-", True
     except OSError:
-        return True
-    return len(text) > _MAX_CONFIG_BYTES or b"include" in text.lower()
+        return "?", False
+    plain = len(data) <= _MAX_CONFIG_BYTES and b"include" not in data.lower()
+    return hashlib.sha256(data).hexdigest()[:32], plain
 
 
 def _note(path: Path, value: str) -> None:

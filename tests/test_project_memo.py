@@ -43,7 +43,11 @@ def test_an_unchanged_checkout_is_named_without_git(tmp_path: Path) -> None:
     repo = repo_with_remote(tmp_path / "widgets", env, "git@github.com:acme/widgets.git")
     assert remembered_store(repo, env) == "acme/widgets"
     assert project_store(repo, without_git(env, tmp_path)) == "widgets"  # git is needed...
-    git(repo, env, "status")  # index writes move .git's mtime: nothing git answers here
+    (repo / "a").write_text("a\n")
+    git(repo, env, "add", "a")  # an index write moves .git's mtime: nothing git answers here
+    git(repo, env, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    git(repo, env, "branch", "spike")
+    git(repo, env, "branch", "-q", "-D", "spike")  # rewrites the config, same content
     assert remembered_store(repo, without_git(env, tmp_path)) == "acme/widgets"  # ...once
 
 
