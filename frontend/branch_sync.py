@@ -36,7 +36,7 @@ __all__ = [
     "sync_branches",
 ]
 
-# Gone branches whose merge state one sync decides (each costs up to three git calls);
+# Gone branches whose merge state one sync decides (each costs up to four git calls);
 # the others keep their snapshot entry and are decided by the next syncs.
 MAX_CHECKS = 16
 # Snapshot rows for a deleted local branch whose origin copy still exists: its decision
@@ -99,7 +99,14 @@ def sync_branches(
                 kept.update({ref: before[ref] for ref in (local, remote, waiting) if ref in before})
                 continue
             checks += 1
-            change = _decide(directory, env, refs, before, targets, branch, local)
+            try:
+                change = _decide(directory, env, refs, before, targets, branch, local)
+            except git_refs.GitUnanswered:
+                # The refs were read from files, but git cannot be run: nothing is decided
+                # (the rest is kept too), the next sync asks again.
+                checks = MAX_CHECKS
+                kept.update({ref: before[ref] for ref in (local, remote, waiting) if ref in before})
+                continue
             if change is None and local not in refs.commits:
                 kept.update({local: before[local], waiting: before[local]})
             elif change is not None:
@@ -173,10 +180,17 @@ def fingerprint_file(env: Mapping[str, str], common: Path) -> Path:
 
 
 def note_fingerprint(path: Path, value: str) -> None:
+    """Overwritten in place, not renamed over: ext4 writes a file renamed over another out
+    at once (~5 ms a prompt under load). Every value has the same length and one small
+    write is whole to other writers; a torn read only fails to match (one more sync)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(value, encoding="ascii")
-    os.replace(temporary, path)
+    data = value.encode("ascii")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def prompt_sync(

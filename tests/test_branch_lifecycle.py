@@ -283,8 +283,52 @@ def test_a_sync_asks_git_once_per_decision_and_merges_a_target_commit_once(
         "spike": "archived",
     }
     calls = log.read_text().split()
-    # the refs, done's ancestry (found), spike's ancestry (not found), spike's one merge
+    # the refs read from files; done's ancestry (found); spike's ancestry (not found), its
+    # targets' trees, and one merge (main and origin/main are at one commit)
     assert sorted(calls) == ["for-each-ref", "for-each-ref", "for-each-ref", "merge-tree"]
+
+
+def test_the_refs_read_from_files_are_what_git_lists(tmp_path: Path, store: Store) -> None:
+    """Loose refs over packed ones, symbolic refs (origin/HEAD) as their target, a packed
+    ref deleted, another moved after packing: as ``git for-each-ref`` says."""
+    _remote, work, _clock = pushed_feat_and_wip(tmp_path, store)
+    feature(work, "spike")
+    git(work, "pack-refs", "--all")
+    feature(work, "late")  # loose only
+    git(work, "branch", "-q", "-D", "wip")  # was packed
+    git(work, "checkout", "-q", "feat")
+    commit(work, "f.txt", "moved after packing\n")
+    git(work, "checkout", "-q", "main")
+    common = git_refs.common_dir(work)
+    assert common is not None
+    from_files = git_refs.refs_from_files(common)
+    from_git = git_refs.read_refs(work, {**os.environ, "PATH": str(tmp_path / "none")})
+    assert from_git == from_files  # no git to run: read_refs reads the files
+    listed = git(work, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads",
+                 "refs/remotes")  # fmt: skip
+    expected = dict(line.split(" ")[::-1] for line in listed.splitlines())
+    del expected["refs/remotes/origin/HEAD"]
+    assert from_files is not None and from_files.commits == expected
+    assert from_files.origin_head == "refs/remotes/origin/main"
+    assert "refs/heads/wip" not in from_files.commits
+
+
+def test_without_git_a_sync_decides_nothing_and_the_next_one_does(
+    tmp_path: Path, store: Store
+) -> None:
+    """Refs come from files, but whether a gone branch was merged needs git: with none to
+    run nothing is archived, and the snapshot keeps the branch for the next sync."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "spike")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "spike")
+    no_git = {**os.environ, "PATH": str(tmp_path / "no-such-bin")}
+    result = sync_branches(store, PROJECT, repo, clock(), no_git)
+    assert result is not None and result.changes == []
+    assert rows(store) == {"Spike idea": ("spike", False)}
+    assert sync(store, repo, clock) == {"spike": "archived"}
 
 
 def test_the_default_branch_is_origin_head_then_main_then_master() -> None:
