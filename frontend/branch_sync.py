@@ -15,9 +15,8 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from thatch.common.environment import default_db_path, thatch_cache_dir
 from thatch.frontend import git_refs
@@ -52,8 +51,7 @@ class HasTransactions(Protocol):
     tx: Transactions
 
 
-@dataclass(frozen=True)
-class SyncResult:
+class SyncResult(NamedTuple):  # not a dataclass: the prompt hook imports this module
     changes: list[BranchChange]
     counts: dict[str, int]  # memories changed per branch
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from thatch.frontend.project import checkout_git_dir, git_result
 
@@ -84,14 +83,15 @@ def _stat(path: Path) -> str:
     return f"{info.st_mtime_ns}/{info.st_size}/{info.st_ino}"
 
 
-@dataclass(frozen=True)
-class Refs:
+# A NamedTuple, not a dataclass: the prompt hook imports this module (dataclasses
+# imports inspect, ~5 ms).
+class Refs(NamedTuple):
     """Branch and remote-tracking refs (full name → commit), origin/HEAD's target, and
     each ref's tree (full name → tree; what a squash-merge check compares with)."""
 
     commits: dict[str, str]
     origin_head: str | None  # e.g. "refs/remotes/origin/main"
-    trees: dict[str, str] = field(default_factory=dict)
+    trees: Mapping[str, str] = {}  # never written to: each read makes its own
 
 
 def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | None:

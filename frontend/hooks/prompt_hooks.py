@@ -301,10 +301,14 @@ def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> No
         import time
 
         from thatch.frontend.branch_sync import prompt_sync
-        from thatch.frontend.store.branch_lifecycle import opened_records
 
-        path = default_db_path(env)
-        prompt_sync(project, directory, env, lambda: opened_records(path), time.time_ns() // 10**6)
+        def open_records() -> Any:
+            # Imported only when a sync runs: unchanged refs need no database.
+            from thatch.frontend.store.branch_lifecycle import opened_records
+
+            return opened_records(default_db_path(env))
+
+        prompt_sync(project, directory, env, open_records, time.time_ns() // 10**6)
     except Exception as error:
         report_failure("flush-tools", error)
 

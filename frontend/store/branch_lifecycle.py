@@ -11,8 +11,8 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from thatch.frontend.store.migrations.branches import BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE
 from thatch.frontend.store.transactions import Transactions
@@ -23,8 +23,7 @@ PROMOTED = "promoted"
 ARCHIVED = "archived"
 
 
-@dataclass(frozen=True)
-class BranchChange:
+class BranchChange(NamedTuple):  # not a dataclass: the prompt hook imports this module
     """What a sync decided for one gone branch: ``promoted`` (merged) or ``archived``."""
 
     branch: str
