@@ -169,10 +169,14 @@ def test_a_prompt_in_an_unchanged_checkout_starts_no_process_and_imports_little(
     named, modules = result.stdout.decode().splitlines()
     assert named == f"{STORE} main"
     loaded = set(modules.split())
-    assert loaded & {
-        "subprocess",
-        "dataclasses",
-        "sqlite3",
-        "thatch.frontend.store.memory_store",
-        "thatch.frontend.store.branch_lifecycle",
-    } == set()
+    assert (
+        loaded
+        & {
+            "subprocess",
+            "dataclasses",
+            "sqlite3",
+            "thatch.frontend.store.memory_store",
+            "thatch.frontend.store.branch_lifecycle",
+        }
+        == set()
+    )
