@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.hookrun import hook_env, run_hook
+from tests.support.hookrun import hook_env, run_hook, thatch_command
+from tests.support.polling import poll
 from tests.test_branch_lifecycle import feature, git, merge_squash, new_repo
 from thatch.frontend.store.memory_store import Store
 
@@ -180,3 +181,22 @@ def test_a_prompt_in_an_unchanged_checkout_starts_no_process_and_imports_little(
         }
         == set()
     )
+
+
+def test_the_mcp_server_syncs_at_its_start(tmp_path: Path) -> None:
+    """A host without thatch's hooks: ``thatch mcp`` follows git when it starts, off the
+    requests' path, so a branch deleted since the last sync has its memory archived."""
+    repo, env, db, _start = spike_seen_at_session_start(tmp_path)
+    git(repo, "branch", "-q", "-D", "spike")
+    process = subprocess.Popen(
+        [*thatch_command("mcp")], env={**env, "THATCH_PROJECT_DIR": str(repo)},
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert poll(lambda: state(db) == {"Spike idea": ("spike", 1)}, timeout=60), state(db)
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(60)
+        if process.stderr is not None:
+            process.stderr.close()

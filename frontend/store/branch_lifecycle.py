@@ -40,19 +40,22 @@ class BranchRecords:
 
     def snapshot(self, store: str, repo: str) -> dict[str, str]:
         """The refs seen at the last sync of ``repo`` for ``store`` ({}: never synced)."""
-        rows = self.conn.execute(
-            f"SELECT ref, commit_id FROM {BRANCH_REFS_TABLE} WHERE store = ? AND repo = ?",
-            (store, repo),
-        )
+        # In a transaction of the connection's lock: a server shares its one connection.
+        with self.tx.read() as conn:
+            rows = conn.execute(
+                f"SELECT ref, commit_id FROM {BRANCH_REFS_TABLE} WHERE store = ? AND repo = ?",
+                (store, repo),
+            ).fetchall()
         return {str(ref): str(commit) for ref, commit in rows}
 
     def live_branches(self, store: str, among: Sequence[str]) -> list[str]:
         """Those of ``among`` that still scope unarchived memories of ``store``."""
-        rows = self.conn.execute(
-            "SELECT DISTINCT branch FROM entries WHERE store = ? AND branch IS NOT NULL "
-            "AND archived = 0 AND branch IN (SELECT value FROM json_each(?)) ORDER BY branch",
-            (store, json.dumps(list(among))),
-        )
+        with self.tx.read() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT branch FROM entries WHERE store = ? AND branch IS NOT NULL "
+                "AND archived = 0 AND branch IN (SELECT value FROM json_each(?)) ORDER BY branch",
+                (store, json.dumps(list(among))),
+            ).fetchall()
         return [str(row[0]) for row in rows]
 
     def apply(
