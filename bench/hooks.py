@@ -350,7 +350,6 @@ def branch_rows(
     root: Path,
     runs: int,
     variants: Variants,
-    baseline: list[float],
 ) -> None:
     """flush-tools' warm path (a ``thatch mcp`` serves the recall scan) with 1,000
     memories anchored to the functions of a real repository, in five project directories,
@@ -416,8 +415,12 @@ def branch_rows(
             bench_git(path, "commit", "-q", "--allow-empty", "-m", "more")
 
     times: dict[tuple[str, str], list[float]] = {key: [] for key in envs}
+    # The baseline again, interleaved with the rows: the load moves during the run.
+    base_argv = [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"]
+    baseline: list[float] = []
     with mcp_server(thatch, env):
         for _ in range(min(runs, BRANCHES)):
+            baseline += measure(base_argv, prompt, env, 1)
             for name, _what in BRANCH_ROWS:
                 for label, _ in variants:
                     before_prompt(label, name)
@@ -425,6 +428,7 @@ def branch_rows(
                                                   envs[label, name], 1)  # fmt: skip
     with open("/proc/loadavg") as load:
         print(f"(load average after the branch rows: {load.read().split()[:3]})")
+    print(row("baseline, interleaved with the rows below", baseline))
     first = variants[0][0]
     for name, what in BRANCH_ROWS:
         for label, _ in variants:
@@ -532,7 +536,7 @@ def main() -> None:
         )
         print(row("baseline: python -c json.load(stdin)", baseline))
         if args.only_branches:
-            branch_rows(thatch, env, root, runs, variants(env), baseline)
+            branch_rows(thatch, env, root, runs, variants(env))
             return
         compare("buffer-batch, 2 KB tool response", [*thatch, "buffer-batch"], batch,
                 variants(env), runs, baseline)  # fmt: skip
