@@ -181,14 +181,17 @@ def note_fingerprint(path: Path, value: str) -> None:
     """Overwritten in place, not renamed over: ext4 writes a file renamed over another out
     at once (~5 ms a prompt under load). Every value has the same length and one small
     write is whole to other writers; a torn read only fails to match (one more sync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = value.encode("ascii")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-    finally:
-        os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a cache that cannot be written is none: the next prompt syncs again
 
 
 def prompt_sync(

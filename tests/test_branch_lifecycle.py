@@ -555,3 +555,18 @@ def test_origin_branch_in_a_file_without_the_tables_is_none(tmp_path: Path) -> N
         assert BranchRecords(Transactions(conn)).origin_branch(PROJECT, "x") is None
     finally:
         conn.close()
+
+
+def test_an_unwritable_cache_costs_syncs_never_the_sync(tmp_path: Path, store: Store) -> None:
+    """The fingerprint is a cache: a cache directory that cannot be written (here a file
+    stands where it would be) leaves every sync to run, and none fails."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "spike")
+    save(store, "Spike idea", "spike")
+    (tmp_path / "cache").write_text("not a directory\n")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "THATCH_DB_PATH": str(tmp_path / "x.db")}
+    clock = Clock()
+    assert session_sync(store, PROJECT, repo, env, clock()) is not None
+    git(repo, "branch", "-q", "-D", "spike")
+    result = session_sync(store, PROJECT, repo, env, clock())
+    assert result is not None and [c.action for c in result.changes] == ["archived"]
