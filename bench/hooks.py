@@ -317,84 +317,142 @@ def bench_git(cwd: Path, *args: str) -> str:
     ).stdout  # fmt: skip
 
 
-def branchy_repo(path: Path) -> Path:
+def branchy_repo(path: Path, prefix: str) -> list[str]:
     """A repository named like the bench project (same store) with ``BRANCHES`` branches
-    of one commit each, all left unmerged."""
+    ``<prefix><i>`` of one commit each (a file of its own), all left unmerged; their names."""
     path.mkdir(parents=True)
     bench_git(path, "init", "-q", "-b", "main")
     (path / "README").write_text("bench\n")
     bench_git(path, "add", "README")
     bench_git(path, "commit", "-q", "-m", "first")
-    for i in range(BRANCHES):
-        bench_git(path, "checkout", "-q", "-b", f"b{i}", "main")
-        (path / f"b{i}.txt").write_text(f"{i}\n")
-        bench_git(path, "add", f"b{i}.txt")
-        bench_git(path, "commit", "-q", "-m", f"b{i}")
+    names = [f"{prefix}{i}" for i in range(BRANCHES)]
+    for name in names:
+        bench_git(path, "checkout", "-q", "-b", name, "main")
+        (path / f"{name}.txt").write_text(f"{name}\n")
+        bench_git(path, "add", f"{name}.txt")
+        bench_git(path, "commit", "-q", "-m", name)
     bench_git(path, "checkout", "-q", "main")
-    return path
+    return names
 
 
-def branch_rows(thatch: list[str], env: dict[str, str], root: Path, runs: int) -> None:
-    """flush-tools' warm path (a ``thatch mcp`` serves the recall scan) in four project
-    directories, interleaved: A not a git checkout; B a repository whose refs did not
-    change since the last sync (the fingerprint's stat calls); C one where a branch with a
-    memory was deleted unmerged before each prompt (a full sync: git, merge checks, one
-    write); D one where a commit was made before each prompt (the usual sync: one git
-    call, one snapshot row). Figures for docs/database.md §branch-lifecycle."""
+BRANCH_ROWS = (
+    ("A", "not a git checkout"),
+    ("B", f"git, {BRANCHES} branches, refs unchanged"),
+    ("C", "git, a branch deleted unmerged before each prompt (archive)"),
+    ("D", "git, a branch merged and deleted before each prompt (promote)"),
+    ("E", "git, a commit before each prompt"),
+)
+
+
+def branch_rows(
+    thatch: list[str],
+    env: dict[str, str],
+    root: Path,
+    runs: int,
+    variants: Variants,
+) -> None:
+    """flush-tools' warm path (a ``thatch mcp`` serves the recall scan) with 1,000
+    memories anchored to the functions of a real repository, in five project directories,
+    interleaved run by run (and tree by tree with ``--before``): A not a git checkout;
+    B the anchored repository, 40 branches, refs unchanged since the last sync (the
+    fingerprint's stat calls); C a branch with a memory deleted unmerged before each
+    prompt (a full sync: git, merge checks, an archive); D a branch with a memory merged
+    (``--no-ff``) into main and deleted before each prompt (a sync that promotes);
+    E a commit before each prompt (the usual sync: one snapshot row). Each tree gets
+    repositories of its own for C, D and E. Figures for docs/database.md §branch-lifecycle."""
+    from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.frontend.store.memory_store import Store
 
-    steady = branchy_repo(root / "git-steady" / "bench-project")
-    moving = branchy_repo(root / "git-moving" / "bench-project")
-    committing = branchy_repo(root / "git-commits" / "bench-project")
+    with EmbedderClient(env=env, autostart=False) as client:
+        info = client.info()
+    steady = root / "git-steady" / "bench-project"
+    anchored_repo(steady, 100, 10)
+    for i in range(BRANCHES):
+        bench_git(steady, "branch", f"s{i}", "main")
+    fill_anchored(root / "recall.db", "bench-project", 1000, int(info.dim), info.model_id, steady)
+    plain = root / "plain" / "bench-project"
+    plain.mkdir(parents=True)
+    dirs: dict[tuple[str, str], Path] = {}
+    doomed: dict[tuple[str, str], Iterator[str]] = {}
     with Store.open(root / "recall.db") as db:
-        for i in range(BRANCHES):
-            label = f"bench branch memory {i}"
-            db.remember("bench-project", label, f"# {label}\n\nbody", None, None, branch=f"b{i}")
+        for v, (label, _) in enumerate(variants):
+            dirs[label, "A"], dirs[label, "B"] = plain, steady
+            for name in ("C", "D", "E"):
+                path = root / f"git-{name}{v}" / "bench-project"
+                names = branchy_repo(path, f"{name.lower()}{v}-")
+                for branch in names:
+                    body = "# branch memory\n\nbody"
+                    db.remember("bench-project", f"memory of {branch}", body, None, None,
+                                branch=branch)  # fmt: skip
+                dirs[label, name] = path
+                doomed[label, name] = iter(names)
+    # Each tree keeps its hook caches (refs fingerprints, ...) apart: one tree's files
+    # must not cost the other a sync.
     envs = {
-        "A": env,
-        "B": {**env, "THATCH_PROJECT_DIR": str(steady)},
-        "C": {**env, "THATCH_PROJECT_DIR": str(moving)},
-        "D": {**env, "THATCH_PROJECT_DIR": str(committing)},
+        (label, name): {
+            **venv,
+            "THATCH_PROJECT_DIR": str(dirs[label, name]),
+            "XDG_CACHE_HOME": str(root / f"cache-{v}"),
+        }
+        for v, (label, venv) in enumerate(variants)
+        for name, _ in BRANCH_ROWS
     }
-    start = lambda _: b"{}"  # noqa: E731
-    for name in ("B", "C", "D"):  # the session's start: the first sync stores the snapshot
-        measure([*thatch, "reminder"], start, envs[name], 1)
+    for hook_env in envs.values():  # the session's start: the first sync stores the snapshot
+        measure([*thatch, "reminder"], lambda _: b"{}", hook_env, 1)
 
     def prompt(_: int) -> bytes:
         return json.dumps({"session_id": "empty", "prompt": "how do we deploy?!"}).encode()
 
-    doomed = iter(range(BRANCHES))
+    def before_prompt(label: str, name: str) -> None:
+        path = dirs[label, name]
+        if name == "C":
+            bench_git(path, "branch", "-q", "-D", next(doomed[label, name]))
+        elif name == "D":
+            branch = next(doomed[label, name])
+            bench_git(path, "merge", "-q", "--no-ff", "-m", f"merge {branch}", branch)
+            bench_git(path, "branch", "-q", "-d", branch)
+        elif name == "E":
+            bench_git(path, "commit", "-q", "--allow-empty", "-m", "more")
 
-    def delete_one(_: int) -> bytes:
-        bench_git(moving, "branch", "-q", "-D", f"b{next(doomed)}")
-        return prompt(0)
-
-    def commit_one(_: int) -> bytes:
-        bench_git(committing, "commit", "-q", "--allow-empty", "-m", "more")
-        return prompt(0)
-
-    times: dict[str, list[float]] = {"A": [], "B": [], "C": [], "D": []}
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in envs}
+    # The baseline again, interleaved with the rows: the load moves during the run.
+    base_argv = [sys.executable, "-c", "import json, sys; json.load(sys.stdin)"]
+    baseline: list[float] = []
     with mcp_server(thatch, env):
         for _ in range(min(runs, BRANCHES)):
-            times["A"] += measure([*thatch, "flush-tools"], prompt, envs["A"], 1)
-            times["B"] += measure([*thatch, "flush-tools"], prompt, envs["B"], 1)
-            times["C"] += measure([*thatch, "flush-tools"], delete_one, envs["C"], 1)
-            times["D"] += measure([*thatch, "flush-tools"], commit_one, envs["D"], 1)
-    base = statistics.median(times["A"])
-    for name, what in (
-        ("A", "not a git checkout"),
-        ("B", f"git, {BRANCHES} branches, refs unchanged"),
-        ("C", "git, a branch deleted before each prompt"),
-        ("D", "git, a commit before each prompt"),
-    ):
-        ratio = statistics.median(times[name]) / base
-        print(
-            row(f"flush-tools, warm path, {name}: {what}", times[name])
-            + f"  ({name}/A {ratio:.2f})"
-        )
+            baseline += measure(base_argv, prompt, env, 1)
+            for name, _what in BRANCH_ROWS:
+                for label, _ in variants:
+                    before_prompt(label, name)
+                    times[label, name] += measure([*thatch, "flush-tools"], prompt,
+                                                  envs[label, name], 1)  # fmt: skip
+    with open("/proc/loadavg") as load:
+        print(f"(load average after the branch rows: {load.read().split()[:3]})")
+    print(row("baseline, interleaved with the rows below", baseline))
+    first = variants[0][0]
+    for name, what in BRANCH_ROWS:
+        for label, _ in variants:
+            tag = f" [{label}]" if label else ""
+            ratio = statistics.median(times[label, name]) / statistics.median(times[label, "A"])
+            line = row(f"flush-tools, warm, 1,000 anchored, {name}: {what}{tag}",
+                       times[label, name], baseline)  # fmt: skip
+            line += f"  ({name}/A {ratio:.2f})"
+            if label != first:
+                after = statistics.median(times[label, name])
+                line += f"  (after/before {after / statistics.median(times[first, name]):.2f})"
+            print(line, flush=True)
     with Store.open(root / "recall.db") as db:
-        archived = sum(m.archived for m in db.list("bench-project"))
-    print(f"C: {archived} branch memories archived (one sync per prompt)")
+        memories = db.list("bench-project")
+    for name, verb in (("C", "archived"), ("D", "promoted")):
+        for v, (label, _) in enumerate(variants):
+            prefix = f"{name.lower()}{v}-"
+            gone = [m for m in memories if m.label.startswith(f"memory of {prefix}")]
+            if verb == "archived":
+                done = sum(m.archived for m in gone)
+            else:
+                done = sum(m.branch is None and not m.archived for m in gone)
+            tag = f" [{label}]" if label else ""
+            print(f"{name}{tag}: {done} branch memories {verb} (one sync per prompt)")
 
 
 def precompile(root: Path = HERE.parent) -> None:
@@ -478,8 +536,7 @@ def main() -> None:
         )
         print(row("baseline: python -c json.load(stdin)", baseline))
         if args.only_branches:
-            fill_store(root / "recall.db", "bench-project", 1000, int(info.dim), info.model_id)
-            branch_rows(thatch, env, root, runs)
+            branch_rows(thatch, env, root, runs, variants(env))
             return
         compare("buffer-batch, 2 KB tool response", [*thatch, "buffer-batch"], batch,
                 variants(env), runs, baseline)  # fmt: skip

@@ -58,7 +58,10 @@ def hygiene(as_json: bool) -> None:
     nothing to tend. Exits 0 either way; thatch never deletes anything for hygiene.
     Memories waiting for an embedding are embedded first when an embedder is serving.
     """
+    import time
+
     from thatch.common.environment import default_db_path
+    from thatch.frontend.branch_sync import session_sync
     from thatch.frontend.hooks.hookio import project_dir
     from thatch.frontend.project import project_store
     from thatch.frontend.store.db import read_leniently
@@ -74,6 +77,9 @@ def hygiene(as_json: bool) -> None:
         _fill_pending()
         store = Store.open(default_db_path(os.environ), clock=utc_now)
         try:
+            # Branch memory follows git first (docs/database.md §branch-lifecycle), as at a
+            # session start: deleted branches' memories are counted after their sync.
+            session_sync(store, project, directory, os.environ, time.time_ns() // 10**6)
             # Compare the memories no write compared (an upgraded database), in short
             # chunks: the count below is then complete, not "counting".
             check_unchecked_duplicates(store, project)

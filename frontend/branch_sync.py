@@ -15,9 +15,8 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from thatch.common.environment import default_db_path, thatch_cache_dir
 from thatch.frontend import git_refs
@@ -52,8 +51,7 @@ class HasTransactions(Protocol):
     tx: Transactions
 
 
-@dataclass(frozen=True)
-class SyncResult:
+class SyncResult(NamedTuple):  # not a dataclass: the prompt hook imports this module
     changes: list[BranchChange]
     counts: dict[str, int]  # memories changed per branch
 
@@ -99,7 +97,14 @@ def sync_branches(
                 kept.update({ref: before[ref] for ref in (local, remote, waiting) if ref in before})
                 continue
             checks += 1
-            change = _decide(directory, env, refs, before, targets, branch, local)
+            try:
+                change = _decide(directory, env, refs, before, targets, branch, local)
+            except git_refs.GitUnanswered:
+                # The refs were read from files, but git cannot be run: nothing is decided
+                # (the rest is kept too), the next sync asks again.
+                checks = MAX_CHECKS
+                kept.update({ref: before[ref] for ref in (local, remote, waiting) if ref in before})
+                continue
             if change is None and local not in refs.commits:
                 kept.update({local: before[local], waiting: before[local]})
             elif change is not None:
@@ -142,11 +147,11 @@ def _decide(
 
     if local in refs.commits:  # its remote-tracking ref was pruned by a fetch
         tip = refs.commits[local]
-        if git_refs.merged_into(directory, tip, targets, env):
+        if git_refs.merged_into(directory, tip, refs, targets, env):
             return BranchChange(branch, "promoted", tip)
         return None
     last = before[local]
-    if git_refs.merged_into(directory, last, targets, env):
+    if git_refs.merged_into(directory, last, refs, targets, env):
         return BranchChange(branch, "promoted", last)
     if f"refs/remotes/{git_refs.REMOTE}/{branch}" in refs.commits:
         return None  # pushed: wait for the host to merge it (or the ref to go)
@@ -173,10 +178,20 @@ def fingerprint_file(env: Mapping[str, str], common: Path) -> Path:
 
 
 def note_fingerprint(path: Path, value: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(value, encoding="ascii")
-    os.replace(temporary, path)
+    """Overwritten in place, not renamed over: ext4 writes a file renamed over another out
+    at once (~5 ms a prompt under load). Every value has the same length and one small
+    write is whole to other writers; a torn read only fails to match (one more sync)."""
+    data = value.encode("ascii")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a cache that cannot be written is none: the next prompt syncs again
 
 
 def prompt_sync(

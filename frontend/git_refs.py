@@ -1,8 +1,9 @@
 """What git says about a repository's branches (docs/database.md §branch-lifecycle).
 
-``common_dir`` and ``fingerprint`` read files only (the prompt hook calls them on every
-prompt); ``read_refs``, ``default_targets`` and ``merged_into`` run git, with the cleaned
-environment and timeout of ``project.git_result``.
+``common_dir``, ``fingerprint`` and ``refs_from_files`` read files only (the prompt hook
+calls them on every prompt); ``read_refs`` runs git only for a repository whose refs are
+not in files (reftable), ``merged_into`` runs git, with the cleaned environment and
+timeout of ``project.git_result``.
 """
 
 from __future__ import annotations
@@ -10,21 +11,26 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from thatch.frontend.project import checkout_git_dir, git_result
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "EVENTS_FILE",
     "HEADS",
     "REMOTE",
+    "GitUnanswered",
     "Refs",
     "common_dir",
     "default_targets",
     "fingerprint",
     "merged_into",
     "read_refs",
+    "refs_from_files",
 ]
 
 HEADS = "refs/heads/"
@@ -77,39 +83,112 @@ def _stat(path: Path) -> str:
     return f"{info.st_mtime_ns}/{info.st_size}/{info.st_ino}"
 
 
-@dataclass(frozen=True)
-class Refs:
-    """Branch and remote-tracking refs (full name → commit), and origin/HEAD's target."""
+# A NamedTuple, not a dataclass: the prompt hook imports this module (dataclasses
+# imports inspect, ~5 ms).
+class Refs(NamedTuple):
+    """Branch and remote-tracking refs (full name → commit), origin/HEAD's target, and
+    each ref's tree (full name → tree; what a squash-merge check compares with)."""
 
     commits: dict[str, str]
     origin_head: str | None  # e.g. "refs/remotes/origin/main"
+    trees: Mapping[str, str] = {}  # never written to: each read makes its own
 
 
 def read_refs(directory: Path, env: Mapping[str, str] | None = None) -> Refs | None:
-    """One ``git for-each-ref`` over heads and remotes; None when git cannot say."""
+    """Heads and remotes, read from the refs files (no git process) when the repository
+    keeps them there, else by one ``git for-each-ref``; None when neither can say."""
+    common = common_dir(Path(os.path.abspath(directory)))
+    if common is not None:
+        found = refs_from_files(common)
+        if found is not None:
+            return found
+    return _refs_from_git(directory, env)
+
+
+def refs_from_files(common: Path) -> Refs | None:
+    """What ``git for-each-ref refs/heads refs/remotes`` lists, from the files backend's
+    files: loose refs first, then ``packed-refs`` (git packs a ref by writing
+    ``packed-refs`` before it deletes the loose file, so a ref is in one of them
+    throughout; a loose ref wins). None for a reftable repository, or a file that is not
+    as expected (git is asked instead). Trees are left to ``merged_into``."""
+    if (common / "reftable").exists():
+        return None
+    values: dict[str, str] = {}
+    for top in ("refs/heads", "refs/remotes"):
+        for root, dirs, files in os.walk(common / top):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".lock"):
+                    continue  # a ref being written: its old value is in place until renamed
+                path = os.path.join(root, name)
+                if os.path.islink(path):
+                    return None
+                try:
+                    with open(path, encoding="ascii") as handle:
+                        text = handle.read(4096).strip()
+                except FileNotFoundError:
+                    continue  # deleted meanwhile
+                except (OSError, UnicodeDecodeError):
+                    return None
+                values[os.path.relpath(path, common).replace(os.sep, "/")] = text
+    try:
+        packed = (common / "packed-refs").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        packed = ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in packed.splitlines():
+        if not line or line[0] in "#^":
+            continue  # the header, and a tag's peeled commit
+        commit, _, ref = line.partition(" ")
+        if not _object_id(commit) or not ref:
+            return None
+        if ref.startswith((HEADS, "refs/remotes/")):
+            values.setdefault(ref, commit)
+    commits: dict[str, str] = {}
+    origin_head = None
+    for ref, value in values.items():
+        if value.startswith("ref: "):
+            if ref == f"{_REMOTES}HEAD":
+                origin_head = value[len("ref: ") :]
+            continue  # a symbolic ref: for-each-ref's %(symref) lines are skipped too
+        if not _object_id(value):
+            return None
+        commits[ref] = value
+    return Refs(commits, origin_head)
+
+
+def _object_id(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _refs_from_git(directory: Path, env: Mapping[str, str] | None) -> Refs | None:
     result = git_result(
         directory,
         env,
         "for-each-ref",
-        "--format=%(objectname) %(refname) %(symref)",
+        "--format=%(objectname) %(tree) %(refname) %(symref)",
         "refs/heads",
         "refs/remotes",
     )
     if result is None or result.returncode != 0:
         return None
     commits: dict[str, str] = {}
+    trees: dict[str, str] = {}
     origin_head = None
     for line in result.stdout.decode("utf-8", "replace").splitlines():
         fields = line.split(" ")
-        if len(fields) != 3:
+        if len(fields) != 4:
             continue
-        commit, ref, symref = fields
+        commit, tree, ref, symref = fields
         if symref:
             if ref == f"{_REMOTES}HEAD":
                 origin_head = symref
             continue
         commits[ref] = commit
-    return Refs(commits, origin_head)
+        if tree:
+            trees[ref] = tree
+    return Refs(commits, origin_head, trees)
 
 
 def default_targets(refs: Refs, current: str | None) -> list[str]:
@@ -131,26 +210,77 @@ def default_targets(refs: Refs, current: str | None) -> list[str]:
     return [ref for ref in (HEADS + name, _REMOTES + name) if ref in refs.commits]
 
 
-def merged_into(
-    directory: Path, commit: str, targets: Sequence[str], env: Mapping[str, str] | None = None
-) -> bool:
-    """Whether ``commit``'s work is in one of ``targets``.
+class GitUnanswered(Exception):
+    """Git could not be run (not installed, timed out): nothing may be decided."""
 
-    Fast-forward and merge commits: ``commit`` is an ancestor of the target. Squash and
-    rebase merges leave no ancestry: merging ``commit`` into the target
-    (``git merge-tree --write-tree``) then changes nothing, the result is the target's own
-    tree. A target that changed the same lines again since the squash makes that merge
-    conflict: the branch then counts as unmerged (its memories are archived, restorable).
+
+def merged_into(
+    directory: Path,
+    commit: str,
+    refs: Refs,
+    targets: Sequence[str],
+    env: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether ``commit``'s work is in one of ``targets`` (refs of ``refs``); raises
+    GitUnanswered when git cannot be run.
+
+    Fast-forward and merge commits: ``commit`` is an ancestor of a target, asked of all
+    targets by one ``git for-each-ref --contains``. Squash and rebase merges leave no
+    ancestry: merging ``commit`` into the target (``git merge-tree --write-tree``) then
+    changes nothing, the result is the target's own tree (read with the targets' commits
+    by one more ``for-each-ref``, unless ``refs`` has them); targets at one commit are
+    merged once. A target that changed the same lines again since the squash makes that
+    merge conflict: the branch then counts as unmerged (its memories are archived,
+    restorable). Git calls: one when an ancestor, else two plus one per distinct target
+    commit.
     """
-    for target in targets:
-        ancestor = git_result(directory, env, "merge-base", "--is-ancestor", commit, target)
-        if ancestor is not None and ancestor.returncode == 0:
-            return True
-        tree = git_result(directory, env, "rev-parse", "--verify", "--quiet", f"{target}^{{tree}}")
-        merge = git_result(directory, env, "merge-tree", "--write-tree", target, commit)
-        if tree is None or merge is None or tree.returncode != 0 or merge.returncode != 0:
+    targets = [target for target in targets if target in refs.commits]
+    if not targets:
+        return False
+    contains = _git_or_raise(
+        directory, env, "for-each-ref", f"--contains={commit}", "--format=%(refname)", *targets
+    )
+    if contains.returncode == 0 and contains.stdout.strip():
+        return True
+    merged: set[str] = set()
+    for tip, tree in _target_trees(directory, env, refs, targets):
+        if tip in merged:
+            continue
+        merged.add(tip)
+        merge = _git_or_raise(directory, env, "merge-tree", "--write-tree", tip, commit)
+        if merge.returncode != 0:
             continue
         written = merge.stdout.decode("ascii", "replace").splitlines()
-        if written and written[0].strip() == tree.stdout.decode("ascii", "replace").strip():
+        if written and written[0].strip() == tree:
             return True
     return False
+
+
+def _target_trees(
+    directory: Path, env: Mapping[str, str] | None, refs: Refs, targets: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(commit, tree) of each target: from ``refs`` when it has the trees, else as git
+    lists them now (one call; a target moved since the refs were read is merged at its
+    new commit, with that commit's tree)."""
+    if all(target in refs.trees for target in targets):
+        return [(refs.commits[target], refs.trees[target]) for target in targets]
+    listed = _git_or_raise(
+        directory, env, "for-each-ref", "--format=%(objectname) %(tree)", *targets
+    )
+    if listed.returncode != 0:
+        return []
+    pairs = []
+    for line in listed.stdout.decode("ascii", "replace").splitlines():
+        tip, _, tree = line.partition(" ")
+        if tip and tree:
+            pairs.append((tip, tree))
+    return pairs
+
+
+def _git_or_raise(
+    directory: Path, env: Mapping[str, str] | None, *args: str
+) -> subprocess.CompletedProcess[bytes]:
+    result = git_result(directory, env, *args)
+    if result is None:
+        raise GitUnanswered(args[0])
+    return result

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "RepoPathCache",
@@ -287,6 +289,9 @@ def git_result(
     }
     clean["GIT_TERMINAL_PROMPT"] = "0"
     clean["LC_ALL"] = "C"
+    # Imported here: a prompt whose checkout and refs are as before runs no git (~5 ms).
+    import subprocess
+
     try:
         return subprocess.run(
             ["git", *args],

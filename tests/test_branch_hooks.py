@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.hookrun import hook_env, run_hook
+from tests.support.hookrun import hook_env, run_hook, thatch_command
+from tests.support.polling import poll
 from tests.test_branch_lifecycle import feature, git, merge_squash, new_repo
 from thatch.frontend.store.memory_store import Store
 
@@ -138,3 +139,64 @@ def test_unchanged_refs_cost_the_prompt_hook_no_store_and_no_git(tmp_path: Path)
     git(repo, "branch", "-q", "-D", "spike")
     assert check(env) == "False"
     assert state(db) == {"Spike idea": ("spike", 1)}
+
+
+STEADY = """
+import os, sys
+from pathlib import Path
+from thatch.frontend.hooks.prompt_hooks import follow_branches
+from thatch.frontend.project import current_branch
+from thatch.frontend.project_memo import remembered_store
+directory = Path(sys.argv[1])
+project = remembered_store(directory, os.environ)
+follow_branches(project, directory, os.environ)
+print(project, current_branch(directory, os.environ))
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_a_prompt_in_an_unchanged_checkout_starts_no_process_and_imports_little(
+    tmp_path: Path,
+) -> None:
+    """After the session start, the prompt hook's store name, branch sync check and branch
+    start no git (not even the module that would run one), open no database for them,
+    and load no dataclasses (inspect, ~5 ms)."""
+    repo, env, _db, _start = spike_seen_at_session_start(tmp_path)
+    no_git = {**env, "PATH": str(tmp_path / "no-such-bin")}
+    result = subprocess.run(
+        [sys.executable, "-c", STEADY, str(repo)], env=no_git, capture_output=True, check=True
+    )
+    assert result.stderr == b"", result.stderr
+    named, modules = result.stdout.decode().splitlines()
+    assert named == f"{STORE} main"
+    loaded = set(modules.split())
+    assert (
+        loaded
+        & {
+            "subprocess",
+            "dataclasses",
+            "sqlite3",
+            "thatch.frontend.store.memory_store",
+            "thatch.frontend.store.branch_lifecycle",
+        }
+        == set()
+    )
+
+
+def test_the_mcp_server_syncs_at_its_start(tmp_path: Path) -> None:
+    """A host without thatch's hooks: ``thatch mcp`` follows git when it starts, off the
+    requests' path, so a branch deleted since the last sync has its memory archived."""
+    repo, env, db, _start = spike_seen_at_session_start(tmp_path)
+    git(repo, "branch", "-q", "-D", "spike")
+    process = subprocess.Popen(
+        [*thatch_command("mcp")], env={**env, "THATCH_PROJECT_DIR": str(repo)},
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert poll(lambda: state(db) == {"Spike idea": ("spike", 1)}, timeout=60), state(db)
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(60)
+        if process.stderr is not None:
+            process.stderr.close()

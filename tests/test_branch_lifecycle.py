@@ -7,6 +7,7 @@ snapshot; a merge seen only on the remote (fetch --prune) promotes too."""
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -241,6 +242,95 @@ def test_a_merge_seen_only_on_the_remote_promotes_after_fetch_prune(
     assert rows(store) == {"Feat plan": (None, False), "Wip plan": ("wip", False)}
 
 
+def logged_git(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``git`` logs each call's subcommand, and that log."""
+    found = shutil.which("git")
+    assert found is not None
+    bin_dir, log = tmp_path / "logged-bin", tmp_path / "git-calls"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$1" >> "{log}"\nexec "{found}" "$@"\n')
+    wrapper.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}, log
+
+
+def test_a_sync_asks_git_once_per_decision_and_merges_a_target_commit_once(
+    tmp_path: Path, store: Store
+) -> None:
+    """Ancestry over every target in one call; a squash check only when that fails, once
+    per distinct commit of the targets (main and origin/main at one commit: one merge),
+    the targets' trees read with the refs."""
+    seed = new_repo(tmp_path / "seed")
+    remote = tmp_path / "origin.git"
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(remote), str(work))
+    feature(work, "done")
+    feature(work, "spike")
+    save(store, "Done plan", "done")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, work, clock)
+    git(work, "merge", "-q", "--no-ff", "-m", "merge done", "done")
+    git(work, "push", "-q", "origin", "main")
+    git(work, "branch", "-q", "-d", "done")
+    git(work, "branch", "-q", "-D", "spike")
+    env, log = logged_git(tmp_path)
+    result = sync_branches(store, PROJECT, work, clock(), env)
+    assert result is not None
+    assert {c.branch: c.action for c in result.changes} == {
+        "done": "promoted",
+        "spike": "archived",
+    }
+    calls = log.read_text().split()
+    # the refs read from files; done's ancestry (found); spike's ancestry (not found), its
+    # targets' trees, and one merge (main and origin/main are at one commit)
+    assert sorted(calls) == ["for-each-ref", "for-each-ref", "for-each-ref", "merge-tree"]
+
+
+def test_the_refs_read_from_files_are_what_git_lists(tmp_path: Path, store: Store) -> None:
+    """Loose refs over packed ones, symbolic refs (origin/HEAD) as their target, a packed
+    ref deleted, another moved after packing: as ``git for-each-ref`` says."""
+    _remote, work, _clock = pushed_feat_and_wip(tmp_path, store)
+    feature(work, "spike")
+    git(work, "pack-refs", "--all")
+    feature(work, "late")  # loose only
+    git(work, "branch", "-q", "-D", "wip")  # was packed
+    git(work, "checkout", "-q", "feat")
+    commit(work, "f.txt", "moved after packing\n")
+    git(work, "checkout", "-q", "main")
+    common = git_refs.common_dir(work)
+    assert common is not None
+    from_files = git_refs.refs_from_files(common)
+    from_git = git_refs.read_refs(work, {**os.environ, "PATH": str(tmp_path / "none")})
+    assert from_git == from_files  # no git to run: read_refs reads the files
+    listed = git(work, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads",
+                 "refs/remotes")  # fmt: skip
+    expected = dict(line.split(" ")[::-1] for line in listed.splitlines())
+    del expected["refs/remotes/origin/HEAD"]
+    assert from_files is not None and from_files.commits == expected
+    assert from_files.origin_head == "refs/remotes/origin/main"
+    assert "refs/heads/wip" not in from_files.commits
+
+
+def test_without_git_a_sync_decides_nothing_and_the_next_one_does(
+    tmp_path: Path, store: Store
+) -> None:
+    """Refs come from files, but whether a gone branch was merged needs git: with none to
+    run nothing is archived, and the snapshot keeps the branch for the next sync."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "spike")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "spike")
+    no_git = {**os.environ, "PATH": str(tmp_path / "no-such-bin")}
+    result = sync_branches(store, PROJECT, repo, clock(), no_git)
+    assert result is not None and result.changes == []
+    assert rows(store) == {"Spike idea": ("spike", False)}
+    assert sync(store, repo, clock) == {"spike": "archived"}
+
+
 def test_the_default_branch_is_origin_head_then_main_then_master() -> None:
     refs = git_refs.Refs(
         {"refs/heads/main": "a", "refs/heads/trunk": "b", "refs/remotes/origin/trunk": "c"},
@@ -465,3 +555,18 @@ def test_origin_branch_in_a_file_without_the_tables_is_none(tmp_path: Path) -> N
         assert BranchRecords(Transactions(conn)).origin_branch(PROJECT, "x") is None
     finally:
         conn.close()
+
+
+def test_an_unwritable_cache_costs_syncs_never_the_sync(tmp_path: Path, store: Store) -> None:
+    """The fingerprint is a cache: a cache directory that cannot be written (here a file
+    stands where it would be) leaves every sync to run, and none fails."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "spike")
+    save(store, "Spike idea", "spike")
+    (tmp_path / "cache").write_text("not a directory\n")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "THATCH_DB_PATH": str(tmp_path / "x.db")}
+    clock = Clock()
+    assert session_sync(store, PROJECT, repo, env, clock()) is not None
+    git(repo, "branch", "-q", "-D", "spike")
+    result = session_sync(store, PROJECT, repo, env, clock())
+    assert result is not None and [c.action for c in result.changes] == ["archived"]

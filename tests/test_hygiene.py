@@ -343,3 +343,25 @@ def test_engine_rows_of_another_model_or_none_are_counted(
         "test/model-a; 1 not embedded yet."
     )
     assert result.as_json()["engines"] == {"other_model": 2, "pending": 1}
+
+
+def test_cli_syncs_branches_before_it_counts(cli_env: Path, repo: Path) -> None:
+    """``thatch hygiene`` follows git first, as a session start does: a branch deleted
+    unmerged since the last sync has its memories archived, not counted as orphaned."""
+    git(repo, "checkout", "-q", "-b", "spike")
+    (repo / "spike.txt").write_text("spike\n")
+    git(repo, "add", "spike.txt")
+    git(repo, "commit", "-q", "-m", "spike work")
+    git(repo, "checkout", "-q", "main")
+    with Store.open(cli_env) as store:
+        add(store, "acme", "Spike idea", None, None, branch="spike")
+    runner = CliRunner()
+    first = json.loads(runner.invoke(cli, ["hygiene", "--json"], catch_exceptions=False).stdout)
+    assert first["orphaned"] == {"branches": [], "count": 0}  # spike exists: nothing to do
+    git(repo, "branch", "-q", "-D", "spike")
+    after = json.loads(runner.invoke(cli, ["hygiene", "--json"], catch_exceptions=False).stdout)
+    assert after["orphaned"] == {"branches": [], "count": 0}
+    with Store.open(cli_env) as store:
+        assert [(m.label, m.branch, m.archived) for m in store.list("acme")] == [
+            ("Spike idea", "spike", True)
+        ]

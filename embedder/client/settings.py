@@ -8,9 +8,8 @@ nothing is cached at module level. Paths (HOME, XDG, the default socket) come fr
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from thatch.common.environment import (
     ConfigError,
@@ -77,8 +76,9 @@ def int_setting(env: Env, name: str, default: int) -> int:
     return number if number >= 0 else default
 
 
-@dataclass(frozen=True)
-class Address:
+# A NamedTuple, not a dataclass: the prompt hook imports this module (dataclasses
+# imports inspect, ~5 ms).
+class Address(NamedTuple):
     """A parsed embedder address.
 
     ``target`` is what grpc wants (``unix:///abs``, ``host:port``, ``dns:///host:port``);

@@ -273,9 +273,10 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
         extraction = extraction_tier(directory, session, host, str(project_path))
         found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
-            from thatch.frontend.project import current_branch, project_store
+            from thatch.frontend.project import current_branch
+            from thatch.frontend.project_memo import remembered_store
 
-            project = project_store(project_path, env)
+            project = remembered_store(project_path, env)
             follow_branches(project, project_path, env)
             branch = current_branch(project_path, env)
             try:
@@ -300,10 +301,14 @@ def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> No
         import time
 
         from thatch.frontend.branch_sync import prompt_sync
-        from thatch.frontend.store.branch_lifecycle import opened_records
 
-        path = default_db_path(env)
-        prompt_sync(project, directory, env, lambda: opened_records(path), time.time_ns() // 10**6)
+        def open_records() -> Any:
+            # Imported only when a sync runs: unchanged refs need no database.
+            from thatch.frontend.store.branch_lifecycle import opened_records
+
+            return opened_records(default_db_path(env))
+
+        prompt_sync(project, directory, env, open_records, time.time_ns() // 10**6)
     except Exception as error:
         report_failure("flush-tools", error)
 
@@ -407,10 +412,11 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
         _cleanup_queue(command, queue_dir(env))
         return CLAUDE_DECLINED_NOTICE
     from thatch.frontend.hooks.reminder import reminder_text
-    from thatch.frontend.project import project_store
+    from thatch.frontend.project_memo import remembered_store
 
     directory = hookio.project_dir(env, payload)
-    project = project_store(directory, env)
+    # Asks git when the checkout's config changed, and leaves the memo the prompts read.
+    project = remembered_store(directory, env)
     _cleanup_queue(command, queue_dir(env))
     report = None
     try:

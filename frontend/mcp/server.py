@@ -203,6 +203,28 @@ def start_embedder_in_background(ctx: ToolContext) -> threading.Thread:
     return thread
 
 
+def start_branch_sync(ctx: ToolContext) -> threading.Thread:
+    """Branch memory follows git from the server's start too (docs/database.md
+    §branch-lifecycle): a host without thatch's hooks still syncs once per session. On its
+    own thread, over the server's one connection (its lock serialises the transactions);
+    a failure costs only the sync."""
+
+    def run() -> None:
+        try:
+            import time
+
+            from thatch.frontend.branch_sync import session_sync
+
+            now_ms = time.time_ns() // 10**6
+            session_sync(ctx.store, ctx.project_store, ctx.project_dir, ctx.env, now_ms)
+        except Exception as error:
+            print(f"[thatch] branch sync skipped: {error}", file=sys.stderr)
+
+    thread = threading.Thread(target=run, name="thatch-branch-sync", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = ()) -> None:
     """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0.
 
@@ -223,6 +245,7 @@ def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = 
     ctx.backlog_fill.start()
     # The prompt hook's warm recall path (recall_scan.py, scan_service.py); binds in its own thread.
     scan = start_scan_service(ctx)
+    start_branch_sync(ctx)
     seeder = start_seeding(ctx)
     # Duplicate candidates for memories no write compared (an upgraded database).
     checker = DuplicateChecker(ctx.store).start()
