@@ -52,6 +52,7 @@ UNIT_MODULES: frozenset[str] = frozenset(
         "test_chat_tools.py",
         "test_engine_instructions.py",
         "test_engine_store.py",
+        "test_hub_wire.py",
         "test_environment.py",
         "test_int8_format.py",
         "test_jsonrpc_lines.py",
