@@ -21,17 +21,20 @@ the median of ``--repeats`` runs; recall@k is against the shipped answer:
   ``maintenance_work_mem`` large enough to hold the graph) with ``hnsw.iterative_scan =
   relaxed_order`` returns k + ``--overfetch`` rows with their float32 vectors, rescored in
   float64 by the store's ``scoring.exact_scores`` (the shipped rescoring) and cut to k;
-  for each ``hnsw.ef_search`` of ``--ef``. ``index k`` is the recall of the index's own
-  first k (by halfvec order), without the over-fetch; ``build s`` the index build time.
+  for each ``hnsw.ef_search`` of ``--ef``. ``k-th cos loss`` is the largest drop, over
+  the queries, of the k-th match's exact cosine against the shipped k-th (what a miss
+  costs); ``index k`` is the recall of the index's own first k (by halfvec order),
+  without the over-fetch; ``build s`` the index build time.
 
 **writes**: ``HubMemories.remember`` with write ids (the hub's push path, one transaction
 per write: claim the id, upsert, record the outcome) from 1, 2, 4 threads of one process,
 each on its own connection as the hub's role (as one hub replica's pool serves
 concurrent pushes). Vectors are precomputed, so no embedder is measured; each write is a
 new label. writes/s is the median of ``--repeats`` runs of ``--writes`` writes; the ratio is
-against 1 connection in the same run. The server keeps fsync on (the tests' turns it off),
-so each commit waits for its WAL flush, as a real hub's does. The gRPC layer (h/hubsvc's servicer) is not in this
-figure.
+against 1 connection in the same run; the counts take turns, repeat by repeat. The server
+keeps fsync on (the tests' turns it off), so each commit waits for its WAL flush, as a
+real hub's does. The gRPC layer is not in this figure: the hub's ``Push`` embeds each
+write's text with the pinned model, so through it the embedder would be measured too.
 
 **sync lag** (next): the time from a write on one machine to the row in another machine's
 replica needs the team sync process (docs/team.md §next); ``sync_lag`` below is its hook.
@@ -155,26 +158,29 @@ def measure_recall(server: Any, n: int, args: argparse.Namespace) -> list[str]:
                     {"q": halfvec_text(query), "rows": rows},
                 ).fetchall()
 
-        def screened(query: np.ndarray, ef: int) -> list[str]:
-            """The index as the screen: k + overfetch rows rescored in float64, cut to k."""
+        def screened(query: np.ndarray, ef: int) -> list[tuple[float, str]]:
+            """The index as the screen: k + overfetch rows rescored in float64, cut to k;
+            (score, slug) best first."""
             rows = nearest(query, k + args.overfetch, ef)
             scores = exact_scores([bytes(row[1]) for row in rows], query)
             ranked = sorted(
-                zip(scores, (row[0] for row in rows), strict=True),
+                zip(scores.tolist(), (row[0] for row in rows), strict=True),
                 key=lambda pair: (-pair[0], pair[1]),
             )
-            return [slug for _, slug in ranked[:k]]
+            return ranked[:k]
 
         def index_k(query: np.ndarray, ef: int) -> list[str]:
             rows = sorted(nearest(query, k + args.overfetch, ef), key=lambda row: (row[2], row[0]))
             return [row[0] for row in rows[:k]]
 
-        exact_ms, answers = [], []
+        exact_ms, answers, kth = [], [], []
         for query in queries:
             exact_ms.append(
                 median_ms(args.repeats, lambda q=query: hub.search(["queried"], q, limit=k))
             )
-            answers.append({m.memory.slug for m in hub.search(["queried"], query, limit=k)})
+            found = hub.search(["queried"], query, limit=k)
+            answers.append({m.memory.slug for m in found})
+            kth.append(found[-1].score)
         shipped = statistics.median(exact_ms)
         scan_ms = [median_ms(args.repeats, lambda q=query: nearest(q, k, 40)) for query in queries]
         scan = [[row[0] for row in nearest(query, k, 40)] for query in queries]
@@ -193,10 +199,14 @@ def measure_recall(server: Any, n: int, args: argparse.Namespace) -> list[str]:
                 median_ms(args.repeats, lambda q=query, ef=ef: screened(q, ef)) for query in queries
             ]
             median = statistics.median(screen_ms)
+            answered = [screened(q, ef) for q in queries]
+            # How much worse the screen's k-th match is than the exact k-th: what a miss costs.
+            loss = max(best - got[-1][0] for best, got in zip(kth, answered, strict=True))
             hnsw += [
                 f"{median:.1f}",
                 f"{shipped / median:.0f}x",
-                f"{recall_at([screened(q, ef) for q in queries], answers, k):.3f}",
+                f"{recall_at([[s for _, s in got] for got in answered], answers, k):.3f}",
+                f"{loss:.4f}",
                 f"{recall_at([index_k(q, ef) for q in queries], answers, k):.3f}",
             ]
         with conn.transaction():
@@ -251,16 +261,15 @@ def measure_writes(server: Any, args: argparse.Namespace) -> list[list[str]]:
     def clock() -> datetime:
         return datetime.now(UTC)
 
-    rows: list[list[str]] = []
+    counts = [int(value) for value in args.connections.split(",")]
+    rates: dict[int, list[float]] = {count: [] for count in counts}
     with hub_database(server) as db:
         db.add_member("bench", "bench")
-        baseline = 0.0
-        for connections in (int(value) for value in args.connections.split(",")):
-            hubs = [
-                HubMemories(db.hub(), Member("bench", "bench"), clock) for _ in range(connections)
-            ]
-            rates = []
-            for repeat in range(args.repeats):
+        hubs = [HubMemories(db.hub(), Member("bench", "bench"), clock) for _ in range(max(counts))]
+        # Interleaved (1, 2, 4, 1, 2, 4, ...): a change in the machine's load or in the
+        # disk's flush latency falls on every count alike.
+        for repeat in range(args.repeats):
+            for connections in counts:
                 share = args.writes // connections
                 vectors = list(unit_vectors(share * connections, seed=repeat))
                 outcomes: list[Outcome] = []
@@ -271,7 +280,7 @@ def measure_writes(server: Any, args: argparse.Namespace) -> list[list[str]]:
                         args=(hub, run, worker, vectors[worker * share : (worker + 1) * share]),
                         kwargs={"outcomes": outcomes},
                     )
-                    for worker, hub in enumerate(hubs)
+                    for worker, hub in enumerate(hubs[:connections])
                 ]
                 started = time.perf_counter()
                 for thread in threads:
@@ -280,19 +289,18 @@ def measure_writes(server: Any, args: argparse.Namespace) -> list[list[str]]:
                     thread.join()
                 elapsed = time.perf_counter() - started
                 assert outcomes == [Outcome.SAVED] * (share * connections), "a write failed"
-                rates.append(share * connections / elapsed)
-            rate = statistics.median(rates)
-            baseline = baseline or rate
-            rows.append(
-                [
-                    str(connections),
-                    f"{args.writes // connections * connections}",
-                    f"{rate:.0f}",
-                    f"{rate / baseline:.2f}x",
-                    f"{1000 * connections / rate:.1f}",
-                ]
-            )
-    return rows
+                rates[connections].append(share * connections / elapsed)
+    baseline = statistics.median(rates[counts[0]])
+    return [
+        [
+            str(connections),
+            f"{args.writes // connections * connections} x {args.repeats}",
+            f"{statistics.median(rates[connections]):.0f}",
+            f"{statistics.median(rates[connections]) / baseline:.2f}x",
+            f"{1000 * connections / statistics.median(rates[connections]):.1f}",
+        ]
+        for connections in counts
+    ]
 
 
 def sync_lag(server: Any, args: argparse.Namespace) -> list[list[str]]:
@@ -333,9 +341,10 @@ def main() -> None:
     with running_postgres(durable=True) as server:
         if "recall" in parts:
             rows = [measure_recall(server, int(n), args) for n in args.sizes.split(",")]
+            load = loadavg()
             print_table(
                 f"team recall, one store of n among two, k={args.k}, hnsw screen = k + "
-                f"{args.overfetch} rows rescored (load {loadavg()})",
+                f"{args.overfetch} rows rescored (load {load})",
                 [
                     "n per store",
                     "load s",
@@ -346,18 +355,25 @@ def main() -> None:
                     *(
                         f"ef={ef} {what}"
                         for ef in args.ef.split(",")
-                        for what in ("screen ms", "screen x", "screen recall", "index k recall")
+                        for what in (
+                            "screen ms",
+                            "screen x",
+                            "screen recall",
+                            "k-th cos loss",
+                            "index k recall",
+                        )
                     ),
                     "build s",
                 ],
                 rows,
             )
         if "writes" in parts:
+            rows = measure_writes(server, args)
             print_table(
                 f"hub writes, HubMemories.remember with write ids, vectors precomputed "
                 f"(load {loadavg()})",
                 ["connections", "writes", "writes/s", "vs 1", "ms per write"],
-                measure_writes(server, args),
+                rows,
             )
         if "lag" in parts:
             sync_lag(server, args)
