@@ -1,8 +1,9 @@
 """The hub process: the Hub and Health services in front of one PostgreSQL (docs/team.md).
 
 ``create_server`` builds and binds the gRPC server around a pool (not yet open) and an
-embedder client; ``serve`` runs one hub replica: bind with health NOT_SERVING, open the
-pool as a checked role, find every migration applied, report SERVING, then wait for
+embedder client; ``serve`` runs one hub replica: bind with health NOT_SERVING, check the
+role (a role that could bypass row-level security stops the hub), wait until the database
+answers and every migration is found applied, open the pool, report SERVING, then wait for
 SIGTERM (or SIGINT) and stop gracefully: health NOT_SERVING, new calls refused, calls in
 flight given ``grace_seconds``. A replica keeps nothing between calls, so a load balancer
 may send any request to any replica.
@@ -28,14 +29,14 @@ from types import FrameType
 import grpc
 import psycopg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.settings import Address
 from thatch.frontend.timefmt import Clock
 from thatch.hub.client import MAX_MESSAGE_BYTES, is_loopback, parse_hub_address
-from thatch.hub.pool import new_pool, open_checked
-from thatch.hub.schema import HubRoleError, missing_migrations
+from thatch.hub.pool import new_pool
+from thatch.hub.schema import HubRoleError, check_role, missing_migrations
 from thatch.hub.servicer import HubServicer
 from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
 
@@ -51,6 +52,9 @@ __all__ = [
 SERVICE_NAME = "thatch.hub.v1.Hub"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+# Waiting for a database that is starting or not yet migrated: the first retry, the longest.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 15.0
 
 
 class HubStartError(Exception):
@@ -162,24 +166,47 @@ def _signals(on_first: Callable[[str], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _ready(pool: ConnectionPool, conninfo: str) -> None:
-    """Open the pool as a checked role and find every migration applied, or say why not."""
+def _not_ready(conninfo: str) -> str | None:
+    """Why the database cannot be served yet (None: it can). ``HubStartError`` when waiting
+    cannot help: the role could bypass row-level security."""
     try:
-        open_checked(pool, conninfo)
-        with pool.connection() as conn:
-            missing = missing_migrations(conn)
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as probe:
+            check_role(probe)
+            missing = missing_migrations(probe)
     except HubRoleError as error:
         raise HubStartError(str(error)) from None
     except psycopg.OperationalError as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise HubStartError(
-            f"cannot connect to the hub's database ({reason}): check THATCH_HUB_DATABASE_URL"
-        ) from None
+        return f"cannot connect to the hub's database ({reason}): check THATCH_HUB_DATABASE_URL"
     if missing:
-        raise HubStartError(
+        return (
             f"the hub's database lacks migrations {', '.join(missing)}: run thatch hub migrate "
-            "as the database's owner (THATCH_HUB_OWNER_URL), then start the hub again"
+            "as the database's owner (THATCH_HUB_OWNER_URL)"
         )
+    return None
+
+
+def _wait_ready(
+    pool: ConnectionPool, conninfo: str, stop: threading.Event, logger: logging.Logger
+) -> bool:
+    """Wait (NOT_SERVING) until the database can be served and the pool holds a connection,
+    or ``stop``; whether it is ready. A database still starting or not yet migrated is
+    waited for, so replicas may start before it (a readiness probe keeps them out of the
+    load balancer meanwhile)."""
+    delay = RETRY_FIRST_SECONDS
+    while not stop.is_set():
+        problem = _not_ready(conninfo)
+        if problem is None:
+            pool.open(wait=False)
+            try:
+                pool.wait(timeout=30)
+                return True
+            except PoolTimeout:
+                problem = "the connection pool could not connect within 30 s"
+        logger.warning("not serving yet: %s; trying again in %g s", problem, delay)
+        stop.wait(delay)
+        delay = min(delay * 2, RETRY_MAX_SECONDS)
+    return False
 
 
 def serve(
@@ -208,8 +235,7 @@ def serve(
     try:
         with _signals(on_signal) if install_signals else _no_signals():
             logger.info("starting: listening at %s, connecting to the database", shown)
-            _ready(pool, options.database_url)
-            if not stop.is_set():
+            if _wait_ready(pool, options.database_url, stop, logger):
                 set_health(health_servicer, SERVING)
                 logger.info("serving at %s", shown)
                 stop.wait()
