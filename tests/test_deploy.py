@@ -233,9 +233,10 @@ def test_only_the_jobs_hold_the_owner_and_the_replicas_mount_tls() -> None:
     command = container["command"]
     assert command[command.index("--tls-cert") + 1] == f"{TLS_MOUNT}/tls.crt"
     assert command[command.index("--tls-key") + 1] == f"{TLS_MOUNT}/tls.key"
-    for probe in ("readinessProbe", "livenessProbe"):
-        argv = container[probe]["exec"]["command"]
-        assert argv[:2] == ["env", f"THATCH_EMBEDDER_CA={TLS_MOUNT}/ca.crt"]
+    argv = container["readinessProbe"]["exec"]["command"]
+    assert argv[:2] == ["env", f"THATCH_EMBEDDER_CA={TLS_MOUNT}/ca.crt"]
+    assert container["livenessProbe"]["tcpSocket"]["port"] == "grpc"
+    assert container["ports"][0]["name"] == "grpc"
 
 
 def test_hub_urls_name_the_roles_and_database_postgres_yaml_makes() -> None:
@@ -292,11 +293,9 @@ def test_every_hub_command_is_the_real_cli(tmp_path: Path, monkeypatch: Any) -> 
     assert serve.params["tls_key"] == tmp_path / "tls.key"
     assert serve.params["embedder"] == "dns:///thatch-embedder:50051"
     assert container["ports"][0]["containerPort"] == 50443
-    for probe in ("readinessProbe", "livenessProbe"):
-        argv = container[probe]["exec"]["command"]
-        assert argv[:2] == ["env", f"THATCH_EMBEDDER_CA={TLS_MOUNT}/ca.crt"]
-        ctx = _parse_with_real_cli(argv[2:])
-        assert ctx.params["addr"] == "localhost:50443"
+    argv = container["readinessProbe"]["exec"]["command"]
+    assert argv[:2] == ["env", f"THATCH_EMBEDDER_CA={TLS_MOUNT}/ca.crt"]
+    assert _parse_with_real_cli(argv[2:]).params["addr"] == "localhost:50443"
     parsed = [_parse_thatch(argv) for argv in _admin_commands()]
     assert [(ctx.info_name, ctx.params) for ctx in parsed] == [
         ("migrate", {"hub_role": "thatch_hub"}),
@@ -323,11 +322,12 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 def test_manifests_run_against_a_real_postgres_and_the_hub_serves(
     postgres: Any, tmp_path: Path
 ) -> None:
-    """On a real PostgreSQL: postgres.yaml's init script (twice: it is idempotent), then the
-    Jobs' commands as the owner it made (migrate, team add, member add), then a replica's
-    serve as the hub's role with TLS. The owner is no superuser; the hub's role owns
-    nothing, passes check_role and sees no row without a team; the replica's readiness
-    probe turns SERVING and the member's token reaches the hub through TLS."""
+    """On a real PostgreSQL: postgres.yaml's init script (twice: it is idempotent), a
+    replica's serve as the hub's role with TLS (its readiness probe says NOT_SERVING: no
+    migrations yet), the Jobs' commands as the owner the script made (migrate, team add,
+    member add), then the probe turns SERVING and the member's token reaches the hub. The
+    owner is no superuser; the hub's role owns nothing, passes check_role and sees no row
+    without a team; on SIGTERM the replica stops and the probe fails."""
     import psycopg
 
     from tests.support.polling import poll
@@ -352,14 +352,65 @@ def test_manifests_run_against_a_real_postgres_and_the_hub_serves(
         )
         assert done.returncode == 0, done.stderr
 
-    owner_env = {**base, "THATCH_HUB_OWNER_URL": postgres.conninfo(database, user="thatch_owner")}
-    outputs = []
-    for argv in _admin_commands():
-        done = _run(argv, owner_env)
-        assert done.returncode == 0, (argv, done.stderr)
-        outputs.append(done.stdout)
-    assert outputs[0].startswith("Applied: m001_tables")
-    token = outputs[2].splitlines()[0]
+    certs = make_certs(tmp_path)  # "named": signed by "ca" for localhost only
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    for source, name in (("named.pem", "tls.crt"), ("named.key", "tls.key"), ("ca.pem", "ca.crt")):
+        (tls / name).write_bytes((certs / source).read_bytes())
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+
+    def here(argv: list[str]) -> list[str]:
+        return [
+            arg.replace(TLS_MOUNT, str(tls))
+            .replace("0.0.0.0:50443", f"127.0.0.1:{port}")
+            .replace("localhost:50443", f"localhost:{port}")
+            for arg in argv
+        ]
+
+    container = _hub_container()
+    serve_argv = here(container["command"])
+    serve_argv[0] = str(Path(sys.executable).parent / "thatch")
+    hub_env = {**base, "THATCH_HUB_DATABASE_URL": postgres.conninfo(database, user="thatch_hub")}
+    readiness = here(container["readinessProbe"]["exec"]["command"])
+    log = tmp_path / "replica.log"
+    with log.open("w") as replica_log:
+        replica = subprocess.Popen(
+            serve_argv, env=hub_env, stdout=subprocess.DEVNULL, stderr=replica_log
+        )
+    try:
+        waiting = poll(
+            lambda: replica.poll() is not None or "is NOT_SERVING" in _run(readiness, base).stderr,
+            timeout=180,
+        )
+        assert waiting and replica.poll() is None, log.read_text()
+
+        owner_env = {
+            **base,
+            "THATCH_HUB_OWNER_URL": postgres.conninfo(database, user="thatch_owner"),
+        }
+        outputs = []
+        for argv in _admin_commands():
+            done = _run(argv, owner_env)
+            assert done.returncode == 0, (argv, done.stderr)
+            outputs.append(done.stdout)
+        assert outputs[0].startswith("Applied: m001_tables")
+        token = outputs[2].splitlines()[0]
+
+        ready = poll(
+            lambda: replica.poll() is not None or _run(readiness, base).returncode == 0,
+            timeout=180,
+        )
+        assert ready and replica.poll() is None, log.read_text()
+        with HubClient(f"localhost:{port}", token, ca_file=tls / "ca.crt") as client:
+            stores = client.stores()
+        assert (stores.team, stores.member) == ("acme", "alice")
+    finally:
+        replica.terminate()
+        replica.wait(timeout=120)
+    assert replica.returncode == 0, log.read_text()
+    assert _run(readiness, base).returncode == 1
 
     with (
         psycopg.connect(postgres.conninfo(database, user="thatch_owner"), autocommit=True) as owner,
@@ -394,46 +445,3 @@ def test_manifests_run_against_a_real_postgres_and_the_hub_serves(
             pass
         else:
             raise AssertionError("the hub's role reads members")
-
-    certs = make_certs(tmp_path)  # "named": signed by "ca" for localhost only
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    for source, name in (("named.pem", "tls.crt"), ("named.key", "tls.key"), ("ca.pem", "ca.crt")):
-        (tls / name).write_bytes((certs / source).read_bytes())
-    with socket.socket() as spare:
-        spare.bind(("127.0.0.1", 0))
-        port = spare.getsockname()[1]
-
-    def here(argv: list[str]) -> list[str]:
-        return [
-            arg.replace(TLS_MOUNT, str(tls))
-            .replace("0.0.0.0:50443", f"127.0.0.1:{port}")
-            .replace("localhost:50443", f"localhost:{port}")
-            for arg in argv
-        ]
-
-    container = _hub_container()
-    scripts = Path(sys.executable).parent
-    serve_argv = here(container["command"])
-    serve_argv[0] = str(scripts / "thatch")
-    hub_env = {**base, "THATCH_HUB_DATABASE_URL": postgres.conninfo(database, user="thatch_hub")}
-    replica = subprocess.Popen(
-        serve_argv, env=hub_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    readiness = here(container["readinessProbe"]["exec"]["command"])
-    try:
-        ready = poll(
-            lambda: replica.poll() is not None or _run(readiness, base).returncode == 0,
-            timeout=180,
-        )
-        assert ready and replica.poll() is None, replica.stderr.read() if replica.stderr else ""
-        assert _run(here(container["livenessProbe"]["exec"]["command"]), base).returncode == 0
-        with HubClient(f"localhost:{port}", token, ca_file=tls / "ca.crt") as client:
-            stores = client.stores()
-        assert (stores.team, stores.member) == ("acme", "alice")
-    finally:
-        replica.terminate()
-        _, stderr = replica.communicate(timeout=120)
-    assert replica.returncode == 0, stderr
-    stopped = _run(readiness, base)
-    assert stopped.returncode == 1
