@@ -3,7 +3,7 @@ scan the hub ships against HNSW as its screen, and the hub's write throughput (p
 tables).
 
     python bench/team.py [--quick] [--parts recall,writes,push] [--sizes 1000,10000,100000]
-                         [--queries 30] [--repeats 3] [--k 10] [--ef 40,100]
+                         [--queries 30] [--repeats 3] [--k 10] [--ef 40,200]
                          [--overfetch 20] [--writes 1000] [--connections 1,2,4]
                          [--batches 1,20]
 
@@ -465,7 +465,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--noise", type=float, default=0.08, help="cluster spread (recall)")
-    parser.add_argument("--ef", default="40,100", help="hnsw.ef_search values to measure")
+    parser.add_argument("--ef", default="40,200", help="hnsw.ef_search values to measure")
     parser.add_argument("--overfetch", type=int, default=20, help="rows beyond k to rescore")
     parser.add_argument("--writes", type=int, default=1000, help="writes per repeat")
     parser.add_argument("--connections", default="1,2,4")
