@@ -40,7 +40,7 @@ real hub's does. No gRPC: the database's write path alone (**push** adds the ser
 **push**: the same writes through one hub replica's gRPC server (``hub.server``'s
 ``create_server`` with the shipped ``HubServicer``, plaintext on loopback, a pool of 8
 connections as ``serve`` opens) from 1, 2, 4 machine processes, each with its own channel
-and token, ``--batches`` writes per Push. The servicer asks its embedder for the pinned
+(one member's token), ``--batches`` writes per Push. The servicer asks its embedder for the pinned
 model's vectors; here a stand-in hands out vectors computed before the run, so the figure
 is the hub (gRPC, authentication, secret check, one transaction per write) and the
 database, not the model. The clients share the machine with the server.
