@@ -69,9 +69,10 @@ def _run_as() -> dict[str, object]:
 
 
 @contextmanager
-def running_postgres() -> Iterator[PostgresServer]:
+def running_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
     """A started PostgreSQL (superuser ``postgres``, trust auth on its socket) and the
-    hub's role; stopped and removed afterwards."""
+    hub's role; stopped and removed afterwards. ``durable`` keeps fsync on (a benchmark
+    of commits); tests turn it off."""
     binaries = _binaries()
     root = Path(tempfile.mkdtemp(prefix="thatch-pg-"))
     run_as = _run_as()
@@ -97,7 +98,8 @@ def running_postgres() -> Iterator[PostgresServer]:
     try:
         run("initdb", "-D", str(data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync")
         # No TCP listener: only the socket in ``root``. fsync off: a test cluster.
-        options = f"-h '' -k {root} -c fsync=off -c max_connections=60"
+        fsync = "on" if durable else "off"
+        options = f"-h '' -k {root} -c fsync={fsync} -c max_connections=60"
         run(
             "pg_ctl",
             "-D",
