@@ -28,6 +28,7 @@ from thatch.frontend.store.schema import (
     DUP_SCANNED_TABLE,
     MIGRATIONS,
     MIGRATIONS_TABLE,
+    TEAM_TABLES,
     VERSIONS_TABLE,
 )
 
@@ -195,6 +196,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     extra.add(BACKFILLS_TABLE)
     extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, ANCHORS_TABLE}
     extra |= {BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE}
+    extra |= set(TEAM_TABLES)
     fts = {
         DOCS_TABLE,
         FTS_TABLE,
