@@ -1,36 +1,115 @@
 """The operator's changes to teams and members, run as the owner (docs/team.md §roles).
 
 The hub's own role cannot touch ``members`` at all: tokens are added and revoked here, by
-whoever runs the migrations (the ``hub member add`` command, next, will call these).
+whoever runs the migrations (``thatch hub migrate``, ``thatch hub team add``, ``thatch hub
+member add|revoke``). Mistakes an operator can make (a team that exists, a member of no
+team, a role not created, an unreachable database) are ``AdminError`` with the fix.
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
+import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from thatch.hub.schema import migrate
 from thatch.hub.session import token_digest
 
-__all__ = ["add_member", "add_team", "revoke_member"]
+__all__ = [
+    "AdminError",
+    "add_member",
+    "add_team",
+    "migrate_database",
+    "new_token",
+    "owner_connection",
+    "revoke_member",
+]
+
+
+class AdminError(Exception):
+    """An operator's command cannot be done; ``fix`` says what to do."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+def new_token() -> str:
+    """A fresh member token: 256 random bits, URL-safe (only its SHA-256 is stored)."""
+    return "thatch_" + secrets.token_urlsafe(32)
+
+
+@contextmanager
+def owner_connection(conninfo: str) -> Iterator[Connection[TupleRow]]:
+    """An autocommit connection as the owner, closed afterwards."""
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True)
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise AdminError(
+            f"cannot connect to the hub's database as its owner ({reason})",
+            "check THATCH_HUB_OWNER_URL (the password in PGPASSWORD or ~/.pgpass)",
+        ) from None
+    with conn:
+        yield conn
+
+
+def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) -> list[str]:
+    """``schema.migrate`` with the usual mistakes named: the migrations applied now."""
+    row = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (hub_role,)).fetchone()
+    if row is None:
+        raise AdminError(
+            f"the hub's role {hub_role!r} does not exist",
+            f"create it first: CREATE ROLE {hub_role} LOGIN NOSUPERUSER NOBYPASSRLS "
+            "(docs/team.md §roles)",
+        )
+    try:
+        return migrate(conn, hub_role, at)
+    except psycopg.errors.InsufficientPrivilege as error:
+        raise AdminError(
+            f"the owner's connection may not migrate ({str(error).strip().splitlines()[0]})",
+            "set THATCH_HUB_OWNER_URL to the role that owns (or may create) the hub's tables",
+        ) from None
 
 
 def add_team(conn: Connection[TupleRow], team: str, name: str, at: datetime) -> None:
-    with conn.transaction():
-        conn.execute(
-            "INSERT INTO teams (id, name, created_at) VALUES (%s, %s, %s)", (team, name, at)
-        )
+    try:
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO teams (id, name, created_at) VALUES (%s, %s, %s)", (team, name, at)
+            )
+    except psycopg.errors.UniqueViolation:
+        raise AdminError(f"team {team!r} already exists", "choose another team id") from None
 
 
 def add_member(
     conn: Connection[TupleRow], team: str, member: str, token: str, at: datetime
 ) -> None:
-    """A member of ``team`` holding ``token`` (only its SHA-256 is kept)."""
-    with conn.transaction():
-        conn.execute(
-            "INSERT INTO members (team, id, token_sha256, created_at) VALUES (%s, %s, %s, %s)",
-            (team, member, token_digest(token), at),
+    """A member of ``team`` holding ``token`` (only its SHA-256 is kept). A revoked member
+    is added again with the new token; a live one keeps the token it has."""
+    try:
+        with conn.transaction():
+            added = conn.execute(
+                "INSERT INTO members (team, id, token_sha256, created_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (team, id) DO UPDATE SET token_sha256 = excluded.token_sha256, "
+                "created_at = excluded.created_at, revoked_at = NULL "
+                "WHERE members.revoked_at IS NOT NULL RETURNING id",
+                (team, member, token_digest(token), at),
+            ).fetchone()
+    except psycopg.errors.ForeignKeyViolation:
+        raise AdminError(
+            f"no team {team!r}", f"add it first: thatch hub team add {team} NAME"
+        ) from None
+    if added is None:
+        raise AdminError(
+            f"{member!r} is already a member of {team!r} with a live token",
+            f"to give them a new one: thatch hub member revoke {team} {member}, then add "
+            "them again",
         )
 
 

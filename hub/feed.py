@@ -9,45 +9,14 @@ that moved past it would skip its rows for good. Held back, they arrive on a lat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
-from thatch.frontend.store.memory import Memory
 from thatch.hub.memories import MEMORY_COLUMNS, memory_from_hub_row
 from thatch.hub.session import Member, as_member
+from thatch.hub.values import START, Change, Cursor, Page
 
 __all__ = ["START", "Change", "Cursor", "Page", "changes_after"]
-
-
-@dataclass(frozen=True, order=True)
-class Cursor:
-    txid: int
-    seq: int
-
-
-START = Cursor(0, 0)
-
-
-@dataclass(frozen=True)
-class Change:
-    store: str
-    slug: str
-    rev: int
-    conflict_of: str | None
-    author: str
-    memory: Memory | None  # None: a tombstone, the replica deletes the row
-
-
-@dataclass(frozen=True)
-class Page:
-    changes: list[Change]
-    cursor: Cursor  # where the next pull starts (the last change's position)
-    # The cursor is older than a purged tombstone: the machine may have missed a delete,
-    # so it drops its replica of the team's stores and pulls again from START (which is
-    # never reset: a machine with nothing has missed nothing).
-    reset: bool = False
 
 
 def changes_after(
@@ -62,7 +31,7 @@ def changes_after(
             return Page([], cursor, reset=True)
         rows = conn.execute(
             f"SELECT {MEMORY_COLUMNS}, m.rev, m.conflict_of, m.author, m.deleted_at IS NOT NULL, "
-            "m.txid::text, m.seq FROM memories m WHERE m.team = thatch_team() "
+            "m.txid::text, m.seq, m.vector FROM memories m WHERE m.team = thatch_team() "
             "AND (m.txid, m.seq) > (%s::text::xid8, %s) "
             "AND m.txid < pg_snapshot_xmin(pg_current_snapshot()) "
             "ORDER BY m.txid, m.seq LIMIT %s",
@@ -76,6 +45,7 @@ def changes_after(
             conflict_of=row[14],
             author=row[15],
             memory=None if row[16] else memory_from_hub_row(row),
+            vector=None if row[16] or row[19] is None else bytes(row[19]),
         )
         for row in rows
     ]

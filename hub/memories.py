@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -44,6 +42,7 @@ from thatch.frontend.store.vectors import as_vector
 from thatch.frontend.timefmt import Clock, format_timestamp
 from thatch.hub.migrations import DIMENSION
 from thatch.hub.session import Member, as_member
+from thatch.hub.values import Outcome, Written
 
 __all__ = [
     "DIMENSION",
@@ -112,18 +111,6 @@ class SharedOperations(Protocol):
         floor: float | None = None,
     ) -> builtins.list[Match]: ...
     def stamp_recalls(self, matches: Sequence[Match], at: str | None = None) -> None: ...
-
-
-class Outcome(Enum):
-    SAVED = "saved"
-    CONFLICT = "conflict"  # kept as a second version beside the one the writer had not seen
-
-
-@dataclass(frozen=True)
-class Written:
-    outcome: Outcome
-    slug: str  # the row written: the memory's own slug, or its conflict version's
-    rev: int
 
 
 def _stamp(moment: datetime | None) -> str | None:
@@ -519,6 +506,27 @@ WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""
                 "VALUES (thatch_team(), %s, %s, %s)",
                 [(match.memory.store, match.memory.slug, when) for match in matches],
             )
+
+    def record_recall_events(self, events: Sequence[tuple[str, str, datetime]]) -> int:
+        """Append a recall event per (store, slug, at) naming a live memory of the team
+        (a machine's recalls on its replica); events naming nothing are dropped. How
+        many were recorded."""
+        if not events:
+            return 0
+        with as_member(self.conn, self.who) as conn:
+            done = conn.execute(
+                "INSERT INTO recall_events (team, store, slug, at) "
+                "SELECT thatch_team(), e.store, e.slug, e.at "
+                "FROM unnest(%s::text[], %s::text[], %s::timestamptz[]) AS e(store, slug, at) "
+                "JOIN memories m ON m.team = thatch_team() AND m.store = e.store "
+                "AND m.slug = e.slug AND m.deleted_at IS NULL",
+                (
+                    [event[0] for event in events],
+                    [event[1] for event in events],
+                    [event[2] for event in events],
+                ),
+            )
+            return max(done.rowcount, 0)
 
 
 if TYPE_CHECKING:  # both implement the shared part (mypy checks it here)

@@ -18,6 +18,7 @@ __all__ = [
     "m003_stamps_and_auth",
     "m004_purge_horizon",
     "m005_applied_writes",
+    "m006_hub_reads_migrations",
 ]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
@@ -245,3 +246,9 @@ CREATE POLICY team_rows ON applied_writes
 GRANT SELECT, INSERT, UPDATE, DELETE ON applied_writes TO {role}""",
         role,
     )
+
+
+def m006_hub_reads_migrations(conn: Connection[TupleRow], role: str) -> None:
+    """The hub reads which migrations are applied before it reports SERVING (``thatch hub
+    serve``): a hub newer than its database says so instead of failing on every call."""
+    _run(conn, "GRANT SELECT ON _thatch_migrations TO {role}", role)

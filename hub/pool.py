@@ -17,19 +17,17 @@ from psycopg_pool import ConnectionPool
 
 from thatch.hub.schema import check_role
 
-__all__ = ["open_pool"]
+__all__ = ["new_pool", "open_checked", "open_pool"]
 
 
 def _configure(conn: Connection[TupleRow]) -> None:
     conn.autocommit = True
 
 
-def open_pool(conninfo: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
-    """An open pool of autocommit connections as a checked role; the caller closes it.
-    ``HubRoleError`` when the role could bypass row-level security."""
-    with psycopg.connect(conninfo, autocommit=True) as probe:
-        check_role(probe)
-    pool: ConnectionPool = ConnectionPool(
+def new_pool(conninfo: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
+    """A pool not yet open (``open_checked`` opens it): a server can register its
+    service on it first and answer UNAVAILABLE until it is."""
+    return ConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
@@ -37,5 +35,19 @@ def open_pool(conninfo: str, *, min_size: int = 1, max_size: int = 8) -> Connect
         open=False,
         name="thatch-hub",
     )
+
+
+def open_checked(pool: ConnectionPool, conninfo: str) -> None:
+    """Check the role (``HubRoleError`` when it could bypass row-level security), then open
+    ``pool`` (made with ``conninfo``) and wait for its first connections."""
+    with psycopg.connect(conninfo, autocommit=True) as probe:
+        check_role(probe)
     pool.open(wait=True)
+
+
+def open_pool(conninfo: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
+    """An open pool of autocommit connections as a checked role; the caller closes it.
+    ``HubRoleError`` when the role could bypass row-level security."""
+    pool = new_pool(conninfo, min_size=min_size, max_size=max_size)
+    open_checked(pool, conninfo)
     return pool

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
@@ -24,6 +25,7 @@ from thatch.hub.migrations import (
     m003_stamps_and_auth,
     m004_purge_horizon,
     m005_applied_writes,
+    m006_hub_reads_migrations,
 )
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "applied_migrations",
     "check_role",
     "migrate",
+    "missing_migrations",
 ]
 
 MIGRATIONS_TABLE = "_thatch_migrations"
@@ -43,6 +46,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m003_stamps_and_auth", m003_stamps_and_auth),
     ("m004_purge_horizon", m004_purge_horizon),
     ("m005_applied_writes", m005_applied_writes),
+    ("m006_hub_reads_migrations", m006_hub_reads_migrations),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).
@@ -58,6 +62,16 @@ def applied_migrations(conn: Connection[TupleRow]) -> set[str]:
     if exists is None or exists[0] is None:
         return set()
     return {str(row[0]) for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
+
+
+def missing_migrations(conn: Connection[TupleRow]) -> list[str]:
+    """The migrations this hub needs that the database has not recorded (all of them when
+    the hub's role may not even read the record: m006 grants that)."""
+    try:
+        applied = applied_migrations(conn)
+    except psycopg.errors.InsufficientPrivilege:
+        applied = set()
+    return [name for name, _step in MIGRATIONS if name not in applied]
 
 
 def migrate(conn: Connection[TupleRow], hub_role: str, applied_at: datetime) -> list[str]:

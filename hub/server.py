@@ -1,0 +1,227 @@
+"""The hub process: the Hub and Health services in front of one PostgreSQL (docs/team.md).
+
+``create_server`` builds and binds the gRPC server around a pool (not yet open) and an
+embedder client; ``serve`` runs one hub replica: bind with health NOT_SERVING, open the
+pool as a checked role, find every migration applied, report SERVING, then wait for
+SIGTERM (or SIGINT) and stop gracefully: health NOT_SERVING, new calls refused, calls in
+flight given ``grace_seconds``. A replica keeps nothing between calls, so a load balancer
+may send any request to any replica.
+
+TLS from a certificate and key; plaintext only on a unix socket or a loopback address
+(said on stderr), since every call carries a member's token.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import grpc
+import psycopg
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from psycopg_pool import ConnectionPool
+
+from thatch.embedder.client.embedder_client import EmbedderClient
+from thatch.embedder.client.settings import Address
+from thatch.frontend.timefmt import Clock
+from thatch.hub.client import MAX_MESSAGE_BYTES, is_loopback, parse_hub_address
+from thatch.hub.pool import new_pool, open_checked
+from thatch.hub.schema import HubRoleError, missing_migrations
+from thatch.hub.servicer import HubServicer
+from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
+
+__all__ = [
+    "SERVICE_NAME",
+    "HubOptions",
+    "HubStartError",
+    "HubTls",
+    "create_server",
+    "serve",
+]
+
+SERVICE_NAME = "thatch.hub.v1.Hub"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class HubStartError(Exception):
+    """The hub cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class HubTls:
+    cert: Path
+    key: Path
+
+    def credentials(self) -> grpc.ServerCredentials:
+        def read(path: Path) -> bytes:
+            try:
+                return path.read_bytes()
+            except OSError as error:
+                raise HubStartError(f"cannot read TLS file {path}: {error.strerror}") from None
+
+        return grpc.ssl_server_credentials([(read(self.key), read(self.cert))])
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    """Everything ``thatch hub serve`` can be told (docs/cli.md §team-hub)."""
+
+    listen: str
+    database_url: str
+    tls: HubTls | None = None
+    grace_seconds: float = 10.0
+    max_workers: int = 32
+    pool_size: int = 8
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def set_health(servicer: health.HealthServicer, status: int) -> None:
+    for name in ("", SERVICE_NAME):
+        servicer.set(name, status)
+
+
+def create_server(
+    pool: ConnectionPool,
+    embedder: EmbedderClient,
+    address: Address,
+    tls: HubTls | None,
+    *,
+    logger: logging.Logger,
+    clock: Clock = _utc_now,
+    max_workers: int = 32,
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """A bound, not yet started server with the Hub and Health services (NOT_SERVING);
+    its port. Calls before ``pool`` opens answer UNAVAILABLE."""
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hub"),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),  # a second hub on the same port must fail
+        ],
+    )
+    pb_grpc.add_HubServicer_to_server(HubServicer(pool, embedder, clock, logger=logger), server)
+    health_servicer = health.HealthServicer()
+    set_health(health_servicer, NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    credentials = tls.credentials() if tls is not None else None
+    previous_umask = os.umask(0o077) if address.is_unix else None
+    try:
+        if credentials is not None:
+            port = server.add_secure_port(address.target, credentials)
+        else:
+            port = server.add_insecure_port(address.target)
+    except RuntimeError as error:
+        raise HubStartError(f"cannot listen on {address}: {error}") from None
+    finally:
+        if previous_umask is not None:
+            os.umask(previous_umask)
+    return server, port, health_servicer
+
+
+def _listen(value: str, tls: HubTls | None, logger: logging.Logger) -> Address:
+    try:
+        address = parse_hub_address(value, what="--listen", zero_ok=True)
+    except ValueError as error:
+        raise HubStartError(str(error)) from None
+    if address.kind == "dns":
+        raise HubStartError(f"--listen {value}: give host:port or unix:///path")
+    if tls is None:
+        if not is_loopback(address):
+            raise HubStartError(
+                f"refusing to serve team tokens in plaintext on {address}: give --tls-cert and "
+                "--tls-key (plaintext only on a loopback address or a unix socket)"
+            )
+        logger.warning("serving without TLS on %s: reachable from this machine only", address)
+    return address
+
+
+@contextmanager
+def _signals(on_first: Callable[[str], None]) -> Iterator[None]:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        on_first(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _ready(pool: ConnectionPool, conninfo: str) -> None:
+    """Open the pool as a checked role and find every migration applied, or say why not."""
+    try:
+        open_checked(pool, conninfo)
+        with pool.connection() as conn:
+            missing = missing_migrations(conn)
+    except HubRoleError as error:
+        raise HubStartError(str(error)) from None
+    except psycopg.OperationalError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HubStartError(
+            f"cannot connect to the hub's database ({reason}): check THATCH_HUB_DATABASE_URL"
+        ) from None
+    if missing:
+        raise HubStartError(
+            f"the hub's database lacks migrations {', '.join(missing)}: run thatch hub migrate "
+            "as the database's owner (THATCH_HUB_OWNER_URL), then start the hub again"
+        )
+
+
+def serve(
+    options: HubOptions,
+    *,
+    logger: logging.Logger,
+    embedder: EmbedderClient,
+    stop: threading.Event | None = None,
+    install_signals: bool = True,
+) -> int:
+    """Run one hub replica until SIGTERM/SIGINT (or ``stop``); the exit status.
+    ``HubStartError`` when it cannot start (after releasing what it took)."""
+    address = _listen(options.listen, options.tls, logger)
+    stop = stop or threading.Event()
+    pool = new_pool(options.database_url, min_size=1, max_size=options.pool_size)
+    server, port, health_servicer = create_server(
+        pool, embedder, address, options.tls, logger=logger, max_workers=options.max_workers
+    )
+    shown = address if address.is_unix else f"{address.target.rpartition(':')[0]}:{port}"
+
+    def on_signal(name: str) -> None:
+        logger.info("received %s: shutting down", name)
+        stop.set()
+
+    server.start()
+    try:
+        with _signals(on_signal) if install_signals else _no_signals():
+            logger.info("starting: listening at %s, connecting to the database", shown)
+            _ready(pool, options.database_url)
+            if not stop.is_set():
+                set_health(health_servicer, SERVING)
+                logger.info("serving at %s", shown)
+                stop.wait()
+            health_servicer.enter_graceful_shutdown()
+            server.stop(options.grace_seconds).wait()
+    finally:
+        server.stop(None)
+        pool.close()
+    logger.info("hub stopped")
+    return 0
+
+
+@contextmanager
+def _no_signals() -> Iterator[None]:
+    yield
