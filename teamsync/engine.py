@@ -16,24 +16,21 @@ from typing import Protocol
 
 from thatch.frontend.store.db import atomic
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+from thatch.hub.client import HubError
 from thatch.hub.v1 import hub_pb2
+from thatch.hub.values import Cursor
 from thatch.teamsync import outbox, replica
 from thatch.teamsync.links import Link, all_links, get_link, machine_id, note_error, note_ok
 
-__all__ = ["BATCH", "PAGE", "HubError", "HubLink", "LinkOutcome", "SyncEngine"]
+__all__ = ["BATCH", "PAGE", "HubLink", "LinkOutcome", "SyncEngine"]
 
 BATCH = 100  # outbox rows per Push
 PAGE = 500  # changes per Pull
 
 
-class HubError(Exception):
-    """The hub could not be reached or refused the call; the message says which, never
-    the token."""
-
-
 class HubLink(Protocol):
     def push(self, writes: Sequence[hub_pb2.Write]) -> Sequence[hub_pb2.Ack]: ...
-    def pull(self, after: hub_pb2.Cursor, limit: int) -> hub_pb2.PullResponse: ...
+    def pull(self, after: Cursor | None = None, limit: int = 0) -> hub_pb2.PullResponse: ...
     def stores(self) -> hub_pb2.StoresResponse: ...
 
 
@@ -81,6 +78,8 @@ class SyncEngine:
             self.push(link, hub, done)
             self.pull(link, hub, done)
         except HubError as error:
+            # The link's last error, for `thatch team status`; the next pass retries
+            # (a refused token too: the user may replace the token file meanwhile).
             done.error = str(error)
             note_error(self.conn, link.store, done.error, self._now())
             return done
@@ -126,7 +125,7 @@ class SyncEngine:
         with its cursor in one transaction (``replica.apply_page``)."""
         current = link
         while True:
-            after = hub_pb2.Cursor(txid=current.cursor_txid, seq=current.cursor_seq)
+            after = Cursor(current.cursor_txid, current.cursor_seq)
             page = hub.pull(after, self.page)
             applied = replica.apply_page(self.conn, current, page, self.local_model)
             done.applied += applied.saved + applied.deleted

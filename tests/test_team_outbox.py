@@ -15,7 +15,8 @@ from thatch.frontend.store.db import connect
 from thatch.frontend.store.memory_store import Store
 from thatch.hub.v1 import hub_pb2
 from thatch.teamsync import outbox
-from thatch.teamsync.engine import HubError, LinkOutcome, SyncEngine
+from thatch.hub.client import HubUnavailable
+from thatch.teamsync.engine import LinkOutcome, SyncEngine
 from thatch.teamsync.links import Link, add_link, get_link, machine_id, remove_link
 from thatch.teamsync.replica import apply_page
 
@@ -233,7 +234,7 @@ class ScriptedHub:
 
     def push(self, writes):
         if self.down:
-            raise HubError("hub unreachable")
+            raise HubUnavailable("hub unreachable", "retry later")
         acks = []
         for write in writes:
             self.pushed.append(write)
@@ -259,7 +260,7 @@ class ScriptedHub:
             )
         return acks
 
-    def pull(self, after, limit):
+    def pull(self, after=None, limit=0):
         return page(txid=after.txid, seq=after.seq)
 
     def stores(self):
@@ -282,8 +283,8 @@ def test_push_settles_by_acks_and_chains_revisions(store: Store) -> None:
         ("leak", SHARED, "leak", f"# leak\n\n{AWS_KEY}", None, None, None, None, 0, NOW, NOW),
     )
     [failed] = engine.sync_all()
-    assert failed.error == "hub unreachable" and len(queued(store.conn)) == 6
-    assert the_link(store).last_error == "hub unreachable"
+    assert failed.error == "hub unreachable. Fix: retry later" and len(queued(store.conn)) == 6
+    assert the_link(store).last_error == failed.error
     hub.down = False
     hub.outcomes["n2"] = hub_pb2.Ack(outcome=hub_pb2.Ack.CONFLICT, slug="n2--conflict-2")
     hub.outcomes["n3"] = hub_pb2.Ack(outcome=hub_pb2.Ack.REFUSED, reason="secret (a JWT)")
