@@ -50,11 +50,13 @@ def _store(env: Mapping[str, str]) -> Iterator[Store]:
 
 
 def _local_model(env: Mapping[str, str]) -> str | None:
-    from thatch.frontend.tools.active_model import configured_model_id
+    """The model the local embedder serves (asked; else the configured one): pulled
+    vectors of the hub's model are kept only when it is this one."""
+    from thatch.frontend.tools.active_model import active_model
 
     try:
-        return configured_model_id(env)
-    except Exception:  # no model configured: pulled rows are saved pending
+        return active_model(env, timeout=5.0)
+    except Exception:  # no model known: pulled rows are saved pending, embedded later
         return None
 
 
@@ -189,8 +191,14 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
     default=None,
     help="Seconds between passes (default 3).",
 )
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Longest wait between passes while a hub fails (default 60).",
+)
 @click.option("--once", is_flag=True, help="One pass, then exit.")
-def sync(interval: float | None, once: bool) -> None:
+def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
     """Run the team sync process in the foreground: push, pull, wait; until SIGTERM.
 
     One per machine (a lock); a hub that is down is retried with a growing wait, writes
@@ -200,6 +208,7 @@ def sync(interval: float | None, once: bool) -> None:
     from thatch.teamsync.engine import SyncEngine
     from thatch.teamsync.process import (
         DEFAULT_INTERVAL,
+        MAX_BACKOFF,
         AlreadyRunning,
         HubClients,
         hold_lock,
@@ -218,6 +227,9 @@ def sync(interval: float | None, once: bool) -> None:
             try:
                 engine = SyncEngine(ctx.store.conn, clients, local_model=_local_model(env))
 
+                def ask_model() -> None:
+                    engine.local_model = _local_model(env)
+
                 def embed_pulled(outcomes: list[LinkOutcome]) -> None:
                     for outcome in outcomes:
                         if outcome.applied:
@@ -228,8 +240,10 @@ def sync(interval: float | None, once: bool) -> None:
                     interval=interval or DEFAULT_INTERVAL,
                     stop=stop,
                     report=_report,
+                    before_pass=ask_model,
                     after_pass=embed_pulled,
                     once=once,
+                    max_wait=max_wait or MAX_BACKOFF,
                 )
             finally:
                 clients.close()

@@ -133,15 +133,18 @@ def run_loop(
     interval: float,
     stop: threading.Event,
     report: Callable[[LinkOutcome], None],
+    before_pass: Callable[[], None] = lambda: None,
     after_pass: Callable[[list[LinkOutcome]], None] = lambda _: None,
     once: bool = False,
+    max_wait: float = MAX_BACKOFF,
 ) -> int:
     """Pass after pass until ``stop`` is set (or no store is linked any more); the number
     of passes run. A pass with a failing link waits twice as long as the one before, up
-    to ``MAX_BACKOFF``; a clean pass waits ``interval`` again."""
+    to ``max_wait``; a clean pass waits ``interval`` again."""
     wait = interval
     passes = 0
     while not stop.is_set():
+        before_pass()
         outcomes = engine.sync_all()
         passes += 1
         for outcome in outcomes:
@@ -150,7 +153,7 @@ def run_loop(
         if once or not outcomes:
             return passes
         failing = any(outcome.error for outcome in outcomes)
-        wait = min(max(wait * 2, interval), MAX_BACKOFF) if failing else interval
+        wait = min(max(wait * 2, interval), max(max_wait, interval)) if failing else interval
         stop.wait(wait)
     return passes
 

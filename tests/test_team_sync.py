@@ -1,0 +1,242 @@
+"""Team sync end to end with real processes: one hub (``thatch hub serve`` on the test
+PostgreSQL, embedding with the real MiniLM), two simulated machines (two HOMEs, two
+SQLite files), each running ``thatch team sync`` and the ordinary CLI. Every wait polls a
+machine's replica (or the hub's table) with a deadline; nothing sleeps in place of sync."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from tests.support.polling import poll
+from tests.support.postgres import HUB_ROLE
+
+STORE = "acme/app"
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+DEADLINE = 120.0  # seconds: a loaded 2-core machine, an embedder on the path
+THATCH = [sys.executable, "-m", "thatch.cli"]
+
+
+@pytest.fixture(scope="module")
+def embedder(minilm_dir: Path) -> Iterator[EmbedderProcess]:
+    import shutil
+
+    folder = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
+    try:
+        with embedder_process(str(minilm_dir), socket_dir=folder) as proc:
+            yield proc
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class Hub:
+    """``thatch hub serve`` on a unix socket, stopped and started again at will."""
+
+    def __init__(self, hub_db, embedder: EmbedderProcess, folder: Path) -> None:
+        self.hub_db = hub_db
+        self.address = f"unix://{folder / 'hub.sock'}"
+        self.env = {
+            **os.environ,
+            "THATCH_HUB_DATABASE_URL": hub_db.server.conninfo(hub_db.name, user=HUB_ROLE),
+        }
+        self.embedder = embedder.address
+        self.log = folder / "hub.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*THATCH, "hub", "serve", "--listen", self.address, "--embedder", self.embedder],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        from thatch.hub.client import HubClient
+
+        with HubClient(self.address, "health-only") as client:
+            assert poll(lambda: client.health() == "SERVING", DEADLINE), self.log.read_text()
+
+    def stop(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(60) == 0, self.log.read_text()
+        self.process = None
+
+    def live_slugs(self) -> list[str]:
+        rows = self.hub_db.owner().execute(
+            "SELECT slug FROM memories WHERE team = 'acme' AND store = %s "
+            "AND deleted_at IS NULL ORDER BY slug",
+            (STORE,),
+        )
+        return [row[0] for row in rows]
+
+
+class Machine:
+    """One HOME and one SQLite file; the CLI and the sync process run as it."""
+
+    def __init__(self, home: Path, embedder: EmbedderProcess, token: str) -> None:
+        home.mkdir(parents=True)
+        self.db = home / "thatch.db"
+        self.env = {
+            **os.environ,
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "THATCH_DB_PATH": str(self.db),
+            "THATCH_EMBEDDER_ADDR": embedder.address,
+            "THATCH_HUB_TOKEN": token,
+        }
+        self.log = home / "sync.log"
+        self.sync: subprocess.Popen[bytes] | None = None
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*THATCH, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def ok(self, *args: str) -> str:
+        done = self.run(*args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def start_sync(self) -> None:
+        with self.log.open("ab") as log:
+            self.sync = subprocess.Popen(
+                [*THATCH, "team", "sync", "--interval", "0.3", "--max-wait", "1"],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+
+    def stop_sync(self) -> None:
+        if self.sync is not None:
+            self.sync.send_signal(signal.SIGTERM)
+            assert self.sync.wait(60) == 0, self.log.read_text()
+            self.sync = None
+
+    def rows(self) -> dict[str, tuple[str, bool]]:
+        """slug -> (content, has a vector) of the shared store, read from the file."""
+        if not self.db.exists():
+            return {}
+        with closing(sqlite3.connect(self.db)) as conn:
+            rows = conn.execute(
+                "SELECT slug, content, embedding IS NOT NULL FROM entries WHERE store = ?",
+                (STORE,),
+            ).fetchall()
+        return {slug: (content, bool(vector)) for slug, content, vector in rows}
+
+    def outbox(self) -> int:
+        with closing(sqlite3.connect(self.db)) as conn:
+            return int(conn.execute("SELECT count(*) FROM team_outbox").fetchone()[0])
+
+
+@contextmanager
+def team(
+    hub_db, embedder: EmbedderProcess, tmp_path: Path
+) -> Iterator[tuple[Hub, Machine, Machine]]:
+    folder = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))  # short: a socket lives here
+    hub = Hub(hub_db, embedder, folder)
+    one = Machine(tmp_path / "m1", embedder, hub_db.add_member("acme", "ann"))
+    two = Machine(tmp_path / "m2", embedder, hub_db.add_member("acme", "bob"))
+    hub.start()
+    try:
+        for machine in (one, two):
+            out = machine.ok("team", "join", hub.address, "--store", STORE, "--no-start")
+            assert "Joined team acme" in out
+            machine.start_sync()
+        yield hub, one, two
+    finally:
+        for machine in (one, two):
+            machine.stop_sync()
+        if hub.process is not None:
+            hub.stop()
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def remember(machine: Machine, label: str, text: str, *extra: str) -> None:
+    machine.ok("remember", label, text, "--store", STORE, *extra)
+
+
+def test_a_save_on_one_machine_is_recalled_on_the_other(hub_db, embedder, tmp_path) -> None:
+    with team(hub_db, embedder, tmp_path) as (hub, one, two):
+        remember(one, "Deploy steps", "Run make deploy from the release branch, never main.")
+        assert poll(lambda: two.rows().get("deploy-steps", ("", False))[1], DEADLINE), (
+            two.log.read_text()
+        )
+        found = json.loads(
+            two.ok("search", "how", "do", "we", "deploy", "--store", STORE, "--json")
+        )
+        assert "deploy-steps" in json.dumps(found)
+
+        # A secret is refused at save, naming its kind and never the value; nothing saved.
+        refused = one.run("remember", "AWS", f"the key is {AWS_KEY}", "--store", STORE)
+        assert refused.returncode == 1
+        assert "an AWS access key id" in refused.stderr and AWS_KEY not in refused.stderr
+        assert "aws" not in one.rows() and one.outbox() == 0
+
+        # A forget travels as a tombstone.
+        one.ok("forget", "Deploy steps", "--store", STORE, "--yes")
+        assert poll(lambda: "deploy-steps" not in two.rows(), DEADLINE), two.log.read_text()
+        assert hub.live_slugs() == []
+        status = json.loads(two.ok("team", "status", "--json"))
+        [link] = status["links"]
+        assert link["store"] == STORE and link["member"] == "bob" and link["outbox"] == 0
+        assert status["sync_process"] is True
+
+
+def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path) -> None:
+    with team(hub_db, embedder, tmp_path) as (hub, one, two):
+        remember(one, "Port", "The dev server listens on 8080.")
+        assert poll(lambda: "port" in two.rows(), DEADLINE), two.log.read_text()
+        hub.stop()
+        remember(one, "From ann 1", "First offline note of ann.")
+        remember(one, "From ann 2", "Second offline note of ann.")
+        remember(two, "From bob 1", "First offline note of bob.")
+        remember(two, "From bob 2", "Second offline note of bob.")
+        # A concurrent edit of the same memory on both machines.
+        remember(one, "Port", "The dev server listens on 9090 (ann).", "--overwrite")
+        remember(two, "Port", "The dev server listens on 7070 (bob).", "--overwrite")
+        assert one.outbox() == 3 and two.outbox() == 3  # waiting, nothing lost
+        hub.start()
+        expected = {
+            "from-ann-1",
+            "from-ann-2",
+            "from-bob-1",
+            "from-bob-2",
+            "port",
+            "port--conflict-2",
+        }
+
+        def settled() -> bool:
+            return all(
+                set(m.rows()) == expected
+                and all(vector for _, vector in m.rows().values())
+                and m.outbox() == 0
+                for m in (one, two)
+            )
+
+        assert poll(settled, DEADLINE), (one.log.read_text(), two.log.read_text())
+        assert hub.live_slugs() == sorted(expected)  # none lost, none doubled
+        texts = {one.rows()["port"][0], one.rows()["port--conflict-2"][0]}
+        assert any("9090" in text for text in texts) and any("7070" in text for text in texts)
+        assert one.rows() == two.rows()
