@@ -177,7 +177,7 @@ def spawn(env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
     log = log_path(env)
     log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(log, "ab") as stderr:
-        return subprocess.Popen(
+        child = subprocess.Popen(
             [sys.executable, "-m", "thatch.cli", "team", "sync"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -186,3 +186,6 @@ def spawn(env: Mapping[str, str]) -> subprocess.Popen[bytes] | None:
             env=dict(env),
             start_new_session=True,
         )
+    # A long-lived parent (``thatch mcp``) reaps the child when it ends: no zombie.
+    threading.Thread(target=child.wait, name="thatch-team-sync-reaper", daemon=True).start()
+    return child

@@ -13,9 +13,9 @@ from tests.support import earlier_release
 from thatch.frontend.secret_scan import SecretFound
 from thatch.frontend.store.db import connect
 from thatch.frontend.store.memory_store import Store
+from thatch.hub.client import HubUnavailable
 from thatch.hub.v1 import hub_pb2
 from thatch.teamsync import outbox
-from thatch.hub.client import HubUnavailable
 from thatch.teamsync.engine import LinkOutcome, SyncEngine
 from thatch.teamsync.links import Link, add_link, get_link, machine_id, remove_link
 from thatch.teamsync.replica import apply_page

@@ -21,6 +21,7 @@ import pytest
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.polling import poll
 from tests.support.postgres import HUB_ROLE
+from thatch.teamsync.process import is_running, lock_path
 
 STORE = "acme/app"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -202,6 +203,23 @@ def test_a_save_on_one_machine_is_recalled_on_the_other(hub_db, embedder, tmp_pa
         [link] = status["links"]
         assert link["store"] == STORE and link["member"] == "bob" and link["outbox"] == 0
         assert status["sync_process"] is True
+
+        # `thatch mcp` on a machine with a shared store starts the sync process.
+        two.stop_sync()
+        lock = lock_path(two.env)
+        assert not is_running(lock)
+        server = subprocess.run(
+            [*THATCH, "mcp"],
+            env=two.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=300,
+        )
+        assert server.returncode == 0, server.stderr
+        assert poll(lambda: is_running(lock), DEADLINE), server.stderr
+        pid = int(lock.read_text())
+        os.kill(pid, signal.SIGTERM)  # the process the server started, by its id
+        assert poll(lambda: not is_running(lock), DEADLINE)
 
 
 def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path) -> None:

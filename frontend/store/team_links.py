@@ -11,7 +11,7 @@ import sqlite3
 
 from thatch.frontend.store.migrations.team import LINKS_TABLE
 
-__all__ = ["is_linked", "refuse_team_secrets"]
+__all__ = ["any_linked", "is_linked", "refuse_team_secrets"]
 
 
 def is_linked(conn: sqlite3.Connection, store: str) -> bool:
@@ -23,6 +23,16 @@ def is_linked(conn: sqlite3.Connection, store: str) -> bool:
             return False
         raise
     return row is not None
+
+
+def any_linked(conn: sqlite3.Connection) -> bool:
+    """Whether any store is shared (then ``thatch mcp`` makes sure the sync process runs)."""
+    try:
+        return conn.execute(f"SELECT 1 FROM {LINKS_TABLE} LIMIT 1").fetchone() is not None
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):
+            return False
+        raise
 
 
 def refuse_team_secrets(conn: sqlite3.Connection, store: str, label: str, text: str) -> None:
