@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,12 +39,12 @@ from thatch.frontend.timefmt import Clock, parse_timestamp
 from thatch.hub import wire
 from thatch.hub.feed import changes_after
 from thatch.hub.memories import DIMENSION, HubMemories
-from thatch.hub.session import UnknownToken, authenticate
+from thatch.hub.session import Member, UnknownToken, authenticate
 from thatch.hub.v1 import hub_pb2 as pb
 from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
 from thatch.hub.values import START
 
-__all__ = ["PINNED_MODEL", "Abort", "HubLimits", "HubServicer", "bearer_token"]
+__all__ = ["PINNED_MODEL", "Abort", "Caller", "HubLimits", "HubServicer", "bearer_token"]
 
 # The model every team vector comes from (docs/team.md §vectors): members' vectors compare
 # only because one model made them all.
@@ -54,6 +55,7 @@ NO_TOKEN = (
     "printed for you)"
 )
 DATABASE_DOWN = "the hub's database is unreachable; retry later"
+HUB_FAILED = "the hub failed on this call (its log says why)"
 T = TypeVar("T")
 
 
@@ -84,6 +86,21 @@ class Abort(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated member of one call. ``memories`` takes a pooled connection only
+    while the database is used: a call embedding text holds none meanwhile."""
+
+    who: Member
+    pool: ConnectionPool
+    clock: Clock
+
+    @contextmanager
+    def memories(self) -> Iterator[HubMemories]:
+        with self.pool.connection() as conn:
+            yield HubMemories(conn, self.who, self.clock)
 
 
 def bearer_token(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
@@ -152,7 +169,7 @@ class HubServicer(pb_grpc.HubServicer):
         return self._serve(context, lambda hub: self._push(hub, request.writes))
 
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.PullResponse:
-        def pull(hub: HubMemories) -> pb.PullResponse:
+        def pull(caller: Caller) -> pb.PullResponse:
             limit = request.limit or self.limits.default_pull
             if limit > self.limits.max_pull:
                 raise Abort(
@@ -160,7 +177,8 @@ class HubServicer(pb_grpc.HubServicer):
                     f"pull limit {limit} is over the maximum {self.limits.max_pull}",
                 )
             after = wire.cursor_from_pb(request.after) if request.HasField("after") else START
-            return wire.page_to_pb(changes_after(hub.conn, hub.who, after, limit))
+            with caller.memories() as hub:
+                return wire.page_to_pb(changes_after(hub.conn, hub.who, after, limit))
 
         return self._serve(context, pull)
 
@@ -173,12 +191,13 @@ class HubServicer(pb_grpc.HubServicer):
         return self._serve(context, lambda hub: self._record(hub, request.events))
 
     def Stores(self, request: pb.StoresRequest, context: grpc.ServicerContext) -> pb.StoresResponse:
-        def stores(hub: HubMemories) -> pb.StoresResponse:
-            counts = hub.store_counts()
+        def stores(caller: Caller) -> pb.StoresResponse:
+            with caller.memories() as hub:
+                counts = hub.store_counts()
             return pb.StoresResponse(
                 stores=[pb.StoreCount(name=name, count=count) for name, count in counts.items()],
-                team=hub.who.team,
-                member=hub.who.member,
+                team=caller.who.team,
+                member=caller.who.member,
                 model=self.model,
                 dim=DIMENSION,
             )
@@ -187,7 +206,7 @@ class HubServicer(pb_grpc.HubServicer):
 
     # -- one call
 
-    def _serve(self, context: grpc.ServicerContext, body: Callable[[HubMemories], T]) -> T:
+    def _serve(self, context: grpc.ServicerContext, body: Callable[[Caller], T]) -> T:
         """``body`` as the token's member on one pooled connection; failures as statuses."""
         try:
             return self._as_member(context, body)
@@ -199,7 +218,7 @@ class HubServicer(pb_grpc.HubServicer):
             self.logger.warning("%s: %s", abort.code.name, abort.message)
         context.abort(abort.code, abort.message)
 
-    def _as_member(self, context: grpc.ServicerContext, body: Callable[[HubMemories], T]) -> T:
+    def _as_member(self, context: grpc.ServicerContext, body: Callable[[Caller], T]) -> T:
         token = bearer_token(context.invocation_metadata())
         if token is None:
             raise Abort(grpc.StatusCode.UNAUTHENTICATED, NO_TOKEN)
@@ -207,14 +226,17 @@ class HubServicer(pb_grpc.HubServicer):
             raise Abort(grpc.StatusCode.UNAUTHENTICATED, str(UnknownToken()))
         try:
             with self.pool.connection() as conn:
-                try:
-                    who = authenticate(conn, token)
-                except UnknownToken as error:
-                    raise Abort(grpc.StatusCode.UNAUTHENTICATED, str(error)) from None
-                return body(HubMemories(conn, who, self.clock))
+                who = authenticate(conn, token)
+            return body(Caller(who, self.pool, self.clock))
+        except UnknownToken as error:
+            raise Abort(grpc.StatusCode.UNAUTHENTICATED, str(error)) from None
         except (psycopg.OperationalError, PoolTimeout) as error:
+            # Unreachable, restarting, a deadlock or a cancelled query: worth a retry.
             self.logger.warning("database: %s", error)
             raise Abort(grpc.StatusCode.UNAVAILABLE, DATABASE_DOWN) from None
+        except psycopg.Error:
+            self.logger.exception("database error")
+            raise Abort(grpc.StatusCode.INTERNAL, HUB_FAILED) from None
 
     def _embed(self, texts: list[str], kind: Kind) -> np.ndarray[Any, Any]:
         """The pinned model's vectors for ``texts``; UNAVAILABLE when the embedder cannot
@@ -264,7 +286,7 @@ class HubServicer(pb_grpc.HubServicer):
             problem = f"base_rev {write.base_rev} is not a revision (revisions start at 1)"
         return problem
 
-    def _push(self, hub: HubMemories, writes: Sequence[pb.Write]) -> pb.PushResponse:
+    def _push(self, caller: Caller, writes: Sequence[pb.Write]) -> pb.PushResponse:
         if not writes:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, "empty push: send at least one write")
         if len(writes) > self.limits.max_writes:
@@ -295,15 +317,16 @@ class HubServicer(pb_grpc.HubServicer):
         )
         vector_of = {index: row for row, index in enumerate(to_embed)}
         acks: list[pb.Ack] = []
-        for index, write in enumerate(writes):
-            if index in refused:
-                acks.append(wire.ack_refused(write.write_id, refused[index]))
-            elif write.op == pb.Write.FORGET:
-                hub.forget(write.store, write.label)
-                acks.append(wire.ack_forgotten(write.write_id, slugify(write.label)))
-            else:
-                assert vectors is not None
-                acks.append(self._remember(hub, write, vectors[vector_of[index]]))
+        with caller.memories() as hub:
+            for index, write in enumerate(writes):
+                if index in refused:
+                    acks.append(wire.ack_refused(write.write_id, refused[index]))
+                elif write.op == pb.Write.FORGET:
+                    hub.forget(write.store, write.label)
+                    acks.append(wire.ack_forgotten(write.write_id, slugify(write.label)))
+                else:
+                    assert vectors is not None
+                    acks.append(self._remember(hub, write, vectors[vector_of[index]]))
         return pb.PushResponse(acks=acks)
 
     def _remember(self, hub: HubMemories, write: pb.Write, vector: Any) -> pb.Ack:
@@ -328,7 +351,7 @@ class HubServicer(pb_grpc.HubServicer):
 
     # -- Recall and its telemetry
 
-    def _recall(self, hub: HubMemories, request: pb.RecallRequest) -> pb.RecallResponse:
+    def _recall(self, caller: Caller, request: pb.RecallRequest) -> pb.RecallResponse:
         limits = self.limits
         limit = request.limit or 10
         problems = [
@@ -345,18 +368,17 @@ class HubServicer(pb_grpc.HubServicer):
         if found:
             raise Abort(grpc.StatusCode.INVALID_ARGUMENT, found[0])
         vector = self._embed([request.text], Kind.QUERY)[0]
-        matches = hub.recall(
-            list(request.stores),
-            vector,
-            text=request.text,
-            branch=request.branch if request.HasField("branch") else None,
-            limit=limit,
-        )
+        with caller.memories() as hub:
+            matches = hub.recall(
+                list(request.stores),
+                vector,
+                text=request.text,
+                branch=request.branch if request.HasField("branch") else None,
+                limit=limit,
+            )
         return pb.RecallResponse(matches=[wire.match_to_pb(match) for match in matches])
 
-    def _record(
-        self, hub: HubMemories, events: Sequence[pb.RecallEvent]
-    ) -> pb.RecordRecallsResponse:
+    def _record(self, caller: Caller, events: Sequence[pb.RecallEvent]) -> pb.RecordRecallsResponse:
         limits = self.limits
         if len(events) > limits.max_events:
             raise Abort(
@@ -375,4 +397,5 @@ class HubServicer(pb_grpc.HubServicer):
             if problem is not None:
                 raise Abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
             rows.append((event.store, event.slug, at))
-        return pb.RecordRecallsResponse(recorded=hub.record_recall_events(rows))
+        with caller.memories() as hub:
+            return pb.RecordRecallsResponse(recorded=hub.record_recall_events(rows))
