@@ -151,6 +151,16 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
             error.cause, "check the address and that the hub runs there (thatch hub serve)"
         ) from None
     with _store(env) as store:
+        from thatch.teamsync.links import get_link
+
+        old = get_link(store.conn, store_name)
+        if old is not None and (old.hub_url, old.team) == (url, who.team):
+            # Joining again is how a member replaces a token: the link and its outbox stay.
+            write_token(env, url, who.team, token)
+            click.echo(f"Store {store_name} was already shared through {url}: token updated.")
+            if not no_start:
+                spawn(env)
+            return
         queued = add_link(
             store.conn,
             store=store_name,
@@ -164,8 +174,6 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
         clients = HubClients(env)
         try:
             engine = SyncEngine(store.conn, clients, local_model=_local_model(env))
-            from thatch.teamsync.links import get_link
-
             link = get_link(store.conn, store_name)
             assert link is not None
             outcome = engine.sync(link)
@@ -225,7 +233,9 @@ def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
             ctx = ToolContext.from_env(env, autostart=True)
             clients = HubClients(env)
             try:
-                engine = SyncEngine(ctx.store.conn, clients, local_model=_local_model(env))
+                engine = SyncEngine(
+                    ctx.store.conn, clients, local_model=_local_model(env), stop=stop
+                )
 
                 def ask_model() -> None:
                     engine.local_model = _local_model(env)

@@ -10,13 +10,14 @@ link and the next pass tries again, nothing is lost meanwhile.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from thatch.frontend.store.db import atomic
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
-from thatch.hub.client import HubError
+from thatch.hub.client import HubError, HubUnavailable
 from thatch.hub.v1 import hub_pb2
 from thatch.hub.values import Cursor
 from thatch.teamsync import outbox, replica
@@ -54,13 +55,16 @@ class SyncEngine:
         clock: Clock = utc_now,
         batch: int = BATCH,
         page: int = PAGE,
+        stop: threading.Event | None = None,
     ) -> None:
+        """``stop``: set by the process's SIGTERM handler; a pass ends between pages."""
         self.conn = conn
         self.hub_for = hub_for
         self.local_model = local_model
         self.clock = clock
         self.batch = batch
         self.page = page
+        self.stop = stop if stop is not None else threading.Event()
 
     def _now(self) -> str:
         return format_timestamp(self.clock())
@@ -91,7 +95,7 @@ class SyncEngine:
         hub leaves a batch unacknowledged: the rest waits for the next pass)."""
         with atomic(self.conn, immediate=False):
             machine = machine_id(self.conn)
-        while True:
+        while not self.stop.is_set():
             with atomic(self.conn, immediate=False):
                 rows = outbox.waiting(self.conn, link.store, self.batch)
             if not rows:
@@ -124,7 +128,8 @@ class SyncEngine:
         """Pull pages until the feed has nothing after the cursor; each page is applied
         with its cursor in one transaction (``replica.apply_page``)."""
         current = link
-        while True:
+        resets = 0
+        while not self.stop.is_set():
             after = Cursor(current.cursor_txid, current.cursor_seq)
             page = hub.pull(after, self.page)
             applied = replica.apply_page(self.conn, current, page, self.local_model)
@@ -134,7 +139,16 @@ class SyncEngine:
             if fresh is None:
                 return  # left meanwhile
             moved = (fresh.cursor_txid, fresh.cursor_seq) != (after.txid, after.seq)
-            if not applied.reset and (not page.changes or not moved):
+            if applied.reset:
+                resets += 1
+                if resets > 1:
+                    # A feed that resets a cursor it just led up from the start: waiting
+                    # for the next pass beats looping on it (the link notes the error).
+                    raise HubUnavailable(
+                        "the hub answered reset again after a pull from the start",
+                        "check the hub's version; this machine retries on its next pass",
+                    )
+            elif not page.changes or not moved:
                 return
             current = fresh
 

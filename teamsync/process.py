@@ -95,34 +95,32 @@ def is_running(path: Path) -> bool:
 
 
 class HubClients:
-    """One ``HubClient`` per (hub, team), made on first use with the token on file."""
+    """One ``HubClient`` per (hub, team, token), the token read from its file at each use:
+    a token replaced by ``thatch team join`` is used from the next pass on."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
-        self._clients: dict[tuple[str, str], HubClient] = {}
+        self._clients: dict[tuple[str, str], tuple[str, HubClient]] = {}
 
     def __call__(self, link: Link) -> HubLink:
+        try:
+            token = read_token(self.env, link.hub_url, link.team)
+        except TokenMissing as error:
+            raise HubRefused(str(error), "join the store again", "auth") from None
         key = (link.hub_url, link.team)
-        client = self._clients.get(key)
-        if client is None:
-            try:
-                token = read_token(self.env, link.hub_url, link.team)
-            except TokenMissing as error:
-                raise HubRefused(str(error), "join the store again", "auth") from None
-            address = parse_hub_address(link.hub_url)
-            plaintext = is_loopback(address) and not address.is_unix
-            client = HubClient(link.hub_url, token, env=self.env, plaintext=plaintext)
-            self._clients[key] = client
+        held = self._clients.get(key)
+        if held is not None and held[0] == token:
+            return held[1]
+        if held is not None:
+            held[1].close()
+        address = parse_hub_address(link.hub_url)
+        plaintext = is_loopback(address) and not address.is_unix
+        client = HubClient(link.hub_url, token, env=self.env, plaintext=plaintext)
+        self._clients[key] = (token, client)
         return client
 
-    def forget(self, link: Link) -> None:
-        """Drop a link's client (after a refused token: the file may be replaced)."""
-        client = self._clients.pop((link.hub_url, link.team), None)
-        if client is not None:
-            client.close()
-
     def close(self) -> None:
-        for client in self._clients.values():
+        for _, client in self._clients.values():
             client.close()
         self._clients.clear()
 

@@ -311,3 +311,20 @@ def test_push_settles_by_acks_and_chains_revisions(store: Store) -> None:
 
 def test_link_outcome_defaults() -> None:
     assert LinkOutcome("s").error is None
+
+
+class ResettingHub(ScriptedHub):
+    """A feed that leads a cursor up from the start, then resets it (a hub bug)."""
+
+    def pull(self, after=None, limit=0):
+        if after is None or (after.txid, after.seq) == (0, 0):
+            change = hub_pb2.Change(store=SHARED, slug="a", rev=1, memory=memory("a", "# a\n\nx"))
+            return page(change, txid=5, seq=5)
+        return page(txid=after.txid, seq=after.seq, reset=True)
+
+
+def test_a_pass_never_loops_on_a_feed_that_keeps_resetting(store: Store) -> None:
+    link(store)
+    [done] = SyncEngine(store.conn, lambda _: ResettingHub(), local_model=None).sync_all()
+    assert done.error is not None and "reset again" in done.error
+    assert the_link(store).last_error == done.error

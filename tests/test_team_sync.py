@@ -25,6 +25,7 @@ from thatch.teamsync.process import is_running, lock_path
 
 STORE = "acme/app"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+GH_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 DEADLINE = 120.0  # seconds: a loaded 2-core machine, an embedder on the path
 THATCH = [sys.executable, "-m", "thatch.cli"]
 
@@ -89,6 +90,7 @@ class Machine:
 
     def __init__(self, home: Path, embedder: EmbedderProcess, token: str) -> None:
         home.mkdir(parents=True)
+        self.home = home
         self.db = home / "thatch.db"
         self.env = {
             **os.environ,
@@ -98,6 +100,7 @@ class Machine:
             "THATCH_DB_PATH": str(self.db),
             "THATCH_EMBEDDER_ADDR": embedder.address,
             "THATCH_HUB_TOKEN": token,
+            "PYTHONFAULTHANDLER": "1",
         }
         self.log = home / "sync.log"
         self.sync: subprocess.Popen[bytes] | None = None
@@ -130,8 +133,14 @@ class Machine:
     def stop_sync(self) -> None:
         if self.sync is not None:
             self.sync.send_signal(signal.SIGTERM)
-            assert self.sync.wait(60) == 0, self.log.read_text()
+            try:
+                code = self.sync.wait(60)
+            except subprocess.TimeoutExpired:
+                self.sync.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: where it hung
+                self.sync.wait()
+                code = None
             self.sync = None
+            assert code == 0, self.log.read_text()
 
     def rows(self) -> dict[str, tuple[str, bool]]:
         """slug -> (content, has a vector) of the shared store, read from the file."""
@@ -143,6 +152,12 @@ class Machine:
                 (STORE,),
             ).fetchall()
         return {slug: (content, bool(vector)) for slug, content, vector in rows}
+
+    def synced_cleanly(self) -> bool:
+        """The last pass of every link ended without an error."""
+        with closing(sqlite3.connect(self.db)) as conn:
+            rows = conn.execute("SELECT last_ok_at, last_error FROM team_links").fetchall()
+        return bool(rows) and all(ok is not None and error is None for ok, error in rows)
 
     def outbox(self) -> int:
         with closing(sqlite3.connect(self.db)) as conn:
@@ -204,6 +219,35 @@ def test_a_save_on_one_machine_is_recalled_on_the_other(hub_db, embedder, tmp_pa
         assert link["store"] == STORE and link["member"] == "bob" and link["outbox"] == 0
         assert status["sync_process"] is True
 
+        # The MCP tool refuses a secret too, in the tool's one-line error.
+        from thatch.frontend.tools.context import ToolContext
+        from thatch.frontend.tools.memory_tools import Tools
+
+        with ToolContext.from_env(one.env) as ctx:
+            result = Tools(ctx).call(
+                "memory_remember", {"label": "CI", "content": f"use {GH_TOKEN}", "store": STORE}
+            )
+        assert result.is_error and "a GitHub token" in result.text
+        assert GH_TOKEN not in result.text and "ci" not in one.rows()
+
+        # The token is in a 0600 file, never in the database.
+        [token_file] = (two.home / ".config" / "thatch" / "team-tokens").iterdir()
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert two.env["THATCH_HUB_TOKEN"].encode() not in two.db.read_bytes()
+
+        # One sync process per database; clear errors for a bad token, an unreachable hub
+        # and a store that is not shared, with nothing recorded.
+        second = two.run("team", "sync", "--once")
+        assert second.returncode == 1 and "already runs" in second.stderr
+        three = Machine(tmp_path / "m3", embedder, "not-a-token")
+        bad = three.run("team", "join", hub.address, "--store", STORE, "--no-start")
+        assert bad.returncode == 1 and "refused the token" in bad.stderr, bad.stderr
+        away = three.run("team", "join", "unix:///nonexistent/hub.sock", "--store", STORE)
+        assert away.returncode == 1 and "check the address" in away.stderr, away.stderr
+        assert "No store is shared" in three.ok("team", "status")
+        missing = three.run("team", "leave", "--store", STORE)
+        assert missing.returncode == 1 and "is not shared" in missing.stderr
+
         # `thatch mcp` on a machine with a shared store starts the sync process.
         two.stop_sync()
         lock = lock_path(two.env)
@@ -258,3 +302,25 @@ def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path
         texts = {one.rows()["port"][0], one.rows()["port--conflict-2"][0]}
         assert any("9090" in text for text in texts) and any("7070" in text for text in texts)
         assert one.rows() == two.rows()
+
+
+def test_a_machine_behind_the_purge_horizon_is_reset(hub_db, embedder, tmp_path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    with team(hub_db, embedder, tmp_path) as (hub, one, two):
+        remember(one, "Gone soon", "A note forgotten while machine two is away.")
+        remember(one, "Stays", "A note that outlives the purge.")
+        assert poll(lambda: {"gone-soon", "stays"} <= set(two.rows()), DEADLINE)
+        two.stop_sync()
+        one.ok("forget", "Gone soon", "--store", STORE, "--yes")
+        assert poll(lambda: hub.live_slugs() == ["stays"], DEADLINE)
+        purger = hub_db.memories("acme", "carol")
+        assert purger.purge_tombstones(datetime.now(UTC) + timedelta(days=1)) == 1
+        # Machine two's cursor is older than the purged tombstone: the hub answers reset,
+        # the replica is dropped and pulled again, and the forgotten memory is gone.
+        two.start_sync()
+        assert poll(lambda: set(two.rows()) == {"stays"} and two.synced_cleanly(), DEADLINE), (
+            two.log.read_text(),
+            hub.log.read_text()[-3000:],
+        )
+        assert two.outbox() == 0
