@@ -153,6 +153,11 @@ class Machine:
             ).fetchall()
         return {slug: (content, bool(vector)) for slug, content, vector in rows}
 
+    def models(self) -> dict[str, str | None]:
+        with closing(sqlite3.connect(self.db)) as conn:
+            rows = conn.execute("SELECT slug, model FROM entries WHERE store = ?", (STORE,))
+            return dict(rows.fetchall())
+
     def synced_cleanly(self) -> bool:
         """The last pass of every link ended without an error."""
         with closing(sqlite3.connect(self.db)) as conn:
@@ -166,12 +171,16 @@ class Machine:
 
 @contextmanager
 def team(
-    hub_db, embedder: EmbedderProcess, tmp_path: Path
+    hub_db,
+    embedder: EmbedderProcess,
+    tmp_path: Path,
+    second_embedder: EmbedderProcess | None = None,
 ) -> Iterator[tuple[Hub, Machine, Machine]]:
+    """A hub and two machines; machine two's embedder may serve another model."""
     folder = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))  # short: a socket lives here
     hub = Hub(hub_db, embedder, folder)
     one = Machine(tmp_path / "m1", embedder, hub_db.add_member("acme", "ann"))
-    two = Machine(tmp_path / "m2", embedder, hub_db.add_member("acme", "bob"))
+    two = Machine(tmp_path / "m2", second_embedder or embedder, hub_db.add_member("acme", "bob"))
     hub.start()
     try:
         for machine in (one, two):
@@ -260,7 +269,8 @@ def test_a_save_on_one_machine_is_recalled_on_the_other(hub_db, embedder, tmp_pa
             timeout=300,
         )
         assert server.returncode == 0, server.stderr
-        assert poll(lambda: is_running(lock), DEADLINE), server.stderr
+        # Running, and its pid written (just after it took the lock).
+        assert poll(lambda: is_running(lock) and lock.read_text().strip(), DEADLINE), server.stderr
         pid = int(lock.read_text())
         os.kill(pid, signal.SIGTERM)  # the process the server started, by its id
         assert poll(lambda: not is_running(lock), DEADLINE)
@@ -324,3 +334,16 @@ def test_a_machine_behind_the_purge_horizon_is_reset(hub_db, embedder, tmp_path)
             hub.log.read_text()[-3000:],
         )
         assert two.outbox() == 0
+
+
+def test_pulled_memories_of_another_model_are_embedded_locally(
+    hub_db, embedder, mock_embedder, tmp_path
+) -> None:
+    """Machine two's embedder serves another model than the hub's pinned one: the hub's
+    vectors are not used there; the sync process embeds what it pulled with its own."""
+    local = mock_embedder.info().model_id
+    with team(hub_db, embedder, tmp_path, second_embedder=mock_embedder) as (_, one, two):
+        remember(one, "Lint", "Run ruff check before every commit.")
+        assert poll(lambda: two.rows().get("lint", ("", False))[1], DEADLINE), two.log.read_text()
+        assert two.models()["lint"] == local != one.models()["lint"]
+        assert two.outbox() == 0  # embedding a pulled memory is not a write to push
