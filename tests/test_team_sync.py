@@ -312,6 +312,14 @@ def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path
         texts = {one.rows()["port"][0], one.rows()["port--conflict-2"][0]}
         assert any("9090" in text for text in texts) and any("7070" in text for text in texts)
         assert one.rows() == two.rows()
+        # The machine whose edit came second was told where the hub kept it.
+        kept = [
+            json.loads(m.ok("team", "status", "--json"))["links"][0]["conflicts"]
+            for m in (one, two)
+        ]
+        assert sorted(kept) == [0, 1]
+        shown = one.ok("team", "status")
+        assert "outbox: 0 waiting, 0 refused" in shown and "sync process: running" in shown
 
 
 def test_a_machine_behind_the_purge_horizon_is_reset(hub_db, embedder, tmp_path) -> None:
