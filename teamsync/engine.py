@@ -9,12 +9,14 @@ link and the next pass tries again, nothing is lost meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from thatch.frontend.errors import StoreError
 from thatch.frontend.store.db import atomic
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
 from thatch.hub.client import HubError, HubUnavailable
@@ -81,11 +83,13 @@ class SyncEngine:
             hub = self.hub_for(link)
             self.push(link, hub, done)
             self.pull(link, hub, done)
-        except HubError as error:
+        except (HubError, StoreError) as error:
             # The link's last error, for `thatch team status`; the next pass retries
-            # (a refused token too: the user may replace the token file meanwhile).
+            # (a refused token too: the user may replace the token file meanwhile; a busy
+            # database too: another writer held it past the busy timeout).
             done.error = str(error)
-            note_error(self.conn, link.store, done.error, self._now())
+            with contextlib.suppress(StoreError):
+                note_error(self.conn, link.store, done.error, self._now())
             return done
         note_ok(self.conn, link.store, self._now())
         return done

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import earlier_release
+from thatch.frontend.errors import DatabaseBusyError
 from thatch.frontend.secret_scan import SecretFound
 from thatch.frontend.store.db import connect
 from thatch.frontend.store.memory_store import Store
@@ -328,3 +329,14 @@ def test_a_pass_never_loops_on_a_feed_that_keeps_resetting(store: Store) -> None
     [done] = SyncEngine(store.conn, lambda _: ResettingHub(), local_model=None).sync_all()
     assert done.error is not None and "reset again" in done.error
     assert the_link(store).last_error == done.error
+
+
+class BusyHub(ScriptedHub):
+    def pull(self, after=None, limit=0):
+        raise DatabaseBusyError()
+
+
+def test_a_busy_database_is_a_links_error_not_the_end_of_the_process(store: Store) -> None:
+    link(store)
+    [done] = SyncEngine(store.conn, lambda _: BusyHub(), local_model=None).sync_all()
+    assert done.error is not None and the_link(store).last_error == done.error
