@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "thatch.cli.doctor_cmd:doctor",
     "demo": "thatch.cli.demo_cmd:demo",
     "ui": "thatch.cli.ui_cmd:ui",
+    "team": "thatch.cli.team_cmds:team",
     "hub": "thatch.cli.hub_cmds:hub",
 }
 

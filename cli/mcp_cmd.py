@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from thatch.frontend.tools.context import ToolContext
 
 __all__ = ["mcp", "serve_after_quick_start"]
 
@@ -38,9 +42,26 @@ def serve_mcp(lead: bytes = b"", quiet: Sequence[str | int] = ()) -> None:
         # (SIGTERM ends the process at once; SQLite transactions make that safe.)
         try:
             ctx.first_result_prefix = setup_prefix(ctx)
+            _start_team_sync(ctx)
             run_stdio(ctx, lead, quiet)
         finally:
             ctx.close()
+
+
+def _start_team_sync(ctx: ToolContext) -> None:
+    """A store is shared: make sure this machine's team sync process runs (docs/team.md),
+    as a frontend makes sure the embedder runs. Never a reason for the server to fail."""
+    try:
+        from thatch.frontend.store.team_links import any_linked
+
+        with ctx.store.lock:
+            linked = any_linked(ctx.store.conn)
+        if linked:
+            from thatch.teamsync.process import spawn
+
+            spawn(ctx.env)
+    except Exception as error:
+        print(f"[thatch] team sync process not started: {error}", file=sys.stderr)
 
 
 def serve_after_quick_start(lead: bytes, quiet: Sequence[str | int]) -> None:

@@ -27,8 +27,12 @@ def changes_after(
         horizon = conn.execute(
             "SELECT purged_txid::text, purged_seq FROM teams WHERE id = thatch_team()"
         ).fetchone()
-        if horizon is not None and START < cursor < Cursor(int(horizon[0]), int(horizon[1])):
+        purged = START if horizon is None else Cursor(int(horizon[0]), int(horizon[1]))
+        if START < cursor < purged:
             return Page([], cursor, reset=True)
+        # Read before the rows: every transaction older than this has ended by then.
+        snapshot = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+        xmin = int(snapshot.fetchone()[0])  # type: ignore[index]
         rows = conn.execute(
             f"SELECT {MEMORY_COLUMNS}, m.rev, m.conflict_of, m.author, m.deleted_at IS NOT NULL, "
             "m.txid::text, m.seq, m.vector FROM memories m WHERE m.team = thatch_team() "
@@ -50,4 +54,10 @@ def changes_after(
         for row in rows
     ]
     last = Cursor(int(rows[-1][17]), int(rows[-1][18])) if rows else cursor
+    if len(rows) < limit and last < purged and purged.txid < xmin:
+        # Caught up below the purge horizon (a pull from the start after a purge): no row
+        # lies between, and none can still come (its transaction would be older than
+        # xmin), so the cursor moves to the horizon; else the next pull would be reset,
+        # and the one after that, for ever.
+        last = purged
     return Page(changes, last)

@@ -375,7 +375,23 @@ class HubMemories:
                     "WHERE id = thatch_team() AND (purged_txid, purged_seq) < (%s::text::xid8, %s)",
                     (str(txid), seq, str(txid), seq),
                 )
-            return len(gone)
+        if gone:
+            self._restamp_below_horizon()
+        return len(gone)
+
+    def _restamp_below_horizon(self) -> None:
+        """Give every row still below the purge horizon a new feed position (the stamp
+        trigger, same values and revision), so that none stays below it: a machine
+        pulling from the start then never holds a cursor under the horizon between two
+        pages, which the feed would take for a stale one and reset, page after page.
+        In a transaction of its own, begun after the purge committed: its txid is newer
+        than every purged tombstone's, so the new positions are above the horizon.
+        Machines pull those rows once more (unchanged); a stale one is still reset."""
+        with as_member(self.conn, self.who) as conn:
+            conn.execute(
+                "UPDATE memories m SET seq = m.seq FROM teams t WHERE m.team = thatch_team() "
+                "AND t.id = thatch_team() AND (m.txid, m.seq) < (t.purged_txid, t.purged_seq)"
+            )
 
     # -- reads
 

@@ -50,6 +50,7 @@ THATCH_VARS = [
 UNIT_MODULES: frozenset[str] = frozenset(
     (
         "test_chat_tools.py",
+        "test_team_outbox.py",
         "test_engine_instructions.py",
         "test_engine_store.py",
         "test_hub_wire.py",

@@ -183,11 +183,11 @@ def test_naming_a_write_fault_keeps_the_holders_locks(tmp_path: Path, step: str)
 
 # -- structure ---------------------------------------------------------------------------
 
-PACKAGES = ("common", "cli", "embedder", "frontend")
+PACKAGES = ("common", "cli", "embedder", "frontend", "teamsync")
 # Every module that can run in a process holding the database open (the embedder never
 # does: test_the_embedder_never_touches_the_database) opens no file by name but the
 # owner and the modules named here, each with the files it opens (never the database).
-HOLDERS = ("common", "cli", "frontend")
+HOLDERS = ("common", "cli", "frontend", "teamsync")
 NOT_THE_DATABASE = {
     "frontend/store/vector_snapshot.py": "the shared vector snapshot files",
     "frontend/store/snapshot_dir.py": "the shared vector snapshot files and their directory",
@@ -195,6 +195,9 @@ NOT_THE_DATABASE = {
     "frontend/mcp/stdio.py": "/dev/null, for stdin",
     "frontend/queue/files.py": "the extraction queue's files and its lock",
     "cli/chat_cmds.py": "/dev/null, for stdout",
+    "cli/team_cmds.py": "the token file `thatch team join --token-file` names",
+    "teamsync/tokens.py": "the member tokens' 0600 files",
+    "teamsync/process.py": "the sync process's lock file and its log",
     "common/environment.py": "thatch's config file",
     "frontend/setup/check.py": "host configuration files",
     "frontend/setup/declined.py": "host configuration files",
@@ -214,6 +217,8 @@ NOT_THE_DATABASE = {
     "frontend/setup/git_hooks.py": "the git hooks thatch setup --git-hooks writes",
     "frontend/anchors/capture.py": "the project's code an anchor names",
     "frontend/anchors/check.py": "the project's code an anchor names",
+    "frontend/anchors/events.py": "the git hooks' events file and the consumer's offset file",
+    "frontend/project_memo.py": "git's config files and the project-store memo file",
 }
 # Long-lived processes: they may run the doctor's checks only in a child.
 LONG_LIVED: tuple[str, ...] = ("frontend/ui", "frontend/mcp", "frontend/tools", "embedder")

@@ -368,6 +368,25 @@ def test_a_cursor_older_than_a_purged_tombstone_is_told_to_pull_again(
     assert not changes_after(bob.conn, bob.who, before_delete).reset
 
 
+def test_a_pull_from_the_start_after_a_purge_is_not_reset_again(hub_db: HubDatabase) -> None:
+    """The newest change was a purged tombstone: a machine pulling from the start ends at
+    the horizon, not below it (else its every later pull is reset, for ever)."""
+    alice = hub_db.memories("A", "alice")
+    save(alice, "Kept", "kept")
+    save(alice, "Gone", "gone")
+    alice.forget("proj", "Gone")
+    assert alice.purge_tombstones(hub_db.clock()) == 1
+    fresh = changes_after(alice.conn, alice.who, START)
+    assert [change.slug for change in fresh.changes] == ["kept"]
+    after = changes_after(alice.conn, alice.who, fresh.cursor)
+    assert not after.reset and after.changes == []
+    # A page that is not the last keeps its own cursor: the rest is still to come.
+    save(alice, "Later", "later")
+    first = changes_after(alice.conn, alice.who, START, limit=1)
+    rest = changes_after(alice.conn, alice.who, first.cursor)
+    assert [change.slug for change in first.changes + rest.changes] == ["kept", "later"]
+
+
 def test_an_edit_keeps_the_branch_confidence_and_archived_flag_it_does_not_set(
     hub_db: HubDatabase,
 ) -> None:

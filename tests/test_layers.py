@@ -23,12 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # one: the CLI is imported by nothing, the embedder (server, models, convert and client)
 # never imports the frontend, and common imports no other thatch package.
 # The team hub (docs/team.md) sits above the frontend: it may use the store's types and
-# scoring, and no frontend (MCP server, hooks, CLI's library code) ever loads it.
+# scoring, and no frontend (MCP server, hooks, CLI's library code) ever loads it. Team
+# sync (the machine's one process talking to a hub) uses the hub's messages, never psycopg.
 LAYERS: tuple[str, ...] = (
     "thatch.common",
     "thatch.embedder",
     "thatch.frontend",
     "thatch.hub",
+    "thatch.teamsync",
     "thatch.cli",
 )
 # The same rule among these packages of the frontend, lowest first: the extraction queue

@@ -30,6 +30,7 @@ from thatch.frontend.store.schema import (
     LINKS_TABLE,
     MIGRATIONS,
     MIGRATIONS_TABLE,
+    TEAM_TABLES,
     VERSIONS_TABLE,
 )
 
@@ -198,6 +199,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     extra.add(BACKFILLS_TABLE)
     extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, ANCHORS_TABLE, LINKS_TABLE}
     extra |= {BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE}
+    extra |= set(TEAM_TABLES)
     fts = {
         DOCS_TABLE,
         FTS_TABLE,

@@ -41,6 +41,7 @@ from thatch.frontend.store.rows import (
 )
 from thatch.frontend.store.schema import init_schema, run_backfills
 from thatch.frontend.store.slugs import slugify
+from thatch.frontend.store.team_links import refuse_team_secrets
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.upkeep import UpkeepQueries
 from thatch.frontend.store.vector_snapshot import DatabaseIdentity
@@ -350,6 +351,7 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
         now = self._now()
         with self._own_write(store) as own:
             conn = own.conn
+            refuse_team_secrets(conn, store, label, stored_text)
             conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (store,))
             flag = int(bool(archived))
             row = (slug, store, label, stored_text, blob, model, branch, confidence, flag, now, now)

@@ -57,6 +57,7 @@ from thatch.frontend.store.migrations.tables import (
     m003_add_columns,
     table_columns,
 )
+from thatch.frontend.store.migrations.team import TEAM_TABLES, m015_team_sync
 from thatch.frontend.store.transactions import atomic
 
 # The names of the tables the migrations make, for the modules and tests that read them.
@@ -79,6 +80,7 @@ __all__ = [
     "MIGRATION_MMAP_BYTES",
     "NEEDS_FTS5",
     "TABLES",
+    "TEAM_TABLES",
     "VERSIONS_TABLE",
     "applied_migrations",
     "init_schema",
@@ -104,6 +106,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m012_defaults_off", m012_defaults_off),
     ("m013_branch_lifecycle", m013_branch_lifecycle),
     ("m014_code_anchors", m014_code_anchors),
+    ("m015_team_sync", m015_team_sync),
     ("m016_memory_links", m016_memory_links),
     ("m018_chat_remote", m018_chat_remote),
 ]

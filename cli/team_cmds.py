@@ -1,0 +1,355 @@
+"""``thatch team join|sync|status|leave`` (docs/team.md §commands, docs/cli.md §team).
+
+A thin adapter over ``thatch.teamsync``: a machine shares a project store through a hub,
+one local process (``thatch team sync``) pushes the outbox and pulls the hub's changes.
+The member's token comes from ``THATCH_HUB_TOKEN`` or ``--token-file`` (never a flag's
+value: every user sees the process list) and is kept in a 0600 file, never in the
+database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from thatch.cli.errors import FixableError, translate_errors
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.memory_store import Store
+    from thatch.teamsync.engine import LinkOutcome
+
+__all__ = ["team"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def team() -> None:
+    """Share project stores with a team through a hub (docs/team.md).
+
+    \b
+      thatch team join HOST:PORT --store owner/repo   share a store (token: THATCH_HUB_TOKEN)
+      thatch team sync                              the sync process (auto-started)
+      thatch team status                            links, outbox, refused writes, errors
+      thatch team leave --store owner/repo          stop sharing a store
+    """
+
+
+@contextmanager
+def _store(env: Mapping[str, str]) -> Iterator[Store]:
+    from thatch.common.environment import default_db_path
+    from thatch.frontend.store.memory_store import Store
+
+    with translate_errors(), Store.open(default_db_path(env)) as store:
+        yield store
+
+
+def _local_model(env: Mapping[str, str]) -> str | None:
+    """The model the local embedder serves (asked; else the configured one): pulled
+    vectors of the hub's model are kept only when it is this one."""
+    from thatch.frontend.tools.active_model import active_model
+
+    try:
+        return active_model(env, timeout=5.0)
+    except Exception:  # no model known: pulled rows are saved pending, embedded later
+        return None
+
+
+def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
+    from thatch.teamsync.tokens import TOKEN_ENV
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as error:
+            raise FixableError(
+                f"cannot read the token file {token_file}: {error.strerror}",
+                "give a readable file holding the token thatch hub member add printed",
+            ) from None
+    else:
+        token = env.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise FixableError(
+            "no team token given",
+            f"set {TOKEN_ENV} to the token `thatch hub member add` printed, or pass "
+            "--token-file FILE",
+        )
+    return token
+
+
+def _report(outcome: LinkOutcome) -> None:
+    from thatch.frontend.untrusted import quoted
+
+    if outcome.error:
+        click.echo(f"team sync: {outcome.store}: {outcome.error}", err=True)
+        return
+    if outcome.pushed or outcome.applied:
+        click.echo(
+            f"team sync: {outcome.store}: pushed {outcome.pushed}, applied {outcome.applied}",
+            err=True,
+        )
+    for slug, kept in outcome.conflicts:
+        click.echo(
+            f"team sync: {outcome.store}: concurrent edit of {quoted(slug)} kept as "
+            f"{quoted(kept)} (merge them: memory-hygiene)",
+            err=True,
+        )
+    for row_id, reason in outcome.refused:
+        click.echo(f"team sync: {outcome.store}: write {row_id} refused: {reason}", err=True)
+
+
+@team.command()
+@click.argument("url")
+@click.option("--store", "store_name", required=True, help="The store to share (owner/repo).")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file holding the member's token (default: $THATCH_HUB_TOKEN).",
+)
+@click.option(
+    "--no-start", is_flag=True, help="Do not start the sync process (run `thatch team sync`)."
+)
+def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> None:
+    """Share STORE through the hub at URL (host:port, unix:///path).
+
+    Checks the token with the hub, records the link, queues the store's existing memories
+    for upload, syncs once, then starts the sync process.
+    """
+    from thatch.hub.client import (
+        HubClient,
+        HubError,
+        HubRefused,
+        is_loopback,
+        parse_hub_address,
+    )
+    from thatch.teamsync.engine import SyncEngine
+    from thatch.teamsync.links import add_link
+    from thatch.teamsync.process import HubClients, spawn
+    from thatch.teamsync.tokens import write_token
+
+    env = dict(os.environ)
+    if store_name in ("", "global"):
+        raise click.UsageError("--store must name a project store (owner/repo), not 'global'")
+    token = _token(token_file, env)
+    try:
+        address = parse_hub_address(url)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    plaintext = is_loopback(address) and not address.is_unix
+    try:
+        with HubClient(url, token, env=env, plaintext=plaintext) as client:
+            who = client.stores()
+    except HubRefused as error:
+        raise FixableError(error.cause, error.fix) from None
+    except HubError as error:
+        raise FixableError(
+            error.cause, "check the address and that the hub runs there (thatch hub serve)"
+        ) from None
+    with _store(env) as store:
+        from thatch.teamsync.links import get_link
+
+        old = get_link(store.conn, store_name)
+        if old is not None and (old.hub_url, old.team) == (url, who.team):
+            # Joining again is how a member replaces a token: the link and its outbox stay.
+            write_token(env, url, who.team, token)
+            click.echo(f"Store {store_name} was already shared through {url}: token updated.")
+            if not no_start:
+                spawn(env)
+            return
+        queued = add_link(
+            store.conn,
+            store=store_name,
+            hub_url=url,
+            team=who.team,
+            member=who.member,
+            hub_model=who.model,
+            now=store.tx.now(),
+        )
+        write_token(env, url, who.team, token)
+        clients = HubClients(env)
+        try:
+            engine = SyncEngine(store.conn, clients, local_model=_local_model(env))
+            link = get_link(store.conn, store_name)
+            assert link is not None
+            outcome = engine.sync(link)
+        finally:
+            clients.close()
+    on_hub = {entry.name: entry.count for entry in who.stores}
+    click.echo(
+        f"Joined team {who.team} as {who.member}: store {store_name} is shared through "
+        f"{url} ({on_hub.get(store_name, 0)} memories on the hub, {queued} local ones "
+        f"queued for upload)."
+    )
+    if outcome.error:
+        click.echo(f"The first sync failed; the sync process retries: {outcome.error}", err=True)
+    if not no_start:
+        started = spawn(env)
+        click.echo("Started the team sync process." if started else "The sync process runs.")
+
+
+@team.command()
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Seconds between passes (default 3).",
+)
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Longest wait between passes while a hub fails (default 60).",
+)
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
+    """Run the team sync process in the foreground: push, pull, wait; until SIGTERM.
+
+    One per machine (a lock); a hub that is down is retried with a growing wait, writes
+    wait in the outbox meanwhile. Auto-started by `thatch team join` and `thatch mcp`.
+    """
+    from thatch.frontend.tools.context import ToolContext
+    from thatch.teamsync.engine import SyncEngine
+    from thatch.teamsync.process import (
+        DEFAULT_INTERVAL,
+        MAX_BACKOFF,
+        AlreadyRunning,
+        HubClients,
+        hold_lock,
+        lock_path,
+        run_loop,
+        stop_on_signals,
+    )
+
+    env = dict(os.environ)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    try:
+        with hold_lock(lock_path(env)), translate_errors():
+            ctx = ToolContext.from_env(env, autostart=True)
+            clients = HubClients(env)
+            try:
+                engine = SyncEngine(
+                    ctx.store.conn, clients, local_model=_local_model(env), stop=stop
+                )
+
+                def ask_model() -> None:
+                    engine.local_model = _local_model(env)
+
+                def embed_pulled(outcomes: list[LinkOutcome]) -> None:
+                    for outcome in outcomes:
+                        if outcome.applied:
+                            _embed_pending(ctx, outcome.store)
+
+                passes = run_loop(
+                    engine,
+                    interval=interval or DEFAULT_INTERVAL,
+                    stop=stop,
+                    report=_report,
+                    before_pass=ask_model,
+                    after_pass=embed_pulled,
+                    once=once,
+                    max_wait=max_wait or MAX_BACKOFF,
+                )
+            finally:
+                clients.close()
+                ctx.close()
+    except AlreadyRunning as error:
+        if once:
+            raise FixableError(str(error), "stop it first, or let it sync") from None
+        click.echo(f"team sync: {error}; exiting", err=True)
+        return
+    if passes and not stop.is_set() and not once:
+        click.echo("team sync: no store is shared any more; exiting", err=True)
+
+
+def _embed_pending(ctx: Any, store: str) -> None:
+    """Pulled rows of another model than the local one arrive pending: embed them here
+    (the sync process has the time); a failure leaves them to the next pass or server."""
+    try:
+        ctx.pending_fill.fill_store(store)
+    except Exception as error:
+        click.echo(f"team sync: {store}: pulled memories stay pending: {error}", err=True)
+
+
+@team.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(as_json: bool) -> None:
+    """Shared stores: hub, team, cursor, outbox length, refused writes, last sync."""
+    from thatch.frontend.untrusted import quoted
+    from thatch.teamsync import outbox
+    from thatch.teamsync.links import all_links
+    from thatch.teamsync.process import is_running, lock_path
+
+    env = dict(os.environ)
+    with _store(env) as store:
+        rows: list[dict[str, Any]] = []
+        for link in all_links(store.conn):
+            waiting, _ = outbox.counts(store.conn, link.store)
+            refused = outbox.refused(store.conn, link.store)
+            conflicts = store.conn.execute(
+                "SELECT count(*) FROM team_conflicts WHERE store = ?", (link.store,)
+            ).fetchone()[0]
+            rows.append(
+                {
+                    "store": link.store,
+                    "hub": link.hub_url,
+                    "team": link.team,
+                    "member": link.member,
+                    "cursor": [link.cursor_txid, link.cursor_seq],
+                    "outbox": waiting,
+                    "refused": [
+                        {"id": row.id, "op": row.op, "label": row.label, "reason": row.refused}
+                        for row in refused
+                    ],
+                    "conflicts": int(conflicts),
+                    "last_ok_at": link.last_ok_at,
+                    "last_error": link.last_error,
+                    "last_error_at": link.last_error_at,
+                }
+            )
+    running = is_running(lock_path(env))
+    if as_json:
+        click.echo(json.dumps({"sync_process": running, "links": rows}, indent=2))
+        return
+    if not rows:
+        click.echo("No store is shared with a team (thatch team join URL --store owner/repo).")
+        return
+    click.echo(f"sync process: {'running' if running else 'not running'}")
+    for row in rows:
+        click.echo(f"{row['store']}: team {row['team']} as {row['member']} via {row['hub']}")
+        click.echo(f"  outbox: {row['outbox']} waiting, {len(row['refused'])} refused")
+        for item in row["refused"]:
+            click.echo(f"    refused {item['op']} {quoted(item['label'])}: {item['reason']}")
+        click.echo(f"  conflict versions kept by the hub: {row['conflicts']}")
+        click.echo(f"  cursor: {row['cursor'][0]}/{row['cursor'][1]}")
+        click.echo(f"  last sync: {row['last_ok_at'] or 'never'}")
+        if row["last_error"]:
+            click.echo(f"  last error ({row['last_error_at']}): {row['last_error']}")
+
+
+@team.command()
+@click.option("--store", "store_name", required=True, help="The shared store (owner/repo).")
+def leave(store_name: str) -> None:
+    """Stop sharing STORE: its memories stay here as a personal copy; writes not yet
+    pushed are dropped (the count is printed)."""
+    from thatch.teamsync.links import all_links, get_link, remove_link
+    from thatch.teamsync.tokens import token_path
+
+    env = dict(os.environ)
+    with _store(env) as store:
+        link = get_link(store.conn, store_name)
+        dropped = remove_link(store.conn, store_name)
+        rest = all_links(store.conn)
+    if link is not None and not any(
+        (other.hub_url, other.team) == (link.hub_url, link.team) for other in rest
+    ):
+        token_path(env, link.hub_url, link.team).unlink(missing_ok=True)
+    click.echo(
+        f"Store {store_name} is no longer shared ({dropped} unpushed writes dropped); "
+        "its memories stay on this machine."
+    )
