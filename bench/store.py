@@ -573,16 +573,22 @@ def search_p50(
     return statistics.median(plain), statistics.median(before), statistics.median(lexical)
 
 
-def insert_seconds(root: Path, texts: list[str], dim: int, seed: int, m017: bool) -> float:
-    """Seconds to insert ``texts`` through the index's triggers (m017's, or m009's)."""
+def insert_seconds(
+    root: Path, texts: list[str], dim: int, seed: int, m017: bool
+) -> tuple[float, int]:
+    """(seconds to insert ``texts`` through the index's triggers, m017's or m009's; the
+    file's size afterwards, WAL checkpointed)."""
     migrations = schema.MIGRATIONS
     if not m017:
         schema.MIGRATIONS = [m for m in migrations if m[0] != "m017_fts_identifiers"]
+    path = root / f"writes-{m017}.db"
     try:
-        with Store.open(root / f"writes-{m017}.db") as store:
+        with Store.open(path) as store:
             started = time.perf_counter()
             insert_rows(store, texts, 0, dim, seed)
-            return time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return seconds, path.stat().st_size
     finally:
         schema.MIGRATIONS = migrations
 
@@ -608,19 +614,22 @@ def parts_cost(args: argparse.Namespace) -> None:
         try:
             with Store.open(root / "thatch.db") as store:
                 insert_rows(store, texts, 0, args.dim, size)
+                # Reads right after a big write vary 2-5× (its WAL): measured after.
+                store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 dense, before, fused = search_p50(store, queries, args.dim, args.repeats)
                 extra = round(size * CHUNKS_PER_MEMORY)
                 insert_rows(store, ["# chunk\n\nc."] * extra, size, args.dim, size + 1)
                 _, _, chunked = search_p50(store, queries, args.dim, args.repeats)
-            without = insert_seconds(root, texts, args.dim, size, m017=False)
-            with_camel = insert_seconds(root, texts, args.dim, size, m017=True)
+            without, without_size = insert_seconds(root, texts, args.dim, size, m017=False)
+            with_camel, camel_size = insert_seconds(root, texts, args.dim, size, m017=True)
             rebuild = rebuild_seconds(root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         rows.append([f"{size:,}", ms(dense), ms(before), ms(fused), ms(chunked),
                      f"{chunked / fused:.2f}×"])  # fmt: skip
         writes.append([f"{size:,}", f"{without:.2f} s", f"{with_camel:.2f} s",
-                       f"{with_camel / without:.2f}×", f"{rebuild:.2f} s"])  # fmt: skip
+                       f"{with_camel / without:.2f}×", f"{rebuild:.2f} s",
+                       f"{without_size / 1e6:.0f} → {camel_size / 1e6:.0f} MB"])  # fmt: skip
     print_table(
         "Recall p50 in process per ranking part (ms; issue 24)",
         ["memories", "dense", "+ lexical before m017", "+ lexical with camel (shipped)",
@@ -630,7 +639,7 @@ def parts_cost(args: argparse.Namespace) -> None:
     print_table(
         "Inserting the memories in one transaction through the index triggers, and m017's "
         "rebuild of an m009 index (migration and backfill, one process)",
-        ["memories", "m009 triggers", "m017 triggers (camel)", "ratio", "m017 rebuild"],
+        ["memories", "m009 triggers", "m017 triggers (camel)", "ratio", "m017 rebuild", "file"],
         writes,
     )
     print(f"\nload: {loadavg()}")
