@@ -293,3 +293,24 @@ def test_hooks_leave_the_index_build_to_a_later_open(tmp_path: Path) -> None:
     with Store.open(path) as store:
         assert_index_in_step(store.conn)
         assert list(lexical_hits(store.conn, ["p"], "TOKEN_A")) == [("p", "a")]
+
+
+def test_a_hooks_open_before_m017_ranks_lexically_without_the_camel_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook's open (``build_indexes=False``) leaves m017 to a later open: its searches
+    use the two columns m009 made, and still rank by them."""
+    path = tmp_path / "thatch.db"
+    _without_m017(monkeypatch)
+    with Store.open(path) as store:
+        store.remember("p", "a", "# a\n\nSet retry_budget_ms to 300.", unit(1), "m")
+        store.remember("p", "b", "# b\n\nThe cache is cold at start.", unit(2), "m")
+    monkeypatch.undo()
+    with Store.open(path, build_indexes=False) as store:
+        assert not lexical.has_camel(store.conn)
+        assert "m017_fts_identifiers" not in {
+            row[0] for row in store.conn.execute("SELECT name FROM _thatch_migrations")
+        }
+        query = unit(1) + unit(2)
+        assert store.search(["p"], query, text="retry budget")[0].memory.slug == "a"
+        assert store.search(["p"], query, text="cold cache")[0].memory.slug == "b"
