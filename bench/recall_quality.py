@@ -1,13 +1,15 @@
 """Recall quality: R@1, R@5 and MRR per ranking method on the dev sets (issues 15, 24).
 
-    python bench/recall_quality.py [--set conversation|facts|docstrings|all]
+    python bench/recall_quality.py [--set conversation|facts|docstrings|camelcase|all]
                                    [--model minilm-int8] [--size 800] [--held-out]
 
 Dev sets (bench/recall_sets.py): ``conversation`` (hand-written conversations, one memory
 per turn, 109 questions), ``facts`` (hand-written code facts as agents save them from
-tool output, 98 facts, 102 queries an agent would type) and ``docstrings`` (docstring facts
-of third-party packages, 800 sampled); with ``all``, also the conversation and facts
-questions over one store holding all three kinds. Every memory is saved through
+tool output, 98 facts, 102 queries an agent would type), ``docstrings`` (docstring facts
+of third-party packages, 800 sampled) and ``camelcase`` (JSDoc of the npm package
+kubernetes-types: CamelCase names; ``npm pack`` fetches it into ``--cache`` on first use);
+with ``all``, also the conversation and facts questions over one store holding the first
+three kinds. Every memory is saved through
 ``Store.remember`` as the memory tool saves it (``# label`` blank line content, vector of
 that text from a real embedder process serving the packaged all-MiniLM-L6-v2) into a temp
 SQLite file, so the lexical index is the one its triggers build. Methods:
