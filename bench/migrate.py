@@ -81,7 +81,8 @@ def baseline_m009(active: bool) -> Iterator[None]:
     migrations reading the file without a memory map."""
     saved, mapped = list(schema.MIGRATIONS), schema.MIGRATION_MMAP_BYTES
     if active:
-        schema.MIGRATIONS[-1] = ("m009_fts", one_transaction_m009)
+        at = [name for name, _ in schema.MIGRATIONS].index("m009_fts")
+        schema.MIGRATIONS[at] = ("m009_fts", one_transaction_m009)
         schema.MIGRATION_MMAP_BYTES = 0
     try:
         yield

@@ -1,24 +1,31 @@
 """Recall quality: R@1, R@5 and MRR per ranking method on the dev sets (issues 15, 24).
 
-    python bench/recall_quality.py [--set conversation|facts|docstrings|all]
+    python bench/recall_quality.py [--set conversation|facts|docstrings|camelcase|all]
                                    [--model minilm-int8] [--size 800] [--held-out]
 
 Dev sets (bench/recall_sets.py): ``conversation`` (hand-written conversations, one memory
 per turn, 109 questions), ``facts`` (hand-written code facts as agents save them from
-tool output, 98 facts, 102 queries an agent would type) and ``docstrings`` (docstring facts
-of third-party packages, 800 sampled); with ``all``, also the conversation and facts
-questions over one store holding all three kinds. Every memory is saved through
+tool output, 98 facts, 102 queries an agent would type), ``docstrings`` (docstring facts
+of third-party packages, 800 sampled) and ``camelcase`` (JSDoc of the npm package
+kubernetes-types: CamelCase names; ``npm pack`` fetches it into ``--cache`` on first use);
+with ``all``, also the conversation and facts questions over one store holding the first
+three kinds. Every memory is saved through
 ``Store.remember`` as the memory tool saves it (``# label`` blank line content, vector of
 that text from a real embedder process serving the packaged all-MiniLM-L6-v2) into a temp
 SQLite file, so the lexical index is the one its triggers build. Methods:
 
 - dense: cosine alone (``Store.search`` without text);
 - lexical: BM25 alone (``lexical.evidence``); a memory it does not return has no rank;
-- fused (store): ``Store.search(text=query)``, the ranking recall uses now;
+- fused (store): ``Store.search(text=query)``, the ranking recall uses now (MRR over its
+  top 10); "linear w 0.15 (without camel)" is the same formula over all memories with
+  the lexical query of before m017 (on m017's index, so BM25's row lengths include
+  column ``camel``: the ranking before issue 24 is ``fused`` measured at a commit before
+  m017);
 - levers (issue 24), each computed over all memories from the same vectors and hits:
   linear fusion weights, reciprocal-rank fusion, query rewriting for questions
   (``recall_levers.question_core``), long memories split for ranking (chunks scored, the memory
-  returned), label-vs-body field weighting (a temp FTS5 table with two columns).
+  returned), label-vs-body field weighting (a temp FTS5 table with two columns),
+  CamelCase split for the lexical part (column ``camel`` of m017, two weights).
 ``--held-out`` measures CPython's standard library docstrings instead of the dev sets:
 the held-out check, run once after the choices, not used to choose anything.
 """
@@ -42,7 +49,7 @@ import numpy.typing as npt
 import recall_levers
 from _common import embedder_running, print_table
 from embedder import prepare_models
-from recall_sets import DevSet, among, code_set, conversation_set, facts_set
+from recall_sets import DevSet, among, camelcase_set, code_set, conversation_set, facts_set
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 from thatch.frontend.store import lexical
@@ -50,7 +57,7 @@ from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify
 
 STORE = "dev"
-SETS = ["conversation", "facts", "docstrings"]
+SETS = ["conversation", "facts", "docstrings", "camelcase"]
 EMBED_BATCH = 32
 WEIGHTS = [0.0, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
 RRF_KS = [10, 60]
@@ -58,6 +65,7 @@ CC_WEIGHTS = [0.15, 0.25, 0.4]
 CHUNK_CHARS = [400, 800]
 CHUNK_BLEND = 0.25
 LABEL_WEIGHTS = [1.0, 3.0]
+CAMEL_WEIGHTS = [0.5, 1.0]
 
 F64 = npt.NDArray[np.float64]
 Hits = dict[str, float]
@@ -188,6 +196,21 @@ def field_hits(
     return out
 
 
+def camel_hits(
+    store: sqlite3.Connection, queries: list[str], camel_weight: float
+) -> tuple[list[Hits], list[set[str]]]:
+    """``lexical.evidence`` with column ``camel`` (m017) weighted ``camel_weight``."""
+    hits: list[Hits] = []
+    exact: list[set[str]] = []
+    for text in queries:
+        found, exactly = lexical.evidence(
+            store, [STORE], text, camel=True, camel_weight=camel_weight
+        )
+        hits.append({slug: score for (_, slug), score in found.items()})
+        exact.append({slug for _, slug in exactly})
+    return hits, exact
+
+
 def chunk_max(
     vectors: Embeddings, dev: DevSet, q: F64, whole: F64, max_chars: int
 ) -> tuple[F64, int]:
@@ -241,7 +264,8 @@ def measure(dev: DevSet, vectors: Embeddings) -> list[list[str]]:
         for question, vector, target in zip(questions, query_vectors, targets, strict=True):
             order = [m.memory.slug for m in store.search([STORE], vector, limit=len(slugs))]
             dense.append(rank_of(order, slugs[target]))
-            found, exactly = lexical.evidence(store.conn, [STORE], question)
+            # Without column ``camel``: the lexical part as before issue 24 (m017).
+            found, exactly = lexical.evidence(store.conn, [STORE], question, camel=False)
             hits.append({slug: score for (_, slug), score in found.items()})
             exact.append({slug for _, slug in exactly})
             lex.append(rank_of(sorted(hits[-1], key=lambda s: -hits[-1][s]), slugs[target]))
@@ -249,14 +273,25 @@ def measure(dev: DevSet, vectors: Embeddings) -> list[list[str]]:
             top = store.search([STORE], vector, text=question, limit=10)
             timings.append(time.perf_counter() - start)
             fused.append(rank_of([m.memory.slug for m in top], slugs[target]))
+        split = {w: camel_hits(store.conn, questions, w) for w in CAMEL_WEIGHTS}
     row("dense (cosine)", dense)
-    row("lexical (BM25)", lex)
-    row(f"fused, store today (w {lexical.LEXICAL_WEIGHT})", fused)
+    row("lexical (BM25), without column camel", lex)
+    row(f"fused, store as shipped (w {lexical.LEXICAL_WEIGHT})", fused)
 
     q, whole = unit(query_vectors), unit(memory_vectors)
     cos = q @ whole.T
+    for camel_weight, (chits, cexact) in split.items():
+        name = f"camelCase split (column camel ×{camel_weight})"
+        row(f"{name}: lexical", [
+            rank_of(sorted(h, key=lambda s: -h[s]), slugs[t])
+            for h, t in zip(chits, targets, strict=True)
+        ])  # fmt: skip
+        fused_split = linear(cos, chits, cexact, index, lexical.LEXICAL_WEIGHT)
+        row(f"{name}: linear w {lexical.LEXICAL_WEIGHT}", ranks_by(fused_split, targets))
     for weight in WEIGHTS:
-        row(f"linear w {weight}", ranks_by(linear(cos, hits, exact, index, weight), targets))
+        before = " (without camel)" if weight == lexical.LEXICAL_WEIGHT else ""
+        fused_w = linear(cos, hits, exact, index, weight)
+        row(f"linear w {weight}{before}", ranks_by(fused_w, targets))
     spread = cos - cos.min(axis=1, keepdims=True)
     cc = spread / spread.max(axis=1, keepdims=True)
     for weight in CC_WEIGHTS:
@@ -324,7 +359,13 @@ def main() -> None:
         builders.append(docstrings)
     else:
         chosen = SETS if args.set == "all" else [args.set]
-        named = {"conversation": conversation_set, "facts": facts_set, "docstrings": docstrings}
+        camelcase = lambda: camelcase_set(args.size, args.seed, args.cache)  # noqa: E731
+        named = {
+            "conversation": conversation_set,
+            "facts": facts_set,
+            "docstrings": docstrings,
+            "camelcase": camelcase,
+        }
         builders += [named[name] for name in chosen]
         if args.set == "all":
             builders.append(lambda: among(conversation_set(), facts_set(), docstrings()))
@@ -343,7 +384,7 @@ def main() -> None:
             rows += measure(dev, vectors)
     print_table(
         f"Recall quality ({args.model}; ranks over all memories of the set; "
-        "'fused, store today' over Store.search's top 10)",
+        "'fused, store' over Store.search's top 10)",
         ["set", "method", "R@1", "R@5", "MRR"],
         rows,
     )

@@ -14,6 +14,13 @@ they then ask.
   parsed with ``ast`` (never imported): the memory is labelled with the module and name,
   its content is the docstring's body, the query its summary line. CPython's standard
   library is held out (``held_out_roots``).
+- camelcase: field and type documentation of the npm package kubernetes-types (Apache-2.0,
+  generated from Kubernetes' OpenAPI; ``npm pack`` brings it into the bench cache): a
+  TypeScript code set whose names are camelCase and PascalCase (``terminationGracePeriod
+  Seconds``, ``PodSpec``). The memory is labelled with the API file, type and field, its
+  content is the description after its first sentence, the query that first sentence
+  without the field's name it starts with (``succeededCount specifies the minimal …`` →
+  ``specifies the minimal …``): a question names what it wants in words.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from __future__ import annotations
 import ast
 import inspect
 import random
+import re
+import subprocess
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +159,11 @@ def docstring_pairs(roots: list[Path]) -> list[Pair]:
                 if split is not None:
                     name = getattr(node, "name", "")
                     pairs.append(Pair(split[0], split[1], f"{module} {name}".strip()))
+    return _unique(pairs)
+
+
+def _unique(pairs: list[Pair]) -> list[Pair]:
+    """The pairs whose query, body and name are each found once."""
     seen_queries: dict[str, int] = {}
     seen_bodies: dict[str, int] = {}
     seen_names: dict[str, int] = {}
@@ -189,8 +203,67 @@ def code_set(size: int, seed: int, *, held_out: bool = False) -> DevSet:
     )
 
 
+def camelcase_set(size: int, seed: int, cache: Path) -> DevSet:
+    """``size`` JSDoc facts of kubernetes-types sampled with ``seed``."""
+    pool = jsdoc_pairs(kubernetes_types(cache))
+    chosen = sorted(random.Random(seed).sample(pool, min(size, len(pool))), key=lambda p: p.name)
+    memories = [Memory(pair.name, pair.body) for pair in chosen]
+    questions = [Question(pair.query, i) for i, pair in enumerate(chosen)]
+    return DevSet("camelcase (kubernetes-types)", memories, questions)
+
+
 def among(dev: DevSet, *others: DevSet) -> DevSet:
     """``dev``'s questions over its memories and ``others``' together (one store holding
     every kind, as an agent's does)."""
     memories = dev.memories + [memory for other in others for memory in other.memories]
     return DevSet(f"{dev.name} + others", memories, dev.questions)
+
+
+K8S_PACKAGE = "kubernetes-types@1.30.0"
+_JSDOC = re.compile(
+    r"/\*\*(?P<doc>.*?)\*/\s*(?:export interface (?P<type>\w+)|(?P<field>[\w$]+)\??:)", re.S
+)
+_FIRST_SENTENCE = re.compile(r"(?<=[a-z0-9)\]`'\"])\.\s+(?=[A-Z])")
+
+
+def kubernetes_types(cache: Path) -> Path:
+    """The unpacked kubernetes-types package in ``cache`` (``npm pack`` on first use)."""
+    root = cache / "kubernetes-types" / "package"
+    if not (root / "package.json").exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "pack", K8S_PACKAGE], cwd=root.parent, check=True,
+                       capture_output=True)  # fmt: skip
+        (tarball,) = root.parent.glob("kubernetes-types-*.tgz")
+        subprocess.run(["tar", "xzf", tarball.name], cwd=root.parent, check=True)
+    return root
+
+
+def jsdoc_pairs(root: Path) -> list[Pair]:
+    """(first sentence, rest) of every type's and field's JSDoc under ``root``; names are
+    "api/version Type field"."""
+    pairs: list[Pair] = []
+    for path in sorted(root.rglob("*.d.ts")):
+        api = str(path.relative_to(root).with_suffix("").with_suffix(""))
+        current = ""
+        text = path.read_text(encoding="utf-8")
+        for match in _JSDOC.finditer(text):
+            doc = " ".join(
+                line.strip().removeprefix("*").strip() for line in match["doc"].splitlines()
+            ).strip()
+            doc = " ".join(doc.split())
+            if match["type"]:
+                current = match["type"]
+                name = f"{api} {current}"
+            else:
+                name = f"{api} {current} {match['field']}"
+            parts = _FIRST_SENTENCE.split(doc, maxsplit=1)
+            if len(parts) != 2:
+                continue
+            summary, body = parts[0].strip() + ".", parts[1].strip()
+            first, _, rest = summary.partition(" ")
+            if match["field"] and first.lower() == match["field"].lower():
+                # A question names what it wants in words: the name is left to the memory.
+                summary = rest
+            if 4 <= len(summary.split()) <= 40 and len(body) >= 60:
+                pairs.append(Pair(summary, body[:MAX_BODY], name))
+    return _unique(pairs)

@@ -30,9 +30,11 @@ embedder: at ``--big`` memories, new processes each open the store and run one s
 turn with the snapshot checked (as shipped), with its checksums skipped (the unchecked map
 of before, for comparison) and with no snapshot at all (the SQLite load it saves).
 ``--only parts`` measures recall per ranking part (issue 24), without the embedder: at 10k and
-``--big`` memories, ``Store.search`` dense only, with the lexical query (as shipped), and
-with the rows chunk vectors would add (bench/recall_quality.py measured chunked ranking;
-it did not win, so this is its cost estimate).
+``--big`` memories whose texts also hold CamelCase names, ``Store.search`` dense only, with
+the lexical query before column ``camel`` (m017) and with it (as shipped), and with the
+rows chunk vectors would add (bench/recall_quality.py measured chunked ranking; it did not
+win, so this is its cost estimate); and what column ``camel`` costs a write (the time to
+insert the memories through the triggers, with and without m017) and m017's rebuild.
 Other processes may share the machine: compare figures with their same-run baselines.
 """
 
@@ -61,6 +63,7 @@ from _common import embedder_running, memory_texts, percentile, print_table, tim
 from embedder import prepare_models
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
+from thatch.frontend.store import schema
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.vectors import encode
@@ -442,13 +445,17 @@ async def measure(
         await many_sessions(shared, args.sessions, args.session_ops, figures)
 
 
-def zipf_corpus(rows: int, seed: int) -> tuple[list[str], list[str]]:
-    """(memory texts, query texts) over a Zipf-distributed vocabulary with identifiers."""
+def zipf_corpus(rows: int, seed: int, camel: bool = False) -> tuple[list[str], list[str]]:
+    """(memory texts, query texts) over a Zipf-distributed vocabulary with identifiers
+    (``camel``: a third of them CamelCase)."""
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     words = ["".join(rng.choice(letters, size=int(n))) for n in rng.integers(3, 10, size=20_000)]
     names = [f"{a}_{b}" for a, b in zip(words[5000:8000], words[9000:12000], strict=True)]
     names += [f"{a}.{b}" for a, b in zip(words[12000:13000], words[14000:15000], strict=True)]
+    if camel:
+        names += [f"{a}{b.title()}" for a, b in zip(words[15000:17000], words[17000:19000],
+                                                      strict=True)]  # fmt: skip
     vocabulary = np.array(words + names)
     weights = 1.0 / np.arange(1, len(vocabulary) + 1) ** 1.07
     shuffled = rng.permutation(len(vocabulary))  # identifiers spread over all ranks
@@ -542,45 +549,100 @@ def insert_rows(store: Store, texts: list[str], first: int, dim: int, seed: int)
     conn.execute("COMMIT")
 
 
-def search_p50(store: Store, queries: list[str], dim: int, repeats: int) -> tuple[float, float]:
-    """(dense only, dense + lexical) p50 of ``Store.search`` in process, interleaved."""
+def search_p50(
+    store: Store, queries: list[str], dim: int, repeats: int
+) -> tuple[float, float, float]:
+    """(dense only, dense + lexical before m017's column, dense + lexical) p50 of
+    ``Store.search`` in process, interleaved."""
     probes = np.random.default_rng(1).normal(size=(len(queries), dim)).astype(np.float32)
     plain: list[float] = []
+    before: list[float] = []
     lexical: list[float] = []
+    camel = store._lexical_camel
     for repeat in range(repeats // len(queries) + 2):
         for vector, text in zip(probes, queries, strict=True):
             a = timed(lambda v=vector: store.search([PROJECT], v, limit=10))
+            store._lexical_camel = False
             b = timed(lambda v=vector, t=text: store.search([PROJECT], v, text=t, limit=10))
+            store._lexical_camel = camel
+            c = timed(lambda v=vector, t=text: store.search([PROJECT], v, text=t, limit=10))
             if repeat:  # the first round loads the matrix and warms the pages
                 plain.append(a)
-                lexical.append(b)
-    return statistics.median(plain), statistics.median(lexical)
+                before.append(b)
+                lexical.append(c)
+    return statistics.median(plain), statistics.median(before), statistics.median(lexical)
+
+
+def insert_seconds(
+    root: Path, texts: list[str], dim: int, seed: int, m017: bool
+) -> tuple[float, int]:
+    """(seconds to insert ``texts`` through the index's triggers, m017's or m009's; the
+    file's size afterwards, WAL checkpointed)."""
+    migrations = schema.MIGRATIONS
+    if not m017:
+        schema.MIGRATIONS = [m for m in migrations if m[0] != "m017_fts_identifiers"]
+    path = root / f"writes-{m017}.db"
+    try:
+        with Store.open(path) as store:
+            started = time.perf_counter()
+            insert_rows(store, texts, 0, dim, seed)
+            seconds = time.perf_counter() - started
+            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return seconds, path.stat().st_size
+    finally:
+        schema.MIGRATIONS = migrations
+
+
+def rebuild_seconds(root: Path) -> float:
+    """m017 on the m009 file ``insert_seconds`` left: its migration and its whole backfill."""
+    started = time.perf_counter()
+    with Store.open(root / "writes-False.db"):
+        pass
+    return time.perf_counter() - started
 
 
 def parts_cost(args: argparse.Namespace) -> None:
-    """Recall p50 in process per ranking part (issue 24): dense, + lexical (shipped), and
-    + chunk rows (not shipped: the same store with CHUNKS_PER_MEMORY more vector rows per
-    memory, an estimate of what scanning chunk vectors would add)."""
+    """Recall p50 in process per ranking part (issue 24): dense, + lexical before and with
+    column ``camel`` (shipped), and + chunk rows (not shipped: the same store with
+    CHUNKS_PER_MEMORY more vector rows per memory, an estimate of what scanning chunk
+    vectors would add); insert time with and without column ``camel``, m017's rebuild."""
     rows = []
+    writes = []
     for size in (10000, args.big):
-        texts, queries = zipf_corpus(size, seed=size)
+        texts, queries = zipf_corpus(size, seed=size, camel=True)
         root = Path(tempfile.mkdtemp(prefix=f"thatch-parts-{size}-"))
         try:
             with Store.open(root / "thatch.db") as store:
                 insert_rows(store, texts, 0, args.dim, size)
-                dense, fused = search_p50(store, queries, args.dim, args.repeats)
+                # Reads right after a big write vary 2-5× (its WAL): measured after.
+                store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                dense, before, fused = search_p50(store, queries, args.dim, args.repeats)
                 extra = round(size * CHUNKS_PER_MEMORY)
                 insert_rows(store, ["# chunk\n\nc."] * extra, size, args.dim, size + 1)
-                _, chunked = search_p50(store, queries, args.dim, args.repeats)
+                _, _, chunked = search_p50(store, queries, args.dim, args.repeats)
+            without, without_size = insert_seconds(root, texts, args.dim, size, m017=False)
+            with_camel, camel_size = insert_seconds(root, texts, args.dim, size, m017=True)
+            rebuild = rebuild_seconds(root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        rows.append([f"{size:,}", ms(dense), ms(fused), ms(chunked),
+        rows.append([f"{size:,}", ms(dense), ms(before), ms(fused), ms(chunked),
                      f"{chunked / fused:.2f}×"])  # fmt: skip
+        writes.append([f"{size:,}", f"{without:.2f} s", f"{with_camel:.2f} s",
+                       f"{with_camel / without:.2f}×", f"{rebuild:.2f} s",
+                       f"{without_size / 1e6:.0f} → {camel_size / 1e6:.0f} MB"])  # fmt: skip
     print_table(
         "Recall p50 in process per ranking part (ms; issue 24)",
-        ["memories", "dense", "+ lexical (shipped)", "+ chunk rows (not shipped)", "chunks ×"],
+        ["memories", "dense", "+ lexical before m017", "+ lexical with camel (shipped)",
+         "+ chunk rows (not shipped)", "chunks ×"],
         rows,
+    )  # fmt: skip
+    print_table(
+        "Inserting the memories in one transaction through the index triggers, and m017's "
+        "rebuild of an m009 index (migration and backfill, one process)",
+        ["memories", "m009 triggers", "m017 triggers (camel)", "ratio", "m017 rebuild", "file"],
+        writes,
     )
+    print(f"\nload: {loadavg()}")
 
 
 # One new process: open the store, time mapping the snapshot and the first search.
@@ -590,6 +652,7 @@ import numpy as np
 from pathlib import Path
 import thatch.frontend.store.matrix_cache as cache
 import thatch.frontend.store.vector_snapshot as snapshot
+from thatch.frontend.store import schema
 from thatch.frontend.store.memory_store import Store
 
 db, snaps, mode, store_name = sys.argv[1:5]

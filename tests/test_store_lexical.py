@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.support.fts import assert_index_in_step
-from thatch.frontend.store import lexical, schema
+from thatch.frontend.store import backfill, lexical, schema
 from thatch.frontend.store.lexical import Identifier, lexical_hits, query_items
 from thatch.frontend.store.memory_store import Store
 
@@ -28,12 +29,17 @@ def unit(seed: int, dim: int = 8) -> np.ndarray:
 @pytest.mark.parametrize(
     ("text", "identifiers", "words"),
     [
-        ("where is _resolve_store", ['words: "_resolve_store"', 'parts: "resolve store"'], []),
-        ("THATCH_DB_PATH unset", ['words: "thatch_db_path"', 'parts: "thatch db path"'], ["unset"]),
-        ("MemoryStore class", ['words: "memorystore"', 'parts: "memory store"'], ["class"]),
+        ("where is _resolve_store", ['words: "_resolve_store"', 'parts: "resolve store"',
+                                     'camel: "resolve store"'], []),
+        ("THATCH_DB_PATH unset", ['words: "thatch_db_path"', 'parts: "thatch db path"',
+                                  'camel: "t h a t c h d b p a t h"'], ["unset"]),
+        ("MemoryStore class", ['words: "memorystore"', 'parts: "memory store"',
+                               'camel: "memory store"'], ["class"]),
         ("see frontend/store/schema.py.", ['words: "frontend store schema py"',
-                                           'parts: "frontend store schema py"'], ["see"]),
-        ("ticket ERR-1234 and 42", ['words: "err 1234"', 'parts: "err 1234"'], ["ticket", "42"]),
+                                           'parts: "frontend store schema py"',
+                                           'camel: "frontend store schema py"'], ["see"]),
+        ("ticket ERR-1234 and 42", ['words: "err 1234"', 'parts: "err 1234"',
+                                    'camel: "e r r 1234"'], ["ticket", "42"]),
         ("how do I run the tests", [], ["run", "tests"]),
         ('"; DROP TABLE entries; --', [], ["drop", "table", "entries"]),
         ("", [], []),
@@ -42,8 +48,104 @@ def unit(seed: int, dim: int = 8) -> np.ndarray:
 def test_query_items_keep_identifiers_whole_and_split(
     text: str, identifiers: list[str], words: list[str]
 ) -> None:
-    pairs = [Identifier(*identifiers[i : i + 2]) for i in range(0, len(identifiers), 2)]
-    assert query_items(text) == (pairs, words)
+    triples = [Identifier(*identifiers[i : i + 3]) for i in range(0, len(identifiers), 3)]
+    assert query_items(text) == (triples, words)
+
+
+@pytest.mark.parametrize(
+    "text", ["getUserName", "getUserName()", "HTTPServer", "parse_HTTPResponse", "Ärger_überAll"]
+)
+def test_camel_split_in_python_is_the_triggers_sql(tmp_path: Path, text: str) -> None:
+    """The query splits its names as column ``camel`` holds them (m017's SQL)."""
+    conn = sqlite3.connect(tmp_path / "scratch.db")
+    (in_sql,) = conn.execute(f"SELECT {lexical.camel_sql('?')}", (text,)).fetchone()
+    conn.close()
+    assert in_sql == lexical.camel_text(text)
+
+
+def test_camel_case_names_are_found_by_their_words(tmp_path: Path) -> None:
+    """Column ``camel`` (m017): a question's plain words, a part of a name and the name in
+    another case find a memory that holds the name in CamelCase, and only that one."""
+    with Store.open(tmp_path / "thatch.db") as store:
+        store.remember("p", "a", "# a\n\nCall getUserName on the HTTPServer first.", unit(1), "m")
+        store.remember("p", "b", "# b\n\nThe getusername endpoint is gone.", unit(2), "m")
+        store.remember("p", "c", "# c\n\nNothing about it here at all.", unit(3), "m")
+        assert lexical.has_camel(store.conn)
+        for query in ["which user name call", "UserName", "the http server"]:
+            assert [slug for _, slug in lexical_hits(store.conn, ["p"], query)][:1] == ["a"]
+        assert list(lexical_hits(store.conn, ["p"], "user name")) == [("p", "a")]
+        # The fused order: equal cosines, the lexical lift decides.
+        query_vector = unit(1) + unit(2) + unit(3)
+        found = store.search(["p"], query_vector, text="where do we read the user name")
+        assert found[0].memory.slug == "a"
+
+
+def test_earlier_release_writes_are_indexed_with_their_camel_case_split(
+    tmp_path: Path,
+) -> None:
+    """The earlier release's exact statements (insert, upsert, delete) keep column
+    ``camel`` in step: its triggers use built-in SQL only."""
+    from tests.support import earlier_release as er
+
+    path = tmp_path / "thatch.db"
+    with Store.open(path) as store:  # the store's row, which entries reference
+        store.remember("p", "seed", "# seed\n\nnothing", unit(1), "m")
+    conn = sqlite3.connect(path)
+    for pragma in er.PRAGMAS:
+        conn.execute(pragma)
+    row = ("ts-1", "p", "ts one", "Set maxRetryCount in the config.", er.fixed_blob(1), "m",
+           None, None, 0, er.STAMP, er.STAMP)  # fmt: skip
+    conn.execute(er.INSERT, row)
+    conn.execute(er.INSERT, ("ts-2", "p", "ts two", "ReadTimeout hits", *row[4:]))
+    conn.execute(er.UPSERT, (*row[:3], "Set maxRetryDelay in the config.", *row[4:], None))
+    conn.execute(er.FORGET, ("ts-2", "p"))
+    conn.commit()
+    conn.close()
+    with Store.open(path) as store:
+        assert_index_in_step(store.conn)
+        assert list(lexical_hits(store.conn, ["p"], "which delay")) == [("p", "ts-1")]
+        assert lexical_hits(store.conn, ["p"], "count") == {}  # the upsert replaced it
+        assert lexical_hits(store.conn, ["p"], "timeout") == {}  # deleted
+
+
+def _without_m017(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        schema, "MIGRATIONS", [m for m in schema.MIGRATIONS if m[0] != "m017_fts_identifiers"]
+    )
+
+
+@pytest.mark.parametrize("m009_fill_pending", [False, True])
+def test_m017_rebuilds_an_m009_index_with_the_camel_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, m009_fill_pending: bool
+) -> None:
+    """A file indexed by m009 alone (its fill done, or still pending) is indexed again by
+    m017's backfill: every memory in step, m009's fill dropped, CamelCase found."""
+    path = tmp_path / "thatch.db"
+    _without_m017(monkeypatch)
+    with Store.open(path) as store:
+        for i in range(30):
+            store.remember("p", f"m{i}", f"# m{i}\n\nvalue_{i} sets retryBudget{i}", unit(i), "m")
+        assert not lexical.has_camel(store.conn)
+        if m009_fill_pending:  # as if m009 had just run on these memories
+            store.conn.execute(f"DELETE FROM {lexical.DOCS_TABLE}")
+            store.conn.execute(
+                f"INSERT INTO {lexical.FTS_TABLE} ({lexical.FTS_TABLE}) VALUES ('delete-all')"
+            )
+            backfill.schedule(store.conn, lexical.BACKFILL_009)
+            store.conn.commit()
+    monkeypatch.undo()
+    with Store.open(path, fill_now=False) as store:
+        assert backfill.pending(store.conn) == {lexical.BACKFILL}
+        assert store._lexical_filling  # dense order until the fill ends
+    with Store.open(path) as store:
+        assert backfill.pending(store.conn) == set()
+        assert_index_in_step(store.conn)
+        assert lexical.has_camel(store.conn)
+        assert list(lexical_hits(store.conn, ["p"], "budget7")) == [("p", "m7")]
+        store.remember("p", "new", "# new\n\nAfter the rebuild: loadBalancer.", unit(99), "m")
+        store.forget("p", "m3")
+        assert_index_in_step(store.conn)
+        assert list(lexical_hits(store.conn, ["p"], "load balancer")) == [("p", "new")]
 
 
 def test_identifiers_are_found_whole_and_by_their_parts(tmp_path: Path) -> None:
@@ -120,12 +222,13 @@ def test_index_is_kept_by_key_through_vacuum_and_rowid_reuse(tmp_path: Path) -> 
 def test_without_fts5_the_migration_waits_and_recall_ranks_by_vectors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A SQLite without FTS5 leaves m009 unrecorded (the next process with FTS5 applies it)."""
+    """A SQLite without FTS5 leaves m009 and m017 unrecorded (the next process with FTS5
+    applies them)."""
     path = tmp_path / "thatch.db"
     monkeypatch.setattr(lexical, "fts5_available", lambda conn: False)
     with Store.open(path) as store:
         names = {row[0] for row in store.conn.execute("SELECT name FROM _thatch_migrations")}
-        assert names == {name for name, _ in schema.MIGRATIONS} - {"m009_fts"}
+        assert names == {name for name, _ in schema.MIGRATIONS} - schema.NEEDS_FTS5
         store.remember("p", "a", "# a\n\nTOKEN_A", unit(1), "m")
         assert [m.memory.label for m in store.search(["p"], unit(1), text="TOKEN_A")] == ["a"]
     monkeypatch.undo()
@@ -180,13 +283,34 @@ def test_hooks_leave_the_index_build_to_a_later_open(tmp_path: Path) -> None:
     with Store.open(path, build_indexes=False) as store:
         store.remember("p", "a", "# a\n\nTOKEN_A", unit(1), "m")
         names = {row[0] for row in store.conn.execute("SELECT name FROM _thatch_migrations")}
-        assert names == {name for name, _ in schema.MIGRATIONS} - {"m009_fts"}
+        assert names == {name for name, _ in schema.MIGRATIONS} - schema.BUILDS_INDEXES
         assert not lexical.index_present(store.conn)
         assert [m.memory.label for m in store.search(["p"], unit(1), text="TOKEN_A")] == ["a"]
     before = path.read_bytes()  # closing checkpointed the WAL into it
-    with Store.open(path, build_indexes=False) as store:  # only m009 missing: no write
+    with Store.open(path, build_indexes=False) as store:  # only m009, m017 missing: no write
         assert store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
     assert path.read_bytes() == before
     with Store.open(path) as store:
         assert_index_in_step(store.conn)
         assert list(lexical_hits(store.conn, ["p"], "TOKEN_A")) == [("p", "a")]
+
+
+def test_a_hooks_open_before_m017_ranks_lexically_without_the_camel_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook's open (``build_indexes=False``) leaves m017 to a later open: its searches
+    use the two columns m009 made, and still rank by them."""
+    path = tmp_path / "thatch.db"
+    _without_m017(monkeypatch)
+    with Store.open(path) as store:
+        store.remember("p", "a", "# a\n\nSet retry_budget_ms to 300.", unit(1), "m")
+        store.remember("p", "b", "# b\n\nThe cache is cold at start.", unit(2), "m")
+    monkeypatch.undo()
+    with Store.open(path, build_indexes=False) as store:
+        assert not lexical.has_camel(store.conn)
+        assert "m017_fts_identifiers" not in {
+            row[0] for row in store.conn.execute("SELECT name FROM _thatch_migrations")
+        }
+        query = unit(1) + unit(2)
+        assert store.search(["p"], query, text="retry budget")[0].memory.slug == "a"
+        assert store.search(["p"], query, text="cold cache")[0].memory.slug == "b"

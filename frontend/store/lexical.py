@@ -19,9 +19,12 @@ from typing import NamedTuple
 
 __all__ = [
     "BACKFILL",
+    "BACKFILL_009",
+    "CAMEL_WEIGHT",
     "DOCS_TABLE",
     "EXACT_LIFT",
     "EXACT_MAX_MATCHES",
+    "FILLS",
     "FTS_TABLE",
     "HIT_LIMIT",
     "LEXICAL_WEIGHT",
@@ -35,8 +38,11 @@ __all__ = [
     "WORDS_WEIGHT",
     "Identifier",
     "affordable",
+    "camel_sql",
+    "camel_text",
     "evidence",
     "fts5_available",
+    "has_camel",
     "index_present",
     "lexical_hits",
     "lifts",
@@ -47,9 +53,12 @@ FTS_TABLE = "thatch_entries_fts"
 DOCS_TABLE = "_thatch_fts_docs"
 SOURCE_VIEW = "_thatch_fts_source"
 TOKENIZER = "unicode61 remove_diacritics 2 tokenchars '_'"
-# The backfill (schema ``fill_fts``) that indexes the memories older than the index: while
-# it is pending, the index holds only part of them.
-BACKFILL = "m009_fts"
+# The backfill (schema ``fill_fts_identifiers``) that indexes the memories older than the
+# index: while it is pending, the index holds only part of them. m009's own (``fill_fts``)
+# is pending only in a file m017 has not reached yet.
+BACKFILL = "m017_fts_identifiers"
+BACKFILL_009 = "m009_fts"
+FILLS = frozenset({BACKFILL, BACKFILL_009})
 
 # Identifiers and words considered per query (a 2,000-character prompt must not become a
 # 300-term OR), and the memories they may match in all (see ``affordable``).
@@ -58,9 +67,11 @@ MAX_WORDS = 12
 MATCH_BUDGET = 600
 # Lexical hits read per query (the best by BM25, over the scope's stores).
 HIT_LIMIT = 50
-# BM25 column weights: whole identifiers, split parts.
+# BM25 column weights: whole identifiers, split parts, CamelCase split (column ``camel``,
+# m017: 0.5 against 1.0 was level on every dev set fused, better by BM25 alone).
 WORDS_WEIGHT = 1.0
 PARTS_WEIGHT = 1.0
+CAMEL_WEIGHT = 0.5
 # What the query's best lexical hit adds to its cosine for ranking (chosen on the dev set
 # of bench/recall_quality.py).
 LEXICAL_WEIGHT = 0.15
@@ -84,6 +95,9 @@ STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 _TOKEN = re.compile(r"\w(?:[\w./:\-]*\w)?")
 _PIECES = re.compile(r"[./:\-]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_CAPITALS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_CAPITAL = re.compile("([A-Z])")
+_CAMEL_TOKEN = re.compile(r"[^\W_]+")
 
 
 def fts5_available(conn: sqlite3.Connection) -> bool:
@@ -112,6 +126,12 @@ def index_present(conn: sqlite3.Connection) -> bool:
     return True
 
 
+def has_camel(conn: sqlite3.Connection) -> bool:
+    """Whether the index has column ``camel`` (``m017_fts_identifiers`` ran)."""
+    columns = conn.execute(f"SELECT name FROM pragma_table_info('{FTS_TABLE}')").fetchall()
+    return ("camel",) in columns
+
+
 def _phrase(words: Sequence[str]) -> str:
     return '"' + " ".join(words) + '"'
 
@@ -129,10 +149,29 @@ def _split_part(piece: str) -> list[str]:
 
 class Identifier(NamedTuple):
     """One identifier of a query as FTS5 items: ``whole`` matches it as written (column
-    ``words``), ``parts`` its words as a phrase (column ``parts``)."""
+    ``words``), ``parts`` its words as a phrase (column ``parts``), ``camel`` its pieces
+    as column ``camel`` holds them (``camel_text``)."""
 
     whole: str
     parts: str
+    camel: str
+
+
+def camel_sql(expression: str) -> str:
+    """SQL of column ``camel`` for the text ``expression``: ``_`` a space and a space
+    before every ASCII capital, with built-in ``replace()`` only (the triggers run in every
+    writer's SQLite): ``getUserName`` → ``get User Name``. A run of capitals splits into
+    letters (``HTTPServer`` → ``H T T P Server``); the query splits its names the same way
+    (``camel_text``), and column ``parts`` still holds ``httpserver`` whole."""
+    out = f"replace({expression}, '_', ' ')"
+    for capital in _CAPITALS:
+        out = f"replace({out}, '{capital}', ' {capital}')"
+    return out
+
+
+def camel_text(text: str) -> str:
+    """``camel_sql`` in Python, for the query's names."""
+    return _CAPITAL.sub(r" \1", text.replace("_", " "))
 
 
 def query_items(text: str) -> tuple[list[Identifier], list[str]]:
@@ -151,12 +190,30 @@ def query_items(text: str) -> tuple[list[Identifier], list[str]]:
                 words.append(word)
             continue
         whole = f"words: {_phrase([piece.lower() for piece in pieces])}"
-        identifiers.append(Identifier(whole, f"parts: {_phrase(parts)}"))
+        camel = _CAMEL_TOKEN.findall(camel_text(token).lower())
+        identifiers.append(
+            Identifier(whole, f"parts: {_phrase(parts)}", f"camel: {_phrase(camel)}")
+        )
     return list(dict.fromkeys(identifiers)), list(dict.fromkeys(words))
 
 
-def _word_item(word: str) -> str:
-    return f"parts: {_phrase([word])}"
+def _word_item(word: str, camel: bool) -> str:
+    return f"{{parts camel}}: {_phrase([word])}" if camel else f"parts: {_phrase([word])}"
+
+
+def _identifier_items(identifier: Identifier, camel: bool) -> list[str]:
+    # A name without ``_`` or CamelCase has the same tokens in each column: one item.
+    parts = identifier.parts.removeprefix("parts: ")
+    items = []
+    if identifier.whole.removeprefix("words: ") != parts:
+        items.append(identifier.whole)
+    if not camel:
+        items.append(identifier.parts)
+    elif identifier.camel.removeprefix("camel: ") == parts:
+        items.append(f"{{parts camel}}: {parts}")
+    else:
+        items += [identifier.parts, identifier.camel]
+    return items
 
 
 def _counts(conn: sqlite3.Connection, items: Sequence[str], limit: int) -> list[int]:
@@ -173,7 +230,10 @@ def _counts(conn: sqlite3.Connection, items: Sequence[str], limit: int) -> list[
 
 
 def affordable(
-    conn: sqlite3.Connection, identifiers: Sequence[Identifier], words: Sequence[str]
+    conn: sqlite3.Connection,
+    identifiers: Sequence[Identifier],
+    words: Sequence[str],
+    camel: bool = False,
 ) -> tuple[list[Identifier], list[str]]:
     """The identifiers and words worth scoring, within ``MATCH_BUDGET`` matched memories.
 
@@ -186,8 +246,8 @@ def affordable(
     """
     identifiers = list(identifiers[:MAX_IDENTIFIERS])
     words = list(words[:MAX_WORDS])
-    either = [f"{i.whole} OR {i.parts}" for i in identifiers]
-    counts = _counts(conn, either + [_word_item(word) for word in words], MATCH_BUDGET)
+    either = [" OR ".join([i.whole, *_identifier_items(i, camel)]) for i in identifiers]
+    counts = _counts(conn, either + [_word_item(word, camel) for word in words], MATCH_BUDGET)
     budget = MATCH_BUDGET
     kept: list[Identifier] = []
     for identifier, count in zip(identifiers, counts, strict=False):
@@ -202,19 +262,20 @@ def affordable(
     return kept, kept_words
 
 
-def _expression(identifiers: Sequence[Identifier], words: Sequence[str]) -> str:
-    items: list[str] = []
-    for identifier in identifiers:
-        # A name without ``_`` or CamelCase has the same tokens in both columns: one item.
-        if identifier.whole.removeprefix("words:") != identifier.parts.removeprefix("parts:"):
-            items.append(identifier.whole)
-        items.append(identifier.parts)
-    items += [_word_item(word) for word in words]
+def _expression(identifiers: Sequence[Identifier], words: Sequence[str], camel: bool) -> str:
+    items = [item for identifier in identifiers for item in _identifier_items(identifier, camel)]
+    items += [_word_item(word, camel) for word in words]
     return " OR ".join(items)
 
 
 def evidence(
-    conn: sqlite3.Connection, stores: Sequence[str], text: str, limit: int = HIT_LIMIT
+    conn: sqlite3.Connection,
+    stores: Sequence[str],
+    text: str,
+    limit: int = HIT_LIMIT,
+    *,
+    camel: bool = False,
+    camel_weight: float | None = None,
 ) -> tuple[dict[tuple[str, str], float], set[tuple[str, str]]]:
     """(hits, exact) for ``text`` over ``stores``: the best ``limit`` memories by BM25 as
     ``{(store, slug): score}`` (score > 0, higher is better), and the memories holding one
@@ -222,16 +283,20 @@ def evidence(
     that specific is what the query asks for, however far its memory is by meaning)."""
     if not stores or limit <= 0:
         return {}, set()
-    identifiers, words = affordable(conn, *query_items(text))
+    identifiers, words = affordable(conn, *query_items(text), camel)
     if not identifiers and not words:
         return {}, set()
     marks = ", ".join("?" * len(stores))
+    weights = [WORDS_WEIGHT, PARTS_WEIGHT]
+    if camel:
+        weights.append(CAMEL_WEIGHT if camel_weight is None else camel_weight)
+    columns = ", ".join("?" * len(weights))
     # CROSS JOIN: the index drives; the other order re-runs the match for every row.
     rows = conn.execute(
-        f"SELECT d.store, d.slug, -bm25({FTS_TABLE}, ?, ?) AS score "
+        f"SELECT d.store, d.slug, -bm25({FTS_TABLE}, {columns}) AS score "
         f"FROM {FTS_TABLE} CROSS JOIN {DOCS_TABLE} AS d ON d.doc = {FTS_TABLE}.rowid "
         f"WHERE {FTS_TABLE} MATCH ? AND d.store IN ({marks}) ORDER BY score DESC LIMIT ?",
-        (WORDS_WEIGHT, PARTS_WEIGHT, _expression(identifiers, words), *stores, limit),
+        (*weights, _expression(identifiers, words, camel), *stores, limit),
     )
     hits = {(store, slug): float(score) for store, slug, score in rows if score > 0}
     exact: set[tuple[str, str]] = set()
@@ -250,8 +315,9 @@ def evidence(
 def lexical_hits(
     conn: sqlite3.Connection, stores: Sequence[str], text: str, limit: int = HIT_LIMIT
 ) -> dict[tuple[str, str], float]:
-    """The hits of ``evidence``: the best ``limit`` memories by BM25."""
-    return evidence(conn, stores, text, limit)[0]
+    """The hits of ``evidence``: the best ``limit`` memories by BM25 (with column ``camel``
+    when the index has it)."""
+    return evidence(conn, stores, text, limit, camel=has_camel(conn))[0]
 
 
 def lifts(

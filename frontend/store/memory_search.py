@@ -61,6 +61,7 @@ class SearchQueries:
 
     _lexical: bool
     _lexical_filling: bool
+    _lexical_camel: bool
 
     def _now(self) -> str:
         raise NotImplementedError
@@ -186,10 +187,12 @@ class SearchQueries:
             return {}
         try:
             if self._lexical_filling:
-                self._lexical_filling = lexical.BACKFILL in backfill.pending(self.conn)
+                self._lexical_filling = bool(lexical.FILLS & backfill.pending(self.conn))
                 if self._lexical_filling:
                     return {}
-            hits, exact = lexical.evidence(self.conn, names, text)
+                # The fill that ended may be m017's, run by another process.
+                self._lexical_camel = lexical.has_camel(self.conn)
+            hits, exact = lexical.evidence(self.conn, names, text, camel=self._lexical_camel)
         except sqlite3.OperationalError:
             return {}
         return lexical.lifts(hits, exact)

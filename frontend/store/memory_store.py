@@ -118,9 +118,11 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
             self._tracked = False
         # The lexical index exists once m009 ran (not in a file this process may not migrate,
         # nor with a SQLite that lacks FTS5): recall then ranks by vectors alone. So it does
-        # while m009's backfill is still indexing the memories that predate it.
+        # while m009's or m017's backfill is still indexing the memories that predate it.
         self._lexical = lexical.index_present(conn)
-        self._lexical_filling = self._lexical and lexical.BACKFILL in backfill.pending(conn)
+        self._lexical_filling = self._lexical and bool(lexical.FILLS & backfill.pending(conn))
+        # Column ``camel`` once m017 ran (a hook's open may leave it to a later one).
+        self._lexical_camel = self._lexical and lexical.has_camel(conn)
         self.path = self._file_path()
         identity = DatabaseIdentity.of(self.path) if snapshot_dir and self.path else None
         self._cache = MatrixCache(

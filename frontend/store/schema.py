@@ -48,7 +48,12 @@ from thatch.frontend.store.migrations.duplicates import (
     m010_duplicate_candidates,
 )
 from thatch.frontend.store.migrations.engines import m012_defaults_off
-from thatch.frontend.store.migrations.lexical import fill_fts, m009_fts
+from thatch.frontend.store.migrations.lexical import (
+    fill_fts,
+    fill_fts_identifiers,
+    m009_fts,
+    m017_fts_identifiers,
+)
 from thatch.frontend.store.migrations.links import LINKS_TABLE, m016_memory_links
 from thatch.frontend.store.migrations.tables import (
     TABLES,
@@ -108,17 +113,21 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m014_code_anchors", m014_code_anchors),
     ("m015_team_sync", m015_team_sync),
     ("m016_memory_links", m016_memory_links),
+    ("m017_fts_identifiers", m017_fts_identifiers),
     ("m018_chat_remote", m018_chat_remote),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
-NEEDS_FTS5 = frozenset({"m009_fts"})
+NEEDS_FTS5 = frozenset({"m009_fts", "m017_fts_identifiers"})
 # Migrations whose backfill reads every memory (m009: indexing 100k memories takes seconds
 # of work, in short transactions): a hook opens with ``build_indexes=False`` and leaves
 # them to the next MCP server or CLI command, so a host never waits on them.
-BUILDS_INDEXES = frozenset({"m009_fts"})
+BUILDS_INDEXES = frozenset({"m009_fts", "m017_fts_identifiers"})
 # Each scheduled backfill's step (``backfill``), by the name of the migration scheduling it.
-BACKFILLS: dict[str, backfill.Step] = {lexical.BACKFILL: fill_fts}
+BACKFILLS: dict[str, backfill.Step] = {
+    lexical.BACKFILL_009: fill_fts,
+    lexical.BACKFILL: fill_fts_identifiers,
+}
 
 
 def applied_migrations(conn: sqlite3.Connection) -> set[str]:

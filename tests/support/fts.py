@@ -1,4 +1,4 @@
-"""Checks that the lexical index (schema m009) matches ``entries`` exactly."""
+"""Checks that the lexical index (schema m009, m017) matches ``entries`` exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The lexical index of memories (m009) and its backfill step (docs/database.md §lexical-index)."""
+"""The lexical index of memories (m009; m017 adds column ``camel``) and their backfill steps
+(docs/database.md §lexical-index)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from thatch.frontend.store import backfill, lexical
 __all__ = [
     "FTS_TRIGGERS",
     "fill_fts",
+    "fill_fts_identifiers",
     "m009_fts",
+    "m017_fts_identifiers",
 ]
 
 _FTS, _DOCS = lexical.FTS_TABLE, lexical.DOCS_TABLE
@@ -92,11 +95,19 @@ def m009_fts(conn: sqlite3.Connection) -> None:
         "OR OLD.label IS NOT NEW.label OR OLD.content IS NOT NEW.content "
         f"BEGIN {_unindex('OLD')} {_index('NEW')} END"
     )
-    backfill.schedule(conn, lexical.BACKFILL)
+    backfill.schedule(conn, lexical.BACKFILL_009)
 
 
 def fill_fts(conn: sqlite3.Connection, after: list[str] | None, rows: int) -> list[str] | None:
-    """Backfill step of m009: index up to ``rows`` entries after key ``after`` (slug, store).
+    """Backfill step of m009: index up to ``rows`` entries after key ``after`` (slug, store)."""
+    return _fill(conn, after, rows, "words, parts", "body, replace(body, '_', ' ')")
+
+
+def _fill(
+    conn: sqlite3.Connection, after: list[str] | None, rows: int, columns: str, values: str
+) -> list[str] | None:
+    """Index up to ``rows`` entries after key ``after`` (slug, store): ``values`` (SQL of
+    the docs table's ``body``) into the index's ``columns``.
 
     Walks the primary key's index, so it is exact whatever VACUUM does to rowids. A key
     already in ``_thatch_fts_docs`` was indexed by a trigger (written since m009) with its
@@ -121,8 +132,83 @@ def fill_fts(conn: sqlite3.Connection, after: list[str] | None, rows: int) -> li
     # Docs rows made just now are exactly those above the old maximum (INTEGER PRIMARY KEY
     # assigns max + 1; no other writer runs inside this transaction).
     conn.execute(
-        f"INSERT INTO {_FTS} (rowid, words, parts) "
-        f"SELECT doc, body, replace(body, '_', ' ') FROM {_DOCS} WHERE doc > ?",
+        f"INSERT INTO {_FTS} (rowid, {columns}) SELECT doc, {values} FROM {_DOCS} WHERE doc > ?",
         (top,),
     )
     return None if found is None else list(found)
+
+
+# Column ``camel`` (m017): the indexed text with CamelCase split, in built-in SQL only.
+_CAMEL_BODY = lexical.camel_sql("body")
+_COLUMNS_017 = f"body, replace(body, '_', ' '), {_CAMEL_BODY}"
+
+
+def _unindex_017(row: str) -> str:
+    """``_unindex`` for the three columns of m017."""
+    return (
+        f"INSERT INTO {_FTS} ({_FTS}, rowid, words, parts, camel) "
+        f"SELECT 'delete', doc, {_COLUMNS_017} FROM {_DOCS} "
+        f"WHERE store = {row}.store AND slug = {row}.slug; "
+        f"DELETE FROM {_DOCS} WHERE store = {row}.store AND slug = {row}.slug;"
+    )
+
+
+def _index_017(row: str) -> str:
+    """``_index`` for the three columns of m017."""
+    return (
+        f"{_unindex_017(row)} "
+        f"INSERT INTO {_DOCS} (store, slug, body) "
+        f"VALUES ({row}.store, {row}.slug, {row}.label || char(10) || {row}.content); "
+        f"INSERT INTO {_FTS} (rowid, words, parts, camel) "
+        f"SELECT doc, {_COLUMNS_017} FROM {_DOCS} "
+        f"WHERE store = {row}.store AND slug = {row}.slug;"
+    )
+
+
+def m017_fts_identifiers(conn: sqlite3.Connection) -> None:
+    """The lexical index rebuilt with a third column, ``camel``: the text with CamelCase
+    split (``lexical.camel_sql``), so that a question's words find ``getUserName`` and
+    a query naming ``UserName`` finds it too (docs/database.md §lexical-index).
+
+    An FTS5 table cannot gain a column: the index, its view and its triggers are made
+    anew, and every memory is indexed again by this migration's backfill
+    (``fill_fts_identifiers``) in short transactions, as m009's was; m009's own backfill,
+    if still pending, is dropped (this one indexes every memory). The triggers use
+    built-in functions only, so the earlier release's writes are indexed as before.
+    """
+    for name in FTS_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(f"DROP TABLE IF EXISTS {_FTS}")
+    conn.execute(f"DROP VIEW IF EXISTS {lexical.SOURCE_VIEW}")
+    conn.execute(
+        f"CREATE VIEW {lexical.SOURCE_VIEW} AS SELECT doc, body AS words, "
+        f"replace(body, '_', ' ') AS parts, {_CAMEL_BODY} AS camel FROM {_DOCS}"
+    )
+    conn.execute(
+        f"CREATE VIRTUAL TABLE {_FTS} USING fts5(words, parts, camel, "
+        f"content='{lexical.SOURCE_VIEW}', content_rowid='doc', "
+        f'tokenize="{lexical.TOKENIZER}")'
+    )
+    # Emptied: the backfill indexes every memory again (no cost in a new file).
+    conn.execute(f"DELETE FROM {_DOCS}")
+    conn.execute(
+        f"CREATE TRIGGER {FTS_TRIGGERS[0]} AFTER INSERT ON entries BEGIN {_index_017('NEW')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {FTS_TRIGGERS[1]} AFTER DELETE ON entries BEGIN {_unindex_017('OLD')} END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER {FTS_TRIGGERS[2]} AFTER UPDATE OF slug, store, label, content "
+        "ON entries WHEN OLD.slug IS NOT NEW.slug OR OLD.store IS NOT NEW.store "
+        "OR OLD.label IS NOT NEW.label OR OLD.content IS NOT NEW.content "
+        f"BEGIN {_unindex_017('OLD')} {_index_017('NEW')} END"
+    )
+    backfill.schedule(conn, lexical.BACKFILL)
+    conn.execute(f"DELETE FROM {backfill.BACKFILLS_TABLE} WHERE name = ?", (lexical.BACKFILL_009,))
+
+
+def fill_fts_identifiers(
+    conn: sqlite3.Connection, after: list[str] | None, rows: int
+) -> list[str] | None:
+    """Backfill step of m017: ``fill_fts`` with the three columns."""
+    return _fill(conn, after, rows, "words, parts, camel", _COLUMNS_017)
