@@ -31,6 +31,7 @@ __all__ = [
     "merged_into",
     "read_refs",
     "refs_from_files",
+    "stat_key",
 ]
 
 HEADS = "refs/heads/"
@@ -67,15 +68,16 @@ def fingerprint(common: Path) -> str:
     into its directory, and deletes it there). Stat calls only."""
     parts: list[str] = []
     for name in ("packed-refs", "reftable/tables.list", EVENTS_FILE):
-        parts.append(f"{name}:{_stat(common / name)}")
+        parts.append(f"{name}:{stat_key(common / name)}")
     for top in ("refs/heads", "refs/remotes"):
         for root, dirs, _files in os.walk(common / top):
             dirs.sort()
-            parts.append(f"{root}:{_stat(Path(root))}")
+            parts.append(f"{root}:{stat_key(Path(root))}")
     return hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:32]
 
 
-def _stat(path: Path) -> str:
+def stat_key(path: Path) -> str:
+    """``path``'s mtime, size and inode as one cache key part ("-" when it is absent)."""
     try:
         info = path.stat()
     except OSError:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from thatch.common.environment import default_db_path, thatch_cache_dir
+from thatch.frontend.git_refs import stat_key
 from thatch.frontend.project import checkout_git_dir, project_store
 
 __all__ = ["memo_file", "remembered_store"]
@@ -74,9 +75,9 @@ def _facts(directory: Path, env: Mapping[str, str]) -> tuple[str, bool] | None:
         dotgit = checkout / ".git"
         # A ``.git`` file names the git dir (a worktree's); a directory's mtime moves with
         # every index write, which changes nothing git answers here.
-        kind = "dir" if gitdir == dotgit else _stat(dotgit)
+        kind = "dir" if gitdir == dotgit else stat_key(dotgit)
         parts += [f"checkout {checkout}", f".git {kind}", f"gitdir {gitdir}"]
-        parts.append(f"commondir {_stat(gitdir / 'commondir')}")
+        parts.append(f"commondir {stat_key(gitdir / 'commondir')}")
         common = gitdir
         try:
             named = (gitdir / "commondir").read_text(encoding="utf-8").strip()
@@ -104,14 +105,6 @@ def _global_configs(env: Mapping[str, str]) -> list[Path]:
         env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig",
     ]
     return [Path(path) for path in found if path]
-
-
-def _stat(path: Path) -> str:
-    try:
-        info = path.stat()
-    except OSError:
-        return "-"
-    return f"{info.st_mtime_ns}/{info.st_size}/{info.st_ino}"
 
 
 def _identity(path: Path) -> str:

@@ -15,7 +15,6 @@ TLS from a certificate and key; plaintext only on a unix socket or a loopback ad
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from thatch.embedder.client.embedder_client import EmbedderClient
+from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address
 from thatch.frontend.timefmt import Clock
 from thatch.hub.client import MAX_MESSAGE_BYTES, is_loopback, parse_hub_address
@@ -122,17 +122,10 @@ def create_server(
     set_health(health_servicer, NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     credentials = tls.credentials() if tls is not None else None
-    previous_umask = os.umask(0o077) if address.is_unix else None
     try:
-        if credentials is not None:
-            port = server.add_secure_port(address.target, credentials)
-        else:
-            port = server.add_insecure_port(address.target)
+        port = add_port(server, address, credentials)
     except RuntimeError as error:
         raise HubStartError(f"cannot listen on {address}: {error}") from None
-    finally:
-        if previous_umask is not None:
-            os.umask(previous_umask)
     return server, port, health_servicer
 
 

@@ -32,6 +32,7 @@ from thatch.embedder.client.errors import (
     ModelError,
     ServerStartError,
 )
+from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address, default_address, parse_address
 from thatch.embedder.client.socket_trust import probe, tighten_own_directory
 from thatch.embedder.server.batching import Batcher
@@ -208,19 +209,10 @@ def create_server(
     add_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     credentials = tls.credentials() if tls else None
-    previous_umask = os.umask(0o077) if address.is_unix else None
     try:
-        if credentials is not None:
-            port = server.add_secure_port(address.target, credentials)
-        else:
-            port = server.add_insecure_port(address.target)
+        port = add_port(server, address, credentials)
     except RuntimeError as error:
         raise ServerStartError(f"cannot listen on {address}: {error}") from None
-    finally:
-        if previous_umask is not None:
-            os.umask(previous_umask)
-    if address.is_unix and address.path is not None:
-        address.path.chmod(0o600)
     return server, port
 
 
