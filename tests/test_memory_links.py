@@ -217,3 +217,69 @@ def test_a_stalled_check_still_marks_its_first_file(tmp_path: Path, repo: Path) 
         ctx.anchor_check = AnchorCheck(clock=lambda: float(next(ticks)))
         text = ok(tools, "memory_recall", {"query": "config"})
         assert "[code changed since saved: src/config.py]" in text
+
+
+def test_hygiene_and_the_payload_name_the_dependents_as_recall_marks_them(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A memory that depends on one whose code changed (``related``, or a "supplement"
+    verdict in either order) is counted by the hygiene report, named by ``thatch hygiene``
+    and listed in the payload's ``codeChanged``, ``via`` the label it inherits from, as
+    recall marks it; one that only the changed memory names is not; an archived one is
+    not counted."""
+    import json
+    from datetime import UTC, datetime
+
+    from thatch.frontend import queue
+    from thatch.frontend.tools.hygiene import hygiene, named
+
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        save(tools, "Config parsing", anchors=["src/config.py:parse_config"])
+        save(tools, "Config callers", related=["Config parsing"])
+        save(tools, "Config defaults")
+        save(tools, "Config archive", related=["Config parsing"])
+        save(tools, "Parser helpers")
+        save(tools, "Config parsing 2", related=["Parser helpers"])  # depends the other way
+        ok(
+            tools,
+            "dedup_mark_checked",
+            {"label_a": "Config defaults", "label_b": "Config parsing", "status": "supplement"},
+        )
+        ctx.store.conn.execute("UPDATE entries SET archived = 1 WHERE slug = 'config-archive'")
+        edit(repo / "src" / "config.py", "value.strip()", "value")
+
+        result = hygiene(ctx.store, "acme", repo, "test/fake-embedder", list_branches=lambda _: [])
+        assert {slug: (d.paths, d.via) for slug, d in result.project.drifted.items()} == {
+            "config-parsing": (("src/config.py",), None),
+            "config-callers": (("src/config.py",), "Config parsing"),
+            "config-defaults": (("src/config.py",), "Config parsing"),
+        }
+        assert (
+            "3 memories whose code changed since saved (2 via memories they depend on; "
+            "recall them, check, update or forget)"
+        ) in (result.report or "")
+        assert result.as_json()["code_changed"] == 3
+        listed = named(ctx.store, result, 0.9, datetime.now(UTC))
+        assert listed.lines("acme")[-4:] == [
+            'Code changed since saved in "acme":',
+            '  "Config callers" (src/config.py via "Config parsing")',
+            '  "Config defaults" (src/config.py via "Config parsing")',
+            '  "Config parsing" (src/config.py)',
+        ]
+        assert listed.as_json()["code_changed_memories"][0] == {
+            "label": "Config callers",
+            "paths": ["src/config.py"],
+            "via": "Config parsing",
+        }
+
+        call = {"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_response": "ok"}
+        queue.append_calls(ctx.queue_dir, "s1", [{**call, "tool_use_id": "s1"}])
+        payload = json.loads(ok(tools, "get_extraction_payload", {"session_id": "s1"}))
+        assert payload["codeChanged"] == [
+            {"label": "Config parsing", "paths": ["src/config.py"]},
+            {"label": "Config callers", "paths": ["src/config.py"], "via": "Config parsing"},
+            {"label": "Config defaults", "paths": ["src/config.py"], "via": "Config parsing"},
+        ]
+        recalled = ok(tools, "memory_recall", {"query": "config", "limit": 10})
+        assert recalled.count('via "Config parsing"]') == 2

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,6 +35,8 @@ __all__ = [
     "Drift",
     "anchor_file",
     "database_files",
+    "depends_on",
+    "inherit",
 ]
 
 FRESH = "fresh"
@@ -161,10 +163,7 @@ class AnchorCheck:
         one whose code did (dedup verdict "supplement", or ``related`` at save), within
         ``budget`` seconds and ``MAX_FILES`` files: an anchor not reached is left unmarked."""
         self._never_open |= database_files(getattr(source, "path", None))
-        supplements = source.supplements_of(keys)
-        for key, pairs in source.related_of(keys).items():
-            known = supplements.setdefault(key, [])
-            known.extend(pair for pair in pairs if pair not in known)
+        supplements = depends_on(source, keys)
         partners = {
             (store, slug): label
             for (store, _), pairs in supplements.items()
@@ -189,17 +188,7 @@ class AnchorCheck:
                     gone = gone or verdict == GONE
             if paths:
                 changed[key] = Drift(tuple(paths), gone=gone)
-        found: dict[Key, Drift] = {}
-        for key in keys:
-            if key in changed:
-                found[key] = changed[key]
-                continue
-            for slug, label in supplements.get(key, []):
-                partner = (key[0], slug)
-                if partner in changed:
-                    found[key] = Drift(changed[partner].paths, label, changed[partner].gone)
-                    break
-        return found
+        return inherit(keys, supplements, changed)
 
     def recheck(
         self, anchors: Iterable[Anchor], budget: float, never_open: Iterable[str] = ()
@@ -214,6 +203,39 @@ class AnchorCheck:
             verdict = self.status(anchor)
             verdicts.append((anchor, CHANGED if verdict == GONE else verdict))
         return verdicts
+
+
+def depends_on(source: AnchorQuerySource, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:
+    """Per memory, the (slug, label) of those it depends on, in the order a marker is
+    inherited: those it supplements (either order of the verdict's pair), then its
+    ``related``, each by slug."""
+    keys = list(keys)
+    partners = source.supplements_of(keys)
+    for key, pairs in source.related_of(keys).items():
+        known = partners.setdefault(key, [])
+        known.extend(pair for pair in pairs if pair not in known)
+    return partners
+
+
+def inherit(
+    keys: Iterable[Key],
+    partners: Mapping[Key, Sequence[tuple[str, str]]],
+    changed: Mapping[Key, Drift],
+) -> dict[Key, Drift]:
+    """The drift of each of ``keys``: its own, else that of the first memory it depends
+    on whose code changed (``via`` its label). Recall, the hygiene report and the
+    extraction payload all mark through this one rule."""
+    found: dict[Key, Drift] = {}
+    for key in keys:
+        if key in changed:
+            found[key] = changed[key]
+            continue
+        for slug, label in partners.get(key, []):
+            partner = (key[0], slug)
+            if partner in changed and changed[partner].via is None:
+                found[key] = Drift(changed[partner].paths, label, changed[partner].gone)
+                break
+    return found
 
 
 def _span_same(lines: list[str], anchor: Anchor) -> bool:

@@ -143,6 +143,41 @@ class AnchorQueries:
         return found
 
     @locked
+    def dependents_of(
+        self, store: str, slugs: Iterable[str], limit: int = HYGIENE_ROWS
+    ) -> list[str]:
+        """The live memories of ``store`` that depend on any of ``slugs`` (a ``related``
+        link to it, or a "supplement" verdict with it), at most ``limit``, by slug."""
+        targets = set(slugs)
+        found: set[str] = set()
+        for target in sorted(targets):
+            rows = self.conn.execute(
+                f"SELECT slug FROM {LINKS_TABLE} WHERE store = ? AND target = ?", (store, target)
+            )
+            found.update(row[0] for row in rows)
+        # Verdicts are an agent's reviews, few per store: one pass over them, not one each.
+        rows = self.conn.execute(
+            "SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ? AND status = 'supplement'",
+            (store,),
+        )
+        for slug_a, slug_b in rows:
+            if slug_b in targets:
+                found.add(slug_a)
+            if slug_a in targets:
+                found.add(slug_b)
+        live = []
+        for slug in sorted(found - targets):
+            row = self.conn.execute(
+                "SELECT 1 FROM entries WHERE store = ? AND slug = ? AND archived = 0",
+                (store, slug),
+            ).fetchone()
+            if row is not None:
+                live.append(slug)
+                if len(live) == limit:
+                    break
+        return live
+
+    @locked
     def stores_holding(self, slug: str) -> list[str]:
         """Up to 3 stores with a memory of this slug (a ``related`` label's whereabouts)."""
         rows = self.conn.execute(
