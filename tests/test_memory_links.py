@@ -283,3 +283,42 @@ def test_hygiene_and_the_payload_name_the_dependents_as_recall_marks_them(
         ]
         recalled = ok(tools, "memory_recall", {"query": "config", "limit": 10})
         assert recalled.count('via "Config parsing"]') == 2
+
+
+def test_past_the_budget_a_stored_changed_verdict_still_marks_while_its_stat_holds(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A recall whose check is past its deadline after the first file (a stalled process,
+    or a big result set): the anchors it does not reach are marked by the verdict a pass
+    stored, while the file's stat is the one that verdict saw; a file written since, or
+    a memory saved again since (its anchors captured anew), is left unmarked."""
+    from thatch.frontend.anchors.recheck import drifted
+
+    for name in "abc":
+        (repo / "src" / f"{name}.py").write_text(f"def {name}():\n    return 1\n")
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for name in "abcd":
+            file = name if name != "d" else "a"
+            save(tools, f"Part {name}", anchors=[f"src/{file}.py"])
+        for name in "abc":
+            edit(repo / "src" / f"{name}.py", "return 1", "return 2")
+        assert set(drifted(ctx.store, "acme", unhurried())) == {
+            "part-a",
+            "part-b",
+            "part-c",
+            "part-d",
+        }
+        edit(repo / "src" / "c.py", "return 2", "return 3")  # after the verdict
+        save(tools, "Part d", anchors=["src/a.py"], overwrite=True)  # captured anew
+        keys = [("acme", f"part-{name}") for name in "abcd"]
+
+        def stalled() -> AnchorCheck:
+            ticks = iter(range(0, 10**6, 10))
+            return AnchorCheck(clock=lambda: float(next(ticks)))
+
+        assert {key[1]: d.paths for key, d in stalled().drift(ctx.store, keys).items()} == {
+            "part-a": ("src/a.py",),  # the one file checked
+            "part-b": ("src/b.py",),  # by its stored verdict
+        }
+        assert set(unhurried().drift(ctx.store, keys)) == set(keys[:3])

@@ -70,10 +70,17 @@ def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
     marks them. Verdicts are stored when the database takes the write."""
     anchored = store.anchored_in(name)
     every = [anchor for anchors in anchored.values() for anchor in anchors]
+    before = {(a.slug, a.seq): (a.status, a.checked_mtime_ns, a.checked_size) for a in every}
     verdicts = check.recheck(every, HYGIENE_BUDGET, never_open=database_files(store.path))
     with contextlib.suppress(sqlite3.Error, StoreError):
-        # Only the verdicts that changed: most passes write nothing.
-        store.set_anchor_status([(a, v) for a, v in verdicts if v != a.status])
+        # Only the verdicts (or the stats they saw) that changed: most passes write nothing.
+        store.set_anchor_status(
+            [
+                (a, v)
+                for a, v in verdicts
+                if (v, a.checked_mtime_ns, a.checked_size) != before[(a.slug, a.seq)]
+            ]
+        )
     status = {(a.slug, a.seq): verdict for a, verdict in verdicts}
     own: dict[Key, Drift] = {}
     for slug, anchors in anchored.items():
