@@ -41,8 +41,11 @@ MAX_CHECKS = 16
 # Snapshot rows for a deleted local branch whose origin copy still exists: its decision
 # waits until that copy goes or the default branch moves (the host may merge it yet).
 WAITING = "waiting:"
-# The optional git hooks' events file is emptied past this size (when a sync starts).
+# The optional git hooks' events file is emptied past this size (when a sync starts), once
+# the code anchors' pass has read it all; past the larger one, whatever it read (a pass
+# that never runs must not let it grow; one that finds it cut re-checks every anchor).
 EVENTS_KEPT_BYTES = 64 * 1024
+EVENTS_MAX_BYTES = 1024 * 1024
 
 
 class HasTransactions(Protocol):
@@ -158,13 +161,24 @@ def _decide(
     return BranchChange(branch, "archived", last)
 
 
-def trim_events(common: Path) -> None:
-    """Empty the git hooks' events file once it is past ``EVENTS_KEPT_BYTES``: its lines
-    only ever serve to change the fingerprint."""
+def trim_events(common: Path, env: Mapping[str, str]) -> None:
+    """Empty the git hooks' events file once it is past ``EVENTS_KEPT_BYTES`` and this
+    database's code-anchors pass has read all of it (the branch sync needs none of its
+    lines: they only change the fingerprint), or past ``EVENTS_MAX_BYTES`` whatever."""
     path = common / git_refs.EVENTS_FILE
     try:
-        if path.stat().st_size > EVENTS_KEPT_BYTES:
-            os.truncate(path, 0)
+        size = path.stat().st_size
+        if size <= EVENTS_KEPT_BYTES:
+            return
+        from thatch.frontend.anchors.events import CUT_LINE, read_to_end
+
+        read = read_to_end(env, str(default_db_path(env)), common, size)
+        if not read and size <= EVENTS_MAX_BYTES:
+            return  # the session's hygiene pass reads them next; a later start trims
+        os.truncate(path, 0)
+        if not read:
+            with open(path, "ab") as handle:
+                handle.write(CUT_LINE)
     except OSError:
         pass  # no hooks, or not ours to write: nothing to trim
 
@@ -231,7 +245,7 @@ def session_sync(
     common = git_refs.common_dir(Path(os.path.abspath(directory)))
     if common is None:
         return None
-    trim_events(common)
+    trim_events(common, env)
     value = git_refs.fingerprint(common)
     result = sync_branches(store, project, directory, now_ms, env)
     if result is not None:

@@ -356,3 +356,50 @@ def test_without_hooks_nothing_is_stored_and_recall_still_marks(tmp_path: Path) 
         result = Tools(ctx).call("memory_recall", {"query": "deploy service"})
     assert result.text.count("[code changed since saved: src/config.py") == 2
     assert status(db) == [("deploy-parser", "fresh", False)]
+
+
+def test_the_session_start_trims_only_what_the_anchors_pass_has_read(
+    tmp_path: Path, mock_embedder: object
+) -> None:
+    """The events file past 64 KiB at a session start whose pass never read it (no offset
+    yet): the real hook's checkout line is read, not trimmed away first; once a pass has
+    read it all, the next session start empties it; past 1 MiB it is emptied whatever
+    was read, saying so (the next pass re-checks the checkout). The memories are
+    global's, so the verdicts are the events' (as above)."""
+    from thatch.embedder.models.mock import mock_vector
+    from thatch.frontend.branch_sync import EVENTS_KEPT_BYTES, EVENTS_MAX_BYTES
+
+    repo = new_repo(tmp_path / STORE)
+    feat = edited_on(repo, "feat")
+    env = env_for(tmp_path, repo)
+    env["THATCH_EMBEDDER_ADDR"] = mock_embedder.address  # type: ignore[attr-defined]
+    db = Path(env["THATCH_DB_PATH"])
+    save_pair(db, repo, env, "global", mock_vector, "mock")
+    install_hooks(repo, env)
+    path = repo / ".git" / EVENTS_FILE
+    filler = "reference-transaction refs/heads/x " + "0" * 40 + "\n"
+    with open(path, "a") as handle:
+        handle.write(filler * (EVENTS_KEPT_BYTES // len(filler) + 1))
+    git(repo, "checkout", "-q", "feat")
+    assert events(repo)[-1].startswith("post-checkout ")
+    assert path.stat().st_size > EVENTS_KEPT_BYTES
+
+    session_start(repo, env)
+    assert status(db) == [("deploy-parser", "changed", True)]
+    assert path.stat().st_size > EVENTS_KEPT_BYTES  # kept: this pass read it, the next trims
+
+    session_start(repo, env)
+    assert path.stat().st_size == 0
+
+    git(repo, "checkout", "-q", "main")
+    main = git(repo, "rev-parse", "main")
+    assert events(repo) == [f"post-checkout {feat} {main} {os.path.realpath(repo)}"]
+    with Store.open(db) as store:  # as if that event's verdict had not been stored yet
+        store.set_anchor_status([(a, "changed") for a in store.anchors_under(str(repo))])
+    with open(path, "a") as handle:
+        handle.write(filler * (EVENTS_MAX_BYTES // len(filler) + 1))
+    session_start(repo, env)
+    # Cut unread past 1 MiB, saying so: the pass re-checks the checkout (its offset, 0
+    # after the last cut, cannot tell by itself).
+    assert path.read_bytes() == b"cut\n"
+    assert status(db) == [("deploy-parser", "fresh", True)]

@@ -219,3 +219,48 @@ def test_setup_no_chat_reaches_the_hook_commands(tmp_path: Path, host: str) -> N
     assert wake.returncode == 0 and wake.stdout.strip() in (b"", b"{}"), wake.stdout
     assert commands(chat=True) == on  # switched back on: the commands carry nothing
     store.conn.close()
+
+
+def test_the_prompt_hook_refreshes_last_seen_at_most_once_a_minute(tmp_path: Path) -> None:
+    """A prompt within a minute of the last refresh, same project and worktree, writes
+    nothing (``last_seen`` and the file unchanged); one after it, or from another
+    worktree, refreshes the row; the reminder always does. The session stays active
+    (seen within 30 minutes) throughout."""
+    from datetime import UTC, datetime, timedelta
+
+    from thatch.frontend.timefmt import format_timestamp
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(project))
+    key = host_session_key("claude-a")
+    assert run_hook(["reminder"], {"session_id": "claude-a"}, env).returncode == 0
+    store = chat(env)
+    seen = store.get(key)
+    assert seen is not None
+    wal = Path(env["THATCH_DB_PATH"] + "-wal")
+    before = (store.conn.execute("PRAGMA data_version").fetchone(), wal.stat().st_size)
+
+    def prompt(directory: Path = project) -> None:
+        payload = {"session_id": "claude-a", "prompt": "hi"}
+        here = {**env, "THATCH_PROJECT_DIR": str(directory)}
+        assert run_hook(["flush-tools"], payload, here).returncode == 0
+
+    prompt()
+    assert store.get(key) == seen
+    assert (store.conn.execute("PRAGMA data_version").fetchone(), wal.stat().st_size) == before
+    assert seen.is_active(datetime.now(UTC))
+
+    two_minutes_ago = format_timestamp(datetime.now(UTC) - timedelta(minutes=2))
+    store.conn.execute("UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?",
+                       (two_minutes_ago, key))  # fmt: skip
+    prompt()
+    refreshed = store.get(key)
+    assert refreshed is not None and refreshed.last_seen > two_minutes_ago
+
+    other = tmp_path / "other"
+    other.mkdir()
+    prompt(other)
+    moved = store.get(key)
+    assert moved is not None and moved.worktree == str(other.resolve())
+    store.conn.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_embedder import FakeEmbedder, rows
+from thatch.frontend.anchors.check import Drift
 from thatch.frontend.anchors.span import blob_id, lines_of, locate_symbol
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.context import ToolContext
@@ -227,7 +228,7 @@ def test_git_mv_moves_the_anchor(tmp_path: Path, repo: Path) -> None:
         git(repo, "commit", "-q", "-m", "rename")
         edit(repo / "src" / "settings.py", "values = {}", "values = dict()")
         result = hygiene(ctx.store, "acme", repo, "test/fake-embedder", list_branches=lambda _: [])
-        assert result.project.drifted == {"p": ("src/settings.py",)}
+        assert result.project.drifted == {"p": Drift(("src/settings.py",))}
         assert "1 memory whose code changed since saved" in (result.report or "")
         listed = named(ctx.store, result, 0.9, datetime.now(UTC))
         assert listed.lines("acme")[-2:] == [

@@ -217,3 +217,108 @@ def test_a_stalled_check_still_marks_its_first_file(tmp_path: Path, repo: Path) 
         ctx.anchor_check = AnchorCheck(clock=lambda: float(next(ticks)))
         text = ok(tools, "memory_recall", {"query": "config"})
         assert "[code changed since saved: src/config.py]" in text
+
+
+def test_hygiene_and_the_payload_name_the_dependents_as_recall_marks_them(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A memory that depends on one whose code changed (``related``, or a "supplement"
+    verdict in either order) is counted by the hygiene report, named by ``thatch hygiene``
+    and listed in the payload's ``codeChanged``, ``via`` the label it inherits from, as
+    recall marks it; one that only the changed memory names is not; an archived one is
+    not counted."""
+    import json
+    from datetime import UTC, datetime
+
+    from thatch.frontend import queue
+    from thatch.frontend.tools.hygiene import hygiene, named
+
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        save(tools, "Config parsing", anchors=["src/config.py:parse_config"])
+        save(tools, "Config callers", related=["Config parsing"])
+        save(tools, "Config defaults")
+        save(tools, "Config archive", related=["Config parsing"])
+        save(tools, "Parser helpers")
+        save(tools, "Config parsing 2", related=["Parser helpers"])  # depends the other way
+        ok(
+            tools,
+            "dedup_mark_checked",
+            {"label_a": "Config defaults", "label_b": "Config parsing", "status": "supplement"},
+        )
+        ctx.store.conn.execute("UPDATE entries SET archived = 1 WHERE slug = 'config-archive'")
+        edit(repo / "src" / "config.py", "value.strip()", "value")
+
+        result = hygiene(ctx.store, "acme", repo, "test/fake-embedder", list_branches=lambda _: [])
+        assert {slug: (d.paths, d.via) for slug, d in result.project.drifted.items()} == {
+            "config-parsing": (("src/config.py",), None),
+            "config-callers": (("src/config.py",), "Config parsing"),
+            "config-defaults": (("src/config.py",), "Config parsing"),
+        }
+        assert (
+            "3 memories whose code changed since saved (2 via memories they depend on; "
+            "recall them, check, update or forget)"
+        ) in (result.report or "")
+        assert result.as_json()["code_changed"] == 3
+        listed = named(ctx.store, result, 0.9, datetime.now(UTC))
+        assert listed.lines("acme")[-4:] == [
+            'Code changed since saved in "acme":',
+            '  "Config callers" (src/config.py via "Config parsing")',
+            '  "Config defaults" (src/config.py via "Config parsing")',
+            '  "Config parsing" (src/config.py)',
+        ]
+        assert listed.as_json()["code_changed_memories"][0] == {
+            "label": "Config callers",
+            "paths": ["src/config.py"],
+            "via": "Config parsing",
+        }
+
+        call = {"tool_name": "Bash", "tool_input": {"command": "make"}, "tool_response": "ok"}
+        queue.append_calls(ctx.queue_dir, "s1", [{**call, "tool_use_id": "s1"}])
+        payload = json.loads(ok(tools, "get_extraction_payload", {"session_id": "s1"}))
+        assert payload["codeChanged"] == [
+            {"label": "Config parsing", "paths": ["src/config.py"]},
+            {"label": "Config callers", "paths": ["src/config.py"], "via": "Config parsing"},
+            {"label": "Config defaults", "paths": ["src/config.py"], "via": "Config parsing"},
+        ]
+        recalled = ok(tools, "memory_recall", {"query": "config", "limit": 10})
+        assert recalled.count('via "Config parsing"]') == 2
+
+
+def test_past_the_budget_a_stored_changed_verdict_still_marks_while_its_stat_holds(
+    tmp_path: Path, repo: Path
+) -> None:
+    """A recall whose check is past its deadline after the first file (a stalled process,
+    or a big result set): the anchors it does not reach are marked by the verdict a pass
+    stored, while the file's stat is the one that verdict saw; a file written since, or
+    a memory saved again since (its anchors captured anew), is left unmarked."""
+    from thatch.frontend.anchors.recheck import drifted
+
+    for name in "abc":
+        (repo / "src" / f"{name}.py").write_text(f"def {name}():\n    return 1\n")
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for name in "abcd":
+            file = name if name != "d" else "a"
+            save(tools, f"Part {name}", anchors=[f"src/{file}.py"])
+        for name in "abc":
+            edit(repo / "src" / f"{name}.py", "return 1", "return 2")
+        assert set(drifted(ctx.store, "acme", unhurried())) == {
+            "part-a",
+            "part-b",
+            "part-c",
+            "part-d",
+        }
+        edit(repo / "src" / "c.py", "return 2", "return 3")  # after the verdict
+        save(tools, "Part d", anchors=["src/a.py"], overwrite=True)  # captured anew
+        keys = [("acme", f"part-{name}") for name in "abcd"]
+
+        def stalled() -> AnchorCheck:
+            ticks = iter(range(0, 10**6, 10))
+            return AnchorCheck(clock=lambda: float(next(ticks)))
+
+        assert {key[1]: d.paths for key, d in stalled().drift(ctx.store, keys).items()} == {
+            "part-a": ("src/a.py",),  # the one file checked
+            "part-b": ("src/b.py",),  # by its stored verdict
+        }
+        assert set(unhurried().drift(ctx.store, keys)) == set(keys[:3])

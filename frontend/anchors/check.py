@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
@@ -35,6 +35,8 @@ __all__ = [
     "Drift",
     "anchor_file",
     "database_files",
+    "depends_on",
+    "inherit",
 ]
 
 FRESH = "fresh"
@@ -45,6 +47,9 @@ UNVERIFIABLE = "unverifiable"
 
 BUDGET_SECONDS = 0.030
 MAX_FILES = 32
+# Past the budget, anchors whose stored verdict is ``changed`` are still marked while
+# their file's stat is the one that verdict saw: one stat each, at most this many.
+MAX_STORED = 256
 CACHE_FILES = 256
 # The cache's bound in bytes of file text kept (their lines): a cache costs time, never
 # memory without bound.
@@ -107,28 +112,49 @@ class AnchorCheck:
 
     def status(self, anchor: Anchor) -> str:
         """``fresh``, ``changed`` or ``unverifiable`` for one anchor, now."""
+        return self._verdict(anchor)[0]
+
+    def _verdict(self, anchor: Anchor) -> tuple[str, os.stat_result | None]:
+        """The status and the file's stat it was reached on (None: no stat). The stat is
+        taken before the file is read, so a later write changes it."""
         path = anchor_file(anchor)
         if os.path.realpath(path) in self._never_open:
-            return UNVERIFIABLE
+            return UNVERIFIABLE, None
         try:
             stat = os.stat(path)
         except FileNotFoundError:
             gone_from_git = bool(anchor.root) and os.path.isdir(anchor.root)
-            return GONE if gone_from_git else UNVERIFIABLE
+            return (GONE if gone_from_git else UNVERIFIABLE), None
         except OSError:
-            return UNVERIFIABLE
+            return UNVERIFIABLE, None
         if stat.st_mtime_ns == anchor.mtime_ns and stat.st_size == anchor.size:
-            return FRESH
+            return FRESH, stat
         facts = self._read(path, stat.st_mtime_ns, stat.st_size)
         if facts is None:
-            return UNVERIFIABLE
+            return UNVERIFIABLE, stat
         if facts.blob == anchor.blob:
-            return FRESH
+            return FRESH, stat
         if anchor.span_hash is None:
-            return CHANGED
+            return CHANGED, stat
         if facts.lines is None:
-            return UNVERIFIABLE
-        return FRESH if _span_same(facts.lines, anchor) else CHANGED
+            return UNVERIFIABLE, stat
+        return (FRESH if _span_same(facts.lines, anchor) else CHANGED), stat
+
+    def _stored(self, anchor: Anchor) -> str | None:
+        """``changed`` when a pass stored that verdict on the file's stat as it is now
+        (a re-save replaces the row, so a stored verdict is always on what was saved);
+        None: unknown."""
+        if anchor.status != CHANGED or anchor.checked_mtime_ns is None:
+            return None
+        path = anchor_file(anchor)
+        if os.path.realpath(path) in self._never_open:
+            return None
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        same = (stat.st_mtime_ns, stat.st_size) == (anchor.checked_mtime_ns, anchor.checked_size)
+        return CHANGED if same else None
 
     def _read(self, path: str, mtime_ns: int, size: int) -> _Facts | None:
         key = (path, mtime_ns, size)
@@ -159,12 +185,10 @@ class AnchorCheck:
     ) -> dict[Key, Drift]:
         """The memories among ``keys`` whose anchored code changed, or that depend on
         one whose code did (dedup verdict "supplement", or ``related`` at save), within
-        ``budget`` seconds and ``MAX_FILES`` files: an anchor not reached is left unmarked."""
+        ``budget`` seconds and ``MAX_FILES`` files; an anchor not reached is marked by its
+        stored verdict while that still holds (``_stored``), else left unmarked."""
         self._never_open |= database_files(getattr(source, "path", None))
-        supplements = source.supplements_of(keys)
-        for key, pairs in source.related_of(keys).items():
-            known = supplements.setdefault(key, [])
-            known.extend(pair for pair in pairs if pair not in known)
+        supplements = depends_on(source, keys)
         partners = {
             (store, slug): label
             for (store, _), pairs in supplements.items()
@@ -175,31 +199,27 @@ class AnchorCheck:
         # file is always checked: a stalled process still marks what it can.
         deadline = self._clock() + budget
         changed: dict[Key, Drift] = {}
-        files = 0
+        files = stored = 0
         for key in [*keys, *partners]:
             paths: list[str] = []
             gone = False
             for anchor in anchors.get(key, []):
+                verdict: str | None
                 if files >= MAX_FILES or (files and self._clock() > deadline):
-                    break
-                files += 1
-                verdict = self.status(anchor)
+                    files = MAX_FILES  # past the deadline once: past it for the rest
+                    if stored >= MAX_STORED:
+                        break
+                    stored += 1
+                    verdict = self._stored(anchor)
+                else:
+                    files += 1
+                    verdict = self.status(anchor)
                 if verdict in (CHANGED, GONE) and anchor.path not in paths:
                     paths.append(anchor.path)
                     gone = gone or verdict == GONE
             if paths:
                 changed[key] = Drift(tuple(paths), gone=gone)
-        found: dict[Key, Drift] = {}
-        for key in keys:
-            if key in changed:
-                found[key] = changed[key]
-                continue
-            for slug, label in supplements.get(key, []):
-                partner = (key[0], slug)
-                if partner in changed:
-                    found[key] = Drift(changed[partner].paths, label, changed[partner].gone)
-                    break
-        return found
+        return inherit(keys, supplements, changed)
 
     def recheck(
         self, anchors: Iterable[Anchor], budget: float, never_open: Iterable[str] = ()
@@ -211,9 +231,50 @@ class AnchorCheck:
         for anchor in anchors:
             if verdicts and self._clock() > deadline:
                 break
-            verdict = self.status(anchor)
+            verdict, stat = self._verdict(anchor)
+            # Only a ``changed`` verdict is ever read back (``_stored``): the others keep
+            # no stat, so a pass over unchanged code writes nothing.
+            seen: tuple[int | None, int | None] = (None, None)
+            if verdict == CHANGED and stat is not None:
+                seen = (stat.st_mtime_ns, stat.st_size)
+            if seen != (anchor.checked_mtime_ns, anchor.checked_size):
+                # Carried to the store with the verdict (set_anchor_status).
+                anchor = replace(anchor, checked_mtime_ns=seen[0], checked_size=seen[1])
             verdicts.append((anchor, CHANGED if verdict == GONE else verdict))
         return verdicts
+
+
+def depends_on(source: AnchorQuerySource, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:
+    """Per memory, the (slug, label) of those it depends on, in the order a marker is
+    inherited: those it supplements (either order of the verdict's pair), then its
+    ``related``, each by slug."""
+    keys = list(keys)
+    partners = source.supplements_of(keys)
+    for key, pairs in source.related_of(keys).items():
+        known = partners.setdefault(key, [])
+        known.extend(pair for pair in pairs if pair not in known)
+    return partners
+
+
+def inherit(
+    keys: Iterable[Key],
+    partners: Mapping[Key, Sequence[tuple[str, str]]],
+    changed: Mapping[Key, Drift],
+) -> dict[Key, Drift]:
+    """The drift of each of ``keys``: its own, else that of the first memory it depends
+    on whose code changed (``via`` its label). Recall, the hygiene report and the
+    extraction payload all mark through this one rule."""
+    found: dict[Key, Drift] = {}
+    for key in keys:
+        if key in changed:
+            found[key] = changed[key]
+            continue
+        for slug, label in partners.get(key, []):
+            partner = (key[0], slug)
+            if partner in changed and changed[partner].via is None:
+                found[key] = Drift(changed[partner].paths, label, changed[partner].gone)
+                break
+    return found
 
 
 def _span_same(lines: list[str], anchor: Anchor) -> bool:

@@ -36,12 +36,14 @@ if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
 
 __all__ = [
+    "CUT_LINE",
     "EVENT_HOOKS",
     "RECHECK",
     "GitEvent",
     "consume_git_events",
     "consume_quietly",
     "parse_events",
+    "read_to_end",
 ]
 
 EVENT_HOOKS = ("post-checkout", "post-merge", "post-rewrite")
@@ -61,6 +63,10 @@ BUDGET_SECONDS = 0.1
 # The bytes before the offset, kept with it: a file truncated and written again since
 # (the session start trims it) no longer ends them there, and is read from its start.
 _TAIL = 64
+# Written where the session start cut lines no pass had read: the next pass re-checks its
+# checkout (an offset of 0, or a short one, cannot tell a file emptied since by itself).
+# Anyone could write it: it costs a budgeted re-check, nothing more.
+CUT_LINE = b"cut\n"
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
@@ -150,6 +156,23 @@ def _read_new(path: Path, marker: Path) -> tuple[bytes, int, str, bool] | None:
         return None
 
 
+def read_to_end(env: Mapping[str, str], database: str, common: Path, size: int) -> bool:
+    """Whether this database's pass has read the events file through its ``size`` bytes
+    (its offset there, and the bytes before it unchanged): only then may the session start
+    trim it without losing lines no pass has read."""
+    marker = _offset_file(env, database, common)
+    if not marker.exists():
+        return False  # no pass yet: every line is still to be read
+    from thatch.frontend.git_refs import EVENTS_FILE
+
+    try:
+        with open(common / EVENTS_FILE, "rb") as handle:
+            offset, cut = _noted_offset(handle, marker, size)
+    except OSError:
+        return False
+    return not cut and offset == size
+
+
 def _note(marker: Path, offset: int, tail: str) -> None:
     marker.parent.mkdir(parents=True, exist_ok=True)
     temporary = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
@@ -224,11 +247,13 @@ def consume_git_events(
     if read is None:
         return 0
     data, offset, tail, cut = read
+    cut = cut or CUT_LINE[:-1] in data.split(b"\n")
     found = parse_events(data)
     checkout = checkout_git_dir(Path(os.path.abspath(directory)))
     if cut and checkout is not None:
         # Trimmed (the session start keeps it small) before this pass read it: what the
         # lost lines said is unknown, so this checkout's anchors are all re-checked.
+        # (Another checkout's pass finds the cut by its own offset or the cut line.)
         found.append(GitEvent("post-checkout", None, None, str(checkout[0])))
     by_root: dict[str, list[GitEvent]] = {}
     roots: dict[str, str | None] = {}

@@ -12,10 +12,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from thatch.frontend.anchors.check import CHANGED, AnchorCheck, database_files
+from thatch.frontend.anchors.check import (
+    CHANGED,
+    AnchorCheck,
+    Drift,
+    database_files,
+    depends_on,
+    inherit,
+)
 from thatch.frontend.errors import StoreError
 
 if TYPE_CHECKING:
+    from thatch.frontend.store.anchor_queries import Key
     from thatch.frontend.store.memory_store import Store
 
 __all__ = ["HYGIENE_BUDGET", "MAX_COMMITS", "drifted", "follow_renames", "parse_renames"]
@@ -55,18 +63,26 @@ def follow_renames(store: Store, env: Mapping[str, str] | None = None) -> int:
     return moved
 
 
-def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, tuple[str, ...]]:
-    """The live memories of store ``name`` with an anchor whose code changed, by slug
-    (their changed paths): checked now within ``HYGIENE_BUDGET``, the rest by their last
-    stored verdict. Verdicts are stored when the database takes the write."""
+def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
+    """The live memories of store ``name`` with an anchor whose code changed, by slug:
+    checked now within ``HYGIENE_BUDGET``, the rest by their last stored verdict; then
+    the live memories that depend on one of them, marked ``via`` its label as a recall
+    marks them. Verdicts are stored when the database takes the write."""
     anchored = store.anchored_in(name)
     every = [anchor for anchors in anchored.values() for anchor in anchors]
+    before = {(a.slug, a.seq): (a.status, a.checked_mtime_ns, a.checked_size) for a in every}
     verdicts = check.recheck(every, HYGIENE_BUDGET, never_open=database_files(store.path))
     with contextlib.suppress(sqlite3.Error, StoreError):
-        # Only the verdicts that changed: most passes write nothing.
-        store.set_anchor_status([(a, v) for a, v in verdicts if v != a.status])
+        # Only the verdicts (or the stats they saw) that changed: most passes write nothing.
+        store.set_anchor_status(
+            [
+                (a, v)
+                for a, v in verdicts
+                if (v, a.checked_mtime_ns, a.checked_size) != before[(a.slug, a.seq)]
+            ]
+        )
     status = {(a.slug, a.seq): verdict for a, verdict in verdicts}
-    found: dict[str, tuple[str, ...]] = {}
+    own: dict[Key, Drift] = {}
     for slug, anchors in anchored.items():
         paths = tuple(
             dict.fromkeys(
@@ -74,5 +90,7 @@ def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, tuple[str,
             )
         )
         if paths:
-            found[slug] = paths
-    return found
+            own[(name, slug)] = Drift(paths)
+    dependents = [(name, slug) for slug in store.dependents_of(name, [k[1] for k in own])]
+    inherited = inherit(dependents, depends_on(store, dependents), own) if dependents else {}
+    return {key[1]: drift for key, drift in [*own.items(), *inherited.items()]}

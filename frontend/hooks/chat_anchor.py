@@ -1,10 +1,11 @@
 """Chat anchoring by the prompt hooks (docs/chat.md §2, §6): who this session is in chat.
 
 ``reminder`` and ``flush-tools`` register their host session (``auto = 1``) if it is
-missing, bind it to the session's key and refresh its ``last_seen``; ``reminder`` always
-says the session's name and ``as`` (name and key: only this session's hooks can derive
-the key), ``flush-tools`` only when mail waits, and ``reminder`` takes one bounded step
-of pruning (at most daily).
+missing, bind it to the session's key and refresh its ``last_seen`` (``flush-tools`` at
+most once a minute: a session seen since, in the same project and worktree, is only
+read); ``reminder`` always says the session's name and ``as`` (name and key: only this
+session's hooks can derive the key), ``flush-tools`` only when mail waits, and
+``reminder`` takes one bounded step of pruning (at most daily).
 On the hot path: one connection, no numpy, no git for a session already registered
 (its project is kept from when it was anchored), and the schema migrated only when a
 chat table is missing. Every failure returns None: the nudge still prints.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,13 +121,18 @@ def _anchor(
 
                 project = project_store(directory, env)
         secret = chat.host_key(session)
-        anchored = chat.anchor(
-            key,
-            project=project,
-            host_kind=host,
-            worktree=os.path.realpath(directory),
-            key=secret,
-        )
+        worktree = os.path.realpath(directory)
+        anchored = known
+        if (
+            always
+            or known is None
+            or not chat.anchored_since(
+                known, project=project, worktree=worktree, key=secret, within=SEEN_REFRESH
+            )
+        ):
+            anchored = chat.anchor(
+                key, project=project, host_kind=host, worktree=worktree, key=secret
+            )
         if anchored is None:
             return None
         unread = chat.unread_count(key)
@@ -143,6 +150,11 @@ def _anchor(
     finally:
         chat.conn.close()
 
+
+# A prompt hook refreshes ``last_seen`` at most this often (docs/chat.md §liveness): a
+# session seen within it, unchanged, is only read (active means seen within 30 minutes);
+# the reminder always writes.
+SEEN_REFRESH = timedelta(seconds=60)
 
 # A session that starts (or resumes) with mail hears "(n unread)" from the reminder; the
 # host then runs the prompt hook for the same request, which would say it again. The

@@ -25,15 +25,19 @@ HYGIENE_ROWS = 5000
 
 _FIELDS = (
     "store, slug, seq, root, path, symbol, line_start, line_end, blob, span_hash, "
-    "commit_id, mtime_ns, size, status"
+    "commit_id, mtime_ns, size"
 )
-_QUALIFIED = ", ".join("a." + field.strip() for field in _FIELDS.split(","))
+# Read back: what was captured, then the last stored verdict and the stat it saw.
+_READ = _FIELDS + ", status, checked_mtime_ns, checked_size"
+_QUALIFIED = ", ".join("a." + field.strip() for field in _READ.split(","))
 
 
 @dataclass(frozen=True)
 class Anchor:
     """One anchor as captured at save. ``root``: the git top level ("" outside git, then
-    ``path`` is absolute); ``status`` is the last stored verdict of a re-check pass."""
+    ``path`` is absolute); ``status`` is the last stored verdict of a re-check pass, and
+    ``checked_mtime_ns``/``checked_size`` the file's stat that verdict was reached on
+    (None: no stat, or none stored)."""
 
     store: str
     slug: str
@@ -49,6 +53,8 @@ class Anchor:
     mtime_ns: int | None
     size: int | None
     status: str = "fresh"
+    checked_mtime_ns: int | None = None
+    checked_size: int | None = None
 
 
 class AnchorQueries:
@@ -63,7 +69,7 @@ class AnchorQueries:
         conn.execute(f"DELETE FROM {ANCHORS_TABLE} WHERE store = ? AND slug = ?", (store, slug))
         conn.executemany(
             f"INSERT INTO {ANCHORS_TABLE} ({_FIELDS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'fresh')",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     store,
@@ -90,7 +96,7 @@ class AnchorQueries:
         found: dict[Key, list[Anchor]] = {}
         for store, slug in dict.fromkeys(keys):
             rows = self.conn.execute(
-                f"SELECT {_FIELDS} FROM {ANCHORS_TABLE} WHERE store = ? AND slug = ? ORDER BY seq",
+                f"SELECT {_READ} FROM {ANCHORS_TABLE} WHERE store = ? AND slug = ? ORDER BY seq",
                 (store, slug),
             ).fetchall()
             if rows:
@@ -143,6 +149,41 @@ class AnchorQueries:
         return found
 
     @locked
+    def dependents_of(
+        self, store: str, slugs: Iterable[str], limit: int = HYGIENE_ROWS
+    ) -> list[str]:
+        """The live memories of ``store`` that depend on any of ``slugs`` (a ``related``
+        link to it, or a "supplement" verdict with it), at most ``limit``, by slug."""
+        targets = set(slugs)
+        found: set[str] = set()
+        for target in sorted(targets):
+            rows = self.conn.execute(
+                f"SELECT slug FROM {LINKS_TABLE} WHERE store = ? AND target = ?", (store, target)
+            )
+            found.update(row[0] for row in rows)
+        # Verdicts are an agent's reviews, few per store: one pass over them, not one each.
+        rows = self.conn.execute(
+            "SELECT slug_a, slug_b FROM dedup_pairs WHERE store = ? AND status = 'supplement'",
+            (store,),
+        )
+        for slug_a, slug_b in rows:
+            if slug_b in targets:
+                found.add(slug_a)
+            if slug_a in targets:
+                found.add(slug_b)
+        live = []
+        for slug in sorted(found - targets):
+            row = self.conn.execute(
+                "SELECT 1 FROM entries WHERE store = ? AND slug = ? AND archived = 0",
+                (store, slug),
+            ).fetchone()
+            if row is not None:
+                live.append(slug)
+                if len(live) == limit:
+                    break
+        return live
+
+    @locked
     def stores_holding(self, slug: str) -> list[str]:
         """Up to 3 stores with a memory of this slug (a ``related`` label's whereabouts)."""
         rows = self.conn.execute(
@@ -154,8 +195,8 @@ class AnchorQueries:
     def anchored_in(self, store: str, limit: int = HYGIENE_ROWS) -> dict[str, list[Anchor]]:
         """The anchors of the store's live memories (at most ``limit`` rows), by slug."""
         rows = self.conn.execute(
-            f"SELECT {', '.join('a.' + f.strip() for f in _FIELDS.split(','))} "
-            f"FROM {ANCHORS_TABLE} a JOIN entries e ON e.store = a.store AND e.slug = a.slug "
+            f"SELECT {_QUALIFIED} FROM {ANCHORS_TABLE} a JOIN entries e "
+            "ON e.store = a.store AND e.slug = a.slug "
             "WHERE a.store = ? AND e.archived = 0 ORDER BY a.slug, a.seq LIMIT ?",
             (store, limit),
         ).fetchall()
@@ -177,16 +218,32 @@ class AnchorQueries:
 
     @locked
     def set_anchor_status(self, verdicts: Sequence[tuple[Anchor, str]]) -> None:
-        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``), or
-        ``recheck``: git changed the file, no pass has checked it since."""
+        """Record re-check verdicts (``fresh``, ``changed``, ``unverifiable``) with the
+        stat each anchor carries (``AnchorCheck.recheck`` sets it), or ``recheck``: git
+        changed the file, no pass has checked it since (no stat)."""
         if not verdicts:
             return
         at = self.tx.now()
         with self.tx.write() as conn:
             conn.executemany(
-                f"UPDATE {ANCHORS_TABLE} SET status = ?, checked_at = ? "
-                "WHERE store = ? AND slug = ? AND seq = ? AND path = ?",
-                [(status, at, a.store, a.slug, a.seq, a.path) for a, status in verdicts],
+                f"UPDATE {ANCHORS_TABLE} SET status = ?, checked_at = ?, checked_mtime_ns = ?, "
+                "checked_size = ? WHERE store = ? AND slug = ? AND seq = ? AND path = ?",
+                [
+                    (
+                        status,
+                        at,
+                        *(
+                            (a.checked_mtime_ns, a.checked_size)
+                            if status != "recheck"
+                            else (None, None)
+                        ),
+                        a.store,
+                        a.slug,
+                        a.seq,
+                        a.path,
+                    )
+                    for a, status in verdicts
+                ],
             )
 
     @locked

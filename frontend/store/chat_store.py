@@ -190,6 +190,27 @@ class ChatStore(ChatTail):
             ).fetchone()
         return session_from_row(row)
 
+    def anchored_since(
+        self, session: ChatSession, *, project: str, worktree: str, key: str, within: timedelta
+    ) -> bool:
+        """Whether ``anchor`` would change nothing a reader relies on: ``session`` (its
+        row as just read) seen within ``within``, with this project and worktree, bound to
+        ``key``, no tombstone. Reads only: a prompt hook then skips the write."""
+        if session.project != project or session.worktree != worktree:
+            return False
+        if session.last_seen <= self._at(within):
+            return False
+        with self.tx.read() as conn:
+            left = conn.execute(
+                "SELECT 1 FROM chat_leave_tombstones WHERE session_id = ?", (session.session_id,)
+            ).fetchone()
+            bound = conn.execute(
+                "SELECT key_hash FROM chat_keys WHERE session_id = ?", (session.session_id,)
+            ).fetchone()
+        return (
+            left is None and bound is not None and hmac.compare_digest(str(bound[0]), key_hash(key))
+        )
+
     def register_server(
         self, *, project: str, host_kind: str, worktree: str, key: str | None = None
     ) -> ChatSession:

@@ -20,7 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from thatch.frontend.store import backfill, lexical
-from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE, m014_code_anchors
+from thatch.frontend.store.migrations.anchors import (
+    ANCHORS_TABLE,
+    m014_code_anchors,
+    m019_anchor_verdict_stat,
+)
 from thatch.frontend.store.migrations.branches import (
     BRANCH_EVENTS_TABLE,
     BRANCH_REFS_TABLE,
@@ -115,6 +119,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m016_memory_links", m016_memory_links),
     ("m017_fts_identifiers", m017_fts_identifiers),
     ("m018_chat_remote", m018_chat_remote),
+    ("m019_anchor_verdict_stat", m019_anchor_verdict_stat),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from thatch.frontend.untrusted import inline, quoted, token
 
 if TYPE_CHECKING:
+    from thatch.frontend.anchors.check import Drift
     from thatch.frontend.store.duplicates import DuplicateSummary
 
 __all__ = [
@@ -63,9 +64,9 @@ class StoreHygiene:
     # all are, ``duplicates`` counts only what is known (the report says so).
     duplicates_checked: int = 0
     duplicates_total: int = 0
-    # Memories whose anchored code changed since saved (docs/tools.md §code-anchors):
-    # slug → the changed paths.
-    drifted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Memories whose anchored code changed since saved, or that depend on one whose code
+    # did (docs/tools.md §code-anchors): slug → the changed paths (``via`` its label).
+    drifted: Mapping[str, Drift] = field(default_factory=dict)
 
     def model_parts(self) -> list[str]:
         parts = []
@@ -103,9 +104,15 @@ class StoreHygiene:
                 + f" scoped to deleted branches ({', '.join(map(token, self.orphaned_branches))})"
             )
         if self.drifted:
+            via = sum(1 for drift in self.drifted.values() if drift.via is not None)
+            inherited = ""
+            if via:
+                whose = "a memory it depends on" if via == 1 else "memories they depend on"
+                inherited = f"{via} via {whose}; "
             parts.append(
                 _plural(len(self.drifted), "memory", "memories")
-                + " whose code changed since saved (recall them, check, update or forget)"
+                + f" whose code changed since saved ({inherited}recall them, check, update"
+                " or forget)"
             )
         return parts + self.model_parts()
 
@@ -211,7 +218,7 @@ def _store_hygiene(
     )
 
 
-def _drifted(db: object, name: str) -> dict[str, tuple[str, ...]]:
+def _drifted(db: object, name: str) -> Mapping[str, Drift]:
     """Memory Stores only (other query objects have no anchors): renames followed first,
     then the store's anchors re-checked within the hygiene pass's budget."""
     from thatch.frontend.store.memory_store import Store
@@ -306,7 +313,8 @@ class Named:
     pairs: list[tuple[str, str, float]]  # (label_a, label_b, score), best first
     stale: list[str]  # labels
     orphaned: list[tuple[str, str]]  # (label, deleted branch)
-    code_changed: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    # (label, changed paths, the label of the memory it depends on whose code changed)
+    code_changed: list[tuple[str, tuple[str, ...], str | None]] = field(default_factory=list)
 
     def lines(self, store: str) -> list[str]:
         out: list[str] = []
@@ -326,8 +334,9 @@ class Named:
         if self.code_changed:
             out.append(f"Code changed since saved in {quoted(store)}:")
             out += [
-                f"  {quoted(label)} ({', '.join(map(token, paths))})"
-                for label, paths in self.code_changed
+                f"  {quoted(label)} ({', '.join(map(token, paths))}"
+                + (f" via {quoted(via)})" if via is not None else ")")
+                for label, paths, via in self.code_changed
             ]
         return out
 
@@ -341,7 +350,8 @@ class Named:
                 {"label": label, "branch": branch} for label, branch in self.orphaned
             ],
             "code_changed_memories": [
-                {"label": label, "paths": list(paths)} for label, paths in self.code_changed
+                {"label": label, "paths": list(paths), "via": via}
+                for label, paths, via in self.code_changed
             ],
         }
 
@@ -366,12 +376,13 @@ def named(store: Any, result: Hygiene, threshold: float, now: datetime) -> Named
     deleted = set(project.orphaned_branches)
     stale: list[str] = []
     orphaned: list[tuple[str, str]] = []
-    code_changed: list[tuple[str, tuple[str, ...]]] = []
+    code_changed: list[tuple[str, tuple[str, ...], str | None]] = []
     for memory in store.list(project.store):
         if memory.archived:
             continue
-        if memory.slug in project.drifted:
-            code_changed.append((memory.label, project.drifted[memory.slug]))
+        drift = project.drifted.get(memory.slug)
+        if drift is not None:
+            code_changed.append((memory.label, drift.paths, drift.via))
         if project.stale and max(memory.updated_at, memory.last_recalled_at or "") < cutoff:
             stale.append(memory.label)
         if memory.branch in deleted:

@@ -448,18 +448,20 @@ class Operations:
         return payload if payload else fmt.NO_QUEUE
 
     def _code_changed(self) -> list[dict[str, object]]:
-        """The project store's memories whose anchored code changed since saved (at most
-        ``REVISIT_MAX``), for the extractor to revisit (docs/tools.md §code-anchors); none
-        when the check fails: the payload matters more."""
+        """The project store's memories whose anchored code changed since saved, then
+        those that depend on one of them (``via`` its label; at most ``REVISIT_MAX`` in
+        all), for the extractor to revisit (docs/tools.md §code-anchors); none when the
+        check fails: the payload matters more."""
         from thatch.frontend.anchors.recheck import drifted
 
         store = self.ctx.project_store
         found: list[dict[str, object]] = []
         try:
-            for slug, paths in drifted(self.ctx.store, store, self.ctx.anchor_check).items():
+            for slug, drift in drifted(self.ctx.store, store, self.ctx.anchor_check).items():
                 memory = self.ctx.store.show(store, slug)
                 if memory is not None:
-                    found.append({"label": memory.label, "paths": list(paths)})
+                    via = {"via": drift.via} if drift.via is not None else {}
+                    found.append({"label": memory.label, "paths": list(drift.paths), **via})
                 if len(found) == REVISIT_MAX:
                     break
         except (sqlite3.Error, StoreError, OSError):

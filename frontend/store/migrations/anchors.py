@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["ANCHORS_TABLE", "ANCHOR_TRIGGERS", "m014_code_anchors"]
+__all__ = ["ANCHORS_TABLE", "ANCHOR_TRIGGERS", "m014_code_anchors", "m019_anchor_verdict_stat"]
 
 ANCHORS_TABLE = "thatch_anchors"
 
@@ -58,3 +58,15 @@ def m014_code_anchors(conn: sqlite3.Connection) -> None:
         "WHEN OLD.slug IS NOT NEW.slug OR OLD.store IS NOT NEW.store "
         f"OR OLD.content IS NOT NEW.content BEGIN {_drop('OLD')} END"
     )
+
+
+def m019_anchor_verdict_stat(conn: sqlite3.Connection) -> None:
+    """The file's mtime and size a stored verdict was reached on (``checked_mtime_ns``,
+    ``checked_size``): a recall whose budget ran out shows a stored ``changed`` only while
+    the file's stat is still that one."""
+    from thatch.frontend.store.migrations.tables import table_columns
+
+    present = table_columns(conn, ANCHORS_TABLE)
+    for name in ("checked_mtime_ns", "checked_size"):
+        if name not in present:
+            conn.execute(f"ALTER TABLE {ANCHORS_TABLE} ADD COLUMN {name} INTEGER")
