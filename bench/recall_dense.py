@@ -21,7 +21,8 @@ lift), over all memories of the set:
 The questions of each set are split in two by a hash of their text: every parameter is
 chosen on the ``tune`` half (the best mean of R@5 + MRR over the four base sets) and the
 report gives the other half only, beside the shipped ranking on the same questions.
-``--misses`` lists the camelcase questions the shipped ranking leaves outside its top 5.
+``--misses N`` counts the camelcase questions the shipped ranking leaves outside its top 5
+by kind and lists N of them (on stderr).
 """
 
 from __future__ import annotations
@@ -168,8 +169,57 @@ def choose(sets: list[Prepared], levers: dict[str, Lever]) -> tuple[str, list[tu
     return scored[0][0], scored
 
 
+def content_words(text: str) -> set[str]:
+    """Lowercase words of ``text`` (CamelCase split), less stopwords and single letters."""
+    split = lexical.camel_text(text).lower()
+    return {w for w in re.findall(r"[a-z0-9]+", split) if w not in lexical.STOPWORDS and len(w) > 1}
+
+
+def miss_kinds(p: Prepared) -> None:
+    """How many of the shipped ranking's misses (target outside the top 5) are of each
+    kind (docs/database.md, dense levers)."""
+    scores = p.fused(p.query @ p.whole.T)
+    ranks = ranks_by(scores, p.targets)
+    names = [m.label.split()[-1].lower() for m in p.dev.memories]
+    missed = [q for q, rank in enumerate(ranks) if rank is None or rank > 5]
+    disjoint = [
+        q
+        for q, target in enumerate(p.targets)
+        if not content_words(p.dev.questions[q].text)
+        & content_words(p.dev.memories[target].content)
+    ]
+    kinds = {
+        "share no content word with the target": sum(1 for q in missed if q in disjoint),
+        "share a word with the target's type or field name": sum(
+            1
+            for q in missed
+            if content_words(p.dev.questions[q].text)
+            & content_words(" ".join(p.dev.memories[p.targets[q]].label.split()[1:]))
+        ),
+        "have the target's field name in another memory of their top 5": sum(
+            1
+            for q in missed
+            if names[p.targets[q]] in [names[int(i)] for i in np.argsort(-scores[q])[:5]]
+        ),
+        "ask for a type, not a field": sum(
+            1 for q in missed if len(p.dev.memories[p.targets[q]].label.split()) == 2
+        ),
+        "have 8 words or fewer": sum(
+            1 for q in missed if len(p.dev.questions[q].text.split()) <= 8
+        ),
+    }
+    print(f"{p.dev.name}: {len(missed)} of {len(ranks)} questions outside the top 5; "
+          f"{len(disjoint)} questions share no content word with their target",
+          file=sys.stderr)  # fmt: skip
+    short = sum(1 for q in p.dev.questions if len(q.text.split()) <= 8)
+    print(f"  of all questions, {short} have 8 words or fewer", file=sys.stderr)
+    for kind, count in kinds.items():
+        print(f"  {count} misses {kind}", file=sys.stderr)
+
+
 def misses(p: Prepared, limit: int) -> None:
     """The shipped ranking's misses (target outside the top 5) and what ranks first."""
+    miss_kinds(p)
     scores = p.fused(p.query @ p.whole.T)
     ranks = ranks_by(scores, p.targets)
     shown = 0
@@ -179,7 +229,8 @@ def misses(p: Prepared, limit: int) -> None:
         first = int(np.argmax(scores[q]))
         memory, top = p.dev.memories[target], p.dev.memories[first]
         print(f"rank {rank}: {p.dev.questions[q].text}\n  want  {memory.label}: "
-              f"{memory.content[:120]}\n  first {top.label}: {top.content[:120]}")  # fmt: skip
+              f"{memory.content[:120]}\n  first {top.label}: {top.content[:120]}",
+              file=sys.stderr)  # fmt: skip
         shown += 1
         if shown >= limit:
             break
