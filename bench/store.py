@@ -2,7 +2,7 @@
 
     python bench/store.py [--model minilm-int8|minilm-fp32|mock] [--repeats 30]
                           [--big 100000] [--sessions 8] [--session-ops 100]
-                          [--only alternation|lexical|snapshot|parts]
+                          [--only alternation|lexical|snapshot|parts|dense]
 
 Rows are random unit vectors of the model's dimension inserted straight into a temp SQLite
 file in the project store ``benchproj``; every tool call goes over a real stdio ``thatch mcp``
@@ -35,6 +35,11 @@ the lexical query before column ``camel`` (m017) and with it (as shipped), and w
 rows chunk vectors would add (bench/recall_quality.py measured chunked ranking; it did not
 win, so this is its cost estimate); and what column ``camel`` costs a write (the time to
 insert the memories through the triggers, with and without m017) and m017's rebuild.
+``--only dense`` measures what a second scan per recall would cost (issue 24's dense levers,
+bench/recall_dense.py; not shipped), without the embedder: at 10k and ``--big`` memories as
+``parts`` fills them, ``Store.search`` with text (shipped) against the same, the best
+match's vector read back and a dense search again with the moved query (Rocchio feedback;
+a label vector per memory would scan as many rows again).
 Other processes may share the machine: compare figures with their same-run baselines.
 """
 
@@ -645,6 +650,61 @@ def parts_cost(args: argparse.Namespace) -> None:
     print(f"\nload: {loadavg()}")
 
 
+def second_scan_p50(
+    store: Store, queries: list[str], dim: int, repeats: int
+) -> tuple[float, float]:
+    """(shipped recall, recall + a second scan) p50 in process, interleaved: the second is
+    ``Store.search`` with text, the best match's vector read back, the query moved toward it
+    (Rocchio, α 0.1) and a dense search again: what pseudo-relevance feedback, or a second
+    vector per memory (label), adds to every recall (bench/recall_dense.py; not shipped)."""
+    probes = np.random.default_rng(1).normal(size=(len(queries), dim)).astype(np.float32)
+    shipped: list[float] = []
+    twice: list[float] = []
+
+    def feedback(vector: np.ndarray, text: str) -> None:
+        top = store.search([PROJECT], vector, text=text, limit=10)
+        (blob,) = store.conn.execute(
+            "SELECT embedding FROM entries WHERE store = ? AND slug = ?",
+            (PROJECT, top[0].memory.slug),
+        ).fetchone()
+        best = np.frombuffer(blob, dtype="<f4")
+        moved = vector / np.linalg.norm(vector) + 0.1 * best / np.linalg.norm(best)
+        store.search([PROJECT], moved.astype(np.float32), limit=10)
+
+    for repeat in range(repeats // len(queries) + 2):
+        for vector, text in zip(probes, queries, strict=True):
+            a = timed(lambda v=vector, t=text: store.search([PROJECT], v, text=t, limit=10))
+            b = timed(lambda v=vector, t=text: feedback(v, t))
+            if repeat:  # the first round loads the matrix and warms the pages
+                shipped.append(a)
+                twice.append(b)
+    return statistics.median(shipped), statistics.median(twice)
+
+
+def dense_cost(args: argparse.Namespace) -> None:
+    """Recall p50 in process with a second scan per recall (issue 24's dense levers: Rocchio
+    feedback or a label vector per memory; neither shipped), at 10k and ``--big``."""
+    rows = []
+    for size in (10000, args.big):
+        texts, queries = zipf_corpus(size, seed=size, camel=True)
+        root = Path(tempfile.mkdtemp(prefix=f"thatch-dense-{size}-"))
+        try:
+            with Store.open(root / "thatch.db") as store:
+                insert_rows(store, texts, 0, args.dim, size)
+                store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                shipped, twice = second_scan_p50(store, queries, args.dim, args.repeats)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        rows.append([f"{size:,}", ms(shipped), ms(twice), f"+{ms(twice - shipped)}",
+                     f"{twice / shipped:.2f}×"])  # fmt: skip
+    print_table(
+        "Recall p50 in process, shipped and with a second scan (ms; issue 24, not shipped)",
+        ["memories", "shipped (dense + lexical)", "+ feedback scan", "delta", "ratio"],
+        rows,
+    )
+    print(f"\nload: {loadavg()}")
+
+
 # One new process: open the store, time mapping the snapshot and the first search.
 FIRST_SEARCH = """
 import json, sys, time
@@ -732,11 +792,12 @@ def main() -> None:
     parser.add_argument("--session-ops", type=int, default=100)
     parser.add_argument(
         "--only",
-        choices=["alternation", "lexical", "snapshot", "parts"],
+        choices=["alternation", "lexical", "snapshot", "parts", "dense"],
         help="alternation: only the remember/recall alternation at 1k and 10k (the first two "
         "targets); lexical: only recall with and without the lexical query (no embedder); "
         "snapshot: only a new process's first search with the snapshot checked, unchecked "
-        "and absent (no embedder); parts: recall per ranking part, issue 24 (no embedder)",
+        "and absent (no embedder); parts: recall per ranking part, issue 24 (no embedder); "
+        "dense: recall with a second scan, issue 24's dense levers (no embedder)",
     )
     parser.add_argument(
         "--cache",
@@ -744,10 +805,12 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    if args.only in ("lexical", "snapshot", "parts"):
+    if args.only in ("lexical", "snapshot", "parts", "dense"):
         args.dim = 384
         print(f"{os.cpu_count()} CPUs; load average before {loadavg()}")
-        {"lexical": lexical_cost, "snapshot": snapshot_cost, "parts": parts_cost}[args.only](args)
+        modes = {"lexical": lexical_cost, "snapshot": snapshot_cost, "parts": parts_cost,
+                 "dense": dense_cost}  # fmt: skip
+        modes[args.only](args)
         print(f"load average after {loadavg()}")
         return
     model_path = (

@@ -78,3 +78,51 @@ def test_camelcase_set_reads_jsdoc_of_types_and_fields(
         ),
     ]
     assert pairs[1].body.startswith("When enabled the number of failures")
+
+
+def _dense(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import recall_dense  # type: ignore[import-not-found]
+
+    return recall_dense
+
+
+def test_label_names_code_only_for_code_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The label lever's gate (bench/recall_dense.py): labels naming code get a label
+    vector, a conversation turn's label (names, date, turn) does not."""
+    recall_dense = _dense(monkeypatch)
+    for label in ["click.core invoke", "batch/v1 JobSpec backoffLimit", "db_path notes"]:
+        assert recall_dense.names_code(label), label
+    for label in ["Maya & Jon 2023-05-08 turn 3 Maya", "deploy notes", "User prefs"]:
+        assert not recall_dense.names_code(label), label
+
+
+def test_dense_levers_at_rest_rank_as_the_store_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Feedback with α 0 and a label vector gated off every memory give the shipped
+    ranking, a positive α moves it: the levers' table compares like with like."""
+    import numpy as np
+
+    recall_dense = _dense(monkeypatch)
+    recall_quality, recall_sets = _bench(monkeypatch)
+    rng = np.random.default_rng(3)
+    memories = [recall_sets.Memory(f"turn {i} Maya", f"text {i}") for i in range(40)]
+    questions = [recall_sets.Question(f"what did Maya say {i}?", i) for i in range(40)]
+    dev = recall_sets.DevSet("synthetic", memories, questions)
+    slugs = [f"turn-{i}-maya" for i in range(40)]
+    prepared = recall_dense.Prepared(
+        dev,
+        list(range(40)),
+        {slug: i for i, slug in enumerate(slugs)},
+        recall_quality.unit(rng.normal(size=(40, 8))),
+        recall_quality.unit(rng.normal(size=(40, 8))),
+        [{slugs[(i + 1) % 40]: 2.0, slugs[i]: 1.0} for i in range(40)],
+        [[] for _ in range(40)],
+        np.asarray([recall_dense.half(q.text) for q in questions]),
+    )
+    shipped = prepared.fused(prepared.query @ prepared.whole.T)
+    assert np.allclose(recall_dense.rocchio(prepared, 0.0, 3, dense=False), shipped, atol=1e-12)
+    assert not np.allclose(recall_dense.rocchio(prepared, 0.5, 3, dense=False), shipped)
+    labels = recall_quality.unit(rng.normal(size=(40, 8)))
+    gated = recall_dense.label_mix(prepared, labels, 1.0, code_only=True)
+    assert np.array_equal(gated, shipped)
+    assert not np.allclose(recall_dense.label_mix(prepared, labels, 1.0), shipped)
