@@ -8,6 +8,7 @@ tables).
                          [--batches 1,20]
     python bench/team.py --parts lag,replica [--lag-intervals default,0.3]
                          [--lag-seconds 20] [--lag-rate 0.5] [--lag-writers 8]
+                         [--lag-one-way]
                          [--replica-sizes 1000,10000]
 
 **recall**: for each size n, a fresh database on a temporary PostgreSQL
@@ -493,6 +494,9 @@ def main() -> None:
         "--lag-rate", type=float, default=0.5, help="writes/s per writer (0: back to back)"
     )
     parser.add_argument("--lag-writers", type=int, default=8, help="writers, half per machine")
+    parser.add_argument(
+        "--lag-one-way", action="store_true", help="every writer on one machine (lag part)"
+    )
     parser.add_argument("--replica-sizes", default="1000,10000")
     args = parser.parse_args()
     if args.quick:
@@ -563,7 +567,9 @@ def main() -> None:
         if "lag" in parts:
             rows = sync_lag(server, args)
             print_table(
-                f"sync lag, {args.lag_writers} writers on 2 machines for {args.lag_seconds:g} s "
+                f"sync lag, {args.lag_writers} writers on "
+                f"{'1 machine, 1 receiving' if args.lag_one_way else '2 machines'} "
+                f"for {args.lag_seconds:g} s "
                 f"at {args.lag_rate:g} writes/s each (0: back to back) (load {loadavg()})",
                 [
                     "sync interval s",

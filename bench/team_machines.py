@@ -9,7 +9,8 @@ the tests import it, served int8). Eight writer processes, four per machine, sav
 the MCP tool in-process (``Tools.call("memory_remember")`` on the machine's
 ``ToolContext``: the validation, secret check, local embedding and the outbox trigger an
 agent's save goes through) for ``--lag-seconds``, each at ``--lag-rate`` writes/s (0: as
-fast as it can). A thread per machine polls the other machine's file read-only every
+fast as it can); with ``--lag-one-way`` all of them on one machine, the other only
+receiving. A thread per machine polls the other machine's file read-only every
 ``POLL`` seconds; a memory's lag is the time its row is there with its vector (recallable)
 minus the time its save returned. The sync processes run at each of ``--lag-intervals``
 (``default`` is no ``--interval``: 3 s), restarted for each run; runs take turns, repeat
@@ -271,7 +272,10 @@ def lag_run(team: Team, pool: Any, interval: str, run: str, args: Any, writers: 
         300,
         "the sync processes' first passes",
     )
-    watches = {m.name: Watch(other, f"{run} {m.name} ") for m, other in ((one, two), (two, one))}
+    # One way: every writer on A, B only receives (its sync process wakes for no write of
+    # its own, so it pulls at its interval).
+    pairs = [(one, two)] if args.lag_one_way else [(one, two), (two, one)]
+    watches = {m.name: Watch(other, f"{run} {m.name} ") for m, other in pairs}
     for watch in watches.values():
         watch.start()
     start_at = time.time() + 3.0
@@ -285,8 +289,8 @@ def lag_run(team: Team, pool: Any, interval: str, run: str, args: Any, writers: 
             args.lag_seconds,
             args.lag_rate,
         )
-        for machine in team.machines
-        for worker in range(writers // 2)
+        for machine, _ in pairs
+        for worker in range(writers // len(pairs))
     ]
     saved: dict[str, float] = {}
     for future in futures:
