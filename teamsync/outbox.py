@@ -22,6 +22,7 @@ __all__ = [
     "Settled",
     "check",
     "counts",
+    "newest_id",
     "refused",
     "set_aside",
     "settle",
@@ -65,6 +66,11 @@ def waiting(conn: sqlite3.Connection, store: str, limit: int) -> list[Queued]:
         (store, limit),
     )
     return [Queued(*row) for row in rows]
+
+
+def newest_id(conn: sqlite3.Connection) -> int:
+    """The highest row id in the outbox (0 when empty), of any store, refused or not."""
+    return int(conn.execute(f"SELECT coalesce(max(id), 0) FROM {OUTBOX_TABLE}").fetchone()[0])
 
 
 def refused(conn: sqlite3.Connection, store: str) -> list[Queued]:

@@ -6,6 +6,10 @@ the outbox triggers queue what they write. An exclusive ``flock`` on a lock file
 the embedder's socket keeps it to one; SIGTERM (or SIGINT) ends the wait and the loop
 after the pass in progress. A hub that is down or refuses is noted on its link and
 retried with a doubling wait (up to ``MAX_BACKOFF``), so the process outlives outages.
+Between clean passes the process looks at the outbox every ``WAKE_CHECK`` seconds and
+starts the next pass as soon as a local write has queued a row (``OutboxWatch``): a save
+waits for its push a fraction of a second, not the rest of the interval (the interval
+still sets how often other machines' writes are pulled).
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ import fcntl
 import hashlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
 from thatch.common.environment import default_db_path, socket_dir, thatch_cache_dir
+from thatch.frontend.store.db import atomic
 from thatch.hub.client import HubClient, HubRefused, is_loopback, parse_hub_address
+from thatch.teamsync import outbox
 from thatch.teamsync.engine import HubLink, LinkOutcome, SyncEngine
 from thatch.teamsync.links import Link
 from thatch.teamsync.tokens import TokenMissing, read_token
@@ -31,8 +39,10 @@ from thatch.teamsync.tokens import TokenMissing, read_token
 __all__ = [
     "DEFAULT_INTERVAL",
     "MAX_BACKOFF",
+    "WAKE_CHECK",
     "AlreadyRunning",
     "HubClients",
+    "OutboxWatch",
     "hold_lock",
     "is_running",
     "lock_path",
@@ -44,6 +54,7 @@ __all__ = [
 
 DEFAULT_INTERVAL = 3.0  # seconds between passes
 MAX_BACKOFF = 60.0
+WAKE_CHECK = 0.25  # seconds between looks at the outbox while a clean pass's wait runs
 
 
 class AlreadyRunning(Exception):
@@ -125,6 +136,26 @@ class HubClients:
         self._clients.clear()
 
 
+class OutboxWatch:
+    """Whether a local write queued an outbox row since the pass began: ``before_pass``
+    notes the newest row id (AUTOINCREMENT: a new row's id is above every earlier one,
+    pushed and deleted or not), a call compares."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.mark = 0
+
+    def _newest(self) -> int:
+        with atomic(self.conn, immediate=False):
+            return outbox.newest_id(self.conn)
+
+    def before_pass(self) -> None:
+        self.mark = self._newest()
+
+    def __call__(self) -> bool:
+        return self._newest() > self.mark
+
+
 def run_loop(
     engine: SyncEngine,
     *,
@@ -135,10 +166,12 @@ def run_loop(
     after_pass: Callable[[list[LinkOutcome]], None] = lambda _: None,
     once: bool = False,
     max_wait: float = MAX_BACKOFF,
+    wake: Callable[[], bool] = lambda: False,
 ) -> int:
     """Pass after pass until ``stop`` is set (or no store is linked any more); the number
     of passes run. A pass with a failing link waits twice as long as the one before, up
-    to ``max_wait``; a clean pass waits ``interval`` again."""
+    to ``max_wait``, whatever ``wake`` says; a clean pass waits ``interval`` again, or
+    until ``wake()`` (asked every ``WAKE_CHECK`` seconds) is true."""
     wait = interval
     passes = 0
     while not stop.is_set():
@@ -152,8 +185,18 @@ def run_loop(
             return passes
         failing = any(outcome.error for outcome in outcomes)
         wait = min(max(wait * 2, interval), max(max_wait, interval)) if failing else interval
-        stop.wait(wait)
+        if failing:
+            stop.wait(wait)
+        else:
+            _wait_unless_woken(stop, wait, wake)
     return passes
+
+
+def _wait_unless_woken(stop: threading.Event, seconds: float, wake: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
+    while not stop.wait(min(WAKE_CHECK, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline or wake():
+            return
 
 
 def stop_on_signals(stop: threading.Event) -> None:
