@@ -530,7 +530,8 @@ WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""
     @staticmethod
     def _live_over(conn: Connection[TupleRow], names: builtins.list[str], most: int) -> bool:
         """Whether the stores hold more than ``most`` live memories with a vector; counts
-        at most ``most`` + 1 rows, so a large store costs no more than the threshold."""
+        at most ``most`` + 1 entries of m008's ``memories_live_vectors`` (an index-only
+        scan), so a large store costs no more than the threshold."""
         row = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM memories WHERE team = thatch_team() "
             "AND store = ANY(%s) AND deleted_at IS NULL AND embedding IS NOT NULL "
@@ -586,25 +587,49 @@ WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""
         )[:limit]
         kth = ranked[-1][0]
         candidates = {(str(row[0]), str(row[1])) for row in rows}
+        # From m008's sample index alone (it holds the embedding): the sampled rows whose
+        # halfvec score could hide an exact one at the k-th's or above.
         sampled = conn.execute(
-            f"""SELECT store, slug, vector FROM memories
+            f"""SELECT store, slug FROM memories
 WHERE {_SCREEN_FILTER} AND {SAMPLE_PREDICATE}
   AND -(embedding <#> %(q)s::halfvec) >= %(kth)s - %(margin)s""",
             {**params, "kth": kth},
         ).fetchall()
-        outside = [row for row in sampled if (str(row[0]), str(row[1])) not in candidates]
-        if outside and float(exact_scores([bytes(row[2]) for row in outside], query).max()) >= kth:
-            return None
-        full = {
-            (str(row[1]), str(row[0])): memory_from_hub_row(row)
-            for row in conn.execute(
-                f"SELECT {MEMORY_COLUMNS} FROM memories m "
+        outside = [(str(r[0]), str(r[1])) for r in sampled if (r[0], r[1]) not in candidates]
+        if outside:
+            vectors = conn.execute(
+                "SELECT m.vector FROM memories m "
                 "JOIN unnest(%s::text[], %s::text[]) AS w(store, slug) "
                 "ON m.team = thatch_team() AND m.store = w.store AND m.slug = w.slug",
+                ([store for store, _ in outside], [slug for _, slug in outside]),
+            ).fetchall()
+            if len(vectors) != len(outside):
+                return None  # a sampled row changed since: let one statement answer
+            if float(exact_scores([bytes(row[0]) for row in vectors], query).max()) >= kth:
+                return None
+        screened = {(str(row[0]), str(row[1])): bytes(row[2]) for row in rows}
+        full = {
+            (str(row[1]), str(row[0])): row
+            for row in conn.execute(
+                f"SELECT {MEMORY_COLUMNS}, m.vector FROM memories m "
+                "JOIN unnest(%s::text[], %s::text[]) AS w(store, slug) "
+                "ON m.team = thatch_team() AND m.store = w.store AND m.slug = w.slug "
+                "AND m.deleted_at IS NULL",
                 ([found[1] for found in ranked], [found[2] for found in ranked]),
             )
         }
-        return [Match(full[(store, slug)], float(score)) for score, store, slug in ranked]
+        # Each statement of this transaction sees the rows committed when it starts: a
+        # match forgotten or rewritten since the screen would carry a score its row no
+        # longer has, so the exact scan (one statement) answers instead.
+        if any(
+            key not in full or bytes(full[key][-1]) != screened[key]
+            for key in ((store, slug) for _, store, slug in ranked)
+        ):
+            return None
+        return [
+            Match(memory_from_hub_row(full[(store, slug)]), float(score))
+            for score, store, slug in ranked
+        ]
 
     def recall(
         self,

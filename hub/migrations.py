@@ -438,20 +438,26 @@ GRANT SELECT, INSERT, UPDATE (delivered_at), DELETE ON chat_mail TO {{role}}""",
 
 
 def m008_hnsw_screen(conn: Connection[TupleRow], role: str) -> None:
-    """The HNSW index that screens recall in stores over ``EXACT_SCAN_MAX`` memories, and
-    the partial index of the guard's sample (docs/team.md §vectors).
+    """The HNSW index that screens recall in stores over ``EXACT_SCAN_MAX`` memories, a
+    partial index counting a store's live memories with a vector up to that threshold
+    without reading the table, and the guard's sample, read from the index alone
+    (docs/team.md §vectors).
 
     One index over every team's rows: the search's team and store filters apply during
     the graph walk (``hnsw.iterative_scan``). ``IF NOT EXISTS``: on a large table an
     operator builds both ``CONCURRENTLY`` under these names first (docs/deploy.md), so
-    this transaction does not block writes while the graph is built.
+    this transaction does not block writes while they are built.
     """
     _run(
         conn,
         f"""CREATE INDEX IF NOT EXISTS memories_embedding_hnsw ON memories
   USING hnsw (embedding halfvec_ip_ops) WITH (m = 16, ef_construction = 64);
 
+CREATE INDEX IF NOT EXISTS memories_live_vectors ON memories (team, store)
+  WHERE deleted_at IS NULL AND embedding IS NOT NULL;
+
 CREATE INDEX IF NOT EXISTS memories_screen_sample ON memories (team, store)
-  WHERE {SCREEN_SAMPLE}""",
+  INCLUDE (slug, embedding, archived, branch)
+  WHERE {SCREEN_SAMPLE} AND deleted_at IS NULL AND embedding IS NOT NULL""",
         role,
     )
