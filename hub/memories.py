@@ -8,7 +8,9 @@ Where it follows ``MemoryOperations`` (frontend/store/operations.py): ``store_na
 ``store_counts``, ``store_exists``, ``list``, ``show``, ``search``, ``recall`` and
 ``stamp_recalls`` take the same arguments and return the same types (``SharedOperations``,
 which mypy checks both this class and the SQLite ``Store`` against), and ``search`` ranks
-exactly as the SQLite ``Store`` does (one recall path). Where it does not, and why:
+exactly as the SQLite ``Store`` does (one recall path; above ``EXACT_SCAN_MAX`` memories
+an HNSW index screens, exact in scores and order, not guaranteed complete: docs/team.md
+§vectors). Where it does not, and why:
 - ``remember`` takes ``base_rev`` (the revision the writer last saw) instead of
   ``overwrite``, and answers a ``Written`` (saved or kept as a conflict version, with the
   slug and revision): a team write never overwrites what its writer has not seen.
@@ -77,7 +79,7 @@ HALF_MARGIN = 4e-3
 
 # Live memories of the stores asked up to which ``search`` scans exactly (the local answer,
 # tens of ms); above it the HNSW index screens (docs/team.md §vectors: at 100,000 per store
-# the exact scan takes ~0.9 s, the index ~10 ms).
+# the exact scan took 0.4-1.1 s, the hub with the index 14-19 ms).
 EXACT_SCAN_MAX = 10_000
 # Rows beyond the limit the index returns to be rescored in float64, and the graph's search
 # breadth: measured (bench/team.py) to find 0.97-0.99 of the exact top 10 at 100,000.
