@@ -1,4 +1,4 @@
-"""``thatch hub serve|migrate|team add|member add|member revoke`` (docs/cli.md §team-hub).
+"""``thatch hub serve|probe|migrate|team add|member add|member revoke`` (docs/cli.md §team-hub).
 
 A thin adapter over ``thatch.hub``: every import of the hub's code (and so of psycopg,
 the ``team`` extra) happens inside a command, so ``thatch --help`` and every other
@@ -27,6 +27,7 @@ __all__ = ["hub"]
 
 DATABASE_URL = "THATCH_HUB_DATABASE_URL"
 OWNER_URL = "THATCH_HUB_OWNER_URL"
+NO_PREPARE = "THATCH_HUB_NO_PREPARE"
 DEFAULT_LISTEN = "127.0.0.1:7470"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,6 +84,8 @@ def hub() -> None:
       thatch hub member revoke TEAM MEMBER    the member's token stops working
     As the hub's restricted role (THATCH_HUB_DATABASE_URL):
       thatch hub serve --listen HOST:PORT --tls-cert F --tls-key F
+    Anywhere:
+      thatch hub probe --addr HOST:PORT --ca F   is it SERVING? (exit 0 or 1)
     """
 
 
@@ -126,6 +129,13 @@ def _file_option(name: str, help_text: str) -> Callable[[F], F]:
     show_default=True,
     help="Database connections of this replica.",
 )
+@click.option(
+    "--no-prepare",
+    is_flag=True,
+    envvar=NO_PREPARE,
+    help="Never use prepared statements: for PgBouncer older than 1.21 in transaction "
+    f"mode between the hub and PostgreSQL (or set {NO_PREPARE}=1).",
+)
 def serve(
     listen: str,
     tls_cert: Path | None,
@@ -133,6 +143,7 @@ def serve(
     embedder: str | None,
     grace_seconds: float,
     pool_size: int,
+    no_prepare: bool,
 ) -> None:
     """Serve the hub in the foreground until SIGTERM or Ctrl-C.
 
@@ -155,6 +166,7 @@ def serve(
         tls=HubTls(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None,
         grace_seconds=grace_seconds,
         pool_size=pool_size,
+        prepare=not no_prepare,
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
@@ -175,6 +187,48 @@ def serve(
     finally:
         logger.removeHandler(handler)
     sys.exit(status)
+
+
+@hub.command()
+@click.option(
+    "--addr",
+    metavar="HOST:PORT",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="The hub to check (host:port, dns:///host:port or unix:///path).",
+)
+@click.option(
+    "--ca",
+    "ca_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Trust the hub's certificate when it chains to this CA (PEM) "
+    "[default: THATCH_HUB_CA, else the system's roots].",
+)
+@click.option(
+    "--plaintext",
+    is_flag=True,
+    help="Check without TLS (a hub on loopback or a unix socket only).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the answer.",
+)
+def probe(addr: str, ca_file: Path | None, plaintext: bool, timeout: float) -> None:
+    """Exit 0 and print SERVING when the hub at --addr reports SERVING, else say why and
+    exit 1 (a readiness probe: grpc.health.v1 over TLS, no token, starts nothing)."""
+    from thatch.hub.client import HubError, probe_health
+
+    try:
+        status, why = probe_health(addr, ca_file=ca_file, plaintext=plaintext, timeout=timeout)
+    except HubError as error:
+        raise click.ClickException(str(error)) from None
+    if status != "SERVING":
+        raise click.ClickException(why or f"the hub at {addr} is {status}")
+    click.echo("SERVING")
 
 
 @hub.command()

@@ -48,6 +48,7 @@ __all__ = [
     "HubUnavailable",
     "is_loopback",
     "parse_hub_address",
+    "probe_health",
 ]
 
 HUB_CA = "THATCH_HUB_CA"
@@ -125,6 +126,66 @@ def _read_ca(path: str | Path, env: Mapping[str, str]) -> bytes:
         ) from None
 
 
+def _channel(
+    address: Address, ca_file: str | Path | None, plaintext: bool, env: Mapping[str, str]
+) -> grpc.Channel:
+    """A channel to the hub: TLS trusting ``ca_file`` (default ``THATCH_HUB_CA``, else the
+    system's roots) unless to a unix socket or, when asked, plaintext."""
+    options: list[tuple[str, int | str]] = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_reconnect_backoff_ms", 5000),
+    ]
+    if address.kind == "dns":
+        options.append(("grpc.lb_policy_name", "round_robin"))
+    if address.is_unix or plaintext:
+        return grpc.insecure_channel(address.target, options=options)
+    ca = ca_file if ca_file is not None else env_get(env, HUB_CA)
+    root = _read_ca(ca, env) if ca else None
+    credentials = grpc.ssl_channel_credentials(root_certificates=root)
+    return grpc.secure_channel(address.target, credentials, options=options)
+
+
+def probe_health(
+    address: str,
+    *,
+    ca_file: str | Path | None = None,
+    plaintext: bool = False,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 5.0,
+) -> tuple[Literal["SERVING", "NOT_SERVING", "UNREACHABLE"], str | None]:
+    """The hub's ``grpc.health.v1`` status, no token needed, and why when it is not
+    SERVING (the message names the fix of a TLS mismatch). ``HubRefused`` for a
+    malformed address or plaintext off loopback, ``HubUnavailable`` for an unreadable CA."""
+    env = dict(os.environ if env is None else env)
+    try:
+        where = parse_hub_address(address)
+    except ValueError as error:
+        raise HubRefused(str(error), "give the hub's address as host:port", "request") from None
+    if plaintext and not is_loopback(where):
+        raise HubRefused(f"refusing plaintext to {where}", "probe over TLS (--ca FILE)", "request")
+    channel = _channel(where, ca_file, plaintext, env)
+    try:
+        health: Any = health_pb2_grpc.HealthStub(channel)
+        answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+    except grpc.RpcError as error:
+        details = error.details() or error.code().name
+        if not where.is_unix and any(sign in details for sign in _TLS_SIGNS):
+            return (
+                "UNREACHABLE",
+                f"cannot reach the hub at {where} over TLS ({details}). Fix: {FIX_CA}",
+            )
+        return "UNREACHABLE", f"the hub at {where} does not answer ({details})"
+    finally:
+        channel.close()
+    if answer.status == health_pb2.HealthCheckResponse.SERVING:
+        return "SERVING", None
+    return "NOT_SERVING", (
+        f"the hub at {where} is NOT_SERVING (waiting for its database or migrations, or "
+        "stopping: its log says which)"
+    )
+
+
 class HubClient:
     """One channel to one hub as one member; ``close`` it (or use ``with``)."""
 
@@ -153,20 +214,7 @@ class HubClient:
             )
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),)
-        options: list[tuple[str, int | str]] = [
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_reconnect_backoff_ms", 5000),
-        ]
-        if self.address.kind == "dns":
-            options.append(("grpc.lb_policy_name", "round_robin"))
-        if self.address.is_unix or plaintext:
-            self._channel = grpc.insecure_channel(self.address.target, options=options)
-        else:
-            ca = ca_file if ca_file is not None else env_get(env, HUB_CA)
-            root = _read_ca(ca, env) if ca else None
-            credentials = grpc.ssl_channel_credentials(root_certificates=root)
-            self._channel = grpc.secure_channel(self.address.target, credentials, options=options)
+        self._channel = _channel(self.address, ca_file, plaintext, env)
         self._stub = pb_grpc.HubStub(self._channel)
         self._health: Any = health_pb2_grpc.HealthStub(self._channel)
 

@@ -8,7 +8,9 @@ Where it follows ``MemoryOperations`` (frontend/store/operations.py): ``store_na
 ``store_counts``, ``store_exists``, ``list``, ``show``, ``search``, ``recall`` and
 ``stamp_recalls`` take the same arguments and return the same types (``SharedOperations``,
 which mypy checks both this class and the SQLite ``Store`` against), and ``search`` ranks
-exactly as the SQLite ``Store`` does (one recall path). Where it does not, and why:
+exactly as the SQLite ``Store`` does (one recall path; above ``EXACT_SCAN_MAX`` memories
+an HNSW index screens, exact in scores and order, not guaranteed complete: docs/team.md
+§vectors). Where it does not, and why:
 - ``remember`` takes ``base_rev`` (the revision the writer last saw) instead of
   ``overwrite``, and answers a ``Written`` (saved or kept as a conflict version, with the
   slug and revision): a team write never overwrites what its writer has not seen.
@@ -24,6 +26,7 @@ exactly as the SQLite ``Store`` does (one recall path). Where it does not, and w
 from __future__ import annotations
 
 import builtins
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,14 +43,21 @@ from thatch.frontend.store.scoring import exact_scores
 from thatch.frontend.store.slugs import slugify
 from thatch.frontend.store.vectors import as_vector
 from thatch.frontend.timefmt import Clock, format_timestamp
-from thatch.hub.migrations import DIMENSION
+from thatch.hub.migrations import DIMENSION, SCREEN_SAMPLE
 from thatch.hub.session import Member, as_member
 from thatch.hub.values import Outcome, Written
 
 __all__ = [
     "DIMENSION",
+    "EXACT_SCAN_MAX",
     "HALF_MARGIN",
+    "HNSW_EF_SEARCH",
+    "HNSW_OVERFETCH",
+    "HNSW_SCREEN",
+    "HNSW_SETTINGS",
     "MEMORY_COLUMNS",
+    "SAMPLE_EVERY",
+    "SAMPLE_PREDICATE",
     "TOMBSTONE_RETENTION",
     "HubMemories",
     "Outcome",
@@ -66,6 +76,39 @@ TOMBSTONE_RETENTION = timedelta(days=30)
 # (k-th exact − e) and the k-th screened score is at most (k-th exact + e): a cut 2e below
 # the k-th screened score keeps every such row. float64 then decides.
 HALF_MARGIN = 4e-3
+
+# Live memories of the stores asked up to which ``search`` scans exactly (the local answer,
+# tens of ms); above it the HNSW index screens (docs/team.md §vectors: at 100,000 per store
+# the exact scan took 0.4-1.1 s, the hub with the index 14-19 ms).
+EXACT_SCAN_MAX = 10_000
+# Rows beyond the limit the index returns to be rescored in float64, and the graph's search
+# breadth: measured (bench/team.py) to find 0.97-0.99 of the exact top 10 at 100,000.
+HNSW_OVERFETCH = 20
+HNSW_EF_SEARCH = 200
+HNSW_EF_MAX = 1000  # pgvector's largest hnsw.ef_search
+# The guard's fixed sample of a store: rows whose slug hashes to 0 mod 64 (m008 indexes
+# them), chosen by name, so independent of where their vectors lie.
+SAMPLE_EVERY = 64
+SAMPLE_PREDICATE = SCREEN_SAMPLE
+
+# The rows a search ranks: live, with a vector, of the stores asked, branch and archived
+# filters applied.
+_SCREEN_FILTER = """team = thatch_team() AND store = ANY(%(stores)s) AND deleted_at IS NULL
+    AND embedding IS NOT NULL AND (%(archived)s OR NOT archived)
+    AND (%(branch)s::text IS NULL OR branch IS NULL OR branch = %(branch)s)"""
+
+# The HNSW screen's settings, local to its transaction (a pooled connection keeps none):
+# the walk goes on past ef_search until enough rows pass the filters; and no sort, so the
+# planner walks the index rather than sorting the store (its cost model prices a walk at
+# ef_search 200 above a seq scan and sort of a few thousand rows: the choice is made here,
+# by the measured store size, and the guard covers a walk that goes wrong).
+HNSW_SETTINGS = """SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
+  set_config('hnsw.ef_search', %s, true), set_config('enable_sort', 'off', true)"""
+
+# The HNSW screen: ORDER BY the distance with a LIMIT is what lets the planner walk the
+# index (m008) instead of scanning the store.
+HNSW_SCREEN = f"""SELECT store, slug, vector FROM memories WHERE {_SCREEN_FILTER}
+ORDER BY embedding <#> %(q)s::halfvec LIMIT %(rows)s"""
 
 # A memory row: the 13 values ``memory_from_row`` would read, with telemetry counted from
 # the events and dim 384 for a row with a vector.
@@ -156,10 +199,20 @@ def _pinned(vector: Any) -> tuple[str, bytes]:
 class HubMemories:
     """One member's view of the team's memories, over one connection (not in a transaction)."""
 
-    def __init__(self, conn: Connection[TupleRow], who: Member, clock: Clock) -> None:
+    def __init__(
+        self,
+        conn: Connection[TupleRow],
+        who: Member,
+        clock: Clock,
+        *,
+        exact_scan_max: int = EXACT_SCAN_MAX,
+    ) -> None:
         self.conn = conn
         self.who = who
         self.clock = clock
+        self.exact_scan_max = exact_scan_max
+        # How each search screened: "exact", "hnsw", "hnsw fell back" (to the exact scan).
+        self.screens: Counter[str] = Counter()
 
     # -- stores
 
@@ -441,9 +494,11 @@ class HubMemories:
         ranks them. Records no usage. ``text`` is accepted and not yet used: PostgreSQL
         has no counterpart of the local lexical lift yet (docs/team.md §vectors).
 
-        PostgreSQL screens by halfvec inner product: every row within ``HALF_MARGIN`` of
-        the limit-th screened score comes back with its exact float32 vector, and
-        ``scoring.exact_scores`` (the local store's own) decides in float64.
+        Up to ``exact_scan_max`` live memories in the stores asked, PostgreSQL screens by
+        an exact halfvec scan: every row within ``HALF_MARGIN`` of the limit-th screened
+        score comes back with its exact float32 vector, and ``scoring.exact_scores`` (the
+        local store's own) decides in float64: the local answer. Above it, the HNSW index
+        screens (``_hnsw_screen``), and the exact scan answers whenever its guard doubts.
         """
         query = as_vector(vector)
         names = store_list(stores)
@@ -452,28 +507,33 @@ class HubMemories:
         norm = float(np.linalg.norm(query.astype(np.float64)))
         if norm == 0.0:
             return []
-        half = _halfvec(query.astype(np.float64) / norm)
+        params = {
+            "q": _halfvec(query.astype(np.float64) / norm),
+            "stores": names,
+            "archived": include_archived,
+            "branch": branch,
+            "limit": limit,
+            "margin": HALF_MARGIN,
+        }
         with as_member(self.conn, self.who) as conn:
+            if self._live_over(conn, names, self.exact_scan_max):
+                found = self._hnsw_screen(conn, params, query, limit)
+                self.screens["hnsw" if found is not None else "hnsw fell back"] += 1
+                if found is not None:
+                    return found
+            else:
+                self.screens["exact"] += 1
             rows = conn.execute(
                 f"""WITH screened AS (
   SELECT store, slug, -(embedding <#> %(q)s::halfvec) AS screen FROM memories
-  WHERE team = thatch_team() AND store = ANY(%(stores)s) AND deleted_at IS NULL
-    AND embedding IS NOT NULL AND (%(archived)s OR NOT archived)
-    AND (%(branch)s::text IS NULL OR branch IS NULL OR branch = %(branch)s)
+  WHERE {_SCREEN_FILTER}
 ), cut AS (
   SELECT screen FROM screened ORDER BY screen DESC OFFSET %(limit)s - 1 LIMIT 1
 )
 SELECT {MEMORY_COLUMNS}, m.vector FROM screened s
 JOIN memories m ON m.team = thatch_team() AND m.store = s.store AND m.slug = s.slug
 WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""",
-                {
-                    "q": half,
-                    "stores": names,
-                    "archived": include_archived,
-                    "branch": branch,
-                    "limit": limit,
-                    "margin": HALF_MARGIN,
-                },
+                params,
             ).fetchall()
         if not rows:
             return []
@@ -484,6 +544,110 @@ WHERE s.screen >= COALESCE((SELECT screen FROM cut), '-Infinity') - %(margin)s""
         ]
         found.sort(key=lambda match: (-match.score, match.memory.store, match.memory.slug))
         return found[:limit]
+
+    @staticmethod
+    def _live_over(conn: Connection[TupleRow], names: builtins.list[str], most: int) -> bool:
+        """Whether the stores hold more than ``most`` live memories with a vector; counts
+        at most ``most`` + 1 entries of m008's ``memories_live_vectors`` (an index-only
+        scan), so a large store costs no more than the threshold."""
+        row = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memories WHERE team = thatch_team() "
+            "AND store = ANY(%s) AND deleted_at IS NULL AND embedding IS NOT NULL "
+            "LIMIT %s) AS live",
+            (names, most + 1),
+        ).fetchone()
+        return row is not None and int(row[0]) > most
+
+    def _hnsw_screen(
+        self,
+        conn: Connection[TupleRow],
+        params: dict[str, Any],
+        query: np.ndarray[Any, Any],
+        limit: int,
+    ) -> builtins.list[Match] | None:
+        """The matches through the HNSW index (m008), or None when the guard doubts them.
+
+        The index returns limit + ``HNSW_OVERFETCH`` rows in approximate halfvec order
+        (``relaxed_order`` iterative scan: it keeps walking the graph until that many rows
+        pass the team, store and other filters), rescored in float64 as the exact path
+        does. The guard, for a missed neighbourhood (the graph search converging on the
+        wrong region, seen at 10,000 near-copies): fewer rows than asked (the walk gave
+        up: ``hnsw.max_scan_tuples``), or a row of the store's fixed sample (slug hash
+        mod ``SAMPLE_EVERY``, about one in 64, whatever its vector) outside the candidates
+        scoring at least the limit-th match: either proves or risks a wrong answer, so
+        the caller scans exactly.
+        """
+        wanted = limit + HNSW_OVERFETCH
+        conn.execute(HNSW_SETTINGS, (str(min(max(HNSW_EF_SEARCH, wanted), HNSW_EF_MAX)),))
+        rows = conn.execute(HNSW_SCREEN, {**params, "rows": wanted}).fetchall()
+        if len(rows) < wanted:
+            return None
+        return self._guarded(conn, params, query, limit, rows)
+
+    @staticmethod
+    def _guarded(
+        conn: Connection[TupleRow],
+        params: dict[str, Any],
+        query: np.ndarray[Any, Any],
+        limit: int,
+        rows: Sequence[Sequence[Any]],
+    ) -> builtins.list[Match] | None:
+        """The screen's candidate ``rows`` (store, slug, float32 vector) rescored and cut
+        to ``limit``, or None when a sampled row outside them scores at least the
+        limit-th (the index missed part of the answer)."""
+        scores = exact_scores([bytes(row[2]) for row in rows], query)
+        ranked = sorted(
+            (
+                (score, str(row[0]), str(row[1]))
+                for score, row in zip(scores.tolist(), rows, strict=True)
+            ),
+            key=lambda found: (-found[0], found[1], found[2]),
+        )[:limit]
+        kth = ranked[-1][0]
+        candidates = {(str(row[0]), str(row[1])) for row in rows}
+        # From m008's sample index alone (it holds the embedding): the sampled rows whose
+        # halfvec score could hide an exact one at the k-th's or above.
+        sampled = conn.execute(
+            f"""SELECT store, slug FROM memories
+WHERE {_SCREEN_FILTER} AND {SAMPLE_PREDICATE}
+  AND -(embedding <#> %(q)s::halfvec) >= %(kth)s - %(margin)s""",
+            {**params, "kth": kth},
+        ).fetchall()
+        outside = [(str(r[0]), str(r[1])) for r in sampled if (r[0], r[1]) not in candidates]
+        if outside:
+            vectors = conn.execute(
+                "SELECT m.vector FROM memories m "
+                "JOIN unnest(%s::text[], %s::text[]) AS w(store, slug) "
+                "ON m.team = thatch_team() AND m.store = w.store AND m.slug = w.slug",
+                ([store for store, _ in outside], [slug for _, slug in outside]),
+            ).fetchall()
+            if len(vectors) != len(outside):
+                return None  # a sampled row changed since: let one statement answer
+            if float(exact_scores([bytes(row[0]) for row in vectors], query).max()) >= kth:
+                return None
+        screened = {(str(row[0]), str(row[1])): bytes(row[2]) for row in rows}
+        full = {
+            (str(row[1]), str(row[0])): row
+            for row in conn.execute(
+                f"SELECT {MEMORY_COLUMNS}, m.vector FROM memories m "
+                "JOIN unnest(%s::text[], %s::text[]) AS w(store, slug) "
+                "ON m.team = thatch_team() AND m.store = w.store AND m.slug = w.slug "
+                "AND m.deleted_at IS NULL",
+                ([found[1] for found in ranked], [found[2] for found in ranked]),
+            )
+        }
+        # Each statement of this transaction sees the rows committed when it starts: a
+        # match forgotten or rewritten since the screen would carry a score its row no
+        # longer has, so the exact scan (one statement) answers instead.
+        if any(
+            key not in full or bytes(full[key][-1]) != screened[key]
+            for key in ((store, slug) for _, store, slug in ranked)
+        ):
+            return None
+        return [
+            Match(memory_from_hub_row(full[(store, slug)]), float(score))
+            for score, store, slug in ranked
+        ]
 
     def recall(
         self,

@@ -21,6 +21,7 @@ __all__ = [
     "m005_applied_writes",
     "m006_hub_reads_migrations",
     "m007_chat",
+    "m008_hnsw_screen",
 ]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
@@ -36,6 +37,11 @@ TABLES = (
 )
 
 DIMENSION = 384  # the pinned model's (docs/team.md §vectors)
+
+# The rows of a store in the HNSW guard's fixed sample (hub/memories.py ``_hnsw_screen``):
+# about one in 64, by slug hash, whatever their vectors. m008's partial index and the
+# guard's query must spell it alike for the planner to use the index.
+SCREEN_SAMPLE = "(hashtext(slug) & 63) = 0"
 
 
 def _run(conn: Connection[TupleRow], statements: str, role: str) -> None:
@@ -427,5 +433,31 @@ CREATE POLICY team_rows ON chat_mail
 GRANT SELECT, INSERT, UPDATE (topic, project, last_seen), DELETE ON chat_peers TO {{role}};
 
 GRANT SELECT, INSERT, UPDATE (delivered_at), DELETE ON chat_mail TO {{role}}""",
+        role,
+    )
+
+
+def m008_hnsw_screen(conn: Connection[TupleRow], role: str) -> None:
+    """The HNSW index that screens recall in stores over ``EXACT_SCAN_MAX`` memories, a
+    partial index counting a store's live memories with a vector up to that threshold
+    without reading the table, and the guard's sample, read from the index alone
+    (docs/team.md §vectors).
+
+    One index over every team's rows: the search's team and store filters apply during
+    the graph walk (``hnsw.iterative_scan``). ``IF NOT EXISTS``: on a large table an
+    operator builds both ``CONCURRENTLY`` under these names first (docs/deploy.md), so
+    this transaction does not block writes while they are built.
+    """
+    _run(
+        conn,
+        f"""CREATE INDEX IF NOT EXISTS memories_embedding_hnsw ON memories
+  USING hnsw (embedding halfvec_ip_ops) WITH (m = 16, ef_construction = 64);
+
+CREATE INDEX IF NOT EXISTS memories_live_vectors ON memories (team, store)
+  WHERE deleted_at IS NULL AND embedding IS NOT NULL;
+
+CREATE INDEX IF NOT EXISTS memories_screen_sample ON memories (team, store)
+  INCLUDE (slug, embedding, archived, branch)
+  WHERE {SCREEN_SAMPLE} AND deleted_at IS NULL AND embedding IS NOT NULL""",
         role,
     )

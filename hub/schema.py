@@ -27,6 +27,7 @@ from thatch.hub.migrations import (
     m005_applied_writes,
     m006_hub_reads_migrations,
     m007_chat,
+    m008_hnsw_screen,
 )
 
 __all__ = [
@@ -49,6 +50,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m005_applied_writes", m005_applied_writes),
     ("m006_hub_reads_migrations", m006_hub_reads_migrations),
     ("m007_chat", m007_chat),
+    ("m008_hnsw_screen", m008_hnsw_screen),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).

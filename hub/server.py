@@ -86,6 +86,7 @@ class HubOptions:
     grace_seconds: float = 10.0
     max_workers: int = 32
     pool_size: int = 8
+    prepare: bool = True  # False: no prepared statements (PgBouncer < 1.21, transaction mode)
 
 
 def _utc_now() -> datetime:
@@ -214,7 +215,9 @@ def serve(
     ``HubStartError`` when it cannot start (after releasing what it took)."""
     address = _listen(options.listen, options.tls, logger)
     stop = stop or threading.Event()
-    pool = new_pool(options.database_url, min_size=1, max_size=options.pool_size)
+    pool = new_pool(
+        options.database_url, min_size=1, max_size=options.pool_size, prepare=options.prepare
+    )
     server, port, health_servicer = create_server(
         pool, embedder, address, options.tls, logger=logger, max_workers=options.max_workers
     )

@@ -234,7 +234,7 @@ def test_only_the_jobs_hold_the_owner_and_the_replicas_mount_tls() -> None:
     assert command[command.index("--tls-cert") + 1] == f"{TLS_MOUNT}/tls.crt"
     assert command[command.index("--tls-key") + 1] == f"{TLS_MOUNT}/tls.key"
     argv = container["readinessProbe"]["exec"]["command"]
-    assert argv[:2] == ["env", f"THATCH_EMBEDDER_CA={TLS_MOUNT}/ca.crt"]
+    assert argv[argv.index("--ca") + 1] == f"{TLS_MOUNT}/ca.crt"
     assert container["livenessProbe"]["tcpSocket"]["port"] == "grpc"
     assert container["ports"][0]["name"] == "grpc"
 
@@ -271,8 +271,8 @@ def test_hub_urls_name_the_roles_and_database_postgres_yaml_makes() -> None:
 
 
 def test_every_hub_command_is_the_real_cli(tmp_path: Path, monkeypatch: Any) -> None:
-    """The replicas' serve, the probes, the Jobs' migrate/team/member commands and the
-    image's CMD parse with thatch's (and thatch-embedder's) own click commands."""
+    """The replicas' serve and readiness probe, the Jobs' migrate/team/member commands
+    and the image's CMD parse with thatch's own click commands."""
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (tmp_path / name).write_text("PEM")  # serve's options need files that exist
 
@@ -293,9 +293,12 @@ def test_every_hub_command_is_the_real_cli(tmp_path: Path, monkeypatch: Any) -> 
     assert serve.params["tls_key"] == tmp_path / "tls.key"
     assert serve.params["embedder"] == "dns:///thatch-embedder:50051"
     assert container["ports"][0]["containerPort"] == 50443
-    argv = container["readinessProbe"]["exec"]["command"]
-    assert argv[:2] == ["env", f"THATCH_EMBEDDER_CA={TLS_MOUNT}/ca.crt"]
-    assert _parse_with_real_cli(argv[2:]).params["addr"] == "localhost:50443"
+    probe = _parse_thatch(here(container["readinessProbe"]["exec"]["command"]))
+    assert probe.info_name == "probe"
+    assert (probe.params["addr"], probe.params["ca_file"]) == (
+        "localhost:50443",
+        tmp_path / "ca.crt",
+    )
     parsed = [_parse_thatch(argv) for argv in _admin_commands()]
     assert [(ctx.info_name, ctx.params) for ctx in parsed] == [
         ("migrate", {"hub_role": "thatch_hub"}),

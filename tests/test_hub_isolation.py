@@ -237,3 +237,37 @@ def test_the_pool_refuses_a_role_row_security_does_not_bind(hub_db: HubDatabase)
 
     with pytest.raises(HubRoleError, match="superuser"):
         open_pool(hub_db.server.conninfo(hub_db.name), max_size=1).close()
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_the_pool_prepares_statements_unless_told_not_to(
+    hub_db: HubDatabase, teams: tuple[HubMemories, HubMemories], prepare: bool
+) -> None:
+    """psycopg prepares a statement run often on its connection, which a PgBouncer older
+    than 1.21 in transaction mode cannot carry; ``prepare=False`` (``thatch hub serve
+    --no-prepare``) leaves the server session with none, and the calls work the same."""
+    from thatch.hub.pool import open_pool
+
+    alice, _bob = teams
+    pool = open_pool(
+        hub_db.server.conninfo(hub_db.name, user=HUB_ROLE), max_size=1, prepare=prepare
+    )
+    try:
+        with pool.connection() as conn:
+            for _ in range(8):  # past psycopg's prepare_threshold (5)
+                assert HubMemories(conn, alice.who, hub_db.clock).list("shared") == []
+            prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    finally:
+        pool.close()
+    assert prepared is not None and (prepared[0] > 0) is prepare
+
+
+def test_serve_takes_no_prepare_from_its_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from thatch.cli.hub_cmds import NO_PREPARE, serve
+
+    assert serve.make_context("serve", []).params["no_prepare"] is False
+    assert serve.make_context("serve", ["--no-prepare"]).params["no_prepare"] is True
+    monkeypatch.setenv(NO_PREPARE, "1")
+    assert serve.make_context("serve", []).params["no_prepare"] is True

@@ -345,6 +345,7 @@ def test_screening_in_half_precision_never_drops_a_row_float64_ranks_in(
             wanted = [(m.memory.slug, m.score) for m in local.search(["proj"], base, limit=limit)]
             got = [(m.memory.slug, m.score) for m in alice.search(["proj"], base, limit=limit)]
             assert got == wanted
+    assert alice.screens == {"exact": 3}  # 40 memories: under the threshold, never the index
 
 
 def test_a_cursor_older_than_a_purged_tombstone_is_told_to_pull_again(
@@ -458,3 +459,152 @@ def test_the_same_push_arriving_twice_at_once_is_applied_once(hub_db: HubDatabas
     )
     assert results[0] == results[1] == Written(Outcome.SAVED, "build", 2)
     assert [m.slug for m in pushes[0].list("proj")] == ["build"]
+
+
+# -- the HNSW screen above the exact-scan threshold ----------------------------------------
+
+CENTRES = 16
+
+
+def clustered(rng: np.random.Generator, centres: Any, count: int, noise: float) -> Any:
+    """Unit vectors around ``centres`` (a stand-in for related notes)."""
+    points = centres[rng.integers(0, len(centres), count)]
+    points = points + rng.standard_normal((count, DIM)) * noise
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def copy_memories(hub_db: HubDatabase, team: str, store: str, vectors: Any) -> None:
+    """COPY one row per vector into ``store`` as the owner (writes one at a time through
+    ``remember`` would make a store over the threshold slow to set up)."""
+    conn = hub_db.owner()
+    with conn.transaction():
+        conn.execute("SELECT set_config('thatch.member', 'loader', true)")
+        conn.execute(
+            "INSERT INTO stores (team, name) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (team, store),
+        )
+        with conn.cursor().copy(
+            "COPY memories (team, store, slug, label, content, embedding, vector, model, "
+            "created_at, updated_at) FROM STDIN"
+        ) as copy:
+            for index, vector in enumerate(vectors):
+                label = f"{store} note {index}"
+                copy.write_row(
+                    (
+                        team,
+                        store,
+                        f"{store}-note-{index}",
+                        label,
+                        text_of(label, "x"),
+                        "[" + ",".join(repr(float(value)) for value in vector) + "]",
+                        vector.astype("<f4").tobytes(),
+                        "m",
+                        "2026-01-01T00:00:00Z",
+                        "2026-01-01T00:00:00Z",
+                    )
+                )
+    conn.execute("ANALYZE memories")
+
+
+def answer(matches: list[Any]) -> list[tuple[str, str, float]]:
+    return [(m.memory.store, m.memory.slug, m.score) for m in matches]
+
+
+@pytest.fixture
+def clustered_stores(hub_db: HubDatabase) -> tuple[Any, Any]:
+    """Team A's "proj" (3,000 memories) and "other" (1,000) around the same centres; the
+    centres and the generator for queries."""
+    hub_db.add_member("A", "loader")
+    rng = np.random.default_rng(25)
+    centres = rng.standard_normal((CENTRES, DIM))
+    copy_memories(hub_db, "A", "proj", clustered(rng, centres, 3000, 0.3))
+    copy_memories(hub_db, "A", "other", clustered(rng, centres, 1000, 0.3))
+    return centres, rng
+
+
+def test_above_the_threshold_the_hnsw_index_screens_and_finds_the_exact_top_k(
+    hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
+) -> None:
+    """With the threshold under the store's size the index screens (the plan walks it,
+    the counter says so) and the answer is the exact scan's, scores included."""
+    from thatch.hub.memories import HNSW_SCREEN, HNSW_SETTINGS, _halfvec
+
+    centres, rng = clustered_stores
+    exact = hub_db.memories("A", "alice")
+    screened = HubMemories(exact.conn, exact.who, hub_db.clock, exact_scan_max=2000)
+    queries = clustered(rng, centres, 12, 0.3)
+    for stores in (["proj"], ["proj", "other"]):
+        for query in queries:
+            wanted = answer(exact.search(stores, query))
+            assert len(wanted) == 10
+            assert answer(screened.search(stores, query)) == wanted
+    assert exact.screens == {"exact": 24}
+    assert screened.screens == {"hnsw": 24}
+    # 3,000 live memories in "proj" is over 2,000; "other"'s 1,000 alone is not.
+    screened.search(["other"], queries[0])
+    assert screened.screens["exact"] == 1
+
+    with as_member(exact.conn, exact.who) as conn:
+        conn.execute(HNSW_SETTINGS, ("200",))
+        plan = conn.execute(
+            "EXPLAIN " + HNSW_SCREEN,
+            {
+                "q": _halfvec(queries[0].astype(np.float64)),
+                "stores": ["proj"],
+                "archived": False,
+                "branch": None,
+                "rows": 30,
+            },
+        ).fetchall()
+    assert any("memories_embedding_hnsw" in line for (line,) in plan), plan
+
+
+def test_the_guard_scans_exactly_when_the_index_walk_gives_up(
+    hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
+) -> None:
+    """A query whose neighbourhood is all another store's: with the walk capped (the
+    server's ``hnsw.max_scan_tuples``) the index returns too few of the store asked,
+    and the search falls back to the exact scan: the same answer, slower."""
+    centres, rng = clustered_stores
+    away = clustered(rng, centres[:1], 1, 0.05)[0]
+    # 600 near-copies of the query (cosine ~0.999) in "crowd", nearer than any of "proj"
+    # (~0.95): the walk meets them first, and gives up before it reaches "proj".
+    copy_memories(hub_db, "A", "crowd", clustered(rng, away[None, :], 600, 0.002))
+    hub_db.owner().execute(f'ALTER DATABASE "{hub_db.name}" SET hnsw.max_scan_tuples = 1')
+    exact = hub_db.memories("A", "alice")  # a new connection: it has the setting
+    screened = HubMemories(exact.conn, exact.who, hub_db.clock, exact_scan_max=2000)
+    wanted = answer(exact.search(["proj"], away))
+    assert len(wanted) == 10
+    assert answer(screened.search(["proj"], away)) == wanted
+    assert screened.screens == {"hnsw fell back": 1}
+
+
+def test_the_guard_refuses_candidates_from_a_missed_neighbourhood(
+    hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
+) -> None:
+    """The index's answer when it converges on the wrong cluster (constructed: the
+    candidates are the store's rows farthest from the query): a row of the fixed sample
+    beats them, so the guard refuses it; the true candidates pass."""
+    from thatch.hub.memories import HALF_MARGIN, _halfvec
+
+    centres, rng = clustered_stores
+    alice = hub_db.memories("A", "alice")
+    query = clustered(rng, centres, 1, 0.3)[0]
+    params = {
+        "q": _halfvec(query.astype(np.float64)),
+        "stores": ["proj"],
+        "archived": False,
+        "branch": None,
+        "margin": HALF_MARGIN,
+    }
+    with as_member(alice.conn, alice.who) as conn:
+        rows = conn.execute(
+            "SELECT store, slug, vector FROM memories WHERE team = 'A' AND store = 'proj' "
+            "ORDER BY embedding <#> %(q)s::halfvec, slug",
+            params,
+        ).fetchall()
+        missed = alice._guarded(conn, params, query, 10, rows[-30:])
+        found = alice._guarded(conn, params, query, 10, rows[:30])
+    assert missed is None
+    assert found is not None
+    assert answer(found) == answer(alice.search(["proj"], query))

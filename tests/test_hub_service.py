@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -552,6 +553,31 @@ def test_the_client_says_how_to_trust_the_hub(
     with pytest.raises(HubUnavailable) as unreadable:
         HubClient(hub.address, token, ca_file="/nonexistent/ca.pem")
     assert "cannot read the hub's CA file" in str(unreadable.value)
+
+
+def test_hub_probe_says_serving_over_tls_and_why_not_otherwise(
+    hub: HubProcess, certs: Path, tmp_path: Path
+) -> None:
+    """``thatch hub probe`` (the hub's readiness probe) as a process: exit 0 and SERVING
+    when it trusts the hub's CA; exit 1 and why with the system's roots, or with no hub
+    at the address. No token needed."""
+    probe = [str(Path(sys.executable).parent / "thatch"), "hub", "probe", "--addr"]
+    env = {key: value for key, value in os.environ.items() if key != "THATCH_HUB_CA"}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*probe, *argv], env=env, capture_output=True, text=True, timeout=120)
+
+    serving = run(hub.address, "--ca", str(certs / "ca.pem"))
+    assert (serving.returncode, serving.stdout, serving.stderr) == (0, "SERVING\n", "")
+    untrusted = run(hub.address, "--timeout", "20")
+    assert untrusted.returncode == 1 and untrusted.stdout == ""
+    assert "over TLS" in untrusted.stderr and "THATCH_HUB_CA" in untrusted.stderr
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{spare.getsockname()[1]}"
+    nobody = run(closed, "--plaintext", "--timeout", "2")
+    assert nobody.returncode == 1
+    assert nobody.stderr.startswith(f"Error: the hub at {closed} does not answer")
 
 
 def test_hub_commands_need_the_team_extra_and_help_does_not(

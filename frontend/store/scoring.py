@@ -52,7 +52,12 @@ def exact_scores(blobs: list[bytes], query: F32) -> F64:
         return np.zeros(len(blobs), dtype=np.float64)
     raw64 = _decode64(blobs, query.size)
     norms = np.sqrt(np.einsum("ij,ij->i", raw64, raw64)) * query_norm
-    dots = raw64 @ query64
+    # Row by row (einsum), not ``@``: BLAS's gemv sums a row differently by its place in
+    # the batch (rows in blocks of four, the rest alone), so one memory's score would
+    # move in the last bit with the candidates beside it, and two paths ranking the same
+    # rows (the hub's exact scan and its HNSW screen, the hub and the replica) could tell
+    # a tie apart differently.
+    dots = np.einsum("ij,j->i", raw64, query64)
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
 
