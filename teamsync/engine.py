@@ -25,6 +25,7 @@ from thatch.hub.values import Cursor
 from thatch.teamsync import outbox, replica
 from thatch.teamsync.chat import ChatHub, chat_round
 from thatch.teamsync.links import Link, all_links, get_link, machine_id, note_error, note_ok
+from thatch.teamsync.recalls import send_recalls
 
 __all__ = ["BATCH", "PAGE", "HubLink", "LinkOutcome", "SyncEngine"]
 
@@ -36,6 +37,7 @@ class HubLink(Protocol):
     def push(self, writes: Sequence[hub_pb2.Write]) -> Sequence[hub_pb2.Ack]: ...
     def pull(self, after: Cursor | None = None, limit: int = 0) -> hub_pb2.PullResponse: ...
     def stores(self) -> hub_pb2.StoresResponse: ...
+    def record_recalls(self, events: Sequence[hub_pb2.RecallEvent]) -> int: ...
 
 
 @dataclass
@@ -43,6 +45,7 @@ class LinkOutcome:
     store: str
     pushed: int = 0
     applied: int = 0
+    recalls: int = 0  # recall events sent
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     refused: list[tuple[int, str]] = field(default_factory=list)
     error: str | None = None
@@ -124,6 +127,7 @@ class SyncEngine:
             hub = self.hub_for(link)
             self.push(link, hub, done)
             self.pull(link, hub, done)
+            done.recalls = send_recalls(self.conn, hub, link.store, stop=self.stop)
         except (HubError, StoreError) as error:
             # The link's last error, for `thatch team status`; the next pass retries
             # (a refused token too: the user may replace the token file meanwhile; a busy

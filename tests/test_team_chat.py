@@ -85,6 +85,28 @@ def assert_framed(text: str, sender: str, body: str) -> None:
     ), block
 
 
+def stop_all(hub: Hub, started: list[Machine], folder: Path) -> None:
+    """Every sync process, then the hub, each stopped even when another failed to."""
+    failures: list[BaseException] = []
+    for machine in started:
+        try:
+            machine.stop_sync()
+        except BaseException as error:  # re-raised once everything is stopped
+            failures.append(error)
+    try:
+        if hub.process is not None:
+            hub.stop()
+    except BaseException as error:
+        failures.append(error)
+    finally:
+        if hub.process is not None and hub.process.poll() is None:
+            hub.process.kill()
+            hub.process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    if failures:
+        raise failures[0]
+
+
 @contextmanager
 def machines(
     hub_db, embedder, tmp_path: Path, members: list[tuple[str, str, str]]
@@ -102,11 +124,7 @@ def machines(
             machine.start_sync()
         yield hub, started
     finally:
-        for machine in started:
-            machine.stop_sync()
-        if hub.process is not None:
-            hub.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        stop_all(hub, started, folder)
 
 
 def test_sessions_on_two_machines_find_and_message_each_other(

@@ -6,7 +6,6 @@ member is the same; memories both machines held already become no conflict copie
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import subprocess
 import tempfile
@@ -15,7 +14,14 @@ from pathlib import Path
 
 from tests.support.polling import poll
 from tests.test_chat_processes import Mcp
-from tests.test_team_chat import anchor, assert_framed, hook_env, messages_to, project
+from tests.test_team_chat import (
+    anchor,
+    assert_framed,
+    hook_env,
+    messages_to,
+    project,
+    stop_all,
+)
 from tests.test_team_sync import DEADLINE, STORE, THATCH, Hub, Machine, embedder
 
 __all__ = ["embedder"]  # the module-scoped embedder process, shared with test_team_sync
@@ -152,8 +158,4 @@ def test_one_member_syncs_one_store_between_two_machines(hub_db, embedder, tmp_p
         finally:
             server.close()
     finally:
-        for machine in (laptop, desktop):
-            machine.stop_sync()
-        if hub.process is not None:
-            hub.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        stop_all(hub, [laptop, desktop], folder)
