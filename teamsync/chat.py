@@ -11,10 +11,12 @@ after it is stored here (one pulled again is skipped by its id).
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from thatch.frontend.store import chat_remote
@@ -22,9 +24,13 @@ from thatch.frontend.timefmt import Clock
 from thatch.hub import chat_wire
 from thatch.hub.v1 import hub_pb2
 
-__all__ = ["MAIL_PAGES", "ChatHub", "ChatOutcome", "chat_round"]
+__all__ = ["MAIL_PAGES", "REFRESH", "ChatHub", "ChatMemo", "ChatOutcome", "chat_round"]
 
 MAIL_PAGES = 10  # outbox pages sent, and mail pages pulled, per pass at most: a bounded pass
+# An unchanged set of sessions is published again, and an unchanged list of peers applied
+# again, after this long: a pass every few seconds then costs the hub no name assignment
+# and this file no write, and a hub restored from a backup still learns the sessions.
+REFRESH = timedelta(seconds=60)
 
 
 class ChatHub(Protocol):
@@ -39,6 +45,21 @@ class ChatHub(Protocol):
         self, machine: str, after: int = 0, limit: int = 0
     ) -> hub_pb2.PullMailResponse: ...
     def mark_delivered(self, machine: str, ids: Sequence[int]) -> int: ...
+
+
+@dataclass
+class ChatMemo:
+    """What the last rounds published and applied, per team (held by the sync process)."""
+
+    seen: dict[tuple[str, str], tuple[bytes, datetime]] = field(default_factory=dict)
+
+    def unchanged(self, team: str, what: str, payload: bytes, now: datetime) -> bool:
+        held = self.seen.get((team, what))
+        digest = hashlib.sha256(payload).digest()
+        return held is not None and held[0] == digest and now - held[1] < REFRESH
+
+    def note(self, team: str, what: str, payload: bytes, now: datetime) -> None:
+        self.seen[(team, what)] = (hashlib.sha256(payload).digest(), now)
 
 
 @dataclass
@@ -59,17 +80,29 @@ def chat_round(
     machine: str,
     clock: Clock,
     stop: threading.Event | None = None,
+    memo: ChatMemo | None = None,
 ) -> ChatOutcome:
     """One chat round for ``team`` (its linked ``stores`` say which sessions to publish).
-    Raises what the hub client or the store raise; the caller makes it the link's error."""
+    Raises what the hub client or the store raise; the caller makes it the link's error.
+    With ``memo``, what is unchanged since the last round (within ``REFRESH``) is not
+    published or applied again."""
+    memo = memo if memo is not None else ChatMemo()
     done = ChatOutcome(team)
+    now = clock()
     published = chat_remote.peers_to_publish(conn, team, stores, clock)
-    hub.publish_sessions(chat_wire.publish_request(machine, published))
-    done.published = len(published)
+    request = chat_wire.publish_request(machine, published)
+    payload = request.SerializeToString(deterministic=True)
+    if not memo.unchanged(team, "publish", payload, now):
+        hub.publish_sessions(request)
+        memo.note(team, "publish", payload, now)
+        done.published = len(published)
     listed = hub.peers()
-    done.peers = chat_remote.apply_peers(
-        conn, team, chat_wire.remote_peers_from_pb(listed.peers), clock
-    )
+    payload = listed.SerializeToString(deterministic=True)
+    if not memo.unchanged(team, "peers", payload, now):
+        done.peers = chat_remote.apply_peers(
+            conn, team, chat_wire.remote_peers_from_pb(listed.peers), clock
+        )
+        memo.note(team, "peers", payload, now)
     for _ in range(MAIL_PAGES):
         queued = chat_remote.outgoing_mail(conn, team)
         if not queued:

@@ -23,7 +23,7 @@ from thatch.hub.client import HubError, HubUnavailable
 from thatch.hub.v1 import hub_pb2
 from thatch.hub.values import Cursor
 from thatch.teamsync import outbox, replica
-from thatch.teamsync.chat import ChatHub, chat_round
+from thatch.teamsync.chat import ChatHub, ChatMemo, chat_round
 from thatch.teamsync.links import Link, all_links, get_link, machine_id, note_error, note_ok
 from thatch.teamsync.recalls import send_recalls
 
@@ -69,6 +69,7 @@ class SyncEngine:
         self.conn = conn
         self.hub_for = hub_for
         self.chat_for = chat_for
+        self.chat_memo = ChatMemo()
         self.local_model = local_model
         self.clock = clock
         self.batch = batch
@@ -110,6 +111,7 @@ class SyncEngine:
                     machine=machine,
                     clock=self.clock,
                     stop=self.stop,
+                    memo=self.chat_memo,
                 )
             except (HubError, StoreError) as error:
                 # The queued mail stays in the chat outbox; the next pass sends it.

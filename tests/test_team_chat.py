@@ -238,3 +238,77 @@ def test_a_failed_chat_round_is_the_links_error_not_the_end_of_the_pass(tmp_path
         failed = "chat: publish_sessions failed. Fix: retry later"
         assert [outcome.error for outcome in outcomes] == [failed, failed]
         assert [lk.last_error for lk in all_links(store.conn)] == [outcomes[0].error] * 2
+
+
+class CountingChat:
+    """The chat RPCs of a hub with one peer on another machine, counting calls."""
+
+    def __init__(self) -> None:
+        self.published = 0
+
+    def publish_sessions(self, request):
+        from thatch.hub.v1 import hub_pb2
+
+        self.published += 1
+        return hub_pb2.PublishSessionsResponse()
+
+    def peers(self):
+        from thatch.hub.v1 import hub_pb2
+
+        peer = hub_pb2.ChatPeer(
+            id=7,
+            name="otter-00012@bob",
+            member="bob",
+            machine="m2",
+            key="ab" * 16,
+            local_name="otter-00012",
+            project=STORE,
+            last_seen="2026-12-04T17:00:00.000Z",
+        )
+        return hub_pb2.PeersResponse(peers=[peer])
+
+    def send_mail(self, request):
+        raise AssertionError("nothing is queued")
+
+    def pull_mail(self, machine, after=0, limit=0):
+        from thatch.hub.v1 import hub_pb2
+
+        return hub_pb2.PullMailResponse()
+
+    def mark_delivered(self, machine, ids):
+        return 0
+
+
+def test_an_unchanged_round_writes_nothing_until_the_refresh(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from thatch.frontend.store.memory_store import Store
+    from thatch.teamsync.chat import REFRESH, ChatMemo, chat_round
+
+    now = [datetime(2026, 12, 4, 17, 0, tzinfo=UTC)]
+    hub, memo = CountingChat(), ChatMemo()
+    with Store.open(tmp_path / "thatch.db") as store:
+
+        def round_() -> int:
+            before = store.conn.total_changes
+            chat_round(
+                store.conn,
+                hub,
+                team="acme",
+                stores=[STORE],
+                machine="m1",
+                clock=lambda: now[0],
+                memo=memo,
+            )
+            return store.conn.total_changes - before
+
+        assert round_() > 0 and hub.published == 1  # the peer is shown here
+        assert "otter-00012@bob" in session_names_of(store.conn)
+        now[0] += timedelta(seconds=5)
+        assert round_() == 0 and hub.published == 1  # nothing new: no write, no publish
+        now[0] += REFRESH
+        assert round_() > 0 and hub.published == 2
+
+
+def session_names_of(conn: sqlite3.Connection) -> set[str]:
+    return {str(row[0]) for row in conn.execute("SELECT name FROM chat_sessions")}

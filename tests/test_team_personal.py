@@ -111,10 +111,12 @@ def test_one_member_syncs_one_store_between_two_machines(hub_db, embedder, tmp_p
         # Chat: both machines' sessions under one member, even with one local name.
         checkouts = [project(tmp_path, "p1"), project(tmp_path, "p2")]
         a = anchor(laptop, checkouts[0], "claude-laptop")
+        desktop.stop_sync()  # the session is renamed before the desktop publishes it
         b = anchor(desktop, checkouts[1], "claude-desktop")
         if b.name != a.name:
             rename_session(desktop, b.name, a.name)
             b = b._replace(name=a.name, me=f"{a.name}:{b.me.split(':')[1]}")
+        desktop.start_sync()
         shown = {f"{a.name}@pat", f"{a.name}@pat#2"}
 
         def published() -> dict[str, str]:
