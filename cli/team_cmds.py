@@ -235,7 +235,11 @@ def sync(interval: float | None, max_wait: float | None, once: bool) -> None:
             clients = HubClients(env)
             try:
                 engine = SyncEngine(
-                    ctx.store.conn, clients, local_model=_local_model(env), stop=stop
+                    ctx.store.conn,
+                    clients,
+                    local_model=_local_model(env),
+                    chat_for=clients.chat,
+                    stop=stop,
                 )
 
                 watch = OutboxWatch(ctx.store.conn)

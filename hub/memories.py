@@ -323,12 +323,18 @@ class HubMemories:
         if inserted is not None:
             return Written(Outcome.SAVED, slug, inserted)
         row = conn.execute(
-            "SELECT rev, deleted_at IS NOT NULL FROM memories "
+            "SELECT rev, deleted_at IS NOT NULL, label, content FROM memories "
             "WHERE team = thatch_team() AND store = %s AND slug = %s FOR UPDATE",
             (store, slug),
         ).fetchone()
         assert row is not None  # the insert met it, and rows are only purged, never
         rev, deleted = int(row[0]), bool(row[1])  # deleted, while locked by a conflict
+        same = not deleted and (row[2], row[3]) == (values["label"], values["content"])
+        if same and base_rev != rev:
+            # The writer holds what the row says already (two machines joining with the
+            # same memories, a personal store synced from both): nothing to keep aside.
+            # Saved at the row's revision, which the writer then bases its edits on.
+            return Written(Outcome.SAVED, slug, rev)
         if (deleted and base_rev is None) or (not deleted and base_rev == rev):
             # The writer saw this revision, or recreates a label deleted before it
             # knew of it: the row is theirs to replace.

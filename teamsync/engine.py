@@ -23,7 +23,9 @@ from thatch.hub.client import HubError, HubUnavailable
 from thatch.hub.v1 import hub_pb2
 from thatch.hub.values import Cursor
 from thatch.teamsync import outbox, replica
+from thatch.teamsync.chat import ChatHub, ChatMemo, chat_round
 from thatch.teamsync.links import Link, all_links, get_link, machine_id, note_error, note_ok
+from thatch.teamsync.recalls import send_recalls
 
 __all__ = ["BATCH", "PAGE", "HubLink", "LinkOutcome", "SyncEngine"]
 
@@ -35,6 +37,7 @@ class HubLink(Protocol):
     def push(self, writes: Sequence[hub_pb2.Write]) -> Sequence[hub_pb2.Ack]: ...
     def pull(self, after: Cursor | None = None, limit: int = 0) -> hub_pb2.PullResponse: ...
     def stores(self) -> hub_pb2.StoresResponse: ...
+    def record_recalls(self, events: Sequence[hub_pb2.RecallEvent]) -> int: ...
 
 
 @dataclass
@@ -42,6 +45,7 @@ class LinkOutcome:
     store: str
     pushed: int = 0
     applied: int = 0
+    recalls: int = 0  # recall events sent
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     refused: list[tuple[int, str]] = field(default_factory=list)
     error: str | None = None
@@ -54,14 +58,18 @@ class SyncEngine:
         hub_for: Callable[[Link], HubLink],
         *,
         local_model: str | None,
+        chat_for: Callable[[Link], ChatHub] | None = None,
         clock: Clock = utc_now,
         batch: int = BATCH,
         page: int = PAGE,
         stop: threading.Event | None = None,
     ) -> None:
-        """``stop``: set by the process's SIGTERM handler; a pass ends between pages."""
+        """``stop``: set by the process's SIGTERM handler; a pass ends between pages.
+        ``chat_for``: the hub's chat RPCs for a link's team (None: no chat round)."""
         self.conn = conn
         self.hub_for = hub_for
+        self.chat_for = chat_for
+        self.chat_memo = ChatMemo()
         self.local_model = local_model
         self.clock = clock
         self.batch = batch
@@ -72,10 +80,48 @@ class SyncEngine:
         return format_timestamp(self.clock())
 
     def sync_all(self) -> list[LinkOutcome]:
-        """One pass over every link; each link's failure is its own."""
+        """One pass over every link, then a chat round per team; each link's failure is
+        its own (a team's failed chat round is the error of that team's links)."""
         with atomic(self.conn, immediate=False):
             links = all_links(self.conn)
-        return [self.sync(link) for link in links]
+        outcomes = [self.sync(link) for link in links]
+        if self.chat_for is not None and links and not self.stop.is_set():
+            self.chat(links, outcomes)
+        return outcomes
+
+    def chat(self, links: list[Link], outcomes: list[LinkOutcome]) -> None:
+        """The chat round of each team these links share stores with, through the first
+        link's hub (one token per hub and team)."""
+        assert self.chat_for is not None
+        with atomic(self.conn, immediate=False):
+            machine = machine_id(self.conn)
+        teams: dict[str, list[int]] = {}
+        for index, link in enumerate(links):
+            teams.setdefault(link.team, []).append(index)
+        for team, indexes in teams.items():
+            if all(outcomes[i].error is not None for i in indexes):
+                continue  # the hub failed this pass already: its error is noted
+            first = links[indexes[0]]
+            try:
+                chat_round(
+                    self.conn,
+                    self.chat_for(first),
+                    team=team,
+                    stores=[links[i].store for i in indexes],
+                    machine=machine,
+                    clock=self.clock,
+                    stop=self.stop,
+                    memo=self.chat_memo,
+                )
+            except (HubError, StoreError) as error:
+                # The queued mail stays in the chat outbox; the next pass sends it.
+                message = f"chat: {error}"
+                for index in indexes:
+                    outcome = outcomes[index]
+                    if outcome.error is None:
+                        outcome.error = message
+                        with contextlib.suppress(StoreError):
+                            note_error(self.conn, outcome.store, message, self._now())
 
     def sync(self, link: Link) -> LinkOutcome:
         done = LinkOutcome(link.store)
@@ -83,6 +129,7 @@ class SyncEngine:
             hub = self.hub_for(link)
             self.push(link, hub, done)
             self.pull(link, hub, done)
+            done.recalls = send_recalls(self.conn, hub, link.store, stop=self.stop)
         except (HubError, StoreError) as error:
             # The link's last error, for `thatch team status`; the next pass retries
             # (a refused token too: the user may replace the token file meanwhile; a busy

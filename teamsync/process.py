@@ -32,6 +32,7 @@ from thatch.common.environment import default_db_path, socket_dir, thatch_cache_
 from thatch.frontend.store.db import atomic
 from thatch.hub.client import HubClient, HubRefused, is_loopback, parse_hub_address
 from thatch.teamsync import outbox
+from thatch.teamsync.chat import ChatHub
 from thatch.teamsync.engine import HubLink, LinkOutcome, SyncEngine
 from thatch.teamsync.links import Link
 from thatch.teamsync.tokens import TokenMissing, read_token
@@ -114,6 +115,13 @@ class HubClients:
         self._clients: dict[tuple[str, str], tuple[str, HubClient]] = {}
 
     def __call__(self, link: Link) -> HubLink:
+        return self.client(link)
+
+    def chat(self, link: Link) -> ChatHub:
+        """The same client, for the chat round of the link's team."""
+        return self.client(link)
+
+    def client(self, link: Link) -> HubClient:
         try:
             token = read_token(self.env, link.hub_url, link.team)
         except TokenMissing as error:

@@ -94,6 +94,30 @@ def test_two_machines_creating_one_label_keep_both(hub_db: HubDatabase) -> None:
     assert save(carol, "Build--conflict-2", "x") == Written(Outcome.SAVED, "build-conflict-2", 1)
 
 
+def test_a_write_of_what_the_row_holds_already_is_saved_at_its_revision_not_a_conflict(
+    hub_db: HubDatabase,
+) -> None:
+    """Two machines that hold the same memory both push it (a join, a personal store
+    synced from two machines): the second write changes nothing and is no conflict."""
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    assert save(alice, "Build", "make") == Written(Outcome.SAVED, "build", 1)
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    assert save(carol, "Build", "make", write_id="c-1") == Written(Outcome.SAVED, "build", 1)
+    assert save(carol, "Build", "make", write_id="c-1") == Written(Outcome.SAVED, "build", 1)
+    assert save(alice, "Build", "make -j8", base_rev=1) == Written(Outcome.SAVED, "build", 2)
+    # A stale base with the row's current text: still nothing to keep aside.
+    assert save(carol, "Build", "make -j8", base_rev=1) == Written(Outcome.SAVED, "build", 2)
+    assert [(m.slug, m.content) for m in alice.list("proj")] == [
+        ("build", text_of("Build", "make -j8"))
+    ]
+    # Only alice's edit moved the feed: the no-op writes wrote nothing.
+    assert [c.rev for c in changes_after(alice.conn, alice.who, cursor).changes] == [2]
+    # Another text, or the same text under another label's spelling, is a conflict still.
+    assert save(carol, "Build", "make").outcome is Outcome.CONFLICT
+    shouted = carol.remember("proj", "BUILD", text_of("Build", "make -j8"), vec("x"), "m")
+    assert shouted == Written(Outcome.CONFLICT, "build--conflict-3", 1)
+
+
 def run_together(calls: list[Callable[[], Written]]) -> list[Written]:
     """Each call on its own thread, released at once; their results in order."""
     barrier = threading.Barrier(len(calls))

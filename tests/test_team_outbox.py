@@ -267,6 +267,9 @@ class ScriptedHub:
     def stores(self):
         return hub_pb2.StoresResponse()
 
+    def record_recalls(self, events):
+        return len(events)
+
 
 def test_push_settles_by_acks_and_chains_revisions(store: Store) -> None:
     link(store)

@@ -66,7 +66,11 @@ from thatch.frontend.store.migrations.tables import (
     m003_add_columns,
     table_columns,
 )
-from thatch.frontend.store.migrations.team import TEAM_TABLES, m015_team_sync
+from thatch.frontend.store.migrations.team import (
+    TEAM_TABLES,
+    m015_team_sync,
+    m020_team_recalls,
+)
 from thatch.frontend.store.transactions import atomic
 
 # The names of the tables the migrations make, for the modules and tests that read them.
@@ -120,6 +124,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m017_fts_identifiers", m017_fts_identifiers),
     ("m018_chat_remote", m018_chat_remote),
     ("m019_anchor_verdict_stat", m019_anchor_verdict_stat),
+    ("m020_team_recalls", m020_team_recalls),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -19,10 +19,13 @@ __all__ = [
     "LINKS_TABLE",
     "MACHINE_TABLE",
     "OUTBOX_TABLE",
+    "RECALLS_TABLE",
+    "RECALLS_TRIGGER",
     "REVS_TABLE",
     "TEAM_TABLES",
     "TEAM_TRIGGERS",
     "m015_team_sync",
+    "m020_team_recalls",
 ]
 
 LINKS_TABLE = "team_links"
@@ -31,6 +34,7 @@ REVS_TABLE = "team_revs"
 CONFLICTS_TABLE = "team_conflicts"
 APPLYING_TABLE = "_thatch_team_applying"
 MACHINE_TABLE = "_thatch_team_machine"
+RECALLS_TABLE = "team_recalls"
 TEAM_TABLES = (
     LINKS_TABLE,
     OUTBOX_TABLE,
@@ -38,6 +42,7 @@ TEAM_TABLES = (
     CONFLICTS_TABLE,
     APPLYING_TABLE,
     MACHINE_TABLE,
+    RECALLS_TABLE,
 )
 
 TEAM_TRIGGERS = (
@@ -45,6 +50,8 @@ TEAM_TRIGGERS = (
     "thatch_team_entries_update",
     "thatch_team_entries_delete",
 )
+
+RECALLS_TRIGGER = "thatch_team_entries_recalled"
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _NOT_APPLYING = f"NOT EXISTS (SELECT 1 FROM {APPLYING_TABLE})"
@@ -144,4 +151,25 @@ def m015_team_sync(conn: sqlite3.Connection) -> None:
         f"CREATE TRIGGER {TEAM_TRIGGERS[2]} AFTER DELETE ON entries "
         f"WHEN {_linked('OLD')} AND {_NOT_APPLYING} "
         f"BEGIN {_queue_forget('OLD', '1')} END"
+    )
+
+
+def m020_team_recalls(conn: sqlite3.Connection) -> None:
+    """Recall telemetry of linked stores, queued for the hub (docs/team.md §telemetry): a
+    recall stamps ``recall_count`` on the row here (no outbox write: telemetry is not the
+    memory) and this trigger queues one event per stamp in the same transaction, whoever
+    stamps (the earlier release's SQL included); the sync process sends them as
+    ``RecordRecalls`` and deletes what the hub answered. The hub appends events, never
+    updates its row, so recalls on several machines never conflict."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {RECALLS_TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "store TEXT NOT NULL, slug TEXT NOT NULL, at TEXT NOT NULL)"
+    )
+    conn.execute(f"CREATE INDEX IF NOT EXISTS {RECALLS_TABLE}_store ON {RECALLS_TABLE} (store, id)")
+    conn.execute(f"DROP TRIGGER IF EXISTS {RECALLS_TRIGGER}")
+    conn.execute(
+        f"CREATE TRIGGER {RECALLS_TRIGGER} AFTER UPDATE OF recall_count ON entries "
+        f"WHEN NEW.recall_count > OLD.recall_count AND {_linked('NEW')} AND {_NOT_APPLYING} "
+        f"BEGIN INSERT INTO {RECALLS_TABLE} (store, slug, at) "
+        f"VALUES (NEW.store, NEW.slug, coalesce(NEW.last_recalled_at, {_NOW})); END"
     )
