@@ -346,15 +346,31 @@ class HubMemories:
                 f"branch = {kept.format('branch')}, "
                 f"confidence = {kept.format('confidence')}, "
                 f"archived = COALESCE({kept.format('archived')}, false), "
-                "updated_at = %(now)s, deleted_at = NULL, rev = rev + 1 "
+                "updated_at = %(now)s, deleted_at = NULL, rev = rev + 1, "
+                # A recreated label is no conflict version any more.
+                f"conflict_of = {'NULL' if deleted else 'conflict_of'} "
                 "WHERE team = thatch_team() AND store = %(store)s AND slug = %(slug)s",
                 {**values, "slug": slug},
             )
             return Written(Outcome.SAVED, slug, rev + 1)
-        version = self._conflict_slug(conn, store, slug)
-        aside = self._insert(conn, {**values, "slug": version, "conflict_of": slug})
-        assert aside is not None  # the original's row lock serialises conflict versions
-        return Written(Outcome.CONFLICT, version, aside)
+        return self._keep_aside(conn, values, slug)
+
+    @staticmethod
+    def _keep_aside(conn: Connection[TupleRow], values: dict[str, Any], slug: str) -> Written:
+        """Insert the write as a conflict version of ``slug``: label ``<label> (conflict
+        <n>)``, the first n ≥ 2 whose slug is free (tombstones and memories saved under
+        such a label included), ``conflict_of = slug``. Its own label and that label's
+        slug make it an ordinary memory on every machine: recalled, edited and forgotten
+        by that label (docs/team.md §conflicts)."""
+        number = 2
+        while True:
+            label = f"{values['label']} (conflict {number})"
+            version = slugify(label)
+            row = {**values, "label": label, "slug": version, "conflict_of": slug}
+            aside = HubMemories._insert(conn, row)
+            if aside is not None:
+                return Written(Outcome.CONFLICT, version, aside)
+            number += 1
 
     @staticmethod
     def _insert(conn: Connection[TupleRow], values: dict[str, Any]) -> int | None:
@@ -369,24 +385,6 @@ class HubMemories:
             values,
         ).fetchone()
         return None if row is None else int(row[0])
-
-    @staticmethod
-    def _conflict_slug(conn: Connection[TupleRow], store: str, slug: str) -> str:
-        """``<slug>--conflict-<n>``, the first n ≥ 2 not taken (tombstones included).
-        No label's slug holds ``--`` (slugify collapses hyphen runs), so a conflict
-        version never takes the slug of a memory saved later."""
-        taken = {
-            str(row[0])
-            for row in conn.execute(
-                "SELECT slug FROM memories WHERE team = thatch_team() AND store = %s "
-                "AND conflict_of = %s",
-                (store, slug),
-            )
-        }
-        number = 2
-        while f"{slug}--conflict-{number}" in taken:
-            number += 1
-        return f"{slug}--conflict-{number}"
 
     def forget(self, store: str, label: str) -> Memory | None:
         """Tombstone the memory: text and vectors cleared, ``deleted_at`` set, a new feed

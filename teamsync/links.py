@@ -21,6 +21,7 @@ from thatch.frontend.store.migrations.team import (
     OUTBOX_TABLE,
     RECALLS_TABLE,
     REVS_TABLE,
+    VERSIONS_TABLE,
 )
 
 __all__ = [
@@ -134,7 +135,7 @@ def remove_link(conn: sqlite3.Connection, store: str) -> int:
         if get_link(conn, store) is None:
             raise NotLinked(store)
         dropped = conn.execute(f"DELETE FROM {OUTBOX_TABLE} WHERE store = ?", (store,)).rowcount
-        for table in (REVS_TABLE, CONFLICTS_TABLE, RECALLS_TABLE, LINKS_TABLE):
+        for table in (REVS_TABLE, CONFLICTS_TABLE, RECALLS_TABLE, VERSIONS_TABLE, LINKS_TABLE):
             conn.execute(f"DELETE FROM {table} WHERE store = ?", (store,))
         conn.execute(f"DELETE FROM {APPLYING_TABLE}")
     return int(dropped)

@@ -16,7 +16,12 @@ import sqlite3
 from dataclasses import dataclass
 
 from thatch.frontend.store.db import atomic
-from thatch.frontend.store.migrations.team import APPLYING_TABLE, LINKS_TABLE, REVS_TABLE
+from thatch.frontend.store.migrations.team import (
+    APPLYING_TABLE,
+    LINKS_TABLE,
+    REVS_TABLE,
+    VERSIONS_TABLE,
+)
 from thatch.hub.v1 import hub_pb2
 from thatch.teamsync.links import Link
 
@@ -78,6 +83,10 @@ def apply_page(
                     "DELETE FROM dedup_pairs WHERE store = ? AND (slug_a = ? OR slug_b = ?)",
                     (change.store, change.slug, change.slug),
                 )
+                conn.execute(
+                    f"DELETE FROM {VERSIONS_TABLE} WHERE store = ? AND slug = ?",
+                    (change.store, change.slug),
+                )
             conn.execute(
                 f"INSERT INTO {REVS_TABLE} (store, slug, rev) VALUES (?, ?, ?) "
                 "ON CONFLICT (store, slug) DO UPDATE SET rev = excluded.rev",
@@ -108,6 +117,18 @@ def _save(conn: sqlite3.Connection, change: hub_pb2.Change, local_model: str | N
             memory.updated_at,
         ),
     )
+    # Which rows are conflict versions, for hygiene to name (m021).
+    if change.conflict_of:
+        conn.execute(
+            f"INSERT INTO {VERSIONS_TABLE} (store, slug, conflict_of) VALUES (?, ?, ?) "
+            "ON CONFLICT (store, slug) DO UPDATE SET conflict_of = excluded.conflict_of",
+            (change.store, change.slug, change.conflict_of),
+        )
+    else:
+        conn.execute(
+            f"DELETE FROM {VERSIONS_TABLE} WHERE store = ? AND slug = ?",
+            (change.store, change.slug),
+        )
 
 
 def _move_cursor(conn: sqlite3.Connection, store: str, txid: int, seq: int) -> None:
@@ -123,3 +144,4 @@ def drop_replica(conn: sqlite3.Connection, store: str) -> None:
     conn.execute("DELETE FROM entries WHERE store = ?", (store,))
     conn.execute("DELETE FROM dedup_pairs WHERE store = ?", (store,))
     conn.execute(f"DELETE FROM {REVS_TABLE} WHERE store = ?", (store,))
+    conn.execute(f"DELETE FROM {VERSIONS_TABLE} WHERE store = ?", (store,))

@@ -63,15 +63,20 @@ def test_concurrent_edits_of_one_memory_keep_both_never_a_silent_overwrite(
     assert save(alice, "Build", "make -j8", base_rev=seen).outcome is Outcome.SAVED
     second = save(carol, "Build", "ninja", base_rev=seen)
     third = save(dan, "Build", "bazel", base_rev=seen)
-    assert second == Written(Outcome.CONFLICT, "build--conflict-2", 1)
-    assert third == Written(Outcome.CONFLICT, "build--conflict-3", 1)
+    assert second == Written(Outcome.CONFLICT, "build-conflict-2", 1)
+    assert third == Written(Outcome.CONFLICT, "build-conflict-3", 1)
     shown = alice.show("proj", "Build")
     assert shown is not None and shown.content == text_of("Build", "make -j8")
     assert {m.slug: m.content for m in alice.list("proj")} == {
         "build": text_of("Build", "make -j8"),
-        "build--conflict-2": text_of("Build", "ninja"),
-        "build--conflict-3": text_of("Build", "bazel"),
+        "build-conflict-2": text_of("Build", "ninja"),
+        "build-conflict-3": text_of("Build", "bazel"),
     }
+    assert sorted(m.label for m in alice.list("proj")) == [
+        "Build",
+        "Build (conflict 2)",
+        "Build (conflict 3)",
+    ]
     flagged = (
         hub_db.owner()
         .execute(
@@ -81,17 +86,48 @@ def test_concurrent_edits_of_one_memory_keep_both_never_a_silent_overwrite(
         .fetchall()
     )
     assert flagged == [
-        ("build--conflict-2", "build", "carol"),
-        ("build--conflict-3", "build", "dan"),
+        ("build-conflict-2", "build", "carol"),
+        ("build-conflict-3", "build", "dan"),
     ]
 
 
 def test_two_machines_creating_one_label_keep_both(hub_db: HubDatabase) -> None:
     alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
     assert save(alice, "Build", "make").outcome is Outcome.SAVED
-    assert save(carol, "Build", "ninja") == Written(Outcome.CONFLICT, "build--conflict-2", 1)
-    # A label that reads like a conflict version is a memory of its own.
-    assert save(carol, "Build--conflict-2", "x") == Written(Outcome.SAVED, "build-conflict-2", 1)
+    assert save(carol, "Build", "ninja") == Written(Outcome.CONFLICT, "build-conflict-2", 1)
+    # A memory saved under the label a conflict version would take is not replaced: the
+    # next version takes the next number.
+    assert save(alice, "Build (conflict 3)", "x") == Written(Outcome.SAVED, "build-conflict-3", 1)
+    assert save(carol, "Build", "bazel") == Written(Outcome.CONFLICT, "build-conflict-4", 1)
+    assert alice.show("proj", "Build (conflict 3)").content == text_of(  # type: ignore[union-attr]
+        "Build (conflict 3)", "x"
+    )
+
+
+def test_a_conflict_version_is_edited_and_forgotten_by_its_own_label(hub_db: HubDatabase) -> None:
+    """The user merges the two versions into one and forgets the other, from any machine:
+    the version is addressed by its label like any memory."""
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    save(alice, "Build", "make")
+    assert save(carol, "Build", "ninja") == Written(Outcome.CONFLICT, "build-conflict-2", 1)
+    assert alice.revision("proj", "Build (conflict 2)") == 1
+    assert save(alice, "Build (conflict 2)", "ninja -j8", base_rev=1) == Written(
+        Outcome.SAVED, "build-conflict-2", 2
+    )
+    assert save(alice, "Build", "make or ninja", base_rev=1).outcome is Outcome.SAVED
+    forgotten = carol.forget("proj", "Build (conflict 2)")
+    assert forgotten is not None and forgotten.content == text_of("Build (conflict 2)", "ninja -j8")
+    assert [(m.label, m.content) for m in alice.list("proj")] == [
+        ("Build", text_of("Build", "make or ninja"))
+    ]
+    # Recreated afresh under that label, it is no conflict version any more.
+    assert save(carol, "Build (conflict 2)", "y").outcome is Outcome.SAVED
+    flagged = (
+        hub_db.owner()
+        .execute("SELECT conflict_of FROM memories WHERE slug = 'build-conflict-2'")
+        .fetchone()
+    )
+    assert flagged == (None,)
 
 
 def test_a_write_of_what_the_row_holds_already_is_saved_at_its_revision_not_a_conflict(
@@ -115,7 +151,7 @@ def test_a_write_of_what_the_row_holds_already_is_saved_at_its_revision_not_a_co
     # Another text, or the same text under another label's spelling, is a conflict still.
     assert save(carol, "Build", "make").outcome is Outcome.CONFLICT
     shouted = carol.remember("proj", "BUILD", text_of("Build", "make -j8"), vec("x"), "m")
-    assert shouted == Written(Outcome.CONFLICT, "build--conflict-3", 1)
+    assert shouted == Written(Outcome.CONFLICT, "build-conflict-3", 1)
 
 
 def run_together(calls: list[Callable[[], Written]]) -> list[Written]:
@@ -157,7 +193,7 @@ def test_simultaneous_writes_from_one_base_on_separate_connections_keep_every_ve
     outcomes = sorted(result.outcome.value for result in results)
     assert outcomes == ["conflict"] * 3 + ["saved"]
     slugs = sorted(m.slug for m in writers[0].list("proj"))
-    assert slugs == ["build", "build--conflict-2", "build--conflict-3", "build--conflict-4"]
+    assert slugs == ["build", "build-conflict-2", "build-conflict-3", "build-conflict-4"]
     bodies = {m.content for m in writers[0].list("proj")}
     assert {text_of("Build", f"version {i}") for i in range(4)} <= bodies
 
@@ -198,11 +234,11 @@ def test_a_label_deleted_then_written_again_lives_and_a_stale_edit_is_kept_aside
     alice.forget("proj", "Build")
     # carol edits from revision 1, which she saw before the delete: kept, not lost.
     assert save(carol, "Build", "ninja", base_rev=1) == Written(
-        Outcome.CONFLICT, "build--conflict-2", 1
+        Outcome.CONFLICT, "build-conflict-2", 1
     )
     # A fresh write of the label (no base) recreates it.
     assert save(alice, "Build", "bazel") == Written(Outcome.SAVED, "build", 3)
-    assert [m.slug for m in alice.list("proj")] == ["build", "build--conflict-2"]
+    assert [m.slug for m in alice.list("proj")] == ["build", "build-conflict-2"]
 
 
 def test_tombstones_and_their_events_are_purged_after_the_retention(hub_db: HubDatabase) -> None:
@@ -465,7 +501,7 @@ def test_a_retried_push_gets_its_first_outcome_and_writes_nothing_again(
     conflict = save(carol, "Build", "bazel", base_rev=1, write_id="carol-1")
     assert conflict.outcome is Outcome.CONFLICT
     assert save(carol, "Build", "bazel", base_rev=1, write_id="carol-1") == conflict
-    assert sorted(m.slug for m in alice.list("proj")) == ["build", "build--conflict-2"]
+    assert sorted(m.slug for m in alice.list("proj")) == ["build", "build-conflict-2"]
     assert hub_db.owner().execute("SELECT max(rev) FROM memories").fetchone() == (2,)
     # The ids are per team: team B's "alice-1" is a write of its own.
     bob = hub_db.memories("B", "bob")

@@ -172,12 +172,12 @@ def test_two_edits_from_the_same_revision_keep_both(database: HubDatabase, hub: 
     (first,) = alice.push([remember("a:2", "s", "Port", "the api listens on 9090", base_rev=1)])
     (second,) = bob.push([remember("b:1", "s", "Port", "the api listens on 7070", base_rev=1)])
     assert (first.outcome, first.slug, first.rev) == (pb.Ack.SAVED, "port", 2)
-    assert (second.outcome, second.slug) == (pb.Ack.CONFLICT, "port--conflict-2")
+    assert (second.outcome, second.slug) == (pb.Ack.CONFLICT, "port-conflict-2")
     changes = wire.page_from_pb(bob.pull()).changes
     kept = {change.slug: change for change in changes}
     assert kept["port"].memory is not None and "9090" in kept["port"].memory.content
-    assert kept["port--conflict-2"].conflict_of == "port"
-    assert kept["port--conflict-2"].author == "bob"
+    assert kept["port-conflict-2"].conflict_of == "port"
+    assert kept["port-conflict-2"].author == "bob"
 
 
 def test_a_retried_push_is_applied_once(database: HubDatabase, hub: HubProcess) -> None:

@@ -169,6 +169,7 @@ def test_all_signals_together_with_global_appended(
         "other_model": 2,
         "pending": 2,
         "code_changed": 0,
+        "conflicts": 0,
         "engines": {"other_model": 0, "pending": 0},
     }
 
@@ -267,11 +268,13 @@ def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> N
         "other_model": 0,
         "pending": 0,
         "code_changed": 0,
+        "conflicts": 0,
         "engines": {"other_model": 0, "pending": 0},
         "duplicate_pairs": [],
         "stale_labels": [],
         "orphaned_memories": [],
         "code_changed_memories": [],
+        "conflict_versions": [],
     }
 
 

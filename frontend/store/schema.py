@@ -70,6 +70,7 @@ from thatch.frontend.store.migrations.team import (
     TEAM_TABLES,
     m015_team_sync,
     m020_team_recalls,
+    m021_team_conflict_versions,
 )
 from thatch.frontend.store.transactions import atomic
 
@@ -125,6 +126,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m018_chat_remote", m018_chat_remote),
     ("m019_anchor_verdict_stat", m019_anchor_verdict_stat),
     ("m020_team_recalls", m020_team_recalls),
+    ("m021_team_conflict_versions", m021_team_conflict_versions),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -49,6 +49,25 @@ class UpkeepQueries:
         )
 
     @locked
+    def conflict_versions(self, store: str, limit: int = 10) -> tuple[int, list[tuple[str, str]]]:
+        """The live conflict versions team sync pulled into ``store`` (m021): their count,
+        and up to ``limit`` of them as (label, the original's label; "" when the original
+        is gone), by label."""
+        joined = (
+            "FROM team_conflict_versions c JOIN entries e ON e.store = c.store "
+            "AND e.slug = c.slug WHERE c.store = ? AND e.archived = 0"
+        )
+        count = int(self.conn.execute(f"SELECT count(*) {joined}", (store,)).fetchone()[0])
+        if not count:
+            return 0, []
+        rows = self.conn.execute(
+            "SELECT e.label, COALESCE((SELECT o.label FROM entries o WHERE o.store = c.store "
+            f"AND o.slug = c.conflict_of), '') {joined} ORDER BY e.label, e.slug LIMIT ?",
+            (store, limit),
+        )
+        return count, [(str(label), str(original)) for label, original in rows]
+
+    @locked
     def branches_in_store(self, store: str) -> list[str]:
         rows = self.conn.execute(
             "SELECT DISTINCT branch FROM entries WHERE store = ? AND branch IS NOT NULL "

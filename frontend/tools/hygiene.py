@@ -29,6 +29,8 @@ __all__ = [
 ]
 
 GLOBAL_STORE = "global"
+# Conflict versions ``thatch hygiene`` names (the report names the first).
+CONFLICTS_NAMED = 50
 
 
 class HygieneQueries(Protocol):
@@ -67,6 +69,25 @@ class StoreHygiene:
     # Memories whose anchored code changed since saved, or that depend on one whose code
     # did (docs/tools.md §code-anchors): slug → the changed paths (``via`` its label).
     drifted: Mapping[str, Drift] = field(default_factory=dict)
+    # Second versions team sync kept of concurrently edited memories (docs/team.md
+    # §conflicts): their count and the first ones by label, (label, original's label).
+    conflicts: int = 0
+    conflicts_named: tuple[tuple[str, str], ...] = ()
+
+    def conflict_part(self) -> str | None:
+        if not self.conflicts:
+            return None
+        first = ""
+        if self.conflicts_named:
+            label, original = self.conflicts_named[0]
+            first = quoted(label) + (f" of {quoted(original)}" if original else "")
+            if self.conflicts > 1:
+                first += f" and {self.conflicts - 1} more"
+            first += "; "
+        return (
+            _plural(self.conflicts, "conflict version", "conflict versions")
+            + f" from team sync ({first}merge each into its original, then forget it)"
+        )
 
     def model_parts(self) -> list[str]:
         parts = []
@@ -114,6 +135,9 @@ class StoreHygiene:
                 + f" whose code changed since saved ({inherited}recall them, check, update"
                 " or forget)"
             )
+        conflict = self.conflict_part()
+        if conflict:
+            parts.append(conflict)
         return parts + self.model_parts()
 
 
@@ -181,6 +205,7 @@ class Hygiene:
             "other_model": self.project.other_model,
             "pending": self.project.pending,
             "code_changed": len(self.project.drifted),
+            "conflicts": self.project.conflicts,
             "engines": {"other_model": self.engines.other_model, "pending": self.engines.pending},
         }
 
@@ -203,7 +228,10 @@ def _store_hygiene(
         orphaned_branches = [b for b in deleted if counts[b] > 0]
         orphaned = sum(counts.values())
     summary = db.duplicate_summary(name, duplicate_threshold)
+    conflicts, conflicts_named = _conflict_versions(db, name)
     return StoreHygiene(
+        conflicts=conflicts,
+        conflicts_named=tuple(conflicts_named),
         drifted=_drifted(db, name),
         store=name,
         duplicates=summary.memories,
@@ -216,6 +244,15 @@ def _store_hygiene(
         pending=db.pending_count(name),
         active_model=active_model,
     )
+
+
+def _conflict_versions(db: object, name: str) -> tuple[int, list[tuple[str, str]]]:
+    """Memory Stores only (other query objects hold no team sync tables)."""
+    from thatch.frontend.store.memory_store import Store
+
+    if not isinstance(db, Store):
+        return 0, []
+    return db.conflict_versions(name, CONFLICTS_NAMED)
 
 
 def _drifted(db: object, name: str) -> Mapping[str, Drift]:
@@ -315,6 +352,8 @@ class Named:
     orphaned: list[tuple[str, str]]  # (label, deleted branch)
     # (label, changed paths, the label of the memory it depends on whose code changed)
     code_changed: list[tuple[str, tuple[str, ...], str | None]] = field(default_factory=list)
+    # (label, the original's label or "") of the conflict versions team sync kept
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
 
     def lines(self, store: str) -> list[str]:
         out: list[str] = []
@@ -338,6 +377,15 @@ class Named:
                 + (f" via {quoted(via)})" if via is not None else ")")
                 for label, paths, via in self.code_changed
             ]
+        if self.conflicts:
+            out.append(
+                f"Conflict versions from team sync in {quoted(store)} (merge each into its "
+                "original, then forget it):"
+            )
+            out += [
+                f"  {quoted(label)}" + (f" of {quoted(original)}" if original else "")
+                for label, original in self.conflicts
+            ]
         return out
 
     def as_json(self) -> dict[str, Any]:
@@ -352,6 +400,9 @@ class Named:
             "code_changed_memories": [
                 {"label": label, "paths": list(paths), "via": via}
                 for label, paths, via in self.code_changed
+            ],
+            "conflict_versions": [
+                {"label": label, "of": original or None} for label, original in self.conflicts
             ],
         }
 
@@ -387,4 +438,4 @@ def named(store: Any, result: Hygiene, threshold: float, now: datetime) -> Named
             stale.append(memory.label)
         if memory.branch in deleted:
             orphaned.append((memory.label, memory.branch))
-    return Named(pairs, stale, orphaned, code_changed)
+    return Named(pairs, stale, orphaned, code_changed, list(project.conflicts_named))

@@ -24,8 +24,10 @@ __all__ = [
     "REVS_TABLE",
     "TEAM_TABLES",
     "TEAM_TRIGGERS",
+    "VERSIONS_TABLE",
     "m015_team_sync",
     "m020_team_recalls",
+    "m021_team_conflict_versions",
 ]
 
 LINKS_TABLE = "team_links"
@@ -35,6 +37,7 @@ CONFLICTS_TABLE = "team_conflicts"
 APPLYING_TABLE = "_thatch_team_applying"
 MACHINE_TABLE = "_thatch_team_machine"
 RECALLS_TABLE = "team_recalls"
+VERSIONS_TABLE = "team_conflict_versions"
 TEAM_TABLES = (
     LINKS_TABLE,
     OUTBOX_TABLE,
@@ -43,6 +46,7 @@ TEAM_TABLES = (
     APPLYING_TABLE,
     MACHINE_TABLE,
     RECALLS_TABLE,
+    VERSIONS_TABLE,
 )
 
 TEAM_TRIGGERS = (
@@ -172,4 +176,16 @@ def m020_team_recalls(conn: sqlite3.Connection) -> None:
         f"WHEN NEW.recall_count > OLD.recall_count AND {_linked('NEW')} AND {_NOT_APPLYING} "
         f"BEGIN INSERT INTO {RECALLS_TABLE} (store, slug, at) "
         f"VALUES (NEW.store, NEW.slug, coalesce(NEW.last_recalled_at, {_NOW})); END"
+    )
+
+
+def m021_team_conflict_versions(conn: sqlite3.Connection) -> None:
+    """The conflict versions among the pulled memories (docs/team.md §conflicts): the slug
+    of each row the hub kept as a second version (``conflict_of`` set), with the slug of
+    the memory it is a version of, so hygiene names them for the user to merge. Filled
+    and cleared by the replica as it applies the feed (a row pulled without
+    ``conflict_of``, or a tombstone, deletes its entry)."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} (store TEXT NOT NULL, "
+        "slug TEXT NOT NULL, conflict_of TEXT NOT NULL, PRIMARY KEY (store, slug)) WITHOUT ROWID"
     )
