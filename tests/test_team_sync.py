@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,6 +199,19 @@ def team(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def hygiene(machine: Machine) -> dict[str, Any]:
+    """``thatch hygiene --json`` run in a checkout whose project store is the shared one."""
+    repo = machine.home / "app"
+    if not repo.exists():
+        repo.mkdir()
+        for args in (["init", "-q"], ["remote", "add", "origin", f"https://github.com/{STORE}"]):
+            subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    machine.env["THATCH_PROJECT_DIR"] = str(repo)
+    found: dict[str, Any] = json.loads(machine.ok("hygiene", "--json"))
+    assert found["store"] == STORE, found
+    return found
+
+
 def remember(machine: Machine, label: str, text: str, *extra: str) -> None:
     machine.ok("remember", label, text, "--store", STORE, *extra)
 
@@ -296,7 +310,7 @@ def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path
             "from-bob-1",
             "from-bob-2",
             "port",
-            "port--conflict-2",
+            "port-conflict-2",
         }
 
         def settled() -> bool:
@@ -309,7 +323,7 @@ def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path
 
         assert poll(settled, DEADLINE), (one.log.read_text(), two.log.read_text())
         assert hub.live_slugs() == sorted(expected)  # none lost, none doubled
-        texts = {one.rows()["port"][0], one.rows()["port--conflict-2"][0]}
+        texts = {one.rows()["port"][0], one.rows()["port-conflict-2"][0]}
         assert any("9090" in text for text in texts) and any("7070" in text for text in texts)
         assert one.rows() == two.rows()
         # The machine whose edit came second was told where the hub kept it.
@@ -320,6 +334,19 @@ def test_offline_writes_on_both_sides_all_arrive_once(hub_db, embedder, tmp_path
         assert sorted(kept) == [0, 1]
         shown = one.ok("team", "status")
         assert "outbox: 0 waiting, 0 refused" in shown and "sync process: running" in shown
+        # Both machines' hygiene names the second version; forgotten by its own label on
+        # one machine (the user merged them), it is gone on the other too.
+        for machine in (one, two):
+            found = hygiene(machine)
+            assert found["conflicts"] == 1, found
+            assert found["conflict_versions"] == [{"label": "Port (conflict 2)", "of": "Port"}]
+            assert "1 conflict version from team sync" in found["report"]
+        one.ok("forget", "Port (conflict 2)", "--store", STORE, "--yes")
+        assert poll(lambda: "port-conflict-2" not in two.rows(), DEADLINE), two.log.read_text()
+        assert poll(lambda: one.outbox() == 0, DEADLINE), one.log.read_text()
+        assert hub.live_slugs() == sorted(expected - {"port-conflict-2"})
+        for machine in (one, two):
+            assert hygiene(machine)["conflicts"] == 0
 
 
 def test_a_machine_behind_the_purge_horizon_is_reset(hub_db, embedder, tmp_path) -> None:
