@@ -101,8 +101,10 @@ def check(row: Queued) -> str | None:
             if found:
                 return f"secret ({found[0].kind})"
     if slugify(row.label) != row.slug:
-        # The hub addresses a memory by its label's slug: a conflict version
-        # ("<slug>--conflict-<n>") or a row keyed otherwise cannot be written from here.
+        # The hub addresses a memory by its label's slug: a row keyed otherwise (a
+        # conflict version an earlier hub kept as "<slug>--conflict-<n>" under the
+        # original's label) would write the original. Conflict versions the hub keeps
+        # now have labels of their own ("<label> (conflict <n>)") and pass.
         return f"the hub cannot address slug {row.slug!r} by its label (edit it on the hub)"
     return None
 
