@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from thatch.frontend.hooks.reminder import reminder_text
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.hygiene import Hygiene, hygiene, named
+from thatch.frontend.tools.hygiene import Hygiene, hygiene, hygiene_report, named
 from thatch.hub.v1 import hub_pb2
 from thatch.teamsync import outbox
 from thatch.teamsync.links import add_link, get_link, remove_link
@@ -98,6 +99,11 @@ def test_a_pulled_conflict_version_is_named_by_hygiene_until_it_is_gone(
         '"Build"; merge each into its original, then forget it).'
     )
     assert result.as_json()["conflicts"] == 1
+    # The session start's reminder carries the same report.
+    session = reminder_text(
+        SHARED, "claude", hygiene_report(store, SHARED, tmp_path, MODEL, now=NOW)
+    )
+    assert f"[thatch hygiene] {result.report}" in session
     names = named(store, result, 0.85, NOW)
     assert names.lines(SHARED) == [
         'Conflict versions from team sync in "acme/app" (merge each into its original, '
