@@ -55,9 +55,9 @@ def test_a_page_keeps_its_cursor_and_reset() -> None:
 
 def test_acks_name_the_outcome() -> None:
     saved = wire.ack_written("m:1", Written(Outcome.SAVED, "a", 2))
-    conflict = wire.ack_written("m:2", Written(Outcome.CONFLICT, "a--conflict-2", 1))
+    conflict = wire.ack_written("m:2", Written(Outcome.CONFLICT, "a-conflict-2", 1))
     assert (saved.outcome, saved.slug, saved.rev) == (pb.Ack.SAVED, "a", 2)
-    assert (conflict.outcome, conflict.slug) == (pb.Ack.CONFLICT, "a--conflict-2")
+    assert (conflict.outcome, conflict.slug) == (pb.Ack.CONFLICT, "a-conflict-2")
     refused = wire.ack_refused("m:3", "secret (github token)")
     assert (refused.outcome, refused.reason) == (pb.Ack.REFUSED, "secret (github token)")
     assert wire.ack_forgotten("m:4", "a").outcome == pb.Ack.FORGOTTEN

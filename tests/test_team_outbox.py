@@ -290,7 +290,7 @@ def test_push_settles_by_acks_and_chains_revisions(store: Store) -> None:
     assert failed.error == "hub unreachable. Fix: retry later" and len(queued(store.conn)) == 6
     assert the_link(store).last_error == failed.error
     hub.down = False
-    hub.outcomes["n2"] = hub_pb2.Ack(outcome=hub_pb2.Ack.CONFLICT, slug="n2--conflict-2")
+    hub.outcomes["n2"] = hub_pb2.Ack(outcome=hub_pb2.Ack.CONFLICT, slug="n2-conflict-2")
     hub.outcomes["n3"] = hub_pb2.Ack(outcome=hub_pb2.Ack.REFUSED, reason="secret (a JWT)")
     [done] = engine.sync_all()
     assert done.error is None and the_link(store).last_ok_at is not None
@@ -300,7 +300,7 @@ def test_push_settles_by_acks_and_chains_revisions(store: Store) -> None:
     assert ids == sorted(ids)
     first, second = hub.pushed[0], hub.pushed[1]
     assert not first.HasField("base_rev") and second.base_rev == 1  # chained on its own save
-    assert done.conflicts == [("n2", "n2--conflict-2")]
+    assert done.conflicts == [("n2", "n2-conflict-2")]
     assert sorted(reason for _, reason in done.refused) == [
         "secret (a JWT)",
         "secret (an AWS access key id)",

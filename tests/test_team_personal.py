@@ -73,7 +73,7 @@ def test_one_member_syncs_one_store_between_two_machines(hub_db, embedder, tmp_p
             out = machine.ok("team", "join", hub.address, "--store", STORE, "--no-start")
             assert "Joined team pat as pat" in out, out
             machine.start_sync()
-        expected = {"build", "port", "port--conflict-2", "laptop-only", "desktop-only"}
+        expected = {"build", "port", "port-conflict-2", "laptop-only", "desktop-only"}
 
         def settled() -> bool:
             return all(
@@ -92,7 +92,7 @@ def test_one_member_syncs_one_store_between_two_machines(hub_db, embedder, tmp_p
         ).fetchall()
         assert ("build", 1) in rows and len(rows) == len(expected)
         # Different texts under one label are kept both, as between two members.
-        ports = {laptop.rows()["port"][0], laptop.rows()["port--conflict-2"][0]}
+        ports = {laptop.rows()["port"][0], laptop.rows()["port-conflict-2"][0]}
         assert ports == {f"# Port\n\n{PORT_LAPTOP[1]}", f"# Port\n\n{PORT_DESKTOP[1]}"}
         # Write ids carry each machine's own id: the same member's writes never collide.
         ids = {machine_id(laptop), machine_id(desktop)}
