@@ -11,9 +11,9 @@ and run in process; MiniLM's vectors come from a real embedder process serving t
 packaged all-MiniLM-L6-v2 int8, as in ``recall_quality.py``. Every set of
 ``recall_dense.py`` (all questions), dense (cosine alone) and fused (as ``Store.search``
 fuses, lexical hits with column ``camel``). Cost: one query embedded alone (p50 of 40),
-and passages embedded in batches of 16 (ms per passage, median of 3 runs over 32 memory
-texts of the docstrings set), every model in process with the embedder's session options
-and 2 threads.
+and passages embedded in batches of 16 (ms per passage, median of 3 runs over the first
+128 memory texts of the docstrings set, batches padded to their longest), every model in
+process with the embedder's session options and 2 threads.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def main() -> None:
         rows,
     )
     queries = [q.text for q in devs[0].questions[:40]]
-    passages = [f"# {m.label}\n\n{m.content}" for m in docstrings.memories[:32]]
+    passages = [f"# {m.label}\n\n{m.content}" for m in docstrings.memories[:128]]
     encoders["minilm-int8"] = OnnxVectors(
         "minilm-int8", minilm / "onnx" / "model_quantized.onnx",
         args.cache / "minilm" / "tokenizer.json", 256, 0, args.cache,
