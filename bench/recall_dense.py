@@ -55,7 +55,7 @@ from recall_quality import (
     stored_text,
     unit,
 )
-from recall_sets import DevSet, among, camelcase_set, code_set, conversation_set, facts_set
+from recall_sets import DevSet, all_sets
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 from thatch.frontend.store import lexical
@@ -248,15 +248,7 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    docstrings = code_set(args.size, args.seed)
-    devs = [
-        conversation_set(),
-        facts_set(),
-        docstrings,
-        camelcase_set(args.size, args.seed, args.cache),
-        among(conversation_set(), facts_set(), docstrings),
-        among(facts_set(), conversation_set(), docstrings),
-    ]
+    devs = all_sets(args.size, args.seed, args.cache)
     model_path = str(prepare_models(args.cache, [args.model])[args.model])
     with (
         embedder_running(model_path) as (address, _proc),

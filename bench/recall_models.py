@@ -33,7 +33,7 @@ from embedder import prepare_models
 from mpnet_onnx import build_file
 from recall_dense import Prepared, prepare
 from recall_quality import Vectors, metrics, ranks_by
-from recall_sets import among, camelcase_set, code_set, conversation_set, facts_set
+from recall_sets import all_sets
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.convert import quantize
@@ -117,15 +117,7 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    docstrings = code_set(args.size, args.seed)
-    devs = [
-        conversation_set(),
-        facts_set(),
-        docstrings,
-        camelcase_set(args.size, args.seed, args.cache),
-        among(conversation_set(), facts_set(), docstrings),
-        among(facts_set(), conversation_set(), docstrings),
-    ]
+    devs = all_sets(args.size, args.seed, args.cache)
     fp32 = build_file(args.mpnet, args.cache / "mpnet" / "model.onnx")
     tokenizer = args.mpnet / "tokenizer.json"
     models = {"mpnet-fp32": fp32}
@@ -168,7 +160,7 @@ def main() -> None:
         rows,
     )
     queries = [q.text for q in devs[0].questions[:40]]
-    passages = [f"# {m.label}\n\n{m.content}" for m in docstrings.memories[:128]]
+    passages = [f"# {m.label}\n\n{m.content}" for m in devs[2].memories[:128]]  # docstrings
     encoders["minilm-int8"] = OnnxVectors(
         "minilm-int8", minilm / "onnx" / "model_quantized.onnx",
         args.cache / "minilm" / "tokenizer.json", 256, 0, args.cache,

@@ -219,6 +219,20 @@ def among(dev: DevSet, *others: DevSet) -> DevSet:
     return DevSet(f"{dev.name} + others", memories, dev.questions)
 
 
+def all_sets(size: int, seed: int, cache: Path) -> list[DevSet]:
+    """Every dev set in the order the ranking benches report them: conversation, facts,
+    docstrings, camelcase, then conversation and facts each among the others."""
+    docstrings = code_set(size, seed)
+    return [
+        conversation_set(),
+        facts_set(),
+        docstrings,
+        camelcase_set(size, seed, cache),
+        among(conversation_set(), facts_set(), docstrings),
+        among(facts_set(), conversation_set(), docstrings),
+    ]
+
+
 K8S_PACKAGE = "kubernetes-types@1.30.0"
 _JSDOC = re.compile(
     r"/\*\*(?P<doc>.*?)\*/\s*(?:export interface (?P<type>\w+)|(?P<field>[\w$]+)\??:)", re.S
