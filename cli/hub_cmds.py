@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -66,6 +67,20 @@ def _as_owner() -> Iterator[Any]:
             yield conn
     except AdminError as error:
         raise FixableError(str(error), error.fix) from None
+
+
+# Team and member ids name rows, tokens' owners and chat peers (``<name>@<member>``): a
+# short word, never a line of text.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _identifier(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if ID_PATTERN.fullmatch(value) is None:
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise click.BadParameter(
+            f"{shown!r} is not an id: 1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit"
+        )
+    return value
 
 
 def _now() -> datetime:
@@ -262,7 +277,7 @@ def team() -> None:
 
 
 @team.command("add")
-@click.argument("team_id", metavar="ID")
+@click.argument("team_id", metavar="ID", callback=_identifier)
 @click.argument("name")
 def team_add(team_id: str, name: str) -> None:
     """Add the team ID, shown as NAME."""
@@ -282,8 +297,8 @@ def member() -> None:
 
 
 @member.command("add")
-@click.argument("team_id", metavar="TEAM")
-@click.argument("member_id", metavar="MEMBER")
+@click.argument("team_id", metavar="TEAM", callback=_identifier)
+@click.argument("member_id", metavar="MEMBER", callback=_identifier)
 def member_add(team_id: str, member_id: str) -> None:
     """Add MEMBER to TEAM and print their token, once: only its SHA-256 is stored.
 
@@ -306,8 +321,8 @@ def member_add(team_id: str, member_id: str) -> None:
 
 
 @member.command("revoke")
-@click.argument("team_id", metavar="TEAM")
-@click.argument("member_id", metavar="MEMBER")
+@click.argument("team_id", metavar="TEAM", callback=_identifier)
+@click.argument("member_id", metavar="MEMBER", callback=_identifier)
 def member_revoke(team_id: str, member_id: str) -> None:
     """Revoke MEMBER's token: every hub refuses it from the next call on."""
     with _as_owner() as conn:

@@ -53,6 +53,7 @@ UNIT_MODULES: frozenset[str] = frozenset(
         "test_team_outbox.py",
         "test_engine_instructions.py",
         "test_engine_store.py",
+        "test_hub_ids.py",
         "test_hub_wire.py",
         "test_environment.py",
         "test_int8_format.py",
