@@ -6,9 +6,13 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ import pytest
 from tests.support.embedder_cleanup import wait_until
 from thatch.common.environment import queue_dir
 from thatch.frontend import queue
+from thatch.frontend.queue import files as queue_files
 
 
 def call(name: str, use_id: str | None = None, **extra: object) -> dict[str, object]:
@@ -431,3 +436,114 @@ def test_taker_of_a_removed_lock_file_locks_the_file_now_at_the_path(qdir: Path)
         assert not lock_is_free(lock)
     finally:
         release(waiter)
+
+
+# flock(2)'s number in /proc/<pid>/syscall, per machine
+FLOCK_SYSCALL = {"x86_64": 73, "aarch64": 32}
+
+
+def in_flock(pid: int) -> bool:
+    """Whether process ``pid`` is blocked in flock(2) now (its /proc syscall line)."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return bool(fields) and fields[0] == str(FLOCK_SYSCALL[platform.machine()])
+
+
+def test_a_waiting_hook_is_queued_in_the_kernel_not_polling(qdir: Path) -> None:
+    """A hook waiting for the queue lock sleeps in flock(2), so the release wakes it at once:
+    polling with sleeps lost the lock again and again to later hooks under heavy load."""
+    queue.append_calls(qdir, "s", [call("Bash", "x")])
+    lock = qdir / "s.lock"
+    holder = lock_holder(lock)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: in_flock(waiter.pid), 60, "the waiter to block in flock(2)")
+        release(holder)
+        assert waiter.stdout is not None
+        assert int(waiter.stdout.readline()) == lock.stat().st_ino
+    finally:
+        release(waiter)
+
+
+@pytest.fixture
+def no_alarm() -> Iterator[None]:
+    """The test process without pytest-timeout's alarm (put back after the test)."""
+    handler = signal.getsignal(signal.SIGALRM)
+    delay, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGALRM, handler)
+        if delay > 0:
+            signal.setitimer(signal.ITIMER_REAL, delay, interval)
+
+
+def test_a_lock_timeout_leaves_the_alarm_as_it_was(qdir: Path, no_alarm: None) -> None:
+    """The timed wait restores the process's SIGALRM handler and leaves no timer running;
+    a process whose own alarm is set keeps it (and waits all the same)."""
+    qdir.mkdir()
+    lock = qdir / "s.lock"
+
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("the caller's alarm handler ran")
+
+    signal.signal(signal.SIGALRM, mine)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: it conflicts within one process
+        with (
+            pytest.raises(queue.QueueError, match=r"busy for 0\.05 s"),
+            queue_files.locked(lock, timeout=0.05),
+        ):
+            pass
+        assert signal.getsignal(signal.SIGALRM) is mine
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        signal.setitimer(signal.ITIMER_REAL, 3600)
+        with (
+            pytest.raises(queue.QueueError, match=r"busy for 0\.05 s"),
+            queue_files.locked(lock, timeout=0.05),
+        ):
+            pass
+        assert signal.getsignal(signal.SIGALRM) is mine
+        assert 3000 < signal.getitimer(signal.ITIMER_REAL)[0] <= 3600
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        os.close(fd)
+    with queue_files.locked(lock, timeout=5):
+        assert not lock_is_free(lock)
+
+
+def test_a_thread_other_than_main_waits_for_the_lock_too(qdir: Path) -> None:
+    """The MCP server's worker threads cannot take signals: they wait for the lock (and give
+    up) all the same."""
+    qdir.mkdir()
+    lock = qdir / "s.lock"
+    outcomes: list[str] = []
+
+    def take(timeout: float) -> None:
+        try:
+            with queue_files.locked(lock, timeout=timeout):
+                outcomes.append("held")
+        except queue.QueueError as error:
+            outcomes.append(str(error))
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        worker = threading.Thread(target=take, args=(0.05,))
+        worker.start()
+        worker.join()
+    finally:
+        os.close(fd)
+    worker = threading.Thread(target=take, args=(5,))
+    worker.start()
+    worker.join()
+    assert outcomes == ["queue lock s.lock busy for 0.05 s; gave up", "held"]

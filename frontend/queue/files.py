@@ -17,6 +17,8 @@ import fcntl
 import json
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,20 +101,9 @@ def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         deadline = time.monotonic() + timeout
-        delay = 0.002
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as error:
-                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise QueueError(
-                        f"queue lock {lock_path.name} busy for {timeout:g} s; gave up"
-                    ) from None
-                time.sleep(delay)  # waiting for another hook process; no event to wait on
-                delay = min(delay * 2, 0.05)
-                continue
+            if not _flock_until(fd, deadline):
+                raise QueueError(f"queue lock {lock_path.name} busy for {timeout:g} s; gave up")
             # The cleanup may have unlinked this file while we waited for it: holding an
             # orphan locks nobody out, so only the file still at the path counts.
             if _same_file(fd, lock_path):
@@ -124,6 +115,69 @@ def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
         yield
     finally:
         os.close(fd)  # closing releases the flock
+
+
+class _Expired(Exception):
+    """The alarm of a timed blocking flock went off."""
+
+
+def _flock_until(fd: int, deadline: float) -> bool:
+    """Take the exclusive flock on ``fd`` by ``deadline``; False when it stayed busy.
+
+    The main thread (every hook process) waits in the kernel, queued behind the holder and
+    woken at its release, under an interval timer: polling with sleeps lost the lock again
+    and again to processes that came later, so under heavy load a hook gave up after its
+    2 s while others got through. Other threads (the MCP server's workers) cannot take
+    SIGALRM, and a process whose own alarm is set keeps it: those poll.
+    """
+    if _try_flock(fd):
+        return True
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    ):
+        return _poll_flock(fd, deadline)  # no signals here, or the process's alarm is in use
+
+    def expire(signum: int, frame: object) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, remaining)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _Expired:
+            # The alarm may also go off just after the flock was taken: ask again.
+            return _try_flock(fd)
+        return True
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise
+        return False
+    return True
+
+
+def _poll_flock(fd: int, deadline: float) -> bool:
+    delay = 0.002
+    while not _try_flock(fd):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)  # another thread of this process or another process holds it
+        delay = min(delay * 2, 0.05)
+    return True
 
 
 def _same_file(fd: int, path: Path) -> bool:
