@@ -114,9 +114,19 @@ def add_member(
 
 
 def revoke_member(conn: Connection[TupleRow], team: str, member: str, at: datetime) -> bool:
+    """Revoke the member's token; its chat sessions leave the team's peers at once (they
+    could no longer read a mail sent to them, and were listed for a week)."""
     with conn.transaction():
         done = conn.execute(
             "UPDATE members SET revoked_at = %s WHERE team = %s AND id = %s AND revoked_at IS NULL",
             (at, team, member),
         )
-        return done.rowcount == 1
+        if done.rowcount != 1:
+            return False
+        # The chat triggers let a member remove only its own sessions: act as it here.
+        conn.execute(
+            "SELECT set_config('thatch.team', %s, true), set_config('thatch.member', %s, true)",
+            (team, member),
+        )
+        conn.execute("DELETE FROM chat_peers WHERE team = %s AND member = %s", (team, member))
+        return True

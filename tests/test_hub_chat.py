@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.hubdb import HubDatabase
 from thatch.frontend.errors import InvalidInputError
-from thatch.hub import chat
+from thatch.hub import admin, chat
 from thatch.hub.chat import OutgoingMail, PublishedSession
 from thatch.hub.session import Member, as_member, authenticate
 
@@ -412,3 +412,25 @@ def test_mail_to_a_session_gone_from_the_hub_is_refused(team: dict[str, Who]) ->
     publish(amy)  # amy's machine has no session any more
     ack = send(alice, "0a", gone, "anyone there?")
     assert (ack.id, ack.refused) == (None, f"No chat session #{gone.id} in this team.")
+
+
+def test_a_revoked_members_sessions_leave_the_peers_at_once(
+    team: dict[str, Who], hub_db: HubDatabase
+) -> None:
+    """Revoking a member takes its sessions off the list (it could read no mail sent to
+    them any more); the others and the other team keep theirs, and mail to it is refused."""
+    alice = team["alice"]
+    gone = peer(alice, "otter-00012@amy")
+    assert admin.revoke_member(hub_db.owner(), "A", "amy", hub_db.clock())
+    assert [p.name for p in chat.peers(alice.conn, alice.member, NOW)] == [
+        "otter-00012@alice",
+        "otter-00012@arne",
+    ]
+    bob = team["bob"]
+    assert [p.name for p in chat.peers(bob.conn, bob.member, NOW)] == [
+        "otter-00012@bea",
+        "otter-00012@bob",
+    ]
+    ack = send(alice, "0a", gone, "still there?")
+    assert (ack.id, ack.refused) == (None, f"No chat session #{gone.id} in this team.")
+    assert not admin.revoke_member(hub_db.owner(), "A", "amy", hub_db.clock())
