@@ -412,19 +412,27 @@ def has_open(pid: int, path: Path) -> bool:
         return False
 
 
-def test_taker_of_a_removed_lock_file_locks_the_file_now_at_the_path(qdir: Path) -> None:
-    """A process waiting on a lock file that is unlinked meanwhile (by cleanup, whoever) does
-    not go on holding the orphan: it locks the file at the path, so others wait for it."""
+def held_and_awaited(
+    qdir: Path,
+) -> tuple[Path, subprocess.Popen[str], subprocess.Popen[str]]:
+    """Session s's queue lock, a process holding it, and a process started to wait for it."""
     queue.append_calls(qdir, "s", [call("Bash", "x")])
     lock = qdir / "s.lock"
-    first = lock_holder(lock)
-    assert first.stdout is not None and first.stdout.readline() == "held\n"
+    holder = lock_holder(lock)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     waiter = subprocess.Popen(
         [sys.executable, "-c", WAITER, str(lock)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+    return lock, holder, waiter
+
+
+def test_taker_of_a_removed_lock_file_locks_the_file_now_at_the_path(qdir: Path) -> None:
+    """A process waiting on a lock file that is unlinked meanwhile (by cleanup, whoever) does
+    not go on holding the orphan: it locks the file at the path, so others wait for it."""
+    lock, first, waiter = held_and_awaited(qdir)
     try:
         # It opened the lock file and waits on it.
         wait_until(lambda: has_open(waiter.pid, lock), 60, "the waiter to open the lock")
@@ -454,16 +462,7 @@ def in_flock(pid: int) -> bool:
 def test_a_waiting_hook_is_queued_in_the_kernel_not_polling(qdir: Path) -> None:
     """A hook waiting for the queue lock sleeps in flock(2), so the release wakes it at once:
     polling with sleeps lost the lock again and again to later hooks under heavy load."""
-    queue.append_calls(qdir, "s", [call("Bash", "x")])
-    lock = qdir / "s.lock"
-    holder = lock_holder(lock)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    waiter = subprocess.Popen(
-        [sys.executable, "-c", WAITER, str(lock)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    lock, holder, waiter = held_and_awaited(qdir)
     try:
         wait_until(lambda: in_flock(waiter.pid), 60, "the waiter to block in flock(2)")
         release(holder)
