@@ -23,7 +23,9 @@ weight was tuned on MiniLM's cosines, and e5's live in a narrow high band, so th
 chosen again per model on the tune half of each set's questions (``recall_dense.half``:
 best mean R@5 + MRR over the four base sets) and reported on the other half. Sanity (there
 is no fp32 reference here): vector lengths, paraphrase pairs against unrelated pairs.
-Cost as ``recall_models.cost``, both models in process with 2 threads.
+Cost as ``recall_models.cost``, every model in process with 2 threads, and beside them
+what e5-small would cost as an ONNX graph: a random-weight BERT of its encoder's shape
+(``embedder.py``'s ``bge-shape``, fp32 and int8, built by thatch's importer).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import itertools
+import json
 import os
 import subprocess
 import zipfile
@@ -39,10 +42,12 @@ from pathlib import Path
 import numpy as np
 
 from _common import print_table
+from embedder import prepare_models
 from recall_dense import Lever, Prepared, choose, figures, prepare
 from recall_models import (
     THREADS,
     Encoder,
+    OnnxVectors,
     cached,
     cost,
     cost_texts,
@@ -240,9 +245,18 @@ def main() -> None:
     models += encoders.items()
     print_sanity(models)
     queries, passages = cost_texts(devs)
-    cost_rows = []
     files = {"minilm-int8": minilm / "onnx" / "model_quantized.onnx"}
     files.update({f"e5-{v}": sources / VARIANTS[v] for v in variants})
+    # e5-small's encoder as ONNX would cost what this does: the same shape (12 layers,
+    # 384 hidden, 12 heads, 1536 intermediate), random weights, MiniLM's tokenizer and
+    # 30k vocabulary (e5's 250k rows only make the embedding gather's table larger)
+    shapes = prepare_models(args.cache, ["bge-shape-int8", "bge-shape-fp32"])
+    for name, folder in shapes.items():
+        onnx_file = folder / json.loads((folder / "thatch_model.json").read_text())["onnx"]
+        files[name] = onnx_file
+        models.append((name, OnnxVectors(name, onnx_file, folder / "tokenizer.json", 512, 0,
+                                          args.cache)))  # fmt: skip
+    cost_rows = []
     for name, encoder in models:
         query_ms, passage_ms = cost(encoder, queries, passages)
         cost_rows.append([name, f"{files[name].stat().st_size / 1e6:.0f}",
