@@ -19,9 +19,11 @@ MiniLM's vectors come from a real embedder process in the same run, as in
 ``recall_models.py``, whose tables this prints for each variant (every set of
 ``recall_sets.all_sets``, all questions; dense: cosine alone; fused: as ``Store.search``
 fuses, weight 0.15 and the exact lift, lexical hits with column ``camel``). The fusion
-weight was tuned on MiniLM's cosines, and e5's live in a narrow high band, so the weight is
-chosen again per model on the tune half of each set's questions (``recall_dense.half``:
-best mean R@5 + MRR over the four base sets) and reported on the other half. Sanity (there
+weight was tuned on MiniLM's cosines, and e5's live in a narrow high band, so the weight
+(WEIGHTS) and the exact lift (EXACT_LIFTS) are chosen again per model on the tune half of
+each set's questions (``recall_dense.half``: best mean R@5 + MRR over the four base sets)
+and reported on the other half, beside the shipped pair and the R@5 of all questions (half
+of which chose them). Sanity (there
 is no fp32 reference here): vector lengths, paraphrase pairs against unrelated pairs.
 Cost as ``recall_models.cost``, every model in process with 2 threads, and beside them
 what e5-small would cost as an ONNX graph: a random-weight BERT of its encoder's shape
