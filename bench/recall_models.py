@@ -24,7 +24,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -32,8 +34,8 @@ from _common import embedder_running, print_table
 from embedder import prepare_models
 from mpnet_onnx import build_file
 from recall_dense import Prepared, prepare
-from recall_quality import Vectors, metrics, ranks_by
-from recall_sets import all_sets
+from recall_quality import Vectors, metrics, ranks_by, stored_text
+from recall_sets import DevSet, all_sets
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.convert import quantize
@@ -58,7 +60,8 @@ class OnnxVectors:
         self.tokenizer.enable_truncation(max_tokens)
         self.tokenizer.enable_padding(pad_id=pad_id)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], kind: Kind = Kind.PASSAGE) -> np.ndarray:
+        del kind  # no prefix
         encoded = self.tokenizer.encode_batch(texts)
         ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
         mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
@@ -68,41 +71,93 @@ class OnnxVectors:
         return np.asarray(pooled / np.linalg.norm(pooled, axis=1, keepdims=True), np.float32)
 
     def get(self, texts: list[str], kind: Kind) -> np.ndarray:
-        del kind  # neither model has a query prefix
-        path = self.cache / f"recall-models-{self.name}.npz"
-        known: dict[str, np.ndarray] = {}
-        if path.exists():
-            saved = np.load(path)
-            known = dict(zip(saved["keys"].tolist(), saved["vectors"], strict=True))
-        keys = [hashlib.sha256(text.encode()).hexdigest()[:24] for text in texts]
-        missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in known}.items(),
-                         key=lambda kt: len(kt[1]))  # fmt: skip
-        for start in range(0, len(missing), BATCH):
-            chunk = missing[start : start + BATCH]
-            known.update(
-                zip([k for k, _ in chunk], self.encode([t for _, t in chunk]), strict=True)
-            )
-        if missing:
-            print(f"{self.name}: embedded {len(missing)} texts", file=sys.stderr)
-            self.cache.mkdir(parents=True, exist_ok=True)
-            np.savez(path, keys=np.asarray(list(known)), vectors=np.stack(list(known.values())))
-        return np.stack([known[k] for k in keys])
+        # neither model has a query prefix: one cache for both kinds
+        return cached(self.cache / f"recall-models-{self.name}.npz", self.name, texts,
+                      lambda chunk: self.encode(chunk, kind))  # fmt: skip
 
 
-def cost(vectors: OnnxVectors, queries: list[str], passages: list[str]) -> tuple[float, float]:
+def cached(path: Path, name: str, texts: list[str],
+           encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:  # fmt: skip
+    """``texts``' vectors from the npz at ``path``, the missing ones embedded by ``encode``
+    in batches of BATCH (shortest first, so a batch pads little) and saved back."""
+    known: dict[str, np.ndarray] = {}
+    if path.exists():
+        saved = np.load(path)
+        known = dict(zip(saved["keys"].tolist(), saved["vectors"], strict=True))
+    keys = [hashlib.sha256(text.encode()).hexdigest()[:24] for text in texts]
+    missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in known}.items(),
+                     key=lambda kt: len(kt[1]))  # fmt: skip
+    for start in range(0, len(missing), BATCH):
+        chunk = missing[start : start + BATCH]
+        known.update(zip([k for k, _ in chunk], encode([t for _, t in chunk]), strict=True))
+    if missing:
+        print(f"{name}: embedded {len(missing)} texts", file=sys.stderr)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, keys=np.asarray(list(known)), vectors=np.stack(list(known.values())))
+    return np.stack([known[k] for k in keys])
+
+
+class Encoder(Protocol):
+    def encode(self, texts: list[str], kind: Kind) -> np.ndarray: ...
+
+
+def cost(vectors: Encoder, queries: list[str], passages: list[str]) -> tuple[float, float]:
     """(ms per query embedded alone, p50; ms per passage in batches of BATCH, median of 3)."""
     singles = []
     for query in queries:
         start = time.perf_counter()
-        vectors.encode([query])
+        vectors.encode([query], Kind.QUERY)
         singles.append((time.perf_counter() - start) * 1000)
     runs = []
     for _ in range(3):
         start = time.perf_counter()
         for i in range(0, len(passages), BATCH):
-            vectors.encode(passages[i : i + BATCH])
+            vectors.encode(passages[i : i + BATCH], Kind.PASSAGE)
         runs.append((time.perf_counter() - start) * 1000 / len(passages))
     return statistics.median(singles), statistics.median(runs)
+
+
+def prepare_shipped(devs: list[DevSet], cache: Path) -> tuple[Path, list[Prepared]]:
+    """The packaged all-MiniLM-L6-v2 int8 (its folder) and every dev set prepared with its
+    vectors from a real embedder process, as ``recall_quality.py`` gets them."""
+    minilm = prepare_models(cache, ["minilm-int8"])["minilm-int8"]
+    with (
+        embedder_running(str(minilm)) as (address, _proc),
+        EmbedderClient(address, autostart=False) as client,
+    ):
+        shipped = Vectors(cache, client, "minilm-int8")
+        return minilm, [prepare(dev, shipped) for dev in devs]
+
+
+def shipped_encoder(minilm: Path, cache: Path) -> OnnxVectors:
+    """The shipped model in process, for its cost beside another's."""
+    return OnnxVectors("minilm-int8", minilm / "onnx" / "model_quantized.onnx",
+                       cache / "minilm" / "tokenizer.json", 256, 0, cache)  # fmt: skip
+
+
+def cost_texts(devs: list[DevSet]) -> tuple[list[str], list[str]]:
+    """The cost's texts: 40 conversation questions, the first 128 docstring memories."""
+    queries = [q.text for q in devs[0].questions[:40]]
+    passages = [stored_text(m.label, m.content) for m in devs[2].memories[:128]]
+    return queries, passages
+
+
+def print_recall(results: dict[str, list[Prepared]]) -> None:
+    """Each model's dense and fused R@1 / R@5 / MRR on every set, all questions."""
+    rows: list[list[str]] = []
+    for i in range(len(next(iter(results.values())))):
+        for name, sets in results.items():
+            p = sets[i]
+            cos = p.query @ p.whole.T
+            dense = metrics(ranks_by(cos, p.targets))
+            fused = metrics(ranks_by(p.fused(cos), p.targets))
+            rows.append([f"{p.dev.name} ({len(p.targets)})", name,
+                         *(f"{v:.3f}" for v in dense), *(f"{v:.3f}" for v in fused)])  # fmt: skip
+    print_table(
+        "Models on the dev sets (all questions): dense = cosine alone, fused = as Store.search",
+        ["set (questions)", "model", "dense R@1", "R@5", "MRR", "fused R@1", "R@5", "MRR"],
+        rows,
+    )
 
 
 def main() -> None:
@@ -131,40 +186,17 @@ def main() -> None:
                 feed.pop("token_type_ids", None)
             quantize.quantize_file(fp32, int8, feeds)
         models["mpnet-int8"] = int8
-    results: dict[str, list[Prepared]] = {}
-    minilm = prepare_models(args.cache, ["minilm-int8"])["minilm-int8"]
-    with (
-        embedder_running(str(minilm)) as (address, _proc),
-        EmbedderClient(address, autostart=False) as client,
-    ):
-        shipped = Vectors(args.cache, client, "minilm-int8")
-        results["minilm-int8"] = [prepare(dev, shipped) for dev in devs]
+    minilm, shipped = prepare_shipped(devs, args.cache)
+    results: dict[str, list[Prepared]] = {"minilm-int8": shipped}
     encoders = {
         name: OnnxVectors(name, path, tokenizer, 384, 1, args.cache)
         for name, path in models.items()
     }
     for name, encoder in encoders.items():
         results[name] = [prepare(dev, encoder) for dev in devs]
-    rows: list[list[str]] = []
-    for i in range(len(devs)):
-        for name, sets in results.items():
-            p = sets[i]
-            cos = p.query @ p.whole.T
-            dense = metrics(ranks_by(cos, p.targets))
-            fused = metrics(ranks_by(p.fused(cos), p.targets))
-            rows.append([f"{p.dev.name} ({len(p.targets)})", name,
-                         *(f"{v:.3f}" for v in dense), *(f"{v:.3f}" for v in fused)])  # fmt: skip
-    print_table(
-        "Models on the dev sets (all questions): dense = cosine alone, fused = as Store.search",
-        ["set (questions)", "model", "dense R@1", "R@5", "MRR", "fused R@1", "R@5", "MRR"],
-        rows,
-    )
-    queries = [q.text for q in devs[0].questions[:40]]
-    passages = [f"# {m.label}\n\n{m.content}" for m in devs[2].memories[:128]]  # docstrings
-    encoders["minilm-int8"] = OnnxVectors(
-        "minilm-int8", minilm / "onnx" / "model_quantized.onnx",
-        args.cache / "minilm" / "tokenizer.json", 256, 0, args.cache,
-    )  # fmt: skip
+    print_recall(results)
+    queries, passages = cost_texts(devs)
+    encoders["minilm-int8"] = shipped_encoder(minilm, args.cache)
     cost_rows = []
     for name in ("minilm-int8", *models):
         query_ms, passage_ms = cost(encoders[name], queries, passages)
