@@ -1,7 +1,7 @@
 """EmbeddingGemma-300M against all-MiniLM-L6-v2 on issue 24's dev sets: recall and cost.
 
     python bench/recall_gemma.py --gemma DIR [--size 800] [--seed 15] [--max-tokens 256]
-                                 [--variants]
+                                 [--variants] [--int8]
     python bench/recall_gemma.py --gemma DIR --check
 
 DIR is google/embeddinggemma-300m as a sentence-transformers dir (Gemma terms of use), here
@@ -26,6 +26,9 @@ are measured on every set of ``all_sets`` (all questions), dense (cosine alone) 
 (Matryoshka), and the fused figures with other lexical weights than the shipped 0.15
 (chosen on MiniLM's cosines), all over the same questions (so in-sample: an upper bound).
 
+``--int8`` adds the graph through thatch's own quantizer (``quantize_file``, calibrated
+on its usual texts), measured the same way.
+
 ``--check``: the model card's and its notebook's own outputs beside this graph's (the
 only reference here: no PyTorch, no hub).
 """
@@ -47,6 +50,7 @@ from recall_quality import Vectors, linear, metrics, ranks_by
 from recall_sets import DevSet, all_sets
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
+from thatch.embedder.convert import quantize
 
 CODE_PROMPT = "task: code retrieval | query: "
 WEIGHTS = [0.05, 0.1, 0.15, 0.25, 0.4, 0.6]
@@ -105,9 +109,15 @@ class GemmaVectors(OnnxVectors):
     """EmbeddingGemma's unit vectors (prompt by kind), cached on disk as they are made."""
 
     def __init__(
-        self, src: Path, onnx_path: Path, cache: Path, max_tokens: int, query_prompt: str = ""
+        self,
+        src: Path,
+        onnx_path: Path,
+        cache: Path,
+        max_tokens: int,
+        query_prompt: str = "",
+        name: str = "gemma-fp32",
     ) -> None:
-        super().__init__("gemma-fp32", onnx_path, src / "tokenizer.json", max_tokens, 0, cache)
+        super().__init__(name, onnx_path, src / "tokenizer.json", max_tokens, 0, cache)
         # The cache is keyed by the prompted text, so every prompt shares one file.
         self.prompts = {**PROMPTS, **({Kind.QUERY: query_prompt} if query_prompt else {})}
 
@@ -215,6 +225,23 @@ def gemma_path(args: argparse.Namespace) -> Path:
     return build_file(args.gemma, args.cache / "gemma" / "model.onnx")
 
 
+def int8_path(args: argparse.Namespace) -> Path:
+    """The fp32 graph through thatch's own quantizer (calibrated as for MiniLM), built once."""
+    out = args.cache / "gemma" / "model_quantized.onnx"
+    if not out.exists():
+        from tokenizers import Tokenizer
+
+        feeds = quantize.calibration_feeds(
+            Tokenizer.from_file(str(args.gemma / "tokenizer.json")), args.max_tokens
+        )
+        for feed in feeds:
+            feed.pop("token_type_ids", None)
+        tmp = out.with_suffix(".tmp")
+        quantize.quantize_file(gemma_path(args), tmp, feeds)
+        tmp.rename(out)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--gemma", type=Path, required=True, help="embeddinggemma-300m dir")
@@ -225,6 +252,7 @@ def main() -> None:
     parser.add_argument(
         "--variants", action="store_true", help="also: code prompt, 256 dims, fusion weights"
     )
+    parser.add_argument("--int8", action="store_true", help="also int8 (thatch's quantizer)")
     parser.add_argument(
         "--cache",
         type=Path,
@@ -233,74 +261,79 @@ def main() -> None:
     args = parser.parse_args()
     if args.max_tokens > 257:
         parser.error("--max-tokens: at most 257 (the graph applies no sliding window)")
-    onnx_path = gemma_path(args)
-    gemma = GemmaVectors(args.gemma, onnx_path, args.cache, args.max_tokens)
+    gemma = GemmaVectors(args.gemma, gemma_path(args), args.cache, args.max_tokens)
     if args.check:
         check(gemma)
         return
+    files = {"gemma-fp32": gemma_path(args)}
+    encoders = {"gemma-fp32": gemma}
+    if args.int8:
+        files["gemma-int8"] = int8_path(args)
+        encoders["gemma-int8"] = GemmaVectors(
+            args.gemma, files["gemma-int8"], args.cache, args.max_tokens, name="gemma-int8"
+        )
     devs = all_sets(args.size, args.seed, args.cache)
     minilm = prepare_models(args.cache, ["minilm-int8"])["minilm-int8"]
     with (
         embedder_running(str(minilm)) as (address, _proc),
         EmbedderClient(address, autostart=False) as client,
     ):
-        shipped = [prepare(dev, Vectors(args.cache, client, "minilm-int8")) for dev in devs]
-    ours = [prepare(dev, gemma) for dev in devs]
-    rows = []
-    for before, after in zip(shipped, ours, strict=True):
-        label = f"{before.dev.name} ({len(before.targets)})"
-        rows.append([label, "minilm-int8", *figures(before)])
-        rows.append([label, "gemma-fp32", *figures(after)])
+        results = {
+            "minilm-int8": [prepare(d, Vectors(args.cache, client, "minilm-int8")) for d in devs]
+        }
+    for name, encoder in encoders.items():
+        results[name] = [prepare(dev, encoder) for dev in devs]
+    rows = [
+        [f"{sets[i].dev.name} ({len(sets[i].targets)})", name, *figures(sets[i])]
+        for i in range(len(devs))
+        for name, sets in results.items()
+    ]
     print_table(
         f"EmbeddingGemma on the dev sets (all questions, texts cut at {args.max_tokens} "
         "tokens): dense = cosine alone, fused = as Store.search",
         ["set (questions)", "model", "dense R@1", "R@5", "MRR", "fused R@1", "R@5", "MRR"],
         rows,
     )
-    for p in ours:
-        if p.dev.name in BEFORE_R5:
-            r5 = metrics(ranks_by(p.fused(p.query @ p.whole.T), p.targets))[1]
-            want = BEFORE_R5[p.dev.name] + 0.05
-            print(
-                f"{p.dev.name}: fused R@5 {r5:.3f}, target {min(want, 1.0):.3f} "
-                f"(before issue 24 {BEFORE_R5[p.dev.name]:.3f})"
-            )
+    for name in encoders:
+        for p in results[name]:
+            if p.dev.name in BEFORE_R5:
+                r5 = metrics(ranks_by(p.fused(p.query @ p.whole.T), p.targets))[1]
+                want = BEFORE_R5[p.dev.name] + 0.05
+                print(
+                    f"{name} {p.dev.name}: fused R@5 {r5:.3f}, target {min(want, 1.0):.3f} "
+                    f"(before issue 24 {BEFORE_R5[p.dev.name]:.3f})"
+                )
 
     if args.variants:
         variants(args, devs, gemma)
     queries = [q.text for q in devs[0].questions[:40]]
     passages = [f"# {m.label}\n\n{m.content}" for m in devs[2].memories[:128]]  # docstrings
+    shipped = minilm / "onnx" / "model_quantized.onnx"
     small = OnnxVectors(
-        "minilm-int8",
-        minilm / "onnx" / "model_quantized.onnx",
-        args.cache / "minilm" / "tokenizer.json",
-        256,
-        0,
-        args.cache,
+        "minilm-int8", shipped, args.cache / "minilm" / "tokenizer.json", 256, 0, args.cache
     )
     base_q, base_p = cost(small, queries, passages)
-    big_q, big_p = cost(
-        gemma,
-        [PROMPTS[Kind.QUERY] + q for q in queries],
-        [PROMPTS[Kind.PASSAGE] + p for p in passages],
-    )
+    cost_rows = [
+        ["minilm-int8", f"{shipped.stat().st_size / 1e6:.0f}", f"{base_q:.1f}", f"{base_p:.1f}"]
+    ]
+    for name, encoder in encoders.items():
+        query_ms, passage_ms = cost(
+            encoder,
+            [PROMPTS[Kind.QUERY] + q for q in queries],
+            [PROMPTS[Kind.PASSAGE] + p for p in passages],
+        )
+        cost_rows.append(
+            [
+                name,
+                f"{files[name].stat().st_size / 1e6:.0f}",
+                f"{query_ms:.1f} ({query_ms / base_q:.1f}×)",
+                f"{passage_ms:.1f} ({passage_ms / base_p:.1f}×)",
+            ]
+        )
     print_table(
         "Embedding cost in process (2 threads)",
         ["model", "ONNX MB", "query alone p50 ms", "ms per passage (batches of 16)"],
-        [
-            [
-                "minilm-int8",
-                f"{(minilm / 'onnx' / 'model_quantized.onnx').stat().st_size / 1e6:.0f}",
-                f"{base_q:.1f}",
-                f"{base_p:.1f}",
-            ],
-            [
-                "gemma-fp32",
-                f"{onnx_path.stat().st_size / 1e6:.0f}",
-                f"{big_q:.1f} ({big_q / base_q:.1f}×)",
-                f"{big_p:.1f} ({big_p / base_p:.1f}×)",
-            ],
-        ],
+        cost_rows,
     )
     print(f"\nload: {Path('/proc/loadavg').read_text().strip()}")
 
