@@ -155,8 +155,8 @@ def build_gemma_onnx(
         ("sliding_attention", config["rope_local_base_freq"]),
         ("full_attention", config["rope_theta"]),
     ):
-        cos, sin = rope_tables(float(str(base)), head_dim, max_tokens)
-        ropes[kind] = tuple(  # type: ignore[assignment]
+        tables = rope_tables(float(str(base)), head_dim, max_tokens)
+        cos_sin = [
             g.op(
                 "Slice",
                 [
@@ -167,15 +167,16 @@ def build_gemma_onnx(
                 ],
                 f"rope/{kind}/{n}/slice",
             )
-            for n, t in (("cos", cos), ("sin", sin))
-        )
+            for n, t in zip(("cos", "sin"), tables, strict=True)
+        ]
+        ropes[kind] = (cos_sin[0], cos_sin[1])
     mask = _additive_mask(g)  # [b, 1, 1, s]
     merge_shape = g.constant("merge_shape", [0, 0, heads * head_dim], np.int64)
     scale = float(str(config["query_pre_attn_scalar"])) ** -0.5
 
     for n, kind in enumerate(layer_types):
         p, a = f"layers.{n}.", f"layer{n}/attn"
-        cos, sin = ropes[kind]
+        rope_cos, rope_sin = ropes[kind]
 
         def split(
             h: str,
@@ -185,8 +186,8 @@ def build_gemma_onnx(
             factor: float = 1.0,
             p: str = p,
             a: str = a,
-            cos: str = cos,
-            sin: str = sin,
+            cos: str = rope_cos,
+            sin: str = rope_sin,
         ) -> str:
             out = m.matmul(h, weights[f"{p}self_attn.{proj}.weight"], f"{a}/{proj}")
             shaped = g.op(
