@@ -1,7 +1,7 @@
 """EmbeddingGemma-300M against all-MiniLM-L6-v2 on issue 24's dev sets: recall and cost.
 
     python bench/recall_gemma.py --gemma DIR [--size 800] [--seed 15] [--max-tokens 256]
-                                 [--variants] [--int8]
+                                 [--variants] [--int8] [--held-out]
     python bench/recall_gemma.py --gemma DIR --check
 
 DIR is google/embeddinggemma-300m as a sentence-transformers dir (Gemma terms of use), here
@@ -26,8 +26,9 @@ are measured on every set of ``all_sets`` (all questions), dense (cosine alone) 
 (Matryoshka), and the fused figures with other lexical weights than the shipped 0.15
 (chosen on MiniLM's cosines), all over the same questions (so in-sample: an upper bound).
 
-``--int8`` adds the graph through thatch's own quantizer (``quantize_file``, calibrated
-on its usual texts), measured the same way.
+``--held-out`` adds the docstrings of the standard library (``code_set(held_out=True)``),
+a set no lever was chosen on. ``--int8`` adds the graph through thatch's own quantizer
+(``quantize_file``, calibrated on its usual texts), measured the same way.
 
 ``--check``: the model card's and its notebook's own outputs beside this graph's (the
 only reference here: no PyTorch, no hub).
@@ -47,7 +48,7 @@ from gemma_onnx import build_file
 from recall_dense import Prepared, prepare
 from recall_models import OnnxVectors, cost
 from recall_quality import Vectors, linear, metrics, ranks_by
-from recall_sets import DevSet, all_sets
+from recall_sets import DevSet, all_sets, code_set
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.convert import quantize
@@ -254,6 +255,9 @@ def main() -> None:
     )
     parser.add_argument("--int8", action="store_true", help="also int8 (thatch's quantizer)")
     parser.add_argument(
+        "--held-out", action="store_true", help="also the held-out docstrings (stdlib)"
+    )
+    parser.add_argument(
         "--cache",
         type=Path,
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
@@ -273,6 +277,8 @@ def main() -> None:
             args.gemma, files["gemma-int8"], args.cache, args.max_tokens, name="gemma-int8"
         )
     devs = all_sets(args.size, args.seed, args.cache)
+    if args.held_out:
+        devs.append(code_set(args.size, args.seed, held_out=True))
     minilm = prepare_models(args.cache, ["minilm-int8"])["minilm-int8"]
     with (
         embedder_running(str(minilm)) as (address, _proc),
