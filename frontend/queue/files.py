@@ -157,7 +157,8 @@ def _flock_until(fd: int, deadline: float) -> bool:
             return _try_flock(fd)
         return True
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        # None: a handler not set from Python (an embedding host's); the default is closest.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
 
 
 def _try_flock(fd: int) -> bool:
