@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import random
 import shutil
 import statistics
@@ -96,3 +98,13 @@ def embedder_running(
             proc.kill()
             proc.wait(10)
         shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def add_cache_option(parser: argparse.ArgumentParser) -> None:
+    """``--cache``: where the benches keep models, packages and vectors between runs."""
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
+        help="where models, packages and vectors are kept between runs",
+    )

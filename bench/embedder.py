@@ -68,7 +68,15 @@ from pathlib import Path
 
 import grpc
 
-from _common import embedder_running, median_of, memory_texts, percentile, print_table, timed
+from _common import (
+    add_cache_option,
+    embedder_running,
+    median_of,
+    memory_texts,
+    percentile,
+    print_table,
+    timed,
+)
 from echo_server import METHOD
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
@@ -561,12 +569,7 @@ def main() -> None:
         help="comma-separated (default minilm-int8,minilm-fp32,bge-shape-int8; with "
         "--behind-max minilm-fp32); also bge-shape-fp32",
     )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-        help="where imported models are kept between runs",
-    )
+    add_cache_option(parser)
     parser.add_argument(
         "--latency-only", action="store_true", help="skip the throughput runs (minutes)"
     )

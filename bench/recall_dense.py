@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import re
 import sys
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import recall_levers
-from _common import embedder_running, print_table
+from _common import add_cache_option, embedder_running, print_table
 from embedder import prepare_models
 from recall_quality import (
     F64,
@@ -242,11 +241,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--misses", type=int, default=0, help="list this many camelcase misses")
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     devs = all_sets(args.size, args.seed, args.cache)
     model_path = str(prepare_models(args.cache, [args.model])[args.model])

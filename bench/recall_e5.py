@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import print_table
+from _common import add_cache_option, print_table
 from embedder import prepare_models
 from recall_dense import Lever, Prepared, choose, figures, prepare
 from recall_models import (
@@ -218,11 +218,7 @@ def main() -> None:
                         help="bundled model (default: both, original first)")  # fmt: skip
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--seed", type=int, default=15)
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     # libgomp reads these once, when the engine is loaded below. Its threads would spin
     # while they wait, which thatch's onnxruntime sessions do not (``session_options``):

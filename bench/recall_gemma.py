@@ -37,12 +37,11 @@ only reference here: no PyTorch, no hub).
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import numpy as np
 
-from _common import embedder_running, print_table
+from _common import add_cache_option, embedder_running, print_table
 from embedder import prepare_models
 from gemma_onnx import build_file
 from recall_dense import Prepared, prepare
@@ -257,11 +256,7 @@ def main() -> None:
     parser.add_argument(
         "--held-out", action="store_true", help="also the held-out docstrings (stdlib)"
     )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     if args.max_tokens > 257:
         parser.error("--max-tokens: at most 257 (the graph applies no sliding window)")

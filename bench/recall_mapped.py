@@ -14,12 +14,11 @@ R@1, dense and fused as ``Store.search`` fuses), beside MiniLM and Gemma alone.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import numpy as np
 
-from _common import embedder_running, print_table
+from _common import add_cache_option, embedder_running, print_table
 from embedder import prepare_models
 from gemma_onnx import build_file
 from recall_dense import Prepared, figures, prepare
@@ -56,11 +55,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--lam", type=float, nargs="+", default=[0.1, 1.0])
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     devs = all_sets(args.size, args.seed, args.cache)
     minilm = prepare_models(args.cache, ["minilm-int8"])["minilm-int8"]

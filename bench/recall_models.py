@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from _common import embedder_running, print_table
+from _common import add_cache_option, embedder_running, print_table
 from embedder import prepare_models
 from mpnet_onnx import build_file
 from recall_dense import Prepared, prepare
@@ -166,11 +165,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 MPNet")
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     devs = all_sets(args.size, args.seed, args.cache)
     fp32 = build_file(args.mpnet, args.cache / "mpnet" / "model.onnx")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sqlite3
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 import recall_levers
-from _common import embedder_running, print_table
+from _common import add_cache_option, embedder_running, print_table
 from embedder import prepare_models
 from recall_sets import DevSet, among, camelcase_set, code_set, conversation_set, facts_set
 from thatch.embedder.client.embedder_client import EmbedderClient
@@ -347,11 +346,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=800)
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--held-out", action="store_true", help="CPython's stdlib as the code set")
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     builders: list[Callable[[], DevSet]] = []
     docstrings = lambda: code_set(args.size, args.seed, held_out=args.held_out)  # noqa: E731

@@ -64,7 +64,7 @@ import numpy as np
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from _common import embedder_running, memory_texts, percentile, print_table, timed
+from _common import add_cache_option, embedder_running, memory_texts, percentile, print_table, timed
 from embedder import prepare_models
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
@@ -799,11 +799,7 @@ def main() -> None:
         "and absent (no embedder); parts: recall per ranking part, issue 24 (no embedder); "
         "dense: recall with a second scan, issue 24's dense levers (no embedder)",
     )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     if args.only in ("lexical", "snapshot", "parts", "dense"):
         args.dim = 384

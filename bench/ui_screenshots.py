@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
-from _common import embedder_running, percentile, print_table
+from _common import add_cache_option, embedder_running, percentile, print_table
 from embedder import prepare_models
 from store import PROJECT, QUESTIONS, fill
 from thatch.embedder.client.embedder_client import EmbedderClient
@@ -196,11 +196,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--out", type=Path, default=Path("ui-screenshots"))
     parser.add_argument("--no-screenshots", action="store_true")
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "thatch-bench",
-    )
+    add_cache_option(parser)
     args = parser.parse_args()
     model_path = (
         "mock"
