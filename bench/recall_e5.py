@@ -51,9 +51,9 @@ from recall_models import (
     Encoder,
     OnnxVectors,
     cached,
-    cost,
     cost_texts,
     prepare_shipped,
+    print_cost,
     print_recall,
     shipped_encoder,
 )
@@ -254,17 +254,7 @@ def main() -> None:
         files[name] = onnx_file
         models.append((name, OnnxVectors(name, onnx_file, folder / "tokenizer.json", 512, 0,
                                           args.cache)))  # fmt: skip
-    cost_rows = []
-    for name, encoder in models:
-        query_ms, passage_ms = cost(encoder, queries, passages)
-        cost_rows.append([name, f"{files[name].stat().st_size / 1e6:.0f}",
-                          f"{query_ms:.1f}", f"{passage_ms:.1f}"])  # fmt: skip
-    print_table(
-        f"Embedding cost in process ({THREADS} threads)",
-        ["model", "file MB", "query alone p50 ms", "ms per passage (batches of 16)"],
-        cost_rows,
-    )
-    print(f"\nload: {Path('/proc/loadavg').read_text().strip()}")
+    print_cost([(name, encoder, files[name]) for name, encoder in models], queries, passages)
 
 
 if __name__ == "__main__":

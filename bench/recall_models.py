@@ -192,15 +192,23 @@ def main() -> None:
     print_recall(results)
     queries, passages = cost_texts(devs)
     encoders["minilm-int8"] = shipped_encoder(minilm, args.cache)
-    cost_rows = []
-    for name in ("minilm-int8", *models):
-        query_ms, passage_ms = cost(encoders[name], queries, passages)
-        size = (models.get(name) or minilm / "onnx" / "model_quantized.onnx").stat().st_size
-        cost_rows.append([name, f"{size / 1e6:.0f}", f"{query_ms:.1f}", f"{passage_ms:.1f}"])
+    files = {"minilm-int8": minilm / "onnx" / "model_quantized.onnx", **models}
+    print_cost([(name, encoders[name], files[name]) for name in files], queries, passages)
+
+
+def print_cost(
+    models: list[tuple[str, Encoder, Path]], queries: list[str], passages: list[str]
+) -> None:
+    """The cost table (``cost`` of each model, beside its file's size) and the load."""
+    rows = []
+    for name, encoder, file in models:
+        query_ms, passage_ms = cost(encoder, queries, passages)
+        rows.append([name, f"{file.stat().st_size / 1e6:.0f}", f"{query_ms:.1f}",
+                     f"{passage_ms:.1f}"])  # fmt: skip
     print_table(
         f"Embedding cost in process ({THREADS} threads)",
-        ["model", "ONNX MB", "query alone p50 ms", "ms per passage (batches of 16)"],
-        cost_rows,
+        ["model", "file MB", "query alone p50 ms", "ms per passage (batches of 16)"],
+        rows,
     )
     print(f"\nload: {Path('/proc/loadavg').read_text().strip()}")
 
