@@ -546,3 +546,31 @@ def test_a_thread_other_than_main_waits_for_the_lock_too(qdir: Path) -> None:
     worker.start()
     worker.join()
     assert outcomes == ["queue lock s.lock busy for 0.05 s; gave up", "held"]
+
+
+NEAR_DEADLINE = """
+import fcntl, os, signal, sys, time
+from thatch.frontend.queue import files
+lock = sys.argv[1]
+holder = os.open(lock, os.O_RDWR | os.O_CREAT)
+fcntl.flock(holder, fcntl.LOCK_EX)
+fd = os.open(lock, os.O_RDWR)
+for left in [micro * 1e-6 for micro in range(1, 201)] * 30:
+    assert files._flock_until(fd, time.monotonic() + left) is False
+assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+print("gave up 6000 times")
+"""
+
+
+def test_a_wait_that_ends_microseconds_away_still_gives_up(qdir: Path) -> None:
+    """An alarm that goes off before flock(2) starts to block cannot be missed: the timer
+    repeats, so the wait still ends (with one tick only, it waited for the holder)."""
+    qdir.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", NEAR_DEADLINE, str(qdir / "s.lock")],
+        capture_output=True,
+        text=True,
+        timeout=60,  # only so a hang fails the test instead of stalling the suite
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "gave up 6000 times\n", "")

@@ -117,6 +117,9 @@ def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
         os.close(fd)  # closing releases the flock
 
 
+_TICK_SECONDS = 0.005  # the timer's repeat once the deadline has passed
+
+
 class _Expired(Exception):
     """The alarm of a timed blocking flock went off."""
 
@@ -128,7 +131,8 @@ def _flock_until(fd: int, deadline: float) -> bool:
     woken at its release, under an interval timer: polling with sleeps lost the lock again
     and again to processes that came later, so under heavy load a hook gave up after its
     2 s while others got through. Other threads (the MCP server's workers) cannot take
-    SIGALRM, and a process whose own alarm is set keeps it: those poll.
+    SIGALRM, and a process whose own alarm is set, or that blocks SIGALRM, keeps it as it
+    is: those poll.
     """
     if _try_flock(fd):
         return True
@@ -138,25 +142,33 @@ def _flock_until(fd: int, deadline: float) -> bool:
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+        or signal.SIGALRM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     ):
-        return _poll_flock(fd, deadline)  # no signals here, or the process's alarm is in use
+        return _poll_flock(fd, deadline)
+    waiting = [True]
 
     def expire(signum: int, frame: object) -> None:
-        raise _Expired
+        # Once only: a later tick must not break out of the handling of the first.
+        if waiting[0]:
+            waiting[0] = False
+            raise _Expired
 
     previous = signal.signal(signal.SIGALRM, expire)
     try:
         try:
-            signal.setitimer(signal.ITIMER_REAL, remaining)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+            # Ticks repeat: one that lands after the timer is set but before flock(2)
+            # starts to block runs the handler only once flock returns, so the next one
+            # is what interrupts the wait.
+            signal.setitimer(signal.ITIMER_REAL, remaining, _TICK_SECONDS)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waiting[0] = False
         except _Expired:
             # The alarm may also go off just after the flock was taken: ask again.
             return _try_flock(fd)
         return True
     finally:
+        waiting[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
         # None: a handler not set from Python (an embedding host's); the default is closest.
         signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
 
