@@ -22,6 +22,7 @@ __all__ = [
     "m006_hub_reads_migrations",
     "m007_chat",
     "m008_hnsw_screen",
+    "m009_chat_peers_of_live_members",
 ]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
@@ -459,5 +460,39 @@ CREATE INDEX IF NOT EXISTS memories_live_vectors ON memories (team, store)
 CREATE INDEX IF NOT EXISTS memories_screen_sample ON memories (team, store)
   INCLUDE (slug, embedding, archived, branch)
   WHERE {SCREEN_SAMPLE} AND deleted_at IS NULL AND embedding IS NOT NULL""",
+        role,
+    )
+
+
+def m009_chat_peers_of_live_members(conn: Connection[TupleRow], role: str) -> None:
+    """Only a live member publishes chat sessions. A request authenticates in one
+    transaction and publishes in the next, so a publish that authenticated before
+    ``hub member revoke`` could put back the sessions the revoke removed, listed for a
+    week. The check takes a share lock on the member's row: a revoke in progress waits
+    for such a publish and then removes its rows, or the publish waits for the revoke
+    and is refused. Definer's rights: the hub's role cannot read ``members``."""
+    _run(
+        conn,
+        """CREATE FUNCTION thatch_member_is_live(member_team text, member_id text)
+  RETURNS boolean LANGUAGE sql VOLATILE SECURITY DEFINER
+  SET search_path = pg_catalog, pg_temp
+  AS $$ SELECT EXISTS (SELECT 1 FROM public.members m WHERE m.team = member_team
+        AND m.id = member_id AND m.revoked_at IS NULL FOR SHARE) $$;
+
+REVOKE ALL ON FUNCTION thatch_member_is_live(text, text) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION thatch_member_is_live(text, text) TO {role};
+
+CREATE FUNCTION thatch_chat_peer_member_live() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT thatch_member_is_live(NEW.team, thatch_member()) THEN
+    RAISE EXCEPTION 'the member is revoked: a revoked member publishes no chat session'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER live_member BEFORE INSERT OR UPDATE ON chat_peers
+  FOR EACH ROW EXECUTE FUNCTION thatch_chat_peer_member_live()""",
         role,
     )

@@ -28,6 +28,7 @@ from thatch.hub.migrations import (
     m006_hub_reads_migrations,
     m007_chat,
     m008_hnsw_screen,
+    m009_chat_peers_of_live_members,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m006_hub_reads_migrations", m006_hub_reads_migrations),
     ("m007_chat", m007_chat),
     ("m008_hnsw_screen", m008_hnsw_screen),
+    ("m009_chat_peers_of_live_members", m009_chat_peers_of_live_members),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).

@@ -434,3 +434,22 @@ def test_a_revoked_members_sessions_leave_the_peers_at_once(
     ack = send(alice, "0a", gone, "still there?")
     assert (ack.id, ack.refused) == (None, f"No chat session #{gone.id} in this team.")
     assert not admin.revoke_member(hub_db.owner(), "A", "amy", hub_db.clock())
+
+
+def test_a_publish_authenticated_before_the_revoke_is_refused(
+    team: dict[str, Who], hub_db: HubDatabase
+) -> None:
+    """A request that authenticated before the revoke and publishes after it cannot put the
+    member's sessions back on the list: nobody could remove them for a week."""
+    amy = team["amy"]  # authenticated: amy.member is what a request in flight holds
+    assert admin.revoke_member(hub_db.owner(), "A", "amy", hub_db.clock())
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="revoked"):
+        publish(amy, session("1a", "otter-00012"), session("1b", "otter-00013"))
+    alice = team["alice"]
+    assert [p.name for p in chat.peers(alice.conn, alice.member, NOW)] == [
+        "otter-00012@alice",
+        "otter-00012@arne",
+    ]
+    # The live members publish and refresh as before.
+    (again,) = publish(alice, session("0a", "otter-00012", topic="still here"))
+    assert again.topic == "still here"
