@@ -15,21 +15,18 @@ TLS from a certificate and key; plaintext only on a unix socket or a loopback ad
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 import grpc
 import psycopg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from thatch.common.stop_signals import no_signals, stop_signals
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address
@@ -147,19 +144,6 @@ def _listen(value: str, tls: HubTls | None, logger: logging.Logger) -> Address:
     return address
 
 
-@contextmanager
-def _signals(on_first: Callable[[str], None]) -> Iterator[None]:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        on_first(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def _not_ready(conninfo: str) -> str | None:
     """Why the database cannot be served yet (None: it can). ``HubStartError`` when waiting
     cannot help: the role could bypass row-level security."""
@@ -229,7 +213,7 @@ def serve(
 
     server.start()
     try:
-        with _signals(on_signal) if install_signals else _no_signals():
+        with stop_signals(on_signal) if install_signals else no_signals():
             logger.info("starting: listening at %s, connecting to the database", shown)
             if _wait_ready(pool, options.database_url, stop, logger):
                 set_health(health_servicer, SERVING)
@@ -242,8 +226,3 @@ def serve(
         pool.close()
     logger.info("hub stopped")
     return 0
-
-
-@contextmanager
-def _no_signals() -> Iterator[None]:
-    yield

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, socket_dir
+from thatch.common.stop_signals import no_signals, stop_signals
 from thatch.embedder.client.errors import (
     ALREADY_RUNNING_FIX,
     AddressError,
@@ -258,25 +256,6 @@ class _Process:
             self.instance = None
 
 
-@contextmanager
-def _signals(on_first: Callable[[str], None], on_second: Callable[[], None]) -> Iterator[None]:
-    received: list[int] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            on_first(signal.Signals(signum).name)
-        else:
-            on_second()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def serve(
     options: ServeOptions,
     *,
@@ -335,7 +314,7 @@ def serve(
             set_health(health_servicer, SERVING if ok else NOT_SERVING)
 
     batcher: Batcher | None = None
-    with _signals(on_signal, exit_now) if install_signals else _no_signals():
+    with stop_signals(on_signal, exit_now) if install_signals else no_signals():
         try:
             logger.info("starting: model %s, listening at %s", options.model, shown)
             settings = resolve_model(options.model, env=env)
@@ -368,11 +347,6 @@ def serve(
         process.remove_files()
         logger.info("embedder stopped")
     return 0
-
-
-@contextmanager
-def _no_signals() -> Iterator[None]:
-    yield
 
 
 def _quiet_onnxruntime() -> None:
