@@ -270,14 +270,22 @@ def jsdoc_pairs(root: Path) -> list[Pair]:
                 name = f"{api} {current}"
             else:
                 name = f"{api} {current} {match['field']}"
-            parts = _FIRST_SENTENCE.split(doc, maxsplit=1)
-            if len(parts) != 2:
-                continue
-            summary, body = parts[0].strip() + ".", parts[1].strip()
-            first, _, rest = summary.partition(" ")
-            if match["field"] and first.lower() == match["field"].lower():
-                # A question names what it wants in words: the name is left to the memory.
-                summary = rest
-            if 4 <= len(summary.split()) <= 40 and len(body) >= 60:
-                pairs.append(Pair(summary, body[:MAX_BODY], name))
+            pair = jsdoc_pair(doc, name, match["field"])
+            if pair is not None:
+                pairs.append(pair)
     return _unique(pairs)
+
+
+def jsdoc_pair(doc: str, name: str, field: str | None) -> Pair | None:
+    """(first sentence, rest) of one JSDoc text, if both are long enough."""
+    parts = _FIRST_SENTENCE.split(doc, maxsplit=1)
+    if len(parts) != 2:
+        return None
+    summary, body = parts[0].strip() + ".", parts[1].strip()
+    first, _, rest = summary.partition(" ")
+    if field and first.lower() == field.lower():
+        # A question names what it wants in words: the name is left to the memory.
+        summary = rest
+    if 4 <= len(summary.split()) <= 40 and len(body) >= 60:
+        return Pair(summary, body[:MAX_BODY], name)
+    return None

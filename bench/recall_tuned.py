@@ -1,0 +1,78 @@
+"""all-MiniLM-L6-v2 fine-tuned on code facts (``finetune_encoder.py``) against the shipped
+model on issue 24's dev sets, the held-out standard library's docstrings included.
+
+    python bench/recall_tuned.py DIR [DIR ...] [--size 800] [--seed 15]
+
+Each DIR is a trained checkpoint made servable by ``thatch model import`` (its ``onnx/``
+holds ``model.onnx`` and ``model_quantized.onnx``, from thatch's own converter and
+quantizer). Both files run in process with the embedder's session options; the shipped
+all-MiniLM-L6-v2 int8 comes from a real embedder process, as in ``recall_models.py``.
+Vectors are cached per file content, so a retrained DIR is embedded again. ``--weights``
+chooses each model's fusion weight on half the questions and reports the other half
+(``recall_e5.py``'s sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+from _common import add_cache_option
+from recall_dense import Prepared, prepare
+from recall_e5 import print_weights
+from recall_models import (
+    OnnxVectors,
+    cost_texts,
+    prepare_shipped,
+    print_cost,
+    print_recall,
+    shipped_encoder,
+)
+from recall_sets import all_sets, code_set
+
+
+def file_tag(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("models", type=Path, nargs="+", help="imported trained model dirs")
+    parser.add_argument("--size", type=int, default=800)
+    parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--no-fp32", action="store_true", help="only the int8 files")
+    parser.add_argument(
+        "--weights", action="store_true", help="also the fusion weight chosen per model"
+    )
+    add_cache_option(parser)
+    args = parser.parse_args()
+    devs = [*all_sets(args.size, args.seed, args.cache),
+            code_set(args.size, args.seed, held_out=True)]  # fmt: skip
+    minilm, shipped = prepare_shipped(devs, args.cache)
+    results: dict[str, list[Prepared]] = {"minilm-int8": shipped}
+    files = {"minilm-int8": minilm / "onnx" / "model_quantized.onnx"}
+    encoders = {}
+    for model in args.models:
+        kinds = ["model_quantized.onnx"] + ([] if args.no_fp32 else ["model.onnx"])
+        for kind in kinds:
+            path = model / "onnx" / kind
+            name = f"{model.name}-{'int8' if 'quantized' in kind else 'fp32'}"
+            encoder = OnnxVectors(f"tuned-{name}-{file_tag(path)}", path,
+                                  model / "tokenizer.json", 256, 0, args.cache)  # fmt: skip
+            results[name] = [prepare(dev, encoder) for dev in devs]
+            encoders[name], files[name] = encoder, path
+    print_recall(results)
+    if args.weights:
+        print_weights(results)
+    queries, passages = cost_texts(devs)
+    encoders["minilm-int8"] = shipped_encoder(minilm, args.cache)
+    print_cost([(name, encoders[name], files[name]) for name in files], queries, passages)
+
+
+if __name__ == "__main__":
+    main()
