@@ -8,31 +8,36 @@ The question: does a MiniLM trained on code facts of the dev sets' shape (a docs
 summary line as the query, the fact as thatch stores it as the memory) reach issue 24's
 code target at MiniLM's cost, and what does it lose on conversation? Needs PyTorch, which
 thatch does not depend on: run it from a venv of its own (torch, safetensors, tokenizers,
-numpy). The training data, fetched into the bench cache on first use, never overlaps a dev
-set:
+numpy). The training data is fetched into the bench cache on first use:
 
 - the docstrings of the pinned wheels ``TRAIN_WHEELS`` (``pip download --no-deps``, the
   ``.py`` files unpacked, parsed with ``ast``, never imported); the docstrings set's
   packages (``recall_sets.DEV_PACKAGES``) and the standard library (held out) are refused;
 - the JSDoc of the pinned npm packages ``TRAIN_NPM`` (``npm pack``); kubernetes-types, the
-  camelcase set, is refused.
+  camelcase set, is refused;
+- then every fact a dev set could be learned from is dropped (``without_dev``): packages
+  vendor copies of others, so a name is not enough. The docstrings set is read from the
+  project's venv (``--dev-site``).
 
 The encoder is BERT written out in PyTorch from the checkpoint's safetensors (no
 transformers), pooled as its ``1_Pooling`` says (mean or CLS), its queries prefixed as its
 ``config_sentence_transformers.json`` says (bge-small's are). Training: in-batch negatives
 (each query against every memory of its batch, cosine × 20, cross-entropy both ways),
-AdamW, linear warm-up and decay; ``--grouped`` fills each batch from one package, so a
+AdamW with weight decay 0.01 on every parameter, linear warm-up and decay, no dropout;
+``--grouped`` fills each batch from one package, so a
 function competes with its neighbours as in a dev set. ``--anchor λ`` adds λ · (1 − cos)
 between each memory's vector and the untrained model's. ``--queries-only`` trains the
 query side alone against the untrained model's memory vectors (stored vectors would stay
 valid, at the price of a second model in the embedder). OUT is a copy of the checkpoint
 folder with the trained ``model.safetensors``: ``thatch model import OUT`` makes it
-servable, ``recall_tuned.py`` measures it.
+servable, ``recall_tuned.py`` measures it. ``--check ONNX`` compares the untrained
+encoder with thatch's own fp32 graph of the same checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -40,13 +45,23 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from _common import add_cache_option
-from recall_sets import DEV_PACKAGES, Pair, _unique, docstring_pairs, jsdoc_pair
+from recall_sets import (
+    DEV_PACKAGES,
+    Pair,
+    _unique,
+    docstring_pairs,
+    held_out_roots,
+    jsdoc_pair,
+    jsdoc_pairs,
+    kubernetes_types,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,27 +113,32 @@ def ts_pairs(root: Path) -> list[Pair]:
 
 
 def fetch(cache: Path) -> tuple[Path, Path]:
-    """The unpacked training packages in ``cache`` (downloaded on first use): (the wheels'
-    ``.py`` files, the npm packages)."""
-    python, npm = cache / "python", cache / "npm"
-    if not python.exists():
-        wheels = cache / "wheels"
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "-d", str(wheels), *TRAIN_WHEELS],
-                       check=True)  # fmt: skip
-        for wheel in sorted(wheels.glob("*.whl")):
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extractall(python, [n for n in archive.namelist() if n.endswith(".py")])
-    if not npm.exists():
-        for spec in TRAIN_NPM:
-            folder = npm / spec.rsplit("@", 1)[0].replace("/", "+")
-            folder.mkdir(parents=True)
-            subprocess.run(["npm", "pack", "-q", spec], cwd=folder, check=True,
-                           capture_output=True)  # fmt: skip
-            (tarball,) = folder.glob("*.tgz")
-            with tarfile.open(tarball) as archive:
-                archive.extractall(folder, filter="data")
-    return python, npm
+    """The unpacked training packages (the wheels' ``.py`` files, the npm packages) in a
+    folder of ``cache`` named by the pins, built whole in a temporary folder on first use."""
+    pins = hashlib.sha256(json.dumps([TRAIN_WHEELS, TRAIN_NPM]).encode()).hexdigest()[:12]
+    done = cache / f"finetune-{pins}"
+    if not done.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache, prefix="finetune-partial-") as tmp:
+            work = Path(tmp)
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                            "--only-binary=:all:", "-d", str(work / "wheels"), *TRAIN_WHEELS],
+                           check=True)  # fmt: skip
+            for wheel in sorted((work / "wheels").glob("*.whl")):
+                with zipfile.ZipFile(wheel) as archive:
+                    names = [n for n in archive.namelist() if n.endswith(".py")]
+                    archive.extractall(work / "python", names)
+            for spec in TRAIN_NPM:
+                folder = work / "npm" / spec.rsplit("@", 1)[0].replace("/", "+")
+                folder.mkdir(parents=True)
+                subprocess.run(["npm", "pack", "-q", spec], cwd=folder, check=True,
+                               capture_output=True)  # fmt: skip
+                (tarball,) = folder.glob("*.tgz")
+                with tarfile.open(tarball) as archive:
+                    archive.extractall(folder, filter="data")
+            work.rename(done)
+            work.mkdir()  # for TemporaryDirectory's clean-up
+    return done / "python", done / "npm"
 
 
 def training_pairs(python: Path, npm: Path) -> list[Pair]:
@@ -131,6 +151,54 @@ def training_pairs(python: Path, npm: Path) -> list[Pair]:
             raise SystemExit("kubernetes-types is the camelcase dev set: not for training")
         pairs += ts_pairs(root.parent)
     return _unique(pairs)
+
+
+def shingles(text: str) -> set[int]:
+    words = text.lower().split()
+    return {hash(tuple(words[i : i + 5])) for i in range(max(1, len(words) - 4))}
+
+
+def without_dev(pairs: list[Pair], dev: list[Pair]) -> list[Pair]:
+    """``pairs`` less those a dev pair could have been learned from: the same query, the
+    same first 200 characters of body, or half of a dev body's 5-word runs in its body
+    (packages carry vendored copies of others: numpy's docstrings in scipy's and
+    scikit-learn's array API code, ``packaging`` in both, ``tokenize`` in twisted)."""
+    queries = {p.query.lower() for p in dev}
+    starts = {p.body[:200] for p in dev}
+    owners: dict[int, list[int]] = {}
+    sizes = []
+    for i, p in enumerate(dev):
+        runs = shingles(p.body)
+        sizes.append(len(runs))
+        for run in runs:
+            owners.setdefault(run, []).append(i)
+    kept = []
+    for pair in pairs:
+        if pair.query.lower() in queries or pair.body[:200] in starts:
+            continue
+        shared: dict[int, int] = {}
+        for run in shingles(pair.body):
+            for i in owners.get(run, ()):
+                shared[i] = shared.get(i, 0) + 1
+        if not any(count * 2 >= sizes[i] for i, count in shared.items()):
+            kept.append(pair)
+    return kept
+
+
+def project_site() -> Path | None:
+    """The project venv's site-packages (the README's test install), where the docstrings
+    set is read from; this script runs in another venv."""
+    found = sorted(Path(__file__).resolve().parent.parent.glob(".venv/lib/*/site-packages"))
+    return found[-1] if found else None
+
+
+def dev_pairs(dev_site: Path | None, cache: Path) -> list[Pair]:
+    """Every pair the docstrings, held-out and camelcase sets are sampled from."""
+    roots = [dev_site / n for n in DEV_PACKAGES if dev_site and (dev_site / n).exists()]
+    if len(roots) < len(DEV_PACKAGES) // 2:
+        raise SystemExit(f"{dev_site} lacks the dev set's packages: pass --dev-site")
+    return (docstring_pairs(roots) + docstring_pairs(held_out_roots())
+            + jsdoc_pairs(kubernetes_types(cache)))  # fmt: skip
 
 
 def bert_class() -> Any:
@@ -275,10 +343,48 @@ def epoch_batches(pairs: list[Pair], size: int, grouped: bool,
     return out
 
 
+CHECK_TEXTS = [
+    "how do I run the tests in this repo?",
+    "# click.core invoke\n\nInvokes a command callback in exactly the way it expects.",
+    "# ports\n\nIntegration tests need postgres on port 5433 with the test database seeded.",
+]
+
+
+def check(model_dir: Path, onnx_file: Path) -> None:
+    """Largest difference between this encoder's unit vectors and the ONNX graph's."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    from tokenizers import Tokenizer
+
+    model, _, _ = load(model_dir)
+    model.eval()
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    ids, mask = batches(tokenizer, CHECK_TEXTS, 256)
+    with torch.no_grad():
+        ours = model(ids, mask).numpy()
+    session = ort.InferenceSession(str(onnx_file))
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+            "token_type_ids": ids.numpy() * 0}  # fmt: skip
+    names = {i.name for i in session.get_inputs()}
+    hidden = session.run(None, {k: v for k, v in feed.items() if k in names})[0]
+    m = mask.numpy()[..., None]
+    pooled = hidden[:, 0] if model.pooling == "cls" else (hidden * m).sum(1) / m.sum(1)
+    theirs = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+    print(f"largest difference over {len(CHECK_TEXTS)} texts: {np.abs(ours - theirs).max():.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="all-MiniLM-L6-v2 folder")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="where the trained checkpoint goes")
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="ONNX",
+        help="only compare the untrained encoder's vectors with this fp32 ONNX file of it "
+        "(thatch model import --no-quantize) and exit",
+    )
     parser.add_argument("--pairs", type=int, default=20000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=48)
@@ -295,6 +401,12 @@ def main() -> None:
         help="batches drawn from one package each (harder negatives)",
     )
     parser.add_argument("--seed", type=int, default=24)
+    parser.add_argument(
+        "--dev-site",
+        type=Path,
+        default=project_site(),
+        help="site-packages holding the docstrings set's packages (default: the project's .venv)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     add_cache_option(parser)
     args = parser.parse_args()
@@ -307,13 +419,22 @@ def main() -> None:
         raise SystemExit(
             f"needs PyTorch and safetensors ({error}): see this script's doc"
         ) from None
+    if args.check is not None:
+        check(args.model, args.check)
+        return
+    if args.out is None:
+        parser.error("--out is required")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
 
-    pool = training_pairs(*fetch(args.cache / "finetune"))
+    found = training_pairs(*fetch(args.cache))
+    pool = without_dev(found, dev_pairs(args.dev_site, args.cache))
     chosen = rng.sample(pool, min(args.pairs, len(pool)))
-    print(f"{len(pool)} training pairs found, {len(chosen)} used", file=sys.stderr)
+    if len(chosen) < 2 * args.batch:
+        raise SystemExit(f"{len(chosen)} training pairs: too few for batches of {args.batch}")
+    print(f"{len(found)} training pairs found, {len(found) - len(pool)} dropped as the dev "
+          f"sets', {len(chosen)} used", file=sys.stderr)  # fmt: skip
     model, weights, names = load(args.model)
     teacher = None
     if args.anchor or args.queries_only:

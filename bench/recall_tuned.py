@@ -9,7 +9,8 @@ quantizer). Both files run in process with the embedder's session options; the s
 all-MiniLM-L6-v2 int8 comes from a real embedder process, as in ``recall_models.py``.
 Vectors are cached per file content, so a retrained DIR is embedded again. ``--weights``
 chooses each model's fusion weight on half the questions and reports the other half
-(``recall_e5.py``'s sweep).
+(``recall_e5.py``'s sweep). ``--queries-only`` pairs each DIR's queries with the shipped
+model's memory vectors. The shipped int8 file also runs in process, as a control.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 from pathlib import Path
+
+import numpy as np
 
 from _common import add_cache_option
 from recall_dense import Prepared, prepare
@@ -30,6 +33,24 @@ from recall_models import (
     shipped_encoder,
 )
 from recall_sets import all_sets, code_set
+from thatch.embedder.client.kind import Kind
+
+
+class QueriesOnly:
+    """Memories embedded by the shipped model, queries by a trained one (a model trained
+    with ``finetune_encoder.py --queries-only``: stored vectors stay the shipped model's)."""
+
+    def __init__(self, memories: OnnxVectors, queries: OnnxVectors) -> None:
+        self.memories, self.queries = memories, queries
+
+    def pick(self, kind: Kind) -> OnnxVectors:
+        return self.queries if kind == Kind.QUERY else self.memories
+
+    def encode(self, texts: list[str], kind: Kind) -> np.ndarray:
+        return self.pick(kind).encode(texts, kind)
+
+    def get(self, texts: list[str], kind: Kind) -> np.ndarray:
+        return self.pick(kind).get(texts, kind)
 
 
 def file_tag(path: Path) -> str:
@@ -49,6 +70,11 @@ def main() -> None:
     parser.add_argument(
         "--weights", action="store_true", help="also the fusion weight chosen per model"
     )
+    parser.add_argument(
+        "--queries-only",
+        action="store_true",
+        help="the DIRs embed queries only; memories keep the shipped model's vectors",
+    )
     add_cache_option(parser)
     args = parser.parse_args()
     devs = [*all_sets(args.size, args.seed, args.cache),
@@ -56,21 +82,27 @@ def main() -> None:
     minilm, shipped = prepare_shipped(devs, args.cache)
     results: dict[str, list[Prepared]] = {"minilm-int8": shipped}
     files = {"minilm-int8": minilm / "onnx" / "model_quantized.onnx"}
-    encoders = {}
+    in_process = shipped_encoder(minilm, args.cache)
+    # the same file in process: a control for the tuned models' in-process figures
+    results["minilm-int8 in process"] = [prepare(dev, in_process) for dev in devs]
+    encoders: dict[str, OnnxVectors | QueriesOnly] = {}
     for model in args.models:
         kinds = ["model_quantized.onnx"] + ([] if args.no_fp32 else ["model.onnx"])
         for kind in kinds:
             path = model / "onnx" / kind
             name = f"{model.name}-{'int8' if 'quantized' in kind else 'fp32'}"
-            encoder = OnnxVectors(f"tuned-{name}-{file_tag(path)}", path,
-                                  model / "tokenizer.json", 256, 0, args.cache)  # fmt: skip
+            tuned = OnnxVectors(f"tuned-{name}-{file_tag(path)}", path,
+                                model / "tokenizer.json", 256, 0, args.cache)  # fmt: skip
+            encoder = QueriesOnly(in_process, tuned) if args.queries_only else tuned
+            if args.queries_only:
+                name += " queries"
             results[name] = [prepare(dev, encoder) for dev in devs]
             encoders[name], files[name] = encoder, path
     print_recall(results)
     if args.weights:
         print_weights(results)
     queries, passages = cost_texts(devs)
-    encoders["minilm-int8"] = shipped_encoder(minilm, args.cache)
+    encoders["minilm-int8"] = in_process
     print_cost([(name, encoders[name], files[name]) for name in files], queries, passages)
 
 
