@@ -16,7 +16,6 @@ model's memory vectors. The shipped int8 file also runs in process, as a control
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from recall_models import (
 )
 from recall_sets import all_sets, code_set
 from thatch.embedder.client.kind import Kind
+from thatch.embedder.models.registry import sha256_file
 
 
 class QueriesOnly:
@@ -51,14 +51,6 @@ class QueriesOnly:
 
     def get(self, texts: list[str], kind: Kind) -> np.ndarray:
         return self.pick(kind).get(texts, kind)
-
-
-def file_tag(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()[:12]
 
 
 def main() -> None:
@@ -91,7 +83,7 @@ def main() -> None:
         for kind in kinds:
             path = model / "onnx" / kind
             name = f"{model.name}-{'int8' if 'quantized' in kind else 'fp32'}"
-            tuned = OnnxVectors(f"tuned-{name}-{file_tag(path)}", path,
+            tuned = OnnxVectors(f"tuned-{name}-{sha256_file(path)[:12]}", path,
                                 model / "tokenizer.json", 256, 0, args.cache)  # fmt: skip
             encoder = QueriesOnly(in_process, tuned) if args.queries_only else tuned
             if args.queries_only:
