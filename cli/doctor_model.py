@@ -19,7 +19,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     id. A model that is not here names a fix that works here: pull only when the hub answers."""
     from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
     from thatch.embedder.client.extra import install_line, missing
-    from thatch.embedder.client.model_names import hub_endpoint, hub_offline
+    from thatch.embedder.client.model_names import ADAPTED, hub_endpoint, hub_offline
     from thatch.embedder.client.settings import model_setting
     from thatch.embedder.models.fixes import unavailable_fix
     from thatch.embedder.models.resolve import describe_model
@@ -63,6 +63,12 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         return Check("ok", "model", detail), model_id
     if settings.source == "needs download" and served_id is None:
         fix = unavailable_fix(model_id, env)
+        if model_id in ADAPTED:
+            detail = (
+                f"{model_id} ({origin}) is not built yet (thatch builds it on this machine "
+                f"from {ADAPTED[model_id].base} and its shipped adapter)"
+            )
+            return Check("FAIL", "model", detail, fix), model_id
         if fix.startswith("thatch model pull"):
             detail = (
                 f"{model_id} ({origin}) is not cached; the embedder downloads it on first start"

@@ -21,7 +21,8 @@ __all__ = ["model"]
 def model() -> None:
     """Import, choose, inspect and download embedding models.
 
-    MODEL is mock, a short name (bge-small-en-v1.5, all-MiniLM-L6-v2), the id or
+    MODEL is mock, a short name (bge-small-en-v1.5, all-MiniLM-L6-v2,
+    all-MiniLM-L6-v2-code: built here by `thatch model pull`), the id or
     short name of an imported model, a model directory, or a Hugging Face hub id
     org/name[@revision]. The model in use is THATCH_MODEL, else the one chosen with
     `thatch model use` (saved in $XDG_CONFIG_HOME/thatch/config.json), else
@@ -39,6 +40,11 @@ def model() -> None:
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), help="Pooling (default: ST files).")
 @click.option("--max-tokens", type=click.IntRange(min=2), help="Maximum tokens per text.")
 @click.option("--query-prefix", help="Text prepended to queries.")
+@click.option(
+    "--adapter",
+    metavar="NAME|FILE",
+    help="Merge a trained adapter into the weights first (shipped: all-MiniLM-L6-v2-code).",
+)
 def import_cmd(
     src: Path,
     out: Path | None,
@@ -47,6 +53,7 @@ def import_cmd(
     pooling: str | None,
     max_tokens: int | None,
     query_prefix: str | None,
+    adapter: str | None,
 ) -> None:
     """Convert a sentence-transformers BERT checkpoint SRC into a servable model.
 
@@ -68,6 +75,7 @@ def import_cmd(
             pooling=pooling,
             max_tokens=max_tokens,
             query_prefix=query_prefix,
+            adapter=adapter,
             env=os.environ,
             log=lambda line: click.echo(line, err=True),
         )
@@ -136,12 +144,15 @@ def pull_cmd(name: str | None, revision: str | None) -> None:
     """Download the files MODEL needs into the Hugging Face cache.
 
     Progress goes to stderr. Honours HF_ENDPOINT, HF_HOME / HF_HUB_CACHE and
-    HF_HUB_OFFLINE (offline and not cached is an error).
+    HF_HUB_OFFLINE (offline and not cached is an error). all-MiniLM-L6-v2-code is
+    built here: its checkpoint is downloaded and imported with thatch's adapter.
     """
     with translate_errors():
         from thatch.embedder.models.resolve import pull_model
 
-        settings = pull_model(name, revision=revision, env=os.environ)
+        settings = pull_model(
+            name, revision=revision, env=os.environ, log=lambda line: click.echo(line, err=True)
+        )
     where = settings.path if settings.path is not None else "(built in)"
     click.echo(f"model {settings.model_id} ready at {where}")
 
@@ -203,11 +214,11 @@ def use_cmd(name: str | None, clear: bool) -> None:
 
 def saved_name(name: str, settings: ModelSettings, env: Mapping[str, str]) -> str:
     """What the config file records: stable across directories and later hub downloads."""
-    from thatch.embedder.client.model_names import HubRef, parse_name
+    from thatch.embedder.client.model_names import ADAPTED, HubRef, parse_name
 
     if settings.model_id == "mock" and settings.path is None:
         return "mock"
-    if settings.source == "imported":
+    if settings.source == "imported" or name.strip() in ADAPTED:
         return settings.model_id
     target = parse_name(name, env)
     if isinstance(target, Path):

@@ -295,6 +295,27 @@ def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.Monk
     ]
 
 
+def test_adapted_model_not_built_fails_naming_the_pull(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model thatch builds (checkpoint + shipped adapter) is never downloaded by the
+    embedder: not built yet is a FAIL, with the pull when the hub answers."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with socket.socket() as hub:
+        hub.bind(("127.0.0.1", 0))
+        hub.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
+        monkeypatch.setenv("THATCH_MODEL", "all-MiniLM-L6-v2-code")
+        result = doctor()
+    assert result.exit_code == 1
+    assert lines_of(result)["model"] == [
+        "FAIL  model  thatch/all-MiniLM-L6-v2-code (from THATCH_MODEL) is not built yet "
+        "(thatch builds it on this machine from sentence-transformers/all-MiniLM-L6-v2 and "
+        "its shipped adapter)",
+        "      fix: thatch model pull all-MiniLM-L6-v2-code",
+    ]
+
+
 def test_model_chosen_with_model_use_is_reported_with_its_origin(
     project: Path, minilm_dir: Path
 ) -> None:

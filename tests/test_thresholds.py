@@ -9,7 +9,12 @@ from types import ModuleType
 
 import pytest
 
-from thatch.embedder.client.model_names import REGISTRY
+from thatch.embedder.client.model_names import (
+    ADAPTED,
+    REGISTRY,
+    AdaptedEntry,
+    RegistryEntry,
+)
 from thatch.frontend.thresholds import (
     BUILT_IN,
     NAMES,
@@ -22,7 +27,8 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_every_registered_model_has_calibrated_defaults() -> None:
-    for entry in REGISTRY.values():
+    entries: list[RegistryEntry | AdaptedEntry] = [*REGISTRY.values(), *ADAPTED.values()]
+    for entry in entries:
         assert defaults_for(entry.model_id) is not None, entry.model_id
         if entry.short_name:
             assert defaults_for(entry.short_name) == defaults_for(entry.model_id)
@@ -131,3 +137,24 @@ def test_recall_drops_results_below_the_models_floor(tmp_path: Path, minilm_serv
         labels = [m.memory.label for m in tools.recall(query=query).matches]
         assert ("banana bread" in labels) == (scores["banana bread"] >= 0)
         assert labels[0] == "run-tests"
+
+
+def test_code_model_defaults_are_what_the_dev_set_measures(
+    minilm_source: Path, tmp_path: Path
+) -> None:
+    """all-MiniLM-L6-v2-code (the packaged checkpoint with the shipped adapter, built as
+    `thatch model pull` builds it) has numbers of its own, measured like MiniLM's (int8)."""
+    from thatch.embedder.convert.importer import import_checkpoint
+
+    entry = ADAPTED["all-MiniLM-L6-v2-code"]
+    built = import_checkpoint(minilm_source, tmp_path / "code", adapter=entry.adapter)
+    bench = _bench()
+    result = bench.calibrate(
+        bench.encoder_embed(built, "onnx/model_quantized.onnx"), bench.load_devset()
+    )
+    code = defaults_for(entry.model_id)
+    assert code is not None and code != defaults_for(MINILM)
+    assert result["recall_nudge"]["threshold"] == pytest.approx(code.recall_nudge, abs=0.01)
+    assert result["recall_floor"]["floor"] == pytest.approx(code.recall_floor, abs=0.001)
+    assert result["duplicate"]["threshold"] == pytest.approx(code.duplicate, abs=0.01)
+    assert result["engine_auto_fire"]["threshold"] == pytest.approx(code.prediction, abs=0.01)

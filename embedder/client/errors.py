@@ -30,6 +30,7 @@ __all__ = [
     "EmbedderUnavailable",
     "EmbedderUntrusted",
     "ModelError",
+    "ModelNotBuilt",
     "ModelUnavailable",
     "ServerStartError",
     "ThatchEmbedderError",
@@ -51,6 +52,16 @@ class ModelError(ThatchEmbedderError):
 
 class ModelUnavailable(ModelError):
     pass
+
+
+class ModelNotBuilt(ModelUnavailable):
+    """A model thatch builds here (a checkpoint with a shipped adapter) that is not built
+    yet: ``model_id`` is its id, ``short_name`` what ``thatch model pull`` takes."""
+
+    def __init__(self, message: str, model_id: str, short_name: str) -> None:
+        super().__init__(message, fix=f"thatch model pull {short_name}")
+        self.model_id = model_id
+        self.short_name = short_name
 
 
 class AddressError(ThatchEmbedderError):

@@ -17,16 +17,18 @@ from types import MappingProxyType
 from typing import Any
 
 from thatch.common.environment import Env, cache_home, env_get, expand_user
-from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.errors import ModelError, ModelNotBuilt
 from thatch.embedder.client.imported import find_by_short_name, find_imported
 from thatch.embedder.client.settings import configured_model
 
 __all__ = [
+    "ADAPTED",
     "DEFAULT_ENDPOINT",
     "ONNX_CANDIDATES",
     "REGISTRY",
     "REQUIRED_FILES",
     "SHORT_NAMES",
+    "AdaptedEntry",
     "HubRef",
     "RegistryEntry",
     "cached_snapshot",
@@ -37,6 +39,7 @@ __all__ = [
     "hub_offline",
     "imported_for",
     "model_id_for",
+    "not_built_error",
     "parse_name",
     "read_json",
     "snapshot_onnx",
@@ -88,6 +91,46 @@ REGISTRY: Mapping[str, RegistryEntry] = MappingProxyType({e.model_id: e for e in
 SHORT_NAMES: Mapping[str, str] = MappingProxyType(
     {e.short_name: e.model_id for e in _ENTRIES if e.short_name}
 )
+
+
+@dataclass(frozen=True)
+class AdaptedEntry:
+    """A model thatch builds on this machine: a hub checkpoint with one of thatch's shipped
+    adapters merged in (``thatch model pull`` downloads and imports it; docs/embedder.md
+    §adapters)."""
+
+    model_id: str
+    short_name: str
+    base: str  # the hub checkpoint the adapter was trained on
+    adapter: str  # the shipped adapter's name
+    # The adapter file's sha256: a retrained adapter is another model (new id, new entry),
+    # never new vectors under an id stores already hold (tests hold file and table equal).
+    adapter_sha256: str
+
+
+_ADAPTED = (
+    AdaptedEntry(
+        "thatch/all-MiniLM-L6-v2-code",
+        "all-MiniLM-L6-v2-code",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "all-MiniLM-L6-v2-code",
+        "866402a5a3e4adf44fa4927201f8a537ca85ffe2838987f3df51a9fc39b38070",
+    ),
+)
+
+
+ADAPTED: Mapping[str, AdaptedEntry] = MappingProxyType(
+    {name: e for e in _ADAPTED for name in (e.model_id, e.short_name)}
+)
+
+
+def not_built_error(adapted: AdaptedEntry) -> ModelNotBuilt:
+    return ModelNotBuilt(
+        f"model {adapted.model_id} is not on this machine yet (thatch builds it from "
+        f"{adapted.base} and its shipped adapter)",
+        adapted.model_id,
+        adapted.short_name,
+    )
 
 
 REQUIRED_FILES = ("config.json", "tokenizer.json")
@@ -153,6 +196,15 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
         imported = find_by_short_name(env, name)
         if imported is not None:
             return imported.path
+    adapted = ADAPTED.get(base)
+    if adapted is not None:
+        if at_revision:
+            raise ModelError(
+                f"model {adapted.model_id} is built on this machine and has no revisions "
+                f"(thatch model pull {adapted.short_name} --revision R chooses the checkpoint's)"
+            )
+        if find_imported(env, adapted.model_id) is None:
+            raise not_built_error(adapted)
     if _HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
         if "@" in name and not at_revision:
             raise ModelError(f'model "{name}" has an empty revision after @')
@@ -163,7 +215,8 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
         raise ModelError(f"model directory {path} does not exist")
     raise ModelError(
         f'unknown model "{name}": expected mock, a short name '
-        f"({', '.join(sorted(SHORT_NAMES))}), an imported model's id or short name, "
+        f"({', '.join(sorted([*SHORT_NAMES, *(e.short_name for e in _ADAPTED)]))}), "
+        "an imported model's id or short name, "
         "a model directory or a hub id org/name[@revision]"
     )
 
@@ -184,7 +237,10 @@ def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
     loading, no hashing. Used where a frontend must name the active model without asking
     the embedder (hygiene at session start, reembed --dry-run)."""
     env = os.environ if env is None else env
-    target = parse_name(name if name is not None else configured_model(env), env)
+    try:
+        target = parse_name(name if name is not None else configured_model(env), env)
+    except ModelNotBuilt as error:
+        return error.model_id
     if isinstance(target, HubRef):
         local = imported_for(target, env, cached=cached_snapshot(target, env) is not None)
         if local is None:

@@ -15,7 +15,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from thatch.common.environment import expand_user, models_dir
 from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
+from thatch.embedder.convert.adapter import Adapter, apply_adapter, load_adapter
 from thatch.embedder.convert.onnx_graph import build_bert_onnx
 from thatch.embedder.convert.safetensors_io import read_safetensors
 from thatch.embedder.convert.weights import BertConfig, canonical_weights
@@ -273,10 +274,12 @@ def import_checkpoint(
     pooling: str | None = None,
     max_tokens: int | None = None,
     query_prefix: str | None = None,
+    adapter: str | None = None,
     env: Mapping[str, str] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Path:
-    """Convert the BERT checkpoint in ``src`` into a servable model directory; return it."""
+    """Convert the BERT checkpoint in ``src`` into a servable model directory; return it.
+    ``adapter`` (a shipped adapter's name or a file) is merged into the weights first."""
     env = os.environ if env is None else env
     log = log or _noop
     src = expand_user(str(src), env).resolve()
@@ -295,15 +298,18 @@ def import_checkpoint(
             f"the tokenizer in {src} has {tokenizer.get_vocab_size(with_added_tokens=True)} "
             f"tokens but config.json's vocab_size is {bert.vocab_size}"
         )
+    merging: Adapter | None = load_adapter(adapter, env) if adapter is not None else None
     chosen = resolve_settings(
         src,
         config,
         bert,
-        model_id=model_id,
+        model_id=model_id or (merging.model_id if merging else None),
         pooling=pooling,
         max_tokens=max_tokens,
         query_prefix=query_prefix,
     )
+    if merging is not None and not model_id:
+        chosen = replace(chosen, model_id_origin=f"adapter {merging.name}")
     if chosen.model_id_origin != "--model-id":
         log(f"model id {chosen.model_id} (from {chosen.model_id_origin}; --model-id sets another)")
     out = (
@@ -315,6 +321,9 @@ def import_checkpoint(
 
     log(f"reading {weights_path}")
     weights = canonical_weights(read_safetensors(weights_path), bert, weights_path)
+    if merging is not None:
+        log(f"merging adapter {merging.name} ({merging.path})")
+        weights = apply_adapter(weights, merging, bert, src)
     out.parent.mkdir(parents=True, exist_ok=True)
     build = out.parent / f".{out.name}.importing-{secrets.token_hex(4)}"
     try:
@@ -330,7 +339,7 @@ def import_checkpoint(
         if quantize:
             quantize = _add_int8(build, tokenizer, chosen, samples, fp32_vectors, log)
         _copy_support_files(src, build, tokenizer, built_tokenizer)
-        _write_model_json(build, chosen, bert, src, quantize)
+        _write_model_json(build, chosen, bert, src, quantize, merging)
         _install(build, out)
     finally:
         shutil.rmtree(build, ignore_errors=True)
@@ -369,7 +378,12 @@ def _add_int8(
 
 
 def _write_model_json(
-    build: Path, chosen: ImportSettings, bert: BertConfig, src: Path, quantized: bool
+    build: Path,
+    chosen: ImportSettings,
+    bert: BertConfig,
+    src: Path,
+    quantized: bool,
+    adapter: Adapter | None,
 ) -> None:
     now = datetime.now(UTC)
     record = {
@@ -381,6 +395,7 @@ def _write_model_json(
         "quantized": quantized,
         "dim": bert.hidden,
         "source": str(src),
+        **({"adapter": str(adapter.path), "adapter_sha256": adapter.sha256} if adapter else {}),
         "created_at": now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z",
     }
     (build / "thatch_model.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -15,13 +15,18 @@ import shlex
 import socket
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from thatch.common.environment import Env
 from thatch.embedder.client.imported import imported_models
 
+if TYPE_CHECKING:
+    from thatch.embedder.client.model_names import AdaptedEntry
+
 __all__ = [
     "PACKAGED_MODEL_ID",
+    "adapted_fix",
     "hub_answers",
     "offline_choices",
     "packaged_checkpoint",
@@ -100,8 +105,26 @@ def offline_choices(env: Env) -> list[str]:
 def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
     """The fix for a model that is not on this machine: pull when the hub answers (``hub``
     None: ask it), else the offline choices; THATCH_MODEL overrides for one process."""
+    from thatch.embedder.client.model_names import ADAPTED
+
+    adapted = ADAPTED.get(model_id)
     if hub is None:
         hub = hub_answers(env)
+    if adapted is not None:
+        return adapted_fix(adapted, env, hub=hub)
     if hub:
         return f"thatch model pull {shlex.quote(model_id)}"
     return "; or ".join(offline_choices(env)) + " (or THATCH_MODEL=ID for one process)"
+
+
+def adapted_fix(adapted: AdaptedEntry, env: Env, *, hub: bool) -> str:
+    """How to build a model thatch makes from a checkpoint and a shipped adapter: the pull
+    when the hub answers, else the import of the packaged checkpoint when it is that one."""
+    if hub:
+        return f"thatch model pull {adapted.short_name}"
+    source = packaged_checkpoint() if adapted.base == PACKAGED_MODEL_ID else None
+    where = shlex.quote(str(source)) if source is not None else f"<a copy of {adapted.base}>"
+    fix = f"thatch model import {where} --adapter {adapted.adapter}"
+    if source is None and adapted.base == PACKAGED_MODEL_ID:
+        fix = f"{PACKAGED_INSTALL} has it; {fix}"
+    return fix

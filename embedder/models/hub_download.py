@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,13 +34,64 @@ from thatch.embedder.models.registry import OPTIONAL_FILES, offline_error
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-__all__ = ["download_snapshot"]
+__all__ = ["download_checkpoint", "download_snapshot"]
 
 FP32_REFERENCE = "onnx/model.onnx"
 
 
+CHECKPOINT_FILES = (
+    "model.safetensors",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "modules.json",
+    "1_Pooling/config.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+)
+
+
 def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
     """Fetch the needed files of ref; return the snapshot directory that now holds them."""
+    with _listed(ref, env, progress) as (listed, fetch):
+        for name in REQUIRED_FILES:
+            if name not in listed:
+                raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {name}")
+        small = [name for name in (*REQUIRED_FILES, *OPTIONAL_FILES) if name in listed]
+        paths = {name: fetch(name) for name in small}
+        snapshot = paths["config.json"].parent
+        meta = read_json(snapshot / "thatch_model.json")
+        onnx = choose_onnx(meta, REGISTRY.get(ref.repo_id), listed & set(ONNX_CANDIDATES))
+        if onnx is None:
+            raise ModelError(
+                f"model {ref.repo_id} on {hub_endpoint(env)} has no ONNX file "
+                f"(looked for {', '.join(ONNX_CANDIDATES)})"
+            )
+        if onnx not in listed:
+            raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {onnx}")
+        fetch(onnx)
+        if "quantized" in onnx and FP32_REFERENCE in listed:
+            fetch(FP32_REFERENCE)  # the embedder checks the int8 file against it at load
+    return snapshot
+
+
+def download_checkpoint(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
+    """Fetch the files ``thatch model import`` reads from ref's checkpoint (its weights in
+    safetensors, not an ONNX file); return the snapshot directory."""
+    with _listed(ref, env, progress) as (listed, fetch):
+        for name in (*REQUIRED_FILES, "model.safetensors"):
+            if name not in listed:
+                raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {name}")
+        paths = [fetch(name) for name in (*REQUIRED_FILES, *CHECKPOINT_FILES) if name in listed]
+    return paths[0].parent
+
+
+@contextmanager
+def _listed(
+    ref: HubRef, env: Env, progress: bool
+) -> Iterator[tuple[set[str], Callable[[str], Path]]]:
+    """The repo's file names at the pinned commit, and a fetch of one of them into the hub
+    cache; errors translated, and the revision recorded for offline lookups after."""
     from huggingface_hub import HfApi, hf_hub_download
 
     endpoint = hub_endpoint(env)
@@ -64,27 +115,9 @@ def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
                 )
             )
 
-        for name in REQUIRED_FILES:
-            if name not in listed:
-                raise ModelError(f"model {ref.repo_id} on {endpoint} has no {name}")
-        small = [name for name in (*REQUIRED_FILES, *OPTIONAL_FILES) if name in listed]
-        paths = {name: fetch(name) for name in small}
-        snapshot = paths["config.json"].parent
-        meta = read_json(snapshot / "thatch_model.json")
-        onnx = choose_onnx(meta, REGISTRY.get(ref.repo_id), listed & set(ONNX_CANDIDATES))
-        if onnx is None:
-            raise ModelError(
-                f"model {ref.repo_id} on {endpoint} has no ONNX file "
-                f"(looked for {', '.join(ONNX_CANDIDATES)})"
-            )
-        if onnx not in listed:
-            raise ModelError(f"model {ref.repo_id} on {endpoint} has no {onnx}")
-        fetch(onnx)
-        if "quantized" in onnx and FP32_REFERENCE in listed:
-            fetch(FP32_REFERENCE)  # the embedder checks the int8 file against it at load
+        yield listed, fetch
     if revision != commit:
         _write_ref(cache_dir, ref.repo_id, revision, commit)
-    return snapshot
 
 
 def _write_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> None:

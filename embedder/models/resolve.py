@@ -11,18 +11,23 @@ the runtime for resolved settings. What a name means and where a model's files a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from thatch.common.environment import Env
-from thatch.embedder.client.errors import ModelError, ModelUnavailable
+from thatch.embedder.client.errors import ModelError, ModelNotBuilt, ModelUnavailable
+from thatch.embedder.client.imported import find_imported
 from thatch.embedder.client.model_names import (
+    ADAPTED,
     REGISTRY,
+    AdaptedEntry,
     HubRef,
     cached_snapshot,
     hub_offline,
     imported_for,
     parse_name,
+    read_json,
     snapshot_onnx,
 )
 from thatch.embedder.client.settings import configured_model
@@ -79,7 +84,13 @@ def resolve_model(
     import with that short name exists.
     """
     env = os.environ if env is None else env
-    target = parse_name(name if name is not None else configured_model(env), env, revision)
+    try:
+        target = parse_name(name if name is not None else configured_model(env), env, revision)
+    except ModelNotBuilt as not_built:
+        from thatch.embedder.models.fixes import unavailable_fix
+
+        not_built.fix = unavailable_fix(not_built.model_id, env, hub=None if download else False)
+        raise
     if target == "mock":
         return mock_settings()
     if isinstance(target, Path):
@@ -118,7 +129,19 @@ def describe_model(
 ) -> ModelSettings:
     """Resolution without network or loading; a hub model not yet cached says so."""
     env = os.environ if env is None else env
-    target = parse_name(name if name is not None else configured_model(env), env, revision)
+    try:
+        target = parse_name(name if name is not None else configured_model(env), env, revision)
+    except ModelNotBuilt as not_built:
+        return ModelSettings(
+            model_id=not_built.model_id,
+            dim=0,  # unknown until it is built
+            max_tokens=0,
+            pooling="",
+            query_prefix="",
+            quantized=False,
+            revision="",
+            source="needs download",
+        )
     if not isinstance(target, HubRef):
         return resolve_model(name, env=env, revision=revision, download=False)
     snapshot = cached_snapshot(target, env)
@@ -141,12 +164,50 @@ def describe_model(
 
 
 def pull_model(
-    name: str | None = None, *, revision: str | None = None, env: Env | None = None
+    name: str | None = None,
+    *,
+    revision: str | None = None,
+    env: Env | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> ModelSettings:
-    """Make sure a model's files are on disk (downloading with a progress bar if needed)."""
+    """Make sure a model's files are on disk (downloading with a progress bar if needed);
+    a model thatch builds from a checkpoint and an adapter is downloaded and imported."""
+    env = os.environ if env is None else env
+    adapted = ADAPTED.get((name if name is not None else configured_model(env)).strip())
+    if adapted is not None:
+        return _pull_adapted(adapted, revision, env, log)
     return resolve_model(
         name, env=env, revision=revision, download=True, progress=True, hub_first=True
     )
+
+
+def _pull_adapted(
+    adapted: AdaptedEntry, revision: str | None, env: Env, log: Callable[[str], None] | None
+) -> ModelSettings:
+    done = find_imported(env, adapted.model_id)
+    if done is not None:
+        built_from = read_json(done / "thatch_model.json").get("adapter_sha256")
+        done = done if built_from == adapted.adapter_sha256 else None  # another build: redo
+    if done is None:
+        from thatch.embedder.models.fixes import adapted_fix
+
+        if hub_offline(env):
+            raise ModelUnavailable(
+                f"model {adapted.model_id} needs {adapted.base} from the hub and HF_HUB_OFFLINE=1",
+                fix=adapted_fix(adapted, env, hub=False),
+            )
+        from thatch.embedder.convert.importer import import_checkpoint
+        from thatch.embedder.models.hub_download import download_checkpoint
+
+        try:
+            checkpoint = download_checkpoint(HubRef(adapted.base, revision), env=env)
+        except ModelUnavailable as error:
+            error.fix = error.fix or adapted_fix(adapted, env, hub=False)
+            raise
+        done = import_checkpoint(
+            checkpoint, model_id=adapted.model_id, adapter=adapted.adapter, env=env, log=log
+        )
+    return settings_from_dir(done, source="imported")
 
 
 def create_encoder(settings: ModelSettings, *, threads: int | None = None) -> Encoder:
