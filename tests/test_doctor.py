@@ -242,16 +242,22 @@ def test_memories_of_another_model_warn_with_reembed(healthy: Path) -> None:
     ]
 
 
-def test_model_that_needs_download_warns(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A hub model not in the cache while the hub answers: warn, fix `thatch model pull ID`;
-    the hub is only connected to (a listening socket that never accepts), nothing downloaded."""
+def doctor_with_answering_hub(monkeypatch: pytest.MonkeyPatch, model: str) -> Result:
+    """doctor with THATCH_MODEL=model while a hub answers: a listening socket that never
+    accepts (the hub is only connected to, nothing downloaded)."""
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("THATCH_MODEL", model)
     with socket.socket() as hub:
         hub.bind(("127.0.0.1", 0))
         hub.listen()
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
-        monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
-        result = doctor()
+        return doctor()
+
+
+def test_model_that_needs_download_warns(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub model not in the cache while the hub answers: warn, fix `thatch model pull ID`;
+    the hub is only connected to (a listening socket that never accepts), nothing downloaded."""
+    result = doctor_with_answering_hub(monkeypatch, "some-org/some-model")
     assert lines_of(result)["model"] == [
         "warn  model  some-org/some-model (from THATCH_MODEL) is not cached; "
         "the embedder downloads it on first start",
@@ -300,13 +306,7 @@ def test_adapted_model_not_built_fails_naming_the_pull(
 ) -> None:
     """A model thatch builds (checkpoint + shipped adapter) is never downloaded by the
     embedder: not built yet is a FAIL, with the pull when the hub answers."""
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    with socket.socket() as hub:
-        hub.bind(("127.0.0.1", 0))
-        hub.listen()
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
-        monkeypatch.setenv("THATCH_MODEL", "all-MiniLM-L6-v2-code")
-        result = doctor()
+    result = doctor_with_answering_hub(monkeypatch, "all-MiniLM-L6-v2-code")
     assert result.exit_code == 1
     assert lines_of(result)["model"] == [
         "FAIL  model  thatch/all-MiniLM-L6-v2-code (from THATCH_MODEL) is not built yet "
