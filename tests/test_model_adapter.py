@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -122,9 +123,13 @@ def test_adapter_of_another_checkpoint_is_refused_and_nothing_written(tmp_path: 
         (lambda p: None, r"no adapter .* \(shipped adapters: all-MiniLM-L6-v2-code; or a file\)"),
         (lambda p: p.write_bytes(b"\xff" * 40), "is not a thatch adapter"),
         (lambda p: p.write_text(""), "is not a thatch adapter"),
+        (
+            lambda p: p.write_bytes(struct.pack("<Q", 200_000) + b"[" * 200_000),
+            "is not a thatch adapter",
+        ),
         (lambda p: write_safetensors(p, {"x": np.ones(2, np.float32)}), "is not a thatch adapter"),
     ],
-    ids=["missing", "garbage", "empty", "no-metadata"],
+    ids=["missing", "garbage", "empty", "nested", "no-metadata"],
 )
 def test_what_is_not_an_adapter_gets_one_line(
     tmp_path: Path, make: Callable[[Path], object], message: str

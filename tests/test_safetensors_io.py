@@ -77,6 +77,7 @@ def test_bf16_exact_values_decode_exactly(tmp_path: Path) -> None:
         (struct.pack("<Q", 4) + b"nope", "not JSON"),
         (struct.pack("<Q", 2) + b"[]", "not a JSON object"),
         (struct.pack("<Q", 2) + b"\xff\xfe", "not JSON"),
+        (struct.pack("<Q", 200_000) + b"[" * 200_000, "nests too deeply"),
     ],
 )
 def test_malformed_files_raise_a_clear_model_error(

@@ -65,6 +65,8 @@ def read_header(path: Path) -> tuple[int, dict[str, dict[str, object]]]:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise _bad(path, f"header is not JSON ({error})") from None
+    except RecursionError:
+        raise _bad(path, "header nests too deeply to be JSON thatch reads") from None
     if not isinstance(header, dict):
         raise _bad(path, "header is not a JSON object")
     header.pop("__metadata__", None)
