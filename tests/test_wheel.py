@@ -113,10 +113,12 @@ def test_wheel_holds_every_package_of_the_source_tree(installed: Installed) -> N
 
 
 def test_wheel_holds_every_module_and_data_file(installed: Installed) -> None:
-    """Modules, the skills' SKILL.md and the protobuf .pyi stubs all ship, byte for byte."""
+    """Modules, the skills' SKILL.md, the protobuf .pyi stubs and the shipped adapters all
+    ship, byte for byte."""
     expected = dict(source_files())
     assert any(name.endswith("/SKILL.md") for name in expected)
     assert any(name.endswith(".pyi") for name in expected)
+    assert any(name.endswith("/adapters/all-MiniLM-L6-v2-code.safetensors") for name in expected)
     with zipfile.ZipFile(installed.wheel) as wheel:
         names = set(wheel.namelist())
         assert sorted(set(expected) - names) == []
