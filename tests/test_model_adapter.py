@@ -33,6 +33,7 @@ from thatch.embedder.convert.importer import import_checkpoint
 from thatch.embedder.convert.safetensors_io import read_safetensors, write_safetensors
 from thatch.embedder.convert.weights import BertConfig, canonical_weights
 from thatch.embedder.models.fixes import packaged_checkpoint
+from thatch.embedder.models.hub_download import CHECKPOINT_FILES
 from thatch.embedder.models.resolve import resolve_model
 
 SHIPPED = "all-MiniLM-L6-v2-code"
@@ -46,7 +47,12 @@ def _weights(src: Path) -> dict[str, npt.NDArray[np.float32]]:
 
 
 def _tiny_adapter(
-    src: Path, path: Path, *, base: str | None = None, extra: dict | None = None
+    src: Path,
+    path: Path,
+    *,
+    base: str | None = None,
+    extra: dict | None = None,
+    model_id: str = "t/tiny-code",
 ) -> dict[str, npt.NDArray[np.float32]]:
     """An adapter for the tiny checkpoint at ``src``; returns the weights it should give."""
     weights = _weights(src)
@@ -65,7 +71,7 @@ def _tiny_adapter(
     bias = "encoder.layer.1.output.LayerNorm.bias"
     tensors[bias] = merged[bias] = (weights[bias] + 0.5).astype(np.float32)
     tensors.update(extra or {})
-    meta = {"format": FORMAT, "base": base or base_fingerprint(weights), "model_id": "t/tiny-code",
+    meta = {"format": FORMAT, "base": base or base_fingerprint(weights), "model_id": model_id,
             "base_hint": "the tiny test checkpoint"}  # fmt: skip
     write_safetensors(path, tensors, metadata=meta)
     return merged
@@ -140,6 +146,12 @@ def test_what_is_not_an_adapter_gets_one_line(
         import_checkpoint(src, tmp_path / "out", quantize=False,
                           adapter=str(tmp_path / "a.safetensors"))  # fmt: skip
     assert not (tmp_path / "out").exists()
+
+
+def test_an_adapter_name_past_the_systems_limits_gets_one_line(tmp_path: Path) -> None:
+    src = write_tiny_bert(tmp_path / "tiny")
+    with pytest.raises(ModelError, match="no adapter 'xxxxx"):
+        import_checkpoint(src, tmp_path / "out", quantize=False, adapter="x" * 300)
 
 
 @pytest.mark.parametrize(
@@ -229,8 +241,10 @@ def test_pull_builds_the_adapted_model_from_the_hub_checkpoint(
         out_dir = isolated_env / ".cache/thatch/models/thatch__all-MiniLM-L6-v2-code"
         assert out == f"model thatch/all-MiniLM-L6-v2-code ready at {out_dir}\n"
         assert "merging adapter all-MiniLM-L6-v2-code" in err
-        assert {"model.safetensors", "config.json", "tokenizer.json"} <= hub.downloaded()
-        assert not any(name.endswith(".onnx") for name in hub.downloaded())
+        # The checkpoint's files, not its card or training data (nor an ONNX file: none is read).
+        wanted = ("config.json", "tokenizer.json", *CHECKPOINT_FILES)
+        assert hub.downloaded() == {name for name in wanted if (minilm_source / name).is_file()}
+        assert "model.safetensors" in hub.downloaded()
         record = json.loads((out_dir / "thatch_model.json").read_text())
         assert record["onnx"] == "onnx/model_quantized.onnx"
         assert record["adapter"].endswith("adapters/all-MiniLM-L6-v2-code.safetensors")
@@ -302,6 +316,36 @@ def test_pull_that_cannot_reach_the_hub_names_the_offline_build(
     )
     assert lines[1:] == [f"Fix: thatch model import {packaged_checkpoint()} --adapter {SHIPPED}"]
     assert not (isolated_env / ".cache/thatch/models").exists()
+
+
+def test_revisions_are_refused_for_a_built_model(isolated_env: Path) -> None:
+    """Its adapter fits one revision of the checkpoint: neither @rev nor --revision."""
+    code, _, err = run("info", f"{SHIPPED}@abc")
+    assert code == 1
+    assert err.splitlines()[0] == (
+        "Error: model thatch/all-MiniLM-L6-v2-code is built on this machine and has no "
+        "revisions: name it without @abc"
+    )
+    code, _, err = run("pull", SHIPPED, "--revision", "abc")
+    assert code == 1
+    assert err.splitlines()[0] == (
+        "Error: model thatch/all-MiniLM-L6-v2-code is built from the one revision of "
+        "sentence-transformers/all-MiniLM-L6-v2 its adapter was trained on: pull it "
+        "without --revision"
+    )
+    assert not (isolated_env / ".cache/thatch/models").exists()
+
+
+def test_the_built_models_id_takes_only_its_pinned_adapter(tmp_path: Path) -> None:
+    """No other weights are imported under thatch/all-MiniLM-L6-v2-code: not the plain
+    checkpoint, not another adapter claiming the id."""
+    src = write_tiny_bert(tmp_path / "tiny")
+    with pytest.raises(ModelError, match="is thatch's build of"):
+        import_checkpoint(src, tmp_path / "out", model_id="thatch/all-MiniLM-L6-v2-code")
+    _tiny_adapter(src, tmp_path / "a.safetensors", model_id="thatch/all-MiniLM-L6-v2-code")
+    with pytest.raises(ModelError, match="give another --model-id"):
+        import_checkpoint(src, tmp_path / "out", adapter=str(tmp_path / "a.safetensors"))
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_adapter_is_one_error_line(minilm_source: Path, tmp_path: Path) -> None:

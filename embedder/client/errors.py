@@ -4,7 +4,9 @@
      ├── ModelError            a model cannot be resolved, downloaded, loaded or imported;
      │    │                    ``fix`` names what to type, when known
      │    └── ModelUnavailable  not on this machine and the hub cannot be asked (offline,
-     │                          unreachable): the fix is import / use, not pull
+     │         │                unreachable): the fix is import / use, not pull
+     │         └── ModelNotBuilt  a model thatch builds (checkpoint + shipped adapter) is
+     │                            not built yet: the fix is its pull, or offline its import
      ├── AddressError          THATCH_EMBEDDER_ADDR / --listen is malformed, socket path too long
      ├── ServerStartError      a server cannot start (already running, directory not ours)
      ├── EmbedderUnavailable   a frontend cannot get vectors: "<cause>. Fix: <fix>"

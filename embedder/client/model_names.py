@@ -200,8 +200,8 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
     if adapted is not None:
         if at_revision:
             raise ModelError(
-                f"model {adapted.model_id} is built on this machine and has no revisions "
-                f"(thatch model pull {adapted.short_name} --revision R chooses the checkpoint's)"
+                f"model {adapted.model_id} is built on this machine and has no revisions: "
+                f"name it without @{at_revision}"
             )
         if find_imported(env, adapted.model_id) is None:
             raise not_built_error(adapted)

@@ -74,7 +74,11 @@ def load_adapter(name_or_file: str, env: Env) -> Adapter:
     """A shipped adapter by name, or an adapter file; ModelError naming the choices else."""
     shipped = shipped_adapters()
     path = shipped.get(name_or_file) or expand_user(name_or_file, env).absolute()
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError:  # a name past the system's limits
+        found = False
+    if not found:
         names = ", ".join(shipped) or "none"
         raise ModelError(f"no adapter {name_or_file!r} (shipped adapters: {names}; or a file)")
     meta = _metadata(path)
@@ -85,8 +89,12 @@ def load_adapter(name_or_file: str, env: Env) -> Adapter:
         )
     if not _MODEL_ID.fullmatch(meta["model_id"]):
         raise ModelError(f"{path}: model_id {meta['model_id']!r} is not of the form org/name")
+    try:
+        digest = sha256_of(path)
+    except OSError as error:
+        raise ModelError(f"cannot read adapter {path}: {error.strerror or error}") from None
     return Adapter(
-        path.stem, path, meta["base"], meta["model_id"], meta.get("base_hint", ""), sha256_of(path)
+        path.stem, path, meta["base"], meta["model_id"], meta.get("base_hint", ""), digest
     )
 
 

@@ -213,6 +213,21 @@ def resolve_settings(
     )
 
 
+def _check_adapted_id(model_id: str, adapter: Adapter | None) -> None:
+    """An id thatch builds (``ADAPTED``) is only ever the checkpoint with its pinned adapter:
+    anything else under it would put other vectors beside the ones stores hold for it."""
+    from thatch.embedder.client.model_names import ADAPTED
+
+    entry = ADAPTED.get(model_id)
+    pinned = entry is not None and entry.model_id == model_id
+    if entry is not None and pinned and (adapter is None or adapter.sha256 != entry.adapter_sha256):
+        raise ModelError(
+            f"model id {model_id} is thatch's build of {entry.base} with its shipped "
+            f"adapter {entry.adapter}; give another --model-id",
+            fix=f"thatch model import <{entry.base}> --adapter {entry.adapter}",
+        )
+
+
 def _check_replaceable(out: Path) -> None:
     """Only an empty directory or an earlier import may be replaced: never user files."""
     if not out.exists():
@@ -308,6 +323,7 @@ def import_checkpoint(
         max_tokens=max_tokens,
         query_prefix=query_prefix,
     )
+    _check_adapted_id(chosen.model_id, merging)
     if merging is not None and not model_id:
         chosen = replace(chosen, model_id_origin=f"adapter {merging.name}")
     if chosen.model_id_origin != "--model-id":

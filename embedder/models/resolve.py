@@ -175,14 +175,19 @@ def pull_model(
     env = os.environ if env is None else env
     adapted = ADAPTED.get((name if name is not None else configured_model(env)).strip())
     if adapted is not None:
-        return _pull_adapted(adapted, revision, env, log)
+        if revision is not None:
+            raise ModelError(
+                f"model {adapted.model_id} is built from the one revision of {adapted.base} "
+                "its adapter was trained on: pull it without --revision"
+            )
+        return _pull_adapted(adapted, env, log)
     return resolve_model(
         name, env=env, revision=revision, download=True, progress=True, hub_first=True
     )
 
 
 def _pull_adapted(
-    adapted: AdaptedEntry, revision: str | None, env: Env, log: Callable[[str], None] | None
+    adapted: AdaptedEntry, env: Env, log: Callable[[str], None] | None
 ) -> ModelSettings:
     done = find_imported(env, adapted.model_id)
     if done is not None:
@@ -200,7 +205,7 @@ def _pull_adapted(
         from thatch.embedder.models.hub_download import download_checkpoint
 
         try:
-            checkpoint = download_checkpoint(HubRef(adapted.base, revision), env=env)
+            checkpoint = download_checkpoint(HubRef(adapted.base, None), env=env)
         except ModelUnavailable as error:
             error.fix = error.fix or adapted_fix(adapted, env, hub=False)
             raise
