@@ -16,9 +16,7 @@ docs/embedder.md §adapters says how each was trained and what it measured.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,15 +24,15 @@ import numpy as np
 
 from thatch.common.environment import Env, expand_user
 from thatch.embedder.client.errors import ModelError
-from thatch.embedder.convert.safetensors_io import read_safetensors
+from thatch.embedder.convert.safetensors_io import read_metadata, read_safetensors
 from thatch.embedder.convert.weights import BertConfig, Weights
+from thatch.embedder.models.registry import sha256_file
 
 __all__ = [
     "Adapter",
     "apply_adapter",
     "base_fingerprint",
     "load_adapter",
-    "sha256_of",
     "shipped_adapters",
 ]
 
@@ -60,14 +58,9 @@ def shipped_adapters() -> dict[str, Path]:
 
 def _metadata(path: Path) -> dict[str, str]:
     try:
-        with path.open("rb") as handle:
-            prefix = handle.read(8)
-            (length,) = struct.unpack("<Q", prefix) if len(prefix) == 8 else (0,)
-            header = json.loads(handle.read(min(length, 1 << 20)).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return {}
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    return {k: v for k, v in meta.items() if isinstance(v, str)} if isinstance(meta, dict) else {}
+        return read_metadata(path)
+    except (ModelError, OSError):
+        return {}  # not safetensors at all: load_adapter says it is no adapter
 
 
 def load_adapter(name_or_file: str, env: Env) -> Adapter:
@@ -90,16 +83,12 @@ def load_adapter(name_or_file: str, env: Env) -> Adapter:
     if not _MODEL_ID.fullmatch(meta["model_id"]):
         raise ModelError(f"{path}: model_id {meta['model_id']!r} is not of the form org/name")
     try:
-        digest = sha256_of(path)
+        digest = sha256_file(path)
     except OSError as error:
         raise ModelError(f"cannot read adapter {path}: {error.strerror or error}") from None
     return Adapter(
         path.stem, path, meta["base"], meta["model_id"], meta.get("base_hint", ""), digest
     )
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def base_fingerprint(weights: Weights) -> str:

@@ -17,14 +17,14 @@ import mmap
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from thatch.embedder.client.errors import ModelError
 
-__all__ = ["read_header", "read_safetensors", "write_safetensors"]
+__all__ = ["read_header", "read_metadata", "read_safetensors", "write_safetensors"]
 
 # A header beyond this is hostile or corrupt; real ones are a few hundred KB at most.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -50,8 +50,8 @@ def _bad(path: Path, why: str) -> ModelError:
     return ModelError(f"{path} is not a valid safetensors file: {why}")
 
 
-def read_header(path: Path) -> tuple[int, dict[str, dict[str, object]]]:
-    """The data start offset and the tensor entries (``__metadata__`` removed)."""
+def _raw_header(path: Path) -> tuple[int, int, dict[str, Any]]:
+    """The file size, the data start offset and the header object as written."""
     size = path.stat().st_size
     with path.open("rb") as handle:
         prefix = handle.read(8)
@@ -69,10 +69,25 @@ def read_header(path: Path) -> tuple[int, dict[str, dict[str, object]]]:
         raise _bad(path, "header nests too deeply to be JSON thatch reads") from None
     if not isinstance(header, dict):
         raise _bad(path, "header is not a JSON object")
+    return size, 8 + length, header
+
+
+def read_header(path: Path) -> tuple[int, dict[str, dict[str, object]]]:
+    """The data start offset and the tensor entries (``__metadata__`` removed)."""
+    size, start, header = _raw_header(path)
     header.pop("__metadata__", None)
     for name, entry in header.items():
-        _check_entry(path, name, entry, size - 8 - length)
-    return 8 + length, header
+        _check_entry(path, name, entry, size - start)
+    return start, header
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The ``__metadata__`` strings of the file (others dropped); ModelError when the
+    header is malformed."""
+    meta = _raw_header(path)[2].get("__metadata__")
+    if not isinstance(meta, dict):
+        return {}
+    return {key: value for key, value in meta.items() if isinstance(value, str)}
 
 
 def _check_entry(path: Path, name: str, entry: object, data_size: int) -> None:
