@@ -218,6 +218,7 @@ def saved_name(name: str, settings: ModelSettings, env: Mapping[str, str]) -> st
 
     if settings.model_id == "mock" and settings.path is None:
         return "mock"
+    # An adapted model not built yet has no import to resolve, but its id is what it will be.
     if settings.source == "imported" or name.strip() in ADAPTED:
         return settings.model_id
     target = parse_name(name, env)

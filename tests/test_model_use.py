@@ -211,6 +211,36 @@ def test_imported_model_resolves_by_id_and_short_name(imported: Path) -> None:
     assert resolve_model(env=env, download=False).path == imported
 
 
+def test_an_import_found_by_its_short_name_is_labelled_and_saved_as_an_import(
+    imported: Path, tmp_path: Path
+) -> None:
+    """Resolution step 4 (a short name no registry knows): `info` says imported, and `use`
+    saves the id, as for a name resolved by id; a directory of the user's own stays a
+    local dir saved by path."""
+    renamed = imported.parent / "acme__tiny-minilm"
+    shutil.copytree(imported, renamed, copy_function=os.link)
+    meta_file = renamed / "thatch_model.json"
+    meta = json.loads(meta_file.read_text())
+    meta_file.unlink()  # a hard link to the session's model: never write through it
+    meta_file.write_text(json.dumps({**meta, "model_id": "acme/tiny-minilm"}))
+    settings = describe_model("tiny-minilm", env=os.environ)
+    assert (settings.model_id, settings.source, settings.path) == (
+        "acme/tiny-minilm",
+        "imported",
+        renamed.absolute(),
+    )
+    code, out, err = run("use", "tiny-minilm")
+    assert code == 0, err
+    assert read_config(os.environ)["model"] == "acme/tiny-minilm"
+    assert "Default model: acme/tiny-minilm (imported at" in out
+    own = tmp_path / "own-model"
+    shutil.copytree(imported, own, copy_function=os.link)
+    assert describe_model(str(own), env=os.environ).source == "local dir"
+    code, _, err = run("use", str(own))
+    assert code == 0, err
+    assert read_config(os.environ)["model"] == str(own)
+
+
 def test_pinned_revision_never_means_an_import(imported: Path) -> None:
     settings = describe_model(f"{PACKAGED_MODEL_ID}@main", env=os.environ)
     assert settings.source == "needs download"
@@ -265,6 +295,33 @@ def test_import_cli_says_where_the_id_came_from(minilm_source: Path, tmp_path: P
         f"model id {PACKAGED_MODEL_ID} (from README.md, the sentence-transformers model card; "
         "--model-id sets another)"
     ) in err
+
+
+@pytest.mark.parametrize(
+    "model_id",
+    ["a/b/c", "x\ny", " ", "..", "acme/name with space", "org/_x", "é/x", "a/" + "b" * 200],
+)
+def test_import_refuses_a_model_id_it_could_not_resolve_again(
+    minilm_source: Path, model_id: str
+) -> None:
+    """An id becomes a directory name, a row's model_id and `thatch model use`'s argument:
+    one that resolution would not find again (or that breaks a line) is refused up front,
+    nothing written."""
+    from thatch.common.environment import models_dir
+
+    code, _, err = run("import", str(minilm_source), "--no-quantize", "--model-id", model_id)
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[0].startswith("Error: model id ") and "is not usable" in lines[0], err
+    assert lines[1:] == ["Fix: pass --model-id org/name"]
+    assert not models_dir(os.environ).exists() or not any(models_dir(os.environ).iterdir())
+
+
+def test_import_under_a_bare_name_is_found_by_it(minilm_source: Path) -> None:
+    code, _, err = run("import", str(minilm_source), "--no-quantize", "--model-id", "my-mini.v2")
+    assert code == 0, err
+    settings = describe_model("my-mini.v2", env=os.environ)
+    assert (settings.model_id, settings.source) == ("my-mini.v2", "imported")
 
 
 def test_import_of_a_file_is_one_line(tmp_path: Path) -> None:

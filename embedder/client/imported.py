@@ -15,7 +15,13 @@ from pathlib import Path
 from thatch.common.environment import Env, models_dir
 from thatch.embedder.client.errors import ModelError
 
-__all__ = ["ImportedModel", "find_by_short_name", "find_imported", "imported_models"]
+__all__ = [
+    "ImportedModel",
+    "find_by_short_name",
+    "find_imported",
+    "imported_models",
+    "is_import",
+]
 
 META_FILE = "thatch_model.json"
 
@@ -65,6 +71,12 @@ def find_imported(env: Env, model_id: str) -> Path | None:
         if model.model_id == model_id:
             return model.path
     return None
+
+
+def is_import(env: Env, path: Path) -> bool:
+    """Whether ``path`` is an import in thatch's model cache (however it was named: by id,
+    short name or directory), as opposed to a directory of the user's own."""
+    return path.parent.absolute() == models_dir(env).absolute() and _declared_id(path) is not None
 
 
 def find_by_short_name(env: Env, short_name: str) -> ImportedModel | None:

@@ -24,6 +24,8 @@ from thatch.embedder.client.settings import configured_model
 __all__ = [
     "ADAPTED",
     "DEFAULT_ENDPOINT",
+    "HUB_ID",
+    "MODEL_ID_MAX",
     "ONNX_CANDIDATES",
     "REGISTRY",
     "REQUIRED_FILES",
@@ -32,6 +34,7 @@ __all__ = [
     "HubRef",
     "RegistryEntry",
     "cached_snapshot",
+    "check_model_id",
     "choose_onnx",
     "directory_model_id",
     "hub_cache_dir",
@@ -142,7 +145,26 @@ ONNX_CANDIDATES = ("onnx/model_quantized.onnx", "onnx/model.onnx", "model.onnx")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# A hub id as the hub spells it (org/name): the names `thatch model use` resolves by id.
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# What an import may call itself: a hub id or a bare name (found as a short name). Both
+# become a directory name (org__name) and the id rows carry, so nothing else is let in.
+_BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MODEL_ID_MAX = 200
+
+
+def check_model_id(model_id: str) -> None:
+    """ModelError unless ``model_id`` is one thatch can resolve again and store as a name."""
+    if len(model_id) > MODEL_ID_MAX or not (
+        HUB_ID.fullmatch(model_id) or _BARE_NAME.fullmatch(model_id)
+    ):
+        shown = model_id if len(model_id) <= 60 else model_id[:60] + "…"
+        raise ModelError(
+            f"model id {shown!r} is not usable: give org/name or a name, of letters, digits, "
+            f"'.', '_' and '-', starting with a letter or digit, at most {MODEL_ID_MAX} "
+            "characters",
+            fix="pass --model-id org/name",
+        )
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -205,7 +227,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
             )
         if find_imported(env, adapted.model_id) is None:
             raise not_built_error(adapted)
-    if _HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
+    if HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
         if "@" in name and not at_revision:
             raise ModelError(f'model "{name}" has an empty revision after @')
         return HubRef(base, revision or at_revision or None)

@@ -16,7 +16,6 @@ docs/embedder.md §adapters says how each was trained and what it measured.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from thatch.common.environment import Env, expand_user
 from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.model_names import HUB_ID
 from thatch.embedder.convert.safetensors_io import read_metadata, read_safetensors
 from thatch.embedder.convert.weights import BertConfig, Weights
 from thatch.embedder.models.registry import sha256_file
@@ -38,7 +38,6 @@ __all__ = [
 
 SHIPPED_DIR = Path(__file__).with_name("adapters")
 FORMAT = "thatch-adapter-1"
-_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ def load_adapter(name_or_file: str, env: Env) -> Adapter:
             f"{path} is not a thatch adapter (its safetensors metadata lacks format "
             f"{FORMAT}, base or model_id)"
         )
-    if not _MODEL_ID.fullmatch(meta["model_id"]):
+    if not HUB_ID.fullmatch(meta["model_id"]):
         raise ModelError(f"{path}: model_id {meta['model_id']!r} is not of the form org/name")
     try:
         digest = sha256_file(path)

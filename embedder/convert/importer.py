@@ -27,6 +27,7 @@ from tokenizers import Encoding, Tokenizer
 
 from thatch.common.environment import expand_user, models_dir
 from thatch.embedder.client.errors import ModelError
+from thatch.embedder.client.model_names import ADAPTED, HUB_ID, check_model_id
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.adapter import Adapter, apply_adapter, load_adapter
@@ -50,7 +51,6 @@ OPTIONAL_FILES = (
     "config_sentence_transformers.json",
 )
 POOLINGS = ("mean", "cls")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def default_model_id(src: Path, config: Mapping[str, Any]) -> tuple[str, str]:
             return usage.group(1), "README.md, the sentence-transformers model card"
     else:
         name = config.get("_name_or_path")
-        if isinstance(name, str) and _HUB_ID.match(name):
+        if isinstance(name, str) and HUB_ID.fullmatch(name):
             return name, "config.json's _name_or_path"
     return src.name, "the directory name"
 
@@ -216,8 +216,6 @@ def resolve_settings(
 def _check_adapted_id(model_id: str, adapter: Adapter | None) -> None:
     """An id thatch builds (``ADAPTED``) is only ever the checkpoint with its pinned adapter:
     anything else under it would put other vectors beside the ones stores hold for it."""
-    from thatch.embedder.client.model_names import ADAPTED
-
     entry = ADAPTED.get(model_id)
     pinned = entry is not None and entry.model_id == model_id
     if entry is not None and pinned and (adapter is None or adapter.sha256 != entry.adapter_sha256):
@@ -323,6 +321,7 @@ def import_checkpoint(
         max_tokens=max_tokens,
         query_prefix=query_prefix,
     )
+    check_model_id(chosen.model_id)
     _check_adapted_id(chosen.model_id, merging)
     if merging is not None and not model_id:
         chosen = replace(chosen, model_id_origin=f"adapter {merging.name}")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from thatch.common.environment import Env
 from thatch.embedder.client.errors import ModelError, ModelNotBuilt, ModelUnavailable
-from thatch.embedder.client.imported import find_imported
+from thatch.embedder.client.imported import find_imported, is_import
 from thatch.embedder.client.model_names import (
     ADAPTED,
     REGISTRY,
@@ -94,7 +94,9 @@ def resolve_model(
     if target == "mock":
         return mock_settings()
     if isinstance(target, Path):
-        return settings_from_dir(target, source="local dir")
+        return settings_from_dir(
+            target, source="imported" if is_import(env, target) else "local dir"
+        )
     assert isinstance(target, HubRef)
     snapshot = cached_snapshot(target, env)
     imported = imported_for(target, env, cached=snapshot is not None, hub_first=hub_first)
