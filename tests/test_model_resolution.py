@@ -247,12 +247,17 @@ def test_malformed_thatch_model_json(tmp_path: Path, content: str, message: str)
         ("/no/such/dir", "does not exist"),
         ("not a model!", "unknown model"),
         ("acme/x@", "empty revision"),
+        ("a" * 5000, "model name is 5000 characters long: at most 1024"),
+        ("a" * 300, "unknown model"),  # one part past the file system's limit
+        ("/tmp/" + "a" * 300, "does not exist"),
+        ("x\ny", r'unknown model "x\\ny"'),
     ],
 )
 def test_bad_names(name: str, message: str) -> None:
-    """Unusable names fail with a clear message."""
-    with pytest.raises(ModelError, match=message):
+    """Unusable names fail with a clear one-line message, never a traceback."""
+    with pytest.raises(ModelError, match=message) as raised:
         resolve_model(name, env=env())
+    assert "\n" not in str(raised.value)
 
 
 def test_no_download_when_disallowed(monkeypatch: pytest.MonkeyPatch) -> None:

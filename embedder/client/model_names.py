@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -200,19 +200,38 @@ def hub_offline(env: Env) -> bool:
     return value.upper() in _TRUE
 
 
+MODEL_NAME_MAX = 1024  # longer than any path or hub id a model has: a wrong value
+
+
+def _probe(check: Callable[[], bool]) -> bool:
+    """A path check that an unusable name (a part past the system's limit) answers False
+    rather than raising: such a path holds no model."""
+    try:
+        return check()
+    except OSError:
+        return False
+
+
+def _shown(text: str) -> str:
+    """A name as an error quotes it: one line, whatever it holds."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path | HubRef:
     """Classify a model name (docs/embedder.md §resolution order): "mock", a local directory, or a
     hub ref."""
     name = name.strip()
     if not name:
         raise ModelError("model name is empty")
+    if len(name) > MODEL_NAME_MAX:
+        raise ModelError(f"model name is {len(name)} characters long: at most {MODEL_NAME_MAX}")
     if name == "mock":
         return "mock"
     base, _, at_revision = name.partition("@")
     if base in SHORT_NAMES:
         return HubRef(SHORT_NAMES[base], revision or at_revision or None, base)
     path = expand_user(name, env)
-    if path.is_dir():
+    if _probe(path.is_dir):
         return path.absolute()
     if "/" not in name and "@" not in name and not name.startswith(("~", ".")):
         imported = find_by_short_name(env, name)
@@ -229,14 +248,14 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
             raise not_built_error(adapted)
     if HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
         if "@" in name and not at_revision:
-            raise ModelError(f'model "{name}" has an empty revision after @')
+            raise ModelError(f'model "{_shown(name)}" has an empty revision after @')
         return HubRef(base, revision or at_revision or None)
-    if path.exists():
-        raise ModelError(f"model path {path} is not a directory")
+    if _probe(path.exists):
+        raise ModelError(f"model path {_shown(str(path))} is not a directory")
     if name.startswith(("/", "~", ".")) or name.count("/") > 1:
-        raise ModelError(f"model directory {path} does not exist")
+        raise ModelError(f"model directory {_shown(str(path))} does not exist")
     raise ModelError(
-        f'unknown model "{name}": expected mock, a short name '
+        f'unknown model "{_shown(name)}": expected mock, a short name '
         f"({', '.join(sorted([*SHORT_NAMES, *(e.short_name for e in _ADAPTED)]))}), "
         "an imported model's id or short name, "
         "a model directory or a hub id org/name[@revision]"
