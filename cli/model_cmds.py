@@ -65,6 +65,7 @@ def import_cmd(
     if src.exists() and not src.is_dir():
         raise FixableError(f"{src} is not a directory", "give the checkpoint's directory")
     with translate_errors():
+        from thatch.embedder.client.model_names import stable_name
         from thatch.embedder.convert.importer import import_checkpoint
 
         directory = import_checkpoint(
@@ -80,19 +81,7 @@ def import_cmd(
             log=lambda line: click.echo(line, err=True),
         )
     click.echo(str(directory))
-    click.echo(f"thatch model use {shlex.quote(use_name(directory, os.environ))}")
-
-
-def use_name(directory: Path, env: Mapping[str, str]) -> str:
-    """How ``thatch model use`` names an import: its id when resolution finds it by id
-    (it is in thatch's model cache), else its directory."""
-    from thatch.embedder.client.imported import find_imported
-    from thatch.embedder.client.model_names import read_json
-
-    declared = read_json(directory / "thatch_model.json").get("model_id")
-    if isinstance(declared, str) and find_imported(env, declared) == directory.absolute():
-        return declared
-    return str(directory)
+    click.echo(f"thatch model use {shlex.quote(stable_name(os.environ, directory))}")
 
 
 @model.command("info")
@@ -214,16 +203,15 @@ def use_cmd(name: str | None, clear: bool) -> None:
 
 def saved_name(name: str, settings: ModelSettings, env: Mapping[str, str]) -> str:
     """What the config file records: stable across directories and later hub downloads."""
-    from thatch.embedder.client.model_names import ADAPTED, HubRef, parse_name
+    from thatch.embedder.client.model_names import ADAPTED, HubRef, parse_name, stable_name
 
     if settings.model_id == "mock" and settings.path is None:
         return "mock"
-    # An adapted model not built yet has no import to resolve, but its id is what it will be.
-    if settings.source == "imported" or name.strip() in ADAPTED:
-        return settings.model_id
+    if settings.path is not None and settings.source in ("imported", "local dir"):
+        return stable_name(env, settings.path)
+    if settings.source == "needs download" and name.strip() in ADAPTED:
+        return settings.model_id  # not built yet: the id it will be built as
     target = parse_name(name, env)
-    if isinstance(target, Path):
-        return str(target)
     if isinstance(target, HubRef):
         return f"{target.repo_id}@{target.revision}" if target.revision else target.repo_id
     return name.strip()

@@ -247,7 +247,7 @@ def test_malformed_thatch_model_json(tmp_path: Path, content: str, message: str)
         ("/no/such/dir", "does not exist"),
         ("not a model!", "unknown model"),
         ("acme/x@", "empty revision"),
-        ("a" * 5000, "model name is 5000 characters long: at most 1024"),
+        ("a" * 5000, "model name is 5000 characters long: at most 4096"),
         ("a" * 300, "unknown model"),  # one part past the file system's limit
         ("/tmp/" + "a" * 300, "does not exist"),
         ("x\ny", r'unknown model "x\\ny"'),

@@ -299,7 +299,7 @@ def test_import_cli_says_where_the_id_came_from(minilm_source: Path, tmp_path: P
 
 @pytest.mark.parametrize(
     "model_id",
-    ["a/b/c", "x\ny", " ", "..", "acme/name with space", "org/_x", "é/x", "a/" + "b" * 200],
+    ["a/b/c", "x\ny", " ", "..", "acme/name with space", "-x/y", "é/x", "a/" + "b" * 200],
 )
 def test_import_refuses_a_model_id_it_could_not_resolve_again(
     minilm_source: Path, model_id: str
@@ -317,11 +317,48 @@ def test_import_refuses_a_model_id_it_could_not_resolve_again(
     assert not models_dir(os.environ).exists() or not any(models_dir(os.environ).iterdir())
 
 
-def test_import_under_a_bare_name_is_found_by_it(minilm_source: Path) -> None:
-    code, _, err = run("import", str(minilm_source), "--no-quantize", "--model-id", "my-mini.v2")
+@pytest.mark.parametrize("model_id", ["mock", "all-MiniLM-L6-v2", "all-MiniLM-L6-v2-code"])
+def test_import_refuses_a_bare_id_resolution_gives_another_model(
+    minilm_source: Path, model_id: str
+) -> None:
+    code, _, err = run("import", str(minilm_source), "--no-quantize", "--model-id", model_id)
+    assert code == 1
+    assert err.splitlines() == [
+        f"Error: model id {model_id} is a name thatch already gives a model",
+        "Fix: pass --model-id org/name",
+    ]
+
+
+def test_import_under_a_bare_name_is_found_by_it_and_saved_by_path(minilm_source: Path) -> None:
+    """A bare id is found as a short name, but a directory of that name in the working
+    directory would come first (step 3): the config file and the printed command name the
+    directory."""
+    from thatch.common.environment import models_dir
+
+    code, out, err = run("import", str(minilm_source), "--no-quantize", "--model-id", "my-mini.v2")
     assert code == 0, err
+    directory = models_dir(os.environ).absolute() / "my-mini.v2"
+    assert out.splitlines() == [str(directory), f"thatch model use {directory}"]
     settings = describe_model("my-mini.v2", env=os.environ)
     assert (settings.model_id, settings.source) == ("my-mini.v2", "imported")
+    code, _, err = run("use", "my-mini.v2")
+    assert code == 0, err
+    assert read_config(os.environ)["model"] == str(directory)
+
+
+def test_a_copy_of_an_import_is_a_local_dir_saved_by_path(imported: Path) -> None:
+    """A second directory carrying an import's id (a copy, an --out variant) is not what
+    that id resolves to: saving the id would switch to the other directory."""
+    copy = imported.parent / "sentence-transformers__all-MiniLM-L6-v2-fp32"
+    shutil.copytree(imported, copy, copy_function=os.link)
+    settings = describe_model(str(copy), env=os.environ)
+    assert (settings.model_id, settings.source) == (PACKAGED_MODEL_ID, "local dir")
+    code, _, err = run("use", str(copy))
+    assert code == 0, err
+    assert read_config(os.environ)["model"] == str(copy.absolute())
+    code, _, err = run("use", str(imported))
+    assert code == 0, err
+    assert read_config(os.environ)["model"] == PACKAGED_MODEL_ID
 
 
 def test_import_of_a_file_is_one_line(tmp_path: Path) -> None:

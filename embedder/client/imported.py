@@ -17,6 +17,7 @@ from thatch.embedder.client.errors import ModelError
 
 __all__ = [
     "ImportedModel",
+    "declared_id",
     "find_by_short_name",
     "find_imported",
     "imported_models",
@@ -36,7 +37,7 @@ class ImportedModel:
         return self.model_id.rsplit("/", 1)[-1]
 
 
-def _declared_id(directory: Path) -> str | None:
+def declared_id(directory: Path) -> str | None:
     try:
         meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -56,7 +57,7 @@ def imported_models(env: Env) -> list[ImportedModel]:
     for child in children:
         if child.name.startswith(".") or not child.is_dir():
             continue
-        declared = _declared_id(child)
+        declared = declared_id(child)
         if declared is not None:
             found.append(ImportedModel(declared, child.absolute()))
     return sorted(found, key=lambda model: model.model_id)
@@ -65,7 +66,7 @@ def imported_models(env: Env) -> list[ImportedModel]:
 def find_imported(env: Env, model_id: str) -> Path | None:
     """The imported model with this id: its conventional directory first, then any."""
     conventional = models_dir(env) / model_id.replace("/", "__")
-    if _declared_id(conventional) == model_id:
+    if declared_id(conventional) == model_id:
         return conventional.absolute()
     for model in imported_models(env):
         if model.model_id == model_id:
@@ -74,9 +75,11 @@ def find_imported(env: Env, model_id: str) -> Path | None:
 
 
 def is_import(env: Env, path: Path) -> bool:
-    """Whether ``path`` is an import in thatch's model cache (however it was named: by id,
-    short name or directory), as opposed to a directory of the user's own."""
-    return path.parent.absolute() == models_dir(env).absolute() and _declared_id(path) is not None
+    """Whether ``path`` is the import its recorded id resolves to (however it was named: by
+    id, short name or directory), not a copy, a variant written with ``--out`` or a
+    directory of the user's own."""
+    declared = declared_id(path)
+    return declared is not None and find_imported(env, declared) == path.absolute()
 
 
 def find_by_short_name(env: Env, short_name: str) -> ImportedModel | None:

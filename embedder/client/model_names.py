@@ -7,6 +7,7 @@ resolves it, without the model runtime: standard library only, no network.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -18,7 +19,12 @@ from typing import Any
 
 from thatch.common.environment import Env, cache_home, env_get, expand_user
 from thatch.embedder.client.errors import ModelError, ModelNotBuilt
-from thatch.embedder.client.imported import find_by_short_name, find_imported
+from thatch.embedder.client.imported import (
+    declared_id,
+    find_by_short_name,
+    find_imported,
+    is_import,
+)
 from thatch.embedder.client.settings import configured_model
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "parse_name",
     "read_json",
     "snapshot_onnx",
+    "stable_name",
 ]
 
 
@@ -145,16 +152,23 @@ ONNX_CANDIDATES = ("onnx/model_quantized.onnx", "onnx/model.onnx", "model.onnx")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
-# A hub id as the hub spells it (org/name): the names `thatch model use` resolves by id.
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# A hub id (org/name) in the characters the hub allows at each end: the names resolution
+# takes for an id (step 6) and `thatch model use` saves.
+HUB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*/[A-Za-z0-9_][A-Za-z0-9._-]*")
 # What an import may call itself: a hub id or a bare name (found as a short name). Both
 # become a directory name (org__name) and the id rows carry, so nothing else is let in.
-_BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_BARE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 MODEL_ID_MAX = 200
 
 
 def check_model_id(model_id: str) -> None:
     """ModelError unless ``model_id`` is one thatch can resolve again and store as a name."""
+    if "/" not in model_id and (model_id in ("mock", *SHORT_NAMES) or model_id in ADAPTED):
+        # resolution reaches these before any import (steps 1, 2 and 5)
+        raise ModelError(
+            f"model id {model_id} is a name thatch already gives a model",
+            fix="pass --model-id org/name",
+        )
     if len(model_id) > MODEL_ID_MAX or not (
         HUB_ID.fullmatch(model_id) or _BARE_NAME.fullmatch(model_id)
     ):
@@ -200,16 +214,18 @@ def hub_offline(env: Env) -> bool:
     return value.upper() in _TRUE
 
 
-MODEL_NAME_MAX = 1024  # longer than any path or hub id a model has: a wrong value
+MODEL_NAME_MAX = 4096  # a path longer than PATH_MAX names no model
 
 
-def _probe(check: Callable[[], bool]) -> bool:
-    """A path check that an unusable name (a part past the system's limit) answers False
-    rather than raising: such a path holds no model."""
+def _probe(check: Callable[[], bool], path: Path) -> bool:
+    """A path check that a part past the file system's limit answers False (such a path
+    holds no model); other errors (permissions) are reported as they are."""
     try:
         return check()
-    except OSError:
-        return False
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            return False
+        raise ModelError(f"cannot read {_shown(str(path))}: {error.strerror}") from None
 
 
 def _shown(text: str) -> str:
@@ -231,7 +247,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
     if base in SHORT_NAMES:
         return HubRef(SHORT_NAMES[base], revision or at_revision or None, base)
     path = expand_user(name, env)
-    if _probe(path.is_dir):
+    if _probe(path.is_dir, path):
         return path.absolute()
     if "/" not in name and "@" not in name and not name.startswith(("~", ".")):
         imported = find_by_short_name(env, name)
@@ -250,7 +266,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
         if "@" in name and not at_revision:
             raise ModelError(f'model "{_shown(name)}" has an empty revision after @')
         return HubRef(base, revision or at_revision or None)
-    if _probe(path.exists):
+    if _probe(path.exists, path):
         raise ModelError(f"model path {_shown(str(path))} is not a directory")
     if name.startswith(("/", "~", ".")) or name.count("/") > 1:
         raise ModelError(f"model directory {_shown(str(path))} does not exist")
@@ -260,6 +276,16 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
         "an imported model's id or short name, "
         "a model directory or a hub id org/name[@revision]"
     )
+
+
+def stable_name(env: Env, directory: Path) -> str:
+    """How a config file or a printed command names the model at ``directory``: its id when
+    resolution by that id finds this very directory from any working directory (an import
+    in thatch's model cache under an org/name id), else the directory itself."""
+    declared = declared_id(directory)
+    if declared is not None and HUB_ID.fullmatch(declared) and is_import(env, directory):
+        return declared
+    return str(directory.absolute())
 
 
 def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:

@@ -123,7 +123,7 @@ def load_tokenizer(src: Path) -> tuple[Tokenizer, bool]:
 
 # sentence-transformers writes its usage line into the model card it saves:
 # SentenceTransformer('org/name') (or "org/name").
-_CARD_USAGE = re.compile(r"""SentenceTransformer\(\s*['"]([A-Za-z0-9][\w.-]*/[\w.-]+)['"]""")
+_CARD_USAGE = re.compile(r"""SentenceTransformer\(\s*['"](""" + HUB_ID.pattern + r""")['"]""")
 
 
 def default_model_id(src: Path, config: Mapping[str, Any]) -> tuple[str, str]:
