@@ -62,13 +62,42 @@ def import_cmd(
     metadata (stderr says from where). Prints the output directory, then the command
     that makes it the default model.
     """
+    try:
+        directory = _import(
+            src, out, model_id, quantize, pooling, max_tokens, query_prefix, adapter
+        )
+    except OSError as error:  # a path past the system's limits, no space left, no permission
+        where = error.filename if error.filename is not None else src
+        raise FixableError(
+            f"cannot use {click.format_filename(str(where))[:200]}: {error.strerror or error}",
+            "give the checkpoint's directory and an --out thatch can write to",
+        ) from None
+    click.echo(str(directory))
+    click.echo(f"thatch model use {shlex.quote(_stable_name(directory))}")
+
+
+def _stable_name(directory: Path) -> str:
+    from thatch.embedder.client.model_names import stable_name
+
+    return stable_name(os.environ, directory)
+
+
+def _import(
+    src: Path,
+    out: Path | None,
+    model_id: str | None,
+    quantize: bool,
+    pooling: str | None,
+    max_tokens: int | None,
+    query_prefix: str | None,
+    adapter: str | None,
+) -> Path:
     if src.exists() and not src.is_dir():
         raise FixableError(f"{src} is not a directory", "give the checkpoint's directory")
     with translate_errors():
-        from thatch.embedder.client.model_names import stable_name
         from thatch.embedder.convert.importer import import_checkpoint
 
-        directory = import_checkpoint(
+        return import_checkpoint(
             src,
             out,
             model_id=model_id,
@@ -80,8 +109,6 @@ def import_cmd(
             env=os.environ,
             log=lambda line: click.echo(line, err=True),
         )
-    click.echo(str(directory))
-    click.echo(f"thatch model use {shlex.quote(stable_name(os.environ, directory))}")
 
 
 @model.command("info")

@@ -361,6 +361,25 @@ def test_a_copy_of_an_import_is_a_local_dir_saved_by_path(imported: Path) -> Non
     assert read_config(os.environ)["model"] == PACKAGED_MODEL_ID
 
 
+def test_import_from_or_to_an_unusable_path_is_one_line(
+    minilm_source: Path, tmp_path: Path
+) -> None:
+    """A path part past the file system's limit, or an --out under a file: one Error line
+    and its Fix, never a traceback."""
+    code, _, err = run("import", str(tmp_path / ("b" * 300)))
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[0].startswith(f"Error: cannot use {tmp_path}/bbb") and "too long" in lines[0]
+    assert lines[1:] == ["Fix: give the checkpoint's directory and an --out thatch can write to"]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run("import", str(minilm_source), "--no-quantize", "--out", f"{blocker}/m")
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[-2].startswith("Error: ") and str(blocker) in lines[-2], err
+    assert lines[-1].startswith("Fix: ")
+
+
 def test_import_of_a_file_is_one_line(tmp_path: Path) -> None:
     src = tmp_path / "file"
     src.write_text("x")
