@@ -305,6 +305,29 @@ def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     assert labels_only(path, "some prompt", ["p"], 5, 0.5) is None
 
 
+def test_a_server_that_loses_the_race_to_bind_stands_down_silently(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Two ``thatch mcp`` starting at once both find the path free; the one whose bind comes
+    second stands down without a word on stderr (the MCP host shows it to the user), and
+    the first one's socket is untouched."""
+    path = short_tmp / "scan-race.sock"
+    first = scan_service.ScanService(path, FixedSearcher(), {})
+    first.start()
+    assert first.ready.wait(30)
+    try:
+        monkeypatch.setattr(scan_service, "_claim", lambda _path: None)  # the race: both free
+        second = scan_service.ScanService(path, FixedSearcher(), {})
+        second.start()
+        assert second.ready.wait(30)
+        second.close()
+        assert capfd.readouterr().err == ""
+        assert labels_only(path, "p", ["g"], 5, 0.5) == ["p|g|5|0.5|None"]
+    finally:
+        first.close()
+    assert not path.exists()
+
+
 def test_client_gives_none_on_error_or_garbage_replies(short_tmp: Path) -> None:
     """An error reply, a non-JSON reply, wrong label types or no reply mean "cold path"."""
     path = short_tmp / "fake.sock"

@@ -397,7 +397,14 @@ class ScanService:
             if reason is not None:
                 _debug(self.env, reason)
                 return False
-            self._sock = _bind(self.path)
+            try:
+                self._sock = _bind(self.path)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                # Another thatch mcp bound it between the claim and the bind: it serves.
+                _debug(self.env, "another thatch mcp bound it first")
+                return False
             self._inode = self.path.stat().st_ino
         _debug(self.env, f"serving {self.path}")
         return True
