@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -305,27 +306,82 @@ def test_regular_file_replaced_and_client_round_trip(short_tmp: Path) -> None:
     assert labels_only(path, "some prompt", ["p"], 5, 0.5) is None
 
 
-def test_a_server_that_loses_the_race_to_bind_stands_down_silently(
-    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+def test_a_second_server_for_the_same_database_stands_down_silently(
+    short_tmp: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Two ``thatch mcp`` starting at once both find the path free; the one whose bind comes
-    second stands down without a word on stderr (the MCP host shows it to the user), and
-    the first one's socket is untouched."""
+    """Two ``thatch mcp`` for one database: the one that does not hold the socket's lock
+    stands down without a word on stderr (the MCP host shows it to the user) and never
+    touches the first one's socket; once the first closes, a new one serves."""
     path = short_tmp / "scan-race.sock"
     first = scan_service.ScanService(path, FixedSearcher(), {})
     first.start()
     assert first.ready.wait(30)
+    second = scan_service.ScanService(path, FixedSearcher(), {})
+    second.start()
+    assert second.ready.wait(30)
+    second.close()
+    assert labels_only(path, "p", ["g"], 5, 0.5) == ["p|g|5|0.5|None"]
+    first.close()
+    assert not path.exists()
+    third = scan_service.ScanService(path, FixedSearcher(), {})
+    third.start()
+    assert third.ready.wait(30)
     try:
-        monkeypatch.setattr(scan_service, "_claim", lambda _path: None)  # the race: both free
-        second = scan_service.ScanService(path, FixedSearcher(), {})
-        second.start()
-        assert second.ready.wait(30)
+        assert labels_only(path, "q", ["g"], 5, 0.5) == ["q|g|5|0.5|None"]
+    finally:
+        third.close()
+    assert capfd.readouterr().err == ""
+
+
+def test_a_server_starting_while_another_is_between_bind_and_listen_stands_down(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The second server starts at the moment the first has bound its socket but does not
+    listen yet (a probe is refused there, as by a stale socket): it must not take the path
+    over, or the first, on closing, would remove the second's socket."""
+    path = short_tmp / "scan-window.sock"
+    second = scan_service.ScanService(path, FixedSearcher(), {})
+    started: list[bool] = []
+    chmod = os.chmod
+
+    def chmod_then_start_second(target: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+        chmod(target, mode, *args, **kwargs)
+        if Path(target) == path and not started:
+            started.append(True)
+            second.start()
+            assert second.ready.wait(30)
+
+    monkeypatch.setattr(os, "chmod", chmod_then_start_second)
+    first = scan_service.ScanService(path, FixedSearcher(), {})
+    first.start()
+    assert first.ready.wait(30)
+    monkeypatch.undo()
+    try:
+        assert started
         second.close()
-        assert capfd.readouterr().err == ""
         assert labels_only(path, "p", ["g"], 5, 0.5) == ["p|g|5|0.5|None"]
     finally:
         first.close()
     assert not path.exists()
+    assert capfd.readouterr().err == ""
+
+
+def test_a_server_that_loses_the_bind_to_an_older_release_stands_down_silently(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An older release's server takes no lock: if it binds between this one's probe and
+    bind (EADDRINUSE), this one stands down silently and leaves its socket alone."""
+    path = short_tmp / "scan-old.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as older:
+        older.bind(str(path))
+        older.listen(1)
+        monkeypatch.setattr(scan_service, "_claim", lambda _path: None)  # probe saw it free
+        service = scan_service.ScanService(path, FixedSearcher(), {})
+        service.start()
+        assert service.ready.wait(30)
+        service.close()
+        assert path.exists()
+    assert capfd.readouterr().err == ""
 
 
 def test_client_gives_none_on_error_or_garbage_replies(short_tmp: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import math
 import os
@@ -337,14 +338,21 @@ def _claim(path: Path) -> str | None:
     return None
 
 
-def _bind(path: Path) -> socket.socket:
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _prepare_dir(directory: Path) -> None:
     from thatch.embedder.client.autostart import make_private_dir
 
-    make_private_dir(path.parent)
-    tighten_own_directory(path.parent)  # always thatch's own socket directory
-    problem = directory_problem(path.parent)
+    make_private_dir(directory)
+    tighten_own_directory(directory)  # always thatch's own socket directory
+    problem = directory_problem(directory)
     if problem is not None:
         raise PermissionError(problem)
+
+
+def _bind(path: Path) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     previous = os.umask(0o077)
     try:
@@ -370,6 +378,7 @@ class ScanService:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._inode: int | None = None
+        self._lock_fd: int | None = None
         self._closed = False
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
@@ -393,19 +402,36 @@ class ScanService:
         with self._lock:
             if self._closed:
                 return False
-            reason = _claim(self.path)
-            if reason is not None:
-                _debug(self.env, reason)
-                return False
+            _prepare_dir(self.path.parent)
+            fd = os.open(_lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                _debug(self.env, "another thatch mcp already serves this database")
+                return False
+            except BaseException:
+                os.close(fd)
+                raise
+            try:  # held for life: nobody else claims, binds or unlinks the path meanwhile
+                reason = _claim(self.path)  # still probes: a server of an older release
+                if reason is not None:
+                    _debug(self.env, reason)
+                    os.close(fd)
+                    return False
                 self._sock = _bind(self.path)
+                self._inode = self.path.lstat().st_ino
             except OSError as error:
+                os.close(fd)
                 if error.errno != errno.EADDRINUSE:
                     raise
-                # Another thatch mcp bound it between the claim and the bind: it serves.
+                # A server of an older release (no lock) bound it after the probe: it serves.
                 _debug(self.env, "another thatch mcp bound it first")
                 return False
-            self._inode = self.path.stat().st_ino
+            except BaseException:
+                os.close(fd)
+                raise
+            self._lock_fd = fd
         _debug(self.env, f"serving {self.path}")
         return True
 
@@ -460,6 +486,9 @@ class ScanService:
                 with contextlib.suppress(OSError):
                     if self.path.lstat().st_ino == self._inode:
                         self.path.unlink()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # after the unlink: the next server may claim now
+                self._lock_fd = None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() in the serving thread
