@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -67,13 +68,36 @@ def import_cmd(
             src, out, model_id, quantize, pooling, max_tokens, query_prefix, adapter
         )
     except OSError as error:  # a path past the system's limits, no space left, no permission
-        where = error.filename if error.filename is not None else src
-        raise FixableError(
-            f"cannot use {click.format_filename(str(where))[:200]}: {error.strerror or error}",
-            "give the checkpoint's directory and an --out thatch can write to",
-        ) from None
+        raise _import_failure(error) from None
     click.echo(str(directory))
     click.echo(f"thatch model use {shlex.quote(_stable_name(directory))}")
+
+
+_IMPORT_FIXES = {
+    errno.ENOSPC: "free space where the model is written (the model cache, or --out)",
+    errno.EDQUOT: "free space where the model is written (the model cache, or --out)",
+    errno.ENAMETOOLONG: "give shorter paths",
+    errno.EACCES: "give an --out you can write to, or fix the permissions named",
+    errno.EPERM: "give an --out you can write to, or fix the permissions named",
+    errno.EROFS: "give an --out on a writable file system",
+}
+
+
+def _import_failure(error: OSError) -> FixableError:
+    """An OSError of an import as one Error line (whatever the path holds) and the fix its
+    errno calls for; a write with no file named (a full disk) is the model's output."""
+    from thatch.embedder.client.cli_errors import debug_traceback
+    from thatch.embedder.client.model_names import shown_name
+
+    debug_traceback()
+    name = error.filename
+    where = "writing the model" if name is None else shown_name(os.fsdecode(name))
+    if len(where) > 200:
+        where = f"{where[:80]}…{where[-80:]}"
+    fix = _IMPORT_FIXES.get(
+        error.errno or 0, "give the checkpoint's directory and an --out thatch can write to"
+    )
+    return FixableError(f"cannot import: {where}: {error.strerror or error}", fix)
 
 
 def _stable_name(directory: Path) -> str:
@@ -93,7 +117,11 @@ def _import(
     adapter: str | None,
 ) -> Path:
     if src.exists() and not src.is_dir():
-        raise FixableError(f"{src} is not a directory", "give the checkpoint's directory")
+        from thatch.embedder.client.model_names import shown_name
+
+        raise FixableError(
+            f"{shown_name(str(src))} is not a directory", "give the checkpoint's directory"
+        )
     with translate_errors():
         from thatch.embedder.convert.importer import import_checkpoint
 

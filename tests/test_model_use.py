@@ -365,19 +365,44 @@ def test_import_from_or_to_an_unusable_path_is_one_line(
     minilm_source: Path, tmp_path: Path
 ) -> None:
     """A path part past the file system's limit, or an --out under a file: one Error line
-    and its Fix, never a traceback."""
+    and the Fix its cause calls for, never a traceback, nothing written."""
+    from thatch.common.environment import models_dir
+
     code, _, err = run("import", str(tmp_path / ("b" * 300)))
     assert code == 1
     lines = err.splitlines()
-    assert lines[0].startswith(f"Error: cannot use {tmp_path}/bbb") and "too long" in lines[0]
-    assert lines[1:] == ["Fix: give the checkpoint's directory and an --out thatch can write to"]
+    assert lines[0].startswith(f"Error: cannot import: {tmp_path}/bbb"), err
+    assert lines[0].endswith("bbb: File name too long")
+    assert lines[1:] == ["Fix: give shorter paths"]
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, _, err = run("import", str(minilm_source), "--no-quantize", "--out", f"{blocker}/m")
     assert code == 1
-    lines = err.splitlines()
-    assert lines[-2].startswith("Error: ") and str(blocker) in lines[-2], err
-    assert lines[-1].startswith("Fix: ")
+    assert err.splitlines()[-1] == f"Error: cannot write {blocker}/m: {blocker} is not a directory"
+    assert not models_dir(os.environ).exists()
+
+
+def test_a_full_disk_during_an_import_names_the_output_and_leaves_nothing(
+    minilm_source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails with no file named (ENOSPC) is the model's output, not SRC; the
+    half-built directory is removed."""
+    import errno
+
+    from thatch.common.environment import models_dir
+    from thatch.embedder.convert import importer
+
+    def full_disk(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(importer.onnx, "save_model", full_disk)
+    code, _, err = run("import", str(minilm_source), "--no-quantize")
+    assert code == 1
+    assert err.splitlines()[-2:] == [
+        "Error: cannot import: writing the model: No space left on device",
+        "Fix: free space where the model is written (the model cache, or --out)",
+    ]
+    assert [p.name for p in models_dir(os.environ).iterdir()] == []
 
 
 def test_import_of_a_file_is_one_line(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ __all__ = [
     "not_built_error",
     "parse_name",
     "read_json",
+    "shown_name",
     "snapshot_onnx",
     "stable_name",
 ]
@@ -225,10 +226,10 @@ def _probe(check: Callable[[], bool], path: Path) -> bool:
     except OSError as error:
         if error.errno == errno.ENAMETOOLONG:
             return False
-        raise ModelError(f"cannot read {_shown(str(path))}: {error.strerror}") from None
+        raise ModelError(f"cannot read {shown_name(str(path))}: {error.strerror}") from None
 
 
-def _shown(text: str) -> str:
+def shown_name(text: str) -> str:
     """A name as an error quotes it: one line, whatever it holds."""
     return text if text.isprintable() else repr(text)[1:-1]
 
@@ -264,14 +265,14 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
             raise not_built_error(adapted)
     if HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
         if "@" in name and not at_revision:
-            raise ModelError(f'model "{_shown(name)}" has an empty revision after @')
+            raise ModelError(f'model "{shown_name(name)}" has an empty revision after @')
         return HubRef(base, revision or at_revision or None)
     if _probe(path.exists, path):
-        raise ModelError(f"model path {_shown(str(path))} is not a directory")
+        raise ModelError(f"model path {shown_name(str(path))} is not a directory")
     if name.startswith(("/", "~", ".")) or name.count("/") > 1:
-        raise ModelError(f"model directory {_shown(str(path))} does not exist")
+        raise ModelError(f"model directory {shown_name(str(path))} does not exist")
     raise ModelError(
-        f'unknown model "{_shown(name)}": expected mock, a short name '
+        f'unknown model "{shown_name(name)}": expected mock, a short name '
         f"({', '.join(sorted([*SHORT_NAMES, *(e.short_name for e in _ADAPTED)]))}), "
         "an imported model's id or short name, "
         "a model directory or a hub id org/name[@revision]"

@@ -227,8 +227,14 @@ def _check_adapted_id(model_id: str, adapter: Adapter | None) -> None:
 
 
 def _check_replaceable(out: Path) -> None:
-    """Only an empty directory or an earlier import may be replaced: never user files."""
+    """Only an empty directory or an earlier import may be replaced: never user files. Checked
+    before the weights are read, so a wrong --out fails at once."""
     if not out.exists():
+        for parent in out.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise ModelError(f"cannot write {out}: {parent} is not a directory")
+                return
         return
     if out.is_dir() and (not any(out.iterdir()) or (out / "thatch_model.json").is_file()):
         return
