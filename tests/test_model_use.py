@@ -389,13 +389,14 @@ def test_a_full_disk_during_an_import_names_the_output_and_leaves_nothing(
     half-built directory is removed."""
     import errno
 
+    import onnx
+
     from thatch.common.environment import models_dir
-    from thatch.embedder.convert import importer
 
     def full_disk(*_args: object, **_kwargs: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(importer.onnx, "save_model", full_disk)
+    monkeypatch.setattr(onnx, "save_model", full_disk)
     code, _, err = run("import", str(minilm_source), "--no-quantize")
     assert code == 1
     assert err.splitlines()[-2:] == [
