@@ -63,10 +63,28 @@ def import_cmd(
     metadata (stderr says from where). Prints the output directory, then the command
     that makes it the default model.
     """
+    from thatch.embedder.client.model_names import shown_name
+
     try:
-        directory = _import(
-            src, out, model_id, quantize, pooling, max_tokens, query_prefix, adapter
-        )
+        if src.exists() and not src.is_dir():
+            raise FixableError(
+                f"{shown_name(str(src))} is not a directory", "give the checkpoint's directory"
+            )
+        with translate_errors():
+            from thatch.embedder.convert.importer import import_checkpoint
+
+            directory = import_checkpoint(
+                src,
+                out,
+                model_id=model_id,
+                quantize=quantize,
+                pooling=pooling,
+                max_tokens=max_tokens,
+                query_prefix=query_prefix,
+                adapter=adapter,
+                env=os.environ,
+                log=lambda line: click.echo(line, err=True),
+            )
     except OSError as error:  # a path past the system's limits, no space left, no permission
         raise _import_failure(error) from None
     click.echo(str(directory))
@@ -104,39 +122,6 @@ def _stable_name(directory: Path) -> str:
     from thatch.embedder.client.model_names import stable_name
 
     return stable_name(os.environ, directory)
-
-
-def _import(
-    src: Path,
-    out: Path | None,
-    model_id: str | None,
-    quantize: bool,
-    pooling: str | None,
-    max_tokens: int | None,
-    query_prefix: str | None,
-    adapter: str | None,
-) -> Path:
-    if src.exists() and not src.is_dir():
-        from thatch.embedder.client.model_names import shown_name
-
-        raise FixableError(
-            f"{shown_name(str(src))} is not a directory", "give the checkpoint's directory"
-        )
-    with translate_errors():
-        from thatch.embedder.convert.importer import import_checkpoint
-
-        return import_checkpoint(
-            src,
-            out,
-            model_id=model_id,
-            quantize=quantize,
-            pooling=pooling,
-            max_tokens=max_tokens,
-            query_prefix=query_prefix,
-            adapter=adapter,
-            env=os.environ,
-            log=lambda line: click.echo(line, err=True),
-        )
 
 
 @model.command("info")
