@@ -209,6 +209,7 @@ NOT_THE_DATABASE = {
     "frontend/setup/skills.py": "the packaged skill files",
     "frontend/demo.py": "the demo's embedder log (its database is copied by db.backup)",
     "frontend/hooks/chat_anchor.py": "the chat line the session-start reminder told (chat-told/)",
+    "frontend/hooks/scan_service.py": "the recall scan socket's lock file (<socket>.lock)",
     "frontend/setup/opencode_plugin.py": "the packaged plugin source (opencode_plugin.js)",
     # Project files named as anchors; thatch's own database and its sidecars are refused
     # at save and never opened at recall (anchors/check.py database_files).
