@@ -405,35 +405,44 @@ class ScanService:
             _prepare_dir(self.path.parent)
             fd = os.open(_lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                _debug(self.env, "another thatch mcp already serves this database")
-                return False
+                taken = self._take(fd)
             except BaseException:
                 os.close(fd)
                 raise
-            try:  # held for life: nobody else claims, binds or unlinks the path meanwhile
-                reason = _claim(self.path)  # still probes: a server of an older release
-                if reason is not None:
-                    _debug(self.env, reason)
-                    os.close(fd)
-                    return False
-                self._sock = _bind(self.path)
-                self._inode = self.path.lstat().st_ino
-            except OSError as error:
+            if taken is None:
                 os.close(fd)
-                if error.errno != errno.EADDRINUSE:
-                    raise
-                # A server of an older release (no lock) bound it after the probe: it serves.
-                _debug(self.env, "another thatch mcp bound it first")
                 return False
-            except BaseException:
-                os.close(fd)
-                raise
+            self._sock, self._inode = taken
             self._lock_fd = fd
         _debug(self.env, f"serving {self.path}")
         return True
+
+    def _take(self, fd: int) -> tuple[socket.socket, int] | None:
+        """The socket bound at the path and its inode, ``fd``'s lock held for the server's
+        life (nobody else claims, binds or unlinks the path meanwhile); None when another
+        server has the path."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _debug(self.env, "another thatch mcp already serves this database")
+            return None
+        reason = _claim(self.path)  # still probes: a server of an older release
+        if reason is not None:
+            _debug(self.env, reason)
+            return None
+        try:
+            sock = _bind(self.path)
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            # A server of an older release (no lock) bound it after the probe: it serves.
+            _debug(self.env, "another thatch mcp bound it first")
+            return None
+        try:
+            return sock, self.path.lstat().st_ino
+        except BaseException:
+            sock.close()
+            raise
 
     def _serve(self) -> None:
         sock = self._sock
