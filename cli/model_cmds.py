@@ -63,7 +63,7 @@ def import_cmd(
     metadata (stderr says from where). Prints the output directory, then the command
     that makes it the default model.
     """
-    from thatch.embedder.client.model_names import shown_name
+    from thatch.embedder.client.model_names import shown_name, stable_name
 
     try:
         if src.exists() and not src.is_dir():
@@ -88,7 +88,7 @@ def import_cmd(
     except OSError as error:  # a path past the system's limits, no space left, no permission
         raise _import_failure(error) from None
     click.echo(str(directory))
-    click.echo(f"thatch model use {shlex.quote(_stable_name(directory))}")
+    click.echo(f"thatch model use {shlex.quote(stable_name(os.environ, directory))}")
 
 
 _IMPORT_FIXES = {
@@ -116,12 +116,6 @@ def _import_failure(error: OSError) -> FixableError:
         error.errno or 0, "give the checkpoint's directory and an --out thatch can write to"
     )
     return FixableError(f"cannot import: {where}: {error.strerror or error}", fix)
-
-
-def _stable_name(directory: Path) -> str:
-    from thatch.embedder.client.model_names import stable_name
-
-    return stable_name(os.environ, directory)
 
 
 @model.command("info")

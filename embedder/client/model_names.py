@@ -175,9 +175,9 @@ def check_model_id(model_id: str) -> None:
     ):
         shown = model_id if len(model_id) <= 60 else model_id[:60] + "…"
         raise ModelError(
-            f"model id {shown!r} is not usable: give org/name or a name, of letters, digits, "
-            f"'.', '_' and '-', starting with a letter or digit, at most {MODEL_ID_MAX} "
-            "characters",
+            f"model id {shown!r} is not usable: give org/name or a name, of letters, "
+            "digits, '.', '_' and '-', each part starting with a letter, digit or '_', "
+            f"at most {MODEL_ID_MAX} characters",
             fix="pass --model-id org/name",
         )
 

@@ -217,7 +217,7 @@ def _check_adapted_id(model_id: str, adapter: Adapter | None) -> None:
     """An id thatch builds (``ADAPTED``) is only ever the checkpoint with its pinned adapter:
     anything else under it would put other vectors beside the ones stores hold for it."""
     entry = ADAPTED.get(model_id)
-    pinned = entry is not None and entry.model_id == model_id
+    pinned = entry is not None and entry.model_id == model_id  # the id, not the short name
     if entry is not None and pinned and (adapter is None or adapter.sha256 != entry.adapter_sha256):
         raise ModelError(
             f"model id {model_id} is thatch's build of {entry.base} with its shipped "
