@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import sqlite3
@@ -9,12 +11,15 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.support.brute_force import brute_force
+from tests.support.leases import leases, truncating
+from thatch.frontend.store import vector_snapshot
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import CHANGES_KEPT
 from thatch.frontend.store.vector_snapshot import (
@@ -457,8 +462,8 @@ with Store.open(db, snapshot_dir=Path(snaps)) as store:
 
 
 def test_a_shortened_snapshot_is_never_touched_by_own_writes(path: Path, snaps: Path) -> None:
-    """Own writes put rows straight into the mapped matrix: after the file was truncated
-    that would fault (SIGBUS); the size check drops the matrix first."""
+    """Own writes put rows straight into the mapped matrix: a truncated file would fault
+    (SIGBUS); the waiting truncation shows in the lease, which drops the matrix first."""
     search_in_new_process(path, snaps, queries(29))
     identity = DatabaseIdentity.of(path)
     assert identity is not None
@@ -470,11 +475,15 @@ def test_a_shortened_snapshot_is_never_touched_by_own_writes(path: Path, snaps: 
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline() == "mapped\n"
-        os.truncate(target, ALIGN * 2)
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        query, slugs = json.loads(child.stdout.readline())
+        assert leases(target) == [("ACTIVE", child.pid)]
+        # The truncation waits for the child's next use to let go of the file.
+        with truncating(target, ALIGN * 2) as waiting:
+            assert waiting.is_alive()  # nothing else can end the wait
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            query, slugs = json.loads(child.stdout.readline())
         assert child.wait(120) == 0
+        assert target.stat().st_size != ALIGN * 2  # the child wrote a good one again
     finally:
         if child.poll() is None:
             child.kill()
@@ -484,3 +493,75 @@ def test_a_shortened_snapshot_is_never_touched_by_own_writes(path: Path, snaps: 
                 pipe.close()
     expected = brute_force(path, ["p"], np.array(query, dtype=np.float32))
     assert slugs == [row[1] for row in expected]
+
+
+def written_snapshot(path: Path, snaps: Path) -> tuple[Path, DatabaseIdentity]:
+    search_in_new_process(path, snaps, queries(31))
+    identity = DatabaseIdentity.of(path)
+    assert identity is not None
+    return snapshot_path(snaps, identity, "p"), identity
+
+
+def unit_sums(target: Path, identity: DatabaseIdentity) -> tuple[list[float], bool]:
+    """Every group's unit vectors summed (each page read), and whether the file is intact,
+    from a snapshot that lives only in this call (its mapping is gone on return)."""
+    found = read_snapshot(target, identity, "p")
+    assert found is not None
+    return [float(g.unit[: g.count].sum()) for g in found.groups], found.file.intact()
+
+
+def test_a_writer_waits_until_the_mapping_is_gone(path: Path, snaps: Path) -> None:
+    """The process mapping a snapshot holds a read lease: a truncation waits for it, the
+    lease shows the wait (the cache then drops the matrix), every page stays readable,
+    and the lease's signal (SIGURG, not SIGIO) leaves the process alone."""
+    target, identity = written_snapshot(path, snaps)
+    before, _ = unit_sums(target, identity)
+    found = read_snapshot(target, identity, "p")
+    assert found is not None and found.file.lease is not None
+    assert found.file.intact()
+    assert leases(target) == [("ACTIVE", os.getpid())]
+    with truncating(target, ALIGN * 2) as waiting:
+        assert not found.file.intact()
+        assert waiting.is_alive()
+        assert [float(g.unit[: g.count].sum()) for g in found.groups] == before
+        assert target.stat().st_size > ALIGN * 2
+        del found  # the last reference: the mapping goes, the lease with it
+    assert target.stat().st_size == ALIGN * 2
+    assert leases(target) == []
+    assert read_snapshot(target, identity, "p") is None
+
+
+def test_a_snapshot_open_for_writing_is_left_alone(path: Path, snaps: Path) -> None:
+    """Someone writing the file (or waiting to) refuses the lease: not used, not mapped."""
+    target, identity = written_snapshot(path, snaps)
+    target.chmod(0o600)
+    writer = os.open(target, os.O_WRONLY)
+    try:
+        assert read_snapshot(target, identity, "p") is None
+        assert leases(target) == []
+    finally:
+        os.close(writer)
+    assert unit_sums(target, identity)[1]
+
+
+def test_without_leases_a_snapshot_is_read_into_private_memory(
+    path: Path, snaps: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system that grants no lease (EINVAL): a copy, which a truncation cannot touch."""
+    target, identity = written_snapshot(path, snaps)
+    before, _ = unit_sums(target, identity)
+
+    def no_leases(fd: int, command: int, arg: int = 0) -> int:
+        if command == fcntl.F_SETLEASE:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return fcntl.fcntl(fd, command, arg)
+
+    monkeypatch.setattr(
+        vector_snapshot, "fcntl", SimpleNamespace(**{**vars(fcntl), "fcntl": no_leases})
+    )
+    found = read_snapshot(target, identity, "p")
+    assert found is not None and found.file.lease is None
+    assert leases(target) == []
+    os.truncate(target, ALIGN * 2)  # nobody to wait for
+    assert found.file.intact()
+    assert [float(g.unit[: g.count].sum()) for g in found.groups] == before

@@ -179,7 +179,7 @@ class StoreMatrix:
         return sum(group.count for group in self.groups.values())
 
     def intact(self) -> bool:
-        """Every row can be touched: no mapped file behind it, or one still of its size."""
+        """Every row can be touched: no mapped file behind it, or one nobody waits to change."""
         return self.backing is None or self.backing.intact()
 
     def code(self, branch: str | None) -> int:

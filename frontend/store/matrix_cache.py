@@ -20,8 +20,10 @@ reach the result, so caching and float32 never change a result).
 Given a ``SnapshotPlace``, a store's first use in a process maps the shared snapshot other
 processes wrote (``vector_snapshot``) and catches up from the log from its sequence number
 on; a full load, or a catch-up far past the snapshot, queues a fresh one for the store.
-Before each use of a mapped matrix the cache checks that its file was not shortened
-(touching a page past the end would kill the process with SIGBUS) and reloads if it was.
+Before each use of a mapped matrix the cache checks that nobody waits to shorten or write
+its file (touching a page past the end would kill the process with SIGBUS; the file's read
+lease shows the wait) and reloads if somebody does: the writer proceeds once no call
+holds the old matrix any more.
 """
 
 from __future__ import annotations
@@ -258,8 +260,8 @@ class MatrixCache:
             )  # fmt: skip
 
     def _forget(self, store: str) -> None:
-        """Drop a matrix whose mapped file was shortened, unread: the next use reloads it,
-        and the snapshot at the path is replaced whatever its header says."""
+        """Drop a matrix whose mapped file someone waits to change, unread: the next use
+        reloads it, and the snapshot at the path is replaced whatever its header says."""
         del self._matrices[store]
         self._to_write.pop(store, None)
         self._unusable.add(store)

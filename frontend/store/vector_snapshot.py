@@ -18,11 +18,19 @@ Writers never change a file that anyone may have mapped: a snapshot is written w
 a fresh exclusive temp name (``mkstemp``), made read-only (0400) and renamed into place, so
 readers see an old file or a new one, never half of one, and a replaced file lives on,
 reached by no path, for as long as a process maps it. What a mapping cannot survive is its
-file being shortened in place (the pages past the new end fault with SIGBUS): only this
-user or root can do that, and a non-root user only after a chmod. The cache re-checks the
-size of the file behind a mapped matrix before each use (``MappedFile.intact``) and reloads
-from SQLite when it changed; a file shortened during one use (a scan: milliseconds; a
-snapshot write reading a mapped matrix: up to a few hundred) is the residual risk.
+file being shortened in place (the pages past the new end fault with SIGBUS, killing the
+process): only this user or root can do that, and a non-root user only after a chmod.
+So a reader maps a file only under a read lease (``fcntl(F_SETLEASE)``): whoever then
+truncates the file, or opens it for writing, waits in the kernel until every mapping of
+it in this process is gone, and the lease shows the wait (``MappedFile.intact``), so the
+cache drops the matrix before its next use and reloads from SQLite; a use already under
+way finishes on the unchanged pages. The kernel gives up waiting after its
+lease-break-time (``/proc/sys/fs/lease-break-time``, 45 s by default): a single use longer
+than that is the residual risk. The lease's signal is SIGURG, which is ignored unless
+handled (SIGIO, the kernel's default, would end the process). A file someone has open for
+writing, or waits to, is not used (the lease is refused: EAGAIN). On a file system without
+leases the file is read into private memory instead: it costs this process the memory,
+never a fault.
 Location: ``$XDG_CACHE_HOME/thatch/vectors`` (``~/.cache``), one file per (database real
 path, store).
 """
@@ -30,14 +38,18 @@ path, store).
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import mmap
 import os
+import signal
 import sqlite3
 import struct
 import tempfile
 import threading
+import weakref
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,19 +181,26 @@ class MappedGroup:
 
 @dataclass(frozen=True)
 class MappedFile:
-    """The mapping a snapshot's arrays view, and the file size they were checked against."""
+    """The mapping a snapshot's arrays view, and the descriptor holding the file's read
+    lease (None: the file was read into private memory, which nothing outside can change).
+
+    The descriptor is closed when the mapping is freed, so it is open for as long as this
+    object (which holds the mapping) lives.
+    """
 
     mapping: mmap.mmap
-    size: int
+    lease: int | None
 
     def intact(self) -> bool:
-        """The file behind the mapping still has its size: touching any page cannot fault.
+        """No one waits to shorten or write the file: touching any page cannot fault.
 
-        (The mapping holds its own descriptor: this is one ``fstat``.)
+        (One ``fcntl``: a waiting writer turns the lease to F_UNLCK until it is released.)
         """
+        if self.lease is None:
+            return True
         try:
-            return self.mapping.size() == self.size
-        except (OSError, ValueError):
+            return fcntl.fcntl(self.lease, fcntl.F_GETLEASE) == fcntl.F_RDLCK
+        except OSError:
             return False
 
 
@@ -289,20 +308,58 @@ def read_snapshot(path: Path, identity: DatabaseIdentity, store: str) -> Snapsho
         size = info.st_size
         if size < ALIGN:
             return None
-        # Private and writable: the cache edits rows in place; those pages become this
-        # process's own, the file and every other process's view stay as they were.
-        mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        file = _map(fd, size)
+        if file is None:
+            return None  # open for writing, or about to be: leave it to the writer
         try:
-            found = _parse(mapped, size, identity, store)
+            found = _parse(file, size, identity, store)
         except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
             found = None
-        if found is not None:
-            mark_used(fd, info)
+        if found is None or not file.intact():
+            return None
+        mark_used(fd, info)
         return found
     except (OSError, ValueError):
         return None
     finally:
         os.close(fd)
+
+
+def _map(fd: int, size: int) -> MappedFile | None:
+    """The file mapped under a read lease; read into private memory where leases are not
+    to be had; None when someone has it open for writing or waits to.
+
+    Private and writable either way: the cache edits rows in place; those pages become
+    this process's own, the file and every other process's view stay as they were.
+    """
+    writable = mmap.PROT_READ | mmap.PROT_WRITE
+    try:
+        # SIGURG before the lease: the kernel's default signal (SIGIO) ends the process.
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as error:
+        if error.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return None
+    else:
+        # A descriptor of the same open file holds the lease for as long as the mapping
+        # lives; the kernel releases it when the last of both is gone (never before).
+        held = os.dup(fd)
+        try:
+            mapped = mmap.mmap(held, size, flags=mmap.MAP_PRIVATE, prot=writable)
+        except BaseException:
+            os.close(held)
+            raise
+        weakref.finalize(mapped, os.close, held).atexit = False
+        return MappedFile(mapped, held)
+    copy = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=writable)
+    with memoryview(copy) as view:
+        done = 0
+        while done < size:
+            read = os.preadv(fd, [view[done:]], done)
+            if read == 0:
+                return None  # shortened meanwhile
+            done += read
+    return MappedFile(copy, None)
 
 
 def _header(data: bytes | mmap.mmap, size: int) -> tuple[dict[str, object], int] | None:
@@ -319,7 +376,8 @@ def _header(data: bytes | mmap.mmap, size: int) -> tuple[dict[str, object], int]
     return header, _aligned(PREFIX.size + header_len)
 
 
-def _parse(mapped: mmap.mmap, size: int, identity: DatabaseIdentity, store: str) -> Snapshot | None:
+def _parse(file: MappedFile, size: int, identity: DatabaseIdentity, store: str) -> Snapshot | None:
+    mapped = file.mapping
     read = _header(mapped, size)
     if read is None:
         return None
@@ -381,7 +439,7 @@ def _parse(mapped: mmap.mmap, size: int, identity: DatabaseIdentity, store: str)
     seq, version = header["seq"], header["version"]
     if not isinstance(seq, int) or not isinstance(version, int):
         return None
-    return Snapshot(seq, version, recorded, branches, groups, MappedFile(mapped, size))
+    return Snapshot(seq, version, recorded, branches, groups, file)
 
 
 def write_snapshot(
