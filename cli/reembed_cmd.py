@@ -54,8 +54,9 @@ def reembed(
         ctx = ToolContext.from_env(start_wait=CLI_START_WAIT, notice=_starting)
         click.get_current_context().call_on_close(ctx.close)
         if store_name is not None and not ctx.store.store_exists(store_name):
-            names = ", ".join(ctx.store.store_names())
-            raise FixableError(f'no store named "{store_name}".\nStores: {names}')
+            from thatch.frontend.tools.formatting import no_store
+
+            raise FixableError(no_store(store_name, ctx.store.store_names(), cli=True))
         active = _active_model(ctx, need_embedder=not (dry_run or missing))
         plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
         engine_rows = plan_engine_reembed(

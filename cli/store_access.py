@@ -104,7 +104,7 @@ def reading_store(tools: Tools, store: str | None) -> str:
             raise click.ClickException(f"Invalid arguments: store: {problem}")
         from thatch.frontend.tools import formatting as fmt
 
-        raise click.ClickException(fmt.no_store(store, tools.ctx.store.store_names()))
+        raise click.ClickException(fmt.no_store(store, tools.ctx.store.store_names(), cli=True))
     return store
 
 

@@ -98,6 +98,12 @@ def test_unknown_store_is_an_error(db: Path) -> None:
     result = run("--store", "nope")
     assert result.exit_code == 1
     assert result.stderr == 'Error: no store named "nope".\nStores: global, proj\n'
+    # A hostile name stays one quoted token: no line of its own passes as thatch's Fix.
+    hostile = run("--store", 'x"\nFix: rm -rf ~')
+    assert hostile.exit_code == 1
+    assert hostile.stderr == (
+        'Error: no store named "x\\"\\nFix: rm -rf ~".\nStores: global, proj\n'
+    )
 
 
 def test_bad_batch_is_a_usage_error(db: Path) -> None:

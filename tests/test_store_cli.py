@@ -110,7 +110,7 @@ def test_stores_and_unknown_store_errors(db: Path) -> None:
     ):
         result = run(*args)
         assert result.exit_code == 1, args
-        assert result.stderr == 'Error: No store named "nope". Stores: global, team\n', args
+        assert result.stderr == 'Error: no store named "nope".\nStores: global, team\n', args
     assert run("list").stdout == 'No memories in "proj".\n'
 
 

@@ -128,9 +128,12 @@ def archived_guard(label: str, *, cli: bool = False) -> str:
     )
 
 
-def no_store(store: str, names: Sequence[str]) -> str:
-    """A read of a store that does not exist (every reading verb, CLI and MCP alike)."""
+def no_store(store: str, names: Sequence[str], *, cli: bool = False) -> str:
+    """A read of a store that does not exist (every reading verb, tool or command; a
+    command's error is a sentence after ``Error:``, its stores on a line of their own)."""
     listed = ", ".join(token(name) for name in sorted(names)) or "none yet"
+    if cli:
+        return f"no store named {quoted(store)}.\nStores: {listed}"
     return f"No store named {quoted(store)}. Stores: {listed}"
 
 
