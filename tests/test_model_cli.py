@@ -99,8 +99,11 @@ def test_pull_mock_needs_nothing() -> None:
 
 def test_import_writes_model_and_prints_use(minilm_source: Path, tmp_path: Path) -> None:
     """`model import` converts the checkpoint and prints the directory and the command
-    that makes it the default (by directory: --out is outside thatch's model cache)."""
-    out_dir = tmp_path / "imported"
+    that makes it the default (by directory: --out is outside thatch's model cache).
+
+    Its name is 250 bytes, near the file system's limit of 255: the build directory beside
+    it once added 20 to that and failed with a name the user never gave."""
+    out_dir = tmp_path / ("imported-" + "m" * 241)
     code, out, _ = run(
         "import", str(minilm_source), "--out", str(out_dir), "--no-quantize", "--max-tokens", "128"
     )

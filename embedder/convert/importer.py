@@ -274,7 +274,7 @@ def _install(build: Path, out: Path) -> None:
     if not out.exists():
         build.rename(out)
         return
-    old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
+    old = out.parent / f".thatch-replaced-{secrets.token_hex(4)}"
     out.rename(old)
     try:
         build.rename(out)
@@ -346,7 +346,9 @@ def import_checkpoint(
         log(f"merging adapter {merging.name} ({merging.path})")
         weights = apply_adapter(weights, merging, bert, src)
     out.parent.mkdir(parents=True, exist_ok=True)
-    build = out.parent / f".{out.name}.importing-{secrets.token_hex(4)}"
+    # Not named after ``out``: a name near the file system's limit would then fail on a
+    # directory the user never gave.
+    build = out.parent / f".thatch-importing-{secrets.token_hex(4)}"
     try:
         (build / "onnx").mkdir(parents=True)
         log(f"building the ONNX graph ({bert.layers} layers, hidden size {bert.hidden})")
