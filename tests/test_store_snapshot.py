@@ -531,23 +531,32 @@ def test_a_writer_waits_until_the_mapping_is_gone(path: Path, snaps: Path) -> No
     assert read_snapshot(target, identity, "p") is None
 
 
-def test_a_snapshot_open_for_writing_is_left_alone(path: Path, snaps: Path) -> None:
-    """Someone writing the file (or waiting to) refuses the lease: not used, not mapped."""
+def test_a_snapshot_open_for_writing_is_read_into_private_memory(path: Path, snaps: Path) -> None:
+    """Someone holding the file open for writing refuses the lease (as NFS without a
+    delegation does): a copy, which what that writer does next cannot touch."""
     target, identity = written_snapshot(path, snaps)
+    before, _ = unit_sums(target, identity)
     target.chmod(0o600)
     writer = os.open(target, os.O_WRONLY)
     try:
-        assert read_snapshot(target, identity, "p") is None
+        found = read_snapshot(target, identity, "p")
+        assert found is not None and found.file.lease is None
         assert leases(target) == []
+        os.ftruncate(writer, ALIGN * 2)
+        os.pwrite(writer, b"\xff" * ALIGN, ALIGN)
     finally:
         os.close(writer)
-    assert unit_sums(target, identity)[1]
+    assert found.file.intact()
+    assert [float(g.unit[: g.count].sum()) for g in found.groups] == before
+    assert read_snapshot(target, identity, "p") is None  # the file itself is spoilt
 
 
+@pytest.mark.parametrize("kind", ["refused", "not Linux"])
 def test_without_leases_a_snapshot_is_read_into_private_memory(
-    path: Path, snaps: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, snaps: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """A file system that grants no lease (EINVAL): a copy, which a truncation cannot touch."""
+    """A file system that grants no lease (EINVAL), or a platform without leases (no
+    F_SETLEASE in ``fcntl``): a copy, which a truncation cannot touch."""
     target, identity = written_snapshot(path, snaps)
     before, _ = unit_sums(target, identity)
 
@@ -556,9 +565,12 @@ def test_without_leases_a_snapshot_is_read_into_private_memory(
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         return fcntl.fcntl(fd, command, arg)
 
-    monkeypatch.setattr(
-        vector_snapshot, "fcntl", SimpleNamespace(**{**vars(fcntl), "fcntl": no_leases})
-    )
+    if kind == "refused":
+        stand_in = {**vars(fcntl), "fcntl": no_leases}
+    else:
+        lease_names = ("F_SETLEASE", "F_GETLEASE", "F_SETSIG", "F_GETSIG")
+        stand_in = {name: value for name, value in vars(fcntl).items() if name not in lease_names}
+    monkeypatch.setattr(vector_snapshot, "fcntl", SimpleNamespace(**stand_in))
     found = read_snapshot(target, identity, "p")
     assert found is not None and found.file.lease is None
     assert leases(target) == []

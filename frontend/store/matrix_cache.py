@@ -131,6 +131,7 @@ class MatrixCache:
                 self._note_drift(conn, store, mapped)
                 return mapped
             self._unusable.add(store)  # replace it, whatever its header claims
+            mapped = None  # let go of the file (and its lease) before the load
         matrix = load(store)
         matrix.seq, matrix.version = high, version
         self._matrices[store] = matrix

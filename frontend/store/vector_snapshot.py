@@ -27,10 +27,10 @@ cache drops the matrix before its next use and reloads from SQLite; a use alread
 way finishes on the unchanged pages. The kernel gives up waiting after its
 lease-break-time (``/proc/sys/fs/lease-break-time``, 45 s by default): a single use longer
 than that is the residual risk. The lease's signal is SIGURG, which is ignored unless
-handled (SIGIO, the kernel's default, would end the process). A file someone has open for
-writing, or waits to, is not used (the lease is refused: EAGAIN). On a file system without
-leases the file is read into private memory instead: it costs this process the memory,
-never a fault.
+handled (SIGIO, the kernel's default, would end the process). Where no lease is granted
+(not Linux; NFS or SMB without a delegation; the file open for writing or a writer
+waiting) the file is read into private memory instead: it costs this process the memory
+(as a load from SQLite does), never a fault.
 Location: ``$XDG_CACHE_HOME/thatch/vectors`` (``~/.cache``), one file per (database real
 path, store).
 """
@@ -38,7 +38,6 @@ path, store).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -200,7 +199,7 @@ class MappedFile:
             return True
         try:
             return fcntl.fcntl(self.lease, fcntl.F_GETLEASE) == fcntl.F_RDLCK
-        except OSError:
+        except (OSError, AttributeError):
             return False
 
 
@@ -310,7 +309,7 @@ def read_snapshot(path: Path, identity: DatabaseIdentity, store: str) -> Snapsho
             return None
         file = _map(fd, size)
         if file is None:
-            return None  # open for writing, or about to be: leave it to the writer
+            return None
         try:
             found = _parse(file, size, identity, store)
         except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
@@ -326,40 +325,51 @@ def read_snapshot(path: Path, identity: DatabaseIdentity, store: str) -> Snapsho
 
 
 def _map(fd: int, size: int) -> MappedFile | None:
-    """The file mapped under a read lease; read into private memory where leases are not
-    to be had; None when someone has it open for writing or waits to.
+    """The file mapped under a read lease, else read into private memory; None when it was
+    shortened meanwhile.
 
     Private and writable either way: the cache edits rows in place; those pages become
     this process's own, the file and every other process's view stay as they were.
     """
     writable = mmap.PROT_READ | mmap.PROT_WRITE
-    try:
-        # SIGURG before the lease: the kernel's default signal (SIGIO) ends the process.
-        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-    except OSError as error:
-        if error.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-            return None
-    else:
-        # A descriptor of the same open file holds the lease for as long as the mapping
-        # lives; the kernel releases it when the last of both is gone (never before).
+    if _take_lease(fd):
+        # A descriptor of the same open file, closed once the mapping is gone: what
+        # ``MappedFile.intact`` asks about the lease (which lasts as long as either).
         held = os.dup(fd)
         try:
+            # (mmap checks ``size`` against the file: one shortened before the lease fails.)
             mapped = mmap.mmap(held, size, flags=mmap.MAP_PRIVATE, prot=writable)
         except BaseException:
             os.close(held)
             raise
         weakref.finalize(mapped, os.close, held).atexit = False
         return MappedFile(mapped, held)
+    # No lease: not on this platform or file system (NFS and SMB grant none without a
+    # delegation: EAGAIN), or the file is open for writing. A read cannot fault, and the
+    # checksums catch a copy taken mid-change.
     copy = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=writable)
     with memoryview(copy) as view:
         done = 0
         while done < size:
             read = os.preadv(fd, [view[done:]], done)
             if read == 0:
-                return None  # shortened meanwhile
+                return None
             done += read
     return MappedFile(copy, None)
+
+
+def _take_lease(fd: int) -> bool:
+    setsig = getattr(fcntl, "F_SETSIG", None)
+    setlease = getattr(fcntl, "F_SETLEASE", None)
+    if setsig is None or setlease is None:
+        return False  # not Linux
+    try:
+        # SIGURG before the lease: the kernel's default signal (SIGIO) ends the process.
+        fcntl.fcntl(fd, setsig, signal.SIGURG)
+        fcntl.fcntl(fd, setlease, fcntl.F_RDLCK)
+    except OSError:
+        return False
+    return True
 
 
 def _header(data: bytes | mmap.mmap, size: int) -> tuple[dict[str, object], int] | None:

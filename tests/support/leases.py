@@ -19,14 +19,20 @@ def leases(path: Path) -> list[tuple[str, int]]:
     A line reads ``1: LEASE  ACTIVE    READ  <pid> <major>:<minor>:<inode> 0 EOF``; the
     state is BREAKING while a writer waits (its own ``->`` line names no inode).
     """
-    return leases_on(os.stat(path).st_ino)
+    return leases_on(lock_key(path))
 
 
-def leases_on(inode: int) -> list[tuple[str, int]]:
+def lock_key(path: Path) -> str:
+    """How ``/proc/locks`` names the file: ``<major>:<minor>:<inode>``, hex, hex, decimal."""
+    info = os.stat(path)
+    return f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+
+
+def leases_on(key: str) -> list[tuple[str, int]]:
     found = []
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
-        if len(fields) >= 6 and fields[1] == "LEASE" and fields[5].endswith(f":{inode}"):
+        if len(fields) >= 6 and fields[1] == "LEASE" and fields[5] == key:
             found.append((fields[2], int(fields[4])))
     return found
 
@@ -35,7 +41,7 @@ def leases_on(inode: int) -> list[tuple[str, int]]:
 def truncating(path: Path, size: int) -> Iterator[threading.Thread]:
     """``os.truncate(path, size)`` in a thread, entered once it waits on a lease (or is
     done); on exit the truncation must have finished without error."""
-    inode = os.stat(path).st_ino
+    key = lock_key(path)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -47,7 +53,7 @@ def truncating(path: Path, size: int) -> Iterator[threading.Thread]:
     thread = threading.Thread(target=run, name="truncating", daemon=True)
     thread.start()
     waiting = poll(
-        lambda: not thread.is_alive() or any(s == "BREAKING" for s, _ in leases_on(inode)),
+        lambda: not thread.is_alive() or any(s == "BREAKING" for s, _ in leases_on(key)),
         DEADLINE,
     )
     assert waiting, f"truncating {path} neither waits on a lease nor ends"
