@@ -6,6 +6,7 @@ run, with the CLI's own output shapes, ``--json`` documents and exit codes.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -182,8 +183,8 @@ def search(
         last = query[-1]
         if len(query) >= 2 and (last == "all" or tools.ctx.store.store_exists(last)):
             click.echo(
-                f'note: "{last}" was read as part of the query; to search that store '
-                f"use --store {last}",
+                f"note: {quoted(last)} was read as part of the query; to search that store "
+                f"use --store {shlex.quote(last)}",
                 err=True,
             )
         scope = None if store in (None, "", "all") else [reading_store(tools, store)]

@@ -59,7 +59,6 @@ class DuplicateQueries:
             matrix = self._matrix(name)
             seq = matrix.seq
             candidates = duplicates.screen(matrix, slugs)
-            del matrix  # a mapped matrix's file may have a writer waiting for it
         with self.tx.write(durable=False) as conn:
             return duplicates.record(conn, name, seq, slugs, candidates)
 

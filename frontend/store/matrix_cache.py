@@ -114,11 +114,16 @@ class MatrixCache:
             return cached
         low, last = log_bounds(conn)
         high = int(last or 0)
-        if cached is not None and _catch_up(conn, cached, store, low, high):
-            cached.version = version
-            self._note_drift(conn, store, cached)
-            return cached
-        if cached is None and self._snapshots is not None:
+        if cached is not None:
+            if _catch_up(conn, cached, store, low, high):
+                cached.version = version
+                self._note_drift(conn, store, cached)
+                return cached
+            # Too far behind: let go of it (and of any file it maps) before the load.
+            del self._matrices[store]
+            self._to_write.pop(store, None)
+            cached = None
+        elif self._snapshots is not None:
             mapped = self._mapped(conn, store, version, high)
             # The row count is one more check that snapshot + log equal this database.
             if (

@@ -348,13 +348,14 @@ def _map(fd: int, size: int) -> MappedFile | None:
     # delegation: EAGAIN), or the file is open for writing. A read cannot fault, and the
     # checksums catch a copy taken mid-change.
     copy = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=writable)
-    with memoryview(copy) as view:
-        done = 0
-        while done < size:
-            read = os.preadv(fd, [view[done:]], done)
-            if read == 0:
-                return None
-            done += read
+    done = 0
+    while done < size:
+        # pread, not preadv: macOS before 11 has no preadv.
+        chunk = os.pread(fd, min(CHECKSUM_PIECE, size - done), done)
+        if not chunk:
+            return None
+        copy[done : done + len(chunk)] = chunk
+        done += len(chunk)
     return MappedFile(copy, None)
 
 

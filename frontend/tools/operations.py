@@ -253,7 +253,8 @@ class Operations:
         if not store:
             return self.ctx.project_store
         if not self.ctx.store.store_exists(store):
-            raise Refused(fmt.no_store(store, self.ctx.store.store_names()))
+            names = self.ctx.store.store_names()
+            raise Refused(fmt.no_store(store, names), cli=fmt.no_store(store, names, cli=True))
         return store
 
     def recall(

@@ -23,9 +23,22 @@ def leases(path: Path) -> list[tuple[str, int]]:
 
 
 def lock_key(path: Path) -> str:
-    """How ``/proc/locks`` names the file: ``<major>:<minor>:<inode>``, hex, hex, decimal."""
-    info = os.stat(path)
-    return f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    """How ``/proc/locks`` names the file: ``<major>:<minor>:<inode>`` (hex, hex, decimal),
+    the device being the file system's own as ``/proc/self/mountinfo`` shows it (``stat``
+    gives another on btrfs subvolumes)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        inode = os.fstat(fd).st_ino
+        fdinfo = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    finally:
+        os.close(fd)
+    mount = next(line.split()[1] for line in fdinfo.splitlines() if line.startswith("mnt_id:"))
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == mount:
+            major, minor = (int(part) for part in fields[2].split(":"))
+            return f"{major:02x}:{minor:02x}:{inode}"
+    raise AssertionError(f"mount {mount} of {path} is not in /proc/self/mountinfo")
 
 
 def leases_on(key: str) -> list[tuple[str, int]]:
