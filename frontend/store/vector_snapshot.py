@@ -199,7 +199,7 @@ class MappedFile:
             return True
         try:
             return fcntl.fcntl(self.lease, fcntl.F_GETLEASE) == fcntl.F_RDLCK
-        except (OSError, AttributeError):
+        except OSError:
             return False
 
 
