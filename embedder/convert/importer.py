@@ -4,7 +4,8 @@ No PyTorch and no ``safetensors`` package: weights are read with numpy, the grap
 with the ``onnx`` helper API, checked against a numpy forward pass, optionally quantized to
 int8 with onnxruntime, and only then moved into place (docs/embedder.md §import). Everything
 is built in a temporary sibling of the output directory and renamed at the end, so a
-failed import never leaves a half-written model behind.
+failed import never leaves a half-written model behind (and the next import removes what
+a killed one left: build_dirs.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tokenizers import Encoding, Tokenizer
 from thatch.common.environment import expand_user, models_dir
 from thatch.embedder.client.errors import ModelError
 from thatch.embedder.client.model_names import ADAPTED, HUB_ID, check_model_id
+from thatch.embedder.convert import build_dirs
 from thatch.embedder.convert import quantize as bert_quantize
 from thatch.embedder.convert import verify as bert_verify
 from thatch.embedder.convert.adapter import Adapter, apply_adapter, load_adapter
@@ -274,14 +276,24 @@ def _install(build: Path, out: Path) -> None:
     if not out.exists():
         build.rename(out)
         return
-    old = out.parent / f".thatch-replaced-{secrets.token_hex(4)}"
-    out.rename(old)
+    old = out.parent / f"{build_dirs.REPLACED_PREFIX}{secrets.token_hex(4)}"
+    # Held through the renames, so a sweeping import never takes the earlier import for a
+    # dead one's leftover while it is still the one to put back.
+    held = build_dirs.hold_existing(out)
     try:
-        build.rename(out)
-    except OSError:
-        old.rename(out)  # put the earlier import back rather than leave nothing
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        try:
+            build.rename(out)
+        except OSError:
+            old.rename(out)  # put the earlier import back rather than leave nothing
+            raise
+        if held is None:
+            old.unlink()  # the link moved aside, never what it points to
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if held is not None:
+            os.close(held)
 
 
 def import_checkpoint(
@@ -346,9 +358,10 @@ def import_checkpoint(
         log(f"merging adapter {merging.name} ({merging.path})")
         weights = apply_adapter(weights, merging, bert, src)
     out.parent.mkdir(parents=True, exist_ok=True)
+    build_dirs.sweep_abandoned(out.parent, log)
     # Not named after ``out``: a name near the file system's limit would then fail on a
     # directory the user never gave.
-    build = out.parent / f".thatch-importing-{secrets.token_hex(4)}"
+    build, held = build_dirs.claim_build_dir(out.parent)
     try:
         (build / "onnx").mkdir(parents=True)
         log(f"building the ONNX graph ({bert.layers} layers, hidden size {bert.hidden})")
@@ -366,6 +379,7 @@ def import_checkpoint(
         _install(build, out)
     finally:
         shutil.rmtree(build, ignore_errors=True)
+        os.close(held)
     log(f"imported {chosen.model_id} into {out}")
     return out
 
