@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from thatch.frontend.project import checkout_git_dir, git_result
+from thatch.frontend.regular_files import open_regular
 
 if TYPE_CHECKING:
     import subprocess
@@ -126,8 +127,8 @@ def refs_from_files(common: Path) -> Refs | None:
                 if os.path.islink(path):
                     return None
                 try:
-                    with open(path, encoding="ascii") as handle:
-                        text = handle.read(4096).strip()
+                    with open_regular(path) as handle:
+                        text = handle.read(4096).decode("ascii").strip()
                 except FileNotFoundError:
                     continue  # deleted meanwhile
                 except (OSError, UnicodeDecodeError):

@@ -313,6 +313,17 @@ def test_the_refs_read_from_files_are_what_git_lists(tmp_path: Path, store: Stor
     assert "refs/heads/wip" not in from_files.commits
 
 
+def test_a_fifo_among_the_refs_sends_the_read_to_git(tmp_path: Path, store: Store) -> None:
+    """Opening a FIFO without a writer waits forever: the prompt hook reading the refs
+    would hang for good. It is not a ref file: the answer is None at once, and the caller
+    asks git, whose every call here has a timeout."""
+    _remote, work, _clock = pushed_feat_and_wip(tmp_path, store)
+    common = git_refs.common_dir(work)
+    assert common is not None
+    os.mkfifo(common / "refs" / "heads" / "stuck")
+    assert git_refs.refs_from_files(common) is None
+
+
 def test_without_git_a_sync_decides_nothing_and_the_next_one_does(
     tmp_path: Path, store: Store
 ) -> None:

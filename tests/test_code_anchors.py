@@ -4,6 +4,7 @@ repositories, a real SQLite file, the real MiniLM embedder where recall runs."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -327,6 +328,35 @@ def test_bad_anchors_refuse_the_save_and_lose_nothing(tmp_path: Path, repo: Path
             assert result.is_error and result.text.startswith("Invalid arguments: anchors: ")
             assert reason in result.text, result.text
         assert rows(tmp_path / "thatch.db", "SELECT count(*) FROM entries") == [(0,)]
+
+
+def test_a_fifo_in_place_of_code_is_refused_at_save_and_unverifiable_at_recall(
+    tmp_path: Path,
+) -> None:
+    """Opening a FIFO without a writer waits forever: an anchor naming one (or a file
+    replaced by one) would hold the call, and then every tool thread, for good."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    os.mkfifo(plain / "pipe.py")
+    (plain / "code.py").write_text("def f():\n    return 1\n")
+    with context(tmp_path, plain, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        refused = tools.call(
+            "memory_remember", {"label": "P", "content": "x", "anchors": ["pipe.py"]}
+        )
+        assert refused.is_error
+        assert refused.text == "Invalid arguments: anchors: 'pipe.py': not a regular file"
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "F", "content": "f returns one", "anchors": ["code.py:f"]},
+        )
+        (plain / "code.py").unlink()
+        os.mkfifo(plain / "code.py")
+        assert ctx.anchor_check.drift(ctx.store, [("acme", "f")]) == {}
+        (recalled,) = records(ok(tools, "memory_recall", {"query": "f returns one"}))
+        assert recalled.endswith("\n# F\n\nf returns one") and "code changed" not in recalled
+        assert rows(tmp_path / "thatch.db", "SELECT label FROM entries") == [("F",)]
 
 
 def test_anchors_name_the_projects_code_never_the_database(tmp_path: Path, repo: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from thatch.frontend.anchors.span import blob_id, lines_of, locate_symbol, span_hash
 from thatch.frontend.anchors.spec import MAX_ANCHORS, AnchorSpec, parse_anchor
+from thatch.frontend.regular_files import open_regular
 from thatch.frontend.store.anchor_queries import Anchor
 
 __all__ = ["AnchorProblem", "capture_anchors"]
@@ -65,8 +66,9 @@ def _capture(
     if refused is not None:
         raise AnchorProblem(f"{spec.path!r}: {refused}")
     try:
-        stat = file.stat()
-        content = file.read_bytes()
+        with open_regular(file) as handle:
+            stat = os.fstat(handle.fileno())
+            content = handle.read()
     except OSError as error:
         raise AnchorProblem(f"{spec.path!r}: {error.strerror or error}") from None
     symbol, line_start, line_end, digest = None, None, None, None

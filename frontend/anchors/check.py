@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
+from thatch.frontend.regular_files import open_regular
 
 if TYPE_CHECKING:
     from thatch.frontend.store.anchor_queries import Anchor, Key
@@ -163,7 +164,7 @@ class AnchorCheck:
             self._facts.move_to_end(key)
             return facts
         try:
-            with open(path, "rb") as handle:
+            with open_regular(path) as handle:
                 content = handle.read(MAX_READ_BYTES + 1)
         except OSError:
             return None

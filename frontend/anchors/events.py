@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from thatch.frontend.anchors.check import AnchorCheck, database_files
 from thatch.frontend.errors import StoreError
+from thatch.frontend.regular_files import open_regular
 
 if TYPE_CHECKING:
     from thatch.frontend.store.anchor_queries import Anchor
@@ -143,7 +144,7 @@ def _read_new(path: Path, marker: Path) -> tuple[bytes, int, str, bool] | None:
     """(complete new lines, the offset after them, its tail, whether the file was cut
     since the last pass) or None: no file to read."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             offset, cut = _noted_offset(handle, marker, os.fstat(handle.fileno()).st_size)
             handle.seek(offset)
             chunk = handle.read(MAX_READ)
@@ -166,7 +167,7 @@ def read_to_end(env: Mapping[str, str], database: str, common: Path, size: int) 
     from thatch.frontend.git_refs import EVENTS_FILE
 
     try:
-        with open(common / EVENTS_FILE, "rb") as handle:
+        with open_regular(common / EVENTS_FILE) as handle:
             offset, cut = _noted_offset(handle, marker, size)
     except OSError:
         return False

@@ -1,0 +1,40 @@
+"""Opening files that agents name or can replace: regular files only, never a wait to open.
+
+An anchor's path is whatever an agent wrote, and the file there (or a ref in ``.git``) may
+be replaced at any time by a FIFO, a socket or a device. ``open()`` of a FIFO without a
+writer waits forever, and reading a device need never end: one such file would hold a tool
+call, a recall or a hook for good. So a file is opened with ``O_NONBLOCK`` (the open
+returns at once, whatever it is) and used only when ``fstat`` says it is a regular file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["NotRegularFile", "open_regular"]
+
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, socket, device or directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", str(path))
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` open for reading in binary, if it is a regular file (symlinks followed);
+    NotRegularFile otherwise, any other OSError as ``open`` raises it."""
+    fd = os.open(path, _FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
