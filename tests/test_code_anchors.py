@@ -105,6 +105,25 @@ def test_blob_id_is_gits(repo: Path) -> None:
     assert blob_id(content) == git(repo, "hash-object", "src/config.py")
 
 
+def test_a_large_file_is_hashed_in_chunks_as_git_hashes_it(tmp_path: Path, repo: Path) -> None:
+    """Past MAX_FILE_BYTES a file is anchored by blob id alone, read in chunks: the id is
+    still git's, and a span there is refused before anything is read."""
+    from thatch.frontend.anchors.capture import MAX_FILE_BYTES
+
+    big = repo / "src" / "big.txt"
+    big.write_bytes(bytes(range(256)) * (MAX_FILE_BYTES // 256 + 4097))
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "B", "content": "x", "anchors": ["src/big.txt"]})
+        refused = tools.call(
+            "memory_remember", {"label": "S", "content": "x", "anchors": ["src/big.txt:1-2"]}
+        )
+        assert refused.is_error and "too large for a span; anchor the file" in refused.text
+    assert rows(tmp_path / "thatch.db", "SELECT blob FROM thatch_anchors") == [
+        (git(repo, "hash-object", "src/big.txt"),)
+    ]
+
+
 @pytest.mark.parametrize(
     ("source", "symbol", "span"),
     [

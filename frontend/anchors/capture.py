@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from thatch.frontend.anchors.span import blob_id, lines_of, locate_symbol, span_hash
+from thatch.frontend.anchors.span import blob_id_of, lines_of, locate_symbol, span_hash
 from thatch.frontend.anchors.spec import MAX_ANCHORS, AnchorSpec, parse_anchor
 from thatch.frontend.regular_files import open_regular
 from thatch.frontend.store.anchor_queries import Anchor
@@ -65,16 +65,18 @@ def _capture(
     refused = _refusal(file, project_dir, env)
     if refused is not None:
         raise AnchorProblem(f"{spec.path!r}: {refused}")
+    spanned = spec.symbol is not None or spec.lines is not None
     try:
         with open_regular(file) as handle:
             stat = os.fstat(handle.fileno())
-            content = handle.read()
+            if spanned and stat.st_size > MAX_FILE_BYTES:
+                raise AnchorProblem(f"{spec.path!r}: too large for a span; anchor the file")
+            # A large file is hashed as it is read: its content is never held whole.
+            blob, content = blob_id_of(handle, stat.st_size, keep=MAX_FILE_BYTES)
     except OSError as error:
         raise AnchorProblem(f"{spec.path!r}: {error.strerror or error}") from None
     symbol, line_start, line_end, digest = None, None, None, None
-    if spec.symbol is not None or spec.lines is not None:
-        if len(content) > MAX_FILE_BYTES:
-            raise AnchorProblem(f"{spec.path!r}: too large for a span; anchor the file")
+    if spanned:
         lines = lines_of(content)
         if spec.symbol is not None:
             found = locate_symbol(lines, spec.symbol)
@@ -100,7 +102,7 @@ def _capture(
         symbol=symbol,
         line_start=line_start,
         line_end=line_end,
-        blob=blob_id(content),
+        blob=blob,
         span_hash=digest,
         commit_id=commit,
         mtime_ns=stat.st_mtime_ns,

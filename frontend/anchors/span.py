@@ -12,10 +12,12 @@ block.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import re
+from typing import BinaryIO
 
-__all__ = ["blob_id", "find_window", "lines_of", "locate_symbol", "span_hash"]
+__all__ = ["blob_id", "blob_id_of", "find_window", "lines_of", "locate_symbol", "span_hash"]
 
 _KEYWORDS = "def|class|function|fn|func|struct|interface|trait|impl|enum|type|const|let|var|module"
 
@@ -25,6 +27,24 @@ def blob_id(content: bytes) -> str:
     digest = hashlib.sha1(b"blob %d\x00" % len(content), usedforsecurity=False)
     digest.update(content)
     return digest.hexdigest()
+
+
+def blob_id_of(handle: BinaryIO, size: int, keep: int) -> tuple[str, bytes]:
+    """(``blob_id`` of the file open in ``handle``, ``size`` bytes long by its ``fstat``;
+    its content when that is at most ``keep`` bytes, else b""). A larger file is hashed in
+    chunks as it is read, never held whole. OSError when the file's length changed while
+    it was read (the id would be of neither version)."""
+    if size <= keep:
+        content = handle.read()
+        return blob_id(content), content
+    digest = hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False)
+    length = 0
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+        length += len(chunk)
+    if length != size:
+        raise OSError(errno.EAGAIN, "changed while it was read; try again")
+    return digest.hexdigest(), b""
 
 
 def lines_of(content: bytes) -> list[str]:
