@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.hookio import hook_options, report_failure
+from thatch.frontend.hooks.hookio import hook_options, print_line, report_failure
 
 __all__ = ["pointer", "run_chat_notify"]
 
@@ -106,8 +105,4 @@ def run_chat_notify(args: list[str]) -> None:
     line = output(text, host)
     if not line:
         return
-    try:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
+    print_line(line)

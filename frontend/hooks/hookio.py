@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 from thatch.common.environment import HOSTS, host_from_project_vars, known_host
 from thatch.common.environment import project_dir_from_env as env_project_dir
@@ -121,12 +122,32 @@ def read_payload(
         return {}
     try:
         value = json.loads(data)
+        if _SURROGATE_ESCAPE.search(data):
+            value = _without_lone_surrogates(value)
     except (ValueError, UnicodeDecodeError, RecursionError):
         warn(command, "stdin is not JSON; input ignored")
         return {}
     if not isinstance(value, dict):
         warn(command, f"stdin is a JSON {type(value).__name__}, not an object; input ignored")
         return {}
+    return value
+
+
+# JavaScript hosts cut long text with ``slice``, which can halve an emoji: JSON.stringify
+# then writes a lone ``\ud83d``. Python reads it as a lone surrogate, which no UTF-8 file,
+# database or stdout accepts, so one of them anywhere would cost the whole payload.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate (json.loads joins the paired ones) made U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
     return value
 
 
@@ -149,12 +170,17 @@ def project_dir(env: Mapping[str, str], payload: Mapping[str, Any]) -> Path:
     if named is not None:
         return named
     cwd = payload.get("cwd")
-    if isinstance(cwd, str) and cwd:
+    if _usable_path(cwd):
         return Path(cwd)
     roots = payload.get("workspace_roots")
-    if isinstance(roots, list) and roots and isinstance(roots[0], str) and roots[0]:
+    if isinstance(roots, list) and roots and _usable_path(roots[0]):
         return Path(roots[0])
     return Path.cwd()
+
+
+def _usable_path(value: object) -> TypeGuard[str]:
+    # No system call takes a path with a NUL byte: Python raises ValueError, not OSError.
+    return isinstance(value, str) and bool(value) and "\x00" not in value
 
 
 def report_failure(command: str, error: BaseException) -> None:
@@ -179,15 +205,23 @@ def run_hook(command: str, body: Callable[[], str | None], as_json: bool = False
     except Exception as error:  # a hook must never fail its host's turn
         report_failure(command, error)
         text = None
+    if as_json:
+        print_line(json.dumps({"additional_context": text} if text else {}, ensure_ascii=False))
+    elif text:
+        print_line(text)
+
+
+def print_line(line: str) -> None:
+    """``line`` and a newline on stdout, flushed; nothing when the host gave no stdout or
+    closed it (there is nothing left to tell it)."""
+    # With descriptor 1 closed at start, Python's sys.stdout is None.
+    if sys.stdout is None:
+        return
     try:
-        if as_json:
-            document = {"additional_context": text} if text else {}
-            sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
-        elif text:
-            sys.stdout.write(text + "\n")
+        sys.stdout.write(line + "\n")
         sys.stdout.flush()
     except (OSError, ValueError):
-        pass  # the host closed our stdout; nothing left to tell it
+        pass
 
 
 def hook_options(command: str, args: list[str]) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -201,11 +200,7 @@ def run_extraction_status() -> None:
     except Exception as error:  # a hook must never fail its host's turn
         hookio.report_failure(command, error)
         return
-    try:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
+    hookio.print_line(line)
 
 
 def run_hook_command(command: str, args: list[str]) -> None:

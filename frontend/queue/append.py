@@ -31,6 +31,9 @@ __all__ = [
     "append_calls",
 ]
 
+# Records a batch keeps in hand (the file keeps the newest MAX_RECORDS of them).
+_KEPT_IN_BATCH = 1000
+
 
 def append_calls(
     directory: Path,
@@ -81,6 +84,8 @@ class _Batch:
         self.original = [seq_of(record) for record in self.records]
         self.next_seq = max([*self.original, self.state.get("cursor", 0)]) + 1
         self.appended: list[dict[str, Any]] = []  # the records this batch queued
+        self.appended_ids: set[int] = set()  # their id()s: kept alive by ``appended``
+        self.queued = _use_ids(self.records)
         self.drained = False
         self.holder = False  # the state names a new holder of the snapshot
 
@@ -119,6 +124,7 @@ class _Batch:
             self.records = [r for r in self.records if seq_of(r) > self.state["cursor"]]
         else:
             return  # no snapshot handed out: nothing to complete
+        self.queued = _use_ids(self.records)
         self.state = {}
         self.drained = True
 
@@ -132,7 +138,7 @@ class _Batch:
         return [
             r
             for r in self.records
-            if any(r is new for new in self.appended)
+            if id(r) in self.appended_ids
             or (started is not None and r.get("ended_at", 0) >= started)
         ]
 
@@ -140,14 +146,20 @@ class _Batch:
         """Append the call's record, unless its ``tool_use_id`` is already queued."""
         use_id = call.get("tool_use_id")
         use_id = use_id[:ID_LIMIT] if isinstance(use_id, str) else use_id
-        if isinstance(use_id, str) and any(
-            use_id and record.get("tool_use_id") == use_id for record in self.records
-        ):
+        if isinstance(use_id, str) and use_id in self.queued:
             return
         record = make_record(self.session_id, call, self.next_seq)
         self.appended.append(record)
+        self.appended_ids.add(id(record))
         self.records.append(record)
+        if isinstance(record.get("tool_use_id"), str):
+            self.queued.add(record["tool_use_id"])
         self.next_seq += 1
+        if len(self.records) > 2 * _KEPT_IN_BATCH:
+            # Only the newest MAX_RECORDS are written: a batch of thousands of calls must
+            # not make each later save's scan, or the memory held, grow with it.
+            # (``queued`` keeps the ids cut here: a repeat is still one.)
+            self.records = self.records[-_KEPT_IN_BATCH:]
 
     def save(self, count: Path) -> None:
         """Write what changed: the queue, the nudge count and the snapshot state."""
@@ -159,3 +171,11 @@ class _Batch:
         if not self.drained and [seq_of(record) for record in self.records] == self.original:
             return  # nothing changed; leave the file (and its mtime) alone
         write_records(self.jsonl, self.records)
+
+
+def _use_ids(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    return {
+        use_id
+        for record in records
+        if isinstance(use_id := record.get("tool_use_id"), str) and use_id
+    }

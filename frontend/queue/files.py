@@ -256,7 +256,9 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
             data = handle.read(QUEUE_BYTES_LIMIT)
     except FileNotFoundError:
         return []
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    # "\n" only: str.splitlines also cuts at U+2028, U+2029 and U+0085, which a record
+    # written with ensure_ascii=False holds raw (a minified script, text from the web).
+    lines = data.decode("utf-8", errors="replace").split("\n")
     if size > QUEUE_BYTES_LIMIT:
         lines = lines[1:]
     records: list[dict[str, Any]] = []
