@@ -8,6 +8,7 @@ writes when the user answers its "new MCP server" dialog.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,26 @@ def test_approved_or_silent_settings_keep_the_nudges(
     text = hook(["flush-tools"], payload("claude-UserPromptSubmit", project), env)
     assert text.startswith("[thatch] 2 tool interactions are queued for fact extraction.")
     assert "Call get_extraction_payload" in text
+    reminder = hook(["reminder"], payload("claude-SessionStart-startup", project), env)
+    assert reminder.startswith("[thatch] Before you reply, load what earlier sessions learned")
+
+
+@pytest.mark.parametrize("shape", ["nested too deep", "a fifo"])
+def test_settings_no_parser_or_open_can_finish_say_nothing(
+    tmp_path: Path, project: Path, shape: str
+) -> None:
+    """A settings file nested past the JSON parser's depth (a cloned project can ship it)
+    used to end the reminder and the nudges with a RecursionError; a FIFO in its place
+    would block the hook for good. Either says nothing: the nudges stay."""
+    env = hook_env(tmp_path)
+    path = project / ".claude" / "settings.json"
+    if shape == "a fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    queue_calls(project, env)
+    text = hook(["flush-tools"], payload("claude-UserPromptSubmit", project), env)
+    assert text.startswith("[thatch] 2 tool interactions are queued for fact extraction.")
     reminder = hook(["reminder"], payload("claude-SessionStart-startup", project), env)
     assert reminder.startswith("[thatch] Before you reply, load what earlier sessions learned")
 

@@ -25,13 +25,17 @@ Verdict = Literal["declined", "approved", "silent"]
 
 def _verdict(path: Path) -> Verdict:
     """What one settings file says about thatch's project server."""
+    from thatch.frontend.regular_files import open_regular
+
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:  # a FIFO there would block the hook for good
             raw = handle.read(MAX_SETTINGS_BYTES + 1)
         if len(raw) > MAX_SETTINGS_BYTES:
             return "silent"
         doc = json.loads(raw)
-    except (OSError, ValueError):  # missing, unreadable or not JSON: the file says nothing
+    # Missing, unreadable, not JSON, or nested past the parser's depth (a cloned project
+    # ships this file): the file says nothing.
+    except (OSError, ValueError, RecursionError):
         return "silent"
     if not isinstance(doc, dict):
         return "silent"
