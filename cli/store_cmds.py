@@ -229,7 +229,7 @@ def search(
             meta.append(f"branch:{token(memory.branch)}")
         if memory.confidence:
             meta.append(f"c:{memory.confidence}")
-        label = inline(memory.label)
+        label = fmt.line_label(memory.label)
         drift = report.drift.get((memory.store, memory.slug))
         marker = f" {fmt.drift_marker(drift)}" if drift is not None else ""
         click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {label}{marker}")

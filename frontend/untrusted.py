@@ -30,14 +30,27 @@ __all__ = ["body", "has_control", "inline", "quoted", "token"]
 
 # C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
-# paragraph separators, BOM, interlinear annotations, lone surrogates, tag characters and
-# the supplementary variation selectors (the last two can carry invisible ASCII text).
-# ZWNJ/ZWJ (U+200C/U+200D) stay: Persian, Indic scripts and emoji need them.
+# paragraph separators, BOM, interlinear annotations, lone surrogates, tag characters, the
+# supplementary variation selectors (the last two can carry invisible ASCII text), and the
+# other default-ignorable characters that render as nothing (combining grapheme joiner,
+# Hangul fillers, Khmer inherent vowels, Mongolian selectors, musical format controls).
 _CONTROL_CLASS = (
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e"
-    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"
-    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+    "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
+    "\ufff0-\ufffb\ud800-\udfff\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff]"
 )
+# ZWNJ/ZWJ (U+200C/U+200D) and the variation selectors stay where a script or an emoji
+# needs them: a joiner between two non-ASCII characters, a selector after one (or after a
+# keycap's digit, # or *). Anywhere else they only hide something: "<\u200d<<" reads as
+# "<<<", "\u200d[store:…" as a record's meta line.
+_STRAY_JOINERS = (
+    "(?<![^\x00-\x7f\\s])[\u200c\u200d]|[\u200c\u200d](?![^\x00-\x7f\\s])"
+    "|(?<![^\x00-\x7f\\s]|[0-9#*])[\ufe00-\ufe0f]"
+)
+
+
+_JOINERS = "[\u200c\u200d\ufe00-\ufe0f]"
 
 
 # Compiled on first need (each costs ~2 ms, and a hook showing plain ASCII never needs one).
@@ -51,9 +64,30 @@ def _body_control() -> re.Pattern[str]:
     return re.compile(_CONTROL_CLASS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
 
 
+@functools.cache
+def _joiners() -> re.Pattern[str]:
+    return re.compile(_JOINERS)
+
+
+@functools.cache
+def _stray_joiners() -> re.Pattern[str]:
+    return re.compile(_STRAY_JOINERS)
+
+
+def _shown_escaped(text: str, control: re.Pattern[str]) -> str:
+    # Two passes: a plain class scans at C speed, the joiners' look-arounds would not, and
+    # most text holds no joiner at all.
+    text = control.sub(_escape, text)
+    if _joiners().search(text):
+        text = _stray_joiners().sub(_escape, text)
+    return text
+
+
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a character ``inline``/``quoted`` would show escaped."""
-    return not _plain_ascii(text) and _control().search(text) is not None
+    if _plain_ascii(text):
+        return False
+    return _control().search(text) is not None or _stray_joiners().search(text) is not None
 
 
 def _plain_ascii(text: str) -> bool:
@@ -62,9 +96,16 @@ def _plain_ascii(text: str) -> bool:
 
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_MARKER = re.compile(r"\[(?=[ \t]*thatch)", re.IGNORECASE)
+# Blank to the eye: any space but a line break (no-break, ideographic, …), Braille blank.
+_BLANK = "(?:[^\\S\\n]|\u2800)"
+_BRACKET = "[\\[\uff3b]"  # and its fullwidth form
+_DASH = "[-\u2010-\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d]"
+_MARKER = re.compile(f"{_BRACKET}(?={_BLANK}*thatch)", re.IGNORECASE)
 # Matched after a newline (the text gets one in front), a literal prefix regex scans fast.
-_LOOKALIKE = re.compile(r"\n([ \t]*)(\[|-[ \t]*-[ \t]*-[- \t]*(?=\n|\Z))")
+_LOOKALIKE = re.compile(
+    f"\\n({_BLANK}*)({_BRACKET}|{_DASH}{_BLANK}*{_DASH}{_BLANK}*{_DASH}"
+    f"(?:{_DASH}|{_BLANK})*(?=\\n|\\Z))"
+)
 _PLAIN = re.compile(r"[\w.@/+:#-]+")
 
 
@@ -89,24 +130,24 @@ def body(text: str) -> str:
     """Multi-line stored text, neutralised; newlines and tabs kept."""
     text = text.replace("\r\n", "\n")
     if _maybe_control(text):
-        text = _body_control().sub(_escape, text)
-    text = _MARKER.sub(r"\\[", text)
+        text = _shown_escaped(text, _body_control())
+    text = _MARKER.sub(r"\\\g<0>", text)
     return _LOOKALIKE.sub(r"\n\1\\\2", "\n" + text)[1:]
 
 
 def inline(text: str) -> str:
     """Stored text inside one of thatch's lines: one line, no marker, no invisible part."""
     if not _plain_ascii(text):
-        text = _control().sub(_escape, text)
-    return _MARKER.sub(r"\\[", text)
+        text = _shown_escaped(text, _control())
+    return _MARKER.sub(r"\\\g<0>", text)
 
 
 def quoted(text: str) -> str:
     """``"text"`` as a JSON string literal; readable non-ASCII characters stay as they are."""
     literal = json.dumps(text, ensure_ascii=False)
     if not _plain_ascii(literal):
-        literal = _control().sub(_escape, literal)
-    return _MARKER.sub(r"\\u005b", literal)
+        literal = _shown_escaped(literal, _control())
+    return _MARKER.sub(lambda match: f"\\u{ord(match.group()):04x}", literal)
 
 
 def token(text: str) -> str:

@@ -11,6 +11,7 @@ its end marker neutralised and thatch's own markers escaped (frontend/untrusted.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,9 +190,14 @@ def _cut(text: str, room: int) -> list[str]:
     return pieces
 
 
+# Three "<" with only blanks between them read as a frame's opening: "< <<end of chat…".
+_FRAME_OPENING = re.compile("<(?:(?:[^\\S\\n]|\u2800)*<){2,}")
+
+
 def neutralise(text: str) -> str:
-    """A body as shown inside its frame: thatch's markers escaped, ``<<<`` broken."""
-    return neutral_body(text).replace("<<<", "‹‹‹")
+    """A body as shown inside its frame: thatch's markers escaped, ``<<<`` broken (also
+    with blanks between; an invisible character there is already shown escaped)."""
+    return _FRAME_OPENING.sub(lambda run: run.group().replace("<", "‹"), neutral_body(text))
 
 
 def frame(message: ChatMessage, offset: int = 0) -> str:
