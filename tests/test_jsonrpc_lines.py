@@ -9,6 +9,7 @@ import mcp_types
 import pytest
 
 from thatch.frontend.mcp.jsonrpc_lines import (
+    BAD_ID,
     EMPTY_BATCH,
     NOT_A_MESSAGE,
     Batch,
@@ -73,6 +74,19 @@ def test_json_that_is_no_message_is_refused_with_its_id() -> None:
     )
     assert read_line('{"id":true}') == Refused(mcp_types.INVALID_REQUEST, NOT_A_MESSAGE)
     assert read_line("this is {not json") == Refused(mcp_types.PARSE_ERROR, "Parse error")
+
+
+@pytest.mark.parametrize("bad_id", ['{"a":1}', "[1]", "true", "1.5", "null"])
+def test_a_request_whose_id_is_no_string_or_integer_is_refused(bad_id: str) -> None:
+    """The SDK's union reads it as a notification, which gets no answer: its sender would
+    wait for good. Alone or in a batch it is refused; a notification's params may hold an
+    "id" of their own."""
+    text = f'{{"jsonrpc":"2.0","id":{bad_id},"method":"ping"}}'
+    assert read_line(text) == Refused(mcp_types.INVALID_REQUEST, BAD_ID)
+    batch = read_line(f"[{text}]")
+    assert isinstance(batch, Batch) and batch.items == [Refused(mcp_types.INVALID_REQUEST, BAD_ID)]
+    note = read_line('{"jsonrpc":"2.0","method":"notifications/progress","params":{"id":3}}')
+    assert isinstance(note, mcp_types.JSONRPCNotification)
 
 
 def test_arrays_are_batches_with_refused_items() -> None:

@@ -45,6 +45,7 @@ _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,4299})")
 
 NOT_A_MESSAGE = "Invalid Request: not a JSON-RPC 2.0 request, notification or response"
 EMPTY_BATCH = "Invalid Request: an empty batch"
+BAD_ID = "Invalid Request: id must be a string or an integer"
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,14 @@ def read_line(text: str) -> Line | None:
     if not text.strip():
         return None
     try:
-        return mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        message = mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False)
     except ValidationError:
         pass  # the slow path below says why, and finds the id
+    else:
+        if not (isinstance(message, mcp_types.JSONRPCNotification) and '"id"' in text):
+            return message
+        # Perhaps a request whose id is neither a string nor an integer: the slow path
+        # finds out, where the SDK's union would take it for a notification (no answer).
     if "\\" in text:
         text = without_lone_surrogates(text)
     try:
@@ -98,9 +104,14 @@ def read_line(text: str) -> Line | None:
 
 def message_or_refusal(value: Any) -> JSONRPCMessage | Refused:
     try:
-        return mcp_types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+        message = mcp_types.jsonrpc_message_adapter.validate_python(value, by_name=False)
     except (ValidationError, RecursionError):
         return Refused(mcp_types.INVALID_REQUEST, NOT_A_MESSAGE, _member_id(value))
+    if isinstance(message, mcp_types.JSONRPCNotification) and "id" in value:
+        # A request whose id is an object, array, boolean, fraction or null: its sender
+        # waits for an answer a notification never gets.
+        return Refused(mcp_types.INVALID_REQUEST, BAD_ID)
+    return message
 
 
 def without_lone_surrogates(text: str) -> str:

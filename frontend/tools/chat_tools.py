@@ -378,7 +378,8 @@ class ChatTools:
             if left:
                 parts.append(MORE_UNREAD.format(n=left))
             return "\n\n".join(parts)
-        message = self.store.message(message_id)
+        # No row has an id past SQLite's integer range, and SQLite refuses to compare one.
+        message = self.store.message(message_id) if message_id < 2**63 else None
         if message is None or message.to_session != me.session_id:
             raise ChatRefused(f"No message #{message_id} for {token(me.name)}.")
         self.store.mark_read(message.id)

@@ -27,6 +27,7 @@ from thatch.frontend.tools.operations import Operations, embedder_error, one_lin
 from thatch.frontend.tools.operations import Refused as Refused
 from thatch.frontend.tools.registry import SPECS_BY_NAME, served_specs, specs_named
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError
+from thatch.frontend.untrusted import token
 
 __all__ = [
     "ToolResult",
@@ -58,7 +59,7 @@ class Tools(Operations):
             if name in SPECS_BY_NAME:
                 switch = variable(SPECS_BY_NAME[name].feature or "") + "=off"
                 return ToolResult(f"Tool {name} is switched off for this project ({switch}).", True)
-            return ToolResult(f"Unknown tool: {name}", True)
+            return ToolResult(f"Unknown tool: {token(name)}", True)
         try:
             run, values = spec.arguments(arguments)
             # Reads fail before any write, so a retry with lenient decoding is safe.

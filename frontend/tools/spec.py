@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.tools.validation import NOT_AN_OBJECT, ArgumentError, Param, validate
+from thatch.frontend.untrusted import token
 
 if TYPE_CHECKING:
     from thatch.frontend.tools.operations import Operations
@@ -92,7 +93,8 @@ class ToolSpec:
         if foreign:
             takes = ", ".join(sorted(taken)) if taken else "no other parameters"
             problems += [
-                f"{key}: not a parameter of action {name} (it takes {takes})" for key in foreign
+                f"{token(key)}: not a parameter of action {name} (it takes {takes})"
+                for key in foreign
             ]
         try:
             values = validate(action.params, {k: v for k, v in raw.items() if k in taken})

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from thatch.frontend.untrusted import has_control
+from thatch.frontend.untrusted import has_control, quoted
 
 __all__ = [
     "CONTENT_MAX",
@@ -154,7 +154,7 @@ def _check_text(param: Param, value: object) -> str:
         raise _Reason("must be a string")
     if param.enum is not None:
         if value not in param.enum:
-            raise _Reason(f'must be one of {", ".join(param.enum)} (got "{_short(value)}")')
+            raise _Reason(f"must be one of {', '.join(param.enum)} (got {_short(value)})")
         return value
     if param.non_empty and not value.strip():
         raise _Reason("must not be empty")
@@ -187,9 +187,9 @@ def _check_array(param: Param, value: object) -> list[str]:
 
 
 def _short(value: str) -> str:
-    """An offending value echoed in a message stays one short line."""
-    flat = " ".join(value.split())
-    return flat if len(flat) <= 40 else flat[:39] + "…"
+    """An offending value echoed in a message: quoted exactly as it came (" send" is not
+    "send"), controls escaped, cut to one short line."""
+    return quoted(value if len(value) <= 40 else value[:39] + "…")
 
 
 def _check_bool(value: object) -> bool:
