@@ -111,6 +111,22 @@ def test_deleted_branches_alone(store: Store, repo: Path, vec: Callable[[], np.n
     assert result.as_json()["orphaned"] == {"branches": ["gone-a", "gone-b"], "count": 3}
 
 
+def test_the_report_names_three_deleted_branches_and_counts_the_rest(
+    store: Store, repo: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """The report goes before the agent at every session start: 400 deleted branches used
+    to be 400 names (36 KB of context). JSON still lists every one."""
+    for n in range(400):
+        add(store, "acme", f"gone {n}", vec(), branch=f"gone-{n:03d}")
+    result = hygiene(store, "acme", repo, ACTIVE, now=NOW)
+    assert result.report == (
+        'Store "acme": 400 memories scoped to deleted branches '
+        "(gone-000, gone-001, gone-002, and 397 more)."
+    )
+    orphaned = result.as_json()["orphaned"]
+    assert isinstance(orphaned, dict) and len(orphaned["branches"]) == 400
+
+
 def test_orphan_check_skipped_outside_git(
     store: Store, tmp_path: Path, vec: Callable[[], np.ndarray]
 ) -> None:

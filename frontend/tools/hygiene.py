@@ -31,6 +31,9 @@ __all__ = [
 GLOBAL_STORE = "global"
 # Conflict versions ``thatch hygiene`` names (the report names the first).
 CONFLICTS_NAMED = 50
+# Deleted branches the report names: it goes before the agent at every session start, and
+# a store can hold hundreds (`thatch hygiene --json` lists them all).
+NAMED_BRANCHES = 3
 
 
 class HygieneQueries(Protocol):
@@ -120,9 +123,12 @@ class StoreHygiene:
                 + " neither updated nor recalled in 90+ days"
             )
         if self.orphaned:
+            named = list(map(token, self.orphaned_branches[:NAMED_BRANCHES]))
+            if len(self.orphaned_branches) > NAMED_BRANCHES:
+                named.append(f"and {len(self.orphaned_branches) - NAMED_BRANCHES} more")
             parts.append(
                 _plural(self.orphaned, "memory", "memories")
-                + f" scoped to deleted branches ({', '.join(map(token, self.orphaned_branches))})"
+                + f" scoped to deleted branches ({', '.join(named)})"
             )
         if self.drifted:
             via = sum(1 for drift in self.drifted.values() if drift.via is not None)
