@@ -250,3 +250,54 @@ def test_claude_load_hints_select_exactly_the_tools_each_text_names() -> None:
     for host in ("cursor", "opencode"):
         assert "ToolSearch" not in pointer(1, ["bob"], "alice", "0123456789abcdef", host)
         assert "ToolSearch" not in (recall_nudge(host, ["L"]) or "")
+
+
+_HOLD_WRITE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_long_write_elsewhere_costs_the_hooks_own_writes_not_the_reminder(
+    tmp_path: Path,
+) -> None:
+    """The hook's own writes (chat heartbeat, branch sync) are done again by the next hook:
+    they wait HOOK_BUSY_TIMEOUT_MS for another writer, not the 5 s every other writer
+    waits (two of them made a reminder take 10.5 s). The reminder itself still comes."""
+    import sys
+
+    from thatch.frontend.hooks.chat_anchor import open_chat
+    from thatch.frontend.store import db
+    from thatch.frontend.store.branch_lifecycle import opened_records
+
+    repo = git_repo(tmp_path / "acme")
+    env = hook_env(tmp_path, THATCH_PROJECT_DIR=str(repo))
+    payload = {"session_id": "busy", "cwd": str(repo)}
+    assert "[thatch]" in reminder(env, payload)  # creates and migrates the database
+    chat = open_chat(env)
+    try:
+        (timeout,) = chat.conn.execute("PRAGMA busy_timeout").fetchone()
+    finally:
+        chat.conn.close()
+    with opened_records(Path(env["THATCH_DB_PATH"])) as records:
+        assert records is not None
+        assert records.conn.execute("PRAGMA busy_timeout").fetchone() == (timeout,)
+    assert timeout == db.HOOK_BUSY_TIMEOUT_MS < db.BUSY_TIMEOUT_MS
+
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLD_WRITE_LOCK, env["THATCH_DB_PATH"]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        try:
+            result = run_hook(["reminder"], {**payload, "session_id": "busy-2"}, env)
+        finally:
+            holder.communicate("")
+    assert result.returncode == 0
+    assert result.stdout.decode().startswith("[thatch] ")
+    assert b"Traceback" not in result.stderr

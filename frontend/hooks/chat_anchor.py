@@ -52,6 +52,7 @@ def open_chat(env: Mapping[str, str]) -> ChatStore:
     # Heartbeats, wakes and auto rows only: a power cut may lose the last of them (the
     # next hook writes them again), never corrupt the file (WAL); saves an fsync a prompt.
     conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA busy_timeout = {db.HOOK_BUSY_TIMEOUT_MS}")
     return ChatStore(conn, utc_now)
 
 

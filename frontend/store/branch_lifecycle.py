@@ -180,6 +180,8 @@ def opened_records(path: Path) -> Iterator[BranchRecords | None]:
         return
     conn = db.connect(path)
     try:
+        # Only hooks use this: a sync the lock keeps from running is done by the next one.
+        conn.execute(f"PRAGMA busy_timeout = {db.HOOK_BUSY_TIMEOUT_MS}")
         present = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
             (BRANCH_REFS_TABLE,),

@@ -48,6 +48,7 @@ from thatch.frontend.store.transactions import (
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "HOOK_BUSY_TIMEOUT_MS",
     "ThatchConnection",
     "atomic",
     "backup",
@@ -67,6 +68,10 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 5000
+# A hook's own writes (chat heartbeats, branch sync) wait at most this for another writer:
+# each is done again by the next hook, and the host's turn waits on the hook. At the full
+# BUSY_TIMEOUT_MS a reminder with two such writes took 10.5 s behind a long transaction.
+HOOK_BUSY_TIMEOUT_MS = 1000
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
