@@ -120,6 +120,21 @@ def test_no_session_id_no_chat_line(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stderr == b"" and b"chat:" not in out.stdout
 
 
+def test_ids_that_differ_in_outer_blanks_are_different_sessions(tmp_path: Path) -> None:
+    """The id as the host gave it is the session: stripping it gave " a " the identity and
+    the key of "a". A blank id is no session."""
+    env = hook_env(tmp_path)
+    seen = []
+    for session in ("sessA", " sessA ", "sessA\t"):
+        out = run_hook(["reminder"], {"session_id": session, "cwd": "/"}, env)
+        match = LINE.fullmatch(last_line(out.stdout))
+        assert match, out.stdout
+        seen.append((match[1], match[3]))
+    assert len({name for name, _ in seen}) == 3 and len({key for _, key in seen}) == 3
+    blank = run_hook(["reminder"], {"session_id": "  ", "cwd": "/"}, env)
+    assert blank.returncode == 0 and b"chat:" not in blank.stdout
+
+
 def test_flush_tools_migrates_a_file_without_chat_tables(tmp_path: Path) -> None:
     """flush-tools opens no Store on a short prompt: a missing chat table migrates the file."""
     env = hook_env(tmp_path)

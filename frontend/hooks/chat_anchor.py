@@ -38,8 +38,11 @@ _DEFAULT_FIELDS = ("session_id", "conversation_id", "sessionID")
 
 
 def host_session(payload: Mapping[str, Any], host: str) -> str:
-    """The host's session id in a hook payload ("" when there is none)."""
-    return hookio.first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_FIELDS)).strip()
+    """The host's session id in a hook payload, exactly as given ("" when there is none or
+    it is blank): " a " and "a" are two sessions, as the queue's files keep them apart, so
+    neither gets the other's chat identity or key."""
+    session = hookio.first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_FIELDS))
+    return session if session.strip() else ""
 
 
 def open_chat(env: Mapping[str, str]) -> ChatStore:
