@@ -164,6 +164,29 @@ def test_stop_ignores_stale_pid_file(sock: Path) -> None:
     assert (result.exit_code, result.stdout) == (0, "embedder not running\n")
 
 
+@pytest.mark.parametrize("lock_file", ["left by a killed server", "none"])
+def test_stop_never_signals_a_process_the_stale_pid_now_names(sock: Path, lock_file: str) -> None:
+    """A killed server leaves its pid file; that pid may since be any process, one whose
+    command line names an embedder too (an editor on embedder.md). It is not signalled:
+    nobody holds the instance lock, or, without one, it is no embedder server."""
+    if lock_file != "none":
+        lock_path(sock).touch()
+    with subprocess.Popen(
+        ["bash", "-c", 'exec -a "vim notes-about-the-embedder.md" sleep 600'],
+    ) as bystander:
+        try:
+            pid_path(sock).write_text(f"{bystander.pid}\n")
+            wait_until(
+                lambda: b"vim" in Path(f"/proc/{bystander.pid}/cmdline").read_bytes(), 30, "exec"
+            )
+            assert running_pid(sock) is None
+            result = run("stop")
+            assert (result.exit_code, result.stdout) == (0, "embedder not running\n")
+            assert bystander.poll() is None
+        finally:
+            bystander.kill()
+
+
 # -- one server per address, found without its socket ------------------------------------
 
 

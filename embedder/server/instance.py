@@ -62,13 +62,25 @@ def process_alive(pid: int) -> bool:
     return fields[0] not in ("Z", "X")
 
 
-def looks_like_embedder(pid: int) -> bool:
-    """Guard against a recycled pid in a stale pid file: the process must be an embedder."""
+def looks_like_embedder(pid: int, *, strict: bool = True) -> bool:
+    """Guard against a recycled pid in a stale pid file: the process must be thatch's
+    embedder server (``python -m thatch.embedder serve``, ``thatch embedder serve``,
+    ``thatch-embedder serve``), not any process naming an embedder (``vim embedder.md``).
+    Not ``strict``: any process whose command line mentions an embedder (for the holder of
+    the instance lock, which only a server takes)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return process_alive(pid)  # no /proc: trust the pid file
-    return any(b"embedder" in part for part in cmdline)
+    if not strict:
+        return any(b"embedder" in part for part in cmdline)
+    names = [os.path.basename(part) for part in cmdline]
+    thatch = (
+        b"thatch.embedder" in names
+        or b"thatch-embedder" in names
+        or (b"thatch" in names and b"embedder" in names)
+    )
+    return thatch and b"serve" in names
 
 
 def lock_holder(path: Path) -> int | None:
@@ -90,13 +102,23 @@ def lock_holder(path: Path) -> int | None:
 
 def running_pid(socket_path: Path) -> int | None:
     """The pid of the embedder serving (or starting on) ``socket_path``, however found."""
+    lock = lock_path(socket_path)
+    holder = lock_holder(lock)
+    if holder is not None and process_alive(holder) and looks_like_embedder(holder, strict=False):
+        return holder
+    if holder is None and lock.exists() and _locks_listed():
+        # A server holds this lock for its whole life: nobody holds it, so none runs, and a
+        # pid file left by one that was killed names a process the pid may since be.
+        return None
     pid = read_pid(pid_path(socket_path))
     if pid is not None and process_alive(pid) and looks_like_embedder(pid):
         return pid
-    holder = lock_holder(lock_path(socket_path))
-    if holder is not None and process_alive(holder) and looks_like_embedder(holder):
-        return holder
     return None
+
+
+def _locks_listed() -> bool:
+    """Whether this system lists its file locks (``/proc/locks``: Linux)."""
+    return os.path.exists("/proc/locks")
 
 
 @dataclass
