@@ -88,6 +88,13 @@ class DatabaseOpenError(_FileError):
     def fix(self) -> str:  # type: ignore[override]  # computed from the kind
         if self.reason == "is a directory":
             return f"set THATCH_DB_PATH to a file, e.g. {self.path / 'thatch.db'}"
+        if self.reason.startswith("not a thatch database"):
+            return (
+                "set THATCH_DB_PATH to thatch's database or to a new file "
+                "(unset, it is ~/.config/thatch/thatch.db)"
+            )
+        if self.reason.startswith("file is not a database"):  # SQLite's: not permissions
+            return f"move {self.path} aside (or restore it from a backup); thatch makes a new one"
         return _file_fix(self)
 
 

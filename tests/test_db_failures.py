@@ -458,3 +458,35 @@ def test_full_disk_writes_fail_in_one_line(env: dict, tmp_path: Path) -> None:
     (database,) = [x for x in doctor.stdout.splitlines() if x.startswith(("ok  d", "FAIL  d"))]
     assert database.startswith(f"FAIL  database  {db} cannot be written: the disk holding")
     assert "check permissions" not in doctor.stdout.split(database)[1].splitlines()[1]
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(env: dict) -> None:
+    """A THATCH_DB_PATH naming another program's SQLite file (a typo away) used to get
+    thatch's tables migrated into it, and WAL mode. Now every door refuses it, one line
+    and a Fix, and the file's bytes are what they were."""
+    import hashlib
+
+    path = db_of(env)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users (name) VALUES ('ada')")
+    conn.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    reason = f"cannot open database at {path}: not a thatch database (its tables: users); "
+    for args in (["stores"], ["remember", "X", "y"], ["search", "x"]):
+        code, out, err = cli_run(*args)
+        assert (code, out) == (1, ""), (args, out, err)
+        assert err == (
+            f"Error: {reason}nothing was written\n"
+            "Fix: set THATCH_DB_PATH to thatch's database or to a new file "
+            "(unset, it is ~/.config/thatch/thatch.db)\n"
+        )
+    hook = run_hook(["reminder"], {"session_id": "s"}, env)
+    assert hook.returncode == 0 and b"Traceback" not in hook.stderr
+    server = subprocess.run(
+        thatch_command("mcp"), env=env, input="", capture_output=True, text=True, timeout=60
+    )
+    assert server.returncode != 0 and server.stdout == ""
+    assert server.stderr.startswith(f"Error: {reason}")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["thatch.db"]

@@ -68,6 +68,7 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_MS = 5000
+FOREIGN_REASON = "not a thatch database"
 # A hook's own writes (chat heartbeats, branch sync) wait at most this for another writer:
 # each is done again by the next hook, and the host's turn waits on the hook. At the full
 # BUSY_TIMEOUT_MS a reminder with two such writes took 10.5 s behind a long transaction.
@@ -213,12 +214,39 @@ def configure(conn: sqlite3.Connection) -> None:
     """
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _refuse_foreign(conn)
         _switch_to_wal(conn)
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.OperationalError as error:
         if is_busy(error):
             raise DatabaseBusyError() from None
         raise
+
+
+_THATCH_TABLES = frozenset(
+    {"entries", "stores", "dedup_pairs", "predictions", "behaviors", "repo_paths"}
+)
+_THATCH_PREFIXES = ("_thatch_", "thatch_", "chat_", "team_", "prediction_", "behavior_")
+
+
+def _refuse_foreign(conn: sqlite3.Connection) -> None:
+    """A file with tables, none of them thatch's, is another program's database (a
+    mistyped THATCH_DB_PATH): the WAL switch and the migrations would write into it."""
+    tables = sorted(
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    )
+    # Names only thatch gives its tables, in every release (the earlier TypeScript one's
+    # included): one of them present makes the file thatch's, however old or partial.
+    if not tables or any(
+        name in _THATCH_TABLES or name.startswith(_THATCH_PREFIXES) for name in tables
+    ):
+        return
+    path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+    shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
+    raise DatabaseOpenError(path, f"{FOREIGN_REASON} (its tables: {shown}); nothing was written")
 
 
 def _switch_to_wal(conn: sqlite3.Connection) -> None:
