@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import click
 
-from thatch.cli.errors import FixableError
+from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.hook_cmds import HOOK_SETTINGS, HookCommand
 from thatch.common.environment import default_db_path, project_dir_from_env
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
@@ -73,13 +73,16 @@ def session_row(session: ChatSession, active: bool) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of rows.")
 def list_cmd(as_json: bool) -> None:
     """Chat sessions: active first, then by name."""
-    store = open_chat()
-    try:
-        now = store.clock()
-        sessions = sorted(store.sessions(), key=lambda s: (not s.is_active(now), s.name.lower()))
-        rows = [session_row(s, s.is_active(now)) for s in sessions]
-    finally:
-        store.conn.close()
+    with translate_errors():
+        store = open_chat()
+        try:
+            now = store.clock()
+            sessions = sorted(
+                store.sessions(), key=lambda s: (not s.is_active(now), s.name.lower())
+            )
+            rows = [session_row(s, s.is_active(now)) for s in sessions]
+        finally:
+            store.conn.close()
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
@@ -248,7 +251,11 @@ def tail(
         except re.error as error:
             raise click.BadParameter(f"{pattern!r}: {error}", param_hint="--match") from None
     rule = TailFilter(from_name, to_name, since, until, compiled)
-    store = open_chat()
+    with translate_errors():
+        _tail(open_chat(), rule, count, once)
+
+
+def _tail(store: ChatStore, rule: TailFilter, count: int | None, once: bool) -> None:
     try:
         shown, last, watch = backlog(store, rule, count)
         for event in shown:
@@ -277,13 +284,14 @@ def send(to: str, body: str) -> None:
     from thatch.frontend.tools.chat_tools import PersonSendRefused, person_send
 
     directory = project_dir_from_env(os.environ) or Path.cwd()
-    store = open_chat()
-    try:
-        sent = person_send(store, to, body, env=os.environ, project_dir=str(directory))
-    except PersonSendRefused as refused:
-        fail(str(refused), refused.fix)
-    finally:
-        store.conn.close()
+    with translate_errors():
+        store = open_chat()
+        try:
+            sent = person_send(store, to, body, env=os.environ, project_dir=str(directory))
+        except PersonSendRefused as refused:
+            fail(str(refused), refused.fix)
+        finally:
+            store.conn.close()
     if sent.duplicate:
         click.echo(f"[sent] → {sent.recipient} (duplicate suppressed)")
         return

@@ -101,3 +101,28 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
         "Error: you cannot send a message to yourself\nFix: thatch chat list shows who is here\n",
     )
     store.conn.close()
+
+
+def test_an_unusable_database_is_one_error_and_its_fix(tmp_path: Path) -> None:
+    """chat list, tail and send used to print Python tracebacks where every other
+    command says what is wrong and what to do."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"garbage" * 200)
+    cases = {
+        str(garbage): (
+            f"Error: cannot open database at {garbage}: file is not a database",
+            f"Fix: move {garbage} aside (or restore it from a backup); thatch makes a new one",
+        ),
+        str(tmp_path): (
+            f"Error: cannot open database at {tmp_path}: is a directory",
+            f"Fix: set THATCH_DB_PATH to a file, e.g. {tmp_path / 'thatch.db'}",
+        ),
+    }
+    for path, (error, fix) in cases.items():
+        env = hook_env(tmp_path, THATCH_DB_PATH=path)
+        for args in (["list"], ["tail", "--once"], ["send", "someone", "hi"]):
+            code, out, err = thatch(env, "chat", *args)
+            lines = err.splitlines()
+            assert (code, out, len(lines)) == (1, "", 2), (args, err)
+            assert lines[0].startswith(error) and lines[1] == fix
+    assert garbage.read_bytes() == b"garbage" * 200
