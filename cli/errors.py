@@ -42,3 +42,15 @@ def translate_errors() -> Iterator[None]:
         except StoreError as error:
             debug_traceback()
             raise FixableError(str(error), error.fix) from None
+        except UnicodeEncodeError as error:
+            # An argument or stdin with bytes that are not UTF-8 (Python reads them as lone
+            # surrogates): refused where no validation named the parameter first.
+            if "surrogates" not in str(error.reason):
+                raise
+            debug_traceback()
+            from thatch.frontend.untrusted import quoted
+
+            text = error.object if len(error.object) <= 60 else error.object[:59] + "…"
+            raise click.UsageError(
+                f"text must be UTF-8, and {quoted(text)} holds bytes that are not"
+            ) from None

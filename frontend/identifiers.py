@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SESSION_ID_MAX", "session_id_problem", "store_name_problem"]
+__all__ = [
+    "NOT_UTF8",
+    "SESSION_ID_MAX",
+    "not_utf8",
+    "session_id_problem",
+    "store_name_problem",
+]
 
 SESSION_ID_MAX = 512  # docs/tools.md §validation
 LINE_BREAKS = "\r\n\u2028\u2029\x0b\x0c\x85"
@@ -19,6 +25,18 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069
 
 def has_control_characters(text: str) -> bool:
     return _CONTROL.search(text) is not None
+
+
+# Python reads argv, stdin and file names with ``surrogateescape``: a byte that is not
+# UTF-8 (a Latin-1 file piped in, a terminal in another encoding) arrives as a lone
+# surrogate, which no database, pipe or JSON document takes.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+NOT_UTF8 = "must be UTF-8 text (it holds bytes that are not)"
+
+
+def not_utf8(text: str) -> bool:
+    """Whether ``text`` carries bytes that were not UTF-8 (as lone surrogates)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def session_id_problem(session_id: object) -> str | None:
@@ -53,6 +71,8 @@ def store_name_problem(name: object) -> str | None:
     """
     if not isinstance(name, str):
         return "must be a string"
+    if not_utf8(name):
+        return NOT_UTF8
     if has_control_characters(name) or any(char in name for char in LINE_BREAKS):
         return "must not contain control characters"
     if name != name.strip():

@@ -94,7 +94,8 @@ def detect_store(
                 _quietly(lambda: cache.remember(_real(directory), _real(main), slug))
             return slug
     if directory.exists() and directory.name:
-        return directory.name
+        # A name that is not UTF-8 keeps a replacement character: no store can hold bytes.
+        return directory.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     if cache is not None:
         return _cached(directory, env, cache)
     return UNKNOWN

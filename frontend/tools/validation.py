@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from thatch.frontend.identifiers import NOT_UTF8, not_utf8
 from thatch.frontend.untrusted import has_control, quoted
 
 __all__ = [
@@ -160,6 +161,8 @@ def _check_text(param: Param, value: object) -> str:
         raise _Reason("must not be empty")
     if param.max_length is not None and len(value) > param.max_length:
         raise _Reason(f"too long ({len(value)} characters; maximum {param.max_length})")
+    if not_utf8(value):
+        raise _Reason(NOT_UTF8)
     if param.single_line and any(char in value for char in "\r\n\u2028\u2029\x0b\x0c\x85"):
         raise _Reason("must be a single line")
     if param.no_control and has_control(value):
@@ -181,6 +184,8 @@ def _check_array(param: Param, value: object) -> list[str]:
     for item in items:
         if param.max_length is not None and len(item) > param.max_length:
             raise _Reason(f"item too long ({len(item)} characters; maximum {param.max_length})")
+        if not_utf8(item):
+            raise _Reason(f"items {NOT_UTF8}")
         if has_control(item):
             raise _Reason("items must not contain control characters")
     return [item for item in items if item.strip()]
