@@ -182,6 +182,35 @@ def test_slow_listener_is_never_unlinked(sock: Path) -> None:
     assert embedder_pids(str(sock)) == []
 
 
+def test_a_stopped_server_is_named_hung_not_still_starting(
+    sock: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running server that answers nothing (SIGSTOP here; a deadlock alike) used to cost
+    the whole start wait (two minutes) and end in "still starting". Now, once it has
+    answered nothing for SILENT_SECONDS, the error names it and the fix that helps; nothing
+    is spawned beside it and its socket is kept."""
+    from thatch.embedder.client import autostart
+
+    monkeypatch.setattr(autostart, "SILENT_SECONDS", 1.0)
+    with EmbedderClient() as first:
+        first.ensure_started(wait=60)
+        pid = first.info().pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+            client.ensure_started(wait=600)  # as thatch search and remember start it
+        assert caught.value.cause == (
+            f"the embedder (pid {pid}) at unix://{sock} is running but does not answer "
+            "(not even 'starting') for 1 s"
+        )
+        assert caught.value.fix == "run thatch embedder stop, then retry"
+        assert embedder_pids(str(sock)) == [pid]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with EmbedderClient() as again:
+        again.embed(["answers again"], Kind.QUERY, start_wait=60)
+
+
 def test_socket_directory_created_private(sock: Path) -> None:
     """The socket directory an auto-start creates is mode 0700."""
     assert not sock.parent.exists()

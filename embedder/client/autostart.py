@@ -69,6 +69,8 @@ LOCK_WAIT_SECONDS = 30.0
 BIND_WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.05
 STILL_STARTING = "the embedder is still starting (the first start downloads the model)"
+# How long a server that accepts connections may answer nothing before it counts as hung.
+SILENT_SECONDS = 20.0
 FIX_ORPHAN = "run thatch embedder stop, then retry"
 FIX_UNTRUSTED = (
     "set THATCH_EMBEDDER_ADDR to a unix:/// path in a directory only you can write, "
@@ -248,6 +250,20 @@ def start_failure(address: Address, reason: str, fix: str | None = None) -> Embe
     )
 
 
+def hung(address: Address) -> EmbedderUnavailable:
+    """The error for a running server that does not answer (``SILENT_SECONDS``)."""
+    from thatch.embedder.server.instance import running_pid
+
+    assert address.path is not None
+    pid = running_pid(address.path)
+    which = f"the embedder (pid {pid})" if pid is not None else "the embedder"
+    return EmbedderUnavailable(
+        f"{which} at {address} is running but does not answer "
+        f"(not even 'starting') for {SILENT_SECONDS:g} s",
+        "run thatch embedder stop, then retry",
+    )
+
+
 def not_a_socket(address: Address) -> EmbedderUnavailable:
     """The error for a path that holds something other than a socket; nothing is removed."""
     path = address.path
@@ -311,11 +327,12 @@ class AutoStarter:
         self.log = embedder_log_file(env)
 
     def state(self, timeout: float = PROBE_SECONDS) -> SocketState | Health:
-        """``SERVING`` / ``NOT_SERVING`` for a live server, else the socket's state."""
+        """``SERVING`` / ``NOT_SERVING`` for a live server, ``UNREACHABLE`` for a socket
+        that accepts but whose server does not answer at all, else the socket's state."""
         found = probe_socket(self.path, timeout)
         if found not in ("listening", "busy"):
             return found
-        return "SERVING" if self.health(timeout) == "SERVING" else "NOT_SERVING"
+        return self.health(timeout)
 
     def run(self, wait: float) -> StartOutcome:
         """Make sure an embedder runs; wait up to ``wait`` s for it to serve (0: don't wait)."""
@@ -327,12 +344,23 @@ class AutoStarter:
             timer.start()
         proc: subprocess.Popen[bytes] | None = None
         log_offset = 0
+        silent_since: float | None = None
         try:
             check_trusted(self.address)
             while True:
                 state = self.state(min(PROBE_SECONDS, max(deadline - time.monotonic(), 0.05)))
                 if state == "SERVING":
                     return StartOutcome(True, proc.pid if proc else None)
+                # A server not ours whose socket accepts but which answers nothing, not
+                # even "starting" (a starting server says NOT_SERVING at once), is hung
+                # (stopped, deadlocked): waiting out the deadline would only end in "still
+                # starting", minutes later.
+                if state != "UNREACHABLE" or proc is not None:
+                    silent_since = None
+                elif silent_since is None:
+                    silent_since = time.monotonic()
+                elif time.monotonic() - silent_since >= SILENT_SECONDS:
+                    raise hung(self.address)
                 if state == "denied":
                     raise start_failure(self.address, f"permission denied on {self.path}")
                 if state == "not_socket":
