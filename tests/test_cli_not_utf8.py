@@ -27,7 +27,7 @@ def env(tmp_path: Path, mock_embedder: EmbedderProcess) -> dict[str, str]:
 
 
 def thatch(
-    env: dict[str, str], *args: bytes, stdin: bytes = b"", cwd: Path | None = None
+    env: dict[str, str], *args: bytes, stdin: bytes = b"", cwd: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable.encode(), b"-m", b"thatch.cli", *args],
