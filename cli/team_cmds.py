@@ -323,7 +323,7 @@ def status(as_json: bool) -> None:
             )
     running = is_running(lock_path(env))
     if as_json:
-        click.echo(json.dumps({"sync_process": running, "links": rows}, indent=2))
+        click.echo(json.dumps({"sync_process": running, "links": rows}, ensure_ascii=False))
         return
     if not rows:
         click.echo("No store is shared with a team (thatch team join URL --store owner/repo).")

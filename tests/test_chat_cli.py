@@ -86,6 +86,11 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
         1,
         'Error: no chat session named "nobody-00001"\nFix: thatch chat list shows who is here\n',
     )
+    # Quoted once: the line break shows as \n, not as \\n.
+    assert thatch(env, "chat", "send", "a\nb", "hi")[::2] == (
+        1,
+        'Error: no chat session named "a\\nb"\nFix: thatch chat list shows who is here\n',
+    )
     assert thatch(env, "chat", "send", "x", " ")[::2] == (
         1,
         "Error: Invalid arguments: body: must not be empty\nFix: write a message\n",

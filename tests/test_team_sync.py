@@ -237,7 +237,9 @@ def test_a_save_on_one_machine_is_recalled_on_the_other(hub_db, embedder, tmp_pa
         one.ok("forget", "Deploy steps", "--store", STORE, "--yes")
         assert poll(lambda: "deploy-steps" not in two.rows(), DEADLINE), two.log.read_text()
         assert hub.live_slugs() == []
-        status = json.loads(two.ok("team", "status", "--json"))
+        printed = two.ok("team", "status", "--json")
+        assert printed.count("\n") == 1  # one line, as every --json (docs/cli.md)
+        status = json.loads(printed)
         [link] = status["links"]
         assert link["store"] == STORE and link["member"] == "bob" and link["outbox"] == 0
         assert status["sync_process"] is True

@@ -121,7 +121,7 @@ def person_send(
         )
     recipient = store.by_name(to.strip())
     if recipient is None:
-        raise PersonSendRefused(f"no chat session named {quoted(inline(to))}", where)
+        raise PersonSendRefused(f"no chat session named {quoted(to)}", where)
     if recipient.session_id == person_session_id():
         raise PersonSendRefused("you cannot send a message to yourself", where)
     me = store.ensure_person(
