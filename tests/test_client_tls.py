@@ -214,3 +214,36 @@ def test_cli_reports_incomplete_settings_in_one_line(
         "THATCH_EMBEDDER_KEY is not."
     )
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ["--tls-cert", "/etc/passwd", "--tls-key", "/etc/passwd"],
+            "--tls-cert /etc/passwd and --tls-key /etc/passwd are not a PEM certificate and "
+            "its unencrypted private key",
+        ),
+        (
+            ["--tls-cert", "{certs}/server.pem", "--tls-key", "{certs}/client.key"],
+            "--tls-cert {certs}/server.pem and --tls-key {certs}/client.key are not a PEM "
+            "certificate and its unencrypted private key",
+        ),
+        (
+            ["--tls-cert", "{certs}/server.pem", "--tls-key", "{certs}/server.key"]
+            + ["--tls-client-ca", "/etc/passwd"],
+            "--tls-client-ca /etc/passwd is not a PEM CA certificate",
+        ),
+    ],
+)
+def test_unusable_tls_files_are_named_not_a_bind_failure(
+    certs: Path, flags: list[str], said: str
+) -> None:
+    """gRPC reports bad PEM files only as 'cannot listen on …: Failed to bind': the
+    address was fine, the files were not, and the error now says which."""
+    args = [flag.format(certs=certs) for flag in flags]
+    result = CliRunner().invoke(cli, ["embedder", "serve", "--listen", "127.0.0.1:0", *args])
+    assert result.exit_code == 1, result.output
+    error, fix = result.stderr.splitlines()
+    assert error.startswith(f"Error: {said.format(certs=certs)} (")
+    assert "cannot listen" not in result.stderr and fix.startswith("Fix: pass the ")

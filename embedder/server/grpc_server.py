@@ -74,11 +74,40 @@ class TlsFiles:
             except OSError as error:
                 raise ServerStartError(f"cannot read TLS file {path}: {error.strerror}") from None
 
+        key, cert = read(self.key), read(self.cert)
+        client_ca = read(self.client_ca) if self.client_ca else None
+        self._check()
         return grpc.ssl_server_credentials(
-            [(read(self.key), read(self.cert))],
-            root_certificates=read(self.client_ca) if self.client_ca else None,
+            [(key, cert)],
+            root_certificates=client_ca,
             require_client_auth=self.client_ca is not None,
         )
+
+    def _check(self) -> None:
+        """gRPC reports unusable PEM files only as a failure to bind the port: say which
+        file is wrong first (the stdlib's TLS reads the same PEM)."""
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            # gRPC takes no passphrase: an encrypted key is as unusable as a wrong one.
+            context.load_cert_chain(self.cert, self.key, password=lambda: b"")
+        except (ssl.SSLError, OSError) as error:
+            raise ServerStartError(
+                f"--tls-cert {self.cert} and --tls-key {self.key} are not a PEM certificate "
+                f"and its unencrypted private key ({error.strerror or error})",
+                "pass the server's PEM certificate (chain) and the key it was issued for",
+            ) from None
+        if self.client_ca is None:
+            return
+        try:
+            context.load_verify_locations(cafile=self.client_ca)
+        except (ssl.SSLError, OSError) as error:
+            raise ServerStartError(
+                f"--tls-client-ca {self.client_ca} is not a PEM CA certificate "
+                f"({error.strerror or error})",
+                "pass the PEM certificate of the CA that signs the clients' certificates",
+            ) from None
 
 
 @dataclass(frozen=True)
