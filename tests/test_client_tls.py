@@ -230,8 +230,10 @@ def test_cli_reports_incomplete_settings_in_one_line(
             "certificate and its unencrypted private key",
         ),
         (
-            ["--tls-cert", "{certs}/server.pem", "--tls-key", "{certs}/server.key"]
-            + ["--tls-client-ca", "/etc/passwd"],
+            [
+                *("--tls-cert", "{certs}/server.pem", "--tls-key", "{certs}/server.key"),
+                *("--tls-client-ca", "/etc/passwd"),
+            ],
             "--tls-client-ca /etc/passwd is not a PEM CA certificate",
         ),
     ],
