@@ -352,5 +352,8 @@ def test_unknown_adapter_is_one_error_line(minilm_source: Path, tmp_path: Path) 
     code, out, err = run("import", str(minilm_source), "--adapter", "nope", "--out",
                          str(tmp_path / "x"))  # fmt: skip
     assert (code, out) == (1, "")
-    assert err.startswith(f"Error: no adapter 'nope' (shipped adapters: {SHIPPED}; or a file)")
+    assert err.splitlines()[-2:] == [
+        f"Error: no adapter 'nope' (shipped adapters: {SHIPPED}; or a file)",
+        f"Fix: pass a shipped adapter's name ({SHIPPED}) or the path of an adapter file",
+    ]
     assert not (tmp_path / "x").exists()

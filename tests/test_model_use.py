@@ -378,7 +378,20 @@ def test_import_from_or_to_an_unusable_path_is_one_line(
     blocker.write_text("x")
     code, _, err = run("import", str(minilm_source), "--no-quantize", "--out", f"{blocker}/m")
     assert code == 1
-    assert err.splitlines()[-1] == f"Error: cannot write {blocker}/m: {blocker} is not a directory"
+    assert err.splitlines()[-2:] == [
+        f"Error: cannot write {blocker}/m: {blocker} is not a directory",
+        "Fix: give an --out inside a directory",
+    ]
+    missing = tmp_path / "missing"
+    code, _, err = run("import", str(missing))
+    assert (code, err.splitlines()) == (
+        1,
+        [
+            f"Error: {missing} is not a directory",
+            "Fix: give the checkpoint's directory (config.json, model.safetensors, and "
+            "tokenizer.json or vocab.txt)",
+        ],
+    )
     assert not models_dir(os.environ).exists()
 
 

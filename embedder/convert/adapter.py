@@ -72,12 +72,16 @@ def load_adapter(name_or_file: str, env: Env) -> Adapter:
         found = False
     if not found:
         names = ", ".join(shipped) or "none"
-        raise ModelError(f"no adapter {name_or_file!r} (shipped adapters: {names}; or a file)")
+        raise ModelError(
+            f"no adapter {name_or_file!r} (shipped adapters: {names}; or a file)",
+            f"pass a shipped adapter's name ({names}) or the path of an adapter file",
+        )
     meta = _metadata(path)
     if meta.get("format") != FORMAT or not meta.get("base") or not meta.get("model_id"):
         raise ModelError(
             f"{path} is not a thatch adapter (its safetensors metadata lacks format "
-            f"{FORMAT}, base or model_id)"
+            f"{FORMAT}, base or model_id)",
+            "pass a shipped adapter's name, or a file bench/finetune_encoder.py wrote",
         )
     if not HUB_ID.fullmatch(meta["model_id"]):
         raise ModelError(f"{path}: model_id {meta['model_id']!r} is not of the form org/name")

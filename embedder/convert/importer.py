@@ -235,7 +235,10 @@ def _check_replaceable(out: Path) -> None:
         for parent in out.parents:
             if parent.exists():
                 if not parent.is_dir():
-                    raise ModelError(f"cannot write {out}: {parent} is not a directory")
+                    raise ModelError(
+                        f"cannot write {out}: {parent} is not a directory",
+                        "give an --out inside a directory",
+                    )
                 return
         return
     if out.is_dir() and (not any(out.iterdir()) or (out / "thatch_model.json").is_file()):
@@ -315,7 +318,11 @@ def import_checkpoint(
     log = log or _noop
     src = expand_user(str(src), env).resolve()
     if not src.is_dir():
-        raise ModelError(f"{src} is not a directory")
+        raise ModelError(
+            f"{src} is not a directory",
+            "give the checkpoint's directory (config.json, model.safetensors, and "
+            "tokenizer.json or vocab.txt)",
+        )
     config, bert = read_bert_config(src)
     weights_path = src / "model.safetensors"
     if not weights_path.is_file():
