@@ -290,6 +290,9 @@ def write_config(env: Env, key: str, value: str | None) -> Path:
         data.pop(key, None)
     else:
         data[key] = value
+    # A symlinked file (dotfiles managers keep the real one elsewhere) is written where it
+    # points: renaming over the link would cut it off from its target.
+    path = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -150,6 +150,21 @@ def test_use_clear_forgets_the_choice_and_keeps_other_keys() -> None:
     assert json.loads(path.read_text()) == {"other": 1}
 
 
+def test_a_symlinked_config_file_is_written_where_it_points(tmp_path: Path) -> None:
+    """Dotfiles managers keep the real file elsewhere and link it: renaming the new file
+    over the link used to cut it off from its target."""
+    path = config_file(os.environ)
+    path.parent.mkdir(parents=True)
+    target = tmp_path / "dotfiles" / "thatch.json"
+    target.parent.mkdir()
+    target.write_text('{"other": 1}')
+    path.symlink_to(target)
+    code, _, err = run("use", "mock")
+    assert code == 0, err
+    assert path.is_symlink() and path.resolve() == target
+    assert json.loads(target.read_text()) == {"other": 1, "model": "mock"}
+
+
 def test_use_says_when_thatch_model_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("THATCH_MODEL", "mock")
     code, _, err = run("use", "mock")
