@@ -119,8 +119,10 @@ def _content(config: Path) -> tuple[str, bool]:
     """(a digest of the file's bytes, "-" when absent; whether it includes no other file).
     By content, not stat: ``git branch -d`` rewrites the config file whole even when the
     branch had no section in it. Unreadable or huge: not memoizable."""
+    from thatch.frontend.regular_files import open_regular
+
     try:
-        with open(config, "rb") as handle:
+        with open_regular(config) as handle:  # a FIFO there would hold the prompt for good
             data = handle.read(_MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         return "-", True
