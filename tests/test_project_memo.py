@@ -112,3 +112,15 @@ def test_the_hooks_name_the_store_from_the_memo(tmp_path: Path) -> None:
     done = run_hook(["reminder"], start, without_git(env, tmp_path))
     assert done.returncode == 0
     assert '"acme/memoized"' in done.stdout.decode()
+
+
+def test_a_fifo_in_place_of_the_git_config_never_holds_the_prompt(tmp_path: Path) -> None:
+    """Reading a FIFO without a writer waits forever. Without git (as a prompt would find
+    it, git being unable to read it either) the directory's name is the answer, at once."""
+    import os
+
+    env = env_for(tmp_path)
+    repo = repo_with_remote(tmp_path / "widgets", env, "git@github.com:acme/widgets.git")
+    (repo / ".git" / "config").unlink()
+    os.mkfifo(repo / ".git" / "config")
+    assert remembered_store(repo, without_git(env, tmp_path)) == "widgets"
