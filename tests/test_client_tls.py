@@ -249,3 +249,17 @@ def test_unusable_tls_files_are_named_not_a_bind_failure(
     error, fix = result.stderr.splitlines()
     assert error.startswith(f"Error: {said.format(certs=certs)} (")
     assert "cannot listen" not in result.stderr and fix.startswith("Fix: pass the ")
+
+
+def test_a_certificate_grpc_takes_is_served_whatever_openssls_policy(
+    tmp_path: Path,
+) -> None:
+    """The PEM check runs only after gRPC refused to bind: an RSA-1024 pair, which the
+    system OpenSSL's security level refuses and gRPC's TLS takes, still serves."""
+    from tests.support.tls_certs import openssl
+
+    openssl("req", "-x509", "-newkey", "rsa:1024", "-nodes", "-keyout", "k.pem", "-out",
+            "c.pem", "-days", "2", "-subj", "/CN=localhost", cwd=tmp_path)  # fmt: skip
+    flags = ["--tls-cert", str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem")]
+    with tcp_embedder(tmp_path / "serve", *flags) as (_, port):
+        assert port > 0
