@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from thatch.frontend.project import checkout_git_dir, git_result
-from thatch.frontend.regular_files import open_regular
+from thatch.frontend.regular_files import open_regular, read_regular
 
 if TYPE_CHECKING:
     import subprocess
@@ -38,6 +38,9 @@ __all__ = [
 HEADS = "refs/heads/"
 REMOTE = "origin"
 _REMOTES = f"refs/remotes/{REMOTE}/"
+# Files git writes, read as regular files only (a FIFO there would hold a hook for good).
+_SMALL = 1 << 16
+_PACKED_MAX = 1 << 30
 # Appended to by the optional git hooks (``thatch setup --git-hooks``), in the common dir.
 EVENTS_FILE = "thatch-events"
 
@@ -52,7 +55,7 @@ def common_dir(directory: Path) -> Path | None:
     if gitdir == checkout / ".git":
         return gitdir  # a plain checkout: its .git is the common dir
     try:
-        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+        common = read_regular(gitdir / "commondir", _SMALL).decode("utf-8").strip()
     except FileNotFoundError:
         return gitdir  # a submodule's or separate git dir: its own common dir
     except (OSError, UnicodeDecodeError):
@@ -135,7 +138,7 @@ def refs_from_files(common: Path) -> Refs | None:
                     return None
                 values[os.path.relpath(path, common).replace(os.sep, "/")] = text
     try:
-        packed = (common / "packed-refs").read_text(encoding="utf-8")
+        packed = read_regular(common / "packed-refs", _PACKED_MAX).decode("utf-8")
     except FileNotFoundError:
         packed = ""
     except (OSError, UnicodeDecodeError):

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from thatch.frontend.regular_files import read_regular
+
 if TYPE_CHECKING:
     import subprocess
 
@@ -218,7 +220,7 @@ def current_branch(directory: Path, env: Mapping[str, str] | None = None) -> str
     if head is None:
         return None  # no .git here or above: not a checkout
     try:
-        text = head.read_text(encoding="utf-8").strip()
+        text = read_regular(head, _GIT_FILE_MAX).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         text = ""
     # Read, not asked: this runs on every prompt, and a git process costs milliseconds.
@@ -231,6 +233,9 @@ def current_branch(directory: Path, env: Mapping[str, str] | None = None) -> str
 
 
 _BRANCH_REF = "ref: refs/heads/"
+# HEAD and a worktree's .git file are one line; read as regular files only (a FIFO there
+# would hold every prompt for good).
+_GIT_FILE_MAX = 1 << 16
 
 
 def checkout_git_dir(directory: Path) -> tuple[Path, Path] | None:
@@ -243,7 +248,7 @@ def checkout_git_dir(directory: Path) -> tuple[Path, Path] | None:
             return candidate, dotgit
         if dotgit.is_file():
             try:
-                line = dotgit.read_text(encoding="utf-8").strip()
+                line = read_regular(dotgit, _GIT_FILE_MAX).decode("utf-8").strip()
             except (OSError, UnicodeDecodeError):
                 return None
             if not line.startswith("gitdir: "):

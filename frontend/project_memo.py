@@ -22,6 +22,7 @@ from pathlib import Path
 from thatch.common.environment import default_db_path, thatch_cache_dir
 from thatch.frontend.git_refs import stat_key
 from thatch.frontend.project import checkout_git_dir, project_store
+from thatch.frontend.regular_files import read_regular
 
 __all__ = ["memo_file", "remembered_store"]
 
@@ -80,7 +81,7 @@ def _facts(directory: Path, env: Mapping[str, str]) -> tuple[str, bool] | None:
         parts.append(f"commondir {stat_key(gitdir / 'commondir')}")
         common = gitdir
         try:
-            named = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+            named = read_regular(gitdir / "commondir", 1 << 16).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError):
             named = ""
         if named:

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["NotRegularFile", "open_regular"]
+__all__ = ["NotRegularFile", "open_regular", "read_regular"]
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -38,3 +38,13 @@ def open_regular(path: str | Path) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``; OSError when it is not one, or is larger
+    than ``limit`` (EFBIG: a symlink to a huge file, say, is never read whole)."""
+    with open_regular(path) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data

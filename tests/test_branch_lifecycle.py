@@ -322,6 +322,10 @@ def test_a_fifo_among_the_refs_sends_the_read_to_git(tmp_path: Path, store: Stor
     assert common is not None
     os.mkfifo(common / "refs" / "heads" / "stuck")
     assert git_refs.refs_from_files(common) is None
+    (common / "refs" / "heads" / "stuck").unlink()
+    (common / "packed-refs").unlink(missing_ok=True)
+    os.mkfifo(common / "packed-refs")
+    assert git_refs.refs_from_files(common) is None
 
 
 def test_without_git_a_sync_decides_nothing_and_the_next_one_does(

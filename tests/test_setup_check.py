@@ -55,6 +55,24 @@ def test_installed_locally_or_globally(tmp_path: Path, env: dict[str, str], host
     assert setup_warning(host=host, project_dir=tmp_path, env=env) is None
 
 
+@pytest.mark.parametrize("shape", ["fifo", "link to /dev/zero"])
+def test_an_instruction_file_that_is_no_file_says_nothing(
+    tmp_path: Path, env: dict[str, str], shape: str
+) -> None:
+    """Every `thatch mcp` start reads these: a FIFO blocked it for good and a committed
+    link to /dev/zero read without end. Either is no instruction file: the global one
+    decides, at once."""
+    local = tmp_path / LOCAL_FILE["claude"]
+    if shape == "fifo":
+        os.mkfifo(local)
+    else:
+        local.symlink_to("/dev/zero")
+    target = global_file(tmp_path, "claude")
+    target.parent.mkdir(parents=True)
+    target.write_text(f"x\n{BEGIN}\nbody\n{END}\n")
+    assert setup_status("claude", tmp_path, env) == ("installed", target)
+
+
 def test_legacy_block_counts_as_installed(tmp_path: Path, env: dict[str, str]) -> None:
     """The legacy `# Persistence` block is installed too."""
     (tmp_path / "CLAUDE.md").write_text(

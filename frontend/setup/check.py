@@ -22,10 +22,18 @@ __all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
 Status = Literal["installed", "markers-broken", "not-installed"]
 
 
+# An instruction file past this is no instruction file thatch wrote a block into.
+MAX_INSTRUCTIONS_BYTES = 16 << 20
+
+
 def _read(path: Path) -> str | None:
+    from thatch.frontend.regular_files import read_regular
+
     try:
-        return path.read_bytes().decode("utf-8", "surrogateescape")
-    except OSError:  # missing or unreadable: nothing thatch can rely on
+        # Regular files only: every `thatch mcp` start reads these, and a project can ship
+        # a CLAUDE.md that is a link to /dev/zero (or a FIFO) whose read never ends.
+        return read_regular(path, MAX_INSTRUCTIONS_BYTES).decode("utf-8", "surrogateescape")
+    except OSError:  # missing, unreadable, not a file, huge: nothing thatch can rely on
         return None
 
 

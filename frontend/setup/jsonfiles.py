@@ -17,6 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+# Settings files are kilobytes; past this it is no settings file setup may rewrite.
+MAX_JSON_BYTES = 16 << 20
+
 __all__ = [
     "JSONCError",
     "Loaded",
@@ -93,7 +96,9 @@ class Loaded:
 def load_object(path: Path) -> Loaded:
     if not path.exists():
         return Loaded({}, None)
-    raw = path.read_bytes()
+    from thatch.frontend.regular_files import read_regular
+
+    raw = read_regular(path, MAX_JSON_BYTES)  # a FIFO or a link to a device: OSError
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
