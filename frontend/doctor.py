@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from thatch.frontend.errors import fault_fix
+from thatch.frontend.errors import fault_fix, foreign_fix, not_a_database_fix
 
 __all__ = [
     "NOT_WIRED",
@@ -103,7 +103,7 @@ def _creatable(directory: Path) -> bool:
 
 def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
     """The database check and, when it could be read, an open read-only connection."""
-    from thatch.frontend.store.db import connect_read_only, header_is_wal
+    from thatch.frontend.store.db import connect_read_only, foreign_tables, header_is_wal
     from thatch.frontend.store.schema import MIGRATIONS, applied_migrations
 
     fix = DB_FIX.format(dir=path.parent)
@@ -140,12 +140,25 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         if problems != ["ok"]:
             conn.close()
             return _damaged(path, problems[0]), None
+        foreign = foreign_tables(conn)
+        if foreign is not None:
+            conn.close()
+            return Check(
+                "FAIL",
+                "database",
+                f"{path} is not a thatch database (its tables: {foreign})",
+                foreign_fix(),
+            ), None
         missing = [name for name, _ in MIGRATIONS if name not in applied_migrations(conn)]
         memories, stores = _counts(conn) if not missing else (0, 0)
     except sqlite3.Error as error:
         conn.close()
         if isinstance(error, sqlite3.DatabaseError) and "malformed" in str(error):
             return _damaged(path, str(error)), None
+        if "file is not a database" in str(error):
+            return Check(
+                "FAIL", "database", f"{path} is not a database: {error}", not_a_database_fix(path)
+            ), None
         return _write_check(path) or Check(
             "FAIL", "database", f"cannot read {path}: {error}", fix
         ), None

@@ -26,6 +26,8 @@ __all__ = [
     "InvalidInputError",
     "StoreError",
     "fault_fix",
+    "foreign_fix",
+    "not_a_database_fix",
 ]
 
 BUSY_MESSAGE = "database is busy (another thatch process holds the write lock); try again"
@@ -89,13 +91,25 @@ class DatabaseOpenError(_FileError):
         if self.reason == "is a directory":
             return f"set THATCH_DB_PATH to a file, e.g. {self.path / 'thatch.db'}"
         if self.reason.startswith("not a thatch database"):
-            return (
-                "set THATCH_DB_PATH to thatch's database or to a new file "
-                "(unset, it is ~/.config/thatch/thatch.db)"
-            )
+            return foreign_fix()
         if self.reason.startswith("file is not a database"):  # SQLite's: not permissions
-            return f"move {self.path} aside (or restore it from a backup); thatch makes a new one"
+            return not_a_database_fix(self.path)
         return _file_fix(self)
+
+
+def foreign_fix() -> str:
+    """The fix for a THATCH_DB_PATH naming another program's SQLite file."""
+    import os
+
+    from thatch.common.environment import default_db_path
+
+    default = default_db_path({k: v for k, v in os.environ.items() if k != "THATCH_DB_PATH"})
+    return f"set THATCH_DB_PATH to thatch's database or to a new file (unset, it is {default})"
+
+
+def not_a_database_fix(path: Path) -> str:
+    """The fix for a file SQLite says is no database at all."""
+    return f"move {path} aside (or restore it from a backup); thatch makes a new one"
 
 
 class DatabaseBusyError(StoreError):

@@ -472,15 +472,15 @@ def test_another_programs_database_is_refused_and_left_as_it_was(env: dict) -> N
         conn.execute("INSERT INTO users (name) VALUES ('ada')")
     conn.close()
     before = hashlib.sha256(path.read_bytes()).hexdigest()
+    from thatch.common.environment import default_db_path
+
     reason = f"cannot open database at {path}: not a thatch database (its tables: users); "
+    default = default_db_path({k: v for k, v in env.items() if k != "THATCH_DB_PATH"})
+    fix = f"set THATCH_DB_PATH to thatch's database or to a new file (unset, it is {default})"
     for args in (["stores"], ["remember", "X", "y"], ["search", "x"]):
         code, out, err = cli_run(*args)
         assert (code, out) == (1, ""), (args, out, err)
-        assert err == (
-            f"Error: {reason}nothing was written\n"
-            "Fix: set THATCH_DB_PATH to thatch's database or to a new file "
-            "(unset, it is ~/.config/thatch/thatch.db)\n"
-        )
+        assert err == f"Error: {reason}nothing was written\nFix: {fix}\n"
     hook = run_hook(["reminder"], {"session_id": "s"}, env)
     assert hook.returncode == 0 and b"Traceback" not in hook.stderr
     server = subprocess.run(
@@ -488,5 +488,9 @@ def test_another_programs_database_is_refused_and_left_as_it_was(env: dict) -> N
     )
     assert server.returncode != 0 and server.stdout == ""
     assert server.stderr.startswith(f"Error: {reason}")
+    code, out, _ = cli_run("doctor")
+    assert code == 1
+    assert f"FAIL  database  {path} is not a thatch database (its tables: users)\n" in out
+    assert f"      fix: {fix}\n" in out
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["thatch.db"]

@@ -55,6 +55,7 @@ __all__ = [
     "configure",
     "connect",
     "connect_read_only",
+    "foreign_tables",
     "header_is_wal",
     "is_busy",
     "is_read_only",
@@ -229,9 +230,9 @@ _THATCH_TABLES = frozenset(
 _THATCH_PREFIXES = ("_thatch_", "thatch_", "chat_", "team_", "prediction_", "behavior_")
 
 
-def _refuse_foreign(conn: sqlite3.Connection) -> None:
-    """A file with tables, none of them thatch's, is another program's database (a
-    mistyped THATCH_DB_PATH): the WAL switch and the migrations would write into it."""
+def foreign_tables(conn: sqlite3.Connection) -> str | None:
+    """The tables of another program's database, shown ("users, orders and 3 more"), or
+    None when the file is thatch's or empty."""
     tables = sorted(
         row[0]
         for row in conn.execute(
@@ -243,9 +244,17 @@ def _refuse_foreign(conn: sqlite3.Connection) -> None:
     if not tables or any(
         name in _THATCH_TABLES or name.startswith(_THATCH_PREFIXES) for name in tables
     ):
+        return None
+    return ", ".join(tables[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
+
+
+def _refuse_foreign(conn: sqlite3.Connection) -> None:
+    """A file with tables, none of them thatch's, is another program's database (a
+    mistyped THATCH_DB_PATH): the WAL switch and the migrations would write into it."""
+    shown = foreign_tables(conn)
+    if shown is None:
         return
     path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
-    shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3} more" if len(tables) > 3 else "")
     raise DatabaseOpenError(path, f"{FOREIGN_REASON} (its tables: {shown}); nothing was written")
 
 
