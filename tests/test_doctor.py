@@ -189,8 +189,11 @@ def test_corrupt_database_fails_and_is_left_alone(
     result = doctor()
     assert result.exit_code == 1
     database = lines_of(result)["database"]
-    assert database[0].startswith(f"FAIL  database  cannot read {path}: ")
-    assert database[1] == f"      fix: check permissions of {path.parent} or set THATCH_DB_PATH"
+    # SQLite's own words, and the fix they call for: not a permissions fix.
+    assert database[0] == f"FAIL  database  {path} is not a database: file is not a database"
+    assert database[1] == (
+        f"      fix: move {path} aside (or restore it from a backup); thatch makes a new one"
+    )
     assert lines_of(result)["memories"][0].startswith("warn  memories  not checked")
     assert path.read_bytes() == garbage
     assert sorted(p.name for p in path.parent.iterdir()) == ["thatch.db"]
