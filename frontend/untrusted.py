@@ -32,25 +32,25 @@ __all__ = ["body", "has_control", "inline", "quoted", "token"]
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
 # paragraph separators, BOM, interlinear annotations, lone surrogates, tag characters, the
 # supplementary variation selectors (the last two can carry invisible ASCII text), and the
-# other default-ignorable characters that render as nothing (combining grapheme joiner,
-# Hangul fillers, Khmer inherent vowels, Mongolian selectors, musical format controls).
+# other default-ignorable characters that render as nothing and no script needs (Hangul
+# fillers, Khmer inherent vowels, the Mongolian vowel separator, musical format controls).
 _CONTROL_CLASS = (
-    "[\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e"
     "\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
     "\ufff0-\ufffb\ud800-\udfff\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0000-\U000e0fff]"
 )
-# ZWNJ/ZWJ (U+200C/U+200D) and the variation selectors stay where a script or an emoji
-# needs them: a joiner between two non-ASCII characters, a selector after one (or after a
-# keycap's digit, # or *). Anywhere else they only hide something: "<\u200d<<" reads as
-# "<<<", "\u200d[store:…" as a record's meta line.
+# Invisible characters scripts and emoji need beside their letters: ZWNJ/ZWJ (Persian,
+# Indic, emoji sequences), the combining grapheme joiner (Hebrew), Mongolian free
+# variation selectors, variation selectors (emoji, CJK; after a keycap's digit, # or *).
+# Beside a non-ASCII letter on either side they stay. Between ASCII, blanks or the text's
+# edges they only hide something ("<\u200d<<" reads as "<<<", "\u200d[store:…" as a
+# record's meta line), and are shown escaped.
+_JOINERS = "[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f]"
 _STRAY_JOINERS = (
-    "(?<![^\x00-\x7f\\s])[\u200c\u200d]|[\u200c\u200d](?![^\x00-\x7f\\s])"
-    "|(?<![^\x00-\x7f\\s]|[0-9#*])[\ufe00-\ufe0f]"
+    "(?<![^\x00-\x7f\\s])[\u034f\u180b-\u180d\u180f\u200c\u200d](?![^\x00-\x7f\\s])"
+    "|(?<![^\x00-\x7f\\s]|[0-9#*])[\ufe00-\ufe0f](?![^\x00-\x7f\\s])"
 )
-
-
-_JOINERS = "[\u200c\u200d\ufe00-\ufe0f]"
 
 
 # Compiled on first need (each costs ~2 ms, and a hook showing plain ASCII never needs one).
@@ -153,6 +153,7 @@ def quoted(text: str) -> str:
 def token(text: str) -> str:
     """A name in a meta line: verbatim when one plain word, else ``quoted`` with its
     brackets escaped too, so the only brackets in a meta line are thatch's."""
-    if _PLAIN.fullmatch(text):
+    # Hangul fillers are letters to \w, and invisible: a plain word holds none of the class.
+    if _PLAIN.fullmatch(text) and (text.isascii() or not has_control(text)):
         return text
     return quoted(text).replace("[", "\\u005b").replace("]", "\\u005d")

@@ -457,3 +457,31 @@ def test_hygiene_report_quotes_branches_and_store(tmp_path: Path) -> None:
         rest = rest[end:].removeprefix(", ")
     assert sorted(shown) == sorted(branches)
     assert f"project store {json.dumps(store_name)}".replace("[", "\\u005b") in out
+
+
+def test_scripts_and_emoji_keep_their_invisible_joiners(tools: Tools) -> None:
+    """A joiner or selector beside a non-ASCII letter is the script's or the emoji's, and
+    stays as written; a Hangul filler (a letter to \\w, and invisible) is escaped even in a
+    token that is otherwise one plain word."""
+    from thatch.frontend.untrusted import token
+
+    kept = [
+        "API\u200cها",  # Persian plural of a Latin word
+        "می\u200cخواهم",  # Persian, ZWNJ between letters
+        "क\u094d\u200dष",  # Devanagari with ZWJ
+        "\u1820\u180b\u1822",  # Mongolian free variation selector
+        "\u05d0\u034f\u05b7",  # Hebrew with a combining grapheme joiner
+        "1\ufe0f\u20e3 #\ufe0f\u20e3",  # keycaps
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467 \u2764\ufe0f\u200d\U0001f525",  # emoji
+    ]
+    content = "\n".join(kept)
+    ok(tools, "memory_remember", {"label": "Scripts", "content": content})
+    shown = ok(tools, "memory_show", {"label": "Scripts"})
+    assert shown.endswith(content)
+    related = ok(tools, "memory_remember", {"label": "API\u200cها", "content": "x"})
+    assert related.startswith("[saved]")
+    linked = tools.call(
+        "memory_remember", {"label": "Uses", "content": "y", "related": ["API\u200cها"]}
+    )
+    assert not linked.is_error, linked.text
+    assert token("main\u3164") == '"main\\u3164"'
