@@ -26,7 +26,7 @@ from thatch.embedder.client.errors import (
     EmbedderUntrusted,
 )
 from thatch.embedder.client.settings import Address, configured_address
-from thatch.embedder.server.instance import process_alive, running_pid
+from thatch.embedder.server.instance import looks_like_embedder, process_alive, running_pid
 from thatch.embedder.server.serve_cmd import serve
 from thatch.embedder.v1 import embedder_pb2
 
@@ -114,8 +114,10 @@ def stop(timeout: float) -> None:
                     pid = client.info(timeout=2.0).pid or None
                 except EmbedderUnavailable:
                     pid = None
-        # running_pid checked what it found; a pid the server gave itself needs no check.
-        if pid is None or not process_alive(pid):
+        # running_pid checked what it found. A pid the server gave itself is of its pid
+        # namespace, which need not be this one (a container sharing the socket): it must
+        # at least name an embedder here.
+        if pid is None or not process_alive(pid) or not looks_like_embedder(pid, strict=False):
             click.echo("embedder not running")
             return
         try:

@@ -65,7 +65,8 @@ def process_alive(pid: int) -> bool:
 def looks_like_embedder(pid: int, *, strict: bool = True) -> bool:
     """Guard against a recycled pid in a stale pid file: the process must be thatch's
     embedder server (``python -m thatch.embedder serve``, ``thatch embedder serve``,
-    ``thatch-embedder serve``), not any process naming an embedder (``vim embedder.md``).
+    ``python -m thatch.cli embedder serve``, ``thatch-embedder serve``), not any process
+    naming an embedder (``vim embedder.md``).
     Not ``strict``: any process whose command line mentions an embedder (for the holder of
     the instance lock, which only a server takes)."""
     try:
@@ -78,7 +79,7 @@ def looks_like_embedder(pid: int, *, strict: bool = True) -> bool:
     thatch = (
         b"thatch.embedder" in names
         or b"thatch-embedder" in names
-        or (b"thatch" in names and b"embedder" in names)
+        or ((b"thatch" in names or b"thatch.cli" in names) and b"embedder" in names)
     )
     return thatch and b"serve" in names
 
