@@ -316,3 +316,37 @@ def test_auto_started_embedder_keeps_grpc_core_logging(
         found = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"GRPC_VERBOSITY=")]
         assert found == expected
         assert not [e for e in environ if e.startswith(QUIETED.encode() + b"=")]
+
+
+def test_a_silent_server_is_hung_only_while_its_process_makes_no_progress() -> None:
+    """Every worker busy (a large reembed beside several agents) also leaves health
+    unanswered: a process burning CPU is waited for; one asleep, or stopped, is hung."""
+    import time
+
+    from thatch.embedder.client.autostart import SILENT_SECONDS, Silence, _progress
+
+    window = SILENT_SECONDS + 10
+
+    def ticks(pid: int) -> int:
+        progress = _progress(pid)
+        assert progress is not None
+        return progress[1]
+
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        busy = Silence(spinning.pid, time.monotonic() - window, ticks(spinning.pid))
+        needed = ticks(spinning.pid) + 0.02 * window * os.sysconf("SC_CLK_TCK")
+        wait_until(lambda: ticks(spinning.pid) > needed, 120, "CPU time")
+        assert busy.hung() is False
+        assert busy.since > time.monotonic() - 5  # watched afresh from now
+        asleep = Silence(sleeping.pid, time.monotonic() - window, ticks(sleeping.pid))
+        assert asleep.hung() is True
+        os.kill(spinning.pid, signal.SIGSTOP)
+        stopped = Silence(spinning.pid, time.monotonic() - window, 0)
+        assert stopped.hung() is True
+        assert Silence(None, time.monotonic() - window, None).hung() is False
+    finally:
+        for proc in (spinning, sleeping):
+            proc.kill()
+            proc.wait()

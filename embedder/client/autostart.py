@@ -250,12 +250,56 @@ def start_failure(address: Address, reason: str, fix: str | None = None) -> Embe
     )
 
 
-def hung(address: Address) -> EmbedderUnavailable:
-    """The error for a running server that does not answer (``SILENT_SECONDS``)."""
-    from thatch.embedder.server.instance import running_pid
+@dataclass
+class Silence:
+    """A server that accepts connections and answers nothing, watched since ``since``.
 
-    assert address.path is not None
-    pid = running_pid(address.path)
+    Hung means silent for ``SILENT_SECONDS`` while its process makes no progress: stopped,
+    or under 1 % of a CPU (a deadlock). A server that answers nothing because every worker
+    is busy (a large reembed beside several agents) burns CPU: that is waited for, as a
+    server whose process cannot be watched (no /proc, pid unknown) is."""
+
+    pid: int | None
+    since: float
+    ticks: int | None
+
+    @classmethod
+    def start(cls, socket_path: Path) -> Silence:
+        from thatch.embedder.server.instance import running_pid
+
+        pid = running_pid(socket_path)
+        progress = _progress(pid) if pid is not None else None
+        return cls(pid, time.monotonic(), progress[1] if progress else None)
+
+    def hung(self) -> bool:
+        elapsed = time.monotonic() - self.since
+        if elapsed < SILENT_SECONDS or self.pid is None or self.ticks is None:
+            return False
+        progress = _progress(self.pid)
+        if progress is None:
+            return False
+        state, ticks = progress
+        idle = ticks - self.ticks < 0.01 * elapsed * _TICKS_PER_SECOND
+        if state in ("T", "t") or idle:
+            return True
+        self.since, self.ticks = time.monotonic(), ticks  # busy: watch it afresh
+        return False
+
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _progress(pid: int) -> tuple[str, int] | None:
+    """(state, user + system CPU ticks) of ``pid`` from /proc; None where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def hung(address: Address, pid: int | None) -> EmbedderUnavailable:
+    """The error for a running server that does not answer (``Silence``)."""
     which = f"the embedder (pid {pid})" if pid is not None else "the embedder"
     return EmbedderUnavailable(
         f"{which} at {address} is running but does not answer "
@@ -344,7 +388,7 @@ class AutoStarter:
             timer.start()
         proc: subprocess.Popen[bytes] | None = None
         log_offset = 0
-        silent_since: float | None = None
+        silent: Silence | None = None
         try:
             check_trusted(self.address)
             while True:
@@ -356,11 +400,11 @@ class AutoStarter:
                 # (stopped, deadlocked): waiting out the deadline would only end in "still
                 # starting", minutes later.
                 if state != "UNREACHABLE" or proc is not None:
-                    silent_since = None
-                elif silent_since is None:
-                    silent_since = time.monotonic()
-                elif time.monotonic() - silent_since >= SILENT_SECONDS:
-                    raise hung(self.address)
+                    silent = None
+                elif silent is None:
+                    silent = Silence.start(self.path)
+                elif silent.hung():
+                    raise hung(self.address, silent.pid)
                 if state == "denied":
                     raise start_failure(self.address, f"permission denied on {self.path}")
                 if state == "not_socket":
