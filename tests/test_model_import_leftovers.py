@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,15 @@ def _scratch(parent: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(".thatch-"))
 
 
+def _age(directory: Path, seconds: float) -> None:
+    """Everything in ``directory`` last written ``seconds`` ago."""
+    when = time.time() - seconds
+    for root, dirs, files in os.walk(directory):
+        for name in (*dirs, *files):
+            os.utime(os.path.join(root, name), (when, when), follow_symlinks=False)
+        os.utime(root, (when, when))
+
+
 def test_a_killed_import_is_swept_by_the_next_one_and_a_running_one_is_not(
     tmp_path: Path,
 ) -> None:
@@ -69,10 +79,15 @@ def test_a_killed_import_is_swept_by_the_next_one_and_a_running_one_is_not(
     assert child.returncode == -signal.SIGKILL
     assert _scratch(models) == [running]  # SIGKILL runs no cleanup
 
+    # Unlocked but written to within the hour: perhaps an import the lock cannot show (NFS
+    # keeps directory locks per client; an earlier release took none). Kept.
+    import_checkpoint(src, models / "again", quantize=False)
+    assert _scratch(models) == [running]
+    _age(models / running, build_dirs.STALE_SECONDS + 60)
     said = []
     import_checkpoint(src, models / "second", quantize=False, log=said.append)
     assert _scratch(models) == []
-    assert sorted(p.name for p in models.iterdir()) == ["first", "second"]
+    assert sorted(p.name for p in models.iterdir()) == ["again", "first", "second"]
     assert f"removed {models / running}, left by an import that did not finish" in said
 
 
@@ -82,6 +97,7 @@ def test_leftovers_of_a_replacement_go_and_what_is_not_ours_stays(tmp_path: Path
     out = import_checkpoint(src, models / "out", quantize=False)
     half_removed = models / f"{build_dirs.REPLACED_PREFIX}0badf00d"
     (half_removed / "onnx").mkdir(parents=True)  # killed during the earlier import's rmtree
+    _age(half_removed, build_dirs.STALE_SECONDS + 60)
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
@@ -139,6 +155,7 @@ def test_a_build_directory_swept_before_it_was_locked_is_claimed_again(
     remove it: the claim then makes another rather than build in a deleted directory."""
     parent = tmp_path / "models"
     parent.mkdir()
+    monkeypatch.setattr(build_dirs, "STALE_SECONDS", -60.0)  # a sweep takes any unlocked one
     swept: list[Path] = []
     if when == "before the open":
         real_hold = build_dirs.hold

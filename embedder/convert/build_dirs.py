@@ -6,7 +6,9 @@ directory itself for as long as the import that made it runs; the kernel drops t
 when that process dies, however it dies. So a directory of ours whose lock is free belongs
 to an import that is gone (SIGKILL, a crash, a power cut: hundreds of MB each), and the
 next import in the same place removes it. A lock that is held means an import is under way
-there, and its directories are left alone.
+there, and its directories are left alone. Where a lock says less (NFS, whose clients each
+keep directory flocks to themselves; an import by a release that took none), a directory
+written to within ``STALE_SECONDS`` is left alone too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +33,8 @@ __all__ = [
 BUILD_PREFIX = ".thatch-importing-"
 REPLACED_PREFIX = ".thatch-replaced-"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A scratch directory nothing was written into for this long is no running import's.
+STALE_SECONDS = 3600.0
 
 
 def hold(path: Path) -> int:
@@ -95,11 +100,23 @@ def sweep_abandoned(parent: Path, log: Callable[[str], None]) -> None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # held: an import is under way
-            if _still_there(fd, entry):
+            if _still_there(fd, entry) and _untouched_since(entry, time.time() - STALE_SECONDS):
                 shutil.rmtree(entry, ignore_errors=True)
                 log(f"removed {entry}, left by an import that did not finish")
         finally:
             os.close(fd)
+
+
+def _untouched_since(directory: Path, cutoff: float) -> bool:
+    """Whether nothing in ``directory`` (a few files) was written after ``cutoff``."""
+    for root, dirs, files in os.walk(directory):
+        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
+            try:
+                if os.lstat(name).st_mtime > cutoff:
+                    return False
+            except OSError:
+                continue
+    return True
 
 
 def _still_there(fd: int, path: Path) -> bool:
