@@ -124,6 +124,18 @@ def test_a_large_file_is_hashed_in_chunks_as_git_hashes_it(tmp_path: Path, repo:
     ]
 
 
+def test_lines_are_numbered_as_git_and_editors_number_them() -> None:
+    """A form feed (C, Emacs, CPython sources), U+2028 or NEL is inside its line; CRLF
+    ends one like LF; a last line without its newline is a line."""
+    assert lines_of(b"a\x0cb\nc\r\nd\xe2\x80\xa8e\xc2\x85f\ng") == [
+        "a\x0cb",
+        "c",
+        "d\u2028e\x85f",
+        "g",
+    ]
+    assert lines_of(b"x\n") == ["x"] and lines_of(b"") == [] and lines_of(b"\n\n") == ["", ""]
+
+
 @pytest.mark.parametrize(
     ("source", "symbol", "span"),
     [

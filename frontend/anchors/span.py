@@ -48,7 +48,13 @@ def blob_id_of(handle: BinaryIO, size: int, keep: int) -> tuple[str, bytes]:
 
 
 def lines_of(content: bytes) -> list[str]:
-    return content.decode("utf-8", errors="replace").splitlines()
+    """The file's lines as git and editors number them: each ended by "\n" (a "\r" before
+    it dropped). str.splitlines also ends lines at form feeds, U+2028 and the like, which
+    C and Python sources hold: a span named by line numbers was then hashed off by one."""
+    lines = content.decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def span_hash(lines: list[str]) -> str:
