@@ -190,14 +190,18 @@ def _cut(text: str, room: int) -> list[str]:
     return pieces
 
 
-# Three "<" with only blanks between them read as a frame's opening: "< <<end of chat…".
-_FRAME_OPENING = re.compile("<(?:(?:[^\\S\\n]|\u2800)*<){2,}")
+# Three "<" (or their fullwidth and small forms) with only blanks between them read as a
+# frame's opening: "< <<end of chat…".
+_FRAME_OPENING = re.compile("[<\uff1c\ufe64](?:(?:[^\\S\\n]|\u2800)*[<\uff1c\ufe64]){2,}")
+
+
+_OPENERS = re.compile("[<\uff1c\ufe64]")
 
 
 def neutralise(text: str) -> str:
     """A body as shown inside its frame: thatch's markers escaped, ``<<<`` broken (also
     with blanks between; an invisible character there is already shown escaped)."""
-    return _FRAME_OPENING.sub(lambda run: run.group().replace("<", "‹"), neutral_body(text))
+    return _FRAME_OPENING.sub(lambda run: _OPENERS.sub("‹", run.group()), neutral_body(text))
 
 
 def frame(message: ChatMessage, offset: int = 0) -> str:
