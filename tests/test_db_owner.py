@@ -220,6 +220,9 @@ NOT_THE_DATABASE = {
     "frontend/anchors/check.py": "the project's code an anchor names",
     "frontend/anchors/events.py": "the git hooks' events file and the consumer's offset file",
     "frontend/project_memo.py": "git's config files and the project-store memo file",
+    # Opens for the modules above (anchors, git files, host settings), each of which names
+    # the file: regular files only, so a FIFO or device there never blocks.
+    "frontend/regular_files.py": "the files the modules above name, as regular files only",
 }
 # Long-lived processes: they may run the doctor's checks only in a child.
 LONG_LIVED: tuple[str, ...] = ("frontend/ui", "frontend/mcp", "frontend/tools", "embedder")
