@@ -90,25 +90,29 @@ class TlsFiles:
 
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.set_ciphers("DEFAULT:@SECLEVEL=0")  # judge the files, not the key sizes
-        try:
-            # gRPC takes no passphrase: an encrypted key is as unusable as a wrong one.
-            context.load_cert_chain(self.cert, self.key, password=lambda: b"")
-        except (ssl.SSLError, OSError) as error:
-            raise ServerStartError(
-                f"--tls-cert {self.cert} and --tls-key {self.key} are not a PEM certificate "
-                f"and its unencrypted private key ({error.strerror or error})",
-                "pass the server's PEM certificate (chain) and the key it was issued for",
-            ) from None
-        if self.client_ca is None:
-            return
-        try:
-            context.load_verify_locations(cafile=self.client_ca)
-        except (ssl.SSLError, OSError) as error:
-            raise ServerStartError(
-                f"--tls-client-ca {self.client_ca} is not a PEM CA certificate "
-                f"({error.strerror or error})",
+        # gRPC takes no passphrase: an encrypted key is as unusable as a wrong one.
+        _pem_check(
+            lambda: context.load_cert_chain(self.cert, self.key, password=lambda: b""),
+            f"--tls-cert {self.cert} and --tls-key {self.key} are not a PEM certificate "
+            "and its unencrypted private key",
+            "pass the server's PEM certificate (chain) and the key it was issued for",
+        )
+        if self.client_ca is not None:
+            client_ca = self.client_ca
+            _pem_check(
+                lambda: context.load_verify_locations(cafile=client_ca),
+                f"--tls-client-ca {client_ca} is not a PEM CA certificate",
                 "pass the PEM certificate of the CA that signs the clients' certificates",
-            ) from None
+            )
+
+
+def _pem_check(load: Callable[[], object], problem: str, fix: str) -> None:
+    import ssl
+
+    try:
+        load()
+    except (ssl.SSLError, OSError) as error:
+        raise ServerStartError(f"{problem} ({error.strerror or error})", fix) from None
 
 
 @dataclass(frozen=True)
