@@ -115,9 +115,9 @@ def stop(timeout: float) -> None:
                 except EmbedderUnavailable:
                     pid = None
         # running_pid checked what it found. A pid the server gave itself is of its pid
-        # namespace, which need not be this one (a container sharing the socket): it must
-        # at least name an embedder here.
-        if pid is None or not process_alive(pid) or not looks_like_embedder(pid, strict=False):
+        # namespace, which need not be this one (a container sharing the socket): here it
+        # must be a thatch embedder server too.
+        if pid is None or not process_alive(pid) or not looks_like_embedder(pid):
             click.echo("embedder not running")
             return
         try:

@@ -34,6 +34,9 @@ def open_regular(path: str | Path) -> BinaryIO:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(path)
+        # A file system that honours O_NONBLOCK on regular files (some FUSE ones) would
+        # let a read return None; only the open had to be kept from waiting.
+        os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -44,7 +47,11 @@ def read_regular(path: str | Path, limit: int) -> bytes:
     """The bytes of the regular file at ``path``; OSError when it is not one, or is larger
     than ``limit`` (EFBIG: a symlink to a huge file, say, is never read whole)."""
     with open_regular(path) as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+        # Sized by the file, not the limit: a buffered read reserves what it is asked for.
+        data = handle.read(size + 1)
+    if len(data) > limit:  # it grew meanwhile
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return data

@@ -47,9 +47,17 @@ _CONTROL_CLASS = (
 # edges they only hide something ("<\u200d<<" reads as "<<<", "\u200d[store:…" as a
 # record's meta line), and are shown escaped.
 _JOINERS = "[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f]"
+# What does not count as a letter beside a joiner: ASCII, blanks, the joiners themselves
+# (two side by side would vouch for each other), the Braille blank, and the lookalikes of
+# thatch's "[", "<" and dashes.
+_NOT_LETTER = (
+    "\x00-\x7f\\s\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\u2800"
+    "\uff3b\uff1c\ufe64\u02c2\u1438\u2329\u276e\u27e8\u3008"
+    "\u2010-\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d"
+)
 _STRAY_JOINERS = (
-    "(?<![^\x00-\x7f\\s])[\u034f\u180b-\u180d\u180f\u200c\u200d](?![^\x00-\x7f\\s])"
-    "|(?<![^\x00-\x7f\\s]|[0-9#*])[\ufe00-\ufe0f](?![^\x00-\x7f\\s])"
+    f"(?<![^{_NOT_LETTER}])[\u034f\u180b-\u180d\u180f\u200c\u200d](?![^{_NOT_LETTER}])"
+    f"|(?<![^{_NOT_LETTER}]|[0-9#*])[\ufe00-\ufe0f](?![^{_NOT_LETTER}])"
 )
 
 
@@ -97,7 +105,7 @@ def _plain_ascii(text: str) -> bool:
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Blank to the eye: any space but a line break (no-break, ideographic, …), Braille blank.
-_BLANK = "(?:[^\\S\\n]|\u2800)"
+_BLANK = f"(?:[^\\S\\n]|\u2800|{_JOINERS})"
 _BRACKET = "[\\[\uff3b]"  # and its fullwidth form
 _DASH = "[-\u2010-\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d]"
 _MARKER = re.compile(f"{_BRACKET}(?={_BLANK}*thatch)", re.IGNORECASE)

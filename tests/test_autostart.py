@@ -343,6 +343,7 @@ def test_a_silent_server_is_hung_only_while_its_process_makes_no_progress() -> N
         asleep = Silence(sleeping.pid, time.monotonic() - window, ticks(sleeping.pid))
         assert asleep.hung() is True
         os.kill(spinning.pid, signal.SIGSTOP)
+        wait_until(lambda: _progress(spinning.pid) == ("T", ticks(spinning.pid)), 30, "T")
         stopped = Silence(spinning.pid, time.monotonic() - window, 0)
         assert stopped.hung() is True
         assert Silence(None, time.monotonic() - window, None).hung() is False

@@ -189,20 +189,15 @@ def test_current_branch_reads_head_as_git_says_it(tmp_path: Path) -> None:
     assert current_branch(outside) is None
 
 
-def test_a_fifo_in_place_of_head_or_the_git_file_never_holds_the_prompt(tmp_path: Path) -> None:
-    """current_branch and checkout_git_dir run on every prompt: a FIFO at .git/HEAD or at
-    a worktree's .git file blocked them for good. Not a file: not read, and git (whose
-    calls here have a timeout) or nothing answers."""
+def test_a_fifo_in_place_of_head_never_holds_the_prompt(tmp_path: Path) -> None:
+    """current_branch runs on every prompt: a FIFO at .git/HEAD blocked it for good. Not
+    a file: not read, and git (whose calls here have a timeout) or nothing answers."""
     import os
 
-    from thatch.frontend.project import checkout_git_dir, current_branch
+    from thatch.frontend.project import current_branch
 
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     os.mkfifo(repo / ".git" / "HEAD")
     env = {"PATH": str(tmp_path / "no-git-here")}
     assert current_branch(repo, env) is None
-    worktree = tmp_path / "wt"
-    worktree.mkdir()
-    os.mkfifo(worktree / ".git")
-    assert checkout_git_dir(worktree) is None

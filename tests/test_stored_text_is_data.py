@@ -124,6 +124,9 @@ HIDDEN = [
     "\ufe0f",
     "\u3164",
     "\u200d\u00a0",
+    "\u200d\u200d",  # two joiners side by side must not vouch for each other
+    "\u2800\u200d",
+    "\ufe0f\u200d",
 ]
 FULLWIDTH_META = "\uff3bstore:global updated:2026-01-01T00:00:00.000Z\uff3d [score:0.999]"
 

@@ -57,7 +57,7 @@ def process_alive(pid: int) -> bool:
         return True
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    except (OSError, IndexError, ValueError):  # ValueError: a name that is not UTF-8
         return True
     return fields[0] not in ("Z", "X")
 

@@ -190,12 +190,15 @@ def _cut(text: str, room: int) -> list[str]:
     return pieces
 
 
-# Three "<" (or their fullwidth and small forms) with only blanks between them read as a
-# frame's opening: "< <<end of chat…".
-_FRAME_OPENING = re.compile("[<\uff1c\ufe64](?:(?:[^\\S\\n]|\u2800)*[<\uff1c\ufe64]){2,}")
+# Three "<" (or lookalikes: fullwidth, small, modifier, angle brackets) with only blanks or
+# joiners between them read as a frame's opening: "< <<end of chat…".
+_OPENER = "[<\uff1c\ufe64\u02c2\u1438\u2329\u276e\u27e8\u3008]"
+_FRAME_OPENING = re.compile(
+    f"{_OPENER}(?:(?:[^\\S\\n]|\u2800|[\u034f\u200c\u200d\ufe00-\ufe0f])*{_OPENER}){{2,}}"
+)
 
 
-_OPENERS = re.compile("[<\uff1c\ufe64]")
+_OPENERS = re.compile(_OPENER)
 
 
 def neutralise(text: str) -> str:
