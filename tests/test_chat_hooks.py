@@ -136,9 +136,12 @@ def test_ids_that_differ_in_outer_blanks_are_different_sessions(tmp_path: Path) 
 
 
 def test_flush_tools_migrates_a_file_without_chat_tables(tmp_path: Path) -> None:
-    """flush-tools opens no Store on a short prompt: a missing chat table migrates the file."""
+    """flush-tools opens no Store on a short prompt: a missing chat table migrates the file
+    (a thatch file from before chat: its first table, nothing else)."""
     env = hook_env(tmp_path)
-    sqlite3.connect(env["THATCH_DB_PATH"]).execute("CREATE TABLE t (x)").connection.close()
+    with sqlite3.connect(env["THATCH_DB_PATH"]) as conn:
+        conn.execute("CREATE TABLE stores (name TEXT PRIMARY KEY)")
+    conn.close()
     out = run_hook(["flush-tools"], {"session_id": "s1", "prompt": "hi"}, env)
     assert out.returncode == 0 and out.stderr == b"", out.stderr
     store = chat(env)

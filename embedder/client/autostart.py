@@ -265,7 +265,7 @@ class Silence:
 
     @classmethod
     def start(cls, socket_path: Path) -> Silence:
-        from thatch.embedder.server.instance import running_pid
+        from thatch.embedder.client.instance_files import running_pid
 
         pid = running_pid(socket_path)
         progress = _progress(pid) if pid is not None else None
