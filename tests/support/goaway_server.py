@@ -19,35 +19,10 @@ def frame(kind: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([kind, 0]) + struct.pack(">I", 0) + payload
 
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADERS = 1
-
-
-def first_request(conn: socket.socket) -> None:
-    """Read until the client's first request (a HEADERS frame) has arrived, so the GOAWAY
-    below is the answer to it rather than crossing it on the wire: a client whose request
-    crossed a GOAWAY for stream 0 could wait out its whole deadline (1 search in 8 on a
-    loaded machine)."""
-    data = b""
-    while True:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        data += chunk
-        at = len(PREFACE)
-        while len(data) >= at + 9:
-            length = int.from_bytes(data[at : at + 3], "big")
-            if data[at + 3] == HEADERS:
-                return
-            at += 9 + length
-        if len(data) > 1 << 20:
-            return
-
-
 def answer(conn: socket.socket) -> None:
     with conn:
         try:
-            first_request(conn)
+            conn.recv(65536)
             goaway = struct.pack(">II", 0, INTERNAL_ERROR) + b"restarting"
             conn.sendall(frame(4, b"") + frame(7, goaway))
             conn.recv(65536)
