@@ -195,8 +195,11 @@ def test_a_stopped_server_is_named_hung_not_still_starting(
     with EmbedderClient() as first:
         first.ensure_started(wait=60)
         pid = first.info().pid
-    os.kill(pid, signal.SIGSTOP)
+    from thatch.embedder.client.autostart import _progress
+
+    os.kill(pid, signal.SIGSTOP)  # delivered asynchronously: a probe may still be answered
     try:
+        wait_until(lambda: (_progress(pid) or ("?",))[0] == "T", 30, "the server to stop")
         with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
             client.ensure_started(wait=600)  # as thatch search and remember start it
         assert caught.value.cause == (

@@ -25,9 +25,13 @@ CORE_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]", re.
 
 
 @contextmanager
-def going_away() -> Iterator[int]:
-    """The port of a fresh ``goaway_server`` (one GOAWAY, then refused)."""
+def going_away(*, after_request: bool = False) -> Iterator[int]:
+    """The port of a fresh ``goaway_server`` (one GOAWAY, then refused). ``after_request``:
+    the GOAWAY answers the first request instead of crossing it, so the client is sure to
+    fail at once (crossing, a request waited out its 30 s deadline about one search in
+    eight on a loaded machine; gRPC's core logs ``Got goaway`` only then)."""
     command = [sys.executable, "-m", "tests.support.goaway_server"]
+    command += ["--after-request"] if after_request else []
     server = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=Path(__file__).parent.parent)
     try:
         assert server.stdout is not None
@@ -71,7 +75,7 @@ def test_searches_print_no_grpc_core_lines(tmp_path: Path, short_tmp: Path) -> N
 def _searches(env: dict[str, str], stale: Path, stopped: str) -> None:
     for kind in ["restarting", "stopped"] * 4 + ["restarting", "failing"]:
         if kind == "restarting":
-            with going_away() as port:
+            with going_away(after_request=True) as port:
                 env.update(THATCH_EMBEDDER_ADDR=f"127.0.0.1:{port}")
                 result = search(env)
             address = f"127.0.0.1:{port}"
