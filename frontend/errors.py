@@ -5,6 +5,7 @@
      ├── DatabaseBusyError      another process held the write lock past the busy timeout
      ├── DatabaseWriteError     "cannot write database <path>: <reason>" (read-only, full)
      ├── DatabaseDamagedError   "database <path> is damaged (<sqlite's words>): run …"
+     ├── DatabaseMovedError     the file this process opened is no longer at its path
      └── InvalidInputError      a value handed to the store cannot be stored or compared
           (also a ValueError)   (empty/2-D/non-finite vector, unknown verdict status, ...)
 
@@ -21,6 +22,7 @@ __all__ = [
     "BUSY_MESSAGE",
     "DatabaseBusyError",
     "DatabaseDamagedError",
+    "DatabaseMovedError",
     "DatabaseOpenError",
     "DatabaseWriteError",
     "InvalidInputError",
@@ -146,6 +148,20 @@ class DatabaseDamagedError(_FileError):
     @property
     def fix(self) -> str:  # type: ignore[override]  # computed from the path
         return f"restore {self.path} from a backup, or move it aside (thatch starts a new one)"
+
+
+class DatabaseMovedError(_FileError):
+    """The file this long-lived process opened was deleted, moved or replaced since:
+    what it wrote would land in a file nobody else reads, and what it read is stale."""
+
+    @staticmethod
+    def describe(path: str, reason: str) -> str:
+        return f"database {path} {reason} after this process opened it"
+
+    fix = (
+        "restart this thatch process (thatch ui, or the agent session whose thatch mcp "
+        "this is) so that it opens what is at that path now"
+    )
 
 
 class InvalidInputError(StoreError, ValueError):

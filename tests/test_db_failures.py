@@ -494,3 +494,37 @@ def test_another_programs_database_is_refused_and_left_as_it_was(env: dict) -> N
     assert f"      fix: {fix}\n" in out
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["thatch.db"]
+
+
+def test_a_file_moved_from_under_a_long_lived_process_is_refused_not_written_into(
+    env: dict,
+) -> None:
+    """`thatch mcp` opens the file once. Deleted or replaced under it (a reset, a restore),
+    its saves used to land in the unlinked file, reported as saved and seen by nobody."""
+    seed(env)
+    db = db_of(env)
+    with ToolContext.from_env() as ctx:
+        tools = Tools(ctx)
+        assert not tools.call("memory_remember", {"label": "Kept", "content": "x"}).is_error
+        restored = db.with_name("restored.db")
+        with Store.open(restored) as other:
+            other.remember("proj", "Other", "# Other\n\nfrom the backup", None, None)
+        for suffix in ("-wal", "-shm"):  # as a restore must: SQLite would replay them
+            db.with_name(db.name + suffix).unlink()
+        os.replace(restored, db)
+        replaced = f"database {db} was replaced by another file after this process opened it"
+        for name, args in [
+            ("memory_remember", {"label": "Lost", "content": "would be lost"}),
+            ("memory_list", {}),
+            ("memory_recall", {"query": "backup"}),
+        ]:
+            result = tools.call(name, args)
+            assert result.is_error and result.text.startswith(replaced), (name, result.text)
+            assert "Fix: restart this thatch process" in result.text
+        assert rows(db, "SELECT label FROM entries") == [("Other",)]
+
+        for name in os.listdir(db.parent):
+            os.unlink(db.parent / name)
+        result = tools.call("memory_remember", {"label": "Lost", "content": "would be lost"})
+        assert result.is_error and "was deleted or moved after this process" in result.text
+        assert not db.exists()

@@ -625,6 +625,40 @@ def test_unknown_address_and_method_are_clear_pages(
     assert rows(db_path(ctx), MEMORY_TABLE) == before
 
 
+def test_a_database_file_moved_from_under_the_ui_is_refused_not_written_into(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, guard = ui
+    path = db_path(ctx)
+    form = {"csrf": guard.csrf, "store": "proj", "label": "Tabs", "content": "tabs, width 8"}
+    # A copy renamed over the path, as a restore or a sync tool does, the old file's
+    # -wal and -shm removed first (SQLite would replay them onto the new file).
+    copy = path.with_name("restored.db")
+    with (
+        contextlib.closing(sqlite3.connect(path)) as source,
+        contextlib.closing(sqlite3.connect(copy)) as target,
+    ):
+        source.backup(target)
+        target.execute("PRAGMA journal_mode = DELETE")
+    for suffix in ("-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink()
+    os.replace(copy, path)
+    before = rows(path, MEMORY_TABLE)
+    edit = client.post("/memory/edit", form)
+    assert edit.status >= 400 and "was replaced by another file" in edit.body, edit.body[-800:]
+    assert "restart this thatch process" in edit.body
+    page = client.get("/memories", store="proj")
+    assert page.status >= 400 and "was replaced by another file" in page.body
+    assert rows(path, MEMORY_TABLE) == before
+
+    for name in os.listdir(path.parent):
+        if name.startswith(path.name):
+            os.unlink(path.parent / name)
+    edit = client.post("/memory/edit", form)
+    assert edit.status >= 400 and "was deleted or moved" in edit.body, edit.body[-800:]
+    assert not path.exists()
+
+
 # -- the command -----------------------------------------------------------------------------
 
 

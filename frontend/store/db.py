@@ -22,6 +22,7 @@ package reaches the core through this module: the names it re-exports in ``__all
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -44,6 +45,7 @@ from thatch.frontend.store.transactions import (
     atomic,
     note_damage,
     read_leniently,
+    refuse_moved,
 )
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "note_damage",
     "open_error",
     "read_leniently",
+    "refuse_moved",
     "store_error",
     "write_fault",
 ]
@@ -101,10 +104,13 @@ def connect(path: Path | str) -> sqlite3.Connection:
     if path.is_dir():
         raise DatabaseOpenError(path, "is a directory")
     try:
-        return _configured(_sqlite_connect(path))
+        conn = _configured(_sqlite_connect(path))
     except sqlite3.Error as error:
         if not is_unreadable(error) or not _readable_only_immutable(path):
             raise open_error(error, path) from None
+    else:
+        _note_opened(conn, path)
+        return conn
     # A WAL database in a directory this process may not write (a read-only file system,
     # a directory of another user) cannot get its -shm file, so SQLite refuses even to
     # read it: SQLITE_CANTOPEN, or SQLITE_READONLY_DIRECTORY when the file itself is
@@ -114,9 +120,18 @@ def connect(path: Path | str) -> sqlite3.Connection:
 
     uri = f"file:{quote(os.fspath(path))}?mode=ro&immutable=1"
     try:
-        return _configured(_sqlite_connect(uri, uri=True))
+        conn = _configured(_sqlite_connect(uri, uri=True))
     except sqlite3.Error as error:
         raise open_error(error, path) from None
+    _note_opened(conn, path)
+    return conn
+
+
+def _note_opened(conn: ThatchConnection, path: Path) -> None:
+    # ":memory:" and "" have no file to watch; a file that can't be stat'ed is not watched.
+    if os.fspath(path) not in ("", ":memory:"):
+        with contextlib.suppress(OSError):
+            conn.note_opened(path)
 
 
 def _configured(conn: ThatchConnection) -> ThatchConnection:

@@ -4,7 +4,8 @@
 autocommit mode, ``db.connect``): ``BEGIN IMMEDIATE`` for a write, so that a busy file
 fails before any work and never half-way, ``BEGIN`` for a read, a savepoint when nested.
 A lock not had within the busy timeout becomes DatabaseBusyError; damage met is noted on
-the connection, which then refuses every write. ``Transactions`` is what the memory,
+the connection, which then refuses every write, as it refuses every transaction once its
+file is no longer at its path. ``Transactions`` is what the memory,
 engine and chat stores share over one connection: its lock, its clock, and ``read`` and
 ``write`` (docs/architecture.md §the-database-core).
 """
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from thatch.frontend.errors import DatabaseBusyError, DatabaseDamagedError
+from thatch.frontend.errors import DatabaseBusyError, DatabaseDamagedError, DatabaseMovedError
 from thatch.frontend.store.faults import error_words, is_busy, is_damage, is_undecodable
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
 
@@ -30,6 +31,7 @@ __all__ = [
     "lenient_text",
     "note_damage",
     "read_leniently",
+    "refuse_moved",
 ]
 
 T = TypeVar("T")
@@ -38,9 +40,38 @@ T = TypeVar("T")
 class ThatchConnection(sqlite3.Connection):
     """A connection that remembers the damage it met: once SQLite reported the file
     malformed to this process, ``atomic`` refuses every write with that error (writing
-    into a damaged file spreads the damage, and the user was told to check it)."""
+    into a damaged file spreads the damage, and the user was told to check it).
+
+    ``opened`` is the file it opened: its path and (st_dev, st_ino). ``atomic`` refuses
+    every transaction once that path leads elsewhere: a file deleted or replaced under a
+    long-lived process (``thatch ui``, ``thatch mcp``) would otherwise take its writes
+    into an unlinked inode, reported as saved and never seen again.
+    """
 
     damaged: DatabaseDamagedError | None = None
+    opened: tuple[str, int, int] | None = None
+
+    def note_opened(self, path: Path) -> None:
+        """Remember which file ``path`` is now (an absolute path: the process may chdir)."""
+        absolute = os.path.abspath(path)
+        info = os.stat(absolute)
+        self.opened = (absolute, info.st_dev, info.st_ino)
+
+
+def refuse_moved(conn: sqlite3.Connection) -> None:
+    """Raise DatabaseMovedError when the file ``conn`` opened is no longer at its path."""
+    opened = getattr(conn, "opened", None)
+    if opened is None:
+        return
+    path, device, inode = opened
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise DatabaseMovedError(path, "was deleted or moved") from None
+    except OSError:
+        return  # unreadable now: SQLite's own error says more than a guess would
+    if (info.st_dev, info.st_ino) != (device, inode):
+        raise DatabaseMovedError(path, "was replaced by another file")
 
 
 def note_damage(conn: sqlite3.Connection, error: BaseException, path: Path | str | None) -> None:
@@ -100,6 +131,7 @@ def atomic(conn: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3
             raise
         conn.execute(f"RELEASE SAVEPOINT {name}")
         return
+    refuse_moved(conn)
     try:
         conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
     except sqlite3.OperationalError as error:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thatch.embedder.client.errors import EmbedderUnavailable
-from thatch.frontend.errors import StoreError
+from thatch.frontend.errors import DatabaseMovedError, StoreError
 from thatch.frontend.store import db
 from thatch.frontend.switches import features_off, variable
 from thatch.frontend.tools.after_reply import AfterReply
@@ -62,11 +62,14 @@ class Tools(Operations):
             return ToolResult(f"Unknown tool: {token(name)}", True)
         try:
             run, values = spec.arguments(arguments)
+            db.refuse_moved(self.ctx.store.conn)
             # Reads fail before any write, so a retry with lenient decoding is safe.
             text = db.read_leniently(self.ctx.store.conn, lambda: run(self, values))
             return ToolResult(text)
         except sqlite3.Error as error:
             return ToolResult(str(db.store_error(error, self.ctx.store.path)), True)
+        except DatabaseMovedError as error:  # only the user can act: the agent must say so
+            return ToolResult(f"{error}. Fix: {error.fix}", True)
         except (ArgumentError, Refused, ChatRefused, StoreError) as error:
             return ToolResult(str(error), True)
         except EmbedderUnavailable as error:

@@ -44,11 +44,12 @@ __all__ = [
 class Problem(Exception):
     """A request the page cannot serve: shown as a clear page, nothing changed."""
 
-    def __init__(self, status: int, title: str, why: str) -> None:
+    def __init__(self, status: int, title: str, why: str, fix: str | None = None) -> None:
         super().__init__(why)
         self.status = status
         self.title = title
         self.why = why
+        self.fix = fix
 
 
 def body_text(memory: Memory) -> str:
@@ -73,7 +74,8 @@ def problem_page(problem: Problem) -> HTMLResponse:
     return respond(
         problem.title,
         f'<div class="refused"><p>{stdhtml.escape(problem.why)}</p>'
-        "<p>Nothing was changed.</p></div>",
+        + (f"<p>Fix: {stdhtml.escape(problem.fix)}</p>" if problem.fix else "")
+        + "<p>Nothing was changed.</p></div>",
         problem.status,
     )
 
@@ -113,6 +115,7 @@ class PageBase:
     def _safely(self, operation: Callable[[], Response]) -> Response:
         """Library errors as clear pages; stored text that is not UTF-8 read leniently."""
         try:
+            db.refuse_moved(self.store.conn)
             return db.read_leniently(self.store.conn, operation)
         except Problem as problem:
             return problem_page(problem)
@@ -121,7 +124,7 @@ class PageBase:
         except EmbedderUnavailable as error:
             return problem_page(Problem(503, "Embedder unavailable", embedder_error(error)))
         except StoreError as error:
-            return problem_page(Problem(500, "Database error", str(error)))
+            return problem_page(Problem(500, "Database error", str(error), error.fix))
         except sqlite3.Error as error:
             return problem_page(
                 Problem(500, "Database error", str(db.store_error(error, self.store.path)))
