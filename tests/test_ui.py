@@ -4,6 +4,7 @@ and a real (mock-model) embedder process: every page, every action, every refusa
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import re
@@ -389,6 +390,32 @@ def test_memory_page_edit_archive_forget(ui: tuple[UiClient, Guard], ctx: ToolCo
     assert again.status == 404 and "Nothing was changed." in again.body
     missing = client.get("/memory", store="proj", label="Tabs")
     assert missing.status == 404 and "No memory labeled" in missing.body
+
+
+def test_an_edit_leaves_an_odd_branch_as_it_was_and_the_filter_finds_it(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """The edit form sent back the branch as the page showed it: escaped, so each save
+    added a backslash; the branch filter's options were escaped the same way."""
+    client, _guard = ui
+    odd = '[thatch] br"<b>'
+    Tools(ctx).remember(label="Odd", content="on an odd branch", branch=odd)
+    page = client.get("/memory", store="proj", label="Odd")
+    field = re.search(r'<input name="branch"([^>]*)>', page.body)
+    assert field is not None
+    value = re.search(r'value="([^"]*)"', field.group(1))
+    sent = html.unescape(value.group(1)) if value else ""  # as a browser submits it
+    form = {"csrf": page.csrf(), "store": "proj", "label": "Odd", "content": "edited"}
+    assert client.post("/memory/edit", {**form, "branch": sent}).status == 303
+    assert rows(db_path(ctx), "SELECT branch, content FROM entries WHERE slug = 'odd'") == [
+        (odd, "# Odd\n\nedited")
+    ]
+
+    listing = client.get("/memories", store="proj")
+    options = [html.unescape(v) for v in re.findall(r'<option value="([^"]*)"', listing.body)]
+    assert odd in options
+    filtered = client.get("/memories", store="proj", branch=odd)
+    assert ">Odd</a>" in filtered.body and "Tabs</a>" not in filtered.body
 
 
 def test_duplicates_page_and_verdicts(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:

@@ -20,6 +20,7 @@ from thatch.frontend.tools.registry import SPECS_BY_NAME
 from thatch.frontend.tools.validation import validate
 from thatch.frontend.ui.forms import Form
 from thatch.frontend.ui.html import (
+    attr,
     hidden,
     link,
     post_form,
@@ -185,7 +186,7 @@ class MemoryPages(PageBase):
         if query:
             headers.insert(0, "score")
         options = "".join(
-            f'<option value="{text(b)}"{" selected" if b == branch else ""}>{text(b)}</option>'
+            f'<option value="{attr(b)}"{" selected" if b == branch else ""}>{text(b)}</option>'
             for b in known_branches
         )
         choices = "".join(
@@ -267,7 +268,9 @@ class MemoryPages(PageBase):
         edit = (
             f'<form method="post" action="/memory/edit">{hidden({"csrf": self.csrf, **ident})}'
             f'<textarea name="content">{stdhtml.escape(body_text(memory))}</textarea><br>'
-            f'branch <input name="branch" value="{text(memory.branch or "")}"> '
+            # Empty keeps the stored branch: a prefilled value would send back the shown
+            # (escaped) text, and a browser drops line breaks from an input's value.
+            f'branch <input name="branch" placeholder="{text(memory.branch or "")}"> '
             f'confidence <input name="confidence" size="3" value="{memory.confidence or ""}"> '
             "<button>Save (re-embeds)</button></form>"
         )
