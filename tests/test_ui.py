@@ -652,6 +652,14 @@ def test_unknown_address_and_method_are_clear_pages(
     assert rows(db_path(ctx), MEMORY_TABLE) == before
 
 
+def test_page_numbers_past_any_integer_are_clear_pages(ui: tuple[UiClient, Guard]) -> None:
+    client, _guard = ui
+    for huge in ("9" * 17, "1" + "0" * 40):
+        page = client.get("/memories", store="proj", page=huge)
+        assert page.status == 200 and "Tabs" not in page.body, page.body[-600:]
+        assert client.get("/duplicates", store="proj", offset=huge).status == 200
+
+
 def test_a_database_file_moved_from_under_the_ui_is_refused_not_written_into(
     ui: tuple[UiClient, Guard], ctx: ToolContext
 ) -> None:

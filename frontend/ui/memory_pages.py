@@ -35,6 +35,7 @@ from thatch.frontend.ui.page_base import (
     body_text,
     done_note,
     respond,
+    whole_number,
 )
 from thatch.frontend.ui.queries import SORTS, newest_page
 
@@ -122,10 +123,7 @@ class MemoryPages(PageBase):
         sort = params.get("sort") or "newest"
         if sort not in SORTS:
             raise Problem(400, "Refused", f"sort must be one of {', '.join(SORTS)}.")
-        try:
-            page_no = max(1, int(params.get("page") or "1"))
-        except ValueError:
-            page_no = 1
+        page_no = max(1, whole_number(params.get("page")))
         known_branches = self.store.branches_in_store(name)
         scores: dict[str, float] = {}
         notes: list[str] = []

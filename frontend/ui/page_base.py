@@ -90,10 +90,15 @@ def back_to(path: str, params: dict[str, object], message: str) -> RedirectRespo
     return RedirectResponse(stdhtml.unescape(target), status_code=303)
 
 
+# Past any store's size, and times a page's length still an SQLite integer (a larger
+# OFFSET overflowed into a 500 page and a traceback).
+LARGEST_NUMBER = 10**15
+
+
 def whole_number(value: str | None) -> int:
-    """A query parameter as a whole number ≥ 0 (anything else: 0)."""
+    """A query parameter as a whole number from 0 to LARGEST_NUMBER (anything else: 0)."""
     try:
-        return max(0, int(value or "0"))
+        return min(max(0, int(value or "0")), LARGEST_NUMBER)
     except ValueError:
         return 0
 
