@@ -745,6 +745,10 @@ def test_guard_host_names() -> None:
     assert not lan.host_allowed("192.168.1.6:7788")
     assert guard.origin_allowed(None) and guard.origin_allowed("http://localhost:7788")
     assert not guard.origin_allowed("null") and not guard.origin_allowed("http://evil:7788")
+    # No port in an Origin means the scheme's default: a page on another server.
+    for foreign in ("http://localhost", "https://127.0.0.1", "ftp://localhost:7788"):
+        assert not guard.origin_allowed(foreign), foreign
+    assert Guard.for_bind("127.0.0.1", 80).origin_allowed("http://localhost")
 
 
 def test_embedder_down_reads_work_search_says_why_edit_saves_pending(

@@ -116,4 +116,11 @@ class Guard:
         if origin == "null":
             return False
         scheme, _, rest = origin.partition("://")
-        return scheme in ("http", "https") and self.host_allowed(rest)
+        default_port = {"http": 80, "https": 443}.get(scheme)
+        split = _split_host(rest)
+        if default_port is None or split is None:
+            return False
+        # A browser names any port but its scheme's default, so an Origin without one is
+        # a page on port 80 (or 443): another server, even on this host.
+        name, port = split
+        return name in self.host_names and (port or default_port) == self.port
