@@ -533,6 +533,8 @@ def test_a_person_replies_from_the_chat_page(ui: tuple[UiClient, Guard], ctx: To
     assert sent.status == 303
     (message,) = chat.messages_after(0, 10)
     assert message.body == "<b>ship it</b>" and (message.from_name or "").startswith("person-")
+    confirmed = client.get(sent.headers["location"]).body
+    assert f'<p class="ok">sent to {agent.name}' in confirmed, confirmed[-1500:]
     shown = client.get("/chat").body
     assert "&lt;b&gt;ship it&lt;/b&gt;" in shown and "<b>ship it</b>" not in shown
     empty = client.post("/chat/send", {"csrf": page.csrf(), "to": agent.name, "body": "  "})
@@ -650,6 +652,20 @@ def test_unknown_address_and_method_are_clear_pages(
         refused = client.request(method, "/memory/forget", form=form)
         assert refused.status == 405 and "method not allowed" in refused.body
     assert rows(db_path(ctx), MEMORY_TABLE) == before
+
+
+def test_only_thatchs_own_confirmations_are_shown(ui: tuple[UiClient, Guard]) -> None:
+    """A link from elsewhere (`?done=…`) showed its words in the green box as thatch's."""
+    client, guard = ui
+    forged = 'forgot "Deploy" and every memory of this store'
+    for path in ("/memories", "/memory", "/duplicates", "/engines", "/chat"):
+        page = client.get(path, store="proj", label="Tabs", done=forged, seal="0" * 24)
+        assert page.status == 200 and 'class="ok"' not in page.body, path
+        assert "every memory of this store" not in page.body, path
+    form = {"csrf": guard.csrf, "store": "proj", "label": "Tabs", "archived": "1"}
+    archived = client.post("/memory/archive", form)
+    assert archived.status == 303
+    assert '<p class="ok">' in client.get(archived.headers["location"]).body
 
 
 def test_page_numbers_past_any_integer_are_clear_pages(ui: tuple[UiClient, Guard]) -> None:

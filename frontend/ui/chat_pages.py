@@ -21,7 +21,6 @@ from thatch.frontend.ui.html import (
 from thatch.frontend.ui.page_base import (
     PageBase,
     Problem,
-    back_to,
     respond,
 )
 from thatch.frontend.untrusted import body, inline
@@ -85,6 +84,7 @@ class ChatPages(PageBase):
             else ""
         )
         content = [
+            self._done_note(request.query_params),
             reply,
             "<h2>Sessions</h2>",
             table(["name", "state", "host", "project", "topic", "last seen"], rows)
@@ -131,8 +131,8 @@ class ChatPages(PageBase):
             except PersonSendRefused as refused:
                 raise Problem(400, "Refused", f"{refused}. {refused.fix}.") from None
             if sent.duplicate:
-                return back_to("/chat", {}, f"already sent to {sent.recipient} a moment ago")
-            return back_to("/chat", {}, f"sent to {sent.recipient} as {sent.sender}")
+                return self._back_to("/chat", {}, f"already sent to {sent.recipient} a moment ago")
+            return self._back_to("/chat", {}, f"sent to {sent.recipient} as {sent.sender}")
 
         return self._safely(run)
 

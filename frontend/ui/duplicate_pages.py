@@ -22,9 +22,7 @@ from thatch.frontend.ui.html import (
 from thatch.frontend.ui.page_base import (
     PageBase,
     Problem,
-    back_to,
     body_text,
-    done_note,
     respond,
     whole_number,
 )
@@ -47,7 +45,7 @@ class DuplicatePages(PageBase):
         page = self.tools.duplicate_page(name, threshold, offset)
         stores = " · ".join(link("/duplicates", s, {"store": s}) for s in self.store.store_names())
         blocks = [
-            done_note(params.get("done")),
+            self._done_note(params),
             f"<p>Stores: {stores}</p>",
             f'<p class="muted">Pairs scoring at least {threshold:.2f}, the near-duplicate '
             "threshold of the configured model (as thatch dedup and the Stores page).</p>",
@@ -113,7 +111,7 @@ class DuplicatePages(PageBase):
             message = self.tools.mark_checked(
                 name, form.text("label_a"), form.text("label_b"), status
             )
-            return back_to("/duplicates", {"store": name}, message)
+            return self._back_to("/duplicates", {"store": name}, message)
 
         return self._safely(run)
 
@@ -161,6 +159,6 @@ class DuplicatePages(PageBase):
             )
             self.store.forget(name, drop.label)
             message = f"merged into {keep.label}; " + fmt.forgotten(name, drop.label)
-            return back_to("/duplicates", {"store": name}, message)
+            return self._back_to("/duplicates", {"store": name}, message)
 
         return self._safely(run)

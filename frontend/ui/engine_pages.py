@@ -18,8 +18,6 @@ from thatch.frontend.ui.html import (
 from thatch.frontend.ui.page_base import (
     PageBase,
     Problem,
-    back_to,
-    done_note,
     respond,
 )
 
@@ -50,7 +48,7 @@ class EnginePages(PageBase):
 
     def _engines(self, request: Request) -> Response:
         names = self.store.store_names() or [self.tools.ctx.project_store]
-        blocks = [done_note(request.query_params.get("done"))]
+        blocks = [self._done_note(request.query_params)]
         for kind, engine in ENGINES.items():
             entries = engine_store(self.tools, engine).listing(names)
             blocks.append(f"<h2>{'Predictions' if kind == 'prediction' else 'Behaviors'}</h2>")
@@ -125,6 +123,6 @@ class EnginePages(PageBase):
             key = default_key(deleted)
             if key is not None:
                 message += f" (a default: switched off; thatch behaviors defaults --on {key})"
-            return back_to("/engines", {}, message)
+            return self._back_to("/engines", {}, message)
 
         return self._safely(run)

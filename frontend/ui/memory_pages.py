@@ -31,9 +31,7 @@ from thatch.frontend.ui.html import (
 from thatch.frontend.ui.page_base import (
     PageBase,
     Problem,
-    back_to,
     body_text,
-    done_note,
     respond,
     whole_number,
 )
@@ -217,7 +215,7 @@ class MemoryPages(PageBase):
             + "</p>"
         )
         content = [
-            done_note(params.get("done")),
+            self._done_note(params),
             search,
             summary,
             "".join(f'<p class="warn">{text(n)}</p>' for n in notes),
@@ -280,7 +278,7 @@ class MemoryPages(PageBase):
         )
         forget = link("/memory/forget", "Forget…", ident)
         content = [
-            done_note(params.get("done")),
+            self._done_note(params),
             f"<p>{link('/memories', f'← {name}', {'store': name})}</p>",
             stored(body_text(memory)),
             telemetry,
@@ -350,7 +348,7 @@ class MemoryPages(PageBase):
             forgotten = self.store.forget(name, memory.label)
             if forgotten is None:
                 raise Problem(404, "No such memory", "It was already forgotten.")
-            return back_to("/memories", {"store": name}, fmt.forgotten(name, forgotten.label))
+            return self._back_to("/memories", {"store": name}, fmt.forgotten(name, forgotten.label))
 
         return self._safely(run)
 
@@ -369,7 +367,7 @@ class MemoryPages(PageBase):
                 archived=flag == "1",
             )
             word = "archived" if flag == "1" else "unarchived"
-            return back_to("/memory", {"store": name, "label": report.label}, f"{word}")
+            return self._back_to("/memory", {"store": name, "label": report.label}, f"{word}")
 
         return self._safely(run)
 
@@ -402,6 +400,6 @@ class MemoryPages(PageBase):
             message = "saved and re-embedded"
             if report.pending_cause is not None:
                 message = "saved; " + fmt.pending_notice(report.pending_cause, report.pending_fix)
-            return back_to("/memory", {"store": name, "label": report.label}, message)
+            return self._back_to("/memory", {"store": name, "label": report.label}, message)
 
         return self._safely(run)

@@ -7,9 +7,10 @@ Every stored text reaches the page through ``html.text``/``html.stored``.
 
 from __future__ import annotations
 
+import hmac
 import html as stdhtml
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -112,6 +113,21 @@ class PageBase:
 
     def _moment(self, value: str | None) -> str:
         return moment(value, self.store.clock())
+
+    def _seal(self, message: str) -> str:
+        key = self.csrf.encode()
+        return hmac.new(key, message.encode("utf-8", "replace"), "sha256").hexdigest()[:24]
+
+    def _back_to(self, path: str, params: dict[str, object], message: str) -> RedirectResponse:
+        """``back_to`` with the message sealed by this run's secret: a link from elsewhere
+        (``?done=forgot …``) would otherwise show its words as thatch's confirmation."""
+        return back_to(path, {**params, "seal": self._seal(message)}, message)
+
+    def _done_note(self, params: Mapping[str, str]) -> str:
+        message, seal = params.get("done"), params.get("seal")
+        if not message or seal is None or not hmac.compare_digest(seal, self._seal(message)):
+            return ""
+        return done_note(message)
 
     @property
     def store(self) -> Store:
