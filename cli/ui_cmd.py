@@ -94,9 +94,23 @@ def _run(
     from thatch.frontend.ui.security import Guard
     from thatch.frontend.ui.server import bind, bound_port, make_server, page_url, serve
 
+    import errno
+    import socket
+
     try:
         sock = bind(host, port)
+    except socket.gaierror as error:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {error.strerror or error}.\n"
+            "Fix: give --host a local address (127.0.0.1, ::1, 0.0.0.0) or a name of "
+            "this machine."
+        ) from None
     except OSError as error:
+        if error.errno == errno.EADDRNOTAVAIL:
+            raise click.ClickException(
+                f"cannot listen on {host}:{port}: {error.strerror or error}.\n"
+                "Fix: give --host an address of this machine (127.0.0.1 is the default)."
+            ) from None
         raise click.ClickException(
             f"cannot listen on {host}:{port}: {error.strerror or error}.\n"
             "Fix: pick another port with --port (0: any free port)."

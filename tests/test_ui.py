@@ -721,6 +721,15 @@ def test_non_loopback_host_needs_a_token() -> None:
     assert short.exit_code == 2 and "at least 16 characters" in short.stderr
 
 
+def test_a_host_that_is_not_this_machines_gets_a_host_fix() -> None:
+    args = ["ui", "--no-browser", "--token", "0123456789abcdefXYZ"]
+    for host in ("nonexistent.invalid", "192.0.2.1"):  # unresolvable; not an own address
+        failed = CliRunner().invoke(cli, [*args, "--host", host])
+        assert failed.exit_code == 1, failed.output
+        assert f"Error: cannot listen on {host}:7788" in failed.stderr
+        assert "Fix: give --host" in failed.stderr and "--port" not in failed.stderr
+
+
 def test_non_loopback_host_warns_before_serving(tmp_path: Path) -> None:
     """With --token the command warns (plain HTTP, reachable by others); a taken port is
     a one-line error with its fix, and nothing is served."""
