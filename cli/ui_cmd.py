@@ -85,6 +85,8 @@ def _run(
     env: dict[str, str],
     banner: str | None,
 ) -> None:
+    import errno
+    import socket
     import threading
     import webbrowser
 
@@ -93,9 +95,6 @@ def _run(
     from thatch.frontend.ui.app import build_app
     from thatch.frontend.ui.security import Guard
     from thatch.frontend.ui.server import bind, bound_port, make_server, page_url, serve
-
-    import errno
-    import socket
 
     try:
         sock = bind(host, port)

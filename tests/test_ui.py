@@ -418,6 +418,22 @@ def test_an_edit_leaves_an_odd_branch_as_it_was_and_the_filter_finds_it(
     assert ">Odd</a>" in filtered.body and "Tabs</a>" not in filtered.body
 
 
+def test_a_store_of_many_branches_gets_a_branch_box(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    client, _guard = ui
+    with contextlib.closing(sqlite3.connect(db_path(ctx))) as conn, conn:
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, branch, created_at, updated_at) "
+            "VALUES (?, 'proj', ?, 'x', ?, 't', 't')",
+            [(f"s{i}", f"s{i}", f"branch-{i}") for i in range(201)],
+        )
+    page = client.get("/memories", store="proj", branch="branch-7")
+    assert '<input name="branch" value="branch-7"' in page.body
+    assert '<select name="branch">' not in page.body
+    assert ">s7</a>" in page.body and ">s8</a>" not in page.body
+
+
 def test_duplicates_page_and_verdicts(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
     client, _guard = ui
     Tools(ctx).remember(label="Tabs again", content="the user likes tabs")

@@ -35,7 +35,14 @@ from thatch.frontend.ui.page_base import (
     respond,
     whole_number,
 )
-from thatch.frontend.ui.queries import SORTS, newest_page
+from thatch.frontend.ui.queries import (
+    BRANCH_CHOICES,
+    COUNTED_UP_TO,
+    SORTS,
+    archived_count,
+    branch_choices,
+    newest_page,
+)
 
 __all__ = ["MemoryPages"]
 
@@ -66,9 +73,7 @@ class MemoryPages(PageBase):
             )
             result = hygiene(self.store, name, ctx.project_dir, model, list_branches=branches)
             counted: StoreHygiene = result.project
-            archived = newest_page(
-                self.store, name, branch=None, archived="archived", offset=0, limit=0
-            ).total
+            archived = archived_count(self.store, name)
             rows.append(
                 [
                     link("/memories", name, {"store": name}),
@@ -122,7 +127,7 @@ class MemoryPages(PageBase):
         if sort not in SORTS:
             raise Problem(400, "Refused", f"sort must be one of {', '.join(SORTS)}.")
         page_no = max(1, whole_number(params.get("page")))
-        known_branches = self.store.branches_in_store(name)
+        known_branches = branch_choices(self.store, name)
         scores: dict[str, float] = {}
         notes: list[str] = []
         start = (page_no - 1) * PAGE_SIZE
@@ -144,8 +149,9 @@ class MemoryPages(PageBase):
                 shown = [m for m in shown if m.archived]
             if report.pending:
                 notes.append(fmt.not_indexed(report.pending))
-            total = len(shown)
+            total, more = len(shown), False
             visible = shown[start : start + PAGE_SIZE]
+            next_page = start + PAGE_SIZE < total
         else:
             listed = newest_page(
                 self.store,
@@ -156,7 +162,8 @@ class MemoryPages(PageBase):
                 limit=PAGE_SIZE,
                 sort=sort,
             )
-            total, visible = listed.total, listed.memories
+            total, more, visible = listed.total, listed.more, listed.memories
+            next_page = listed.next_page
         rows = []
         for memory in visible:
             first = body_text(memory).strip().split("\n", 1)[0][:160]
@@ -181,10 +188,19 @@ class MemoryPages(PageBase):
         headers = ["memory", "created", "recalls"]
         if query:
             headers.insert(0, "score")
-        options = "".join(
-            f'<option value="{attr(b)}"{" selected" if b == branch else ""}>{text(b)}</option>'
-            for b in known_branches
-        )
+        if known_branches is None:
+            branch_field = (
+                f'branch <input name="branch" value="{attr(branch or "")}" '
+                f'placeholder="any (over {BRANCH_CHOICES})"> '
+            )
+        else:
+            options = "".join(
+                f'<option value="{attr(b)}"{" selected" if b == branch else ""}>{text(b)}</option>'
+                for b in known_branches
+            )
+            branch_field = (
+                f'branch <select name="branch"><option value="">any</option>{options}</select> '
+            )
         choices = "".join(
             f"<option{' selected' if c == archived else ''}>{c}</option>" for c in ARCHIVED_CHOICES
         )
@@ -194,19 +210,20 @@ class MemoryPages(PageBase):
         )
         search = (
             f'<form method="get" action="/memories">{hidden({"store": name})}'
-            f'<input name="q" size="40" placeholder="search by meaning" value="{text(query)}"> '
-            f'branch <select name="branch"><option value="">any</option>{options}</select> '
-            f'<select name="archived">{choices}</select> '
+            f'<input name="q" size="40" placeholder="search by meaning" value="{attr(query)}"> '
+            + branch_field
+            + f'<select name="archived">{choices}</select> '
             f'sort <select name="sort">{sorts}</select> <button>Show</button></form>'
         )
         pager = []
         base = {"store": name, "branch": branch, "archived": archived, "q": query, "sort": sort}
         if page_no > 1:
             pager.append(link("/memories", "← previous", {**base, "page": page_no - 1}))
-        if start + PAGE_SIZE < total:
+        if next_page:
             pager.append(link("/memories", "next →", {**base, "page": page_no + 1}))
         summary = (
-            f"<p>{total} {'match' if query and total == 1 else 'matches' if query else 'memories'}"
+            f"<p>{f'more than {COUNTED_UP_TO:,}' if more else total} "
+            f"{'match' if query and total == 1 else 'matches' if query else 'memories'}"
             + (
                 f" for <b>{text(query)}</b> (ranked as memory_recall ranks)"
                 if query
