@@ -418,3 +418,40 @@ def test_initialize_after_discover_is_served_not_refused(server_env: dict[str, s
     # An enveloped request on a handshake session is still refused, as the SDK does.
     replies, _ = _run_to_eof(server_env, _lines(*_initialize("2025-06-18"), _discover(2)))
     assert [r["error"]["code"] for r in replies if isinstance(r, dict) and "error" in r] == [-32600]
+
+
+@pytest.mark.parametrize(
+    ("variables", "cause"),
+    [
+        ({"THATCH_EMBEDDER_ADDR": "bogus"}, 'invalid THATCH_EMBEDDER_ADDR "bogus"'),
+        ({"THATCH_EMBEDDER_ADDR": "unix:///" + "s" * 120}, "socket path too long"),
+        (
+            {"THATCH_EMBEDDER_ADDR": "127.0.0.1:1", "THATCH_EMBEDDER_CA": "/nonexistent/ca"},
+            "THATCH_EMBEDDER_CA",
+        ),
+    ],
+)
+def test_an_embedder_address_that_cannot_be_used_leaves_the_tools_serving(
+    tmp_path: Path, server_env: dict[str, str], variables: dict[str, str], cause: str
+) -> None:
+    """Such an address made `thatch mcp` exit right after `initialize`: the agent lost
+    every tool, and its save was neither answered nor stored."""
+    env = {**server_env, **variables}
+    calls = [
+        _call(2, "memory_remember", {"content": "# Kept\n\nsaved without a vector"}),
+        _call(3, "memory_recall", {"query": "saved"}),
+        _call(4, "memory_list", {}),
+    ]
+    replies, _ = _run_to_eof(env, _lines(*_initialize("2025-06-18"), *calls))
+    by_id: dict[Any, Any] = {reply["id"]: reply for reply in replies}  # type: ignore[index]
+    assert sorted(by_id) == [1, 2, 3, 4], replies
+    saved, recalled = by_id[2]["result"], by_id[3]["result"]
+    assert not saved.get("isError") and "Embedding pending" in saved["content"][0]["text"]
+    assert cause in saved["content"][0]["text"]
+    assert recalled["isError"] and recalled["content"][0]["text"].startswith(
+        "Embedding service unavailable: "
+    )
+    assert cause in recalled["content"][0]["text"] and "Fix: " in recalled["content"][0]["text"]
+    assert "Kept" in by_id[4]["result"]["content"][0]["text"]
+    db = tmp_path / "db" / "thatch.db"
+    assert rows(db, "SELECT slug, embedding IS NULL FROM entries") == [("kept", 1)]

@@ -125,8 +125,14 @@ class ToolContext:
         try:
             if embedder is None:
                 from thatch.embedder.client.embedder_client import EmbedderClient
+                from thatch.embedder.client.errors import AddressError, EmbedderUnavailable
 
-                embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
+                try:
+                    embedder = EmbedderClient(env=env, autostart=autostart, notice=notice)
+                except (AddressError, EmbedderUnavailable) as error:
+                    from thatch.frontend.tools.embedding import UnusableEmbedder
+
+                    embedder = UnusableEmbedder.from_error(error)
             return cls(
                 store=store,
                 embedder=embedder,
