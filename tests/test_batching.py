@@ -448,6 +448,97 @@ def test_a_full_queue_refuses_at_once(gate: threading.Event) -> None:
     batcher.stop(10)
 
 
+def test_a_call_that_would_overfill_the_queue_is_refused_on_arrival(
+    gate: threading.Event,
+) -> None:
+    """Refused before it is tokenized: texts other calls are still tokenizing count too
+    (a flood of 15 MB calls each tokenized for seconds before submit refused it)."""
+    encoder = FakeEncoder(gate=gate)
+    batcher = started(Batcher(encoder, limits=Limits(max_queued_texts=4)))
+    hold_the_model(batcher, encoder)
+    batcher.submit(make_call(encoder, ["a"]))
+    with batcher.arriving(2):  # another call, tokenizing its two texts
+        with pytest.raises(Overloaded) as raised, batcher.arriving(2):
+            pytest.fail("entered")
+        assert str(raised.value) == "embedder overloaded: 3 texts queued (max 4); retry shortly"
+        with batcher.arriving(1) as arrival:
+            batcher.submit(make_call(encoder, ["b"]), arrival)
+    with batcher.arriving(2) as arrival:  # the tokenizing call left: room again
+        batcher.submit(make_call(encoder, ["c", "d"]), arrival)
+    assert batcher.pending_count() == 4
+    gate.set()
+    batcher.stop(10)
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _GoneAfter:
+    """A ServicerContext whose caller goes away after ``active`` checks."""
+
+    def __init__(self, active: int) -> None:
+        self.active = active
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def is_active(self) -> bool:
+        self.active -= 1
+        return self.active >= 0
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise _Aborted()
+
+
+def test_a_caller_gone_mid_tokenizing_stops_it(gate: threading.Event) -> None:
+    """A cancelled or expired call was tokenized to the end (16 s of CPU for 256 long
+    texts), slowing every query behind it; now its tokenizing stops, nothing is queued."""
+    from thatch.embedder.server.servicer import EmbedderServicer, ServerState
+
+    encoder = FakeEncoder(gate=gate)
+    tokenized: list[str] = []
+    tokenize = encoder.tokenize
+
+    def counting(text: str, kind: Kind) -> Tokenized:
+        tokenized.append(text)
+        return tokenize(text, kind)
+
+    encoder.tokenize = counting  # type: ignore[method-assign]
+    batcher = started(Batcher(encoder))
+    context = _GoneAfter(active=3)
+    with pytest.raises(_Aborted):
+        EmbedderServicer(ServerState())._arrive(
+            [f"text {i}" for i in range(256)],
+            Kind.PASSAGE,
+            context,  # type: ignore[arg-type]
+            encoder,  # type: ignore[arg-type]
+            batcher,
+        )
+    assert context.aborted == (grpc.StatusCode.CANCELLED, "call cancelled")
+    assert len(tokenized) == 3 and batcher.pending_count() == 0
+    gate.set()
+    batcher.stop(10)
+
+
+def test_a_deadline_shorter_than_the_work_itself_is_deadline_exceeded() -> None:
+    """With nothing queued ahead, "overloaded ... retry shortly" was wrong: the deadline
+    cannot be met at all."""
+    from thatch.embedder.server.embed_calls import TooLate
+
+    alone = TooLate(0, 0.012, 0.001)
+    assert alone.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert str(alone) == (
+        "deadline exceeded: embedding these texts takes about 0.012 s, and this call's "
+        "deadline leaves 0.001 s"
+    )
+    behind = TooLate(3840, 41.6, 4.99)
+    assert behind.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert str(behind) == (
+        "embedder overloaded: 3840 texts queued ahead would take about 42 s, past this "
+        "call's deadline in 5 s; retry shortly"
+    )
+
+
 def test_failed_reload_fails_the_queued_calls_then_recovers() -> None:
     """A reload error gives FAILED_PRECONDITION with its cause; a later load serves again."""
     events: list[tuple[bool, str]] = []

@@ -106,6 +106,7 @@ class Batcher:
         self._tasks: deque[tuple[Callable[[], object], concurrent.futures.Future[object]]] = deque()
         self._stopping = False
         self._arriving = 0  # calls between arrival and submit (validating, tokenizing)
+        self._arriving_texts = 0  # their texts: counted against the queue's limit already
         self._busy = False  # the model runtime is in use: a batch, a load or a release
         self._wanted = False  # the inference thread waits for a caller's batch to end
         self._idle = True
@@ -176,8 +177,12 @@ class Batcher:
         return TooLate(len(ahead), needed, left) if needed > left else None
 
     @contextlib.contextmanager
-    def arriving(self) -> Iterator[Arrival]:
-        """Mark a call from its arrival until it is submitted (or refused).
+    def arriving(self, texts: int = 0) -> Iterator[Arrival]:
+        """Mark a call of ``texts`` texts from its arrival until it is submitted (or refused).
+
+        Raises ``Overloaded`` at once when those texts, with the ones queued and the ones
+        other calls are tokenizing, would pass the queue's limit: refused before its
+        tokenizing (a 15 MB call takes seconds of CPU), not after.
 
         The inference thread waits for companions (at most ``max_wait_ms``) only while
         some call is on its way: a lone request runs at once instead of paying the wait.
@@ -186,17 +191,23 @@ class Batcher:
         """
         arrival = Arrival()
         with self._cond:
+            queued = self._live_pending() + self._arriving_texts
+            if queued + texts > self.limits.max_queued_texts:
+                raise Overloaded(queued, self.limits.max_queued_texts)
             self._arriving += 1
+            self._arriving_texts += texts
         try:
             yield arrival
         except BaseException:
             with self._cond:
                 self._arriving -= 1
+                self._arriving_texts -= texts
                 self._cond.notify_all()
             raise
         batch = None
         with self._cond:
             self._arriving -= 1
+            self._arriving_texts -= texts
             try:
                 batch = self._claim_batch(arrival.call)
             finally:

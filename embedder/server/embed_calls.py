@@ -42,11 +42,24 @@ class TooLate(Overloaded):
     than left to time out (``str`` is the RESOURCE_EXHAUSTED message)."""
 
     def __init__(self, ahead: int, needed: float, left: float) -> None:
-        Exception.__init__(
-            self,
-            f"embedder overloaded: {ahead} texts queued ahead would take about {needed:.0f} s, "
-            f"past this call's deadline in {left:.0f} s; retry shortly",
-        )
+        self.ahead = ahead
+        if ahead:
+            message = (
+                f"embedder overloaded: {ahead} texts queued ahead would take about "
+                f"{needed:.2g} s, past this call's deadline in {max(left, 0):.2g} s; retry shortly"
+            )
+        else:  # nothing queued: the deadline itself is too short, retrying cannot help
+            message = (
+                f"deadline exceeded: embedding these texts takes about {needed:.2g} s, and "
+                f"this call's deadline leaves {max(left, 0):.2g} s"
+            )
+        Exception.__init__(self, message)
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        if self.ahead:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+        return grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 @dataclass

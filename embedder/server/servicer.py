@@ -22,7 +22,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message, message_fa
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.encoder import Encoder, ModelSettings
 from thatch.embedder.server.batching import Batcher
-from thatch.embedder.server.embed_calls import DEADLINE_MESSAGE, EmbedCall, Limits, Overloaded
+from thatch.embedder.server.embed_calls import (
+    DEADLINE_MESSAGE,
+    EmbedCall,
+    Limits,
+    Overloaded,
+    TooLate,
+)
 from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
@@ -224,22 +230,10 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
         assert state.encoder is not None and state.batcher is not None
         encoder, batcher = state.encoder, state.batcher
         kind = KINDS[request.kind]
-        with batcher.arriving() as arrival:
-            began = time.perf_counter()
-            tokenized = [encoder.tokenize(text, kind) for text in texts if text is not None]
-            tokenize_s = time.perf_counter() - began
-            remaining = context.time_remaining()
-            now = state.clock()
-            no_deadline = remaining is None or remaining >= NO_DEADLINE_S
-            deadline = None if no_deadline else now + remaining
-            call = EmbedCall(tokenized, encoder.settings.dim, deadline, arrived=now)
-            context.add_callback(
-                lambda: batcher.cancel(call, grpc.StatusCode.CANCELLED, "call cancelled")
-            )
-            try:
-                batcher.submit(call, arrival)
-            except Overloaded as error:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        try:
+            call, tokenized, tokenize_s = self._arrive(texts, kind, context, encoder, batcher)
+        except Overloaded as error:  # refused on arrival, before any tokenizing
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         debug = self._log.isEnabledFor(logging.DEBUG)  # the hot path skips building the args
         if debug:
             self._log.debug("Embed call: %d %s texts queued", len(tokenized), kind.value)
@@ -271,6 +265,43 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
                 timing.total_us,
             )
         return response
+
+    def _arrive(
+        self,
+        texts: Sequence[str | None],
+        kind: Kind,
+        context: grpc.ServicerContext,
+        encoder: Encoder,
+        batcher: Batcher,
+    ) -> tuple[EmbedCall, list[Any], float]:
+        """Tokenize ``texts`` and queue them as one call (``Overloaded``: refused first)."""
+        state = self.state
+        with batcher.arriving(len(texts)) as arrival:
+            began = time.perf_counter()
+            tokenized = []
+            for text in texts:
+                # A caller gone (cancelled, past its deadline) stops the tokenizing: 256
+                # texts of 60,000 characters are 16 s of CPU nobody would read.
+                if not context.is_active():
+                    context.abort(grpc.StatusCode.CANCELLED, "call cancelled")
+                if text is not None:
+                    tokenized.append(encoder.tokenize(text, kind))
+            tokenize_s = time.perf_counter() - began
+            remaining = context.time_remaining()
+            now = state.clock()
+            no_deadline = remaining is None or remaining >= NO_DEADLINE_S
+            deadline = None if no_deadline else now + remaining
+            call = EmbedCall(tokenized, encoder.settings.dim, deadline, arrived=now)
+            context.add_callback(
+                lambda: batcher.cancel(call, grpc.StatusCode.CANCELLED, "call cancelled")
+            )
+            try:
+                batcher.submit(call, arrival)
+            except TooLate as error:
+                context.abort(error.code, str(error))
+            except Overloaded as error:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        return call, tokenized, tokenize_s
 
     def _wait(self, call: EmbedCall, batcher: Batcher) -> None:
         """Wait for the call's vectors; fail it at its deadline or if inference stopped."""
