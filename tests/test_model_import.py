@@ -349,6 +349,28 @@ def test_non_gelu_activation_is_refused(tmp_path: Path) -> None:
         import_checkpoint(src, tmp_path / "out")
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (10**6, "impossible BERT (num_hidden_layers 1000000; from 1 to 256)"),
+        (True, "config.json's num_hidden_layers is not a whole number: True"),
+        ("2", "config.json's num_hidden_layers is not a whole number: '2'"),
+        (1, "has more encoder layers than config.json's num_hidden_layers (1)"),
+    ],
+)
+def test_a_config_that_does_not_fit_the_weights_is_refused_before_reading_them(
+    tmp_path: Path, value: object, message: str
+) -> None:
+    """A million layers built a table of 16 million expected tensors first (17 s, 2.8 GB;
+    a MemoryError traceback under a memory limit); fewer layers than the file holds
+    imported a shallower model in silence."""
+    src = write_tiny_bert(tmp_path / "tiny", config={"num_hidden_layers": value})
+    with pytest.raises(ModelError) as caught:
+        import_checkpoint(src, tmp_path / "out")
+    assert message in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_pytorch_bin_without_safetensors_is_refused(tmp_path: Path) -> None:
     """A checkpoint with only pytorch_model.bin gets the convert-to-safetensors message."""
     src = write_tiny_bert(tmp_path / "tiny")

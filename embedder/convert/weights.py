@@ -65,21 +65,20 @@ class BertConfig:
         """Validate a config.json already known to be BERT with GELU."""
         try:
             parsed = cls(
-                layers=int(config["num_hidden_layers"]),
-                hidden=int(config["hidden_size"]),
-                heads=int(config["num_attention_heads"]),
-                intermediate=int(config["intermediate_size"]),
-                vocab_size=int(config["vocab_size"]),
-                max_positions=int(config.get("max_position_embeddings", 512)),
-                type_vocab_size=int(config.get("type_vocab_size", 2)),
+                layers=_size(config, "num_hidden_layers"),
+                hidden=_size(config, "hidden_size"),
+                heads=_size(config, "num_attention_heads"),
+                intermediate=_size(config, "intermediate_size"),
+                vocab_size=_size(config, "vocab_size"),
+                max_positions=_size(config, "max_position_embeddings", 512),
+                type_vocab_size=_size(config, "type_vocab_size", 2),
                 layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
             )
         except KeyError as error:
             raise ModelError(f"config.json lacks {error.args[0]}") from None
         except (TypeError, ValueError) as error:
             raise ModelError(f"config.json has a malformed number: {error}") from None
-        numbers = (parsed.layers, parsed.hidden, parsed.heads, parsed.intermediate)
-        if min(numbers) <= 0 or parsed.hidden % parsed.heads:
+        if parsed.hidden % parsed.heads:
             raise ModelError(
                 f"config.json describes an impossible BERT (hidden_size {parsed.hidden}, "
                 f"num_attention_heads {parsed.heads}, layers {parsed.layers})"
@@ -110,6 +109,34 @@ class BertConfig:
         return shapes
 
 
+# Far past any BERT's (BERT-large: 24 layers, 1024 wide, 30k words). A config's numbers
+# size the table of expected tensors before any weight is read: a million layers took
+# 17 s and 2.8 GB to tell the user the file lacked them.
+_LARGEST = {
+    "num_hidden_layers": 256,
+    "hidden_size": 65_536,
+    "num_attention_heads": 1_024,
+    "intermediate_size": 262_144,
+    "vocab_size": 10_000_000,
+    "max_position_embeddings": 1_000_000,
+    "type_vocab_size": 1_024,
+}
+
+
+def _size(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """A positive whole number of config.json, at most ``_LARGEST[key]``."""
+    value = config[key] if default is None else config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if not (isinstance(value, float) and value.is_integer()):
+            raise ModelError(f"config.json's {key} is not a whole number: {value!r:.40}")
+        value = int(value)
+    if not 0 < value <= _LARGEST[key]:
+        raise ModelError(
+            f"config.json describes an impossible BERT ({key} {value}; from 1 to {_LARGEST[key]:,})"
+        )
+    return value
+
+
 def layer_weight(weights: Weights, layer: int, suffix: str) -> npt.NDArray[np.float32]:
     return weights[f"encoder.layer.{layer}.{suffix}"]
 
@@ -124,6 +151,12 @@ def canonical_weights(
         canonical = name[len("bert.") :] if name.startswith("bert.") else name
         if canonical in wanted:
             found[canonical] = np.asarray(array, dtype=np.float32)
+        elif canonical.startswith("encoder.layer."):
+            # A layer past config.json's count would be left out of the model in silence.
+            raise ModelError(
+                f"{source} has more encoder layers than config.json's num_hidden_layers "
+                f"({config.layers}): {canonical}"
+            )
     missing = [name for name in wanted if name not in found]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
