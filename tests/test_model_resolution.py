@@ -271,3 +271,26 @@ def test_registry_is_immutable() -> None:
     """The registry cannot be modified at runtime."""
     with pytest.raises(TypeError):
         REGISTRY["x/y"] = REGISTRY["Xenova/bge-small-en-v1.5"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("name", "revision"),
+    [
+        ("org/name", "../../../../tmp/escaped"),
+        ("org/name@../..", None),
+        ("org/name@main/../../x", None),
+        ("org/name", "/etc"),
+        ("org/name", "main\nhealth: SERVING"),
+        ("bge-small", "refs//pr"),
+    ],
+)
+def test_revisions_cannot_lead_out_of_the_hub_cache(
+    tmp_path: Path, name: str, revision: str | None
+) -> None:
+    """`model pull --revision ../../x` wrote the commit into a ref file outside the cache."""
+    from thatch.embedder.client.model_names import parse_name
+
+    env = {"HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    with pytest.raises(ModelError, match="is not a branch, tag or commit of the hub"):
+        parse_name(name, env, revision)
+    assert parse_name("org/name@refs/pr/1", env).revision == "refs/pr/1"  # type: ignore[union-attr]

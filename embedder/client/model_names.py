@@ -234,6 +234,23 @@ def shown_name(text: str) -> str:
     return text if text.isprintable() else repr(text)[1:-1]
 
 
+def _check_revision(revision: str | None) -> None:
+    """A hub revision is a branch, tag or commit: it names a file under the cache's
+    ``refs/``, so ``..`` parts, a leading ``/`` or control characters would lead outside."""
+    if not revision:
+        return
+    parts = revision.split("/")
+    if (
+        len(revision) > 255
+        or any(part in ("", ".", "..") for part in parts)
+        or any(ord(c) < 0x20 or c in "\\\x7f" for c in revision)
+    ):
+        raise ModelError(
+            f'revision "{shown_name(revision)}" is not a branch, tag or commit of the hub '
+            "(no empty, . or .. parts, no leading /, no control characters)"
+        )
+
+
 def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path | HubRef:
     """Classify a model name (docs/embedder.md §resolution order): "mock", a local directory, or a
     hub ref."""
@@ -245,6 +262,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
     if name == "mock":
         return "mock"
     base, _, at_revision = name.partition("@")
+    _check_revision(revision or at_revision)
     if base in SHORT_NAMES:
         return HubRef(SHORT_NAMES[base], revision or at_revision or None, base)
     path = expand_user(name, env)
