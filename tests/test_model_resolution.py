@@ -294,3 +294,18 @@ def test_revisions_cannot_lead_out_of_the_hub_cache(
     with pytest.raises(ModelError, match="is not a branch, tag or commit of the hub"):
         parse_name(name, env, revision)
     assert parse_name("org/name@refs/pr/1", env).revision == "refs/pr/1"  # type: ignore[union-attr]
+
+
+def test_a_model_id_a_directory_declares_is_used_only_if_usable(tmp_path: Path) -> None:
+    """A declared id with a line break forged a `health: SERVING` line in `embedder status`
+    and in the log; such an id is ignored and the directory is named as any other."""
+    from thatch.embedder.client.model_names import directory_model_id
+
+    model = tmp_path / "odd-model"
+    for declared, expected in [
+        ("evil/x\nhealth:        SERVING\n\x1b[31mred", "local:odd-model"),
+        ("x" * 300, "local:odd-model"),
+        ("org/name", "org/name"),
+        (" org/name ", "org/name"),
+    ]:
+        assert directory_model_id(model, {"model_id": declared}) == expected

@@ -162,6 +162,12 @@ _BARE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 MODEL_ID_MAX = 200
 
 
+def _usable_id(model_id: str) -> bool:
+    return len(model_id) <= MODEL_ID_MAX and bool(
+        HUB_ID.fullmatch(model_id) or _BARE_NAME.fullmatch(model_id)
+    )
+
+
 def check_model_id(model_id: str) -> None:
     """ModelError unless ``model_id`` is one thatch can resolve again and store as a name."""
     if "/" not in model_id and (model_id in ("mock", *SHORT_NAMES) or model_id in ADAPTED):
@@ -170,9 +176,7 @@ def check_model_id(model_id: str) -> None:
             f"model id {model_id} is a name thatch already gives a model",
             fix="pass --model-id org/name",
         )
-    if len(model_id) > MODEL_ID_MAX or not (
-        HUB_ID.fullmatch(model_id) or _BARE_NAME.fullmatch(model_id)
-    ):
+    if not _usable_id(model_id):
         shown = model_id if len(model_id) <= 60 else model_id[:60] + "…"
         raise ModelError(
             f"model id {shown!r} is not usable: give org/name or a name, of letters, "
@@ -310,7 +314,9 @@ def stable_name(env: Env, directory: Path) -> str:
 def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:
     """thatch_model.json's model_id, else org/name for a hub-cache snapshot, else local:<name>."""
     declared = meta.get("model_id")
-    if isinstance(declared, str) and declared.strip():
+    if isinstance(declared, str) and _usable_id(declared.strip()):
+        # Others are not used: an id is printed on status lines and stored on every row,
+        # and one with a line break forged a "health: SERVING" line of its own.
         return declared.strip()
     parts = path.parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
