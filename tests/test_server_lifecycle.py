@@ -232,3 +232,27 @@ def test_log_file_rotates_at_5_mb_with_one_backup(tmp_path: Path) -> None:
     finally:
         logger.removeHandler(handler)
         handler.close()
+
+
+def test_sigterm_while_the_model_downloads_stops_the_embedder(short_tmp: Path) -> None:
+    """A first start downloads the model; SIGTERM (`thatch embedder stop`) used to wait for
+    the whole download, here a hub that never answers."""
+    import socket as sockets
+
+    with sockets.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepts, never answers
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_ETAG_TIMEOUT": "600",
+            "HF_HUB_DOWNLOAD_TIMEOUT": "600",
+        }
+        with embedder_process(
+            "someone/not-cached", socket_dir=short_tmp, env=env, wait=False
+        ) as proc:
+            assert proc.wait_for_log("INFO starting: model someone/not-cached", timeout=120)
+            assert proc.stop(signal.SIGTERM, timeout=60) == 0, proc.log_text()
+            assert "INFO embedder stopped" in proc.log_text()
+            assert not proc.socket_path.exists() and not proc.pid_path.exists()

@@ -33,6 +33,7 @@ from thatch.embedder.client.errors import (
 from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address, default_address, parse_address
 from thatch.embedder.client.socket_trust import probe, tighten_own_directory
+from thatch.embedder.encoder import ModelSettings
 from thatch.embedder.server.batching import Batcher
 from thatch.embedder.server.embed_calls import Limits
 from thatch.embedder.server.instance import InstanceLock
@@ -353,21 +354,22 @@ def serve(
     with stop_signals(on_signal, exit_now) if install_signals else no_signals():
         try:
             logger.info("starting: model %s, listening at %s", options.model, shown)
-            settings = resolve_model(options.model, env=env)
-            if settings.onnx_path is not None:
-                _quiet_onnxruntime()
-            encoder = create_encoder(settings, threads=options.threads)
-            batcher = Batcher(
-                encoder,
-                limits=options.limits,
-                idle_release_seconds=options.idle_seconds,
-                clock=clock,
-                on_load=on_load,
-                logger=logger,
-            )
-            batcher.start()
-            _wait_loaded(batcher, stop, settings.model_id)
-            if not stop.is_set():
+            settings = _resolve_unless_stopped(lambda: resolve_model(options.model, env=env), stop)
+            if settings is not None:
+                if settings.onnx_path is not None:
+                    _quiet_onnxruntime()
+                encoder = create_encoder(settings, threads=options.threads)
+                batcher = Batcher(
+                    encoder,
+                    limits=options.limits,
+                    idle_release_seconds=options.idle_seconds,
+                    clock=clock,
+                    on_load=on_load,
+                    logger=logger,
+                )
+                batcher.start()
+                _wait_loaded(batcher, stop, settings.model_id)
+            if settings is not None and batcher is not None and not stop.is_set():
                 # The encoder's settings: the file it serves after its load-time int8 check.
                 state.ready(encoder.settings, encoder, batcher)
                 set_health(health_servicer, SERVING)
@@ -394,6 +396,31 @@ def _quiet_onnxruntime() -> None:
 def _with_port(address: Address, port: int) -> Address:
     host = address.target.rpartition(":")[0]
     return Address("tcp", f"{host}:{port}")
+
+
+def _resolve_unless_stopped(
+    resolve: Callable[[], ModelSettings], stop: threading.Event
+) -> ModelSettings | None:
+    """``resolve()`` (a first start downloads the model: minutes), or None once ``stop`` is
+    set: a SIGTERM or `thatch embedder stop` used to wait for the whole download. The
+    download's thread dies with the process; the hub cache keeps only finished files."""
+    outcome: list[ModelSettings | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(resolve())
+        except BaseException as error:  # handed to the serving thread
+            outcome.append(error)
+
+    worker = threading.Thread(target=run, name="resolve", daemon=True)
+    worker.start()
+    while worker.is_alive() and not stop.is_set():
+        worker.join(0.2)
+    if not outcome:
+        return None
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _wait_loaded(batcher: Batcher, stop: threading.Event, model_id: str) -> None:
