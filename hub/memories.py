@@ -288,7 +288,7 @@ class HubMemories:
             if write_id is not None:
                 conn.execute(
                     "UPDATE applied_writes SET outcome = %s, slug = %s, rev = %s "
-                    "WHERE team = thatch_team() AND id = %s",
+                    "WHERE team = thatch_team() AND member = thatch_member() AND id = %s",
                     (written.outcome.value, written.slug, written.rev, write_id),
                 )
             return written
@@ -296,15 +296,26 @@ class HubMemories:
     def _claim(self, conn: Connection[TupleRow], write_id: str) -> Written | None:
         """Claim ``write_id`` for this transaction; the recorded outcome when a previous
         push applied it (a concurrent push holding the claim is waited for)."""
+        # Another member's claim of the same id is not this write's (m010); a claim from
+        # before m010 (member '') still is, until it expires.
+        earlier = conn.execute(
+            "SELECT outcome, slug, rev FROM applied_writes "
+            "WHERE team = thatch_team() AND member = '' AND id = %s",
+            (write_id,),
+        ).fetchone()
+        if earlier is not None and earlier[0] is not None:
+            return Written(Outcome(earlier[0]), str(earlier[1]), int(earlier[2]))
         claimed = conn.execute(
-            "INSERT INTO applied_writes (team, id, at) VALUES (thatch_team(), %s, %s) "
-            "ON CONFLICT (team, id) DO NOTHING RETURNING id",
+            "INSERT INTO applied_writes (team, member, id, at) "
+            "VALUES (thatch_team(), thatch_member(), %s, %s) "
+            "ON CONFLICT (team, member, id) DO NOTHING RETURNING id",
             (write_id, self.clock()),
         ).fetchone()
         if claimed is not None:
             return None
         row = conn.execute(
-            "SELECT outcome, slug, rev FROM applied_writes WHERE team = thatch_team() AND id = %s",
+            "SELECT outcome, slug, rev FROM applied_writes "
+            "WHERE team = thatch_team() AND member = thatch_member() AND id = %s",
             (write_id,),
         ).fetchone()
         assert row is not None and row[0] is not None  # committed with its outcome

@@ -23,6 +23,7 @@ __all__ = [
     "m007_chat",
     "m008_hnsw_screen",
     "m009_chat_peers_of_live_members",
+    "m010_write_ids_per_member",
 ]
 
 # Every table the migrations make; each has row-level security and one ``team_rows`` policy.
@@ -494,5 +495,22 @@ END $$;
 
 CREATE TRIGGER live_member BEFORE INSERT OR UPDATE ON chat_peers
   FOR EACH ROW EXECUTE FUNCTION thatch_chat_peer_member_live()""",
+        role,
+    )
+
+
+def m010_write_ids_per_member(conn: Connection[TupleRow], role: str) -> None:
+    """A write id is claimed by the member pushing it: keyed by team and id alone, another
+    member who pushed an id first (ids are ``<machine>:<outbox row>``, and the chat shows
+    every machine's id to the team) made the owner's later push of it "already applied",
+    and the owner's machine dropped the write from its outbox. Rows from before keep
+    ``member = ''`` and still answer their id's retry until they expire."""
+    _run(
+        conn,
+        """ALTER TABLE applied_writes ADD COLUMN member text NOT NULL DEFAULT '';
+
+ALTER TABLE applied_writes DROP CONSTRAINT applied_writes_pkey;
+
+ALTER TABLE applied_writes ADD PRIMARY KEY (team, member, id)""",
         role,
     )

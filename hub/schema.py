@@ -29,6 +29,7 @@ from thatch.hub.migrations import (
     m007_chat,
     m008_hnsw_screen,
     m009_chat_peers_of_live_members,
+    m010_write_ids_per_member,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ MIGRATIONS: list[tuple[str, Callable[[Connection[TupleRow], str], None]]] = [
     ("m007_chat", m007_chat),
     ("m008_hnsw_screen", m008_hnsw_screen),
     ("m009_chat_peers_of_live_members", m009_chat_peers_of_live_members),
+    ("m010_write_ids_per_member", m010_write_ids_per_member),
 ]
 
 # pg_advisory_xact_lock key serialising migrations between hub replicas ("thatch" in ASCII).

@@ -197,6 +197,23 @@ def test_a_retried_push_is_applied_once(database: HubDatabase, hub: HubProcess) 
     assert [(c.slug, c.rev) for c in changes] == [("build", 2)]
 
 
+def test_a_write_id_another_member_pushed_first_does_not_cancel_the_owners_write(
+    database: HubDatabase, hub: HubProcess
+) -> None:
+    """Write ids are `<machine>:<outbox row>`, and the chat shows every machine's id to
+    the team: bob pushed alice's next id first, her write came back "already applied",
+    and her machine dropped it from its outbox."""
+    alice, bob = team(database, hub, "alice", "bob")
+    (squatted,) = bob.push([remember("alice-machine:1", "s", "Squat", "taken first")])
+    assert (squatted.outcome, squatted.slug) == (pb.Ack.SAVED, "squat")
+    (own,) = alice.push([remember("alice-machine:1", "s", "Decision", "we ship on fridays")])
+    assert (own.outcome, own.slug, own.rev) == (pb.Ack.SAVED, "decision", 1)
+    again = bob.push([remember("alice-machine:1", "s", "Squat", "taken first")])
+    assert list(again) == [squatted]  # bob's own retry is still applied once
+    changes = wire.page_from_pb(alice.pull()).changes
+    assert sorted(c.slug for c in changes) == ["decision", "squat"]
+
+
 def test_a_secret_is_refused_and_nothing_is_stored(database: HubDatabase, hub: HubProcess) -> None:
     (alice,) = team(database, hub, "alice")
     acks = alice.push(
