@@ -346,9 +346,10 @@ class HubMemories:
             # same memories, a personal store synced from both): nothing to keep aside.
             # Saved at the row's revision, which the writer then bases its edits on.
             return Written(Outcome.SAVED, slug, rev)
-        if (deleted and base_rev is None) or (not deleted and base_rev == rev):
-            # The writer saw this revision, or recreates a label deleted before it
-            # knew of it: the row is theirs to replace.
+        if (deleted and base_rev in (None, rev)) or (not deleted and base_rev == rev):
+            # The writer saw this revision (the tombstone included: a label forgotten and
+            # saved again, which became a new conflict version at every later edit), or
+            # recreates a label deleted before it knew of it: the row is theirs to replace.
             # An edit keeps what it does not set; a recreated label starts afresh.
             kept = "COALESCE(%({0})s, {0})" if not deleted else "%({0})s"
             conn.execute(
@@ -400,6 +401,11 @@ class HubMemories:
     def forget(self, store: str, label: str) -> Memory | None:
         """Tombstone the memory: text and vectors cleared, ``deleted_at`` set, a new feed
         position. The memory as it was, or None when there was none."""
+        return self.tombstone(store, label)[0]
+
+    def tombstone(self, store: str, label: str) -> tuple[Memory | None, int | None]:
+        """``forget``, and the tombstone's ``rev`` (None: there was no live memory). A push
+        acks it, so that the machine bases a later save of the label on the tombstone."""
         slug = slugify(label)
         with as_member(self.conn, self.who) as conn:
             row = conn.execute(
@@ -408,14 +414,15 @@ class HubMemories:
                 (store, slug),
             ).fetchone()
             if row is None:
-                return None
-            conn.execute(
+                return None, None
+            updated = conn.execute(
                 "UPDATE memories SET content = '', embedding = NULL, vector = NULL, "
                 "deleted_at = %s, rev = rev + 1 "
-                "WHERE team = thatch_team() AND store = %s AND slug = %s",
+                "WHERE team = thatch_team() AND store = %s AND slug = %s RETURNING rev",
                 (self.clock(), store, slug),
-            )
-        return memory_from_hub_row(row)
+            ).fetchone()
+        assert updated is not None  # the row was locked above
+        return memory_from_hub_row(row), int(updated[0])
 
     def purge_tombstones(self, before: datetime) -> int:
         """Remove tombstones (and their recall events) deleted before ``before``, and move

@@ -366,8 +366,8 @@ class HubServicer(pb_grpc.HubServicer):
                 if index in refused:
                     acks.append(wire.ack_refused(write.write_id, refused[index]))
                 elif write.op == pb.Write.FORGET:
-                    hub.forget(write.store, write.label)
-                    acks.append(wire.ack_forgotten(write.write_id, slugify(write.label)))
+                    _, rev = hub.tombstone(write.store, write.label)
+                    acks.append(wire.ack_forgotten(write.write_id, slugify(write.label), rev))
                 else:
                     assert vectors is not None
                     acks.append(self._remember(hub, write, vectors[vector_of[index]]))

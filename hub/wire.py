@@ -137,5 +137,6 @@ def ack_refused(write_id: str, reason: str) -> pb.Ack:
     return pb.Ack(write_id=write_id, outcome=pb.Ack.REFUSED, reason=reason)
 
 
-def ack_forgotten(write_id: str, slug: str) -> pb.Ack:
-    return pb.Ack(write_id=write_id, outcome=pb.Ack.FORGOTTEN, slug=slug)
+def ack_forgotten(write_id: str, slug: str, rev: int | None = None) -> pb.Ack:
+    """``rev``: the tombstone's (none when there was nothing to forget)."""
+    return pb.Ack(write_id=write_id, outcome=pb.Ack.FORGOTTEN, slug=slug, rev=rev or 0)

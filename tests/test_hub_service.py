@@ -239,6 +239,25 @@ def test_forget_leaves_a_tombstone_on_the_feed(database: HubDatabase, hub: HubPr
     assert alice.stores().stores[0].count == 0
 
 
+def test_a_label_saved_again_on_the_tombstone_it_saw_is_recreated(
+    database: HubDatabase, hub: HubProcess
+) -> None:
+    """The machine saw the forget (its base is the tombstone's rev): the label used to
+    become a conflict version of the tombstone, and again at every later edit."""
+    (alice,) = team(database, hub, "alice")
+    (first,) = alice.push([remember("m:1", "s", "Again", "first text")])
+    (gone,) = alice.push([forget("s", "Again")])
+    assert (first.rev, gone.outcome, gone.rev) == (1, pb.Ack.FORGOTTEN, 2)
+    (back,) = alice.push([remember("m:2", "s", "Again", "second text", base_rev=2)])
+    assert (back.outcome, back.slug, back.rev) == (pb.Ack.SAVED, "again", 3)
+    (edit,) = alice.push([remember("m:3", "s", "Again", "third text", base_rev=3)])
+    assert (edit.outcome, edit.slug, edit.rev) == (pb.Ack.SAVED, "again", 4)
+    (gone,) = alice.push([forget("s", "Again")])
+    # An edit of rev 4 that did not see the forget (rev 5) still keeps both.
+    (late,) = alice.push([remember("m:4", "s", "Again", "edit of rev 4", base_rev=4)])
+    assert (gone.rev, late.outcome, late.slug) == (5, pb.Ack.CONFLICT, "again-conflict-2")
+
+
 def test_without_a_live_token_every_call_is_unauthenticated(
     database: HubDatabase, hub: HubProcess, certs: Path
 ) -> None:

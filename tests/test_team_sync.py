@@ -237,6 +237,19 @@ def test_a_save_on_one_machine_is_recalled_on_the_other(hub_db, embedder, tmp_pa
         one.ok("forget", "Deploy steps", "--store", STORE, "--yes")
         assert poll(lambda: "deploy-steps" not in two.rows(), DEADLINE), two.log.read_text()
         assert hub.live_slugs() == []
+
+        # Saved again and edited after the forget: the label is recreated, where it used
+        # to become a new conflict version at every edit while the machines drifted apart.
+        remember(one, "Deploy steps", "Tag a release, then run make deploy.")
+        remember(one, "Deploy steps", "Tag, push the tag, then run make deploy.", "--overwrite")
+        final = "# Deploy steps\n\nTag, push the tag, then run make deploy."
+        assert poll(
+            lambda: one.outbox() == 0 and two.rows().get("deploy-steps", ("", False))[0] == final,
+            DEADLINE,
+        ), (one.log.read_text(), two.rows())
+        assert hub.live_slugs() == ["deploy-steps"] and list(two.rows()) == ["deploy-steps"]
+        one.ok("forget", "Deploy steps", "--store", STORE, "--yes")
+        assert poll(lambda: "deploy-steps" not in two.rows(), DEADLINE), two.log.read_text()
         printed = two.ok("team", "status", "--json")
         assert printed.count("\n") == 1  # one line, as every --json (docs/cli.md)
         status = json.loads(printed)
