@@ -234,6 +234,13 @@ def peers(conn: Connection[TupleRow], who: Member, now: datetime) -> list[Peer]:
 
 
 def _refusal(conn: Connection[TupleRow], machine: str, mail: OutgoingMail) -> str | None:
+    # PostgreSQL's text cannot hold NUL: such a mail failed its whole batch on every retry,
+    # and every later mail of the machine queued behind it for good.
+    for field, value in (("body", mail.body), ("client_id", mail.client_id)):
+        if "\x00" in value:
+            return f"Invalid arguments: {field}: holds a NUL character"
+    if not _KEY.fullmatch(mail.from_key):
+        return "Invalid arguments: from_key: a session key is 16-64 lowercase hex digits"
     if not mail.body.strip():
         return "Invalid arguments: body: must not be empty"
     if len(mail.body) > CHAT_MAX_BODY:

@@ -235,6 +235,17 @@ def test_hostile_bodies_are_refused_or_kept_verbatim(team: dict[str, Who]) -> No
     assert send(alice, "0a", to, huge, "c:3").refused == (
         f"Message too long: {len(huge)} characters (maximum {chat.CHAT_MAX_BODY})."
     )
+    # PostgreSQL's text holds no NUL: such a mail failed its batch on every retry, and
+    # the machine's later mail waited behind it for good.
+    assert send(alice, "0a", to, "bad\x00body", "c:6").refused == (
+        "Invalid arguments: body: holds a NUL character"
+    )
+    assert send(alice, "0a", to, "fine", "c:\x00").refused == (
+        "Invalid arguments: client_id: holds a NUL character"
+    )
+    assert send(alice, "0a\x00", to, "fine", "c:7").refused == (
+        "Invalid arguments: from_key: a session key is 16-64 lowercase hex digits"
+    )
     full = "y" * chat.CHAT_MAX_BODY
     assert send(alice, "0a", to, full, "c:4").id is not None
     # The end marker travels as written: it is neutralised where it is shown.
