@@ -60,22 +60,38 @@ def _local_model(env: Mapping[str, str]) -> str | None:
         return None
 
 
+TOKEN_MAX_BYTES = 4096  # a hub's are 50 characters: thatch_ and 32 random bytes, url-safe
+
+
 def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
+    from thatch.frontend.regular_files import read_regular
     from thatch.teamsync.tokens import TOKEN_ENV
 
     if token_file is not None:
         try:
-            token = token_file.read_text().strip()
-        except OSError as error:
+            token = read_regular(token_file, TOKEN_MAX_BYTES * 2).decode().strip()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or "it is not text"
             raise FixableError(
-                f"cannot read the token file {token_file}: {error.strerror}",
+                f"cannot read the token file {token_file}: {reason}",
                 "give a readable file holding the token thatch hub member add printed",
             ) from None
+        where = f"the token file {token_file}"
     else:
         token = env.get(TOKEN_ENV, "").strip()
+        where = TOKEN_ENV
     if not token:
         raise FixableError(
             "no team token given",
+            f"set {TOKEN_ENV} to the token `thatch hub member add` printed, or pass "
+            "--token-file FILE",
+        )
+    # A token travels in a gRPC header: anything else failed as "the hub is unavailable
+    # (Invalid metadata)" or "metadata size exceeds hard limit", with a fix about the address.
+    if len(token) > TOKEN_MAX_BYTES or not (token.isascii() and token.isprintable()):
+        raise FixableError(
+            f"{where} does not hold a team token (one line of printable ASCII, at most "
+            f"{TOKEN_MAX_BYTES} characters)",
             f"set {TOKEN_ENV} to the token `thatch hub member add` printed, or pass "
             "--token-file FILE",
         )
@@ -124,8 +140,8 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
         HubClient,
         HubError,
         HubRefused,
-        is_loopback,
         parse_hub_address,
+        plaintext_to,
     )
     from thatch.teamsync.engine import SyncEngine
     from thatch.teamsync.links import add_link
@@ -140,7 +156,7 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
         address = parse_hub_address(url)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    plaintext = is_loopback(address) and not address.is_unix
+    plaintext = plaintext_to(address, env)
     try:
         with HubClient(url, token, env=env, plaintext=plaintext) as client:
             who = client.stores()

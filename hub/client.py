@@ -48,6 +48,7 @@ __all__ = [
     "HubUnavailable",
     "is_loopback",
     "parse_hub_address",
+    "plaintext_to",
     "probe_health",
 ]
 
@@ -124,6 +125,14 @@ def _read_ca(path: str | Path, env: Mapping[str, str]) -> bytes:
             f"cannot read the hub's CA file {path}: {error.strerror or error}",
             f"point {HUB_CA} at a readable PEM file",
         ) from None
+
+
+def plaintext_to(address: Address, env: Mapping[str, str]) -> bool:
+    """Whether a member reaches the hub at ``address`` in plaintext: on a loopback address,
+    unless THATCH_HUB_CA is set. A TLS hub port-forwarded to localhost (kubectl
+    port-forward, docs/deploy.md) was always spoken to in plaintext, and the join failed
+    with "Socket closed", blamed on the address."""
+    return is_loopback(address) and not address.is_unix and not env_get(env, HUB_CA)
 
 
 def _channel(

@@ -30,7 +30,7 @@ from types import FrameType
 
 from thatch.common.environment import default_db_path, socket_dir, thatch_cache_dir
 from thatch.frontend.store.db import atomic
-from thatch.hub.client import HubClient, HubRefused, is_loopback, parse_hub_address
+from thatch.hub.client import HubClient, HubRefused, parse_hub_address, plaintext_to
 from thatch.teamsync import outbox
 from thatch.teamsync.chat import ChatHub
 from thatch.teamsync.engine import HubLink, LinkOutcome, SyncEngine
@@ -133,7 +133,7 @@ class HubClients:
         if held is not None:
             held[1].close()
         address = parse_hub_address(link.hub_url)
-        plaintext = is_loopback(address) and not address.is_unix
+        plaintext = plaintext_to(address, self.env)
         client = HubClient(link.hub_url, token, env=self.env, plaintext=plaintext)
         self._clients[key] = (token, client)
         return client

@@ -4,6 +4,8 @@ a connection)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -35,3 +37,44 @@ def test_a_good_id_passes_on_to_the_owner_url_check(monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(cli, ["hub", "team", "add", "acme.core_2", "Core"])
     assert result.exit_code == 1, result.output
     assert "THATCH_HUB_OWNER_URL" in result.output
+
+
+def test_a_token_that_cannot_be_one_is_refused_before_the_hub_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binary token file gave a traceback; a non-ASCII or 20,000-character token was
+    sent, and failed as "the hub is unavailable (Invalid metadata)" with a fix about the
+    address. The address is nobody's: a token that got that far would say so instead."""
+    import os
+
+    binary = tmp_path / "binary.tok"
+    binary.write_bytes(os.urandom(64) + b"\xff")
+    accented = tmp_path / "accented.tok"
+    accented.write_text("thatch_é-not-ascii\n")
+    huge = tmp_path / "huge.tok"
+    huge.write_text("x" * 20_000)
+    join = ["team", "join", "127.0.0.1:9", "--store", "acme/app", "--token-file"]
+    for path, message in [
+        (binary, f"Error: cannot read the token file {binary}: it is not text"),
+        (accented, f"Error: the token file {accented} does not hold a team token"),
+        (huge, f"Error: cannot read the token file {huge}: larger than 8192 bytes"),
+        (Path("/dev/zero"), "Error: cannot read the token file /dev/zero: not a regular file"),
+    ]:
+        result = CliRunner().invoke(cli, [*join, str(path)])
+        assert result.exit_code == 1 and result.stderr.startswith(message), result.output
+    monkeypatch.setenv("THATCH_HUB_TOKEN", "t" * 5_000)
+    result = CliRunner().invoke(cli, join[:-1])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: THATCH_HUB_TOKEN does not hold a team token")
+
+
+def test_a_loopback_hub_is_spoken_to_over_tls_when_a_ca_is_given() -> None:
+    """A TLS hub port-forwarded to localhost was always spoken to in plaintext: its join
+    failed with "Socket closed", blamed on the address."""
+    from thatch.hub.client import parse_hub_address, plaintext_to
+
+    local = parse_hub_address("localhost:7472")
+    assert plaintext_to(local, {}) is True
+    assert plaintext_to(local, {"THATCH_HUB_CA": "/etc/ca.pem"}) is False
+    assert plaintext_to(parse_hub_address("hub.example:443"), {}) is False
+    assert plaintext_to(parse_hub_address("unix:///run/hub.sock"), {}) is False
