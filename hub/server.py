@@ -144,6 +144,21 @@ def _listen(value: str, tls: HubTls | None, logger: logging.Logger) -> Address:
     return address
 
 
+def _check_conninfo(conninfo: str) -> None:
+    """``HubStartError`` for a connection string psycopg cannot parse: retrying cannot help
+    (it ended the hub with a traceback from the readiness loop)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else "malformed"
+        raise HubStartError(
+            f"THATCH_HUB_DATABASE_URL is not a PostgreSQL connection string ({reason}): "
+            "set it to postgresql://<the hub's role>@<host>/<database>"
+        ) from None
+
+
 def _not_ready(conninfo: str) -> str | None:
     """Why the database cannot be served yet (None: it can). ``HubStartError`` when waiting
     cannot help: the role could bypass row-level security."""
@@ -197,6 +212,7 @@ def serve(
 ) -> int:
     """Run one hub replica until SIGTERM/SIGINT (or ``stop``); the exit status.
     ``HubStartError`` when it cannot start (after releasing what it took)."""
+    _check_conninfo(options.database_url)
     address = _listen(options.listen, options.tls, logger)
     stop = stop or threading.Event()
     pool = new_pool(

@@ -524,6 +524,21 @@ def test_plaintext_is_refused_off_loopback(tmp_path: Path) -> None:
     assert "--tls-cert" in done.stderr
 
 
+@pytest.mark.parametrize("url", ["nonsense", "postgresql://%%%"])
+def test_a_malformed_database_url_is_one_error_line(url: str) -> None:
+    """It ended `thatch hub serve` with a traceback from the readiness loop."""
+    done = subprocess.run(
+        hub_command("serve", "--listen", "127.0.0.1:0"),
+        env={**_env(), "THATCH_HUB_DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "Error: THATCH_HUB_DATABASE_URL is not a PostgreSQL connection string (" in done.stderr
+
+
 def test_the_commands_set_up_a_team_from_scratch(
     postgres: PostgresServer, minilm: EmbedderProcess, tmp_path: Path
 ) -> None:
