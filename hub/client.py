@@ -20,6 +20,7 @@ machine's): tests/test_proto.py checks.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -56,6 +57,9 @@ HUB_CA = "THATCH_HUB_CA"
 # A pull page of the hub's maximum rows at its maximum text size fits (hub.servicer.HubLimits).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
+# A DNS name or IPv4 address, or an IPv6 one (bracketed or not): gRPC misread the rest late, as a
+# "Misformatted domain name" the hub was blamed for.
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*")
 FIX_RETRY = "nothing was lost: thatch retries later (check the hub's address and that it runs)"
 FIX_TOKEN = (
     "ask the team's admin for a new token (thatch hub member add TEAM MEMBER) and use it "
@@ -101,9 +105,14 @@ def parse_hub_address(value: str, *, what: str = "hub address", zero_ok: bool = 
         if not path.startswith("/") or path == "/":
             raise bad
         return Address("unix", value, Path(path))
+    if value.lower().startswith(("http://", "https://", "grpc://", "grpcs://")):
+        raise ValueError(
+            f"invalid {what} {value!r}: give host:port without a scheme (the hub speaks "
+            "gRPC, TLS unless on loopback)"
+        )
     rest = value.removeprefix("dns:///")
     host, sep, port = rest.rpartition(":")
-    if not sep or not host or not _valid_port(port, zero_ok=zero_ok):
+    if not sep or not _HOST.fullmatch(host) or not _valid_port(port, zero_ok=zero_ok):
         raise bad
     return Address("dns" if rest != value else "tcp", value)
 

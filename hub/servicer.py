@@ -326,6 +326,9 @@ class HubServicer(pb_grpc.HubServicer):
         problem = problem or _text_problem("stored text", write.stored_text, limits.max_text_chars)
         if problem is None and write.HasField("branch"):
             problem = _name_problem("branch", write.branch, limits.max_name_chars)
+        if problem is None and write.HasField("confidence") and not 1 <= write.confidence <= 10:
+            # The local tools' range: every machine copies what the hub keeps.
+            problem = f"confidence {write.confidence} is not from 1 to 10"
         if problem is None and write.HasField("base_rev") and write.base_rev < 1:
             problem = f"base_rev {write.base_rev} is not a revision (revisions start at 1)"
         return problem

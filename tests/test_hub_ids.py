@@ -78,3 +78,17 @@ def test_a_loopback_hub_is_spoken_to_over_tls_when_a_ca_is_given() -> None:
     assert plaintext_to(local, {"THATCH_HUB_CA": "/etc/ca.pem"}) is False
     assert plaintext_to(parse_hub_address("hub.example:443"), {}) is False
     assert plaintext_to(parse_hub_address("unix:///run/hub.sock"), {}) is False
+
+
+def test_a_hub_address_with_a_scheme_or_odd_host_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`http://host:port` passed, then failed in gRPC as a "Misformatted domain name"."""
+    monkeypatch.setenv("THATCH_HUB_TOKEN", "thatch_" + "t" * 43)
+    for url, words in [
+        ("http://127.0.0.1:7471", "give host:port without a scheme"),
+        ("a b:7471", "expected host:port or unix:///path"),
+        ("hub/x:7471", "expected host:port or unix:///path"),
+    ]:
+        result = CliRunner().invoke(cli, ["team", "join", url, "--store", "acme/app"])
+        assert result.exit_code == 2 and words in result.stderr, result.output
