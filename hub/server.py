@@ -72,6 +72,20 @@ class HubTls:
 
         return grpc.ssl_server_credentials([(read(self.key), read(self.cert))])
 
+    def problem(self) -> str | None:
+        """Why the files are no PEM certificate and its unencrypted key, if so: gRPC says
+        only that it failed to bind."""
+        from thatch.common.pem_files import unusable_pair
+
+        reason = unusable_pair(self.cert, self.key)
+        if reason is None:
+            return None
+        return (
+            f"--tls-cert {self.cert} and --tls-key {self.key} are not a PEM certificate and "
+            f"its unencrypted private key ({reason}): pass the hub's certificate (chain) "
+            "and the key it was issued for"
+        )
+
 
 @dataclass(frozen=True)
 class HubOptions:
@@ -123,7 +137,8 @@ def create_server(
     try:
         port = add_port(server, address, credentials)
     except RuntimeError as error:
-        raise HubStartError(f"cannot listen on {address}: {error}") from None
+        problem = None if tls is None else tls.problem()
+        raise HubStartError(problem or f"cannot listen on {address}: {error}") from None
     return server, port, health_servicer
 
 

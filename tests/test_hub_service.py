@@ -552,6 +552,28 @@ def test_a_malformed_database_url_is_one_error_line(url: str) -> None:
     assert "Error: THATCH_HUB_DATABASE_URL is not a PostgreSQL connection string (" in done.stderr
 
 
+def test_tls_files_that_are_no_pem_pair_are_named(tmp_path: Path, certs: Path) -> None:
+    """gRPC reports them only as "cannot listen on …: Failed to bind"."""
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    for cert, key in [(junk, junk), (certs / "server.pem", certs / "ca.key")]:
+        done = subprocess.run(
+            hub_command(
+                "serve", "--listen", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)
+            ),
+            env={**_env(), "THATCH_HUB_DATABASE_URL": "host=/nonexistent dbname=x"},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stderr
+        assert (
+            f"Error: --tls-cert {cert} and --tls-key {key} are not a PEM certificate and its "
+            "unencrypted private key (" in done.stderr
+        ), done.stderr
+
+
 def test_the_commands_set_up_a_team_from_scratch(
     postgres: PostgresServer, minilm: EmbedderProcess, tmp_path: Path
 ) -> None:

@@ -87,33 +87,21 @@ class TlsFiles:
         """After gRPC failed to bind with these files, which it reports only as a failure to
         bind: ServerStartError naming the file that is no usable PEM, if one is not. Only
         then: the stdlib's OpenSSL may refuse files gRPC's own TLS takes."""
-        import ssl
+        from thatch.common.pem_files import unusable_ca, unusable_pair
 
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.set_ciphers("DEFAULT:@SECLEVEL=0")  # judge the files, not the key sizes
-        # gRPC takes no passphrase: an encrypted key is as unusable as a wrong one.
-        _pem_check(
-            lambda: context.load_cert_chain(self.cert, self.key, password=lambda: b""),
-            f"--tls-cert {self.cert} and --tls-key {self.key} are not a PEM certificate "
-            "and its unencrypted private key",
-            "pass the server's PEM certificate (chain) and the key it was issued for",
-        )
-        if self.client_ca is not None:
-            client_ca = self.client_ca
-            _pem_check(
-                lambda: context.load_verify_locations(cafile=client_ca),
-                f"--tls-client-ca {client_ca} is not a PEM CA certificate",
+        problem = unusable_pair(self.cert, self.key)
+        if problem is not None:
+            raise ServerStartError(
+                f"--tls-cert {self.cert} and --tls-key {self.key} are not a PEM certificate "
+                f"and its unencrypted private key ({problem})",
+                "pass the server's PEM certificate (chain) and the key it was issued for",
+            )
+        problem = None if self.client_ca is None else unusable_ca(self.client_ca)
+        if problem is not None:
+            raise ServerStartError(
+                f"--tls-client-ca {self.client_ca} is not a PEM CA certificate ({problem})",
                 "pass the PEM certificate of the CA that signs the clients' certificates",
             )
-
-
-def _pem_check(load: Callable[[], object], problem: str, fix: str) -> None:
-    import ssl
-
-    try:
-        load()
-    except (ssl.SSLError, OSError) as error:
-        raise ServerStartError(f"{problem} ({error.strerror or error})", fix) from None
 
 
 @dataclass(frozen=True)
