@@ -132,6 +132,21 @@ def test_missing_required_file_on_hub_is_named(
         assert server.downloaded() == set()
 
 
+def test_a_listed_file_the_hub_cannot_give_is_named(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said only "404 Client Error." (spec: download failures name the cause)."""
+    with FakeHub({"acme/broken": minilm_dir}) as server:
+        server.gone.add("tokenizer.json")
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        env = {**os.environ, "HF_ENDPOINT": server.url}
+        with pytest.raises(
+            ModelError, match=r"^downloading model acme/broken .*at tokenizer\.json"
+        ):
+            resolve_model("acme/broken", env=env, progress=False)
+
+
 def test_cached_int8_without_its_fp32_file_is_completed_or_refused(
     hub: FakeHub, minilm_dir: Path
 ) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from thatch.common.environment import Env
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
@@ -167,11 +168,13 @@ def hub_errors(ref: HubRef, endpoint: str) -> Iterator[None]:
     except errors.RevisionNotFoundError:
         raise ModelError(f"revision {rev} of model {model} was not found on {endpoint}") from None
     except errors.RemoteEntryNotFoundError as error:
-        raise ModelError(f"downloading model {model} failed: {_first_line(error)}") from None
+        raise ModelError(
+            f"downloading model {model} failed{_file_of(error)}: {_first_line(error)}"
+        ) from None
     except errors.HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else "?"
         raise ModelError(
-            f"downloading model {model} from {endpoint} failed: HTTP {status}"
+            f"downloading model {model} from {endpoint} failed{_file_of(error)}: HTTP {status}"
             f" ({_first_line(error)})"
         ) from None
     except errors.LocalEntryNotFoundError as error:
@@ -186,6 +189,15 @@ def hub_errors(ref: HubRef, endpoint: str) -> Iterator[None]:
             f"cannot download model {model} from {endpoint}: "
             f"{type(error).__name__}: {_first_line(error)}"
         ) from None
+
+
+def _file_of(error: BaseException) -> str:
+    """`` at <file>`` when the failed request was for one of the model's files."""
+    response = getattr(error, "response", None)
+    url = str(getattr(response, "url", "") or "")
+    _, marker, rest = url.partition("/resolve/")
+    name = rest.partition("/")[2].partition("?")[0] if marker else ""
+    return f" at {unquote(name)}" if name else ""
 
 
 def _first_line(error: BaseException) -> str:

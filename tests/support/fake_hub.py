@@ -30,6 +30,7 @@ class FakeHub:
         self.repos = repos
         self.commit = commit
         self.requests: list[tuple[str, str]] = []
+        self.gone: set[str] = set()  # files listed but answering 404 (a broken upload)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -128,7 +129,7 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if revision not in ("main", hub.commit):
                 return self._error(404, "RevisionNotFound", send_body)
             target = root / name
-            if ".." in Path(name).parts or not target.is_file():
+            if ".." in Path(name).parts or not target.is_file() or name in hub.gone:
                 return self._error(404, "EntryNotFound", send_body)
             data = target.read_bytes()
             headers = {
