@@ -27,13 +27,19 @@ class NotRegularFile(OSError):
         super().__init__(errno.EINVAL, "not a regular file", str(path))
 
 
-def open_regular(path: str | Path) -> BinaryIO:
+def open_regular(path: str | Path, *, own: bool = False) -> BinaryIO:
     """``path`` open for reading in binary, if it is a regular file (symlinks followed);
-    NotRegularFile otherwise, any other OSError as ``open`` raises it."""
-    fd = os.open(path, _FLAGS)
+    NotRegularFile otherwise, any other OSError as ``open`` raises it.
+
+    ``own``: thatch's own files (a session's queue): a symlink is refused (ELOOP), and so
+    is a file of another user, so that no session reads another's through a link."""
+    fd = os.open(path, _FLAGS | (os.O_NOFOLLOW if own else 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise NotRegularFile(path)
+        if own and info.st_uid != os.geteuid():
+            raise PermissionError(errno.EPERM, "not this user's file", str(path))
         # A file system that honours O_NONBLOCK on regular files (some FUSE ones) would
         # let a read return None; only the open had to be kept from waiting.
         os.set_blocking(fd, True)
@@ -43,10 +49,11 @@ def open_regular(path: str | Path) -> BinaryIO:
         raise
 
 
-def read_regular(path: str | Path, limit: int) -> bytes:
+def read_regular(path: str | Path, limit: int, *, own: bool = False) -> bytes:
     """The bytes of the regular file at ``path``; OSError when it is not one, or is larger
-    than ``limit`` (EFBIG: a symlink to a huge file, say, is never read whole)."""
-    with open_regular(path) as handle:
+    than ``limit`` (EFBIG: a symlink to a huge file, say, is never read whole). ``own`` as
+    in ``open_regular``."""
+    with open_regular(path, own=own) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))

@@ -141,3 +141,45 @@ def test_nudge_only_for_ids_the_tools_accept(tmp_path: Path, env: dict, session:
     if not accepted:
         assert done.text.startswith("Invalid arguments: session_id: ")
         assert len(flush.stdout) < 1000
+
+
+def test_a_fifo_or_a_link_in_the_queue_hangs_nothing_and_hands_over_nothing(
+    tmp_path: Path, env: dict
+) -> None:
+    """A FIFO at a session's queue file hung its hooks and its extraction tool for good;
+    a symlink to another session's queue, or an id shaped like that queue's hashed stem
+    (``a_b-<16 hex>`` for ``a.b``), handed that session's records over."""
+    import os
+
+    directory = tmp_path / "queue"
+    secret = {
+        "tool_name": "Bash",
+        "tool_input": {"command": "echo SECRET_OF_A"},
+        "tool_use_id": "s",
+    }
+    for victim in ("victim", "a.b"):
+        run_hook(["buffer-batch"], {"session_id": victim, "tool_calls": [secret]}, env)
+    os.mkfifo(directory / "fifo1.jsonl")
+    os.mkfifo(directory / "fifo2.state")
+    os.mkfifo(directory / "fifo3.count")
+    (directory / "fifo3.jsonl").write_text(json.dumps({"seq": 1, "tool": "Bash"}) + "\n")
+    (directory / "linked.jsonl").symlink_to(directory / "victim.jsonl")
+    (directory / "dirlock.lock").mkdir()
+    lookalike = queue.safe_name("a.b")
+    assert lookalike == "a_b-" + lookalike.rpartition("-")[2]
+    call = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t"}
+    for session in ("fifo1", "fifo2", "fifo3", "linked", lookalike, "dirlock"):
+        for hook, payload in [
+            ("flush-tools", {"session_id": session, "prompt": "next"}),
+            ("buffer-batch", {"session_id": session, "tool_calls": [call]}),
+        ]:
+            done = run_hook([hook], payload, env)  # a hang fails at run_hook's timeout
+            assert done.returncode == 0 and b"SECRET_OF_A" not in done.stdout, (session, hook)
+        with tool_context(tmp_path) as ctx:
+            tools = Tools(ctx)
+            shown = tools.call("get_extraction_payload", {"session_id": session})
+            done_call = tools.call("extraction_done", {"session_id": session})
+        assert "SECRET_OF_A" not in shown.text, session
+        assert "Errno" not in shown.text + done_call.text, (shown.text, done_call.text)
+    assert "SECRET_OF_A" in payload_of(tmp_path, "victim")
+    assert "SECRET_OF_A" in payload_of(tmp_path, "a.b")

@@ -195,9 +195,11 @@ def _tell_once(env: Mapping[str, str], key: str, line: str) -> None:
 
 def _told_before(env: Mapping[str, str], key: str) -> str | None:
     """The line the reminder left for this session, taken (deleted), or None."""
+    from thatch.frontend.regular_files import read_regular
+
     path = _told_path(env, key)
     try:
-        line = path.read_text(encoding="utf-8")
+        line = read_regular(path, 64 * 1024, own=True).decode("utf-8")  # a FIFO: no wait
         path.unlink()
     except (OSError, UnicodeDecodeError):
         return None

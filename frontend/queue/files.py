@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from thatch.frontend.queue.limits import (
     STALE_SECONDS,
 )
 from thatch.frontend.queue.records import capped, compact
+from thatch.frontend.regular_files import open_regular, read_regular
 
 __all__ = [
     "CLEANUP_MARKER",
@@ -56,6 +58,9 @@ CLEANUP_MARKER = ".last-cleanup"
 UNREAD = ".unread"  # marker: this session was told once that its payloads are unreadable
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_HASHED_STEM = re.compile(r"[A-Za-z0-9_-]{0,64}-[0-9a-f]{16}")
+SMALL_FILE_BYTES = 64 * 1024  # a .state or .count file is a few dozen bytes
+LARGEST_COUNT = 1_000_000  # a count file holding more was not written by thatch
 
 
 class QueueError(Exception):
@@ -66,9 +71,13 @@ class QueueError(Exception):
 
 
 def safe_name(session_id: str) -> str:
-    """File stem for a session id: itself when already safe, else sanitised plus a hash."""
+    """File stem for a session id: itself when already safe, else sanitised plus a hash.
+
+    An id shaped like such a stem (``a_b-2e7336dc8eba87ef``) is hashed too: mapped to
+    itself, it was the queue of the id whose stem it is (``a.b``), and read its records.
+    No stem a hash makes is then any id's own."""
     safe = _UNSAFE.sub("_", session_id)
-    if safe != session_id or len(session_id) > 128:
+    if safe != session_id or len(session_id) > 128 or _HASHED_STEM.fullmatch(session_id):
         import hashlib  # loads OpenSSL (~3 ms); UUIDs and opencode ids never need it
 
         digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
@@ -98,7 +107,7 @@ def ensure_dir(directory: Path) -> None:
 
 @contextlib.contextmanager
 def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _open_lock(lock_path)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -108,13 +117,29 @@ def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[N
             # orphan locks nobody out, so only the file still at the path counts.
             if _same_file(fd, lock_path):
                 break
-            orphan, fd = fd, os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            orphan, fd = fd, _open_lock(lock_path)
             os.close(orphan)
         # Touch the lock so the 7-day cleanup leaves it alone (it also skips held locks).
         os.utime(fd)
         yield
     finally:
         os.close(fd)  # closing releases the flock
+
+
+def _open_lock(lock_path: Path) -> int:
+    """The lock file, created if missing: QueueError when something else is at the path (a
+    directory, a FIFO, a link: nothing a session's hooks could lock or should follow)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(lock_path, flags, 0o600)
+    except OSError as error:
+        raise QueueError(
+            f"queue lock {lock_path.name} cannot be opened: {error.strerror or error}"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise QueueError(f"queue lock {lock_path.name} is not a regular file")
+    return fd
 
 
 _TICK_SECONDS = 0.005  # the timer's repeat once the deadline has passed
@@ -249,12 +274,14 @@ def unlink(path: Path) -> None:
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """The file's records, newest MAX_RECORDS, each capped; at most QUEUE_BYTES_LIMIT read."""
     try:
-        with path.open("rb") as handle:
+        # Only the session's own regular file: a FIFO put here hung every hook and tool
+        # of the session, and a symlink to another session's queue handed its records over.
+        with open_regular(path, own=True) as handle:
             size = os.fstat(handle.fileno()).st_size
             if size > QUEUE_BYTES_LIMIT:
                 handle.seek(size - QUEUE_BYTES_LIMIT)  # the first (partial) line is skipped
             data = handle.read(QUEUE_BYTES_LIMIT)
-    except FileNotFoundError:
+    except OSError:
         return []
     # "\n" only: str.splitlines also cuts at U+2028, U+2029 and U+0085, which a record
     # written with ensure_ascii=False holds raw (a minified script, text from the web).
@@ -284,7 +311,7 @@ def state_path(jsonl: Path) -> Path:
 def read_state(path: Path) -> dict[str, Any]:
     """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign)."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(read_regular(path, SMALL_FILE_BYTES, own=True).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(value, dict):
@@ -315,10 +342,10 @@ def write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:
 def read_number(path: Path) -> int:
     """A count file's number (missing, unparsable or negative = 0)."""
     try:
-        value = int(path.read_text(encoding="utf-8").strip())
+        value = int(read_regular(path, SMALL_FILE_BYTES, own=True).decode("utf-8").strip())
     except (OSError, ValueError):
         return 0
-    return max(value, 0)
+    return min(max(value, 0), LARGEST_COUNT)
 
 
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
