@@ -169,6 +169,32 @@ def test_list_show_forget_and_store_list(tools: Tools, tmp_path: Path) -> None:
     assert rows(tmp_path / "thatch.db") == [("o/r", "alpha", "Alpha")]
 
 
+def test_a_long_list_shows_its_first_labels_and_says_how_many_there_are(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """At 100k memories the whole list was 6.7 MB in one answer (1.5 s, 160 MB more in
+    the server), and the session-start reminder has every agent call it."""
+    import sqlite3
+    from contextlib import closing
+
+    from thatch.frontend.tools.formatting import LISTED_AT_MOST
+
+    ok(tools, "memory_remember", {"label": "Alpha", "content": "a"})
+    with closing(sqlite3.connect(tmp_path / "thatch.db")) as conn, conn:
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, created_at, updated_at) "
+            "VALUES (?, 'o/r', ?, 'x', 't', 't')",
+            [(f"m{i:04d}", f"m{i:04d}") for i in range(LISTED_AT_MOST + 50)],
+        )
+    lines = ok(tools, "memory_list", {}).split("\n")
+    assert len(lines) == LISTED_AT_MOST + 1
+    assert lines[0].startswith("[o/r] Alpha (") and lines[-2].startswith("[o/r] m0198 (")
+    assert lines[-1] == (
+        f"(the first {LISTED_AT_MOST} of 251 memories, by label: memory_recall finds the "
+        "others by meaning, memory_show one by its label)"
+    )
+
+
 def test_store_names_are_case_sensitive(tools: Tools) -> None:
     """Explicit store names are used literally."""
     saved = ok(tools, "memory_remember", {"label": "A", "content": "a", "store": "Team"})

@@ -9,6 +9,7 @@ engine and chat stores it hands out (``engines``, ``chat``) share.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import sqlite3
 import threading
@@ -470,6 +471,22 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
             f"SELECT {COLUMNS} FROM entries WHERE store = ? ORDER BY label, slug", (store,)
         )
         return [memory_from_row(row) for row in rows]
+
+    @locked
+    def list_first(self, store: str, limit: int) -> tuple[builtins.list[Memory], int]:
+        """The first ``limit`` memories of ``list``'s order, and how many the store holds.
+        The always-true ``label IS NOT NULL`` lets SQLite walk m022's index: 6 ms at 100k
+        memories (the count), where reading and sorting the whole store took 1.5 s."""
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE store = ? AND label IS NOT NULL "
+            "ORDER BY label, slug LIMIT ?",
+            (store, max(0, int(limit))),
+        )
+        memories = [memory_from_row(row) for row in rows]
+        (total,) = self.conn.execute(
+            "SELECT count(*) FROM entries WHERE store = ?", (store,)
+        ).fetchone()
+        return memories, int(total)
 
     @locked
     def show(self, store: str, label: str) -> Memory | None:

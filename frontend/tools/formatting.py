@@ -218,10 +218,22 @@ def list_line(memory: Memory) -> str:
     return " ".join(parts)
 
 
-def memory_list(store: str, memories: Sequence[Memory]) -> str:
+# memory_list's lines at most: at 100k memories the whole list was 6.7 MB in one answer,
+# and the session-start reminder has every agent call it.
+LISTED_AT_MOST = 200
+
+
+def memory_list(store: str, memories: Sequence[Memory], total: int | None = None) -> str:
+    """``memories``' lines; ``total``: how many the store holds, when they are the first."""
     if not memories:
         return no_memories(store)
-    return "\n".join(list_line(memory) for memory in memories)
+    lines = "\n".join(list_line(memory) for memory in memories)
+    if total is None or total <= len(memories):
+        return lines
+    return (
+        f"{lines}\n(the first {len(memories)} of {total:,} memories, by label: memory_recall "
+        "finds the others by meaning, memory_show one by its label)"
+    )
 
 
 def no_memories(store: str) -> str:

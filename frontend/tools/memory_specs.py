@@ -116,7 +116,8 @@ def _recall(tools: Operations, args: dict[str, Any]) -> str:
 
 def _list(tools: Operations, args: dict[str, Any]) -> str:
     store = tools.existing_store(args["store"])
-    return fmt.memory_list(store, tools.ctx.store.list(store))
+    memories, total = tools.ctx.store.list_first(store, fmt.LISTED_AT_MOST)
+    return fmt.memory_list(store, memories, total)
 
 
 def _show(tools: Operations, args: dict[str, Any]) -> str:

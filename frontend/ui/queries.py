@@ -32,7 +32,7 @@ SORTS: dict[str, tuple[str, str]] = {
     "oldest": ("created_at ASC, slug ASC", "oldest first"),
     "updated": ("updated_at DESC, slug DESC", "recently updated first"),
     "recalled": ("recall_count DESC, last_recalled_at DESC, slug DESC", "most recalled first"),
-    "label": ("label COLLATE NOCASE, slug", "by label"),
+    "label": ("label, slug", "by label"),  # as memory_list and thatch list order
 }
 _INDEXED_BY = {
     "newest": "created_at",

@@ -15,7 +15,7 @@ PAGE_ORDER_INDEXES = {
     "thatch_entries_created": ("store, created_at, slug", "created_at"),
     "thatch_entries_updated": ("store, updated_at, slug", "updated_at"),
     "thatch_entries_recalled": ("store, recall_count, last_recalled_at, slug", "recall_count"),
-    "thatch_entries_label": ("store, label COLLATE NOCASE, slug", "label"),
+    "thatch_entries_label": ("store, label, slug", "label"),  # and memory_list's page
 }
 ARCHIVED_INDEX = "thatch_entries_archived"
 
