@@ -52,6 +52,7 @@ from thatch.frontend.store.migrations.duplicates import (
     m010_duplicate_candidates,
 )
 from thatch.frontend.store.migrations.engines import m012_defaults_off
+from thatch.frontend.store.migrations.flat_reads import m022_flat_reads
 from thatch.frontend.store.migrations.lexical import (
     fill_fts,
     fill_fts_identifiers,
@@ -59,7 +60,6 @@ from thatch.frontend.store.migrations.lexical import (
     m017_fts_identifiers,
 )
 from thatch.frontend.store.migrations.links import LINKS_TABLE, m016_memory_links
-from thatch.frontend.store.migrations.pages import m022_page_orders
 from thatch.frontend.store.migrations.tables import (
     TABLES,
     m001_create_tables,
@@ -128,16 +128,16 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m019_anchor_verdict_stat", m019_anchor_verdict_stat),
     ("m020_team_recalls", m020_team_recalls),
     ("m021_team_conflict_versions", m021_team_conflict_versions),
-    ("m022_page_orders", m022_page_orders),
+    ("m022_flat_reads", m022_flat_reads),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
 NEEDS_FTS5 = frozenset({"m009_fts", "m017_fts_identifiers"})
 # Migrations whose backfill reads every memory (m009: indexing 100k memories takes seconds
-# of work, in short transactions), or that index every memory (m022: 0.7 s at 100k): a
+# of work, in short transactions), or that index every memory (m022: 1 s at 100k): a
 # hook opens with ``build_indexes=False`` and leaves
 # them to the next MCP server or CLI command, so a host never waits on them.
-BUILDS_INDEXES = frozenset({"m009_fts", "m017_fts_identifiers", "m022_page_orders"})
+BUILDS_INDEXES = frozenset({"m009_fts", "m017_fts_identifiers", "m022_flat_reads"})
 # Each scheduled backfill's step (``backfill``), by the name of the migration scheduling it.
 BACKFILLS: dict[str, backfill.Step] = {
     lexical.BACKFILL_009: fill_fts,

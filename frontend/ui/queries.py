@@ -26,7 +26,7 @@ __all__ = [
 
 # The Memories page's sort choices: (ORDER BY, how the page says it). Every order ends
 # with slug so that pages never overlap or skip rows. _INDEXED_BY: the column whose
-# partial index (migrations/pages.py) serves each.
+# partial index (migrations/flat_reads.py) serves each.
 SORTS: dict[str, tuple[str, str]] = {
     "newest": ("created_at DESC, slug DESC", "newest first"),
     "oldest": ("created_at ASC, slug ASC", "oldest first"),
@@ -72,7 +72,7 @@ def newest_page(
     order = SORTS[sort][0]
     conditions = ["store = ?"]
     if archived != "archived":
-        # Always true; it lets SQLite use the order's partial index (migrations/pages.py).
+        # Always true; it lets SQLite use the order's partial index (migrations/flat_reads.py).
         # Archived memories are read through their own index instead (usually a few).
         conditions.append(f"{_INDEXED_BY[sort]} IS NOT NULL")
     params: list[object] = [name]
