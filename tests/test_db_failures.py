@@ -483,6 +483,9 @@ def test_another_programs_database_is_refused_and_left_as_it_was(env: dict) -> N
         assert err == f"Error: {reason}nothing was written\nFix: {fix}\n"
     hook = run_hook(["reminder"], {"session_id": "s"}, env)
     assert hook.returncode == 0 and b"Traceback" not in hook.stderr
+    said = hook.stderr.decode()
+    # The environment's fault, said as such: not an "internal error: DatabaseOpenError".
+    assert f"[thatch reminder] {reason}" in said and "internal error" not in said, said
     server = subprocess.run(
         thatch_command("mcp"), env=env, input="", capture_output=True, text=True, timeout=60
     )

@@ -195,6 +195,11 @@ def report_failure(command: str, error: BaseException) -> None:
 
         warn(command, str(store_error(error, default_db_path(os.environ))))
         return
+    errors = sys.modules.get("thatch.frontend.errors")  # loaded with the store
+    if errors is not None and isinstance(error, errors.StoreError):
+        # A full disk or a busy database is the environment's, not thatch's internal error.
+        warn(command, str(error).splitlines()[0])
+        return
     warn(command, f"internal error: {type(error).__name__}: {error}".splitlines()[0])
 
 
