@@ -309,3 +309,14 @@ def test_a_model_id_a_directory_declares_is_used_only_if_usable(tmp_path: Path) 
         (" org/name ", "org/name"),
     ]:
         assert directory_model_id(model, {"model_id": declared}) == expected
+
+
+def test_a_huge_json_file_of_a_model_is_refused_unread(tmp_path: Path) -> None:
+    """A 300 MB config.json was read whole (650 MB of memory for `thatch model info`)."""
+    from thatch.embedder.client.model_names import JSON_MAX_BYTES, read_json
+
+    config = tmp_path / "config.json"
+    with config.open("wb") as handle:
+        handle.truncate(JSON_MAX_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ModelError, match=r"16,777,217 bytes \(a model's JSON file is small\)"):
+        read_json(config)

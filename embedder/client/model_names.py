@@ -343,11 +343,19 @@ def model_id_for(name: str | None = None, *, env: Env | None = None) -> str:
     return target
 
 
+JSON_MAX_BYTES = 16 * 1024 * 1024
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object from an optional file: {} when absent, ModelError when malformed."""
     if not path.is_file():
         return {}
     try:
+        # A model's JSON files are kilobytes: a 300 MB config.json from a hub repo was read
+        # whole, 650 MB of memory for `thatch model info`.
+        size = path.stat().st_size
+        if size > JSON_MAX_BYTES:
+            raise ModelError(f"cannot read {path}: {size:,} bytes (a model's JSON file is small)")
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ModelError(f"cannot read {path}: {error}") from None
