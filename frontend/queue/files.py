@@ -34,7 +34,7 @@ from thatch.frontend.queue.limits import (
     STALE_SECONDS,
 )
 from thatch.frontend.queue.records import capped, compact
-from thatch.frontend.regular_files import open_regular, read_regular
+from thatch.frontend.regular_files import NotRegularFile, open_regular, read_regular
 
 __all__ = [
     "CLEANUP_MARKER",
@@ -281,8 +281,14 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
             if size > QUEUE_BYTES_LIMIT:
                 handle.seek(size - QUEUE_BYTES_LIMIT)  # the first (partial) line is skipped
             data = handle.read(QUEUE_BYTES_LIMIT)
-    except OSError:
+    except FileNotFoundError:
         return []
+    except OSError as error:
+        # Not the session's own regular file (a FIFO, a link, another user's): no records.
+        # Any other failure is the caller's, which then writes nothing over the queue.
+        if isinstance(error, NotRegularFile) or error.errno in (errno.ELOOP, errno.EPERM):
+            return []
+        raise
     # "\n" only: str.splitlines also cuts at U+2028, U+2029 and U+0085, which a record
     # written with ensure_ascii=False holds raw (a minified script, text from the web).
     lines = data.decode("utf-8", errors="replace").split("\n")
