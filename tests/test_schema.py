@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
+import platform
 import sqlite3
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -596,9 +598,19 @@ def test_ui_pages_read_a_page_not_the_store(store: Store) -> None:
             ]
             assert "LIMIT" in count and all("SCAN entries" not in step for step in plans[0])
             wanted = "archived" if archived == "archived" else index.get(sort, sort)
-            assert any(f"INDEX thatch_entries_{wanted} (store=?)" in s for s in plans[1]), plans
+            assert any(f"INDEX thatch_entries_{wanted} (store=?" in s for s in plans[1]), plans
             if archived != "archived":  # only the outer ORDER BY, over the page's rows
                 assert sum("TEMP B-TREE" in step for step in plans[1]) == 1, plans
+    # A branch's page reads the branch index, not the whole store in the page's order.
+    statements = []
+    store.conn.set_trace_callback(statements.append)
+    newest_page(store, "p", branch="dev", archived="live", offset=0, limit=9)
+    store.list_first("p", 9)  # memory_list's first labels: the label index
+    store.conn.set_trace_callback(None)
+    branch_page, listed = [s for s in statements if "FROM entries" in s and "ORDER BY" in s]
+    for sql, name in [(branch_page, "branch"), (listed, "label")]:
+        plan = [row[3] for row in store.conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+        assert any(f"INDEX thatch_entries_{name} (store=?" in s for s in plan), plan
 
 
 def test_ui_counts_stop_past_their_cap_and_many_branches_are_no_list(store: Store) -> None:
@@ -650,3 +662,35 @@ def test_the_hygiene_counts_read_an_index_not_the_table(store: Store) -> None:
         (sql,) = [s for s in statements if "FROM entries" in s]
         plan = [row[3] for row in store.conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
         assert any(f"INDEX {index} (store=?" in step for step in plan), plan
+
+
+PLAN_TESTS = "read_a_page or pending_lookups or hygiene_counts"
+CURRENT_SQLITE = """import sys
+import pysqlite3.dbapi2 as current
+sys.modules["sqlite3"] = sys.modules["sqlite3.dbapi2"] = current
+"""
+
+
+@pytest.mark.skipif(
+    not (sys.platform == "linux" and platform.machine() == "x86_64"),
+    reason="pysqlite3-binary ships wheels for x86-64 Linux only",
+)
+def test_the_query_plans_hold_on_a_current_sqlite(tmp_path: Path) -> None:
+    """Python's SQLite is 3.40 here; SQLite 3.46 and later drop `X IS NOT NULL` of a NOT
+    NULL column from a query, and m022's indexes conditioned on it went unused: every
+    Memories page sorted the whole store again. The plan tests, run on SQLite 3.51."""
+    import subprocess
+
+    (tmp_path / "sitecustomize.py").write_text(CURRENT_SQLITE)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    version = subprocess.run(
+        [sys.executable, "-c", "import sqlite3; print(sqlite3.sqlite_version)"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert tuple(int(part) for part in version.split(".")) >= (3, 46), version
+    pytest_args = ["-q", "-p", "no:cacheprovider", __file__, "-k", PLAN_TESTS]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *pytest_args],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0 and "\n3 passed" in run.stdout, run.stdout[-3000:]

@@ -234,3 +234,24 @@ def test_reminder_hooks_pending_fill_leaves_the_index_to_a_later_open(tmp_path: 
     names = {row[0] for row in conn.execute("SELECT name FROM _thatch_migrations")}
     conn.close()
     assert names and BACKFILL not in names
+
+
+def test_an_unmigrated_read_only_file_lists_its_pending_memories(tmp_path: Path) -> None:
+    """A file of the earlier release that this process may not write keeps its schema:
+    naming thatch's pending index there failed with "no such index"."""
+    from urllib.parse import quote
+
+    from thatch.frontend.store.memory_store import Store
+
+    path = tmp_path / "earlier.db"
+    earlier_release.build(path, 30, legacy=False)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET embedding = NULL WHERE rowid <= 3")
+    conn.close()
+    reader = sqlite3.connect(
+        f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, isolation_level=None
+    )
+    store = Store(reader)
+    assert len(store.pending_memories()) == 3
+    assert len(store.pending_memories(store=earlier_release.STORES[0])) <= 3
+    reader.close()

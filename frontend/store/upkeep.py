@@ -117,8 +117,13 @@ class UpkeepQueries:
         # Named: without statistics SQLite prefers the index that has one store's rows in
         # updated_at order (m022's, for the UI), then reads every row of the store to find
         # the few pending ones.
+        # An earlier release's file opened read-only was never migrated: no such index.
+        named = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'thatch_entries_pending'"
+        ).fetchone()
+        hint = "INDEXED BY thatch_entries_pending " if named else ""
         rows = self.conn.execute(
-            f"SELECT {COLUMNS} FROM entries INDEXED BY thatch_entries_pending WHERE {where} "
+            f"SELECT {COLUMNS} FROM entries {hint}WHERE {where} "
             "ORDER BY updated_at, store, slug LIMIT ?",
             (*params, max(0, int(limit))),
         )

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 
 from thatch.frontend.store.memory import Memory
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.migrations.flat_reads import (
+    CREATED_ROWS,
+    LABELLED_ROWS,
+    RECALLED_ROWS,
+    UPDATED_ROWS,
+)
 from thatch.frontend.store.rows import COLUMNS, memory_from_row
 
 __all__ = [
@@ -35,11 +41,11 @@ SORTS: dict[str, tuple[str, str]] = {
     "label": ("label, slug", "by label"),  # as memory_list and thatch list order
 }
 _INDEXED_BY = {
-    "newest": "created_at",
-    "oldest": "created_at",
-    "updated": "updated_at",
-    "recalled": "recall_count",
-    "label": "label",
+    "newest": CREATED_ROWS,
+    "oldest": CREATED_ROWS,
+    "updated": UPDATED_ROWS,
+    "recalled": RECALLED_ROWS,
+    "label": LABELLED_ROWS,
 }
 ORDER = SORTS["newest"][0]
 
@@ -71,10 +77,12 @@ def newest_page(
     one of SORTS (KeyError otherwise: the caller checks what it was given)."""
     order = SORTS[sort][0]
     conditions = ["store = ?"]
-    if archived != "archived":
+    if archived != "archived" and branch is None:
         # Always true; it lets SQLite use the order's partial index (migrations/flat_reads.py).
-        # Archived memories are read through their own index instead (usually a few).
-        conditions.append(f"{_INDEXED_BY[sort]} IS NOT NULL")
+        # Archived memories are read through their own index instead (usually a few), and
+        # a branch's through the branch index (a walk of the store's order would read every
+        # row to find a branch's three).
+        conditions.append(_INDEXED_BY[sort])
     params: list[object] = [name]
     if branch is not None:
         conditions.append("branch = ?")

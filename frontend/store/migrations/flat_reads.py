@@ -8,18 +8,35 @@ import sqlite3
 
 from thatch.frontend.store.rows import USABLE
 
-__all__ = ["ARCHIVED_INDEX", "PAGE_ORDER_INDEXES", "STALE_KEY", "m022_flat_reads"]
+__all__ = [
+    "ARCHIVED_INDEX",
+    "CREATED_ROWS",
+    "LABELLED_ROWS",
+    "PAGE_ORDER_INDEXES",
+    "RECALLED_ROWS",
+    "STALE_KEY",
+    "UPDATED_ROWS",
+    "m022_flat_reads",
+]
 
-# name -> (columns, the NOT NULL column whose "IS NOT NULL" makes it partial). Each serves
-# one of the UI's orders after ``store = ?``, ending in slug. The condition is always true
-# (the column is NOT NULL); it is there so that only a query stating it can use the index:
-# with a plain index on ``store`` first, SQLite's planner (no statistics) took it over the
-# partial index of pending rows that every recall counts, and read the whole store.
+# Conditions true of every row (a NOT NULL TEXT column's value is >= ''; a number is >=
+# -infinity, and text or a blob sorts above any number), stated in the partial indexes
+# below and in the queries meant to use them, so that only those queries can: with plain
+# indexes on ``store`` first, SQLite's planner (no statistics) took one over the partial
+# index of pending rows that every recall counts, and read the whole store. Not "X IS NOT
+# NULL": SQLite 3.46 and later drop that term of a NOT NULL column from a query, and then
+# no query could use the index.
+CREATED_ROWS = "created_at >= ''"
+UPDATED_ROWS = "updated_at >= ''"
+RECALLED_ROWS = "recall_count >= -9e999"
+LABELLED_ROWS = "label >= ''"
+# name -> (columns, condition). Each serves one of the UI's orders after ``store = ?``,
+# ending in slug; the label one serves memory_list's first page too.
 PAGE_ORDER_INDEXES = {
-    "thatch_entries_created": ("store, created_at, slug", "created_at"),
-    "thatch_entries_updated": ("store, updated_at, slug", "updated_at"),
-    "thatch_entries_recalled": ("store, recall_count, last_recalled_at, slug", "recall_count"),
-    "thatch_entries_label": ("store, label, slug", "label"),  # and memory_list's page
+    "thatch_entries_created": ("store, created_at, slug", CREATED_ROWS),
+    "thatch_entries_updated": ("store, updated_at, slug", UPDATED_ROWS),
+    "thatch_entries_recalled": ("store, recall_count, last_recalled_at, slug", RECALLED_ROWS),
+    "thatch_entries_label": ("store, label, slug", LABELLED_ROWS),
 }
 ARCHIVED_INDEX = "thatch_entries_archived"
 # When a live memory was last touched: the hygiene report's "stale" is this before a cutoff.
@@ -32,10 +49,8 @@ def m022_flat_reads(conn: sqlite3.Connection) -> None:
     counts of the hygiene report read an index, not the 530 MB table (0.36 s of every
     session start at 100k). Building them took about 1 s at 100k (hooks leave it to the
     next MCP server or CLI command)."""
-    for name, (columns, column) in PAGE_ORDER_INDEXES.items():
-        conn.execute(
-            f"CREATE INDEX IF NOT EXISTS {name} ON entries ({columns}) WHERE {column} IS NOT NULL"
-        )
+    for name, (columns, condition) in PAGE_ORDER_INDEXES.items():
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON entries ({columns}) WHERE {condition}")
     # The Stores page's archived counts, and the archived filter, without reading the rest.
     conn.execute(
         f"CREATE INDEX IF NOT EXISTS {ARCHIVED_INDEX} ON entries (store) WHERE archived != 0"
