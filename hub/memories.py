@@ -404,7 +404,7 @@ class HubMemories:
         return self.tombstone(store, label)[0]
 
     def tombstone(self, store: str, label: str) -> tuple[Memory | None, int | None]:
-        """``forget``, and the tombstone's ``rev`` (None: there was no live memory). A push
+        """``forget``, and the tombstone's ``rev`` (None: there was no such label). A push
         acks it, so that the machine bases a later save of the label on the tombstone."""
         slug = slugify(label)
         with as_member(self.conn, self.who) as conn:
@@ -414,7 +414,14 @@ class HubMemories:
                 (store, slug),
             ).fetchone()
             if row is None:
-                return None, None
+                # Forgotten already (a replayed forget carries no write id): the same ack,
+                # the tombstone's rev, as the first.
+                gone = conn.execute(
+                    "SELECT rev FROM memories WHERE team = thatch_team() AND store = %s "
+                    "AND slug = %s AND deleted_at IS NOT NULL",
+                    (store, slug),
+                ).fetchone()
+                return None, None if gone is None else int(gone[0])
             updated = conn.execute(
                 "UPDATE memories SET content = '', embedding = NULL, vector = NULL, "
                 "deleted_at = %s, rev = rev + 1 "
