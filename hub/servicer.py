@@ -131,6 +131,15 @@ def _name_problem(what: str, value: str, limit: int) -> str | None:
     return problem
 
 
+def _confidence(write: pb.Write) -> int | None:
+    """The write's confidence within the tools' 1-10: every machine copies what the hub
+    keeps (2147483647 was), and refusing it would set aside every later edit of a memory
+    already holding such a value (the overwrite keeps it) or of an earlier release's row."""
+    if not write.HasField("confidence"):
+        return None
+    return min(max(write.confidence, 1), 10)
+
+
 def _write_id_problem(write_id: str, limit: int) -> str | None:
     if not write_id:
         return "no write id: each write carries '<machine id>:<outbox row id>'"
@@ -326,9 +335,6 @@ class HubServicer(pb_grpc.HubServicer):
         problem = problem or _text_problem("stored text", write.stored_text, limits.max_text_chars)
         if problem is None and write.HasField("branch"):
             problem = _name_problem("branch", write.branch, limits.max_name_chars)
-        if problem is None and write.HasField("confidence") and not 1 <= write.confidence <= 10:
-            # The local tools' range: every machine copies what the hub keeps.
-            problem = f"confidence {write.confidence} is not from 1 to 10"
         if problem is None and write.HasField("base_rev") and write.base_rev < 1:
             problem = f"base_rev {write.base_rev} is not a revision (revisions start at 1)"
         return problem
@@ -386,7 +392,7 @@ class HubServicer(pb_grpc.HubServicer):
                 self.model,
                 base_rev=write.base_rev if write.HasField("base_rev") else None,
                 branch=write.branch if write.HasField("branch") else None,
-                confidence=write.confidence if write.HasField("confidence") else None,
+                confidence=_confidence(write),
                 archived=write.archived if write.HasField("archived") else None,
                 write_id=write.write_id,
             )

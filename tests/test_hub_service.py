@@ -229,17 +229,19 @@ def test_a_secret_is_refused_and_nothing_is_stored(database: HubDatabase, hub: H
     assert [c.slug for c in changes] == ["region"]
 
 
-def test_a_confidence_outside_the_tools_range_is_refused(
+def test_a_confidence_outside_the_tools_range_is_kept_within_it(
     database: HubDatabase, hub: HubProcess
 ) -> None:
-    """2147483647 was kept and copied to every machine (`c:2147483647` in their lists)."""
+    """2147483647 was kept and copied to every machine (`c:2147483647` in their lists);
+    refusing it would set aside every later edit of a memory that holds one already."""
     (alice,) = team(database, hub, "alice")
     writes = [remember(f"m:{n}", "s", f"C{n}", "text") for n in range(4)]
-    for write, confidence in zip(writes, (0, 11, 2147483647, 10), strict=True):
+    for write, confidence in zip(writes, (0, 11, 2147483647, 7), strict=True):
         write.confidence = confidence
     acks = alice.push(writes)
-    assert [a.outcome for a in acks] == [pb.Ack.REFUSED] * 3 + [pb.Ack.SAVED]
-    assert acks[2].reason == "confidence 2147483647 is not from 1 to 10"
+    assert [a.outcome for a in acks] == [pb.Ack.SAVED] * 4
+    pulled = {c.slug: c.memory for c in wire.page_from_pb(alice.pull()).changes}
+    assert [pulled[f"c{n}"].confidence for n in range(4)] == [1, 10, 10, 7]  # type: ignore[union-attr]
 
 
 def test_forget_leaves_a_tombstone_on_the_feed(database: HubDatabase, hub: HubProcess) -> None:
