@@ -131,7 +131,7 @@ KINDS: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], bool]], ...] 
         ASSIGNMENT,
         re.compile(
             r"(?i)(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key"
-            r"|private[_-]?key|client[_-]?secret)[\w.-]{0,64}[\"']?\s*(?:=>|=|:)\s*[\"']?"
+            r"|private[_-]?key|client[_-]?secret)[\w.-]{0,256}[\"']?\s*(?:=>|=|:)\s*[\"']?"
             rf"(?P<value>[A-Za-z0-9+/=_\-!@#%^&*~.]{{{_ASSIGNED_VALUE},}})"
         ),
         _random_value,
