@@ -57,9 +57,10 @@ HUB_CA = "THATCH_HUB_CA"
 # A pull page of the hub's maximum rows at its maximum text size fits (hub.servicer.HubLimits).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
-# A DNS name or IPv4 address, or an IPv6 one (bracketed or not): gRPC misread the rest late, as a
-# "Misformatted domain name" the hub was blamed for.
-_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*")
+# Any host gRPC takes (names, IDN, "ipv4:10.0.0.5", "[fe80::1%eth0]"), but no blank or
+# "/": "http://host:port" and "hub/x:1" failed late in gRPC, as a "Misformatted domain
+# name" the hub was blamed for.
+_HOST = re.compile(r"[^\s/]+")
 FIX_RETRY = "nothing was lost: thatch retries later (check the hub's address and that it runs)"
 FIX_TOKEN = (
     "ask the team's admin for a new token (thatch hub member add TEAM MEMBER) and use it "

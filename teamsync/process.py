@@ -132,7 +132,10 @@ class HubClients:
             return held[1]
         if held is not None:
             held[1].close()
-        address = parse_hub_address(link.hub_url)
+        try:
+            address = parse_hub_address(link.hub_url)
+        except ValueError as error:  # a link an earlier release recorded: this link's error
+            raise HubRefused(str(error), "join the store again with host:port", "request") from None
         plaintext = plaintext_to(address, self.env)
         client = HubClient(link.hub_url, token, env=self.env, plaintext=plaintext)
         self._clients[key] = (token, client)

@@ -343,3 +343,20 @@ def test_a_busy_database_is_a_links_error_not_the_end_of_the_process(store: Stor
     link(store)
     [done] = SyncEngine(store.conn, lambda _: BusyHub(), local_model=None).sync_all()
     assert done.error is not None and the_link(store).last_error == done.error
+
+
+def test_a_database_moved_from_under_the_sync_process_ends_it(store: Store, tmp_path: Path) -> None:
+    """The sync process would push and pull an unlinked file for good: it stops, with the
+    error, and the next thatch command starts one on the file now at the path."""
+    import os
+
+    from thatch.frontend.errors import DatabaseMovedError
+
+    link(store)
+    hub = ScriptedHub()
+    engine = SyncEngine(store.conn, lambda _: hub, local_model=None, batch=2)
+    path = Path(store.path or "")
+    os.rename(path, tmp_path / "moved.db")
+    with pytest.raises(DatabaseMovedError, match="was deleted or moved after this process"):
+        engine.sync_all()
+    assert hub.pushed == []
