@@ -199,6 +199,17 @@ def test_deadline_exceeded_is_unavailable(client: EmbedderClient, fake: FakeServ
     assert caught.value.cause == "the embedder did not answer within 0.3 s"
 
 
+def test_a_deadline_shorter_than_the_work_says_so(client: EmbedderClient, fake: FakeServer) -> None:
+    """The server's own estimate, nothing queued ahead: it read "did not answer within
+    30 s" with the overload fix, the server's words dropped."""
+    said = "deadline exceeded: embedding these texts takes about 0.012 s, and this call's"
+    fake.embedder.script = [(grpc.StatusCode.DEADLINE_EXCEEDED, f"{said} deadline leaves 0 s")]
+    with pytest.raises(EmbedderUnavailable) as caught:
+        client.embed(["x"], Kind.QUERY)
+    assert caught.value.cause == f"{said} deadline leaves 0 s"
+    assert caught.value.fix == "send fewer or shorter texts at a time"
+
+
 def test_offline_model_failure_gets_offline_fix(client: EmbedderClient, fake: FakeServer) -> None:
     """FAILED_PRECONDITION naming an uncached model offline gets the model-pull fix."""
     detail = "model could not be loaded: model org/m is not in the local cache and HF_HUB_OFFLINE=1"

@@ -377,6 +377,9 @@ class EmbedderClient:
                 return EmbedRequestError(f"request or response too large: {details}")
             return EmbedderUnavailable(OVERLOADED, FIX_OVERLOADED)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            if details.startswith("deadline exceeded: embedding these texts"):
+                # The server's own estimate (nothing queued ahead): retrying cannot help.
+                return EmbedderUnavailable(details, "send fewer or shorter texts at a time")
             return self._deadline_error(timeout)
         if code == grpc.StatusCode.UNAVAILABLE:
             if "starting" in details:

@@ -342,7 +342,11 @@ def serve(
     with stop_signals(on_signal, exit_now) if install_signals else no_signals():
         try:
             logger.info("starting: model %s, listening at %s", options.model, shown)
-            settings = _resolve_unless_stopped(lambda: resolve_model(options.model, env=env), stop)
+            # No progress bar: drawn by a thread still downloading at exit, it could abort
+            # the interpreter over the stderr lock.
+            settings = _resolve_unless_stopped(
+                lambda: resolve_model(options.model, env=env, progress=False), stop
+            )
             if settings is not None:
                 if settings.onnx_path is not None:
                     _quiet_onnxruntime()
