@@ -183,3 +183,34 @@ def test_a_fifo_or_a_link_in_the_queue_hangs_nothing_and_hands_over_nothing(
         assert "Errno" not in shown.text + done_call.text, (shown.text, done_call.text)
     assert "SECRET_OF_A" in payload_of(tmp_path, "victim")
     assert "SECRET_OF_A" in payload_of(tmp_path, "a.b")
+
+
+def test_another_users_queue_file_and_a_huge_count_are_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue file is the session's only when it is this user's; a count file holding a
+    32-digit number was shouted back at the agent as the times it ignored a nudge."""
+    import os
+
+    from thatch.frontend.queue import files
+
+    jsonl, count, _lock = queue.queue_paths(tmp_path, SESSION)
+    jsonl.write_text(json.dumps({"seq": 1, "tool": "Bash"}) + "\n")
+    count.write_text("9" * 32)
+    assert len(files.read_lines(jsonl)) == 1
+    assert files.read_number(count) == files.LARGEST_COUNT
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as if another user's
+    assert files.read_lines(jsonl) == [] and files.read_number(count) == 0
+
+
+def test_a_fifo_left_for_the_next_prompts_chat_line_is_not_waited_on(
+    tmp_path: Path, env: dict
+) -> None:
+    import os
+
+    from thatch.frontend.hooks import chat_anchor
+
+    told = chat_anchor._told_path(env, "k" * 16)
+    told.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(told)
+    assert chat_anchor._told_before(env, "k" * 16) is None  # a blocking open never returned
