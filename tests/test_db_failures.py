@@ -304,7 +304,12 @@ def test_mid_file_damage_is_one_line_naming_the_file(env: dict) -> None:
     for hook, payload in (("flush-tools", {"prompt": "how do I push a tag"}), ("reminder", {})):
         ran = run_hook([hook], {"session_id": "s", **payload}, hook_env)
         assert ran.returncode == 0  # hooks never fail the host's turn
-        assert ran.stderr.decode() == f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n"
+        # The reminder's counts read indexes (m022), which may not reach the damaged pages.
+        assert ran.stderr.decode() in (
+            "",
+            f"[thatch {hook}] " + expected.removeprefix("Error: ") + "\n",
+        ), hook
+        assert hook == "reminder" or ran.stderr
     with ToolContext.from_env() as ctx:
         listed = Tools(ctx).call("memory_list", {"store": "proj"})
     assert (listed.is_error, listed.text) == (True, expected.removeprefix("Error: "))

@@ -202,7 +202,8 @@ def test_internal_failure_is_one_line_and_traceback_only_with_debug(
     assert result.returncode == 0
     assert json.loads(result.stdout)["additional_context"].startswith("[thatch] Before you reply")
     lines = result.stderr.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("[thatch reminder] internal error:")
+    # A database that cannot be used is the environment's error, said in its own words.
+    assert lines == [f"[thatch reminder] cannot open database at {bad_db}: is a directory"]
     debug = run_hook(["reminder", "--json"], {}, {**env, "THATCH_DEBUG": "1"})
     assert debug.returncode == 0 and b"Traceback" in debug.stderr
     assert b"Traceback" not in debug.stdout

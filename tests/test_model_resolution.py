@@ -307,6 +307,7 @@ def test_a_model_id_a_directory_declares_is_used_only_if_usable(tmp_path: Path) 
         ("x" * 300, "local:odd-model"),
         ("org/name", "org/name"),
         (" org/name ", "org/name"),
+        ("local:fake", "local:fake"),
     ]:
         assert directory_model_id(model, {"model_id": declared}) == expected
 

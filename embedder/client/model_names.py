@@ -314,7 +314,7 @@ def stable_name(env: Env, directory: Path) -> str:
 def directory_model_id(path: Path, meta: Mapping[str, Any]) -> str:
     """thatch_model.json's model_id, else org/name for a hub-cache snapshot, else local:<name>."""
     declared = meta.get("model_id")
-    if isinstance(declared, str) and _usable_id(declared.strip()):
+    if isinstance(declared, str) and _usable_id(declared.strip().removeprefix("local:")):
         # Others are not used: an id is printed on status lines and stored on every row,
         # and one with a line break forged a "health: SERVING" line of its own.
         return declared.strip()
