@@ -18,6 +18,10 @@ from typing import BinaryIO
 __all__ = ["NotRegularFile", "open_regular", "read_regular"]
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+# What opening a socket or a device without a driver fails with (Linux, macOS).
+_NOT_REGULAR = frozenset({errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP})
+# What O_NOFOLLOW fails with on a symlink (Linux, macOS; FreeBSD says EMLINK).
+_A_LINK = frozenset({errno.ELOOP, errno.EMLINK})
 
 
 class NotRegularFile(OSError):
@@ -31,15 +35,18 @@ def open_regular(path: str | Path, *, own: bool = False) -> BinaryIO:
     """``path`` open for reading in binary, if it is a regular file (symlinks followed);
     NotRegularFile otherwise, any other OSError as ``open`` raises it.
 
-    ``own``: thatch's own files (a session's queue): a symlink is refused (ELOOP), and so
-    is a file of another user, so that no session reads another's through a link."""
-    fd = os.open(path, _FLAGS | (os.O_NOFOLLOW if own else 0))
+    ``own``: thatch's own files (a session's queue): a symlink is refused too, so that no
+    session reads another's through a link (NotRegularFile, as for a socket, whose open
+    fails before ``fstat``)."""
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        fd = os.open(path, _FLAGS | (os.O_NOFOLLOW if own else 0))
+    except OSError as error:
+        if error.errno in _NOT_REGULAR or (own and error.errno in _A_LINK):
+            raise NotRegularFile(path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(path)
-        if own and info.st_uid != os.geteuid():
-            raise PermissionError(errno.EPERM, "not this user's file", str(path))
         # A file system that honours O_NONBLOCK on regular files (some FUSE ones) would
         # let a read return None; only the open had to be kept from waiting.
         os.set_blocking(fd, True)

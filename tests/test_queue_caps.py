@@ -185,22 +185,30 @@ def test_a_fifo_or_a_link_in_the_queue_hangs_nothing_and_hands_over_nothing(
     assert "SECRET_OF_A" in payload_of(tmp_path, "a.b")
 
 
-def test_another_users_queue_file_and_a_huge_count_are_not_taken(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_socket_or_an_unreadable_file_in_the_queue_is_replaced_and_a_huge_count_capped(
+    tmp_path: Path,
 ) -> None:
-    """A queue file is the session's only when it is this user's; a count file holding a
-    32-digit number was shouted back at the agent as the times it ignored a nudge."""
+    """A socket at the queue path failed every tool call of the session (ENXIO at open,
+    before the regular-file check); a file this user may not read (left by a sudo run)
+    reads as empty and the next write replaces it. A count file holding a 32-digit number
+    was shouted back at the agent as the times it ignored a nudge."""
     import os
+    import socket
 
     from thatch.frontend.queue import files
 
     jsonl, count, _lock = queue.queue_paths(tmp_path, SESSION)
-    jsonl.write_text(json.dumps({"seq": 1, "tool": "Bash"}) + "\n")
     count.write_text("9" * 32)
-    assert len(files.read_lines(jsonl)) == 1
     assert files.read_number(count) == files.LARGEST_COUNT
-    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # as if another user's
-    assert files.read_lines(jsonl) == [] and files.read_number(count) == 0
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(jsonl))
+        assert files.read_lines(jsonl) == []
+    call = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "a"}
+    queue.append_calls(tmp_path, SESSION, [call])
+    assert [r["tool_use_id"] for r in queue.peek_records(tmp_path, SESSION)] == ["a"]
+    if os.geteuid() != 0:  # root reads any file
+        jsonl.chmod(0)
+        assert files.read_lines(jsonl) == []
 
 
 def test_a_fifo_left_for_the_next_prompts_chat_line_is_not_waited_on(

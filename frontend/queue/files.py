@@ -283,12 +283,11 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
             data = handle.read(QUEUE_BYTES_LIMIT)
     except FileNotFoundError:
         return []
-    except OSError as error:
-        # Not the session's own regular file (a FIFO, a link, another user's): no records.
-        # Any other failure is the caller's, which then writes nothing over the queue.
-        if isinstance(error, NotRegularFile) or error.errno in (errno.ELOOP, errno.EPERM):
-            return []
-        raise
+    except (NotRegularFile, PermissionError):
+        # Not the session's regular file (a FIFO, a socket, a link), or one this user may
+        # not read (left by a sudo run): no records; the next write replaces it. Any other
+        # failure is the caller's, which then writes nothing over the queue.
+        return []
     # "\n" only: str.splitlines also cuts at U+2028, U+2029 and U+0085, which a record
     # written with ensure_ascii=False holds raw (a minified script, text from the web).
     lines = data.decode("utf-8", errors="replace").split("\n")
