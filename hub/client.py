@@ -123,6 +123,7 @@ def is_loopback(address: Address) -> bool:
     if address.is_unix:
         return True
     host = address.target.removeprefix("dns:///").rpartition(":")[0]
+    host = host.removeprefix("ipv4:").removeprefix("ipv6:")  # gRPC's own target schemes
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 

@@ -78,6 +78,8 @@ def test_a_loopback_hub_is_spoken_to_over_tls_when_a_ca_is_given() -> None:
     assert plaintext_to(local, {"THATCH_HUB_CA": "/etc/ca.pem"}) is False
     assert plaintext_to(parse_hub_address("hub.example:443"), {}) is False
     assert plaintext_to(parse_hub_address("unix:///run/hub.sock"), {}) is False
+    for target in ("ipv4:127.0.0.1:50051", "ipv6:[::1]:50051"):  # gRPC's schemes, now taken
+        assert plaintext_to(parse_hub_address(target), {}) is True, target
 
 
 def test_a_hub_address_with_a_scheme_or_odd_host_is_a_usage_error(

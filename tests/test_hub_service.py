@@ -268,6 +268,8 @@ def test_a_label_saved_again_on_the_tombstone_it_saw_is_recreated(
     (edit,) = alice.push([remember("m:3", "s", "Again", "third text", base_rev=3)])
     assert (edit.outcome, edit.slug, edit.rev) == (pb.Ack.SAVED, "again", 4)
     (gone,) = alice.push([forget("s", "Again")])
+    (replayed,) = alice.push([forget("s", "Again")])  # a forget carries no write id
+    assert replayed.rev == gone.rev == 5  # the same ack as the first (it said 0)
     # An edit of rev 4 that did not see the forget (rev 5) still keeps both.
     (late,) = alice.push([remember("m:4", "s", "Again", "edit of rev 4", base_rev=4)])
     assert (gone.rev, late.outcome, late.slug) == (5, pb.Ack.CONFLICT, "again-conflict-2")

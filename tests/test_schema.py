@@ -682,7 +682,10 @@ def test_the_query_plans_hold_on_a_current_sqlite(tmp_path: Path) -> None:
     import subprocess
 
     (tmp_path / "sitecustomize.py").write_text(CURRENT_SQLITE)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+    }
     version = subprocess.run(
         [sys.executable, "-c", "import sqlite3; print(sqlite3.sqlite_version)"],
         env=env, capture_output=True, text=True, check=True,
@@ -691,6 +694,6 @@ def test_the_query_plans_hold_on_a_current_sqlite(tmp_path: Path) -> None:
     pytest_args = ["-q", "-p", "no:cacheprovider", __file__, "-k", PLAN_TESTS]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", *pytest_args],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
+        env=env, capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert run.returncode == 0 and "\n3 passed" in run.stdout, run.stdout[-3000:]
