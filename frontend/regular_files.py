@@ -31,17 +31,17 @@ class NotRegularFile(OSError):
         super().__init__(errno.EINVAL, "not a regular file", str(path))
 
 
-def open_regular(path: str | Path, *, own: bool = False) -> BinaryIO:
+def open_regular(path: str | Path, *, follow_links: bool = True) -> BinaryIO:
     """``path`` open for reading in binary, if it is a regular file (symlinks followed);
     NotRegularFile otherwise, any other OSError as ``open`` raises it.
 
-    ``own``: thatch's own files (a session's queue): a symlink is refused too, so that no
-    session reads another's through a link (NotRegularFile, as for a socket, whose open
-    fails before ``fstat``)."""
+    ``follow_links=False`` (thatch's own files, a session's queue): a symlink is refused too,
+    so that no session reads another's through a link (NotRegularFile, as for a socket,
+    whose open fails before ``fstat``)."""
     try:
-        fd = os.open(path, _FLAGS | (os.O_NOFOLLOW if own else 0))
+        fd = os.open(path, _FLAGS | (0 if follow_links else os.O_NOFOLLOW))
     except OSError as error:
-        if error.errno in _NOT_REGULAR or (own and error.errno in _A_LINK):
+        if error.errno in _NOT_REGULAR or (not follow_links and error.errno in _A_LINK):
             raise NotRegularFile(path) from None
         raise
     try:
@@ -56,11 +56,11 @@ def open_regular(path: str | Path, *, own: bool = False) -> BinaryIO:
         raise
 
 
-def read_regular(path: str | Path, limit: int, *, own: bool = False) -> bytes:
+def read_regular(path: str | Path, limit: int, *, follow_links: bool = True) -> bytes:
     """The bytes of the regular file at ``path``; OSError when it is not one, or is larger
-    than ``limit`` (EFBIG: a symlink to a huge file, say, is never read whole). ``own`` as
-    in ``open_regular``."""
-    with open_regular(path, own=own) as handle:
+    than ``limit`` (EFBIG: a symlink to a huge file, say, is never read whole). ``follow_links``
+    as in ``open_regular``."""
+    with open_regular(path, follow_links=follow_links) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))

@@ -199,7 +199,7 @@ def _told_before(env: Mapping[str, str], key: str) -> str | None:
 
     path = _told_path(env, key)
     try:
-        line = read_regular(path, 64 * 1024, own=True).decode("utf-8")  # a FIFO: no wait
+        line = read_regular(path, 64 * 1024, follow_links=False).decode("utf-8")  # a FIFO: no wait
         path.unlink()
     except (OSError, UnicodeDecodeError):
         return None

@@ -274,9 +274,10 @@ def unlink(path: Path) -> None:
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """The file's records, newest MAX_RECORDS, each capped; at most QUEUE_BYTES_LIMIT read."""
     try:
-        # Only the session's own regular file: a FIFO put here hung every hook and tool
-        # of the session, and a symlink to another session's queue handed its records over.
-        with open_regular(path, own=True) as handle:
+        # Only a regular file at the session's own path: a FIFO put here hung every hook
+        # and tool of the session, and a symlink to another session's queue handed its
+        # records over.
+        with open_regular(path, follow_links=False) as handle:
             size = os.fstat(handle.fileno()).st_size
             if size > QUEUE_BYTES_LIMIT:
                 handle.seek(size - QUEUE_BYTES_LIMIT)  # the first (partial) line is skipped
@@ -316,7 +317,7 @@ def state_path(jsonl: Path) -> Path:
 def read_state(path: Path) -> dict[str, Any]:
     """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign)."""
     try:
-        value = json.loads(read_regular(path, SMALL_FILE_BYTES, own=True).decode("utf-8"))
+        value = json.loads(read_regular(path, SMALL_FILE_BYTES, follow_links=False).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(value, dict):
@@ -345,9 +346,11 @@ def write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:
 
 
 def read_number(path: Path) -> int:
-    """A count file's number (missing, unparsable or negative = 0)."""
+    """A count file's number (missing, unparsable or negative = 0; at most LARGEST_COUNT)."""
     try:
-        value = int(read_regular(path, SMALL_FILE_BYTES, own=True).decode("utf-8").strip())
+        value = int(
+            read_regular(path, SMALL_FILE_BYTES, follow_links=False).decode("utf-8").strip()
+        )
     except (OSError, ValueError):
         return 0
     return min(max(value, 0), LARGEST_COUNT)

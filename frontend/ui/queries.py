@@ -1,9 +1,11 @@
-"""The one read the tool layer has no operation for: a page of a store's memories, newest
-first, filtered by branch and archived state, with the total.
+"""The reads the tool layer has no operation for: a page of a store's memories, newest
+first, filtered by branch and archived state, with the total (counted up to 10,000); the
+branch filter's choices; a store's archived count.
 
 ``Store.list`` returns every memory with its text (80-100 ms at 10,000); a page needs 100.
 This reads through the Store's own connection, lock and row mapping (``rows.COLUMNS``,
-``memory_from_row``), never writes, and sorts only keys before fetching the page's rows.
+``memory_from_row``), never writes, and walks the order's index (m022) for the page's
+rowids before fetching its rows.
 """
 
 from __future__ import annotations
