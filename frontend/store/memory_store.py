@@ -484,6 +484,8 @@ class Store(SearchQueries, DuplicateQueries, UpkeepQueries, AnchorQueries):
             (store, max(0, int(limit))),
         )
         memories = [memory_from_row(row) for row in rows]
+        if len(memories) < limit:  # the condition holds for every row: these are all
+            return memories, len(memories)
         (total,) = self.conn.execute(
             "SELECT count(*) FROM entries WHERE store = ?", (store,)
         ).fetchone()
