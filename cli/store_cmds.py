@@ -385,6 +385,7 @@ def dedup(
     thatch dedup --offset N           the page from cluster N on (find_duplicates)
     thatch dedup A B --verdict V      record V for the pair A, B (dedup_mark_checked)
     """
+    from thatch.frontend.store.duplicates import PAIRS_GROUPED
     from thatch.frontend.tools import formatting as fmt
 
     if labels and (len(labels) != 2 or verdict is None):
@@ -424,6 +425,12 @@ def dedup(
         )
         if page.next_offset is not None:
             click.echo(f"next page: thatch dedup --offset {page.next_offset}", err=True)
+        if page.partial:
+            click.echo(
+                f"clusters of the best {PAIRS_GROUPED} candidate pairs only: "
+                "review them, then run again for the rest",
+                err=True,
+            )
         if not page.complete:
             click.echo(f"duplicates: counting ({page.checked} of {page.total} checked)", err=True)
     else:

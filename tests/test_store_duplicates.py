@@ -3,6 +3,7 @@ real SQLite files, real processes for concurrency, the earlier release's exact S
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,17 @@ import pytest
 from tests.support.hookrun import hook_env, run_hook
 from tests.test_store_compat import entry_params, run_earlier_release
 from thatch.frontend.store import db as dbmod
-from thatch.frontend.store.duplicates import FLOOR, NEIGHBOURS
+from thatch.frontend.store import duplicates
+from thatch.frontend.store.duplicates import (
+    FLOOR,
+    NEIGHBOURS,
+    DuplicateSummary,
+    memories_with_candidates,
+)
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, MIGRATIONS_TABLE
+from thatch.frontend.tools import formatting as fmt
+from thatch.frontend.tools.hygiene import hygiene
 
 DIM = 64
 
@@ -282,8 +291,66 @@ def test_reminder_at_a_pathological_store_reports_counting_then_the_count(
     result = run_hook(["reminder"], {}, env)
     assert result.returncode == 0 and result.stderr == b""
     text = result.stdout.decode()
-    assert 'Store "proj": 2000 memories with duplicate candidates pending review.' in text
+    assert 'Store "proj": more than 1000 memories with duplicate candidates pending review.' in text
     assert "counting" not in text
+
+
+def three_clusters(store: Store) -> None:
+    """Clusters of 4, 5 and 6 near-copies (each a clique above 0.85) and 10 loners."""
+    rng = np.random.default_rng(11)
+    for c, size in enumerate((4, 5, 6)):
+        for k, vector in enumerate(near_copies(unit(rng.normal(size=DIM)), size, c, 0.01)):
+            store.remember("p", f"c{c}-{k}", "# x", vector, "m")
+    for i in range(10):
+        store.remember("p", f"alone-{i}", "# x", unit(rng.normal(size=DIM)), "m")
+
+
+def test_the_count_of_memories_with_candidates_stops_past_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted exactly up to the limit, then "more than" it: the count reads at most
+    NEIGHBOURS pairs per memory counted, however many pairs the store holds."""
+    with Store.open(tmp_path / "thatch.db") as store:
+        three_clusters(store)
+        assert store.duplicate_summary("p", 0.85) == DuplicateSummary(15, 25, 25, False)
+        with dbmod.atomic(store.conn):
+            for up_to, counted in ((14, 15), (15, 15), (3, 4), (0, 1)):
+                assert memories_with_candidates(store.conn, "p", 0.85, up_to) == counted
+        monkeypatch.setattr(duplicates, "COUNTED_UP_TO", 7)
+        assert store.duplicate_summary("p", 0.85) == DuplicateSummary(7, 25, 25, True)
+        report = hygiene(store, "p", tmp_path, "m", list_branches=lambda _dir: [])
+        assert (
+            report.report
+            == 'Store "p": more than 7 memories with duplicate candidates pending review.'
+        )
+        assert report.as_json()["duplicates"] == 7 and report.as_json()["duplicates_more"] is True
+
+
+def test_a_page_groups_the_best_pairs_when_a_store_holds_more(tmp_path: Path) -> None:
+    """Past ``grouped`` pairs the clusters are those of the best pairs (said on the page);
+    marking them brings up the rest."""
+    with Store.open(tmp_path / "thatch.db") as store:
+        three_clusters(store)
+        every = [(p.slug_a, p.slug_b, p.score) for p in store.find_duplicates("p", 0.85)]
+        assert len(every) == 6 + 10 + 15
+        with dbmod.atomic(store.conn):
+            whole, count, partial = duplicates.page(store.conn, "p", 0.85, 0, grouped=31)
+            assert (count, partial) == (3, False) and sorted(c[0] for c in whole) == [4, 5, 6]
+            best, count, partial = duplicates.page(store.conn, "p", 0.85, 0, grouped=8)
+        assert partial
+        shown = [pair for _, pairs, _ in best for pair in pairs]
+        assert sorted(shown, key=lambda p: -p[2]) == sorted(every, key=lambda p: -p[2])[:8]
+        members = {s for _, pairs, _ in best for a, b, _ in pairs for s in (a, b)}
+        assert sum(size for size, _, _ in best) == len(members) and count == len(best)
+        page = dataclasses.replace(store.duplicate_page("p", 0.85), partial=True)
+        note = "Clusters of the best 10000 candidate pairs only: mark them with"
+        assert note in fmt.duplicate_page("p", page, 0.85).splitlines()[-1]
+        for a, b, _ in shown:
+            store.mark_checked("p", a, b, "unrelated")
+        with dbmod.atomic(store.conn):
+            rest, _, partial = duplicates.page(store.conn, "p", 0.85, 0, grouped=31)
+        assert not partial
+        assert sum(len(pairs) for _, pairs, _ in rest) == len(every) - 8
 
 
 @pytest.mark.parametrize("threshold", [0.2])

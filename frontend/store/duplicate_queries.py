@@ -127,7 +127,8 @@ class DuplicateQueries:
         with self._read() as conn:
             checked, total = duplicates.progress(conn, name)
             count = duplicates.memories_with_candidates(conn, name, threshold)
-        return duplicates.DuplicateSummary(count, checked, total)
+        up_to = duplicates.COUNTED_UP_TO
+        return duplicates.DuplicateSummary(min(count, up_to), checked, total, count > up_to)
 
     @locked
     def duplicate_page(
@@ -148,7 +149,7 @@ class DuplicateQueries:
         if not self._tracked:
             return duplicates.DuplicatePage([], offset, 0, 0, 0)
         with self._read() as conn:
-            found, total_clusters = duplicates.page(
+            found, total_clusters, partial = duplicates.page(
                 conn, name, threshold, offset, clusters, pairs_per_cluster
             )
             names = duplicates.labels(
@@ -163,7 +164,7 @@ class DuplicateQueries:
             )
             for size, pairs, more in found
         ]
-        return duplicates.DuplicatePage(pages, offset, total_clusters, checked, total)
+        return duplicates.DuplicatePage(pages, offset, total_clusters, checked, total, partial)
 
     @locked
     def find_duplicates(

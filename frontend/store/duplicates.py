@@ -28,8 +28,10 @@ from thatch.frontend.store.scoring import SCREEN_MARGIN, pair_scores
 
 __all__ = [
     "CHUNK_ROWS",
+    "COUNTED_UP_TO",
     "FLOOR",
     "NEIGHBOURS",
+    "PAIRS_GROUPED",
     "ClusterPage",
     "DuplicatePage",
     "DuplicateSummary",
@@ -46,16 +48,23 @@ CHUNK_ROWS = 64
 # A page of find_duplicates: clusters per page, pairs shown per cluster.
 PAGE_CLUSTERS = 20
 CLUSTER_PAIRS = 20
+# Memories with candidates the hygiene report counts exactly; past it, "more than".
+COUNTED_UP_TO = 1000
+# Candidate pairs a page of clusters is made from, the best first: a store of 100k
+# near-copies holds 2M pairs, and grouping them all took 9 s for every page.
+PAIRS_GROUPED = 10_000
 
 
 @dataclass(frozen=True)
 class DuplicateSummary:
     """``memories``: live memories with at least one unreviewed candidate at the threshold;
-    ``checked`` of ``total`` live embedded memories compared with their store so far."""
+    ``checked`` of ``total`` live embedded memories compared with their store so far;
+    ``more``: more than ``memories`` (which is then ``COUNTED_UP_TO``)."""
 
     memories: int
     checked: int
     total: int
+    more: bool = False
 
     @property
     def complete(self) -> bool:
@@ -80,6 +89,9 @@ class DuplicatePage:
     total_clusters: int
     checked: int
     total: int
+    # More unreviewed pairs than ``PAIRS_GROUPED``: the clusters are those of the best
+    # ones, and reviewing them brings up the rest.
+    partial: bool = False
 
     @property
     def next_offset(self) -> int | None:
@@ -274,25 +286,39 @@ _EDGES = (
 )
 
 
-def memories_with_candidates(conn: sqlite3.Connection, store: str, threshold: float) -> int:
-    """Live memories with at least one unreviewed candidate ≥ threshold (SQLite counts;
-    nothing of size n in Python)."""
+def memories_with_candidates(
+    conn: sqlite3.Connection, store: str, threshold: float, up_to: int = COUNTED_UP_TO
+) -> int:
+    """Live memories with at least one unreviewed candidate ≥ threshold, counted up to
+    ``up_to``: more than that reads as ``up_to + 1``.
+
+    Every pair read before the count passes ``up_to`` joins two memories already counted,
+    and a check stores at most ``NEIGHBOURS`` pairs per memory: so at most
+    ``NEIGHBOURS * up_to`` pairs are read, however many the store holds (counting them
+    all took 3 s at every session start in a store of 100k near-copies)."""
     threshold = max(threshold, FLOOR)
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM (SELECT p.slug_a {_EDGES} UNION SELECT p.slug_b {_EDGES})",
-        (store, threshold, store, threshold),
-    ).fetchone()
-    return int(count)
+    counted: set[str] = set()
+    rows = conn.execute(f"SELECT p.slug_a, p.slug_b {_EDGES}", (store, threshold))
+    try:
+        for pair in rows:
+            counted.update(pair)
+            if len(counted) > up_to:
+                return up_to + 1
+    finally:
+        rows.close()
+    return len(counted)
 
 
 def edges(
-    conn: sqlite3.Connection, store: str, threshold: float
+    conn: sqlite3.Connection, store: str, threshold: float, limit: int = -1
 ) -> Iterator[tuple[str, str, float]]:
-    """Unreviewed candidate pairs ≥ threshold, by score descending, ties by slugs."""
+    """Unreviewed candidate pairs ≥ threshold, by score descending, ties by slugs; the
+    first ``limit`` (-1: all) read from the score index, not sorted whole."""
     threshold = max(threshold, FLOOR)
     yield from conn.execute(
-        f"SELECT p.slug_a, p.slug_b, p.score {_EDGES} ORDER BY p.score DESC, p.slug_a, p.slug_b",
-        (store, threshold),
+        f"SELECT p.slug_a, p.slug_b, p.score {_EDGES} "
+        "ORDER BY p.score DESC, p.slug_a, p.slug_b LIMIT ?",
+        (store, threshold, limit),
     )
 
 
@@ -324,13 +350,17 @@ def page(
     offset: int,
     clusters: int = PAGE_CLUSTERS,
     pairs_per_cluster: int = CLUSTER_PAIRS,
-) -> tuple[list[tuple[int, list[tuple[str, str, float]], int]], int]:
+    grouped: int = PAIRS_GROUPED,
+) -> tuple[list[tuple[int, list[tuple[str, str, float]], int]], int, bool]:
     """Clusters ``offset``… (at most ``clusters``) as (size, best pairs, pairs not shown),
-    and the number of clusters. Clusters rank by their best pair, as one pass over the
-    pairs in score order finds them; two passes, nothing kept but one entry per memory
-    and the page's pairs."""
+    the number of clusters, and whether pairs were left out: the clusters are those of
+    the best ``grouped`` pairs. Clusters rank by their best pair, as one pass over the
+    pairs in score order finds them."""
+    best = list(edges(conn, store, threshold, grouped + 1))
+    partial = len(best) > grouped
+    del best[grouped:]
     components = _Components()
-    for a, b, _ in edges(conn, store, threshold):
+    for a, b, _ in best:
         components.union(a, b)
     sizes: dict[str, int] = {}
     for slug in list(components.parent):
@@ -339,7 +369,7 @@ def page(
     rank: dict[str, int] = {}
     shown: dict[str, list[tuple[str, str, float]]] = {}
     hidden: dict[str, int] = {}
-    for a, b, score in edges(conn, store, threshold):
+    for a, b, score in best:
         root = components.find(a)
         position = rank.setdefault(root, len(rank))
         if not offset <= position < offset + clusters:
@@ -350,7 +380,8 @@ def page(
         else:
             hidden[root] = hidden.get(root, 0) + 1
     ordered = sorted(shown, key=lambda root: rank[root])
-    return [(sizes[root], shown[root], hidden.get(root, 0)) for root in ordered], len(sizes)
+    found = [(sizes[root], shown[root], hidden.get(root, 0)) for root in ordered]
+    return found, len(sizes), partial
 
 
 def labels(conn: sqlite3.Connection, store: str, slugs: Iterable[str]) -> dict[str, str]:

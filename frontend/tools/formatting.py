@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TypeGuard, TypeVar
 
 from thatch.frontend.anchors.check import Drift
-from thatch.frontend.store.duplicates import DuplicatePage
+from thatch.frontend.store.duplicates import PAIRS_GROUPED, DuplicatePage
 from thatch.frontend.store.memory import DuplicatePair, Match, Memory
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import body, inline, quoted, token
@@ -339,6 +339,11 @@ def duplicate_page(
                 "with dedup_mark_checked or consolidate, then call again)"
             )
         blocks.append("\n".join(lines))
+    if page.partial:
+        notes.append(
+            f"Clusters of the best {PAIRS_GROUPED} candidate pairs only: mark them with "
+            "dedup_mark_checked or consolidate, then call again for the rest."
+        )
     if page.next_offset is not None:
         first, last = page.offset + 1, page.offset + len(page.clusters)
         notes.append(

@@ -59,6 +59,7 @@ class StoreHygiene:
 
     store: str
     duplicates: int = 0  # memories with an unreviewed duplicate candidate
+    duplicates_more: bool = False  # more than ``duplicates`` (counting stopped there)
     stale: int = 0
     orphaned_branches: tuple[str, ...] = ()
     orphaned: int = 0
@@ -108,7 +109,8 @@ class StoreHygiene:
         counting = self.duplicates_checked < self.duplicates_total
         if self.duplicates:
             parts.append(
-                _plural(self.duplicates, "memory", "memories")
+                ("more than " if self.duplicates_more else "")
+                + _plural(self.duplicates, "memory", "memories")
                 + " with duplicate candidates pending review"
                 + (" so far" if counting else "")
             )
@@ -199,6 +201,7 @@ class Hygiene:
             "store": self.project.store,
             "report": self.report,
             "duplicates": self.project.duplicates,
+            "duplicates_more": self.project.duplicates_more,
             "duplicates_checked": {
                 "checked": self.project.duplicates_checked,
                 "total": self.project.duplicates_total,
@@ -241,6 +244,7 @@ def _store_hygiene(
         drifted=_drifted(db, name),
         store=name,
         duplicates=summary.memories,
+        duplicates_more=summary.more,
         duplicates_checked=summary.checked,
         duplicates_total=summary.total,
         stale=db.stale_count(name, now),

@@ -7,6 +7,7 @@ import html as stdhtml
 from starlette.requests import Request
 from starlette.responses import Response
 
+from thatch.frontend.store.duplicates import PAIRS_GROUPED
 from thatch.frontend.store.memory import VERDICTS
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.registry import SPECS_BY_NAME
@@ -54,6 +55,11 @@ class DuplicatePages(PageBase):
             blocks.append(
                 f"<p>Still comparing memories: {page.checked} of {page.total} checked; "
                 "reload for the rest.</p>"
+            )
+        if page.partial:
+            blocks.append(
+                f"<p>Clusters of the best {PAIRS_GROUPED:,} candidate pairs only; the rest "
+                "appear as these are resolved.</p>"
             )
         if not page.clusters:
             blocks.append(f"<p>No duplicate candidates in <b>{text(name)}</b>.</p>")

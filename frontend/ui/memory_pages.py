@@ -81,7 +81,13 @@ class MemoryPages(PageBase):
                     str(archived),
                     str(counted.pending),
                     str(counted.other_model),
-                    link("/duplicates", str(counted.duplicates), {"store": name}),
+                    link(
+                        "/duplicates",
+                        f"more than {counted.duplicates}"
+                        if counted.duplicates_more
+                        else str(counted.duplicates),
+                        {"store": name},
+                    ),
                     str(counted.stale),
                 ]
             )
