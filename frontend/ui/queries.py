@@ -79,12 +79,13 @@ def newest_page(
     one of SORTS (KeyError otherwise: the caller checks what it was given)."""
     order = SORTS[sort][0]
     conditions = ["store = ?"]
-    if archived != "archived" and branch is None:
-        # Always true; it lets SQLite use the order's partial index (migrations/flat_reads.py).
-        # Archived memories are read through their own index instead (usually a few), and
-        # a branch's through the branch index (a walk of the store's order would read every
-        # row to find a branch's three).
-        conditions.append(_INDEXED_BY[sort])
+    # Always true; it lets SQLite use the order's partial index (migrations/flat_reads.py).
+    # Archived memories are read through their own index instead (usually a few), and a
+    # branch's through the branch index (a walk of the store's order would read every row
+    # to find a branch's three) unless the branch holds over 10,000 (below).
+    walk = _INDEXED_BY[sort] if archived != "archived" else None
+    if walk and branch is None:
+        conditions.append(walk)
     params: list[object] = [name]
     if branch is not None:
         conditions.append("branch = ?")
@@ -99,19 +100,60 @@ def newest_page(
             f"SELECT count(*) FROM (SELECT 1 FROM entries WHERE {where} LIMIT ?)",
             [*params, COUNTED_UP_TO + 1],
         ).fetchone()
+        found = None
+        if walk and branch is not None and counted > COUNTED_UP_TO:
+            found = _walked(store, name, walk, order, branch, archived, offset + limit + 1)
         # One row past the page says whether another follows. The index m022 made for
         # each order serves the inner query: it reads the page's rows, not the store's.
-        rows = store.conn.execute(
-            f"SELECT {COLUMNS} FROM entries WHERE rowid IN (SELECT rowid FROM entries "
-            f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?) ORDER BY {order}",
-            [*params, limit + 1, offset],
-        ).fetchall()
+        if found is None:
+            rows = store.conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE rowid IN (SELECT rowid FROM entries "
+                f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?) ORDER BY {order}",
+                [*params, limit + 1, offset],
+            ).fetchall()
+        else:
+            wanted = found[offset:]
+            marks = ", ".join("?" * len(wanted))
+            rows = store.conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE rowid IN ({marks}) ORDER BY {order}",
+                wanted,
+            ).fetchall()
     return MemoryPage(
         [memory_from_row(row) for row in rows[:limit]],
         min(int(counted), COUNTED_UP_TO),
         more=int(counted) > COUNTED_UP_TO,
         next_page=len(rows) > limit,
     )
+
+
+# A branch of over 10,000 memories is paged by walking the store's order up to this many
+# times as far as the page reaches, when that finds it (the branch is most of its store):
+# sorting a branch of 98,000 took 0.1-0.3 s a page, now 7-29 ms. A big branch sparse in
+# a bigger store is sorted as before, after a walk of at most 40,000 rows.
+_WALK_REACH = 2
+_WALK_AT_MOST = 40_000
+
+
+def _walked(
+    store: Store, name: str, walk: str, order: str, branch: str, archived: str, reach: int
+) -> list[int] | None:
+    """The rowids of the branch's first ``reach`` memories in the page's order, read from
+    the order's index, or None when they are not all among its first rows."""
+    found: list[int] = []
+    rows = store.conn.execute(
+        f"SELECT rowid, branch, archived FROM entries WHERE store = ? AND {walk} "
+        f"ORDER BY {order} LIMIT ?",
+        (name, min(reach * _WALK_REACH, _WALK_AT_MOST)),
+    )
+    try:
+        for rowid, on, flag in rows:  # streamed: a dense branch stops at its page
+            if on == branch and (archived == "all" or flag == 0):
+                found.append(rowid)
+                if len(found) == reach:
+                    return found
+    finally:
+        rows.close()
+    return None
 
 
 def archived_count(store: Store, name: str) -> int:
