@@ -210,6 +210,35 @@ def test_internal_failure_is_one_line_and_traceback_only_with_debug(
     assert json.loads(debug.stdout)["additional_context"].startswith("[thatch] Before you reply")
 
 
+@pytest.mark.parametrize("kind", ["not a database", "a directory"])
+def test_an_unusable_database_is_reported_once_by_the_reminder(
+    tmp_path: Path, env: dict[str, str], kind: str
+) -> None:
+    """The branch sync, the hygiene counts and the chat line each meet the same unusable
+    file: the agent's host shows stderr, so one line, not one a step."""
+    project = Path(env["THATCH_PROJECT_DIR"])
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
+            cwd=project,
+            check=True,
+            capture_output=True,
+        )
+    bad_db = tmp_path / "thatch.db"
+    if kind == "a directory":
+        bad_db.mkdir()
+    else:
+        bad_db.write_bytes(b"notes, not a database\n" * 400)
+    env = {**env, "THATCH_DB_PATH": str(bad_db)}
+    result = run_hook(["reminder"], {"session_id": "s-1", "cwd": str(project)}, env)
+    assert result.returncode == 0
+    assert result.stdout.decode().startswith("[thatch] Before you reply")
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"[thatch reminder] cannot open database at {bad_db}: ")
+    assert bad_db.is_dir() or bad_db.read_bytes() == b"notes, not a database\n" * 400
+
+
 def test_queue_lock_held_elsewhere_gives_one_line(env: dict[str, str]) -> None:
     """A queue lock held by another process past 2 s: one stderr line, exit 0, nothing lost."""
     import fcntl

@@ -127,6 +127,39 @@ def test_the_report_names_three_deleted_branches_and_counts_the_rest(
     assert isinstance(orphaned, dict) and len(orphaned["branches"]) == 400
 
 
+def test_deleted_branches_cost_the_same_statements_however_many(
+    store: Store, repo: Path, vec: Callable[[], np.ndarray]
+) -> None:
+    """Every session start counts them: one query for each deleted branch was 400 queries
+    (0.5 s of a 1 s budget) for a repository that deleted 400. With 200 deleted branches
+    the pass runs exactly the statements it runs with none, and counts them right."""
+    branches = [f"gone-{n:03d}" for n in range(200)]
+    for n, branch in enumerate(branches):
+        add(store, "acme", f"gone {n}", vec(), branch=branch)
+        if n % 2:
+            add(store, "acme", f"gone {n} again", vec(), branch=branch)
+        if n % 5 == 0:  # archived memories are no orphans: a branch of only those is not named
+            archived = f"archived-{n:03d}"
+            add(store, "acme", f"gone {n} archived", vec(), branch=archived, archived=True)
+    add(store, "other", "elsewhere", vec(), branch="gone-other")  # another store's branch
+
+    def statements(live: list[str]) -> tuple[list[str], int, tuple[str, ...]]:
+        executed: list[str] = []
+        store.conn.set_trace_callback(executed.append)
+        try:
+            result = hygiene(store, "acme", repo, ACTIVE, now=NOW, list_branches=lambda _: live)
+        finally:
+            store.conn.set_trace_callback(None)
+        return executed, result.project.orphaned, result.project.orphaned_branches
+
+    statements(["main"])  # the first pass's one-time writes (anchor renames, events) done
+    none_deleted = statements(["main", *branches, *(f"archived-{n:03d}" for n in range(0, 200, 5))])
+    all_deleted = statements(["main"])
+    assert none_deleted[1:] == (0, ())
+    assert all_deleted[1:] == (300, tuple(branches))
+    assert len(all_deleted[0]) == len(none_deleted[0])
+
+
 def test_orphan_check_skipped_outside_git(
     store: Store, tmp_path: Path, vec: Callable[[], np.ndarray]
 ) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from thatch.common.environment import default_db_path
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.hookio import report_failure
+from thatch.frontend.hooks.hookio import Failures
 
 if TYPE_CHECKING:
     from thatch.frontend.store.chat_store import ChatStore
@@ -76,11 +76,13 @@ def chat_line(
     always: bool,
     project: str | None = None,
     directory: Path | None = None,
+    failures: Failures | None = None,
 ) -> str | None:
     """``[thatch] chat: you are NAME (n unread)`` for the payload's session, anchoring it.
 
     ``always`` (reminder): printed whatever n is, and old rows pruned; else only when
-    n > 0. None without a session id, for a session that left (tombstone), or on failure.
+    n > 0. None without a session id, for a session that left (tombstone), or on failure
+    (reported to ``failures``: the hook's other steps may have said it already).
     """
     from thatch.frontend.switches import is_on
 
@@ -96,7 +98,7 @@ def chat_line(
             _migrated(env)
             return _anchor(session, payload, env, host, always, project, directory)
     except Exception as error:  # chat must never cost the host its nudge
-        report_failure(command, error)
+        (failures or Failures(command)).report(error)
         return None
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_STDIN_BYTES",
     "REMINDER_STDIN_DEADLINE",
     "STDIN_DEADLINE",
+    "Failures",
     "first_string",
     "hook_options",
     "project_dir",
@@ -184,23 +185,42 @@ def _usable_path(value: object) -> TypeGuard[str]:
 
 
 def report_failure(command: str, error: BaseException) -> None:
-    if os.environ.get("THATCH_DEBUG") == "1":
-        import traceback
+    Failures(command).report(error)
 
-        traceback.print_exception(error, file=sys.stderr)
+
+def _failure_message(error: BaseException) -> str:
+    """The one line a hook says about ``error`` (after ``[thatch <command>] ``)."""
     sqlite3 = sys.modules.get("sqlite3")  # only loaded if a database was opened
     if sqlite3 is not None and isinstance(error, sqlite3.Error):
         from thatch.common.environment import default_db_path
         from thatch.frontend.store.db import store_error
 
-        warn(command, str(store_error(error, default_db_path(os.environ))))
-        return
+        return str(store_error(error, default_db_path(os.environ)))
     errors = sys.modules.get("thatch.frontend.errors")  # loaded with the store
     if errors is not None and isinstance(error, errors.StoreError):
         # A full disk or a busy database is the environment's, not thatch's internal error.
-        warn(command, str(error).splitlines()[0])
-        return
-    warn(command, f"internal error: {type(error).__name__}: {error}".splitlines()[0])
+        return str(error).splitlines()[0]
+    return f"internal error: {type(error).__name__}: {error}".splitlines()[0]
+
+
+class Failures:
+    """One hook run's failure reports: steps that each open the database (the reminder's
+    branch sync, hygiene counts and chat line) all meet an unusable one, and the host
+    shows the agent every stderr line, so each distinct line is said once."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._said: set[str] = set()
+
+    def report(self, error: BaseException) -> None:
+        if os.environ.get("THATCH_DEBUG") == "1":  # every step's, to show where each met it
+            import traceback
+
+            traceback.print_exception(error, file=sys.stderr)
+        message = _failure_message(error)
+        if message not in self._said:
+            self._said.add(message)
+            warn(self.command, message)
 
 
 def run_hook(command: str, body: Callable[[], str | None], as_json: bool = False) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
 from thatch.frontend import queue
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.hookio import report_failure, run_hook
+from thatch.frontend.hooks.hookio import Failures, report_failure, run_hook
 
 __all__ = ["NUDGE_BUDGET", "fill_pending", "run_flush_tools", "run_reminder", "within_budget"]
 
@@ -384,7 +384,9 @@ def cold_hygiene(project: str, directory: Path, env: Mapping[str, str]) -> str |
         store.close()
 
 
-def sync_branches_at_start(project: str, directory: Path, env: Mapping[str, str]) -> None:
+def sync_branches_at_start(
+    project: str, directory: Path, env: Mapping[str, str], failures: Failures
+) -> None:
     """Branch memory that follows git, once per session before the hygiene counts
     (docs/database.md §branch-lifecycle), over a connection of its own that is closed
     before any other opens; a failure costs only this."""
@@ -398,7 +400,7 @@ def sync_branches_at_start(project: str, directory: Path, env: Mapping[str, str]
             if store is not None:
                 session_sync(store, project, directory, env, time.time_ns() // 10**6)
     except Exception as error:
-        report_failure("reminder", error)
+        failures.report(error)
 
 
 def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str:
@@ -418,16 +420,27 @@ def reminder_output(payload: Mapping[str, Any], env: Mapping[str, str], host: st
     # Asks git when the checkout's config changed, and leaves the memo the prompts read.
     project = remembered_store(directory, env)
     _cleanup_queue(command, queue_dir(env))
+    # The steps below each open the database: an unusable one is reported once, not by each.
+    failures = Failures(command)
     report = None
     try:
-        sync_branches_at_start(project, directory, env)
+        sync_branches_at_start(project, directory, env, failures)
         warm = warm_hygiene(project, directory, env)
         report = warm[0] if warm is not None else cold_hygiene(project, directory, env)
     except Exception as error:  # the reminder itself matters more than hygiene
-        report_failure(command, error)
+        failures.report(error)
     from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
 
-    line = chat_line(command, payload, env, host, always=True, project=project, directory=directory)
+    line = chat_line(
+        command,
+        payload,
+        env,
+        host,
+        always=True,
+        project=project,
+        directory=directory,
+        failures=failures,
+    )
     return with_chat_line(reminder_text(project, host, report), line) or ""
 
 

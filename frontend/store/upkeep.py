@@ -84,6 +84,18 @@ class UpkeepQueries:
         )
 
     @locked
+    def live_branch_counts(self, store: str) -> dict[str, int]:
+        """Live memories per branch of ``store``, by branch: one statement over the branch
+        index, however many branches the repository deleted (the hygiene report's
+        orphans, at every session start)."""
+        rows = self.conn.execute(
+            "SELECT branch, count(*) FROM entries WHERE store = ? AND branch IS NOT NULL "
+            "AND archived = 0 GROUP BY branch ORDER BY branch",
+            (store,),
+        )
+        return {str(branch): int(count) for branch, count in rows}
+
+    @locked
     def model_mismatch_count(self, store: str, active_model: str) -> int:
         return self._count(
             f"store = ? AND archived = 0 AND {USABLE} AND model IS NOT ?", (store, active_model)
