@@ -41,7 +41,8 @@ class HygieneQueries(Protocol):
     provides them)."""
 
     def stale_count(self, store: str, now: datetime | None = None) -> int: ...
-    def live_branch_counts(self, store: str) -> dict[str, int]: ...
+    def branches_in_store(self, store: str) -> list[str]: ...
+    def live_counts_on(self, store: str, branches: Sequence[str]) -> dict[str, int]: ...
     def duplicate_summary(self, store: str, threshold: float = ...) -> DuplicateSummary: ...
     def model_mismatch_count(self, store: str, active_model: str) -> int: ...
     def pending_count(self, store: str) -> int: ...
@@ -231,11 +232,12 @@ def _store_hygiene(
     # Without a branch list (not a git repo, git failed) every branch would look deleted.
     if live_branches:
         live = set(live_branches)
-        # One grouped query, then set arithmetic here: a query per deleted branch cost a
-        # repository that deleted 400 of them half the reminder's budget.
-        counts = db.live_branch_counts(name)
-        orphaned_branches = [b for b in counts if b not in live]
-        orphaned = sum(counts[b] for b in orphaned_branches)
+        deleted = [b for b in db.branches_in_store(name) if b not in live]
+        # One grouped query for them all: a query per deleted branch cost a repository
+        # that deleted 400 of them half the reminder's budget.
+        counts = db.live_counts_on(name, deleted)
+        orphaned_branches = [b for b in deleted if counts.get(b, 0) > 0]
+        orphaned = sum(counts.values())
     summary = db.duplicate_summary(name, duplicate_threshold)
     conflicts, conflicts_named = _conflict_versions(db, name)
     return StoreHygiene(
