@@ -293,6 +293,17 @@ class HubMemories:
                 )
             return written
 
+    def applied(self, write_ids: Sequence[str]) -> set[str]:
+        """Which of ``write_ids`` an earlier push of this member applied (``_claim``'s
+        recorded outcomes, claims from before m010 included)."""
+        with as_member(self.conn, self.who) as conn:
+            rows = conn.execute(
+                "SELECT id FROM applied_writes WHERE team = thatch_team() "
+                "AND member IN (thatch_member(), '') AND id = ANY(%s) AND outcome IS NOT NULL",
+                (list(write_ids),),
+            )
+            return {str(row[0]) for row in rows}
+
     def _claim(self, conn: Connection[TupleRow], write_id: str) -> Written | None:
         """Claim ``write_id`` for this transaction; the recorded outcome when a previous
         push applied it (a concurrent push holding the claim is waited for)."""

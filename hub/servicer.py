@@ -348,10 +348,15 @@ class HubServicer(pb_grpc.HubServicer):
                 f"{len(writes)} writes in one push (maximum {self.limits.max_writes}): "
                 "send them in several pushes",
             )
+        # A push whose reply was lost comes again: what it applied is answered from the
+        # recorded outcomes, neither scanned nor embedded again (nor failed when the
+        # embedder is down by then).
+        with caller.memories() as hub:
+            applied = hub.applied([write.write_id for write in writes if write.write_id])
         refused: dict[int, str] = {}
         for index, write in enumerate(writes):
             problem = self._write_problem(write)
-            if problem is None and write.op == pb.Write.REMEMBER:
+            if problem is None and write.op == pb.Write.REMEMBER and write.write_id not in applied:
                 try:
                     refuse_secrets(write.store, write.label, write.stored_text)
                 except SecretFound as error:
@@ -361,7 +366,9 @@ class HubServicer(pb_grpc.HubServicer):
         to_embed = [
             index
             for index, write in enumerate(writes)
-            if write.op == pb.Write.REMEMBER and index not in refused
+            if write.op == pb.Write.REMEMBER
+            and index not in refused
+            and write.write_id not in applied
         ]
         vectors = (
             self._embed([writes[index].stored_text for index in to_embed], Kind.PASSAGE)
@@ -377,9 +384,11 @@ class HubServicer(pb_grpc.HubServicer):
                 elif write.op == pb.Write.FORGET:
                     _, rev = hub.tombstone(write.store, write.label)
                     acks.append(wire.ack_forgotten(write.write_id, slugify(write.label), rev))
-                else:
+                elif index in vector_of:
                     assert vectors is not None
                     acks.append(self._remember(hub, write, vectors[vector_of[index]]))
+                else:  # applied before: remember answers with the recorded outcome
+                    acks.append(self._remember(hub, write, None))
         return pb.PushResponse(acks=acks)
 
     def _remember(self, hub: HubMemories, write: pb.Write, vector: Any) -> pb.Ack:

@@ -197,6 +197,25 @@ def test_a_retried_push_is_applied_once(database: HubDatabase, hub: HubProcess) 
     assert [(c.slug, c.rev) for c in changes] == [("build", 2)]
 
 
+def test_a_retry_of_applied_writes_needs_no_embedder(
+    database: HubDatabase, hub: HubProcess, certs: Path, tmp_path: Path
+) -> None:
+    """A push whose reply was lost is answered from the recorded outcomes before anything
+    is embedded: a retry that reaches a replica whose embedder is down by then is
+    acknowledged, not failed; a write it has not applied still needs the embedder."""
+    token = database.add_member(f"t{next(_teams)}", "alice")
+    batch = [remember("m:1", "s", "Build", "make build"), remember("m:2", "s", "Lint", "ruff")]
+    first = hub.client(token).push(batch)
+    nowhere = f"unix://{tmp_path}/none.sock"
+    with hub_process(hub_url(database), nowhere, tmp_path, certs=certs) as down:
+        replica = down.client(token)
+        assert list(replica.push(batch)) == list(first)
+        with pytest.raises(HubUnavailable, match="the hub's embedder is unavailable"):
+            replica.push([*batch, remember("m:3", "s", "Test", "pytest")])
+    changes = wire.page_from_pb(hub.client(token).pull()).changes
+    assert sorted((c.slug, c.rev) for c in changes) == [("build", 1), ("lint", 1)]
+
+
 def test_a_write_id_another_member_pushed_first_does_not_cancel_the_owners_write(
     database: HubDatabase, hub: HubProcess
 ) -> None:
