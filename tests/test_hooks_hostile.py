@@ -210,12 +210,14 @@ def test_internal_failure_is_one_line_and_traceback_only_with_debug(
     assert json.loads(debug.stdout)["additional_context"].startswith("[thatch] Before you reply")
 
 
+@pytest.mark.parametrize("hook", ["reminder", "flush-tools"])
 @pytest.mark.parametrize("kind", ["not a database", "a directory"])
-def test_an_unusable_database_is_reported_once_by_the_reminder(
-    tmp_path: Path, env: dict[str, str], kind: str
+def test_an_unusable_database_is_reported_once_by_a_hook(
+    tmp_path: Path, env: dict[str, str], kind: str, hook: str
 ) -> None:
-    """The branch sync, the hygiene counts and the chat line each meet the same unusable
-    file: the agent's host shows stderr, so one line, not one a step."""
+    """The branch sync, the hygiene counts (or the prompt's recall) and the chat line each
+    meet the same unusable file: the agent's host shows stderr, so one line, not one a
+    step."""
     project = Path(env["THATCH_PROJECT_DIR"])
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
         subprocess.run(
@@ -230,12 +232,14 @@ def test_an_unusable_database_is_reported_once_by_the_reminder(
     else:
         bad_db.write_bytes(b"notes, not a database\n" * 400)
     env = {**env, "THATCH_DB_PATH": str(bad_db)}
-    result = run_hook(["reminder"], {"session_id": "s-1", "cwd": str(project)}, env)
+    payload = {"session_id": "s-1", "cwd": str(project), "prompt": "how do we deploy it?"}
+    result = run_hook([hook], payload, env)
     assert result.returncode == 0
-    assert result.stdout.decode().startswith("[thatch] Before you reply")
+    if hook == "reminder":
+        assert result.stdout.decode().startswith("[thatch] Before you reply")
     lines = result.stderr.decode().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"[thatch reminder] cannot open database at {bad_db}: ")
+    assert lines[0].startswith(f"[thatch {hook}] cannot open database at {bad_db}: ")
     assert bad_db.is_dir() or bad_db.read_bytes() == b"notes, not a database\n" * 400
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from thatch.common.environment import default_db_path, queue_dir, snapshot_dir
 from thatch.frontend import queue
 from thatch.frontend.hooks import hookio
-from thatch.frontend.hooks.hookio import Failures, report_failure, run_hook
+from thatch.frontend.hooks.hookio import Failures, run_hook
 
 __all__ = ["NUDGE_BUDGET", "fill_pending", "run_flush_tools", "run_reminder", "within_budget"]
 
@@ -123,7 +123,12 @@ def usable_session_id(session: str) -> bool:
 
 
 def recall_parts(
-    prompt: str, env: Mapping[str, str], project: str, host: str, branch: str | None = None
+    prompt: str,
+    env: Mapping[str, str],
+    project: str,
+    host: str,
+    branch: str | None = None,
+    failures: Failures | None = None,
 ) -> tuple[str | None, str | None]:
     """(recall nudge and engine blocks, the recall nudge alone) for a prompt of ≥ 10
     characters; (None, None) when the embedder is absent or nothing fires.
@@ -162,7 +167,7 @@ def recall_parts(
     )
     try:
         matches = store.search(stores, vector, text=text, branch=branch, limit=RECALL_LIMIT)
-        blocks = engine_blocks(store, stores, vector, env, model) if engines else []
+        blocks = engine_blocks(store, stores, vector, env, model, failures) if engines else []
         cut = model_recall_threshold(threshold, model)
         from thatch.frontend.anchors.check import AnchorCheck
         from thatch.frontend.hooks.recall_scan import marked_labels
@@ -176,7 +181,12 @@ def recall_parts(
 
 
 def engine_blocks(
-    store: Any, stores: list[str], vector: Any, env: Mapping[str, str], model: str
+    store: Any,
+    stores: list[str],
+    vector: Any,
+    env: Mapping[str, str],
+    model: str,
+    failures: Failures | None = None,
 ) -> list[str]:
     """The prediction and behavior blocks (tier 2 b, c) from the prompt's one vector; a
     failure here costs only these blocks, never the recall nudge."""
@@ -186,7 +196,7 @@ def engine_blocks(
 
         return prompt_blocks(store, stores, vector, auto_fire_thresholds(env, model))
     except Exception as error:
-        report_failure("flush-tools", error)
+        (failures or Failures("flush-tools")).report(error)
         return []
 
 
@@ -253,10 +263,12 @@ def within_budget(extraction: str, prompt_aware: str | None, recall: str | None)
     return extraction
 
 
-def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
+def flush_text(
+    payload: Mapping[str, Any], env: Mapping[str, str], host: str, failures: Failures
+) -> str | None:
     """The nudges for this prompt: extraction (with the recall tier's text when both apply,
     within the size budget), else recall; None when neither has anything to say, for a
-    prompt no user typed, and on failure.
+    prompt no user typed, and on failure (said to ``failures``, which says a line once).
 
     No fixed text on an ordinary prompt (issue 22): it would cost every later request its
     characters without telling the agent anything the instruction block does not.
@@ -277,23 +289,25 @@ def flush_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) ->
             from thatch.frontend.project_memo import remembered_store
 
             project = remembered_store(project_path, env)
-            follow_branches(project, project_path, env)
+            follow_branches(project, project_path, env, failures)
             branch = current_branch(project_path, env)
             try:
-                found = recall_parts(prompt, env, project, host, branch)
+                found = recall_parts(prompt, env, project, host, branch, failures)
             except Exception as error:
                 if not extraction:
                     raise
-                report_failure(command, error)  # the extraction nudge still goes out
+                failures.report(error)  # the extraction nudge still goes out
         if extraction:
             return within_budget(extraction, found[0], found[1])
         return found[0]
     except Exception as error:
-        report_failure(command, error)
+        failures.report(error)
     return None
 
 
-def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> None:
+def follow_branches(
+    project: str, directory: Path, env: Mapping[str, str], failures: Failures | None = None
+) -> None:
     """Branch memory that follows git (docs/database.md §branch-lifecycle): stat calls while
     the refs are as at the last sync; a sync after they changed, over a connection of its
     own (not the memory Store: its imports alone cost ~60 ms). Failures cost only this."""
@@ -310,7 +324,7 @@ def follow_branches(project: str, directory: Path, env: Mapping[str, str]) -> No
 
         prompt_sync(project, directory, env, open_records, time.time_ns() // 10**6)
     except Exception as error:
-        report_failure("flush-tools", error)
+        (failures or Failures("flush-tools")).report(error)
 
 
 def run_flush_tools(as_json: bool, host: str | None) -> None:
@@ -324,10 +338,14 @@ def run_flush_tools(as_json: bool, host: str | None) -> None:
             # Every line this hook prints (nudges, the chat line) points at tools the user
             # turned off; the session-start reminder already said so once.
             return None
-        text = flush_text(payload, os.environ, resolved)
+        # Its steps each open the database: an unusable one is reported once, not by each.
+        failures = Failures("flush-tools")
+        text = flush_text(payload, os.environ, resolved, failures)
         from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
 
-        line = chat_line("flush-tools", payload, os.environ, resolved, always=False)
+        line = chat_line(
+            "flush-tools", payload, os.environ, resolved, always=False, failures=failures
+        )
         return with_chat_line(text, line)
 
     run_hook("flush-tools", body, as_json)
