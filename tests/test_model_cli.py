@@ -10,7 +10,7 @@ import huggingface_hub.constants
 import pytest
 from click.testing import CliRunner
 
-from tests.support.fake_hub import FakeHub
+from tests.support.fake_hub import FakeHub, linked_repo
 from thatch.cli.main import cli
 from thatch.embedder.models.fixes import unavailable_fix
 
@@ -124,3 +124,27 @@ def test_import_bad_pooling_is_usage_error(tmp_path: Path) -> None:
     """An invalid --pooling value is a usage error (exit 2)."""
     code, _, err = run("import", str(tmp_path), "--pooling", "max")
     assert code == 2 and "--pooling" in err
+
+
+def test_pull_of_a_broken_file_names_it_and_fetches_it_again(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tokenizer.json that is not JSON was pulled as `ready`, and pulling again fetched
+    nothing. Now: one Error line naming the file, the Fix, and the next pull fetches it."""
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {"tokenizer.json": b"<html>oops</html>"})
+    with FakeHub({"acme/bad-tokenizer": repo}) as hub:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        for _ in range(2):
+            hub.clear()
+            code, out, err = run("pull", "acme/bad-tokenizer")
+            assert code == 1 and out == ""
+            assert err.splitlines()[-2:] == [
+                "Error: downloaded tokenizer.json of model acme/bad-tokenizer is broken: "
+                "tokenizers cannot read it (expected value at line 1 column 1); "
+                "removed it from the cache",
+                "Fix: thatch model pull acme/bad-tokenizer downloads it again (if it fails the "
+                "same way, the hub's own copy is broken)",
+            ]
+            assert "tokenizer.json" in hub.downloaded()

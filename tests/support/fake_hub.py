@@ -78,6 +78,19 @@ class FakeHub:
         self._thread.join(timeout=10)
 
 
+def linked_repo(source: Path, repo: Path, replaced: dict[str, bytes]) -> Path:
+    """A repo at ``repo`` of source's files (linked, not copied: models are large), but with
+    the files named in ``replaced`` holding the content given (a broken upload)."""
+    for path in source.rglob("*"):
+        if path.is_file():
+            (repo / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path.relative_to(source)).symlink_to(path)
+    for name, content in replaced.items():
+        (repo / name).unlink()
+        (repo / name).write_bytes(content)
+    return repo
+
+
 def _files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
