@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub.constants
 import pytest
@@ -148,3 +149,27 @@ def test_pull_of_a_broken_file_names_it_and_fetches_it_again(
                 "same way, the hub's own copy is broken)",
             ]
             assert "tokenizer.json" in hub.downloaded()
+
+
+def test_pull_from_a_failing_hub_prints_only_thatchs_error(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """huggingface_hub wrote a warning per retry of the failing request ("HTTP Error 500
+    thrown while requesting HEAD ...", "Retrying in 1s [Retry 1/5].") to stderr ahead of
+    thatch's Error line."""
+    import huggingface_hub.utils._http as hub_http
+
+    waits: list[float] = []
+    monkeypatch.setattr(hub_http, "time", SimpleNamespace(sleep=waits.append))  # no real waits
+    with FakeHub({"acme/failing": minilm_dir}) as hub:
+        hub.failing["tokenizer.json"] = 500
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        code, out, err = run("pull", "acme/failing")
+    assert code == 1 and out == "" and waits  # it did retry
+    output = (capfd.readouterr().err + err).splitlines()
+    lines = [line for line in output if line.strip() and "%|" not in line]  # no progress bars
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"Error: cannot download model acme/failing from {hub.url}: ")
+    assert "500" in lines[0] and lines[1].startswith("Fix: ")

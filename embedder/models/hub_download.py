@@ -11,6 +11,7 @@ it again. Every failure becomes a one-line ModelError naming its cause.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from thatch.common.environment import Env
+from thatch.common.environment import Env, env_get
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
 from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
@@ -106,7 +107,7 @@ def _listed(
     cache_dir = hub_cache_dir(env)
     revision = ref.revision or "main"
     bar = progress_bar_class(enabled=progress)
-    with hub_errors(ref, endpoint):
+    with _quiet_library_log(env), hub_errors(ref, endpoint):
         info = HfApi(endpoint=endpoint).model_info(ref.repo_id, revision=revision)
         commit = info.sha or revision
         listed = {sibling.rfilename for sibling in info.siblings or []}
@@ -155,6 +156,23 @@ def _write_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> Non
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         out.write(commit)
     os.replace(tmp, ref_path)
+
+
+@contextmanager
+def _quiet_library_log(env: Env) -> Iterator[None]:
+    """huggingface_hub's own warnings (a line per retry of a failing request) off for the
+    call: they went to stderr ahead of thatch's one-line error. HF_HUB_VERBOSITY, when set,
+    still wins."""
+    if env_get(env, "HF_HUB_VERBOSITY"):
+        yield
+        return
+    library = logging.getLogger("huggingface_hub")
+    level = library.level
+    library.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        library.setLevel(level)
 
 
 def progress_bar_class(*, enabled: bool) -> type[tqdm[Any]]:

@@ -31,6 +31,7 @@ class FakeHub:
         self.commit = commit
         self.requests: list[tuple[str, str]] = []
         self.gone: set[str] = set()  # files listed but answering 404 (a broken upload)
+        self.failing: dict[str, int] = {}  # files answering this status (a hub in trouble)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -141,6 +142,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._error(404, "RepoNotFound", send_body)
             if revision not in ("main", hub.commit):
                 return self._error(404, "RevisionNotFound", send_body)
+            if name in hub.failing:
+                return self._error(hub.failing[name], "Internal", send_body)
             target = root / name
             if ".." in Path(name).parts or not target.is_file() or name in hub.gone:
                 return self._error(404, "EntryNotFound", send_body)
