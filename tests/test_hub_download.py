@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
 
-from tests.support.fake_hub import COMMIT, FakeHub
+from tests.support.fake_hub import COMMIT, FakeHub, linked_repo
 from thatch.embedder.client.errors import ModelError
 from thatch.embedder.models.known_answers import KNOWN_ANSWERS_FILE
 from thatch.embedder.models.resolve import resolve_model
@@ -169,3 +170,53 @@ def test_cached_int8_without_its_fp32_file_is_completed_or_refused(
     loaded = create_encoder(online, threads=1)
     loaded.load()  # checked against the fp32 file now beside it
     loaded.release()
+
+
+@pytest.mark.parametrize(
+    ("broken", "why"),
+    [
+        ("tokenizer.json", r"tokenizers cannot read it"),
+        ("onnx", r"onnxruntime cannot load it"),
+        ("config.json", r"not JSON"),
+    ],
+)
+def test_a_broken_download_is_refused_and_fetched_again(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str, why: str
+) -> None:
+    """A hub serving a cut-off ONNX file or a tokenizer.json that is not JSON left a snapshot
+    that resolved as ready, and that no later pull fetched again. Now the file is named, it
+    leaves the cache, the next resolve fetches it again (the good files' blobs are linked
+    again, not fetched), and once the hub serves it whole, the model resolves and loads."""
+    from thatch.embedder.client.model_names import HubRef, cached_snapshot
+    from thatch.embedder.models.resolve import create_encoder
+
+    name = declared_onnx(minilm_dir) if broken == "onnx" else broken
+    good = (minilm_dir / name).read_bytes()
+    bad = good[: len(good) // 2] if broken == "onnx" else b"<html>Bad Gateway</html>"
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {name: bad})
+    with FakeHub({"acme/broken": repo}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        env = {**os.environ, "HF_ENDPOINT": server.url}
+        message = (
+            rf"^downloaded {re.escape(name)} of model acme/broken is broken: {why}.*; "
+            "removed it from the cache$"
+        )
+        for _ in range(2):
+            server.clear()
+            with pytest.raises(ModelError, match=message) as error:
+                resolve_model("acme/broken", env=env, progress=False)
+            assert error.value.fix is not None
+            assert error.value.fix.startswith("thatch model pull acme/broken downloads it again")
+            assert name in server.downloaded()
+            assert cached_snapshot(HubRef("acme/broken", None), env) is None
+        fetched_whole = server.downloaded() - {name}
+
+        (repo / name).write_bytes(good)
+        server.clear()
+        settings = resolve_model("acme/broken", env=env, progress=False)
+        assert settings.source == "downloaded"
+        assert name in server.downloaded() and not fetched_whole & server.downloaded()
+    encoder = create_encoder(settings, threads=1)
+    encoder.load()
+    encoder.release()

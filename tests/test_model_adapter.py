@@ -18,7 +18,7 @@ import numpy.typing as npt
 import pytest
 from click.testing import CliRunner
 
-from tests.support.fake_hub import FakeHub
+from tests.support.fake_hub import FakeHub, linked_repo
 from tests.test_model_import import embed, write_tiny_bert
 from thatch.cli.main import cli
 from thatch.embedder.client.errors import ModelError
@@ -262,6 +262,32 @@ def test_pull_builds_the_adapted_model_from_the_hub_checkpoint(
     code, out, _ = run("info", SHIPPED, "--json")
     info = json.loads(out)
     assert (code, info["id"], info["path"]) == (0, "thatch/all-MiniLM-L6-v2-code", str(out_dir))
+
+
+def test_pull_of_a_cut_off_checkpoint_names_it_and_fetches_it_again(
+    minilm_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model.safetensors cut off by the hub failed the import, and every later pull
+    imported the same cached file again without fetching it."""
+    weights = (minilm_source / "model.safetensors").read_bytes()
+    repo = linked_repo(
+        minilm_source, tmp_path / "repo", {"model.safetensors": weights[: len(weights) // 2]}
+    )
+    with FakeHub({"sentence-transformers/all-MiniLM-L6-v2": repo}) as hub:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        for _ in range(2):
+            hub.clear()
+            code, out, err = run("pull", SHIPPED)
+            assert code == 1 and out == ""
+            error, fix = err.splitlines()[-2:]
+            assert error.startswith(
+                "Error: downloaded model.safetensors of model sentence-transformers/"
+                "all-MiniLM-L6-v2 is broken: not a valid safetensors file: "
+            )
+            assert fix.startswith(f"Fix: thatch model pull {SHIPPED} downloads it again")
+            assert "model.safetensors" in hub.downloaded()
 
 
 def test_adapted_model_not_here_names_the_pull(isolated_env: Path) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import huggingface_hub.constants
 import pytest
 from click.testing import CliRunner
 
-from tests.support.fake_hub import FakeHub
+from tests.support.fake_hub import FakeHub, linked_repo
 from thatch.cli.main import cli
 from thatch.embedder.models.fixes import unavailable_fix
 
@@ -124,3 +125,51 @@ def test_import_bad_pooling_is_usage_error(tmp_path: Path) -> None:
     """An invalid --pooling value is a usage error (exit 2)."""
     code, _, err = run("import", str(tmp_path), "--pooling", "max")
     assert code == 2 and "--pooling" in err
+
+
+def test_pull_of_a_broken_file_names_it_and_fetches_it_again(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tokenizer.json that is not JSON was pulled as `ready`, and pulling again fetched
+    nothing. Now: one Error line naming the file, the Fix, and the next pull fetches it."""
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {"tokenizer.json": b"<html>oops</html>"})
+    with FakeHub({"acme/bad-tokenizer": repo}) as hub:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        for _ in range(2):
+            hub.clear()
+            code, out, err = run("pull", "acme/bad-tokenizer")
+            assert code == 1 and out == ""
+            assert err.splitlines()[-2:] == [
+                "Error: downloaded tokenizer.json of model acme/bad-tokenizer is broken: "
+                "tokenizers cannot read it (expected value at line 1 column 1); "
+                "removed it from the cache",
+                "Fix: thatch model pull acme/bad-tokenizer downloads it again (if it fails the "
+                "same way, the hub's own copy is broken)",
+            ]
+            assert "tokenizer.json" in hub.downloaded()
+
+
+def test_pull_from_a_failing_hub_prints_only_thatchs_error(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """huggingface_hub wrote a warning per retry of the failing request ("HTTP Error 500
+    thrown while requesting HEAD ...", "Retrying in 1s [Retry 1/5].") to stderr ahead of
+    thatch's Error line."""
+    import huggingface_hub.utils._http as hub_http
+
+    waits: list[float] = []
+    monkeypatch.setattr(hub_http, "time", SimpleNamespace(sleep=waits.append))  # no real waits
+    with FakeHub({"acme/failing": minilm_dir}) as hub:
+        hub.failing["tokenizer.json"] = 500
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        code, out, err = run("pull", "acme/failing")
+    assert code == 1 and out == "" and waits  # it did retry
+    output = (capfd.readouterr().err + err).splitlines()
+    lines = [line for line in output if line.strip() and "%|" not in line]  # no progress bars
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"Error: cannot download model acme/failing from {hub.url}: ")
+    assert "500" in lines[0] and lines[1].startswith("Fix: ")

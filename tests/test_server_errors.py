@@ -31,6 +31,7 @@ from thatch.embedder.v1 import embedder_pb2 as pb
 from thatch.embedder.v1 import embedder_pb2_grpc as pb_grpc
 
 EMBED = "/thatch.embedder.v1.Embedder/Embed"
+INFO = "/thatch.embedder.v1.Embedder/Info"
 
 
 @dataclass
@@ -129,6 +130,17 @@ def test_garbage_bytes_are_an_invalid_argument(server: Running) -> None:
     error = raw_embed(server.channel, b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error.details() == "request is not a valid EmbedRequest"
+
+
+def test_garbage_bytes_to_info_are_an_invalid_argument(server: Running) -> None:
+    """A lone Info call with bytes that are no InfoRequest got INTERNAL "Exception
+    deserializing request!"."""
+    call: Any = server.channel.unary_unary(INFO, response_deserializer=pb.InfoResponse.FromString)
+    with pytest.raises(grpc.RpcError) as raised:
+        call(b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", timeout=10)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details() == "request is not a valid InfoRequest"
+    assert server.stub.Info(pb.InfoRequest(), timeout=10).model_id == "test/fake"
 
 
 def test_whitespace_and_control_characters_are_valid(server: Running) -> None:

@@ -143,6 +143,15 @@ def test_tcp_beyond_loopback_without_tls_warns(short_tmp: Path) -> None:
         assert proc.stop() == 0
 
 
+def test_an_address_that_cannot_be_bound_gets_no_tls_warning() -> None:
+    """The warning about listening without TLS came before the bind failed: the server
+    never listened. Only the error is printed."""
+    result = CliRunner().invoke(main, ["serve", "--model", "mock", "--listen", "999.1.1.1:80"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0].startswith("Error: cannot listen on 999.1.1.1:80: ")
+    assert "without TLS" not in result.stderr
+
+
 # -- TLS ----------------------------------------------------------------------------------
 
 

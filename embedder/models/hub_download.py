@@ -4,13 +4,17 @@
 One listing call (``/api/models/<id>/revision/<rev>``) pins the commit and tells which of
 the required and optional files exist; each file then comes through ``hf_hub_download``
 pinned to that commit, so the cache layout (blobs, snapshots, refs) is the library's own
-and later runs find the snapshot offline. Every failure becomes a one-line ModelError
-naming its cause.
+and later runs find the snapshot offline. Each fetched file is then opened
+(``download_check``): a broken one is removed from the cache, so that the next pull fetches
+it again. Every failure becomes a one-line ModelError naming its cause.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from thatch.common.environment import Env
+from thatch.common.environment import Env, env_get
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
 from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
@@ -30,6 +34,7 @@ from thatch.embedder.client.model_names import (
     hub_endpoint,
     read_json,
 )
+from thatch.embedder.models.download_check import broken_because
 from thatch.embedder.models.registry import OPTIONAL_FILES, offline_error
 
 if TYPE_CHECKING:
@@ -54,7 +59,8 @@ CHECKPOINT_FILES = (
 
 def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
     """Fetch the needed files of ref; return the snapshot directory that now holds them."""
-    with _listed(ref, env, progress) as (listed, fetch):
+    pull = f"{ref.repo_id}@{ref.revision}" if ref.revision else ref.short_name or ref.repo_id
+    with _listed(ref, env, progress, pull) as (listed, fetch):
         for name in REQUIRED_FILES:
             if name not in listed:
                 raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {name}")
@@ -76,10 +82,11 @@ def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
     return snapshot
 
 
-def download_checkpoint(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
+def download_checkpoint(ref: HubRef, *, env: Env, pull: str, progress: bool = True) -> Path:
     """Fetch the files ``thatch model import`` reads from ref's checkpoint (its weights in
-    safetensors, not an ONNX file); return the snapshot directory."""
-    with _listed(ref, env, progress) as (listed, fetch):
+    safetensors, not an ONNX file); return the snapshot directory. ``pull`` is the name
+    ``thatch model pull`` downloads it again with."""
+    with _listed(ref, env, progress, pull) as (listed, fetch):
         for name in (*REQUIRED_FILES, "model.safetensors"):
             if name not in listed:
                 raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {name}")
@@ -89,23 +96,24 @@ def download_checkpoint(ref: HubRef, *, env: Env, progress: bool = True) -> Path
 
 @contextmanager
 def _listed(
-    ref: HubRef, env: Env, progress: bool
+    ref: HubRef, env: Env, progress: bool, pull: str
 ) -> Iterator[tuple[set[str], Callable[[str], Path]]]:
     """The repo's file names at the pinned commit, and a fetch of one of them into the hub
-    cache; errors translated, and the revision recorded for offline lookups after."""
+    cache that refuses a broken file; errors translated, and the revision recorded for
+    offline lookups after."""
     from huggingface_hub import HfApi, hf_hub_download
 
     endpoint = hub_endpoint(env)
     cache_dir = hub_cache_dir(env)
     revision = ref.revision or "main"
     bar = progress_bar_class(enabled=progress)
-    with hub_errors(ref, endpoint):
+    with _quiet_library_log(env), hub_errors(ref, endpoint):
         info = HfApi(endpoint=endpoint).model_info(ref.repo_id, revision=revision)
         commit = info.sha or revision
         listed = {sibling.rfilename for sibling in info.siblings or []}
 
         def fetch(filename: str) -> Path:
-            return Path(
+            path = Path(
                 hf_hub_download(
                     ref.repo_id,
                     filename,
@@ -115,10 +123,29 @@ def _listed(
                     tqdm_class=bar,
                 )
             )
+            _refuse_if_broken(ref, filename, path, pull)
+            return path
 
         yield listed, fetch
     if revision != commit:
         _write_ref(cache_dir, ref.repo_id, revision, commit)
+
+
+def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
+    """A fetched file that does not open is an error, and leaves the cache: its blob, and
+    the snapshot's links with it, since huggingface_hub trusts any file present and the
+    resolver any snapshot with its required files. The other files' blobs stay: the next
+    pull links them again without fetching them."""
+    why = broken_because(path)
+    if why is None:
+        return
+    path.resolve().unlink(missing_ok=True)  # the blob the snapshot links to
+    shutil.rmtree(path.parents[len(Path(name).parts) - 1], ignore_errors=True)
+    raise ModelError(
+        f"downloaded {name} of model {ref.repo_id} is broken: {why}; removed it from the cache",
+        fix=f"thatch model pull {shlex.quote(pull)} downloads it again (if it fails the "
+        "same way, the hub's own copy is broken)",
+    )
 
 
 def _write_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> None:
@@ -129,6 +156,23 @@ def _write_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> Non
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         out.write(commit)
     os.replace(tmp, ref_path)
+
+
+@contextmanager
+def _quiet_library_log(env: Env) -> Iterator[None]:
+    """huggingface_hub's own warnings (a line per retry of a failing request) off for the
+    call: they went to stderr ahead of thatch's one-line error. HF_HUB_VERBOSITY, when set,
+    still wins."""
+    if env_get(env, "HF_HUB_VERBOSITY"):
+        yield
+        return
+    library = logging.getLogger("huggingface_hub")
+    level = library.level
+    library.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        library.setLevel(level)
 
 
 def progress_bar_class(*, enabled: bool) -> type[tqdm[Any]]:

@@ -207,7 +207,9 @@ def _pull_adapted(
         from thatch.embedder.models.hub_download import download_checkpoint
 
         try:
-            checkpoint = download_checkpoint(HubRef(adapted.base, None), env=env)
+            checkpoint = download_checkpoint(
+                HubRef(adapted.base, None), env=env, pull=adapted.short_name
+            )
         except ModelUnavailable as error:
             error.fix = error.fix or adapted_fix(adapted, env, hub=False)
             raise

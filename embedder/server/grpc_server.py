@@ -299,8 +299,6 @@ def serve(
     address = listen_address(options.listen, env)
     process = _Process(address)
     process.claim_address(env)
-    if address.path is None and options.tls is None and not is_loopback(address):
-        logger.warning("listening on %s without TLS: anyone who can reach it can use it", address)
     stop = stop or threading.Event()
     state = ServerState(
         clock=clock,
@@ -323,6 +321,8 @@ def serve(
     except BaseException:
         process.remove_files()
         raise
+    if address.path is None and options.tls is None and not is_loopback(address):
+        logger.warning("listening on %s without TLS: anyone who can reach it can use it", address)
     shown = address if address.path is not None or port == 0 else _with_port(address, port)
     server.start()
 

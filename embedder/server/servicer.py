@@ -125,6 +125,18 @@ class UndecodableRequest:
         self.malformed = malformed
 
 
+class MalformedInfoRequest:
+    """Bytes protobuf refused as an InfoRequest: grpc answered them an anonymous INTERNAL
+    ("Exception deserializing request!"); the servicer names them instead."""
+
+
+def parse_info_request(data: bytes) -> pb.InfoRequest | MalformedInfoRequest:
+    try:
+        return pb.InfoRequest.FromString(data)
+    except message.DecodeError:
+        return MalformedInfoRequest()
+
+
 def _raw_request_class() -> type[message.Message]:
     """EmbedRequest's wire twin with ``bytes`` texts, to find which text is not UTF-8."""
     proto = descriptor_pb2.FileDescriptorProto(
@@ -319,7 +331,11 @@ class EmbedderServicer(pb_grpc.EmbedderServicer):
                 batcher.cancel(call, grpc.StatusCode.INTERNAL, "the inference thread stopped")
                 return
 
-    def Info(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.InfoResponse:
+    def Info(
+        self, request: pb.InfoRequest | MalformedInfoRequest, context: grpc.ServicerContext
+    ) -> pb.InfoResponse:
+        if isinstance(request, MalformedInfoRequest):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is not a valid InfoRequest")
         state = self.state
         state.touch()
         settings = state.settings
@@ -369,7 +385,7 @@ def add_to_server(servicer: EmbedderServicer, server: grpc.Server) -> None:
         ),
         "Info": grpc.unary_unary_rpc_method_handler(
             servicer.Info,
-            request_deserializer=pb.InfoRequest.FromString,
+            request_deserializer=parse_info_request,
             response_serializer=pb.InfoResponse.SerializeToString,
         ),
     }

@@ -31,6 +31,7 @@ class FakeHub:
         self.commit = commit
         self.requests: list[tuple[str, str]] = []
         self.gone: set[str] = set()  # files listed but answering 404 (a broken upload)
+        self.failing: dict[str, int] = {}  # files answering this status (a hub in trouble)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -76,6 +77,19 @@ class FakeHub:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+
+def linked_repo(source: Path, repo: Path, replaced: dict[str, bytes]) -> Path:
+    """A repo at ``repo`` of source's files (linked, not copied: models are large), but with
+    the files named in ``replaced`` holding the content given (a broken upload)."""
+    for path in source.rglob("*"):
+        if path.is_file():
+            (repo / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path.relative_to(source)).symlink_to(path)
+    for name, content in replaced.items():
+        (repo / name).unlink()
+        (repo / name).write_bytes(content)
+    return repo
 
 
 def _files(root: Path) -> list[str]:
@@ -128,6 +142,8 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._error(404, "RepoNotFound", send_body)
             if revision not in ("main", hub.commit):
                 return self._error(404, "RevisionNotFound", send_body)
+            if name in hub.failing:
+                return self._error(hub.failing[name], "Internal", send_body)
             target = root / name
             if ".." in Path(name).parts or not target.is_file() or name in hub.gone:
                 return self._error(404, "EntryNotFound", send_body)

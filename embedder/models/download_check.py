@@ -1,0 +1,90 @@
+"""Cheap checks of downloaded model files before a pull calls the model ready
+(docs/embedder.md §resolution).
+
+huggingface_hub checks a file's size against what the hub announced, not its content: a
+hub or proxy serving a cut-off ONNX file, or an HTML page as tokenizer.json, leaves a
+snapshot the library calls complete, so pulling again fetched nothing. Each file is
+opened the way thatch opens it later: JSON parsed, tokenizer.json by tokenizers, an ONNX
+file as an onnxruntime session without graph optimisations (a tenth of a second for
+MiniLM), a safetensors file by its header, which must cover the file's tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from thatch.embedder.client.errors import ModelError
+
+__all__ = ["broken_because"]
+
+
+def broken_because(path: Path) -> str | None:
+    """Why the downloaded file at path cannot be used, or None when it opens fine."""
+    try:
+        if path.name == "tokenizer.json":
+            _open_tokenizer(path)
+        elif path.suffix == ".json":
+            _open_json(path)
+        elif path.suffix == ".onnx":
+            _open_onnx(path)
+        elif path.suffix == ".safetensors":
+            _open_safetensors(path)
+    except ModelError as error:
+        return str(error)
+    except OSError as error:
+        return f"cannot read it: {error.strerror or error}"
+    return None
+
+
+def _open_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as error:  # the tokenizers library raises bare Exceptions
+        raise ModelError(f"tokenizers cannot read it ({_first_line(error)})") from None
+
+
+def _open_json(path: Path) -> None:
+    from thatch.embedder.client.model_names import JSON_MAX_BYTES
+
+    size = path.stat().st_size
+    if size > JSON_MAX_BYTES:  # read_json refuses it later: a model's JSON file is small
+        raise ModelError(f"{size:,} bytes, too big for a model's JSON file")
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # UnicodeDecodeError is one too
+        raise ModelError(f"not JSON ({error})") from None
+    except RecursionError:
+        raise ModelError("nests too deeply to be JSON thatch reads") from None
+
+
+def _open_onnx(path: Path) -> None:
+    from thatch.embedder.models.ort_loader import load_onnxruntime
+
+    ort = load_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: a warning would clutter the pull's stderr
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own unexported exception types
+        # "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from <path> failed:<why>"
+        why = _first_line(error).rpartition(" failed:")[2].strip() or type(error).__name__
+        raise ModelError(f"onnxruntime cannot load it ({why})") from None
+
+
+def _open_safetensors(path: Path) -> None:
+    from thatch.embedder.convert.safetensors_io import read_header
+
+    try:
+        read_header(path)
+    except ModelError as error:
+        raise ModelError(str(error).replace(f"{path} is ", "")) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
