@@ -65,8 +65,8 @@ def main() -> None:
                 (pairs,) = store.conn.execute(
                     "SELECT count(*) FROM _thatch_dup_pairs WHERE store = 'p'"
                 ).fetchone()
-                count = median_of(args.repeats, lambda: store.duplicate_summary("p", THRESHOLD))
-                page = median_of(args.repeats, lambda: store.duplicate_page("p", THRESHOLD))
+                count = median_of(args.repeats, lambda s=store: s.duplicate_summary("p", THRESHOLD))
+                page = median_of(args.repeats, lambda s=store: s.duplicate_page("p", THRESHOLD))
             finally:
                 store.close()
             first = first or (count, page)
