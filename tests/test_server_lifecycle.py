@@ -253,6 +253,11 @@ def test_sigterm_while_the_model_downloads_stops_the_embedder(short_tmp: Path) -
             "someone/not-cached", socket_dir=short_tmp, env=env, wait=False
         ) as proc:
             assert proc.wait_for_log("INFO starting: model someone/not-cached", timeout=120)
+            # A foreground serve says why it waits (it was silent for the whole download).
+            assert proc.wait_for_log(
+                "INFO model someone/not-cached is not ready yet: a first start downloads it",
+                timeout=120,
+            )
             assert proc.stop(signal.SIGTERM, timeout=60) == 0, proc.log_text()
             assert "INFO embedder stopped" in proc.log_text()
             assert not proc.socket_path.exists() and not proc.pid_path.exists()

@@ -345,7 +345,14 @@ def serve(
             # No progress bar: drawn by a thread still downloading at exit, it could abort
             # the interpreter over the stderr lock.
             settings = _resolve_unless_stopped(
-                lambda: resolve_model(options.model, env=env, progress=False), stop
+                lambda: resolve_model(options.model, env=env, progress=False),
+                stop,
+                lambda: logger.info(
+                    "model %s is not ready yet: a first start downloads it (thatch model "
+                    "pull %s shows the download's progress)",
+                    options.model,
+                    options.model,
+                ),
             )
             if settings is not None:
                 if settings.onnx_path is not None:
@@ -391,11 +398,16 @@ def _with_port(address: Address, port: int) -> Address:
 
 
 def _resolve_unless_stopped(
-    resolve: Callable[[], ModelSettings], stop: threading.Event
+    resolve: Callable[[], ModelSettings],
+    stop: threading.Event,
+    slow: Callable[[], None],
+    slow_after: float = 3.0,
 ) -> ModelSettings | None:
     """``resolve()`` (a first start downloads the model: minutes), or None once ``stop`` is
     set: a SIGTERM or `thatch embedder stop` used to wait for the whole download. The
-    download's thread dies with the process; the hub cache keeps only finished files."""
+    download's thread dies with the process; the hub cache keeps only finished files.
+    ``slow`` is called once if it takes over ``slow_after`` seconds: a model on this
+    machine resolves at once, and a foreground serve was silent for the whole download."""
     outcome: list[ModelSettings | BaseException] = []
 
     def run() -> None:
@@ -406,8 +418,12 @@ def _resolve_unless_stopped(
 
     worker = threading.Thread(target=run, name="resolve", daemon=True)
     worker.start()
+    told_at = time.monotonic() + slow_after
     while worker.is_alive() and not stop.is_set():
         worker.join(0.2)
+        if worker.is_alive() and time.monotonic() >= told_at:
+            told_at = float("inf")
+            slow()
     if not outcome:
         return None
     if isinstance(outcome[0], BaseException):
