@@ -175,7 +175,7 @@ def test_cached_int8_without_its_fp32_file_is_completed_or_refused(
 @pytest.mark.parametrize(
     ("broken", "why"),
     [
-        ("tokenizer.json", r"tokenizers cannot read it"),
+        ("tokenizer.json", r"not JSON"),
         ("onnx", r"onnxruntime cannot load it"),
         ("config.json", r"not JSON"),
     ],
@@ -220,3 +220,66 @@ def test_a_broken_download_is_refused_and_fetched_again(
     encoder = create_encoder(settings, threads=1)
     encoder.load()
     encoder.release()
+
+
+def future_opset_onnx() -> bytes:
+    """A whole, valid ONNX file stamped with an opset no onnxruntime here supports."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "future",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)])
+    return model.SerializeToString()
+
+
+def test_a_whole_file_this_onnxruntime_cannot_load_is_kept_and_named(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that parses but needs a newer onnxruntime is no broken download: removing
+    it (and blaming the hub) made every pull fetch it again for nothing."""
+    name = declared_onnx(minilm_dir)
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {name: future_opset_onnx()})
+    with FakeHub({"acme/future": repo}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        env = {**os.environ, "HF_ENDPOINT": server.url}
+        for round_ in range(2):
+            server.clear()
+            with pytest.raises(ModelError) as error:
+                resolve_model("acme/future", env=env, progress=False)
+            assert str(error.value).startswith(
+                f"downloaded {name} of model acme/future cannot be used here: "
+                "onnxruntime cannot load it ("
+            )
+            assert error.value.fix is not None and "pip install -U onnxruntime" in error.value.fix
+            assert (name in server.downloaded()) == (round_ == 0)  # kept in the cache
+
+
+def test_a_broken_checkpoint_leaves_the_model_sharing_its_snapshot(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One repo and commit is one snapshot: all-MiniLM-L6-v2-code's checkpoint lies beside
+    the ONNX model of the same repo. A cut-off model.safetensors removed the whole snapshot,
+    the model in use with it, and an offline restart then failed."""
+    from thatch.embedder.client.model_names import HubRef, cached_snapshot
+    from thatch.embedder.models.hub_download import download_checkpoint
+
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {})
+    (repo / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    ref = HubRef("acme/shared", None)
+    with FakeHub({"acme/shared": repo}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        env = {**os.environ, "HF_ENDPOINT": server.url}
+        in_use = resolve_model("acme/shared", env=env, progress=False)
+        with pytest.raises(ModelError, match=r"model\.safetensors of model acme/shared is broken"):
+            download_checkpoint(ref, env=env, pull="acme/shared-code", progress=False)
+    assert in_use.onnx_path is not None and in_use.onnx_path.is_file()
+    assert cached_snapshot(ref, env) is not None
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert resolve_model("acme/shared", env=offline, progress=False).onnx_path == in_use.onnx_path

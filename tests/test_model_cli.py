@@ -143,7 +143,7 @@ def test_pull_of_a_broken_file_names_it_and_fetches_it_again(
             assert code == 1 and out == ""
             assert err.splitlines()[-2:] == [
                 "Error: downloaded tokenizer.json of model acme/bad-tokenizer is broken: "
-                "tokenizers cannot read it (expected value at line 1 column 1); "
+                "not JSON (Expecting value: line 1 column 1 (char 0)); "
                 "removed it from the cache",
                 "Fix: thatch model pull acme/bad-tokenizer downloads it again (if it fails the "
                 "same way, the hub's own copy is broken)",

@@ -7,19 +7,36 @@ snapshot the library calls complete, so pulling again fetched nothing. Each file
 opened the way thatch opens it later: JSON parsed, tokenizer.json by tokenizers, an ONNX
 file as an onnxruntime session without graph optimisations (a tenth of a second for
 MiniLM), a safetensors file by its header, which must cover the file's tensors.
+
+Only a file that does not parse is damaged (and removed, so the next pull fetches it
+again). A whole file this machine's onnxruntime or tokenizers cannot use (a newer opset,
+an unknown tokenizer type) is not: fetching it again cannot help, and would each time.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from thatch.embedder.client.errors import ModelError
 
-__all__ = ["broken_because"]
+__all__ = ["Unusable", "unusable_because"]
 
 
-def broken_because(path: Path) -> str | None:
+@dataclass(frozen=True)
+class Unusable:
+    """Why a downloaded file cannot be used; ``damaged``: it does not parse at all."""
+
+    why: str
+    damaged: bool
+
+
+class _Unsupported(ModelError):
+    """A whole file this machine's library cannot use."""
+
+
+def unusable_because(path: Path) -> Unusable | None:
     """Why the downloaded file at path cannot be used, or None when it opens fine."""
     try:
         if path.name == "tokenizer.json":
@@ -30,20 +47,23 @@ def broken_because(path: Path) -> str | None:
             _open_onnx(path)
         elif path.suffix == ".safetensors":
             _open_safetensors(path)
+    except _Unsupported as error:
+        return Unusable(str(error), damaged=False)
     except ModelError as error:
-        return str(error)
+        return Unusable(str(error), damaged=True)
     except OSError as error:
-        return f"cannot read it: {error.strerror or error}"
+        return Unusable(f"cannot read it: {error.strerror or error}", damaged=False)
     return None
 
 
 def _open_tokenizer(path: Path) -> None:
     from tokenizers import Tokenizer
 
+    _open_json(path)  # not JSON: damaged; JSON tokenizers refuses: a newer format
     try:
         Tokenizer.from_file(str(path))
     except Exception as error:  # the tokenizers library raises bare Exceptions
-        raise ModelError(f"tokenizers cannot read it ({_first_line(error)})") from None
+        raise _Unsupported(f"tokenizers cannot read it ({_first_line(error)})") from None
 
 
 def _open_json(path: Path) -> None:
@@ -72,8 +92,11 @@ def _open_onnx(path: Path) -> None:
         ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own unexported exception types
         # "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from <path> failed:<why>"
-        why = _first_line(error).rpartition(" failed:")[2].strip() or type(error).__name__
-        raise ModelError(f"onnxruntime cannot load it ({why})") from None
+        first = _first_line(error)
+        why = first.rpartition(" failed:")[2].strip() or type(error).__name__
+        if "INVALID_PROTOBUF" in first:  # a cut-off or foreign file: it does not parse
+            raise ModelError(f"onnxruntime cannot load it ({why})") from None
+        raise _Unsupported(f"onnxruntime cannot load it ({why})") from None
 
 
 def _open_safetensors(path: Path) -> None:

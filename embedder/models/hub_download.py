@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +33,7 @@ from thatch.embedder.client.model_names import (
     hub_endpoint,
     read_json,
 )
-from thatch.embedder.models.download_check import broken_because
+from thatch.embedder.models.download_check import unusable_because
 from thatch.embedder.models.registry import OPTIONAL_FILES, offline_error
 
 if TYPE_CHECKING:
@@ -132,17 +131,25 @@ def _listed(
 
 
 def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
-    """A fetched file that does not open is an error, and leaves the cache: its blob, and
-    the snapshot's links with it, since huggingface_hub trusts any file present and the
-    resolver any snapshot with its required files. The other files' blobs stay: the next
-    pull links them again without fetching them."""
-    why = broken_because(path)
-    if why is None:
+    """A fetched file that does not open is an error. A damaged one (it does not parse)
+    leaves the cache: its blob and its link in the snapshot, since huggingface_hub trusts
+    any file present; the next pull fetches it alone. Only its own link: the snapshot of
+    one repo and commit is shared (all-MiniLM-L6-v2-code's checkpoint beside the ONNX
+    model of the same repo), and the other files may be in use."""
+    unusable = unusable_because(path)
+    if unusable is None:
         return
+    if not unusable.damaged:
+        raise ModelError(
+            f"downloaded {name} of model {ref.repo_id} cannot be used here: {unusable.why}",
+            fix="upgrade onnxruntime and tokenizers (pip install -U onnxruntime tokenizers), "
+            "or use another model",
+        )
     path.resolve().unlink(missing_ok=True)  # the blob the snapshot links to
-    shutil.rmtree(path.parents[len(Path(name).parts) - 1], ignore_errors=True)
+    path.unlink(missing_ok=True)
     raise ModelError(
-        f"downloaded {name} of model {ref.repo_id} is broken: {why}; removed it from the cache",
+        f"downloaded {name} of model {ref.repo_id} is broken: {unusable.why}; "
+        "removed it from the cache",
         fix=f"thatch model pull {shlex.quote(pull)} downloads it again (if it fails the "
         "same way, the hub's own copy is broken)",
     )
