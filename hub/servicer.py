@@ -349,8 +349,8 @@ class HubServicer(pb_grpc.HubServicer):
                 "send them in several pushes",
             )
         # A push whose reply was lost comes again: what it applied is answered from the
-        # recorded outcomes, neither scanned nor embedded again (nor failed when the
-        # embedder is down by then).
+        # recorded outcomes, not embedded again (nor failed when the embedder is down by
+        # then).
         with caller.memories() as hub:
             applied = hub.applied([write.write_id for write in writes if write.write_id])
         refused: dict[int, str] = {}

@@ -94,6 +94,8 @@ def test_a_hub_address_with_a_scheme_or_odd_host_is_a_usage_error(
         ("hub\x00.example:7471", "expected host:port or unix:///path"),
         ("hub\x1b[2J:7471", "expected host:port or unix:///path"),
         ("unix:///run/hub\x00.sock", "expected host:port or unix:///path"),
+        ("unix:///run/hub\n.sock", "expected host:port or unix:///path"),
+        ("hub\x9b2J.example:7471", "expected host:port or unix:///path"),
     ]:
         result = CliRunner().invoke(cli, ["team", "join", url, "--store", "acme/app"])
         assert result.exit_code == 2 and words in result.stderr, result.output

@@ -21,6 +21,7 @@ from thatch.frontend.store.migrations.flat_reads import (
     UPDATED_ROWS,
 )
 from thatch.frontend.store.rows import COLUMNS, memory_from_row
+from thatch.frontend.store.transactions import atomic
 
 __all__ = [
     "BRANCH_CHOICES",
@@ -95,7 +96,9 @@ def newest_page(
     elif archived == "archived":
         conditions.append("archived != 0")
     where = " AND ".join(conditions)
-    with store.lock:
+    # One snapshot: the walk's rowids are fetched after it, and a rowid freed meanwhile
+    # could be another store's new row.
+    with store.lock, atomic(store.conn, immediate=False):
         (counted,) = store.conn.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM entries WHERE {where} LIMIT ?)",
             [*params, COUNTED_UP_TO + 1],
@@ -129,9 +132,9 @@ def newest_page(
 # A branch of over 10,000 memories is paged by walking the store's order up to this many
 # times as far as the page reaches, when that finds it (the branch is most of its store):
 # sorting a branch of 98,000 took 0.1-0.3 s a page, now 7-29 ms. A big branch sparse in
-# a bigger store is sorted as before, after a walk of at most 40,000 rows.
+# a bigger store is sorted as before, after a walk of at most 20,000 rows.
 _WALK_REACH = 2
-_WALK_AT_MOST = 40_000
+_WALK_AT_MOST = 20_000
 
 
 def _walked(
@@ -139,11 +142,13 @@ def _walked(
 ) -> list[int] | None:
     """The rowids of the branch's first ``reach`` memories in the page's order, read from
     the order's index, or None when they are not all among its first rows."""
+    if reach * _WALK_REACH > _WALK_AT_MOST:
+        return None  # a deep page: the walk could not reach it, the sort will
     found: list[int] = []
     rows = store.conn.execute(
         f"SELECT rowid, branch, archived FROM entries WHERE store = ? AND {walk} "
         f"ORDER BY {order} LIMIT ?",
-        (name, min(reach * _WALK_REACH, _WALK_AT_MOST)),
+        (name, reach * _WALK_REACH),
     )
     try:
         for rowid, on, flag in rows:  # streamed: a dense branch stops at its page
