@@ -697,6 +697,44 @@ def test_a_branch_of_over_ten_thousand_walks_the_order_index(store: Store) -> No
             assert any("INDEX thatch_entries_branch (store=?" in s for s in plan), plan
 
 
+def test_a_walked_page_is_one_snapshot(store: Store, tmp_path: Path) -> None:
+    """The walk's rowids are fetched by a second statement: a writer deleting the newest
+    row and inserting into another store in between reused its rowid, and the page showed
+    that store's row."""
+    from thatch.frontend.ui.queries import COUNTED_UP_TO, newest_page
+
+    rows = [
+        (f"m{i:05d}", "p", f"m{i}", "# m\n\nx", "main", f"{i:05d}")
+        for i in range(COUNTED_UP_TO + 5)
+    ]
+    with atomic(store.conn):
+        store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('p'), ('q')")
+        store.conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, branch, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?6)",
+            rows,
+        )
+    other = sqlite3.connect(tmp_path / "thatch.db", isolation_level=None)
+
+    def between(sql: str) -> None:
+        if "SELECT rowid, branch, archived" in sql:  # the walk: now a writer comes
+            (newest,) = other.execute("SELECT max(rowid) FROM entries").fetchone()
+            other.execute("DELETE FROM entries WHERE rowid = ?", (newest,))
+            other.execute(
+                "INSERT INTO entries (rowid, slug, store, label, content, branch, created_at, "
+                "updated_at) VALUES (?, 'intruder', 'q', 'intruder', '# x', 'main', '9', '9')",
+                (newest,),
+            )
+
+    store.conn.set_trace_callback(between)
+    try:
+        page = newest_page(store, "p", branch="main", archived="live", offset=0, limit=5)
+    finally:
+        store.conn.set_trace_callback(None)
+        other.close()
+    assert [m.slug for m in page.memories] == [r[0] for r in rows[::-1][:5]]
+
+
 def test_the_hygiene_counts_read_an_index_not_the_table(store: Store) -> None:
     """Every session start counts stale and other-model memories: a scan of the table,
     0.36 s at 100k memories, until m022 gave each its index."""
