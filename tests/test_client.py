@@ -181,6 +181,17 @@ def test_unavailable_on_fresh_channel_not_retried(client: EmbedderClient, fake: 
     assert fake.calls == 1
 
 
+def test_only_the_servers_own_words_mean_still_starting(
+    client: EmbedderClient, fake: FakeServer
+) -> None:
+    """UNAVAILABLE whose text merely contains "starting" (a GOAWAY saying "restarting") is
+    an embedder that is not there, not one still starting."""
+    fake.embedder.script = [unavailable("GOAWAY received; Debug Text: restarting")]
+    with pytest.raises(EmbedderUnavailable) as caught:
+        client.embed(["a"], Kind.QUERY)
+    assert caught.value.cause == f"nothing is listening at {fake.address}"
+
+
 def test_invalid_argument_is_a_request_error(client: EmbedderClient, fake: FakeServer) -> None:
     """INVALID_ARGUMENT becomes EmbedRequestError (a ValueError) with the server's text."""
     fake.embedder.script = [(grpc.StatusCode.INVALID_ARGUMENT, "texts[0] is empty")]

@@ -382,7 +382,8 @@ class EmbedderClient:
                 return EmbedderUnavailable(details, "send fewer or shorter texts at a time")
             return self._deadline_error(timeout)
         if code == grpc.StatusCode.UNAVAILABLE:
-            if "starting" in details:
+            # The server's own words, not any "starting": a GOAWAY's text may say "restarting".
+            if "embedder is starting" in details:
                 return EmbedderUnavailable(STILL_STARTING, FIX_STARTING)
             if not self.address.is_unix:
                 return self._remote_unavailable(details)
