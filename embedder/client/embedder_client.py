@@ -128,6 +128,11 @@ def make_channel(address: Address, tls: TlsConfig | None) -> grpc.Channel:
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000 if address.is_unix else 5000),
+        # No transparent retries: a request crossing the GOAWAY of an embedder going away
+        # was retried by gRPC's core onto the same dying connection, again and again
+        # until the deadline (30 s). Without them it fails with UNAVAILABLE at once, and
+        # embed's own retry and auto-start take over.
+        ("grpc.enable_retries", 0),
     ]
     if address.kind == "dns":
         options.append(("grpc.lb_policy_name", "round_robin"))
