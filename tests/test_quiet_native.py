@@ -11,36 +11,15 @@ import os
 import re
 import socket
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.embedder_proc import embedder_process
+from tests.support.goaway_server import going_away
 from tests.support.hookrun import thatch_command
 from thatch.embedder.client.errors import FIX_REMOTE
 
 # absl's format, which gRPC's core uses: "I1201 22:35:21.218192   15791 file.cc:1403] ..."
 CORE_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]", re.MULTILINE)
-
-
-@contextmanager
-def going_away(*, after_request: bool = False) -> Iterator[int]:
-    """The port of a fresh ``goaway_server`` (one GOAWAY, then refused). ``after_request``:
-    the GOAWAY answers the first request instead of crossing it, so the client is sure to
-    fail at once (crossing, a request waited out its 30 s deadline about one search in
-    eight on a loaded machine; gRPC's core logs ``Got goaway`` only then)."""
-    command = [sys.executable, "-m", "tests.support.goaway_server"]
-    command += ["--after-request"] if after_request else []
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=Path(__file__).parent.parent)
-    try:
-        assert server.stdout is not None
-        yield int(server.stdout.readline())
-    finally:
-        server.kill()
-        server.wait(10)
-        if server.stdout is not None:
-            server.stdout.close()
 
 
 def search(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -75,7 +54,9 @@ def test_searches_print_no_grpc_core_lines(tmp_path: Path, short_tmp: Path) -> N
 def _searches(env: dict[str, str], stale: Path, stopped: str) -> None:
     for kind in ["restarting", "stopped"] * 4 + ["restarting", "failing"]:
         if kind == "restarting":
-            with going_away(after_request=True) as port:
+            # The GOAWAY answers the first request instead of crossing it, so the search is
+            # sure to fail at once (crossing, gRPC's core logs ``Got goaway`` only then).
+            with going_away("--after-request") as port:
                 env.update(THATCH_EMBEDDER_ADDR=f"127.0.0.1:{port}")
                 result = search(env)
             address = f"127.0.0.1:{port}"

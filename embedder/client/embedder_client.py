@@ -128,6 +128,11 @@ def make_channel(address: Address, tls: TlsConfig | None) -> grpc.Channel:
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000 if address.is_unix else 5000),
+        # No transparent retries: a request crossing the GOAWAY of an embedder going away
+        # was retried by gRPC's core onto the same dying connection, again and again
+        # until the deadline (30 s). Without them it fails with UNAVAILABLE at once, and
+        # embed's own retry and auto-start take over.
+        ("grpc.enable_retries", 0),
     ]
     if address.kind == "dns":
         options.append(("grpc.lb_policy_name", "round_robin"))
@@ -382,7 +387,8 @@ class EmbedderClient:
                 return EmbedderUnavailable(details, "send fewer or shorter texts at a time")
             return self._deadline_error(timeout)
         if code == grpc.StatusCode.UNAVAILABLE:
-            if "starting" in details:
+            # The server's own words, not any "starting": a GOAWAY's text may say "restarting".
+            if "embedder is starting" in details:
                 return EmbedderUnavailable(STILL_STARTING, FIX_STARTING)
             if not self.address.is_unix:
                 return self._remote_unavailable(details)
