@@ -283,3 +283,28 @@ def test_a_broken_checkpoint_leaves_the_model_sharing_its_snapshot(
     offline = {**env, "HF_HUB_OFFLINE": "1"}
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     assert resolve_model("acme/shared", env=offline, progress=False).onnx_path == in_use.onnx_path
+
+
+def test_a_pull_mends_a_file_broken_in_the_cache(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file broken in the cache (pulled before pulls checked their files, or damaged on
+    disk) resolved as ready for good, and pulling again fetched nothing: a pull now
+    checks the cached files, fetches the broken one again, and the model loads."""
+    from thatch.embedder.models.resolve import create_encoder, pull_model
+
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {})
+    with FakeHub({"acme/mended": repo}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        env = {**os.environ, "HF_ENDPOINT": server.url}
+        first = pull_model("acme/mended", env=env)
+        assert first.onnx_path is not None
+        snapshot = next(p for p in first.onnx_path.parents if p.parent.name == "snapshots")
+        (snapshot / "tokenizer.json").resolve().write_bytes(b"<html>Bad Gateway</html>")
+        server.clear()
+        mended = pull_model("acme/mended", env=env)
+        assert server.downloaded() == {"tokenizer.json"}
+    encoder = create_encoder(mended, threads=1)
+    encoder.load()
+    encoder.release()

@@ -130,6 +130,20 @@ def _listed(
         _write_ref(cache_dir, ref.repo_id, revision, commit)
 
 
+def drop_damaged(snapshot: Path) -> list[str]:
+    """Remove the cached files of ``snapshot`` that do not parse (their link and blob, as
+    ``_refuse_if_broken`` does): the names removed, which the next download fetches."""
+    dropped = []
+    for path in sorted(snapshot.rglob("*")):
+        if path.is_file():
+            unusable = unusable_because(path)
+            if unusable is not None and unusable.damaged:
+                path.resolve().unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
+                dropped.append(str(path.relative_to(snapshot)))
+    return dropped
+
+
 def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
     """A fetched file that does not open is an error. A damaged one (it does not parse)
     leaves the cache: its blob and its link in the snapshot, since huggingface_hub trusts

@@ -99,6 +99,13 @@ def resolve_model(
         )
     assert isinstance(target, HubRef)
     snapshot = cached_snapshot(target, env)
+    if snapshot is not None and hub_first and download and not hub_offline(env):
+        from thatch.embedder.models.hub_download import drop_damaged
+
+        # A pull checks what is cached too: a file broken before pulls checked their
+        # files resolved as ready for good, and pulling again fetched nothing.
+        if drop_damaged(snapshot):
+            snapshot = cached_snapshot(target, env)
     imported = imported_for(target, env, cached=snapshot is not None, hub_first=hub_first)
     if imported is not None:
         return settings_from_dir(imported, source="imported")
