@@ -54,9 +54,10 @@ def test_searches_print_no_grpc_core_lines(tmp_path: Path, short_tmp: Path) -> N
 def _searches(env: dict[str, str], stale: Path, stopped: str) -> None:
     for kind in ["restarting", "stopped"] * 4 + ["restarting", "failing"]:
         if kind == "restarting":
-            # The GOAWAY answers the first request instead of crossing it, so the search is
-            # sure to fail at once (crossing, gRPC's core logs ``Got goaway`` only then).
-            with going_away("--after-request") as port:
+            # A GOAWAY that mostly crosses the first request: with gRPC's retries off the
+            # search fails at once either way, and a crossing one is what makes the core
+            # log (``Got goaway``) unless thatch quiets it.
+            with going_away("--settings-first") as port:
                 env.update(THATCH_EMBEDDER_ADDR=f"127.0.0.1:{port}")
                 result = search(env)
             address = f"127.0.0.1:{port}"

@@ -3,8 +3,7 @@
 It listens on 127.0.0.1 (port 0, printed on stdout), reads the first connection's HTTP/2
 preface, answers with SETTINGS and a GOAWAY carrying INTERNAL_ERROR, as a server torn
 down mid-connection does, and stops listening (later connections are refused, so the
-client fails at once). With ``--after-request`` it answers the client's first request
-with the GOAWAY instead of sending it as the client connects. With ``--settings-first``
+client fails at once). With ``--settings-first``
 the SETTINGS that make the client ready go out alone, the GOAWAY in a segment of its own
 right after, and the connection stays open until the client drops it: the client's first
 request then mostly reaches the connection after it read the GOAWAY but before gRPC's core
@@ -30,38 +29,10 @@ def frame(kind: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([kind, 0]) + struct.pack(">I", 0) + payload
 
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADERS = 1
-
-
-def first_request(conn: socket.socket) -> None:
-    """Read until the client's first request (a HEADERS frame) has arrived, so the GOAWAY
-    below is the answer to it rather than crossing it on the wire: a client whose request
-    crossed a GOAWAY for stream 0 could wait out its whole deadline (1 search in 8 on a
-    loaded machine)."""
-    data = b""
-    while True:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        data += chunk
-        at = len(PREFACE)
-        while len(data) >= at + 9:
-            length = int.from_bytes(data[at : at + 3], "big")
-            if data[at + 3] == HEADERS:
-                return
-            at += 9 + length
-        if len(data) > 1 << 20:
-            return
-
-
 def answer(conn: socket.socket, mode: str) -> None:
     with conn:
         try:
-            if mode == "--after-request":
-                first_request(conn)
-            else:
-                conn.recv(65536)
+            conn.recv(65536)
             settings = frame(4, b"")
             goaway = frame(7, struct.pack(">II", 0, INTERNAL_ERROR) + b"restarting")
             if mode == "--settings-first":
@@ -79,7 +50,7 @@ def answer(conn: socket.socket, mode: str) -> None:
 
 @contextmanager
 def going_away(mode: str | None = None) -> Iterator[int]:
-    """The port of a fresh server in ``mode`` (``--after-request``, ``--settings-first``)."""
+    """The port of a fresh server in ``mode`` (None or ``--settings-first``)."""
     command = [sys.executable, "-m", "tests.support.goaway_server"] + ([mode] if mode else [])
     root = Path(__file__).resolve().parent.parent.parent
     server = subprocess.Popen(command, stdout=subprocess.PIPE, cwd=root)
