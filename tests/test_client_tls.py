@@ -263,3 +263,17 @@ def test_a_certificate_grpc_takes_is_served_whatever_openssls_policy(
     flags = ["--tls-cert", str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem")]
     with tcp_embedder(tmp_path / "serve", *flags) as (_, port):
         assert port > 0
+
+
+def test_a_remote_embedder_a_slow_link_away_answers_the_first_call(tmp_path: Path) -> None:
+    """gRPC's core gave a connection attempt only min_reconnect_backoff_ms (100 ms): an
+    embedder 150 ms away each way failed every fresh client's first call as "no embedder
+    answering" (its saves went pending, its searches failed)."""
+    from tests.support.slow_link import slow_link
+
+    with tcp_embedder(tmp_path) as (_, port), slow_link(port, 0.15) as slow_port:
+        for _ in range(2):  # each a fresh client: a process's first call
+            with EmbedderClient(
+                env={"THATCH_EMBEDDER_ADDR": f"127.0.0.1:{slow_port}"}, autostart=False
+            ) as client:
+                assert client.embed(["hello"], Kind.QUERY, timeout=30).vectors.shape[0] == 1
