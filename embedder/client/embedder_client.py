@@ -126,11 +126,12 @@ def make_channel(address: Address, tls: TlsConfig | None) -> grpc.Channel:
         # A freshly spawned server must be reachable as soon as it binds, not after
         # gRPC's default reconnect backoff (1 s, growing to 120 s).
         ("grpc.initial_reconnect_backoff_ms", 100),
-        # gRPC's core also takes this as the least time a connection attempt is given: at
-        # 100 ms a remote embedder a round trip of 150 ms away (a VPN, another region)
-        # failed every first call as "no embedder answering". A refused connection still
-        # fails at once; a hung one costs a call its deadline.
-        ("grpc.min_reconnect_backoff_ms", 100 if address.is_unix else 5000),
+        # gRPC's core also takes this as the time a connection attempt is given: at 100 ms
+        # an embedder 150 ms away each way (a VPN, another region) failed every first
+        # call as "no embedder answering". 2 s covers a TLS handshake's three round trips
+        # of up to 600 ms, and bounds what an unreachable one (a VPN down, packets
+        # dropped) costs a call; a refused connection still fails at once.
+        ("grpc.min_reconnect_backoff_ms", 100 if address.is_unix else 2000),
         ("grpc.max_reconnect_backoff_ms", 1000 if address.is_unix else 5000),
         # No transparent retries: a request crossing the GOAWAY of an embedder going away
         # was retried by gRPC's core onto the same dying connection, again and again
