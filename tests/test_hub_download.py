@@ -285,12 +285,22 @@ def test_a_broken_checkpoint_leaves_the_model_sharing_its_snapshot(
     assert resolve_model("acme/shared", env=offline, progress=False).onnx_path == in_use.onnx_path
 
 
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("tokenizer.json", b"<html>Bad Gateway</html>"),
+        ("onnx/model_quantized.onnx", b""),  # a crash's empty file: "No graph was found"
+        ("1_Pooling/config.json", b"{"),  # optional: the snapshot resolves without it
+        ("thatch_model.json", b"{"),  # read while the cache is looked up
+    ],
+)
 def test_a_pull_mends_a_file_broken_in_the_cache(
-    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, damage: bytes
 ) -> None:
     """A file broken in the cache (pulled before pulls checked their files, or damaged on
-    disk) resolved as ready for good, and pulling again fetched nothing: a pull now
-    checks the cached files, fetches the broken one again, and the model loads."""
+    disk) resolved as ready for good, and pulling again fetched nothing: a pull now checks
+    the cached files and fetches the broken one again (a file read while the cache is
+    looked up: removed by this pull, fetched by the next), and the model loads."""
     from thatch.embedder.models.resolve import create_encoder, pull_model
 
     repo = linked_repo(minilm_dir, tmp_path / "repo", {})
@@ -301,10 +311,48 @@ def test_a_pull_mends_a_file_broken_in_the_cache(
         first = pull_model("acme/mended", env=env)
         assert first.onnx_path is not None
         snapshot = next(p for p in first.onnx_path.parents if p.parent.name == "snapshots")
-        (snapshot / "tokenizer.json").resolve().write_bytes(b"<html>Bad Gateway</html>")
+        (snapshot / name).resolve().write_bytes(damage)
         server.clear()
-        mended = pull_model("acme/mended", env=env)
-        assert server.downloaded() == {"tokenizer.json"}
+        try:
+            mended = pull_model("acme/mended", env=env)
+        except ModelError as error:
+            assert name == "thatch_model.json", error
+            assert str(error).startswith(f"downloaded {name} of model acme/mended is broken")
+            mended = pull_model("acme/mended", env=env)
+        assert server.downloaded() == {name}
+        assert (snapshot / name).read_bytes() == (minilm_dir / name).read_bytes()
     encoder = create_encoder(mended, threads=1)
     encoder.load()
     encoder.release()
+
+
+def test_what_is_whole_or_not_the_caches_own_is_kept(minilm_dir: Path, tmp_path: Path) -> None:
+    """A tokenizer.json past 16 MiB (a multilingual one) is whole: tokenizers reads it,
+    and it was deleted and fetched again at every pull. A snapshot link pointing outside
+    the cache's blobs loses only the link, never the file it points to. A file that cannot
+    be read is no broken download."""
+    from thatch.embedder.client.model_names import HubRef
+    from thatch.embedder.models.download_check import unusable_because
+    from thatch.embedder.models.hub_download import _refuse_if_broken, drop_damaged
+
+    big = tmp_path / "tokenizer.json"
+    big.write_text((minilm_dir / "tokenizer.json").read_text() + " " * (17 << 20))
+    assert unusable_because(big) is None
+
+    repo = tmp_path / "models--acme--m"
+    snapshot = repo / "snapshots" / "c0ffee"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    outside = tmp_path / "users_own.json"
+    outside.write_text("notes, not JSON")
+    (snapshot / "config.json").symlink_to(outside)
+    assert drop_damaged(snapshot) == ["config.json"]
+    assert outside.read_text() == "notes, not JSON" and not (snapshot / "config.json").exists()
+
+    loop = snapshot / "modules.json"
+    loop.symlink_to(loop)
+    with pytest.raises(ModelError) as error:
+        _refuse_if_broken(HubRef("acme/m", None), "modules.json", loop, "acme/m")
+    assert "cannot read it" in str(error.value) and "is broken" not in str(error.value)
+    assert error.value.fix is not None and error.value.fix.startswith(f"check {loop}")
+    assert loop.is_symlink()

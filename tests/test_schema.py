@@ -717,7 +717,9 @@ def test_a_walked_page_is_one_snapshot(store: Store, tmp_path: Path) -> None:
     other = sqlite3.connect(tmp_path / "thatch.db", isolation_level=None)
 
     def between(sql: str) -> None:
-        if "SELECT rowid, branch, archived" in sql:  # the walk: now a writer comes
+        # The fetch of the walk's rowids (traced with its values) is about to run: a
+        # writer comes in between.
+        if re.search(r"WHERE rowid IN \(\d", sql):
             (newest,) = other.execute("SELECT max(rowid) FROM entries").fetchone()
             other.execute("DELETE FROM entries WHERE rowid = ?", (newest,))
             other.execute(

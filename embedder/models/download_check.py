@@ -16,6 +16,7 @@ an unknown tokenizer type) is not: fetching it again cannot help, and would each
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,14 +27,34 @@ __all__ = ["Unusable", "unusable_because"]
 
 @dataclass(frozen=True)
 class Unusable:
-    """Why a downloaded file cannot be used; ``damaged``: it does not parse at all."""
+    """Why a downloaded file cannot be used. ``kind``: "damaged" (it does not parse: fetch
+    it again), "unsupported" (whole, but this machine's onnxruntime or tokenizers cannot
+    use it) or "unreadable" (the file system refused it)."""
 
     why: str
-    damaged: bool
+    kind: str
+
+    @property
+    def damaged(self) -> bool:
+        return self.kind == "damaged"
 
 
 class _Unsupported(ModelError):
     """A whole file this machine's library cannot use."""
+
+
+# What onnxruntime says of a whole model it cannot run, as opposed to one that is cut off
+# or empty ("Protobuf parsing failed", "No graph was found", "Missing opset"): a file is
+# unsupported only on this evidence, damaged otherwise.
+_NEWER_ONNX = (
+    "NOT_IMPLEMENTED",
+    "IR version",
+    "under development",
+    "support for domain",
+    "No Op registered",
+)
+# The C++ source place and signature onnxruntime puts before some messages.
+_SOURCE_PLACE = re.compile(r"^/\S+:\d+ .*?\) (?=[A-Z])")
 
 
 def unusable_because(path: Path) -> Unusable | None:
@@ -48,18 +69,18 @@ def unusable_because(path: Path) -> Unusable | None:
         elif path.suffix == ".safetensors":
             _open_safetensors(path)
     except _Unsupported as error:
-        return Unusable(str(error), damaged=False)
+        return Unusable(str(error), "unsupported")
     except ModelError as error:
-        return Unusable(str(error), damaged=True)
+        return Unusable(str(error), "damaged")
     except OSError as error:
-        return Unusable(f"cannot read it: {error.strerror or error}", damaged=False)
+        return Unusable(f"cannot read it: {error.strerror or error}", "unreadable")
     return None
 
 
 def _open_tokenizer(path: Path) -> None:
     from tokenizers import Tokenizer
 
-    _open_json(path)  # not JSON: damaged; JSON tokenizers refuses: a newer format
+    _parse_json(path)  # not JSON: damaged; JSON tokenizers refuses: a newer format
     try:
         Tokenizer.from_file(str(path))
     except Exception as error:  # the tokenizers library raises bare Exceptions
@@ -72,6 +93,11 @@ def _open_json(path: Path) -> None:
     size = path.stat().st_size
     if size > JSON_MAX_BYTES:  # read_json refuses it later: a model's JSON file is small
         raise ModelError(f"{size:,} bytes, too big for a model's JSON file")
+    _parse_json(path)
+
+
+def _parse_json(path: Path) -> None:
+    """Any size: a multilingual tokenizer.json passes 16 MiB, and tokenizers reads it."""
     try:
         json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:  # UnicodeDecodeError is one too
@@ -94,9 +120,10 @@ def _open_onnx(path: Path) -> None:
         # "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from <path> failed:<why>"
         first = _first_line(error)
         why = first.rpartition(" failed:")[2].strip() or type(error).__name__
-        if "INVALID_PROTOBUF" in first:  # a cut-off or foreign file: it does not parse
-            raise ModelError(f"onnxruntime cannot load it ({why})") from None
-        raise _Unsupported(f"onnxruntime cannot load it ({why})") from None
+        why = _SOURCE_PLACE.sub("", why)
+        if any(sign in first for sign in _NEWER_ONNX):
+            raise _Unsupported(f"onnxruntime cannot load it ({why})") from None
+        raise ModelError(f"onnxruntime cannot load it ({why})") from None
 
 
 def _open_safetensors(path: Path) -> None:

@@ -56,6 +56,10 @@ CHECKPOINT_FILES = (
 )
 
 
+# In a snapshot: a file of it was removed as damaged and not fetched again yet.
+REFETCH_MARK = ".thatch-refetch"
+
+
 def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
     """Fetch the needed files of ref; return the snapshot directory that now holds them."""
     pull = f"{ref.repo_id}@{ref.revision}" if ref.revision else ref.short_name or ref.repo_id
@@ -78,6 +82,7 @@ def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
         fetch(onnx)
         if "quantized" in onnx and FP32_REFERENCE in listed:
             fetch(FP32_REFERENCE)  # the embedder checks the int8 file against it at load
+    (snapshot / REFETCH_MARK).unlink(missing_ok=True)  # every file fetched and checked
     return snapshot
 
 
@@ -138,10 +143,22 @@ def drop_damaged(snapshot: Path) -> list[str]:
         if path.is_file():
             unusable = unusable_because(path)
             if unusable is not None and unusable.damaged:
-                path.resolve().unlink(missing_ok=True)
-                path.unlink(missing_ok=True)
+                _remove_cached(path, snapshot)
                 dropped.append(str(path.relative_to(snapshot)))
     return dropped
+
+
+def _remove_cached(path: Path, snapshot: Path) -> None:
+    """``path``'s link in ``snapshot`` and the blob it points to, if that blob is the
+    cache's own (``<repo>/blobs``): a link pointing anywhere else is only unlinked. The
+    snapshot is marked, so that the next pull fetches again even a file the snapshot
+    resolves without (an optional one)."""
+    blobs = snapshot.parent.parent / "blobs"
+    target = path.resolve()
+    if target.is_relative_to(blobs.resolve()):
+        target.unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+    (snapshot / REFETCH_MARK).touch()
 
 
 def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
@@ -153,14 +170,19 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
     unusable = unusable_because(path)
     if unusable is None:
         return
-    if not unusable.damaged:
+    if unusable.kind == "unsupported":
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} cannot be used here: {unusable.why}",
             fix="upgrade onnxruntime and tokenizers (pip install -U onnxruntime tokenizers), "
             "or use another model",
         )
-    path.resolve().unlink(missing_ok=True)  # the blob the snapshot links to
-    path.unlink(missing_ok=True)
+    if unusable.kind == "unreadable":
+        raise ModelError(
+            f"downloaded {name} of model {ref.repo_id} {unusable.why}",
+            fix=f"check {path} and the disk it is on, then run thatch model pull "
+            f"{shlex.quote(pull)} again",
+        )
+    _remove_cached(path, path.parents[len(Path(name).parts) - 1])
     raise ModelError(
         f"downloaded {name} of model {ref.repo_id} is broken: {unusable.why}; "
         "removed it from the cache",

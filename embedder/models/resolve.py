@@ -98,14 +98,21 @@ def resolve_model(
             target, source="imported" if is_import(env, target) else "local dir"
         )
     assert isinstance(target, HubRef)
-    snapshot = cached_snapshot(target, env)
-    if snapshot is not None and hub_first and download and not hub_offline(env):
-        from thatch.embedder.models.hub_download import drop_damaged
+    mending = hub_first and download and not hub_offline(env)
+    try:
+        snapshot = cached_snapshot(target, env)
+    except ModelError:
+        if not mending:
+            raise
+        snapshot = None  # a damaged file of its own: the download below checks each one
+    if snapshot is not None and mending:
+        from thatch.embedder.models.hub_download import REFETCH_MARK, drop_damaged
 
         # A pull checks what is cached too: a file broken before pulls checked their
-        # files resolved as ready for good, and pulling again fetched nothing.
-        if drop_damaged(snapshot):
-            snapshot = cached_snapshot(target, env)
+        # files resolved as ready for good, and pulling again fetched nothing. What it
+        # drops, or an earlier pull dropped, is fetched again below, optional files too.
+        if drop_damaged(snapshot) or (snapshot / REFETCH_MARK).exists():
+            snapshot = None
     imported = imported_for(target, env, cached=snapshot is not None, hub_first=hub_first)
     if imported is not None:
         return settings_from_dir(imported, source="imported")
