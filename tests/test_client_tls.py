@@ -277,3 +277,39 @@ def test_a_remote_embedder_a_slow_link_away_answers_the_first_call(tmp_path: Pat
                 env={"THATCH_EMBEDDER_ADDR": f"127.0.0.1:{slow_port}"}, autostart=False
             ) as client:
                 assert client.embed(["hello"], Kind.QUERY, timeout=30).vectors.shape[0] == 1
+
+
+def test_an_embedder_that_never_completes_a_connection_costs_one_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Packets dropped (a VPN down): the connection attempt times out, and the TLS
+    diagnosis that followed made its own connection and waited as long again."""
+    import socket
+
+    diagnosed: list[bool] = []
+
+    def diagnose(self: EmbedderClient) -> None:
+        diagnosed.append(True)
+
+    monkeypatch.setattr(EmbedderClient, "connection_problem", diagnose)
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as full:
+        port = full.getsockname()[1]
+        fillers = []
+        for _ in range(3):  # the accept queue full: the kernel drops further SYNs
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        try:
+            with (
+                EmbedderClient(
+                    env={"THATCH_EMBEDDER_ADDR": f"127.0.0.1:{port}"}, autostart=False
+                ) as client,
+                pytest.raises(EmbedderUnavailable) as down,
+            ):
+                client.embed(["hello"], Kind.QUERY, timeout=30)
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert str(down.value).startswith(f"no embedder answering at 127.0.0.1:{port}")
+    assert diagnosed == []

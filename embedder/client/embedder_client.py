@@ -69,6 +69,9 @@ FIX_FAILED = "run thatch doctor"
 OVERLOADED = "the embedder is overloaded"
 # What gRPC's status details say when a connection (or its TLS handshake) failed.
 _CONNECT_FAILURES = ("failed to connect", "Socket closed", "andshake", "Connection reset")
+# A connection attempt that timed out (packets dropped: a VPN down): no TLS mismatch looks
+# like that, and the diagnosis's own connection would wait as long again.
+_CONNECT_TIMEOUTS = ("handshaker shutdown", "Timeout occurred", "timed out")
 
 _KINDS = {Kind.QUERY: embedder_pb2.QUERY, Kind.PASSAGE: embedder_pb2.PASSAGE}
 
@@ -325,7 +328,8 @@ class EmbedderClient:
 
     def _remote_unavailable(self, details: str) -> EmbedderUnavailable:
         """The TLS mismatch behind a failed connection, when that is what it is."""
-        if any(sign in details for sign in _CONNECT_FAILURES):
+        timed_out = any(sign in details for sign in _CONNECT_TIMEOUTS)
+        if not timed_out and any(sign in details for sign in _CONNECT_FAILURES):
             diagnosis = self.connection_problem()
             if diagnosis is not None:
                 return diagnosis
