@@ -157,6 +157,10 @@ def _channel(
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_reconnect_backoff_ms", 5000),
+        # As the embedder client's: a push crossing a hub replica's GOAWAY was retried by
+        # gRPC's core onto the dying connection until its deadline (30 s); without
+        # transparent retries it is UNAVAILABLE at once, and the sync retries it later.
+        ("grpc.enable_retries", 0),
     ]
     if address.kind == "dns":
         options.append(("grpc.lb_policy_name", "round_robin"))

@@ -763,3 +763,22 @@ def test_chat_mail_travels_through_the_hub_between_members_only(
     with pytest.raises(HubRefused) as refused:
         alice.publish_sessions(pb.PublishSessionsRequest(machine="bad machine id!"))
     assert refused.value.kind == "request"
+
+
+def test_a_call_crossing_a_hub_goaway_fails_at_once() -> None:
+    """A hub replica going away as the sync process's call goes out: an outage now, not
+    a wait for the call's whole deadline (gRPC's transparent retries sent it back onto the
+    dying connection until then, 5 runs in 6 with this server)."""
+    from tests.support.goaway_server import going_away
+    from thatch.hub.client import HubClient, HubUnavailable
+
+    for _ in range(8):
+        with going_away("--settings-first") as port:
+            address = f"127.0.0.1:{port}"
+            client = HubClient(address, "thatch_" + "t" * 43, plaintext=True, env={}, timeout=60)
+            try:
+                with pytest.raises(HubUnavailable) as caught:
+                    client.stores()
+            finally:
+                client.close()
+        assert "did not answer within" not in str(caught.value), caught.value
