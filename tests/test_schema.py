@@ -614,6 +614,24 @@ def test_ui_pages_read_a_page_not_the_store(store: Store) -> None:
         assert any(f"INDEX thatch_entries_{name} (store=?" in s for s in plan), plan
 
 
+def insert_entries(store: Store, rows: list[tuple[object, ...]], *stores: str) -> None:
+    """Raw rows (slug, store, label, content, branch, created_at[, archived]), updated when
+    created, into ``stores`` made first: thousands at once, as the earlier release wrote."""
+    archived = len(rows[0]) > 6
+    with atomic(store.conn):
+        for name in stores or ("p",):
+            store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES (?)", (name,))
+        store.conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, branch, created_at, updated_at"
+            + (
+                ", archived) VALUES (?, ?, ?, ?, ?, ?, ?6, ?)"
+                if archived
+                else ") VALUES (?, ?, ?, ?, ?, ?, ?6)"
+            ),
+            rows,
+        )
+
+
 def test_ui_counts_stop_past_their_cap_and_many_branches_are_no_list(store: Store) -> None:
     from thatch.frontend.ui.queries import (
         BRANCH_CHOICES,
@@ -622,17 +640,11 @@ def test_ui_counts_stop_past_their_cap_and_many_branches_are_no_list(store: Stor
         newest_page,
     )
 
-    rows = [
-        (f"m{i:05d}", "p", f"m{i}", f"# m{i}\n\nx", f"b{i % (BRANCH_CHOICES + 1):03d}", "t", "t")
+    rows: list[tuple[object, ...]] = [
+        (f"m{i:05d}", "p", f"m{i}", f"# m{i}\n\nx", f"b{i % (BRANCH_CHOICES + 1):03d}", "t")
         for i in range(COUNTED_UP_TO + 1)
     ]
-    with atomic(store.conn):
-        store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('p')")
-        store.conn.executemany(
-            "INSERT INTO entries (slug, store, label, content, branch, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+    insert_entries(store, rows)
     page = newest_page(store, "p", branch=None, archived="live", offset=0, limit=100)
     assert (page.total, page.more, page.next_page, len(page.memories)) == (
         COUNTED_UP_TO,
@@ -658,17 +670,11 @@ def test_a_branch_of_over_ten_thousand_walks_the_order_index(store: Store) -> No
     def branch_of(i: int) -> str:
         return "new" if i >= COUNTED_UP_TO + 300 else "dev" if i % 500 == 7 else "main"
 
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (f"m{i:05d}", "p", f"m{i}", "# m\n\nx", branch_of(i), f"{i:05d}", i % 50 == 0)
         for i in range(COUNTED_UP_TO + 600)
     ]
-    with atomic(store.conn):
-        store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('p')")
-        store.conn.executemany(
-            "INSERT INTO entries (slug, store, label, content, branch, created_at, "
-            "updated_at, archived) VALUES (?, ?, ?, ?, ?, ?, ?6, ?)",
-            rows,
-        )
+    insert_entries(store, rows)
     cases = [
         ("main", "oldest", "live", 30, True),
         ("main", "oldest", "all", 30, True),
@@ -703,17 +709,11 @@ def test_a_walked_page_is_one_snapshot(store: Store, tmp_path: Path) -> None:
     that store's row."""
     from thatch.frontend.ui.queries import COUNTED_UP_TO, newest_page
 
-    rows = [
+    rows: list[tuple[object, ...]] = [
         (f"m{i:05d}", "p", f"m{i}", "# m\n\nx", "main", f"{i:05d}")
         for i in range(COUNTED_UP_TO + 5)
     ]
-    with atomic(store.conn):
-        store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('p'), ('q')")
-        store.conn.executemany(
-            "INSERT INTO entries (slug, store, label, content, branch, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?6)",
-            rows,
-        )
+    insert_entries(store, rows, "p", "q")
     other = sqlite3.connect(tmp_path / "thatch.db", isolation_level=None)
 
     def between(sql: str) -> None:
