@@ -376,18 +376,25 @@ def choose_onnx(
     return next((name for name in ONNX_CANDIDATES if name in present), None)
 
 
-def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
-    """The cached snapshot directory for ref when it holds every required file, else None."""
+def snapshot_place(ref: HubRef, env: Env) -> Path | None:
+    """Where ref's snapshot lies in the hub cache (its revision's commit), whatever it holds;
+    None when the cache has no commit for that revision."""
     storage = hub_cache_dir(env) / ("models--" + ref.repo_id.replace("/", "--"))
     revision = ref.revision or "main"
     if _COMMIT.fullmatch(revision):
-        commit = revision
-    else:
-        try:
-            commit = (storage / "refs" / revision).read_text(encoding="utf-8").strip()
-        except OSError:
-            return None
-    snapshot = storage / "snapshots" / commit
+        return storage / "snapshots" / revision
+    try:
+        commit = (storage / "refs" / revision).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return storage / "snapshots" / commit
+
+
+def cached_snapshot(ref: HubRef, env: Env) -> Path | None:
+    """The cached snapshot directory for ref when it holds every required file, else None."""
+    snapshot = snapshot_place(ref, env)
+    if snapshot is None:
+        return None
     if not all((snapshot / name).is_file() for name in REQUIRED_FILES):
         return None
     onnx = snapshot_onnx(snapshot, ref)

@@ -52,6 +52,7 @@ _NEWER_ONNX = (
     "under development",
     "support for domain",
     "No Op registered",
+    "is not a registered function/op",  # a newer com.microsoft or contrib operator
 )
 # The C++ source place and signature onnxruntime puts before some messages.
 _SOURCE_PLACE = re.compile(r"^/\S+:\d+ .*?\) (?=[A-Z])")

@@ -63,7 +63,7 @@ REFETCH_MARK = ".thatch-refetch"
 def download_snapshot(ref: HubRef, *, env: Env, progress: bool = True) -> Path:
     """Fetch the needed files of ref; return the snapshot directory that now holds them."""
     pull = f"{ref.repo_id}@{ref.revision}" if ref.revision else ref.short_name or ref.repo_id
-    with _listed(ref, env, progress, pull) as (listed, fetch):
+    with _listed(ref, env, progress, pull, mark=True) as (listed, fetch):
         for name in REQUIRED_FILES:
             if name not in listed:
                 raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {name}")
@@ -90,7 +90,7 @@ def download_checkpoint(ref: HubRef, *, env: Env, pull: str, progress: bool = Tr
     """Fetch the files ``thatch model import`` reads from ref's checkpoint (its weights in
     safetensors, not an ONNX file); return the snapshot directory. ``pull`` is the name
     ``thatch model pull`` downloads it again with."""
-    with _listed(ref, env, progress, pull) as (listed, fetch):
+    with _listed(ref, env, progress, pull, mark=False) as (listed, fetch):
         for name in (*REQUIRED_FILES, "model.safetensors"):
             if name not in listed:
                 raise ModelError(f"model {ref.repo_id} on {hub_endpoint(env)} has no {name}")
@@ -100,7 +100,7 @@ def download_checkpoint(ref: HubRef, *, env: Env, pull: str, progress: bool = Tr
 
 @contextmanager
 def _listed(
-    ref: HubRef, env: Env, progress: bool, pull: str
+    ref: HubRef, env: Env, progress: bool, pull: str, *, mark: bool
 ) -> Iterator[tuple[set[str], Callable[[str], Path]]]:
     """The repo's file names at the pinned commit, and a fetch of one of them into the hub
     cache that refuses a broken file; errors translated, and the revision recorded for
@@ -127,7 +127,7 @@ def _listed(
                     tqdm_class=bar,
                 )
             )
-            _refuse_if_broken(ref, filename, path, pull)
+            _refuse_if_broken(ref, filename, path, pull, mark=mark)
             return path
 
         yield listed, fetch
@@ -148,20 +148,23 @@ def drop_damaged(snapshot: Path) -> list[str]:
     return dropped
 
 
-def _remove_cached(path: Path, snapshot: Path) -> None:
+def _remove_cached(path: Path, snapshot: Path, *, mark: bool = True) -> None:
     """``path``'s link in ``snapshot`` and the blob it points to, if that blob is the
     cache's own (``<repo>/blobs``): a link pointing anywhere else is only unlinked. The
-    snapshot is marked, so that the next pull fetches again even a file the snapshot
-    resolves without (an optional one)."""
+    snapshot is marked (``mark``), so that the next pull fetches again even a file the
+    snapshot resolves without (an optional one). A checkpoint's fetch does not mark: only
+    the model's own download clears the mark, and the checkpoint's files are fetched
+    again by its next pull anyway (its import needs each of them)."""
     blobs = snapshot.parent.parent / "blobs"
     target = path.resolve()
     if target.is_relative_to(blobs.resolve()):
         target.unlink(missing_ok=True)
     path.unlink(missing_ok=True)
-    (snapshot / REFETCH_MARK).touch()
+    if mark:
+        (snapshot / REFETCH_MARK).touch()
 
 
-def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
+def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bool) -> None:
     """A fetched file that does not open is an error. A damaged one (it does not parse)
     leaves the cache: its blob and its link in the snapshot, since huggingface_hub trusts
     any file present; the next pull fetches it alone. Only its own link: the snapshot of
@@ -182,7 +185,7 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str) -> None:
             fix=f"check {path} and the disk it is on, then run thatch model pull "
             f"{shlex.quote(pull)} again",
         )
-    _remove_cached(path, path.parents[len(Path(name).parts) - 1])
+    _remove_cached(path, path.parents[len(Path(name).parts) - 1], mark=mark)
     raise ModelError(
         f"downloaded {name} of model {ref.repo_id} is broken: {unusable.why}; "
         "removed it from the cache",

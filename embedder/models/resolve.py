@@ -29,6 +29,7 @@ from thatch.embedder.client.model_names import (
     parse_name,
     read_json,
     snapshot_onnx,
+    snapshot_place,
 )
 from thatch.embedder.client.settings import configured_model
 from thatch.embedder.encoder import ModelSettings
@@ -98,21 +99,18 @@ def resolve_model(
             target, source="imported" if is_import(env, target) else "local dir"
         )
     assert isinstance(target, HubRef)
-    mending = hub_first and download and not hub_offline(env)
-    try:
-        snapshot = cached_snapshot(target, env)
-    except ModelError:
-        if not mending:
-            raise
-        snapshot = None  # a damaged file of its own: the download below checks each one
-    if snapshot is not None and mending:
+    refetch = False
+    if hub_first and download and not hub_offline(env):
         from thatch.embedder.models.hub_download import REFETCH_MARK, drop_damaged
 
-        # A pull checks what is cached too: a file broken before pulls checked their
-        # files resolved as ready for good, and pulling again fetched nothing. What it
-        # drops, or an earlier pull dropped, is fetched again below, optional files too.
-        if drop_damaged(snapshot) or (snapshot / REFETCH_MARK).exists():
-            snapshot = None
+        # A pull checks what is cached too, before the cache is read: a file broken before
+        # pulls checked their files resolved as ready for good, and pulling again fetched
+        # nothing. What it drops, or an earlier pull dropped, is fetched again below,
+        # optional files too.
+        place = snapshot_place(target, env)
+        if place is not None and place.is_dir():
+            refetch = bool(drop_damaged(place)) or (place / REFETCH_MARK).exists()
+    snapshot = None if refetch else cached_snapshot(target, env)
     imported = imported_for(target, env, cached=snapshot is not None, hub_first=hub_first)
     if imported is not None:
         return settings_from_dir(imported, source="imported")
