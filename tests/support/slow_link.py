@@ -47,6 +47,8 @@ def slow_link(target_port: int, delay: float) -> Iterator[int]:
         yield listener.getsockname()[1]
     finally:
         stop.set()
+        with suppress(OSError):  # wakes the accept (close alone leaves it waiting)
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         for sock in opened:
             sock.close()
