@@ -434,4 +434,4 @@ def dedup(
         if not page.complete:
             click.echo(f"duplicates: counting ({page.checked} of {page.total} checked)", err=True)
     else:
-        click.echo(fmt.duplicate_page(name, page, cut, next_page="thatch dedup --offset"))
+        click.echo(fmt.duplicate_page(name, page, cut, next_page="thatch dedup --offset", cli=True))

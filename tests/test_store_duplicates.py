@@ -345,6 +345,12 @@ def test_a_page_groups_the_best_pairs_when_a_store_holds_more(tmp_path: Path) ->
         page = dataclasses.replace(store.duplicate_page("p", 0.85), partial=True)
         note = "Clusters of the best 10000 candidate pairs only: mark them with"
         assert note in fmt.duplicate_page("p", page, 0.85).splitlines()[-1]
+        # thatch dedup names what a person types, not the MCP tools.
+        typed = fmt.duplicate_page("p", page, 0.85, cli=True)
+        assert typed.splitlines()[-1] == (
+            f"{note} thatch dedup LABEL_A LABEL_B --verdict V, then run it again for the rest."
+        )
+        assert "dedup_mark_checked" not in typed
         for a, b, _ in shown:
             store.mark_checked("p", a, b, "unrelated")
         with dbmod.atomic(store.conn):

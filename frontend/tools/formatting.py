@@ -307,11 +307,22 @@ def clusters(pairs: Sequence[DuplicatePair]) -> list[Cluster]:
 
 
 def duplicate_page(
-    store: str, page: DuplicatePage, threshold: float, next_page: str = "offset"
+    store: str,
+    page: DuplicatePage,
+    threshold: float,
+    next_page: str = "offset",
+    *,
+    cli: bool = False,
 ) -> str:
     """One page of clusters (docs/tools.md §find_duplicates): the cluster blocks of
     ``duplicates``, a cluster's pairs past the page's share summed up, then where the next
-    page starts and how far the comparison of the store has come."""
+    page starts and how far the comparison of the store has come. ``cli`` names the
+    command a person types instead of the tools (docs/cli.md §one-voice)."""
+    mark, again = (
+        ("thatch dedup LABEL_A LABEL_B --verdict V", "run it again")
+        if cli
+        else ("dedup_mark_checked or consolidate", "call again")
+    )
     notes = []
     if not page.complete:
         notes.append(
@@ -336,13 +347,13 @@ def duplicate_page(
         if cluster.more_pairs:
             lines.append(
                 f"  … {cluster.more_pairs} more pairs in this cluster (mark the pairs above "
-                "with dedup_mark_checked or consolidate, then call again)"
+                f"with {mark}, then {again})"
             )
         blocks.append("\n".join(lines))
     if page.partial:
         notes.append(
             f"Clusters of the best {PAIRS_GROUPED} candidate pairs only: mark them with "
-            "dedup_mark_checked or consolidate, then call again for the rest."
+            f"{mark}, then {again} for the rest."
         )
     if page.next_offset is not None:
         first, last = page.offset + 1, page.offset + len(page.clusters)
