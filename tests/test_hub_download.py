@@ -324,6 +324,45 @@ def test_a_pull_mends_a_file_broken_in_the_cache(
     encoder.release()
 
 
+@pytest.mark.parametrize(
+    ("name", "after"),
+    [
+        ("1_Pooling/config.json", "the embedder loads the cached copy meanwhile"),
+        ("tokenizer.json", "the model cannot load until then"),
+    ],
+)
+def test_a_pull_that_cannot_mend_says_what_waits(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, after: str
+) -> None:
+    """A pull that removed a broken cached file and then found the hub unreachable said
+    only "cannot download", as if nothing were cached: it now says a removed file waits,
+    and whether the model still loads from the rest."""
+    import socket
+
+    from thatch.embedder.models.resolve import pull_model
+
+    repo = linked_repo(minilm_dir, tmp_path / "repo", {})
+    with FakeHub({"acme/waits": repo}) as server:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        first = pull_model("acme/waits", env={**os.environ, "HF_ENDPOINT": server.url})
+    assert first.onnx_path is not None
+    snapshot = next(p for p in first.onnx_path.parents if p.parent.name == "snapshots")
+    (snapshot / name).resolve().write_bytes(b"{")
+    with socket.socket() as probe:  # bound, never listening: refused
+        probe.bind(("127.0.0.1", 0))
+        dead = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{probe.getsockname()[1]}"}
+        for _ in range(2):  # the first pull removes the file, the second finds the mark
+            with pytest.raises(ModelError) as error:
+                pull_model("acme/waits", env=dead)
+            assert str(error.value).startswith("cannot download model acme/waits from ")
+            assert str(error.value).endswith(
+                f"; a file of its cached copy was removed as broken and waits for this "
+                f"download ({after})"
+            )
+            assert not (snapshot / name).exists()
+
+
 def test_what_is_whole_or_not_the_caches_own_is_kept(minilm_dir: Path, tmp_path: Path) -> None:
     """A tokenizer.json past 16 MiB (a multilingual one) is whole: tokenizers reads it,
     and it was deleted and fetched again at every pull. A snapshot link pointing outside

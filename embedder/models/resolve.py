@@ -134,8 +134,19 @@ def resolve_model(
         snapshot = download_snapshot(target, env=env, progress=progress)
     except ModelUnavailable as error:
         error.fix = error.fix or unavailable_fix(target.repo_id, env, hub=False)
+        if refetch:
+            error.args = (f"{error}; {_waiting_refetch(target, env)}",)
         raise
     return _hub_settings(target, snapshot, "downloaded")
+
+
+def _waiting_refetch(target: HubRef, env: Env) -> str:
+    """Why a pull that found nothing to say on its own needed the hub: a file of the
+    cached copy was removed as broken, and whether the embedder can load the rest."""
+    waits = "a file of its cached copy was removed as broken and waits for this download"
+    if cached_snapshot(target, env) is not None:
+        return f"{waits} (the embedder loads the cached copy meanwhile)"
+    return f"{waits} (the model cannot load until then)"
 
 
 def describe_model(
