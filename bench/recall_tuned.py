@@ -10,7 +10,9 @@ all-MiniLM-L6-v2 int8 comes from a real embedder process, as in ``recall_models.
 Vectors are cached per file content, so a retrained DIR is embedded again. ``--weights``
 chooses each model's fusion weight on half the questions and reports the other half
 (``recall_e5.py``'s sweep). ``--queries-only`` pairs each DIR's queries with the shipped
-model's memory vectors. The shipped int8 file also runs in process, as a control.
+model's memory vectors. ``--ensemble`` adds score ensembles: the mean cosine of every
+DIR's int8 file, and the first DIR's beside the shipped model (0.7 / 0.3). The shipped
+int8 file also runs in process, as a control.
 """
 
 from __future__ import annotations
@@ -34,6 +36,20 @@ from recall_models import (
 from recall_sets import all_sets, code_set
 from thatch.embedder.client.kind import Kind
 from thatch.embedder.models.registry import sha256_file
+
+
+class Ensemble:
+    """Cosine = the weighted mean of the parts' cosines: their unit vectors, each scaled by
+    the square root of its weight, side by side."""
+
+    def __init__(self, parts: list[OnnxVectors], weights: list[float]) -> None:
+        self.parts, self.weights = parts, weights
+
+    def get(self, texts: list[str], kind: Kind) -> np.ndarray:
+        scaled = [
+            np.sqrt(w) * p.get(texts, kind) for p, w in zip(self.parts, self.weights, strict=True)
+        ]
+        return np.concatenate(scaled, axis=1).astype(np.float32)
 
 
 class QueriesOnly:
@@ -67,6 +83,7 @@ def main() -> None:
         action="store_true",
         help="the DIRs embed queries only; memories keep the shipped model's vectors",
     )
+    parser.add_argument("--ensemble", action="store_true", help="also score ensembles")
     add_cache_option(parser)
     args = parser.parse_args()
     devs = [*all_sets(args.size, args.seed, args.cache),
@@ -90,6 +107,16 @@ def main() -> None:
                 name += " queries"
             results[name] = [prepare(dev, encoder) for dev in devs]
             encoders[name], files[name] = encoder, path
+    if args.ensemble:
+        int8 = [
+            e for n, e in encoders.items() if n.endswith("-int8") and isinstance(e, OnnxVectors)
+        ]
+        mixes = {
+            "mean of the DIRs' int8": Ensemble(int8, [1 / len(int8)] * len(int8)),
+            "first DIR 0.7 + shipped 0.3": Ensemble([int8[0], in_process], [0.7, 0.3]),
+        }
+        for name, mix in mixes.items():
+            results[name] = [prepare(dev, mix) for dev in devs]
     print_recall(results)
     if args.weights:
         print_weights(results)
