@@ -8,6 +8,8 @@ imported only when invoked (or when ``--help`` lists them).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 import click
 
@@ -115,4 +117,30 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli(prog_name="thatch")
+    try:
+        cli(prog_name="thatch")
+    except OSError as error:
+        if os.environ.get("THATCH_DEBUG") == "1":
+            raise
+        # A full disk or a dead terminal under stdout, or an OSError nothing nearer
+        # turned into an error line: one line, never a traceback.
+        reason = error.strerror or str(error) or type(error).__name__
+        if _writing_output(error):
+            # What stdout still buffers would fail again at exit (exit status 120).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            click.echo(f"Error: cannot write the output: {reason}", err=True)
+        else:
+            where = f": {error.filename}" if error.filename else ""
+            click.echo(f"Error: {reason}{where}", err=True)
+        sys.exit(1)
+
+
+def _writing_output(error: OSError) -> bool:
+    """Whether ``error`` came from writing to stdout (the innermost frame is click's echo
+    or a write to stdout), not from a file or socket of the command's own."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    last = frames[-1] if frames else None
+    return last is not None and (last.name in {"echo", "secho"} or "stdout" in (last.line or ""))
