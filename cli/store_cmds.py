@@ -411,6 +411,12 @@ def dedup(
 
         check_unchecked_duplicates(tools.ctx.store, name)
         page = leniently(tools, lambda: tools.duplicate_page(name, cut, offset))
+    # The next page's command repeats what chose this page's clusters.
+    again = "thatch dedup"
+    if store is not None:
+        again += f" --store {shlex.quote(store)}"
+    if threshold is not None:
+        again += f" --threshold {threshold:g}"
     if as_json:
         # The page's clusters in the shape of before paging; where the next page starts
         # (and an incomplete check) goes to stderr, which JSON readers ignore.
@@ -424,7 +430,7 @@ def dedup(
             ]
         )
         if page.next_offset is not None:
-            click.echo(f"next page: thatch dedup --offset {page.next_offset}", err=True)
+            click.echo(f"next page: {again} --json --offset {page.next_offset}", err=True)
         if page.partial:
             click.echo(
                 f"clusters of the best {PAIRS_GROUPED} candidate pairs only: "
@@ -434,4 +440,4 @@ def dedup(
         if not page.complete:
             click.echo(f"duplicates: counting ({page.checked} of {page.total} checked)", err=True)
     else:
-        click.echo(fmt.duplicate_page(name, page, cut, next_page="thatch dedup --offset", cli=True))
+        click.echo(fmt.duplicate_page(name, page, cut, next_page=f"{again} --offset", cli=True))

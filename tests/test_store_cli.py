@@ -275,8 +275,13 @@ def test_dedup_compares_an_upgraded_store_then_pages(db: Path) -> None:
     assert first.exit_code == 0, first.stderr
     assert "[thatch] comparing 46 memories for duplicates" in first.stderr
     assert first.stdout.count("Cluster of 2:") == 20
-    assert first.stdout.endswith("Clusters 1–20 of 23; next page: thatch dedup --offset 20.\n")
+    # the next page's command repeats the options that chose the clusters
+    assert first.stdout.endswith(
+        "Clusters 1–20 of 23; next page: thatch dedup --threshold 0.9 --offset 20.\n"
+    )
     rest = run("dedup", "--threshold", "0.9", "--offset", "20", "--json")
     assert rest.exit_code == 0 and rest.stderr == ""
     assert [len(cluster) for cluster in json.loads(rest.stdout)] == [1, 1, 1]
+    named = run("dedup", "--store", "proj", "--json")
+    assert named.stderr == "next page: thatch dedup --store proj --json --offset 20\n"
     assert run("dedup", "--offset", "-1").exit_code == 2
