@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from thatch.frontend.tools.memory_tools import Tools
 
 __all__ = [
+    "all_scope",
     "check_argument",
     "emit_json",
     "leniently",
@@ -90,6 +91,17 @@ def check_argument(param_name: str, tool: str, value: object) -> Any:
 
     params = [p for p in declared_params(tool) if p.name == param_name]
     return validate(params, {param_name: value})[param_name]
+
+
+def all_scope(tools: Tools) -> list[str]:
+    """What ``all`` reads: the default scope, and a store named ``all`` made before the
+    name was reserved."""
+    from thatch.frontend.identifiers import ALL_STORES
+
+    scope = list(tools.ctx.default_scope)
+    if ALL_STORES not in scope and tools.ctx.store.store_exists(ALL_STORES):
+        scope.append(ALL_STORES)
+    return scope
 
 
 def reading_store(tools: Tools, store: str | None) -> str:

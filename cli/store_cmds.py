@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from thatch.cli.store_access import (
+    all_scope,
     check_argument,
     emit_json,
     leniently,
@@ -65,7 +66,7 @@ def list_cmd(store: str | None, store_option: str | None, as_json: bool) -> None
     with store_errors():
         tools = open_tools()
         # "all" means the default scope, as for search --store all.
-        names = tools.ctx.default_scope if store == "all" else [reading_store(tools, store)]
+        names = all_scope(tools) if store == "all" else [reading_store(tools, store)]
         listed = {name: list_store(tools, name) for name in names}
     if as_json:
         emit_json([memory_json(memory) for name in names for memory in listed[name]])
@@ -187,7 +188,10 @@ def search(
                 f"use --store {shlex.quote(last)}",
                 err=True,
             )
-        scope = None if store in (None, "", "all") else [reading_store(tools, store)]
+        if store == "all":
+            scope: list[str] | None = all_scope(tools)
+        else:
+            scope = None if store in (None, "") else [reading_store(tools, store)]
         report = leniently(
             tools,
             lambda: tools.recall(

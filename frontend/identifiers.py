@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ALL_STORES",
     "NOT_UTF8",
     "SESSION_ID_MAX",
     "not_utf8",
@@ -62,6 +63,11 @@ def session_id_problem(session_id: object) -> str | None:
     return None
 
 
+# What the CLI's list and search read as the project store plus global, never a store's
+# name (a store of that name made before it was reserved is read beside them).
+ALL_STORES = "all"
+
+
 def store_name_problem(name: object) -> str | None:
     """Why a store name is refused, or None. Case is kept: names are literal (docs/tools.md
     §common-rules).
@@ -77,4 +83,6 @@ def store_name_problem(name: object) -> str | None:
         return "must not contain control characters"
     if name != name.strip():
         return "must not start or end with whitespace"
+    if name == ALL_STORES:
+        return 'must not be "all" (thatch list all means the project store and global)'
     return None

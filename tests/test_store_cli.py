@@ -175,6 +175,32 @@ def test_bad_store_names_refused_existing_ones_readable(db: Path) -> None:
     assert listed.exit_code == 0 and "Kept" in listed.stdout
 
 
+def test_a_store_named_all_is_refused_and_an_old_one_read_with_all(db: Path) -> None:
+    """ "all" names the project store plus global in list and search: a store of that name
+    could be written and never listed. It is refused now; one made before is read with
+    the rest."""
+    refused = run("remember", "--store", "all", "Rule", "Sign every commit.")
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines()[-1] == (
+        'Error: Invalid arguments: store: must not be "all" '
+        "(thatch list all means the project store and global)"
+    )
+    assert run("remember", "Rule", "Sign every commit with the team key.").exit_code == 0
+    assert run("remember", "--store", "global", "Mine", "Tabs, not spaces.").exit_code == 0
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO stores (name) VALUES ('all')")
+    conn.execute("UPDATE entries SET store = 'all' WHERE slug = 'rule'")
+    conn.commit()
+    conn.close()
+    listed = run("list", "all")
+    assert listed.exit_code == 0
+    assert "[all] Rule" in listed.stdout and "[global] Mine" in listed.stdout
+    found = run("search", "--store", "all", "sign", "every", "commit")
+    assert found.exit_code == 0 and "Rule" in found.stdout
+
+
 def test_forget_asks_at_a_terminal_and_speaks_json(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

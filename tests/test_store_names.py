@@ -18,6 +18,9 @@ BAD = {
     "glo\x1bbal": "must not contain control characters",
     "x\u202ey": "must not contain control characters",
     "a\nb": "must be a single line",
+    # what thatch list and search read as the project store plus global: a store of the
+    # name could be written and never listed
+    "all": 'must not be "all" (thatch list all means the project store and global)',
 }
 
 
