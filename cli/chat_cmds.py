@@ -225,6 +225,27 @@ def parse_limit(value: str) -> int | None:
     return number
 
 
+def iso_time(text: str | None, option: str) -> str | None:
+    """``text`` as the store's timestamp, for comparing with events' times: an ISO date or
+    time, with an offset or in UTC. Events' times compare as text, so a time in another
+    form (``yesterday``, a local offset, a space for the ``T``) matched wrongly in silence."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime
+
+    from thatch.frontend.timefmt import format_timestamp
+
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not an ISO date or time (2026-12-05, 2026-12-05T16:30, "
+            "2026-12-05 16:30+01:00; without an offset, UTC)",
+            param_hint=option,
+        ) from None
+    return format_timestamp(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
 @chat.command("tail")
 @click.option("--once", is_flag=True, help="Print the backlog and exit.")
 @click.option("--limit", default=str(BACKLOG), show_default=True, help="Backlog events, or all.")
@@ -250,7 +271,9 @@ def tail(
             compiled.append(re.compile(pattern))
         except re.error as error:
             raise click.BadParameter(f"{pattern!r}: {error}", param_hint="--match") from None
-    rule = TailFilter(from_name, to_name, since, until, compiled)
+    rule = TailFilter(
+        from_name, to_name, iso_time(since, "--since"), iso_time(until, "--until"), compiled
+    )
     with translate_errors():
         _tail(open_chat(), rule, count, once)
 

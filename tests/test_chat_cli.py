@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta, timezone
 from pathlib import Path
 
 from tests.support.hookrun import hook_env, run_hook
@@ -73,8 +74,22 @@ def test_tail_filters_and_limits(tmp_path: Path) -> None:
     assert [json.loads(line)["body"] for line in out.splitlines() if "body" in line] == [
         "a to b 17"
     ]
-    code, out, _ = thatch(env, "chat", "tail", "--once", "--since", "2999")
+    code, out, _ = thatch(env, "chat", "tail", "--once", "--since", "2999-01-01")
     assert code == 0 and out == ""
+    # Times are compared as times, not as text: an hour ahead with a space for the T (or
+    # in another offset) is after every event; a word is a usage error, not silence.
+    ahead = utc_now() + timedelta(hours=1)
+    for since in (
+        f"{ahead:%Y-%m-%d %H:%M}",
+        ahead.astimezone(timezone(timedelta(hours=5))).isoformat(),
+    ):
+        code, out, _ = thatch(env, "chat", "tail", "--once", "--since", since)
+        assert (code, out) == (0, ""), since
+    behind = (utc_now() - timedelta(hours=1)).astimezone(timezone(timedelta(hours=-7)))
+    code, out, _ = thatch(env, "chat", "tail", "--once", "--until", behind.isoformat())
+    assert (code, out) == (0, "")
+    code, _, err = thatch(env, "chat", "tail", "--once", "--since", "yesterday")
+    assert code == 2 and "'yesterday' is not an ISO date or time" in err
     code, _, err = thatch(env, "chat", "tail", "--once", "--match", "(")
     assert code == 2 and "--match" in err
     store.conn.close()
