@@ -302,6 +302,9 @@ def remember(
         label, content = None, label
     elif label is None:
         raise click.UsageError("missing LABEL (or pass --derive-label to derive it).")
+    elif not label.strip():
+        # The tool's own words ("omit it") would make CONTENT the label here.
+        raise click.UsageError("LABEL is empty: pass a label, or --derive-label to derive it.")
 
     if content is None or content == "-":
         stdin = sys.stdin
