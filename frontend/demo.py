@@ -321,13 +321,14 @@ def keep_database(source: Path, target: Path) -> Path:
     return target
 
 
-def nudge_line(best: float | None, nudge: float) -> str:
-    """Whether the prompt hook would give the agent this memory unasked, had a user typed
-    the query as a prompt: the same score against the model's nudge threshold."""
+def nudge_line(best: float | None, nudge: float, label: str = "") -> str:
+    """Whether the prompt hook would give the agent the top match unasked, had a user
+    typed the query as a prompt: the same score against the model's nudge threshold. The
+    line follows the last record, so it names the one it means."""
     if best is not None and best >= nudge:
         return (
-            f"(score {best:.3f} ≥ the nudge threshold {nudge}: typed as a prompt, this "
-            "memory reaches the agent unasked)"
+            f'(top match "{label}": score {best:.3f} ≥ the nudge threshold {nudge}: typed '
+            "as a prompt, this memory reaches the agent unasked)"
         )
     return f"(under the nudge threshold {nudge}: an agent finds this only by asking)"
 
@@ -364,5 +365,6 @@ def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
                 raise steps.fail(str(error), "rerun with --keep and read embedder.log") from None
             out(f'\n> memory_recall {{"query": "{query}", "store": "{DEMO_STORE}"}}\n')
             out(recall.text())
-            out(nudge_line(recall.matches[0].score if recall.matches else None, nudge))
+            top = recall.matches[0] if recall.matches else None
+            out(nudge_line(top and top.score, nudge, top.memory.label if top else ""))
             out("")
