@@ -366,5 +366,5 @@ def exercise_tools(env: Mapping[str, str], steps: Steps, out: Output) -> None:
             out(f'\n> memory_recall {{"query": "{query}", "store": "{DEMO_STORE}"}}\n')
             out(recall.text())
             top = recall.matches[0] if recall.matches else None
-            out(nudge_line(top and top.score, nudge, top.memory.label if top else ""))
+            out(nudge_line(top.score if top else None, nudge, top.memory.label if top else ""))
             out("")
