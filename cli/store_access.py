@@ -160,9 +160,26 @@ def not_found(
 
 
 def shell_quote(value: str) -> str:
+    """``value`` as one shell word to paste. A word holding a character that is not
+    printable (an escape, a bidi control) is ANSI-C quoted (``$'a\\x1bb'``): shlex would
+    print the character itself, which a terminal acts on."""
     import shlex
 
-    return shlex.quote(value)
+    if value.isprintable():
+        return shlex.quote(value)
+    escaped = "".join(
+        char if char.isprintable() and char not in "'\\" else _c_escape(char) for char in value
+    )
+    return f"$'{escaped}'"
+
+
+def _c_escape(char: str) -> str:
+    if char in "'\\":
+        return "\\" + char
+    code = ord(char)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def store_argument(positional: str | None, option: str | None) -> str | None:

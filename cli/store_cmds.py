@@ -6,7 +6,6 @@ run, with the CLI's own output shapes, ``--json`` documents and exit codes.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from thatch.cli.store_access import (
     not_found,
     open_tools,
     reading_store,
+    shell_quote,
     store_argument,
     store_errors,
 )
@@ -185,7 +185,7 @@ def search(
         if len(query) >= 2 and (last == "all" or tools.ctx.store.store_exists(last)):
             click.echo(
                 f"note: {quoted(last)} was read as part of the query; to search that store "
-                f"use --store {shlex.quote(last)}",
+                f"use --store {shell_quote(last)}",
                 err=True,
             )
         if store == "all":
@@ -421,7 +421,7 @@ def dedup(
     # The next page's command repeats what chose this page's clusters.
     again = "thatch dedup"
     if store is not None:
-        again += f" --store {shlex.quote(store)}"
+        again += f" --store {shell_quote(store)}"
     if threshold is not None:
         again += f" --threshold {threshold:g}"
     if as_json:

@@ -314,3 +314,36 @@ def test_dedup_compares_an_upgraded_store_then_pages(db: Path) -> None:
     named = run("dedup", "--store", "proj", "--json")
     assert named.stderr == "next page: thatch dedup --store proj --json --offset 20\n"
     assert run("dedup", "--offset", "-1").exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "word", ["plain", "it's", "a b", "esc\x1b[31mred", "rtl\u202eevil", "nbsp\u00a0x", "\\x41'\x07"]
+)
+def test_shell_words_paste_back_and_never_carry_controls(word: str) -> None:
+    """A word the CLI prints for pasting (a store in a note, a label in a Fix line) reads
+    back as itself in bash, and a control character shows as an escape, never raw."""
+    import subprocess
+
+    from thatch.cli.store_access import shell_quote
+
+    printed = shell_quote(word)
+    assert printed.isprintable()
+    echoed = subprocess.run(
+        ["bash", "-c", f"printf %s {printed}"], capture_output=True, check=True
+    ).stdout.decode()
+    assert echoed == word
+
+
+def test_search_note_names_an_odd_store_without_its_escape(db: Path) -> None:
+    """The note's --store suggestion for a store an earlier release named with an escape
+    character printed that character raw, which a terminal acts on."""
+    import sqlite3
+
+    assert run("remember", "Kept", "c").exit_code == 0
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO stores (name) VALUES ('a\x1b[2Jb')")
+    conn.commit()
+    conn.close()
+    result = run("search", "deploy", "a\x1b[2Jb")
+    assert "\x1b" not in result.stderr
+    assert result.stderr.rstrip("\n").endswith("use --store $'a\\x1b[2Jb'")
