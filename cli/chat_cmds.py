@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from thatch.cli.errors import FixableError, translate_errors
+from thatch.cli.groups import SuggestingGroup
 from thatch.cli.hook_cmds import HOOK_SETTINGS, HookCommand
 from thatch.common.environment import default_db_path, project_dir_from_env
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
@@ -46,7 +47,7 @@ def fail(message: str, fix: str | None = None) -> NoReturn:
     raise FixableError(message, fix)
 
 
-@click.group("chat")
+@click.group("chat", cls=SuggestingGroup)
 def chat() -> None:
     """Messages between the agent sessions on this machine."""
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from thatch.cli.errors import FixableError, translate_errors
+from thatch.cli.groups import SuggestingGroup
 from thatch.common.environment import embedder_log_file
 from thatch.embedder.client.autostart import POLL_SECONDS, probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
@@ -33,7 +34,7 @@ from thatch.embedder.v1 import embedder_pb2
 __all__ = ["embedder"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SuggestingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def embedder() -> None:
     """Run, start, stop and inspect the shared embedding service."""
 

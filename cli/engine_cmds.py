@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import check_argument, emit_json, leniently, open_tools, store_errors
 from thatch.cli.store_cmds import SETTINGS
 
@@ -89,6 +90,7 @@ def _group(kind: str) -> click.Group:
 
     @click.group(
         f"{kind}s",
+        cls=SuggestingGroup,
         context_settings=SETTINGS,
         invoke_without_command=True,
         help=f"List, show or delete {kind}s (default: list, which takes --store and --json).",

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 
 from thatch.cli.errors import FixableError
+from thatch.cli.groups import SuggestingGroup
 
 __all__ = ["hub"]
 
@@ -87,7 +88,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SuggestingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def hub() -> None:
     """Run and administer the team hub (docs/team.md); needs the team extra.
 

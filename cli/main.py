@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from thatch.cli.groups import SuggestingGroup
 from thatch.common.version import thatch_version
 
 __all__ = ["COMMANDS", "CONTEXT_SETTINGS", "LazyGroup", "cli", "main"]
@@ -55,7 +56,7 @@ COMMANDS: dict[str, str] = {
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     def __init__(self, *args: object, lazy: dict[str, str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._lazy = lazy
@@ -70,18 +71,6 @@ class LazyGroup(click.Group):
             assert isinstance(command, click.Command)
             return command
         return super().get_command(ctx, cmd_name)
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = click.utils.make_str(args[0])
-        if self.get_command(ctx, name) is None and not name.startswith("-"):
-            import difflib
-
-            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            ctx.fail(f"No such command {name!r}.{hint}")
-        return super().resolve_command(ctx, args)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -13,12 +13,13 @@ from pathlib import Path
 import click
 
 from thatch.cli.errors import FixableError, translate_errors
+from thatch.cli.groups import SuggestingGroup
 from thatch.embedder.encoder import ModelSettings
 
 __all__ = ["model"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SuggestingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def model() -> None:
     """Import, choose, inspect and download embedding models.
 

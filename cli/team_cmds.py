@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from thatch.cli.errors import FixableError, translate_errors
+from thatch.cli.groups import SuggestingGroup
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["team"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SuggestingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def team() -> None:
     """Share project stores with a team through a hub (docs/team.md).
 

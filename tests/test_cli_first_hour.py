@@ -38,6 +38,26 @@ def test_a_top_level_typo_names_the_command_meant() -> None:
     assert nonsense.exit_code == 2 and "Did you mean" not in nonsense.stderr
 
 
+
+@pytest.mark.parametrize(
+    ("args", "meant"),
+    [
+        (["model", "pul"], "pull"),
+        (["embedder", "serv"], "serve"),
+        (["chat", "lst"], "list"),
+        (["team", "jion"], "join"),
+        (["hub", "member", "ad"], "add"),
+        (["behaviors", "shwo"], "show"),
+    ],
+)
+def test_a_subcommand_typo_names_the_command_meant(args: list[str], meant: str) -> None:
+    """Only the top level named the command meant: a typo one level down said no more
+    than "No such command"."""
+    typo = run(*args)
+    assert typo.exit_code == 2
+    assert f"Error: No such command {args[-1]!r}. Did you mean {meant!r}?" in typo.stderr
+
+
 def test_store_by_option_or_argument(db: Path) -> None:
     """list/show/forget accept --store as well as the positional STORE; two different ones
     are a usage error."""
