@@ -15,9 +15,18 @@ from __future__ import annotations
 import errno
 import hashlib
 import re
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-__all__ = ["blob_id", "blob_id_of", "find_window", "lines_of", "locate_symbol", "span_hash"]
+__all__ = [
+    "OutOfTime",
+    "blob_id",
+    "blob_id_of",
+    "find_window",
+    "lines_of",
+    "locate_symbol",
+    "span_hash",
+]
 
 _KEYWORDS = "def|class|function|fn|func|struct|interface|trait|impl|enum|type|const|let|var|module"
 
@@ -64,15 +73,61 @@ def span_hash(lines: list[str]) -> str:
     return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-def find_window(lines: list[str], size: int, wanted: str) -> int | None:
-    """The first line (0-based) where ``size`` lines hash to ``wanted``: a span that moved
-    in its file unchanged is still the same code."""
+class OutOfTime(Exception):
+    """The search for a moved span reached its deadline before its end."""
+
+
+def _unhurried() -> bool:
+    return False
+
+
+def find_window(
+    lines: list[str],
+    size: int,
+    wanted: str,
+    near: int = 0,
+    out_of_time: Callable[[], bool] = _unhurried,
+) -> int | None:
+    """Where (0-based) ``size`` lines hash to ``wanted``, the place nearest line ``near``
+    (searched outwards from it); None when none does: a span that moved in its file
+    unchanged is still the same code, usually moved by the lines edited above it.
+
+    Each line is trimmed and encoded once, and each window hashed from one buffer. sha1
+    does not roll, so every window is still hashed whole: a large span in a large file
+    costs seconds, and ``out_of_time`` is asked before each window (OutOfTime raised once
+    it answers yes)."""
     if size <= 0 or size > len(lines):
         return None
-    for start in range(len(lines) - size + 1):
-        if span_hash(lines[start : start + size]) == wanted:
+    text, starts = _joined(lines)
+    view = memoryview(text)
+    for start in _nearest_first(near, len(lines) - size):
+        if out_of_time():
+            raise OutOfTime
+        window = view[starts[start] : starts[start + size] - 1]
+        if hashlib.sha1(window, usedforsecurity=False).hexdigest() == wanted:
             return start
     return None
+
+
+def _joined(lines: list[str]) -> tuple[bytes, list[int]]:
+    """``span_hash``'s text of all ``lines`` and where each line starts in it, with one
+    start past the end: lines s to e-1 are ``text[starts[s] : starts[e] - 1]``."""
+    encoded = [line.rstrip().encode("utf-8") for line in lines]
+    starts = [0]
+    for line in encoded:
+        starts.append(starts[-1] + len(line) + 1)
+    return b"\n".join(encoded), starts
+
+
+def _nearest_first(near: int, last: int) -> Iterator[int]:
+    """0 to ``last``, by distance from ``near``; of two as near, the later first."""
+    near = min(max(near, 0), last)
+    yield near
+    for distance in range(1, max(near, last - near) + 1):
+        if near + distance <= last:
+            yield near + distance
+        if near - distance >= 0:
+            yield near - distance
 
 
 def locate_symbol(lines: list[str], symbol: str) -> tuple[int, int] | None:
