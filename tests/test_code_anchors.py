@@ -152,6 +152,14 @@ def test_lines_are_numbered_as_git_and_editors_number_them() -> None:
             (0, 4),
         ),
         ("impl S {\n    pub fn go(&self) {\n        x();\n    }\n}\n", "S::go", (1, 3)),
+        (
+            'def configure(overrides={}):\n    s = dict(overrides)\n    s["r"] = 3\n'
+            "    return s\nx = 1\n",
+            "configure",
+            (0, 3),
+        ),
+        ("package main\nfunc (s *Server) Handle() error {\n\treturn nil\n}\n", "Handle", (1, 3)),
+        ("func keys(m map[string]struct{}) []string {\n\treturn nil\n}\n", "keys", (0, 2)),
     ],
 )
 def test_symbol_locator(source: str, symbol: str, span: tuple[int, int]) -> None:
@@ -396,6 +404,27 @@ def test_searching_for_a_moved_span_stops_at_the_deadline(tmp_path: Path, repo: 
         unhurried = AnchorCheck(clock=lambda: 0.0)
         assert [verdict for _, verdict in unhurried.recheck([changed], 0.030)] == [CHANGED]
         assert unhurried.drift(ctx.store, [("acme", "t")])[("acme", "t")].paths == ("src/table.py",)
+
+
+def test_a_default_of_braces_is_no_block_of_braces(tmp_path: Path, repo: Path) -> None:
+    """A Python function with a ``{}`` default is its indented body: an edit in it marks
+    the memory."""
+    conf = repo / "src" / "conf.py"
+    conf.write_text(
+        'def configure(overrides={}):\n    s = dict(overrides)\n    s["retries"] = 3\n'
+        "    return s\n"
+    )
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "R", "content": "x", "anchors": ["src/conf.py:configure"]},
+        )
+        edit(conf, "= 3", "= 0")
+        assert ctx.anchor_check.drift(ctx.store, [("acme", "r")]) == {
+            ("acme", "r"): Drift(("src/conf.py",))
+        }
 
 
 def test_a_file_outside_git_that_vanished_is_unverifiable(tmp_path: Path) -> None:

@@ -3,9 +3,10 @@ process (no git on the recall path), and the language-agnostic symbol locator.
 
 The locator finds the first line declaring the name (``def``, ``class``, ``function``,
 ``fn``, ``func``, ``struct``, ``interface``, ``trait``, ``impl``, ``enum``, ``type``,
-``const``/``let``/``var``, after any modifiers such as ``export async`` or ``pub``), then
-its block: to the matching closing brace when the declaration opens one, else every
-following line indented deeper than it (blank lines included). A dotted name
+``const``/``let``/``var``, after any modifiers such as ``export async`` or ``pub``; a Go
+method's receiver, ``func (s *T) Name``, included), then its block: to the matching
+closing brace when the declaration leaves one open, else every following line indented
+deeper than it (blank lines included). A dotted name
 (``Class.method``, ``Type::fn``) is looked up part by part, each inside the last one's
 block.
 """
@@ -143,8 +144,10 @@ def locate_symbol(lines: list[str], symbol: str) -> tuple[int, int] | None:
 
 
 def _locate_one(lines: list[str], name: str, low: int, high: int) -> tuple[int, int] | None:
+    # A Go method names its receiver first: ``func (s *Server) Handle``.
     pattern = re.compile(
-        rf"^(\s*)(?:[\w()\[\]@]+\s+)*?(?:{_KEYWORDS})\s+\*?{re.escape(name)}(?![\w$])"
+        rf"^(\s*)(?:[\w()\[\]@]+\s+)*?(?:func\s*\([^()]*\)\s*|(?:{_KEYWORDS})\s+)"
+        rf"\*?{re.escape(name)}(?![\w$])"
     )
     for index in range(low, high + 1):
         match = pattern.match(lines[index])
@@ -154,9 +157,9 @@ def _locate_one(lines: list[str], name: str, low: int, high: int) -> tuple[int, 
 
 
 def _block_end(lines: list[str], start: int, indent: int, high: int) -> int:
-    """The block's last line: the closing brace matching the first one opened on the
-    declaration line, else the last line indented deeper than the declaration."""
-    if "{" in lines[start]:
+    """The block's last line: the closing brace matching the one the declaration line
+    leaves open, else the last line indented deeper than the declaration."""
+    if _leaves_brace_open(lines[start]):
         depth = 0
         for index in range(start, high + 1):
             depth += lines[index].count("{") - lines[index].count("}")
@@ -173,3 +176,15 @@ def _block_end(lines: list[str], start: int, indent: int, high: int) -> int:
             break
         last = index
     return last
+
+
+def _leaves_brace_open(line: str) -> bool:
+    """Whether a brace opened on ``line`` is still open at its end: braces closed on the
+    line (a ``{}`` default, a ``struct{}`` type) open no block."""
+    depth = 0
+    for char in line:
+        if char == "{":
+            depth += 1
+        elif char == "}" and depth > 0:
+            depth -= 1
+    return depth > 0
