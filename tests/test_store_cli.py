@@ -280,3 +280,17 @@ def test_dedup_compares_an_upgraded_store_then_pages(db: Path) -> None:
     assert rest.exit_code == 0 and rest.stderr == ""
     assert [len(cluster) for cluster in json.loads(rest.stdout)] == [1, 1, 1]
     assert run("dedup", "--offset", "-1").exit_code == 2
+
+
+def test_dedup_says_memory_for_one_unchecked(db: Path) -> None:
+    """One memory no write compared is "1 memory", not "1 memories"."""
+    import numpy as np
+
+    from thatch.frontend.store.db import atomic
+    from thatch.frontend.store.memory_store import Store
+
+    with Store.open(db) as store, atomic(store.conn):
+        store.remember("proj", "alone", "# x", np.ones(32, dtype=np.float32), "m")
+    result = run("dedup")
+    assert result.exit_code == 0, result.stderr
+    assert "[thatch] comparing 1 memory for duplicates" in result.stderr
