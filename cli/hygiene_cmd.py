@@ -40,8 +40,10 @@ def check_unchecked_duplicates(store: Store, name: str) -> None:
 
     checked, total = read_leniently(store.conn, lambda: store.duplicate_progress(name))
     if checked < total:
+        count = total - checked
+        noun = "memory" if count == 1 else "memories"
         click.echo(
-            f"[thatch] comparing {total - checked} memories for duplicates (once: later "
+            f"[thatch] comparing {count} {noun} for duplicates (once: later "
             "writes are compared as they are saved)…",
             err=True,
         )

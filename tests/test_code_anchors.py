@@ -4,6 +4,7 @@ repositories, a real SQLite file, the real MiniLM embedder where recall runs."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_embedder import FakeEmbedder, rows
-from thatch.frontend.anchors.check import Drift
-from thatch.frontend.anchors.span import blob_id, lines_of, locate_symbol
+from thatch.frontend.anchors.check import CHANGED, FRESH, UNVERIFIABLE, AnchorCheck, Drift
+from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.hygiene import hygiene, named
@@ -151,6 +152,14 @@ def test_lines_are_numbered_as_git_and_editors_number_them() -> None:
             (0, 4),
         ),
         ("impl S {\n    pub fn go(&self) {\n        x();\n    }\n}\n", "S::go", (1, 3)),
+        (
+            'def configure(overrides={}):\n    s = dict(overrides)\n    s["r"] = 3\n'
+            "    return s\nx = 1\n",
+            "configure",
+            (0, 3),
+        ),
+        ("package main\nfunc (s *Server) Handle() error {\n\treturn nil\n}\n", "Handle", (1, 3)),
+        ("func keys(m map[string]struct{}) []string {\n\treturn nil\n}\n", "keys", (0, 2)),
     ],
 )
 def test_symbol_locator(source: str, symbol: str, span: tuple[int, int]) -> None:
@@ -327,6 +336,95 @@ def test_the_file_cache_stays_bounded_and_right(
             assert ctx.anchor_check.drift(ctx.store, keys) == {}
             assert ctx.anchor_check._bytes <= check.CACHE_BYTES
             assert len(ctx.anchor_check._facts) == 3
+
+
+def test_a_moved_span_is_searched_nearest_its_old_lines_first() -> None:
+    """The window found hashes as the span did (trailing whitespace aside) and is the one
+    nearest the span's old first line; a span found nowhere is None."""
+    lines = [f"line {i}" for i in range(40)]
+    span = ["a = 1", "b = 2", "c = 3"]
+    wanted = span_hash(span)
+    moved = lines[:5] + span + lines[5:30] + [line + "  " for line in span] + lines[30:]
+    assert find_window(moved, 3, wanted) == 5
+    assert find_window(moved, 3, wanted, near=25) == 33
+    assert find_window(moved, 3, wanted, near=33) == 33
+    assert find_window(moved, 3, span_hash(["a = 1", "b = 2", "c = 4"])) is None
+    assert find_window(moved, len(moved) + 1, wanted) is None
+
+
+def test_a_moved_span_search_reads_each_line_once() -> None:
+    """Each line is trimmed once, not once per window it is in: a 200-line span searched
+    for in 400 lines trims 400 lines, where hashing each window from scratch trimmed
+    40,200."""
+    trimmed: list[str] = []
+
+    class Line(str):
+        def rstrip(self, chars: str | None = None) -> str:
+            trimmed.append(self)
+            return str.rstrip(self, chars)
+
+    lines: list[str] = [Line(f"x{i} = {i}") for i in range(400)]
+    wanted = span_hash([f"x{i} = {i}" for i in range(150, 350)])
+    assert find_window(lines, 200, wanted) == 150
+    assert len(trimmed) == 400
+    trimmed.clear()
+    assert find_window(lines, 200, span_hash(["nowhere"] * 200)) is None
+    assert len(trimmed) == 400
+
+
+def test_searching_for_a_moved_span_stops_at_the_deadline(tmp_path: Path, repo: Path) -> None:
+    """A line span not at its lines is searched for from its old place outwards until the
+    check's deadline, the first file's too: one not found by then is unverifiable (a
+    recall leaves it unmarked), never a hang; one that moved a little is found in time."""
+    table = repo / "src" / "table.py"
+    table.write_text("".join(f"x{i} = {i}\n" for i in range(3000)))
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "T", "content": "x", "anchors": ["src/table.py:1-1500"]},
+        )
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "U", "content": "x", "anchors": ["src/table.py:2001-2500"]},
+        )
+        # T's first line changes; U's lines move down by three.
+        edit(table, "x0 = 0\n", "x0 = -1\n# a\n# b\n# c\n")
+        anchors = ctx.store.anchors_of([("acme", "t"), ("acme", "u")])
+        changed, moved = anchors[("acme", "t")][0], anchors[("acme", "u")][0]
+
+        ticks = itertools.count()
+        hurried = AnchorCheck(clock=lambda: next(ticks) / 1000)  # a millisecond a reading
+        assert [verdict for _, verdict in hurried.recheck([changed], 0.030)] == [UNVERIFIABLE]
+        assert [verdict for _, verdict in hurried.recheck([moved], 0.030)] == [FRESH]
+        assert hurried.drift(ctx.store, [("acme", "t")]) == {}
+
+        unhurried = AnchorCheck(clock=lambda: 0.0)
+        assert [verdict for _, verdict in unhurried.recheck([changed], 0.030)] == [CHANGED]
+        assert unhurried.drift(ctx.store, [("acme", "t")])[("acme", "t")].paths == ("src/table.py",)
+
+
+def test_a_default_of_braces_is_no_block_of_braces(tmp_path: Path, repo: Path) -> None:
+    """A Python function with a ``{}`` default is its indented body: an edit in it marks
+    the memory."""
+    conf = repo / "src" / "conf.py"
+    conf.write_text(
+        'def configure(overrides={}):\n    s = dict(overrides)\n    s["retries"] = 3\n'
+        "    return s\n"
+    )
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "R", "content": "x", "anchors": ["src/conf.py:configure"]},
+        )
+        edit(conf, "= 3", "= 0")
+        assert ctx.anchor_check.drift(ctx.store, [("acme", "r")]) == {
+            ("acme", "r"): Drift(("src/conf.py",))
+        }
 
 
 def test_a_file_outside_git_that_vanished_is_unverifiable(tmp_path: Path) -> None:

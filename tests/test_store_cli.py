@@ -347,3 +347,17 @@ def test_search_note_names_an_odd_store_without_its_escape(db: Path) -> None:
     result = run("search", "deploy", "a\x1b[2Jb")
     assert "\x1b" not in result.stderr
     assert result.stderr.rstrip("\n").endswith("use --store $'a\\x1b[2Jb'")
+
+
+def test_dedup_says_memory_for_one_unchecked(db: Path) -> None:
+    """One memory no write compared is "1 memory", not "1 memories"."""
+    import numpy as np
+
+    from thatch.frontend.store.db import atomic
+    from thatch.frontend.store.memory_store import Store
+
+    with Store.open(db) as store, atomic(store.conn):
+        store.remember("proj", "alone", "# x", np.ones(32, dtype=np.float32), "m")
+    result = run("dedup")
+    assert result.exit_code == 0, result.stderr
+    assert "[thatch] comparing 1 memory for duplicates" in result.stderr

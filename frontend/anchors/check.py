@@ -9,11 +9,13 @@ git checkout that still exists is a change; a file gone outside git, or unreadab
 ``AnchorCheck`` owns the process's cache of file facts, keyed by (path, mtime, size), so
 a long-lived server reads a file once per version (256 files, 32 MiB at most); each call
 checks at most ``MAX_FILES`` files and stops at its deadline (~30 ms), the rest left
-unverified.
+unverified. The search for a line span that moved stops there too, even in the first
+file: hashing every window of a large span in a large file takes seconds.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import OrderedDict
@@ -21,7 +23,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
+from thatch.frontend.anchors.span import (
+    OutOfTime,
+    blob_id,
+    find_window,
+    lines_of,
+    locate_symbol,
+    span_hash,
+)
 from thatch.frontend.regular_files import open_regular
 
 if TYPE_CHECKING:
@@ -115,9 +124,12 @@ class AnchorCheck:
         """``fresh``, ``changed`` or ``unverifiable`` for one anchor, now."""
         return self._verdict(anchor)[0]
 
-    def _verdict(self, anchor: Anchor) -> tuple[str, os.stat_result | None]:
+    def _verdict(
+        self, anchor: Anchor, deadline: float = math.inf
+    ) -> tuple[str, os.stat_result | None]:
         """The status and the file's stat it was reached on (None: no stat). The stat is
-        taken before the file is read, so a later write changes it."""
+        taken before the file is read, so a later write changes it. A span searched for
+        past ``deadline`` (by ``self._clock``) is unverifiable."""
         path = anchor_file(anchor)
         if os.path.realpath(path) in self._never_open:
             return UNVERIFIABLE, None
@@ -139,7 +151,11 @@ class AnchorCheck:
             return CHANGED, stat
         if facts.lines is None:
             return UNVERIFIABLE, stat
-        return (FRESH if _span_same(facts.lines, anchor) else CHANGED), stat
+        try:
+            same = _span_same(facts.lines, anchor, lambda: self._clock() > deadline)
+        except OutOfTime:
+            return UNVERIFIABLE, stat
+        return (FRESH if same else CHANGED), stat
 
     def _stored(self, anchor: Anchor) -> str | None:
         """``changed`` when a pass stored that verdict on the file's stat as it is now
@@ -214,7 +230,7 @@ class AnchorCheck:
                     verdict = self._stored(anchor)
                 else:
                     files += 1
-                    verdict = self.status(anchor)
+                    verdict = self._verdict(anchor, deadline)[0]
                 if verdict in (CHANGED, GONE) and anchor.path not in paths:
                     paths.append(anchor.path)
                     gone = gone or verdict == GONE
@@ -232,7 +248,7 @@ class AnchorCheck:
         for anchor in anchors:
             if verdicts and self._clock() > deadline:
                 break
-            verdict, stat = self._verdict(anchor)
+            verdict, stat = self._verdict(anchor, deadline)
             # Only a ``changed`` verdict is ever read back (``_stored``): the others keep
             # no stat, so a pass over unchanged code writes nothing.
             seen: tuple[int | None, int | None] = (None, None)
@@ -278,7 +294,9 @@ def inherit(
     return found
 
 
-def _span_same(lines: list[str], anchor: Anchor) -> bool:
+def _span_same(lines: list[str], anchor: Anchor, out_of_time: Callable[[], bool]) -> bool:
+    """Whether the anchor's span is in ``lines`` as saved (OutOfTime: a line span searched
+    for until ``out_of_time``)."""
     if anchor.symbol is not None:
         found = locate_symbol(lines, anchor.symbol)
         return found is not None and span_hash(lines[found[0] : found[1] + 1]) == anchor.span_hash
@@ -288,4 +306,5 @@ def _span_same(lines: list[str], anchor: Anchor) -> bool:
     here = lines[anchor.line_start - 1 : anchor.line_end]
     if len(here) == size and span_hash(here) == anchor.span_hash:
         return True
-    return find_window(lines, size, anchor.span_hash) is not None
+    start = find_window(lines, size, anchor.span_hash, anchor.line_start - 1, out_of_time)
+    return start is not None

@@ -3,9 +3,10 @@ process (no git on the recall path), and the language-agnostic symbol locator.
 
 The locator finds the first line declaring the name (``def``, ``class``, ``function``,
 ``fn``, ``func``, ``struct``, ``interface``, ``trait``, ``impl``, ``enum``, ``type``,
-``const``/``let``/``var``, after any modifiers such as ``export async`` or ``pub``), then
-its block: to the matching closing brace when the declaration opens one, else every
-following line indented deeper than it (blank lines included). A dotted name
+``const``/``let``/``var``, after any modifiers such as ``export async`` or ``pub``; a Go
+method's receiver, ``func (s *T) Name``, included), then its block: to the matching
+closing brace when the declaration leaves one open, else every following line indented
+deeper than it (blank lines included). A dotted name
 (``Class.method``, ``Type::fn``) is looked up part by part, each inside the last one's
 block.
 """
@@ -15,9 +16,18 @@ from __future__ import annotations
 import errno
 import hashlib
 import re
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-__all__ = ["blob_id", "blob_id_of", "find_window", "lines_of", "locate_symbol", "span_hash"]
+__all__ = [
+    "OutOfTime",
+    "blob_id",
+    "blob_id_of",
+    "find_window",
+    "lines_of",
+    "locate_symbol",
+    "span_hash",
+]
 
 _KEYWORDS = "def|class|function|fn|func|struct|interface|trait|impl|enum|type|const|let|var|module"
 
@@ -64,15 +74,61 @@ def span_hash(lines: list[str]) -> str:
     return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-def find_window(lines: list[str], size: int, wanted: str) -> int | None:
-    """The first line (0-based) where ``size`` lines hash to ``wanted``: a span that moved
-    in its file unchanged is still the same code."""
+class OutOfTime(Exception):
+    """The search for a moved span reached its deadline before its end."""
+
+
+def _unhurried() -> bool:
+    return False
+
+
+def find_window(
+    lines: list[str],
+    size: int,
+    wanted: str,
+    near: int = 0,
+    out_of_time: Callable[[], bool] = _unhurried,
+) -> int | None:
+    """Where (0-based) ``size`` lines hash to ``wanted``, the place nearest line ``near``
+    (searched outwards from it); None when none does: a span that moved in its file
+    unchanged is still the same code, usually moved by the lines edited above it.
+
+    Each line is trimmed and encoded once, and each window hashed from one buffer. sha1
+    does not roll, so every window is still hashed whole: a large span in a large file
+    costs seconds, and ``out_of_time`` is asked before each window (OutOfTime raised once
+    it answers yes)."""
     if size <= 0 or size > len(lines):
         return None
-    for start in range(len(lines) - size + 1):
-        if span_hash(lines[start : start + size]) == wanted:
+    text, starts = _joined(lines)
+    view = memoryview(text)
+    for start in _nearest_first(near, len(lines) - size):
+        if out_of_time():
+            raise OutOfTime
+        window = view[starts[start] : starts[start + size] - 1]
+        if hashlib.sha1(window, usedforsecurity=False).hexdigest() == wanted:
             return start
     return None
+
+
+def _joined(lines: list[str]) -> tuple[bytes, list[int]]:
+    """``span_hash``'s text of all ``lines`` and where each line starts in it, with one
+    start past the end: lines s to e-1 are ``text[starts[s] : starts[e] - 1]``."""
+    encoded = [line.rstrip().encode("utf-8") for line in lines]
+    starts = [0]
+    for line in encoded:
+        starts.append(starts[-1] + len(line) + 1)
+    return b"\n".join(encoded), starts
+
+
+def _nearest_first(near: int, last: int) -> Iterator[int]:
+    """0 to ``last``, by distance from ``near``; of two as near, the later first."""
+    near = min(max(near, 0), last)
+    yield near
+    for distance in range(1, max(near, last - near) + 1):
+        if near + distance <= last:
+            yield near + distance
+        if near - distance >= 0:
+            yield near - distance
 
 
 def locate_symbol(lines: list[str], symbol: str) -> tuple[int, int] | None:
@@ -88,8 +144,10 @@ def locate_symbol(lines: list[str], symbol: str) -> tuple[int, int] | None:
 
 
 def _locate_one(lines: list[str], name: str, low: int, high: int) -> tuple[int, int] | None:
+    # A Go method names its receiver first: ``func (s *Server) Handle``.
     pattern = re.compile(
-        rf"^(\s*)(?:[\w()\[\]@]+\s+)*?(?:{_KEYWORDS})\s+\*?{re.escape(name)}(?![\w$])"
+        rf"^(\s*)(?:[\w()\[\]@]+\s+)*?(?:func\s*\([^()]*\)\s*|(?:{_KEYWORDS})\s+)"
+        rf"\*?{re.escape(name)}(?![\w$])"
     )
     for index in range(low, high + 1):
         match = pattern.match(lines[index])
@@ -99,9 +157,9 @@ def _locate_one(lines: list[str], name: str, low: int, high: int) -> tuple[int, 
 
 
 def _block_end(lines: list[str], start: int, indent: int, high: int) -> int:
-    """The block's last line: the closing brace matching the first one opened on the
-    declaration line, else the last line indented deeper than the declaration."""
-    if "{" in lines[start]:
+    """The block's last line: the closing brace matching the one the declaration line
+    leaves open, else the last line indented deeper than the declaration."""
+    if _leaves_brace_open(lines[start]):
         depth = 0
         for index in range(start, high + 1):
             depth += lines[index].count("{") - lines[index].count("}")
@@ -118,3 +176,15 @@ def _block_end(lines: list[str], start: int, indent: int, high: int) -> int:
             break
         last = index
     return last
+
+
+def _leaves_brace_open(line: str) -> bool:
+    """Whether a brace opened on ``line`` is still open at its end: braces closed on the
+    line (a ``{}`` default, a ``struct{}`` type) open no block."""
+    depth = 0
+    for char in line:
+        if char == "{":
+            depth += 1
+        elif char == "}" and depth > 0:
+            depth -= 1
+    return depth > 0
