@@ -306,14 +306,16 @@ def test_feature_switches_in_thatch_entries_survive_setup(
     project: Path, env: dict[str, str]
 ) -> None:
     """THATCH_ENGINES / THATCH_CHAT set in thatch's MCP entry (docs/tools.md §switches) stay
-    when setup rewrites the entry, for Claude Code and opencode; nothing else of theirs."""
+    when setup rewrites the entry, for Claude Code and opencode, as do the user's own
+    variables beside them."""
     run(project, env)
     mcp = project / ".mcp.json"
     doc = json.loads(mcp.read_text())
     doc["mcpServers"]["thatch"]["env"] = {"THATCH_CHAT": "off", "OTHER": "x"}
     mcp.write_text(json.dumps(doc))
     run(project, env)
-    assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["env"] == {"THATCH_CHAT": "off"}
+    entry_env = json.loads(mcp.read_text())["mcpServers"]["thatch"]["env"]
+    assert entry_env == {"THATCH_CHAT": "off", "OTHER": "x"}
     run_setup(
         SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN, version="1")
     )

@@ -3,14 +3,18 @@
 An entry is thatch's only when its command, split with shell rules, is exactly a thatch
 hook invocation. Earlier releases removed every hook whose command merely contained
 "thatch", which deleted users' own hooks; anything not matching the strict shape is kept.
+Options a user added to thatch's entry (a timeout, a matcher on its group) carry over to
+the entry that replaces it.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from typing import Any
 
+from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.switches import OFF_OPTION, off_args
 
 __all__ = [
@@ -149,10 +153,33 @@ def is_thatch(entry: dict[str, Any]) -> bool:
     return is_thatch_command(entry.get("command"))
 
 
+def _old_claude_options(groups: list[Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What thatch's entries in ``groups`` held (later ones win), and what the groups
+    holding nothing but thatch's entries held: the groups setup drops. None: none there."""
+    entry: dict[str, Any] | None = None
+    group_keys: dict[str, Any] | None = None
+    for group in groups:
+        inner = group.get("hooks") if isinstance(group, dict) else None
+        if not isinstance(inner, list):
+            continue
+        ours = [h for h in inner if isinstance(h, dict) and is_thatch(h)]
+        for hook in ours:
+            entry = {**(entry or {}), **hook}
+        if ours and len(ours) == len(inner):
+            group_keys = {**(group_keys or {}), **group}
+    return entry, group_keys
+
+
 def merge_claude(
-    doc: dict[str, Any], bin_word: str, post_tool_use: bool, off: frozenset[str] = frozenset()
+    doc: dict[str, Any],
+    bin_word: str,
+    post_tool_use: bool,
+    off: frozenset[str] = frozenset(),
+    replaced: list[Replaced] | None = None,
 ) -> dict[str, Any]:
-    """``doc`` (a settings.json object, modified in place) with thatch's hooks current."""
+    """``doc`` (a settings.json object, modified in place) with thatch's hooks current;
+    each user value of a key thatch writes that gives way is appended to ``replaced``."""
+    replaced = [] if replaced is None else replaced
     hooks = _hooks_map(doc)
     other = "PostToolBatch" if post_tool_use else "PostToolUse"
     if other in hooks:
@@ -162,23 +189,40 @@ def merge_claude(
         else:
             del hooks[other]
     for event, command in claude_commands(bin_word, post_tool_use, off).items():
+        old_entry, old_group = _old_claude_options(_event_list(hooks, event))
         groups = _without_thatch_groups(_event_list(hooks, event))
-        entry = {"type": "command", "command": command, **CLAUDE_ENTRY_EXTRAS.get(event, {})}
+        fresh = {"type": "command", "command": command, **CLAUDE_ENTRY_EXTRAS.get(event, {})}
+        entry = merge_own(fresh, old_entry, _named(f"thatch's {event} hook"), replaced)
         group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
         group["hooks"] = [entry]
-        hooks[event] = [*groups, group]
+        where = _named(f"thatch's {event} hook group")
+        hooks[event] = [*groups, merge_own(group, old_group, where, replaced)]
     return doc
 
 
+def _named(owner: str) -> Callable[[str], str]:
+    return lambda key: f"the {key} of {owner}"
+
+
 def merge_cursor(
-    doc: dict[str, Any], bin_word: str, off: frozenset[str] = frozenset()
+    doc: dict[str, Any],
+    bin_word: str,
+    off: frozenset[str] = frozenset(),
+    replaced: list[Replaced] | None = None,
 ) -> dict[str, Any]:
-    """A Cursor hooks.json object with thatch's hooks current (``"version": 1`` first if new)."""
+    """A Cursor hooks.json object with thatch's hooks current (``"version": 1`` first if
+    new); each user value of a key thatch writes that gives way is appended to ``replaced``."""
+    replaced = [] if replaced is None else replaced
     if "version" not in doc:
         doc = {"version": 1, **doc}
     hooks = _hooks_map(doc)
     for event, command in cursor_commands(bin_word, off).items():
         entries = _event_list(hooks, event)
         kept = [e for e in entries if not (isinstance(e, dict) and is_thatch(e))]
-        hooks[event] = [*kept, {"command": command, **CURSOR_ENTRY_EXTRAS.get(event, {})}]
+        old: dict[str, Any] | None = None
+        for ours in (e for e in entries if isinstance(e, dict) and is_thatch(e)):
+            old = {**(old or {}), **ours}  # later entries win, as in Claude's
+        fresh = {"command": command, **CURSOR_ENTRY_EXTRAS.get(event, {})}
+        entry = merge_own(fresh, old, _named(f"thatch's {event} hook"), replaced)
+        hooks[event] = [*kept, entry]
     return doc

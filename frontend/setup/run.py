@@ -31,6 +31,7 @@ from thatch.frontend.setup import (
 )
 from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
+from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
 
 __all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup"]
@@ -99,6 +100,10 @@ class SetupResult:
         return [line.detail for r in self.reports for line in r.lines if line.detail]
 
 
+# Brings one JSON document up to date; records each user value it replaces in the list.
+JsonUpdate = Callable[[dict[str, Any], list[Replaced]], dict[str, Any]]
+
+
 class _Writer:
     """Applies or, in a dry run, only describes file changes."""
 
@@ -114,10 +119,11 @@ class _Writer:
         jsonfiles.write_atomic(path, new.encode("utf-8", "surrogateescape"))
         return Line("created" if old is None else "written", str(path))
 
-    def json(self, path: Path, update: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Line]:
+    def json(self, path: Path, update: JsonUpdate) -> list[Line]:
         loaded = jsonfiles.load_object(path)
+        replaced: list[Replaced] = []
         try:
-            updated = update(copy.deepcopy(loaded.data))
+            updated = update(copy.deepcopy(loaded.data), replaced)
         except hooks.HookFileConflict as error:
             detail = f"{path}: {error}; fix it by hand, then rerun thatch setup"
             return [Line("conflict", str(path), detail)]
@@ -125,15 +131,19 @@ class _Writer:
         if loaded.problem is None and has_content and jsonfiles.same_document(updated, loaded.data):
             return [Line("unchanged", str(path))]
         new_text = jsonfiles.dump(updated)
+        # A user's value of a key thatch writes is never replaced silently.
+        said = "; ".join(r.describe(self.dry_run) for r in replaced)
+        replacing = f"{path}: {said}" if said else ""
         if loaded.problem is None:
-            return [self.text(path, new_text, loaded.text)]
+            line = self.text(path, new_text, loaded.text)
+            return [Line(line.status, line.target, replacing)]
         if self.dry_run:
             detail = f"{path} {loaded.problem}; a copy would be saved before rewriting it"
-            return [Line("would-write", str(path), detail)]
+            return [Line("would-write", str(path), "; ".join(filter(None, [detail, said])))]
         saved = jsonfiles.backup(path, self.now())
         jsonfiles.write_atomic(path, new_text.encode("utf-8"))
         detail = f"{path} {loaded.problem}; the original is saved as {saved}"
-        return [Line("backed-up", str(saved), detail), Line("written", str(path))]
+        return [Line("backed-up", str(saved), detail), Line("written", str(path), replacing)]
 
 
 def _read_text(path: Path) -> str | None:
@@ -147,15 +157,21 @@ def _set_key(
     doc: dict[str, Any],
     key: str,
     entry: dict[str, Any],
+    replaced: list[Replaced],
     env_key: str = "env",
     flags: Mapping[str, bool] | None = None,
+    where: str = "",
 ) -> dict[str, Any]:
+    """thatch's ``entry`` as ``doc[key].thatch``; ``where``: the path of ``doc`` in its file."""
     flags = flags or {}
     servers = doc.setdefault(key, {})
     if not isinstance(servers, dict):
         raise hooks.HookFileConflict(f'"{key}" is not an object')
-    # The project's feature switches survive setup; flags change them (docs/tools.md §switches).
-    servers["thatch"] = with_switches(entry, servers.get("thatch"), env_key, flags)
+    # What the user added to the entry stays, the project's feature switches among it;
+    # flags change the switches (docs/tools.md §switches).
+    prefix = f"{where}{key}.thatch."
+    merged = merge_own(entry, servers.get("thatch"), lambda name: prefix + name, replaced)
+    servers["thatch"] = with_switches(merged, env_key, flags)
     return doc
 
 
@@ -166,19 +182,19 @@ def _stdio_entry(bin_path: str, env: dict[str, str] | None = None) -> dict[str, 
     return entry
 
 
-def _opencode_mcp(doc: dict[str, Any], bin_path: str, flags: Mapping[str, bool]) -> dict[str, Any]:
-    mcp = doc.setdefault("mcp", {})
-    if not isinstance(mcp, dict):
+def _opencode_mcp(
+    doc: dict[str, Any], bin_path: str, flags: Mapping[str, bool], replaced: list[Replaced]
+) -> dict[str, Any]:
+    if not isinstance(doc.setdefault("mcp", {}), dict):
         raise hooks.HookFileConflict('"mcp" is not an object')
     entry: dict[str, Any] = {"type": "local", "command": [bin_path, "mcp"]}
-    if "servers" in mcp:
+    if "servers" in doc["mcp"]:
         entry["environment"] = {"THATCH_HOST": "opencode"}
-        _set_key(mcp, "servers", entry, "environment", flags)
+        _set_key(doc["mcp"], "servers", entry, replaced, "environment", flags, where="mcp.")
         return doc
     entry["enabled"] = True
     entry["environment"] = {"THATCH_HOST": "opencode"}
-    mcp["thatch"] = with_switches(entry, mcp.get("thatch"), "environment", flags)
-    return doc
+    return _set_key(doc, "mcp", entry, replaced, "environment", flags)
 
 
 def _claude_user_mcp(request: SetupRequest) -> Line:
@@ -332,7 +348,7 @@ def _claude_settings(
     writer: _Writer,
     path: Path,
     request: SetupRequest,
-    update: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    update: JsonUpdate | None,
 ) -> list[Line]:
     """Write one Claude settings file: the hooks (``update``) and/or the permission rule."""
     loaded = jsonfiles.load_object(path)
@@ -340,8 +356,8 @@ def _claude_settings(
     if update is None and loaded.text is None and not request.allow_tools:
         return []  # nothing of ours to remove, and no reason to create the file
 
-    def both(doc: dict[str, Any]) -> dict[str, Any]:
-        doc = update(doc) if update is not None else doc
+    def both(doc: dict[str, Any], replaced: list[Replaced]) -> dict[str, Any]:
+        doc = update(doc, replaced) if update is not None else doc
         return permissions.apply(doc, request.allow_tools)
 
     lines = writer.json(path, both)
@@ -374,7 +390,7 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
                 project_mcp,
                 lambda: writer.json(
                     project_mcp,
-                    lambda d: _set_key(d, "mcpServers", stdio, flags=request.switches),
+                    lambda d, r: _set_key(d, "mcpServers", stdio, r, flags=request.switches),
                 ),
             )
         )
@@ -395,8 +411,9 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
                 (project_file, lambda: [_instructions(writer, project_file, POINTER_BLOCK)])
             )
 
-    def merge_hooks(doc: dict[str, Any]) -> dict[str, Any]:
-        return hooks.merge_claude(doc, bin_word, post, entry_off("claude", paths.mcp, switches))
+    def merge_hooks(doc: dict[str, Any], replaced: list[Replaced]) -> dict[str, Any]:
+        off = entry_off("claude", paths.mcp, switches)
+        return hooks.merge_claude(doc, bin_word, post, off, replaced)
 
     if allow_file == claude_hooks:
         steps.append(
@@ -437,7 +454,7 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
             (
                 mcp,
                 lambda: writer.json(
-                    mcp, lambda d: _set_key(d, "mcpServers", entry, flags=request.switches)
+                    mcp, lambda d, r: _set_key(d, "mcpServers", entry, r, flags=request.switches)
                 ),
             )
         )
@@ -447,8 +464,8 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
                 hook_file,
                 lambda: writer.json(
                     hook_file,
-                    lambda d: hooks.merge_cursor(
-                        d, bin_word, entry_off(host, mcp, request.switches)
+                    lambda d, r: hooks.merge_cursor(
+                        d, bin_word, entry_off(host, mcp, request.switches), r
                     ),
                 ),
             )
@@ -457,7 +474,9 @@ def _steps(request: SetupRequest, host: str, writer: _Writer) -> list[Step]:
         assert paths.mcp is not None and paths.plugin is not None
         mcp, plugin = paths.mcp, paths.plugin
         flags = request.switches
-        steps.append((mcp, lambda: writer.json(mcp, lambda d: _opencode_mcp(d, bin_path, flags))))
+        steps.append(
+            (mcp, lambda: writer.json(mcp, lambda d, r: _opencode_mcp(d, bin_path, flags, r)))
+        )
         steps.append((paths.instructions, lambda: [_block_step(request, host, paths, writer)]))
         steps.append((plugin, lambda: [_plugin(writer, plugin, request)]))
     for path, text in skills.skill_files(paths.skills):

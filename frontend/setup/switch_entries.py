@@ -2,8 +2,9 @@
 
 A project switches the engines or chat off with ``THATCH_ENGINES=off`` / ``THATCH_CHAT=off``
 in thatch's MCP entry (``thatch setup --no-engines`` / ``--no-chat`` write it). Setup keeps
-what the entry says when it rewrites the entry, unless a flag says otherwise, and leaves
-the engines' sections out of the instruction block where the engines are off.
+what the entry says when it rewrites the entry (frontend/setup/own_keys.py keeps every
+variable thatch does not write), unless a flag says otherwise, and leaves the engines'
+sections out of the instruction block where the engines are off.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from thatch.frontend.setup import jsonfiles
-from thatch.frontend.switches import FEATURES, features_off, variable
+from thatch.frontend.switches import features_off, variable
 
 __all__ = [
     "OFF",
@@ -32,24 +33,21 @@ def env_key(host: str) -> str:
     return "environment" if host == "opencode" else "env"
 
 
-def with_switches(
-    entry: dict[str, Any], old: object, key: str, flags: Mapping[str, bool]
-) -> dict[str, Any]:
-    """``entry`` with the switches of thatch's ``old`` entry, then ``flags`` (feature → on)."""
-    old_env = old.get(key) if isinstance(old, dict) else None
-    switches = {
-        name: old_env[name]
-        for name in map(variable, FEATURES)
-        if isinstance(old_env, dict) and isinstance(old_env.get(name), str)
-    }
+def with_switches(entry: dict[str, Any], key: str, flags: Mapping[str, bool]) -> dict[str, Any]:
+    """``entry`` (already holding the old entry's switches) with ``flags`` (feature → on)
+    applied to its ``key`` map; a map left empty by a flag goes with it."""
+    if not flags:
+        return entry
+    env = entry.get(key)
+    switched = dict(env) if isinstance(env, dict) else {}
     for feature, on in flags.items():
         if on:
-            switches.pop(variable(feature), None)
+            switched.pop(variable(feature), None)
         else:
-            switches[variable(feature)] = OFF
-    if not switches:
-        return entry
-    return {**entry, key: {**entry.get(key, {}), **switches}}
+            switched[variable(feature)] = OFF
+    if switched:
+        return {**entry, key: switched}
+    return {name: value for name, value in entry.items() if name != key}
 
 
 def thatch_entry(host: str, mcp_file: Path | None) -> object:
