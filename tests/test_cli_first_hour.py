@@ -38,7 +38,6 @@ def test_a_top_level_typo_names_the_command_meant() -> None:
     assert nonsense.exit_code == 2 and "Did you mean" not in nonsense.stderr
 
 
-
 @pytest.mark.parametrize(
     ("args", "meant"),
     [
