@@ -78,7 +78,7 @@ def sync_branches(
     from thatch.frontend.store.branch_lifecycle import BranchRecords
 
     records = BranchRecords(store.tx)
-    repo = os.path.realpath(common)
+    repo = _repo_key(common)
     before = records.snapshot(project, repo)
     changes: list[BranchChange] = []
     kept: dict[str, str] = {}
@@ -114,6 +114,12 @@ def sync_branches(
                 changes.append(change)
     counts = records.apply(project, repo, {**kept, **refs.commits}, changes, now_ms)
     return SyncResult(changes, counts)
+
+
+def _repo_key(common: Path) -> str:
+    """The snapshot's name for a repository: the realpath of its common dir, with any
+    bytes that are not UTF-8 (SQLite text cannot hold them) written as ``\\xNN``."""
+    return os.fsencode(os.path.realpath(common)).decode("utf-8", "backslashreplace")
 
 
 def _same(before: Mapping[str, str], refs: git_refs.Refs, remote: str) -> bool:

@@ -585,3 +585,46 @@ def test_an_unwritable_cache_costs_syncs_never_the_sync(tmp_path: Path, store: S
     git(repo, "branch", "-q", "-D", "spike")
     result = session_sync(store, PROJECT, repo, env, clock())
     assert result is not None and [c.action for c in result.changes] == ["archived"]
+
+
+BAD_NAME = "bad\udcffname"  # git allows a branch name that is not UTF-8; SQLite text cannot
+
+
+@pytest.mark.parametrize("where", ["loose", "packed", "listed by git"])
+def test_a_branch_name_that_is_not_utf8_is_skipped_and_the_others_follow_git(
+    tmp_path: Path, store: Store, where: str
+) -> None:
+    """Such a ref cannot be named in the snapshot, so it is left out (as a branch never
+    seen); it used to end every sync with a UnicodeEncodeError, and deleted branches were
+    never archived or promoted."""
+    repo = new_repo(tmp_path / "widgets")
+    if where == "listed by git":
+        # What thatch takes for a reftable repository: git's for-each-ref lists the refs.
+        (repo / ".git" / "reftable").mkdir()
+    feature(repo, "spike")
+    git(repo, "branch", BAD_NAME)
+    if where == "packed":
+        git(repo, "pack-refs", "--all")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    seen = BranchRecords(store.tx).snapshot(PROJECT, str(repo / ".git"))
+    assert sorted(seen) == ["refs/heads/main", "refs/heads/spike"]  # no name made up either
+    git(repo, "branch", "-q", "-D", "spike")
+    assert sync(store, repo, clock) == {"spike": "archived"}
+    assert rows(store) == {"Spike idea": ("spike", True)}
+
+
+def test_a_repository_whose_path_is_not_utf8_follows_git(tmp_path: Path, store: Store) -> None:
+    """Its snapshot is keyed by the path with the bytes that are not UTF-8 as ``\\xNN``."""
+    parent = tmp_path / "caf\udce9"
+    parent.mkdir()
+    repo = new_repo(parent / "widgets")
+    feature(repo, "spike")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    key = str(tmp_path / "caf\\xe9" / "widgets" / ".git")
+    assert git_refs.HEADS + "spike" in BranchRecords(store.tx).snapshot(PROJECT, key)
+    git(repo, "branch", "-q", "-D", "spike")
+    assert sync(store, repo, clock) == {"spike": "archived"}
