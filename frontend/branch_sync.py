@@ -269,12 +269,20 @@ def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: in
     from thatch.frontend.store.branch_lifecycle import BranchRecords
 
     records = BranchRecords(store.tx)
-    restored = records.restore(project, branch, now_ms)
-    if restored:
-        return restored
+    done = records.restore(project, branch, now_ms)
+    if done.restored:
+        return done.restored
     from thatch.frontend.untrusted import quoted, token
 
     # Branch and store names come from agents' memories: framed as data (rule 6).
+    if done.left:
+        one = done.left == 1
+        noun, rest = ("memory", "stays as it is") if one else ("memories", "stay as they are")
+        raise NothingToRestoreError(
+            f"Nothing restored: the {done.left} {noun} of branch {quoted(branch)} in store "
+            f"{quoted(project)} archived when the branch was deleted changed since "
+            f"(unarchived, rescoped or written again) and {rest}."
+        )
     others = records.archived_branches(project)
     hint = f" Archived branches: {', '.join(map(token, others))}." if others else ""
     raise NothingToRestoreError(

@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -84,11 +85,14 @@ def rows(store: Store) -> dict[str, tuple[str | None, bool]]:
 
 
 class Clock:
+    """The syncs' milliseconds: the store's real clock, always moving on (restore compares
+    the archive's time with the memories' ``updated_at``)."""
+
     def __init__(self) -> None:
-        self.ms = 1_000
+        self.ms = 0
 
     def __call__(self) -> int:
-        self.ms += 1
+        self.ms = max(self.ms + 1, time.time_ns() // 10**6)
         return self.ms
 
 
@@ -628,3 +632,36 @@ def test_a_repository_whose_path_is_not_utf8_follows_git(tmp_path: Path, store: 
     assert git_refs.HEADS + "spike" in BranchRecords(store.tx).snapshot(PROJECT, key)
     git(repo, "branch", "-q", "-D", "spike")
     assert sync(store, repo, clock) == {"spike": "archived"}
+
+
+def test_restore_leaves_a_memory_written_since_the_archive(tmp_path: Path, store: Store) -> None:
+    """Someone unarchived and archived it again after the sync did (or rewrote it): their
+    choice stands; an untouched one beside it is restored."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    save(store, "Decision X", "feat")
+    save(store, "Decision Y", "feat")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "feat")
+    assert sync(store, repo, clock) == {"feat": "archived"}
+    for archived, text in ((False, "chose X"), (True, "kept as record")):
+        store.remember(PROJECT, "Decision X", text, None, None, branch="feat", overwrite=True,
+                       archived=archived)  # fmt: skip
+    assert restore_branch(store, PROJECT, "feat", clock()) == 1
+    assert rows(store) == {"Decision X": ("feat", True), "Decision Y": ("feat", False)}
+
+
+def test_restore_says_when_all_it_archived_changed_since(tmp_path: Path, store: Store) -> None:
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    save(store, "Decision X", "feat")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "feat")
+    sync(store, repo, clock)
+    store.remember(PROJECT, "Decision X", "kept as record", None, None, branch="feat",
+                   overwrite=True, archived=True)  # fmt: skip
+    with pytest.raises(NothingToRestoreError, match=r'the 1 memory of branch "feat" .* changed'):
+        restore_branch(store, PROJECT, "feat", clock())
+    assert rows(store) == {"Decision X": ("feat", True)}

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from thatch.frontend.store.migrations.branches import BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE
 from thatch.frontend.store.transactions import Transactions
 
-__all__ = ["BranchChange", "BranchRecords", "opened_records"]
+__all__ = ["BranchChange", "BranchRecords", "Restored", "opened_records"]
 
 PROMOTED = "promoted"
 ARCHIVED = "archived"
@@ -29,6 +29,14 @@ class BranchChange(NamedTuple):  # not a dataclass: the prompt hook imports this
     branch: str
     action: str
     commit: str | None
+
+
+class Restored(NamedTuple):
+    """What ``restore`` did: memories unarchived, and those left as they were (unarchived,
+    rescoped or written since the archive)."""
+
+    restored: int
+    left: int
 
 
 class BranchRecords:
@@ -121,27 +129,28 @@ class BranchRecords:
         )
         return len(slugs)
 
-    def restore(self, store: str, branch: str, now_ms: int) -> int:
-        """Unarchive the memories a sync archived for ``branch`` (and not restored since);
-        how many. A memory archived or rescoped again by anyone else stays as it is."""
+    def restore(self, store: str, branch: str, now_ms: int) -> Restored:
+        """Unarchive the memories a sync archived for ``branch`` (and not restored since).
+        A memory archived or rescoped again by anyone else stays as it is: one written
+        since the archive (``updated_at`` later than the event) is left alone."""
         with self.tx.write() as conn:
             events = conn.execute(
-                f"SELECT id, slug FROM {BRANCH_EVENTS_TABLE} WHERE store = ? AND "
+                f"SELECT id, slug, at_ms FROM {BRANCH_EVENTS_TABLE} WHERE store = ? AND "
                 "origin_branch = ? AND action = ? AND undone_ms IS NULL",
                 (store, branch, ARCHIVED),
             ).fetchall()
             restored = 0
-            for event_id, slug in events:
+            for event_id, slug, at_ms in events:
                 restored += conn.execute(
                     "UPDATE entries SET archived = 0 WHERE store = ? AND slug = ? "
-                    "AND branch = ? AND archived = 1",
-                    (store, slug, branch),
+                    "AND branch = ? AND archived = 1 AND updated_at <= ?",
+                    (store, slug, branch, _timestamp(int(at_ms))),
                 ).rowcount
                 conn.execute(
                     f"UPDATE {BRANCH_EVENTS_TABLE} SET undone_ms = ? WHERE id = ?",
                     (now_ms, event_id),
                 )
-        return restored
+        return Restored(restored, len(events) - restored)
 
     def archived_branches(self, store: str) -> list[str]:
         """Branches with memories archived by a sync and not restored, for error messages."""
@@ -166,6 +175,16 @@ class BranchRecords:
                 raise
             return None
         return None if row is None else str(row[0])
+
+
+def _timestamp(ms: int) -> str:
+    """``ms`` since the epoch as the store writes ``updated_at`` (format_timestamp)."""
+    from datetime import UTC, datetime
+
+    from thatch.frontend.timefmt import format_timestamp
+
+    moment = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+    return format_timestamp(moment)
 
 
 @contextmanager
