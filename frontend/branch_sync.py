@@ -32,6 +32,7 @@ __all__ = [
     "fingerprint_file",
     "prompt_sync",
     "restore_branch",
+    "shown_branch",
     "sync_branches",
 ]
 
@@ -46,6 +47,8 @@ WAITING = "waiting:"
 # that never runs must not let it grow; one that finds it cut re-checks every anchor).
 EVENTS_KEPT_BYTES = 64 * 1024
 EVENTS_MAX_BYTES = 1024 * 1024
+# A branch name echoed back in a message is cut here: NAME may be anything typed (100 KB).
+SHOWN_NAME_CHARS = 200
 
 
 class HasTransactions(Protocol):
@@ -259,6 +262,15 @@ def session_sync(
     return result
 
 
+def shown_branch(name: str) -> str:
+    """``name`` quoted for a message (rule 6: names are data), its first
+    ``SHOWN_NAME_CHARS`` characters only, with "…" when there are more."""
+    from thatch.frontend.untrusted import quoted
+
+    cut = name if len(name) <= SHOWN_NAME_CHARS else name[:SHOWN_NAME_CHARS] + "…"
+    return quoted(cut)
+
+
 class NothingToRestoreError(ValueError):
     """No memory of the branch was archived by a sync (or all were restored already)."""
 
@@ -279,13 +291,13 @@ def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: in
         one = done.left == 1
         noun, rest = ("memory", "stays as it is") if one else ("memories", "stay as they are")
         raise NothingToRestoreError(
-            f"Nothing restored: the {done.left} {noun} of branch {quoted(branch)} in store "
+            f"Nothing restored: the {done.left} {noun} of branch {shown_branch(branch)} in store "
             f"{quoted(project)} archived when the branch was deleted changed since "
             f"(unarchived, rescoped or written again) and {rest}."
         )
     others = records.archived_branches(project)
     hint = f" Archived branches: {', '.join(map(token, others))}." if others else ""
     raise NothingToRestoreError(
-        f"No memories of branch {quoted(branch)} in store {quoted(project)} were archived "
+        f"No memories of branch {shown_branch(branch)} in store {quoted(project)} were archived "
         f"when the branch was deleted.{hint}"
     )

@@ -665,3 +665,11 @@ def test_restore_says_when_all_it_archived_changed_since(tmp_path: Path, store: 
     with pytest.raises(NothingToRestoreError, match=r'the 1 memory of branch "feat" .* changed'):
         restore_branch(store, PROJECT, "feat", clock())
     assert rows(store) == {"Decision X": ("feat", True)}
+
+
+def test_restore_echoes_at_most_the_start_of_a_long_name(store: Store) -> None:
+    with pytest.raises(NothingToRestoreError) as raised:
+        restore_branch(store, PROJECT, "x" * 100_000, 1)
+    message = str(raised.value)
+    assert f'branch "{"x" * 200}…" in store' in message
+    assert len(message) < 400
