@@ -2,7 +2,8 @@
 
 At session start (``reminder``) and, when the refs' fingerprint changed, on a prompt
 (``flush-tools``), the refs git lists now are compared with the snapshot thatch stored at
-the last sync. A branch that scoped memories and is gone has them promoted to
+the last sync. A branch that scoped memories and is gone has them moved to the one new
+branch at its tip when there is exactly one (renamed), else promoted to
 project-wide when its work is in the default branch (local or origin's), else archived
 (``thatch restore-branch`` undoes that). A branch whose remote-tracking ref a fetch pruned
 and whose tip is in origin's default branch (merged on the host) is promoted too, even if
@@ -93,9 +94,14 @@ def sync_branches(
         live = records.live_branches(project, candidates) if candidates else []
         targets = git_refs.default_targets(refs, current_branch(directory, env)) if live else []
         moved = any(before.get(ref) != refs.commits.get(ref) for ref in targets)
+        appeared = _appeared(before, refs) if live else {}
         for branch in live:
             local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
             waiting = WAITING + local
+            renamed = _renamed(appeared, before, refs, branch)
+            if renamed is not None:
+                changes.append(renamed)
+                continue
             if waiting in before and not moved and _same(before, refs, remote):
                 kept.update({local: before[local], waiting: before[local]})
                 continue  # still waiting for its pushed copy, and nothing it waits on moved
@@ -128,6 +134,34 @@ def _repo_key(common: Path) -> str:
 def _same(before: Mapping[str, str], refs: git_refs.Refs, remote: str) -> bool:
     """Whether ``remote`` still exists at the commit the snapshot has."""
     return remote in refs.commits and before.get(remote) == refs.commits[remote]
+
+
+def _appeared(before: Mapping[str, str], refs: git_refs.Refs) -> dict[str, list[str]]:
+    """Local branches the snapshot did not have, by their commit."""
+    found: dict[str, list[str]] = {}
+    for ref, commit in sorted(refs.commits.items()):
+        if ref.startswith(git_refs.HEADS) and ref not in before:
+            found.setdefault(commit, []).append(ref[len(git_refs.HEADS) :])
+    return found
+
+
+def _renamed(
+    appeared: Mapping[str, list[str]],
+    before: Mapping[str, str],
+    refs: git_refs.Refs,
+    branch: str,
+) -> BranchChange | None:
+    """A gone branch renamed (``git branch -m``, or copied then deleted): exactly one new
+    local branch is at its last commit. Two or more say nothing about which carries on."""
+    local = git_refs.HEADS + branch
+    if local in refs.commits:
+        return None
+    new = appeared.get(before[local], [])
+    if len(new) != 1:
+        return None
+    from thatch.frontend.store.branch_lifecycle import RENAMED, BranchChange
+
+    return BranchChange(branch, RENAMED, before[local], new[0])
 
 
 def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:

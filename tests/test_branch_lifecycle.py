@@ -28,6 +28,7 @@ from thatch.frontend.branch_sync import (
 )
 from thatch.frontend.store.branch_lifecycle import BranchRecords, opened_records
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.migrations.branches import BRANCH_RENAMES_TABLE
 
 PROJECT = "acme/widgets"
 
@@ -407,9 +408,9 @@ def test_not_a_git_directory_changes_nothing(tmp_path: Path, store: Store) -> No
 
 
 def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_path: Path) -> None:
-    """No file yet, or one without m013's tables: nothing is created or synced (the session
-    start's Store.open migrates), and the fingerprint is not noted, so the next prompt
-    tries again."""
+    """No file yet, or one without m013's or m023's tables: nothing is created or synced
+    (the session start's Store.open migrates), and the fingerprint is not noted, so the
+    next prompt tries again."""
     repo = new_repo(tmp_path / "widgets")
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "THATCH_DB_PATH": str(tmp_path / "x.db")}
     missing = tmp_path / "none.db"
@@ -418,6 +419,11 @@ def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_pat
     bare = tmp_path / "bare.db"
     sqlite3.connect(bare).close()
     assert prompt_sync(PROJECT, repo, env, lambda: opened_records(bare), 1) is None
+    before_renames = tmp_path / "m022.db"  # migrated by a release without m023
+    Store.open(before_renames).close()
+    with sqlite3.connect(before_renames) as conn:
+        conn.execute(f"DROP TABLE {BRANCH_RENAMES_TABLE}")
+    assert prompt_sync(PROJECT, repo, env, lambda: opened_records(before_renames), 1) is None
     common = git_refs.common_dir(repo)
     assert common is not None and not fingerprint_file(env, common).exists()
 
@@ -673,3 +679,50 @@ def test_restore_echoes_at_most_the_start_of_a_long_name(store: Store) -> None:
     message = str(raised.value)
     assert f'branch "{"x" * 200}…" in store' in message
     assert len(message) < 400
+
+
+def renames(store: Store) -> list[tuple[str, str, str]]:
+    listed = store.conn.execute(
+        f"SELECT slug, old_branch, new_branch FROM {BRANCH_RENAMES_TABLE} ORDER BY id"
+    )
+    return [(str(slug), str(old), str(new)) for slug, old, new in listed]
+
+
+def test_a_renamed_branch_keeps_its_memories_under_the_new_name(
+    tmp_path: Path, store: Store
+) -> None:
+    """``git branch -m``: the old name is gone and a new one appeared at its tip. The
+    memories follow the branch (one ``renamed`` record each), not archived."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "topic")
+    save(store, "Topic note", "topic")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-m", "topic", "topic-renamed")
+    assert sync(store, repo, clock) == {"topic": "renamed"}
+    assert rows(store) == {"Topic note": ("topic-renamed", False)}
+    assert renames(store) == [("topic-note", "topic", "topic-renamed")]
+    git(repo, "branch", "-q", "-D", "topic-renamed")
+    assert sync(store, repo, clock) == {"topic-renamed": "archived"}
+    assert restore_branch(store, PROJECT, "topic-renamed", clock()) == 1
+
+
+def test_a_copy_made_before_the_branch_went_takes_its_memories(
+    tmp_path: Path, store: Store
+) -> None:
+    """``git checkout -b copy; git branch -D topic`` between two syncs is a rename too; two
+    new branches at the tip say nothing about which one carries on: archived as before."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "topic")
+    feature(repo, "spike")
+    save(store, "Topic note", "topic")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "copy", "topic")
+    git(repo, "branch", "-q", "-D", "topic")
+    git(repo, "branch", "spike-a", "spike")
+    git(repo, "branch", "spike-b", "spike")
+    git(repo, "branch", "-q", "-D", "spike")
+    assert sync(store, repo, clock) == {"topic": "renamed", "spike": "archived"}
+    assert rows(store) == {"Topic note": ("copy", False), "Spike idea": ("spike", True)}

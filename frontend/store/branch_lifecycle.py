@@ -14,21 +14,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from thatch.frontend.store.migrations.branches import BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE
+from thatch.frontend.store.migrations.branches import (
+    BRANCH_EVENTS_TABLE,
+    BRANCH_REFS_TABLE,
+    BRANCH_RENAMES_TABLE,
+)
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["BranchChange", "BranchRecords", "Restored", "opened_records"]
 
 PROMOTED = "promoted"
 ARCHIVED = "archived"
+RENAMED = "renamed"
 
 
 class BranchChange(NamedTuple):  # not a dataclass: the prompt hook imports this module
-    """What a sync decided for one gone branch: ``promoted`` (merged) or ``archived``."""
+    """What a sync decided for one gone branch: ``promoted`` (merged), ``archived``, or
+    ``renamed`` to ``new_branch`` (the branch that appeared at its tip)."""
 
     branch: str
     action: str
     commit: str | None
+    new_branch: str | None = None
 
 
 class Restored(NamedTuple):
@@ -112,6 +119,8 @@ class BranchRecords:
         ]
         if not slugs:
             return 0
+        if change.action == RENAMED:
+            return self._rename(conn, store, change, slugs, now_ms)
         if change.action == PROMOTED:
             conn.execute(
                 "UPDATE entries SET branch = NULL WHERE store = ? AND branch = ? AND archived = 0",
@@ -126,6 +135,28 @@ class BranchRecords:
             f"INSERT INTO {BRANCH_EVENTS_TABLE} "
             "(store, slug, origin_branch, action, commit_id, at_ms) VALUES (?, ?, ?, ?, ?, ?)",
             [(store, slug, change.branch, change.action, change.commit, now_ms) for slug in slugs],
+        )
+        return len(slugs)
+
+    def _rename(
+        self,
+        conn: sqlite3.Connection,
+        store: str,
+        change: BranchChange,
+        slugs: Sequence[str],
+        now_ms: int,
+    ) -> int:
+        conn.execute(
+            "UPDATE entries SET branch = ? WHERE store = ? AND branch = ? AND archived = 0",
+            (change.new_branch, store, change.branch),
+        )
+        conn.executemany(
+            f"INSERT INTO {BRANCH_RENAMES_TABLE} "
+            "(store, slug, old_branch, new_branch, commit_id, at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (store, slug, change.branch, change.new_branch, change.commit, now_ms)
+                for slug in slugs
+            ],
         )
         return len(slugs)
 
@@ -191,7 +222,7 @@ def _timestamp(ms: int) -> str:
 def opened_records(path: Path) -> Iterator[BranchRecords | None]:
     """Branch records over a connection of their own (``db.connect``), for the prompt
     hook: none of the memory Store's imports (~60 ms) or migrations. None while the file
-    does not exist or lacks m013's tables (the next ``Store.open`` migrates it)."""
+    does not exist or lacks m013's or m023's tables (the next ``Store.open`` migrates it)."""
     from thatch.frontend.store import db
 
     if not path.is_file():
@@ -202,9 +233,9 @@ def opened_records(path: Path) -> Iterator[BranchRecords | None]:
         # Only hooks use this: a sync the lock keeps from running is done by the next one.
         conn.execute(f"PRAGMA busy_timeout = {db.HOOK_BUSY_TIMEOUT_MS}")
         present = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-            (BRANCH_REFS_TABLE,),
-        ).fetchone()
-        yield BranchRecords(Transactions(conn)) if present else None
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+            (BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE),
+        ).fetchone()[0]
+        yield BranchRecords(Transactions(conn)) if present == 2 else None
     finally:
         conn.close()
