@@ -65,8 +65,8 @@ def m013_branch_lifecycle(conn: sqlite3.Connection) -> None:
 
 def m023_branch_renames(conn: sqlite3.Connection) -> None:
     """``_thatch_branch_renames``: one row per memory a sync moved from a gone branch to
-    the one that appeared at its tip (``git branch -m``), so the move can be seen and
-    undone. A table of its own: m013's events allow only promoted and archived."""
+    the one that appeared at its tip (``git branch -m``): the old name and the commit stay
+    on record. A table of its own: m013's events allow only promoted and archived."""
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS {BRANCH_RENAMES_TABLE} ("
         "id INTEGER PRIMARY KEY, store TEXT NOT NULL, slug TEXT NOT NULL, "
