@@ -44,7 +44,10 @@ def restore_branch(name: str, store_name: str | None) -> None:
             count = restore(store, project, name, time.time_ns() // 10**6)
         except NothingToRestoreError as error:
             raise click.ClickException(str(error)) from None
+    from thatch.frontend.branch_sync import shown_branch
     from thatch.frontend.untrusted import quoted
 
     noun = "memory" if count == 1 else "memories"
-    click.echo(f"Restored {count} {noun} of branch {quoted(name)} in store {quoted(project)}.")
+    click.echo(
+        f"Restored {count} {noun} of branch {shown_branch(name)} in store {quoted(project)}."
+    )

@@ -2,7 +2,8 @@
 
 At session start (``reminder``) and, when the refs' fingerprint changed, on a prompt
 (``flush-tools``), the refs git lists now are compared with the snapshot thatch stored at
-the last sync. A branch that scoped memories and is gone has them promoted to
+the last sync. A branch that scoped memories and is gone has them moved to the one new
+branch at its tip when there is exactly one (renamed), else promoted to
 project-wide when its work is in the default branch (local or origin's), else archived
 (``thatch restore-branch`` undoes that). A branch whose remote-tracking ref a fetch pruned
 and whose tip is in origin's default branch (merged on the host) is promoted too, even if
@@ -32,6 +33,7 @@ __all__ = [
     "fingerprint_file",
     "prompt_sync",
     "restore_branch",
+    "shown_branch",
     "sync_branches",
 ]
 
@@ -46,6 +48,8 @@ WAITING = "waiting:"
 # that never runs must not let it grow; one that finds it cut re-checks every anchor).
 EVENTS_KEPT_BYTES = 64 * 1024
 EVENTS_MAX_BYTES = 1024 * 1024
+# A branch name echoed back in a message is cut here: NAME may be anything typed (100 KB).
+SHOWN_NAME_CHARS = 200
 
 
 class HasTransactions(Protocol):
@@ -78,7 +82,7 @@ def sync_branches(
     from thatch.frontend.store.branch_lifecycle import BranchRecords
 
     records = BranchRecords(store.tx)
-    repo = os.path.realpath(common)
+    repo = _repo_key(common)
     before = records.snapshot(project, repo)
     changes: list[BranchChange] = []
     kept: dict[str, str] = {}
@@ -90,9 +94,14 @@ def sync_branches(
         live = records.live_branches(project, candidates) if candidates else []
         targets = git_refs.default_targets(refs, current_branch(directory, env)) if live else []
         moved = any(before.get(ref) != refs.commits.get(ref) for ref in targets)
+        appeared = _appeared(before, refs) if live else {}
         for branch in live:
             local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
             waiting = WAITING + local
+            renamed = _renamed(appeared, before, refs, branch)
+            if renamed is not None:
+                changes.append(renamed)
+                continue
             if waiting in before and not moved and _same(before, refs, remote):
                 kept.update({local: before[local], waiting: before[local]})
                 continue  # still waiting for its pushed copy, and nothing it waits on moved
@@ -116,9 +125,43 @@ def sync_branches(
     return SyncResult(changes, counts)
 
 
+def _repo_key(common: Path) -> str:
+    """The snapshot's name for a repository: the realpath of its common dir, with any
+    bytes that are not UTF-8 (SQLite text cannot hold them) written as ``\\xNN``."""
+    return os.fsencode(os.path.realpath(common)).decode("utf-8", "backslashreplace")
+
+
 def _same(before: Mapping[str, str], refs: git_refs.Refs, remote: str) -> bool:
     """Whether ``remote`` still exists at the commit the snapshot has."""
     return remote in refs.commits and before.get(remote) == refs.commits[remote]
+
+
+def _appeared(before: Mapping[str, str], refs: git_refs.Refs) -> dict[str, list[str]]:
+    """Local branches the snapshot did not have, by their commit."""
+    found: dict[str, list[str]] = {}
+    for ref, commit in sorted(refs.commits.items()):
+        if ref.startswith(git_refs.HEADS) and ref not in before:
+            found.setdefault(commit, []).append(ref[len(git_refs.HEADS) :])
+    return found
+
+
+def _renamed(
+    appeared: Mapping[str, list[str]],
+    before: Mapping[str, str],
+    refs: git_refs.Refs,
+    branch: str,
+) -> BranchChange | None:
+    """A gone branch renamed (``git branch -m``, or copied then deleted): exactly one new
+    local branch is at its last commit. Two or more say nothing about which carries on."""
+    local = git_refs.HEADS + branch
+    if local in refs.commits:
+        return None
+    new = appeared.get(before[local], [])
+    if len(new) != 1:
+        return None
+    from thatch.frontend.store.branch_lifecycle import RENAMED, BranchChange
+
+    return BranchChange(branch, RENAMED, before[local], new[0])
 
 
 def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:
@@ -253,6 +296,15 @@ def session_sync(
     return result
 
 
+def shown_branch(name: str) -> str:
+    """``name`` quoted for a message (rule 6: names are data), its first
+    ``SHOWN_NAME_CHARS`` characters only, with "…" when there are more."""
+    from thatch.frontend.untrusted import quoted
+
+    cut = name if len(name) <= SHOWN_NAME_CHARS else name[:SHOWN_NAME_CHARS] + "…"
+    return quoted(cut)
+
+
 class NothingToRestoreError(ValueError):
     """No memory of the branch was archived by a sync (or all were restored already)."""
 
@@ -263,15 +315,23 @@ def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: in
     from thatch.frontend.store.branch_lifecycle import BranchRecords
 
     records = BranchRecords(store.tx)
-    restored = records.restore(project, branch, now_ms)
-    if restored:
-        return restored
+    done = records.restore(project, branch, now_ms)
+    if done.restored:
+        return done.restored
     from thatch.frontend.untrusted import quoted, token
 
     # Branch and store names come from agents' memories: framed as data (rule 6).
+    if done.left:
+        one = done.left == 1
+        noun, rest = ("memory", "stays as it is") if one else ("memories", "stay as they are")
+        raise NothingToRestoreError(
+            f"Nothing restored: the {done.left} {noun} of branch {shown_branch(branch)} in store "
+            f"{quoted(project)} archived when the branch was deleted changed since "
+            f"(unarchived, rescoped or written again) and {rest}."
+        )
     others = records.archived_branches(project)
     hint = f" Archived branches: {', '.join(map(token, others))}." if others else ""
     raise NothingToRestoreError(
-        f"No memories of branch {quoted(branch)} in store {quoted(project)} were archived "
+        f"No memories of branch {shown_branch(branch)} in store {quoted(project)} were archived "
         f"when the branch was deleted.{hint}"
     )

@@ -136,9 +136,13 @@ def refs_from_files(common: Path) -> Refs | None:
                     continue  # deleted meanwhile
                 except (OSError, UnicodeDecodeError):
                     return None
-                values[os.path.relpath(path, common).replace(os.sep, "/")] = text
+                ref = os.path.relpath(path, common).replace(os.sep, "/")
+                if _utf8(ref):
+                    values[ref] = text
     try:
-        packed = read_regular(common / "packed-refs", _PACKED_MAX).decode("utf-8")
+        packed = read_regular(common / "packed-refs", _PACKED_MAX).decode(
+            "utf-8", "surrogateescape"
+        )
     except FileNotFoundError:
         packed = ""
     except (OSError, UnicodeDecodeError):
@@ -149,7 +153,7 @@ def refs_from_files(common: Path) -> Refs | None:
         commit, _, ref = line.partition(" ")
         if not _object_id(commit) or not ref:
             return None
-        if ref.startswith((HEADS, "refs/remotes/")):
+        if ref.startswith((HEADS, "refs/remotes/")) and _utf8(ref):
             values.setdefault(ref, commit)
     commits: dict[str, str] = {}
     origin_head = None
@@ -162,6 +166,17 @@ def refs_from_files(common: Path) -> Refs | None:
             return None
         commits[ref] = value
     return Refs(commits, origin_head)
+
+
+def _utf8(ref: str) -> bool:
+    """Whether ``ref`` (read with ``surrogateescape``) was UTF-8: git allows any bytes in
+    a branch name, but the snapshot's text cannot hold others, so such a ref is left out,
+    as a branch the snapshot never saw."""
+    try:
+        ref.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _object_id(text: str) -> bool:
@@ -182,11 +197,13 @@ def _refs_from_git(directory: Path, env: Mapping[str, str] | None) -> Refs | Non
     commits: dict[str, str] = {}
     trees: dict[str, str] = {}
     origin_head = None
-    for line in result.stdout.decode("utf-8", "replace").splitlines():
+    for line in result.stdout.decode("utf-8", "surrogateescape").splitlines():
         fields = line.split(" ")
         if len(fields) != 4:
             continue
         commit, tree, ref, symref = fields
+        if not _utf8(line):
+            continue
         if symref:
             if ref == f"{_REMOTES}HEAD":
                 origin_head = symref

@@ -200,3 +200,18 @@ def test_the_mcp_server_syncs_at_its_start(tmp_path: Path) -> None:
         process.wait(60)
         if process.stderr is not None:
             process.stderr.close()
+
+
+def test_a_branch_name_that_is_not_utf8_costs_the_hooks_nothing(tmp_path: Path) -> None:
+    """Such a ref is left out of the snapshot: the prompt hook prints nothing (it printed
+    an internal UnicodeEncodeError on every prompt), the sync archives the deleted branch,
+    and ``thatch hygiene`` reports (it was a usage error blaming its arguments)."""
+    repo, env, db, _start = spike_seen_at_session_start(tmp_path)
+    git(repo, "branch", "bad\udcffname")
+    git(repo, "branch", "-q", "-D", "spike")
+    prompt = payload("claude-UserPromptSubmit.json", repo, prompt="what changed?")
+    result = run_hook(["flush-tools"], prompt, env)
+    assert (result.returncode, result.stderr) == (0, b"")
+    assert state(db) == {"Spike idea": ("spike", 1)}
+    hygiene = run_hook(["hygiene"], None, env, cwd=repo)
+    assert (hygiene.returncode, hygiene.stderr) == (0, b""), hygiene.stderr

@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -27,6 +28,7 @@ from thatch.frontend.branch_sync import (
 )
 from thatch.frontend.store.branch_lifecycle import BranchRecords, opened_records
 from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.migrations.branches import BRANCH_RENAMES_TABLE
 
 PROJECT = "acme/widgets"
 
@@ -84,11 +86,14 @@ def rows(store: Store) -> dict[str, tuple[str | None, bool]]:
 
 
 class Clock:
+    """The syncs' milliseconds: the store's real clock, always moving on (restore compares
+    the archive's time with the memories' ``updated_at``)."""
+
     def __init__(self) -> None:
-        self.ms = 1_000
+        self.ms = 0
 
     def __call__(self) -> int:
-        self.ms += 1
+        self.ms = max(self.ms + 1, time.time_ns() // 10**6)
         return self.ms
 
 
@@ -403,9 +408,9 @@ def test_not_a_git_directory_changes_nothing(tmp_path: Path, store: Store) -> No
 
 
 def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_path: Path) -> None:
-    """No file yet, or one without m013's tables: nothing is created or synced (the session
-    start's Store.open migrates), and the fingerprint is not noted, so the next prompt
-    tries again."""
+    """No file yet, or one without m013's or m023's tables: nothing is created or synced
+    (the session start's Store.open migrates), and the fingerprint is not noted, so the
+    next prompt tries again."""
     repo = new_repo(tmp_path / "widgets")
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "THATCH_DB_PATH": str(tmp_path / "x.db")}
     missing = tmp_path / "none.db"
@@ -414,6 +419,11 @@ def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_pat
     bare = tmp_path / "bare.db"
     sqlite3.connect(bare).close()
     assert prompt_sync(PROJECT, repo, env, lambda: opened_records(bare), 1) is None
+    before_renames = tmp_path / "m022.db"  # migrated by a release without m023
+    Store.open(before_renames).close()
+    with sqlite3.connect(before_renames) as conn:
+        conn.execute(f"DROP TABLE {BRANCH_RENAMES_TABLE}")
+    assert prompt_sync(PROJECT, repo, env, lambda: opened_records(before_renames), 1) is None
     common = git_refs.common_dir(repo)
     assert common is not None and not fingerprint_file(env, common).exists()
 
@@ -585,3 +595,134 @@ def test_an_unwritable_cache_costs_syncs_never_the_sync(tmp_path: Path, store: S
     git(repo, "branch", "-q", "-D", "spike")
     result = session_sync(store, PROJECT, repo, env, clock())
     assert result is not None and [c.action for c in result.changes] == ["archived"]
+
+
+BAD_NAME = "bad\udcffname"  # git allows a branch name that is not UTF-8; SQLite text cannot
+
+
+@pytest.mark.parametrize("where", ["loose", "packed", "listed by git"])
+def test_a_branch_name_that_is_not_utf8_is_skipped_and_the_others_follow_git(
+    tmp_path: Path, store: Store, where: str
+) -> None:
+    """Such a ref cannot be named in the snapshot, so it is left out (as a branch never
+    seen); it used to end every sync with a UnicodeEncodeError, and deleted branches were
+    never archived or promoted."""
+    repo = new_repo(tmp_path / "widgets")
+    if where == "listed by git":
+        # What thatch takes for a reftable repository: git's for-each-ref lists the refs.
+        (repo / ".git" / "reftable").mkdir()
+    feature(repo, "spike")
+    git(repo, "branch", BAD_NAME)
+    if where == "packed":
+        git(repo, "pack-refs", "--all")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    seen = BranchRecords(store.tx).snapshot(PROJECT, str(repo / ".git"))
+    assert sorted(seen) == ["refs/heads/main", "refs/heads/spike"]  # no name made up either
+    git(repo, "branch", "-q", "-D", "spike")
+    assert sync(store, repo, clock) == {"spike": "archived"}
+    assert rows(store) == {"Spike idea": ("spike", True)}
+
+
+def test_a_repository_whose_path_is_not_utf8_follows_git(tmp_path: Path, store: Store) -> None:
+    """Its snapshot is keyed by the path with the bytes that are not UTF-8 as ``\\xNN``."""
+    parent = tmp_path / "caf\udce9"
+    parent.mkdir()
+    repo = new_repo(parent / "widgets")
+    feature(repo, "spike")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    key = str(tmp_path / "caf\\xe9" / "widgets" / ".git")
+    assert git_refs.HEADS + "spike" in BranchRecords(store.tx).snapshot(PROJECT, key)
+    git(repo, "branch", "-q", "-D", "spike")
+    assert sync(store, repo, clock) == {"spike": "archived"}
+
+
+def test_restore_leaves_a_memory_written_since_the_archive(tmp_path: Path, store: Store) -> None:
+    """Someone unarchived and archived it again after the sync did (or rewrote it): their
+    choice stands; an untouched one beside it is restored."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    save(store, "Decision X", "feat")
+    save(store, "Decision Y", "feat")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "feat")
+    assert sync(store, repo, clock) == {"feat": "archived"}
+    for archived, text in ((False, "chose X"), (True, "kept as record")):
+        store.remember(PROJECT, "Decision X", text, None, None, branch="feat", overwrite=True,
+                       archived=archived)  # fmt: skip
+    assert restore_branch(store, PROJECT, "feat", clock()) == 1
+    assert rows(store) == {"Decision X": ("feat", True), "Decision Y": ("feat", False)}
+
+
+def test_restore_says_when_all_it_archived_changed_since(tmp_path: Path, store: Store) -> None:
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    save(store, "Decision X", "feat")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-q", "-D", "feat")
+    sync(store, repo, clock)
+    store.remember(PROJECT, "Decision X", "kept as record", None, None, branch="feat",
+                   overwrite=True, archived=True)  # fmt: skip
+    with pytest.raises(NothingToRestoreError, match=r'the 1 memory of branch "feat" .* changed'):
+        restore_branch(store, PROJECT, "feat", clock())
+    assert rows(store) == {"Decision X": ("feat", True)}
+
+
+def test_restore_echoes_at_most_the_start_of_a_long_name(store: Store) -> None:
+    with pytest.raises(NothingToRestoreError) as raised:
+        restore_branch(store, PROJECT, "x" * 100_000, 1)
+    message = str(raised.value)
+    assert f'branch "{"x" * 200}…" in store' in message
+    assert len(message) < 400
+
+
+def renames(store: Store) -> list[tuple[str, str, str]]:
+    listed = store.conn.execute(
+        f"SELECT slug, old_branch, new_branch FROM {BRANCH_RENAMES_TABLE} ORDER BY id"
+    )
+    return [(str(slug), str(old), str(new)) for slug, old, new in listed]
+
+
+def test_a_renamed_branch_keeps_its_memories_under_the_new_name(
+    tmp_path: Path, store: Store
+) -> None:
+    """``git branch -m``: the old name is gone and a new one appeared at its tip. The
+    memories follow the branch (one ``renamed`` record each), not archived."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "topic")
+    save(store, "Topic note", "topic")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "-m", "topic", "topic-renamed")
+    assert sync(store, repo, clock) == {"topic": "renamed"}
+    assert rows(store) == {"Topic note": ("topic-renamed", False)}
+    assert renames(store) == [("topic-note", "topic", "topic-renamed")]
+    git(repo, "branch", "-q", "-D", "topic-renamed")
+    assert sync(store, repo, clock) == {"topic-renamed": "archived"}
+    assert restore_branch(store, PROJECT, "topic-renamed", clock()) == 1
+
+
+def test_a_copy_made_before_the_branch_went_takes_its_memories(
+    tmp_path: Path, store: Store
+) -> None:
+    """``git checkout -b copy; git branch -D topic`` between two syncs is a rename too; two
+    new branches at the tip say nothing about which one carries on: archived as before."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "topic")
+    feature(repo, "spike")
+    save(store, "Topic note", "topic")
+    save(store, "Spike idea", "spike")
+    clock = Clock()
+    sync(store, repo, clock)
+    git(repo, "branch", "copy", "topic")
+    git(repo, "branch", "-q", "-D", "topic")
+    git(repo, "branch", "spike-a", "spike")
+    git(repo, "branch", "spike-b", "spike")
+    git(repo, "branch", "-q", "-D", "spike")
+    assert sync(store, repo, clock) == {"topic": "renamed", "spike": "archived"}
+    assert rows(store) == {"Topic note": ("copy", False), "Spike idea": ("spike", True)}

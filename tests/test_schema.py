@@ -21,7 +21,11 @@ from thatch.frontend.store.backfill import BACKFILLS_TABLE
 from thatch.frontend.store.db import atomic, connect
 from thatch.frontend.store.lexical import DOCS_TABLE, FTS_TABLE
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.store.migrations.branches import BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE
+from thatch.frontend.store.migrations.branches import (
+    BRANCH_EVENTS_TABLE,
+    BRANCH_REFS_TABLE,
+    BRANCH_RENAMES_TABLE,
+)
 from thatch.frontend.store.schema import (
     ANCHORS_TABLE,
     CHANGES_TABLE,
@@ -201,7 +205,7 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     extra.add("thatch_defaults_off")
     extra.add(BACKFILLS_TABLE)
     extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, ANCHORS_TABLE, LINKS_TABLE}
-    extra |= {BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE}
+    extra |= {BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE}
     extra |= set(TEAM_TABLES)
     fts = {
         DOCS_TABLE,

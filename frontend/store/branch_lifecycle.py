@@ -14,21 +14,36 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from thatch.frontend.store.migrations.branches import BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE
+from thatch.frontend.store.migrations.branches import (
+    BRANCH_EVENTS_TABLE,
+    BRANCH_REFS_TABLE,
+    BRANCH_RENAMES_TABLE,
+)
 from thatch.frontend.store.transactions import Transactions
 
-__all__ = ["BranchChange", "BranchRecords", "opened_records"]
+__all__ = ["BranchChange", "BranchRecords", "Restored", "opened_records"]
 
 PROMOTED = "promoted"
 ARCHIVED = "archived"
+RENAMED = "renamed"
 
 
 class BranchChange(NamedTuple):  # not a dataclass: the prompt hook imports this module
-    """What a sync decided for one gone branch: ``promoted`` (merged) or ``archived``."""
+    """What a sync decided for one gone branch: ``promoted`` (merged), ``archived``, or
+    ``renamed`` to ``new_branch`` (the branch that appeared at its tip)."""
 
     branch: str
     action: str
     commit: str | None
+    new_branch: str | None = None
+
+
+class Restored(NamedTuple):
+    """What ``restore`` did: memories unarchived, and those left as they were (unarchived,
+    rescoped or written since the archive)."""
+
+    restored: int
+    left: int
 
 
 class BranchRecords:
@@ -104,6 +119,8 @@ class BranchRecords:
         ]
         if not slugs:
             return 0
+        if change.action == RENAMED:
+            return self._rename(conn, store, change, slugs, now_ms)
         if change.action == PROMOTED:
             conn.execute(
                 "UPDATE entries SET branch = NULL WHERE store = ? AND branch = ? AND archived = 0",
@@ -121,27 +138,50 @@ class BranchRecords:
         )
         return len(slugs)
 
-    def restore(self, store: str, branch: str, now_ms: int) -> int:
-        """Unarchive the memories a sync archived for ``branch`` (and not restored since);
-        how many. A memory archived or rescoped again by anyone else stays as it is."""
+    def _rename(
+        self,
+        conn: sqlite3.Connection,
+        store: str,
+        change: BranchChange,
+        slugs: Sequence[str],
+        now_ms: int,
+    ) -> int:
+        conn.execute(
+            "UPDATE entries SET branch = ? WHERE store = ? AND branch = ? AND archived = 0",
+            (change.new_branch, store, change.branch),
+        )
+        conn.executemany(
+            f"INSERT INTO {BRANCH_RENAMES_TABLE} "
+            "(store, slug, old_branch, new_branch, commit_id, at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (store, slug, change.branch, change.new_branch, change.commit, now_ms)
+                for slug in slugs
+            ],
+        )
+        return len(slugs)
+
+    def restore(self, store: str, branch: str, now_ms: int) -> Restored:
+        """Unarchive the memories a sync archived for ``branch`` (and not restored since).
+        A memory archived or rescoped again by anyone else stays as it is: one written
+        since the archive (``updated_at`` later than the event) is left alone."""
         with self.tx.write() as conn:
             events = conn.execute(
-                f"SELECT id, slug FROM {BRANCH_EVENTS_TABLE} WHERE store = ? AND "
+                f"SELECT id, slug, at_ms FROM {BRANCH_EVENTS_TABLE} WHERE store = ? AND "
                 "origin_branch = ? AND action = ? AND undone_ms IS NULL",
                 (store, branch, ARCHIVED),
             ).fetchall()
             restored = 0
-            for event_id, slug in events:
+            for event_id, slug, at_ms in events:
                 restored += conn.execute(
                     "UPDATE entries SET archived = 0 WHERE store = ? AND slug = ? "
-                    "AND branch = ? AND archived = 1",
-                    (store, slug, branch),
+                    "AND branch = ? AND archived = 1 AND updated_at <= ?",
+                    (store, slug, branch, _timestamp(int(at_ms))),
                 ).rowcount
                 conn.execute(
                     f"UPDATE {BRANCH_EVENTS_TABLE} SET undone_ms = ? WHERE id = ?",
                     (now_ms, event_id),
                 )
-        return restored
+        return Restored(restored, len(events) - restored)
 
     def archived_branches(self, store: str) -> list[str]:
         """Branches with memories archived by a sync and not restored, for error messages."""
@@ -168,11 +208,21 @@ class BranchRecords:
         return None if row is None else str(row[0])
 
 
+def _timestamp(ms: int) -> str:
+    """``ms`` since the epoch as the store writes ``updated_at`` (format_timestamp)."""
+    from datetime import UTC, datetime
+
+    from thatch.frontend.timefmt import format_timestamp
+
+    moment = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+    return format_timestamp(moment)
+
+
 @contextmanager
 def opened_records(path: Path) -> Iterator[BranchRecords | None]:
     """Branch records over a connection of their own (``db.connect``), for the prompt
     hook: none of the memory Store's imports (~60 ms) or migrations. None while the file
-    does not exist or lacks m013's tables (the next ``Store.open`` migrates it)."""
+    does not exist or lacks m013's or m023's tables (the next ``Store.open`` migrates it)."""
     from thatch.frontend.store import db
 
     if not path.is_file():
@@ -183,9 +233,9 @@ def opened_records(path: Path) -> Iterator[BranchRecords | None]:
         # Only hooks use this: a sync the lock keeps from running is done by the next one.
         conn.execute(f"PRAGMA busy_timeout = {db.HOOK_BUSY_TIMEOUT_MS}")
         present = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-            (BRANCH_REFS_TABLE,),
-        ).fetchone()
-        yield BranchRecords(Transactions(conn)) if present else None
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+            (BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE),
+        ).fetchone()[0]
+        yield BranchRecords(Transactions(conn)) if present == 2 else None
     finally:
         conn.close()

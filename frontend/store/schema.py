@@ -28,7 +28,9 @@ from thatch.frontend.store.migrations.anchors import (
 from thatch.frontend.store.migrations.branches import (
     BRANCH_EVENTS_TABLE,
     BRANCH_REFS_TABLE,
+    BRANCH_RENAMES_TABLE,
     m013_branch_lifecycle,
+    m023_branch_renames,
 )
 from thatch.frontend.store.migrations.changes import (
     CHANGES_KEPT,
@@ -81,6 +83,7 @@ __all__ = [
     "BACKFILLS",
     "BRANCH_EVENTS_TABLE",
     "BRANCH_REFS_TABLE",
+    "BRANCH_RENAMES_TABLE",
     "BUILDS_INDEXES",
     "CHANGES_KEPT",
     "CHANGES_TABLE",
@@ -129,6 +132,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m020_team_recalls", m020_team_recalls),
     ("m021_team_conflict_versions", m021_team_conflict_versions),
     ("m022_flat_reads", m022_flat_reads),
+    ("m023_branch_renames", m023_branch_renames),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

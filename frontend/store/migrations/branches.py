@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["BRANCH_EVENTS_TABLE", "BRANCH_INDEX", "BRANCH_REFS_TABLE", "m013_branch_lifecycle"]
+__all__ = [
+    "BRANCH_EVENTS_TABLE",
+    "BRANCH_INDEX",
+    "BRANCH_REFS_TABLE",
+    "BRANCH_RENAMES_TABLE",
+    "m013_branch_lifecycle",
+    "m023_branch_renames",
+]
 
 BRANCH_REFS_TABLE = "_thatch_branch_refs"
 
 BRANCH_EVENTS_TABLE = "_thatch_branch_events"
 
 BRANCH_INDEX = "thatch_entries_branch"
+
+BRANCH_RENAMES_TABLE = "_thatch_branch_renames"
 
 
 def m013_branch_lifecycle(conn: sqlite3.Connection) -> None:
@@ -51,4 +60,16 @@ def m013_branch_lifecycle(conn: sqlite3.Connection) -> None:
     conn.execute(
         f"CREATE INDEX IF NOT EXISTS {BRANCH_INDEX} ON entries (store, branch) "
         "WHERE branch IS NOT NULL"
+    )
+
+
+def m023_branch_renames(conn: sqlite3.Connection) -> None:
+    """``_thatch_branch_renames``: one row per memory a sync moved from a gone branch to
+    the one that appeared at its tip (``git branch -m``): the old name and the commit stay
+    on record. A table of its own: m013's events allow only promoted and archived."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {BRANCH_RENAMES_TABLE} ("
+        "id INTEGER PRIMARY KEY, store TEXT NOT NULL, slug TEXT NOT NULL, "
+        "old_branch TEXT NOT NULL, new_branch TEXT NOT NULL, commit_id TEXT, "
+        "at_ms INTEGER NOT NULL)"
     )
