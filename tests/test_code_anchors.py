@@ -296,6 +296,53 @@ def test_a_recall_that_finds_the_file_gone_follows_the_rename(tmp_path: Path, re
     ]
 
 
+def make_repo(path: Path, files: Mapping[str, str]) -> Path:
+    """A git repository at ``path`` with ``files`` committed."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "t")
+    git(path, "config", "user.email", "t@example.com")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "init")
+    return path
+
+
+def paths_under(tmp_path: Path, repo: Path) -> list[str]:
+    found = rows(tmp_path / "thatch.db", "SELECT root, path FROM thatch_anchors ORDER BY 2")
+    return [path for root, path in found if root == os.path.realpath(repo)]
+
+
+def run_hygiene(ctx: ToolContext, directory: Path) -> dict[str, Drift]:
+    result = hygiene(ctx.store, "acme", directory, "test/fake-embedder", list_branches=lambda _: [])
+    return dict(result.project.drifted)
+
+
+def test_renames_of_non_ascii_names_are_followed(tmp_path: Path) -> None:
+    """git quotes such names unless asked for NUL-separated output: the anchors follow
+    them as named, and a name that is not UTF-8 moves no anchor (it could not be stored)."""
+    repo = make_repo(
+        tmp_path / "uni",
+        {
+            "café.py": "def cafe():\n    return 1\n",
+            "plain.py": "def t():\n    return 1\n",
+            "other.py": "def o():\n    return 1\n",
+        },
+    )
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(tools, "memory_remember", {"label": "C", "content": "x", "anchors": ["café.py:cafe"]})
+        ok(tools, "memory_remember", {"label": "P", "content": "y", "anchors": ["plain.py:t"]})
+        ok(tools, "memory_remember", {"label": "O", "content": "z", "anchors": ["other.py:o"]})
+        git(repo, "mv", "café.py", "naïve.py")
+        git(repo, "mv", "plain.py", "ünï.py")
+        git(repo, "mv", "other.py", os.fsdecode(b"bad\xff.py"))
+        git(repo, "commit", "-q", "-m", "mv")
+        assert run_hygiene(ctx, repo) == {"o": Drift(("other.py",))}
+    assert paths_under(tmp_path, repo) == ["naïve.py", "other.py", "ünï.py"]
+
+
 def test_a_moved_span_is_unchanged_and_a_deleted_file_is_changed(
     tmp_path: Path, repo: Path
 ) -> None:

@@ -34,14 +34,29 @@ MAX_COMMITS = 8
 HYGIENE_BUDGET = 0.25
 
 
-def parse_renames(output: str) -> list[tuple[str, str]]:
-    """(old, new) of each ``R<score>\\told\\tnew`` line of ``git diff --name-status -M``."""
+def parse_renames(output: bytes) -> list[tuple[str, str]]:
+    """(old, new) of each rename ``git diff --name-status -z -M`` reports: ``R<score>``,
+    old and new, each ended by NUL. A name that is not UTF-8 is left out: a path stored
+    in the database is text."""
+    fields = output.split(b"\0")
     renames = []
-    for line in output.splitlines():
-        fields = line.split("\t")
-        if len(fields) == 3 and fields[0].startswith("R"):
-            renames.append((fields[1], fields[2]))
+    at = 0
+    while at < len(fields) and fields[at]:
+        status = fields[at][:1]
+        names = 2 if status in (b"R", b"C") else 1
+        if status == b"R" and at + 2 < len(fields):
+            old, new = _text(fields[at + 1]), _text(fields[at + 2])
+            if old is not None and new is not None:
+                renames.append((old, new))
+        at += 1 + names
     return renames
+
+
+def _text(name: bytes) -> str | None:
+    try:
+        return name.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def follow_renames(store: Store, env: Mapping[str, str] | None = None) -> int:
@@ -54,13 +69,29 @@ def follow_renames(store: Store, env: Mapping[str, str] | None = None) -> int:
         if not Path(root).is_dir():
             continue
         head = run_git(Path(root), env, "rev-parse", "--verify", "--quiet", "HEAD")
-        output = run_git(Path(root), env, "diff", "--name-status", "-M", commit)
-        if head is None or output is None:
+        renames = _renames(root, env, commit) if _object_id(commit) else None
+        if head is None or renames is None:
             continue  # unknown commit (a shallow clone, a rewritten history): stay put
-        renames = parse_renames(output)
         if renames or head != commit:
             moved += store.move_anchors(root, commit, renames, head)
     return moved
+
+
+def _renames(
+    root: str, env: Mapping[str, str] | None, *revisions: str
+) -> list[tuple[str, str]] | None:
+    """The renames between ``revisions`` (one: it and the working tree); None: git failed.
+    Revisions are checked object ids or HEAD, before ``--``: never options, never paths."""
+    from thatch.frontend.project import git_result
+
+    result = git_result(Path(root), env, "diff", "--name-status", "-z", "-M", *revisions, "--")
+    if result is None or result.returncode != 0:
+        return None
+    return parse_renames(result.stdout)
+
+
+def _object_id(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
