@@ -319,6 +319,36 @@ def run_hygiene(ctx: ToolContext, directory: Path) -> dict[str, Drift]:
     return dict(result.project.drifted)
 
 
+def test_an_undone_git_mv_brings_the_anchor_back(tmp_path: Path, repo: Path) -> None:
+    """A staged ``git mv`` moves the anchor; moving the file back (still uncommitted)
+    moves the anchor back, and a rename committed later is followed as usual."""
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        ok(
+            tools,
+            "memory_remember",
+            {"label": "P", "content": "x", "anchors": ["src/config.py:parse_config"]},
+        )
+        git(repo, "mv", "src/config.py", "src/settings.py")
+        assert run_hygiene(ctx, repo) == {}
+        assert paths_under(tmp_path, repo) == ["src/settings.py"]
+        git(repo, "mv", "src/settings.py", "src/config.py")
+        assert run_hygiene(ctx, repo) == {}
+        assert paths_under(tmp_path, repo) == ["src/config.py"]
+        text = ok(tools, "memory_recall", {"query": "x"})
+        assert "code changed" not in text
+        git(repo, "mv", "src/config.py", "src/settings.py")
+        assert run_hygiene(ctx, repo) == {}
+        git(repo, "commit", "-q", "-m", "rename")
+        assert run_hygiene(ctx, repo) == {}
+        git(repo, "mv", "src/settings.py", "src/parse.py")
+        assert run_hygiene(ctx, repo) == {}
+        assert paths_under(tmp_path, repo) == ["src/parse.py"]
+        git(repo, "mv", "src/parse.py", "src/settings.py")
+        assert run_hygiene(ctx, repo) == {}
+    assert paths_under(tmp_path, repo) == ["src/settings.py"]
+
+
 def test_renames_of_non_ascii_names_are_followed(tmp_path: Path) -> None:
     """git quotes such names unless asked for NUL-separated output: the anchors follow
     them as named, and a name that is not UTF-8 moves no anchor (it could not be stored)."""

@@ -7,6 +7,7 @@ its answer in ``thatch mcp``); the prompt hook never asks git.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HYGIENE_BUDGET", "MAX_COMMITS", "drifted", "follow_renames", "parse_renames"]
 
-# How many (repository, captured commit) pairs one rename pass diffs: one git process each.
+# How many (repository, captured commit) pairs one rename pass diffs: one git process
+# each, plus two per repository (its HEAD, its staged renames).
 MAX_COMMITS = 8
 # How long the hygiene pass may spend checking files; past it, the last stored verdicts.
 HYGIENE_BUDGET = 0.25
@@ -60,21 +62,33 @@ def _text(name: bytes) -> str | None:
 
 
 def follow_renames(store: Store, env: Mapping[str, str] | None = None) -> int:
-    """Move the anchors whose files git reports renamed since their captured commit (the
-    working tree included, so a staged ``git mv`` counts); the anchors moved."""
+    """Move the anchors whose files git reports renamed: since their captured commit
+    (committed, re-based on HEAD), then in the working tree (staged: moved, kept on
+    their commit's path, see ``Store.move_anchors``). At most ``MAX_COMMITS`` pairs; the
+    anchors moved."""
+    commits: dict[str, list[str]] = {}
+    for root, commit in store.anchor_commits()[:MAX_COMMITS]:
+        if os.path.isdir(root):
+            commits.setdefault(root, []).append(commit)
+    return sum(_follow(store, root, listed, env) for root, listed in commits.items())
+
+
+def _follow(store: Store, root: str, commits: list[str], env: Mapping[str, str] | None) -> int:
+    """One checkout's pass: its renames since each of ``commits``, then its staged ones."""
     from thatch.frontend.project import run_git
 
-    moved = 0
-    for root, commit in store.anchor_commits()[:MAX_COMMITS]:
-        if not Path(root).is_dir():
+    head = run_git(Path(root), env, "rev-parse", "--verify", "--quiet", "HEAD")
+    if head is None or not _object_id(head):
+        return 0  # no commit yet, or git cannot say: stay put
+    committed: dict[str, list[tuple[str, str]]] = {}
+    for commit in commits:
+        if commit == head:
             continue
-        head = run_git(Path(root), env, "rev-parse", "--verify", "--quiet", "HEAD")
-        renames = _renames(root, env, commit) if _object_id(commit) else None
-        if head is None or renames is None:
+        renames = _renames(root, env, commit, head) if _object_id(commit) else None
+        if renames is None:
             continue  # unknown commit (a shallow clone, a rewritten history): stay put
-        if renames or head != commit:
-            moved += store.move_anchors(root, commit, renames, head)
-    return moved
+        committed[commit] = renames
+    return store.move_anchors(root, head, committed, _renames(root, env, head))
 
 
 def _renames(

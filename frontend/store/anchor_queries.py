@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE
@@ -257,21 +257,95 @@ class AnchorQueries:
 
     @locked
     def move_anchors(
-        self, root: str, commit: str, renames: Sequence[tuple[str, str]], head: str
+        self,
+        root: str,
+        head: str,
+        committed: Mapping[str, Sequence[tuple[str, str]]],
+        staged: Sequence[tuple[str, str]] | None,
     ) -> int:
-        """Follow git's renames for the anchors captured at ``commit`` under ``root``:
-        each (old path, new path) moves, and every such anchor is re-based on ``head``
-        (its next diff starts there). Returns the anchors moved."""
+        """Follow git's renames for the anchors under ``root``. ``committed``: per captured
+        commit, each (old, new) renamed between it and ``head``; those anchors move and
+        are re-based on ``head`` (their next diff starts there). ``staged``: each (old, new)
+        renamed between ``head`` and the working tree (None: git could not say, the staged
+        moves stay as they are); those anchors move and keep their path in ``head`` as
+        ``base_path``, so an undone rename moves them back. Returns the anchors moved."""
+        if not committed and not staged and not self._holds_staged_moves(root, head, staged):
+            return 0  # the usual pass: no write transaction for nothing
         moved = 0
         with self.tx.write() as conn:
-            for old, new in renames:
-                moved += conn.execute(
-                    f"UPDATE {ANCHORS_TABLE} SET path = ? "
-                    "WHERE root = ? AND commit_id = ? AND path = ?",
-                    (new, root, commit, old),
-                ).rowcount
-            conn.execute(
-                f"UPDATE {ANCHORS_TABLE} SET commit_id = ? WHERE root = ? AND commit_id = ?",
-                (head, root, commit),
-            )
+            for commit, renames in committed.items():
+                moved += _rebase(conn, root, commit, renames, head)
+            if staged is not None:
+                moved += _move_staged(conn, root, head, staged)
         return moved
+
+    def _holds_staged_moves(
+        self, root: str, head: str, staged: Sequence[tuple[str, str]] | None
+    ) -> bool:
+        """Whether anchors under ``root`` hold a staged move a pass may have to undo."""
+        if staged is None:
+            return False  # git could not say: they stay as they are
+        row = self.conn.execute(
+            f"SELECT 1 FROM {ANCHORS_TABLE} "
+            "WHERE root = ? AND commit_id = ? AND base_path IS NOT NULL LIMIT 1",
+            (root, head),
+        ).fetchone()
+        return row is not None
+
+
+def _rebase(
+    conn: sqlite3.Connection,
+    root: str,
+    commit: str,
+    renames: Sequence[tuple[str, str]],
+    head: str,
+) -> int:
+    # Back to their path in ``commit`` first: the only path its diff can name.
+    conn.execute(
+        f"UPDATE {ANCHORS_TABLE} SET path = base_path, base_path = NULL "
+        "WHERE root = ? AND commit_id = ? AND base_path IS NOT NULL",
+        (root, commit),
+    )
+    moved = 0
+    for old, new in renames:
+        # Re-based as it moves, so a later rename of the same diff (a swap) cannot move
+        # it again.
+        moved += conn.execute(
+            f"UPDATE {ANCHORS_TABLE} SET path = ?, commit_id = ? "
+            "WHERE root = ? AND commit_id = ? AND path = ?",
+            (new, head, root, commit, old),
+        ).rowcount
+    conn.execute(
+        f"UPDATE {ANCHORS_TABLE} SET commit_id = ? WHERE root = ? AND commit_id = ?",
+        (head, root, commit),
+    )
+    return moved
+
+
+def _move_staged(
+    conn: sqlite3.Connection, root: str, head: str, staged: Sequence[tuple[str, str]]
+) -> int:
+    targets = dict(staged)
+    moved = 0
+    held = conn.execute(
+        f"SELECT DISTINCT base_path, path FROM {ANCHORS_TABLE} "
+        "WHERE root = ? AND commit_id = ? AND base_path IS NOT NULL",
+        (root, head),
+    ).fetchall()
+    for base, path in held:
+        # Where the staged rename now puts it; its path in ``head`` once that is undone.
+        target = targets.get(base, base)
+        if target != path:
+            moved += conn.execute(
+                f"UPDATE {ANCHORS_TABLE} SET path = ?, base_path = ? "
+                "WHERE root = ? AND commit_id = ? AND base_path = ? AND path = ?",
+                (target, None if target == base else base, root, head, base, path),
+            ).rowcount
+    for old, new in staged:
+        # Only anchors not moved yet: one a rename above placed holds its base_path.
+        moved += conn.execute(
+            f"UPDATE {ANCHORS_TABLE} SET path = ?, base_path = ? "
+            "WHERE root = ? AND commit_id = ? AND path = ? AND base_path IS NULL",
+            (new, old, root, head, old),
+        ).rowcount
+    return moved

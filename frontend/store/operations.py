@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -126,7 +126,11 @@ class MemoryOperations(Protocol):
     def set_anchor_status(self, verdicts: Sequence[tuple[Anchor, str]]) -> None: ...
     def anchor_commits(self) -> builtins.list[tuple[str, str]]: ...
     def move_anchors(
-        self, root: str, commit: str, renames: Sequence[tuple[str, str]], head: str
+        self,
+        root: str,
+        head: str,
+        committed: Mapping[str, Sequence[tuple[str, str]]],
+        staged: Sequence[tuple[str, str]] | None,
     ) -> int: ...
 
     # -- duplicate candidates

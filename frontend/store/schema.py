@@ -24,6 +24,7 @@ from thatch.frontend.store.migrations.anchors import (
     ANCHORS_TABLE,
     m014_code_anchors,
     m019_anchor_verdict_stat,
+    m024_anchor_base_path,
 )
 from thatch.frontend.store.migrations.branches import (
     BRANCH_EVENTS_TABLE,
@@ -133,6 +134,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m021_team_conflict_versions", m021_team_conflict_versions),
     ("m022_flat_reads", m022_flat_reads),
     ("m023_branch_renames", m023_branch_renames),
+    ("m024_anchor_base_path", m024_anchor_base_path),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

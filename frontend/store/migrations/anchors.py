@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["ANCHORS_TABLE", "ANCHOR_TRIGGERS", "m014_code_anchors", "m019_anchor_verdict_stat"]
+__all__ = [
+    "ANCHORS_TABLE",
+    "ANCHOR_TRIGGERS",
+    "m014_code_anchors",
+    "m019_anchor_verdict_stat",
+    "m024_anchor_base_path",
+]
 
 ANCHORS_TABLE = "thatch_anchors"
 
@@ -70,3 +76,13 @@ def m019_anchor_verdict_stat(conn: sqlite3.Connection) -> None:
     for name in ("checked_mtime_ns", "checked_size"):
         if name not in present:
             conn.execute(f"ALTER TABLE {ANCHORS_TABLE} ADD COLUMN {name} INTEGER")
+
+
+def m024_anchor_base_path(conn: sqlite3.Connection) -> None:
+    """The anchor's path in its captured commit while a rename only staged in the working
+    tree has moved it (``base_path``; NULL: ``path``): the rename pass moves it back when
+    the rename is undone before its commit, which no diff from that commit can show."""
+    from thatch.frontend.store.migrations.tables import table_columns
+
+    if "base_path" not in table_columns(conn, ANCHORS_TABLE):
+        conn.execute(f"ALTER TABLE {ANCHORS_TABLE} ADD COLUMN base_path TEXT")
