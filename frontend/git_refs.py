@@ -1,8 +1,9 @@
 """What git says about a repository's branches (docs/database.md §branch-lifecycle).
 
 ``common_dir``, ``fingerprint`` and ``refs_from_files`` read files only (the prompt hook
-calls them on every prompt); ``read_refs`` runs git only for a repository whose refs are
-not in files (reftable), ``merged_into`` runs git, with the cleaned environment and
+calls them on every prompt), and so does ``head_commit`` (the rename pass reads it for
+checkouts other than the current one); ``read_refs`` runs git only for a repository whose
+refs are not in files (reftable), ``merged_into`` runs git, with the cleaned environment and
 timeout of ``project.git_result``.
 """
 
@@ -29,6 +30,7 @@ __all__ = [
     "common_dir",
     "default_targets",
     "fingerprint",
+    "head_commit",
     "merged_into",
     "read_refs",
     "refs_from_files",
@@ -177,6 +179,46 @@ def _utf8(ref: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def head_commit(checkout: Path) -> str | None:
+    """The commit HEAD is at in ``checkout`` (a worktree's own), read from files: no git
+    process. None when the files cannot say: an unborn branch, a reftable repository, a
+    file not as expected."""
+    found = checkout_git_dir(checkout)
+    common = common_dir(checkout)
+    if found is None or common is None:
+        return None
+    try:
+        # A branch name is any bytes to git: kept as the file system's path names them.
+        text = read_regular(found[1] / "HEAD", _SMALL).decode("utf-8", "surrogateescape").strip()
+    except OSError:
+        return None
+    if _object_id(text):
+        return text  # detached
+    ref = text.removeprefix("ref: ")
+    if ref == text or not ref.startswith(HEADS) or ".." in ref.split("/"):
+        return None
+    value: str | None
+    try:
+        value = read_regular(common / ref, _SMALL).decode("ascii").strip()
+    except FileNotFoundError:
+        value = _packed_ref(common, ref)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return value if value is not None and _object_id(value) else None
+
+
+def _packed_ref(common: Path, ref: str) -> str | None:
+    try:
+        packed = read_regular(common / "packed-refs", _PACKED_MAX)
+    except OSError:
+        return None
+    for line in packed.decode("utf-8", "surrogateescape").splitlines():
+        commit, _, name = line.partition(" ")
+        if name == ref:
+            return commit
+    return None
 
 
 def _object_id(text: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -309,6 +310,14 @@ def make_repo(path: Path, files: Mapping[str, str]) -> Path:
     return path
 
 
+def anchored_repo(tmp_path: Path, name: str) -> Path:
+    """A repository whose function ``f`` in mod.py anchors memory ``name``."""
+    repo = make_repo(tmp_path / name, {"mod.py": "def f():\n    return 1\n"})
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        ok(Tools(ctx), "memory_remember", {"label": name, "content": "x", "anchors": ["mod.py:f"]})
+    return repo
+
+
 def paths_under(tmp_path: Path, repo: Path) -> list[str]:
     found = rows(tmp_path / "thatch.db", "SELECT root, path FROM thatch_anchors ORDER BY 2")
     return [path for root, path in found if root == os.path.realpath(repo)]
@@ -317,6 +326,55 @@ def paths_under(tmp_path: Path, repo: Path) -> list[str]:
 def run_hygiene(ctx: ToolContext, directory: Path) -> dict[str, Drift]:
     result = hygiene(ctx.store, "acme", directory, "test/fake-embedder", list_branches=lambda _: [])
     return dict(result.project.drifted)
+
+
+def test_the_current_checkouts_renames_are_followed_however_many_repositories(
+    tmp_path: Path,
+) -> None:
+    """A pass diffs at most MAX_COMMITS (repository, commit) pairs; the checkout it runs
+    in comes first, so a ninth repository (by path) still follows its own renames."""
+    from thatch.frontend.anchors.recheck import MAX_COMMITS
+
+    repos = [anchored_repo(tmp_path, f"r{i}") for i in range(1, MAX_COMMITS + 2)]
+    last = repos[-1]
+    git(last, "mv", "mod.py", "new.py")
+    git(last, "commit", "-q", "-m", "mv")
+    with context(tmp_path, last, FakeEmbedder()) as ctx:
+        assert run_hygiene(ctx, last) == {}
+    assert paths_under(tmp_path, last) == ["new.py"]
+
+
+def test_dead_and_current_pairs_leave_the_pass_to_the_stale_ones(tmp_path: Path) -> None:
+    """Seen from outside every checkout: repositories deleted since, and repositories
+    already at their HEAD, cost the pass nothing; a commit git no longer knows (a
+    rewritten history) is re-based on HEAD once. A rename in the last repository by path
+    is then followed within two passes, and the rewritten ones' anchors still follow
+    renames made after."""
+    from thatch.frontend.anchors.recheck import MAX_COMMITS
+
+    for i in range(MAX_COMMITS):
+        shutil.rmtree(anchored_repo(tmp_path, f"d{i}"))
+        current = anchored_repo(tmp_path, f"h{i}")
+        if i % 2:
+            git(current, "pack-refs", "--all")  # HEAD's branch then read from packed-refs
+    rewritten = [anchored_repo(tmp_path, f"u{i}") for i in range(MAX_COMMITS)]
+    for repo in rewritten:
+        git(repo, "commit", "-q", "--amend", "-m", "rewritten")
+        git(repo, "reflog", "expire", "--expire=now", "--all")
+        git(repo, "prune", "--expire=now")
+    last = anchored_repo(tmp_path, "z")
+    git(last, "mv", "mod.py", "new.py")
+    git(last, "commit", "-q", "-m", "mv")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with context(tmp_path, elsewhere, FakeEmbedder()) as ctx:
+        run_hygiene(ctx, elsewhere)
+        run_hygiene(ctx, elsewhere)
+        assert paths_under(tmp_path, last) == ["new.py"]
+        git(rewritten[0], "mv", "mod.py", "moved.py")
+        git(rewritten[0], "commit", "-q", "-m", "mv")
+        run_hygiene(ctx, elsewhere)
+    assert paths_under(tmp_path, rewritten[0]) == ["moved.py"]
 
 
 def test_an_undone_git_mv_brings_the_anchor_back(tmp_path: Path, repo: Path) -> None:

@@ -61,16 +61,44 @@ def _text(name: bytes) -> str | None:
         return None
 
 
-def follow_renames(store: Store, env: Mapping[str, str] | None = None) -> int:
+def follow_renames(
+    store: Store, env: Mapping[str, str] | None = None, here: Path | None = None
+) -> int:
     """Move the anchors whose files git reports renamed: since their captured commit
     (committed, re-based on HEAD), then in the working tree (staged: moved, kept on
-    their commit's path, see ``Store.move_anchors``). At most ``MAX_COMMITS`` pairs; the
-    anchors moved."""
+    their commit's path, see ``Store.move_anchors``). The pairs of the checkout holding
+    ``here`` come first; then those of other checkouts that exist and whose HEAD moved
+    since (read from files), at most ``MAX_COMMITS`` pairs in all. The anchors moved."""
     commits: dict[str, list[str]] = {}
-    for root, commit in store.anchor_commits()[:MAX_COMMITS]:
-        if os.path.isdir(root):
-            commits.setdefault(root, []).append(commit)
+    for root, commit in _worth_diffing(store.anchor_commits(), here)[:MAX_COMMITS]:
+        commits.setdefault(root, []).append(commit)
     return sum(_follow(store, root, listed, env) for root, listed in commits.items())
+
+
+def _worth_diffing(pairs: list[tuple[str, str]], here: Path | None) -> list[tuple[str, str]]:
+    """``pairs`` under ``here``, then the others a diff could change, up to
+    ``MAX_COMMITS``: a checkout deleted since, or one whose HEAD is still the captured
+    commit, would take a slot of every pass for nothing."""
+    from thatch.frontend.git_refs import head_commit
+
+    inside = os.path.realpath(here) if here is not None else None
+    first = [pair for pair in pairs if _holds(pair[0], inside)]
+    rest: list[tuple[str, str]] = []
+    heads: dict[str, str | None] = {}
+    for root, commit in pairs:
+        if len(first) + len(rest) >= MAX_COMMITS:
+            break
+        if _holds(root, inside) or not os.path.isdir(root):
+            continue
+        if root not in heads:
+            heads[root] = head_commit(Path(root))
+        if heads[root] != commit:
+            rest.append((root, commit))
+    return first + rest
+
+
+def _holds(root: str, inside: str | None) -> bool:
+    return inside is not None and (inside + os.sep).startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _follow(store: Store, root: str, commits: list[str], env: Mapping[str, str] | None) -> int:
@@ -86,7 +114,11 @@ def _follow(store: Store, root: str, commits: list[str], env: Mapping[str, str] 
             continue
         renames = _renames(root, env, commit, head) if _object_id(commit) else None
         if renames is None:
-            continue  # unknown commit (a shallow clone, a rewritten history): stay put
+            if _known(root, env, commit):
+                continue  # git failed (a timeout): the next pass tries again
+            # A rewritten history: no diff can start there again. Re-based, the anchors
+            # follow the renames from HEAD on, and stop taking a slot of every pass.
+            renames = []
         committed[commit] = renames
     return store.move_anchors(root, head, committed, _renames(root, env, head))
 
@@ -102,6 +134,16 @@ def _renames(
     if result is None or result.returncode != 0:
         return None
     return parse_renames(result.stdout)
+
+
+def _known(root: str, env: Mapping[str, str] | None, commit: str) -> bool:
+    """Whether git knows ``commit`` (or cannot say)."""
+    from thatch.frontend.project import git_result
+
+    if not _object_id(commit):
+        return False
+    result = git_result(Path(root), env, "cat-file", "-e", f"{commit}^{{commit}}")
+    return result is None or result.returncode == 0
 
 
 def _object_id(text: str) -> bool:

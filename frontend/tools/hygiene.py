@@ -226,6 +226,8 @@ def _store_hygiene(
     live_branches: Sequence[str],
     now: datetime | None,
     duplicate_threshold: float,
+    project_dir: Path,
+    env: Mapping[str, str] | None,
 ) -> StoreHygiene:
     orphaned_branches: list[str] = []
     orphaned = 0
@@ -243,7 +245,7 @@ def _store_hygiene(
     return StoreHygiene(
         conflicts=conflicts,
         conflicts_named=tuple(conflicts_named),
-        drifted=_drifted(db, name),
+        drifted=_drifted(db, name, project_dir, env),
         store=name,
         duplicates=summary.memories,
         duplicates_more=summary.more,
@@ -267,9 +269,12 @@ def _conflict_versions(db: object, name: str) -> tuple[int, list[tuple[str, str]
     return db.conflict_versions(name, CONFLICTS_NAMED)
 
 
-def _drifted(db: object, name: str) -> Mapping[str, Drift]:
-    """Memory Stores only (other query objects have no anchors): renames followed first,
-    then the store's anchors re-checked within the hygiene pass's budget."""
+def _drifted(
+    db: object, name: str, project_dir: Path, env: Mapping[str, str] | None
+) -> Mapping[str, Drift]:
+    """Memory Stores only (other query objects have no anchors): renames followed first
+    (``project_dir``'s checkout first), then the store's anchors re-checked within the
+    hygiene pass's budget."""
     from thatch.frontend.store.memory_store import Store
 
     if not isinstance(db, Store):
@@ -283,7 +288,7 @@ def _drifted(db: object, name: str) -> Mapping[str, Drift]:
 
     # A database refusing the write: the anchors stay where they were.
     with contextlib.suppress(sqlite3.Error, StoreError):
-        follow_renames(db)
+        follow_renames(db, env, project_dir)
     try:
         return drifted(db, name, AnchorCheck())
     except sqlite3.Error:
@@ -318,7 +323,9 @@ def hygiene(
     # The git hooks' events since the last pass: their changed files' anchors re-checked
     # first (docs/tools.md §code-anchors), before the store's pass below.
     consume_quietly(db, project_dir, env)
-    project = _store_hygiene(db, project_store, active_model, branches, now, duplicate)
+    project = _store_hygiene(
+        db, project_store, active_model, branches, now, duplicate, project_dir, env
+    )
     global_store = None
     if project_store != GLOBAL_STORE:
         global_store = StoreHygiene(

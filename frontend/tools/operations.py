@@ -363,7 +363,7 @@ class Operations:
 
         # A database refusing the write: the anchors stay put until a later pass.
         with contextlib.suppress(sqlite3.Error, StoreError):
-            follow_renames(self.ctx.store, self.ctx.env)
+            follow_renames(self.ctx.store, self.ctx.env, self.ctx.project_dir)
 
     def _schedule_fill(self) -> None:
         # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
