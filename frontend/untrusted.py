@@ -8,7 +8,8 @@ a ``-----`` line, so stored text must imitate none of that wherever it is shown:
 - ``body``: multi-line stored text. A line that could pass for thatch's own (its first
   non-blank character is ``[``, or it is a rule of dashes) gets a leading backslash,
   Markdown's escape, so it still reads the same to a person.
-- ``inline``: text inside one of thatch's lines; line breaks are shown as escapes.
+- ``inline``: text inside one of thatch's lines; line breaks are shown as escapes, and a
+  backslash of the text's that would read as the start of one is doubled.
 - ``quoted``: a JSON string literal, so a ``"`` inside cannot end it early, and an id
   copied from it into a tool call's JSON arguments is exactly the original.
 - ``token``: a meta value (``main``, ``owner/repo``, a UUID) verbatim when it is one plain
@@ -144,6 +145,10 @@ _LOOKALIKE = re.compile(
     f"\\n({_MAYBE_BLANK}*)({_BRACKET}|{_DASH}{_MAYBE_BLANK}*{_DASH}{_MAYBE_BLANK}*{_DASH}"
     f"(?:{_DASH}|{_MAYBE_BLANK})*(?=\\n|\\Z))"
 )
+# A run of backslashes a reader would take for the start of one of _escape's escapes:
+# before n, r, t, uXXXX, or a character that is shown escaped (anything not printable
+# ASCII may be).
+_ESCAPE_LIKE = re.compile(r"\\+(?=[nrt]|u[0-9a-fA-F]{4}|[^\x20-\x7e])")
 _PLAIN = re.compile(r"[\w.@/+:#-]+")
 
 
@@ -208,7 +213,11 @@ def body(text: str) -> str:
 
 
 def inline(text: str) -> str:
-    """Stored text inside one of thatch's lines: one line, no marker, no invisible part."""
+    """Stored text inside one of thatch's lines: one line, no marker, no invisible part.
+    A backslash that would read as the start of an escape is doubled, so ``tab\\there``
+    typed out never looks like a tab shown escaped."""
+    if "\\" in text:
+        text = _ESCAPE_LIKE.sub(r"\g<0>\g<0>", text)
     if not _plain_ascii(text):
         text = _shown_escaped(text, _control())
     return _break_markers(text, _backslashed)
