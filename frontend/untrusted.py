@@ -31,7 +31,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 
-__all__ = ["body", "has_control", "inline", "quoted", "token"]
+__all__ = ["blank", "body", "has_control", "inline", "quoted", "token"]
 
 # C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
@@ -137,7 +137,7 @@ _DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2500\u2501\ufe58\ufe63\u
 _DASH = f"[{_DASHES}]"
 # What may be blank to the eye: a space but a line break, or a character that is neither
 # ASCII nor a letter or digit (\W), a bracket or a dash. That takes in symbols too, so
-# _blank() has the last word; a regex cannot ask for a category.
+# blank() has the last word; a regex cannot ask for a category.
 _MAYBE_BLANK = f"[^\\w\x00-\x08\\n\x0e-\x1f\x21-\x7f\uff3b{_DASHES[1:]}]"
 _MARKER = re.compile(f"{_BRACKET}(?=({_MAYBE_BLANK}*)thatch)", re.IGNORECASE)
 # Matched after a newline (the text gets one in front), a literal prefix regex scans fast.
@@ -152,7 +152,7 @@ _ESCAPE_LIKE = re.compile(r"\\+(?=[nrt]|u[0-9a-fA-F]{4}|[^\x20-\x7e])")
 _PLAIN = re.compile(r"[\w.@/+:#-]+")
 
 
-def _blank(chars: Iterable[str]) -> bool:
+def blank(chars: Iterable[str]) -> bool:
     """Whether ``chars`` render as nothing or as space: spaces, the Braille blank, and
     format characters and combining marks (at a line's start there is no letter for a
     mark to sit on, and next to a bracket it reads as the bracket's)."""
@@ -180,7 +180,7 @@ def _break_markers(text: str, broken: Callable[[str], str]) -> str:
     """``text`` with every ``[thatch`` (blanks inside it too) written as ``broken`` says."""
 
     def replace(match: re.Match[str]) -> str:
-        return broken(match.group()) if _blank(match.group(1)) else match.group()
+        return broken(match.group()) if blank(match.group(1)) else match.group()
 
     return _MARKER.sub(replace, text)
 
@@ -192,7 +192,7 @@ def _backslashed(text: str) -> str:
 def _escape_lookalike(match: re.Match[str]) -> str:
     opening, start = match.groups()
     # Past the bracket or the first dash, anything but a dash must be blank too.
-    if not (_blank(opening) and _blank(char for char in start[1:] if char not in _DASHES)):
+    if not (blank(opening) and blank(char for char in start[1:] if char not in _DASHES)):
         return match.group()
     return f"\n{opening}\\{start}"
 
