@@ -8,16 +8,19 @@ a ``-----`` line, so stored text must imitate none of that wherever it is shown:
 - ``body``: multi-line stored text. A line that could pass for thatch's own (its first
   non-blank character is ``[``, or it is a rule of dashes) gets a leading backslash,
   Markdown's escape, so it still reads the same to a person.
-- ``inline``: text inside one of thatch's lines; line breaks are shown as escapes.
+- ``inline``: text inside one of thatch's lines; line breaks are shown as escapes, and a
+  backslash of the text's that would read as the start of one is doubled.
 - ``quoted``: a JSON string literal, so a ``"`` inside cannot end it early, and an id
   copied from it into a tool call's JSON arguments is exactly the original.
 - ``token``: a meta value (``main``, ``owner/repo``, a UUID) verbatim when it is one plain
   word, else quoted with its brackets escaped.
 
-All four show control characters, line separators and invisible format characters (bidi
-overrides, zero-width and tag characters) as ``\\uXXXX``, and break every ``[thatch``
-marker (``\\[thatch``; ``\\u005bthatch`` inside a quoted literal, the same string once
-decoded). Text from agents that passes through them cannot speak with thatch's voice.
+All four show control characters, line separators and format characters (Unicode's
+category Cf: bidi overrides, zero-width and tag characters, prepended number signs) as
+``\\uXXXX``, and break every ``[thatch`` marker (``\\[thatch``; ``\\u005bthatch`` inside a
+quoted literal, the same string once decoded). A combining mark with no letter to sit on
+counts as blank before a ``[``, a rule or ``thatch``. Text from agents that passes through
+them cannot speak with thatch's voice.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import unicodedata
+from collections.abc import Callable, Iterable
 
-__all__ = ["body", "has_control", "inline", "quoted", "token"]
+__all__ = ["blank", "body", "has_control", "inline", "quoted", "token"]
 
 # C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
@@ -34,6 +39,7 @@ __all__ = ["body", "has_control", "inline", "quoted", "token"]
 # supplementary variation selectors (the last two can carry invisible ASCII text), and the
 # other default-ignorable characters that render as nothing and no script needs (Hangul
 # fillers, Khmer inherent vowels, the Mongolian vowel separator, musical format controls).
+# Format characters (Cf) this list does not name are found by their category: _formats.
 _CONTROL_CLASS = (
     "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e"
     "\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
@@ -86,16 +92,38 @@ def _shown_escaped(text: str, control: re.Pattern[str]) -> str:
     # Two passes: a plain class scans at C speed, the joiners' look-arounds would not, and
     # most text holds no joiner at all.
     text = control.sub(_escape, text)
+    formats = _formats(text)
+    if formats:
+        text = text.translate({ord(char): _escaped(char) for char in formats})
     if _joiners().search(text):
         text = _stray_joiners().sub(_escape, text)
     return text
+
+
+def _formats(text: str) -> set[str]:
+    """The format characters (Cf) in ``text`` but the zero-width (non-)joiners, whose
+    neighbours decide. Asked of the character database, not listed: one a later Unicode
+    adds is covered too."""
+    # Format characters are not printable, so most text is done with at C speed; the
+    # rest is looked at one distinct character at a time.
+    if text.isascii() or text.replace("\n", "").replace("\t", "").isprintable():
+        return set()
+    return {
+        char
+        for char in set(text)
+        if char not in "\u200c\u200d" and unicodedata.category(char) == "Cf"
+    }
 
 
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a character ``inline``/``quoted`` would show escaped."""
     if _plain_ascii(text):
         return False
-    return _control().search(text) is not None or _stray_joiners().search(text) is not None
+    return (
+        _control().search(text) is not None
+        or _stray_joiners().search(text) is not None
+        or bool(_formats(text))
+    )
 
 
 def _plain_ascii(text: str) -> bool:
@@ -104,21 +132,41 @@ def _plain_ascii(text: str) -> bool:
 
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# Blank to the eye: any space but a line break (no-break, ideographic, …), Braille blank.
-_BLANK = f"(?:[^\\S\\n]|\u2800|{_JOINERS})"
 _BRACKET = "[\\[\uff3b]"  # and its fullwidth form
-_DASH = "[-\u2010-\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d]"
-_MARKER = re.compile(f"{_BRACKET}(?={_BLANK}*thatch)", re.IGNORECASE)
+_DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d"
+_DASH = f"[{_DASHES}]"
+# What may be blank to the eye: a space but a line break, or a character that is neither
+# ASCII nor a letter or digit (\W), a bracket or a dash. That takes in symbols too, so
+# blank() has the last word; a regex cannot ask for a category.
+_MAYBE_BLANK = f"[^\\w\x00-\x08\\n\x0e-\x1f\x21-\x7f\uff3b{_DASHES[1:]}]"
+_MARKER = re.compile(f"{_BRACKET}(?=({_MAYBE_BLANK}*)thatch)", re.IGNORECASE)
 # Matched after a newline (the text gets one in front), a literal prefix regex scans fast.
 _LOOKALIKE = re.compile(
-    f"\\n({_BLANK}*)({_BRACKET}|{_DASH}{_BLANK}*{_DASH}{_BLANK}*{_DASH}"
-    f"(?:{_DASH}|{_BLANK})*(?=\\n|\\Z))"
+    f"\\n({_MAYBE_BLANK}*)({_BRACKET}|{_DASH}{_MAYBE_BLANK}*{_DASH}{_MAYBE_BLANK}*{_DASH}"
+    f"(?:{_DASH}|{_MAYBE_BLANK})*(?=\\n|\\Z))"
 )
+# A run of backslashes a reader would take for the start of one of _escape's escapes:
+# before n, r, t, uXXXX, or a character that is shown escaped (anything not printable
+# ASCII may be).
+_ESCAPE_LIKE = re.compile(r"\\+(?=[nrt]|u[0-9a-fA-F]{4}|[^\x20-\x7e])")
 _PLAIN = re.compile(r"[\w.@/+:#-]+")
 
 
+def blank(chars: Iterable[str]) -> bool:
+    """Whether ``chars`` render as nothing or as space: spaces, the Braille blank, and
+    format characters and combining marks (at a line's start there is no letter for a
+    mark to sit on, and next to a bracket it reads as the bracket's)."""
+    return all(
+        char.isspace() or char == "\u2800" or unicodedata.category(char) in ("Mn", "Me", "Cf")
+        for char in chars
+    )
+
+
 def _escape(match: re.Match[str]) -> str:
-    char = match.group()
+    return _escaped(match.group())
+
+
+def _escaped(char: str) -> str:
     if char in _SHORT:
         return _SHORT[char]
     code = ord(char)
@@ -126,6 +174,27 @@ def _escape(match: re.Match[str]) -> str:
         code -= 0x10000
         return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
     return f"\\u{code:04x}"
+
+
+def _break_markers(text: str, broken: Callable[[str], str]) -> str:
+    """``text`` with every ``[thatch`` (blanks inside it too) written as ``broken`` says."""
+
+    def replace(match: re.Match[str]) -> str:
+        return broken(match.group()) if blank(match.group(1)) else match.group()
+
+    return _MARKER.sub(replace, text)
+
+
+def _backslashed(text: str) -> str:
+    return "\\" + text
+
+
+def _escape_lookalike(match: re.Match[str]) -> str:
+    opening, start = match.groups()
+    # Past the bracket or the first dash, anything but a dash must be blank too.
+    if not (blank(opening) and blank(char for char in start[1:] if char not in _DASHES)):
+        return match.group()
+    return f"\n{opening}\\{start}"
 
 
 def _maybe_control(text: str) -> bool:
@@ -139,15 +208,19 @@ def body(text: str) -> str:
     text = text.replace("\r\n", "\n")
     if _maybe_control(text):
         text = _shown_escaped(text, _body_control())
-    text = _MARKER.sub(r"\\\g<0>", text)
-    return _LOOKALIKE.sub(r"\n\1\\\2", "\n" + text)[1:]
+    text = _break_markers(text, _backslashed)
+    return _LOOKALIKE.sub(_escape_lookalike, "\n" + text)[1:]
 
 
 def inline(text: str) -> str:
-    """Stored text inside one of thatch's lines: one line, no marker, no invisible part."""
+    """Stored text inside one of thatch's lines: one line, no marker, no invisible part.
+    A backslash that would read as the start of an escape is doubled, so ``tab\\there``
+    typed out never looks like a tab shown escaped."""
+    if "\\" in text:
+        text = _ESCAPE_LIKE.sub(r"\g<0>\g<0>", text)
     if not _plain_ascii(text):
         text = _shown_escaped(text, _control())
-    return _MARKER.sub(r"\\\g<0>", text)
+    return _break_markers(text, _backslashed)
 
 
 def quoted(text: str) -> str:
@@ -155,7 +228,7 @@ def quoted(text: str) -> str:
     literal = json.dumps(text, ensure_ascii=False)
     if not _plain_ascii(literal):
         literal = _shown_escaped(literal, _control())
-    return _MARKER.sub(lambda match: f"\\u{ord(match.group()):04x}", literal)
+    return _break_markers(literal, lambda bracket: f"\\u{ord(bracket):04x}")
 
 
 def token(text: str) -> str:

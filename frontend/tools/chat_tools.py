@@ -19,8 +19,8 @@ from pathlib import Path
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession
 from thatch.frontend.store.operations import ChatOperations
 from thatch.frontend.tools.context import ToolContext
+from thatch.frontend.untrusted import blank, inline, quoted, token
 from thatch.frontend.untrusted import body as neutral_body
-from thatch.frontend.untrusted import inline, quoted, token
 
 __all__ = [
     "CONTINUED",
@@ -190,21 +190,40 @@ def _cut(text: str, room: int) -> list[str]:
     return pieces
 
 
-# Three "<" (or lookalikes: fullwidth, small, modifier, angle brackets) with only blanks or
-# joiners between them read as a frame's opening: "< <<end of chat…".
-_OPENER = "[<\uff1c\ufe64\u02c2\u1438\u2329\u276e\u27e8\u3008]"
-_FRAME_OPENING = re.compile(
-    f"{_OPENER}(?:(?:[^\\S\\n]|\u2800|[\u034f\u200c\u200d\ufe00-\ufe0f])*{_OPENER}){{2,}}"
-)
-
-
+# Three "<" (or lookalikes: fullwidth, small, modifier, angle brackets) with only blanks,
+# joiners or combining marks between them read as a frame's opening: "< <<end of chat…".
+# A run may hold other gaps: any character but ASCII, a letter, a digit or an opener (a
+# regex cannot ask for a category); _break_opening sorts them out.
+_OPENER_CHARS = "<\uff1c\ufe64\u02c2\u1438\u2329\u276e\u27e8\u3008"
+_OPENER = f"[{_OPENER_CHARS}]"
+_GAP = f"[^\\w\x00-\x08\\n\x0e-\x1f\x21-\x7f{_OPENER_CHARS[1:]}]*"
+_FRAME_OPENING = re.compile(f"{_OPENER}(?:{_GAP}{_OPENER}){{2,}}")
 _OPENERS = re.compile(_OPENER)
+
+
+def _break_opening(run: re.Match[str]) -> str:
+    """``run`` with each three or more openers that only blanks separate written ``‹``:
+    a gap that shows (a symbol) splits the run."""
+    text = run.group()
+    groups: list[list[int]] = [[]]
+    for opener in _OPENERS.finditer(text):
+        at = opener.start()
+        if groups[-1] and not blank(text[groups[-1][-1] + 1 : at]):
+            groups.append([])
+        groups[-1].append(at)
+    shown = list(text)
+    for group in groups:
+        if len(group) >= 3:
+            for at in group:
+                shown[at] = "‹"
+    return "".join(shown)
 
 
 def neutralise(text: str) -> str:
     """A body as shown inside its frame: thatch's markers escaped, ``<<<`` broken (also
-    with blanks between; an invisible character there is already shown escaped)."""
-    return _FRAME_OPENING.sub(lambda run: _OPENERS.sub("‹", run.group()), neutral_body(text))
+    with blanks or combining marks between; an invisible character there is already shown
+    escaped)."""
+    return _FRAME_OPENING.sub(_break_opening, neutral_body(text))
 
 
 def frame(message: ChatMessage, offset: int = 0) -> str:
