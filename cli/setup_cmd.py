@@ -114,8 +114,29 @@ def setup(
         click.echo(line)
     for detail in result.details():
         click.echo(f"[thatch setup] {detail}", err=True)
+    if not global_:
+        note = subdirectory_note(request.project_dir)
+        if note is not None:
+            click.echo(f"[thatch setup] {note}", err=True)
     if result.exit_code:
         click.get_current_context().exit(result.exit_code)
+
+
+def subdirectory_note(project_dir: Path) -> str | None:
+    """A note when the project files went below a git checkout's top level: a host
+    started at the top reads the files there, and these would go unseen."""
+    from thatch.frontend.project import checkout_git_dir
+    from thatch.frontend.untrusted import quoted
+
+    found = checkout_git_dir(project_dir)
+    if found is None or found[0] == project_dir:
+        return None
+    top = found[0]
+    return (
+        f"note: {quoted(str(project_dir))} is inside the git checkout {quoted(str(top))}: "
+        f"a host started there reads the files there, not these (run thatch setup in "
+        f"{quoted(str(top))}, or start the host here)"
+    )
 
 
 def write_git_hooks(dry_run: bool) -> None:

@@ -127,3 +127,28 @@ def test_project_dir_order() -> None:
     env["THATCH_PROJECT_DIR"] = "~/p"
     env["HOME"] = "/home/x"
     assert project_dir_from_env(env) == Path("/home/x/p")
+
+
+def test_setup_below_a_checkouts_top_says_where_hosts_look(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run in repo/src, setup wrote repo/src's files in silence: a host started at the
+    repository's top never saw them. It still writes where it was run, and says so; at
+    the top, and outside any checkout, it says nothing."""
+    for name in ("THATCH_PROJECT_DIR", "CLAUDE_PROJECT_DIR", "CURSOR_PROJECT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    (project / ".git").mkdir()
+    sub = project / "src"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    result = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert result.exit_code == 0, result.stderr
+    assert (sub / ".mcp.json").is_file()
+    assert result.stderr.splitlines()[-1] == (
+        f'[thatch setup] note: "{sub}" is inside the git checkout "{project}": a host started '
+        f'there reads the files there, not these (run thatch setup in "{project}", or start '
+        "the host here)"
+    )
+    monkeypatch.chdir(project)
+    at_top = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert at_top.exit_code == 0 and "note:" not in at_top.stderr
