@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_embedder import FakeEmbedder, rows
-from thatch.frontend.anchors.check import CHANGED, FRESH, UNVERIFIABLE, AnchorCheck, Drift
+from thatch.frontend.anchors.check import (
+    CHANGED,
+    FRESH,
+    UNVERIFIABLE,
+    AnchorCheck,
+    Drift,
+    git_saved_lines,
+)
+from thatch.frontend.anchors.recheck import drifted
 from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.context import ToolContext
@@ -539,6 +547,47 @@ def test_searching_for_a_moved_span_stops_at_the_deadline(tmp_path: Path, repo: 
         unhurried = AnchorCheck(clock=lambda: 0.0)
         assert [verdict for _, verdict in unhurried.recheck([changed], 0.030)] == [CHANGED]
         assert unhurried.drift(ctx.store, [("acme", "t")])[("acme", "t")].paths == ("src/table.py",)
+
+
+def test_a_span_edited_in_place_is_marked_though_its_search_outlasts_a_recall(
+    tmp_path: Path, repo: Path
+) -> None:
+    """An edit inside a large line span left no window to find: the search for where it
+    moved ran to the file's end, past every budget, so the memory was never marked. The
+    passes off the prompt path read the saved lines from git and compare only where
+    their first line stands; the verdict they store marks each recall after, however
+    short its budget; a span moved whole is still found."""
+    table = repo / "src" / "table.py"
+    table.write_text("".join(f"x{i} = {i}\n" for i in range(4000)))
+    git(repo, "add", "src/table.py")
+    git(repo, "commit", "-q", "-m", "table")
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for label, span in (("Edited", "2001-2300"), ("Moved", "3001-3300")):
+            ok(
+                tools,
+                "memory_remember",
+                {"label": label, "content": "x", "anchors": [f"src/table.py:{span}"]},
+            )
+        # A line inside Edited's span changes; Moved's lines move down by three.
+        edit(table, "x2100 = 2100\n", "x2100 = -1\n# a\n# b\n# c\n")
+        anchors = ctx.store.anchors_of([("acme", "edited"), ("acme", "moved")])
+        edited, moved = anchors[("acme", "edited")][0], anchors[("acme", "moved")][0]
+
+        def hurried() -> AnchorCheck:
+            ticks = itertools.count()
+            return AnchorCheck(clock=lambda: next(ticks) / 1000)  # a millisecond a reading
+
+        assert [v for _, v in hurried().recheck([edited], 0.030)] == [UNVERIFIABLE]
+        verdicts = hurried().recheck([edited, moved], 0.030, saved=git_saved_lines)
+        assert [v for _, v in verdicts] == [CHANGED, FRESH]
+        assert git_saved_lines(edited) == [f"x{i} = {i}" for i in range(2000, 2300)]
+
+        assert hurried().drift(ctx.store, [("acme", "edited")]) == {}  # nothing stored yet
+        drifted(ctx.store, "acme", hurried())  # the session-start pass stores its verdict
+        assert hurried().drift(ctx.store, [("acme", "edited"), ("acme", "moved")]) == {
+            ("acme", "edited"): Drift(("src/table.py",))
+        }
 
 
 def test_a_default_of_braces_is_no_block_of_braces(tmp_path: Path, repo: Path) -> None:

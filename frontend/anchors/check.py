@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from thatch.frontend.anchors.span import (
     OutOfTime,
     blob_id,
+    find_lines,
     find_window,
     lines_of,
     locate_symbol,
@@ -125,11 +127,12 @@ class AnchorCheck:
         return self._verdict(anchor)[0]
 
     def _verdict(
-        self, anchor: Anchor, deadline: float = math.inf
+        self, anchor: Anchor, deadline: float = math.inf, saved: SavedLines | None = None
     ) -> tuple[str, os.stat_result | None]:
         """The status and the file's stat it was reached on (None: no stat). The stat is
         taken before the file is read, so a later write changes it. A span searched for
-        past ``deadline`` (by ``self._clock``) is unverifiable."""
+        past ``deadline`` (by ``self._clock``) has the verdict a pass stored on the file as
+        it is, else is unverifiable."""
         path = anchor_file(anchor)
         if os.path.realpath(path) in self._never_open:
             return UNVERIFIABLE, None
@@ -152,9 +155,9 @@ class AnchorCheck:
         if facts.lines is None:
             return UNVERIFIABLE, stat
         try:
-            same = _span_same(facts.lines, anchor, lambda: self._clock() > deadline)
+            same = _span_same(facts.lines, anchor, lambda: self._clock() > deadline, saved)
         except OutOfTime:
-            return UNVERIFIABLE, stat
+            return self._stored(anchor) or UNVERIFIABLE, stat
         return (FRESH if same else CHANGED), stat
 
     def _stored(self, anchor: Anchor) -> str | None:
@@ -239,16 +242,21 @@ class AnchorCheck:
         return inherit(keys, supplements, changed)
 
     def recheck(
-        self, anchors: Iterable[Anchor], budget: float, never_open: Iterable[str] = ()
+        self,
+        anchors: Iterable[Anchor],
+        budget: float,
+        never_open: Iterable[str] = (),
+        saved: SavedLines | None = None,
     ) -> list[tuple[Anchor, str]]:
-        """Verdicts for as many of ``anchors`` as ``budget`` seconds allow (hygiene)."""
+        """Verdicts for as many of ``anchors`` as ``budget`` seconds allow (hygiene);
+        ``saved`` the saved lines of a span not at its place, when they can be had."""
         deadline = self._clock() + budget
         self._never_open |= frozenset(never_open)
         verdicts: list[tuple[Anchor, str]] = []
         for anchor in anchors:
             if verdicts and self._clock() > deadline:
                 break
-            verdict, stat = self._verdict(anchor, deadline)
+            verdict, stat = self._verdict(anchor, deadline, saved)
             # Only a ``changed`` verdict is ever read back (``_stored``): the others keep
             # no stat, so a pass over unchanged code writes nothing.
             seen: tuple[int | None, int | None] = (None, None)
@@ -294,9 +302,15 @@ def inherit(
     return found
 
 
-def _span_same(lines: list[str], anchor: Anchor, out_of_time: Callable[[], bool]) -> bool:
+def _span_same(
+    lines: list[str],
+    anchor: Anchor,
+    out_of_time: Callable[[], bool],
+    saved: SavedLines | None = None,
+) -> bool:
     """Whether the anchor's span is in ``lines`` as saved (OutOfTime: a line span searched
-    for until ``out_of_time``)."""
+    for until ``out_of_time``). ``saved``, when it has the span's saved lines, makes the
+    search for a moved span a file's length (``find_lines``)."""
     if anchor.symbol is not None:
         found = locate_symbol(lines, anchor.symbol)
         return found is not None and span_hash(lines[found[0] : found[1] + 1]) == anchor.span_hash
@@ -306,5 +320,31 @@ def _span_same(lines: list[str], anchor: Anchor, out_of_time: Callable[[], bool]
     here = lines[anchor.line_start - 1 : anchor.line_end]
     if len(here) == size and span_hash(here) == anchor.span_hash:
         return True
+    before = saved(anchor) if saved is not None else None
+    if before is not None and len(before) == size and span_hash(before) == anchor.span_hash:
+        return find_lines(lines, before, anchor.line_start - 1, out_of_time) is not None
     start = find_window(lines, size, anchor.span_hash, anchor.line_start - 1, out_of_time)
     return start is not None
+
+
+# The saved lines of an anchor's span, or None: not to be had (``git_saved_lines``).
+SavedLines = Callable[["Anchor"], "list[str] | None"]
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def git_saved_lines(anchor: Anchor) -> list[str] | None:
+    """The span's lines as saved, from the saved file's blob in the anchor's repository
+    (committed or staged since), or None: not in git, not a line span, git failed. One
+    git process: for the passes off the prompt path only."""
+    if anchor.line_start is None or anchor.line_end is None or not anchor.root:
+        return None
+    if not _OBJECT_ID.fullmatch(anchor.blob) or (anchor.size or 0) > MAX_READ_BYTES:
+        return None  # a blob too big to read within a pass (its size is the saved file's)
+    from pathlib import Path
+
+    from thatch.frontend.project import git_result
+
+    result = git_result(Path(anchor.root), None, "cat-file", "blob", anchor.blob)
+    if result is None or result.returncode != 0:
+        return None
+    return lines_of(result.stdout)[anchor.line_start - 1 : anchor.line_end]

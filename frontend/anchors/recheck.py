@@ -19,6 +19,7 @@ from thatch.frontend.anchors.check import (
     Drift,
     database_files,
     depends_on,
+    git_saved_lines,
     inherit,
 )
 from thatch.frontend.errors import StoreError
@@ -158,7 +159,9 @@ def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
     anchored = store.anchored_in(name)
     every = [anchor for anchors in anchored.values() for anchor in anchors]
     before = {(a.slug, a.seq): (a.status, a.checked_mtime_ns, a.checked_size) for a in every}
-    verdicts = check.recheck(every, HYGIENE_BUDGET, never_open=database_files(store.path))
+    verdicts = check.recheck(
+        every, HYGIENE_BUDGET, never_open=database_files(store.path), saved=git_saved_lines
+    )
     with contextlib.suppress(sqlite3.Error, StoreError):
         # Only the verdicts (or the stats they saw) that changed: most passes write nothing.
         store.set_anchor_status(

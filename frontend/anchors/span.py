@@ -23,6 +23,7 @@ __all__ = [
     "OutOfTime",
     "blob_id",
     "blob_id_of",
+    "find_lines",
     "find_window",
     "lines_of",
     "locate_symbol",
@@ -106,6 +107,33 @@ def find_window(
             raise OutOfTime
         window = view[starts[start] : starts[start + size] - 1]
         if hashlib.sha1(window, usedforsecurity=False).hexdigest() == wanted:
+            return start
+    return None
+
+
+def find_lines(
+    lines: list[str],
+    wanted: list[str],
+    near: int = 0,
+    out_of_time: Callable[[], bool] = _unhurried,
+) -> int | None:
+    """Where (0-based) ``wanted`` stands in ``lines``, trailing whitespace ignored, the
+    place nearest line ``near`` first; None when nowhere. With the saved lines known (git
+    still holds the saved file), only the places their first line stands at are compared:
+    a file's length, not a window hash per line (``find_window``)."""
+    if not wanted or len(wanted) > len(lines):
+        return None
+    trimmed = [line.rstrip() for line in lines]
+    want = [line.rstrip() for line in wanted]
+    last = len(lines) - len(want)
+    places = sorted(
+        (i for i, line in enumerate(trimmed[: last + 1]) if line == want[0]),
+        key=lambda i: (abs(i - near), -i),
+    )
+    for start in places:
+        if out_of_time():
+            raise OutOfTime
+        if trimmed[start : start + len(want)] == want:
             return start
     return None
 
