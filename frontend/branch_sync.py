@@ -98,7 +98,7 @@ def sync_branches(
         for branch in live:
             local, remote = git_refs.HEADS + branch, f"refs/remotes/{git_refs.REMOTE}/{branch}"
             waiting = WAITING + local
-            renamed = _renamed(appeared, before, refs, branch)
+            renamed = _renamed(appeared, before, refs, branch, common)
             if renamed is not None:
                 changes.append(renamed)
                 continue
@@ -150,18 +150,46 @@ def _renamed(
     before: Mapping[str, str],
     refs: git_refs.Refs,
     branch: str,
+    common: Path,
 ) -> BranchChange | None:
-    """A gone branch renamed (``git branch -m``, or copied then deleted): exactly one new
-    local branch is at its last commit. Two or more say nothing about which carries on."""
+    """A gone branch renamed (``git branch -m``, or copied with ``git branch -c`` then
+    deleted): exactly one new local branch is at its last commit, and its reflog says it
+    was renamed or copied from this one. A branch merely made at that commit (after a
+    fast-forward merge, the next piece of work) carries nothing on."""
     local = git_refs.HEADS + branch
     if local in refs.commits:
         return None
     new = appeared.get(before[local], [])
-    if len(new) != 1:
+    if len(new) != 1 or not _carried_on(common, new[0], local):
         return None
     from thatch.frontend.store.branch_lifecycle import RENAMED, BranchChange
 
     return BranchChange(branch, RENAMED, before[local], new[0])
+
+
+# How much of a branch's reflog is read, from its end: a rename or copy appends its line
+# to the history it carries, and the sync after it finds that line among the last.
+_REFLOG_TAIL = 1 << 16
+
+
+def _carried_on(common: Path, new: str, old_ref: str) -> bool:
+    """Whether branch ``new``'s reflog records a rename or copy of ``old_ref`` (``Branch:
+    renamed refs/heads/a to refs/heads/b``, ``Branch: copied …``) among its last lines.
+    A file read, no git process; no reflog (core.logAllRefUpdates off): not known."""
+    from thatch.frontend.regular_files import open_regular
+
+    try:
+        with open_regular(common / "logs" / "refs" / "heads" / new) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - _REFLOG_TAIL))
+            tail = handle.read(_REFLOG_TAIL)
+    except (OSError, ValueError):
+        return False
+    records = (f"Branch: renamed {old_ref} to ", f"Branch: copied {old_ref} to ")
+    for line in tail.decode("utf-8", "replace").splitlines():
+        if line.partition("\t")[2].startswith(records):
+            return True
+    return False
 
 
 def _candidates(before: Mapping[str, str], refs: git_refs.Refs) -> list[str]:

@@ -710,8 +710,8 @@ def test_a_renamed_branch_keeps_its_memories_under_the_new_name(
 def test_a_copy_made_before_the_branch_went_takes_its_memories(
     tmp_path: Path, store: Store
 ) -> None:
-    """``git checkout -b copy; git branch -D topic`` between two syncs is a rename too; two
-    new branches at the tip say nothing about which one carries on: archived as before."""
+    """``git branch -c topic copy; git branch -D topic`` between two syncs is a rename too;
+    two copies at the tip say nothing about which one carries on: archived as before."""
     repo = new_repo(tmp_path / "widgets")
     feature(repo, "topic")
     feature(repo, "spike")
@@ -719,10 +719,29 @@ def test_a_copy_made_before_the_branch_went_takes_its_memories(
     save(store, "Spike idea", "spike")
     clock = Clock()
     sync(store, repo, clock)
-    git(repo, "branch", "copy", "topic")
+    git(repo, "branch", "-c", "topic", "copy")
     git(repo, "branch", "-q", "-D", "topic")
-    git(repo, "branch", "spike-a", "spike")
-    git(repo, "branch", "spike-b", "spike")
+    git(repo, "branch", "-c", "spike", "spike-a")
+    git(repo, "branch", "-c", "spike", "spike-b")
     git(repo, "branch", "-q", "-D", "spike")
     assert sync(store, repo, clock) == {"topic": "renamed", "spike": "archived"}
     assert rows(store) == {"Topic note": ("copy", False), "Spike idea": ("spike", True)}
+
+
+def test_a_branch_made_where_a_merged_one_ended_does_not_take_its_memories(
+    tmp_path: Path, store: Store
+) -> None:
+    """Merge a feature fast-forward, delete it, start the next piece of work: the new
+    branch stands at the finished one's tip, but only git's record of a rename or copy
+    (its reflog) makes it the same branch. The finished branch's memories are promoted,
+    as merged, not moved to the next piece of work (a review's finding)."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "feat")
+    save(store, "Feat note", "feat")
+    clock = Clock()
+    sync(store, repo, clock)
+    merge_ff(repo, "feat")
+    git(repo, "branch", "-q", "-d", "feat")
+    git(repo, "checkout", "-q", "-b", "next-thing")
+    assert sync(store, repo, clock) == {"feat": "promoted"}
+    assert rows(store) == {"Feat note": (None, False)}
