@@ -14,7 +14,9 @@ class SuggestingGroup(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = click.utils.make_str(args[0])
-        if self.get_command(ctx, name) is None and not name.startswith("-"):
+        # Completion parses resiliently: click's own lookup then answers without failing.
+        unknown = self.get_command(ctx, name) is None and not name.startswith("-")
+        if unknown and not ctx.resilient_parsing:
             import difflib
 
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)

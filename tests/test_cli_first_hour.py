@@ -263,3 +263,20 @@ def test_the_demo_says_how_to_run_thatch_when_path_does_not_find_it(
     assert thatch_invocation({"PATH": f"{bin_dir}:/usr/bin"}) == "thatch"
     monkeypatch.chdir(tmp_path)
     assert thatch_invocation({"PATH": "/usr/bin"}) == str(bin_dir / "thatch")
+
+
+def test_completion_after_a_typo_is_quiet() -> None:
+    """Shell completion parses what was typed so far, typos included: the suggestion's
+    usage error ended it in a traceback, at the top level and, once every group suggested,
+    at each level."""
+    import os
+    import sys
+
+    for words in ("thatch serch x", "thatch model pul x"):
+        env = {**os.environ, "_THATCH_COMPLETE": "bash_complete", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - 1)}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "thatch.cli"],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert (done.returncode, done.stderr) == (0, ""), words
