@@ -423,7 +423,7 @@ def dedup(
     if store is not None:
         again += f" --store {shell_quote(store)}"
     if threshold is not None:
-        again += f" --threshold {threshold:g}"
+        again += f" --threshold {threshold!r}"  # every digit: the same cut again
     if as_json:
         # The page's clusters in the shape of before paging; where the next page starts
         # (and an incomplete check) goes to stderr, which JSON readers ignore.
