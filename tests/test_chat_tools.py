@@ -331,3 +331,23 @@ def test_sending_takes_a_step_of_retention(tools: Tools) -> None:
     store.conn.commit()
     ok(tools, "chat", {"action": "send", "as": a.me, "to": b.name, "body": "new"})
     assert [r[0] for r in store.conn.execute("SELECT body FROM chat_messages")] == ["new"]
+
+
+def test_a_body_holding_nul_is_read_whole(tools: Tools) -> None:
+    """SQLite's substr() and length() stop at a text's first NUL: such a body (stored by
+    the earlier release or any other writer) was shown cut at the NUL, unclipped, and
+    marked read, so the rest was never announced."""
+    a, b = anchored(tools, "A"), anchored(tools, "B")
+    store = tools.chat.store
+    sender, reader = tools.chat.caller(a.me), tools.chat.caller(b.me)
+    short = "café\x00after the NUL"
+    long = "é\x00" + "y" * 2998  # 3,000 characters, clipped at READ_PAGE
+    store.send(sender.session_id, reader.session_id, [short, long])
+    text = ok(tools, "chat", {"action": "read", "as": b.me})
+    assert "\ncafé\\u0000after the NUL\n<<<end of chat message #" in text
+    number = int(re.findall(r"#(\d+) from", text)[1])
+    assert f"\né\\u0000{'y' * (READ_PAGE - 2)}\n[clipped: showing {READ_PAGE} of 3000 " in text
+    rest = ok(tools, "chat", {"action": "read", "as": b.me, "message": number, "offset": READ_PAGE})
+    assert f">>>\n{'y' * 1000}\n<<<end of chat message #{number}>>>" in rest
+    whole = ok(tools, "chat", {"action": "read", "as": b.me, "message": number})
+    assert f"[clipped: showing {READ_PAGE} of 3000 characters" in whole
