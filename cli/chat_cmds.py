@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,7 +26,7 @@ from thatch.common.environment import default_db_path, project_dir_from_env
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
 from thatch.frontend.untrusted import inline
 
-__all__ = ["TailFilter", "chat", "chat_notify"]
+__all__ = ["TailFilter", "backlog", "chat", "chat_notify", "read_event", "sent_event", "watched"]
 
 POLL_SECONDS = 2.0
 BACKLOG = 20
@@ -134,6 +134,16 @@ class TailFilter:
             return False
         return not (self.until and at > self.until)
 
+    def sessions(self, name: str | None, names: dict[str, str]) -> list[str] | None:
+        """The session ids ``name`` can stand for, for the store to read no other: None
+        when that is any (no name, or ``unknown``: the sessions that have left)."""
+        if not name or name.lower() == "unknown":
+            return None
+        return [sid for sid, known in names.items() if known.lower() == name.lower()]
+
+    def wanted(self, names: dict[str, str]) -> Callable[[ChatMessage], bool]:
+        return lambda message: self.message(message, names)
+
 
 def sent_event(message: ChatMessage, names: dict[str, str]) -> dict[str, Any]:
     return {
@@ -164,29 +174,42 @@ def emit(event: dict[str, Any]) -> None:
 
 def _event_order(item: tuple[str, int, int, dict[str, Any]]) -> tuple[str, int, int]:
     # Timestamps tie within a millisecond: at one instant a send goes before any read, so a
-    # message is never shown read before it was sent.
+    # message is never shown read before it was sent (the store orders a backlog alike).
     at, message_id, kind, _ = item
     return at, kind, message_id
 
 
 def backlog(
     store: ChatStore, rule: TailFilter, limit: int | None
-) -> tuple[list[dict[str, Any]], int, set[int]]:
-    """The last ``limit`` events, the highest message id seen and the unread ids to watch."""
+) -> tuple[list[dict[str, Any]], int]:
+    """The last ``limit`` events and the highest message id (where following starts).
+
+    The store pages back from the newest event and reads only the bodies it meets: a
+    20-event backlog used to read every body in the table to keep the last 20."""
     names = store.names()
-    messages = [m for m in store.messages_after(0) if rule.message(m, names)]
-    events: list[tuple[str, int, int, dict[str, Any]]] = []
-    for message in messages:
-        events.append((message.created_at, message.id, 0, sent_event(message, names)))
-        if message.read_at:
-            events.append((message.read_at, message.id, 1, read_event(message, names)))
-    events.sort(key=_event_order)
-    shown = [event for at, _, _, event in events if rule.at(at)]
-    if limit is not None:
-        shown = shown[-limit:] if limit else []
-    last = max((m.id for m in store.messages_after(0, limit=1)), default=0)
-    watch = {m.id for m in messages if m.read_at is None}
-    return shown, last, watch
+    events = store.last_events(
+        limit,
+        rule.wanted(names),
+        since=rule.since,
+        until=rule.until,
+        senders=rule.sessions(rule.from_name, names),
+        recipients=rule.sessions(rule.to_name, names),
+    )
+    shown = [
+        read_event(event.message, names) if event.kind else sent_event(event.message, names)
+        for event in events
+    ]
+    return shown, store.last_id()
+
+
+def watched(store: ChatStore, rule: TailFilter) -> set[int]:
+    """The unread messages the tail shows, whose reading following reports."""
+    names = store.names()
+    return store.unread_kept(
+        rule.wanted(names),
+        senders=rule.sessions(rule.from_name, names),
+        recipients=rule.sessions(rule.to_name, names),
+    )
 
 
 def follow(
@@ -281,7 +304,10 @@ def tail(
 
 def _tail(store: ChatStore, rule: TailFilter, count: int | None, once: bool) -> None:
     try:
-        shown, last, watch = backlog(store, rule, count)
+        # One snapshot: a message sent or read meanwhile is followed, neither lost nor shown twice.
+        with store.snapshot():
+            shown, last = backlog(store, rule, count)
+            watch = set() if once else watched(store, rule)
         for event in shown:
             emit(event)
         if once:

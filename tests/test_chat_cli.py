@@ -1,12 +1,18 @@
-"""``thatch chat list|tail|send`` (docs/chat.md §cli) as processes over a real database."""
+"""``thatch chat list|tail|send`` (docs/chat.md §cli) as processes over a real database, and
+the tail's backlog in this process (to count the bodies it reads)."""
 
 from __future__ import annotations
 
 import json
+import random
+import re
+import sqlite3
 from datetime import timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from tests.support.hookrun import hook_env, run_hook
+from thatch.cli.chat_cmds import TailFilter, backlog, read_event, sent_event, watched
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatStore
 from thatch.frontend.store.memory_store import Store
@@ -146,3 +152,92 @@ def test_an_unusable_database_is_one_error_and_its_fix(tmp_path: Path) -> None:
             assert (code, out, len(lines)) == (1, "", 2), (args, err)
             assert lines[0].startswith(error) and lines[1] == fix
     assert garbage.read_bytes() == b"garbage" * 200
+
+
+def bodies_read(store: ChatStore) -> list[str]:
+    """Every chat body the store's connection hands to Python from now on."""
+    seen: list[str] = []
+
+    def counting(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> tuple[object, ...]:
+        seen.extend(v for v in row if isinstance(v, str) and v.startswith(("a to b", "c: ")))
+        return row
+
+    store.conn.row_factory = counting
+    return seen
+
+
+def test_tail_backlog_reads_only_the_bodies_it_shows(tmp_path: Path) -> None:
+    """A 20-event backlog read every message's body (50,000 messages of 2,000 characters:
+    1.65 s and 187 MB) to keep the last 20; it pages back from the newest event."""
+    _env, store, ids = setup_sessions(tmp_path)
+    a, b, c = ids
+    store.send(c, b, ["c: one", "c: two"])
+    store.send(a, b, [f"a to b {i}" for i in range(600)])
+    names = store.names()
+    seen = bodies_read(store)
+    shown = backlog(store, TailFilter(None, None, None, None, []), 20)[0]
+    assert [event["body"] for event in shown] == [f"a to b {i}" for i in range(580, 600)]
+    assert len(seen) <= 20
+    seen.clear()
+    shown = backlog(store, TailFilter(names[c].upper(), None, None, None, []), 20)[0]
+    assert [event["body"] for event in shown] == ["c: one", "c: two"]
+    assert sorted(seen) == ["c: one", "c: two"]
+    store.conn.close()
+
+
+def every_event(
+    store: ChatStore, rule: TailFilter, limit: int | None
+) -> tuple[list[dict[str, Any]], set[int]]:
+    """The backlog and the unread ids to watch as the tail computed them from every
+    message at once: what paging back must still answer."""
+    names = store.names()
+    messages = [m for m in store.messages_after(0) if rule.message(m, names)]
+    events = [(m.created_at, 0, m.id, sent_event(m, names)) for m in messages]
+    events += [(m.read_at, 1, m.id, read_event(m, names)) for m in messages if m.read_at]
+    events.sort(key=lambda event: event[:3])
+    shown = [event for at, _, _, event in events if rule.at(at)]
+    if limit is not None:
+        shown = shown[-limit:] if limit else []
+    return shown, {m.id for m in messages if m.read_at is None}
+
+
+def test_tail_backlog_pages_back_to_the_same_events(tmp_path: Path) -> None:
+    """Ids do not follow time everywhere (a team's mail keeps the hub's time, reads come
+    any time later, events tie within a millisecond): the last events are still those of
+    every message sorted by time."""
+    _env, store, ids = setup_sessions(tmp_path)
+    a, b, c = ids
+    gone = store.register_server(project="o/r", host_kind="claude", worktree="/w").session_id
+    chance = random.Random(7)
+    pairs = [(a, b), (b, a), (c, b), (a, c), (gone, a)]
+    for i in range(300):
+        sender, recipient = chance.choice(pairs)
+        store.send(sender, recipient, [f"a to b {i} {chance.choice(['deploy', 'wait'])}"])
+    second = "2026-12-05T10:{:02d}:{:02d}.000Z"
+    for message_id in range(1, 301):
+        at = message_id if chance.random() < 0.9 else chance.randrange(1, 300)
+        read = chance.choice([None, -1, at, at + chance.randrange(0, 400)])
+        read_at = None if read is None else "" if read < 0 else second.format(*divmod(read, 60))
+        store.conn.execute(
+            "UPDATE chat_messages SET created_at = ?, read_at = ? WHERE id = ?",
+            (second.format(*divmod(at, 60)), read_at, message_id),
+        )
+    store.conn.commit()
+    store.unregister(gone)
+    names = store.names()
+    rules = [
+        TailFilter(None, None, None, None, []),
+        TailFilter(names[a], None, None, None, []),
+        TailFilter(None, names[b].upper(), None, None, []),
+        TailFilter("unknown", None, None, None, []),
+        TailFilter("nobody-00001", None, None, None, []),
+        TailFilter(None, None, None, None, [re.compile("deploy")]),
+        TailFilter(names[a], names[c], None, None, [re.compile(r"\d5 ")]),
+        TailFilter(None, None, second.format(1, 40), second.format(3, 0), []),
+    ]
+    for rule in rules:
+        for limit in (0, 1, 7, 20, 250, None):
+            shown, _ = backlog(store, rule, limit)
+            assert shown == every_event(store, rule, limit)[0], (rule, limit)
+        assert watched(store, rule) == every_event(store, rule, None)[1], rule
+    store.conn.close()

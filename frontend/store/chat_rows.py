@@ -16,6 +16,7 @@ from thatch.frontend.timefmt import parse_timestamp
 
 __all__ = [
     "ACTIVE_WINDOW",
+    "BODY_HAS_NUL",
     "MESSAGE_COLUMNS",
     "MESSAGE_FROM",
     "SESSION_COLUMNS",
@@ -33,9 +34,13 @@ ACTIVE_WINDOW = timedelta(minutes=30)
 SESSION_COLUMNS = (
     "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
 )
+# SQLite's length() and substr() stop at a text's first NUL. A body holding one (sends
+# refuse it, but the earlier release or another writer may have stored one) is read whole
+# and measured in Python: its length column is NULL.
+BODY_HAS_NUL = "instr(CAST(m.body AS BLOB), x'00') > 0"
 MESSAGE_COLUMNS = (
     "m.id, m.from_session, m.to_session, m.body, m.created_at, m.delivered_at, m.read_at, "
-    "m.via_broadcast, s.name, length(m.body)"
+    f"m.via_broadcast, s.name, CASE WHEN {BODY_HAS_NUL} THEN NULL ELSE length(m.body) END"
 )
 MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
 
@@ -105,15 +110,16 @@ def session_from_row(row: Sequence[object]) -> ChatSession:
 
 
 def message_from_row(row: Sequence[object]) -> ChatMessage:
+    body = str(row[3])
     return ChatMessage(
         id=int(row[0]),  # type: ignore[call-overload]
         from_session=str(row[1]),
         to_session=str(row[2]),
-        body=str(row[3]),
+        body=body,
         created_at=str(row[4]),
         delivered_at=None if row[5] is None else str(row[5]),
         read_at=None if row[6] is None else str(row[6]),
         via_broadcast=bool(row[7]),
         from_name=None if row[8] is None else str(row[8]),
-        length=int(row[9]),  # type: ignore[call-overload]
+        length=len(body) if row[9] is None else int(row[9]),  # type: ignore[call-overload]
     )

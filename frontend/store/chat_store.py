@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from thatch.frontend.store.chat_rows import (
     ACTIVE_WINDOW,
+    BODY_HAS_NUL,
     MESSAGE_COLUMNS,
     MESSAGE_FROM,
     SESSION_COLUMNS,
@@ -451,10 +452,13 @@ class ChatStore(ChatTail):
         many stay unread, in one transaction.
 
         The oldest ``READ_BATCH`` unread messages are fetched (bodies cut to ``prefix``
-        characters, ``length`` keeping the whole size); ``take`` says how many of them
+        characters, ``length`` keeping the whole size; one holding NUL is cut here, not
+        by SQLite, whose substr() stops at it); ``take`` says how many of them
         form the page (at least one is always taken). Only those are marked read.
         """
-        cut = "m.body" if prefix is None else "substr(m.body, 1, ?)"
+        cut = "m.body"
+        if prefix is not None:
+            cut = f"CASE WHEN {BODY_HAS_NUL} THEN m.body ELSE substr(m.body, 1, ?) END"
         columns = MESSAGE_COLUMNS.replace("m.body,", f"{cut},", 1)
         args: tuple[object, ...] = (session_id, READ_BATCH)
         if prefix is not None:
@@ -466,6 +470,8 @@ class ChatStore(ChatTail):
                 args,
             ).fetchall()
             found = [message_from_row(row) for row in rows]
+            if prefix is not None:  # a body holding NUL came whole
+                found = [message._replace(body=message.body[:prefix]) for message in found]
             page = found[: max(1, take(found))] if take is not None and found else found
             now = self._at()
             conn.executemany(

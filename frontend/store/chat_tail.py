@@ -1,5 +1,5 @@
-"""The chat's tail (docs/chat.md §cli): every message after a point, for ``thatch chat
-tail`` and the ui, without marking anything read.
+"""The chat's tail (docs/chat.md §cli): every message after a point, the last events, for
+``thatch chat tail`` and the ui, without marking anything read.
 
 A mixin so that ``ChatStore`` keeps one public surface while each module stays small; it
 relies only on ``tx`` of the class it is mixed into (chat_store.py).
@@ -7,7 +7,10 @@ relies only on ``tx`` of the class it is mixed into (chat_store.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
+from typing import NamedTuple
 
 from thatch.frontend.store.chat_rows import (
     MESSAGE_COLUMNS,
@@ -17,13 +20,135 @@ from thatch.frontend.store.chat_rows import (
 )
 from thatch.frontend.store.transactions import Transactions
 
-__all__ = ["ChatTail"]
+__all__ = ["EVENT_CHUNK", "ChatTail", "TailEvent"]
+
+EVENT_CHUNK = 200  # events, and the bodies they need, one step back through the tail reads
+
+
+class TailEvent(NamedTuple):
+    """A message sent (``kind`` 0, at its ``created_at``) or read (1, at its ``read_at``)."""
+
+    at: str
+    kind: int
+    message: ChatMessage
+
+
+def _who(
+    senders: Sequence[str] | None, recipients: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """SQL terms (and their arguments) keeping messages between these session ids."""
+    terms: list[str] = []
+    args: list[str] = []
+    for column, ids in (("from_session", senders), ("to_session", recipients)):
+        if ids is not None:
+            terms.append(f"{column} IN ({', '.join('?' * len(ids))})")
+            args.extend(ids)
+    return terms, args
+
+
+def _events_newest_first(
+    since: str | None,
+    until: str | None,
+    senders: Sequence[str] | None,
+    recipients: Sequence[str] | None,
+) -> tuple[str, list[str]]:
+    """The query of every event's time, kind and message id, newest first: no body."""
+    who, who_args = _who(senders, recipients)
+    branches: list[str] = []
+    args: list[str] = []
+    for kind, at in enumerate(("created_at", "read_at")):
+        terms = [*who, "read_at <> ''"] if kind else list(who)
+        args.extend(who_args)
+        for bound, operator in ((since, ">="), (until, "<=")):
+            if bound:
+                terms.append(f"{at} {operator} ?")
+                args.append(bound)
+        where = f" WHERE {' AND '.join(terms)}" if terms else ""
+        branches.append(f"SELECT {at} AS at, {kind} AS kind, id FROM chat_messages{where}")
+    return " UNION ALL ".join(branches) + " ORDER BY at DESC, kind DESC, id DESC", args
 
 
 class ChatTail:
-    """Reads of the whole chat: messages after an id, unread ids, names."""
+    """Reads of the whole chat: messages after an id, the last events, unread ids, names."""
 
     tx: Transactions
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction around several reads: they see the same messages."""
+        with self.tx.read():
+            yield
+
+    def last_events(
+        self,
+        count: int | None,
+        keep: Callable[[ChatMessage], bool],
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        senders: Sequence[str] | None = None,
+        recipients: Sequence[str] | None = None,
+    ) -> list[TailEvent]:
+        """The last ``count`` events (every one when None), oldest first, at ``since`` to
+        ``until``, of the messages ``keep`` accepts; ``senders``/``recipients``, when
+        given, hold every session id ``keep`` can accept at that end.
+
+        One query orders the events by time from ids and times alone (ids do not follow
+        time everywhere: a team's mail keeps the hub's time, a read comes any time later);
+        bodies are read a chunk at a time, only for the events met, newest first, until
+        ``count`` are kept: a short backlog reads a few bodies, not the table.
+        """
+        if count == 0:
+            return []
+        sql, args = _events_newest_first(since, until, senders, recipients)
+        kept: list[TailEvent] = []
+        accepted: dict[int, ChatMessage] = {}
+        refused: set[int] = set()
+        step = min(count or EVENT_CHUNK, EVENT_CHUNK)
+        with self.tx.read() as conn, closing(conn.execute(sql, args)) as events:
+            while count is None or len(kept) < count:
+                chunk = events.fetchmany(step)
+                if not chunk:
+                    break
+                wanted = {int(row[2]) for row in chunk} - accepted.keys() - refused
+                for message in _messages(conn, sorted(wanted)):
+                    if keep(message):
+                        accepted[message.id] = message
+                    else:
+                        refused.add(message.id)
+                kept.extend(
+                    TailEvent(str(at), int(kind), accepted[int(message_id)])
+                    for at, kind, message_id in chunk
+                    if int(message_id) in accepted
+                )
+                step = min(step * 2, EVENT_CHUNK)  # a filter that keeps few: larger steps
+        if count is not None:
+            del kept[count:]
+        kept.reverse()
+        return kept
+
+    def unread_kept(
+        self,
+        keep: Callable[[ChatMessage], bool],
+        *,
+        senders: Sequence[str] | None = None,
+        recipients: Sequence[str] | None = None,
+    ) -> set[int]:
+        """The ids of the unread messages ``keep`` accepts, bodies read a chunk at a time."""
+        who, args = _who(senders, recipients)
+        sql = "SELECT id FROM chat_messages WHERE " + " AND ".join(["read_at IS NULL", *who])
+        found: set[int] = set()
+        with self.tx.read() as conn, closing(conn.execute(sql + " ORDER BY id", args)) as unread:
+            while chunk := unread.fetchmany(EVENT_CHUNK):
+                ids = [int(row[0]) for row in chunk]
+                found.update(message.id for message in _messages(conn, ids) if keep(message))
+        return found
+
+    def last_id(self) -> int:
+        """The highest message id (0 with none): where following new messages starts."""
+        with self.tx.read() as conn:
+            (last,) = conn.execute("SELECT coalesce(max(id), 0) FROM chat_messages").fetchone()
+        return int(last)
 
     def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]:
         """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``."""
@@ -73,3 +198,14 @@ class ChatTail:
                 str(sid): str(name)
                 for sid, name in conn.execute("SELECT session_id, name FROM chat_sessions")
             }
+
+
+def _messages(conn: sqlite3.Connection, ids: Sequence[int]) -> list[ChatMessage]:
+    """The messages of ``ids`` (at most EVENT_CHUNK), bodies whole."""
+    if not ids:
+        return []
+    marks = ", ".join("?" * len(ids))
+    rows = conn.execute(
+        f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id IN ({marks})", list(ids)
+    ).fetchall()
+    return [message_from_row(row) for row in rows]

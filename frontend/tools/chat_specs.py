@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from thatch.frontend.tools.chat_tools import nul_problem
 from thatch.frontend.tools.operations import Operations
 from thatch.frontend.tools.spec import Action, ToolSpec
 from thatch.frontend.tools.validation import LABEL_MAX, Param
@@ -15,7 +16,7 @@ __all__ = [
 ]
 
 _AS = Param("as", "string", "", max_length=LABEL_MAX, single_line=True, blank_is_omitted=True)
-_BODY = Param("body", "string", "", required=True, non_empty=True)
+_BODY = Param("body", "string", "", required=True, non_empty=True, check=nul_problem)
 _TO = Param(
     "to", "string", "", required=True, non_empty=True, max_length=LABEL_MAX, single_line=True
 )

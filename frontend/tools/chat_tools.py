@@ -39,6 +39,7 @@ __all__ = [
     "frame",
     "max_body",
     "neutralise",
+    "nul_problem",
     "person_send",
     "person_session_id",
     "split_body",
@@ -62,6 +63,13 @@ MORE_UNREAD = (
     '[thatch] {n} more unread message(s): call chat {{"action": "read"}} again for the next page.'
 )
 CONTINUED = " (continued in next message)"
+
+
+def nul_problem(body: str) -> str | None:
+    """Why ``body`` cannot be sent, if it holds NUL: PostgreSQL's text cannot, so the hub
+    refused it to a team's session after ``[sent]`` was answered; every send refuses it
+    alike, whoever the recipient (docs/chat.md §tools)."""
+    return "must not contain NUL" if "\x00" in body else None
 
 
 class ChatRefused(Exception):
@@ -113,6 +121,9 @@ def person_send(
     where = "thatch chat list shows who is here"
     if not body.strip():
         raise PersonSendRefused("Invalid arguments: body: must not be empty", "write a message")
+    problem = nul_problem(body)
+    if problem is not None:
+        raise PersonSendRefused(f"Invalid arguments: body: {problem}", "remove the NUL character")
     limit = max_body(env)
     if len(body) > limit:
         raise PersonSendRefused(
