@@ -29,6 +29,7 @@ __all__ = [
     "REMINDER_STDIN_DEADLINE",
     "STDIN_DEADLINE",
     "Failures",
+    "clipped",
     "first_string",
     "hook_options",
     "project_dir",
@@ -200,7 +201,19 @@ def _failure_message(error: BaseException) -> str:
     if errors is not None and isinstance(error, errors.StoreError):
         # A full disk or a busy database is the environment's, not thatch's internal error.
         return str(error).splitlines()[0]
-    return f"internal error: {type(error).__name__}: {error}".splitlines()[0]
+    detail = f"{type(error).__name__}: {error}".splitlines()[0]
+    return f"internal error: {clipped(detail)}"
+
+
+# How much of a failure's own text a hook's stderr line keeps: that text may quote what the
+# host sent (an OSError names the path it was given, a 5,000-character cwd included), and
+# the host shows the agent every stderr line.
+DETAIL_LIMIT = 200
+
+
+def clipped(text: str, limit: int = DETAIL_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, "…" marking a cut."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class Failures:
