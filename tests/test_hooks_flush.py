@@ -489,3 +489,45 @@ def test_minilm_nudge_fires_for_the_issues_example(recall_env: dict[str, str]) -
     assert err == ""
     assert out.startswith("[thatch] ") and '"Running the test suite"' in out
     assert "Use memory_recall before responding." in out
+
+
+def test_a_queue_failure_costs_only_the_extraction_nudge(recall_env: dict[str, str]) -> None:
+    """The session's queue lock held elsewhere past 2 s: the recall nudge still prints,
+    and stderr says the queue's problem in its own words (not "internal error")."""
+    import fcntl
+
+    sid = "lk-9"
+    run_hook(["buffer-batch"], {"session_id": sid, "tool_calls": BATCH_CALLS}, recall_env)
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": "0"}
+    prompt: dict[str, object] = {
+        "session_id": sid,
+        "prompt": "How do I deploy this app to production?",
+    }
+    fd = os.open(Path(env["THATCH_QUEUE_DIR"]) / f"{sid}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        out, err = flush(env, prompt)
+    finally:
+        os.close(fd)
+    assert out.startswith("[thatch] ") and "Deploying to production" in out
+    assert "tool interaction" not in out
+    assert err.splitlines() == [f"[thatch flush-tools] queue lock {sid}.lock busy for 2 s; gave up"]
+    assert len(queue.peek_records(Path(env["THATCH_QUEUE_DIR"]), sid)) == 2  # nothing lost
+
+
+def test_a_queue_dir_that_is_a_file_costs_only_the_extraction_nudge(
+    recall_env: dict[str, str], tmp_path: Path
+) -> None:
+    """THATCH_QUEUE_DIR naming a regular file: the recall nudge still prints; one line
+    naming the problem, and extraction-status prints nothing, with the same kind of line."""
+    blocker = tmp_path / "queue-is-a-file"
+    blocker.write_text("x")
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": "0", "THATCH_QUEUE_DIR": str(blocker)}
+    out, err = flush(env, {"session_id": "s", "prompt": "How do I deploy this app to production?"})
+    assert out.startswith("[thatch] ") and "Deploying to production" in out
+    assert err.splitlines() == ["[thatch flush-tools] cannot use the queue: Not a directory"]
+    status = run_hook(["extraction-status"], {"session_id": "s"}, env)
+    assert status.returncode == 0 and status.stdout == b""
+    assert status.stderr.decode().splitlines() == [
+        "[thatch extraction-status] cannot use the queue: Not a directory"
+    ]

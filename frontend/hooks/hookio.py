@@ -33,6 +33,7 @@ __all__ = [
     "first_string",
     "hook_options",
     "project_dir",
+    "queue_problem",
     "read_payload",
     "report_failure",
     "resolve_host",
@@ -214,6 +215,12 @@ DETAIL_LIMIT = 200
 def clipped(text: str, limit: int = DETAIL_LIMIT) -> str:
     """``text`` cut to ``limit`` characters, "…" marking a cut."""
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def queue_problem(error: OSError) -> str:
+    """The line for a queue the hook could not use (its path is no directory, a file in it
+    cannot be read): the system's words, without the path."""
+    return f"cannot use the queue: {error.strerror or clipped(str(error))}"
 
 
 class Failures:

@@ -91,6 +91,19 @@ def extraction_tier(
     return extraction_nudge(host, session, len(records), missed)
 
 
+def queued_nudge(directory: Path, session: str, host: str, project: str) -> str | None:
+    """``extraction_tier``, a queue that cannot be used (a lock held past 2 s, a queue
+    path that is no directory) said in one line: it costs the extraction nudge, never
+    the recall tier's text."""
+    try:
+        return extraction_tier(directory, session, host, project)
+    except queue.QueueError as error:
+        hookio.warn("flush-tools", str(error))
+    except OSError as error:
+        hookio.warn("flush-tools", hookio.queue_problem(error))
+    return None
+
+
 def not_a_user_prompt(payload: Mapping[str, Any], prompt: str) -> bool:
     """A prompt event that no user typed: a background agent's completion (Claude Code's
     ``<task-notification>`` body) or a child session's task prompt (opencode's plugin
@@ -282,7 +295,7 @@ def flush_text(
         _cleanup_queue(command, directory)
         session = hookio.first_string(payload, "session_id", "conversation_id")
         project_path = hookio.project_dir(env, payload)
-        extraction = extraction_tier(directory, session, host, str(project_path))
+        extraction = queued_nudge(directory, session, host, str(project_path))
         found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
             from thatch.frontend.project import current_branch

@@ -197,6 +197,9 @@ def run_extraction_status() -> None:
     command = "extraction-status"
     try:
         line = json.dumps(extraction_status(hookio.read_payload(command), os.environ))
+    except OSError as error:
+        hookio.warn(command, hookio.queue_problem(error))
+        return
     except Exception as error:  # a hook must never fail its host's turn
         hookio.report_failure(command, error)
         return
