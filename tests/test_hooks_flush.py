@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -45,7 +45,7 @@ def sub_agent_prompt(sid: str, fetch: str, done: str, load: bool = False) -> str
     )
 
 
-def flush(env: dict[str, str], payload: dict[str, object], *args: str) -> tuple[str, str]:
+def flush(env: dict[str, str], payload: Mapping[str, object], *args: str) -> tuple[str, str]:
     result = run_hook(["flush-tools", *args], payload, env)
     assert result.returncode == 0, result.stderr
     assert b"Traceback" not in result.stdout
@@ -531,3 +531,21 @@ def test_a_queue_dir_that_is_a_file_costs_only_the_extraction_nudge(
     assert status.stderr.decode().splitlines() == [
         "[thatch extraction-status] cannot use the queue: Not a directory"
     ]
+
+
+def test_a_cursor_chat_wake_is_not_a_user_prompt(tmp_path: Path) -> None:
+    """Cursor submits chat-notify's followup_message as the next prompt: thatch's own text
+    gets no nudge and its count is not bumped; the user's next prompt gets the nudge."""
+    from thatch.frontend.hooks.chat_notify import pointer
+
+    env = hook_env(tmp_path)
+    sid = "c0ffee00-1234-4abc-8def-0000000c4a75"
+    run_hook(
+        ["buffer-tool", "--host", "cursor"], {"conversation_id": sid, "tool_name": "Shell"}, env
+    )
+    wake = {"conversation_id": sid, "prompt": pointer(1, ["vega-00002"], "nova-00001", "k")}
+    assert json.loads(flush(env, wake, "--json", "--host", "cursor")[0]) == {}
+    assert queue.read_count(Path(env["THATCH_QUEUE_DIR"]), sid) == 0
+    user = {"conversation_id": sid, "prompt": PROMPT}
+    out, _ = flush(env, user, "--json", "--host", "cursor")
+    assert json.loads(out)["additional_context"].startswith("[thatch] 1 tool interaction is")

@@ -33,7 +33,7 @@ def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "c
 
     who = ", ".join(token(sender) for sender in senders)
     text = (
-        f"[thatch] System notification, not user input: {unread} unread chat message(s) "
+        f"{hookio.CHAT_WAKE_START} {unread} unread chat message(s) "
         f"from {who}. Read them with chat "
         f'{{"action": "read", "as": {quoted(credential(name, key))}}}. '
         "Reply only if it matters to your current work; otherwise carry on."

@@ -23,6 +23,7 @@ from thatch.common.environment import HOSTS, host_from_project_vars, known_host
 from thatch.common.environment import project_dir_from_env as env_project_dir
 
 __all__ = [
+    "CHAT_WAKE_START",
     "HOOK_FALLBACK_HOST",
     "HOSTS",
     "MAX_STDIN_BYTES",
@@ -49,6 +50,9 @@ REMINDER_STDIN_DEADLINE = 0.5
 # names one: Claude Code's hooks are the ones that run without any of them.
 HOOK_FALLBACK_HOST = "claude"
 _CHUNK = 1 << 16
+# How chat-notify's wake starts: Cursor submits it as the session's next prompt, which
+# the prompt hook then must not take for the user's (the opencode plugin skips it itself).
+CHAT_WAKE_START = "[thatch] System notification, not user input:"
 
 
 def first_string(payload: Mapping[str, Any], *names: str) -> str:

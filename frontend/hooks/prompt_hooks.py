@@ -106,11 +106,12 @@ def queued_nudge(directory: Path, session: str, host: str, project: str) -> str 
 
 def not_a_user_prompt(payload: Mapping[str, Any], prompt: str) -> bool:
     """A prompt event that no user typed: a background agent's completion (Claude Code's
-    ``<task-notification>`` body) or a child session's task prompt (opencode's plugin
-    passes ``parent_session_id``). It gets no nudge and no recall embedding."""
+    ``<task-notification>`` body), a child session's task prompt (opencode's plugin
+    passes ``parent_session_id``) or thatch's own chat wake (Cursor submits a stop hook's
+    ``followup_message`` as a prompt). It gets no nudge and no recall embedding."""
     if hookio.first_string(payload, "parent_session_id"):
         return True
-    return prompt.lstrip().startswith("<task-notification>")
+    return prompt.lstrip().startswith(("<task-notification>", hookio.CHAT_WAKE_START))
 
 
 def tools_declined(host: str, payload: Mapping[str, Any], env: Mapping[str, str]) -> bool:
