@@ -59,42 +59,42 @@ class HookCommand(click.Command):
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def buffer_batch(host: str | None) -> None:
     """Claude Code tool hook: queue a batch of tool calls for fact extraction."""
-    run_buffer_hook("buffer-batch")
+    run_buffer_hook("buffer-batch", host)
 
 
 @click.command("buffer-tool", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def buffer_tool(host: str | None) -> None:
     """Cursor/opencode tool hook: queue one tool call for fact extraction."""
-    run_buffer_hook("buffer-tool")
+    run_buffer_hook("buffer-tool", host)
 
 
 @click.command("extraction-requeue", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def extraction_requeue(host: str | None) -> None:
     """Extractor died: stdin {session_id}; its handed-out records are pending again."""
-    run_buffer_hook("extraction-requeue")
+    run_buffer_hook("extraction-requeue", host)
 
 
 @click.command("extraction-complete", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def extraction_complete(host: str | None) -> None:
     """Extractor finished: stdin {session_id}; drain exactly the handed-out records."""
-    run_buffer_hook("extraction-complete")
+    run_buffer_hook("extraction-complete", host)
 
 
 @click.command("extraction-status", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def extraction_status(host: str | None) -> None:
     """stdin {session_id}: print {"pending": n, "accepted": b} (the opencode plugin's check)."""
-    run_extraction_status()
+    run_extraction_status(host)
 
 
 @click.command("session-end", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
 def session_end(host: str | None) -> None:
     """Session-end hook: carry the session's queued calls over to the project's next session."""
-    run_buffer_hook("session-end")
+    run_buffer_hook("session-end", host)
 
 
 @click.command("flush-tools", cls=HookCommand, context_settings=HOOK_SETTINGS)

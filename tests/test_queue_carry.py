@@ -306,3 +306,24 @@ def test_a_session_of_another_host_adopts_carried_calls_once(
         assert len(fetched_ids(tools, opencode)) == 1
         tools.call("extraction_done", {"session_id": opencode})
     assert queue.peek_records(qdir(tmp_path), opencode) == [] and carried(tmp_path) == []
+
+
+def test_a_cursor_session_is_its_conversation_id_in_every_hook(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Cursor's payloads may carry a session_id beside the conversation_id every event
+    has: the tool hook, the prompt hook, extraction-status and session-end (run as
+    Cursor runs them: CURSOR_PROJECT_DIR set, no --host) all name one queue."""
+    env = {**env, "CURSOR_PROJECT_DIR": str(tmp_path)}
+    ids = {"conversation_id": "conv-7", "session_id": "sess-7"}
+    call = {"tool_name": "Shell", "tool_input": {"command": "make test"}, "tool_output": "ok"}
+    ok(run_hook(["buffer-tool"], {**ids, **call, "tool_use_id": "cu1"}, env))
+    result = run_hook(["flush-tools", "--json"], {**ids, "prompt": "ok"}, env)
+    text = json.loads(result.stdout).get("additional_context", "")
+    assert "1 tool interaction is queued" in text and 'session_id "conv-7"' in text
+    status = run_hook(["extraction-status"], ids, env)
+    assert json.loads(status.stdout) == {"pending": 1, "accepted": False}
+    ok(run_hook(["buffer-tool"], {**ids, **call, "tool_use_id": "cu2"}, env))
+    ok(run_hook(["session-end"], {**ids, "workspace_roots": [str(tmp_path)]}, env))
+    assert [r["tool_use_id"] for r in carried(tmp_path)] == ["cu1", "cu2"]
+    assert queue.peek_records(qdir(tmp_path), "conv-7") == []

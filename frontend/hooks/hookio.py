@@ -33,6 +33,7 @@ __all__ = [
     "clipped",
     "first_string",
     "hook_options",
+    "host_session",
     "project_dir",
     "queue_problem",
     "read_payload",
@@ -65,6 +66,24 @@ def first_string(payload: Mapping[str, Any], *names: str) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
+
+
+# The payload fields naming the host's session, by host: Cursor's every event carries
+# conversation_id (some add a session_id), opencode's plugin passes session_id (its own
+# events say sessionID), Claude Code's say session_id.
+_SESSION_FIELDS = {
+    "cursor": ("conversation_id", "session_id", "sessionID"),
+    "opencode": ("sessionID", "session_id", "conversation_id"),
+}
+_DEFAULT_SESSION_FIELDS = ("session_id", "conversation_id", "sessionID")
+
+
+def host_session(payload: Mapping[str, Any], host: str) -> str:
+    """The host's session id in a hook payload, the one rule of every hook (the queue's
+    and chat's), exactly as given ("" when there is none or it is blank): " a " and "a"
+    are two sessions, as the queue's files keep them apart."""
+    session = first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_SESSION_FIELDS))
+    return session if session.strip() else ""
 
 
 def warn(command: str, message: str, stderr: IO[str] | None = None) -> None:

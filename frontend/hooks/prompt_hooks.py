@@ -294,7 +294,7 @@ def flush_text(
     try:
         directory = queue_dir(env)
         _cleanup_queue(command, directory)
-        session = hookio.first_string(payload, "session_id", "conversation_id")
+        session = hookio.host_session(payload, host)
         project_path = hookio.project_dir(env, payload)
         extraction = queued_nudge(directory, session, host, str(project_path))
         found: tuple[str | None, str | None] = (None, None)
