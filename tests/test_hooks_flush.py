@@ -549,3 +549,17 @@ def test_a_cursor_chat_wake_is_not_a_user_prompt(tmp_path: Path) -> None:
     user = {"conversation_id": sid, "prompt": PROMPT}
     out, _ = flush(env, user, "--json", "--host", "cursor")
     assert json.loads(out)["additional_context"].startswith("[thatch] 1 tool interaction is")
+
+
+def test_help_names_what_the_prompt_hook_prints() -> None:
+    """`thatch flush-tools --help` names the texts it may print; the save reminder is gone."""
+    import subprocess
+
+    from tests.support.hookrun import thatch_command
+
+    result = subprocess.run(
+        thatch_command("flush-tools", "--help"), capture_output=True, check=True, timeout=60
+    )
+    text = " ".join(result.stdout.decode().split())
+    assert "save reminder" not in text
+    assert "relevant memories, engine blocks, unread chat), or nothing" in text
