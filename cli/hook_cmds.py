@@ -52,56 +52,61 @@ class HookCommand(click.Command):
             return []
 
 
+# Every hook's --host: how its texts name tools, and which payload field names the session.
+HOST_HELP = "claude, cursor or opencode (tool naming, the payload's session field)."
+
+
 # -- tool hooks ------------------------------------------------------------------------
 
 
 @click.command("buffer-batch", cls=HookCommand, context_settings=HOOK_SETTINGS)
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def buffer_batch(host: str | None) -> None:
     """Claude Code tool hook: queue a batch of tool calls for fact extraction."""
-    run_buffer_hook("buffer-batch")
+    run_buffer_hook("buffer-batch", host)
 
 
 @click.command("buffer-tool", cls=HookCommand, context_settings=HOOK_SETTINGS)
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def buffer_tool(host: str | None) -> None:
     """Cursor/opencode tool hook: queue one tool call for fact extraction."""
-    run_buffer_hook("buffer-tool")
+    run_buffer_hook("buffer-tool", host)
 
 
 @click.command("extraction-requeue", cls=HookCommand, context_settings=HOOK_SETTINGS)
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def extraction_requeue(host: str | None) -> None:
     """Extractor died: stdin {session_id}; its handed-out records are pending again."""
-    run_buffer_hook("extraction-requeue")
+    run_buffer_hook("extraction-requeue", host)
 
 
 @click.command("extraction-complete", cls=HookCommand, context_settings=HOOK_SETTINGS)
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def extraction_complete(host: str | None) -> None:
     """Extractor finished: stdin {session_id}; drain exactly the handed-out records."""
-    run_buffer_hook("extraction-complete")
+    run_buffer_hook("extraction-complete", host)
 
 
 @click.command("extraction-status", cls=HookCommand, context_settings=HOOK_SETTINGS)
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def extraction_status(host: str | None) -> None:
     """stdin {session_id}: print {"pending": n, "accepted": b} (the opencode plugin's check)."""
-    run_extraction_status()
+    run_extraction_status(host)
 
 
 @click.command("session-end", cls=HookCommand, context_settings=HOOK_SETTINGS)
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def session_end(host: str | None) -> None:
     """Session-end hook: carry the session's queued calls over to the project's next session."""
-    run_buffer_hook("session-end")
+    run_buffer_hook("session-end", host)
 
 
 @click.command("flush-tools", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help='Print {"additional_context": …}.')
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def flush_tools(as_json: bool, host: str | None) -> None:
-    """Prompt hook: print one nudge (extraction, relevant memories, or save reminder)."""
+    """Prompt hook: print the nudges that apply (extraction, relevant memories, engine
+    blocks, unread chat), or nothing."""
     from thatch.frontend.hooks.prompt_hooks import run_flush_tools
 
     run_flush_tools(as_json, host)
@@ -109,7 +114,7 @@ def flush_tools(as_json: bool, host: str | None) -> None:
 
 @click.command("reminder", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help='Print {"additional_context": …}.')
-@click.option("--host", default=None, help="claude, cursor or opencode (tool naming).")
+@click.option("--host", default=None, help=HOST_HELP)
 def reminder(as_json: bool, host: str | None) -> None:
     """Session-start hook: remind the agent to load memories; report store hygiene."""
     from thatch.frontend.hooks.prompt_hooks import run_reminder

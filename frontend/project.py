@@ -22,6 +22,7 @@ __all__ = [
     "checkout_git_dir",
     "current_branch",
     "detect_store",
+    "is_directory",
     "list_branches",
     "parse_remote",
     "project_store",
@@ -88,14 +89,14 @@ def detect_store(
     basename (a deleted worktree's basename is usually a branch name).
     """
     directory = Path(os.path.abspath(directory))
-    if directory.is_dir():
+    if is_directory(directory):
         found = _git_identity(directory, env, main_wanted=cache is not None)
         if found is not None:
             slug, main = found
             if cache is not None:
                 _quietly(lambda: cache.remember(_real(directory), _real(main), slug))
             return slug
-    if directory.exists() and directory.name:
+    if _exists(directory) and directory.name:
         # A name that is not UTF-8 keeps a replacement character: no store can hold bytes.
         return directory.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     if cache is not None:
@@ -143,6 +144,30 @@ def _cached(directory: Path, env: Mapping[str, str] | None, cache: RepoPathCache
     # Same identity, main checkout missing, or not a git checkout right now (a re-clone
     # may be in progress): the remembered name stands.
     return slug
+
+
+def is_directory(path: Path) -> bool:
+    """``path.is_dir()``, False for a path the system will not look up: a host's cwd may be
+    too long a name or lie under a directory this user cannot search (ENAMETOOLONG, EACCES
+    escape ``is_dir``), and such a directory is as unusable as a missing one."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 T = TypeVar("T")
@@ -195,7 +220,7 @@ def list_branches(directory: Path, env: Mapping[str, str] | None = None) -> list
     from the repo identity cache.
     """
     directory = Path(directory)
-    if not directory.exists():
+    if not _exists(directory):
         cache = repo_cache(os.environ if env is None else env)
         if cache is not None:
             try:
@@ -214,7 +239,7 @@ def current_branch(directory: Path, env: Mapping[str, str] | None = None) -> str
     """The branch checked out in ``directory`` (a worktree's own), or None: not a git
     checkout, HEAD detached, or git cannot say. The prompt hook's recall nudge searches
     that branch plus unscoped memories, memory_recall's rule for a ``branch`` argument."""
-    if not Path(directory).is_dir():
+    if not is_directory(Path(directory)):
         return None
     head = _head_file(Path(directory))
     if head is None:
@@ -244,9 +269,9 @@ def checkout_git_dir(directory: Path) -> tuple[Path, Path] | None:
     None when no ``.git`` is found or it cannot be read."""
     for candidate in (directory, *directory.parents):
         dotgit = candidate / ".git"
-        if dotgit.is_dir():
+        if is_directory(dotgit):
             return candidate, dotgit
-        if dotgit.is_file():
+        if _is_file(dotgit):
             try:
                 line = read_regular(dotgit, _GIT_FILE_MAX).decode("utf-8").strip()
             except (OSError, UnicodeDecodeError):

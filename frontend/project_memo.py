@@ -21,7 +21,7 @@ from pathlib import Path
 
 from thatch.common.environment import default_db_path, thatch_cache_dir
 from thatch.frontend.git_refs import stat_key
-from thatch.frontend.project import checkout_git_dir, project_store
+from thatch.frontend.project import checkout_git_dir, is_directory, project_store
 from thatch.frontend.regular_files import read_regular
 
 __all__ = ["memo_file", "remembered_store"]
@@ -64,7 +64,7 @@ def _facts(directory: Path, env: Mapping[str, str]) -> tuple[str, bool] | None:
     """(the key, whether it may be memoized: no config includes another file); None for
     a directory that does not exist (``project_store`` then asks the repo identity
     cache)."""
-    if not directory.is_dir():
+    if not is_directory(directory):
         return None
     parts = [f"dir {os.path.realpath(directory)}"]
     found = checkout_git_dir(directory)

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -45,7 +45,7 @@ def sub_agent_prompt(sid: str, fetch: str, done: str, load: bool = False) -> str
     )
 
 
-def flush(env: dict[str, str], payload: dict[str, object], *args: str) -> tuple[str, str]:
+def flush(env: dict[str, str], payload: Mapping[str, object], *args: str) -> tuple[str, str]:
     result = run_hook(["flush-tools", *args], payload, env)
     assert result.returncode == 0, result.stderr
     assert b"Traceback" not in result.stdout
@@ -489,3 +489,77 @@ def test_minilm_nudge_fires_for_the_issues_example(recall_env: dict[str, str]) -
     assert err == ""
     assert out.startswith("[thatch] ") and '"Running the test suite"' in out
     assert "Use memory_recall before responding." in out
+
+
+def test_a_queue_failure_costs_only_the_extraction_nudge(recall_env: dict[str, str]) -> None:
+    """The session's queue lock held elsewhere past 2 s: the recall nudge still prints,
+    and stderr says the queue's problem in its own words (not "internal error")."""
+    import fcntl
+
+    sid = "lk-9"
+    run_hook(["buffer-batch"], {"session_id": sid, "tool_calls": BATCH_CALLS}, recall_env)
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": "0"}
+    prompt: dict[str, object] = {
+        "session_id": sid,
+        "prompt": "How do I deploy this app to production?",
+    }
+    fd = os.open(Path(env["THATCH_QUEUE_DIR"]) / f"{sid}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        out, err = flush(env, prompt)
+    finally:
+        os.close(fd)
+    assert out.startswith("[thatch] ") and "Deploying to production" in out
+    assert "tool interaction" not in out
+    assert err.splitlines() == [f"[thatch flush-tools] queue lock {sid}.lock busy for 2 s; gave up"]
+    assert len(queue.peek_records(Path(env["THATCH_QUEUE_DIR"]), sid)) == 2  # nothing lost
+
+
+def test_a_queue_dir_that_is_a_file_costs_only_the_extraction_nudge(
+    recall_env: dict[str, str], tmp_path: Path
+) -> None:
+    """THATCH_QUEUE_DIR naming a regular file: the recall nudge still prints; one line
+    naming the problem, and extraction-status prints nothing, with the same kind of line."""
+    blocker = tmp_path / "queue-is-a-file"
+    blocker.write_text("x")
+    env = {**recall_env, "THATCH_RECALL_THRESHOLD": "0", "THATCH_QUEUE_DIR": str(blocker)}
+    out, err = flush(env, {"session_id": "s", "prompt": "How do I deploy this app to production?"})
+    assert out.startswith("[thatch] ") and "Deploying to production" in out
+    assert err.splitlines() == ["[thatch flush-tools] cannot use the queue: Not a directory"]
+    status = run_hook(["extraction-status"], {"session_id": "s"}, env)
+    assert status.returncode == 0 and status.stdout == b""
+    assert status.stderr.decode().splitlines() == [
+        "[thatch extraction-status] cannot use the queue: Not a directory"
+    ]
+
+
+def test_a_cursor_chat_wake_is_not_a_user_prompt(tmp_path: Path) -> None:
+    """Cursor submits chat-notify's followup_message as the next prompt: thatch's own text
+    gets no nudge and its count is not bumped; the user's next prompt gets the nudge."""
+    from thatch.frontend.hooks.chat_notify import pointer
+
+    env = hook_env(tmp_path)
+    sid = "c0ffee00-1234-4abc-8def-0000000c4a75"
+    run_hook(
+        ["buffer-tool", "--host", "cursor"], {"conversation_id": sid, "tool_name": "Shell"}, env
+    )
+    wake = {"conversation_id": sid, "prompt": pointer(1, ["vega-00002"], "nova-00001", "k")}
+    assert json.loads(flush(env, wake, "--json", "--host", "cursor")[0]) == {}
+    assert queue.read_count(Path(env["THATCH_QUEUE_DIR"]), sid) == 0
+    user = {"conversation_id": sid, "prompt": PROMPT}
+    out, _ = flush(env, user, "--json", "--host", "cursor")
+    assert json.loads(out)["additional_context"].startswith("[thatch] 1 tool interaction is")
+
+
+def test_help_names_what_the_prompt_hook_prints() -> None:
+    """`thatch flush-tools --help` names the texts it may print; the save reminder is gone."""
+    import subprocess
+
+    from tests.support.hookrun import thatch_command
+
+    result = subprocess.run(
+        thatch_command("flush-tools", "--help"), capture_output=True, check=True, timeout=60
+    )
+    text = " ".join(result.stdout.decode().split())
+    assert "save reminder" not in text
+    assert "relevant memories, engine blocks, unread chat), or nothing" in text

@@ -259,3 +259,30 @@ def test_queue_lock_held_elsewhere_gives_one_line(env: dict[str, str]) -> None:
     assert result.stderr.decode().splitlines() == [
         "[thatch buffer-batch] queue lock s.lock busy for 2 s; gave up"
     ]
+
+
+@pytest.mark.parametrize("hook", ["reminder", "flush-tools"])
+def test_a_cwd_too_long_to_look_up_is_no_project(tmp_path: Path, hook: str) -> None:
+    """A cwd the system refuses to stat (ENAMETOOLONG) is as unusable as a missing one: the
+    hook answers as for the global store, and no stderr line echoes the path."""
+    env = hook_env(tmp_path)  # no project variable: the payload's cwd names the project
+    payload = {"session_id": "lc", "cwd": "/" + "a" * 5000, "prompt": "how do we deploy it?"}
+    result = run_hook([hook], payload, env)
+    assert result.returncode == 0
+    assert result.stderr == b""
+    if hook == "reminder":
+        assert 'the project store "global"' in result.stdout.decode()
+    else:
+        assert result.stdout == b""  # nothing queued, no embedder: nothing to say
+
+
+def test_a_failure_line_keeps_200_characters_of_its_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unexpected error quoting host input (a 5,000-character path) is cut in its line."""
+    from thatch.frontend.hooks.hookio import Failures
+
+    Failures("reminder").report(OSError(36, "File name too long", "/" + "a" * 5000))
+    (line,) = capsys.readouterr().err.splitlines()
+    detail = "OSError: [Errno 36] File name too long: '/" + "a" * 5000
+    assert line == f"[thatch reminder] internal error: {detail[:200]}…"

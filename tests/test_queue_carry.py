@@ -306,3 +306,62 @@ def test_a_session_of_another_host_adopts_carried_calls_once(
         assert len(fetched_ids(tools, opencode)) == 1
         tools.call("extraction_done", {"session_id": opencode})
     assert queue.peek_records(qdir(tmp_path), opencode) == [] and carried(tmp_path) == []
+
+
+def test_a_cursor_session_is_its_conversation_id_in_every_hook(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Cursor's payloads may carry a session_id beside the conversation_id every event
+    has: the tool hook, the prompt hook, extraction-status and session-end (run as
+    Cursor runs them: CURSOR_PROJECT_DIR set, no --host) all name one queue."""
+    env = {**env, "CURSOR_PROJECT_DIR": str(tmp_path)}
+    ids = {"conversation_id": "conv-7", "session_id": "sess-7"}
+    call = {"tool_name": "Shell", "tool_input": {"command": "make test"}, "tool_output": "ok"}
+    ok(run_hook(["buffer-tool"], {**ids, **call, "tool_use_id": "cu1"}, env))
+    result = run_hook(["flush-tools", "--json"], {**ids, "prompt": "ok"}, env)
+    text = json.loads(result.stdout).get("additional_context", "")
+    assert "1 tool interaction is queued" in text and 'session_id "conv-7"' in text
+    status = run_hook(["extraction-status"], ids, env)
+    assert json.loads(status.stdout) == {"pending": 1, "accepted": False}
+    ok(run_hook(["buffer-tool"], {**ids, **call, "tool_use_id": "cu2"}, env))
+    ok(run_hook(["session-end"], {**ids, "workspace_roots": [str(tmp_path)]}, env))
+    assert [r["tool_use_id"] for r in carried(tmp_path)] == ["cu1", "cu2"]
+    assert queue.peek_records(qdir(tmp_path), "conv-7") == []
+
+
+def git_init(directory: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(directory)], check=True, capture_output=True)
+
+
+def test_a_session_in_a_subdirectory_carries_to_the_whole_checkout(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A session whose directory is proj/src/widgets ends; the next session of the project
+    prompts at proj's root: it is nudged about the carried call (the carry file is the
+    checkout's, not the exact directory's), and a session in another subdirectory then
+    finds nothing left."""
+    project = tmp_path / "proj"
+    sub = project / "src" / "widgets"
+    sub.mkdir(parents=True)
+    (project / "docs").mkdir()
+    git_init(project)
+    queue_calls(env, sub, S, "a")
+    session_end(env, sub, S)
+    assert nudge(env, project, T) == (1, T)
+    assert nudge(env, project / "docs", "other-session") is None
+
+
+def test_calls_carried_under_a_directory_key_are_still_adopted_there(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A carry file named by the exact directory (as before carry files were named by the
+    checkout: here, the directory was not in a checkout yet) is adopted by the next
+    session prompting in that directory."""
+    project = tmp_path / "proj"
+    sub = project / "src"
+    sub.mkdir(parents=True)
+    queue_calls(env, sub, S, "a")
+    session_end(env, sub, S)
+    git_init(project)
+    assert nudge(env, sub, T) == (1, T)
+    assert carried(tmp_path) == []

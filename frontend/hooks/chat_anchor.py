@@ -27,22 +27,7 @@ from thatch.frontend.hooks.hookio import Failures
 if TYPE_CHECKING:
     from thatch.frontend.store.chat_store import ChatStore
 
-__all__ = ["chat_line", "credential", "host_session", "open_chat", "with_chat_line"]
-
-# The payload field naming the host session, by host (Claude, Cursor, opencode).
-_SESSION_FIELDS = {
-    "cursor": ("conversation_id", "session_id", "sessionID"),
-    "opencode": ("sessionID", "session_id", "conversation_id"),
-}
-_DEFAULT_FIELDS = ("session_id", "conversation_id", "sessionID")
-
-
-def host_session(payload: Mapping[str, Any], host: str) -> str:
-    """The host's session id in a hook payload, exactly as given ("" when there is none or
-    it is blank): " a " and "a" are two sessions, as the queue's files keep them apart, so
-    neither gets the other's chat identity or key."""
-    session = hookio.first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_FIELDS))
-    return session if session.strip() else ""
+__all__ = ["chat_line", "credential", "open_chat", "with_chat_line"]
 
 
 def open_chat(env: Mapping[str, str]) -> ChatStore:
@@ -86,7 +71,7 @@ def chat_line(
     """
     from thatch.frontend.switches import is_on
 
-    session = host_session(payload, host)
+    session = hookio.host_session(payload, host)
     if not session or not is_on(env, "chat"):  # THATCH_CHAT=off (docs/tools.md §switches)
         return None
     try:

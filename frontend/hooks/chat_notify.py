@@ -33,7 +33,7 @@ def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "c
 
     who = ", ".join(token(sender) for sender in senders)
     text = (
-        f"[thatch] System notification, not user input: {unread} unread chat message(s) "
+        f"{hookio.CHAT_WAKE_START} {unread} unread chat message(s) "
         f"from {who}. Read them with chat "
         f'{{"action": "read", "as": {quoted(credential(name, key))}}}. '
         "Reply only if it matters to your current work; otherwise carry on."
@@ -44,10 +44,10 @@ def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "c
 
 def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
     """The pointer when a wake is due for the payload's session, else None."""
-    from thatch.frontend.hooks.chat_anchor import host_session, open_chat
+    from thatch.frontend.hooks.chat_anchor import open_chat
     from thatch.frontend.switches import is_on
 
-    session = host_session(payload, host)
+    session = hookio.host_session(payload, host)
     if not session or not is_on(env, "chat"):  # THATCH_CHAT=off (docs/tools.md §switches)
         return None
     from thatch.frontend.store.chat_store import host_session_key

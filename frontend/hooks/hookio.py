@@ -23,15 +23,19 @@ from thatch.common.environment import HOSTS, host_from_project_vars, known_host
 from thatch.common.environment import project_dir_from_env as env_project_dir
 
 __all__ = [
+    "CHAT_WAKE_START",
     "HOOK_FALLBACK_HOST",
     "HOSTS",
     "MAX_STDIN_BYTES",
     "REMINDER_STDIN_DEADLINE",
     "STDIN_DEADLINE",
     "Failures",
+    "clipped",
     "first_string",
     "hook_options",
+    "host_session",
     "project_dir",
+    "queue_problem",
     "read_payload",
     "report_failure",
     "resolve_host",
@@ -47,6 +51,9 @@ REMINDER_STDIN_DEADLINE = 0.5
 # names one: Claude Code's hooks are the ones that run without any of them.
 HOOK_FALLBACK_HOST = "claude"
 _CHUNK = 1 << 16
+# How chat-notify's wake starts: Cursor submits it as the session's next prompt, which
+# the prompt hook then must not take for the user's (the opencode plugin skips it itself).
+CHAT_WAKE_START = "[thatch] System notification, not user input:"
 
 
 def first_string(payload: Mapping[str, Any], *names: str) -> str:
@@ -59,6 +66,24 @@ def first_string(payload: Mapping[str, Any], *names: str) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
+
+
+# The payload fields naming the host's session, by host: Cursor's every event carries
+# conversation_id (some add a session_id), opencode's plugin passes session_id (its own
+# events say sessionID), Claude Code's say session_id.
+_SESSION_FIELDS = {
+    "cursor": ("conversation_id", "session_id", "sessionID"),
+    "opencode": ("sessionID", "session_id", "conversation_id"),
+}
+_DEFAULT_SESSION_FIELDS = ("session_id", "conversation_id", "sessionID")
+
+
+def host_session(payload: Mapping[str, Any], host: str) -> str:
+    """The host's session id in a hook payload, the one rule of every hook (the queue's
+    and chat's), exactly as given ("" when there is none or it is blank): " a " and "a"
+    are two sessions, as the queue's files keep them apart."""
+    session = first_string(payload, *_SESSION_FIELDS.get(host, _DEFAULT_SESSION_FIELDS))
+    return session if session.strip() else ""
 
 
 def warn(command: str, message: str, stderr: IO[str] | None = None) -> None:
@@ -200,7 +225,25 @@ def _failure_message(error: BaseException) -> str:
     if errors is not None and isinstance(error, errors.StoreError):
         # A full disk or a busy database is the environment's, not thatch's internal error.
         return str(error).splitlines()[0]
-    return f"internal error: {type(error).__name__}: {error}".splitlines()[0]
+    detail = f"{type(error).__name__}: {error}".splitlines()[0]
+    return f"internal error: {clipped(detail)}"
+
+
+# How much of a failure's own text a hook's stderr line keeps: that text may quote what the
+# host sent (an OSError names the path it was given, a 5,000-character cwd included), and
+# the host shows the agent every stderr line.
+DETAIL_LIMIT = 200
+
+
+def clipped(text: str, limit: int = DETAIL_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, "…" marking a cut."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def queue_problem(error: OSError) -> str:
+    """The line for a queue the hook could not use (its path is no directory, a file in it
+    cannot be read): the system's words, without the path."""
+    return f"cannot use the queue: {error.strerror or clipped(str(error))}"
 
 
 class Failures:

@@ -91,13 +91,27 @@ def extraction_tier(
     return extraction_nudge(host, session, len(records), missed)
 
 
+def queued_nudge(directory: Path, session: str, host: str, project: str) -> str | None:
+    """``extraction_tier``, a queue that cannot be used (a lock held past 2 s, a queue
+    path that is no directory) said in one line: it costs the extraction nudge, never
+    the recall tier's text."""
+    try:
+        return extraction_tier(directory, session, host, project)
+    except queue.QueueError as error:
+        hookio.warn("flush-tools", str(error))
+    except OSError as error:
+        hookio.warn("flush-tools", hookio.queue_problem(error))
+    return None
+
+
 def not_a_user_prompt(payload: Mapping[str, Any], prompt: str) -> bool:
     """A prompt event that no user typed: a background agent's completion (Claude Code's
-    ``<task-notification>`` body) or a child session's task prompt (opencode's plugin
-    passes ``parent_session_id``). It gets no nudge and no recall embedding."""
+    ``<task-notification>`` body), a child session's task prompt (opencode's plugin
+    passes ``parent_session_id``) or thatch's own chat wake (Cursor submits a stop hook's
+    ``followup_message`` as a prompt). It gets no nudge and no recall embedding."""
     if hookio.first_string(payload, "parent_session_id"):
         return True
-    return prompt.lstrip().startswith("<task-notification>")
+    return prompt.lstrip().startswith(("<task-notification>", hookio.CHAT_WAKE_START))
 
 
 def tools_declined(host: str, payload: Mapping[str, Any], env: Mapping[str, str]) -> bool:
@@ -280,9 +294,9 @@ def flush_text(
     try:
         directory = queue_dir(env)
         _cleanup_queue(command, directory)
-        session = hookio.first_string(payload, "session_id", "conversation_id")
+        session = hookio.host_session(payload, host)
         project_path = hookio.project_dir(env, payload)
-        extraction = extraction_tier(directory, session, host, str(project_path))
+        extraction = queued_nudge(directory, session, host, str(project_path))
         found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
             from thatch.frontend.project import current_branch

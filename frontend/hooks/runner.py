@@ -44,13 +44,13 @@ def _batch_calls(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> None:
     """Claude Code's PostToolBatch (or PostToolUse): queue the batch's calls.
 
     A sub-agent's calls carry its parent's ``session_id`` plus an ``agent_id``: they are
     queued under the parent, and a sub-agent's save completes only the handed-out
     snapshot (docs/hooks.md §append)."""
-    session = hookio.first_string(payload, "session_id", "conversation_id")
+    session = hookio.host_session(payload, host)
     agent = hookio.first_string(payload, "agent_id")
     calls = _batch_calls(payload)
     if not any(_readable(call) for call in calls) and _has_tool_calls(payload):
@@ -89,13 +89,13 @@ def _unreadable(directory: Any, session: str, command: str, payload: Mapping[str
     queue.warn_unreadable_once(directory, session, warn)
 
 
-def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> None:
     """Cursor's postToolUse and opencode's plugin: queue one call.
 
     ``parent_session_id`` (the opencode plugin, for a ``task`` child session) queues the
     call under the parent, as Claude Code does for its sub-agents: a child is never
     nudged, so calls queued under it would be stranded."""
-    session = hookio.first_string(payload, "conversation_id", "session_id")
+    session = hookio.host_session(payload, host)
     parent = hookio.first_string(payload, "parent_session_id")
     tool = payload.get("tool_name")
     if not isinstance(tool, str) or not tool.strip():
@@ -122,9 +122,9 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None
     queue.append_calls(queue_dir(env), parent or session, [call], subagent=bool(parent))
 
 
-def _extraction_body(command: str) -> Callable[[Mapping[str, Any], Mapping[str, str]], None]:
-    def body(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
-        session = hookio.first_string(payload, "session_id", "conversation_id")
+def _extraction_body(command: str) -> QueueBody:
+    def body(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> None:
+        session = hookio.host_session(payload, host)
         if not session:
             return  # nothing names a queue: as buffer-tool without a tool_name
         # The project names the carry file, where a session-end may have moved the
@@ -159,9 +159,14 @@ QUEUE_COMMANDS = (
 )
 
 
-def run_buffer_hook(command: str) -> None:
-    """Run one of QUEUE_COMMANDS: read stdin, change the queue, print nothing."""
-    body: Callable[[Mapping[str, Any], Mapping[str, str]], None]
+# A queue command's work: the payload, the environment and the resolved host.
+QueueBody = Callable[[Mapping[str, Any], Mapping[str, str], str], None]
+
+
+def run_buffer_hook(command: str, host: str | None = None) -> None:
+    """Run one of QUEUE_COMMANDS: read stdin, change the queue, print nothing. ``host``
+    (``--host``) decides, as for every hook, which payload field names the session."""
+    body: QueueBody
     if command == "buffer-batch":
         body = buffer_batch_body
     elif command == "buffer-tool":
@@ -171,7 +176,8 @@ def run_buffer_hook(command: str) -> None:
 
     def run() -> None:
         try:
-            body(hookio.read_payload(command), os.environ)
+            payload = hookio.read_payload(command)
+            body(payload, os.environ, hookio.resolve_host(host, os.environ, command))
         except queue.QueueError as error:
             hookio.warn(command, str(error))
         except OSError as error:
@@ -181,22 +187,29 @@ def run_buffer_hook(command: str) -> None:
     hookio.run_hook(command, run)
 
 
-def extraction_status(payload: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+def extraction_status(
+    payload: Mapping[str, Any], env: Mapping[str, str], host: str
+) -> dict[str, Any]:
     """What the opencode plugin asks before it starts an extraction child: how many records
     the session has queued, and whether a fresh snapshot of them is handed out (an
     extractor holds them; the nudge is quiet). Reads only; never locks."""
-    session = hookio.first_string(payload, "session_id", "conversation_id")
+    session = hookio.host_session(payload, host)
     records = queue.peek_records(queue_dir(env), session) if session else []
     held = bool(records) and not queue.nudge_records(queue_dir(env), session)
     return {"pending": len(records), "accepted": held}
 
 
-def run_extraction_status() -> None:
+def run_extraction_status(host: str | None = None) -> None:
     """``extraction-status``: one JSON line ``{"pending": n, "accepted": b}``; nothing when
     it fails (the plugin then starts nothing)."""
     command = "extraction-status"
     try:
-        line = json.dumps(extraction_status(hookio.read_payload(command), os.environ))
+        payload = hookio.read_payload(command)
+        resolved = hookio.resolve_host(host, os.environ, command)
+        line = json.dumps(extraction_status(payload, os.environ, resolved))
+    except OSError as error:
+        hookio.warn(command, hookio.queue_problem(error))
+        return
     except Exception as error:  # a hook must never fail its host's turn
         hookio.report_failure(command, error)
         return
@@ -207,10 +220,10 @@ def run_hook_command(command: str, args: list[str]) -> None:
     """Run a hook command without click (see ``thatch.cli.entry``)."""
     options = hookio.hook_options(command, args)
     if command in QUEUE_COMMANDS:
-        run_buffer_hook(command)
+        run_buffer_hook(command, options["host"])
         return
     if command == "extraction-status":
-        run_extraction_status()
+        run_extraction_status(options["host"])
         return
     from thatch.frontend.hooks.prompt_hooks import run_flush_tools, run_reminder
 

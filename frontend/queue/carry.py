@@ -31,6 +31,7 @@ __all__ = [
     "CARRY_PREFIX",
     "adopt_carried",
     "carry_over",
+    "checkout_root",
     "project_key",
     "release_held",
 ]
@@ -48,11 +49,41 @@ def project_key(project: str) -> str:
     return f"{CARRY_PREFIX}{value:016x}"
 
 
-def _carry_paths(directory: Path, project: str) -> tuple[Path, Path]:
+def checkout_root(project: str) -> str:
+    """The top of the checkout holding ``project`` (the nearest directory with a ``.git``,
+    where git's ``--show-toplevel`` stops), else ``project``; symlinks resolved.
+
+    A session in ``proj/src`` and one at ``proj`` are sessions of one project: the carry
+    file must be the checkout's, not the exact directory's. Stat calls only, no git: the
+    queue commands run on every session end and prompt."""
     # The hooks name the project as the host does (CLAUDE_PROJECT_DIR, the payload's cwd),
     # the MCP server by its working directory, where symlinks are resolved: one key for both.
-    stem = project_key(os.path.realpath(project))
+    real = os.path.realpath(project)
+    # os.path's checks answer False for any path the system refuses (too long, no access).
+    if not os.path.isdir(real):
+        return real  # a deleted worktree: nothing above it speaks for it
+    path = real
+    while not os.path.lexists(os.path.join(path, ".git")):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return real
+        path = parent
+    return path
+
+
+def _carry_paths(directory: Path, project: str) -> tuple[Path, Path]:
+    stem = project_key(checkout_root(project))
     return directory / f"{stem}.jsonl", directory / f"{stem}.lock"
+
+
+def _carry_paths_read(directory: Path, project: str) -> list[tuple[Path, Path]]:
+    """The carry files that may hold ``project``'s calls: the checkout's, and the one named
+    by the exact directory, as releases before checkout keys wrote it (read until the
+    queue's 7-day cleanup takes it)."""
+    current = _carry_paths(directory, project)
+    stem = project_key(os.path.realpath(project))
+    legacy = (directory / f"{stem}.jsonl", directory / f"{stem}.lock")
+    return [current] if legacy == current else [current, legacy]
 
 
 def _held(record: Mapping[str, Any], now: float) -> bool:
@@ -72,9 +103,6 @@ def release_held(
     session's lock; the carry lock is taken second, the order every carry operation uses."""
     if not project:
         return 0
-    carry, carry_lock = _carry_paths(directory, project)
-    if not carry.exists():
-        return 0
     agent = agent_id[:ID_LIMIT]
 
     def mine(record: Mapping[str, Any]) -> bool:
@@ -82,15 +110,20 @@ def release_held(
             return False
         return not agent or record.get("held_agent") == agent
 
-    with locked(carry_lock):
-        carried = read_lines(carry)
-        ours = [record for record in carried if mine(record)]
-        if ours:
-            if delete:
-                write_records(carry, [r for r in carried if not mine(r)])
-            else:
-                write_records(carry, [_unheld(r) if mine(r) else r for r in carried])
-    return len(ours)
+    released = 0
+    for carry, carry_lock in _carry_paths_read(directory, project):
+        if not carry.exists():
+            continue
+        with locked(carry_lock):
+            carried = read_lines(carry)
+            ours = [record for record in carried if mine(record)]
+            if ours:
+                if delete:
+                    write_records(carry, [r for r in carried if not mine(r)])
+                else:
+                    write_records(carry, [_unheld(r) if mine(r) else r for r in carried])
+        released += len(ours)
+    return released
 
 
 def _merged(
@@ -167,13 +200,20 @@ def adopt_carried(
     """Move the project's carried-over records into this session's queue (before its
     extraction nudge, and before a fetch), except those a live snapshot holds
     (``carry_over``). Both locks are held, so of two sessions adopting at once exactly one
-    gets each record. Returns the records adopted; a stat when there are none."""
+    gets each record. Returns the records adopted; stat calls only when there are none."""
     if session_id_problem(session_id) is not None or not project:
         return 0
-    carry, carry_lock = _carry_paths(directory, project)
+    now = time.time() if now is None else now
+    return sum(
+        _adopt_from(directory, session_id, carry, carry_lock, now)
+        for carry, carry_lock in _carry_paths_read(directory, project)
+    )
+
+
+def _adopt_from(directory: Path, session_id: str, carry: Path, carry_lock: Path, now: float) -> int:
+    """``adopt_carried`` for one carry file."""
     if not carry.exists():
         return 0
-    now = time.time() if now is None else now
     jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock), locked(carry_lock):
         carried = read_lines(carry)
