@@ -46,8 +46,9 @@ __all__ = ["setup"]
 @click.option(
     "--git-hooks",
     is_flag=True,
-    help="Also write optional git hooks (post-checkout, post-merge, reference-transaction) "
-    "that tell thatch a ref moved; a hook that is not thatch's is left alone.",
+    help="Also write optional git hooks (post-checkout, post-merge, post-rewrite, "
+    "reference-transaction) that tell thatch a ref moved or history was rewritten; a hook "
+    "that is not thatch's is left alone.",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
 def setup(
