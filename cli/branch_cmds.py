@@ -41,13 +41,20 @@ def restore_branch(name: str, store_name: str | None) -> None:
     project = store_name or project_store(project_dir(os.environ, {}), os.environ)
     with translate_errors(), Store.open(default_db_path(os.environ), clock=utc_now) as store:
         try:
-            count = restore(store, project, name, time.time_ns() // 10**6)
+            done = restore(store, project, name, time.time_ns() // 10**6)
         except NothingToRestoreError as error:
             raise click.ClickException(str(error)) from None
     from thatch.frontend.branch_sync import shown_branch
     from thatch.frontend.untrusted import quoted
 
-    noun = "memory" if count == 1 else "memories"
+    noun = "memory" if done.restored == 1 else "memories"
+    left = ""
+    if done.left:
+        # Written since the archive (archived again, rescoped, rewritten): a person's later
+        # choice, kept; said, so that the count is not taken for all there was.
+        rest = "memory changed since stays" if done.left == 1 else "memories changed since stay"
+        left = f"; {done.left} {rest} as written"
     click.echo(
-        f"Restored {count} {noun} of branch {shown_branch(name)} in store {quoted(project)}."
+        f"Restored {done.restored} {noun} of branch {shown_branch(name)} in store "
+        f"{quoted(project)}{left}."
     )

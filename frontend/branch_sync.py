@@ -24,7 +24,7 @@ from thatch.frontend import git_refs
 from thatch.frontend.project import current_branch
 
 if TYPE_CHECKING:
-    from thatch.frontend.store.branch_lifecycle import BranchChange
+    from thatch.frontend.store.branch_lifecycle import BranchChange, Restored
     from thatch.frontend.store.transactions import Transactions
 
 __all__ = [
@@ -337,15 +337,16 @@ class NothingToRestoreError(ValueError):
     """No memory of the branch was archived by a sync (or all were restored already)."""
 
 
-def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: int) -> int:
-    """Unarchive what syncs archived for ``branch`` in ``project``; how many memories.
-    Raises NothingToRestoreError naming the branches that can be restored."""
+def restore_branch(store: HasTransactions, project: str, branch: str, now_ms: int) -> Restored:
+    """Unarchive what syncs archived for ``branch`` in ``project``: how many memories, and
+    how many were left as written since. Raises NothingToRestoreError naming the branches
+    that can be restored."""
     from thatch.frontend.store.branch_lifecycle import BranchRecords
 
     records = BranchRecords(store.tx)
     done = records.restore(project, branch, now_ms)
     if done.restored:
-        return done.restored
+        return done
     from thatch.frontend.untrusted import quoted, token
 
     # Branch and store names come from agents' memories: framed as data (rule 6).

@@ -215,3 +215,29 @@ def test_a_branch_name_that_is_not_utf8_costs_the_hooks_nothing(tmp_path: Path) 
     assert state(db) == {"Spike idea": ("spike", 1)}
     hygiene = run_hook(["hygiene"], None, env, cwd=repo)
     assert (hygiene.returncode, hygiene.stderr) == (0, b""), hygiene.stderr
+
+
+def test_restore_names_what_it_left_as_written(tmp_path: Path) -> None:
+    """A restore that left a memory written since the archive said only how many it
+    restored, as if that were all there was."""
+    repo = new_repo(tmp_path / STORE)
+    feature(repo, "spike")
+    env = env_for(tmp_path)
+    db = Path(env["THATCH_DB_PATH"])
+    with Store.open(db) as store:
+        for label in ("Spike idea", "Spike risk"):
+            store.remember(STORE, label, f"# {label}\n\nbody", None, None, branch="spike")
+    assert run_hook(["hygiene"], None, env, cwd=repo).returncode == 0
+    git(repo, "branch", "-q", "-D", "spike")
+    assert run_hook(["hygiene"], None, env, cwd=repo).returncode == 0
+    assert state(db) == {"Spike idea": ("spike", 1), "Spike risk": ("spike", 1)}
+    with Store.open(db) as store:  # a person's later choice: archived, as a record
+        store.remember(STORE, "Spike risk", "# Spike risk\n\nkept as a record", None, None,
+                       branch="spike", overwrite=True, archived=True)  # fmt: skip
+    restored = run_hook(["restore-branch", "spike"], None, env, cwd=repo)
+    assert restored.returncode == 0, restored.stderr
+    assert restored.stdout.decode() == (
+        'Restored 1 memory of branch "spike" in store "widgets"; 1 memory changed since '
+        "stays as written.\n"
+    )
+    assert state(db) == {"Spike idea": ("spike", 0), "Spike risk": ("spike", 1)}

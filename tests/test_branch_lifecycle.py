@@ -167,7 +167,7 @@ def test_a_branch_deleted_unmerged_is_archived_and_restorable(tmp_path: Path, st
     git(repo, "branch", "-q", "-D", "spike")
     assert sync(store, repo, clock) == {"spike": "archived"}
     assert rows(store) == {"Spike idea": ("spike", True), "Kept idea": ("kept", False)}
-    assert restore_branch(store, PROJECT, "spike", clock()) == 1
+    assert restore_branch(store, PROJECT, "spike", clock()).restored == 1
     assert rows(store)["Spike idea"] == ("spike", False)
     assert sync(store, repo, clock) == {}  # the gone branch is not archived again
     with pytest.raises(NothingToRestoreError, match='branch "spike"'):
@@ -461,7 +461,7 @@ def test_the_earlier_release_writes_beside_the_lifecycle(tmp_path: Path) -> None
     )  # fmt: skip
     with Store.open(path) as store:
         assert rows(store) == {"Spike idea": ("spike", True)}
-        assert restore_branch(store, PROJECT, "spike", clock()) == 1
+        assert restore_branch(store, PROJECT, "spike", clock()).restored == 1
         assert rows(store) == {"Spike idea": ("spike", False)}
 
 
@@ -654,7 +654,7 @@ def test_restore_leaves_a_memory_written_since_the_archive(tmp_path: Path, store
     for archived, text in ((False, "chose X"), (True, "kept as record")):
         store.remember(PROJECT, "Decision X", text, None, None, branch="feat", overwrite=True,
                        archived=archived)  # fmt: skip
-    assert restore_branch(store, PROJECT, "feat", clock()) == 1
+    assert restore_branch(store, PROJECT, "feat", clock()) == (1, 1)  # restored, left
     assert rows(store) == {"Decision X": ("feat", True), "Decision Y": ("feat", False)}
 
 
@@ -704,7 +704,7 @@ def test_a_renamed_branch_keeps_its_memories_under_the_new_name(
     assert renames(store) == [("topic-note", "topic", "topic-renamed")]
     git(repo, "branch", "-q", "-D", "topic-renamed")
     assert sync(store, repo, clock) == {"topic-renamed": "archived"}
-    assert restore_branch(store, PROJECT, "topic-renamed", clock()) == 1
+    assert restore_branch(store, PROJECT, "topic-renamed", clock()).restored == 1
 
 
 def test_a_copy_made_before_the_branch_went_takes_its_memories(
