@@ -217,10 +217,19 @@ def inline(text: str) -> str:
     A backslash that would read as the start of an escape is doubled, so ``tab\\there``
     typed out never looks like a tab shown escaped."""
     if "\\" in text:
-        text = _ESCAPE_LIKE.sub(r"\g<0>\g<0>", text)
+        text = _ESCAPE_LIKE.sub(_doubled_if_escape_like, text)
     if not _plain_ascii(text):
         text = _shown_escaped(text, _control())
     return _break_markers(text, _backslashed)
+
+
+def _doubled_if_escape_like(match: re.Match[str]) -> str:
+    """The run doubled when what follows reads as an escape: n, r, t, uXXXX, or a
+    character ``inline`` shows escaped; a letter such as ``Ë`` after it is left alone."""
+    after = match.string[match.end() : match.end() + 1]
+    if after.isascii() or _shown_escaped(after, _control()) != after:
+        return match.group(0) * 2
+    return match.group(0)
 
 
 def quoted(text: str) -> str:
