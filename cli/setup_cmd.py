@@ -129,12 +129,13 @@ def subdirectory_note(project_dir: Path) -> str | None:
     from thatch.frontend.project import checkout_git_dir
     from thatch.frontend.untrusted import quoted
 
-    found = checkout_git_dir(project_dir)
-    if found is None or found[0] == project_dir:
+    here = Path(os.path.realpath(project_dir))  # "." or a symlink: where it really is
+    found = checkout_git_dir(here)
+    if found is None or found[0] == here:
         return None
     top = found[0]
     return (
-        f"note: {quoted(str(project_dir))} is inside the git checkout {quoted(str(top))}: "
+        f"note: {quoted(str(here))} is inside the git checkout {quoted(str(top))}: "
         f"a host started there reads the files there, not these (run thatch setup in "
         f"{quoted(str(top))}, or start the host here)"
     )

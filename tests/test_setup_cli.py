@@ -152,6 +152,13 @@ def test_setup_below_a_checkouts_top_says_where_hosts_look(
     monkeypatch.chdir(project)
     at_top = CliRunner().invoke(cli, ["setup", "--claude"])
     assert at_top.exit_code == 0 and "note:" not in at_top.stderr
+    # named relatively, or through a symlink, the directory is where it really is
+    from thatch.cli.setup_cmd import subdirectory_note
+
+    (project.parent / "link").symlink_to(sub)
+    assert subdirectory_note(project.parent / "link") == subdirectory_note(sub) is not None
+    monkeypatch.chdir(sub)
+    assert subdirectory_note(Path(".")) == subdirectory_note(sub)
 
 
 def test_help_names_every_git_hook_setup_writes() -> None:
