@@ -195,6 +195,7 @@ NOT_THE_DATABASE = {
     "frontend/mcp/stdio.py": "/dev/null, for stdin",
     "frontend/queue/files.py": "the extraction queue's files and its lock",
     "cli/chat_cmds.py": "/dev/null, for stdout",
+    "cli/main.py": "/dev/null, for stdout that can no longer be written",
     "cli/team_cmds.py": "the token file `thatch team join --token-file` names",
     "teamsync/tokens.py": "the member tokens' 0600 files",
     "teamsync/process.py": "the sync process's lock file and its log",
