@@ -22,7 +22,7 @@ from thatch.frontend.anchors.check import (
     UNVERIFIABLE,
     AnchorCheck,
     Drift,
-    git_saved_lines,
+    GitSavedLines,
 )
 from thatch.frontend.anchors.recheck import drifted
 from thatch.frontend.anchors.span import blob_id, find_window, lines_of, locate_symbol, span_hash
@@ -579,15 +579,42 @@ def test_a_span_edited_in_place_is_marked_though_its_search_outlasts_a_recall(
             return AnchorCheck(clock=lambda: next(ticks) / 1000)  # a millisecond a reading
 
         assert [v for _, v in hurried().recheck([edited], 0.030)] == [UNVERIFIABLE]
-        verdicts = hurried().recheck([edited, moved], 0.030, saved=git_saved_lines)
+        saved = GitSavedLines()
+        verdicts = hurried().recheck([edited, moved], 0.030, saved=saved)
         assert [v for _, v in verdicts] == [CHANGED, FRESH]
-        assert git_saved_lines(edited) == [f"x{i} = {i}" for i in range(2000, 2300)]
+        # git is asked only for the span not found near its old lines, and once a file
+        assert saved.reads == 1
+        assert saved(edited) == [f"x{i} = {i}" for i in range(2000, 2300)]
+        assert saved.reads == 1
 
         assert hurried().drift(ctx.store, [("acme", "edited")]) == {}  # nothing stored yet
         drifted(ctx.store, "acme", hurried())  # the session-start pass stores its verdict
         assert hurried().drift(ctx.store, [("acme", "edited"), ("acme", "moved")]) == {
             ("acme", "edited"): Drift(("src/table.py",))
         }
+
+
+def test_spans_that_only_moved_cost_the_pass_no_git(tmp_path: Path, repo: Path) -> None:
+    """A span moved by the lines edited above it is found near its old lines in process:
+    asking git first for each (a review's finding) reached a fifth of 400 such anchors
+    within the session start's budget."""
+    for f in range(8):
+        (repo / "src" / f"m{f}.py").write_text("".join(f"y{i} = {i}\n" for i in range(200)))
+    git(repo, "add", "src")
+    git(repo, "commit", "-q", "-m", "modules")
+    with context(tmp_path, repo, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+        for f in range(8):
+            spans = [f"src/m{f}.py:{1 + 20 * k}-{20 + 20 * k}" for k in range(10)]
+            ok(tools, "memory_remember", {"label": f"M{f}", "content": "x", "anchors": spans})
+        for f in range(8):
+            edit(repo / "src" / f"m{f}.py", "y0 = 0\n", "# moved\ny0 = 0\n")
+        anchors = [a for key in ctx.store.anchors_of([("acme", f"m{f}") for f in range(8)]).values()
+                   for a in key]  # fmt: skip
+        saved = GitSavedLines()
+        verdicts = AnchorCheck().recheck(anchors, 60.0, saved=saved)
+        assert len(verdicts) == 80 and {v for _, v in verdicts} == {FRESH}
+        assert saved.reads == 0
 
 
 def test_a_default_of_braces_is_no_block_of_braces(tmp_path: Path, repo: Path) -> None:

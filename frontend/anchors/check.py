@@ -317,34 +317,59 @@ def _span_same(
     if anchor.line_start is None or anchor.line_end is None or anchor.span_hash is None:
         return False
     size = anchor.line_end - anchor.line_start + 1
-    here = lines[anchor.line_start - 1 : anchor.line_end]
+    near = anchor.line_start - 1
+    here = lines[near : anchor.line_end]
     if len(here) == size and span_hash(here) == anchor.span_hash:
         return True
-    before = saved(anchor) if saved is not None else None
+    if saved is None:
+        return find_window(lines, size, anchor.span_hash, near, out_of_time) is not None
+    # Off the prompt path: the places near the old lines first, in process (a span moved
+    # by the lines edited above it, the common case; bounded work, a few milliseconds, so
+    # not cut by the deadline); then the saved lines from git, a file's length to look
+    # for; every window only without them.
+    nearby = max(1, NEAR_LINES_HASHED // size)
+    if find_window(lines, size, anchor.span_hash, near, limit=nearby) is not None:
+        return True
+    before = saved(anchor)
     if before is not None and len(before) == size and span_hash(before) == anchor.span_hash:
-        return find_lines(lines, before, anchor.line_start - 1, out_of_time) is not None
-    start = find_window(lines, size, anchor.span_hash, anchor.line_start - 1, out_of_time)
-    return start is not None
+        return find_lines(lines, before, near, out_of_time) is not None
+    return find_window(lines, size, anchor.span_hash, near, out_of_time) is not None
 
 
-# The saved lines of an anchor's span, or None: not to be had (``git_saved_lines``).
+# How many lines the nearby windows hash before a pass asks git for the saved lines.
+NEAR_LINES_HASHED = 100_000
+# The saved lines of an anchor's span, or None: not to be had (``GitSavedLines``).
 SavedLines = Callable[["Anchor"], "list[str] | None"]
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
-def git_saved_lines(anchor: Anchor) -> list[str] | None:
-    """The span's lines as saved, from the saved file's blob in the anchor's repository
-    (committed or staged since), or None: not in git, not a line span, git failed. One
-    git process: for the passes off the prompt path only."""
-    if anchor.line_start is None or anchor.line_end is None or not anchor.root:
-        return None
-    if not _OBJECT_ID.fullmatch(anchor.blob) or (anchor.size or 0) > MAX_READ_BYTES:
-        return None  # a blob too big to read within a pass (its size is the saved file's)
-    from pathlib import Path
+class GitSavedLines:
+    """The spans' lines as saved, from the saved files' blobs in the anchors' repositories
+    (committed or staged since), for one pass off the prompt path: each blob read once
+    (``git cat-file blob``, one process), however many of its spans are looked for."""
 
-    from thatch.frontend.project import git_result
+    def __init__(self) -> None:
+        self._files: dict[tuple[str, str], list[str] | None] = {}
+        self.reads = 0
 
-    result = git_result(Path(anchor.root), None, "cat-file", "blob", anchor.blob)
-    if result is None or result.returncode != 0:
-        return None
-    return lines_of(result.stdout)[anchor.line_start - 1 : anchor.line_end]
+    def __call__(self, anchor: Anchor) -> list[str] | None:
+        if anchor.line_start is None or anchor.line_end is None or not anchor.root:
+            return None
+        if not _OBJECT_ID.fullmatch(anchor.blob) or (anchor.size or 0) > MAX_READ_BYTES:
+            return None  # too big to read within a pass (its size is the saved file's)
+        key = (anchor.root, anchor.blob)
+        if key not in self._files:
+            self._files[key] = self._read(*key)
+        lines = self._files[key]
+        return None if lines is None else lines[anchor.line_start - 1 : anchor.line_end]
+
+    def _read(self, root: str, blob: str) -> list[str] | None:
+        from pathlib import Path
+
+        from thatch.frontend.project import git_result
+
+        self.reads += 1
+        result = git_result(Path(root), None, "cat-file", "blob", blob)
+        if result is None or result.returncode != 0:
+            return None
+        return lines_of(result.stdout)

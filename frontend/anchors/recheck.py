@@ -17,9 +17,9 @@ from thatch.frontend.anchors.check import (
     CHANGED,
     AnchorCheck,
     Drift,
+    GitSavedLines,
     database_files,
     depends_on,
-    git_saved_lines,
     inherit,
 )
 from thatch.frontend.errors import StoreError
@@ -160,7 +160,7 @@ def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
     every = [anchor for anchors in anchored.values() for anchor in anchors]
     before = {(a.slug, a.seq): (a.status, a.checked_mtime_ns, a.checked_size) for a in every}
     verdicts = check.recheck(
-        every, HYGIENE_BUDGET, never_open=database_files(store.path), saved=git_saved_lines
+        every, HYGIENE_BUDGET, never_open=database_files(store.path), saved=GitSavedLines()
     )
     with contextlib.suppress(sqlite3.Error, StoreError):
         # Only the verdicts (or the stats they saw) that changed: most passes write nothing.

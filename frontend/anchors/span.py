@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
@@ -89,10 +90,12 @@ def find_window(
     wanted: str,
     near: int = 0,
     out_of_time: Callable[[], bool] = _unhurried,
+    limit: int | None = None,
 ) -> int | None:
     """Where (0-based) ``size`` lines hash to ``wanted``, the place nearest line ``near``
-    (searched outwards from it); None when none does: a span that moved in its file
-    unchanged is still the same code, usually moved by the lines edited above it.
+    (searched outwards from it); None when none does (among the ``limit`` nearest places,
+    when given): a span that moved in its file unchanged is still the same code, usually
+    moved by the lines edited above it.
 
     Each line is trimmed and encoded once, and each window hashed from one buffer. sha1
     does not roll, so every window is still hashed whole: a large span in a large file
@@ -102,7 +105,8 @@ def find_window(
         return None
     text, starts = _joined(lines)
     view = memoryview(text)
-    for start in _nearest_first(near, len(lines) - size):
+    places = _nearest_first(near, len(lines) - size)
+    for start in places if limit is None else itertools.islice(places, limit):
         if out_of_time():
             raise OutOfTime
         window = view[starts[start] : starts[start + size] - 1]
