@@ -176,6 +176,18 @@ def _carried_on(common: Path, new: str, old_ref: str) -> bool:
     """Whether branch ``new``'s reflog records a rename or copy of ``old_ref`` (``Branch:
     renamed refs/heads/a to refs/heads/b``, ``Branch: copied …``) among its last lines.
     A file read, no git process; no reflog (core.logAllRefUpdates off): not known."""
+    records = (f"Branch: renamed {old_ref} to ", f"Branch: copied {old_ref} to ")
+    if (common / "reftable").is_dir():
+        # A reftable repository keeps no log files: git says (one process, and only for
+        # a branch gone with one new one at its tip).
+        from thatch.frontend.project import git_result
+
+        shown = git_result(common, None, "reflog", "show", "--format=%gs", "-n", "50",
+                           f"{git_refs.HEADS}{new}", "--")  # fmt: skip
+        if shown is None or shown.returncode != 0:
+            return False
+        messages = shown.stdout.decode("utf-8", "replace").splitlines()
+        return any(message.startswith(records) for message in messages)
     from thatch.frontend.regular_files import open_regular
 
     try:
@@ -185,7 +197,6 @@ def _carried_on(common: Path, new: str, old_ref: str) -> bool:
             tail = handle.read(_REFLOG_TAIL)
     except (OSError, ValueError):
         return False
-    records = (f"Branch: renamed {old_ref} to ", f"Branch: copied {old_ref} to ")
     for line in tail.decode("utf-8", "replace").splitlines():
         if line.partition("\t")[2].startswith(records):
             return True

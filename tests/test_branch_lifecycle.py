@@ -707,6 +707,23 @@ def test_a_renamed_branch_keeps_its_memories_under_the_new_name(
     assert restore_branch(store, PROJECT, "topic-renamed", clock()).restored == 1
 
 
+def test_a_rename_is_read_from_git_where_refs_keep_no_log_files(
+    tmp_path: Path, store: Store
+) -> None:
+    """A reftable repository has no logs/refs/heads files: git is asked for the new
+    branch's reflog (an empty reftable folder sends the sync there; git here still
+    answers from its files)."""
+    repo = new_repo(tmp_path / "widgets")
+    feature(repo, "topic")
+    save(store, "Topic note", "topic")
+    clock = Clock()
+    sync(store, repo, clock)
+    (repo / ".git" / "reftable").mkdir()
+    git(repo, "branch", "-m", "topic", "topic-renamed")
+    assert sync(store, repo, clock) == {"topic": "renamed"}
+    assert rows(store) == {"Topic note": ("topic-renamed", False)}
+
+
 def test_a_copy_made_before_the_branch_went_takes_its_memories(
     tmp_path: Path, store: Store
 ) -> None:
