@@ -27,6 +27,7 @@ from thatch.frontend.setup.hooks import (
         "'/opt/my tools/thatch' flush-tools --json",
         "thatch chat-notify --host cursor --off=chat",
         "thatch reminder --json --off=engines,chat",
+        "thatch flush-tools --json --host cursor",  # Cursor's: every command names its host
     ],
 )
 def test_thatch_commands_recognised(command: str) -> None:
@@ -42,7 +43,7 @@ def test_thatch_commands_recognised(command: str) -> None:
         "thatch reminder --verbose",
         "thatch",
         "thatch mcp",
-        "thatch reminder --json --host claude",  # five words
+        "thatch reminder --json --host claude --json",  # six words
         "thatch reminder --off=chat --json",  # the switches come last
         "thatch reminder --host",
         "thatch 'unterminated",
@@ -178,6 +179,6 @@ def test_cursor_session_end_is_wired_after_foreign_entries() -> None:
     out = merge_cursor({"hooks": {"sessionEnd": [{"command": "audit.sh"}]}}, "thatch")
     assert out["hooks"]["sessionEnd"] == [
         {"command": "audit.sh"},
-        {"command": "thatch session-end"},
+        {"command": "thatch session-end --host cursor"},
     ]
     assert "subagentStop" not in out["hooks"]  # it names no agent: see cursor_commands

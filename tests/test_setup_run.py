@@ -158,14 +158,14 @@ def test_fresh_run_creates_exactly_the_hosts_files(
         doc = json.loads(by_name["hooks.json"].read_text())
         assert doc["version"] == 1
         subs = [
-            check_command(e["command"], "cursor" if event == "stop" else None)
+            check_command(e["command"], "cursor")  # every Cursor command names its host
             for event, v in doc["hooks"].items()
             for e in v
         ]
         assert subs == ["reminder", "buffer-tool", "flush-tools", "chat-notify", "session-end"]
         assert doc["hooks"]["stop"][0]["loop_limit"] == 3
         assert doc["hooks"]["stop"][0]["command"].endswith(" chat-notify --host cursor")
-        assert doc["hooks"]["sessionStart"][0]["command"].endswith(" reminder --json")
+        assert doc["hooks"]["sessionStart"][0]["command"].endswith(" reminder --json --host cursor")
         mcp = json.loads(by_name["mcp.json"].read_text())["mcpServers"]["thatch"]
         assert mcp["command"] == BIN and mcp["args"] == ["mcp"]
         assert mcp["env"] == {"THATCH_PROJECT_DIR": "${workspaceFolder}", "THATCH_HOST": "cursor"}
@@ -289,7 +289,7 @@ def test_cursor_and_opencode_foreign_entries_preserved(project: Path, env: dict[
     assert stop[1]["loop_limit"] == 3
     tool = doc["hooks"]["postToolUse"]
     assert tool[0] == {"command": "lint.sh"} and len(tool) == 2
-    assert check_command(tool[1]["command"]) == "buffer-tool"
+    assert check_command(tool[1]["command"], "cursor") == "buffer-tool"
     oc = json.loads((project / "opencode.json").read_text())
     assert oc["theme"] == "dark" and oc["mcp"]["servers"]["gh"] == {"type": "remote"}
     assert oc["mcp"]["servers"]["thatch"] == {

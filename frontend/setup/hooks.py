@@ -56,7 +56,7 @@ def is_thatch_command(command: object) -> bool:
         return False
     if words and words[-1].startswith(OFF_OPTION):
         words = words[:-1]  # the project's switches (frontend/switches.py), always last
-    if not 2 <= len(words) <= 4:
+    if not 2 <= len(words) <= 5:  # thatch <hook> [--json] [--host <host>]
         return False
     if os.path.basename(words[0]) != "thatch" or words[1] not in HOOK_SUBCOMMANDS:
         return False
@@ -96,15 +96,18 @@ def _with_off(commands: dict[str, str], off: frozenset[str]) -> dict[str, str]:
 
 
 def cursor_commands(bin_word: str, off: frozenset[str] = frozenset()) -> dict[str, str]:
+    # Every command names its host, which picks the payload's session field
+    # (hookio.host_session): left to THATCH_HOST or CURSOR_PROJECT_DIR, a session could
+    # queue under one id and be nudged or carried over under the other.
     commands = {
-        "sessionStart": f"{bin_word} reminder --json",
-        "postToolUse": f"{bin_word} buffer-tool",
-        "beforeSubmitPrompt": f"{bin_word} flush-tools --json",
+        "sessionStart": f"{bin_word} reminder --json --host cursor",
+        "postToolUse": f"{bin_word} buffer-tool --host cursor",
+        "beforeSubmitPrompt": f"{bin_word} flush-tools --json --host cursor",
         "stop": f"{bin_word} chat-notify --host cursor",
         # Fire-and-forget; carries session_id and conversation_id like the prompt hook
         # (docs/hooks.md §cursor). Cursor's subagentStop names no agent, so the snapshot
         # is left to extraction_done and the 10-minute expiry there.
-        "sessionEnd": f"{bin_word} session-end",
+        "sessionEnd": f"{bin_word} session-end --host cursor",
     }
     return _with_off(commands, off)
 
