@@ -3,7 +3,7 @@
 At session start (``reminder``) and, when the refs' fingerprint changed, on a prompt
 (``flush-tools``), the refs git lists now are compared with the snapshot thatch stored at
 the last sync. A branch that scoped memories and is gone has them moved to the one new
-branch at its tip when there is exactly one (renamed), else promoted to
+branch at its tip whose reflog records a rename or copy of it, else promoted to
 project-wide when its work is in the default branch (local or origin's), else archived
 (``thatch restore-branch`` undoes that). A branch whose remote-tracking ref a fetch pruned
 and whose tip is in origin's default branch (merged on the host) is promoted too, even if

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from thatch.frontend.identifiers import not_utf8
 from thatch.frontend.project import checkout_git_dir, git_result
 from thatch.frontend.regular_files import open_regular, read_regular
 
@@ -31,6 +32,7 @@ __all__ = [
     "default_targets",
     "fingerprint",
     "head_commit",
+    "is_object_id",
     "merged_into",
     "read_refs",
     "refs_from_files",
@@ -139,7 +141,9 @@ def refs_from_files(common: Path) -> Refs | None:
                 except (OSError, UnicodeDecodeError):
                     return None
                 ref = os.path.relpath(path, common).replace(os.sep, "/")
-                if _utf8(ref):
+                # git allows any bytes in a branch name, the snapshot's text does not: a
+                # ref that is not UTF-8 is left out, as a branch the snapshot never saw.
+                if not not_utf8(ref):
                     values[ref] = text
     try:
         packed = read_regular(common / "packed-refs", _PACKED_MAX).decode(
@@ -153,9 +157,9 @@ def refs_from_files(common: Path) -> Refs | None:
         if not line or line[0] in "#^":
             continue  # the header, and a tag's peeled commit
         commit, _, ref = line.partition(" ")
-        if not _object_id(commit) or not ref:
+        if not is_object_id(commit) or not ref:
             return None
-        if ref.startswith((HEADS, "refs/remotes/")) and _utf8(ref):
+        if ref.startswith((HEADS, "refs/remotes/")) and not not_utf8(ref):
             values.setdefault(ref, commit)
     commits: dict[str, str] = {}
     origin_head = None
@@ -164,21 +168,10 @@ def refs_from_files(common: Path) -> Refs | None:
             if ref == f"{_REMOTES}HEAD":
                 origin_head = value[len("ref: ") :]
             continue  # a symbolic ref: for-each-ref's %(symref) lines are skipped too
-        if not _object_id(value):
+        if not is_object_id(value):
             return None
         commits[ref] = value
     return Refs(commits, origin_head)
-
-
-def _utf8(ref: str) -> bool:
-    """Whether ``ref`` (read with ``surrogateescape``) was UTF-8: git allows any bytes in
-    a branch name, but the snapshot's text cannot hold others, so such a ref is left out,
-    as a branch the snapshot never saw."""
-    try:
-        ref.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def head_commit(checkout: Path) -> str | None:
@@ -194,7 +187,7 @@ def head_commit(checkout: Path) -> str | None:
         text = read_regular(found[1] / "HEAD", _SMALL).decode("utf-8", "surrogateescape").strip()
     except OSError:
         return None
-    if _object_id(text):
+    if is_object_id(text):
         return text  # detached
     ref = text.removeprefix("ref: ")
     if ref == text or not ref.startswith(HEADS) or ".." in ref.split("/"):
@@ -206,7 +199,7 @@ def head_commit(checkout: Path) -> str | None:
         value = _packed_ref(common, ref)
     except (OSError, UnicodeDecodeError):
         return None
-    return value if value is not None and _object_id(value) else None
+    return value if value is not None and is_object_id(value) else None
 
 
 def _packed_ref(common: Path, ref: str) -> str | None:
@@ -221,7 +214,9 @@ def _packed_ref(common: Path, ref: str) -> str | None:
     return None
 
 
-def _object_id(text: str) -> bool:
+def is_object_id(text: str) -> bool:
+    """Whether ``text`` is a full object id (sha1 or sha256, lower-case hex): never an
+    option or a revision expression when passed to git."""
     return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
@@ -244,7 +239,7 @@ def _refs_from_git(directory: Path, env: Mapping[str, str] | None) -> Refs | Non
         if len(fields) != 4:
             continue
         commit, tree, ref, symref = fields
-        if not _utf8(line):
+        if not_utf8(line):
             continue
         if symref:
             if ref == f"{_REMOTES}HEAD":

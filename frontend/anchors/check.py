@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -340,7 +339,6 @@ def _span_same(
 NEAR_LINES_HASHED = 100_000
 # The saved lines of an anchor's span, or None: not to be had (``GitSavedLines``).
 SavedLines = Callable[["Anchor"], "list[str] | None"]
-_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class GitSavedLines:
@@ -355,7 +353,9 @@ class GitSavedLines:
     def __call__(self, anchor: Anchor) -> list[str] | None:
         if anchor.line_start is None or anchor.line_end is None or not anchor.root:
             return None
-        if not _OBJECT_ID.fullmatch(anchor.blob) or (anchor.size or 0) > MAX_READ_BYTES:
+        from thatch.frontend.git_refs import is_object_id
+
+        if not is_object_id(anchor.blob) or (anchor.size or 0) > MAX_READ_BYTES:
             return None  # too big to read within a pass (its size is the saved file's)
         key = (anchor.root, anchor.blob)
         if key not in self._files:

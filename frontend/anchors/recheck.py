@@ -23,6 +23,7 @@ from thatch.frontend.anchors.check import (
     inherit,
 )
 from thatch.frontend.errors import StoreError
+from thatch.frontend.git_refs import head_commit, is_object_id
 
 if TYPE_CHECKING:
     from thatch.frontend.store.anchor_queries import Key
@@ -80,8 +81,6 @@ def _worth_diffing(pairs: list[tuple[str, str]], here: Path | None) -> list[tupl
     """``pairs`` under ``here``, then the others a diff could change, up to
     ``MAX_COMMITS``: a checkout deleted since, or one whose HEAD is still the captured
     commit, would take a slot of every pass for nothing."""
-    from thatch.frontend.git_refs import head_commit
-
     inside = os.path.realpath(here) if here is not None else None
     first = [pair for pair in pairs if _holds(pair[0], inside)]
     rest: list[tuple[str, str]] = []
@@ -107,13 +106,13 @@ def _follow(store: Store, root: str, commits: list[str], env: Mapping[str, str] 
     from thatch.frontend.project import run_git
 
     head = run_git(Path(root), env, "rev-parse", "--verify", "--quiet", "HEAD")
-    if head is None or not _object_id(head):
+    if head is None or not is_object_id(head):
         return 0  # no commit yet, or git cannot say: stay put
     committed: dict[str, list[tuple[str, str]]] = {}
     for commit in commits:
         if commit == head:
             continue
-        renames = _renames(root, env, commit, head) if _object_id(commit) else None
+        renames = _renames(root, env, commit, head) if is_object_id(commit) else None
         if renames is None:
             if _known(root, env, commit):
                 continue  # git failed (a timeout): the next pass tries again
@@ -141,14 +140,10 @@ def _known(root: str, env: Mapping[str, str] | None, commit: str) -> bool:
     """Whether git knows ``commit`` (or cannot say)."""
     from thatch.frontend.project import git_result
 
-    if not _object_id(commit):
+    if not is_object_id(commit):
         return False
     result = git_result(Path(root), env, "cat-file", "-e", f"{commit}^{{commit}}")
     return result is None or result.returncode == 0
-
-
-def _object_id(text: str) -> bool:
-    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
