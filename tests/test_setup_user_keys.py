@@ -37,8 +37,11 @@ def project(tmp_path: Path) -> Path:
     return path
 
 
-def run(project: Path, env: dict[str, str], host: str) -> SetupResult:
-    request = SetupRequest(hosts=[host], project_dir=project, env=env, bin_path=BIN, version="1")
+def run(
+    project: Path, env: dict[str, str], host: str, switches: dict[str, bool] | None = None
+) -> SetupResult:
+    request = SetupRequest(hosts=[host], project_dir=project, env=env, bin_path=BIN,
+                           version="1", switches=switches or {})  # fmt: skip
     return run_setup(request)
 
 
@@ -91,28 +94,10 @@ def test_claude_switches_keep_the_users_env(project: Path, env: dict[str, str]) 
     run(project, env, "claude")
     mcp = project / ".mcp.json"
     edit(mcp, lambda d: d["mcpServers"]["thatch"].update(env={"THATCH_DB_PATH": "/data/t.db"}))
-    run_setup(
-        SetupRequest(
-            hosts=["claude"],
-            project_dir=project,
-            env=env,
-            bin_path=BIN,
-            version="1",
-            switches={"chat": False},
-        )
-    )
+    run(project, env, "claude", switches={"chat": False})
     entry_env = json.loads(mcp.read_text())["mcpServers"]["thatch"]["env"]
     assert entry_env == {"THATCH_DB_PATH": "/data/t.db", "THATCH_CHAT": "off"}
-    run_setup(
-        SetupRequest(
-            hosts=["claude"],
-            project_dir=project,
-            env=env,
-            bin_path=BIN,
-            version="1",
-            switches={"chat": True},
-        )
-    )
+    run(project, env, "claude", switches={"chat": True})
     entry_env = json.loads(mcp.read_text())["mcpServers"]["thatch"]["env"]
     assert entry_env == {"THATCH_DB_PATH": "/data/t.db"}
 
