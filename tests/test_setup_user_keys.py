@@ -216,3 +216,37 @@ def test_cli_names_the_replaced_key_on_stderr(
         f"[thatch setup] {config}: mcp.thatch.environment.THATCH_HOST was "
         '"claude"; replaced by thatch\'s "opencode"'
     ]
+
+
+@pytest.mark.parametrize(("value", "shown"), [("x", '"x"'), (["mcp"], '["mcp"]'), (None, "null")])
+def test_an_entry_that_is_no_object_is_replaced_and_named(
+    project: Path, env: dict[str, str], value: object, shown: str
+) -> None:
+    """A "thatch" server that is a string, a list or null holds nothing setup can keep:
+    thatch's entry takes its place, and a detail (stderr) names the file and the key."""
+    mcp = project / ".mcp.json"
+    mcp.write_text(json.dumps({"mcpServers": {"thatch": value, "other": {"command": "o"}}}))
+    result = run(project, env, "claude")
+    servers = json.loads(mcp.read_text())["mcpServers"]
+    assert servers == {
+        "thatch": {"type": "stdio", "command": BIN, "args": ["mcp"]},
+        "other": {"command": "o"},
+    }
+    assert result.details() == [f"{mcp}: mcpServers.thatch was {shown}; replaced by thatch's entry"]
+    rerun_changes_nothing(project, env, "claude")
+
+
+def test_an_opencode_entry_that_is_no_object_is_named_in_a_dry_run(
+    project: Path, env: dict[str, str]
+) -> None:
+    """In opencode's nested servers map the detail names mcp.servers.thatch; a dry run says
+    it would be replaced and writes nothing."""
+    config = project / "opencode.json"
+    config.write_text(json.dumps({"mcp": {"servers": {"thatch": "x"}}}))
+    request = SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN,
+                           version="1", dry_run=True)  # fmt: skip
+    result = run_setup(request)
+    assert json.loads(config.read_text()) == {"mcp": {"servers": {"thatch": "x"}}}
+    assert result.details() == [
+        f'{config}: mcp.servers.thatch was "x"; would be replaced by thatch\'s entry'
+    ]

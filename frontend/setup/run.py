@@ -169,8 +169,13 @@ def _set_key(
         raise hooks.HookFileConflict(f'"{key}" is not an object')
     # What the user added to the entry stays, the project's feature switches among it;
     # flags change the switches (docs/tools.md §switches).
-    prefix = f"{where}{key}.thatch."
-    merged = merge_own(entry, servers.get("thatch"), lambda name: prefix + name, replaced)
+    prefix = f"{where}{key}.thatch"
+    old = servers.get("thatch")
+    if "thatch" in servers and not isinstance(old, dict):
+        # A string, a list or null holds no key to keep: thatch's entry takes its place, as
+        # setup must for thatch to run, but never silently.
+        replaced.append(Replaced(prefix, old, entry, named="entry"))
+    merged = merge_own(entry, old, lambda name: f"{prefix}.{name}", replaced)
     servers["thatch"] = with_switches(merged, env_key, flags)
     return doc
 
