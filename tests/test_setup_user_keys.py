@@ -38,10 +38,15 @@ def project(tmp_path: Path) -> Path:
 
 
 def run(
-    project: Path, env: dict[str, str], host: str, switches: dict[str, bool] | None = None
+    project: Path,
+    env: dict[str, str],
+    host: str,
+    switches: dict[str, bool] | None = None,
+    post_tool_use: bool = False,
 ) -> SetupResult:
     request = SetupRequest(hosts=[host], project_dir=project, env=env, bin_path=BIN,
-                           version="1", switches=switches or {})  # fmt: skip
+                           version="1", switches=switches or {},
+                           post_tool_use=post_tool_use)  # fmt: skip
     return run_setup(request)
 
 
@@ -85,6 +90,30 @@ def test_claude_keeps_the_users_hook_options(project: Path, env: dict[str, str])
     run(project, env, "claude")
     group = json.loads(settings.read_text())["hooks"]["SessionStart"][0]
     assert group["matcher"] == "startup" and group["hooks"][0]["timeout"] == 30
+    rerun_changes_nothing(project, env, "claude")
+
+
+def test_claude_buffer_hook_keeps_the_users_keys_across_events(
+    project: Path, env: dict[str, str]
+) -> None:
+    """A timeout and an env on thatch's buffer hook move with it from PostToolBatch to
+    PostToolUse (--post-tool-use) and back; the group's matcher is the event's own."""
+    run(project, env, "claude")
+    settings = project / ".claude" / "settings.json"
+    mine = {"timeout": 30, "env": {"MINE": "1"}}
+    edit(settings, lambda d: d["hooks"]["PostToolBatch"][0]["hooks"][0].update(mine))
+    run(project, env, "claude", post_tool_use=True)
+    events = json.loads(settings.read_text())["hooks"]
+    assert "PostToolBatch" not in events
+    assert events["PostToolUse"] == [
+        {"matcher": "*", "hooks": [{"type": "command", "command": f"{BIN} buffer-batch", **mine}]}
+    ]
+    run(project, env, "claude")
+    events = json.loads(settings.read_text())["hooks"]
+    assert "PostToolUse" not in events
+    assert events["PostToolBatch"] == [
+        {"hooks": [{"type": "command", "command": f"{BIN} buffer-batch", **mine}]}
+    ]
     rerun_changes_nothing(project, env, "claude")
 
 
