@@ -235,10 +235,11 @@ def peers(conn: Connection[TupleRow], who: Member, now: datetime) -> list[Peer]:
 
 def _refusal(conn: Connection[TupleRow], machine: str, mail: OutgoingMail) -> str | None:
     # PostgreSQL's text cannot hold NUL: such a mail failed its whole batch on every retry,
-    # and every later mail of the machine queued behind it for good.
+    # and every later mail of the machine queued behind it for good. Worded as local chat
+    # refuses it (frontend/tools/chat_tools.py), so a session reads one refusal either way.
     for field, value in (("body", mail.body), ("client_id", mail.client_id)):
         if "\x00" in value:
-            return f"Invalid arguments: {field}: holds a NUL character"
+            return f"Invalid arguments: {field}: must not contain NUL"
     if not _KEY.fullmatch(mail.from_key):
         return "Invalid arguments: from_key: a session key is 16-64 lowercase hex digits"
     if not mail.body.strip():

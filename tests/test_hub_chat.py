@@ -238,10 +238,10 @@ def test_hostile_bodies_are_refused_or_kept_verbatim(team: dict[str, Who]) -> No
     # PostgreSQL's text holds no NUL: such a mail failed its batch on every retry, and
     # the machine's later mail waited behind it for good.
     assert send(alice, "0a", to, "bad\x00body", "c:6").refused == (
-        "Invalid arguments: body: holds a NUL character"
+        "Invalid arguments: body: must not contain NUL"
     )
     assert send(alice, "0a", to, "fine", "c:\x00").refused == (
-        "Invalid arguments: client_id: holds a NUL character"
+        "Invalid arguments: client_id: must not contain NUL"
     )
     assert send(alice, "0a\x00", to, "fine", "c:7").refused == (
         "Invalid arguments: from_key: a session key is 16-64 lowercase hex digits"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,6 +125,50 @@ def test_doctor_status_ok_drifted_and_missing(tmp_path: Path, env: dict[str, str
     assert state == "warn" and "hooks.json" in detail and fix == "thatch setup --cursor"
 
 
+@pytest.mark.parametrize(
+    ("file", "change", "key"),
+    [
+        (
+            ".claude/settings.json",
+            lambda d: d["hooks"]["UserPromptSubmit"][0]["hooks"][0].update(
+                command="thatch flush-tools --json"
+            ),
+            "hooks.UserPromptSubmit[0].hooks[0].command",
+        ),
+        (
+            ".claude/settings.json",
+            lambda d: d["hooks"]["SessionEnd"][0]["hooks"][0].pop("timeout"),
+            "hooks.SessionEnd[0].hooks[0].timeout",
+        ),
+        (".claude/settings.json", lambda d: d["hooks"].pop("Stop"), "hooks.Stop"),
+        (".mcp.json", lambda d: d["mcpServers"].update(thatch="x"), "mcpServers.thatch"),
+        (
+            ".mcp.json",
+            lambda d: d["mcpServers"]["thatch"].update(args=["mcp", "--x"]),
+            "mcpServers.thatch.args[1]",
+        ),
+    ],
+)
+def test_doctor_names_the_key_that_drifted(
+    tmp_path: Path, env: dict[str, str], file: str, change: Any, key: str
+) -> None:
+    """The drift line names the file and the first key in it that differs from what setup
+    writes now, the fix line stays the setup command."""
+    request = SetupRequest(
+        hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    path = tmp_path / file
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted (local): {path} ({key})",
+        "thatch setup --claude",
+    )
+
+
 def test_context_object_accepted(tmp_path: Path, env: dict[str, str]) -> None:
     """An object with host, project_dir and env attributes works like the keywords."""
 
@@ -203,11 +248,14 @@ def test_install_without_the_session_end_hooks_is_drifted(
         else tmp_path / "claude-config" / "settings.json"
     )
     fix = "thatch setup --claude" + (" --global" if scope == "global" else "")
-    drifted = ("warn", f"drifted ({scope}): {settings}", fix)
     doc = json.loads(settings.read_text())
     del doc["hooks"]["SessionEnd"], doc["hooks"]["SubagentStop"]
     settings.write_text(json.dumps(doc, indent=2) + "\n")
-    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == drifted
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted ({scope}): {settings} (hooks.SessionEnd)",
+        fix,
+    )
     run_setup(request)
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
     # Only the user's own hook left in one event: drifted too, and the rerun keeps it.
@@ -215,7 +263,11 @@ def test_install_without_the_session_end_hooks_is_drifted(
         doc = json.loads(settings.read_text())
         doc["hooks"][event] = [{"hooks": [{"type": "command", "command": "my-hook"}]}]
         settings.write_text(json.dumps(doc, indent=2) + "\n")
-        assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == drifted
+        assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+            "warn",
+            f"drifted ({scope}): {settings} (hooks.{event}[1])",
+            fix,
+        )
         run_setup(request)
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
         "ok",
@@ -239,7 +291,7 @@ def test_cursor_install_without_session_end_is_drifted(tmp_path: Path, env: dict
     del doc["hooks"]["sessionEnd"]
     hooks_file.write_text(json.dumps(doc, indent=2) + "\n")
     state, detail, _ = doctor_status("cursor", tmp_path, env, bin_path="thatch", version="1")
-    assert (state, detail) == ("warn", f"drifted (local): {hooks_file}")
+    assert (state, detail) == ("warn", f"drifted (local): {hooks_file} (hooks.sessionEnd)")
 
 
 @pytest.mark.parametrize("host", ["claude", "cursor", "opencode"])

@@ -13,6 +13,7 @@ from thatch.frontend.setup.jsonfiles import (
     JSONCError,
     backup,
     dump,
+    first_difference,
     load_object,
     parse_jsonc,
     write_atomic,
@@ -94,3 +95,23 @@ def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path: Path) -> None:
     assert json.loads(real.read_text()) == {"a": 1}
     assert real.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ({"a": {"b": [1, 2]}}, {"a": {"b": [1, 3]}}, "a.b[1]"),
+        ({"a": [1]}, {"a": [1, 2]}, "a[1]"),
+        ({"a": 1, "b": 2}, {"a": 1}, "b"),
+        ({"a": 1}, {"a": True}, "a"),  # equal in Python, not in the file
+        ({"x": {"my key.v2": "s"}}, {"x": {"my key.v2": "t"}}, 'x["my key.v2"]'),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, ""),
+        ({"a": [{"b": 1}]}, {"a": [{"b": 1}]}, None),
+    ],
+)
+def test_first_difference_names_a_readable_key_path(
+    old: object, new: object, where: str | None
+) -> None:
+    """The first key that differs, dotted with list indexes; a key a dot or a space would
+    make ambiguous is quoted; the same keys in another order differ at their object."""
+    assert first_difference(old, new) == where

@@ -38,10 +38,15 @@ def project(tmp_path: Path) -> Path:
 
 
 def run(
-    project: Path, env: dict[str, str], host: str, switches: dict[str, bool] | None = None
+    project: Path,
+    env: dict[str, str],
+    host: str,
+    switches: dict[str, bool] | None = None,
+    post_tool_use: bool = False,
 ) -> SetupResult:
     request = SetupRequest(hosts=[host], project_dir=project, env=env, bin_path=BIN,
-                           version="1", switches=switches or {})  # fmt: skip
+                           version="1", switches=switches or {},
+                           post_tool_use=post_tool_use)  # fmt: skip
     return run_setup(request)
 
 
@@ -85,6 +90,30 @@ def test_claude_keeps_the_users_hook_options(project: Path, env: dict[str, str])
     run(project, env, "claude")
     group = json.loads(settings.read_text())["hooks"]["SessionStart"][0]
     assert group["matcher"] == "startup" and group["hooks"][0]["timeout"] == 30
+    rerun_changes_nothing(project, env, "claude")
+
+
+def test_claude_buffer_hook_keeps_the_users_keys_across_events(
+    project: Path, env: dict[str, str]
+) -> None:
+    """A timeout and an env on thatch's buffer hook move with it from PostToolBatch to
+    PostToolUse (--post-tool-use) and back; the group's matcher is the event's own."""
+    run(project, env, "claude")
+    settings = project / ".claude" / "settings.json"
+    mine = {"timeout": 30, "env": {"MINE": "1"}}
+    edit(settings, lambda d: d["hooks"]["PostToolBatch"][0]["hooks"][0].update(mine))
+    run(project, env, "claude", post_tool_use=True)
+    events = json.loads(settings.read_text())["hooks"]
+    assert "PostToolBatch" not in events
+    assert events["PostToolUse"] == [
+        {"matcher": "*", "hooks": [{"type": "command", "command": f"{BIN} buffer-batch", **mine}]}
+    ]
+    run(project, env, "claude")
+    events = json.loads(settings.read_text())["hooks"]
+    assert "PostToolUse" not in events
+    assert events["PostToolBatch"] == [
+        {"hooks": [{"type": "command", "command": f"{BIN} buffer-batch", **mine}]}
+    ]
     rerun_changes_nothing(project, env, "claude")
 
 
@@ -215,4 +244,38 @@ def test_cli_names_the_replaced_key_on_stderr(
     assert done.stderr.splitlines() == [
         f"[thatch setup] {config}: mcp.thatch.environment.THATCH_HOST was "
         '"claude"; replaced by thatch\'s "opencode"'
+    ]
+
+
+@pytest.mark.parametrize(("value", "shown"), [("x", '"x"'), (["mcp"], '["mcp"]'), (None, "null")])
+def test_an_entry_that_is_no_object_is_replaced_and_named(
+    project: Path, env: dict[str, str], value: object, shown: str
+) -> None:
+    """A "thatch" server that is a string, a list or null holds nothing setup can keep:
+    thatch's entry takes its place, and a detail (stderr) names the file and the key."""
+    mcp = project / ".mcp.json"
+    mcp.write_text(json.dumps({"mcpServers": {"thatch": value, "other": {"command": "o"}}}))
+    result = run(project, env, "claude")
+    servers = json.loads(mcp.read_text())["mcpServers"]
+    assert servers == {
+        "thatch": {"type": "stdio", "command": BIN, "args": ["mcp"]},
+        "other": {"command": "o"},
+    }
+    assert result.details() == [f"{mcp}: mcpServers.thatch was {shown}; replaced by thatch's entry"]
+    rerun_changes_nothing(project, env, "claude")
+
+
+def test_an_opencode_entry_that_is_no_object_is_named_in_a_dry_run(
+    project: Path, env: dict[str, str]
+) -> None:
+    """In opencode's nested servers map the detail names mcp.servers.thatch; a dry run says
+    it would be replaced and writes nothing."""
+    config = project / "opencode.json"
+    config.write_text(json.dumps({"mcp": {"servers": {"thatch": "x"}}}))
+    request = SetupRequest(hosts=["opencode"], project_dir=project, env=env, bin_path=BIN,
+                           version="1", dry_run=True)  # fmt: skip
+    result = run_setup(request)
+    assert json.loads(config.read_text()) == {"mcp": {"servers": {"thatch": "x"}}}
+    assert result.details() == [
+        f'{config}: mcp.servers.thatch was "x"; would be replaced by thatch\'s entry'
     ]

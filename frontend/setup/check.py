@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from thatch.common.environment import HOSTS
 from thatch.frontend.setup import block
 from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instruction_files
+
+if TYPE_CHECKING:
+    from thatch.frontend.setup.run import Line
 
 __all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
 
@@ -217,11 +220,16 @@ def doctor_status(
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
         if failed:
             return "FAIL", f"cannot update {', '.join(failed)}", fix
-        found = [line.target for line in lines if line.status == "would-write"]
+        found = [_drift(line) for line in lines if line.status == "would-write"]
         if not found:
             return "ok", f"installed ({scope})", None
         drifted = drifted or found
     return "warn", f"drifted ({scope}): {', '.join(drifted)}", fix
+
+
+def _drift(line: Line) -> str:
+    """A file doctor calls drifted, with the first key in it setup would change."""
+    return f"{line.target} ({line.differs})" if line.differs else line.target
 
 
 def same_executable(bin_path: str, env: Mapping[str, str]) -> list[str]:

@@ -184,8 +184,13 @@ def merge_claude(
     each user value of a key thatch writes that gives way is appended to ``replaced``."""
     replaced = [] if replaced is None else replaced
     hooks = _hooks_map(doc)
+    buffer_event = "PostToolUse" if post_tool_use else "PostToolBatch"
     other = "PostToolBatch" if post_tool_use else "PostToolUse"
+    moved: dict[str, Any] | None = None
     if other in hooks:
+        # The buffer hook's own keys (a timeout, an env) move with it; its group's stay
+        # behind, a matcher meaning something else under the other event.
+        moved, _ = _old_claude_options(_event_list(hooks, other))
         remaining = _without_thatch_groups(_event_list(hooks, other))
         if remaining:
             hooks[other] = remaining
@@ -193,6 +198,8 @@ def merge_claude(
             del hooks[other]
     for event, command in claude_commands(bin_word, post_tool_use, off).items():
         old_entry, old_group = _old_claude_options(_event_list(hooks, event))
+        if event == buffer_event and moved is not None:
+            old_entry = {**moved, **(old_entry or {})}  # the event's own entry is later
         groups = _without_thatch_groups(_event_list(hooks, event))
         fresh = {"type": "command", "command": command, **CLAUDE_ENTRY_EXTRAS.get(event, {})}
         entry = merge_own(fresh, old_entry, _named(f"thatch's {event} hook"), replaced)

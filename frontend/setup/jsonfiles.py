@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -25,6 +26,7 @@ __all__ = [
     "Loaded",
     "backup",
     "dump",
+    "first_difference",
     "load_object",
     "parse_jsonc",
     "same_document",
@@ -128,6 +130,34 @@ def dump(data: object) -> str:
 def same_document(a: object, b: object) -> bool:
     """Equal including key order (dict equality alone ignores order)."""
     return json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
+
+
+def first_difference(old: object, new: object, path: str = "") -> str | None:
+    """Where ``new`` first differs from ``old``, as a key path such as
+    ``hooks.Stop[0].hooks[0].command`` ("" for the top); None when they are the same
+    document. ``new``'s keys come first: setup appends what it adds."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*new, *(k for k in old if k not in new)]:
+            inner = _key_path(path, key)
+            if key not in old or key not in new:
+                return inner
+            found = first_difference(old[key], new[key], inner)
+            if found is not None:
+                return found
+        return None if list(old) == list(new) else path  # the same keys, in another order
+    if isinstance(old, list) and isinstance(new, list):
+        for index, (a, b) in enumerate(zip(old, new, strict=False)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None if len(old) == len(new) else f"{path}[{min(len(old), len(new))}]"
+    return None if same_document(old, new) else path
+
+
+def _key_path(path: str, key: str) -> str:
+    if re.fullmatch(r"[\w$-]+", key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"  # a dot or a space stays readable
 
 
 def backup_path(path: Path, now: datetime) -> Path:

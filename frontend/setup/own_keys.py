@@ -28,10 +28,13 @@ class Replaced:
     where: str
     old: object
     new: object
+    # Names thatch's value instead of showing it: a whole entry would not fit the line.
+    named: str = ""
 
     def describe(self, dry_run: bool) -> str:
         verb = "would be replaced" if dry_run else "replaced"
-        return f"{self.where} was {_shown(self.old)}; {verb} by thatch's {_shown(self.new)}"
+        new = self.named or _shown(self.new)
+        return f"{self.where} was {_shown(self.old)}; {verb} by thatch's {new}"
 
 
 def _shown(value: object) -> str:

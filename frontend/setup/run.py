@@ -9,6 +9,7 @@ damaged file never leaves a host half-configured.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shlex
 import shutil
@@ -49,6 +50,7 @@ class Line:
     target: str
     detail: str = ""  # why, for people; printed to stderr
     note: str = ""  # what changed inside the file, printed after the target
+    differs: str = ""  # a JSON file's first key that setup changes; doctor names it
 
 
 @dataclass
@@ -131,15 +133,17 @@ class _Writer:
         if loaded.problem is None and has_content and jsonfiles.same_document(updated, loaded.data):
             return [Line("unchanged", str(path))]
         new_text = jsonfiles.dump(updated)
+        differs = jsonfiles.first_difference(loaded.data, updated) or ""
         # A user's value of a key thatch writes is never replaced silently.
         said = "; ".join(r.describe(self.dry_run) for r in replaced)
         replacing = f"{path}: {said}" if said else ""
         if loaded.problem is None:
             line = self.text(path, new_text, loaded.text)
-            return [Line(line.status, line.target, replacing)]
+            return [Line(line.status, line.target, replacing, differs=differs)]
         if self.dry_run:
             detail = f"{path} {loaded.problem}; a copy would be saved before rewriting it"
-            return [Line("would-write", str(path), "; ".join(filter(None, [detail, said])))]
+            both = "; ".join(filter(None, [detail, said]))
+            return [Line("would-write", str(path), both, differs=differs)]
         saved = jsonfiles.backup(path, self.now())
         jsonfiles.write_atomic(path, new_text.encode("utf-8"))
         detail = f"{path} {loaded.problem}; the original is saved as {saved}"
@@ -169,8 +173,13 @@ def _set_key(
         raise hooks.HookFileConflict(f'"{key}" is not an object')
     # What the user added to the entry stays, the project's feature switches among it;
     # flags change the switches (docs/tools.md §switches).
-    prefix = f"{where}{key}.thatch."
-    merged = merge_own(entry, servers.get("thatch"), lambda name: prefix + name, replaced)
+    prefix = f"{where}{key}.thatch"
+    old = servers.get("thatch")
+    if "thatch" in servers and not isinstance(old, dict):
+        # A string, a list or null holds no key to keep: thatch's entry takes its place, as
+        # setup must for thatch to run, but never silently.
+        replaced.append(Replaced(prefix, old, entry, named="entry"))
+    merged = merge_own(entry, old, lambda name: f"{prefix}.{name}", replaced)
     servers["thatch"] = with_switches(merged, env_key, flags)
     return doc
 
@@ -365,7 +374,7 @@ def _claude_settings(
     if not note:
         return lines
     return [
-        Line(line.status, line.target, line.detail, note)
+        dataclasses.replace(line, note=note)
         if line.target == str(path) and line.status in (*CHANGED_STATUSES, "would-write")
         else line
         for line in lines
