@@ -167,13 +167,6 @@ class ChatTail:
                 rows.reverse()
         return [message_from_row(row) for row in rows]
 
-    def unread_ids(self) -> set[int]:
-        with self.tx.read() as conn:
-            return {
-                int(row[0])
-                for row in conn.execute("SELECT id FROM chat_messages WHERE read_at IS NULL")
-            }
-
     def read_among(self, ids: Sequence[int]) -> list[ChatMessage]:
         """Those of ``ids`` that are read now, in read order (a tail's read events)."""
         found: list[ChatMessage] = []
