@@ -23,10 +23,20 @@ from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.hook_cmds import HOOK_SETTINGS, HookCommand
 from thatch.common.environment import default_db_path, project_dir_from_env
-from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore
+from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore, TailRead
 from thatch.frontend.untrusted import inline
 
-__all__ = ["TailFilter", "backlog", "chat", "chat_notify", "read_event", "sent_event", "watched"]
+__all__ = [
+    "TailFilter",
+    "backlog",
+    "chat",
+    "chat_notify",
+    "follow",
+    "poll",
+    "read_event",
+    "sent_event",
+    "watched",
+]
 
 POLL_SECONDS = 2.0
 BACKLOG = 20
@@ -121,13 +131,27 @@ class TailFilter:
     patterns: list[re.Pattern[str]]
 
     def message(self, message: ChatMessage, names: dict[str, str]) -> bool:
-        sender = names.get(message.from_session, "unknown")
-        recipient = names.get(message.to_session, "unknown")
-        if self.from_name and sender.lower() != self.from_name.lower():
-            return False
-        if self.to_name and recipient.lower() != self.to_name.lower():
-            return False
-        return all(pattern.search(message.body) for pattern in self.patterns)
+        between = self.ends(names)
+        return between(message.from_session, message.to_session) and self.body(message.body)
+
+    def ends(self, names: dict[str, str]) -> Callable[[str, str], bool]:
+        """Whether a message between these session ids passes --from and --to."""
+
+        def between(from_session: str, to_session: str) -> bool:
+            sender = names.get(from_session, "unknown")
+            recipient = names.get(to_session, "unknown")
+            if self.from_name and sender.lower() != self.from_name.lower():
+                return False
+            return not (self.to_name and recipient.lower() != self.to_name.lower())
+
+        return between
+
+    def body(self, body: str) -> bool:
+        return all(pattern.search(body) for pattern in self.patterns)
+
+    def body_check(self) -> Callable[[str], bool] | None:
+        """What a body must pass; None when any does, and the store then reads no body."""
+        return self.body if self.patterns else None
 
     def at(self, at: str) -> bool:
         if self.since and at < self.since:
@@ -157,7 +181,7 @@ def sent_event(message: ChatMessage, names: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def read_event(message: ChatMessage, names: dict[str, str]) -> dict[str, Any]:
+def read_event(message: ChatMessage | TailRead, names: dict[str, str]) -> dict[str, Any]:
     return {
         "event": "read",
         "id": message.id,
@@ -203,13 +227,39 @@ def backlog(
 
 
 def watched(store: ChatStore, rule: TailFilter) -> set[int]:
-    """The unread messages the tail shows, whose reading following reports."""
+    """The unread messages the tail shows, whose reading following reports (their ids:
+    the bodies are read only when --match needs them)."""
     names = store.names()
     return store.unread_kept(
-        rule.wanted(names),
+        rule.ends(names),
+        rule.body_check(),
         senders=rule.sessions(rule.from_name, names),
         recipients=rule.sessions(rule.to_name, names),
     )
+
+
+def poll(
+    store: ChatStore, rule: TailFilter, last: int, watch: set[int]
+) -> tuple[list[dict[str, Any]], int]:
+    """The events since the last poll, oldest first, and the new highest message id: the
+    messages after ``last`` and the reads of those in ``watch`` (which it updates).
+
+    Only the bodies of the messages shown are read, and those --match needs: a read
+    event shows none, so the reads of 50,000 watched messages read no body."""
+    names = store.names()
+    events: list[tuple[str, int, int, dict[str, Any]]] = []
+    messages, last = store.sent_after(last, rule.ends(names), rule.body_check())
+    for message in messages:
+        events.append((message.created_at, message.id, 0, sent_event(message, names)))
+        if message.read_at:
+            events.append((message.read_at, message.id, 1, read_event(message, names)))
+        else:
+            watch.add(message.id)
+    for read in store.read_among(sorted(watch)):
+        watch.discard(read.id)
+        events.append((read.read_at, read.id, 1, read_event(read, names)))
+    events.sort(key=_event_order)
+    return [event for at, _, _, event in events if rule.at(at)], last
 
 
 def follow(
@@ -217,24 +267,8 @@ def follow(
 ) -> Iterator[dict[str, Any]]:
     while True:
         time.sleep(interval)
-        names = store.names()
-        events: list[tuple[str, int, int, dict[str, Any]]] = []
-        for message in store.messages_after(last):
-            last = max(last, message.id)
-            if not rule.message(message, names):
-                continue
-            events.append((message.created_at, message.id, 0, sent_event(message, names)))
-            if message.read_at:
-                events.append((message.read_at, message.id, 1, read_event(message, names)))
-            else:
-                watch.add(message.id)
-        for message in store.read_among(sorted(watch)):
-            watch.discard(message.id)
-            events.append((message.read_at or "", message.id, 1, read_event(message, names)))
-        events.sort(key=_event_order)
-        for at, _, _, event in events:
-            if rule.at(at):
-                yield event
+        events, last = poll(store, rule, last, watch)
+        yield from events
 
 
 def parse_limit(value: str) -> int | None:

@@ -8,15 +8,16 @@ import random
 import re
 import sqlite3
 from datetime import timedelta, timezone
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from tests.support.hookrun import hook_env, run_hook
-from thatch.cli.chat_cmds import TailFilter, backlog, read_event, sent_event, watched
+from thatch.cli.chat_cmds import TailFilter, backlog, follow, read_event, sent_event, watched
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatStore
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.timefmt import utc_now
+from thatch.frontend.timefmt import format_timestamp, utc_now
 
 
 def thatch(env: dict[str, str], *args: str) -> tuple[int, str, str]:
@@ -241,3 +242,48 @@ def test_tail_backlog_pages_back_to_the_same_events(tmp_path: Path) -> None:
             assert shown == every_event(store, rule, limit)[0], (rule, limit)
         assert watched(store, rule) == every_event(store, rule, None)[1], rule
     store.conn.close()
+
+
+def test_tail_follow_reads_only_the_bodies_it_shows(tmp_path: Path) -> None:
+    """Following read every unread message's body to know which reads to report, each of
+    their bodies again once read (a read event shows none), and every new message's body,
+    shown or not; it reads the bodies it shows, and with --match those the match needs."""
+    for case in range(4):
+        root = tmp_path / str(case)
+        root.mkdir()
+        _env, store, ids = setup_sessions(root)
+        a, b, c = ids
+        gone = store.register_server(project="o/r", host_kind="claude", worktree="/w")
+        store.send(c, b, ["c: one"])
+        store.send(gone.session_id, a, ["c: gone"])
+        store.send(a, b, [f"a to b {i}" for i in range(600)])
+        store.unregister(gone.session_id)
+        names = store.names()
+        rule, needed = [
+            (TailFilter(None, None, None, None, []), []),
+            (TailFilter(names[c].upper(), None, None, None, []), []),
+            (TailFilter("unknown", None, None, None, []), []),
+            # The match needs the bodies of c's messages: the one watched, the new one.
+            (TailFilter(names[c], None, None, None, [re.compile("two")]), ["c: one"]),
+        ][case]
+        seen = bodies_read(store)
+        with store.snapshot():
+            last = backlog(store, rule, 20)[1]
+            seen.clear()  # the backlog reads the bodies it meets (the test above)
+            watch = watched(store, rule)
+        started = list(seen)
+        store.send(a, b, ["a to b new"])
+        store.send(c, b, ["c: two"])
+        # Every message is read but one watched: following reports the reads, no body.
+        store.conn.execute(
+            "UPDATE chat_messages SET read_at = ? WHERE id <> 300", (format_timestamp(utc_now()),)
+        )
+        store.conn.commit()
+        wanted = [e for e in every_event(store, rule, None)[0] if e["id"] > last or "by" in e]
+        seen.clear()
+        # One poll: its events come together, then the next poll would wait.
+        polled = list(islice(follow(store, rule, last, watch, 0), len(wanted)))
+        assert polled == wanted, case
+        bodies = [event["body"] for event in polled if "body" in event]
+        assert sorted(started + seen) == sorted(bodies + needed), case
+        store.conn.close()

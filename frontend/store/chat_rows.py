@@ -22,6 +22,7 @@ __all__ = [
     "SESSION_COLUMNS",
     "ChatMessage",
     "ChatSession",
+    "TailRead",
     "host_session_key",
     "key_hash",
     "message_from_row",
@@ -77,6 +78,14 @@ class ChatMessage(NamedTuple):
     via_broadcast: bool
     from_name: str | None  # None: the sender has left (shown as "unknown")
     length: int  # of the whole body; ``body`` may be a prefix of it (a read page)
+
+
+class TailRead(NamedTuple):
+    """A message's read as a tail reports it: who read it and when, not its body."""
+
+    id: int
+    to_session: str
+    read_at: str
 
 
 def host_session_key(host_session: str) -> str:

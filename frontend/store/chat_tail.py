@@ -16,6 +16,7 @@ from thatch.frontend.store.chat_rows import (
     MESSAGE_COLUMNS,
     MESSAGE_FROM,
     ChatMessage,
+    TailRead,
     message_from_row,
 )
 from thatch.frontend.store.transactions import Transactions
@@ -129,20 +130,48 @@ class ChatTail:
 
     def unread_kept(
         self,
-        keep: Callable[[ChatMessage], bool],
+        ends: Callable[[str, str], bool],
+        body: Callable[[str], bool] | None,
         *,
         senders: Sequence[str] | None = None,
         recipients: Sequence[str] | None = None,
     ) -> set[int]:
-        """The ids of the unread messages ``keep`` accepts, bodies read a chunk at a time."""
+        """The ids of the unread messages whose sender and recipient ``ends`` accepts and,
+        when given, whose body ``body`` accepts: only those bodies are read, a chunk at a
+        time (a tail watching for reads shows no body)."""
         who, args = _who(senders, recipients)
-        sql = "SELECT id FROM chat_messages WHERE " + " AND ".join(["read_at IS NULL", *who])
+        sql = "SELECT id, from_session, to_session FROM chat_messages WHERE " + " AND ".join(
+            ["read_at IS NULL", *who]
+        )
         found: set[int] = set()
         with self.tx.read() as conn, closing(conn.execute(sql + " ORDER BY id", args)) as unread:
             while chunk := unread.fetchmany(EVENT_CHUNK):
-                ids = [int(row[0]) for row in chunk]
-                found.update(message.id for message in _messages(conn, ids) if keep(message))
+                ids = [int(row[0]) for row in chunk if ends(str(row[1]), str(row[2]))]
+                if body is None:
+                    found.update(ids)
+                else:
+                    found.update(
+                        message.id for message in _messages(conn, ids) if body(message.body)
+                    )
         return found
+
+    def sent_after(
+        self, after_id: int, ends: Callable[[str, str], bool], body: Callable[[str], bool] | None
+    ) -> tuple[list[ChatMessage], int]:
+        """The messages after ``after_id`` that ``ends`` (and ``body``, when given) accept,
+        oldest first, and the highest id met (``after_id`` with none). Bodies are read a
+        chunk at a time, only for the messages ``ends`` accepts: a tail following one
+        sender reads no other's."""
+        kept: list[ChatMessage] = []
+        last = after_id
+        sql = "SELECT id, from_session, to_session FROM chat_messages WHERE id > ? ORDER BY id"
+        with self.tx.read() as conn, closing(conn.execute(sql, (after_id,))) as new:
+            while chunk := new.fetchmany(EVENT_CHUNK):
+                last = int(chunk[-1][0])
+                ids = [int(row[0]) for row in chunk if ends(str(row[1]), str(row[2]))]
+                messages = sorted(_messages(conn, ids), key=lambda message: message.id)
+                kept.extend(m for m in messages if body is None or body(m.body))
+        return kept, last
 
     def last_id(self) -> int:
         """The highest message id (0 with none): where following new messages starts."""
@@ -167,29 +196,23 @@ class ChatTail:
                 rows.reverse()
         return [message_from_row(row) for row in rows]
 
-    def unread_ids(self) -> set[int]:
-        with self.tx.read() as conn:
-            return {
-                int(row[0])
-                for row in conn.execute("SELECT id FROM chat_messages WHERE read_at IS NULL")
-            }
-
-    def read_among(self, ids: Sequence[int]) -> list[ChatMessage]:
-        """Those of ``ids`` that are read now, in read order (a tail's read events)."""
-        found: list[ChatMessage] = []
+    def read_among(self, ids: Sequence[int]) -> list[TailRead]:
+        """Those of ``ids`` that are read now, in read order (a tail's read events): no
+        body, which a read event does not show."""
+        found: list[TailRead] = []
         with self.tx.read() as conn:
             for start in range(0, len(ids), 500):
                 chunk = list(ids[start : start + 500])
                 marks = ", ".join("?" * len(chunk))
                 found.extend(
-                    message_from_row(row)
-                    for row in conn.execute(
-                        f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} "
-                        f"WHERE m.read_at IS NOT NULL AND m.id IN ({marks})",
+                    TailRead(int(message_id), str(to_session), str(read_at))
+                    for message_id, to_session, read_at in conn.execute(
+                        "SELECT id, to_session, read_at FROM chat_messages "
+                        f"WHERE read_at IS NOT NULL AND id IN ({marks})",
                         chunk,
                     )
                 )
-        return sorted(found, key=lambda message: (message.read_at or "", message.id))
+        return sorted(found, key=lambda read: (read.read_at, read.id))
 
     def names(self) -> dict[str, str]:
         """session id → name, for showing message endpoints."""

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from thatch.frontend.store.anchor_queries import HYGIENE_ROWS, Anchor, Key
-from thatch.frontend.store.chat_rows import ChatMessage, ChatSession
+from thatch.frontend.store.chat_rows import ChatMessage, ChatSession, TailRead
 from thatch.frontend.store.duplicates import (
     CLUSTER_PAIRS,
     PAGE_CLUSTERS,
@@ -284,8 +284,7 @@ class ChatOperations(Protocol):
 
     # -- the tail
     def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]: ...
-    def unread_ids(self) -> set[int]: ...
-    def read_among(self, ids: Sequence[int]) -> list[ChatMessage]: ...
+    def read_among(self, ids: Sequence[int]) -> list[TailRead]: ...
     def names(self) -> dict[str, str]: ...
 
 
