@@ -9,12 +9,16 @@ import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
 from thatch.embedder.encoder import ModelSettings
+
+if TYPE_CHECKING:
+    from thatch.embedder.models.listing import ListedModel, ModelListing
 
 __all__ = ["model"]
 
@@ -26,9 +30,9 @@ def model() -> None:
     MODEL is mock, a short name (bge-small-en-v1.5, all-MiniLM-L6-v2,
     all-MiniLM-L6-v2-code: built here by `thatch model pull`), the id or
     short name of an imported model, a model directory, or a Hugging Face hub id
-    org/name[@revision]. The model in use is THATCH_MODEL, else the one chosen with
-    `thatch model use` (saved in $XDG_CONFIG_HOME/thatch/config.json), else
-    Xenova/bge-small-en-v1.5.
+    org/name[@revision]; `thatch model list` shows those on this machine. The model in
+    use is THATCH_MODEL, else the one chosen with `thatch model use` (saved in
+    $XDG_CONFIG_HOME/thatch/config.json), else Xenova/bge-small-en-v1.5.
 
     Offline: thatch model import DIR, then thatch model use ID.
     """
@@ -159,6 +163,106 @@ def info_fields(settings: ModelSettings) -> dict[str, object]:
         "onnx": str(settings.onnx_path) if settings.onnx_path else "",
         "onnx_sha256": settings.sha256,
     }
+
+
+@model.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_cmd(as_json: bool) -> None:
+    """List the models thatch can use without a download, and the one in use (*).
+
+    Imports in thatch's model cache ($XDG_CACHE_HOME/thatch/models), models in the
+    Hugging Face hub cache that thatch can serve, and the built-in short names that
+    still need a download. A directory that is no usable model says what is wrong.
+    Reads local files only: loads no model, never contacts the hub.
+
+    \b
+    Example:
+      $ thatch model list
+        ID                                      SHORT NAME         SOURCE    STATUS          ...
+        sentence-transformers/all-MiniLM-L6-v2  all-MiniLM-L6-v2   imported  ready           ...
+      * Xenova/bge-small-en-v1.5                bge-small-en-v1.5  hub       needs download  ...
+      * in use: Xenova/bge-small-en-v1.5 (from default)
+      $ thatch model use all-MiniLM-L6-v2      # the import, for every thatch process
+    """
+    with translate_errors():
+        from thatch.embedder.models.listing import list_models
+
+        listing = list_models(os.environ)
+    if as_json:
+        click.echo(
+            json.dumps([_listed_fields(m, listing) for m in listing.models], ensure_ascii=False)
+        )
+    else:
+        _print_listing(listing)
+    if listing.problem is not None:
+        _in_use_warning(listing)
+
+
+def _listed_fields(model: ListedModel, listing: ModelListing) -> dict[str, object]:
+    origin = listing.setting.origin if model.in_use and listing.setting else None
+    return {
+        "id": model.model_id,
+        "short_name": model.short_name or None,
+        "source": model.source,
+        "status": model.status,
+        "quantized": model.quantized,
+        "dim": model.dim,
+        "path": str(model.path) if model.path is not None else None,
+        "in_use": model.in_use,
+        "in_use_from": origin,
+    }
+
+
+def _print_listing(listing: ModelListing) -> None:
+    """One aligned line per model; names and paths read from disk are shown as data."""
+    from thatch.frontend.untrusted import inline, token
+
+    def shown(value: bool | None) -> str:
+        return "-" if value is None else "yes" if value else "no"
+
+    table = [["", "ID", "SHORT NAME", "SOURCE", "STATUS", "QUANTIZED", "DIM", "PATH"]]
+    for m in listing.models:
+        table.append(
+            [
+                "*" if m.in_use else "",
+                token(m.model_id),
+                token(m.short_name) if m.short_name else "-",
+                m.source,
+                inline(m.status),
+                shown(m.quantized),
+                str(m.dim) if m.dim is not None else "-",
+                inline(str(m.path)) if m.path is not None else "-",
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(1, len(table[0]) - 1)]
+    for marker, *cells, last in table:
+        padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
+        click.echo(f"{marker or ' '} " + "  ".join([*padded, last]).rstrip())
+    if listing.setting is not None and listing.problem is None:
+        click.echo(
+            f"* in use: {inline(str(listing.setting.value))} (from {listing.setting.origin})"
+        )
+    if listing.cached == 0:
+        click.echo(
+            "Nothing is imported or cached yet: `thatch model pull` downloads the model in "
+            "use, `thatch model import DIR` converts a checkpoint you have."
+        )
+
+
+def _in_use_warning(listing: ModelListing) -> None:
+    """Why no row is marked: the setting does not resolve, or cannot be read."""
+    from thatch.frontend.untrusted import inline
+
+    problem = listing.problem
+    assert problem is not None
+    if listing.setting is None:
+        message = str(problem)
+    else:
+        chosen = f"{inline(str(listing.setting.value))} (from {listing.setting.origin})"
+        message = f"the model in use, {chosen}, does not resolve: {problem}"
+    click.echo(f"Warning: {message}", err=True)
+    if problem.fix:
+        click.echo(f"Fix: {problem.fix}", err=True)
 
 
 @model.command("pull")

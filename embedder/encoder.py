@@ -32,7 +32,7 @@ class ModelSettings:
     query_prefix: str
     quantized: bool
     revision: str = ""
-    sha256: str = ""  # of the ONNX file; "" for mock
+    sha256: str = ""  # of the ONNX file; "" for mock, or when not computed (model list)
     path: Path | None = None  # model directory; None for mock
     onnx_path: Path | None = None
     tokenizer_path: Path | None = None

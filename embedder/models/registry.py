@@ -70,9 +70,15 @@ def sha256_file(path: Path) -> str:
 
 
 def settings_from_dir(
-    path: Path, *, source: str, model_id: str | None = None, revision: str = ""
+    path: Path,
+    *,
+    source: str,
+    model_id: str | None = None,
+    revision: str = "",
+    checksum: bool = True,
 ) -> ModelSettings:
-    """Read a model directory: required files, settings in priority order, ONNX sha256."""
+    """Read a model directory: required files, settings in priority order, ONNX sha256
+    (left "" without ``checksum``: hashing reads the whole ONNX file, tens of MB)."""
     meta = read_json(path / "thatch_model.json")
     model_id = model_id or directory_model_id(path, meta)
     entry = REGISTRY.get(model_id)
@@ -107,7 +113,7 @@ def settings_from_dir(
         query_prefix=prefix,
         quantized=quantized,
         revision=revision,
-        sha256=sha256_file(path / onnx),
+        sha256=sha256_file(path / onnx) if checksum else "",
         path=path,
         onnx_path=path / onnx,
         tokenizer_path=path / "tokenizer.json",

@@ -1,0 +1,224 @@
+"""What ``thatch model list`` shows (docs/cli.md §embedder-and-models): the models this
+machine can use without a download, the built-in short names that still need one, and the
+one in use.
+
+Local files only, like ``describe_model``: no network, no ONNX file loaded or hashed (a
+hub-cache snapshot is read where ``huggingface_hub`` lays it out, without importing it).
+A directory that is no usable model is listed with what is wrong, never raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from thatch.common.environment import Env, Setting, models_dir
+from thatch.embedder.client.errors import ModelError, ModelNotBuilt
+from thatch.embedder.client.imported import imported_models, is_import
+from thatch.embedder.client.model_names import (
+    ADAPTED,
+    HUB_ID,
+    ONNX_CANDIDATES,
+    REGISTRY,
+    REQUIRED_FILES,
+    HubRef,
+    cached_snapshot,
+    choose_onnx,
+    directory_model_id,
+    hub_cache_dir,
+    imported_for,
+    parse_name,
+    read_json,
+    shown_name,
+    snapshot_place,
+)
+from thatch.embedder.client.settings import model_setting
+from thatch.embedder.models.mock import MOCK_DIM
+from thatch.embedder.models.registry import settings_from_dir
+
+__all__ = ["ListedModel", "ModelListing", "list_models"]
+
+READY = "ready"
+NEEDS_DOWNLOAD = "needs download"
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    model_id: str
+    short_name: str  # "" when no short name leads here
+    source: str  # "imported" | "local dir" | "hub cache" | "hub" | "built here" | "built in"
+    status: str  # "ready" | "needs download" | "incomplete: no <file>" | "broken: <why>"
+    quantized: bool | None  # None: not known without the files
+    dim: int | None
+    path: Path | None
+    in_use: bool = False
+
+
+@dataclass(frozen=True)
+class ModelListing:
+    models: tuple[ListedModel, ...]
+    setting: Setting | None  # the model in use and where it was chosen; None: unreadable
+    problem: ModelError | None  # why no row is the model in use
+    cached: int  # rows found in thatch's model cache and the hub cache
+
+
+def list_models(env: Env) -> ModelListing:
+    """Imports, then servable hub-cache snapshots, then built-in names not on this machine;
+    the model in use is marked, and given a row of its own when it is none of these."""
+    on_disk = [*_model_cache_rows(env), *_hub_cache_rows(env)]
+    rows = [*on_disk, *_not_here_rows(on_disk)]
+    names = _short_names(env)
+    rows = [replace(row, short_name=_short_name(row, names)) for row in rows]
+    try:
+        setting = model_setting(env)
+    except ModelError as error:
+        return ModelListing(tuple(rows), None, error, len(on_disk))
+    assert setting.value is not None
+    try:
+        place = _place(setting.value, env)
+    except ModelError as error:
+        return ModelListing(tuple(rows), setting, error, len(on_disk))
+    marked = [replace(row, in_use=True) if _is_at(row, place) else row for row in rows]
+    if not any(row.in_use for row in marked):
+        marked.append(replace(_row_for(place, env), in_use=True))
+    return ModelListing(tuple(marked), setting, None, len(on_disk))
+
+
+def _model_cache_rows(env: Env) -> list[ListedModel]:
+    """Every directory in thatch's model cache; hidden ones are imports being built."""
+    children = _children(models_dir(env))
+    found = [child for child in children if not child.name.startswith(".") and child.is_dir()]
+    rows = [
+        _dir_row(child, "imported" if is_import(env, child) else "local dir") for child in found
+    ]
+    return sorted(rows, key=lambda row: (row.model_id, str(row.path)))
+
+
+def _hub_cache_rows(env: Env) -> list[ListedModel]:
+    """The hub-cache repos whose main snapshot holds an ONNX file: those thatch can serve
+    (or could, once complete). A checkpoint without one (another tool's, or the one an
+    adapted model is built from) is not a model thatch serves, and is left out."""
+    rows = []
+    for storage in _children(hub_cache_dir(env)):
+        if not storage.name.startswith("models--"):
+            continue  # datasets, spaces, the hub's lock files
+        repo_id = storage.name.removeprefix("models--").replace("--", "/", 1)
+        if not HUB_ID.fullmatch(repo_id):
+            continue  # a name resolution would not take as a hub id
+        snapshot = snapshot_place(HubRef(repo_id, None), env)
+        if snapshot is None or not any((snapshot / name).is_file() for name in ONNX_CANDIDATES):
+            continue
+        rows.append(_dir_row(snapshot, "hub cache", repo_id))
+    return sorted(rows, key=lambda row: row.model_id)
+
+
+def _not_here_rows(on_disk: list[ListedModel]) -> list[ListedModel]:
+    """The built-in short names whose model no directory above stands for."""
+    here = {row.model_id for row in on_disk}
+    rows = [
+        ListedModel(e.model_id, e.short_name, "hub", NEEDS_DOWNLOAD, e.quantized, None, None)
+        for e in REGISTRY.values()
+        if e.short_name and e.model_id not in here
+    ]
+    built = {entry.model_id: entry for entry in ADAPTED.values()}.values()
+    rows += [
+        ListedModel(e.model_id, e.short_name, "built here", NEEDS_DOWNLOAD, None, None, None)
+        for e in built
+        if e.model_id not in here
+    ]
+    return rows
+
+
+def _children(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as error:
+        raise ModelError(f"cannot read {shown_name(str(directory))}: {error.strerror}") from None
+
+
+def _dir_row(path: Path, source: str, model_id: str | None = None) -> ListedModel:
+    """A model directory as resolution would find it, hashing nothing."""
+    path = path.absolute()
+    try:
+        meta = read_json(path / "thatch_model.json")
+        model_id = model_id or directory_model_id(path, meta)
+        missing = _missing_file(path, meta, model_id)
+        if missing is not None:
+            return ListedModel(model_id, "", source, f"incomplete: no {missing}", None, None, path)
+        settings = settings_from_dir(path, source=source, model_id=model_id, checksum=False)
+    except ModelError as error:
+        model_id = model_id or directory_model_id(path, {})
+        return ListedModel(model_id, "", source, f"broken: {error}", None, None, path)
+    return ListedModel(model_id, "", source, READY, settings.quantized, settings.dim, path)
+
+
+def _missing_file(path: Path, meta: dict[str, object], model_id: str) -> str | None:
+    """The first file settings_from_dir would find missing, by name."""
+    for name in REQUIRED_FILES:
+        if not (path / name).is_file():
+            return name
+    present = {name for name in ONNX_CANDIDATES if (path / name).is_file()}
+    onnx = choose_onnx(meta, REGISTRY.get(model_id), present)
+    if onnx is None:
+        return "ONNX file"
+    return None if (path / onnx).is_file() else onnx
+
+
+def _place(name: str, env: Env) -> Path | HubRef | str:
+    """Where resolution finds ``name``, as ``describe_model`` does: a directory, a hub
+    model that needs a download, or "mock". ModelError when it finds nothing."""
+    try:
+        target = parse_name(name, env)
+    except ModelNotBuilt as not_built:
+        return HubRef(not_built.model_id, None)
+    if not isinstance(target, HubRef):
+        return target
+    snapshot = cached_snapshot(target, env)
+    found = imported_for(target, env, cached=snapshot is not None) or snapshot
+    return found if found is not None else target
+
+
+def _is_at(row: ListedModel, place: Path | HubRef | str) -> bool:
+    if isinstance(place, Path):
+        return row.path is not None and row.path.resolve() == place.resolve()
+    if isinstance(place, HubRef):
+        return row.path is None and place.revision is None and row.model_id == place.repo_id
+    return False  # mock has no row of its own unless in use
+
+
+def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
+    """The row of a model in use that the caches do not hold."""
+    if isinstance(place, Path):
+        if place.is_relative_to(hub_cache_dir(env)):
+            return _dir_row(place, "hub cache")  # a pinned revision's snapshot
+        return _dir_row(place, "imported" if is_import(env, place) else "local dir")
+    if isinstance(place, HubRef):
+        shown = f"{place.repo_id}@{place.revision}" if place.revision else place.repo_id
+        entry = REGISTRY.get(place.repo_id)
+        quantized = entry.quantized if entry is not None else None
+        return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, quantized, None, None)
+    return ListedModel(place, "", "built in", READY, False, MOCK_DIM, None)
+
+
+def _short_names(env: Env) -> list[tuple[str, Path | HubRef | str]]:
+    """Each short name and where it leads from here, found the way resolution finds it (a
+    directory of that name in the working directory would win); one that leads nowhere,
+    or to several imports, is left out."""
+    names = {e.short_name for e in REGISTRY.values() if e.short_name}
+    names |= {e.short_name for e in ADAPTED.values()}
+    names |= {m.short_name for m in imported_models(env) if m.short_name != m.model_id}
+    found = []
+    for name in sorted(names):
+        try:
+            found.append((name, _place(name, env)))
+        except ModelError:
+            continue
+    return found
+
+
+def _short_name(row: ListedModel, names: list[tuple[str, Path | HubRef | str]]) -> str:
+    if row.short_name:
+        return row.short_name  # a built-in name not on this machine: what `pull` takes
+    return ", ".join(name for name, place in names if _is_at(row, place))
