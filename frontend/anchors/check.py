@@ -201,11 +201,15 @@ class AnchorCheck:
         source: AnchorQuerySource,
         keys: Sequence[Key],
         budget: float = BUDGET_SECONDS,
+        gone_checkouts: set[Key] | None = None,
     ) -> dict[Key, Drift]:
         """The memories among ``keys`` whose anchored code changed, or that depend on
         one whose code did (dedup verdict "supplement", or ``related`` at save), within
         ``budget`` seconds and ``MAX_FILES`` files; an anchor not reached is marked by its
-        stored verdict while that still holds (``_stored``), else left unmarked."""
+        stored verdict while that still holds (``_stored``), else left unmarked. Into
+        ``gone_checkouts``, when given, the memories with an anchor checked unverifiable
+        because its checkout's directory is gone: a pass off the prompt path may find
+        that a checkout of the same repository takes it over (``take_over_gone``)."""
         self._never_open |= database_files(getattr(source, "path", None))
         supplements = depends_on(source, keys)
         partners = {
@@ -233,6 +237,8 @@ class AnchorCheck:
                 else:
                     files += 1
                     verdict = self._verdict(anchor, deadline)[0]
+                    if gone_checkouts is not None and _checkout_gone(verdict, anchor):
+                        gone_checkouts.add(key)
                 if verdict in (CHANGED, GONE) and anchor.path not in paths:
                     paths.append(anchor.path)
                     gone = gone or verdict == GONE
@@ -266,6 +272,11 @@ class AnchorCheck:
                 anchor = replace(anchor, checked_mtime_ns=seen[0], checked_size=seen[1])
             verdicts.append((anchor, CHANGED if verdict == GONE else verdict))
         return verdicts
+
+
+def _checkout_gone(verdict: str, anchor: Anchor) -> bool:
+    # Asked of unverifiable anchors only: one more stat, on a path already missing.
+    return verdict == UNVERIFIABLE and bool(anchor.root) and not os.path.isdir(anchor.root)
 
 
 def depends_on(source: AnchorQuerySource, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:

@@ -1,7 +1,7 @@
 """The passes off the prompt path (docs/tools.md §code-anchors): following git's renames
 and re-checking a store's anchors for the hygiene report. Session start and ``thatch
-hygiene`` run both; a recall that finds an anchored file gone runs the rename pass (after
-its answer in ``thatch mcp``); the prompt hook never asks git.
+hygiene`` run both; a recall that finds an anchored file gone, or its checkout gone, runs
+the rename pass (after its answer in ``thatch mcp``); the prompt hook never asks git.
 """
 
 from __future__ import annotations
@@ -29,11 +29,20 @@ if TYPE_CHECKING:
     from thatch.frontend.store.anchor_queries import Key
     from thatch.frontend.store.memory_store import Store
 
-__all__ = ["HYGIENE_BUDGET", "MAX_COMMITS", "drifted", "follow_renames", "parse_renames"]
+__all__ = [
+    "HYGIENE_BUDGET",
+    "MAX_COMMITS",
+    "drifted",
+    "follow_renames",
+    "parse_renames",
+    "take_over_gone",
+]
 
 # How many (repository, captured commit) pairs one rename pass diffs: one git process
 # each, plus two per repository (its HEAD, its staged renames).
 MAX_COMMITS = 8
+# How many captured commits of gone checkouts one pass asks git about (one process).
+MAX_GONE_COMMITS = 64
 # How long the hygiene pass may spend checking files; past it, the last stored verdicts.
 HYGIENE_BUDGET = 0.25
 
@@ -68,13 +77,66 @@ def follow_renames(
 ) -> int:
     """Move the anchors whose files git reports renamed: since their captured commit
     (committed, re-based on HEAD), then in the working tree (staged: moved, kept on
-    their commit's path, see ``Store.move_anchors``). The pairs of the checkout holding
-    ``here`` come first; then those of other checkouts that exist and whose HEAD moved
-    since (read from files), at most ``MAX_COMMITS`` pairs in all. The anchors moved."""
+    their commit's path, see ``Store.move_anchors``). First the checkout holding ``here``
+    takes over the anchors of its repository's checkouts that are gone
+    (``take_over_gone``). The pairs of that checkout come first; then those of other
+    checkouts that exist and whose HEAD moved since (read from files), at most
+    ``MAX_COMMITS`` pairs in all. The anchors moved."""
+    pairs = store.anchor_commits()
+    if here is not None and take_over_gone(store, pairs, here, env):
+        pairs = store.anchor_commits()
     commits: dict[str, list[str]] = {}
-    for root, commit in _worth_diffing(store.anchor_commits(), here)[:MAX_COMMITS]:
+    for root, commit in _worth_diffing(pairs, here)[:MAX_COMMITS]:
         commits.setdefault(root, []).append(commit)
     return sum(_follow(store, root, listed, env) for root, listed in commits.items())
+
+
+def take_over_gone(
+    store: Store, pairs: list[tuple[str, str]], here: Path, env: Mapping[str, str] | None
+) -> int:
+    """Re-root onto the checkout holding ``here`` the anchors of checkouts that are gone
+    (a worktree removed once its branch merged, a directory no longer a checkout) when
+    they were of its repository: git there knows a commit they were captured at, which
+    every worktree of a repository shares. Else they would stay unverifiable for good.
+    One git process at most, only when such checkouts are found; the anchors moved."""
+    from thatch.frontend.project import checkout_git_dir
+
+    found = checkout_git_dir(Path(os.path.abspath(here)))
+    if found is None:
+        return 0
+    top = os.path.realpath(found[0])
+    gone: dict[str, list[str]] = {}
+    for root, commit in pairs:
+        if root != top and is_object_id(commit) and not _is_checkout(root):
+            gone.setdefault(root, []).append(commit)
+    if not gone:
+        return 0
+    asked = [commit for commits in gone.values() for commit in commits][:MAX_GONE_COMMITS]
+    known = _known_commits(top, env, asked)
+    ours = [root for root, commits in gone.items() if known.intersection(commits)]
+    return store.reroot_anchors(ours, top) if ours else 0
+
+
+def _is_checkout(root: str) -> bool:
+    """Whether ``root`` is still the top of a checkout, from files: its ``.git`` there, a
+    worktree's naming a git dir that still exists."""
+    from thatch.frontend.project import checkout_git_dir, is_directory
+
+    found = checkout_git_dir(Path(root))
+    return found is not None and str(found[0]) == root and is_directory(found[1])
+
+
+def _known_commits(top: str, env: Mapping[str, str] | None, commits: list[str]) -> set[str]:
+    """Those of ``commits`` (checked object ids, never options) the repository at ``top``
+    holds; none when git cannot say. One process for them all."""
+    from thatch.frontend.project import git_result
+
+    result = git_result(
+        Path(top), env, "rev-list", "--no-walk=unsorted", "--ignore-missing", *commits, "--"
+    )
+    if result is None or result.returncode != 0:
+        return set()
+    return set(result.stdout.decode("ascii", "replace").split())
 
 
 def _worth_diffing(pairs: list[tuple[str, str]], here: Path | None) -> list[tuple[str, str]]:

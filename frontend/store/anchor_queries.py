@@ -256,6 +256,21 @@ class AnchorQueries:
         return [(row[0], row[1]) for row in rows]
 
     @locked
+    def reroot_anchors(self, roots: Sequence[str], top: str) -> int:
+        """Move the anchors of the checkouts at ``roots`` (gone) to the checkout at ``top``
+        of the same repository, paths and commits kept; their stored verdicts were on the
+        files gone with them, so they are ``recheck`` until a pass checks them there."""
+        with self.tx.write() as conn:
+            return sum(
+                conn.execute(
+                    f"UPDATE {ANCHORS_TABLE} SET root = ?, status = 'recheck', "
+                    "checked_mtime_ns = NULL, checked_size = NULL WHERE root = ?",
+                    (top, root),
+                ).rowcount
+                for root in roots
+            )
+
+    @locked
     def move_anchors(
         self,
         root: str,

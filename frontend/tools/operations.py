@@ -327,10 +327,12 @@ class Operations:
         if not report.matches:
             return report
         keys = [(match.memory.store, match.memory.slug) for match in report.matches]
+        gone_checkouts: set[tuple[str, str]] = set()
         try:
-            drift = self.ctx.anchor_check.drift(self.ctx.store, keys)
-            if any(found.gone for found in drift.values()):
-                # A file gone from its checkout may have been renamed: git says so off the
+            drift = self.ctx.anchor_check.drift(self.ctx.store, keys, gone_checkouts=gone_checkouts)
+            if gone_checkouts or any(found.gone for found in drift.values()):
+                # A file gone from its checkout may have been renamed, and a checkout gone
+                # (a removed worktree) may be this repository's: git says so off the
                 # answer's path in thatch mcp (the next recall follows), within the call
                 # elsewhere (this one does).
                 if self.after_reply is not None:
