@@ -8,12 +8,11 @@ import random
 import re
 import sqlite3
 from datetime import timedelta, timezone
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from tests.support.hookrun import hook_env, run_hook
-from thatch.cli.chat_cmds import TailFilter, backlog, follow, read_event, sent_event, watched
+from thatch.cli.chat_cmds import TailFilter, backlog, poll, read_event, sent_event, watched
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatStore
 from thatch.frontend.store.memory_store import Store
@@ -281,9 +280,9 @@ def test_tail_follow_reads_only_the_bodies_it_shows(tmp_path: Path) -> None:
         store.conn.commit()
         wanted = [e for e in every_event(store, rule, None)[0] if e["id"] > last or "by" in e]
         seen.clear()
-        # One poll: its events come together, then the next poll would wait.
-        polled = list(islice(follow(store, rule, last, watch, 0), len(wanted)))
+        polled, last = poll(store, rule, last, watch)
         assert polled == wanted, case
+        assert poll(store, rule, last, watch)[0] == [], case  # nothing twice
         bodies = [event["body"] for event in polled if "body" in event]
         assert sorted(started + seen) == sorted(bodies + needed), case
         store.conn.close()
