@@ -94,6 +94,7 @@ class Loaded:
     data: dict[str, Any]
     text: str | None  # the file's text, None when the file does not exist
     problem: str | None = None
+    unreadable: bool = False  # ``data`` is a stand-in: the file holds no JSON object
 
 
 def load_object(path: Path) -> Loaded:
@@ -105,7 +106,7 @@ def load_object(path: Path) -> Loaded:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return Loaded({}, raw.decode("utf-8", "replace"), "is not UTF-8 text")
+        return Loaded({}, raw.decode("utf-8", "replace"), "is not UTF-8 text", unreadable=True)
     if not text.strip():
         return Loaded({}, text)
     try:
@@ -115,10 +116,10 @@ def load_object(path: Path) -> Loaded:
         try:
             data = parse_jsonc(text)
         except JSONCError:
-            return Loaded({}, text, "is not valid JSON")
+            return Loaded({}, text, "is not valid JSON", unreadable=True)
         strict = False
     if not isinstance(data, dict):
-        return Loaded({}, text, "does not hold a JSON object")
+        return Loaded({}, text, "does not hold a JSON object", unreadable=True)
     if not strict:
         return Loaded(data, text, "holds comments or trailing commas (JSONC)")
     return Loaded(data, text)
