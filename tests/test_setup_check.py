@@ -395,3 +395,28 @@ def test_a_json_file_doctor_cannot_read_names_no_key(
         "warn",
         f"drifted (local): {mcp} ({said})",
     )
+
+
+@pytest.mark.parametrize("host", ["claude", "cursor"])
+def test_a_users_hook_after_thatchs_is_no_drift(
+    tmp_path: Path, env: dict[str, str], host: str
+) -> None:
+    """A user's own hook added after thatch's leaves thatch's entry as setup wrote it:
+    doctor says ok (it named thatch's unchanged command) and a rerun keeps the order."""
+    request = SetupRequest(
+        hosts=[host], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    if host == "claude":
+        path, event = tmp_path / ".claude" / "settings.json", "Stop"
+        mine: dict[str, Any] = {"hooks": [{"type": "command", "command": "my-stop"}]}
+    else:
+        path, event, mine = tmp_path / ".cursor" / "hooks.json", "stop", {"command": "my-stop"}
+    doc = json.loads(path.read_text())
+    doc["hooks"][event].append(mine)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    before = path.read_text()
+    status = doctor_status(host, tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", "installed (local)", None)
+    run_setup(request)
+    assert path.read_text() == before
