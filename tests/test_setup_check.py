@@ -326,3 +326,97 @@ def test_the_same_executable_spelled_otherwise_is_not_drifted(
     other.chmod(0o755)
     status = doctor_status(host, tmp_path, on_path, bin_path=str(other), version="1")
     assert status[0] == "warn" and status[1].startswith(f"drifted ({scope})")
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+@pytest.mark.parametrize("written_by_path", [False, True])
+def test_drift_is_named_in_the_spelling_the_files_use(
+    tmp_path: Path, env: dict[str, str], scope: str, written_by_path: bool
+) -> None:
+    """A spelling difference is not drift: with one real change, doctor names that file
+    and key, not the files and commands that only spell the executable otherwise."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "thatch"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    on_path = {**env, "PATH": str(bin_dir)}
+    written, checked = (str(exe), "thatch") if written_by_path else ("thatch", str(exe))
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path=written,
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+    )
+    run_setup(request)
+    settings = (
+        tmp_path / ".claude" / "settings.json"
+        if scope == "local"
+        else tmp_path / "claude-config" / "settings.json"
+    )
+    doc = json.loads(settings.read_text())
+    doc["hooks"]["SessionEnd"][0]["hooks"][0].pop("timeout")
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    status = doctor_status("claude", tmp_path, on_path, bin_path=checked, version="1")
+    assert status[:2] == (
+        "warn",
+        f"drifted ({scope}): {settings} (hooks.SessionEnd[0].hooks[0].timeout)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"{nope", "unreadable"),
+        (b"\xff\xfe{}", "unreadable"),
+        (b"[1, 2]", "unreadable"),
+        (b"", "empty"),
+        (None, "missing"),
+    ],
+)
+def test_a_json_file_doctor_cannot_read_names_no_key(
+    tmp_path: Path, env: dict[str, str], content: bytes | None, said: str
+) -> None:
+    """A file that is no JSON object has no key that drifted (its placeholder `{}` named
+    `mcpServers` as if that key were missing); a missing or empty file says so."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    mcp = tmp_path / ".mcp.json"
+    if content is None:
+        mcp.unlink()
+    else:
+        mcp.write_bytes(content)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        f"drifted (local): {mcp} ({said})",
+    )
+
+
+@pytest.mark.parametrize("host", ["claude", "cursor"])
+def test_a_users_hook_after_thatchs_is_no_drift(
+    tmp_path: Path, env: dict[str, str], host: str
+) -> None:
+    """A user's own hook added after thatch's leaves thatch's entry as setup wrote it:
+    doctor says ok (it named thatch's unchanged command) and a rerun keeps the order."""
+    request = SetupRequest(
+        hosts=[host], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    if host == "claude":
+        path, event = tmp_path / ".claude" / "settings.json", "Stop"
+        mine: dict[str, Any] = {"hooks": [{"type": "command", "command": "my-stop"}]}
+    else:
+        path, event, mine = tmp_path / ".cursor" / "hooks.json", "stop", {"command": "my-stop"}
+    doc = json.loads(path.read_text())
+    doc["hooks"][event].append(mine)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    before = path.read_text()
+    status = doctor_status(host, tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", "installed (local)", None)
+    run_setup(request)
+    assert path.read_text() == before

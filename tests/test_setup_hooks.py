@@ -63,7 +63,8 @@ def test_host_option_recognised() -> None:
 
 
 def test_claude_merge_drops_emptied_groups_keeps_others() -> None:
-    """Thatch entries leave their groups; emptied groups go; others keep their order."""
+    """Thatch entries leave their groups; emptied groups go; others keep their order, and
+    thatch's group stays where its first group of its own was."""
     doc = {
         "hooks": {
             "UserPromptSubmit": [
@@ -81,9 +82,9 @@ def test_claude_merge_drops_emptied_groups_keeps_others() -> None:
     out = merge_claude(doc, "thatch", post_tool_use=False)
     groups = out["hooks"]["UserPromptSubmit"]
     assert groups == [
+        {"hooks": [{"type": "command", "command": "thatch flush-tools"}]},
         {"hooks": [{"type": "command", "command": "mine"}]},
         "not-a-group",
-        {"hooks": [{"type": "command", "command": "thatch flush-tools"}]},
     ]
 
 

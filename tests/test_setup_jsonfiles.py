@@ -105,8 +105,16 @@ def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path: Path) -> None:
         ({"a": 1, "b": 2}, {"a": 1}, "b"),
         ({"a": 1}, {"a": True}, "a"),  # equal in Python, not in the file
         ({"x": {"my key.v2": "s"}}, {"x": {"my key.v2": "t"}}, 'x["my key.v2"]'),
-        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, ""),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, "order"),
+        ({"x": {"a": 1, "b": 2}}, {"x": {"b": 2, "a": 1}}, "x: order"),
         ({"a": [{"b": 1}]}, {"a": [{"b": 1}]}, None),
+        # Setup moving a group past the user's: the list, not a command that is unchanged.
+        (
+            {"Stop": [{"c": "thatch"}, {"c": "mine"}]},
+            {"Stop": [{"c": "mine"}, {"c": "thatch"}]},
+            "Stop: order",
+        ),
+        ({"a": [1, 2, 2]}, {"a": [2, 1, 1]}, "a[0]"),  # not the same items: no reorder
     ],
 )
 def test_first_difference_names_a_readable_key_path(
@@ -115,3 +123,17 @@ def test_first_difference_names_a_readable_key_path(
     """The first key that differs, dotted with list indexes; a key a dot or a space would
     make ambiguous is quoted; the same keys in another order differ at their object."""
     assert first_difference(old, new) == where
+
+
+@pytest.mark.parametrize(
+    ("key", "where"),
+    [
+        ("a\u3164", 'x["a\\u3164"]'),  # a Hangul filler is a letter to \w, and invisible
+        ("\u202eab", 'x["\\u202eab"]'),  # a bidi override
+        ("a\x85b", 'x["a\\u0085b"]'),  # a C1 control
+        ("\u00e9t\u00e9", "x.\u00e9t\u00e9"),  # a readable letter stays as it is
+    ],
+)
+def test_first_difference_shows_invisible_key_characters_escaped(key: str, where: str) -> None:
+    """Keys come from the user's file and doctor prints them: nothing invisible prints raw."""
+    assert first_difference({"x": {key: 1}}, {"x": {key: 2}}) == where

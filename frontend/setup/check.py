@@ -201,7 +201,7 @@ def doctor_status(
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
         return "FAIL", f"damaged thatch block in {path}", fix
-    drifted: list[str] = []
+    drifts: list[list[Line]] = []
     # The same executable may be spelled `thatch` (found on PATH) or by its path, depending
     # on PATH when setup ran: compare what the entries run, not how they spell it.
     for spelling in same_executable(bin_path, env):
@@ -220,11 +220,18 @@ def doctor_status(
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
         if failed:
             return "FAIL", f"cannot update {', '.join(failed)}", fix
-        found = [_drift(line) for line in lines if line.status == "would-write"]
+        found = [line for line in lines if line.status == "would-write"]
         if not found:
             return "ok", f"installed ({scope})", None
-        drifted = drifted or found
-    return "warn", f"drifted ({scope}): {', '.join(drifted)}", fix
+        drifts.append(found)
+    # Compared in another spelling than the files', every command differs: the spelling
+    # with the fewest changes is the files' own, and its lines name only real drift.
+    drifted = min(drifts, key=_changes)  # the first of equals: bin_path's
+    return "warn", f"drifted ({scope}): {', '.join(map(_drift, drifted))}", fix
+
+
+def _changes(lines: list[Line]) -> int:
+    return sum(max(line.changes, 1) for line in lines)  # a text file: one change
 
 
 def _drift(line: Line) -> str:

@@ -200,14 +200,27 @@ def merge_claude(
         old_entry, old_group = _old_claude_options(_event_list(hooks, event))
         if event == buffer_event and moved is not None:
             old_entry = {**moved, **(old_entry or {})}  # the event's own entry is later
-        groups = _without_thatch_groups(_event_list(hooks, event))
+        listed = _event_list(hooks, event)
+        groups = _without_thatch_groups(listed)
+        # Claude Code runs an event's hooks side by side: where thatch's group stands is
+        # the user's to choose, and moving it past theirs would be a change for nothing.
+        # Every group before thatch's first own group is kept; a new group goes last.
+        at = next((i for i, group in enumerate(listed) if _ours(group)), len(groups))
         fresh = {"type": "command", "command": command, **CLAUDE_ENTRY_EXTRAS.get(event, {})}
         entry = merge_own(fresh, old_entry, _named(f"thatch's {event} hook"), replaced)
         group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
         group["hooks"] = [entry]
         where = _named(f"thatch's {event} hook group")
-        hooks[event] = [*groups, merge_own(group, old_group, where, replaced)]
+        hooks[event] = [*groups[:at], merge_own(group, old_group, where, replaced), *groups[at:]]
     return doc
+
+
+def _ours(group: object) -> bool:
+    """A Claude hook group holding thatch's hooks and nothing else."""
+    inner = group.get("hooks") if isinstance(group, dict) else None
+    if not isinstance(inner, list) or not inner:
+        return False
+    return all(isinstance(h, dict) and is_thatch(h) for h in inner)
 
 
 def _named(owner: str) -> Callable[[str], str]:
@@ -228,11 +241,15 @@ def merge_cursor(
     hooks = _hooks_map(doc)
     for event, command in cursor_commands(bin_word, off).items():
         entries = _event_list(hooks, event)
-        kept = [e for e in entries if not (isinstance(e, dict) and is_thatch(e))]
+        ours = [i for i, e in enumerate(entries) if isinstance(e, dict) and is_thatch(e)]
+        kept = [e for i, e in enumerate(entries) if i not in ours]
+        # Where thatch's entry stands is the user's to choose, as in Claude's: it stays
+        # where its first one stood (every entry before it is kept); a new one goes last.
+        at = ours[0] if ours else len(kept)
         old: dict[str, Any] | None = None
-        for ours in (e for e in entries if isinstance(e, dict) and is_thatch(e)):
-            old = {**(old or {}), **ours}  # later entries win, as in Claude's
+        for i in ours:
+            old = {**(old or {}), **entries[i]}  # later entries win, as in Claude's
         fresh = {"command": command, **CURSOR_ENTRY_EXTRAS.get(event, {})}
         entry = merge_own(fresh, old, _named(f"thatch's {event} hook"), replaced)
-        hooks[event] = [*kept, entry]
+        hooks[event] = [*kept[:at], entry, *kept[at:]]
     return doc

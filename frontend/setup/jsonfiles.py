@@ -25,6 +25,7 @@ __all__ = [
     "JSONCError",
     "Loaded",
     "backup",
+    "differences",
     "dump",
     "first_difference",
     "load_object",
@@ -93,6 +94,7 @@ class Loaded:
     data: dict[str, Any]
     text: str | None  # the file's text, None when the file does not exist
     problem: str | None = None
+    unreadable: bool = False  # ``data`` is a stand-in: the file holds no JSON object
 
 
 def load_object(path: Path) -> Loaded:
@@ -104,7 +106,7 @@ def load_object(path: Path) -> Loaded:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return Loaded({}, raw.decode("utf-8", "replace"), "is not UTF-8 text")
+        return Loaded({}, raw.decode("utf-8", "replace"), "is not UTF-8 text", unreadable=True)
     if not text.strip():
         return Loaded({}, text)
     try:
@@ -114,10 +116,10 @@ def load_object(path: Path) -> Loaded:
         try:
             data = parse_jsonc(text)
         except JSONCError:
-            return Loaded({}, text, "is not valid JSON")
+            return Loaded({}, text, "is not valid JSON", unreadable=True)
         strict = False
     if not isinstance(data, dict):
-        return Loaded({}, text, "does not hold a JSON object")
+        return Loaded({}, text, "does not hold a JSON object", unreadable=True)
     if not strict:
         return Loaded(data, text, "holds comments or trailing commas (JSONC)")
     return Loaded(data, text)
@@ -132,32 +134,56 @@ def same_document(a: object, b: object) -> bool:
     return json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
 
 
-def first_difference(old: object, new: object, path: str = "") -> str | None:
+def first_difference(old: object, new: object) -> str | None:
     """Where ``new`` first differs from ``old``, as a key path such as
-    ``hooks.Stop[0].hooks[0].command`` ("" for the top); None when they are the same
-    document. ``new``'s keys come first: setup appends what it adds."""
+    ``hooks.Stop[0].hooks[0].command``; None when they are the same document."""
+    found = differences(old, new)
+    return found[0] if found else None
+
+
+def differences(old: object, new: object, path: str = "") -> list[str]:
+    """Each place ``new`` differs from ``old``, ``new``'s keys first (setup appends what it
+    adds). The same keys or list items in another order differ once, at their object or
+    list: ``hooks.Stop: order`` (naming an item there would name a value nobody changed)."""
     if isinstance(old, dict) and isinstance(new, dict):
+        found: list[str] = []
         for key in [*new, *(k for k in old if k not in new)]:
             inner = _key_path(path, key)
             if key not in old or key not in new:
-                return inner
-            found = first_difference(old[key], new[key], inner)
-            if found is not None:
-                return found
-        return None if list(old) == list(new) else path  # the same keys, in another order
+                found.append(inner)
+            else:
+                found += differences(old[key], new[key], inner)
+        if not found and list(old) != list(new):
+            found.append(_reordered(path))
+        return found
     if isinstance(old, list) and isinstance(new, list):
+        if _sorted_items(old) == _sorted_items(new):
+            return [] if same_document(old, new) else [_reordered(path)]
+        found = []
         for index, (a, b) in enumerate(zip(old, new, strict=False)):
-            found = first_difference(a, b, f"{path}[{index}]")
-            if found is not None:
-                return found
-        return None if len(old) == len(new) else f"{path}[{min(len(old), len(new))}]"
-    return None if same_document(old, new) else path
+            found += differences(a, b, f"{path}[{index}]")
+        if len(old) != len(new):
+            found.append(f"{path}[{min(len(old), len(new))}]")
+        return found
+    return [] if same_document(old, new) else [path]
+
+
+def _sorted_items(items: list[Any]) -> list[str]:
+    return sorted(json.dumps(item, ensure_ascii=False) for item in items)
+
+
+def _reordered(path: str) -> str:
+    return f"{path}: order" if path else "order"
 
 
 def _key_path(path: str, key: str) -> str:
-    if re.fullmatch(r"[\w$-]+", key):
+    from thatch.frontend.untrusted import has_control, quoted
+
+    # Keys come from the user's file and doctor prints them: one holding an invisible
+    # character (\w takes a Hangul filler for a letter) is quoted with it escaped.
+    if re.fullmatch(r"[\w$-]+", key) and not has_control(key):
         return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"  # a dot or a space stays readable
+    return f"{path}[{quoted(key)}]"  # a dot or a space stays readable
 
 
 def backup_path(path: Path, now: datetime) -> Path:

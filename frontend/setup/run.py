@@ -50,7 +50,10 @@ class Line:
     target: str
     detail: str = ""  # why, for people; printed to stderr
     note: str = ""  # what changed inside the file, printed after the target
-    differs: str = ""  # a JSON file's first key that setup changes; doctor names it
+    # A JSON file's first key that setup changes, or why no key can be named (missing,
+    # empty, unreadable); doctor names it.
+    differs: str = ""
+    changes: int = 0  # how many places in the file differ (doctor compares spellings by it)
 
 
 @dataclass
@@ -133,21 +136,35 @@ class _Writer:
         if loaded.problem is None and has_content and jsonfiles.same_document(updated, loaded.data):
             return [Line("unchanged", str(path))]
         new_text = jsonfiles.dump(updated)
-        differs = jsonfiles.first_difference(loaded.data, updated) or ""
+        places = _places(loaded, updated)
+        differs = places[0] if places else ""
         # A user's value of a key thatch writes is never replaced silently.
         said = "; ".join(r.describe(self.dry_run) for r in replaced)
         replacing = f"{path}: {said}" if said else ""
         if loaded.problem is None:
             line = self.text(path, new_text, loaded.text)
-            return [Line(line.status, line.target, replacing, differs=differs)]
+            line = Line(line.status, line.target, replacing, differs=differs, changes=len(places))
+            return [line]
         if self.dry_run:
             detail = f"{path} {loaded.problem}; a copy would be saved before rewriting it"
             both = "; ".join(filter(None, [detail, said]))
-            return [Line("would-write", str(path), both, differs=differs)]
+            return [Line("would-write", str(path), both, differs=differs, changes=len(places))]
         saved = jsonfiles.backup(path, self.now())
         jsonfiles.write_atomic(path, new_text.encode("utf-8"))
         detail = f"{path} {loaded.problem}; the original is saved as {saved}"
         return [Line("backed-up", str(saved), detail), Line("written", str(path), replacing)]
+
+
+def _places(loaded: jsonfiles.Loaded, updated: dict[str, Any]) -> list[str]:
+    """Where setup changes a JSON file; a file with no JSON object has no key to name
+    (its ``data`` is a stand-in ``{}``): what is wrong with it instead."""
+    if loaded.text is None:
+        return ["missing"]
+    if loaded.unreadable:
+        return ["unreadable"]
+    if not loaded.text.strip():
+        return ["empty"]
+    return jsonfiles.differences(loaded.data, updated)
 
 
 def _read_text(path: Path) -> str | None:
