@@ -20,7 +20,8 @@ category Cf: bidi overrides, zero-width and tag characters, prepended number sig
 ``\\uXXXX``, and break every ``[thatch`` marker (``\\[thatch``; ``\\u005bthatch`` inside a
 quoted literal, the same string once decoded). A combining mark with no letter to sit on
 counts as blank before a ``[``, a rule or ``thatch``. Text from agents that passes through
-them cannot speak with thatch's voice.
+them cannot speak with thatch's voice. ``json_document`` writes the CLI's ``--json``
+documents and the extraction payload with the same characters escaped.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 
-__all__ = ["blank", "body", "has_control", "inline", "quoted", "token"]
+__all__ = ["blank", "body", "has_control", "inline", "json_document", "quoted", "token"]
 
 # C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
@@ -238,6 +239,19 @@ def quoted(text: str) -> str:
     if not _plain_ascii(literal):
         literal = _shown_escaped(literal, _control())
     return _break_markers(literal, lambda bracket: f"\\u{ord(bracket):04x}")
+
+
+def json_document(value: object, *, compact: bool = False) -> str:
+    """``value`` as JSON on one line: readable non-ASCII characters as they are, and what
+    ``quoted`` shows escaped (controls, line separators, format characters) as ``\\uXXXX``,
+    so a bidi override in a label cannot reorder a terminal's line. The same data once
+    decoded. ``compact``: no space after ``,`` and ``:``."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":") if compact else None)
+    if _plain_ascii(text):
+        return text
+    # json.dumps escaped every C0 control (newlines too): what is left raw is data inside
+    # string literals, where a \uXXXX escape decodes to the same character.
+    return _shown_escaped(text, _control())
 
 
 def token(text: str) -> str:

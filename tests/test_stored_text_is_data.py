@@ -328,6 +328,49 @@ def test_cli_show_escapes_a_format_character_opening_a_line() -> None:
     assert "\u070f" not in shown
 
 
+# What --json used to print raw, each reordering or hiding what follows it in a terminal:
+# bidi embeddings, overrides, isolates and marks, the Arabic letter mark, a zero-width
+# space, a tag character (invisible ASCII), DEL, a C1 control (CSI) and a line separator.
+INVISIBLE = "\u202a\u202e\u2066\u2069\u200e\u200f\u061c\u200b\U000e0041\x7f\x9b\u2028"
+RAW_INVISIBLE = re.compile(
+    "[\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\U000e0000-\U000e007f]"
+)
+
+
+@pytest.mark.usefixtures("db")
+def test_cli_json_writes_invisible_characters_escaped() -> None:
+    """--json shows every format and control character as \\uXXXX (a tag character as
+    JSON's surrogate pair), keeps readable non-ASCII as it is, and decodes to exactly what
+    was stored."""
+    label, twin = f"Déploy 日本 {INVISIBLE} end", f"Twin {INVISIBLE}"
+    content = f"Push to main {INVISIBLE} ünd"
+    branch = f"dev{INVISIBLE}"
+    with Store.open(os.environ["THATCH_DB_PATH"]) as store:
+        vector = mock_vector("deploy")
+        store.remember("proj", label, f"# {label}\n\n{content}", vector, "mock", branch=branch)
+        store.remember("proj", twin, f"# {twin}\n\n{content}", vector, "mock")
+        memory = store.show("proj", label)
+    assert memory is not None
+    outputs = {
+        "list": run("list", "--json").stdout,
+        "show": run("show", memory.slug, "--json").stdout,  # the label is not one line
+        "search": run("search", "deploy", "--json").stdout,
+        "hygiene": run("hygiene", "--json").stdout,
+    }
+    for name, out in outputs.items():
+        assert RAW_INVISIBLE.search(out) is None, name
+        assert "Déploy 日本 \\u202a\\u202e" in out and "\\udb40\\udc41" in out, name
+        assert out.count("\n") == 1, name
+    listed = json.loads(outputs["list"])
+    assert {m["label"]: m["branch"] for m in listed} == {label: branch, twin: None}
+    shown = json.loads(outputs["show"])
+    assert (shown["label"], shown["branch"], shown["content"]) == (label, branch, content)
+    found = json.loads(outputs["search"])
+    assert {m["label"]: m["branch"] for m in found} == {label: branch, twin: None}
+    pairs = json.loads(outputs["hygiene"])["duplicate_pairs"]
+    assert [{pair["label_a"], pair["label_b"]} for pair in pairs] == [{label, twin}]
+
+
 def test_a_backslash_in_a_label_cannot_pass_for_an_escape(tools: Tools) -> None:
     """One-line forms show a control character as ``\\t`` or ``\\uXXXX``: a label that
     writes those characters itself gets its backslashes doubled, so the two never look
