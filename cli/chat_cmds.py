@@ -22,6 +22,7 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.hook_cmds import HOOK_SETTINGS, HookCommand
+from thatch.cli.store_access import emit_json
 from thatch.common.environment import default_db_path, project_dir_from_env
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession, ChatStore, TailRead
 from thatch.frontend.untrusted import inline
@@ -95,7 +96,7 @@ def list_cmd(as_json: bool) -> None:
         finally:
             store.conn.close()
     if as_json:
-        click.echo(json.dumps(rows, ensure_ascii=False))
+        emit_json(rows)
         return
     header = ("NAME", "STATUS", "HOST", "PROJECT", "LAST SEEN", "TOPIC")
     cells = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import click
 
 from thatch.cli.main import CONTEXT_SETTINGS
+from thatch.cli.store_access import emit_json
 from thatch.common.version import thatch_version
 
 __all__ = ["doctor"]
@@ -39,7 +39,7 @@ def doctor(as_json: bool) -> None:
     )
     if as_json:
         document = [check.as_json() for check in checks]
-        click.echo(json.dumps(document, ensure_ascii=False))
+        emit_json(document)
     else:
         for check in checks:
             for line in check.lines():

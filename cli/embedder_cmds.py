@@ -6,7 +6,6 @@ A thin adapter: ``start`` is ``EmbedderClient.ensure_started`` with the CLI's bu
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -17,6 +16,7 @@ import click
 
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
+from thatch.cli.store_access import emit_json
 from thatch.common.environment import embedder_log_file
 from thatch.embedder.client.autostart import POLL_SECONDS, probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
@@ -163,7 +163,7 @@ def status(as_json: bool) -> None:
             raise FixableError(f"no embedder answering at {address}.", fix)
     facts = status_facts(str(address), health, info)
     if as_json:
-        click.echo(json.dumps(facts, ensure_ascii=False))
+        emit_json(facts)
         return
     for label, value in status_lines(facts):
         click.echo(f"{label + ':':<14} {value}")

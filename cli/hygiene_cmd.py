@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
 import click
 
 from thatch.cli.errors import translate_errors
+from thatch.cli.store_access import emit_json
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
@@ -96,7 +96,7 @@ def hygiene(as_json: bool) -> None:
         finally:
             store.close()
     if as_json:
-        click.echo(json.dumps({**result.as_json(), **parts.as_json()}, ensure_ascii=False))
+        emit_json({**result.as_json(), **parts.as_json()})
     elif result.report:
         click.echo("\n".join([result.report, *parts.lines(project)]))
     else:

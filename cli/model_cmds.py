@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shlex
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ import click
 
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
+from thatch.cli.store_access import emit_json
 from thatch.embedder.encoder import ModelSettings
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def info_cmd(name: str | None, as_json: bool) -> None:
         settings = describe_model(name, env=os.environ)
     fields = info_fields(settings)
     if as_json:
-        click.echo(json.dumps(fields, ensure_ascii=False))
+        emit_json(fields)
         return
     width = max(len(key) for key in fields)
     for key, value in fields.items():

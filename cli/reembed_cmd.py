@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import click
 
 from thatch.cli.errors import FixableError, translate_errors
+from thatch.cli.store_access import emit_json
 
 if TYPE_CHECKING:
     from thatch.frontend.tools.context import ToolContext
@@ -64,7 +64,7 @@ def reembed(
         )
         if dry_run:
             if as_json:
-                _emit(
+                emit_json(
                     {
                         "would_reembed": len(plan.memories),
                         "stores": plan.stores,
@@ -95,7 +95,7 @@ def reembed(
             progress=None if as_json else _progress,
         )
     if as_json:
-        _emit(
+        emit_json(
             {
                 "reembedded": summary.filled,
                 "skipped": summary.skipped,
@@ -116,10 +116,6 @@ def reembed(
 
 def _starting() -> None:
     click.echo("Starting embedder…", err=True)
-
-
-def _emit(document: object) -> None:
-    click.echo(json.dumps(document, ensure_ascii=False))
 
 
 def _active_model(ctx: ToolContext, *, need_embedder: bool) -> str:

@@ -5,7 +5,6 @@ and the JSON shapes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from thatch.cli.errors import FixableError, debug_traceback, translate_errors
-from thatch.frontend.untrusted import quoted
+from thatch.frontend.untrusted import json_document, quoted
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory import Memory
@@ -79,8 +78,9 @@ def leniently(tools: Tools, operation: Callable[[], T]) -> T:
 
 
 def emit_json(document: object) -> None:
-    """Every ``--json`` output: one JSON document on one line (docs/cli.md §one-voice)."""
-    click.echo(json.dumps(document, ensure_ascii=False))
+    """Every ``--json`` output: one JSON document on one line, format and control
+    characters escaped (docs/cli.md §one-voice)."""
+    click.echo(json_document(document))
 
 
 def check_argument(param_name: str, tool: str, value: object) -> Any:

@@ -9,7 +9,6 @@ database.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,6 +20,7 @@ import click
 
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
+from thatch.cli.store_access import emit_json
 
 if TYPE_CHECKING:
     from thatch.frontend.store.memory_store import Store
@@ -340,7 +340,7 @@ def status(as_json: bool) -> None:
             )
     running = is_running(lock_path(env))
     if as_json:
-        click.echo(json.dumps({"sync_process": running, "links": rows}, ensure_ascii=False))
+        emit_json({"sync_process": running, "links": rows})
         return
     if not rows:
         click.echo("No store is shared with a team (thatch team join URL --store owner/repo).")

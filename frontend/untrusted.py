@@ -19,8 +19,11 @@ All four show control characters, line separators and format characters (Unicode
 category Cf: bidi overrides, zero-width and tag characters, prepended number signs) as
 ``\\uXXXX``, and break every ``[thatch`` marker (``\\[thatch``; ``\\u005bthatch`` inside a
 quoted literal, the same string once decoded). A combining mark with no letter to sit on
-counts as blank before a ``[``, a rule or ``thatch``. Text from agents that passes through
-them cannot speak with thatch's voice.
+counts as blank before a ``[``, a rule or ``thatch``. A marker is found in its
+compatibility forms too (fullwidth letters, the fullwidth or vertical ``[``: what NFKC
+makes the same text). Text from agents that passes through them cannot speak with
+thatch's voice. ``json_document`` writes the CLI's ``--json`` documents and the extraction
+payload with the same characters escaped.
 """
 
 from __future__ import annotations
@@ -31,7 +34,16 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable
 
-__all__ = ["blank", "body", "has_control", "inline", "quoted", "token"]
+__all__ = [
+    "blank",
+    "body",
+    "escape_openings",
+    "has_control",
+    "inline",
+    "json_document",
+    "quoted",
+    "token",
+]
 
 # C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
 # hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
@@ -132,7 +144,7 @@ def _plain_ascii(text: str) -> bool:
 
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_BRACKET = "[\\[\uff3b]"  # and its fullwidth form
+_BRACKET = "[\\[\ufe47\uff3b]"  # and its vertical and fullwidth forms
 _DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d"
 _DASH = f"[{_DASHES}]"
 # What may be blank to the eye: a space but a line break, or a character that is neither
@@ -176,17 +188,63 @@ def _escaped(char: str) -> str:
     return f"\\u{code:04x}"
 
 
-def _break_markers(text: str, broken: Callable[[str], str]) -> str:
-    """``text`` with every ``[thatch`` (blanks inside it too) written as ``broken`` says."""
+def _compatibility_forms(text: str) -> str | None:
+    """``text`` with each character in its NFKC form (``（ａ`` as ``(a``, ``﹇`` as ``[``);
+    None when every character is its own form, as in most text."""
+    if text.isascii():
+        return None
+    forms = {char: unicodedata.normalize("NFKC", char) for char in set(text)}
+    if all(form == char for char, form in forms.items()):
+        return None
+    # One character at a time, not the whole text: each form maps back to its character
+    # (_origins), and a letter with a combining mark after it stays two, as it was typed.
+    return "".join(map(forms.__getitem__, text))
 
-    def replace(match: re.Match[str]) -> str:
-        return broken(match.group()) if blank(match.group(1)) else match.group()
 
-    return _MARKER.sub(replace, text)
+def _origins(text: str) -> list[int]:
+    """For each character of ``_compatibility_forms(text)``, the index in ``text`` of the
+    one it comes from."""
+    return [index for index, char in enumerate(text) for _ in unicodedata.normalize("NFKC", char)]
+
+
+def _starts(
+    pattern: re.Pattern[str], text: str, wanted: Callable[[re.Match[str]], bool]
+) -> list[int]:
+    """Where in ``text`` the matches of ``pattern`` that are ``wanted`` start, ``text``
+    read in its compatibility forms: a fullwidth ``（archived）`` reads as ``(archived)``."""
+    forms = _compatibility_forms(text)
+    if forms is None:
+        return [match.start() for match in pattern.finditer(text) if wanted(match)]
+    found = [match.start() for match in pattern.finditer(forms) if wanted(match)]
+    if not found:  # most text: no need to map back
+        return []
+    origins = _origins(text)
+    return sorted({origins[start] for start in found})
+
+
+def _rewritten(text: str, starts: list[int], rewrite: Callable[[str], str]) -> str:
+    """``text`` with the character at each of ``starts`` (ascending) rewritten."""
+    parts, done = [], 0
+    for start in starts:
+        parts += [text[done:start], rewrite(text[start])]
+        done = start + 1
+    return "".join(parts) + text[done:]
 
 
 def _backslashed(text: str) -> str:
     return "\\" + text
+
+
+def escape_openings(opening: re.Pattern[str], text: str) -> str:
+    """``text`` with a backslash before each character where ``opening`` matches, in its
+    compatibility forms too: a label's ``（archived）`` as well as its ``(archived)``."""
+    return _rewritten(text, _starts(opening, text, lambda _: True), _backslashed)
+
+
+def _break_markers(text: str, broken: Callable[[str], str]) -> str:
+    """``text`` with every ``[thatch`` (blanks inside it too, in compatibility forms too)
+    written as ``broken`` says."""
+    return _rewritten(text, _starts(_MARKER, text, lambda match: blank(match.group(1))), broken)
 
 
 def _escape_lookalike(match: re.Match[str]) -> str:
@@ -238,6 +296,19 @@ def quoted(text: str) -> str:
     if not _plain_ascii(literal):
         literal = _shown_escaped(literal, _control())
     return _break_markers(literal, lambda bracket: f"\\u{ord(bracket):04x}")
+
+
+def json_document(value: object, *, compact: bool = False) -> str:
+    """``value`` as JSON on one line: readable non-ASCII characters as they are, and what
+    ``quoted`` shows escaped (controls, line separators, format characters) as ``\\uXXXX``,
+    so a bidi override in a label cannot reorder a terminal's line. The same data once
+    decoded. ``compact``: no space after ``,`` and ``:``."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":") if compact else None)
+    if _plain_ascii(text):
+        return text
+    # json.dumps escaped every C0 control (newlines too): what is left raw is data inside
+    # string literals, where a \uXXXX escape decodes to the same character.
+    return _shown_escaped(text, _control())
 
 
 def token(text: str) -> str:

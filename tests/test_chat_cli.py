@@ -56,6 +56,20 @@ def test_list_text_and_json(tmp_path: Path) -> None:
     store.conn.close()
 
 
+def test_list_json_writes_format_characters_escaped(tmp_path: Path) -> None:
+    """A topic's bidi override and isolate reach --json as \\uXXXX, not raw (they would
+    reorder the rest of the line in a terminal); its other non-ASCII stays readable."""
+    env, store, ids = setup_sessions(tmp_path)
+    topic = "schéma \u202eevil\u2066 \U000e0041"
+    store.set_topic(ids[1], topic)
+    code, out, _ = thatch(env, "chat", "list", "--json")
+    assert code == 0 and "schéma \\u202eevil\\u2066 \\udb40\\udc41" in out
+    assert not {"\u202e", "\u2066", "\U000e0041"} & set(out)
+    topics = {row["session_id"]: row["topic"] for row in json.loads(out)}
+    assert topics[ids[1]] == topic
+    store.conn.close()
+
+
 def test_tail_filters_and_limits(tmp_path: Path) -> None:
     env, store, ids = setup_sessions(tmp_path)
     a, b, c = ids

@@ -333,6 +333,21 @@ def test_payload_shape_and_summaries() -> None:
     assert queue.build_payload([], "acme/app") is None
 
 
+def test_payload_writes_format_characters_escaped() -> None:
+    """A queued answer's bidi override or tag characters (invisible ASCII) reach the
+    extractor as \\uXXXX, not raw; the payload decodes to the same text and keeps readable
+    non-ASCII as it is."""
+    output = "résumé \u202eevil\u2066 \U000e0041\U000e0042 \x9b end"
+    call = {"tool_name": "WebFetch", "tool_input": {"url": "u\u200b"}, "tool_response": output}
+    text = queue.build_payload([queue.make_record("S", call)], "acme/app")
+    assert text is not None and text.startswith('{"interactions":[{')
+    assert "résumé \\u202eevil\\u2066 \\udb40\\udc41\\udb40\\udc42 \\u009b end" in text
+    assert text.isprintable()
+    (interaction,) = json.loads(text)["interactions"]
+    assert interaction["output"] == output
+    assert interaction["args"] == interaction["title"] == '{"url":"u\u200b"}'
+
+
 HOLDER = """
 import sys
 from pathlib import Path

@@ -6,6 +6,7 @@ from typing import Any
 
 from thatch.frontend.queue.limits import PAYLOAD_OUTPUT_LIMIT
 from thatch.frontend.queue.records import compact, first_string
+from thatch.frontend.untrusted import json_document
 
 __all__ = [
     "build_payload",
@@ -58,4 +59,6 @@ def build_payload(
     }
     if code_changed:
         document["codeChanged"] = code_changed
-    return compact(document)
+    # Format characters as \uXXXX: a web page's tag characters (invisible ASCII) or bidi
+    # overrides reach the extractor visible, and decode to the same text.
+    return json_document(document, compact=True)
