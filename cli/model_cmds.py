@@ -189,9 +189,7 @@ def list_cmd(as_json: bool) -> None:
 
         listing = list_models(os.environ)
     if as_json:
-        click.echo(
-            json.dumps([_listed_fields(m, listing) for m in listing.models], ensure_ascii=False)
-        )
+        emit_json([_listed_fields(m, listing) for m in listing.models])
     else:
         _print_listing(listing)
     if listing.problem is not None:
