@@ -360,3 +360,14 @@ def test_listing_contacts_no_hub_and_loads_no_model(
         assert hub.seen() == []
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+def test_a_hub_repo_whose_main_ref_is_not_text_is_skipped(minilm_dir: Path) -> None:
+    """refs/main holding bytes that are not UTF-8 names no snapshot: the repo is left out
+    (the hub cache is shared with other tools), the rest is listed."""
+    hub_snapshot(minilm_dir, "Xenova/all-MiniLM-L6-v2")
+    broken = hub_snapshot(minilm_dir, "acme/badref")
+    (broken.parent.parent / "refs" / "main").write_bytes(b"abc\xff")
+    models = listed()
+    assert models["Xenova/all-MiniLM-L6-v2"]["status"] == "ready"
+    assert "acme/badref" not in models

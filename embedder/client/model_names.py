@@ -385,7 +385,7 @@ def snapshot_place(ref: HubRef, env: Env) -> Path | None:
         return storage / "snapshots" / revision
     try:
         commit = (storage / "refs" / revision).read_text(encoding="utf-8").strip()
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or not text: names no commit
         return None
     return storage / "snapshots" / commit
 
