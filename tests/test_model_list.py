@@ -3,13 +3,16 @@ use (docs/cli.md §embedder-and-models). Local files only: no model loaded, no h
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import huggingface_hub.constants
 import pytest
@@ -83,6 +86,22 @@ def hub_snapshot(source: Path, repo_id: str, *, drop: tuple[str, ...] = ()) -> P
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
     return snapshot
+
+
+def unreadable(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """Every look inside ``directory`` denied, as a mode-000 directory denies it to a user
+    without CAP_DAC_OVERRIDE (the tests run as root, which the mode does not stop)."""
+
+    def denying(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Path, *args: Any, **kwargs: Any) -> Any:
+            if self != directory and self.is_relative_to(directory):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+            return method(self, *args, **kwargs)
+
+        return call
+
+    for name in ("stat", "open", "iterdir"):
+        monkeypatch.setattr(Path, name, denying(getattr(Path, name)))
 
 
 def test_help_has_an_example_and_typos_are_pointed_at_list() -> None:
@@ -360,6 +379,41 @@ def test_listing_contacts_no_hub_and_loads_no_model(
         assert hub.seen() == []
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+def test_an_unreadable_directory_is_a_broken_row_and_the_rest_still_are(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory in thatch's model cache and a hub-cache snapshot that cannot be read
+    (another user's, mode 000): each a row saying so, the good import still listed."""
+    good = imported(minilm_dir)
+    locked = models_dir(os.environ) / "locked"
+    locked.mkdir()
+    snapshot = hub_snapshot(minilm_dir, "acme/locked")
+    unreadable(monkeypatch, locked)
+    unreadable(monkeypatch, snapshot)
+    models = listed()
+    assert models[PACKAGED_ID]["status"] == "ready" and models[PACKAGED_ID]["path"] == str(good)
+    assert models["local:locked"]["status"] == (
+        f"broken: cannot read {locked / 'thatch_model.json'}: Permission denied"
+    )
+    hub = models["acme/locked"]
+    assert (hub["source"], hub["path"]) == ("hub cache", str(snapshot))
+    assert str(hub["status"]).startswith(f"broken: cannot read {snapshot}/")
+
+
+def test_an_unreadable_snapshot_of_the_model_in_use_is_a_warning(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default's snapshot cannot be read: the list, and why nothing is marked."""
+    snapshot = hub_snapshot(minilm_dir, "Xenova/bge-small-en-v1.5")
+    unreadable(monkeypatch, snapshot)
+    code, out, err = run()
+    assert code == 0 and "*" not in out
+    assert err.startswith(
+        "Warning: the model in use, Xenova/bge-small-en-v1.5 (from default), does not resolve: "
+        f"cannot read {snapshot}/"
+    )
 
 
 def test_a_hub_repo_whose_main_ref_is_not_text_is_skipped(minilm_dir: Path) -> None:

@@ -106,10 +106,19 @@ def _hub_cache_rows(env: Env) -> list[ListedModel]:
         if not HUB_ID.fullmatch(repo_id):
             continue  # a name resolution would not take as a hub id
         snapshot = snapshot_place(HubRef(repo_id, None), env)
-        if snapshot is None or not any((snapshot / name).is_file() for name in ONNX_CANDIDATES):
+        if snapshot is None or not _may_serve(snapshot):
             continue
         rows.append(_dir_row(snapshot, "hub cache", repo_id))
     return sorted(rows, key=lambda row: row.model_id)
+
+
+def _may_serve(snapshot: Path) -> bool:
+    """Whether the snapshot holds an ONNX file; one that cannot be read may, and its row
+    says why it is no use."""
+    try:
+        return any((snapshot / name).is_file() for name in ONNX_CANDIDATES)
+    except OSError:
+        return True
 
 
 def _not_here_rows(on_disk: list[ListedModel]) -> list[ListedModel]:
@@ -148,10 +157,17 @@ def _dir_row(path: Path, source: str, model_id: str | None = None) -> ListedMode
         if missing is not None:
             return ListedModel(model_id, "", source, f"incomplete: no {missing}", None, None, path)
         settings = settings_from_dir(path, source=source, model_id=model_id, checksum=False)
-    except ModelError as error:
+    except (ModelError, OSError) as error:
+        # OSError: a directory another user's (or none's) to read, as a permission error
+        why = _unreadable(error) if isinstance(error, OSError) else str(error)
         model_id = model_id or directory_model_id(path, {})
-        return ListedModel(model_id, "", source, f"broken: {error}", None, None, path)
+        return ListedModel(model_id, "", source, f"broken: {why}", None, None, path)
     return ListedModel(model_id, "", source, READY, settings.quantized, settings.dim, path)
+
+
+def _unreadable(error: OSError) -> str:
+    where = shown_name(str(error.filename)) if error.filename is not None else "a model file"
+    return f"cannot read {where}: {error.strerror}"
 
 
 def _missing_file(path: Path, meta: dict[str, object], model_id: str) -> str | None:
@@ -168,7 +184,15 @@ def _missing_file(path: Path, meta: dict[str, object], model_id: str) -> str | N
 
 def _place(name: str, env: Env) -> Path | HubRef | str:
     """Where resolution finds ``name``, as ``describe_model`` does: a directory, a hub
-    model that needs a download, or "mock". ModelError when it finds nothing."""
+    model that needs a download, or "mock". ModelError when it finds nothing, or cannot
+    read what it finds."""
+    try:
+        return _found_place(name, env)
+    except OSError as error:
+        raise ModelError(_unreadable(error)) from None
+
+
+def _found_place(name: str, env: Env) -> Path | HubRef | str:
     try:
         target = parse_name(name, env)
     except ModelNotBuilt as not_built:
