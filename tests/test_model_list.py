@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -425,3 +426,40 @@ def test_a_hub_repo_whose_main_ref_is_not_text_is_skipped(minilm_dir: Path) -> N
     models = listed()
     assert models["Xenova/all-MiniLM-L6-v2"]["status"] == "ready"
     assert "acme/badref" not in models
+
+
+def test_each_import_is_read_a_bounded_number_of_times(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing n imports reads each one's thatch_model.json and resolves each path a few
+    times, however many imports there are: it was n times each (400 imports took 14 s)."""
+    count = 12
+    for i in range(count):
+        directory = imported(minilm_dir, f"acme__m{i}")
+        meta = json.loads((directory / "thatch_model.json").read_text())
+        (directory / "thatch_model.json").unlink()
+        (directory / "thatch_model.json").write_text(json.dumps({**meta, "model_id": f"acme/m{i}"}))
+    reads: Counter[Path] = Counter()
+    resolved: Counter[Path] = Counter()
+    read_text, resolve = Path.read_text, Path.resolve
+
+    def counted_read(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads[self] += 1
+        return read_text(self, *args, **kwargs)
+
+    def counted_resolve(self: Path, *args: Any, **kwargs: Any) -> Path:
+        resolved[self] += 1
+        return resolve(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted_read)
+    monkeypatch.setattr(Path, "resolve", counted_resolve)
+    models = listed()
+    assert [models[f"acme/m{i}"]["short_name"] for i in range(count)] == [
+        f"m{i}" for i in range(count)
+    ]
+    metas = [p for p in reads if p.name == "thatch_model.json" and p.parent.name[:6] == "acme__"]
+    # the import list, is_import (the directory, and its id's conventional one), the row's
+    # metadata and its settings
+    assert len(metas) == count and max(reads[path] for path in metas) <= 5, reads
+    # as a row, as where its short name leads, and against the model in use
+    assert max(resolved.values()) <= 3, resolved

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from thatch.common.environment import Env, Setting, models_dir
 from thatch.embedder.client.errors import ModelError, ModelNotBuilt
-from thatch.embedder.client.imported import imported_models, is_import
+from thatch.embedder.client.imported import ImportedModel, imported_models, is_import
 from thatch.embedder.client.model_names import (
     ADAPTED,
     HUB_ID,
@@ -65,9 +65,10 @@ class ModelListing:
 def list_models(env: Env) -> ModelListing:
     """Imports, then servable hub-cache snapshots, then built-in names not on this machine;
     the model in use is marked, and given a row of its own when it is none of these."""
-    on_disk = [*_model_cache_rows(env), *_hub_cache_rows(env)]
+    imports = imported_models(env)  # read once: each read is of every import's files
+    on_disk = [*_model_cache_rows(env, imports), *_hub_cache_rows(env)]
     rows = [*on_disk, *_not_here_rows(on_disk)]
-    names = _short_names(env)
+    names = _short_names(env, imports)
     rows = [replace(row, short_name=_short_name(row, names)) for row in rows]
     try:
         setting = model_setting(env)
@@ -75,21 +76,23 @@ def list_models(env: Env) -> ModelListing:
         return ModelListing(tuple(rows), None, error, len(on_disk))
     assert setting.value is not None
     try:
-        place = _place(setting.value, env)
+        place = _place(setting.value, env, imports)
     except ModelError as error:
         return ModelListing(tuple(rows), setting, error, len(on_disk))
-    marked = [replace(row, in_use=True) if _is_at(row, place) else row for row in rows]
+    key = _place_key(place)
+    marked = [replace(row, in_use=True) if _row_key(row) == key else row for row in rows]
     if not any(row.in_use for row in marked):
         marked.append(replace(_row_for(place, env), in_use=True))
     return ModelListing(tuple(marked), setting, None, len(on_disk))
 
 
-def _model_cache_rows(env: Env) -> list[ListedModel]:
+def _model_cache_rows(env: Env, imports: list[ImportedModel]) -> list[ListedModel]:
     """Every directory in thatch's model cache; hidden ones are imports being built."""
     children = _children(models_dir(env))
     found = [child for child in children if not child.name.startswith(".") and child.is_dir()]
     rows = [
-        _dir_row(child, "imported" if is_import(env, child) else "local dir") for child in found
+        _dir_row(child, "imported" if is_import(env, child, imports) else "local dir")
+        for child in found
     ]
     return sorted(rows, key=lambda row: (row.model_id, str(row.path)))
 
@@ -182,34 +185,41 @@ def _missing_file(path: Path, meta: dict[str, object], model_id: str) -> str | N
     return None if (path / onnx).is_file() else onnx
 
 
-def _place(name: str, env: Env) -> Path | HubRef | str:
+def _place(name: str, env: Env, imports: list[ImportedModel]) -> Path | HubRef | str:
     """Where resolution finds ``name``, as ``describe_model`` does: a directory, a hub
     model that needs a download, or "mock". ModelError when it finds nothing, or cannot
     read what it finds."""
     try:
-        return _found_place(name, env)
+        return _found_place(name, env, imports)
     except OSError as error:
         raise ModelError(_unreadable(error)) from None
 
 
-def _found_place(name: str, env: Env) -> Path | HubRef | str:
+def _found_place(name: str, env: Env, imports: list[ImportedModel]) -> Path | HubRef | str:
     try:
-        target = parse_name(name, env)
+        target = parse_name(name, env, imports=imports)
     except ModelNotBuilt as not_built:
         return HubRef(not_built.model_id, None)
     if not isinstance(target, HubRef):
         return target
     snapshot = cached_snapshot(target, env)
-    found = imported_for(target, env, cached=snapshot is not None) or snapshot
+    found = imported_for(target, env, cached=snapshot is not None, imports=imports) or snapshot
     return found if found is not None else target
 
 
-def _is_at(row: ListedModel, place: Path | HubRef | str) -> bool:
+def _place_key(place: Path | HubRef | str) -> Path | HubRef | None:
+    """What a row that ``place`` leads to has as its _row_key; None: no row of the caches
+    (a pinned revision not cached, or mock, which has no row unless in use)."""
     if isinstance(place, Path):
-        return row.path is not None and row.path.resolve() == place.resolve()
-    if isinstance(place, HubRef):
-        return row.path is None and place.revision is None and row.model_id == place.repo_id
-    return False  # mock has no row of its own unless in use
+        return place.resolve()
+    if isinstance(place, HubRef) and place.revision is None:
+        return HubRef(place.repo_id, None)
+    return None
+
+
+def _row_key(row: ListedModel) -> Path | HubRef:
+    """A row's directory (as the file system finds it), or the hub model it would download."""
+    return row.path.resolve() if row.path is not None else HubRef(row.model_id, None)
 
 
 def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
@@ -226,23 +236,25 @@ def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
     return ListedModel(place, "", "built in", READY, False, MOCK_DIM, None)
 
 
-def _short_names(env: Env) -> list[tuple[str, Path | HubRef | str]]:
-    """Each short name and where it leads from here, found the way resolution finds it (a
-    directory of that name in the working directory would win); one that leads nowhere,
-    or to several imports, is left out."""
+def _short_names(env: Env, imports: list[ImportedModel]) -> dict[Path | HubRef, list[str]]:
+    """The short names by the _row_key of the row each leads to from here, found the way
+    resolution finds it (a directory of that name in the working directory would win); one
+    that leads nowhere, or to several imports, is left out."""
     names = {e.short_name for e in REGISTRY.values() if e.short_name}
     names |= {e.short_name for e in ADAPTED.values()}
-    names |= {m.short_name for m in imported_models(env) if m.short_name != m.model_id}
-    found = []
+    names |= {m.short_name for m in imports if m.short_name != m.model_id}
+    found: dict[Path | HubRef, list[str]] = {}
     for name in sorted(names):
         try:
-            found.append((name, _place(name, env)))
+            key = _place_key(_place(name, env, imports))
         except ModelError:
             continue
+        if key is not None:
+            found.setdefault(key, []).append(name)
     return found
 
 
-def _short_name(row: ListedModel, names: list[tuple[str, Path | HubRef | str]]) -> str:
+def _short_name(row: ListedModel, names: dict[Path | HubRef, list[str]]) -> str:
     if row.short_name:
         return row.short_name  # a built-in name not on this machine: what `pull` takes
-    return ", ".join(name for name, place in names if _is_at(row, place))
+    return ", ".join(names.get(_row_key(row), []))
