@@ -68,22 +68,49 @@ def list_models(env: Env) -> ModelListing:
     imports = imported_models(env)  # read once: each read is of every import's files
     on_disk = [*_model_cache_rows(env, imports), *_hub_cache_rows(env)]
     rows = [*on_disk, *_not_here_rows(on_disk)]
-    names = _short_names(env, imports)
-    rows = [replace(row, short_name=_short_name(row, names)) for row in rows]
+    keyed = [(row, _row_keys(row, env)) for row in rows]
+    setting, place, problem = _in_use(env, imports)
+    if place is not None:
+        keyed = _marked(keyed, place, env)
+    names = _short_names(env, imports)  # after the row in use: it may be one they lead to
+    named = [replace(row, short_name=_short_name(row, keys, names)) for row, keys in keyed]
+    return ModelListing(tuple(named), setting, problem, len(on_disk))
+
+
+def _in_use(
+    env: Env, imports: list[ImportedModel]
+) -> tuple[Setting | None, Path | HubRef | str | None, ModelError | None]:
+    """The model in use and where resolution finds it, or why that cannot be told."""
     try:
         setting = model_setting(env)
     except ModelError as error:
-        return ModelListing(tuple(rows), None, error, len(on_disk))
+        return None, None, error
     assert setting.value is not None
     try:
-        place = _place(setting.value, env, imports)
+        return setting, _place(setting.value, env, imports), None
     except ModelError as error:
-        return ModelListing(tuple(rows), setting, error, len(on_disk))
+        return setting, None, error
+
+
+def _marked(
+    keyed: list[tuple[ListedModel, list[Path | HubRef]]], place: Path | HubRef | str, env: Env
+) -> list[tuple[ListedModel, list[Path | HubRef]]]:
+    """The rows with the model in use marked, given a row of its own when it has none."""
     key = _place_key(place)
-    marked = [replace(row, in_use=True) if _row_key(row) == key else row for row in rows]
-    if not any(row.in_use for row in marked):
-        marked.append(replace(_row_for(place, env), in_use=True))
-    return ModelListing(tuple(marked), setting, None, len(on_disk))
+    marked = [(_as_in_use(row, place), keys) if key in keys else (row, keys) for row, keys in keyed]
+    if not any(row.in_use for row, _ in marked):
+        row = replace(_row_for(place, env), in_use=True)
+        marked.append((row, _row_keys(row, env)))
+    return marked
+
+
+def _as_in_use(row: ListedModel, place: Path | HubRef | str) -> ListedModel:
+    if isinstance(place, HubRef) and row.path is not None and row.status.startswith("incomplete"):
+        # the hub model in use, partly downloaded into this snapshot: one row, saying how
+        # to get the rest, rather than a second `needs download` row for the same id
+        status = f"{row.status} (`thatch model pull` completes it)"
+        return replace(row, in_use=True, status=status)
+    return replace(row, in_use=True)
 
 
 def _model_cache_rows(env: Env, imports: list[ImportedModel]) -> list[ListedModel]:
@@ -208,8 +235,8 @@ def _found_place(name: str, env: Env, imports: list[ImportedModel]) -> Path | Hu
 
 
 def _place_key(place: Path | HubRef | str) -> Path | HubRef | None:
-    """What a row that ``place`` leads to has as its _row_key; None: no row of the caches
-    (a pinned revision not cached, or mock, which has no row unless in use)."""
+    """What a row that ``place`` leads to has among its _row_keys; None: no row of the
+    caches (a pinned revision not cached, or mock, which has no row unless in use)."""
     if isinstance(place, Path):
         return place.resolve()
     if isinstance(place, HubRef) and place.revision is None:
@@ -217,9 +244,18 @@ def _place_key(place: Path | HubRef | str) -> Path | HubRef | None:
     return None
 
 
-def _row_key(row: ListedModel) -> Path | HubRef:
-    """A row's directory (as the file system finds it), or the hub model it would download."""
-    return row.path.resolve() if row.path is not None else HubRef(row.model_id, None)
+def _row_keys(row: ListedModel, env: Env) -> list[Path | HubRef]:
+    """What leads to a row: its directory as the file system finds it, or the hub model it
+    would download. A hub id whose main snapshot is incomplete leads to that snapshot's
+    row too: a pull of that id completes it."""
+    if row.path is None:
+        return [HubRef(row.model_id, None)]
+    keys: list[Path | HubRef] = [row.path.resolve()]
+    if row.source == "hub cache":
+        main = snapshot_place(HubRef(row.model_id, None), env)
+        if main is not None and main.absolute() == row.path:
+            keys.append(HubRef(row.model_id, None))
+    return keys
 
 
 def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
@@ -237,7 +273,7 @@ def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
 
 
 def _short_names(env: Env, imports: list[ImportedModel]) -> dict[Path | HubRef, list[str]]:
-    """The short names by the _row_key of the row each leads to from here, found the way
+    """The short names by the key (_place_key) of the row each leads to from here, found the way
     resolution finds it (a directory of that name in the working directory would win); one
     that leads nowhere, or to several imports, is left out."""
     names = {e.short_name for e in REGISTRY.values() if e.short_name}
@@ -254,7 +290,9 @@ def _short_names(env: Env, imports: list[ImportedModel]) -> dict[Path | HubRef, 
     return found
 
 
-def _short_name(row: ListedModel, names: dict[Path | HubRef, list[str]]) -> str:
+def _short_name(
+    row: ListedModel, keys: list[Path | HubRef], names: dict[Path | HubRef, list[str]]
+) -> str:
     if row.short_name:
         return row.short_name  # a built-in name not on this machine: what `pull` takes
-    return ", ".join(names.get(_row_key(row), []))
+    return ", ".join(sorted({name for key in keys for name in names.get(key, [])}))
