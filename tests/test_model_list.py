@@ -28,10 +28,12 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PACKAGED_ID = "sentence-transformers/all-MiniLM-L6-v2"
 HEADER = ["", "ID", "SHORT NAME", "SOURCE", "STATUS", "QUANTIZED", "DIM", "PATH"]
 # The built-in short names while their models are not on this machine.
-BGE = ["Xenova/bge-small-en-v1.5", "bge-small-en-v1.5", "hub", "needs download", "yes", "-", "-"]
-MINILM = ["Xenova/all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "hub", "needs download", "yes", "-", "-"]
+# DIM from the registry: known without the files.
+BGE = ["Xenova/bge-small-en-v1.5", "bge-small-en-v1.5", "hub", "needs download", "yes", "384", "-"]
+MINILM = ["Xenova/all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "hub", "needs download", "yes", "384"]
+MINILM += ["-"]
 CODE = ["thatch/all-MiniLM-L6-v2-code", "all-MiniLM-L6-v2-code", "built here", "needs download"]
-CODE += ["-", "-", "-"]
+CODE += ["-", "384", "-"]
 EMPTY_NOTE = (
     "Nothing is imported or cached yet: `thatch model pull` downloads the model in use, "
     "`thatch model import DIR` converts a checkpoint you have."
@@ -246,7 +248,7 @@ def test_json_is_a_list_of_objects_with_stable_keys(minilm_dir: Path) -> None:
     }
     default = next(item for item in data if item["id"] == "Xenova/bge-small-en-v1.5")
     assert default["in_use"] is True and default["in_use_from"] == "default"
-    assert (default["dim"], default["path"], default["quantized"]) == (None, None, True)
+    assert (default["dim"], default["path"], default["quantized"]) == (384, None, True)
 
 
 def test_the_model_in_use_is_marked_from_the_config_file(
@@ -501,3 +503,12 @@ def test_the_row_of_the_model_in_use_shows_the_short_name_leading_to_it(
         True,
         "all-MiniLM-L6-v2-code",
     )
+
+
+def test_the_registry_dim_is_what_the_packaged_checkpoint_says(minilm_dir: Path) -> None:
+    """The DIM shown before a download is the registry's: here checked against the files
+    of the one registry model the tests have."""
+    from thatch.embedder.client.model_names import REGISTRY
+
+    config = json.loads((minilm_dir / "config.json").read_text())
+    assert REGISTRY[PACKAGED_ID].dim == config["hidden_size"]

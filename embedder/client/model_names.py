@@ -70,6 +70,7 @@ class RegistryEntry:
     max_tokens: int
     query_prefix: str
     quantized: bool
+    dim: int  # its config.json's hidden_size: shown before the files are here
 
 
 _ENTRIES = (
@@ -81,6 +82,7 @@ _ENTRIES = (
         512,
         "Represent this sentence for searching relevant passages: ",
         True,
+        384,
     ),
     RegistryEntry(
         "Xenova/all-MiniLM-L6-v2",
@@ -90,9 +92,17 @@ _ENTRIES = (
         256,
         "",
         True,
+        384,
     ),
     RegistryEntry(
-        "sentence-transformers/all-MiniLM-L6-v2", "", "onnx/model.onnx", "mean", 256, "", False
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "",
+        "onnx/model.onnx",
+        "mean",
+        256,
+        "",
+        False,
+        384,
     ),
 )
 

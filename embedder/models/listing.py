@@ -21,6 +21,7 @@ from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
     REGISTRY,
     REQUIRED_FILES,
+    AdaptedEntry,
     HubRef,
     cached_snapshot,
     choose_onnx,
@@ -155,17 +156,23 @@ def _not_here_rows(on_disk: list[ListedModel]) -> list[ListedModel]:
     """The built-in short names whose model no directory above stands for."""
     here = {row.model_id for row in on_disk}
     rows = [
-        ListedModel(e.model_id, e.short_name, "hub", NEEDS_DOWNLOAD, e.quantized, None, None)
+        ListedModel(e.model_id, e.short_name, "hub", NEEDS_DOWNLOAD, e.quantized, e.dim, None)
         for e in REGISTRY.values()
         if e.short_name and e.model_id not in here
     ]
     built = {entry.model_id: entry for entry in ADAPTED.values()}.values()
     rows += [
-        ListedModel(e.model_id, e.short_name, "built here", NEEDS_DOWNLOAD, None, None, None)
+        ListedModel(e.model_id, e.short_name, "built here", NEEDS_DOWNLOAD, None, _dim(e), None)
         for e in built
         if e.model_id not in here
     ]
     return rows
+
+
+def _dim(adapted: AdaptedEntry) -> int | None:
+    """An adapter changes weights, not shapes: the dimension of the checkpoint it is for."""
+    base = REGISTRY.get(adapted.base)
+    return base.dim if base is not None else None
 
 
 def _children(directory: Path) -> list[Path]:
@@ -267,8 +274,9 @@ def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
     if isinstance(place, HubRef):
         shown = f"{place.repo_id}@{place.revision}" if place.revision else place.repo_id
         entry = REGISTRY.get(place.repo_id)
-        quantized = entry.quantized if entry is not None else None
-        return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, quantized, None, None)
+        if entry is None:
+            return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, None, None, None)
+        return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, entry.quantized, entry.dim, None)
     return ListedModel(place, "", "built in", READY, False, MOCK_DIM, None)
 
 
