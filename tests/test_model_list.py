@@ -3,13 +3,17 @@ use (docs/cli.md §embedder-and-models). Local files only: no model loaded, no h
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import huggingface_hub.constants
 import pytest
@@ -24,10 +28,12 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PACKAGED_ID = "sentence-transformers/all-MiniLM-L6-v2"
 HEADER = ["", "ID", "SHORT NAME", "SOURCE", "STATUS", "QUANTIZED", "DIM", "PATH"]
 # The built-in short names while their models are not on this machine.
-BGE = ["Xenova/bge-small-en-v1.5", "bge-small-en-v1.5", "hub", "needs download", "yes", "-", "-"]
-MINILM = ["Xenova/all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "hub", "needs download", "yes", "-", "-"]
+# DIM from the registry: known without the files.
+BGE = ["Xenova/bge-small-en-v1.5", "bge-small-en-v1.5", "hub", "needs download", "yes", "384", "-"]
+MINILM = ["Xenova/all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "hub", "needs download", "yes", "384"]
+MINILM += ["-"]
 CODE = ["thatch/all-MiniLM-L6-v2-code", "all-MiniLM-L6-v2-code", "built here", "needs download"]
-CODE += ["-", "-", "-"]
+CODE += ["-", "384", "-"]
 EMPTY_NOTE = (
     "Nothing is imported or cached yet: `thatch model pull` downloads the model in use, "
     "`thatch model import DIR` converts a checkpoint you have."
@@ -83,6 +89,22 @@ def hub_snapshot(source: Path, repo_id: str, *, drop: tuple[str, ...] = ()) -> P
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
     return snapshot
+
+
+def unreadable(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """Every look inside ``directory`` denied, as a mode-000 directory denies it to a user
+    without CAP_DAC_OVERRIDE (the tests run as root, which the mode does not stop)."""
+
+    def denying(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Path, *args: Any, **kwargs: Any) -> Any:
+            if self != directory and self.is_relative_to(directory):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+            return method(self, *args, **kwargs)
+
+        return call
+
+    for name in ("stat", "open", "iterdir"):
+        monkeypatch.setattr(Path, name, denying(getattr(Path, name)))
 
 
 def test_help_has_an_example_and_typos_are_pointed_at_list() -> None:
@@ -226,7 +248,7 @@ def test_json_is_a_list_of_objects_with_stable_keys(minilm_dir: Path) -> None:
     }
     default = next(item for item in data if item["id"] == "Xenova/bge-small-en-v1.5")
     assert default["in_use"] is True and default["in_use_from"] == "default"
-    assert (default["dim"], default["path"], default["quantized"]) == (None, None, True)
+    assert (default["dim"], default["path"], default["quantized"]) == (384, None, True)
 
 
 def test_the_model_in_use_is_marked_from_the_config_file(
@@ -360,3 +382,133 @@ def test_listing_contacts_no_hub_and_loads_no_model(
         assert hub.seen() == []
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+def test_an_unreadable_directory_is_a_broken_row_and_the_rest_still_are(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory in thatch's model cache and a hub-cache snapshot that cannot be read
+    (another user's, mode 000): each a row saying so, the good import still listed."""
+    good = imported(minilm_dir)
+    locked = models_dir(os.environ) / "locked"
+    locked.mkdir()
+    snapshot = hub_snapshot(minilm_dir, "acme/locked")
+    unreadable(monkeypatch, locked)
+    unreadable(monkeypatch, snapshot)
+    models = listed()
+    assert models[PACKAGED_ID]["status"] == "ready" and models[PACKAGED_ID]["path"] == str(good)
+    assert models["local:locked"]["status"] == (
+        f"broken: cannot read {locked / 'thatch_model.json'}: Permission denied"
+    )
+    hub = models["acme/locked"]
+    assert (hub["source"], hub["path"]) == ("hub cache", str(snapshot))
+    assert str(hub["status"]).startswith(f"broken: cannot read {snapshot}/")
+
+
+def test_an_unreadable_snapshot_of_the_model_in_use_is_a_warning(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default's snapshot cannot be read: the list, and why nothing is marked."""
+    snapshot = hub_snapshot(minilm_dir, "Xenova/bge-small-en-v1.5")
+    unreadable(monkeypatch, snapshot)
+    code, out, err = run()
+    assert code == 0 and "*" not in out
+    assert err.startswith(
+        "Warning: the model in use, Xenova/bge-small-en-v1.5 (from default), does not resolve: "
+        f"cannot read {snapshot}/"
+    )
+
+
+def test_a_hub_repo_whose_main_ref_is_not_text_is_skipped(minilm_dir: Path) -> None:
+    """refs/main holding bytes that are not UTF-8 names no snapshot: the repo is left out
+    (the hub cache is shared with other tools), the rest is listed."""
+    hub_snapshot(minilm_dir, "Xenova/all-MiniLM-L6-v2")
+    broken = hub_snapshot(minilm_dir, "acme/badref")
+    (broken.parent.parent / "refs" / "main").write_bytes(b"abc\xff")
+    models = listed()
+    assert models["Xenova/all-MiniLM-L6-v2"]["status"] == "ready"
+    assert "acme/badref" not in models
+
+
+def test_each_import_is_read_a_bounded_number_of_times(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing n imports reads each one's thatch_model.json and resolves each path a few
+    times, however many imports there are: it was n times each (400 imports took 14 s)."""
+    count = 12
+    for i in range(count):
+        directory = imported(minilm_dir, f"acme__m{i}")
+        meta = json.loads((directory / "thatch_model.json").read_text())
+        (directory / "thatch_model.json").unlink()
+        (directory / "thatch_model.json").write_text(json.dumps({**meta, "model_id": f"acme/m{i}"}))
+    reads: Counter[Path] = Counter()
+    resolved: Counter[Path] = Counter()
+    read_text, resolve = Path.read_text, Path.resolve
+
+    def counted_read(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads[self] += 1
+        return read_text(self, *args, **kwargs)
+
+    def counted_resolve(self: Path, *args: Any, **kwargs: Any) -> Path:
+        resolved[self] += 1
+        return resolve(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted_read)
+    monkeypatch.setattr(Path, "resolve", counted_resolve)
+    models = listed()
+    assert [models[f"acme/m{i}"]["short_name"] for i in range(count)] == [
+        f"m{i}" for i in range(count)
+    ]
+    metas = [p for p in reads if p.name == "thatch_model.json" and p.parent.name[:6] == "acme__"]
+    # the import list, is_import (the directory, and its id's conventional one), the row's
+    # metadata and its settings
+    assert len(metas) == count and max(reads[path] for path in metas) <= 5, reads
+    # as a row, and as where its short name leads
+    assert max(resolved.values()) <= 2, resolved
+
+
+def test_a_partial_snapshot_of_the_model_in_use_is_its_one_row(minilm_dir: Path) -> None:
+    """The default's snapshot lacks config.json: one row for its id, the snapshot's,
+    marked in use, with its short name and a status saying a pull completes it."""
+    snapshot = hub_snapshot(minilm_dir, "Xenova/bge-small-en-v1.5", drop=("config.json",))
+    code, out, err = run()
+    assert (code, err) == (0, "")
+    bge = [row for row in rows(out) if row[1] == "Xenova/bge-small-en-v1.5"]
+    assert bge == [
+        [
+            "*",
+            "Xenova/bge-small-en-v1.5",
+            "bge-small-en-v1.5",
+            "hub cache",
+            "incomplete: no config.json (`thatch model pull` completes it)",
+            "-",
+            "-",
+            str(snapshot),
+        ]
+    ]
+
+
+def test_the_row_of_the_model_in_use_shows_the_short_name_leading_to_it(
+    minilm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory in the working directory named as the adapted model wins over it in
+    resolution: in use, outside the caches, its own row shows that name."""
+    work = tmp_path / "work"
+    shutil.copytree(minilm_dir, work / "all-MiniLM-L6-v2-code", copy_function=os.link)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("THATCH_MODEL", str(work / "all-MiniLM-L6-v2-code"))
+    mine = listed()[PACKAGED_ID]
+    assert (mine["path"], mine["in_use"], mine["short_name"]) == (
+        str(work / "all-MiniLM-L6-v2-code"),
+        True,
+        "all-MiniLM-L6-v2-code",
+    )
+
+
+def test_the_registry_dim_is_what_the_packaged_checkpoint_says(minilm_dir: Path) -> None:
+    """The DIM shown before a download is the registry's: here checked against the files
+    of the one registry model the tests have."""
+    from thatch.embedder.client.model_names import REGISTRY
+
+    config = json.loads((minilm_dir / "config.json").read_text())
+    assert REGISTRY[PACKAGED_ID].dim == config["hidden_size"]

@@ -9,6 +9,7 @@ by their directory.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,29 +64,35 @@ def imported_models(env: Env) -> list[ImportedModel]:
     return sorted(found, key=lambda model: model.model_id)
 
 
-def find_imported(env: Env, model_id: str) -> Path | None:
-    """The imported model with this id: its conventional directory first, then any."""
+def find_imported(
+    env: Env, model_id: str, imports: Sequence[ImportedModel] | None = None
+) -> Path | None:
+    """The imported model with this id: its conventional directory first, then any.
+    ``imports``: imported_models(env), from a caller asking about many (read once)."""
     conventional = models_dir(env) / model_id.replace("/", "__")
     if declared_id(conventional) == model_id:
         return conventional.absolute()
-    for model in imported_models(env):
+    for model in imported_models(env) if imports is None else imports:
         if model.model_id == model_id:
             return model.path
     return None
 
 
-def is_import(env: Env, path: Path) -> bool:
+def is_import(env: Env, path: Path, imports: Sequence[ImportedModel] | None = None) -> bool:
     """Whether ``path`` is the import its recorded id resolves to (however it was named: by
     id, short name or directory), not a copy, a variant written with ``--out`` or a
     directory of the user's own."""
     declared = declared_id(path)
-    return declared is not None and find_imported(env, declared) == path.absolute()
+    return declared is not None and find_imported(env, declared, imports) == path.absolute()
 
 
-def find_by_short_name(env: Env, short_name: str) -> ImportedModel | None:
+def find_by_short_name(
+    env: Env, short_name: str, imports: Sequence[ImportedModel] | None = None
+) -> ImportedModel | None:
     """The one imported model whose id ends in ``/short_name`` (or is it); ModelError when
     several do."""
-    matches = [m for m in imported_models(env) if short_name in (m.short_name, m.model_id)]
+    models = imported_models(env) if imports is None else imports
+    matches = [m for m in models if short_name in (m.short_name, m.model_id)]
     if len(matches) > 1:
         names = ", ".join(m.model_id for m in matches)
         raise ModelError(

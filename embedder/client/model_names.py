@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -20,6 +20,7 @@ from typing import Any
 from thatch.common.environment import Env, cache_home, env_get, expand_user
 from thatch.embedder.client.errors import ModelError, ModelNotBuilt
 from thatch.embedder.client.imported import (
+    ImportedModel,
     declared_id,
     find_by_short_name,
     find_imported,
@@ -69,6 +70,7 @@ class RegistryEntry:
     max_tokens: int
     query_prefix: str
     quantized: bool
+    dim: int  # its config.json's hidden_size: shown before the files are here
 
 
 _ENTRIES = (
@@ -80,6 +82,7 @@ _ENTRIES = (
         512,
         "Represent this sentence for searching relevant passages: ",
         True,
+        384,
     ),
     RegistryEntry(
         "Xenova/all-MiniLM-L6-v2",
@@ -89,9 +92,17 @@ _ENTRIES = (
         256,
         "",
         True,
+        384,
     ),
     RegistryEntry(
-        "sentence-transformers/all-MiniLM-L6-v2", "", "onnx/model.onnx", "mean", 256, "", False
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "",
+        "onnx/model.onnx",
+        "mean",
+        256,
+        "",
+        False,
+        384,
     ),
 )
 
@@ -255,9 +266,14 @@ def _check_revision(revision: str | None) -> None:
         )
 
 
-def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path | HubRef:
+def parse_name(
+    name: str,
+    env: Env,
+    revision: str | None = None,
+    imports: Sequence[ImportedModel] | None = None,
+) -> str | Path | HubRef:
     """Classify a model name (docs/embedder.md §resolution order): "mock", a local directory, or a
-    hub ref."""
+    hub ref. ``imports``: imported_models(env), from a caller classifying many names."""
     name = name.strip()
     if not name:
         raise ModelError("model name is empty")
@@ -273,7 +289,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
     if _probe(path.is_dir, path):
         return path.absolute()
     if "/" not in name and "@" not in name and not name.startswith(("~", ".")):
-        imported = find_by_short_name(env, name)
+        imported = find_by_short_name(env, name, imports)
         if imported is not None:
             return imported.path
     adapted = ADAPTED.get(base)
@@ -283,7 +299,7 @@ def parse_name(name: str, env: Env, revision: str | None = None) -> str | Path |
                 f"model {adapted.model_id} is built on this machine and has no revisions: "
                 f"name it without @{at_revision}"
             )
-        if find_imported(env, adapted.model_id) is None:
+        if find_imported(env, adapted.model_id, imports) is None:
             raise not_built_error(adapted)
     if HUB_ID.fullmatch(base) and not name.startswith(("/", "~", ".")):
         if "@" in name and not at_revision:
@@ -385,7 +401,7 @@ def snapshot_place(ref: HubRef, env: Env) -> Path | None:
         return storage / "snapshots" / revision
     try:
         commit = (storage / "refs" / revision).read_text(encoding="utf-8").strip()
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or not text: names no commit
         return None
     return storage / "snapshots" / commit
 
@@ -410,16 +426,23 @@ def snapshot_onnx(snapshot: Path, ref: HubRef) -> str | None:
     return choose_onnx(meta, REGISTRY.get(ref.repo_id), present)
 
 
-def imported_for(ref: HubRef, env: Env, *, cached: bool, hub_first: bool = False) -> Path | None:
+def imported_for(
+    ref: HubRef,
+    env: Env,
+    *,
+    cached: bool,
+    hub_first: bool = False,
+    imports: Sequence[ImportedModel] | None = None,
+) -> Path | None:
     """An import standing for ``ref``: by its id (an explicit import wins over the hub
     cache), else, for a registry short name whose hub model is not cached, the one import
     with that short name. None for a pinned revision: imports have none."""
     if ref.revision is not None:
         return None
-    by_id = find_imported(env, ref.repo_id)
+    by_id = find_imported(env, ref.repo_id, imports)
     if by_id is not None:
         return by_id
     if ref.short_name is None or cached or hub_first:
         return None
-    by_short = find_by_short_name(env, ref.short_name)
+    by_short = find_by_short_name(env, ref.short_name, imports)
     return by_short.path if by_short is not None else None

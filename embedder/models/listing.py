@@ -14,13 +14,14 @@ from pathlib import Path
 
 from thatch.common.environment import Env, Setting, models_dir
 from thatch.embedder.client.errors import ModelError, ModelNotBuilt
-from thatch.embedder.client.imported import imported_models, is_import
+from thatch.embedder.client.imported import ImportedModel, imported_models, is_import
 from thatch.embedder.client.model_names import (
     ADAPTED,
     HUB_ID,
     ONNX_CANDIDATES,
     REGISTRY,
     REQUIRED_FILES,
+    AdaptedEntry,
     HubRef,
     cached_snapshot,
     choose_onnx,
@@ -65,31 +66,61 @@ class ModelListing:
 def list_models(env: Env) -> ModelListing:
     """Imports, then servable hub-cache snapshots, then built-in names not on this machine;
     the model in use is marked, and given a row of its own when it is none of these."""
-    on_disk = [*_model_cache_rows(env), *_hub_cache_rows(env)]
+    imports = imported_models(env)  # read once: each read is of every import's files
+    on_disk = [*_model_cache_rows(env, imports), *_hub_cache_rows(env)]
     rows = [*on_disk, *_not_here_rows(on_disk)]
-    names = _short_names(env)
-    rows = [replace(row, short_name=_short_name(row, names)) for row in rows]
+    keyed = [(row, _row_keys(row, env)) for row in rows]
+    setting, place, problem = _in_use(env, imports)
+    if place is not None:
+        keyed = _marked(keyed, place, env)
+    names = _short_names(env, imports)  # after the row in use: it may be one they lead to
+    named = [replace(row, short_name=_short_name(row, keys, names)) for row, keys in keyed]
+    return ModelListing(tuple(named), setting, problem, len(on_disk))
+
+
+def _in_use(
+    env: Env, imports: list[ImportedModel]
+) -> tuple[Setting | None, Path | HubRef | str | None, ModelError | None]:
+    """The model in use and where resolution finds it, or why that cannot be told."""
     try:
         setting = model_setting(env)
     except ModelError as error:
-        return ModelListing(tuple(rows), None, error, len(on_disk))
+        return None, None, error
     assert setting.value is not None
     try:
-        place = _place(setting.value, env)
+        return setting, _place(setting.value, env, imports), None
     except ModelError as error:
-        return ModelListing(tuple(rows), setting, error, len(on_disk))
-    marked = [replace(row, in_use=True) if _is_at(row, place) else row for row in rows]
-    if not any(row.in_use for row in marked):
-        marked.append(replace(_row_for(place, env), in_use=True))
-    return ModelListing(tuple(marked), setting, None, len(on_disk))
+        return setting, None, error
 
 
-def _model_cache_rows(env: Env) -> list[ListedModel]:
+def _marked(
+    keyed: list[tuple[ListedModel, list[Path | HubRef]]], place: Path | HubRef | str, env: Env
+) -> list[tuple[ListedModel, list[Path | HubRef]]]:
+    """The rows with the model in use marked, given a row of its own when it has none."""
+    key = _place_key(place)
+    marked = [(_as_in_use(row, place), keys) if key in keys else (row, keys) for row, keys in keyed]
+    if not any(row.in_use for row, _ in marked):
+        row = replace(_row_for(place, env), in_use=True)
+        marked.append((row, _row_keys(row, env)))
+    return marked
+
+
+def _as_in_use(row: ListedModel, place: Path | HubRef | str) -> ListedModel:
+    if isinstance(place, HubRef) and row.path is not None and row.status.startswith("incomplete"):
+        # the hub model in use, partly downloaded into this snapshot: one row, saying how
+        # to get the rest, rather than a second `needs download` row for the same id
+        status = f"{row.status} (`thatch model pull` completes it)"
+        return replace(row, in_use=True, status=status)
+    return replace(row, in_use=True)
+
+
+def _model_cache_rows(env: Env, imports: list[ImportedModel]) -> list[ListedModel]:
     """Every directory in thatch's model cache; hidden ones are imports being built."""
     children = _children(models_dir(env))
     found = [child for child in children if not child.name.startswith(".") and child.is_dir()]
     rows = [
-        _dir_row(child, "imported" if is_import(env, child) else "local dir") for child in found
+        _dir_row(child, "imported" if is_import(env, child, imports) else "local dir")
+        for child in found
     ]
     return sorted(rows, key=lambda row: (row.model_id, str(row.path)))
 
@@ -106,27 +137,42 @@ def _hub_cache_rows(env: Env) -> list[ListedModel]:
         if not HUB_ID.fullmatch(repo_id):
             continue  # a name resolution would not take as a hub id
         snapshot = snapshot_place(HubRef(repo_id, None), env)
-        if snapshot is None or not any((snapshot / name).is_file() for name in ONNX_CANDIDATES):
+        if snapshot is None or not _may_serve(snapshot):
             continue
         rows.append(_dir_row(snapshot, "hub cache", repo_id))
     return sorted(rows, key=lambda row: row.model_id)
+
+
+def _may_serve(snapshot: Path) -> bool:
+    """Whether the snapshot holds an ONNX file; one that cannot be read may, and its row
+    says why it is no use."""
+    try:
+        return any((snapshot / name).is_file() for name in ONNX_CANDIDATES)
+    except OSError:
+        return True
 
 
 def _not_here_rows(on_disk: list[ListedModel]) -> list[ListedModel]:
     """The built-in short names whose model no directory above stands for."""
     here = {row.model_id for row in on_disk}
     rows = [
-        ListedModel(e.model_id, e.short_name, "hub", NEEDS_DOWNLOAD, e.quantized, None, None)
+        ListedModel(e.model_id, e.short_name, "hub", NEEDS_DOWNLOAD, e.quantized, e.dim, None)
         for e in REGISTRY.values()
         if e.short_name and e.model_id not in here
     ]
     built = {entry.model_id: entry for entry in ADAPTED.values()}.values()
     rows += [
-        ListedModel(e.model_id, e.short_name, "built here", NEEDS_DOWNLOAD, None, None, None)
+        ListedModel(e.model_id, e.short_name, "built here", NEEDS_DOWNLOAD, None, _dim(e), None)
         for e in built
         if e.model_id not in here
     ]
     return rows
+
+
+def _dim(adapted: AdaptedEntry) -> int | None:
+    """An adapter changes weights, not shapes: the dimension of the checkpoint it is for."""
+    base = REGISTRY.get(adapted.base)
+    return base.dim if base is not None else None
 
 
 def _children(directory: Path) -> list[Path]:
@@ -148,10 +194,17 @@ def _dir_row(path: Path, source: str, model_id: str | None = None) -> ListedMode
         if missing is not None:
             return ListedModel(model_id, "", source, f"incomplete: no {missing}", None, None, path)
         settings = settings_from_dir(path, source=source, model_id=model_id, checksum=False)
-    except ModelError as error:
+    except (ModelError, OSError) as error:
+        # OSError: a directory another user's (or none's) to read, as a permission error
+        why = _unreadable(error) if isinstance(error, OSError) else str(error)
         model_id = model_id or directory_model_id(path, {})
-        return ListedModel(model_id, "", source, f"broken: {error}", None, None, path)
+        return ListedModel(model_id, "", source, f"broken: {why}", None, None, path)
     return ListedModel(model_id, "", source, READY, settings.quantized, settings.dim, path)
+
+
+def _unreadable(error: OSError) -> str:
+    where = shown_name(str(error.filename)) if error.filename is not None else "a model file"
+    return f"cannot read {where}: {error.strerror}"
 
 
 def _missing_file(path: Path, meta: dict[str, object], model_id: str) -> str | None:
@@ -166,26 +219,50 @@ def _missing_file(path: Path, meta: dict[str, object], model_id: str) -> str | N
     return None if (path / onnx).is_file() else onnx
 
 
-def _place(name: str, env: Env) -> Path | HubRef | str:
+def _place(name: str, env: Env, imports: list[ImportedModel]) -> Path | HubRef | str:
     """Where resolution finds ``name``, as ``describe_model`` does: a directory, a hub
-    model that needs a download, or "mock". ModelError when it finds nothing."""
+    model that needs a download, or "mock". ModelError when it finds nothing, or cannot
+    read what it finds."""
     try:
-        target = parse_name(name, env)
+        return _found_place(name, env, imports)
+    except OSError as error:
+        raise ModelError(_unreadable(error)) from None
+
+
+def _found_place(name: str, env: Env, imports: list[ImportedModel]) -> Path | HubRef | str:
+    try:
+        target = parse_name(name, env, imports=imports)
     except ModelNotBuilt as not_built:
         return HubRef(not_built.model_id, None)
     if not isinstance(target, HubRef):
         return target
     snapshot = cached_snapshot(target, env)
-    found = imported_for(target, env, cached=snapshot is not None) or snapshot
+    found = imported_for(target, env, cached=snapshot is not None, imports=imports) or snapshot
     return found if found is not None else target
 
 
-def _is_at(row: ListedModel, place: Path | HubRef | str) -> bool:
+def _place_key(place: Path | HubRef | str) -> Path | HubRef | None:
+    """What a row that ``place`` leads to has among its _row_keys; None: no row of the
+    caches (a pinned revision not cached, or mock, which has no row unless in use)."""
     if isinstance(place, Path):
-        return row.path is not None and row.path.resolve() == place.resolve()
-    if isinstance(place, HubRef):
-        return row.path is None and place.revision is None and row.model_id == place.repo_id
-    return False  # mock has no row of its own unless in use
+        return place.resolve()
+    if isinstance(place, HubRef) and place.revision is None:
+        return HubRef(place.repo_id, None)
+    return None
+
+
+def _row_keys(row: ListedModel, env: Env) -> list[Path | HubRef]:
+    """What leads to a row: its directory as the file system finds it, or the hub model it
+    would download. A hub id whose main snapshot is incomplete leads to that snapshot's
+    row too: a pull of that id completes it."""
+    if row.path is None:
+        return [HubRef(row.model_id, None)]
+    keys: list[Path | HubRef] = [row.path.resolve()]
+    if row.source == "hub cache":
+        main = snapshot_place(HubRef(row.model_id, None), env)
+        if main is not None and main.absolute() == row.path:
+            keys.append(HubRef(row.model_id, None))
+    return keys
 
 
 def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
@@ -197,28 +274,33 @@ def _row_for(place: Path | HubRef | str, env: Env) -> ListedModel:
     if isinstance(place, HubRef):
         shown = f"{place.repo_id}@{place.revision}" if place.revision else place.repo_id
         entry = REGISTRY.get(place.repo_id)
-        quantized = entry.quantized if entry is not None else None
-        return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, quantized, None, None)
+        if entry is None:
+            return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, None, None, None)
+        return ListedModel(shown, "", "hub", NEEDS_DOWNLOAD, entry.quantized, entry.dim, None)
     return ListedModel(place, "", "built in", READY, False, MOCK_DIM, None)
 
 
-def _short_names(env: Env) -> list[tuple[str, Path | HubRef | str]]:
-    """Each short name and where it leads from here, found the way resolution finds it (a
-    directory of that name in the working directory would win); one that leads nowhere,
-    or to several imports, is left out."""
+def _short_names(env: Env, imports: list[ImportedModel]) -> dict[Path | HubRef, list[str]]:
+    """The short names by the key (_place_key) of the row each leads to from here, found the way
+    resolution finds it (a directory of that name in the working directory would win); one
+    that leads nowhere, or to several imports, is left out."""
     names = {e.short_name for e in REGISTRY.values() if e.short_name}
     names |= {e.short_name for e in ADAPTED.values()}
-    names |= {m.short_name for m in imported_models(env) if m.short_name != m.model_id}
-    found = []
+    names |= {m.short_name for m in imports if m.short_name != m.model_id}
+    found: dict[Path | HubRef, list[str]] = {}
     for name in sorted(names):
         try:
-            found.append((name, _place(name, env)))
+            key = _place_key(_place(name, env, imports))
         except ModelError:
             continue
+        if key is not None:
+            found.setdefault(key, []).append(name)
     return found
 
 
-def _short_name(row: ListedModel, names: list[tuple[str, Path | HubRef | str]]) -> str:
+def _short_name(
+    row: ListedModel, keys: list[Path | HubRef], names: dict[Path | HubRef, list[str]]
+) -> str:
     if row.short_name:
         return row.short_name  # a built-in name not on this machine: what `pull` takes
-    return ", ".join(name for name, place in names if _is_at(row, place))
+    return ", ".join(sorted({name for key in keys for name in names.get(key, [])}))
