@@ -1,7 +1,8 @@
 """The passes off the prompt path (docs/tools.md §code-anchors): following git's renames
 and re-checking a store's anchors for the hygiene report. Session start and ``thatch
-hygiene`` run both; a recall that finds an anchored file gone, or its checkout gone, runs
-the rename pass (after its answer in ``thatch mcp``); the prompt hook never asks git.
+hygiene`` run both; a recall that finds an anchored file gone, or its checkout's directory
+gone and not yet asked about, runs the rename pass (after its answer in ``thatch mcp``);
+the prompt hook never asks git.
 """
 
 from __future__ import annotations
