@@ -309,10 +309,11 @@ def run_git(directory: Path, env: Mapping[str, str] | None, *args: str) -> str |
 
 
 def git_result(
-    directory: Path, env: Mapping[str, str] | None, *args: str
+    directory: Path, env: Mapping[str, str] | None, *args: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes] | None:
     """The finished git command (any exit status), or None: no git, timeout, no directory.
-    Same cleaned environment and timeout as every other git call here."""
+    Same cleaned environment and timeout as every other git call here; ``stdin`` its
+    input (none: it reads nothing)."""
     clean = {
         key: value
         for key, value in (os.environ if env is None else env).items()
@@ -328,7 +329,8 @@ def git_result(
             ["git", *args],
             cwd=directory,
             env=clean,
-            stdin=subprocess.DEVNULL,
+            input=stdin,
+            stdin=subprocess.DEVNULL if stdin is None else None,
             capture_output=True,
             timeout=GIT_TIMEOUT_SECONDS,
             check=False,

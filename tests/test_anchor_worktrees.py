@@ -133,3 +133,203 @@ def test_a_worktree_that_still_exists_keeps_its_anchors(
         text = ok(tools, "memory_recall", QUERY)
     assert "# Config parsing" in text and "code changed" not in text
     assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def worktree_with_commit(tmp_path: Path, repo: Path, server: object, path: Path) -> Path:
+    """A worktree of ``repo`` at ``path`` on branch ``feature`` whose own commit lowercases
+    the values, the memory anchored to ``parse_config`` saved there."""
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(path))
+    edit(path / "src" / "config.py", "value.strip()", "value.strip().lower()")
+    git(path, "commit", "-q", "-am", "lowercase values")
+    with tools_in(tmp_path, path, server) as tools:
+        ok(
+            tools,
+            "memory_remember",
+            {
+                "label": "Config parsing",
+                "content": CONTENT,
+                "anchors": ["src/config.py:parse_config"],
+            },
+        )
+    return path
+
+
+def deleted_project_rows(tmp_path: Path, root: str, count: int) -> None:
+    """``count`` anchors of a project deleted long ago, each captured at its own commit
+    (unknown to every repository here)."""
+    import hashlib
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "thatch.db") as conn:
+        for i in range(count):
+            commit = hashlib.sha1(f"{root}{i}".encode()).hexdigest()
+            conn.execute(
+                "INSERT INTO thatch_anchors (store, slug, seq, root, path, blob, commit_id) "
+                "VALUES ('old', ?, 0, ?, 'x.py', ?, ?)",
+                (f"m{i}", root, commit, commit),
+            )
+    conn.close()
+
+
+@pytest.fixture
+def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The arguments of every git process thatch runs from now on."""
+    from thatch.frontend import project
+
+    calls: list[list[str]] = []
+    real = project.git_result
+
+    def counting(directory: Path, env: object, *args: str, **options: object) -> object:
+        calls.append(list(args))
+        return real(directory, env, *args, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(project, "git_result", counting)
+    return calls
+
+
+def test_a_removed_worktrees_unmerged_branch_stays_unverifiable(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """The branch kept unmerged (a pull request still open): the main checkout lacks its
+    code, so taking the anchor over would mark code as changed that never was."""
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-feature")
+    git(repo, "worktree", "remove", str(worktree))
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        assert run_hygiene(tools.ctx, repo) == {}
+        text = ok(tools, "memory_recall", QUERY)
+    assert "# Config parsing" in text and "code changed" not in text
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_sibling_worktree_branched_before_the_merge_leaves_them_to_the_main_checkout(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    sibling = tmp_path / "acme-other"
+    git(repo, "worktree", "add", "-q", "-b", "other", str(sibling))
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-feature")
+    git(repo, "merge", "-q", "feature")
+    git(repo, "worktree", "remove", str(worktree))
+    with tools_in(tmp_path, sibling, minilm_server) as tools:
+        assert run_hygiene(tools.ctx, sibling) == {}
+        assert "code changed" not in ok(tools, "memory_recall", QUERY)
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        assert run_hygiene(tools.ctx, repo) == {}
+        assert "code changed" not in ok(tools, "memory_recall", QUERY)
+    assert roots(tmp_path) == [os.path.realpath(repo)]
+
+
+def test_a_reused_worktree_path_hands_each_repository_its_own_anchors(
+    tmp_path: Path, minilm_server: object
+) -> None:
+    alpha, beta = parser_repo(tmp_path / "alpha"), parser_repo(tmp_path / "beta")
+    path = tmp_path / "wt-fix"
+    for repo in (alpha, beta):
+        git(repo, "worktree", "add", "-q", "-b", "fix", str(path))
+        with tools_in(tmp_path, path, minilm_server) as tools:
+            ok(
+                tools,
+                "memory_remember",
+                {"label": f"{repo.name} fix", "content": repo.name, "anchors": ["README"]},
+            )
+        git(repo, "worktree", "remove", str(path))
+    by_slug = "SELECT slug, root FROM thatch_anchors ORDER BY slug"
+    for repo in (alpha, beta):
+        with tools_in(tmp_path, repo, minilm_server) as tools:
+            run_hygiene(tools.ctx, repo)
+        taken = {str(alpha): [], str(beta): ["beta-fix"]}[str(repo)]
+        assert rows(tmp_path / "thatch.db", by_slug) == [
+            ("alpha-fix", os.path.realpath(alpha)),
+            ("beta-fix", os.path.realpath(beta) if taken else os.path.realpath(path)),
+        ]
+
+
+def test_a_deleted_project_is_asked_about_once_per_head(
+    tmp_path: Path, repo: Path, minilm_server: object, git_calls: list[list[str]]
+) -> None:
+    """Its anchors no checkout can claim: asked once, then no git for them, neither at the
+    next session start nor in a recall returning them, until this checkout's HEAD moves."""
+    scratch = parser_repo(tmp_path / "scratch")
+    with tools_in(tmp_path, scratch, minilm_server) as tools:
+        ok(tools, "memory_remember", {"label": "Config parsing", "content": CONTENT,
+                                      "anchors": ["src/config.py:parse_config"]})  # fmt: skip
+    import shutil
+
+    shutil.rmtree(scratch)
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+        asked = [call[0] for call in git_calls]
+        assert "rev-list" in asked
+        git_calls.clear()
+        run_hygiene(tools.ctx, repo)
+        assert "# Config parsing" in ok(tools, "memory_recall", QUERY)
+        assert git_calls == []
+        git(repo, "commit", "-q", "--allow-empty", "-m", "later")
+        run_hygiene(tools.ctx, repo)
+        assert [call[0] for call in git_calls if call[0] == "rev-list"] == ["rev-list"]
+    assert roots(tmp_path) == [os.path.realpath(scratch)]
+
+
+def test_many_commits_of_gone_checkouts_shut_no_repository_out(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """A deleted project's 64 commits sort first: the merged worktree's anchors are still
+    taken over."""
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-feature")
+    git(repo, "merge", "-q", "feature")
+    git(repo, "worktree", "remove", str(worktree))
+    deleted_project_rows(tmp_path, "/a-deleted-project", 64)
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    by_slug = "SELECT DISTINCT root FROM thatch_anchors WHERE store = 'acme'"
+    assert rows(tmp_path / "thatch.db", by_slug) == [(os.path.realpath(repo),)]
+
+
+def test_a_locked_worktree_on_an_unplugged_disk_keeps_its_anchors(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    disk = tmp_path / "usb"
+    disk.mkdir()
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, disk / "acme-feature")
+    git(repo, "merge", "-q", "feature")
+    git(repo, "worktree", "lock", "--reason", "on a portable disk", str(worktree))
+    disk.rename(tmp_path / "usb-unplugged")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_partial_clone_fetches_nothing_for_commits_it_lacks(
+    tmp_path: Path, minilm_server: object
+) -> None:
+    """A blob-less clone asks its remote for every object it lacks: the take-over must not
+    (a network round trip per session start, for a deleted project's commits)."""
+    upstream = parser_repo(tmp_path / "upstream")
+    git(upstream, "config", "uploadpack.allowFilter", "true")
+    git(tmp_path, "clone", "-q", "--filter=blob:none", f"file://{upstream}", "acme")
+    repo = tmp_path / "acme"
+    fetched = tmp_path / "fetched"
+    git(repo, "config", "remote.origin.uploadpack", f"echo >> '{fetched}'; git-upload-pack")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        ok(tools, "memory_remember", {"label": "Readme", "content": "x", "anchors": ["README"]})
+        deleted_project_rows(tmp_path, "/a-deleted-project", 3)
+        run_hygiene(tools.ctx, repo)
+    assert not fetched.exists()
+
+
+def test_anchors_taken_over_follow_the_renames_since_their_commit(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """Their commit kept (merged, so known here): the file renamed in the main checkout
+    after the merge is followed, not mistaken for a rewritten history."""
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-feature")
+    git(repo, "merge", "-q", "feature")
+    git(repo, "worktree", "remove", str(worktree))
+    git(repo, "mv", "src/config.py", "src/settings.py")
+    git(repo, "commit", "-q", "-m", "rename")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        assert run_hygiene(tools.ctx, repo) == {}
+        assert "code changed" not in ok(tools, "memory_recall", QUERY)
+    assert rows(tmp_path / "thatch.db", "SELECT root, path FROM thatch_anchors") == [
+        (os.path.realpath(repo), "src/settings.py")
+    ]

@@ -201,15 +201,15 @@ class AnchorCheck:
         source: AnchorQuerySource,
         keys: Sequence[Key],
         budget: float = BUDGET_SECONDS,
-        gone_checkouts: set[Key] | None = None,
+        gone_checkouts: set[str] | None = None,
     ) -> dict[Key, Drift]:
         """The memories among ``keys`` whose anchored code changed, or that depend on
         one whose code did (dedup verdict "supplement", or ``related`` at save), within
         ``budget`` seconds and ``MAX_FILES`` files; an anchor not reached is marked by its
         stored verdict while that still holds (``_stored``), else left unmarked. Into
-        ``gone_checkouts``, when given, the memories with an anchor checked unverifiable
-        because its checkout's directory is gone: a pass off the prompt path may find
-        that a checkout of the same repository takes it over (``take_over_gone``)."""
+        ``gone_checkouts``, when given, the roots of the anchors checked unverifiable
+        because their checkout's directory is gone: a pass off the prompt path may find
+        that a checkout of the same repository takes them over (``take_over_gone``)."""
         self._never_open |= database_files(getattr(source, "path", None))
         supplements = depends_on(source, keys)
         partners = {
@@ -238,7 +238,7 @@ class AnchorCheck:
                     files += 1
                     verdict = self._verdict(anchor, deadline)[0]
                     if gone_checkouts is not None and _checkout_gone(verdict, anchor):
-                        gone_checkouts.add(key)
+                        gone_checkouts.add(anchor.root)
                 if verdict in (CHANGED, GONE) and anchor.path not in paths:
                     paths.append(anchor.path)
                     gone = gone or verdict == GONE

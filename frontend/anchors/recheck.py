@@ -1,7 +1,8 @@
 """The passes off the prompt path (docs/tools.md §code-anchors): following git's renames
 and re-checking a store's anchors for the hygiene report. Session start and ``thatch
-hygiene`` run both; a recall that finds an anchored file gone, or its checkout gone, runs
-the rename pass (after its answer in ``thatch mcp``); the prompt hook never asks git.
+hygiene`` run both; a recall that finds an anchored file gone, or its checkout's directory
+gone and not yet asked about, runs the rename pass (after its answer in ``thatch mcp``);
+the prompt hook never asks git.
 """
 
 from __future__ import annotations
@@ -36,13 +37,12 @@ __all__ = [
     "follow_renames",
     "parse_renames",
     "take_over_gone",
+    "unasked_gone",
 ]
 
 # How many (repository, captured commit) pairs one rename pass diffs: one git process
 # each, plus two per repository (its HEAD, its staged renames).
 MAX_COMMITS = 8
-# How many captured commits of gone checkouts one pass asks git about (one process).
-MAX_GONE_COMMITS = 64
 # How long the hygiene pass may spend checking files; past it, the last stored verdicts.
 HYGIENE_BUDGET = 0.25
 
@@ -95,26 +95,58 @@ def take_over_gone(
     store: Store, pairs: list[tuple[str, str]], here: Path, env: Mapping[str, str] | None
 ) -> int:
     """Re-root onto the checkout holding ``here`` the anchors of checkouts that are gone
-    (a worktree removed once its branch merged, a directory no longer a checkout) when
-    they were of its repository: git there knows a commit they were captured at, which
-    every worktree of a repository shares. Else they would stay unverifiable for good.
-    One git process at most, only when such checkouts are found; the anchors moved."""
+    (a worktree removed once its branch merged, a directory no longer a checkout) that
+    were captured at a commit merged into its HEAD: its code holds what they were saved
+    on. Anchors at commits not merged there (a branch left unmerged, a sibling worktree
+    branched earlier, another repository) stay unverifiable, and so do those of a
+    worktree git still lists (locked on a disk unplugged). Each checkout is asked about a
+    gone root once per HEAD of its own: up to three git processes then, none after. The
+    anchors moved."""
     from thatch.frontend.project import checkout_git_dir
 
     found = checkout_git_dir(Path(os.path.abspath(here)))
     if found is None:
         return 0
     top = os.path.realpath(found[0])
-    gone: dict[str, list[str]] = {}
-    for root, commit in pairs:
-        if root != top and is_object_id(commit) and not _is_checkout(root):
-            gone.setdefault(root, []).append(commit)
+    gone = _gone(pairs, top)
+    head = head_commit(Path(top)) if gone else None
+    if head is None:
+        return 0
+    for root in store.gone_asked(top, head):
+        gone.pop(root, None)
     if not gone:
         return 0
-    asked = [commit for commits in gone.values() for commit in commits][:MAX_GONE_COMMITS]
-    known = _known_commits(top, env, asked)
-    ours = [root for root, commits in gone.items() if known.intersection(commits)]
-    return store.reroot_anchors(ours, top) if ours else 0
+    taken = _merged(top, head, env, gone)
+    if taken is None:
+        return 0  # git cannot say: the next pass asks again
+    return store.reroot_anchors(taken, top, head, asked=list(gone))
+
+
+def unasked_gone(store: Store, roots: set[str], here: Path) -> bool:
+    """Whether the checkout holding ``here`` has yet to be asked at its current HEAD about
+    one of ``roots`` (gone checkouts): files and one query, no git process."""
+    from thatch.frontend.project import checkout_git_dir
+
+    found = checkout_git_dir(Path(os.path.abspath(here)))
+    if found is None:
+        return False
+    top = os.path.realpath(found[0])
+    head = head_commit(Path(top))
+    return head is not None and bool(roots - {top} - store.gone_asked(top, head))
+
+
+def _gone(pairs: list[tuple[str, str]], top: str) -> dict[str, list[str]]:
+    """The captured commits of each root in ``pairs`` that is no longer a checkout."""
+    checkouts: dict[str, bool] = {}
+    gone: dict[str, list[str]] = {}
+    for root, commit in pairs:
+        if root == top or not is_object_id(commit):
+            continue
+        if root not in checkouts:
+            checkouts[root] = _is_checkout(root)
+        if not checkouts[root]:
+            gone.setdefault(root, []).append(commit)
+    return gone
 
 
 def _is_checkout(root: str) -> bool:
@@ -126,17 +158,70 @@ def _is_checkout(root: str) -> bool:
     return found is not None and str(found[0]) == root and is_directory(found[1])
 
 
-def _known_commits(top: str, env: Mapping[str, str] | None, commits: list[str]) -> set[str]:
-    """Those of ``commits`` (checked object ids, never options) the repository at ``top``
-    holds; none when git cannot say. One process for them all."""
+def _merged(
+    top: str, head: str, env: Mapping[str, str] | None, gone: dict[str, list[str]]
+) -> dict[str, list[str]] | None:
+    """Per root of ``gone``, its commits the repository at ``top`` holds merged into
+    ``head``, leaving out the roots git still lists as worktrees; None: git cannot say."""
+    known = _rev_list(top, env, {c for commits in gone.values() for c in commits}, "--no-walk")
+    if not known:
+        return None if known is None else {}  # none of its repository: one process
+    listed = _worktrees(top, env)
+    if listed is None:
+        return None
+    ours = {
+        root: [commit for commit in commits if commit in known]
+        for root, commits in gone.items()
+        if root not in listed
+    }
+    asked = {commit for commits in ours.values() for commit in commits}
+    unmerged = _rev_list(top, env, asked, f"^{head}") if asked else set()
+    if unmerged is None:
+        return None
+    taken = {root: [c for c in commits if c not in unmerged] for root, commits in ours.items()}
+    return {root: commits for root, commits in taken.items() if commits}
+
+
+def _rev_list(
+    top: str, env: Mapping[str, str] | None, commits: set[str], *options: str
+) -> set[str] | None:
+    """``git rev-list`` of ``commits`` (checked object ids, on its input: no argument
+    limit) and ``options``, commits it lacks left out; None when git cannot say. A
+    partial clone must not fetch them from its remote (a round trip per pass)."""
     from thatch.frontend.project import git_result
 
+    local = {**(os.environ if env is None else env), "GIT_NO_LAZY_FETCH": "1"}
     result = git_result(
-        Path(top), env, "rev-list", "--no-walk=unsorted", "--ignore-missing", *commits, "--"
+        Path(top),
+        local,
+        "rev-list",
+        "--ignore-missing",
+        "--missing=allow-any",
+        *options,
+        "--stdin",
+        "--",
+        stdin="".join(f"{commit}\n" for commit in sorted(commits)).encode("ascii"),
     )
     if result is None or result.returncode != 0:
-        return set()
+        return None
     return set(result.stdout.decode("ascii", "replace").split())
+
+
+def _worktrees(top: str, env: Mapping[str, str] | None) -> set[str] | None:
+    """The worktrees git still lists for the repository at ``top`` whose directory may be
+    back (locked, or not prunable), as real paths; None when git cannot say."""
+    from thatch.frontend.project import git_result
+
+    result = git_result(Path(top), env, "worktree", "list", "--porcelain", "-z")
+    if result is None or result.returncode != 0:
+        return None
+    listed: set[str] = set()
+    for block in result.stdout.split(b"\0\0"):
+        fields = block.decode("utf-8", "surrogateescape").split("\0")
+        labels = {field.split(" ", 1)[0] for field in fields}
+        if fields[0].startswith("worktree ") and ("locked" in labels or "prunable" not in labels):
+            listed.add(os.path.realpath(fields[0].removeprefix("worktree ")))
+    return listed
 
 
 def _worth_diffing(pairs: list[tuple[str, str]], here: Path | None) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE
+from thatch.frontend.store.migrations.anchors import ANCHORS_TABLE, GONE_CHECKOUTS_TABLE
 from thatch.frontend.store.migrations.links import LINKS_TABLE
 from thatch.frontend.store.rows import locked
 from thatch.frontend.store.transactions import Transactions
@@ -256,19 +256,44 @@ class AnchorQueries:
         return [(row[0], row[1]) for row in rows]
 
     @locked
-    def reroot_anchors(self, roots: Sequence[str], top: str) -> int:
-        """Move the anchors of the checkouts at ``roots`` (gone) to the checkout at ``top``
-        of the same repository, paths and commits kept; their stored verdicts were on the
-        files gone with them, so they are ``recheck`` until a pass checks them there."""
+    def gone_asked(self, top: str, head: str) -> set[str]:
+        """The roots of gone checkouts the checkout at ``top`` was already asked about at
+        its HEAD ``head`` (``reroot_anchors``)."""
+        rows = self.conn.execute(
+            f"SELECT root FROM {GONE_CHECKOUTS_TABLE} WHERE top = ? AND head = ?", (top, head)
+        )
+        return {row[0] for row in rows}
+
+    @locked
+    def reroot_anchors(
+        self, taken: Mapping[str, Sequence[str]], top: str, head: str, asked: Iterable[str]
+    ) -> int:
+        """Move to the checkout at ``top`` the anchors of each gone checkout's root in
+        ``taken`` captured at one of its commits (merged into ``top``'s HEAD ``head``),
+        paths and commits kept; their stored verdicts were on the files gone with them, so
+        they are ``recheck`` until a pass checks them there. The roots ``asked`` are
+        remembered as asked at ``head``; a root left with no anchor is forgotten."""
         with self.tx.write() as conn:
-            return sum(
+            moved = sum(
                 conn.execute(
                     f"UPDATE {ANCHORS_TABLE} SET root = ?, status = 'recheck', "
-                    "checked_mtime_ns = NULL, checked_size = NULL WHERE root = ?",
-                    (top, root),
+                    "checked_mtime_ns = NULL, checked_size = NULL "
+                    "WHERE root = ? AND commit_id = ?",
+                    (top, root, commit),
                 ).rowcount
-                for root in roots
+                for root, commits in taken.items()
+                for commit in commits
             )
+            conn.executemany(
+                f"INSERT INTO {GONE_CHECKOUTS_TABLE} (root, top, head) VALUES (?, ?, ?) "
+                "ON CONFLICT(root, top) DO UPDATE SET head = excluded.head",
+                [(root, top, head) for root in asked],
+            )
+            conn.execute(
+                f"DELETE FROM {GONE_CHECKOUTS_TABLE} WHERE root NOT IN "
+                f"(SELECT root FROM {ANCHORS_TABLE})"
+            )
+            return moved
 
     @locked
     def move_anchors(

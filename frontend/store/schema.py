@@ -22,9 +22,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from thatch.frontend.store import backfill, lexical
 from thatch.frontend.store.migrations.anchors import (
     ANCHORS_TABLE,
+    GONE_CHECKOUTS_TABLE,
     m014_code_anchors,
     m019_anchor_verdict_stat,
     m024_anchor_base_path,
+    m025_gone_checkouts,
 )
 from thatch.frontend.store.migrations.branches import (
     BRANCH_EVENTS_TABLE,
@@ -93,6 +95,7 @@ __all__ = [
     "CHAT_TABLES",
     "DUP_PAIRS_TABLE",
     "DUP_SCANNED_TABLE",
+    "GONE_CHECKOUTS_TABLE",
     "LINKS_TABLE",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
@@ -135,6 +138,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m022_flat_reads", m022_flat_reads),
     ("m023_branch_renames", m023_branch_renames),
     ("m024_anchor_base_path", m024_anchor_base_path),
+    ("m025_gone_checkouts", m025_gone_checkouts),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -327,10 +327,10 @@ class Operations:
         if not report.matches:
             return report
         keys = [(match.memory.store, match.memory.slug) for match in report.matches]
-        gone_checkouts: set[tuple[str, str]] = set()
+        gone_checkouts: set[str] = set()
         try:
             drift = self.ctx.anchor_check.drift(self.ctx.store, keys, gone_checkouts=gone_checkouts)
-            if gone_checkouts or any(found.gone for found in drift.values()):
+            if any(found.gone for found in drift.values()) or self._unasked(gone_checkouts):
                 # A file gone from its checkout may have been renamed, and a checkout gone
                 # (a removed worktree) may be this repository's: git says so off the
                 # answer's path in thatch mcp (the next recall follows), within the call
@@ -359,6 +359,14 @@ class Operations:
         from thatch.frontend.tools.active_model import configured_model_id
 
         return self.thresholds(configured_model_id(self.ctx.env))
+
+    def _unasked(self, gone_checkouts: set[str]) -> bool:
+        from thatch.frontend.anchors.recheck import unasked_gone
+
+        # A gone checkout this one was already asked about at its HEAD: no pass, no git.
+        return bool(gone_checkouts) and unasked_gone(
+            self.ctx.store, gone_checkouts, self.ctx.project_dir
+        )
 
     def _follow_renames(self) -> None:
         from thatch.frontend.anchors.recheck import follow_renames

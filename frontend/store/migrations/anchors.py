@@ -7,12 +7,15 @@ import sqlite3
 __all__ = [
     "ANCHORS_TABLE",
     "ANCHOR_TRIGGERS",
+    "GONE_CHECKOUTS_TABLE",
     "m014_code_anchors",
     "m019_anchor_verdict_stat",
     "m024_anchor_base_path",
+    "m025_gone_checkouts",
 ]
 
 ANCHORS_TABLE = "thatch_anchors"
+GONE_CHECKOUTS_TABLE = "thatch_gone_checkouts"
 
 ANCHOR_TRIGGERS = (
     "thatch_anchors_entries_insert",
@@ -86,3 +89,15 @@ def m024_anchor_base_path(conn: sqlite3.Connection) -> None:
 
     if "base_path" not in table_columns(conn, ANCHORS_TABLE):
         conn.execute(f"ALTER TABLE {ANCHORS_TABLE} ADD COLUMN base_path TEXT")
+
+
+def m025_gone_checkouts(conn: sqlite3.Connection) -> None:
+    """Per ``root`` of a gone checkout that still has anchors (a removed worktree, a
+    deleted project), the checkouts (``top``) already asked whether they take them over
+    and at which of their HEADs (``head``): a checkout is asked again only once its HEAD
+    moved, so a root nobody claims costs no git process at every pass."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {GONE_CHECKOUTS_TABLE} ("
+        "root TEXT NOT NULL, top TEXT NOT NULL, head TEXT NOT NULL, "
+        "PRIMARY KEY (root, top)) WITHOUT ROWID"
+    )
