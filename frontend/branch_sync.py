@@ -82,6 +82,8 @@ def sync_branches(
     from thatch.frontend.store.branch_lifecycle import BranchRecords
 
     records = BranchRecords(store.tx)
+    if not records.present():  # a read-only file left unmigrated: nothing is synced
+        return None
     repo = _repo_key(common)
     before = records.snapshot(project, repo)
     changes: list[BranchChange] = []

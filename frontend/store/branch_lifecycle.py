@@ -19,6 +19,7 @@ from thatch.frontend.store.migrations.branches import (
     BRANCH_REFS_TABLE,
     BRANCH_RENAMES_TABLE,
 )
+from thatch.frontend.store.migrations.tables import has_table
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["BranchChange", "BranchRecords", "Restored", "opened_records"]
@@ -52,6 +53,13 @@ class BranchRecords:
     def __init__(self, tx: Transactions) -> None:
         self.tx = tx
         self.conn: sqlite3.Connection = tx.conn
+
+    def present(self) -> bool:
+        """Whether m013's and m023's tables exist: not in a file this process could not
+        migrate (read-only), where there is nothing to sync against and no write to do."""
+        return has_table(self.conn, BRANCH_REFS_TABLE) and has_table(
+            self.conn, BRANCH_RENAMES_TABLE
+        )
 
     def snapshot(self, store: str, repo: str) -> dict[str, str]:
         """The refs seen at the last sync of ``repo`` for ``store`` ({}: never synced)."""
@@ -232,10 +240,7 @@ def opened_records(path: Path) -> Iterator[BranchRecords | None]:
     try:
         # Only hooks use this: a sync the lock keeps from running is done by the next one.
         conn.execute(f"PRAGMA busy_timeout = {db.HOOK_BUSY_TIMEOUT_MS}")
-        present = conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-            (BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE),
-        ).fetchone()[0]
-        yield BranchRecords(Transactions(conn)) if present == 2 else None
+        records = BranchRecords(Transactions(conn))
+        yield records if records.present() else None
     finally:
         conn.close()

@@ -7,7 +7,7 @@ NamedTuples and hashlib only: the prompt hooks import this module on every promp
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -27,14 +27,33 @@ __all__ = [
     "key_hash",
     "message_from_row",
     "name_word",
+    "session_columns",
     "session_from_row",
 ]
 
 ACTIVE_WINDOW = timedelta(minutes=30)
 
-SESSION_COLUMNS = (
-    "session_id, name, topic, project, host_kind, registered_at, last_seen, auto, worktree"
+SESSION_FIELDS = (
+    "session_id",
+    "name",
+    "topic",
+    "project",
+    "host_kind",
+    "registered_at",
+    "last_seen",
+    "auto",
+    "worktree",
 )
+SESSION_COLUMNS = ", ".join(SESSION_FIELDS)
+# What the columns m003 added read as where the table lacks them: an earlier release's
+# file this process may not write keeps its own schema (docs/database.md §compatibility).
+_SESSION_DEFAULTS = {
+    "topic": "NULL",
+    "project": "NULL",
+    "host_kind": "'opencode'",
+    "auto": "0",
+    "worktree": "''",
+}
 # SQLite's length() and substr() stop at a text's first NUL. A body holding one (sends
 # refuse it, but the earlier release or another writer may have stored one) is read whole
 # and measured in Python: its length column is NULL.
@@ -44,6 +63,14 @@ MESSAGE_COLUMNS = (
     f"m.via_broadcast, s.name, CASE WHEN {BODY_HAS_NUL} THEN NULL ELSE length(m.body) END"
 )
 MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
+
+
+def session_columns(present: Collection[str]) -> str:
+    """SESSION_COLUMNS as a chat_sessions table with only the ``present`` columns answers
+    them (the earlier release's lacks those of m003)."""
+    return ", ".join(
+        name if name in present else _SESSION_DEFAULTS.get(name, name) for name in SESSION_FIELDS
+    )
 
 
 # NamedTuples, not dataclasses: the prompt hooks import this module, and dataclasses

@@ -20,7 +20,6 @@ from thatch.frontend.store.chat_rows import (
     BODY_HAS_NUL,
     MESSAGE_COLUMNS,
     MESSAGE_FROM,
-    SESSION_COLUMNS,
     ChatMessage,
     ChatSession,
     TailRead,
@@ -28,9 +27,11 @@ from thatch.frontend.store.chat_rows import (
     key_hash,
     message_from_row,
     name_word,
+    session_columns,
     session_from_row,
 )
 from thatch.frontend.store.chat_tail import ChatTail
+from thatch.frontend.store.migrations.tables import table_columns
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.timefmt import Clock, format_timestamp
 
@@ -72,6 +73,8 @@ class ChatStore(ChatTail):
     ) -> None:
         self.conn = conn
         self.tx = Transactions(conn, clock=clock, lock=lock)
+        with self.tx.lock:  # a server's threads share the connection
+            self._session_columns = session_columns(table_columns(conn, "chat_sessions"))
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -87,7 +90,7 @@ class ChatStore(ChatTail):
     def get(self, session_id: str) -> ChatSession | None:
         with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {self._session_columns} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         return None if row is None else session_from_row(row)
@@ -96,13 +99,13 @@ class ChatStore(ChatTail):
         """The session called ``name``, case-insensitively (the column is NOCASE)."""
         with self.tx.read() as conn:
             row = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE name = ?", (name,)
+                f"SELECT {self._session_columns} FROM chat_sessions WHERE name = ?", (name,)
             ).fetchone()
         return None if row is None else session_from_row(row)
 
     def sessions(self) -> list[ChatSession]:
         with self.tx.read() as conn:
-            rows = conn.execute(f"SELECT {SESSION_COLUMNS} FROM chat_sessions").fetchall()
+            rows = conn.execute(f"SELECT {self._session_columns} FROM chat_sessions").fetchall()
         return [session_from_row(row) for row in rows]
 
     def _assign_name(self, conn: sqlite3.Connection, session_id: str, word: str | None) -> str:
@@ -188,7 +191,7 @@ class ChatStore(ChatTail):
             if key is not None:
                 self._bind(conn, session_id, key)
             row = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {self._session_columns} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         return session_from_row(row)
@@ -234,7 +237,7 @@ class ChatStore(ChatTail):
             if key is not None:
                 self._bind(conn, session_id, key)
             row = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {self._session_columns} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         return session_from_row(row)
@@ -258,7 +261,7 @@ class ChatStore(ChatTail):
                     word=PERSON,
                 )
             row = conn.execute(
-                f"SELECT {SESSION_COLUMNS} FROM chat_sessions WHERE session_id = ?",
+                f"SELECT {self._session_columns} FROM chat_sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
         return session_from_row(row)

@@ -19,6 +19,7 @@ from thatch.frontend.store.chat_rows import (
     TailRead,
     message_from_row,
 )
+from thatch.frontend.store.migrations.tables import has_table
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["EVENT_CHUNK", "ChatTail", "TailEvent"]
@@ -176,12 +177,18 @@ class ChatTail:
     def last_id(self) -> int:
         """The highest message id (0 with none): where following new messages starts."""
         with self.tx.read() as conn:
+            if not has_table(conn, "chat_messages"):
+                return 0
             (last,) = conn.execute("SELECT coalesce(max(id), 0) FROM chat_messages").fetchone()
         return int(last)
 
     def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]:
-        """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``."""
+        """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``.
+        None in an earlier release's file without the table that this process may not
+        migrate (read-only: docs/database.md §compatibility)."""
         with self.tx.read() as conn:
+            if not has_table(conn, "chat_messages"):
+                return []
             if limit is None:
                 rows = conn.execute(
                     f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id > ? ORDER BY m.id",

@@ -51,6 +51,7 @@ from thatch.frontend.store.engine_rows import (
     marks,
 )
 from thatch.frontend.store.engine_upkeep import EngineUpkeep
+from thatch.frontend.store.migrations.tables import has_table
 from thatch.frontend.store.rows import store_list, store_name
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
@@ -99,10 +100,18 @@ class EngineStore(EngineUpkeep):
         self.conn = conn
         self.engine = engine
         self.tx = Transactions(conn, clock=clock, lock=lock)
+        # A file this process may not write keeps its schema (docs/database.md
+        # §compatibility): without the engine's tables (m001) it holds no item to read.
+        self.present = all(
+            has_table(conn, table)
+            for table in (engine.matchers, engine.items, engine.edges, engine.provenance)
+        )
 
     # -- reads -----------------------------------------------------------------------------
 
     def item(self, item_id: str) -> Item | None:
+        if not self.present:
+            return None
         with self.tx.lock:
             row = self.conn.execute(
                 f"SELECT {ITEM_COLUMNS} FROM {self.engine.items} WHERE id = ?", (item_id,)
@@ -110,6 +119,8 @@ class EngineStore(EngineUpkeep):
         return None if row is None else item_from_row(row)
 
     def count(self, stores: Sequence[str] | None = None) -> int:
+        if not self.present:
+            return 0
         with self.tx.lock:
             if stores is None:
                 return int(
@@ -127,6 +138,8 @@ class EngineStore(EngineUpkeep):
         self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
     ) -> tuple[Item, float] | None:
         """The item of ``stores`` most similar to ``vector`` at cosine ≥ threshold, or None."""
+        if not self.present:
+            return None
         query = as_vector(vector)
         with self.tx.read() as conn:
             return self._nearest_item(conn, store_list(stores), query, threshold)
@@ -175,6 +188,8 @@ class EngineStore(EngineUpkeep):
 
         Steps 1-2 always; ``auto_fire`` adds step 3 (confidence floor, at most 5).
         """
+        if not self.present:
+            return []
         query = as_vector(vector)
         names = store_list(stores)
         with self.tx.read() as conn:
@@ -212,6 +227,8 @@ class EngineStore(EngineUpkeep):
     def listing(self, stores: Sequence[str] | str) -> list[Listed]:
         """Items of ``stores`` by confidence descending, then statement, with their matchers
         and newest provenance rows."""
+        if not self.present:
+            return []
         names = store_list(stores)
         engine = self.engine
         out: list[Listed] = []
@@ -246,6 +263,8 @@ class EngineStore(EngineUpkeep):
 
     def stamped(self, store: str, marker: str) -> list[Item]:
         """Items of ``store`` whose rationale contains ``marker`` (the seed stamps)."""
+        if not self.present:
+            return []
         with self.tx.lock:
             rows = self.conn.execute(
                 f"SELECT {ITEM_COLUMNS} FROM {self.engine.items} "

@@ -1,7 +1,7 @@
 """The engine store's seeding, switched-off defaults and re-embedding (engines.md §6).
 
 A mixin so that ``EngineStore`` keeps one public surface while each module stays small; it
-relies on ``conn``, ``engine``, ``tx`` and the row helpers (``_nearest_matcher``,
+relies on ``conn``, ``engine``, ``tx``, ``present`` and the row helpers (``_nearest_matcher``,
 ``_new_matcher``, ``_link``, ``_apply``) of the class it is mixed into (engine_store.py).
 """
 
@@ -20,6 +20,7 @@ from thatch.frontend.store.engine_rows import (
     Matcher,
     SeedPlan,
 )
+from thatch.frontend.store.migrations.tables import has_table
 from thatch.frontend.store.rows import USABLE, store_name
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
@@ -33,6 +34,7 @@ class EngineUpkeep:
     conn: sqlite3.Connection
     engine: Engine
     tx: Transactions
+    present: bool  # the engine's tables exist (not in a read-only file left unmigrated)
 
     def _nearest_matcher(
         self, conn: sqlite3.Connection, store: str, query: Any, threshold: float
@@ -53,7 +55,9 @@ class EngineUpkeep:
         raise NotImplementedError
 
     def defaults_off(self) -> set[str]:
-        """The keys of the defaults switched off."""
+        """The keys of the defaults switched off (none before m012, in a read-only file)."""
+        if not has_table(self.conn, "thatch_defaults_off"):
+            return set()
         with self.tx.lock:
             rows = self.conn.execute("SELECT key FROM thatch_defaults_off").fetchall()
         return {str(row[0]) for row in rows}
@@ -174,6 +178,8 @@ class EngineUpkeep:
     def embedding_counts(self, active_model: str) -> tuple[int, int]:
         """(rows embedded with another model, rows not embedded) over matchers and items."""
         other = pending = 0
+        if not self.present:
+            return other, pending
         with self.tx.lock:
             for table in (self.engine.matchers, self.engine.items):
                 row = self.conn.execute(
@@ -191,6 +197,8 @@ class EngineUpkeep:
         """(table, id, text) of rows to re-embed: not embedded, or (unless ``missing_only``)
         embedded with another model."""
         out: list[tuple[str, str, str]] = []
+        if not self.present:
+            return out
         where = f"(NOT {USABLE})" if missing_only else f"(NOT {USABLE} OR model IS NOT ?)"
         for table, column in (
             (self.engine.matchers, "description"),

@@ -125,10 +125,21 @@ def store_error(error: sqlite3.Error, path: Path | str | None) -> StoreError:
         if fault is None:
             return DatabaseWriteError(where, error_words(error))
         return DatabaseWriteError(where, fault[1], fault[0])
+    if path and _schema_lag(error):
+        # A read-only file no thatch could upgrade lacks a later migration's table or
+        # column: what failed is the upgrade's write, not the statement's text.
+        fault = write_fault(where)
+        if fault is not None:
+            return DatabaseWriteError(where, fault[1], fault[0])
     found = open_error(error, where)
     if isinstance(found, DatabaseOpenError):  # not an opening problem: say it plainly
         return StoreError(f"database {where}: {error_words(error)}")
     return found
+
+
+def _schema_lag(error: sqlite3.Error) -> bool:
+    words = str(error)
+    return words.startswith(("no such table: ", "no such column: "))
 
 
 def open_error(error: sqlite3.Error, path: Path | str) -> StoreError:

@@ -67,6 +67,7 @@ from thatch.frontend.store.migrations.lexical import (
 from thatch.frontend.store.migrations.links import LINKS_TABLE, m016_memory_links
 from thatch.frontend.store.migrations.tables import (
     TABLES,
+    has_table,
     m001_create_tables,
     m002_chat_sessions_nocase,
     m003_add_columns,
@@ -105,6 +106,7 @@ __all__ = [
     "TEAM_TABLES",
     "VERSIONS_TABLE",
     "applied_migrations",
+    "has_table",
     "init_schema",
     "run_backfills",
     "table_columns",

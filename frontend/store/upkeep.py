@@ -16,6 +16,7 @@ from typing import Any
 
 from thatch.frontend.store.memory import STALE_DAYS, Memory
 from thatch.frontend.store.migrations.flat_reads import STALE_KEY
+from thatch.frontend.store.migrations.tables import has_table
 from thatch.frontend.store.rows import (
     COLUMNS,
     MISSING,
@@ -50,7 +51,9 @@ class UpkeepQueries:
     def conflict_versions(self, store: str, limit: int = 10) -> tuple[int, list[tuple[str, str]]]:
         """The live conflict versions team sync pulled into ``store`` (m021): their count,
         and up to ``limit`` of them as (label, the original's label; "" when the original
-        is gone), by label."""
+        is gone), by label. None in a file this process could not migrate (read-only)."""
+        if not has_table(self.conn, "team_conflict_versions"):
+            return 0, []
         joined = (
             "FROM team_conflict_versions c JOIN entries e ON e.store = c.store "
             "AND e.slug = c.slug WHERE c.store = ? AND e.archived = 0"

@@ -1,0 +1,141 @@
+"""A database this process may not write, left at an older schema (docs/database.md
+§compatibility): read with its own schema by the CLI, the hooks and the UI; a later
+migration's tables and columns read as empty, and only what must write says so."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import earlier_release
+from tests.support.embedder_proc import EmbedderProcess
+from tests.support.hookrun import hook_env, run_hook, thatch_command
+from tests.support.mounts import immutable
+from tests.support.ui_client import running_ui
+from thatch.frontend.store.schema import MIGRATIONS, MIGRATIONS_TABLE
+from thatch.frontend.tools.context import ToolContext
+
+# The previous thatch's file: chat sessions with topics (m003) and chat tables (m008), but
+# no chat secret (m011), switched-off defaults (m012), branch records (m013) nor team
+# conflict versions (m021).
+OLDER_THATCH = 8
+
+
+def build(path: Path, kind: str) -> None:
+    """The earlier (TypeScript) release's file, or that file as an older thatch left it."""
+    earlier_release.build(path, 20, legacy=False)
+    if kind == "earlier":
+        return
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        conn.execute(f"CREATE TABLE {MIGRATIONS_TABLE} (name TEXT PRIMARY KEY, applied_at TEXT)")
+        for name, migrate in MIGRATIONS[:OLDER_THATCH]:
+            migrate(conn)
+            conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, 't')", (name,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+@pytest.fixture(params=["earlier", "older"])
+def frozen(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The file, immutable (root ignores 0444) for the test."""
+    path = tmp_path / "thatch.db"
+    build(path, request.param)
+    with immutable(path):
+        yield path
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
+            cwd=path,
+            check=True,
+            capture_output=True,
+        )
+    return path
+
+
+def thatch(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        thatch_command(*args), env=env, cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["hygiene"], ["chat", "list"], ["list", "acme/app"], ["search", "postgres port"]],
+    ids=" ".join,
+)
+def test_read_commands_answer(
+    frozen: Path, tmp_path: Path, mock_embedder: EmbedderProcess, args: list[str]
+) -> None:
+    """Reads answer in a git checkout (hygiene's branch sync has nothing to sync against);
+    nothing of SQLite's own text reaches the user."""
+    project = git_repo(tmp_path / "proj")
+    env = hook_env(tmp_path, THATCH_EMBEDDER_ADDR=mock_embedder.address)
+    done = thatch(env, project, *args)
+    assert done.returncode == 0, done.stderr
+    assert "Error" not in done.stdout + done.stderr
+    if args == ["chat", "list"]:
+        assert done.stdout.splitlines()[0].split() == [
+            "NAME", "STATUS", "HOST", "PROJECT", "LAST", "SEEN", "TOPIC"
+        ]  # fmt: skip
+    if args[0] == "list":
+        assert "[acme/app]" in done.stdout
+
+
+def test_a_write_says_the_file_cannot_be_written(frozen: Path, tmp_path: Path) -> None:
+    """A command that must write names the file and the fix, never "no such table"."""
+    project = git_repo(tmp_path / "proj")
+    done = thatch(hook_env(tmp_path), project, "restore-branch", "gone")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"Error: cannot write database {frozen}: {frozen} does not permit writes "
+        f"(is it immutable? see lsattr {frozen})",
+        f"Fix: chattr -i {frozen}",
+    ]
+
+
+@pytest.mark.parametrize("hook", ["reminder", "flush-tools"])
+def test_hooks_say_one_line_at_most(frozen: Path, tmp_path: Path, hook: str) -> None:
+    """Every step of the hook meets the same file: one stderr line for the whole hook (the
+    chat line's anchoring is a write), and the rest of its output as from a healthy file."""
+    project = git_repo(tmp_path / "proj")
+    payload = {"session_id": "r1", "cwd": str(project), "prompt": "postgres port"}
+    done = run_hook([hook], payload, hook_env(tmp_path))
+    assert done.returncode == 0
+    lines = done.stderr.decode().splitlines()
+    assert len(lines) <= 1, lines
+    assert all(f"cannot write database {frozen}" in line for line in lines), lines
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    shutil.copy(frozen, healthy / "thatch.db")
+    env = hook_env(healthy, THATCH_CHAT="off")  # the chat line needs a write
+    assert done.stdout == run_hook([hook], payload, env).stdout
+
+
+@pytest.mark.parametrize("page", ["/", "/engines", "/chat"])
+def test_ui_pages_answer(
+    frozen: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mock_embedder: EmbedderProcess,
+    page: str,
+) -> None:
+    project = git_repo(tmp_path / "proj")
+    monkeypatch.setenv("THATCH_DB_PATH", str(frozen))
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    with ToolContext.from_env() as ctx, running_ui(ctx) as (client, guard):
+        assert client.get("/", token=guard.token).status == 303
+        answered = client.get(page)
+        assert answered.status == 200, answered.body[:2000]
