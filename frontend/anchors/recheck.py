@@ -130,13 +130,13 @@ def unasked_gone(store: Store, roots: set[str], here: Path) -> bool:
 
 
 def _claiming_checkout(here: Path) -> str | None:
-    """The top of the checkout holding ``here`` when it is a main one (``.git`` a
-    directory: the repository's own checkout, or a clone of it), as a real path; None
-    for a linked worktree or outside git."""
-    from thatch.frontend.project import checkout_git_dir, is_directory
+    """The top of the checkout holding ``here`` when it is a main one (the repository's
+    own checkout, a submodule's, or a clone of it), as a real path; None for a linked
+    worktree (its git dir names the common one in ``commondir``) or outside git."""
+    from thatch.frontend.project import checkout_git_dir
 
     found = checkout_git_dir(Path(os.path.abspath(here)))
-    if found is None or not is_directory(found[0] / ".git"):
+    if found is None or os.path.exists(found[1] / "commondir"):
         return None
     return os.path.realpath(found[0])
 
@@ -269,7 +269,9 @@ def _worktrees(top: str, env: Mapping[str, str] | None, roots: Iterable[str]) ->
         result = git_result(Path(top), env, "worktree", "list", "--porcelain")
         if result is not None and result.returncode == _USAGE:
             return set(roots)
-        fields = result.stdout.split(b"\n") if result is not None else []
+        # A path git quotes there (a newline, a quote in it) is left out, not unquoted.
+        lines = result.stdout.split(b"\n") if result is not None else []
+        fields = [line for line in lines if not line.startswith(b'worktree "')]
     else:
         fields = result.stdout.split(b"\0") if result is not None else []
     if result is None or result.returncode != 0:
@@ -277,7 +279,7 @@ def _worktrees(top: str, env: Mapping[str, str] | None, roots: Iterable[str]) ->
     return {
         os.path.realpath(field.decode("utf-8", "surrogateescape").removeprefix("worktree "))
         for field in fields
-        if field.startswith(b"worktree ") and not field.startswith(b'worktree "')
+        if field.startswith(b"worktree ")
     }
 
 
