@@ -1,6 +1,7 @@
 """Anchors saved in a git worktree that is gone since (docs/database.md §code-anchors): the
-checkout of the same repository that recalls or checks them takes them over; another
-repository's checkout never does, nor does any checkout while the worktree exists."""
+main checkout of the same repository that recalls or checks them takes them over when it
+holds their commit merged and their file as saved; another repository's checkout never
+does, nor does a linked worktree, nor does any checkout while git lists the worktree."""
 
 from __future__ import annotations
 
@@ -332,4 +333,187 @@ def test_anchors_taken_over_follow_the_renames_since_their_commit(
         assert "code changed" not in ok(tools, "memory_recall", QUERY)
     assert rows(tmp_path / "thatch.db", "SELECT root, path FROM thatch_anchors") == [
         (os.path.realpath(repo), "src/settings.py")
+    ]
+
+
+def remember(tools: Tools, label: str, content: str = CONTENT) -> None:
+    ok(tools, "memory_remember",
+       {"label": label, "content": content, "anchors": ["src/config.py:parse_config"]})  # fmt: skip
+
+
+def test_a_memory_saved_on_uncommitted_edits_of_a_removed_worktree_stays_unverifiable(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """Its commit is the branch point, merged by definition; but the main checkout never
+    held the edits it was saved on: taken over, it would read as code changed."""
+    worktree = tmp_path / "acme-feature"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(worktree))
+    edit(worktree / "src" / "config.py", "value.strip()", "value.strip().lower()")
+    with tools_in(tmp_path, worktree, minilm_server) as tools:
+        remember(tools, "Config parsing")
+    git(repo, "worktree", "remove", "--force", str(worktree))
+    git(repo, "branch", "-q", "-D", "feature")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        assert run_hygiene(tools.ctx, repo) == {}
+        text = ok(tools, "memory_recall", QUERY)
+    assert "# Config parsing" in text and "code changed" not in text
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_living_linked_worktree_never_claims_a_removed_worktrees_anchors(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """Branched after the merge, so the commit is merged there too: but its own branch may
+    be abandoned with the anchors on it. The main checkout takes them."""
+    worktree = saved_in_worktree(tmp_path, repo, minilm_server)
+    merged_and_removed(repo, worktree)
+    sibling = tmp_path / "acme-other"
+    git(repo, "worktree", "add", "-q", "-b", "other", str(sibling))
+    edit(sibling / "src" / "config.py", "value.strip()", "value.strip().lower()")
+    with tools_in(tmp_path, sibling, minilm_server) as tools:
+        run_hygiene(tools.ctx, sibling)
+        assert "code changed" not in ok(tools, "memory_recall", QUERY)
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        assert run_hygiene(tools.ctx, repo) == {}
+    assert roots(tmp_path) == [os.path.realpath(repo)]
+
+
+def old_git(tmp_path: Path, refused: str) -> dict[str, str]:
+    """An environment whose git refuses, as a usage error, any ``worktree list`` holding
+    ``refused`` (git before 2.36 has no ``-z``), and logs every call into ``git.log``."""
+    import shutil
+
+    bin_dir = tmp_path / "old-git"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$*\" >> '{tmp_path / 'git.log'}'\n"
+        f'case "$*" in "worktree list"*{refused}*) echo usage >&2; exit 129;; esac\n'
+        f"exec '{shutil.which('git')}' \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+
+
+def test_a_git_without_worktree_list_z_still_hands_over_merged_anchors(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    from thatch.frontend.anchors.recheck import follow_renames
+
+    worktree = saved_in_worktree(tmp_path, repo, minilm_server)
+    merged_and_removed(repo, worktree)
+    env = old_git(tmp_path, "-z")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        follow_renames(tools.ctx.store, env, repo)
+    assert roots(tmp_path) == [os.path.realpath(repo)]
+
+
+def test_a_git_that_cannot_list_worktrees_is_asked_once_per_head(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """Nothing moves (a worktree it cannot list may still be there), and the same git is
+    not asked again at every pass."""
+    from thatch.frontend.anchors.recheck import follow_renames
+
+    worktree = saved_in_worktree(tmp_path, repo, minilm_server)
+    merged_and_removed(repo, worktree)
+    env = old_git(tmp_path, "porcelain")
+    log = tmp_path / "git.log"
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        follow_renames(tools.ctx.store, env, repo)
+        assert "worktree list" in log.read_text()
+        log.write_text("")
+        follow_renames(tools.ctx.store, env, repo)
+    assert "worktree" not in log.read_text()
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_database_without_the_asked_table_keeps_the_recalls_markers(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """A read-only file an earlier release migrated lacks thatch_gone_checkouts: the
+    question about the gone checkout fails, the code changed in the main checkout is
+    still marked."""
+    import sqlite3
+
+    worktree = tmp_path / "acme-feature"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(worktree))
+    git(worktree, "commit", "-q", "--allow-empty", "-m", "wip")
+    with tools_in(tmp_path, worktree, minilm_server) as tools:
+        remember(tools, "Feature config parsing")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        remember(tools, "Config parsing", CONTENT + " Lines split on the first '='.")
+    git(repo, "worktree", "remove", str(worktree))
+    edit(repo / "src" / "config.py", "value.strip()", "value")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        with sqlite3.connect(tmp_path / "thatch.db", isolation_level=None) as conn:
+            conn.execute("DROP TABLE thatch_gone_checkouts")
+        conn.close()
+        text = ok(tools, "memory_recall", {**QUERY, "limit": 5})
+    assert "# Feature config parsing" in text
+    found = MARKER.findall(text)
+    assert found == ["src/config.py"], text
+
+
+def test_an_anchor_saved_before_the_first_commit_runs_no_git_at_recall(
+    tmp_path: Path, minilm_server: object, git_calls: list[list[str]]
+) -> None:
+    """Its checkout's directory gone (the project moved, then committed), with no commit
+    no pass can move it: a recall returning it runs no rename pass (which would diff the
+    anchors of the checkout it runs in)."""
+    project = tmp_path / "acme"
+    (project / "src").mkdir(parents=True)
+    git(project, "init", "-q", "-b", "main")
+    (project / "src" / "config.py").write_text(PARSER)
+    with tools_in(tmp_path, project, minilm_server) as tools:
+        remember(tools, "Config parsing")
+    moved = tmp_path / "acme-moved"
+    project.rename(moved)
+    git(moved, "add", ".")
+    git(moved, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "first")
+    with tools_in(tmp_path, moved, minilm_server) as tools:
+        remember(tools, "Config reader")
+    git_calls.clear()
+    with tools_in(tmp_path, moved, minilm_server) as tools:
+        assert "# Config parsing" in ok(tools, "memory_recall", QUERY)
+    assert git_calls == []
+
+
+def test_an_unlocked_worktree_on_an_unplugged_disk_keeps_its_anchors(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """git lists it as prunable, yet its directory comes back with the disk: only
+    ``git worktree remove`` or ``prune`` make it gone."""
+    disk = tmp_path / "usb"
+    disk.mkdir()
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, disk / "acme-feature")
+    git(repo, "merge", "-q", "feature")
+    disk.rename(tmp_path / "usb-unplugged")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_worktree_path_reused_at_the_same_head_is_asked_about_again(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """Asked about once (an abandoned branch), the path is reused by a worktree at the
+    main checkout's HEAD, a memory saved there, the worktree removed: the main checkout,
+    its HEAD unmoved, takes that memory's anchors."""
+    path = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-wt")
+    git(repo, "worktree", "remove", str(path))
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    git(repo, "worktree", "add", "-q", "-b", "review", str(path))
+    with tools_in(tmp_path, path, minilm_server) as tools:
+        ok(tools, "memory_remember", {"label": "Readme", "content": "x", "anchors": ["README"]})
+    git(repo, "worktree", "remove", str(path))
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    by_slug = "SELECT slug, root FROM thatch_anchors ORDER BY slug"
+    assert rows(tmp_path / "thatch.db", by_slug) == [
+        ("config-parsing", os.path.realpath(path)),
+        ("readme", os.path.realpath(repo)),
     ]

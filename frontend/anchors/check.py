@@ -275,8 +275,13 @@ class AnchorCheck:
 
 
 def _checkout_gone(verdict: str, anchor: Anchor) -> bool:
-    # Asked of unverifiable anchors only: one more stat, on a path already missing.
-    return verdict == UNVERIFIABLE and bool(anchor.root) and not os.path.isdir(anchor.root)
+    # Asked of unverifiable anchors only: one more stat, on a path already missing. An
+    # anchor with no commit (saved before the first) no pass can move: none is asked for.
+    if verdict != UNVERIFIABLE or not anchor.root or anchor.commit_id is None:
+        return False
+    from thatch.frontend.git_refs import is_object_id
+
+    return is_object_id(anchor.commit_id) and not os.path.isdir(anchor.root)
 
 
 def depends_on(source: AnchorQuerySource, keys: Iterable[Key]) -> dict[Key, list[tuple[str, str]]]:

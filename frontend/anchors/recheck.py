@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,45 +94,51 @@ def follow_renames(
 def take_over_gone(
     store: Store, pairs: list[tuple[str, str]], here: Path, env: Mapping[str, str] | None
 ) -> int:
-    """Re-root onto the checkout holding ``here`` the anchors of checkouts that are gone
-    (a worktree removed once its branch merged, a directory no longer a checkout) that
-    were captured at a commit merged into its HEAD: its code holds what they were saved
-    on. Anchors at commits not merged there (a branch left unmerged, a sibling worktree
-    branched earlier, another repository) stay unverifiable, and so do those of a
-    worktree git still lists (locked on a disk unplugged). Each checkout is asked about a
-    gone root once per HEAD of its own: up to three git processes then, none after. The
-    anchors moved."""
-    from thatch.frontend.project import checkout_git_dir
-
-    found = checkout_git_dir(Path(os.path.abspath(here)))
-    if found is None:
-        return 0
-    top = os.path.realpath(found[0])
-    gone = _gone(pairs, top)
-    head = head_commit(Path(top)) if gone else None
-    if head is None:
+    """Re-root onto the main checkout holding ``here`` the anchors of checkouts that are
+    gone (a worktree removed once its branch merged, a directory no longer a checkout)
+    that were captured at a commit merged into its HEAD, on content that commit (or that
+    HEAD) holds: its code holds what they were saved on. Anchors at commits not merged
+    there (a branch left unmerged, a sibling worktree branched earlier, another
+    repository), saved on uncommitted edits, or of a worktree git still lists stay
+    unverifiable. A linked worktree never claims: its branch may be abandoned. Each
+    checkout is asked about a gone root once per HEAD of its own: up to four git
+    processes then, none after. The anchors moved."""
+    top = _claiming_checkout(here)
+    gone = _gone(pairs, top) if top is not None else {}
+    head = head_commit(Path(top)) if top is not None and gone else None
+    if top is None or head is None:
         return 0
     for root in store.gone_asked(top, head):
         gone.pop(root, None)
     if not gone:
         return 0
     taken = _merged(top, head, env, gone)
-    if taken is None:
+    committed = _committed(top, head, env, store.anchor_files(taken)) if taken else []
+    if taken is None or committed is None:
         return 0  # git cannot say: the next pass asks again
-    return store.reroot_anchors(taken, top, head, asked=list(gone))
+    return store.reroot_anchors(committed, top, head, asked=list(gone))
 
 
 def unasked_gone(store: Store, roots: set[str], here: Path) -> bool:
-    """Whether the checkout holding ``here`` has yet to be asked at its current HEAD about
-    one of ``roots`` (gone checkouts): files and one query, no git process."""
+    """Whether the main checkout holding ``here`` has yet to be asked at its current HEAD
+    about one of ``roots`` (gone checkouts): files and one query, no git process."""
+    top = _claiming_checkout(here)
+    if top is None:
+        return False
+    head = head_commit(Path(top))
+    return head is not None and bool(roots - {top} - store.gone_asked(top, head))
+
+
+def _claiming_checkout(here: Path) -> str | None:
+    """The top of the checkout holding ``here`` when it is a main one (the repository's
+    own checkout, a submodule's, or a clone of it), as a real path; None for a linked
+    worktree (its git dir names the common one in ``commondir``) or outside git."""
     from thatch.frontend.project import checkout_git_dir
 
     found = checkout_git_dir(Path(os.path.abspath(here)))
-    if found is None:
-        return False
-    top = os.path.realpath(found[0])
-    head = head_commit(Path(top))
-    return head is not None and bool(roots - {top} - store.gone_asked(top, head))
+    if found is None or os.path.exists(found[1] / "commondir"):
+        return None
+    return os.path.realpath(found[0])
 
 
 def _gone(pairs: list[tuple[str, str]], top: str) -> dict[str, list[str]]:
@@ -166,7 +172,7 @@ def _merged(
     known = _rev_list(top, env, {c for commits in gone.values() for c in commits}, "--no-walk")
     if not known:
         return None if known is None else {}  # none of its repository: one process
-    listed = _worktrees(top, env)
+    listed = _worktrees(top, env, gone)
     if listed is None:
         return None
     ours = {
@@ -180,6 +186,44 @@ def _merged(
         return None
     taken = {root: [c for c in commits if c not in unmerged] for root, commits in ours.items()}
     return {root: commits for root, commits in taken.items() if commits}
+
+
+def _committed(
+    top: str,
+    head: str,
+    env: Mapping[str, str] | None,
+    files: list[tuple[str, str, str, str]],
+) -> list[tuple[str, str, str, str]] | None:
+    """The (root, commit, path, blob) of ``files`` whose blob is the file at its commit or
+    at ``head``: saved on committed content. One saved on edits never committed would
+    read as code changed in a checkout that never held them. None: git cannot say."""
+    from thatch.frontend.project import git_result
+
+    # A path holding a newline cannot be one line of git's input: it stays unverifiable.
+    asked = [file for file in files if "\n" not in file[2]]
+    if not asked:
+        return []
+    lines = "".join(f"{rev}:{path}\n" for _, commit, path, _ in asked for rev in (commit, head))
+    local = {**(os.environ if env is None else env), "GIT_NO_LAZY_FETCH": "1"}
+    result = git_result(
+        Path(top),
+        local,
+        "cat-file",
+        "--batch-check=%(objectname)",
+        stdin=lines.encode("utf-8", "surrogateescape"),
+    )
+    if result is None:
+        return None
+    answers = result.stdout.decode("utf-8", "replace").split("\n")
+    if result.returncode != 0 or len(answers) < 2 * len(asked):
+        # A partial clone lacking one of those blobs fails the batch (it may not fetch
+        # it): none moves, and the same HEAD is not asked again.
+        return []
+    return [
+        file
+        for i, file in enumerate(asked)
+        if file[3] in (answers[2 * i].strip(), answers[2 * i + 1].strip())
+    ]
 
 
 def _rev_list(
@@ -207,21 +251,36 @@ def _rev_list(
     return set(result.stdout.decode("ascii", "replace").split())
 
 
-def _worktrees(top: str, env: Mapping[str, str] | None) -> set[str] | None:
-    """The worktrees git still lists for the repository at ``top`` whose directory may be
-    back (locked, or not prunable), as real paths; None when git cannot say."""
+# git's exit status for a usage error: an option this version lacks.
+_USAGE = 129
+
+
+def _worktrees(top: str, env: Mapping[str, str] | None, roots: Iterable[str]) -> set[str] | None:
+    """The worktrees git still lists for the repository at ``top``, as real paths: one
+    whose directory is missing (an unplugged disk) is gone only once ``git worktree
+    remove`` or ``prune`` drops it. None when git cannot say now. A git that cannot list
+    them at all counts every one of ``roots`` as listed: they stay where they are, and
+    are not asked about again at every pass."""
     from thatch.frontend.project import git_result
 
     result = git_result(Path(top), env, "worktree", "list", "--porcelain", "-z")
+    if result is not None and result.returncode == _USAGE:
+        # git before 2.36 has no -z: one line per field, a path holding a newline unparsed.
+        result = git_result(Path(top), env, "worktree", "list", "--porcelain")
+        if result is not None and result.returncode == _USAGE:
+            return set(roots)
+        # A path git quotes there (a newline, a quote in it) is left out, not unquoted.
+        lines = result.stdout.split(b"\n") if result is not None else []
+        fields = [line for line in lines if not line.startswith(b'worktree "')]
+    else:
+        fields = result.stdout.split(b"\0") if result is not None else []
     if result is None or result.returncode != 0:
         return None
-    listed: set[str] = set()
-    for block in result.stdout.split(b"\0\0"):
-        fields = block.decode("utf-8", "surrogateescape").split("\0")
-        labels = {field.split(" ", 1)[0] for field in fields}
-        if fields[0].startswith("worktree ") and ("locked" in labels or "prunable" not in labels):
-            listed.add(os.path.realpath(fields[0].removeprefix("worktree ")))
-    return listed
+    return {
+        os.path.realpath(field.decode("utf-8", "surrogateescape").removeprefix("worktree "))
+        for field in fields
+        if field.startswith(b"worktree ")
+    }
 
 
 def _worth_diffing(pairs: list[tuple[str, str]], here: Path | None) -> list[tuple[str, str]]:

@@ -67,6 +67,7 @@ class AnchorQueries:
     ) -> None:
         """Replace the memory's anchors inside the caller's write transaction."""
         conn.execute(f"DELETE FROM {ANCHORS_TABLE} WHERE store = ? AND slug = ?", (store, slug))
+        _reopen_asked(conn, {a.root for a in anchors if a.root})
         conn.executemany(
             f"INSERT INTO {ANCHORS_TABLE} ({_FIELDS}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -265,29 +266,50 @@ class AnchorQueries:
         return {row[0] for row in rows}
 
     @locked
+    def anchor_files(self, taken: Mapping[str, Sequence[str]]) -> list[tuple[str, str, str, str]]:
+        """The distinct (root, commit, path, blob) of the anchors under each root of
+        ``taken`` captured at one of its commits (``reroot_anchors``)."""
+        found: list[tuple[str, str, str, str]] = []
+        for root, commits in taken.items():
+            for commit in commits:
+                found.extend(
+                    self.conn.execute(
+                        f"SELECT DISTINCT root, commit_id, path, blob FROM {ANCHORS_TABLE} "
+                        "WHERE root = ? AND commit_id = ? ORDER BY path, blob",
+                        (root, commit),
+                    )
+                )
+        return found
+
+    @locked
     def reroot_anchors(
-        self, taken: Mapping[str, Sequence[str]], top: str, head: str, asked: Iterable[str]
+        self, files: Sequence[tuple[str, str, str, str]], top: str, head: str, asked: Iterable[str]
     ) -> int:
-        """Move to the checkout at ``top`` the anchors of each gone checkout's root in
-        ``taken`` captured at one of its commits (merged into ``top``'s HEAD ``head``),
-        paths and commits kept; their stored verdicts were on the files gone with them, so
-        they are ``recheck`` until a pass checks them there. The roots ``asked`` are
-        remembered as asked at ``head``; a root left with no anchor is forgotten."""
+        """Move to the checkout at ``top`` the anchors of each (root, commit, path, blob)
+        of ``files`` (gone checkouts' files, committed in ``top``'s HEAD ``head``), paths
+        and commits kept; their stored verdicts were on the files gone with them, so they
+        are ``recheck`` until a pass checks them there. The roots ``asked`` are remembered
+        as asked at ``head``; a root left with no anchor is forgotten, and so is what a
+        gone root was asked as a checkout."""
+        asked = list(asked)
         with self.tx.write() as conn:
             moved = sum(
                 conn.execute(
                     f"UPDATE {ANCHORS_TABLE} SET root = ?, status = 'recheck', "
                     "checked_mtime_ns = NULL, checked_size = NULL "
-                    "WHERE root = ? AND commit_id = ?",
-                    (top, root, commit),
+                    "WHERE root = ? AND commit_id = ? AND path = ? AND blob = ?",
+                    (top, *file),
                 ).rowcount
-                for root, commits in taken.items()
-                for commit in commits
+                for file in files
             )
+            _reopen_asked(conn, {top})
             conn.executemany(
                 f"INSERT INTO {GONE_CHECKOUTS_TABLE} (root, top, head) VALUES (?, ?, ?) "
                 "ON CONFLICT(root, top) DO UPDATE SET head = excluded.head",
                 [(root, top, head) for root in asked],
+            )
+            conn.executemany(
+                f"DELETE FROM {GONE_CHECKOUTS_TABLE} WHERE top = ?", [(root,) for root in asked]
             )
             conn.execute(
                 f"DELETE FROM {GONE_CHECKOUTS_TABLE} WHERE root NOT IN "
@@ -313,6 +335,8 @@ class AnchorQueries:
             return 0  # the usual pass: no write transaction for nothing
         moved = 0
         with self.tx.write() as conn:
+            if committed:
+                _reopen_asked(conn, {root})  # re-based: at commits not asked about yet
             for commit, renames in committed.items():
                 moved += _rebase(conn, root, commit, renames, head)
             if staged is not None:
@@ -331,6 +355,15 @@ class AnchorQueries:
             (root, head),
         ).fetchone()
         return row is not None
+
+
+def _reopen_asked(conn: sqlite3.Connection, roots: set[str]) -> None:
+    """Anchors written under ``roots`` at commits of their own: a checkout there is live
+    again (a worktree path reused), so what checkouts were asked about it no longer
+    holds."""
+    conn.executemany(
+        f"DELETE FROM {GONE_CHECKOUTS_TABLE} WHERE root = ?", [(root,) for root in roots]
+    )
 
 
 def _rebase(

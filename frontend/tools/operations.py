@@ -364,9 +364,14 @@ class Operations:
         from thatch.frontend.anchors.recheck import unasked_gone
 
         # A gone checkout this one was already asked about at its HEAD: no pass, no git.
-        return bool(gone_checkouts) and unasked_gone(
-            self.ctx.store, gone_checkouts, self.ctx.project_dir
-        )
+        try:
+            return bool(gone_checkouts) and unasked_gone(
+                self.ctx.store, gone_checkouts, self.ctx.project_dir
+            )
+        except sqlite3.Error:
+            # A file this release could not migrate (read-only) lacks the table: no pass,
+            # and the drift already found still marks the answer.
+            return False
 
     def _follow_renames(self) -> None:
         from thatch.frontend.anchors.recheck import follow_renames
