@@ -104,12 +104,14 @@ def take_over_gone(
     checkout is asked about a gone root once per HEAD of its own: up to four git
     processes then, none after. The anchors moved."""
     top = _claiming_checkout(here)
-    gone = _gone(pairs, top) if top is not None else {}
-    head = head_commit(Path(top)) if top is not None and gone else None
+    others = [(root, commit) for root, commit in pairs if root != top]
+    head = head_commit(Path(top)) if top is not None and others else None
     if top is None or head is None:
         return 0
-    for root in store.gone_asked(top, head):
-        gone.pop(root, None)
+    # Roots asked about at this HEAD are left out before any is looked at on disk: those
+    # nothing can claim stay for good, and a stat walk each per pass grew with them.
+    asked = store.gone_asked(top, head)
+    gone = _gone([pair for pair in others if pair[0] not in asked], top)
     if not gone:
         return 0
     taken = _merged(top, head, env, gone)

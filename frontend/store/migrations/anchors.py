@@ -101,3 +101,9 @@ def m025_gone_checkouts(conn: sqlite3.Connection) -> None:
         "root TEXT NOT NULL, top TEXT NOT NULL, head TEXT NOT NULL, "
         "PRIMARY KEY (root, top)) WITHOUT ROWID"
     )
+    # A pass reads by (top, head) and forgets by top: without it each was a scan, and
+    # forgetting 10,000 roots asked at once took 8 s.
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_gone_checkouts_top ON {GONE_CHECKOUTS_TABLE} "
+        "(top, head)"
+    )
