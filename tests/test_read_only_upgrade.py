@@ -144,6 +144,17 @@ def test_ui_pages_answer(
         assert answered.status == 200, answered.body[:2000]
 
 
+@pytest.mark.parametrize("args", [["chat", "tail", "--once"], ["team", "status"]], ids=" ".join)
+def test_reads_of_later_tables_answer_none(frozen: Path, tmp_path: Path, args: list[str]) -> None:
+    """The chat tail and team status read a later migration's table: none here."""
+    done = thatch(hook_env(tmp_path), git_repo(tmp_path / "proj"), *args)
+    assert (done.returncode, done.stderr) == (0, "")
+    if args[0] == "team":
+        assert done.stdout.startswith("No store is shared with a team")
+    else:
+        assert done.stdout == ""
+
+
 def migrated(path: Path) -> Path:
     with Store.open(path):
         pass
