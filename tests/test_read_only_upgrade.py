@@ -18,7 +18,8 @@ from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import hook_env, run_hook, thatch_command
 from tests.support.mounts import immutable
 from tests.support.ui_client import running_ui
-from thatch.frontend.store import db
+from thatch.frontend.errors import DatabaseWriteError
+from thatch.frontend.store import db, faults
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.schema import MIGRATIONS, MIGRATIONS_TABLE, has_table, init_schema
 from thatch.frontend.tools.context import ToolContext
@@ -199,3 +200,14 @@ def test_the_schema_is_read_again_once_migrated(tmp_path: Path) -> None:
         assert has_table(conn, "_thatch_branch_refs")
     finally:
         conn.close()
+
+
+def test_no_such_table_is_not_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what stops an upgrade (read-only, permission, immutable) turns a missing table
+    into "cannot write": a full disk stopped no upgrade, the table is simply lost."""
+    path = migrated(tmp_path / "thatch.db")
+    monkeypatch.setattr(faults, "free_bytes", lambda directory: 1 << 20)
+    assert faults.write_fault(path) is not None  # the disk does look full
+    error = faults.store_error(sqlite3.OperationalError("no such table: x"), path)
+    assert not isinstance(error, DatabaseWriteError)
+    assert str(error) == f"database {path}: no such table: x"
