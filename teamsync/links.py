@@ -23,6 +23,7 @@ from thatch.frontend.store.migrations.team import (
     REVS_TABLE,
     VERSIONS_TABLE,
 )
+from thatch.frontend.store.schema import has_table
 
 __all__ = [
     "AlreadyLinked",
@@ -83,6 +84,10 @@ def _link(row: tuple[object, ...]) -> Link:
 
 
 def all_links(conn: sqlite3.Connection) -> list[Link]:
+    """Every shared store's link; none in a file no thatch could migrate to m015 (read-only:
+    docs/database.md §compatibility)."""
+    if not has_table(conn, LINKS_TABLE):
+        return []
     return [_link(row) for row in conn.execute(f"SELECT {_COLUMNS} FROM {LINKS_TABLE} ORDER BY 1")]
 
 

@@ -29,6 +29,7 @@ from thatch.frontend.branch_sync import (
 from thatch.frontend.store.branch_lifecycle import BranchRecords, opened_records
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.store.migrations.branches import BRANCH_RENAMES_TABLE
+from thatch.frontend.store.schema import MIGRATIONS_TABLE
 
 PROJECT = "acme/widgets"
 
@@ -423,6 +424,7 @@ def test_the_prompt_sync_creates_no_database_and_waits_for_the_migration(tmp_pat
     Store.open(before_renames).close()
     with sqlite3.connect(before_renames) as conn:
         conn.execute(f"DROP TABLE {BRANCH_RENAMES_TABLE}")
+        conn.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = 'm023_branch_renames'")
     assert prompt_sync(PROJECT, repo, env, lambda: opened_records(before_renames), 1) is None
     common = git_refs.common_dir(repo)
     assert common is not None and not fingerprint_file(env, common).exists()

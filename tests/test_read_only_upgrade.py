@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,10 @@ from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import hook_env, run_hook, thatch_command
 from tests.support.mounts import immutable
 from tests.support.ui_client import running_ui
-from thatch.frontend.store.schema import MIGRATIONS, MIGRATIONS_TABLE
+from thatch.frontend.errors import DatabaseWriteError
+from thatch.frontend.store import db, faults
+from thatch.frontend.store.memory_store import Store
+from thatch.frontend.store.schema import MIGRATIONS, MIGRATIONS_TABLE, has_table, init_schema
 from thatch.frontend.tools.context import ToolContext
 
 # The previous thatch's file: chat sessions with topics (m003) and chat tables (m008), but
@@ -139,3 +143,71 @@ def test_ui_pages_answer(
         assert client.get("/", token=guard.token).status == 303
         answered = client.get(page)
         assert answered.status == 200, answered.body[:2000]
+
+
+@pytest.mark.parametrize("args", [["chat", "tail", "--once"], ["team", "status"]], ids=" ".join)
+def test_reads_of_later_tables_answer_none(frozen: Path, tmp_path: Path, args: list[str]) -> None:
+    """The chat tail and team status read a later migration's table: none here."""
+    done = thatch(hook_env(tmp_path), git_repo(tmp_path / "proj"), *args)
+    assert (done.returncode, done.stderr) == (0, "")
+    if args[0] == "team":
+        assert done.stdout.startswith("No store is shared with a team")
+    else:
+        assert done.stdout == ""
+
+
+def migrated(path: Path) -> Path:
+    with Store.open(path):
+        pass
+    return path
+
+
+def test_a_lost_table_of_a_recorded_migration_is_an_error(tmp_path: Path) -> None:
+    """Only a migration not recorded (a file no thatch could upgrade) makes its tables read
+    as empty: a writable, migrated file that lost them says so, as before."""
+    db = migrated(tmp_path / "thatch.db")
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("DROP TABLE _thatch_branch_refs")
+        conn.execute("DROP TABLE team_conflict_versions")
+    done = thatch(hook_env(tmp_path), git_repo(tmp_path / "proj"), "hygiene")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"Error: database {db}: no such table: _thatch_branch_refs"]
+
+
+def test_the_schema_is_read_once_per_connection(tmp_path: Path) -> None:
+    """The hooks ask has_table several times a prompt: the migrations are read once."""
+    conn = db.connect(migrated(tmp_path / "thatch.db"))
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    try:
+        for table in ("_thatch_branch_refs", "team_conflict_versions", "chat_messages"):
+            assert has_table(conn, table)
+        assert len(seen) == 2  # is the migrations table there, and what does it record
+        assert has_table(conn, "thatch_defaults_off")
+        assert len(seen) == 2
+    finally:
+        conn.close()
+
+
+def test_the_schema_is_read_again_once_migrated(tmp_path: Path) -> None:
+    """A connection that read an older file's schema, then migrated it, reads its tables."""
+    path = tmp_path / "thatch.db"
+    build(path, "older")
+    conn = db.connect(path)
+    try:
+        assert not has_table(conn, "_thatch_branch_refs")
+        init_schema(conn, "t")
+        assert has_table(conn, "_thatch_branch_refs")
+    finally:
+        conn.close()
+
+
+def test_no_such_table_is_not_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what stops an upgrade (read-only, permission, immutable) turns a missing table
+    into "cannot write": a full disk stopped no upgrade, the table is simply lost."""
+    path = migrated(tmp_path / "thatch.db")
+    monkeypatch.setattr(faults, "free_bytes", lambda directory: 1 << 20)
+    assert faults.write_fault(path) is not None  # the disk does look full
+    error = faults.store_error(sqlite3.OperationalError("no such table: x"), path)
+    assert not isinstance(error, DatabaseWriteError)
+    assert str(error) == f"database {path}: no such table: x"

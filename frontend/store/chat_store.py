@@ -20,6 +20,7 @@ from thatch.frontend.store.chat_rows import (
     BODY_HAS_NUL,
     MESSAGE_COLUMNS,
     MESSAGE_FROM,
+    SESSION_COLUMNS,
     ChatMessage,
     ChatSession,
     TailRead,
@@ -32,6 +33,7 @@ from thatch.frontend.store.chat_rows import (
 )
 from thatch.frontend.store.chat_tail import ChatTail
 from thatch.frontend.store.migrations.tables import table_columns
+from thatch.frontend.store.schema import schema_lag
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.timefmt import Clock, format_timestamp
 
@@ -65,6 +67,15 @@ __all__ = [
 ]
 
 
+def _session_columns(conn: sqlite3.Connection) -> str:
+    """The columns to select of chat_sessions: where m003 is not recorded (a file this
+    process could not migrate) those it adds read as their defaults; once recorded, a
+    column lost from the table fails as SQLite's "no such column"."""
+    if "m003_add_columns" in schema_lag(conn).migrations:
+        return session_columns(table_columns(conn, "chat_sessions"))
+    return SESSION_COLUMNS
+
+
 class ChatStore(ChatTail):
     """Chat queries over one connection; ``lock`` serialises threads sharing it."""
 
@@ -74,7 +85,7 @@ class ChatStore(ChatTail):
         self.conn = conn
         self.tx = Transactions(conn, clock=clock, lock=lock)
         with self.tx.lock:  # a server's threads share the connection
-            self._session_columns = session_columns(table_columns(conn, "chat_sessions"))
+            self._session_columns = _session_columns(conn)
 
     # -- plumbing ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from thatch.frontend.store.chat_rows import (
     TailRead,
     message_from_row,
 )
-from thatch.frontend.store.migrations.tables import has_table
+from thatch.frontend.store.schema import has_table
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["EVENT_CHUNK", "ChatTail", "TailEvent"]
@@ -81,6 +81,13 @@ class ChatTail:
         with self.tx.read():
             yield
 
+    def _has_messages(self) -> bool:
+        """Whether there is a chat_messages table to read: not in an earlier release's
+        file without it that this process may not migrate (docs/database.md
+        §compatibility), where every read of the messages answers none."""
+        with self.tx.lock:  # a server's threads share the connection
+            return has_table(self.tx.conn, "chat_messages")
+
     def last_events(
         self,
         count: int | None,
@@ -100,7 +107,7 @@ class ChatTail:
         bodies are read a chunk at a time, only for the events met, newest first, until
         ``count`` are kept: a short backlog reads a few bodies, not the table.
         """
-        if count == 0:
+        if count == 0 or not self._has_messages():
             return []
         sql, args = _events_newest_first(since, until, senders, recipients)
         kept: list[TailEvent] = []
@@ -140,6 +147,8 @@ class ChatTail:
         """The ids of the unread messages whose sender and recipient ``ends`` accepts and,
         when given, whose body ``body`` accepts: only those bodies are read, a chunk at a
         time (a tail watching for reads shows no body)."""
+        if not self._has_messages():
+            return set()
         who, args = _who(senders, recipients)
         sql = "SELECT id, from_session, to_session FROM chat_messages WHERE " + " AND ".join(
             ["read_at IS NULL", *who]
@@ -165,6 +174,8 @@ class ChatTail:
         sender reads no other's."""
         kept: list[ChatMessage] = []
         last = after_id
+        if not self._has_messages():
+            return kept, last
         sql = "SELECT id, from_session, to_session FROM chat_messages WHERE id > ? ORDER BY id"
         with self.tx.read() as conn, closing(conn.execute(sql, (after_id,))) as new:
             while chunk := new.fetchmany(EVENT_CHUNK):
@@ -176,9 +187,9 @@ class ChatTail:
 
     def last_id(self) -> int:
         """The highest message id (0 with none): where following new messages starts."""
+        if not self._has_messages():
+            return 0
         with self.tx.read() as conn:
-            if not has_table(conn, "chat_messages"):
-                return 0
             (last,) = conn.execute("SELECT coalesce(max(id), 0) FROM chat_messages").fetchone()
         return int(last)
 
@@ -186,9 +197,9 @@ class ChatTail:
         """Messages with id > ``after_id``, oldest first; with ``limit`` the last ``limit``.
         None in an earlier release's file without the table that this process may not
         migrate (read-only: docs/database.md §compatibility)."""
+        if not self._has_messages():
+            return []
         with self.tx.read() as conn:
-            if not has_table(conn, "chat_messages"):
-                return []
             if limit is None:
                 rows = conn.execute(
                     f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id > ? ORDER BY m.id",

@@ -127,14 +127,19 @@ def store_error(error: sqlite3.Error, path: Path | str | None) -> StoreError:
         return DatabaseWriteError(where, fault[1], fault[0])
     if path and _schema_lag(error):
         # A read-only file no thatch could upgrade lacks a later migration's table or
-        # column: what failed is the upgrade's write, not the statement's text.
+        # column: what failed is the upgrade's write, not the statement's text. Only for a
+        # file refused as a whole: a full disk or an unwritable directory is as likely to
+        # meet a table lost from a migrated file, whose error must stay SQLite's.
         fault = write_fault(where)
-        if fault is not None:
+        if fault is not None and fault[0] in _UPGRADE_STOPPERS:
             return DatabaseWriteError(where, fault[1], fault[0])
     found = open_error(error, where)
     if isinstance(found, DatabaseOpenError):  # not an opening problem: say it plainly
         return StoreError(f"database {where}: {error_words(error)}")
     return found
+
+
+_UPGRADE_STOPPERS: frozenset[WriteFault] = frozenset({"read-only", "permission", "immutable"})
 
 
 def _schema_lag(error: sqlite3.Error) -> bool:

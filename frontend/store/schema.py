@@ -18,8 +18,10 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import NamedTuple
 
 from thatch.frontend.store import backfill, lexical
+from thatch.frontend.store.migrations import team
 from thatch.frontend.store.migrations.anchors import (
     ANCHORS_TABLE,
     GONE_CHECKOUTS_TABLE,
@@ -67,7 +69,6 @@ from thatch.frontend.store.migrations.lexical import (
 from thatch.frontend.store.migrations.links import LINKS_TABLE, m016_memory_links
 from thatch.frontend.store.migrations.tables import (
     TABLES,
-    has_table,
     m001_create_tables,
     m002_chat_sessions_nocase,
     m003_add_columns,
@@ -79,7 +80,7 @@ from thatch.frontend.store.migrations.team import (
     m020_team_recalls,
     m021_team_conflict_versions,
 )
-from thatch.frontend.store.transactions import atomic
+from thatch.frontend.store.transactions import ThatchConnection, atomic
 
 # The names of the tables the migrations make, for the modules and tests that read them.
 __all__ = [
@@ -102,13 +103,16 @@ __all__ = [
     "MIGRATIONS_TABLE",
     "MIGRATION_MMAP_BYTES",
     "NEEDS_FTS5",
+    "READ_IF_MADE",
     "TABLES",
     "TEAM_TABLES",
     "VERSIONS_TABLE",
+    "SchemaLag",
     "applied_migrations",
     "has_table",
     "init_schema",
     "run_backfills",
+    "schema_lag",
     "table_columns",
 ]
 
@@ -155,6 +159,53 @@ BACKFILLS: dict[str, backfill.Step] = {
     lexical.BACKFILL_009: fill_fts,
     lexical.BACKFILL: fill_fts_identifiers,
 }
+# The tables read even in a file this process could not migrate (read-only: docs/database.md
+# §compatibility), by the migration that makes each: where that migration is not recorded
+# and the table is absent, their readers answer "none" (``has_table``).
+READ_IF_MADE: dict[str, str] = {
+    **dict.fromkeys(TABLES, "m001_create_tables"),  # an earlier release's file may lack some
+    "thatch_defaults_off": "m012_defaults_off",
+    BRANCH_REFS_TABLE: "m013_branch_lifecycle",
+    team.LINKS_TABLE: "m015_team_sync",
+    team.VERSIONS_TABLE: "m021_team_conflict_versions",
+    BRANCH_RENAMES_TABLE: "m023_branch_renames",
+}
+
+
+class SchemaLag(NamedTuple):
+    """What a file lacks of the schema: its migrations not recorded, and those of the
+    ``READ_IF_MADE`` tables that they would make and that the file does not have."""
+
+    migrations: frozenset[str]
+    tables: frozenset[str]
+
+
+def schema_lag(conn: sqlite3.Connection) -> SchemaLag:
+    """``conn``'s SchemaLag, read once per connection (a hook asks for it at every step)
+    and again only after this connection migrates the file (``_apply``)."""
+    lag = getattr(conn, "schema_lag", None)
+    if lag is None:
+        lag = _read_lag(conn)
+        if isinstance(conn, ThatchConnection):
+            conn.schema_lag = lag
+    return lag
+
+
+def _read_lag(conn: sqlite3.Connection) -> SchemaLag:
+    unrecorded = frozenset(name for name, _ in MIGRATIONS) - applied_migrations(conn)
+    waiting = {table for table, name in READ_IF_MADE.items() if name in unrecorded}
+    if not waiting:
+        return SchemaLag(unrecorded, frozenset())
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return SchemaLag(unrecorded, frozenset(waiting - {row[0] for row in rows}))
+
+
+def has_table(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether to read ``table`` (one of ``READ_IF_MADE``): no only where the migration
+    making it is not recorded and the file lacks it, in a file this process could not
+    migrate. A recorded migration's table is read, so one lost from a migrated file fails
+    as SQLite's "no such table" instead of reading as empty."""
+    return table not in schema_lag(conn).tables
 
 
 def applied_migrations(conn: sqlite3.Connection) -> set[str]:
@@ -238,6 +289,8 @@ def _migrate(conn: sqlite3.Connection, applied_at: str, build_indexes: bool) -> 
 
 
 def _apply(conn: sqlite3.Connection, applied_at: str, skipped: frozenset[str]) -> list[str]:
+    if isinstance(conn, ThatchConnection):
+        conn.schema_lag = None  # read again when next asked, however far this gets
     done: list[str] = []
     for name, migrate in MIGRATIONS:
         if name in skipped:

@@ -18,11 +18,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from thatch.frontend.errors import DatabaseBusyError, DatabaseDamagedError, DatabaseMovedError
 from thatch.frontend.store.faults import error_words, is_busy, is_damage, is_undecodable
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.schema import SchemaLag
 
 __all__ = [
     "ThatchConnection",
@@ -46,10 +49,13 @@ class ThatchConnection(sqlite3.Connection):
     every transaction once that path leads elsewhere: a file deleted or replaced under a
     long-lived process (``thatch ui``, ``thatch mcp``) would otherwise take its writes
     into an unlinked inode, reported as saved and never seen again.
+
+    ``schema_lag`` is what the file lacks of the schema, once read (``schema.schema_lag``).
     """
 
     damaged: DatabaseDamagedError | None = None
     opened: tuple[str, int, int] | None = None
+    schema_lag: SchemaLag | None = None
 
     def note_opened(self, path: Path) -> None:
         """Remember which file ``path`` is now (an absolute path: the process may chdir)."""

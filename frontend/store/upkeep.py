@@ -16,7 +16,6 @@ from typing import Any
 
 from thatch.frontend.store.memory import STALE_DAYS, Memory
 from thatch.frontend.store.migrations.flat_reads import STALE_KEY
-from thatch.frontend.store.migrations.tables import has_table
 from thatch.frontend.store.rows import (
     COLUMNS,
     MISSING,
@@ -25,6 +24,7 @@ from thatch.frontend.store.rows import (
     memory_from_row,
     store_list,
 )
+from thatch.frontend.store.schema import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import encode
 from thatch.frontend.timefmt import format_timestamp

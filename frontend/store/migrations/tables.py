@@ -8,7 +8,6 @@ import sqlite3
 __all__ = [
     "ADDED_COLUMNS",
     "TABLES",
-    "has_table",
     "m001_create_tables",
     "m002_chat_sessions_nocase",
     "m003_add_columns",
@@ -169,16 +168,6 @@ _NOCASE_NAME = re.compile(r"""(^|[\s(,])["`\[]?name["`\]]?\s[^,]*\bCOLLATE\s+NOC
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
-
-
-def has_table(conn: sqlite3.Connection, table: str) -> bool:
-    """Whether ``table`` exists: a file this process may not write keeps the schema it has
-    (docs/database.md §compatibility), so a later migration's table may be missing, and
-    its readers then answer "none" instead of failing."""
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-    ).fetchone()
-    return found is not None
 
 
 def m001_create_tables(conn: sqlite3.Connection) -> None:
