@@ -18,6 +18,7 @@ from tests.support.embedder_proc import EmbedderProcess
 from tests.support.hookrun import hook_env, run_hook, thatch_command
 from tests.support.mounts import immutable
 from tests.support.ui_client import running_ui
+from tests.test_hooks_reminder import git_repo
 from thatch.frontend.errors import DatabaseWriteError
 from thatch.frontend.store import db, faults
 from thatch.frontend.store.memory_store import Store
@@ -54,18 +55,6 @@ def frozen(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     build(path, request.param)
     with immutable(path):
         yield path
-
-
-def git_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
-            cwd=path,
-            check=True,
-            capture_output=True,
-        )
-    return path
 
 
 def thatch(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -27,6 +27,8 @@ from thatch.frontend.errors import StoreError
 from thatch.frontend.git_refs import head_commit, is_object_id
 
 if TYPE_CHECKING:
+    import subprocess
+
     from thatch.frontend.store.anchor_queries import Key
     from thatch.frontend.store.memory_store import Store
 
@@ -199,20 +201,17 @@ def _committed(
     """The (root, commit, path, blob) of ``files`` whose blob is the file at its commit or
     at ``head``: saved on committed content. One saved on edits never committed would
     read as code changed in a checkout that never held them. None: git cannot say."""
-    from thatch.frontend.project import git_result
-
     # A path holding a newline cannot be one line of git's input: it stays unverifiable.
     asked = [file for file in files if "\n" not in file[2]]
     if not asked:
         return []
     lines = "".join(f"{rev}:{path}\n" for _, commit, path, _ in asked for rev in (commit, head))
-    local = {**(os.environ if env is None else env), "GIT_NO_LAZY_FETCH": "1"}
-    result = git_result(
-        Path(top),
-        local,
+    result = _no_fetch_git(
+        top,
+        env,
+        lines.encode("utf-8", "surrogateescape"),
         "cat-file",
         "--batch-check=%(objectname)",
-        stdin=lines.encode("utf-8", "surrogateescape"),
     )
     if result is None:
         return None
@@ -228,26 +227,28 @@ def _committed(
     ]
 
 
+def _no_fetch_git(
+    top: str, env: Mapping[str, str] | None, stdin: bytes, *args: str
+) -> subprocess.CompletedProcess[bytes] | None:
+    """git ``args`` in ``top`` reading ``stdin``; a partial clone must not fetch what it
+    lacks from its remote (a round trip, up to git's timeout, per pass)."""
+    from thatch.frontend.project import git_result
+
+    local = {**(os.environ if env is None else env), "GIT_NO_LAZY_FETCH": "1"}
+    return git_result(Path(top), local, *args, stdin=stdin)
+
+
 def _rev_list(
     top: str, env: Mapping[str, str] | None, commits: set[str], *options: str
 ) -> set[str] | None:
     """``git rev-list`` of ``commits`` (checked object ids, on its input: no argument
     limit) and ``options``, commits it lacks left out; None when git cannot say. A
     partial clone must not fetch them from its remote (a round trip per pass)."""
-    from thatch.frontend.project import git_result
-
-    local = {**(os.environ if env is None else env), "GIT_NO_LAZY_FETCH": "1"}
-    result = git_result(
-        Path(top),
-        local,
-        "rev-list",
-        "--ignore-missing",
-        "--missing=allow-any",
-        *options,
-        "--stdin",
-        "--",
-        stdin="".join(f"{commit}\n" for commit in sorted(commits)).encode("ascii"),
-    )
+    lines = "".join(f"{commit}\n" for commit in sorted(commits)).encode("ascii")
+    result = _no_fetch_git(
+        top, env, lines, "rev-list", "--ignore-missing", "--missing=allow-any", *options,
+        "--stdin", "--",
+    )  # fmt: skip
     if result is None or result.returncode != 0:
         return None
     return set(result.stdout.decode("ascii", "replace").split())
