@@ -446,6 +446,20 @@ def test_pending_lookups_use_the_partial_index(store: Store) -> None:
     assert sum("FROM entries" in sql for sql in statements) == 4, statements
 
 
+def test_the_rename_pass_finds_staged_moves_through_their_partial_index(store: Store) -> None:
+    """A pass that finds no rename asks whether the checkout holds a staged move to undo:
+    an index of those moves (m026) answers, not a read of every anchor at its HEAD (45 ms
+    at 50k anchors, each pass)."""
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    assert store.move_anchors("/repo", "a" * 40, {}, []) == 0
+    store.conn.set_trace_callback(None)
+    asked = [sql for sql in statements if "base_path IS NOT NULL" in sql]
+    assert len(asked) == 1, statements
+    plan = store.conn.execute(f"EXPLAIN QUERY PLAN {asked[0]}").fetchall()
+    assert any("thatch_anchors_staged" in str(step) for step in plan), plan
+
+
 ENTRY_COLUMNS = "slug, store, label, content, created_at, updated_at"
 OUTER_POLICIES = [
     f"INSERT INTO entries ({ENTRY_COLUMNS}) VALUES (?, 'p', ?, ?, 't', 't')",

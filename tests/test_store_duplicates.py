@@ -453,3 +453,30 @@ def test_a_running_mcp_server_checks_an_upgraded_file_in_the_background(
         assert server.wait(60) == 0
         assert server.stdin is not None
         server.stdin.close()
+
+
+def test_a_checked_store_is_not_searched_for_unchecked_memories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """find_duplicates, the Duplicates page and ``thatch dedup`` check first: once every
+    memory is checked, that costs the two index-only counts, never the search for
+    unchecked rows (a pass over every row of the store, docs/database.md)."""
+    rng = np.random.default_rng(5)
+    with Store.open(tmp_path / "thatch.db") as store:
+        for i in range(20):
+            store.remember("p", f"m{i:02d}", "# x", unit(rng.normal(size=DIM)), "m")
+        assert store.check_all_duplicates("p") == (20, 20)
+        searches: list[str] = []
+        real = duplicates.unchecked
+
+        def counted(conn: object, name: str, limit: int, after: int = 0) -> object:
+            searches.append(name)
+            return real(conn, name, limit, after)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(duplicates, "unchecked", counted)
+        assert store.check_all_duplicates("p") == (20, 20)
+        assert searches == []
+        # A memory written with no check (the earlier release) is still found.
+        store.conn.execute(f"DELETE FROM {DUP_SCANNED_TABLE} WHERE slug = 'm03'")
+        assert store.check_all_duplicates("p") == (20, 20)
+        assert searches == ["p", "p"]

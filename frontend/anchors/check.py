@@ -126,14 +126,19 @@ class AnchorCheck:
         return self._verdict(anchor)[0]
 
     def _verdict(
-        self, anchor: Anchor, deadline: float = math.inf, saved: SavedLines | None = None
+        self,
+        anchor: Anchor,
+        deadline: float = math.inf,
+        saved: SavedLines | None = None,
+        resolved: dict[str, str] | None = None,
     ) -> tuple[str, os.stat_result | None]:
         """The status and the file's stat it was reached on (None: no stat). The stat is
         taken before the file is read, so a later write changes it. A span searched for
         past ``deadline`` (by ``self._clock``) has the verdict a pass stored on the file as
-        it is, else is unverifiable."""
+        it is, else is unverifiable. ``resolved``: the paths resolved so far in this pass.
+        """
         path = anchor_file(anchor)
-        if os.path.realpath(path) in self._never_open:
+        if self._never_opened(path, resolved):
             return UNVERIFIABLE, None
         try:
             stat = os.stat(path)
@@ -158,6 +163,15 @@ class AnchorCheck:
         except OutOfTime:
             return self._stored(anchor) or UNVERIFIABLE, stat
         return (FRESH if same else CHANGED), stat
+
+    def _never_opened(self, path: str, resolved: dict[str, str] | None) -> bool:
+        # A pass resolves each file once: thousands of anchors share a few files, and a
+        # resolution is a system call per directory of the path.
+        if resolved is None:
+            return os.path.realpath(path) in self._never_open
+        if path not in resolved:
+            resolved[path] = os.path.realpath(path)
+        return resolved[path] in self._never_open
 
     def _stored(self, anchor: Anchor) -> str | None:
         """``changed`` when a pass stored that verdict on the file's stat as it is now
@@ -258,10 +272,11 @@ class AnchorCheck:
         deadline = self._clock() + budget
         self._never_open |= frozenset(never_open)
         verdicts: list[tuple[Anchor, str]] = []
+        resolved: dict[str, str] = {}
         for anchor in anchors:
             if verdicts and self._clock() > deadline:
                 break
-            verdict, stat = self._verdict(anchor, deadline, saved)
+            verdict, stat = self._verdict(anchor, deadline, saved, resolved)
             # Only a ``changed`` verdict is ever read back (``_stored``): the others keep
             # no stat, so a pass over unchanged code writes nothing.
             seen: tuple[int | None, int | None] = (None, None)

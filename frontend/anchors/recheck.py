@@ -355,16 +355,18 @@ def _known(root: str, env: Mapping[str, str] | None, commit: str) -> bool:
     return result is None or result.returncode == 0
 
 
-def drifted(store: Store, name: str, check: AnchorCheck) -> dict[str, Drift]:
+def drifted(
+    store: Store, name: str, check: AnchorCheck, budget: float = HYGIENE_BUDGET
+) -> dict[str, Drift]:
     """The live memories of store ``name`` with an anchor whose code changed, by slug:
-    checked now within ``HYGIENE_BUDGET``, the rest by their last stored verdict; then
-    the live memories that depend on one of them, marked ``via`` its label as a recall
-    marks them. Verdicts are stored when the database takes the write."""
+    checked now within ``budget`` seconds (the first one always), the rest by their last
+    stored verdict; then the live memories that depend on one of them, marked ``via`` its
+    label as a recall marks them. Verdicts are stored when the database takes the write."""
     anchored = store.anchored_in(name)
     every = [anchor for anchors in anchored.values() for anchor in anchors]
     before = {(a.slug, a.seq): (a.status, a.checked_mtime_ns, a.checked_size) for a in every}
     verdicts = check.recheck(
-        every, HYGIENE_BUDGET, never_open=database_files(store.path), saved=GitSavedLines()
+        every, budget, never_open=database_files(store.path), saved=GitSavedLines()
     )
     with contextlib.suppress(sqlite3.Error, StoreError):
         # Only the verdicts (or the stats they saw) that changed: most passes write nothing.

@@ -29,6 +29,7 @@ from thatch.frontend.store.migrations.anchors import (
     m019_anchor_verdict_stat,
     m024_anchor_base_path,
     m025_gone_checkouts,
+    m026_anchor_staged_moves,
 )
 from thatch.frontend.store.migrations.branches import (
     BRANCH_EVENTS_TABLE,
@@ -145,6 +146,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m023_branch_renames", m023_branch_renames),
     ("m024_anchor_base_path", m024_anchor_base_path),
     ("m025_gone_checkouts", m025_gone_checkouts),
+    ("m026_anchor_staged_moves", m026_anchor_staged_moves),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GLOBAL_STORE",
+    "AnchorRefresh",
     "Hygiene",
     "HygieneQueries",
     "StoreHygiene",
@@ -50,6 +51,16 @@ class HygieneQueries(Protocol):
 
 def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
+
+
+@dataclass(frozen=True)
+class AnchorRefresh:
+    """How a hygiene pass brings the code anchors up to date. A page counting every
+    store takes the git events and follows the renames once (they cover every store's
+    anchors) and gives the stores one re-check budget between them."""
+
+    renames: bool = True  # the git hooks' events consumed, then renames followed
+    budget: float | None = None  # seconds re-checking files; None: recheck.HYGIENE_BUDGET
 
 
 @dataclass(frozen=True)
@@ -228,6 +239,7 @@ def _store_hygiene(
     duplicate_threshold: float,
     project_dir: Path,
     env: Mapping[str, str] | None,
+    refresh: AnchorRefresh,
 ) -> StoreHygiene:
     orphaned_branches: list[str] = []
     orphaned = 0
@@ -245,7 +257,7 @@ def _store_hygiene(
     return StoreHygiene(
         conflicts=conflicts,
         conflicts_named=tuple(conflicts_named),
-        drifted=_drifted(db, name, project_dir, env),
+        drifted=_drifted(db, name, project_dir, env, refresh),
         store=name,
         duplicates=summary.memories,
         duplicates_more=summary.more,
@@ -270,11 +282,15 @@ def _conflict_versions(db: object, name: str) -> tuple[int, list[tuple[str, str]
 
 
 def _drifted(
-    db: object, name: str, project_dir: Path, env: Mapping[str, str] | None
+    db: object,
+    name: str,
+    project_dir: Path,
+    env: Mapping[str, str] | None,
+    refresh: AnchorRefresh,
 ) -> Mapping[str, Drift]:
     """Memory Stores only (other query objects have no anchors): renames followed first
-    (``project_dir``'s checkout first), then the store's anchors re-checked within the
-    hygiene pass's budget."""
+    (``project_dir``'s checkout first) unless ``refresh`` says they were, then the
+    store's anchors re-checked within its budget."""
     from thatch.frontend.store.memory_store import Store
 
     if not isinstance(db, Store):
@@ -283,14 +299,16 @@ def _drifted(
     import sqlite3
 
     from thatch.frontend.anchors.check import AnchorCheck
-    from thatch.frontend.anchors.recheck import drifted, follow_renames
+    from thatch.frontend.anchors.recheck import HYGIENE_BUDGET, drifted, follow_renames
     from thatch.frontend.errors import StoreError
 
-    # A database refusing the write: the anchors stay where they were.
-    with contextlib.suppress(sqlite3.Error, StoreError):
-        follow_renames(db, env, project_dir)
+    if refresh.renames:
+        # A database refusing the write: the anchors stay where they were.
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            follow_renames(db, env, project_dir)
     try:
-        return drifted(db, name, AnchorCheck())
+        budget = HYGIENE_BUDGET if refresh.budget is None else refresh.budget
+        return drifted(db, name, AnchorCheck(), budget)
     except sqlite3.Error:
         return {}  # a file the earlier release left without the anchors' table
 
@@ -310,11 +328,13 @@ def hygiene(
     now: datetime | None = None,
     list_branches: Callable[[Path], Sequence[str]] | None = None,
     env: Mapping[str, str] | None = None,
+    refresh: AnchorRefresh | None = None,
 ) -> Hygiene:
     """Counts and report for ``project_store`` (plus global's model/pending parts).
 
     Duplicate candidates are pairs at the active model's duplicate threshold (``env``'s
-    THATCH_DUPLICATE_THRESHOLD first; docs/tools.md §thresholds)."""
+    THATCH_DUPLICATE_THRESHOLD first; docs/tools.md §thresholds). ``refresh``: how the
+    code anchors are brought up to date (default: the whole pass)."""
     from thatch.frontend.anchors.events import consume_quietly
     from thatch.frontend.thresholds import in_force
 
@@ -322,9 +342,11 @@ def hygiene(
     branches = (list_branches or _default_branches)(project_dir)
     # The git hooks' events since the last pass: their changed files' anchors re-checked
     # first (docs/tools.md §code-anchors), before the store's pass below.
-    consume_quietly(db, project_dir, env)
+    refresh = refresh or AnchorRefresh()
+    if refresh.renames:
+        consume_quietly(db, project_dir, env)
     project = _store_hygiene(
-        db, project_store, active_model, branches, now, duplicate, project_dir, env
+        db, project_store, active_model, branches, now, duplicate, project_dir, env, refresh
     )
     global_store = None
     if project_store != GLOBAL_STORE:

@@ -4,6 +4,7 @@ there (forget, archive, edit)."""
 from __future__ import annotations
 
 import html as stdhtml
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from thatch.embedder.client.errors import EmbedderUnavailable
 from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.memory import Memory
 from thatch.frontend.tools import formatting as fmt
-from thatch.frontend.tools.hygiene import StoreHygiene, hygiene
+from thatch.frontend.tools.hygiene import AnchorRefresh, Hygiene, StoreHygiene, hygiene
 from thatch.frontend.tools.operations import embedder_error
 from thatch.frontend.tools.registry import SPECS_BY_NAME
 from thatch.frontend.tools.validation import validate
@@ -66,12 +67,11 @@ class MemoryPages(PageBase):
         rows = []
         reports = []
         project_report: str | None = None
+        results = self._hygiene_of(
+            sorted(counts, key=lambda name: name != ctx.project_store), model
+        )
         for name in sorted(counts):
-            # Deleted branches are known only for the project's own repository.
-            branches: Callable[[Path], Sequence[str]] | None = (
-                None if name == ctx.project_store else (lambda _dir: [])
-            )
-            result = hygiene(self.store, name, ctx.project_dir, model, list_branches=branches)
+            result = results[name]
             counted: StoreHygiene = result.project
             archived = archived_count(self.store, name)
             rows.append(
@@ -115,6 +115,29 @@ class MemoryPages(PageBase):
             f"{text(project_report) if project_report else 'healthy.'}</p>",
         ]
         return respond("Stores", "".join(content))
+
+    def _hygiene_of(self, names: Sequence[str], model: str) -> dict[str, Hygiene]:
+        """Each store's hygiene, in the order of ``names``. The git events and renames
+        are taken once (they cover every store's anchors), and the stores share one
+        re-check budget, the first store first: a whole pass per store cost a page of 20
+        stores 3 s."""
+        from thatch.frontend.anchors.recheck import HYGIENE_BUDGET
+
+        ctx = self.tools.ctx
+        deadline = time.monotonic() + HYGIENE_BUDGET
+        results: dict[str, Hygiene] = {}
+        for name in names:
+            # Deleted branches are known only for the project's own repository.
+            branches: Callable[[Path], Sequence[str]] | None = (
+                None if name == ctx.project_store else (lambda _dir: [])
+            )
+            refresh = AnchorRefresh(
+                renames=not results, budget=max(0.0, deadline - time.monotonic())
+            )
+            results[name] = hygiene(
+                self.store, name, ctx.project_dir, model, list_branches=branches, refresh=refresh
+            )
+        return results
 
     # -- Memories ----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ __all__ = [
     "m019_anchor_verdict_stat",
     "m024_anchor_base_path",
     "m025_gone_checkouts",
+    "m026_anchor_staged_moves",
 ]
 
 ANCHORS_TABLE = "thatch_anchors"
@@ -106,4 +107,14 @@ def m025_gone_checkouts(conn: sqlite3.Connection) -> None:
     conn.execute(
         f"CREATE INDEX IF NOT EXISTS thatch_gone_checkouts_top ON {GONE_CHECKOUTS_TABLE} "
         "(top, head)"
+    )
+
+
+def m026_anchor_staged_moves(conn: sqlite3.Connection) -> None:
+    """An index of the anchors a staged rename moved (``base_path`` set: next to none).
+    Every rename pass asks whether a checkout holds one (``Store.move_anchors``), which
+    otherwise reads every anchor captured at its HEAD: 45 ms at 50k anchors."""
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS thatch_anchors_staged ON {ANCHORS_TABLE} "
+        "(root, commit_id) WHERE base_path IS NOT NULL"
     )
