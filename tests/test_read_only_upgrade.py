@@ -171,9 +171,10 @@ def test_the_schema_is_read_once_per_connection(tmp_path: Path) -> None:
     try:
         for table in ("_thatch_branch_refs", "team_conflict_versions", "chat_messages"):
             assert has_table(conn, table)
-        assert len(seen) == 2  # is the migrations table there, and what does it record
+        # The schema's version, is the migrations table there, and what does it record.
+        assert len(seen) == 3
         assert has_table(conn, "thatch_defaults_off")
-        assert len(seen) == 2
+        assert len(seen) == 3
     finally:
         conn.close()
 
@@ -189,6 +190,22 @@ def test_the_schema_is_read_again_once_migrated(tmp_path: Path) -> None:
         assert has_table(conn, "_thatch_branch_refs")
     finally:
         conn.close()
+
+
+def test_a_long_lived_reader_sees_the_tables_another_process_made(tmp_path: Path) -> None:
+    """An MCP server or the UI opened the file before it could be migrated; another
+    process migrates it: the tables made meanwhile are read, not taken as absent until a
+    restart (a switched-off default read as on, chat messages as none)."""
+    path = tmp_path / "thatch.db"
+    build(path, "older")
+    with immutable(path):
+        reader = db.connect(path)
+    try:
+        assert not has_table(reader, "_thatch_branch_refs")
+        migrated(path)
+        assert has_table(reader, "_thatch_branch_refs")
+    finally:
+        reader.close()
 
 
 def test_no_such_table_is_not_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

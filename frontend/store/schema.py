@@ -18,7 +18,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import NamedTuple
 
 from thatch.frontend.store import backfill, lexical
 from thatch.frontend.store.migrations import team
@@ -81,7 +80,7 @@ from thatch.frontend.store.migrations.team import (
     m020_team_recalls,
     m021_team_conflict_versions,
 )
-from thatch.frontend.store.transactions import ThatchConnection, atomic
+from thatch.frontend.store.transactions import SchemaLag, ThatchConnection, atomic
 
 # The names of the tables the migrations make, for the modules and tests that read them.
 __all__ = [
@@ -174,22 +173,19 @@ READ_IF_MADE: dict[str, str] = {
 }
 
 
-class SchemaLag(NamedTuple):
-    """What a file lacks of the schema: its migrations not recorded, and those of the
-    ``READ_IF_MADE`` tables that they would make and that the file does not have."""
-
-    migrations: frozenset[str]
-    tables: frozenset[str]
-
-
 def schema_lag(conn: sqlite3.Connection) -> SchemaLag:
     """``conn``'s SchemaLag, read once per connection (a hook asks for it at every step)
-    and again only after this connection migrates the file (``_apply``)."""
+    and again after this connection migrates the file (``_apply``). A file lacking
+    something is watched: another process may migrate it under a long-lived one (the
+    MCP server, the UI), whose reads would otherwise miss the tables made meanwhile."""
     lag = getattr(conn, "schema_lag", None)
-    if lag is None:
+    if lag is not None and not lag.migrations:
+        return lag  # a migrated file lacks nothing for good
+    version = conn.execute("PRAGMA schema_version").fetchone()[0]
+    if lag is None or getattr(conn, "schema_lag_version", None) != version:
         lag = _read_lag(conn)
         if isinstance(conn, ThatchConnection):
-            conn.schema_lag = lag
+            conn.schema_lag, conn.schema_lag_version = lag, version
     return lag
 
 

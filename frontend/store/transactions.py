@@ -18,14 +18,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import NamedTuple, TypeVar
 
 from thatch.frontend.errors import DatabaseBusyError, DatabaseDamagedError, DatabaseMovedError
 from thatch.frontend.store.faults import error_words, is_busy, is_damage, is_undecodable
 from thatch.frontend.timefmt import Clock, format_timestamp, utc_now
-
-if TYPE_CHECKING:
-    from thatch.frontend.store.schema import SchemaLag
 
 __all__ = [
     "ThatchConnection",
@@ -38,6 +35,14 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class SchemaLag(NamedTuple):
+    """What a file lacks of the schema: its migrations not recorded, and those of the
+    ``READ_IF_MADE`` tables that they would make and that the file does not have."""
+
+    migrations: frozenset[str]
+    tables: frozenset[str]
 
 
 class ThatchConnection(sqlite3.Connection):
@@ -56,6 +61,7 @@ class ThatchConnection(sqlite3.Connection):
     damaged: DatabaseDamagedError | None = None
     opened: tuple[str, int, int] | None = None
     schema_lag: SchemaLag | None = None
+    schema_lag_version: int | None = None  # the file's schema_version it was read at
 
     def note_opened(self, path: Path) -> None:
         """Remember which file ``path`` is now (an absolute path: the process may chdir)."""
