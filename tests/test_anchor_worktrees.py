@@ -220,9 +220,12 @@ def test_a_sibling_worktree_branched_before_the_merge_leaves_them_to_the_main_ch
     assert roots(tmp_path) == [os.path.realpath(repo)]
 
 
-def test_a_reused_worktree_path_hands_each_repository_its_own_anchors(
+def test_a_reused_worktree_path_hands_no_repository_anothers_anchors(
     tmp_path: Path, minilm_server: object
 ) -> None:
+    """One path, a worktree of alpha and then of beta, both removed: beta's anchors go
+    to beta; alpha's stay unverifiable (the path last named beta's main checkout), and
+    never go to beta."""
     alpha, beta = parser_repo(tmp_path / "alpha"), parser_repo(tmp_path / "beta")
     path = tmp_path / "wt-fix"
     for repo in (alpha, beta):
@@ -240,7 +243,7 @@ def test_a_reused_worktree_path_hands_each_repository_its_own_anchors(
             run_hygiene(tools.ctx, repo)
         taken = {str(alpha): [], str(beta): ["beta-fix"]}[str(repo)]
         assert rows(tmp_path / "thatch.db", by_slug) == [
-            ("alpha-fix", os.path.realpath(alpha)),
+            ("alpha-fix", os.path.realpath(path)),
             ("beta-fix", os.path.realpath(beta) if taken else os.path.realpath(path)),
         ]
 
@@ -248,8 +251,9 @@ def test_a_reused_worktree_path_hands_each_repository_its_own_anchors(
 def test_a_deleted_project_is_asked_about_once_per_head(
     tmp_path: Path, repo: Path, minilm_server: object, git_calls: list[list[str]]
 ) -> None:
-    """Its anchors no checkout can claim: asked once, then no git for them, neither at the
-    next session start nor in a recall returning them, until this checkout's HEAD moves."""
+    """Its anchors no checkout can claim (it was no worktree of this one): no git process
+    asks about them, at a session start, in a recall returning them, or after this
+    checkout's HEAD moves."""
     scratch = parser_repo(tmp_path / "scratch")
     with tools_in(tmp_path, scratch, minilm_server) as tools:
         ok(tools, "memory_remember", {"label": "Config parsing", "content": CONTENT,
@@ -259,15 +263,14 @@ def test_a_deleted_project_is_asked_about_once_per_head(
     shutil.rmtree(scratch)
     with tools_in(tmp_path, repo, minilm_server) as tools:
         run_hygiene(tools.ctx, repo)
-        asked = [call[0] for call in git_calls]
-        assert "rev-list" in asked
+        assert "rev-list" not in [call[0] for call in git_calls]
         git_calls.clear()
         run_hygiene(tools.ctx, repo)
         assert "# Config parsing" in ok(tools, "memory_recall", QUERY)
         assert git_calls == []
         git(repo, "commit", "-q", "--allow-empty", "-m", "later")
         run_hygiene(tools.ctx, repo)
-        assert [call[0] for call in git_calls if call[0] == "rev-list"] == ["rev-list"]
+        assert "rev-list" not in [call[0] for call in git_calls]
     assert roots(tmp_path) == [os.path.realpath(scratch)]
 
 
@@ -526,6 +529,43 @@ def test_an_unlocked_worktree_on_an_unplugged_disk_keeps_its_anchors(
     with tools_in(tmp_path, repo, minilm_server) as tools:
         run_hygiene(tools.ctx, repo)
     assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_sparse_main_checkout_takes_over_no_file_it_does_not_hold(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """HEAD holds the file but the checkout does not (sparse): moved there, the anchor
+    would read as gone, marked though nobody changed the code."""
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-feature")
+    merged_and_removed(repo, worktree)
+    (repo / "docs").mkdir()
+    (repo / "docs" / "a.md").write_text("a\n")
+    git(repo, "add", "docs")
+    git(repo, "commit", "-q", "-m", "docs")
+    git(repo, "sparse-checkout", "set", "docs")
+    assert not (repo / "src" / "config.py").exists()
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+        assert "code changed" not in ok(tools, "memory_recall", QUERY)
+    assert roots(tmp_path) == [os.path.realpath(worktree)]
+
+
+def test_a_missing_clone_leaves_its_anchors_to_no_other_clone(
+    tmp_path: Path, minilm_server: object
+) -> None:
+    """A clone whose disk is unplugged looks gone; another clone holding its merged commits
+    must not take its anchors: they were saved on that clone's code, not this one's."""
+    disk = tmp_path / "usb"
+    disk.mkdir()
+    first = parser_repo(disk / "acme")
+    with tools_in(tmp_path, first, minilm_server) as tools:
+        remember(tools, "Config parsing")
+    second = tmp_path / "acme-clone"
+    git(tmp_path, "clone", "-q", str(first), str(second))
+    disk.rename(tmp_path / "usb-unplugged")
+    with tools_in(tmp_path, second, minilm_server) as tools:
+        run_hygiene(tools.ctx, second)
+    assert roots(tmp_path) == [os.path.realpath(first)]
 
 
 def test_a_worktree_path_reused_at_the_same_head_is_asked_about_again(

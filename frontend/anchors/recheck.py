@@ -116,7 +116,11 @@ def take_over_gone(
     gone = _gone([pair for pair in others if pair[0] not in asked], top)
     if not gone:
         return 0
-    taken = _merged(top, head, env, gone)
+    # Only what was a linked worktree of this checkout's repository: a missing main
+    # checkout (another clone) may be on a disk unplugged for now, its code not this one.
+    mains = store.worktree_mains(gone)
+    ours = {root: commits for root, commits in gone.items() if mains.get(root) == top}
+    taken = _merged(top, head, env, ours) if ours else {}
     committed = _committed(top, head, env, store.anchor_files(taken)) if taken else []
     if taken is None or committed is None:
         return 0  # git cannot say: the next pass asks again
@@ -131,6 +135,23 @@ def unasked_gone(store: Store, roots: set[str], here: Path) -> bool:
         return False
     head = head_commit(Path(top))
     return head is not None and bool(roots - {top} - store.gone_asked(top, head))
+
+
+def worktree_main(top: str) -> str | None:
+    """The main checkout of the repository whose linked worktree is the checkout at
+    ``top`` (its git dir names the common one in ``commondir``), as a real path; None for
+    a main checkout, a bare repository's worktree, or what cannot be read. Files only."""
+    from thatch.frontend.project import checkout_git_dir
+
+    found = checkout_git_dir(Path(top))
+    if found is None:
+        return None
+    try:
+        common = (found[1] / "commondir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    common_dir = Path(os.path.realpath(found[1] / common))
+    return str(common_dir.parent) if common_dir.name == ".git" and common else None
 
 
 def _claiming_checkout(here: Path) -> str | None:
@@ -224,7 +245,15 @@ def _committed(
         file
         for i, file in enumerate(asked)
         if file[3] in (answers[2 * i].strip(), answers[2 * i + 1].strip())
+        and _on_disk(top, file[2], answers[2 * i + 1].strip())
     ]
+
+
+def _on_disk(top: str, path: str, at_head: str) -> bool:
+    """Whether the checkout at ``top`` holds ``path`` on disk, when its HEAD does: a sparse
+    checkout (or a skip-worktree file) lacks it, and it would read there as gone. A path
+    HEAD lacks (renamed since) is the rename pass's to follow."""
+    return not is_object_id(at_head) or os.path.isfile(os.path.join(top, path))
 
 
 def _no_fetch_git(

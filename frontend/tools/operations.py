@@ -216,9 +216,23 @@ class Operations:
         from thatch.frontend.anchors.capture import AnchorProblem, capture_anchors
 
         try:
-            return capture_anchors(anchors, self.ctx.project_dir, self.ctx.env)
+            captured = capture_anchors(anchors, self.ctx.project_dir, self.ctx.env)
         except AnchorProblem as problem:
             raise ArgumentError(f"Invalid arguments: anchors: {problem}") from None
+        self._remember_worktrees({anchor.root for anchor in captured if anchor.root})
+        return captured
+
+    def _remember_worktrees(self, roots: set[str]) -> None:
+        """Which main checkout each linked worktree among ``roots`` belongs to: once the
+        worktree is removed, that checkout alone may take its anchors over."""
+        from thatch.frontend.anchors.recheck import worktree_main
+
+        for root in roots:
+            main = worktree_main(root)
+            if main is not None:
+                # The cache only widens what a later pass may move: a refusal costs that.
+                with contextlib.suppress(sqlite3.Error, StoreError):
+                    self.ctx.store.remember_worktree(root, main, self.ctx.project_store)
 
     def _related(self, store: str, slug: str, labels: Sequence[str]) -> list[str]:
         """The slugs ``labels`` name in ``store``; ArgumentError for the first that is the
