@@ -278,7 +278,8 @@ def test_roots_asked_about_at_this_head_are_not_looked_at_again(
     tmp_path: Path, repo: Path, minilm_server: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Roots nothing can claim stay for good: a pass at the same HEAD looks none of them up
-    on disk (a stat walk each, per pass, grew with them: 0.5 s at 10,000)."""
+    on disk (a stat walk each, per pass, grew with them: 0.5 s at 10,000), and none that
+    was no worktree of this checkout's is looked up at all."""
     import sqlite3
 
     from thatch.frontend.anchors import recheck
@@ -298,9 +299,14 @@ def test_roots_asked_about_at_this_head_are_not_looked_at_again(
                 "VALUES ('old', ?, 0, ?, 'x.py', ?, ?)",
                 [(f"m{i}", str(tmp_path / f"gone-{i}"), "ab" * 20, "cd" * 20) for i in range(20)],
             )
+            conn.executemany(  # the first ten were worktrees of this checkout
+                "INSERT INTO repo_paths (worktree_path, main_path, repo_slug, resolved_at) "
+                "VALUES (?, ?, 'acme', 0)",
+                [(str(tmp_path / f"gone-{i}"), os.path.realpath(repo)) for i in range(10)],
+            )
         conn.close()
         run_hygiene(tools.ctx, repo)
-        assert len(set(looked)) == 20
+        assert sorted(set(looked)) == sorted(str(tmp_path / f"gone-{i}") for i in range(10))
         looked.clear()
         run_hygiene(tools.ctx, repo)
     assert looked == []

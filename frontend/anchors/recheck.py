@@ -113,18 +113,22 @@ def take_over_gone(
     # Roots asked about at this HEAD are left out before any is looked at on disk: those
     # nothing can claim stay for good, and a stat walk each per pass grew with them.
     asked = store.gone_asked(top, head)
-    gone = _gone([pair for pair in others if pair[0] not in asked], top)
-    if not gone:
+    unasked = [pair for pair in others if pair[0] not in asked]
+    if not unasked:
         return 0
-    # Only what was a linked worktree of this checkout's repository: a missing main
-    # checkout (another clone) may be on a disk unplugged for now, its code not this one.
-    mains = store.worktree_mains(gone)
-    ours = {root: commits for root, commits in gone.items() if mains.get(root) == top}
-    taken = _merged(top, head, env, ours) if ours else {}
+    # Only what was a linked worktree of this checkout's repository, looked up before any
+    # is looked at on disk: a missing main checkout (another clone) may be on a disk
+    # unplugged for now, and its code is not this one's.
+    mains = store.worktree_mains({root for root, _ in unasked})
+    strangers = {root for root, _ in unasked if mains.get(root) != top}
+    gone = _gone([pair for pair in unasked if pair[0] not in strangers], top)
+    if not gone and not strangers:
+        return 0  # only this checkout's living worktrees: nothing to ask or remember
+    taken = _merged(top, head, env, gone) if gone else {}
     committed = _committed(top, head, env, store.anchor_files(taken)) if taken else []
     if taken is None or committed is None:
         return 0  # git cannot say: the next pass asks again
-    return store.reroot_anchors(committed, top, head, asked=list(gone))
+    return store.reroot_anchors(committed, top, head, asked=[*gone, *strangers])
 
 
 def unasked_gone(store: Store, roots: set[str], here: Path) -> bool:
