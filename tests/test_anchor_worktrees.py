@@ -574,6 +574,52 @@ def test_a_missing_clone_leaves_its_anchors_to_no_other_clone(
     assert roots(tmp_path) == [os.path.realpath(first)]
 
 
+def test_a_pass_in_another_project_keeps_this_ones_asked_roots(
+    tmp_path: Path, repo: Path, minilm_server: object, git_calls: list[list[str]]
+) -> None:
+    """Each project is a stranger to the other's pass: remembering it as asked must not
+    forget what that project, as a checkout, was asked (git again at every switch)."""
+    worktree = worktree_with_commit(tmp_path, repo, minilm_server, tmp_path / "acme-feature")
+    git(repo, "worktree", "remove", "--force", str(worktree))  # its branch never merged
+    beta = parser_repo(tmp_path / "beta")
+    with tools_in(tmp_path, beta, minilm_server) as tools:
+        remember(tools, "Beta parsing")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        remember(tools, "Acme parsing")
+        run_hygiene(tools.ctx, repo)
+    assert "rev-list" in [call[0] for call in git_calls]
+    with tools_in(tmp_path, beta, minilm_server) as tools:
+        run_hygiene(tools.ctx, beta)
+    git_calls.clear()
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    assert "rev-list" not in [call[0] for call in git_calls]
+
+
+def test_a_clone_at_a_former_worktrees_path_is_nobodys_to_claim(
+    tmp_path: Path, repo: Path, minilm_server: object
+) -> None:
+    """A worktree of acme once stood where a clone of it stands now: saving in the clone
+    records it as a main checkout, so with its disk unplugged acme does not take its
+    anchors (saved on the clone's code)."""
+    disk = tmp_path / "usb"
+    disk.mkdir()
+    path = disk / "acme-p"
+    git(repo, "worktree", "add", "-q", "-b", "p", str(path))
+    with tools_in(tmp_path, path, minilm_server) as tools:
+        remember(tools, "Worktree note")
+    with tools_in(tmp_path, path, minilm_server) as tools:
+        ok(tools, "memory_forget", {"label": "Worktree note"})
+    git(repo, "worktree", "remove", str(path))
+    git(tmp_path, "clone", "-q", str(repo), str(path))
+    with tools_in(tmp_path, path, minilm_server) as tools:
+        remember(tools, "Clone note")
+    disk.rename(tmp_path / "usb-unplugged")
+    with tools_in(tmp_path, repo, minilm_server) as tools:
+        run_hygiene(tools.ctx, repo)
+    assert roots(tmp_path) == [os.path.realpath(path)]
+
+
 def test_a_worktree_path_reused_at_the_same_head_is_asked_about_again(
     tmp_path: Path, repo: Path, minilm_server: object
 ) -> None:

@@ -128,7 +128,7 @@ def take_over_gone(
     committed = _committed(top, head, env, store.anchor_files(taken)) if taken else []
     if taken is None or committed is None:
         return 0  # git cannot say: the next pass asks again
-    return store.reroot_anchors(committed, top, head, asked=[*gone, *strangers])
+    return store.reroot_anchors(committed, top, head, asked=list(gone), strangers=strangers)
 
 
 def unasked_gone(store: Store, roots: set[str], here: Path) -> bool:
@@ -160,8 +160,11 @@ def worktree_main(top: str) -> str | None:
 
 def _claiming_checkout(here: Path) -> str | None:
     """The top of the checkout holding ``here`` when it is a main one (the repository's
-    own checkout, a submodule's, or a clone of it), as a real path; None for a linked
-    worktree (its git dir names the common one in ``commondir``) or outside git."""
+    own checkout, a clone's, a submodule's), as a real path; None for a linked worktree
+    (its git dir names the common one in ``commondir``) or outside git. It claims only
+    the anchors of its own gone worktrees (``worktree_main``): a submodule's worktrees,
+    or a repository's whose git dir is not ``<checkout>/.git``, name no main checkout,
+    and theirs stay unverifiable."""
     from thatch.frontend.project import checkout_git_dir
 
     found = checkout_git_dir(Path(os.path.abspath(here)))

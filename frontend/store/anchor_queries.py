@@ -311,15 +311,23 @@ class AnchorQueries:
 
     @locked
     def reroot_anchors(
-        self, files: Sequence[tuple[str, str, str, str]], top: str, head: str, asked: Iterable[str]
+        self,
+        files: Sequence[tuple[str, str, str, str]],
+        top: str,
+        head: str,
+        asked: Iterable[str],
+        strangers: Iterable[str] = (),
     ) -> int:
         """Move to the checkout at ``top`` the anchors of each (root, commit, path, blob)
         of ``files`` (gone checkouts' files, committed in ``top``'s HEAD ``head``), paths
         and commits kept; their stored verdicts were on the files gone with them, so they
-        are ``recheck`` until a pass checks them there. The roots ``asked`` are remembered
-        as asked at ``head``; a root left with no anchor is forgotten, and so is what a
-        gone root was asked as a checkout."""
+        are ``recheck`` until a pass checks them there. The gone roots ``asked`` and the
+        ``strangers`` (roots that were no worktree of ``top``'s, living checkouts of other
+        projects among them) are remembered as asked at ``head``; a root left with no
+        anchor is forgotten, and so is what a gone root (never a stranger: it may be a
+        checkout asking in turn) was asked as a checkout."""
         asked = list(asked)
+        remembered = [*asked, *strangers]
         with self.tx.write() as conn:
             moved = sum(
                 conn.execute(
@@ -334,7 +342,7 @@ class AnchorQueries:
             conn.executemany(
                 f"INSERT INTO {GONE_CHECKOUTS_TABLE} (root, top, head) VALUES (?, ?, ?) "
                 "ON CONFLICT(root, top) DO UPDATE SET head = excluded.head",
-                [(root, top, head) for root in asked],
+                [(root, top, head) for root in remembered],
             )
             conn.executemany(
                 f"DELETE FROM {GONE_CHECKOUTS_TABLE} WHERE top = ?", [(root,) for root in asked]

@@ -139,6 +139,7 @@ class MemoryOperations(Protocol):
         top: str,
         head: str,
         asked: Iterable[str],
+        strangers: Iterable[str] = (),
     ) -> int: ...
     def move_anchors(
         self,

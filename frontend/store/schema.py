@@ -181,9 +181,15 @@ def schema_lag(conn: sqlite3.Connection) -> SchemaLag:
     lag = getattr(conn, "schema_lag", None)
     if lag is not None and not lag.migrations:
         return lag  # a migrated file lacks nothing for good
-    version = conn.execute("PRAGMA schema_version").fetchone()[0]
-    if lag is None or getattr(conn, "schema_lag_version", None) != version:
+    if lag is None:
         lag = _read_lag(conn)
+        if not lag.migrations:
+            if isinstance(conn, ThatchConnection):
+                conn.schema_lag = lag
+            return lag
+    version = conn.execute("PRAGMA schema_version").fetchone()[0]
+    if getattr(conn, "schema_lag_version", None) != version:
+        lag = _read_lag(conn)  # read after the version: never older than what it names
         if isinstance(conn, ThatchConnection):
             conn.schema_lag, conn.schema_lag_version = lag, version
     return lag

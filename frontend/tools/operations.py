@@ -223,15 +223,16 @@ class Operations:
         return captured
 
     def _remember_worktrees(self, roots: set[str]) -> None:
-        """Which main checkout each linked worktree among ``roots`` belongs to: once the
-        worktree is removed, that checkout alone may take its anchors over."""
+        """Which main checkout each checkout among ``roots`` belongs to (a main one: itself,
+        so a row left from a worktree once at that path no longer names another): once a
+        worktree is removed, its main checkout alone may take its anchors over."""
         from thatch.frontend.anchors.recheck import worktree_main
 
         for root in roots:
-            main = worktree_main(root)
-            if main is not None:
-                # The cache only widens what a later pass may move: a refusal costs that.
-                with contextlib.suppress(sqlite3.Error, StoreError):
+            main = worktree_main(root) or root
+            # The cache only decides what a later pass may move: a refusal costs that.
+            with contextlib.suppress(sqlite3.Error, StoreError):
+                if self.ctx.store.worktree_mains([root]).get(root) != main:
                     self.ctx.store.remember_worktree(root, main, self.ctx.project_store)
 
     def _related(self, store: str, slug: str, labels: Sequence[str]) -> list[str]:
