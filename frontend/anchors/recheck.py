@@ -146,12 +146,13 @@ def worktree_main(top: str) -> str | None:
     ``top`` (its git dir names the common one in ``commondir``), as a real path; None for
     a main checkout, a bare repository's worktree, or what cannot be read. Files only."""
     from thatch.frontend.project import checkout_git_dir
+    from thatch.frontend.regular_files import read_regular
 
     found = checkout_git_dir(Path(top))
     if found is None:
         return None
     try:
-        common = (found[1] / "commondir").read_text(encoding="utf-8").strip()
+        common = read_regular(found[1] / "commondir", 1 << 16).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
     common_dir = Path(os.path.realpath(found[1] / common))

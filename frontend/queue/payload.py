@@ -6,7 +6,6 @@ from typing import Any
 
 from thatch.frontend.queue.limits import PAYLOAD_OUTPUT_LIMIT
 from thatch.frontend.queue.records import compact, first_string
-from thatch.frontend.untrusted import json_document
 
 __all__ = [
     "build_payload",
@@ -60,5 +59,8 @@ def build_payload(
     if code_changed:
         document["codeChanged"] = code_changed
     # Format characters as \uXXXX: a web page's tag characters (invisible ASCII) or bidi
-    # overrides reach the extractor visible, and decode to the same text.
+    # overrides reach the extractor visible, and decode to the same text. Imported here:
+    # the tool hooks import this module and only the queue (tests/test_hooks_buffer.py).
+    from thatch.frontend.untrusted import json_document
+
     return json_document(document, compact=True)
