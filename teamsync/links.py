@@ -23,7 +23,7 @@ from thatch.frontend.store.migrations.team import (
     REVS_TABLE,
     VERSIONS_TABLE,
 )
-from thatch.frontend.store.schema import has_table
+from thatch.frontend.store.schema_lag import has_table
 
 __all__ = [
     "AlreadyLinked",

@@ -385,6 +385,21 @@ HEAVY = {
 }
 
 
+def test_the_stores_the_warm_hooks_open_bring_no_numpy(env: dict[str, str]) -> None:
+    """The chat store (chat-notify, every hook's chat line) and the branch records (the
+    prompt hook's branch sync) ask what an unmigrated file lacks: that question's module
+    must not bring the migrations, whose numpy cost the warm hooks 100 ms each."""
+    probe = (
+        "import sys\n"
+        "import thatch.frontend.store.branch_lifecycle, thatch.frontend.store.chat_store\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=env, check=True, text=True
+    )
+    assert set(result.stdout.split()) & HEAVY == {"sqlite3"}
+
+
 @pytest.mark.parametrize(
     "hook",
     ["buffer-batch", "buffer-tool", "session-end", "extraction-requeue", "extraction-complete"],

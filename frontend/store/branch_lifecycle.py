@@ -19,7 +19,7 @@ from thatch.frontend.store.migrations.branches import (
     BRANCH_REFS_TABLE,
     BRANCH_RENAMES_TABLE,
 )
-from thatch.frontend.store.schema import has_table
+from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["BranchChange", "BranchRecords", "Restored", "opened_records"]

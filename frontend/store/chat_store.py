@@ -33,7 +33,7 @@ from thatch.frontend.store.chat_rows import (
 )
 from thatch.frontend.store.chat_tail import ChatTail
 from thatch.frontend.store.migrations.tables import table_columns
-from thatch.frontend.store.schema import schema_lag
+from thatch.frontend.store.schema_lag import schema_lag
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.timefmt import Clock, format_timestamp
 

@@ -19,7 +19,7 @@ from thatch.frontend.store.chat_rows import (
     TailRead,
     message_from_row,
 )
-from thatch.frontend.store.schema import has_table
+from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["EVENT_CHUNK", "ChatTail", "TailEvent"]

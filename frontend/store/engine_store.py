@@ -52,7 +52,7 @@ from thatch.frontend.store.engine_rows import (
 )
 from thatch.frontend.store.engine_upkeep import EngineUpkeep
 from thatch.frontend.store.rows import store_list, store_name
-from thatch.frontend.store.schema import has_table
+from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
 from thatch.frontend.timefmt import Clock, utc_now

@@ -21,7 +21,7 @@ from thatch.frontend.store.engine_rows import (
     SeedPlan,
 )
 from thatch.frontend.store.rows import USABLE, store_name
-from thatch.frontend.store.schema import has_table
+from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
 

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from thatch.frontend.store import backfill, lexical
-from thatch.frontend.store.migrations import team
 from thatch.frontend.store.migrations.anchors import (
     ANCHORS_TABLE,
     GONE_CHECKOUTS_TABLE,
@@ -80,7 +79,14 @@ from thatch.frontend.store.migrations.team import (
     m020_team_recalls,
     m021_team_conflict_versions,
 )
-from thatch.frontend.store.transactions import SchemaLag, ThatchConnection, atomic
+from thatch.frontend.store.schema_lag import (
+    MIGRATIONS_TABLE,
+    READ_IF_MADE,
+    has_table,
+    recorded,
+    schema_lag,
+)
+from thatch.frontend.store.transactions import ThatchConnection, atomic
 
 # The names of the tables the migrations make, for the modules and tests that read them.
 __all__ = [
@@ -107,7 +113,6 @@ __all__ = [
     "TABLES",
     "TEAM_TABLES",
     "VERSIONS_TABLE",
-    "SchemaLag",
     "applied_migrations",
     "has_table",
     "init_schema",
@@ -115,8 +120,6 @@ __all__ = [
     "schema_lag",
     "table_columns",
 ]
-
-MIGRATIONS_TABLE = "_thatch_migrations"
 
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
@@ -160,65 +163,10 @@ BACKFILLS: dict[str, backfill.Step] = {
     lexical.BACKFILL_009: fill_fts,
     lexical.BACKFILL: fill_fts_identifiers,
 }
-# The tables read even in a file this process could not migrate (read-only: docs/database.md
-# §compatibility), by the migration that makes each: where that migration is not recorded
-# and the table is absent, their readers answer "none" (``has_table``).
-READ_IF_MADE: dict[str, str] = {
-    **dict.fromkeys(TABLES, "m001_create_tables"),  # an earlier release's file may lack some
-    "thatch_defaults_off": "m012_defaults_off",
-    BRANCH_REFS_TABLE: "m013_branch_lifecycle",
-    team.LINKS_TABLE: "m015_team_sync",
-    team.VERSIONS_TABLE: "m021_team_conflict_versions",
-    BRANCH_RENAMES_TABLE: "m023_branch_renames",
-}
-
-
-def schema_lag(conn: sqlite3.Connection) -> SchemaLag:
-    """``conn``'s SchemaLag, read once per connection (a hook asks for it at every step)
-    and again after this connection migrates the file (``_apply``). A file lacking
-    something is watched: another process may migrate it under a long-lived one (the
-    MCP server, the UI), whose reads would otherwise miss the tables made meanwhile."""
-    lag = getattr(conn, "schema_lag", None)
-    if lag is not None and not lag.migrations:
-        return lag  # a migrated file lacks nothing for good
-    if lag is None:
-        lag = _read_lag(conn)
-        if not lag.migrations:
-            if isinstance(conn, ThatchConnection):
-                conn.schema_lag = lag
-            return lag
-    version = conn.execute("PRAGMA schema_version").fetchone()[0]
-    if getattr(conn, "schema_lag_version", None) != version:
-        lag = _read_lag(conn)  # read after the version: never older than what it names
-        if isinstance(conn, ThatchConnection):
-            conn.schema_lag, conn.schema_lag_version = lag, version
-    return lag
-
-
-def _read_lag(conn: sqlite3.Connection) -> SchemaLag:
-    unrecorded = frozenset(name for name, _ in MIGRATIONS) - applied_migrations(conn)
-    waiting = {table for table, name in READ_IF_MADE.items() if name in unrecorded}
-    if not waiting:
-        return SchemaLag(unrecorded, frozenset())
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return SchemaLag(unrecorded, frozenset(waiting - {row[0] for row in rows}))
-
-
-def has_table(conn: sqlite3.Connection, table: str) -> bool:
-    """Whether to read ``table`` (one of ``READ_IF_MADE``): no only where the migration
-    making it is not recorded and the file lacks it, in a file this process could not
-    migrate. A recorded migration's table is read, so one lost from a migrated file fails
-    as SQLite's "no such table" instead of reading as empty."""
-    return table not in schema_lag(conn).tables
 
 
 def applied_migrations(conn: sqlite3.Connection) -> set[str]:
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MIGRATIONS_TABLE,)
-    ).fetchone()
-    if exists is None:
-        return set()
-    return {row[0] for row in conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}")}
+    return recorded(conn)
 
 
 def init_schema(

@@ -24,7 +24,7 @@ from thatch.frontend.store.rows import (
     memory_from_row,
     store_list,
 )
-from thatch.frontend.store.schema import has_table
+from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import encode
 from thatch.frontend.timefmt import format_timestamp
