@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -262,24 +261,20 @@ class AnchorQueries:
         """Record in the repo identity cache that the checkout ``root`` is a linked
         worktree of the main checkout ``main``: once it is removed, only that checkout
         may take its anchors over (``worktree_mains``)."""
+        from thatch.frontend.store.repo_paths import UPSERT, now_ms
+
         with self.tx.write() as conn:
-            conn.execute(
-                "INSERT INTO repo_paths (worktree_path, main_path, repo_slug, resolved_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT(worktree_path) DO UPDATE SET "
-                "main_path = excluded.main_path, repo_slug = excluded.repo_slug, "
-                "resolved_at = excluded.resolved_at",
-                (root, main, store, int(time.time() * 1000)),
-            )
+            conn.execute(UPSERT, (root, main, store, now_ms()))
 
     @locked
     def worktree_mains(self, roots: Iterable[str]) -> dict[str, str]:
         """The main checkout the repo identity cache (``repo_paths``) names for each of
         ``roots`` it knows: written while each still was a checkout."""
+        from thatch.frontend.store.repo_paths import LOOKUP
+
         found: dict[str, str] = {}
         for root in roots:
-            row = self.conn.execute(
-                "SELECT main_path FROM repo_paths WHERE worktree_path = ?", (root,)
-            ).fetchone()
+            row = self.conn.execute(LOOKUP, (root,)).fetchone()
             if row is not None:
                 found[root] = str(row[0])
         return found

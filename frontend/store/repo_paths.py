@@ -17,9 +17,27 @@ from pathlib import Path
 from thatch.common.environment import default_db_path
 
 __all__ = [
+    "LOOKUP",
+    "UPSERT",
     "RepoPaths",
     "normalized",
+    "now_ms",
 ]
+
+# Also the code anchors' own reads and writes of the cache (``anchor_queries``), on the
+# store's connection.
+LOOKUP = "SELECT main_path, repo_slug FROM repo_paths WHERE worktree_path = ?"
+UPSERT = (
+    "INSERT INTO repo_paths (worktree_path, main_path, repo_slug, resolved_at) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT(worktree_path) DO UPDATE SET "
+    "main_path = excluded.main_path, repo_slug = excluded.repo_slug, "
+    "resolved_at = excluded.resolved_at"
+)
+
+
+def now_ms() -> int:
+    """A row's ``resolved_at``: epoch milliseconds."""
+    return int(time.time() * 1000)
 
 
 class RepoPaths:
@@ -43,10 +61,7 @@ class RepoPaths:
 
     def lookup(self, worktree_path: str) -> tuple[str, str] | None:
         """``(main_path, repo_slug)`` cached for the path, or None."""
-        row = self.conn.execute(
-            "SELECT main_path, repo_slug FROM repo_paths WHERE worktree_path = ?",
-            (worktree_path,),
-        ).fetchone()
+        row = self.conn.execute(LOOKUP, (worktree_path,)).fetchone()
         return None if row is None else (str(row[0]), str(row[1]))
 
     def remember(self, worktree_path: str, main_path: str, repo_slug: str) -> None:
@@ -54,13 +69,7 @@ class RepoPaths:
         if self.lookup(worktree_path) == (main_path, repo_slug):
             return
         # One statement in autocommit mode: its own short write transaction.
-        self.conn.execute(
-            "INSERT INTO repo_paths (worktree_path, main_path, repo_slug, resolved_at) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT(worktree_path) DO UPDATE SET "
-            "main_path = excluded.main_path, repo_slug = excluded.repo_slug, "
-            "resolved_at = excluded.resolved_at",
-            (worktree_path, main_path, repo_slug, int(time.time() * 1000)),
-        )
+        self.conn.execute(UPSERT, (worktree_path, main_path, repo_slug, now_ms()))
 
     def evict(self, worktree_path: str) -> None:
         self.conn.execute("DELETE FROM repo_paths WHERE worktree_path = ?", (worktree_path,))
