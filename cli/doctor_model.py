@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Mapping
 
 from thatch.frontend.doctor import RESTART_FIX, Check, Served
+from thatch.frontend.untrusted import inline
 
 __all__ = ["check_model"]
 
@@ -42,7 +43,8 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         fix = error.fix if isinstance(error, ModelError) and error.fix else None
         fix = fix or "thatch model use ID (an imported model, a hub id or a model directory)"
         return Check("FAIL", "model", str(error), fix), served_id
-    origin = f"from {chosen.origin}"
+    # The origin names the config file, the path a model directory: data (doctor's _shown)
+    origin = f"from {inline(chosen.origin)}"
     model_id = settings.model_id
     if served_id is not None and served_id != model_id:
         fix = (
@@ -81,7 +83,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         )
         detail = f"{model_id} ({origin}) is not on this machine and {reason}"
         return Check("FAIL", "model", detail, fix), model_id
-    where = f" at {settings.path}" if settings.path else ""
+    where = f" at {inline(str(settings.path))}" if settings.path else ""
     serving = ", served by the embedder" if served_id else ""
     detail = f"{model_id} ({settings.source}{where}; {origin}){serving}"
     if chosen.origin == "THATCH_MODEL":
@@ -105,5 +107,5 @@ def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
         return ""
     return (
         f"; processes started without THATCH_MODEL use {other}: "
-        f"thatch model use {shlex.quote(name)} saves this one"
+        f"thatch model use {inline(shlex.quote(name))} saves this one"
     )

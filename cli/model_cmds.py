@@ -136,6 +136,8 @@ def info_cmd(name: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(fields)
         return
+    from thatch.frontend.untrusted import inline
+
     width = max(len(key) for key in fields)
     for key, value in fields.items():
         if isinstance(value, list):
@@ -145,7 +147,9 @@ def info_cmd(name: str | None, as_json: bool) -> None:
         elif value in ("", 0, None):
             value = "-" if key != "query_prefix" else "(none)"
         label = key.replace("_", " ")
-        click.echo(f"{label + ':':<{width + 2}}{value}")
+        # Paths and names read from disk are data: a directory an agent named cannot
+        # forge a line of its own.
+        click.echo(f"{label + ':':<{width + 2}}{inline(str(value))}")
 
 
 def info_fields(settings: ModelSettings) -> dict[str, object]:

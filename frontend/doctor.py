@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from thatch.frontend.errors import fault_fix, foreign_fix, not_a_database_fix
+from thatch.frontend.untrusted import inline
 
 __all__ = [
     "NOT_WIRED",
@@ -90,6 +91,12 @@ class Served:
     remote: bool = False
 
 
+def _shown(path: Path | str) -> str:
+    """A path in a doctor line: a directory an agent named (a newline, an escape sequence,
+    a bidi control in it) is data, and cannot forge a line of doctor's."""
+    return inline(os.fspath(path))
+
+
 # -- database ---------------------------------------------------------------------------
 
 
@@ -106,25 +113,26 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
     from thatch.frontend.store.db import connect_read_only, foreign_tables, header_is_wal
     from thatch.frontend.store.schema import MIGRATIONS, applied_migrations
 
-    fix = DB_FIX.format(dir=path.parent)
+    fix = DB_FIX.format(dir=_shown(path.parent))
+    shown = _shown(path)
     if not path.exists():
         if _creatable(path.parent):
             return Check(
                 "warn",
                 "database",
-                f"{path} does not exist yet (thatch creates it on first use)",
+                f"{shown} does not exist yet (thatch creates it on first use)",
                 "run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
             ), None
-        return Check("FAIL", "database", f"{path} does not exist and cannot be created", fix), None
+        return Check("FAIL", "database", f"{shown} does not exist and cannot be created", fix), None
     if not path.is_file():
-        return Check("FAIL", "database", f"{path} is not a file", fix), None
+        return Check("FAIL", "database", f"{shown} is not a file", fix), None
     try:
         if path.stat().st_size == 0:
             return Check(
                 "FAIL",
                 "database",
-                f"{path} is an empty file (0 bytes): it holds no memories and no schema",
-                f"restore {path} from a backup if it held memories; "
+                f"{shown} is an empty file (0 bytes): it holds no memories and no schema",
+                f"restore {shown} from a backup if it held memories; "
                 "otherwise delete it and thatch creates a new one",
             ), None
         wal = header_is_wal(path)
@@ -133,7 +141,7 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         # Reading a WAL database needs its -shm file: a full disk or read-only mount can
         # stop even that, and is then the fault to name.
         return _write_check(path) or Check(
-            "FAIL", "database", f"cannot open {path}: {error}", fix
+            "FAIL", "database", f"cannot open {shown}: {error}", fix
         ), None
     try:
         problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
@@ -146,7 +154,7 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
             return Check(
                 "FAIL",
                 "database",
-                f"{path} is not a thatch database (its tables: {foreign})",
+                f"{shown} is not a thatch database (its tables: {foreign})",
                 foreign_fix(),
             ), None
         missing = [name for name, _ in MIGRATIONS if name not in applied_migrations(conn)]
@@ -157,10 +165,13 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
             return _damaged(path, str(error)), None
         if "file is not a database" in str(error):
             return Check(
-                "FAIL", "database", f"{path} is not a database: {error}", not_a_database_fix(path)
+                "FAIL",
+                "database",
+                f"{shown} is not a database: {error}",
+                inline(not_a_database_fix(path)),
             ), None
         return _write_check(path) or Check(
-            "FAIL", "database", f"cannot read {path}: {error}", fix
+            "FAIL", "database", f"cannot read {shown}: {error}", fix
         ), None
     unwritable = _write_check(path, lock=Path(f"{path}-wal").exists() or not wal)
     if unwritable is not None:
@@ -169,10 +180,10 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
         return Check(
             "warn",
             "database",
-            f"{path} has an older schema ({len(missing)} migrations pending)",
+            f"{shown} has an older schema ({len(missing)} migrations pending)",
             "run thatch stores once: it migrates the database",
         ), conn
-    detail = f"{path} ({_plural(memories, 'memory', 'memories')} in {_plural(stores, 'store')})"
+    detail = f"{shown} ({_plural(memories, 'memory', 'memories')} in {_plural(stores, 'store')})"
     if not wal:
         return Check(
             "warn", "database", f"{detail}, not in WAL mode", "run thatch stores once"
@@ -181,11 +192,11 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
 
 
 def _damaged(path: Path, problem: str) -> Check:
-    quoted = shlex.quote(os.fspath(path))
+    quoted = inline(shlex.quote(os.fspath(path)))
     return Check(
         "FAIL",
         "database",
-        f"{path}{DAMAGED_AT}{' '.join(problem.split())}",
+        f"{_shown(path)}{DAMAGED_AT}{' '.join(problem.split())}",
         f'run sqlite3 {quoted} "PRAGMA integrity_check"; then restore a backup, or move '
         "the file aside (thatch starts a new one)",
     )
@@ -206,8 +217,8 @@ def _write_check(path: Path, *, lock: bool = False) -> Check | None:
     if found is None:
         return None
     kind, detail = found
-    fix = fault_fix(kind, path) or DB_FIX.format(dir=path.parent)
-    return Check("FAIL", "database", f"{path} cannot be written: {detail}", fix)
+    fix = inline(fault_fix(kind, path) or "") or DB_FIX.format(dir=_shown(path.parent))
+    return Check("FAIL", "database", f"{_shown(path)} cannot be written: {detail}", fix)
 
 
 def _counts(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -226,16 +237,17 @@ def _plural(count: int, word: str, plural: str | None = None) -> str:
 
 
 def check_queue(directory: Path) -> Check:
-    fix = QUEUE_FIX.format(dir=directory)
+    shown = _shown(directory)
+    fix = QUEUE_FIX.format(dir=shown)
     if directory.exists():
         if not directory.is_dir():
-            return Check("FAIL", "queue", f"{directory} is not a directory", fix)
+            return Check("FAIL", "queue", f"{shown} is not a directory", fix)
         if not os.access(directory, os.W_OK | os.X_OK):
-            return Check("FAIL", "queue", f"{directory} is not writable", fix)
-        return Check("ok", "queue", f"{directory} is writable")
+            return Check("FAIL", "queue", f"{shown} is not writable", fix)
+        return Check("ok", "queue", f"{shown} is writable")
     if _creatable(directory):
-        return Check("ok", "queue", f"{directory} (created on first use)")
-    return Check("FAIL", "queue", f"{directory} does not exist and cannot be created", fix)
+        return Check("ok", "queue", f"{shown} (created on first use)")
+    return Check("FAIL", "queue", f"{shown} does not exist and cannot be created", fix)
 
 
 # -- embedder and model -----------------------------------------------------------------
@@ -494,7 +506,7 @@ def checks_in_child(env: Mapping[str, str], *, project_dir: Path) -> list[Check]
 
 def damage_found(checks: list[Check], path: Path) -> str | None:
     """SQLite's words when the database check found ``path`` damaged, else None."""
-    prefix = f"{path}{DAMAGED_AT}"
+    prefix = f"{_shown(path)}{DAMAGED_AT}"
     for check in checks:
         if check.name == "database" and check.status == "FAIL" and check.detail.startswith(prefix):
             return check.detail.removeprefix(prefix)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -173,3 +174,20 @@ def test_pull_from_a_failing_hub_prints_only_thatchs_error(
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"Error: cannot download model acme/failing from {hub.url}: ")
     assert "500" in lines[0] and lines[1].startswith("Fix: ")
+
+
+def test_info_shows_a_directory_name_as_data(minilm_dir: Path, tmp_path: Path) -> None:
+    """A model directory named by an agent (a newline, an ANSI escape, a bidi override in
+    it) is one escaped `path:` and `onnx:` value, never a line of its own."""
+    named = tmp_path / "m\nquantized:   no\x1b[2J\u202e"
+    shutil.copytree(minilm_dir, named, copy_function=os.link)
+    code, out, _ = run("info", str(named))
+    assert code == 0
+    lines = out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "id", "source", "path", "revision", "files", "dim", "max tokens", "pooling",
+        "query prefix", "quantized", "onnx", "onnx sha256",
+    ]  # fmt: skip
+    shown = f"{tmp_path}/m\\nquantized:   no\\u001b[2J\\u202e"
+    assert lines[2] == f"{'path:':<14}{shown}"
+    assert lines[10].startswith(f"{'onnx:':<14}{shown}/")

@@ -182,6 +182,7 @@ def doctor_status(
     own; an instruction block another host wrote does not make this host installed.
     """
     from thatch.frontend.setup.run import SetupRequest, run_setup
+    from thatch.frontend.untrusted import inline
 
     scopes: list[Scope] = ["local", "global"]
     scope = next((s for s in scopes if has_own_entry(host, s, project_dir, env)), None)
@@ -190,17 +191,25 @@ def doctor_status(
         if status == "markers-broken":
             flag = _scope_flag(host, path, project_dir, env)
             fix = f"remove the partial thatch block, then {flag}"
-            return "FAIL", f"damaged thatch block in {path}", fix
+            return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
         if status == "installed":  # the shared AGENTS.md, written for another host
             mcp = host_paths(host, "local", project_dir, env).mcp
-            return "warn", f"not installed (no thatch entry in {mcp})", f"thatch setup --{host}"
-        return "warn", f"not installed (instructions missing from {path})", f"thatch setup --{host}"
+            return (
+                "warn",
+                f"not installed (no thatch entry in {inline(str(mcp))})",
+                f"thatch setup --{host}",
+            )
+        return (
+            "warn",
+            f"not installed (instructions missing from {inline(str(path))})",
+            f"thatch setup --{host}",
+        )
     path = host_paths(host, scope, project_dir, env).instructions
     text = _read(path)
     fix = _scope_flag(host, path, project_dir, env)
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
-        return "FAIL", f"damaged thatch block in {path}", fix
+        return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
     drifts: list[list[Line]] = []
     # The same executable may be spelled `thatch` (found on PATH) or by its path, depending
     # on PATH when setup ran: compare what the entries run, not how they spell it.
@@ -219,7 +228,7 @@ def doctor_status(
         lines = run_setup(request).reports[0].lines
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
         if failed:
-            return "FAIL", f"cannot update {', '.join(failed)}", fix
+            return "FAIL", f"cannot update {', '.join(map(inline, failed))}", fix
         found = [line for line in lines if line.status == "would-write"]
         if not found:
             return "ok", f"installed ({scope})", None
@@ -236,7 +245,12 @@ def _changes(lines: list[Line]) -> int:
 
 def _drift(line: Line) -> str:
     """A file doctor calls drifted, with the first key in it setup would change."""
-    return f"{line.target} ({line.differs})" if line.differs else line.target
+    from thatch.frontend.untrusted import inline
+
+    # The target is a path (the project's directory may be any name); the key is shown
+    # escaped already (jsonfiles._key_path).
+    target = inline(line.target)
+    return f"{target} ({line.differs})" if line.differs else target
 
 
 def same_executable(bin_path: str, env: Mapping[str, str]) -> list[str]:
