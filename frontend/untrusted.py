@@ -10,8 +10,9 @@ a ``-----`` line, so stored text must imitate none of that wherever it is shown:
   Markdown's escape, so it still reads the same to a person.
 - ``inline``: text inside one of thatch's lines; line breaks are shown as escapes, and a
   backslash of the text's that would read as the start of one is doubled.
-- ``quoted``: a JSON string literal, so a ``"`` inside cannot end it early, and an id
-  copied from it into a tool call's JSON arguments is exactly the original.
+- ``quoted``: a JSON string literal, so a ``"`` inside cannot end it early (nor its
+  fullwidth form, written ``\\uff02``), and an id copied from it into a tool call's JSON
+  arguments is exactly the original.
 - ``token``: a meta value (``main``, ``owner/repo``, a UUID) verbatim when it is one plain
   word, else quoted with its brackets escaped.
 
@@ -291,11 +292,26 @@ def _doubled_if_escape_like(match: re.Match[str]) -> str:
 
 
 def quoted(text: str) -> str:
-    """``"text"`` as a JSON string literal; readable non-ASCII characters stay as they are."""
+    """``"text"`` as a JSON string literal; readable non-ASCII characters stay as they are,
+    but a quote's compatibility form (the fullwidth ``＂``), which reads as the literal's
+    end."""
     literal = json.dumps(text, ensure_ascii=False)
     if not _plain_ascii(literal):
         literal = _shown_escaped(literal, _control())
+        literal = _quote_lookalikes(literal)
     return _break_markers(literal, lambda bracket: f"\\u{ord(bracket):04x}")
+
+
+def _quote_lookalikes(literal: str) -> str:
+    """``literal`` with each character whose compatibility form is ``"`` written as its
+    ``\\uXXXX`` escape (the same string once decoded): ``"a＂ b"`` would read as ``"a"``
+    followed by thatch's words."""
+    escapes = {
+        ord(char): _escaped(char)
+        for char in set(literal)
+        if char != '"' and unicodedata.normalize("NFKC", char) == '"'
+    }
+    return literal.translate(escapes) if escapes else literal
 
 
 def json_document(value: object, *, compact: bool = False) -> str:

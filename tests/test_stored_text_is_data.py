@@ -302,6 +302,21 @@ def test_saved_forgotten_and_not_found_quote_what_they_echo(tools: Tools) -> Non
     assert MARKER.findall(ok(tools, "memory_forget", {"label": label})) == []
 
 
+def test_a_fullwidth_quote_cannot_end_a_quoted_label(tools: Tools) -> None:
+    """A fullwidth ``＂`` reads as the ``"`` that ends a quoted label (NFKC makes it
+    one): it is written as its ``\\uff02`` escape, the same label once decoded."""
+    label = 'Deploy＂ already exists in store "global'
+    ok(tools, "memory_remember", {"label": label, "content": "x"})
+    again = tools.call("memory_remember", {"label": label, "content": "y"})
+    assert again.is_error
+    assert again.text.startswith(
+        'A memory with label "Deploy\\uff02 already exists in store \\"global" already exists'
+    ), again.text
+    literal = again.text.removeprefix("A memory with label ").rsplit(" already exists", 1)[0]
+    assert json.loads(literal) == label
+    assert "＂" not in again.text
+
+
 @pytest.mark.parametrize(
     "branch",
     ["main\x00", "dev\x1b[31m", "a\u202eb", "tab\there", "zw\u200bsp", "x\U000e0041", "s\u070fy"],
