@@ -3,6 +3,7 @@ messages the agent relays (docs/hooks.md §setup-check), plus doctor's verdict."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -420,3 +421,29 @@ def test_a_users_hook_after_thatchs_is_no_drift(
     assert status == ("ok", "installed (local)", None)
     run_setup(request)
     assert path.read_text() == before
+
+
+@pytest.mark.parametrize("jsonc", [False, True])
+def test_a_dry_run_names_the_first_key_it_would_change_as_doctor_does(
+    tmp_path: Path, env: dict[str, str], jsonc: bool
+) -> None:
+    """`setup --dry-run` names in each would-write line the first key setup would change,
+    the one doctor names; a JSONC file holding thatch's entries already differs in its
+    format only, and says so."""
+    request = SetupRequest(
+        hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    mcp = tmp_path / ".mcp.json"
+    if jsonc:  # what setup wrote, behind a comment
+        mcp.write_text("// mine\n" + mcp.read_text())
+        said = "format"
+    else:
+        mcp.write_text('{"mcpServers": {"thatch": {"command": "mine"}}}')
+        said = "mcpServers.thatch.command"
+    lines = run_setup(dataclasses.replace(request, dry_run=True)).stdout_lines()
+    assert f"  would-write  {mcp}  ({said})" in lines, lines
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        f"drifted (local): {mcp} ({said})",
+    )

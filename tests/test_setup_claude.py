@@ -214,7 +214,8 @@ def test_dry_run_describes_the_rule_without_writing(project: Path, env: dict[str
     lines = run(project, env, dry_run=True).stdout_lines()
     settings = project / ".claude" / "settings.local.json"
     assert (
-        f"  would-write  {settings}  (permissions.allow += mcp__thatch: thatch's tools run "
+        f"  would-write  {settings}  (missing; permissions.allow += mcp__thatch: thatch's "
+        "tools run "
         "without asking)" in lines
     )
     assert not settings.exists()

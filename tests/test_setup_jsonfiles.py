@@ -12,8 +12,8 @@ import pytest
 from thatch.frontend.setup.jsonfiles import (
     JSONCError,
     backup,
+    differences,
     dump,
-    first_difference,
     load_object,
     parse_jsonc,
     write_atomic,
@@ -117,12 +117,12 @@ def test_write_atomic_keeps_mode_and_follows_symlink(tmp_path: Path) -> None:
         ({"a": [1, 2, 2]}, {"a": [2, 1, 1]}, "a[0]"),  # not the same items: no reorder
     ],
 )
-def test_first_difference_names_a_readable_key_path(
+def test_differences_name_a_readable_key_path_first(
     old: object, new: object, where: str | None
 ) -> None:
     """The first key that differs, dotted with list indexes; a key a dot or a space would
     make ambiguous is quoted; the same keys in another order differ at their object."""
-    assert first_difference(old, new) == where
+    assert differences(old, new)[:1] == ([where] if where else [])
 
 
 @pytest.mark.parametrize(
@@ -134,6 +134,6 @@ def test_first_difference_names_a_readable_key_path(
         ("\u00e9t\u00e9", "x.\u00e9t\u00e9"),  # a readable letter stays as it is
     ],
 )
-def test_first_difference_shows_invisible_key_characters_escaped(key: str, where: str) -> None:
+def test_differences_show_invisible_key_characters_escaped(key: str, where: str) -> None:
     """Keys come from the user's file and doctor prints them: nothing invisible prints raw."""
-    assert first_difference({"x": {key: 1}}, {"x": {key: 2}}) == where
+    assert differences({"x": {key: 1}}, {"x": {key: 2}}) == [where]

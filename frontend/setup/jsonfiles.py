@@ -27,7 +27,6 @@ __all__ = [
     "backup",
     "differences",
     "dump",
-    "first_difference",
     "load_object",
     "parse_jsonc",
     "same_document",
@@ -134,17 +133,11 @@ def same_document(a: object, b: object) -> bool:
     return json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
 
 
-def first_difference(old: object, new: object) -> str | None:
-    """Where ``new`` first differs from ``old``, as a key path such as
-    ``hooks.Stop[0].hooks[0].command``; None when they are the same document."""
-    found = differences(old, new)
-    return found[0] if found else None
-
-
 def differences(old: object, new: object, path: str = "") -> list[str]:
-    """Each place ``new`` differs from ``old``, ``new``'s keys first (setup appends what it
-    adds). The same keys or list items in another order differ once, at their object or
-    list: ``hooks.Stop: order`` (naming an item there would name a value nobody changed)."""
+    """Each place ``new`` differs from ``old``, as key paths such as
+    ``hooks.Stop[0].hooks[0].command``, ``new``'s keys first (setup appends what it adds).
+    The same keys or list items in another order differ once, at their object or list:
+    ``hooks.Stop: order`` (naming an item there would name a value nobody changed)."""
     if isinstance(old, dict) and isinstance(new, dict):
         found: list[str] = []
         for key in [*new, *(k for k in old if k not in new)]:

@@ -95,7 +95,10 @@ class SetupResult:
             name = HOST_NAMES[report.host]
             out.append(f"{name} ({report.scope}):")
             for line in report.lines:
-                note = f"  ({line.note})" if line.note else ""
+                # A dry run names the first key it would change, as doctor does.
+                differs = line.differs if line.status == "would-write" else ""
+                said = "; ".join(filter(None, [differs, line.note]))
+                note = f"  ({said})" if said else ""
                 out.append(f"  {line.status}  {line.target}{note}")
             if any(line.status in CHANGED_STATUSES for line in report.lines):
                 out.append(f"Restart {name} to load the changes.")
@@ -157,14 +160,15 @@ class _Writer:
 
 def _places(loaded: jsonfiles.Loaded, updated: dict[str, Any]) -> list[str]:
     """Where setup changes a JSON file; a file with no JSON object has no key to name
-    (its ``data`` is a stand-in ``{}``): what is wrong with it instead."""
+    (its ``data`` is a stand-in ``{}``): what is wrong with it instead. A JSONC file
+    holding what setup writes changes in its format only."""
     if loaded.text is None:
         return ["missing"]
     if loaded.unreadable:
         return ["unreadable"]
     if not loaded.text.strip():
         return ["empty"]
-    return jsonfiles.differences(loaded.data, updated)
+    return jsonfiles.differences(loaded.data, updated) or ["format"]
 
 
 def _read_text(path: Path) -> str | None:
