@@ -430,6 +430,17 @@ def test_a_hub_repo_whose_main_ref_is_not_text_is_skipped(minilm_dir: Path) -> N
     assert "acme/badref" not in models
 
 
+@pytest.mark.parametrize("ref", ["main-copy", "../../models--acme--other/snapshots/x", COMMIT[:7]])
+def test_a_hub_repo_whose_main_ref_is_no_commit_is_skipped(minilm_dir: Path, ref: str) -> None:
+    """refs/main names a commit, 40 hex digits: one naming a directory beside the snapshots
+    (or outside the repo's storage, or an abbreviated commit) names no snapshot, and the
+    repo is left out as the one holding bytes that are not text is."""
+    storage = hub_snapshot(minilm_dir, "acme/oddref").parent.parent
+    shutil.copytree(minilm_dir, (storage / "snapshots" / ref).resolve(), copy_function=os.link)
+    (storage / "refs" / "main").write_text(ref)
+    assert "acme/oddref" not in listed()
+
+
 def test_each_import_is_read_a_bounded_number_of_times(
     minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -403,6 +403,8 @@ def snapshot_place(ref: HubRef, env: Env) -> Path | None:
         commit = (storage / "refs" / revision).read_text(encoding="utf-8").strip()
     except (OSError, ValueError):  # unreadable, or not text: names no commit
         return None
+    if not _COMMIT.fullmatch(commit):  # a path ("../x") would lead outside the snapshots
+        return None
     return storage / "snapshots" / commit
 
 
