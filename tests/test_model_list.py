@@ -162,6 +162,24 @@ def test_an_import_and_a_hub_snapshot_are_listed_ready_with_their_settings(
     assert EMPTY_NOTE not in out
 
 
+def test_of_rows_sharing_an_id_the_one_it_resolves_to_says_so(minilm_dir: Path) -> None:
+    """An import and a hub-cache snapshot with one id are both ready: the import, which
+    the id resolves to (an explicit import wins over the hub cache), says so."""
+    directory = imported(minilm_dir)
+    snapshot = hub_snapshot(minilm_dir, PACKAGED_ID)
+    code, out, err = run()
+    assert (code, err) == (0, "")
+    assert [(row[3], row[4], row[-1]) for row in rows(out) if row[1] == PACKAGED_ID] == [
+        ("imported", "ready (the id leads here)", str(directory)),
+        ("hub cache", "ready", str(snapshot)),
+    ]
+    code, out, _ = run("--json")
+    assert [(m["source"], m["status"]) for m in json.loads(out) if m["id"] == PACKAGED_ID] == [
+        ("imported", "ready (the id leads here)"),
+        ("hub cache", "ready"),
+    ]
+
+
 def test_an_import_standing_for_a_short_name_shows_it(minilm_dir: Path) -> None:
     """The hub's all-MiniLM-L6-v2 not cached: its short name leads to the import of the
     packaged checkpoint, and the list says so on the import's row."""
@@ -292,7 +310,8 @@ def test_a_pinned_revision_in_use_is_its_own_hub_cache_row(
     minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """THATCH_MODEL pins a cached commit other than main's: that snapshot is marked, as
-    what it is (the hub cache), beside the main snapshot's row."""
+    what it is (the hub cache), beside the main snapshot's row, which the id alone leads
+    to."""
     main = hub_snapshot(minilm_dir, "Xenova/all-MiniLM-L6-v2")
     other = main.parent / ("1" * 40)
     shutil.copytree(main, other, symlinks=True)
@@ -301,7 +320,7 @@ def test_a_pinned_revision_in_use_is_its_own_hub_cache_row(
     assert code == 0
     hub = [m for m in json.loads(out) if m["source"] == "hub cache"]
     assert [(m["path"], m["in_use"], m["status"]) for m in hub] == [
-        (str(main), False, "ready"),
+        (str(main), False, "ready (the id leads here)"),
         (str(other), True, "ready"),
     ]
 

@@ -9,6 +9,7 @@ A directory that is no usable model is listed with what is wrong, never raised.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,6 +42,7 @@ __all__ = ["ListedModel", "ModelListing", "list_models"]
 
 READY = "ready"
 NEEDS_DOWNLOAD = "needs download"
+LEADS_HERE = "the id leads here"
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ def list_models(env: Env) -> ModelListing:
     setting, place, problem = _in_use(env, imports)
     if place is not None:
         keyed = _marked(keyed, place, env)
+    keyed = _resolved_ids(keyed, env, imports)
     names = _short_names(env, imports)  # after the row in use: it may be one they lead to
     named = [replace(row, short_name=_short_name(row, keys, names)) for row, keys in keyed]
     return ModelListing(tuple(named), setting, problem, len(on_disk))
@@ -103,6 +106,30 @@ def _marked(
         row = replace(_row_for(place, env), in_use=True)
         marked.append((row, _row_keys(row, env)))
     return marked
+
+
+def _resolved_ids(
+    keyed: list[tuple[ListedModel, list[Path | HubRef]]], env: Env, imports: list[ImportedModel]
+) -> list[tuple[ListedModel, list[Path | HubRef]]]:
+    """Of rows sharing an id (an import and a hub snapshot of one model), the one the id
+    resolves to says so: both may be ready, and only one is what `thatch model use ID`
+    picks."""
+    counts = Counter(row.model_id for row, _ in keyed)
+    return [
+        (replace(row, status=f"{row.status} ({LEADS_HERE})"), keys)
+        if counts[row.model_id] > 1 and _leads_to(row.model_id, keys, env, imports)
+        else (row, keys)
+        for row, keys in keyed
+    ]
+
+
+def _leads_to(
+    model_id: str, keys: list[Path | HubRef], env: Env, imports: list[ImportedModel]
+) -> bool:
+    try:
+        return _place_key(_place(model_id, env, imports)) in keys
+    except ModelError:  # an id resolution refuses leads to no row
+        return False
 
 
 def _as_in_use(row: ListedModel, place: Path | HubRef | str) -> ListedModel:
