@@ -196,6 +196,8 @@ def list_cmd(as_json: bool) -> None:
         emit_json([_listed_fields(m, listing) for m in listing.models])
     else:
         _print_listing(listing)
+    for unreadable in listing.unreadable:
+        click.echo(f"Warning: {unreadable}", err=True)
     if listing.problem is not None:
         _in_use_warning(listing)
 
@@ -244,7 +246,7 @@ def _print_listing(listing: ModelListing) -> None:
         click.echo(
             f"* in use: {inline(str(listing.setting.value))} (from {listing.setting.origin})"
         )
-    if listing.cached == 0:
+    if listing.cached == 0 and not listing.unreadable:
         click.echo(
             "Nothing is imported or cached yet: `thatch model pull` downloads the model in "
             "use, `thatch model import DIR` converts a checkpoint you have."

@@ -424,6 +424,31 @@ def test_an_unreadable_directory_is_a_broken_row_and_the_rest_still_are(
     assert str(hub["status"]).startswith(f"broken: cannot read {snapshot}/")
 
 
+@pytest.mark.parametrize("root", ["model cache", "hub cache"])
+def test_an_unreadable_cache_is_a_warning_and_the_rest_is_listed(
+    minilm_dir: Path, monkeypatch: pytest.MonkeyPatch, root: str
+) -> None:
+    """thatch's model cache or the hub cache cannot be read (another user's, mode 000):
+    what the other holds is listed, and one warning names the cache; no error, exit 0."""
+    directory = imported(minilm_dir)
+    snapshot = hub_snapshot(minilm_dir, "Xenova/all-MiniLM-L6-v2")
+    locked = models_dir(os.environ) if root == "model cache" else hub_cache_dir(os.environ)
+    unreadable(monkeypatch, locked.parent)
+    code, out, err = run()
+    assert code == 0
+    assert err == f"Warning: cannot read the {root} {locked}: Permission denied\n"
+    paths = [row[-1] for row in rows(out)]
+    assert (str(directory) in paths, str(snapshot) in paths) == (
+        (False, True) if root == "model cache" else (True, False)
+    )
+    code, out, err = run("--json")
+    assert code == 0 and json.loads(out) and err.startswith("Warning: cannot read the ")
+    # The readable cache empty: the unreadable one may hold models, no "nothing cached yet".
+    shutil.rmtree(snapshot.parent.parent if root == "model cache" else directory)
+    code, out, err = run()
+    assert code == 0 and err.startswith("Warning: cannot read the ") and EMPTY_NOTE not in out
+
+
 def test_an_unreadable_snapshot_of_the_model_in_use_is_a_warning(
     minilm_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,13 +63,16 @@ class ModelListing:
     setting: Setting | None  # the model in use and where it was chosen; None: unreadable
     problem: ModelError | None  # why no row is the model in use
     cached: int  # rows found in thatch's model cache and the hub cache
+    unreadable: tuple[str, ...] = ()  # why a cache could not be looked into
 
 
 def list_models(env: Env) -> ModelListing:
     """Imports, then servable hub-cache snapshots, then built-in names not on this machine;
     the model in use is marked, and given a row of its own when it is none of these."""
     imports = imported_models(env)  # read once: each read is of every import's files
-    on_disk = [*_model_cache_rows(env, imports), *_hub_cache_rows(env)]
+    imported, unreadable_models = _model_cache_rows(env, imports)
+    cached, unreadable_hub = _hub_cache_rows(env)
+    on_disk = [*imported, *cached]
     rows = [*on_disk, *_not_here_rows(on_disk)]
     keyed = [(row, _row_keys(row, env)) for row in rows]
     setting, place, problem = _in_use(env, imports)
@@ -78,7 +81,8 @@ def list_models(env: Env) -> ModelListing:
     keyed = _resolved_ids(keyed, env, imports)
     names = _short_names(env, imports)  # after the row in use: it may be one they lead to
     named = [replace(row, short_name=_short_name(row, keys, names)) for row, keys in keyed]
-    return ModelListing(tuple(named), setting, problem, len(on_disk))
+    unreadable = tuple(filter(None, [unreadable_models, unreadable_hub]))
+    return ModelListing(tuple(named), setting, problem, len(on_disk), unreadable)
 
 
 def _in_use(
@@ -141,23 +145,28 @@ def _as_in_use(row: ListedModel, place: Path | HubRef | str) -> ListedModel:
     return replace(row, in_use=True)
 
 
-def _model_cache_rows(env: Env, imports: list[ImportedModel]) -> list[ListedModel]:
-    """Every directory in thatch's model cache; hidden ones are imports being built."""
-    children = _children(models_dir(env))
+def _model_cache_rows(
+    env: Env, imports: list[ImportedModel]
+) -> tuple[list[ListedModel], str | None]:
+    """Every directory in thatch's model cache (hidden ones are imports being built), and
+    why the cache cannot be read, when it cannot."""
+    children, unreadable = _children(models_dir(env), "model cache")
     found = [child for child in children if not child.name.startswith(".") and child.is_dir()]
     rows = [
         _dir_row(child, "imported" if is_import(env, child, imports) else "local dir")
         for child in found
     ]
-    return sorted(rows, key=lambda row: (row.model_id, str(row.path)))
+    return sorted(rows, key=lambda row: (row.model_id, str(row.path))), unreadable
 
 
-def _hub_cache_rows(env: Env) -> list[ListedModel]:
+def _hub_cache_rows(env: Env) -> tuple[list[ListedModel], str | None]:
     """The hub-cache repos whose main snapshot holds an ONNX file: those thatch can serve
-    (or could, once complete). A checkpoint without one (another tool's, or the one an
-    adapted model is built from) is not a model thatch serves, and is left out."""
+    (or could, once complete), and why the cache cannot be read, when it cannot. A
+    checkpoint without one (another tool's, or the one an adapted model is built from) is
+    not a model thatch serves, and is left out."""
     rows = []
-    for storage in _children(hub_cache_dir(env)):
+    children, unreadable = _children(hub_cache_dir(env), "hub cache")
+    for storage in children:
         if not storage.name.startswith("models--"):
             continue  # datasets, spaces, the hub's lock files
         repo_id = storage.name.removeprefix("models--").replace("--", "/", 1)
@@ -167,7 +176,7 @@ def _hub_cache_rows(env: Env) -> list[ListedModel]:
         if snapshot is None or not _may_serve(snapshot):
             continue
         rows.append(_dir_row(snapshot, "hub cache", repo_id))
-    return sorted(rows, key=lambda row: row.model_id)
+    return sorted(rows, key=lambda row: row.model_id), unreadable
 
 
 def _may_serve(snapshot: Path) -> bool:
@@ -202,13 +211,15 @@ def _dim(adapted: AdaptedEntry) -> int | None:
     return base.dim if base is not None else None
 
 
-def _children(directory: Path) -> list[Path]:
+def _children(directory: Path, what: str) -> tuple[list[Path], str | None]:
+    """The entries of a cache ``directory`` (none when it does not exist), and why it
+    cannot be read: one unreadable cache (another user's) hides none of the other's."""
     try:
-        return sorted(directory.iterdir())
+        return sorted(directory.iterdir()), None
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        return [], None
     except OSError as error:
-        raise ModelError(f"cannot read {shown_name(str(directory))}: {error.strerror}") from None
+        return [], f"cannot read the {what} {shown_name(str(directory))}: {error.strerror}"
 
 
 def _dir_row(path: Path, source: str, model_id: str | None = None) -> ListedModel:
