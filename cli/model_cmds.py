@@ -285,8 +285,10 @@ def pull_cmd(name: str | None, revision: str | None) -> None:
         settings = pull_model(
             name, revision=revision, env=os.environ, log=lambda line: click.echo(line, err=True)
         )
+    from thatch.frontend.untrusted import inline
+
     where = settings.path if settings.path is not None else "(built in)"
-    click.echo(f"model {settings.model_id} ready at {where}")
+    click.echo(f"model {inline(settings.model_id)} ready at {inline(str(where))}")
 
 
 @model.command("use")
@@ -301,6 +303,7 @@ def use_cmd(name: str | None, clear: bool) -> None:
     """
     from thatch.common.environment import ConfigError, config_file, write_config
     from thatch.embedder.client.settings import DEFAULT_MODEL, model_setting
+    from thatch.frontend.untrusted import inline
 
     env = os.environ
     if clear and name is not None:
@@ -308,7 +311,7 @@ def use_cmd(name: str | None, clear: bool) -> None:
     if name is None and not clear:
         with translate_errors():
             chosen = model_setting(env)
-        click.echo(f"{chosen.value} (from {chosen.origin})")
+        click.echo(f"{inline(str(chosen.value))} (from {chosen.origin})")
         return
     fix = f"correct or remove {config_file(env)}"
     if clear:
@@ -316,7 +319,9 @@ def use_cmd(name: str | None, clear: bool) -> None:
             path = write_config(env, "model", None)
         except ConfigError as error:
             raise FixableError(str(error), fix) from None
-        click.echo(f"Cleared the saved model in {path}; the default is {DEFAULT_MODEL}.")
+        click.echo(
+            f"Cleared the saved model in {inline(str(path))}; the default is {DEFAULT_MODEL}."
+        )
         _env_wins_notice(env)
         return
     assert name is not None
@@ -329,9 +334,9 @@ def use_cmd(name: str | None, clear: bool) -> None:
         path = write_config(env, "model", saved)
     except ConfigError as error:
         raise FixableError(str(error), fix) from None
-    where = f" at {settings.path}" if settings.path else ""
-    click.echo(f"Default model: {settings.model_id} ({settings.source}{where})")
-    click.echo(f"Saved in {path}")
+    where = f" at {inline(str(settings.path))}" if settings.path else ""
+    click.echo(f"Default model: {inline(settings.model_id)} ({settings.source}{where})")
+    click.echo(f"Saved in {inline(str(path))}")
     if settings.source == "needs download":
         from thatch.embedder.models.fixes import unavailable_fix
 

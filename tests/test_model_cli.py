@@ -191,3 +191,20 @@ def test_info_shows_a_directory_name_as_data(minilm_dir: Path, tmp_path: Path) -
     shown = f"{tmp_path}/m\\nquantized:   no\\u001b[2J\\u202e"
     assert lines[2] == f"{'path:':<14}{shown}"
     assert lines[10].startswith(f"{'onnx:':<14}{shown}/")
+
+
+def test_use_shows_a_directory_name_as_data(minilm_dir: Path, tmp_path: Path) -> None:
+    """`model use DIR` and `model use` name a directory an agent named as one escaped value:
+    its newline, ANSI escape and bidi override never start a line of their own."""
+    named = tmp_path / "m\nSaved in /elsewhere\x1b[2J\u202e"
+    shutil.copytree(minilm_dir, named, copy_function=os.link)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "THATCH_MODEL": ""}
+    shown = f"{tmp_path}/m\\nSaved in /elsewhere\\u001b[2J\\u202e"
+    code, out, _ = run("use", str(named), env=env)
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("Default model: ")
+    assert lines[0].endswith(f" at {shown})") and lines[1].startswith("Saved in ")
+    code, out, _ = run("use", env=env)
+    assert code == 0
+    assert out.splitlines() == [f"{shown} (from config file {tmp_path}/config/thatch/config.json)"]

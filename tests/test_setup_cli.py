@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -168,3 +169,22 @@ def test_help_names_every_git_hook_setup_writes() -> None:
     text = " ".join(CliRunner().invoke(cli, ["setup", "--help"]).stdout.split())
     text = text.replace("- ", "-")  # the help wraps at hyphens
     assert [hook for hook in HOOKS if hook not in text] == []
+
+
+def test_paths_are_shown_as_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project directory an agent named (a newline, an ANSI escape, a bidi override) is
+    one escaped path in setup's lines: every stdout line is setup's own."""
+    named = tmp_path / "p\n  written  forged\x1b[2K\u202e"
+    named.mkdir()
+    monkeypatch.chdir(named)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
+    (named / "AGENTS.md").write_text(f"{BEGIN}\n")
+    for args in (["--opencode", "--dry-run"], ["--opencode"]):
+        result = CliRunner().invoke(cli, ["setup", *args])
+        lines = result.stdout.splitlines()
+        assert lines[0] == "opencode (local):", lines
+        said = [line for line in lines[1:] if not line.startswith("Restart opencode")]
+        assert all(re.match(r"  [a-z-]+  \S", line) for line in said), lines
+        assert not any("\x1b" in line or "\u202e" in line for line in lines), lines
+        assert "\\n  written  forged\\u001b[2K\\u202e" in result.stdout
+        assert "\x1b" not in result.stderr and "\\u202e/AGENTS.md: damaged" in result.stderr

@@ -34,6 +34,7 @@ from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
+from thatch.frontend.untrusted import inline
 
 __all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup"]
 
@@ -99,7 +100,7 @@ class SetupResult:
                 differs = line.differs if line.status == "would-write" else ""
                 said = "; ".join(filter(None, [differs, line.note]))
                 note = f"  ({said})" if said else ""
-                out.append(f"  {line.status}  {line.target}{note}")
+                out.append(f"  {line.status}  {inline(line.target)}{note}")
             if any(line.status in CHANGED_STATUSES for line in report.lines):
                 out.append(f"Restart {name} to load the changes.")
         return out
@@ -133,7 +134,7 @@ class _Writer:
         try:
             updated = update(copy.deepcopy(loaded.data), replaced)
         except hooks.HookFileConflict as error:
-            detail = f"{path}: {error}; fix it by hand, then rerun thatch setup"
+            detail = f"{inline(str(path))}: {error}; fix it by hand, then rerun thatch setup"
             return [Line("conflict", str(path), detail)]
         has_content = loaded.text is not None and loaded.text.strip() != ""
         if loaded.problem is None and has_content and jsonfiles.same_document(updated, loaded.data):
@@ -149,12 +150,16 @@ class _Writer:
             line = Line(line.status, line.target, replacing, differs=differs, changes=len(places))
             return [line]
         if self.dry_run:
-            detail = f"{path} {loaded.problem}; a copy would be saved before rewriting it"
+            detail = (
+                f"{inline(str(path))} {loaded.problem}; a copy would be saved before rewriting it"
+            )
             both = "; ".join(filter(None, [detail, said]))
             return [Line("would-write", str(path), both, differs=differs, changes=len(places))]
         saved = jsonfiles.backup(path, self.now())
         jsonfiles.write_atomic(path, new_text.encode("utf-8"))
-        detail = f"{path} {loaded.problem}; the original is saved as {saved}"
+        detail = (
+            f"{inline(str(path))} {loaded.problem}; the original is saved as {inline(str(saved))}"
+        )
         return [Line("backed-up", str(saved), detail), Line("written", str(path), replacing)]
 
 
@@ -247,8 +252,8 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
                 return Line("unchanged", shown)
             remove = "claude mcp remove --scope user thatch"
             detail = (
-                f"the user-level thatch server runs {command}, not {request.bin_path}; "
-                f"run: {remove} && {shown}"
+                f"the user-level thatch server runs {inline(command)}, not "
+                f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
             )
             return Line("printed", f"{remove} && {shown}", detail)
         if request.dry_run:
@@ -300,7 +305,10 @@ def _instructions(writer: _Writer, path: Path, text: str = BLOCK) -> Line:
     old = _read_text(path)
     new, outcome, reason = block.install(old, text)
     if new is None:
-        detail = f"{path}: damaged thatch block ({reason}); remove the partial block, then rerun"
+        detail = (
+            f"{inline(str(path))}: damaged thatch block ({reason}); "
+            "remove the partial block, then rerun"
+        )
         return Line(outcome, str(path), detail)
     return writer.text(path, new, old)
 
@@ -308,7 +316,7 @@ def _instructions(writer: _Writer, path: Path, text: str = BLOCK) -> Line:
 def _plugin(writer: _Writer, path: Path, request: SetupRequest) -> Line:
     old = _read_text(path)
     if old is not None and not opencode_plugin.is_generated(old):
-        detail = f"{path} was not written by thatch setup; move it away, then rerun"
+        detail = f"{inline(str(path))} was not written by thatch setup; move it away, then rerun"
         return Line("conflict", str(path), detail)
     off = entry_off("opencode", _mcp_file(request, "opencode"), request.switches)
     return writer.text(path, opencode_plugin.render(request.version, request.bin_path, off), old)
@@ -525,7 +533,7 @@ def _host(request: SetupRequest, host: str, writer: _Writer) -> HostReport:
             report.lines += action()
         except OSError as error:  # one unreadable file must not stop the other steps
             why = error.strerror or str(error)
-            detail = f"{path}: {why}; check the file and its directory, then rerun"
+            detail = f"{inline(str(path))}: {why}; check the file and its directory, then rerun"
             report.lines.append(Line("conflict", str(path), detail))
     return report
 
