@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import re
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -49,6 +49,7 @@ PUBLISHED_WINDOW = timedelta(days=7)  # sessions unseen this long are not publis
 TOPIC_MAX = 80
 PROJECT_MAX = 200
 PRUNE_BATCH = 500
+REASON_MAX = 200  # of a hub's refusal kept: what thatch shows of it stays short
 
 _LOCAL_NAME = re.compile(r"[a-z]{1,16}-[0-9]{5,9}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -296,12 +297,12 @@ def outgoing_mail(
     conn: sqlite3.Connection, team: str, limit: int = OUTBOX_PAGE
 ) -> list[QueuedMail]:
     """The oldest messages queued for ``team``'s peers, at most ``limit``; they stay
-    queued until ``mark_sent``."""
+    queued until ``mark_sent`` (a refused one is kept aside, never sent again)."""
     with atomic(conn):
         salt = _salt(conn)
         rows = conn.execute(
             "SELECT id, team, from_session, to_peer, body, via_broadcast FROM chat_outbox "
-            "WHERE team = ? ORDER BY id LIMIT ?",
+            "WHERE team = ? AND refused IS NULL ORDER BY id LIMIT ?",
             (team, limit),
         ).fetchall()
     return [
@@ -318,10 +319,21 @@ def outgoing_mail(
     ]
 
 
-def mark_sent(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-    """Drop the outbox rows the hub acknowledged (stored, or refused for good)."""
+def mark_sent(
+    conn: sqlite3.Connection, ids: Sequence[int], refused: Mapping[int, str] | None = None
+) -> None:
+    """Settle the outbox rows the hub answered, in one transaction: a stored one is
+    dropped, a ``refused`` one (row id → the hub's reason) kept aside with its reason,
+    never sent again, for its sender to be told once (``ChatStore.take_refusals``)."""
+    refused = refused or {}
     with atomic(conn):
-        conn.executemany("DELETE FROM chat_outbox WHERE id = ?", [(int(i),) for i in ids])
+        conn.executemany(
+            "DELETE FROM chat_outbox WHERE id = ?", [(int(i),) for i in ids if i not in refused]
+        )
+        conn.executemany(
+            "UPDATE chat_outbox SET refused = ? WHERE id = ?",
+            [(reason[:REASON_MAX] or "refused", int(i)) for i, reason in refused.items()],
+        )
 
 
 def deliver_mail(
