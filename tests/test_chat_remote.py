@@ -22,6 +22,7 @@ from thatch.frontend.store.chat_remote import IncomingMail, RemotePeer
 from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools.chat_refusals import REASON_SHOWN
 from thatch.frontend.tools.memory_tools import Tools
+from thatch.frontend.untrusted import quoted
 from thatch.hub.v1 import hub_pb2
 from thatch.teamsync.chat import chat_round
 
@@ -381,3 +382,35 @@ def test_a_hostile_name_reason_or_body_cannot_forge_the_refusal_notice(
     assert ok(tools, "chat", {"action": "read", "as": me.me}) == "No unread messages."
     assert stop_hook(tmp_path, "host-1") == ""
     assert (done.sent, done.refused) == (0, 1)
+
+
+def test_team_status_lists_refused_chat_mail(tools: Tools, tmp_path: Path) -> None:
+    """Like refused memory writes, refused chat mail is shown by ``thatch team status``,
+    the names and the hub's reason as data."""
+    from tests.test_team_outbox import link
+
+    me = anchored(tools, "host-1")
+    link(tools.ctx.store)  # type: ignore[arg-type]
+    apply(tools, remote(tools, 7, "otter-00012@alice"))
+    ok(tools, "chat", {"action": "send", "as": me.me, "to": "otter-00012@alice", "body": "hi"})
+    conn = conn_of(tools)
+    (message_id,) = conn.execute("SELECT max(id) FROM chat_messages").fetchone()
+    # The hub lists alice no more and refuses the mail: her name here is gone with her.
+    clock = tools.chat.store.clock
+    chat_round(conn, RefusingHub(HOSTILE_REASON), team=TEAM, stores=[], machine="m1", clock=clock)
+    assert "otter-00012@alice" not in {s.name for s in tools.chat.store.sessions()}
+    env = hook_env(tmp_path, THATCH_DB_PATH=str(tmp_path / "thatch.db"))
+    done = run_hook(["team", "status"], None, env)
+    assert (done.returncode, done.stderr) == (0, b"")
+    lines = done.stdout.decode().splitlines()
+    (row,) = [n for n, line in enumerate(lines) if line.startswith("chat outbox:")]
+    assert lines[row:] == [
+        "chat outbox: 0 waiting, 1 refused",
+        f"  refused chat message #{message_id} from {me.name} to otter-00012@alice "
+        f"(sender not told yet): {quoted(HOSTILE_REASON)}",
+    ]
+    shown = json.loads(run_hook(["team", "status", "--json"], None, env).stdout)["chat_outbox"]
+    assert (shown["waiting"], shown["refused"]) == (0, 1)
+    assert [(m["to"], m["reason"], m["told_at"]) for m in shown["refused_mail"]] == [
+        ("otter-00012@alice", HOSTILE_REASON, None)
+    ]
