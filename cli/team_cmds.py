@@ -23,6 +23,8 @@ from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import emit_json
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from thatch.frontend.store.memory_store import Store
     from thatch.teamsync.engine import LinkOutcome
 
@@ -305,14 +307,16 @@ def _embed_pending(ctx: Any, store: str) -> None:
 @team.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(as_json: bool) -> None:
-    """Shared stores: hub, team, cursor, outbox length, refused writes, last sync."""
-    from thatch.frontend.untrusted import quoted
+    """Shared stores: hub, team, cursor, outbox length, refused writes, last sync; the chat
+    outbox and its refused mail."""
+    from thatch.frontend.untrusted import quoted, token
     from thatch.teamsync import outbox
     from thatch.teamsync.links import all_links
     from thatch.teamsync.process import is_running, lock_path
 
     env = dict(os.environ)
     with _store(env) as store:
+        chat = _chat_outbox(store.conn)
         rows: list[dict[str, Any]] = []
         for link in all_links(store.conn):
             waiting, _ = outbox.counts(store.conn, link.store)
@@ -340,7 +344,7 @@ def status(as_json: bool) -> None:
             )
     running = is_running(lock_path(env))
     if as_json:
-        emit_json({"sync_process": running, "links": rows})
+        emit_json({"sync_process": running, "links": rows, "chat_outbox": chat})
         return
     if not rows:
         click.echo("No store is shared with a team (thatch team join URL --store owner/repo).")
@@ -356,6 +360,40 @@ def status(as_json: bool) -> None:
         click.echo(f"  last sync: {row['last_ok_at'] or 'never'}")
         if row["last_error"]:
             click.echo(f"  last error ({row['last_error_at']}): {row['last_error']}")
+    click.echo(f"chat outbox: {chat['waiting']} waiting, {chat['refused']} refused")
+    for mail in chat["refused_mail"]:
+        sender = token(mail["from"]) if mail["from"] else "unknown"
+        to = token(mail["to"]) if mail["to"] else f"team peer #{mail['to_peer']}"
+        told = "sender told" if mail["told_at"] else "sender not told yet"
+        click.echo(
+            f"  refused chat message #{mail['message_id']} from {sender} to {to} "
+            f"({told}): {quoted(mail['reason'])}"
+        )
+
+
+def _chat_outbox(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The chat outbox's waiting and refused mail (the newest refused listed); none in a
+    file without m027, which keeps no refusal."""
+    from thatch.frontend.store import chat_remote
+    from thatch.frontend.store.schema_lag import CHAT_REFUSED, schema_lag
+
+    if CHAT_REFUSED in schema_lag(conn).migrations:
+        return {"waiting": 0, "refused": 0, "refused_mail": []}
+    waiting, refused = chat_remote.outbox_counts(conn)
+    listed = [
+        {
+            "team": mail.team,
+            "message_id": mail.message_id,
+            "from": mail.from_name,
+            "to": mail.to_name,
+            "to_peer": mail.to_peer,
+            "reason": mail.reason,
+            "queued_at": mail.queued_at,
+            "told_at": mail.told_at,
+        }
+        for mail in chat_remote.refused_mail(conn)
+    ]
+    return {"waiting": waiting, "refused": refused, "refused_mail": listed}
 
 
 @team.command()

@@ -23,6 +23,7 @@ __all__ = [
     "mail_to_pb",
     "peer_to_pb",
     "publish_request",
+    "refusals",
     "remote_peers_from_pb",
     "send_request",
     "sent_ids",
@@ -120,6 +121,11 @@ def sent_ids(acks: Sequence[pb.MailAck]) -> list[int]:
     """The outbox ids the hub answered, stored or refused alike (a refusal is final: the
     tool refuses what the hub would, so what is left is a peer gone meanwhile)."""
     return [int(ack.client_id.rpartition(":")[2]) for ack in acks]
+
+
+def refusals(acks: Sequence[pb.MailAck]) -> dict[int, str]:
+    """The outbox ids the hub refused → its reason: kept aside and told to the sender."""
+    return {int(ack.client_id.rpartition(":")[2]): ack.refused for ack in acks if ack.refused}
 
 
 def incoming_from_pb(mails: Sequence[pb.Mail]) -> list[IncomingMail]:

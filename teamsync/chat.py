@@ -5,8 +5,9 @@ mail addressed here, store it and mark it delivered.
 Every step is one call to the hub and one transaction on the machine's SQLite
 (``frontend.store.chat_remote``), ordered so that a failure at any point loses nothing:
 a queued mail leaves the outbox only once the hub acknowledged it (a retry carries the
-same client id, so the hub stores it once), and a pulled mail is marked delivered only
-after it is stored here (one pulled again is skipped by its id).
+same client id, so the hub stores it once), one the hub refused stays there with the
+reason, never sent again, for its sender to be told; and a pulled mail is marked
+delivered only after it is stored here (one pulled again is skipped by its id).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class ChatOutcome:
     published: int = 0
     peers: int = 0
     sent: int = 0
+    refused: int = 0  # kept aside in the chat outbox, the sender told (m027)
     delivered: int = 0
 
 
@@ -109,8 +111,10 @@ def chat_round(
             break
         answer = hub.send_mail(chat_wire.send_request(machine, queued))
         acked = chat_wire.sent_ids(answer.acks)
-        chat_remote.mark_sent(conn, acked)
-        done.sent += sum(1 for ack in answer.acks if not ack.refused)
+        refused = chat_wire.refusals(answer.acks)
+        chat_remote.mark_sent(conn, acked, refused)
+        done.sent += len(acked) - len(refused)
+        done.refused += len(refused)
         if len(queued) < chat_remote.OUTBOX_PAGE or not acked:
             break
         if stop is not None and stop.is_set():

@@ -6,10 +6,11 @@ process makes between them, with the chat tool at both ends.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import psycopg
 import pytest
 
 from tests.support.fake_embedder import tool_context
+from tests.support.hookrun import hook_env, run_hook
 from tests.support.hubdb import HubDatabase
 from tests.test_chat_tools import Who, anchored, ok
 from thatch.frontend.store import chat_remote
@@ -30,6 +32,7 @@ from thatch.hub import chat_service, chat_wire
 from thatch.hub.session import Member, authenticate
 from thatch.hub.v1 import hub_pb2 as pb
 from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
+from thatch.teamsync.chat import ChatOutcome, chat_round
 
 TEAM = "A"
 
@@ -174,6 +177,127 @@ def test_a_session_messages_a_session_on_another_machine_and_gets_a_reply(
     two.sync()
     one.sync()
     assert_read(one.tools, alice, amy_there, "done")
+
+
+@dataclass
+class RoundHub:
+    """The chat RPCs as the sync process's chat round calls them (``teamsync.chat.ChatHub``),
+    over a machine's calls, counting the sends."""
+
+    call: Call
+    sends: int = 0
+
+    def publish_sessions(self, request: pb.PublishSessionsRequest) -> Any:
+        return self.call("PublishSessions", request)
+
+    def peers(self) -> Any:
+        return self.call("Peers", pb.PeersRequest())
+
+    def send_mail(self, request: pb.SendMailRequest) -> Any:
+        self.sends += 1
+        return self.call("SendMail", request)
+
+    def pull_mail(self, machine: str, after: int = 0, limit: int = 0) -> Any:
+        return self.call("PullMail", pb.PullMailRequest(machine=machine, after=after, limit=limit))
+
+    def mark_delivered(self, machine: str, ids: Sequence[int]) -> int:
+        request = pb.MarkDeliveredRequest(machine=machine, ids=list(ids))
+        return int(self.call("MarkDelivered", request).marked)
+
+
+def chat_round_of(machine: Machine, hub: RoundHub) -> ChatOutcome:
+    """The team sync process's own chat round, on ``machine``."""
+    clock = machine.tools.chat.store.clock
+    return chat_round(machine.conn, hub, team=TEAM, stores=["o/r"], machine=machine.id, clock=clock)
+
+
+def stop_hook(machine: Machine, host_session: str, tmp_path: Path) -> str:
+    """What the session's chat-notify hook hands Claude Code (a real process)."""
+    (db_path,) = [
+        row[2] for row in machine.conn.execute("PRAGMA database_list") if row[1] == "main"
+    ]
+    env = hook_env(tmp_path, THATCH_DB_PATH=db_path)
+    done = run_hook(["chat-notify"], {"session_id": host_session, "stop_hook_active": False}, env)
+    assert (done.returncode, done.stderr) == (0, b"")
+    if not done.stdout:
+        return ""
+    return str(json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"])
+
+
+def test_mail_to_a_session_that_left_is_kept_refused_and_its_sender_told_once(
+    machines: tuple[Machine, Machine], tmp_path: Path
+) -> None:
+    """The recipient left between the send and the sync: the hub refuses the mail. It stays
+    in the chat outbox with the reason, is never sent again, and its sender alone is told,
+    once, in one line."""
+    one, two = machines
+    alice = anchored(one.tools, "alice-host-session")
+    bert = anchored(one.tools, "bert-host-session")
+    amy = anchored(two.tools, "amy-host-session")
+    one.sync()
+    two.sync()
+    one.sync()
+    amy_there = f"{amy.name}@amy"
+    assert ok(
+        one.tools, "chat", {"action": "send", "as": alice.me, "to": amy_there, "body": "rebase?"}
+    ) == (f"[sent] → {amy_there}")
+    ok(two.tools, "chat", {"action": "unregister", "as": amy.me})
+    two.sync()  # amy is no longer published: the hub forgets her
+
+    hub = RoundHub(one.call)
+    done = chat_round_of(one, hub)
+    # Kept, and never sent again.
+    assert one.conn.execute("SELECT count(*) FROM chat_outbox").fetchone()[0] == 1
+    assert (done.sent, done.refused, hub.sends) == (0, 1, 1)
+    (message_id, peer, reason, told) = one.conn.execute(
+        "SELECT message_id, to_peer, refused, told_at FROM chat_outbox"
+    ).fetchall()[0]
+    assert (reason, told) == (f"No chat session #{peer} in this team.", None)
+    assert chat_round_of(one, hub).refused == 0 and hub.sends == 1
+
+    # Only the sender is told, once: its stop hook says it in one line; after that
+    # neither the hook nor a read repeats it.
+    assert stop_hook(one, "bert-host-session", tmp_path) == ""
+    told_line = stop_hook(one, "alice-host-session", tmp_path)
+    assert told_line == (
+        "[thatch] System notification, not user input: Not delivered: your chat message "
+        f"#{message_id} to {amy_there} was refused by the team hub "
+        f'("No chat session #{peer} in this team."); it will not be retried.'
+    )
+    assert len(told_line) < 220  # context costs: one short line
+    assert stop_hook(one, "alice-host-session", tmp_path) == ""
+    assert ok(one.tools, "chat", {"action": "read", "as": alice.me}) == "No unread messages."
+    assert ok(one.tools, "chat", {"action": "read", "as": bert.me}) == "No unread messages."
+
+
+def test_a_read_tells_the_sender_of_refused_mail_before_its_messages(
+    machines: tuple[Machine, Machine],
+) -> None:
+    """A session that reads its chat before its stop hook runs is told there, once."""
+    one, two = machines
+    alice = anchored(one.tools, "alice-host-session")
+    amy = anchored(two.tools, "amy-host-session")
+    one.sync()
+    two.sync()
+    one.sync()
+    amy_there, alice_there = f"{amy.name}@amy", f"{alice.name}@alice"
+    ok(one.tools, "chat", {"action": "send", "as": alice.me, "to": amy_there, "body": "one"})
+    ok(two.tools, "chat", {"action": "send", "as": amy.me, "to": alice_there, "body": "bye"})
+    two.sync()
+    ok(two.tools, "chat", {"action": "unregister", "as": amy.me})
+    two.sync()
+    chat_round_of(one, RoundHub(one.call))
+    text = ok(one.tools, "chat", {"action": "read", "as": alice.me})
+    assert text.count("\n\n") == 2, text
+    notice, header, block = text.split("\n\n")
+    assert re.fullmatch(
+        rf"\[thatch\] Not delivered: your chat message #\d+ to {re.escape(amy_there)} was "
+        r'refused by the team hub \("No chat session #\d+ in this team\."\); '
+        r"it will not be retried\.",
+        notice,
+    ), notice
+    assert header.startswith("[thatch] 1 message(s).") and "bye" in block
+    assert ok(one.tools, "chat", {"action": "read", "as": alice.me}) == "No unread messages."
 
 
 def assert_read(tools: Tools, me: Who, sender: str, body: str) -> None:

@@ -282,3 +282,36 @@ def test_the_prompt_hook_refreshes_last_seen_at_most_once_a_minute(tmp_path: Pat
     moved = store.get(key)
     assert moved is not None and moved.worktree == str(other.resolve())
     store.conn.close()
+
+
+def test_chat_notify_wakes_as_before_in_a_file_without_m027(tmp_path: Path) -> None:
+    """A file an older thatch left (m027 not recorded: chat_outbox without its columns),
+    which the hook does not migrate: no refusal to tell, the wake as before, no error."""
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.store.migrations.chat_remote import CHAT_OUTBOX_TRIGGER, m018_chat_remote
+    from thatch.frontend.store.schema import MIGRATIONS_TABLE
+
+    env = hook_env(tmp_path)
+    Store.open(env["THATCH_DB_PATH"]).close()
+    with sqlite3.connect(env["THATCH_DB_PATH"]) as older:
+        older.execute(f"DROP TRIGGER {CHAT_OUTBOX_TRIGGER}")
+        older.execute("DROP INDEX thatch_chat_outbox_untold")
+        for column in ("to_name", "refused", "told_at"):
+            older.execute(f"ALTER TABLE chat_outbox DROP COLUMN {column}")
+        m018_chat_remote(older)
+        older.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = 'm027_chat_refused'")
+    older.close()
+    store = chat(env)  # the session as a hook that does not migrate anchors it
+    me = host_session_key("claude-a")
+    store.anchor(
+        me, project="proj", host_kind="claude", worktree="/", key=store.host_key("claude-a")
+    )
+    other = store.register_server(project="proj", host_kind="claude", worktree="/")
+    store.send(other.session_id, me, ["ping"])
+    woken = run_hook(["chat-notify"], {"session_id": "claude-a", "stop_hook_active": False}, env)
+    assert (woken.returncode, woken.stderr) == (0, b"")
+    context = json.loads(woken.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert context.startswith("[thatch] System notification, not user input: 1 unread chat")
+    migrations = store.conn.execute(f"SELECT name FROM {MIGRATIONS_TABLE}").fetchall()
+    assert ("m027_chat_refused",) not in migrations  # read as it is, not migrated
+    store.conn.close()

@@ -1,7 +1,8 @@
 """``thatch chat-notify``: the post-turn hook that tells a session it has mail (docs/chat.md §6).
 
 Claude Code's ``Stop`` hook and Cursor's ``stop`` hook run it after every turn. When a wake
-is due it prints a pointer (who wrote, which tool reads it), never a body: Claude
+is due it prints a pointer (who wrote, which tool reads it), never a body, after a line
+per message of the session's that a team's hub refused (each told once): Claude
 ``{"hookSpecificOutput": {"hookEventName": "Stop", "additionalContext": …}}``, Cursor
 ``{"followup_message": …}``, the opencode plugin ``{"decision": "block", "reason": …}``. Otherwise
 Claude gets nothing and Cursor ``{}``, also for empty, malformed or huge stdin. It always
@@ -14,10 +15,13 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.hookio import hook_options, print_line, report_failure
+
+if TYPE_CHECKING:
+    from thatch.frontend.store.chat_rows import Refusal
 
 __all__ = ["pointer", "run_chat_notify"]
 
@@ -42,8 +46,18 @@ def pointer(unread: int, senders: list[str], name: str, key: str, host: str = "c
     return f"{text} {load}" if load else text
 
 
+def told(refused: list[Refusal]) -> list[str]:
+    """A line per refused message, in the wake's own opening (the prompt hook knows it)."""
+    if not refused:
+        return []
+    from thatch.frontend.tools.chat_refusals import refusal_line  # only then: 4 ms of imports
+
+    return [refusal_line(refusal, hookio.CHAT_WAKE_START) for refusal in refused]
+
+
 def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
-    """The pointer when a wake is due for the payload's session, else None."""
+    """For the payload's session: a line per message of its that a team's hub refused,
+    not told yet, then the pointer when a wake is due; None when neither."""
     from thatch.frontend.hooks.chat_anchor import open_chat
     from thatch.frontend.switches import is_on
 
@@ -65,11 +79,13 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
             chat.touch(key)  # Claude's own loop guard: this turn already continued for a hook
             return None
         secret = chat.host_key(session)  # before the wake: a wake taken is a wake spent
+        refused = chat.take_refusals(key)  # told once: the sender waits for no reply
         woken = chat.wake(key)  # refreshes last_seen too
-        if woken is None:
-            return None
-        unread, senders = woken
-        return pointer(unread, senders, me.name, secret, host)
+        lines = told(refused)
+        if woken is not None:
+            unread, senders = woken
+            lines.append(pointer(unread, senders, me.name, secret, host))
+        return "\n".join(lines) or None
     finally:
         chat.conn.close()
 

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import re
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -30,12 +30,15 @@ __all__ = [
     "IncomingMail",
     "LocalPeer",
     "QueuedMail",
+    "RefusedMail",
     "RemotePeer",
     "apply_peers",
     "deliver_mail",
     "mark_sent",
+    "outbox_counts",
     "outgoing_mail",
     "peers_to_publish",
+    "refused_mail",
     "remote_session_id",
     "session_key",
 ]
@@ -49,6 +52,8 @@ PUBLISHED_WINDOW = timedelta(days=7)  # sessions unseen this long are not publis
 TOPIC_MAX = 80
 PROJECT_MAX = 200
 PRUNE_BATCH = 500
+REASON_MAX = 200  # of a hub's refusal kept: what thatch shows of it stays short
+REFUSED_LISTED = 20  # refused mail listed by ``thatch team status``
 
 _LOCAL_NAME = re.compile(r"[a-z]{1,16}-[0-9]{5,9}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -91,6 +96,20 @@ class QueuedMail(NamedTuple):
     to_peer: int
     body: str
     via_broadcast: bool
+
+
+class RefusedMail(NamedTuple):
+    """One chat outbox row the hub refused, as ``thatch team status`` lists it."""
+
+    id: int
+    team: str
+    message_id: int
+    from_name: str | None  # None: the sending session is gone
+    to_name: str | None  # None: queued before m027 recorded names
+    to_peer: int
+    reason: str
+    queued_at: str
+    told_at: str | None
 
 
 class IncomingMail(NamedTuple):
@@ -296,12 +315,12 @@ def outgoing_mail(
     conn: sqlite3.Connection, team: str, limit: int = OUTBOX_PAGE
 ) -> list[QueuedMail]:
     """The oldest messages queued for ``team``'s peers, at most ``limit``; they stay
-    queued until ``mark_sent``."""
+    queued until ``mark_sent`` (a refused one is kept aside, never sent again)."""
     with atomic(conn):
         salt = _salt(conn)
         rows = conn.execute(
             "SELECT id, team, from_session, to_peer, body, via_broadcast FROM chat_outbox "
-            "WHERE team = ? ORDER BY id LIMIT ?",
+            "WHERE team = ? AND refused IS NULL ORDER BY id LIMIT ?",
             (team, limit),
         ).fetchall()
     return [
@@ -318,10 +337,42 @@ def outgoing_mail(
     ]
 
 
-def mark_sent(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-    """Drop the outbox rows the hub acknowledged (stored, or refused for good)."""
+def mark_sent(
+    conn: sqlite3.Connection, ids: Sequence[int], refused: Mapping[int, str] | None = None
+) -> None:
+    """Settle the outbox rows the hub answered, in one transaction: a stored one is
+    dropped, a ``refused`` one (row id → the hub's reason) kept aside with its reason,
+    never sent again, for its sender to be told once (``ChatStore.take_refusals``)."""
+    refused = refused or {}
     with atomic(conn):
-        conn.executemany("DELETE FROM chat_outbox WHERE id = ?", [(int(i),) for i in ids])
+        conn.executemany(
+            "DELETE FROM chat_outbox WHERE id = ?", [(int(i),) for i in ids if i not in refused]
+        )
+        conn.executemany(
+            "UPDATE chat_outbox SET refused = ? WHERE id = ?",
+            [(reason[:REASON_MAX] or "refused", int(i)) for i, reason in refused.items()],
+        )
+
+
+def outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(waiting, refused) rows of the chat outbox, every team's."""
+    waiting, refused = conn.execute(
+        "SELECT count(*) FILTER (WHERE refused IS NULL), "
+        "count(*) FILTER (WHERE refused IS NOT NULL) FROM chat_outbox"
+    ).fetchone()
+    return int(waiting or 0), int(refused or 0)
+
+
+def refused_mail(conn: sqlite3.Connection, limit: int = REFUSED_LISTED) -> list[RefusedMail]:
+    """The newest refused mail, told or not, at most ``limit``, newest first."""
+    rows = conn.execute(
+        "SELECT o.id, o.team, o.message_id, s.name, o.to_name, o.to_peer, o.refused, "
+        "o.queued_at, o.told_at FROM chat_outbox o "
+        "LEFT JOIN chat_sessions s ON s.session_id = o.from_session "
+        "WHERE o.refused IS NOT NULL ORDER BY o.id DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [RefusedMail(*row) for row in rows]
 
 
 def deliver_mail(

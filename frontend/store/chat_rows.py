@@ -22,6 +22,7 @@ __all__ = [
     "SESSION_COLUMNS",
     "ChatMessage",
     "ChatSession",
+    "Refusal",
     "TailRead",
     "host_session_key",
     "key_hash",
@@ -113,6 +114,15 @@ class TailRead(NamedTuple):
     id: int
     to_session: str
     read_at: str
+
+
+class Refusal(NamedTuple):
+    """A message of the session's that a team's hub refused (m027 ``chat_outbox``)."""
+
+    message_id: int
+    to_name: str | None  # None: queued before m027 recorded the recipient's name
+    to_peer: int  # the hub's id of the recipient
+    reason: str  # the hub's words
 
 
 def host_session_key(host_session: str) -> str:

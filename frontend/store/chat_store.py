@@ -23,6 +23,7 @@ from thatch.frontend.store.chat_rows import (
     SESSION_COLUMNS,
     ChatMessage,
     ChatSession,
+    Refusal,
     TailRead,
     host_session_key,
     key_hash,
@@ -33,7 +34,7 @@ from thatch.frontend.store.chat_rows import (
 )
 from thatch.frontend.store.chat_tail import ChatTail
 from thatch.frontend.store.migrations.tables import table_columns
-from thatch.frontend.store.schema_lag import schema_lag
+from thatch.frontend.store.schema_lag import CHAT_REFUSED, schema_lag
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.timefmt import Clock, format_timestamp
 
@@ -50,6 +51,7 @@ READ_BATCH = 200  # more messages than one 20,000-character page can frame
 MESSAGE_KEPT = timedelta(days=30)  # retention of chat_messages, read or not
 MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
 PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
+REFUSALS_TOLD = 3  # refused messages told at once: more wait for the next telling
 
 # The rows are defined in chat_rows and named here too: callers import the store and its
 # rows from one place.
@@ -60,6 +62,7 @@ __all__ = [
     "ChatMessage",
     "ChatSession",
     "ChatStore",
+    "Refusal",
     "TailRead",
     "host_session_key",
     "key_hash",
@@ -555,3 +558,26 @@ class ChatStore(ChatTail):
             conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
         senders = [str(row[1]) if row[1] is not None else "unknown" for row in rows]
         return len(rows), list(dict.fromkeys(senders))
+
+    def take_refusals(self, session_id: str) -> list[Refusal]:
+        """The session's messages a team's hub refused that it was not told of yet, oldest
+        first, at most ``REFUSALS_TOLD``, stamped told in the transaction that takes them:
+        each is told once, to its sender alone. None in a file without m027 (its outbox
+        keeps no refusal); a session with none to tell costs one indexed read, no write."""
+        untold = (
+            "SELECT id, message_id, to_name, to_peer, refused FROM chat_outbox "
+            "WHERE from_session = ? AND refused IS NOT NULL AND told_at IS NULL "
+            "ORDER BY id LIMIT ?"
+        )
+        with self.tx.read() as conn:
+            if CHAT_REFUSED in schema_lag(conn).migrations:
+                return []
+            if conn.execute(untold, (session_id, 1)).fetchone() is None:
+                return []
+        with self.tx.write() as conn:  # read again: another hook may have told them
+            rows = conn.execute(untold, (session_id, REFUSALS_TOLD)).fetchall()
+            conn.executemany(
+                "UPDATE chat_outbox SET told_at = ? WHERE id = ?",
+                [(self._at(), row[0]) for row in rows],
+            )
+        return [Refusal(int(row[1]), row[2], int(row[3]), str(row[4])) for row in rows]

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from thatch.frontend.store.anchor_queries import HYGIENE_ROWS, Anchor, Key
-from thatch.frontend.store.chat_rows import ChatMessage, ChatSession, TailRead
+from thatch.frontend.store.chat_rows import ChatMessage, ChatSession, Refusal, TailRead
 from thatch.frontend.store.duplicates import (
     CLUSTER_PAIRS,
     PAGE_CLUSTERS,
@@ -297,6 +297,7 @@ class ChatOperations(Protocol):
     def message(self, message_id: int) -> ChatMessage | None: ...
     def mark_read(self, message_id: int) -> None: ...
     def wake(self, session_id: str) -> tuple[int, list[str]] | None: ...
+    def take_refusals(self, session_id: str) -> list[Refusal]: ...
 
     # -- the tail
     def messages_after(self, after_id: int, limit: int | None = None) -> list[ChatMessage]: ...

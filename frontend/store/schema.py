@@ -51,7 +51,11 @@ from thatch.frontend.store.migrations.chat import (
     m008_chat_and_repo_paths,
     m011_chat_binding,
 )
-from thatch.frontend.store.migrations.chat_remote import CHAT_REMOTE_TABLES, m018_chat_remote
+from thatch.frontend.store.migrations.chat_remote import (
+    CHAT_REMOTE_TABLES,
+    m018_chat_remote,
+    m027_chat_refused,
+)
 from thatch.frontend.store.migrations.duplicates import (
     DUP_PAIRS_TABLE,
     DUP_SCANNED_TABLE,
@@ -149,6 +153,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m024_anchor_base_path", m024_anchor_base_path),
     ("m025_gone_checkouts", m025_gone_checkouts),
     ("m026_anchor_staged_moves", m026_anchor_staged_moves),
+    ("m027_chat_refused", m027_chat_refused),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

@@ -14,7 +14,14 @@ from thatch.frontend.store.migrations.branches import BRANCH_REFS_TABLE, BRANCH_
 from thatch.frontend.store.migrations.tables import TABLES
 from thatch.frontend.store.transactions import SchemaLag, ThatchConnection
 
-__all__ = ["MIGRATIONS_TABLE", "READ_IF_MADE", "has_table", "recorded", "schema_lag"]
+__all__ = [
+    "CHAT_REFUSED",
+    "MIGRATIONS_TABLE",
+    "READ_IF_MADE",
+    "has_table",
+    "recorded",
+    "schema_lag",
+]
 
 MIGRATIONS_TABLE = "_thatch_migrations"
 
@@ -29,9 +36,10 @@ READ_IF_MADE: dict[str, str] = {
     team.VERSIONS_TABLE: "m021_team_conflict_versions",
     BRANCH_RENAMES_TABLE: "m023_branch_renames",
 }
-# The migrations whose absence a reader asks about: those above, and m003's columns of
-# chat_sessions (``chat_store``).
-WATCHED = frozenset({*READ_IF_MADE.values(), "m003_add_columns"})
+# The migrations whose absence a reader asks about: those above, m003's columns of
+# chat_sessions and m027's of chat_outbox (``chat_store``).
+CHAT_REFUSED = "m027_chat_refused"
+WATCHED = frozenset({*READ_IF_MADE.values(), "m003_add_columns", CHAT_REFUSED})
 
 
 def recorded(conn: sqlite3.Connection) -> set[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from thatch.frontend.store.chat_store import ChatMessage, ChatSession
 from thatch.frontend.store.operations import ChatOperations
+from thatch.frontend.tools.chat_refusals import refusal_line
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.untrusted import blank, inline, quoted, token
 from thatch.frontend.untrusted import body as neutral_body
@@ -395,6 +396,8 @@ class ChatTools:
     def read(self, given: str | None, message_id: int | None, offset: int | None) -> str:
         me = self.caller(given)
         if message_id is None:
+            # The sender's own refused mail comes first, told once: it waits for no reply.
+            told = [refusal_line(refusal) for refusal in self.store.take_refusals(me.session_id)]
             blocks: list[str] = []
 
             def fitting(messages: Sequence[ChatMessage]) -> int:
@@ -410,8 +413,8 @@ class ChatTools:
 
             page, left = self.store.read_unread(me.session_id, fitting, prefix=READ_PAGE)
             if not page:
-                return NO_UNREAD
-            parts = [READ_HEADER.format(n=len(page)), *blocks[: len(page)]]
+                return "\n\n".join([*told, NO_UNREAD])
+            parts = [*told, READ_HEADER.format(n=len(page)), *blocks[: len(page)]]
             if left:
                 parts.append(MORE_UNREAD.format(n=left))
             return "\n\n".join(parts)

@@ -5,17 +5,22 @@ Remote peers (sessions on other machines of a team, as the hub names them) are r
 ``chat_remote_peers`` says which rows they are and where they live. A message for one is
 copied into ``chat_outbox`` by a trigger in the writing transaction, whoever writes it.
 ``chat_remote_delivered`` keeps the ids of the mail already stored here, so a mail pulled
-twice (a lost ``MarkDelivered``) is stored once.
+twice (a lost ``MarkDelivered``) is stored once. m027: a mail the hub refused stays in
+``chat_outbox`` with the reason, never sent again, until its sender is told.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
+from thatch.frontend.store.migrations.tables import table_columns
+
 __all__ = [
     "CHAT_OUTBOX_TRIGGER",
+    "CHAT_REFUSED_COLUMNS",
     "CHAT_REMOTE_TABLES",
     "m018_chat_remote",
+    "m027_chat_refused",
 ]
 
 CHAT_REMOTE_TABLES: dict[str, str] = {
@@ -50,4 +55,34 @@ def m018_chat_remote(conn: sqlite3.Connection) -> None:
         "via_broadcast, queued_at) SELECT NEW.id, r.team, r.peer_id, NEW.from_session, "
         "NEW.body, NEW.via_broadcast, NEW.created_at FROM chat_remote_peers r "
         "WHERE r.session_id = NEW.to_session; END"
+    )
+
+
+# m027's columns of chat_outbox: the recipient's name when the mail was queued (the hub
+# refuses mail to a peer that left, whose row here is gone by then), the hub's reason
+# (NULL: waiting), and when the sending session was told of it (NULL: not yet).
+CHAT_REFUSED_COLUMNS = ("to_name", "refused", "told_at")
+
+
+def m027_chat_refused(conn: sqlite3.Connection) -> None:
+    """Refused mail is kept and its sender told once: chat_outbox gains
+    ``CHAT_REFUSED_COLUMNS``, the trigger also copies the recipient's name, and a partial
+    index finds a session's refusals not yet told (asked by its chat-notify hook every
+    turn)."""
+    present = table_columns(conn, "chat_outbox")
+    for column in CHAT_REFUSED_COLUMNS:
+        if column not in present:
+            conn.execute(f"ALTER TABLE chat_outbox ADD COLUMN {column} TEXT")
+    conn.execute(f"DROP TRIGGER IF EXISTS {CHAT_OUTBOX_TRIGGER}")
+    conn.execute(
+        f"CREATE TRIGGER {CHAT_OUTBOX_TRIGGER} AFTER INSERT ON chat_messages "
+        "BEGIN INSERT INTO chat_outbox (message_id, team, to_peer, from_session, body, "
+        "via_broadcast, queued_at, to_name) SELECT NEW.id, r.team, r.peer_id, "
+        "NEW.from_session, NEW.body, NEW.via_broadcast, NEW.created_at, s.name "
+        "FROM chat_remote_peers r LEFT JOIN chat_sessions s ON s.session_id = r.session_id "
+        "WHERE r.session_id = NEW.to_session; END"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_outbox_untold ON chat_outbox (from_session) "
+        "WHERE refused IS NOT NULL AND told_at IS NULL"
     )
