@@ -255,11 +255,12 @@ def poll(
         events.append((message.created_at, message.id, 0, sent_event(message, names)))
         if message.read_at:
             events.append((message.read_at, message.id, 1, read_event(message, names)))
-        else:
+        elif message.read_at is None:  # '' is read at no time to show: never reported
             watch.add(message.id)
     for read in store.read_among(sorted(watch)):
         watch.discard(read.id)
-        events.append((read.read_at, read.id, 1, read_event(read, names)))
+        if read.read_at:  # '': as above (the backlog shows no read event for it either)
+            events.append((read.read_at, read.id, 1, read_event(read, names)))
     events.sort(key=_event_order)
     return [event for at, _, _, event in events if rule.at(at)], last
 

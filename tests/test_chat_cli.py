@@ -366,3 +366,29 @@ def test_tail_backlog_reads_no_body_it_does_not_print(tmp_path: Path) -> None:
     assert [event.get("body") for event in shown] == ["c: from gone 1", None, None]
     assert sorted(seen) == sorted(set(seen)) and "c: from gone 1" in seen
     store.conn.close()
+
+
+def test_tail_reports_no_read_at_an_empty_time(tmp_path: Path) -> None:
+    """``read_at = ''`` (a row another writer left) is no read time: the chat's reads
+    take it as read (only NULL is unread), the backlog shows no read event for it, and
+    following reported such a message "read" at "" once it had met it."""
+    _env, store, ids = setup_sessions(tmp_path)
+    a, b, _c = ids
+    store.send(a, b, ["a to b watched"])
+    rule = TailFilter(None, None, None, None, [])
+    with store.snapshot():
+        last = backlog(store, rule, 20)[1]
+        watch = watched(store, rule)
+    store.send(a, b, ["a to b blank", "a to b later"])
+    store.conn.execute("UPDATE chat_messages SET read_at = '' WHERE body <> 'a to b later'")
+    store.conn.commit()
+    polled, last = poll(store, rule, last, watch)
+    assert [(e["event"], e.get("body")) for e in polled] == [
+        ("sent", "a to b blank"),
+        ("sent", "a to b later"),
+    ]
+    store.conn.execute("UPDATE chat_messages SET read_at = '' WHERE body = 'a to b later'")
+    store.conn.commit()
+    assert poll(store, rule, last, watch)[0] == []
+    assert backlog(store, rule, 20)[0][1:] == polled
+    store.conn.close()
