@@ -159,11 +159,8 @@ class ChatTail:
                 step = min(step * 2, EVENT_CHUNK)  # a filter that keeps few: larger steps
             if count is not None:
                 del met[count:]
-            sends = sorted({e.id for e in met if e.kind == 0} - accepted.keys())
-            for start in range(0, len(sends), EVENT_CHUNK):
-                accepted.update(
-                    (m.id, m) for m in _messages(conn, sends[start : start + EVENT_CHUNK])
-                )
+            sends = {event.id for event in met if event.kind == 0} - accepted.keys()
+            accepted.update((message.id, message) for message in _chunked(conn, sorted(sends)))
         met.reverse()
         return [
             TailEvent(
@@ -286,3 +283,9 @@ def _messages(conn: sqlite3.Connection, ids: Sequence[int]) -> list[ChatMessage]
         f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id IN ({marks})", list(ids)
     ).fetchall()
     return [message_from_row(row) for row in rows]
+
+
+def _chunked(conn: sqlite3.Connection, ids: Sequence[int]) -> Iterator[ChatMessage]:
+    """The messages of ``ids``, read EVENT_CHUNK at a time."""
+    for start in range(0, len(ids), EVENT_CHUNK):
+        yield from _messages(conn, ids[start : start + EVENT_CHUNK])
