@@ -166,9 +166,6 @@ class TailFilter:
             return None
         return [sid for sid, known in names.items() if known.lower() == name.lower()]
 
-    def wanted(self, names: dict[str, str]) -> Callable[[ChatMessage], bool]:
-        return lambda message: self.message(message, names)
-
 
 def sent_event(message: ChatMessage, names: dict[str, str]) -> dict[str, Any]:
     return {
@@ -209,19 +206,23 @@ def backlog(
 ) -> tuple[list[dict[str, Any]], int]:
     """The last ``limit`` events and the highest message id (where following starts).
 
-    The store pages back from the newest event and reads only the bodies it meets: a
-    20-event backlog used to read every body in the table to keep the last 20."""
+    The store walks back from the newest event and reads only the bodies it prints and
+    those --match checks: a 20-event backlog used to read every body in the table to keep
+    the last 20."""
     names = store.names()
     events = store.last_events(
         limit,
-        rule.wanted(names),
+        rule.ends(names),
+        rule.body_check(),
         since=rule.since,
         until=rule.until,
         senders=rule.sessions(rule.from_name, names),
         recipients=rule.sessions(rule.to_name, names),
     )
     shown = [
-        read_event(event.message, names) if event.kind else sent_event(event.message, names)
+        sent_event(event.message, names)
+        if isinstance(event.message, ChatMessage)
+        else read_event(event.message, names)
         for event in events
     ]
     return shown, store.last_id()
@@ -254,11 +255,12 @@ def poll(
         events.append((message.created_at, message.id, 0, sent_event(message, names)))
         if message.read_at:
             events.append((message.read_at, message.id, 1, read_event(message, names)))
-        else:
+        elif message.read_at is None:  # '' is read at no time to show: never reported
             watch.add(message.id)
     for read in store.read_among(sorted(watch)):
         watch.discard(read.id)
-        events.append((read.read_at, read.id, 1, read_event(read, names)))
+        if read.read_at:  # '': as above (the backlog shows no read event for it either)
+            events.append((read.read_at, read.id, 1, read_event(read, names)))
     events.sort(key=_event_order)
     return [event for at, _, _, event in events if rule.at(at)], last
 

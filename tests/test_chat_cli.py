@@ -300,3 +300,95 @@ def test_tail_follow_reads_only_the_bodies_it_shows(tmp_path: Path) -> None:
         bodies = [event["body"] for event in polled if "body" in event]
         assert sorted(started + seen) == sorted(bodies + needed), case
         store.conn.close()
+
+
+def test_tail_backlog_walks_time_indexes_not_a_sort_of_every_event(tmp_path: Path) -> None:
+    """The backlog's events were every message's send and read, sorted whole (897 ms at
+    1M messages) to keep the last 20; each kind of event now walks its own time index
+    newest first, whatever the filters, and stops once the backlog is full."""
+    _env, store, ids = setup_sessions(tmp_path)
+    a, b, _c = ids
+    store.send(a, b, ["a to b 0"])
+    names = store.names()
+    rules = [
+        TailFilter(None, None, None, None, []),
+        TailFilter(names[a], names[b], "2026-01-01T00:00:00.000Z", None, []),
+        TailFilter(None, names[b], None, "2999-01-01T00:00:00.000Z", [re.compile("x")]),
+    ]
+    for rule in rules:
+        statements: list[str] = []
+        store.conn.set_trace_callback(statements.append)
+        backlog(store, rule, 20)
+        store.conn.set_trace_callback(None)
+        (events,) = [s for s in statements if "UNION ALL" in s]
+        plan = [row[3] for row in store.conn.execute(f"EXPLAIN QUERY PLAN {events}")]
+        assert any("INDEX thatch_chat_messages_sent (created_at" in s for s in plan), plan
+        assert any("INDEX thatch_chat_messages_read (read_at" in s for s in plan), plan
+        # Only ties of one time are put in order: never the whole set of events.
+        assert not [s for s in plan if "TEMP B-TREE FOR ORDER BY" in s], plan
+    store.conn.close()
+
+
+def test_tail_backlog_reads_no_body_it_does_not_print(tmp_path: Path) -> None:
+    """A read event shows no body, and --from unknown (the sessions that have left) is
+    decided from the sender's id: the backlog read the body of every event it met, and
+    with --from unknown that of every message back to the last 20 of the departed."""
+    _env, store, ids = setup_sessions(tmp_path)
+    a, b, _c = ids
+    gone = store.register_server(project="o/r", host_kind="claude", worktree="/w").session_id
+    store.send(gone, a, ["c: from gone 0", "c: from gone 1"])
+    store.send(a, b, [f"a to b {i}" for i in range(300)])
+    store.unregister(gone)
+    second = "2026-12-05T10:{:02d}:{:02d}.000Z"
+    for message_id in range(1, 303):  # read 5 s after it was sent, but for the last few
+        sent, read = (
+            second.format(*divmod(message_id, 60)),
+            second.format(*divmod(message_id + 5, 60)),
+        )
+        store.conn.execute(
+            "UPDATE chat_messages SET created_at = ?, read_at = ? WHERE id = ?",
+            (sent, read if message_id < 295 else None, message_id),
+        )
+    store.conn.commit()
+    for rule in [
+        TailFilter(None, None, None, None, []),
+        TailFilter("unknown", None, None, None, []),
+    ]:
+        seen = bodies_read(store)
+        shown = backlog(store, rule, 20)[0]
+        store.conn.row_factory = None
+        printed = [event["body"] for event in shown if "body" in event]
+        assert shown and printed and len(printed) < len(shown), rule
+        assert sorted(seen) == sorted(printed), rule
+    # --match reads the bodies it checks, each once, the printed ones included.
+    seen = bodies_read(store)
+    shown = backlog(store, TailFilter(None, None, None, None, [re.compile("gone")]), 3)[0]
+    assert [event.get("body") for event in shown] == ["c: from gone 1", None, None]
+    assert sorted(seen) == sorted(set(seen)) and "c: from gone 1" in seen
+    store.conn.close()
+
+
+def test_tail_reports_no_read_at_an_empty_time(tmp_path: Path) -> None:
+    """``read_at = ''`` (a row another writer left) is no read time: the chat's reads
+    take it as read (only NULL is unread), the backlog shows no read event for it, and
+    following reported such a message "read" at "" once it had met it."""
+    _env, store, ids = setup_sessions(tmp_path)
+    a, b, _c = ids
+    store.send(a, b, ["a to b watched"])
+    rule = TailFilter(None, None, None, None, [])
+    with store.snapshot():
+        last = backlog(store, rule, 20)[1]
+        watch = watched(store, rule)
+    store.send(a, b, ["a to b blank", "a to b later"])
+    store.conn.execute("UPDATE chat_messages SET read_at = '' WHERE body <> 'a to b later'")
+    store.conn.commit()
+    polled, last = poll(store, rule, last, watch)
+    assert [(e["event"], e.get("body")) for e in polled] == [
+        ("sent", "a to b blank"),
+        ("sent", "a to b later"),
+    ]
+    store.conn.execute("UPDATE chat_messages SET read_at = '' WHERE body = 'a to b later'")
+    store.conn.commit()
+    assert poll(store, rule, last, watch)[0] == []
+    assert backlog(store, rule, 20)[0][1:] == polled
+    store.conn.close()

@@ -19,6 +19,8 @@ __all__ = [
     "BODY_HAS_NUL",
     "MESSAGE_COLUMNS",
     "MESSAGE_FROM",
+    "READ_ROWS",
+    "SENT_ROWS",
     "SESSION_COLUMNS",
     "ChatMessage",
     "ChatSession",
@@ -64,6 +66,12 @@ MESSAGE_COLUMNS = (
     f"m.via_broadcast, s.name, CASE WHEN {BODY_HAS_NUL} THEN NULL ELSE length(m.body) END"
 )
 MESSAGE_FROM = "chat_messages m LEFT JOIN chat_sessions s ON s.session_id = m.from_session"
+# The conditions of m028's partial indexes of the tail's events, stated in the queries
+# meant to use them so that only those can. Every message has a send time (a NOT NULL
+# text is >= ''); only a read with a time has a read event: NULL is unread, and '' (left
+# by another writer) is no time to show.
+SENT_ROWS = "created_at >= ''"
+READ_ROWS = "read_at > ''"
 
 
 def session_columns(present: Collection[str]) -> str:

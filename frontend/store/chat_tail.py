@@ -15,6 +15,8 @@ from typing import NamedTuple
 from thatch.frontend.store.chat_rows import (
     MESSAGE_COLUMNS,
     MESSAGE_FROM,
+    READ_ROWS,
+    SENT_ROWS,
     ChatMessage,
     TailRead,
     message_from_row,
@@ -28,22 +30,35 @@ EVENT_CHUNK = 200  # events, and the bodies they need, one step back through the
 
 
 class TailEvent(NamedTuple):
-    """A message sent (``kind`` 0, at its ``created_at``) or read (1, at its ``read_at``)."""
+    """A message sent (``kind`` 0, at its ``created_at``: the message, body whole) or read
+    (1, at its ``read_at``: who read it, no body)."""
 
     at: str
     kind: int
-    message: ChatMessage
+    message: ChatMessage | TailRead
+
+
+class _Met(NamedTuple):
+    """An event the walk back met and kept, before any body is read."""
+
+    at: str
+    kind: int
+    id: int
+    to_session: str
 
 
 def _who(
-    senders: Sequence[str] | None, recipients: Sequence[str] | None
+    senders: Sequence[str] | None, recipients: Sequence[str] | None, *, indexed: bool = True
 ) -> tuple[list[str], list[str]]:
-    """SQL terms (and their arguments) keeping messages between these session ids."""
+    """SQL terms (and their arguments) keeping messages between these session ids; not
+    ``indexed``: a term no index can serve (``+column``), for a query meant to walk
+    another index."""
     terms: list[str] = []
     args: list[str] = []
     for column, ids in (("from_session", senders), ("to_session", recipients)):
         if ids is not None:
-            terms.append(f"{column} IN ({', '.join('?' * len(ids))})")
+            term = column if indexed else f"+{column}"
+            terms.append(f"{term} IN ({', '.join('?' * len(ids))})")
             args.extend(ids)
     return terms, args
 
@@ -54,19 +69,25 @@ def _events_newest_first(
     senders: Sequence[str] | None,
     recipients: Sequence[str] | None,
 ) -> tuple[str, list[str]]:
-    """The query of every event's time, kind and message id, newest first: no body."""
-    who, who_args = _who(senders, recipients)
+    """The query of every event's time, kind, message id and ends, newest first: no body.
+
+    Each kind walks its own time index (m028) and SQLite merges the two, sorting only the
+    events of one time by id: the query stops where its reader does. The recipient index
+    would read one recipient's messages, but then sort them all."""
+    who, who_args = _who(senders, recipients, indexed=False)
     branches: list[str] = []
     args: list[str] = []
-    for kind, at in enumerate(("created_at", "read_at")):
-        terms = [*who, "read_at <> ''"] if kind else list(who)
+    for kind, (at, rows) in enumerate((("created_at", SENT_ROWS), ("read_at", READ_ROWS))):
+        terms = [rows, *who]
         args.extend(who_args)
         for bound, operator in ((since, ">="), (until, "<=")):
             if bound:
                 terms.append(f"{at} {operator} ?")
                 args.append(bound)
-        where = f" WHERE {' AND '.join(terms)}" if terms else ""
-        branches.append(f"SELECT {at} AS at, {kind} AS kind, id FROM chat_messages{where}")
+        branches.append(
+            f"SELECT {at} AS at, {kind} AS kind, id, from_session, to_session "
+            f"FROM chat_messages WHERE {' AND '.join(terms)}"
+        )
     return " UNION ALL ".join(branches) + " ORDER BY at DESC, kind DESC, id DESC", args
 
 
@@ -91,7 +112,8 @@ class ChatTail:
     def last_events(
         self,
         count: int | None,
-        keep: Callable[[ChatMessage], bool],
+        ends: Callable[[str, str], bool],
+        body: Callable[[str], bool] | None,
         *,
         since: str | None = None,
         until: str | None = None,
@@ -99,42 +121,53 @@ class ChatTail:
         recipients: Sequence[str] | None = None,
     ) -> list[TailEvent]:
         """The last ``count`` events (every one when None), oldest first, at ``since`` to
-        ``until``, of the messages ``keep`` accepts; ``senders``/``recipients``, when
-        given, hold every session id ``keep`` can accept at that end.
+        ``until``, of the messages whose sender and recipient ``ends`` accepts and, when
+        given, whose body ``body`` accepts; ``senders``/``recipients``, when given, hold
+        every session id ``ends`` can accept at that end.
 
-        One query orders the events by time from ids and times alone (ids do not follow
-        time everywhere: a team's mail keeps the hub's time, a read comes any time later);
-        bodies are read a chunk at a time, only for the events met, newest first, until
-        ``count`` are kept: a short backlog reads a few bodies, not the table.
+        One query walks the events newest first from ids, times and ends alone (ids do
+        not follow time everywhere: a team's mail keeps the hub's time, a read comes any
+        time later) until ``count`` are kept. Bodies are read only for ``body`` to check,
+        a chunk at a time, and for the sends kept: a read event shows none.
         """
         if count == 0 or not self._has_messages():
             return []
         sql, args = _events_newest_first(since, until, senders, recipients)
-        kept: list[TailEvent] = []
+        met: list[_Met] = []
         accepted: dict[int, ChatMessage] = {}
         refused: set[int] = set()
         step = min(count or EVENT_CHUNK, EVENT_CHUNK)
         with self.tx.read() as conn, closing(conn.execute(sql, args)) as events:
-            while count is None or len(kept) < count:
-                chunk = events.fetchmany(step)
-                if not chunk:
+            while count is None or len(met) < count:
+                rows = events.fetchmany(step)
+                if not rows:
                     break
-                wanted = {int(row[2]) for row in chunk} - accepted.keys() - refused
-                for message in _messages(conn, sorted(wanted)):
-                    if keep(message):
-                        accepted[message.id] = message
-                    else:
-                        refused.add(message.id)
-                kept.extend(
-                    TailEvent(str(at), int(kind), accepted[int(message_id)])
-                    for at, kind, message_id in chunk
-                    if int(message_id) in accepted
-                )
+                chunk = [
+                    _Met(str(at), int(kind), int(message_id), str(to_session))
+                    for at, kind, message_id, from_session, to_session in rows
+                    if ends(str(from_session), str(to_session))
+                ]
+                if body is not None:
+                    wanted = {event.id for event in chunk} - accepted.keys() - refused
+                    for message in _messages(conn, sorted(wanted)):
+                        if body(message.body):
+                            accepted[message.id] = message
+                        else:
+                            refused.add(message.id)
+                    chunk = [event for event in chunk if event.id not in refused]
+                met.extend(chunk)
                 step = min(step * 2, EVENT_CHUNK)  # a filter that keeps few: larger steps
-        if count is not None:
-            del kept[count:]
-        kept.reverse()
-        return kept
+            if count is not None:
+                del met[count:]
+            sends = {event.id for event in met if event.kind == 0} - accepted.keys()
+            accepted.update((message.id, message) for message in _chunked(conn, sorted(sends)))
+        met.reverse()
+        return [
+            TailEvent(
+                e.at, e.kind, TailRead(e.id, e.to_session, e.at) if e.kind else accepted[e.id]
+            )
+            for e in met
+        ]
 
     def unread_kept(
         self,
@@ -250,3 +283,9 @@ def _messages(conn: sqlite3.Connection, ids: Sequence[int]) -> list[ChatMessage]
         f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE m.id IN ({marks})", list(ids)
     ).fetchall()
     return [message_from_row(row) for row in rows]
+
+
+def _chunked(conn: sqlite3.Connection, ids: Sequence[int]) -> Iterator[ChatMessage]:
+    """The messages of ``ids``, read EVENT_CHUNK at a time."""
+    for start in range(0, len(ids), EVENT_CHUNK):
+        yield from _messages(conn, ids[start : start + EVENT_CHUNK])

@@ -50,6 +50,7 @@ from thatch.frontend.store.migrations.chat import (
     CHAT_TABLES,
     m008_chat_and_repo_paths,
     m011_chat_binding,
+    m028_chat_event_times,
 )
 from thatch.frontend.store.migrations.chat_remote import (
     CHAT_REMOTE_TABLES,
@@ -154,15 +155,18 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m025_gone_checkouts", m025_gone_checkouts),
     ("m026_anchor_staged_moves", m026_anchor_staged_moves),
     ("m027_chat_refused", m027_chat_refused),
+    ("m028_chat_event_times", m028_chat_event_times),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
 NEEDS_FTS5 = frozenset({"m009_fts", "m017_fts_identifiers"})
 # Migrations whose backfill reads every memory (m009: indexing 100k memories takes seconds
-# of work, in short transactions), or that index every memory (m022: 1 s at 100k): a
-# hook opens with ``build_indexes=False`` and leaves
+# of work, in short transactions), or that index every memory (m022: 1 s at 100k) or
+# every chat message (m028): a hook opens with ``build_indexes=False`` and leaves
 # them to the next MCP server or CLI command, so a host never waits on them.
-BUILDS_INDEXES = frozenset({"m009_fts", "m017_fts_identifiers", "m022_flat_reads"})
+BUILDS_INDEXES = frozenset(
+    {"m009_fts", "m017_fts_identifiers", "m022_flat_reads", "m028_chat_event_times"}
+)
 # Each scheduled backfill's step (``backfill``), by the name of the migration scheduling it.
 BACKFILLS: dict[str, backfill.Step] = {
     lexical.BACKFILL_009: fill_fts,

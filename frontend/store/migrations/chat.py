@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from thatch.frontend.store.chat_rows import READ_ROWS, SENT_ROWS
 from thatch.frontend.store.migrations.tables import TABLES
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "CHAT_TABLES",
     "m008_chat_and_repo_paths",
     "m011_chat_binding",
+    "m028_chat_event_times",
 ]
 
 CHAT_TABLES: dict[str, str] = {
@@ -73,4 +75,18 @@ def m011_chat_binding(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE INDEX IF NOT EXISTS thatch_behavior_provenance_item "
         "ON behavior_provenance (behavior_id, created_at)"
+    )
+
+
+def m028_chat_event_times(conn: sqlite3.Connection) -> None:
+    """The times of the chat's events, sends and reads, each in its own index: ``chat
+    tail``'s backlog walks them newest first and stops at its last N events, where it
+    sorted every message's send and read (897 ms at 1M messages) to keep 20."""
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_messages_sent "
+        f"ON chat_messages (created_at) WHERE {SENT_ROWS}"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_messages_read "
+        f"ON chat_messages (read_at) WHERE {READ_ROWS}"
     )
