@@ -647,13 +647,34 @@ def test_chat_stream_sends_messages_written_by_another_process(ctx: ToolContext)
             stream.next_event()
 
 
+DOCTOR_TABLE = "<th>status</th><th>check</th><th>detail</th><th>fix</th>"
+DOCTOR_RAN = re.compile(r"Last run <time datetime=\"([^\"]+)\"")
+
+
 def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    """A visit reads no more than the file's size: the doctor's checks (PRAGMA quick_check
+    reads the whole file) run only from the page's button, and their result is shown as
+    of when they ran, never as the file's state now."""
     client, _guard = ui
     page = client.get("/status")
     assert page.status == 200
-    assert str(db_path(ctx)).replace("/", "/") in page.body
+    assert str(db_path(ctx)) in page.body
     assert "embedder model" in page.body and "mock" in page.body
-    assert "Doctor" in page.body and "database" in page.body
+    assert "Doctor" in page.body and "Not run since this page started." in page.body
+    assert DOCTOR_TABLE not in page.body and "quick_check" in page.body
+    ran = client.post("/status/doctor", {"csrf": page.csrf()})
+    assert ran.status == 303 and ran.headers["location"].startswith("/status?")
+    shown = client.get(ran.headers["location"])
+    assert DOCTOR_TABLE in shown.body and "Not run since" not in shown.body
+    assert f"<td>ok</td><td>database</td><td>{db_path(ctx)} (" in shown.body
+    first = DOCTOR_RAN.search(shown.body)
+    assert first is not None
+    # A later visit shows that same run, with its time: nothing was checked since.
+    again = client.get("/status")
+    again_ran = DOCTOR_RAN.search(again.body)
+    assert again_ran is not None and again_ran.group(1) == first.group(1)
+    assert client.request("GET", "/status/doctor").status == 405
+    assert client.post("/status/doctor", {"csrf": "wrong"}).status == 403
 
 
 def test_unknown_address_and_method_are_clear_pages(
