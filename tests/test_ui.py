@@ -312,6 +312,29 @@ def test_stores_page_counts_and_hygiene(ui: tuple[UiClient, Guard], ctx: ToolCon
     assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 2 memories with dup" in page.body
 
 
+def test_stores_page_counts_a_big_store_up_to_a_cap(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """Past 10,000 memories a store's count says "more than 10,000" (as the Memories page
+    does): an exact count read the whole store's key index at every visit."""
+    client, _guard = ui
+    with contextlib.closing(sqlite3.connect(db_path(ctx))) as conn, conn:
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, created_at, updated_at) "
+            "VALUES (?, ?, ?, 'x', 't', 't')",
+            [(f"m{i}", "big", f"m{i}") for i in range(10_001)]
+            + [(f"m{i}", "exact", f"m{i}") for i in range(10_000)],
+        )
+    page = client.get("/")
+    assert page.status == 200
+    counts = dict(
+        re.findall(
+            r"<tr><td><a href=\"/memories\?store=(\w+)\">\w+</a></td><td>([^<]*)<", page.body
+        )
+    )
+    assert counts == {"big": "more than 10,000", "exact": "10000", "global": "0", "proj": "2"}
+
+
 def test_memories_page_newest_first_with_filters_and_search(
     ui: tuple[UiClient, Guard], ctx: ToolContext
 ) -> None:
