@@ -335,6 +335,37 @@ def test_stores_page_counts_a_big_store_up_to_a_cap(
     assert counts == {"big": "more than 10,000", "exact": "10000", "global": "0", "proj": "2"}
 
 
+def test_stores_page_says_which_code_anchors_it_did_not_check(
+    ui: tuple[UiClient, Guard], ctx: ToolContext, tmp_path: Path
+) -> None:
+    """A pass reads a store's first 5,000 anchors: past them the page says they were not
+    checked, and the memories it found changed are "at least" that many (it said "1
+    memory" and nothing of the 5,000 it never read)."""
+    client, _guard = ui
+    code = tmp_path / "code.py"
+    code.write_text("def f():\n    return 1\n")
+    stat = code.stat()
+    with contextlib.closing(sqlite3.connect(db_path(ctx))) as conn, conn:
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, created_at, updated_at) "
+            "VALUES (?, 'anchored', ?, 'x', 't', 't')",
+            [(f"m{i:05}", f"m{i:05}") for i in range(5_001)],
+        )
+        # m00000 was saved on another version of the file; the rest on this one.
+        conn.executemany(
+            "INSERT INTO thatch_anchors (store, slug, seq, root, path, blob, mtime_ns, size) "
+            "VALUES ('anchored', ?, 0, '', ?, ?, ?, ?)",
+            [("m00000", str(code), "other", 1, 1)]
+            + [
+                (f"m{i:05}", str(code), "x", stat.st_mtime_ns, stat.st_size)
+                for i in range(1, 5_001)
+            ],
+        )
+    page = html.unescape(client.get("/").body)
+    assert "<b>anchored</b>: at least 1 memory whose code changed since saved" in page
+    assert "code anchors past the first 5000 not checked" in page
+
+
 def test_memories_page_newest_first_with_filters_and_search(
     ui: tuple[UiClient, Guard], ctx: ToolContext
 ) -> None:
