@@ -921,7 +921,7 @@ def test_the_stores_page_follows_renames_once_and_shares_one_recheck_budget(
         edit(repo / "src" / "config.py", "values = {}", "values = dict()")
         renames: list[Path | None] = []
         budgets: list[tuple[str, float]] = []
-        real_follow, real_drifted = recheck.follow_renames, recheck.drifted
+        real_follow, real_pass = recheck.follow_renames, recheck.drift_pass
 
         def follow(
             store: Store, env: Mapping[str, str] | None = None, here: Path | None = None
@@ -929,12 +929,12 @@ def test_the_stores_page_follows_renames_once_and_shares_one_recheck_budget(
             renames.append(here)
             return real_follow(store, env, here)
 
-        def drifted_in(store: Store, name: str, check: AnchorCheck, *budget: float) -> object:
+        def pass_in(store: Store, name: str, check: AnchorCheck, *budget: float) -> object:
             budgets.append((name, budget[0] if budget else recheck.HYGIENE_BUDGET))
-            return real_drifted(store, name, check, *budget)
+            return real_pass(store, name, check, *budget)
 
         monkeypatch.setattr(recheck, "follow_renames", follow)
-        monkeypatch.setattr(recheck, "drifted", drifted_in)
+        monkeypatch.setattr(recheck, "drift_pass", pass_in)
         with running_ui(ctx) as (client, guard):
             assert client.get("/", token=guard.token).status == 303
             page = client.get("/")

@@ -377,9 +377,9 @@ def test_damage_met_refuses_every_later_write_of_the_process(env: dict) -> None:
 
 
 def test_ui_status_reporting_damage_refuses_later_edits(env: dict) -> None:
-    """A `thatch ui` process: its Status page's doctor finds the file damaged; from then
-    on an edit (of a memory it can still read) is refused with the damaged-file line and
-    changes nothing. Before that visit the same page reads fine."""
+    """A `thatch ui` process: its Status page's doctor (run from the page's button) finds
+    the file damaged; from then on an edit (of a memory it can still read) is refused with
+    the damaged-file line and changes nothing. Before that run the same page reads fine."""
     db = damaged_store(env)
     with run_ui_process(env) as (client, entry):
         assert client.request("GET", entry).status == 303
@@ -387,7 +387,10 @@ def test_ui_status_reporting_damage_refuses_later_edits(env: dict) -> None:
         assert shown.status == 200 and "user likes tabs" in shown.body
         status = client.get("/status")
         assert status.status == 200
-        assert f"{db} is damaged: " in html.unescape(status.body)
+        ran = client.post("/status/doctor", {"csrf": status.csrf()})
+        assert ran.status == 303
+        found = client.get(ran.headers["location"])
+        assert f"{db} is damaged: " in html.unescape(found.body)
         edited = client.post(
             "/memory/edit",
             {

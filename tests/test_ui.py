@@ -312,6 +312,60 @@ def test_stores_page_counts_and_hygiene(ui: tuple[UiClient, Guard], ctx: ToolCon
     assert "(<code>thatch hygiene</code>): Store &quot;proj&quot;: 2 memories with dup" in page.body
 
 
+def test_stores_page_counts_a_big_store_up_to_a_cap(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """Past 10,000 memories a store's count says "more than 10,000" (as the Memories page
+    does): an exact count read the whole store's key index at every visit."""
+    client, _guard = ui
+    with contextlib.closing(sqlite3.connect(db_path(ctx))) as conn, conn:
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, created_at, updated_at) "
+            "VALUES (?, ?, ?, 'x', 't', 't')",
+            [(f"m{i}", "big", f"m{i}") for i in range(10_001)]
+            + [(f"m{i}", "exact", f"m{i}") for i in range(10_000)],
+        )
+    page = client.get("/")
+    assert page.status == 200
+    counts = dict(
+        re.findall(
+            r"<tr><td><a href=\"/memories\?store=(\w+)\">\w+</a></td><td>([^<]*)<", page.body
+        )
+    )
+    assert counts == {"big": "more than 10,000", "exact": "10000", "global": "0", "proj": "2"}
+
+
+def test_stores_page_says_which_code_anchors_it_did_not_check(
+    ui: tuple[UiClient, Guard], ctx: ToolContext, tmp_path: Path
+) -> None:
+    """A pass reads a store's first 5,000 anchors: past them the page says they were not
+    checked, and the memories it found changed are "at least" that many (it said "1
+    memory" and nothing of the 5,000 it never read)."""
+    client, _guard = ui
+    code = tmp_path / "code.py"
+    code.write_text("def f():\n    return 1\n")
+    stat = code.stat()
+    with contextlib.closing(sqlite3.connect(db_path(ctx))) as conn, conn:
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, created_at, updated_at) "
+            "VALUES (?, 'anchored', ?, 'x', 't', 't')",
+            [(f"m{i:05}", f"m{i:05}") for i in range(5_001)],
+        )
+        # m00000 was saved on another version of the file; the rest on this one.
+        conn.executemany(
+            "INSERT INTO thatch_anchors (store, slug, seq, root, path, blob, mtime_ns, size) "
+            "VALUES ('anchored', ?, 0, '', ?, ?, ?, ?)",
+            [("m00000", str(code), "other", 1, 1)]
+            + [
+                (f"m{i:05}", str(code), "x", stat.st_mtime_ns, stat.st_size)
+                for i in range(1, 5_001)
+            ],
+        )
+    page = html.unescape(client.get("/").body)
+    assert "<b>anchored</b>: at least 1 memory whose code changed since saved" in page
+    assert "code anchors past the first 5000 not checked" in page
+
+
 def test_memories_page_newest_first_with_filters_and_search(
     ui: tuple[UiClient, Guard], ctx: ToolContext
 ) -> None:
@@ -647,13 +701,34 @@ def test_chat_stream_sends_messages_written_by_another_process(ctx: ToolContext)
             stream.next_event()
 
 
+DOCTOR_TABLE = "<th>status</th><th>check</th><th>detail</th><th>fix</th>"
+DOCTOR_RAN = re.compile(r"Last run <time datetime=\"([^\"]+)\"")
+
+
 def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
+    """A visit reads no more than the file's size: the doctor's checks (PRAGMA quick_check
+    reads the whole file) run only from the page's button, and their result is shown as
+    of when they ran, never as the file's state now."""
     client, _guard = ui
     page = client.get("/status")
     assert page.status == 200
-    assert str(db_path(ctx)).replace("/", "/") in page.body
+    assert str(db_path(ctx)) in page.body
     assert "embedder model" in page.body and "mock" in page.body
-    assert "Doctor" in page.body and "database" in page.body
+    assert "Doctor" in page.body and "Not run since this page started." in page.body
+    assert DOCTOR_TABLE not in page.body and "quick_check" in page.body
+    ran = client.post("/status/doctor", {"csrf": page.csrf()})
+    assert ran.status == 303 and ran.headers["location"].startswith("/status?")
+    shown = client.get(ran.headers["location"])
+    assert DOCTOR_TABLE in shown.body and "Not run since" not in shown.body
+    assert f"<td>ok</td><td>database</td><td>{db_path(ctx)} (" in shown.body
+    first = DOCTOR_RAN.search(shown.body)
+    assert first is not None
+    # A later visit shows that same run, with its time: nothing was checked since.
+    again = client.get("/status")
+    again_ran = DOCTOR_RAN.search(again.body)
+    assert again_ran is not None and again_ran.group(1) == first.group(1)
+    assert client.request("GET", "/status/doctor").status == 405
+    assert client.post("/status/doctor", {"csrf": "wrong"}).status == 403
 
 
 def test_unknown_address_and_method_are_clear_pages(

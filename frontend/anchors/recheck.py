@@ -11,6 +11,7 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = [
     "HYGIENE_BUDGET",
     "MAX_COMMITS",
+    "DriftPass",
+    "drift_pass",
     "drifted",
     "follow_renames",
     "parse_renames",
@@ -392,14 +395,41 @@ def _known(root: str, env: Mapping[str, str] | None, commit: str) -> bool:
     return result is None or result.returncode == 0
 
 
+@dataclass(frozen=True)
+class DriftPass:
+    """What a pass found (``drifted``'s answer) and whether the store has live anchors
+    past the HYGIENE_ROWS it read: then it found at least that much, not all of it."""
+
+    drifted: dict[str, Drift]
+    unread: bool
+
+
 def drifted(
     store: Store, name: str, check: AnchorCheck, budget: float = HYGIENE_BUDGET
 ) -> dict[str, Drift]:
+    """The live memories of store ``name`` with an anchor whose code changed, by slug
+    (``drift_pass``'s; of the first HYGIENE_ROWS anchors only)."""
+    return drift_pass(store, name, check, budget).drifted
+
+
+def drift_pass(
+    store: Store, name: str, check: AnchorCheck, budget: float = HYGIENE_BUDGET
+) -> DriftPass:
     """The live memories of store ``name`` with an anchor whose code changed, by slug:
+    of its first HYGIENE_ROWS anchors (a pass reads no more, whatever the store's size),
     checked now within ``budget`` seconds (the first one always), the rest by their last
     stored verdict; then the live memories that depend on one of them, marked ``via`` its
     label as a recall marks them. Verdicts are stored when the database takes the write."""
-    anchored = store.anchored_in(name)
+    from thatch.frontend.store.anchor_queries import HYGIENE_ROWS
+
+    # One row past the cap says whether the store has anchors this pass does not read.
+    anchored = store.anchored_in(name, HYGIENE_ROWS + 1)
+    unread = sum(map(len, anchored.values())) > HYGIENE_ROWS
+    if unread:
+        last = next(reversed(anchored))
+        anchored[last].pop()
+        if not anchored[last]:
+            del anchored[last]
     every = [anchor for anchors in anchored.values() for anchor in anchors]
     before = {(a.slug, a.seq): (a.status, a.checked_mtime_ns, a.checked_size) for a in every}
     verdicts = check.recheck(
@@ -426,4 +456,4 @@ def drifted(
             own[(name, slug)] = Drift(paths)
     dependents = [(name, slug) for slug in store.dependents_of(name, [k[1] for k in own])]
     inherited = inherit(dependents, depends_on(store, dependents), own) if dependents else {}
-    return {key[1]: drift for key, drift in [*own.items(), *inherited.items()]}
+    return DriftPass({key[1]: drift for key, drift in [*own.items(), *inherited.items()]}, unread)

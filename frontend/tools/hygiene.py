@@ -17,6 +17,7 @@ from thatch.frontend.untrusted import inline, quoted, token
 
 if TYPE_CHECKING:
     from thatch.frontend.anchors.check import Drift
+    from thatch.frontend.anchors.recheck import DriftPass
     from thatch.frontend.store.duplicates import DuplicateSummary
 
 __all__ = [
@@ -84,6 +85,9 @@ class StoreHygiene:
     # Memories whose anchored code changed since saved, or that depend on one whose code
     # did (docs/tools.md §code-anchors): slug → the changed paths (``via`` its label).
     drifted: Mapping[str, Drift] = field(default_factory=dict)
+    # The store has live anchors past those a pass reads (anchor_queries.HYGIENE_ROWS):
+    # ``drifted`` is what the first ones show, at least that many.
+    anchors_unread: bool = False
     # Second versions team sync kept of concurrently edited memories (docs/team.md
     # §conflicts): their count and the first ones by label, (label, original's label).
     conflicts: int = 0
@@ -150,10 +154,15 @@ class StoreHygiene:
                 whose = "a memory it depends on" if via == 1 else "memories they depend on"
                 inherited = f"{via} via {whose}; "
             parts.append(
-                _plural(len(self.drifted), "memory", "memories")
+                ("at least " if self.anchors_unread else "")
+                + _plural(len(self.drifted), "memory", "memories")
                 + f" whose code changed since saved ({inherited}recall them, check, update"
                 " or forget)"
             )
+        if self.anchors_unread:
+            from thatch.frontend.store.anchor_queries import HYGIENE_ROWS
+
+            parts.append(f"code anchors past the first {HYGIENE_ROWS} not checked")
         conflict = self.conflict_part()
         if conflict:
             parts.append(conflict)
@@ -254,10 +263,12 @@ def _store_hygiene(
         orphaned = sum(counts.values())
     summary = db.duplicate_summary(name, duplicate_threshold)
     conflicts, conflicts_named = _conflict_versions(db, name)
+    drift = _drifted(db, name, project_dir, env, refresh)
     return StoreHygiene(
         conflicts=conflicts,
         conflicts_named=tuple(conflicts_named),
-        drifted=_drifted(db, name, project_dir, env, refresh),
+        drifted=drift.drifted,
+        anchors_unread=drift.unread,
         store=name,
         duplicates=summary.memories,
         duplicates_more=summary.more,
@@ -287,19 +298,20 @@ def _drifted(
     project_dir: Path,
     env: Mapping[str, str] | None,
     refresh: AnchorRefresh,
-) -> Mapping[str, Drift]:
+) -> DriftPass:
     """Memory Stores only (other query objects have no anchors): renames followed first
     (``project_dir``'s checkout first) unless ``refresh`` says they were, then the
     store's anchors re-checked within its budget."""
+    from thatch.frontend.anchors.recheck import DriftPass
     from thatch.frontend.store.memory_store import Store
 
     if not isinstance(db, Store):
-        return {}
+        return DriftPass({}, unread=False)
     import contextlib
     import sqlite3
 
     from thatch.frontend.anchors.check import AnchorCheck
-    from thatch.frontend.anchors.recheck import HYGIENE_BUDGET, drifted, follow_renames
+    from thatch.frontend.anchors.recheck import HYGIENE_BUDGET, drift_pass, follow_renames
     from thatch.frontend.errors import StoreError
 
     if refresh.renames:
@@ -308,9 +320,9 @@ def _drifted(
             follow_renames(db, env, project_dir)
     try:
         budget = HYGIENE_BUDGET if refresh.budget is None else refresh.budget
-        return drifted(db, name, AnchorCheck(), budget)
+        return drift_pass(db, name, AnchorCheck(), budget)
     except sqlite3.Error:
-        return {}  # a file the earlier release left without the anchors' table
+        return DriftPass({}, unread=False)  # a file the earlier release left without anchors
 
 
 def _default_branches(project_dir: Path) -> list[str]:

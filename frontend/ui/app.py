@@ -186,6 +186,7 @@ class UiApp:
             "/duplicates/merge": views.Views.merge,
             "/engines/delete": views.Views.engine_delete,
             "/chat/send": views.Views.chat_send,
+            "/status/doctor": views.Views.run_doctor,
         }
         routes = []
         for path in sorted({*reads, *changes}):

@@ -43,6 +43,7 @@ from thatch.frontend.ui.queries import (
     archived_count,
     branch_choices,
     newest_page,
+    store_sizes,
 )
 
 __all__ = ["MemoryPages"]
@@ -62,7 +63,7 @@ class MemoryPages(PageBase):
 
     def _stores(self, request: Request) -> Response:
         ctx = self.tools.ctx
-        counts = self.store.store_counts()
+        counts = store_sizes(self.store)
         model = self._active_model()
         rows = []
         reports = []
@@ -77,7 +78,9 @@ class MemoryPages(PageBase):
             rows.append(
                 [
                     link("/memories", name, {"store": name}),
-                    str(counts[name]),
+                    f"more than {COUNTED_UP_TO:,}"
+                    if counts[name].more
+                    else str(counts[name].memories),
                     str(archived),
                     str(counted.pending),
                     str(counted.other_model),
