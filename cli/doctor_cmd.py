@@ -17,7 +17,13 @@ __all__ = ["doctor"]
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON document.")
-def doctor(as_json: bool) -> None:
+@click.option(
+    "--skip-integrity",
+    is_flag=True,
+    help="Do not read the whole database file for damage (PRAGMA quick_check): seconds "
+    "on a big file.",
+)
+def doctor(as_json: bool, skip_integrity: bool) -> None:
     """Check the database, queue, embedder, model, memories and host setup.
 
     Prints one line per check (ok, warn or FAIL) with a fix under each problem, and exits
@@ -36,6 +42,7 @@ def doctor(as_json: bool) -> None:
         bin_path=resolve_bin(sys.argv[0], env),
         version=thatch_version(),
         check_model=check_model,
+        integrity=not skip_integrity,
     )
     if as_json:
         document = [check.as_json() for check in checks]

@@ -62,6 +62,7 @@ HEALTH_TIMEOUT = 1.0
 INFO_TIMEOUT = 2.0
 CHILD_TIMEOUT = 120.0
 DAMAGED_AT = " is damaged: "
+INTEGRITY_NOT_READ = "whole file not read for damage (--skip-integrity)"
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,11 @@ def _creatable(directory: Path) -> bool:
     return False
 
 
-def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
-    """The database check and, when it could be read, an open read-only connection."""
+def check_database(
+    path: Path, *, integrity: bool = True
+) -> tuple[Check, sqlite3.Connection | None]:
+    """The database check and, when it could be read, an open read-only connection.
+    ``integrity=False`` leaves out ``PRAGMA quick_check``, which reads the whole file."""
     from thatch.frontend.store.db import connect_read_only, foreign_tables, header_is_wal
     from thatch.frontend.store.schema import MIGRATIONS, applied_migrations
 
@@ -144,7 +148,11 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
             "FAIL", "database", f"cannot open {shown}: {error}", fix
         ), None
     try:
-        problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+        problems = (
+            [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+            if integrity
+            else ["ok"]
+        )
         if problems != ["ok"]:
             conn.close()
             return _damaged(path, problems[0]), None
@@ -184,6 +192,8 @@ def check_database(path: Path) -> tuple[Check, sqlite3.Connection | None]:
             "run thatch stores once: it migrates the database",
         ), conn
     detail = f"{shown} ({_plural(memories, 'memory', 'memories')} in {_plural(stores, 'store')})"
+    if not integrity:
+        detail += f"; {INTEGRITY_NOT_READ}"
     if not wal:
         return Check(
             "warn", "database", f"{detail}, not in WAL mode", "run thatch stores once"
@@ -446,12 +456,14 @@ def run_checks(
     bin_path: str,
     version: str,
     check_model: ModelCheck,
+    integrity: bool = True,
 ) -> list[Check]:
-    """Every check of docs/cli.md §doctor, in the spec's order."""
+    """Every check of docs/cli.md §doctor, in the spec's order; ``integrity=False``
+    (``--skip-integrity``) does not read the whole database file."""
     from thatch.common.environment import default_db_path, queue_dir
 
     db_path = default_db_path(env)
-    database, conn = check_database(db_path)
+    database, conn = check_database(db_path, integrity=integrity)
     try:
         embedder, served = check_embedder(env)
         model, active = check_model(env, served)
@@ -468,7 +480,9 @@ def run_checks(
     return checks
 
 
-def checks_in_child(env: Mapping[str, str], *, project_dir: Path) -> list[Check]:
+def checks_in_child(
+    env: Mapping[str, str], *, project_dir: Path, integrity: bool = True
+) -> list[Check]:
     """``run_checks`` in a ``thatch doctor --json`` child process, for a long-lived process.
 
     The database check reads the file's header and opens connections of its own; in a
@@ -484,7 +498,7 @@ def checks_in_child(env: Mapping[str, str], *, project_dir: Path) -> list[Check]
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "thatch.cli"]
     try:
         done = subprocess.run(
-            [*command, "doctor", "--json"],
+            [*command, "doctor", "--json", *([] if integrity else ["--skip-integrity"])],
             env=dict(env),
             cwd=project_dir if project_dir.is_dir() else None,
             stdin=subprocess.DEVNULL,

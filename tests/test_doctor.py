@@ -94,6 +94,17 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
     ]
 
 
+def test_skip_integrity_says_the_file_was_not_read_for_damage(healthy: Path) -> None:
+    """`--skip-integrity` (the ui's Status page at each visit) leaves out the read of the
+    whole file, and its ok says so: never an ok that reads as "no damage found"."""
+    result = doctor("--skip-integrity")
+    assert lines_of(result)["database"] == [
+        f"ok  database  {healthy} (1 memory in 2 stores); whole file not read for damage "
+        "(--skip-integrity)"
+    ]
+    assert lines_of(doctor())["database"] == [f"ok  database  {healthy} (1 memory in 2 stores)"]
+
+
 def test_json_is_one_document_of_checks(healthy: Path) -> None:
     """--json prints a list of {status, check, detail, fix} objects, fix null when ok."""
     result = doctor("--json")

@@ -702,31 +702,35 @@ def test_chat_stream_sends_messages_written_by_another_process(ctx: ToolContext)
 
 
 DOCTOR_TABLE = "<th>status</th><th>check</th><th>detail</th><th>fix</th>"
-DOCTOR_RAN = re.compile(r"Last run <time datetime=\"([^\"]+)\"")
+DAMAGE_READ = re.compile(r"Last read <time datetime=\"([^\"]+)\"")
 
 
 def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
-    """A visit reads no more than the file's size: the doctor's checks (PRAGMA quick_check
-    reads the whole file) run only from the page's button, and their result is shown as
-    of when they ran, never as the file's state now."""
+    """A visit shows the doctor's checks without reading the whole file for damage (PRAGMA
+    quick_check, linear in the file): that read runs only from the page's button, and its
+    result is shown as of when it ran, never as the file's state now."""
     client, _guard = ui
     page = client.get("/status")
     assert page.status == 200
     assert str(db_path(ctx)) in page.body
     assert "embedder model" in page.body and "mock" in page.body
-    assert "Doctor" in page.body and "Not run since this page started." in page.body
-    assert DOCTOR_TABLE not in page.body and "quick_check" in page.body
+    shown_db = f"<td>ok</td><td>database</td><td>{db_path(ctx)} ("
+    assert DOCTOR_TABLE in page.body and shown_db in page.body
+    assert "whole file not read for damage (--skip-integrity)" in page.body
+    assert "Not read since this page started." in page.body
+    assert page.body.count(DOCTOR_TABLE) == 1
     ran = client.post("/status/doctor", {"csrf": page.csrf()})
     assert ran.status == 303 and ran.headers["location"].startswith("/status?")
     shown = client.get(ran.headers["location"])
-    assert DOCTOR_TABLE in shown.body and "Not run since" not in shown.body
-    assert f"<td>ok</td><td>database</td><td>{db_path(ctx)} (" in shown.body
-    first = DOCTOR_RAN.search(shown.body)
+    assert "Not read since" not in shown.body and shown.body.count(DOCTOR_TABLE) == 2
+    damage = shown.body[shown.body.index("<h2>Damage</h2>") :]
+    assert shown_db in damage and "--skip-integrity" not in damage
+    first = DAMAGE_READ.search(shown.body)
     assert first is not None
-    # A later visit shows that same run, with its time: nothing was checked since.
+    # A later visit shows that same read, with its time: nothing was read since.
     again = client.get("/status")
-    again_ran = DOCTOR_RAN.search(again.body)
-    assert again_ran is not None and again_ran.group(1) == first.group(1)
+    again_read = DAMAGE_READ.search(again.body)
+    assert again_read is not None and again_read.group(1) == first.group(1)
     assert client.request("GET", "/status/doctor").status == 405
     assert client.post("/status/doctor", {"csrf": "wrong"}).status == 403
 

@@ -1,5 +1,6 @@
-"""The Status page of ``thatch ui``: the database and embedder facts at every visit; the
-doctor's checks, run in a child process, only from the page's button."""
+"""The Status page of ``thatch ui``: the database and embedder facts and the doctor's
+checks at every visit, the checks in a child process; the read of the whole file for
+damage only from the page's button."""
 
 from __future__ import annotations
 
@@ -25,24 +26,25 @@ from thatch.frontend.ui.page_base import (
     respond,
 )
 
-__all__ = ["DoctorRun", "StatusPage"]
+__all__ = ["IntegrityRun", "StatusPage"]
 
 
 @dataclass(frozen=True)
-class DoctorRun:
-    """The doctor's checks as they were at ``at`` (a stored-format UTC timestamp)."""
+class IntegrityRun:
+    """The doctor's database check with the whole file read, as it was at ``at`` (a
+    stored-format UTC timestamp)."""
 
     at: str
-    checks: tuple[Check, ...]
+    check: Check
 
 
 @dataclass
 class StatusPage(PageBase):
-    # The last run of the doctor's checks, shown with its time. Not run at every visit:
-    # PRAGMA quick_check reads the whole file (0.3 s at 100k memories). Nor cached by the
-    # file's state: an mtime can stay the same across a write, and damage done outside
+    # The last read of the whole file for damage, shown with its time. Not at every visit:
+    # PRAGMA quick_check reads the whole file (seconds at 100k memories). Nor cached by
+    # the file's state: an mtime can stay the same across a write, and damage done outside
     # SQLite changes no counter SQLite keeps, so such a key could show a wrong "ok".
-    last_doctor: DoctorRun | None = None
+    last_integrity: IntegrityRun | None = None
 
     # -- Status ------------------------------------------------------------------------
 
@@ -53,20 +55,26 @@ class StatusPage(PageBase):
         return self._safely(self._run_doctor)
 
     def _run_doctor(self) -> Response:
-        from thatch.frontend.doctor import checks_in_child, damage_found
         from thatch.frontend.timefmt import format_timestamp
+
+        at = format_timestamp(self.store.clock())
+        checks = self._checks(integrity=True)
+        found = next((c for c in checks if c.name == "database"), checks[0])
+        self.last_integrity = IntegrityRun(at, found)
+        return self._back_to("/status", {}, "Read the whole database file for damage.")
+
+    def _checks(self, *, integrity: bool) -> list[Check]:
+        from thatch.frontend.doctor import checks_in_child, damage_found
 
         ctx = self.tools.ctx
         path = self.store.path
-        at = format_timestamp(self.store.clock())
         # In a child: this process holds the database open (docs/database.md
         # §who-opens-the-file), and the checks open the file themselves.
-        checks = checks_in_child(ctx.env, project_dir=ctx.project_dir)
+        checks = checks_in_child(ctx.env, project_dir=ctx.project_dir, integrity=integrity)
         damage = damage_found(checks, path) if path is not None else None
         if path is not None and damage is not None:  # from now on writes are refused
             db.note_damage(self.store.conn, DatabaseDamagedError(path, damage), path)
-        self.last_doctor = DoctorRun(at, tuple(checks))
-        return self._back_to("/status", {}, "Ran the doctor's checks.")
+        return checks
 
     def _status(self, request: Request) -> Response:
         from thatch.embedder.client.embedder_client import EmbedderClient
@@ -110,24 +118,28 @@ class StatusPage(PageBase):
             self._done_note(request.query_params),
             table([], facts),
             "<h2>Doctor</h2>",
-            self._doctor_section(),
+            _checks_table(self._checks(integrity=False)),
+            "<h2>Damage</h2>",
+            self._integrity_section(),
         ]
         return respond("Status", "".join(content))
 
-    def _doctor_section(self) -> str:
+    def _integrity_section(self) -> str:
         intro = (
-            "<p><code>thatch doctor</code>'s checks read the whole database file "
-            "(<code>PRAGMA quick_check</code>), so they run when asked, not at every visit. "
+            "<p>Reading the database file for damage (<code>PRAGMA quick_check</code>, as "
+            "<code>thatch doctor</code> does) reads the whole file, so it runs when asked, "
+            "not at every visit. "
         )
-        button = post_form("/status/doctor", self.csrf, {}, "Run the checks now")
-        run = self.last_doctor
+        button = post_form("/status/doctor", self.csrf, {}, "Read the file for damage now")
+        run = self.last_integrity
         if run is None:
-            return f"{intro}Not run since this page started.</p>{button}"
-        rows = [
-            [text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in run.checks
-        ]
+            return f"{intro}Not read since this page started.</p>{button}"
         return (
-            f"{intro}Last run {self._moment(run.at)} ({text(run.at)}): what was found then; "
-            f"the file may have changed since.</p>{button}"
-            + table(["status", "check", "detail", "fix"], rows)
+            f"{intro}Last read {self._moment(run.at)} ({text(run.at)}): what was found then; "
+            f"the file may have changed since.</p>{button}" + _checks_table([run.check])
         )
+
+
+def _checks_table(checks: list[Check]) -> str:
+    rows = [[text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks]
+    return table(["status", "check", "detail", "fix"], rows)
