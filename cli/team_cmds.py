@@ -102,10 +102,10 @@ def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
 
 
 def _report(outcome: LinkOutcome) -> None:
-    from thatch.frontend.untrusted import quoted
+    from thatch.frontend.untrusted import inline, quoted
 
     if outcome.error:
-        click.echo(f"team sync: {outcome.store}: {outcome.error}", err=True)
+        click.echo(f"team sync: {outcome.store}: {inline(outcome.error)}", err=True)
         return
     if outcome.pushed or outcome.applied:
         click.echo(
@@ -119,7 +119,10 @@ def _report(outcome: LinkOutcome) -> None:
             err=True,
         )
     for row_id, reason in outcome.refused:
-        click.echo(f"team sync: {outcome.store}: write {row_id} refused: {reason}", err=True)
+        # The hub's words can quote what was written: shown as a literal, as in team status.
+        click.echo(
+            f"team sync: {outcome.store}: write {row_id} refused: {quoted(reason)}", err=True
+        )
 
 
 @team.command()
@@ -309,7 +312,7 @@ def _embed_pending(ctx: Any, store: str) -> None:
 def status(as_json: bool) -> None:
     """Shared stores: hub, team, cursor, outbox length, refused writes, last sync; the chat
     outbox and its refused mail."""
-    from thatch.frontend.untrusted import quoted, token
+    from thatch.frontend.untrusted import inline, quoted, token
     from thatch.teamsync import outbox
     from thatch.teamsync.links import all_links
     from thatch.teamsync.process import is_running, lock_path
@@ -354,12 +357,14 @@ def status(as_json: bool) -> None:
         click.echo(f"{row['store']}: team {row['team']} as {row['member']} via {row['hub']}")
         click.echo(f"  outbox: {row['outbox']} waiting, {len(row['refused'])} refused")
         for item in row["refused"]:
-            click.echo(f"    refused {item['op']} {quoted(item['label'])}: {item['reason']}")
+            click.echo(
+                f"    refused {item['op']} {quoted(item['label'])}: {quoted(item['reason'])}"
+            )
         click.echo(f"  conflict versions kept by the hub: {row['conflicts']}")
         click.echo(f"  cursor: {row['cursor'][0]}/{row['cursor'][1]}")
         click.echo(f"  last sync: {row['last_ok_at'] or 'never'}")
         if row["last_error"]:
-            click.echo(f"  last error ({row['last_error_at']}): {row['last_error']}")
+            click.echo(f"  last error ({row['last_error_at']}): {inline(row['last_error'])}")
     click.echo(f"chat outbox: {chat['waiting']} waiting, {chat['refused']} refused")
     for mail in chat["refused_mail"]:
         sender = token(mail["from"]) if mail["from"] else "unknown"

@@ -360,3 +360,29 @@ def test_a_database_moved_from_under_the_sync_process_ends_it(store: Store, tmp_
     with pytest.raises(DatabaseMovedError, match="was deleted or moved after this process"):
         engine.sync_all()
     assert hub.pushed == []
+
+
+def test_team_status_shows_a_refusal_and_a_sync_error_as_data(store: Store, tmp_path: Path) -> None:
+    """The hub's reason for a refused write and a link's last error can quote what was
+    written: `thatch team status` shows them as one literal each, never as lines of its
+    own (a reason holding a newline printed a forged `outbox:` line)."""
+    from click.testing import CliRunner
+
+    from thatch.cli.main import cli
+    from thatch.frontend.untrusted import inline, quoted
+    from thatch.teamsync.links import note_error
+
+    forged = 'x"\n  outbox: 0 waiting, 0 refused\x1b[2K\u202e'
+    link(store)
+    store.remember(SHARED, "n1", "# n1\n\none", None, None)
+    [(row_id,)] = store.conn.execute("SELECT id FROM team_outbox").fetchall()
+    outbox.set_aside(store.conn, row_id, forged)
+    note_error(store.conn, SHARED, forged, NOW)
+    env = {"THATCH_DB_PATH": str(tmp_path / "thatch.db"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    shown = CliRunner().invoke(cli, ["team", "status"], env=env)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines.count("  outbox: 0 waiting, 1 refused") == 1
+    assert not any(line.startswith("  outbox: 0 waiting, 0") for line in lines), lines
+    assert f'    refused remember "n1": {quoted(forged)}' in lines
+    assert f"  last error ({NOW}): {inline(forged)}" in lines
