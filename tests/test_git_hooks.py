@@ -113,3 +113,14 @@ def test_post_merge_reads_orig_head_from_a_dotgit_file(tmp_path: Path) -> None:
         assert done.returncode == 0
         assert events.read_text().splitlines()[-1] == f"post-merge {expected} - {checkout}"
         (checkout / "gd" / "ORIG_HEAD").unlink(missing_ok=True)
+
+
+def test_a_checkout_path_is_shown_as_data(tmp_path: Path) -> None:
+    """A checkout whose directory name holds a newline and an escape: each hook's line
+    names it escaped, one line per hook, none forged."""
+    repo = new_repo(tmp_path / "w\ngit hook forged: written x\x1b[2K")
+    result = run_hook(["setup", "--git-hooks"], None, setup_env(tmp_path), cwd=repo)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    shown = f"{tmp_path}/w\\ngit hook forged: written x\\u001b[2K/.git/hooks"
+    assert lines == [f"git hook {hook}: written {shown}/{hook}" for hook in HOOKS]

@@ -179,12 +179,16 @@ def test_paths_are_shown_as_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.chdir(named)
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
     (named / "AGENTS.md").write_text(f"{BEGIN}\n")
-    for args in (["--opencode", "--dry-run"], ["--opencode"]):
-        result = CliRunner().invoke(cli, ["setup", *args])
+    (named / ".mcp.json").write_text('{"mcpServers": {"thatch": "x"}}')  # replaced, and said
+    for args in (["--dry-run"], []):
+        result = CliRunner().invoke(cli, ["setup", "--opencode", "--claude", *args])
         lines = result.stdout.splitlines()
-        assert lines[0] == "opencode (local):", lines
-        said = [line for line in lines[1:] if not line.startswith("Restart opencode")]
-        assert all(re.match(r"  [a-z-]+  \S", line) for line in said), lines
+        said = [line for line in lines if not line.startswith("Restart ")]
+        heads = ["opencode (local):", "Claude Code (local):"]
+        assert all(re.match(r"  [a-z-]+  \S", line) or line in heads for line in said), lines
         assert not any("\x1b" in line or "\u202e" in line for line in lines), lines
         assert "\\n  written  forged\\u001b[2K\\u202e" in result.stdout
+        errors = result.stderr.splitlines()
+        assert all(line.startswith("[thatch setup] ") for line in errors), errors
         assert "\x1b" not in result.stderr and "\\u202e/AGENTS.md: damaged" in result.stderr
+        assert "\\u202e/.mcp.json: mcpServers.thatch was" in result.stderr

@@ -38,12 +38,16 @@ class HookOutcome:
     status: str  # written | unchanged | refused (someone else's hook)
 
     def line(self) -> str:
+        from thatch.frontend.untrusted import inline
+
+        # A checkout's path can hold a newline or an escape: shown as data.
+        path = inline(str(self.path))
         if self.status == "refused":
             return (
-                f"git hook {self.hook}: left alone, {self.path} is not thatch's "
+                f"git hook {self.hook}: left alone, {path} is not thatch's "
                 "(thatch works without it)"
             )
-        return f"git hook {self.hook}: {self.status} {self.path}"
+        return f"git hook {self.hook}: {self.status} {path}"
 
 
 def _quoted(path: Path) -> str:

@@ -144,7 +144,7 @@ class _Writer:
         differs = places[0] if places else ""
         # A user's value of a key thatch writes is never replaced silently.
         said = "; ".join(r.describe(self.dry_run) for r in replaced)
-        replacing = f"{path}: {said}" if said else ""
+        replacing = f"{inline(str(path))}: {said}" if said else ""
         if loaded.problem is None:
             line = self.text(path, new_text, loaded.text)
             line = Line(line.status, line.target, replacing, differs=differs, changes=len(places))
@@ -237,7 +237,7 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
     shown = shlex.join(add)
     claude = shutil.which("claude", path=request.env.get("PATH"))
     if claude is None:
-        return Line("printed", shown, f"claude is not on PATH; run this yourself: {shown}")
+        return Line("printed", shown, f"claude is not on PATH; run this yourself: {inline(shown)}")
     # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
     # directory it runs in: asked from the project, a local setup hid a missing user entry.
     # From an empty directory only user-scope (and managed) servers answer.
@@ -245,7 +245,8 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
         try:
             known = _run([claude, "mcp", "get", "thatch"], request.env, neutral)
         except (OSError, subprocess.SubprocessError) as error:
-            return Line("printed", shown, f"claude mcp get thatch failed ({error}); run: {shown}")
+            failed = f"claude mcp get thatch failed ({inline(str(error))}); run: {inline(shown)}"
+            return Line("printed", shown, failed)
         if known.returncode == 0:
             command = _listed_command(known.stdout)
             if command is None or _same_binary(command, request.bin_path, request.env):
@@ -261,11 +262,14 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
         try:
             added = _run([claude, *add[1:]], request.env, neutral)
         except (OSError, subprocess.SubprocessError) as error:
-            return Line("printed", shown, f"claude mcp add failed ({error}); run: {shown}")
+            failed = f"claude mcp add failed ({inline(str(error))}); run: {inline(shown)}"
+            return Line("printed", shown, failed)
     if added.returncode != 0:
         said = (added.stderr or added.stdout).strip().splitlines()
         why = said[-1] if said else f"exit status {added.returncode}"
-        return Line("printed", shown, f"claude mcp add failed ({why}); run: {shown}")
+        return Line(
+            "printed", shown, f"claude mcp add failed ({inline(why)}); run: {inline(shown)}"
+        )
     return Line("written", shown)
 
 
