@@ -735,6 +735,23 @@ def test_status_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
     assert client.post("/status/doctor", {"csrf": "wrong"}).status == 403
 
 
+def test_status_page_shows_the_doctors_escaped_paths_once(
+    ui: tuple[UiClient, Guard], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The doctor shows a path holding a newline as `\\n` already: the page shows that,
+    not `\\\\n`; what a detail leaves raw (a bidi override) is still escaped."""
+    from thatch.frontend import doctor
+    from thatch.frontend.doctor import Check
+
+    said = [Check("ok", "database", "/p\\nok  forged (1 memory in 1 store)"),
+            Check("warn", "model", "m\u202e", "fix /p\\n")]  # fmt: skip
+    monkeypatch.setattr(doctor, "checks_in_child", lambda *args, **kwargs: said)
+    client, _guard = ui
+    page = client.get("/status").body
+    assert "<td>/p\\nok  forged (1 memory in 1 store)</td>" in page
+    assert "<td>m\\u202e</td><td>fix /p\\n</td>" in page
+
+
 def test_unknown_address_and_method_are_clear_pages(
     ui: tuple[UiClient, Guard], ctx: ToolContext
 ) -> None:

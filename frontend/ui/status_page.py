@@ -5,6 +5,7 @@ damage only from the page's button."""
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 from dataclasses import dataclass
 
@@ -141,5 +142,13 @@ class StatusPage(PageBase):
 
 
 def _checks_table(checks: list[Check]) -> str:
-    rows = [[text(c.status), text(c.name), text(c.detail), text(c.fix or "")] for c in checks]
+    rows = [[text(c.status), text(c.name), _said(c.detail), _said(c.fix or "")] for c in checks]
     return table(["status", "check", "detail", "fix"], rows)
+
+
+def _said(value: str) -> str:
+    """A doctor's detail or fix: it shows paths and keys escaped already, so escaping it
+    again would double their backslashes; only what it left raw is escaped here."""
+    from thatch.frontend.untrusted import has_control
+
+    return text(value) if has_control(value) else html.escape(value, quote=True)
