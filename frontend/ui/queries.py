@@ -195,6 +195,8 @@ class StoreSize:
     more: bool  # more than ``memories`` (counting stopped)
 
 
+CREATED_INDEX = "thatch_entries_created"  # m022's, on (store, created_at, slug)
+
 # The stores with memories, found by stepping from one store to the next along the
 # created-rows index (m022), then the stores only named: a few index seeks per store,
 # where DISTINCT read the whole table's key index.
@@ -214,6 +216,16 @@ def store_sizes(store: Store) -> dict[str, StoreSize]:
     (24 ms at 100k memories, at every visit of the Stores page)."""
     sizes = {}
     with store.lock, atomic(store.conn, immediate=False):
+        indexed = store.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (CREATED_INDEX,)
+        ).fetchone()
+        if indexed is None:
+            # A file read with its own older schema (read-only, not migrated): without the
+            # index each step is a scan and a sort (1.6 s at 100k against 35 ms whole).
+            return {
+                name: StoreSize(min(count, COUNTED_UP_TO), count > COUNTED_UP_TO)
+                for name, count in store.store_counts().items()
+            }
         names = [row[0] for row in store.conn.execute(_STORE_NAMES)]
         for name in names:
             (counted,) = store.conn.execute(
