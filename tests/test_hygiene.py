@@ -220,6 +220,7 @@ def test_all_signals_together_with_global_appended(
         "other_model": 2,
         "pending": 2,
         "code_changed": 0,
+        "code_anchors_unread": False,
         "conflicts": 0,
         "engines": {"other_model": 0, "pending": 0},
     }
@@ -320,6 +321,7 @@ def test_cli_healthy_and_json(cli_env: Path, vec: Callable[[], np.ndarray]) -> N
         "other_model": 0,
         "pending": 0,
         "code_changed": 0,
+        "code_anchors_unread": False,
         "conflicts": 0,
         "engines": {"other_model": 0, "pending": 0},
         "duplicate_pairs": [],

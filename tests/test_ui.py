@@ -340,12 +340,14 @@ def test_stores_page_counts_a_big_store_up_to_a_cap(
     assert counts == {"big": "more than 10,000", "exact": "10000", "global": "0", "proj": "2"}
 
 
+@pytest.mark.parametrize("changed", [True, False])
 def test_stores_page_says_which_code_anchors_it_did_not_check(
-    ui: tuple[UiClient, Guard], ctx: ToolContext, tmp_path: Path
+    ui: tuple[UiClient, Guard], ctx: ToolContext, tmp_path: Path, changed: bool
 ) -> None:
     """A pass reads a store's first 5,000 anchors: past them the page says they were not
     checked, and the memories it found changed are "at least" that many (it said "1
-    memory" and nothing of the 5,000 it never read)."""
+    memory" and nothing of the 5,000 it never read). With none found changed it says
+    nothing: the same line at every session start, with nothing to do."""
     client, _guard = ui
     code = tmp_path / "code.py"
     code.write_text("def f():\n    return 1\n")
@@ -360,15 +362,16 @@ def test_stores_page_says_which_code_anchors_it_did_not_check(
         conn.executemany(
             "INSERT INTO thatch_anchors (store, slug, seq, root, path, blob, mtime_ns, size) "
             "VALUES ('anchored', ?, 0, '', ?, ?, ?, ?)",
-            [("m00000", str(code), "other", 1, 1)]
+            [("m00000", str(code), "other", 1, 1)] * changed
             + [
                 (f"m{i:05}", str(code), "x", stat.st_mtime_ns, stat.st_size)
-                for i in range(1, 5_001)
+                for i in range(1 if changed else 0, 5_001)
             ],
         )
     page = html.unescape(client.get("/").body)
-    assert "<b>anchored</b>: at least 1 memory whose code changed since saved" in page
-    assert "code anchors past the first 5000 not checked" in page
+    found = "<b>anchored</b>: at least 1 memory whose code changed since saved" in page
+    unread = "code anchors past the first 5000 not checked" in page
+    assert (found, unread) == (changed, changed)
 
 
 def test_memories_page_newest_first_with_filters_and_search(
