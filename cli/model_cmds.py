@@ -214,11 +214,13 @@ def _listed_fields(model: ListedModel, listing: ModelListing) -> dict[str, objec
         "path": str(model.path) if model.path is not None else None,
         "in_use": model.in_use,
         "in_use_from": origin,
+        "id_leads_here": model.id_leads_here,
     }
 
 
 def _print_listing(listing: ModelListing) -> None:
     """One aligned line per model; names and paths read from disk are shown as data."""
+    from thatch.embedder.models.listing import LEADS_HERE
     from thatch.frontend.untrusted import inline, token
 
     def shown(value: bool | None) -> str:
@@ -232,7 +234,7 @@ def _print_listing(listing: ModelListing) -> None:
                 token(m.model_id),
                 token(m.short_name) if m.short_name else "-",
                 m.source,
-                inline(m.status),
+                inline(m.status) + (f" ({LEADS_HERE})" if m.id_leads_here else ""),
                 shown(m.quantized),
                 str(m.dim) if m.dim is not None else "-",
                 inline(str(m.path)) if m.path is not None else "-",

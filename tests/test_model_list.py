@@ -174,9 +174,11 @@ def test_of_rows_sharing_an_id_the_one_it_resolves_to_says_so(minilm_dir: Path) 
         ("hub cache", "ready", str(snapshot)),
     ]
     code, out, _ = run("--json")
-    assert [(m["source"], m["status"]) for m in json.loads(out) if m["id"] == PACKAGED_ID] == [
-        ("imported", "ready (the id leads here)"),
-        ("hub cache", "ready"),
+    # JSON keeps `status` one of its documented values: scripts test `== "ready"`.
+    listed = [m for m in json.loads(out) if m["id"] == PACKAGED_ID]
+    assert [(m["source"], m["status"], m["id_leads_here"]) for m in listed] == [
+        ("imported", "ready", True),
+        ("hub cache", "ready", False),
     ]
 
 
@@ -251,7 +253,7 @@ def test_json_is_a_list_of_objects_with_stable_keys(minilm_dir: Path) -> None:
     data = json.loads(out)
     assert isinstance(data, list) and len(out.splitlines()) == 1
     keys = ["id", "short_name", "source", "status", "quantized", "dim", "path"]
-    keys += ["in_use", "in_use_from"]
+    keys += ["in_use", "in_use_from", "id_leads_here"]
     assert all(list(item) == keys for item in data)
     assert data[0] == {
         "id": PACKAGED_ID,
@@ -263,6 +265,7 @@ def test_json_is_a_list_of_objects_with_stable_keys(minilm_dir: Path) -> None:
         "path": str(directory),
         "in_use": False,
         "in_use_from": None,
+        "id_leads_here": False,
     }
     default = next(item for item in data if item["id"] == "Xenova/bge-small-en-v1.5")
     assert default["in_use"] is True and default["in_use_from"] == "default"
@@ -319,9 +322,9 @@ def test_a_pinned_revision_in_use_is_its_own_hub_cache_row(
     code, out, _ = run("--json")
     assert code == 0
     hub = [m for m in json.loads(out) if m["source"] == "hub cache"]
-    assert [(m["path"], m["in_use"], m["status"]) for m in hub] == [
-        (str(main), False, "ready (the id leads here)"),
-        (str(other), True, "ready"),
+    assert [(m["path"], m["in_use"], m["status"], m["id_leads_here"]) for m in hub] == [
+        (str(main), False, "ready", True),
+        (str(other), True, "ready", False),
     ]
 
 

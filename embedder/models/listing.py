@@ -55,6 +55,7 @@ class ListedModel:
     dim: int | None
     path: Path | None
     in_use: bool = False
+    id_leads_here: bool = False  # of rows sharing its id, the one the id resolves to
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def _resolved_ids(
     picks."""
     counts = Counter(row.model_id for row, _ in keyed)
     return [
-        (replace(row, status=f"{row.status} ({LEADS_HERE})"), keys)
+        (replace(row, id_leads_here=True), keys)
         if counts[row.model_id] > 1 and _leads_to(row.model_id, keys, env, imports)
         else (row, keys)
         for row, keys in keyed
