@@ -245,9 +245,8 @@ def _print_listing(listing: ModelListing) -> None:
         padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
         click.echo(f"{marker or ' '} " + "  ".join([*padded, last]).rstrip())
     if listing.setting is not None and listing.problem is None:
-        click.echo(
-            f"* in use: {inline(str(listing.setting.value))} (from {listing.setting.origin})"
-        )
+        setting = listing.setting
+        click.echo(f"* in use: {inline(str(setting.value))} (from {inline(setting.origin)})")
     if listing.cached == 0 and not listing.unreadable:
         click.echo(
             "Nothing is imported or cached yet: `thatch model pull` downloads the model in "
@@ -264,7 +263,7 @@ def _in_use_warning(listing: ModelListing) -> None:
     if listing.setting is None:
         message = str(problem)
     else:
-        chosen = f"{inline(str(listing.setting.value))} (from {listing.setting.origin})"
+        chosen = f"{inline(str(listing.setting.value))} (from {inline(listing.setting.origin)})"
         message = f"the model in use, {chosen}, does not resolve: {problem}"
     click.echo(f"Warning: {message}", err=True)
     if problem.fix:
@@ -313,7 +312,7 @@ def use_cmd(name: str | None, clear: bool) -> None:
     if name is None and not clear:
         with translate_errors():
             chosen = model_setting(env)
-        click.echo(f"{inline(str(chosen.value))} (from {chosen.origin})")
+        click.echo(f"{inline(str(chosen.value))} (from {inline(chosen.origin)})")
         return
     fix = f"correct or remove {config_file(env)}"
     if clear:

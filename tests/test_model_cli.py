@@ -198,7 +198,7 @@ def test_use_shows_a_directory_name_as_data(minilm_dir: Path, tmp_path: Path) ->
     its newline, ANSI escape and bidi override never start a line of their own."""
     named = tmp_path / "m\nSaved in /elsewhere\x1b[2J\u202e"
     shutil.copytree(minilm_dir, named, copy_function=os.link)
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "THATCH_MODEL": ""}
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "con\nfig"), "THATCH_MODEL": ""}
     shown = f"{tmp_path}/m\\nSaved in /elsewhere\\u001b[2J\\u202e"
     code, out, _ = run("use", str(named), env=env)
     assert code == 0
@@ -207,4 +207,7 @@ def test_use_shows_a_directory_name_as_data(minilm_dir: Path, tmp_path: Path) ->
     assert lines[0].endswith(f" at {shown})") and lines[1].startswith("Saved in ")
     code, out, _ = run("use", env=env)
     assert code == 0
-    assert out.splitlines() == [f"{shown} (from config file {tmp_path}/config/thatch/config.json)"]
+    config = f"{tmp_path}/con\\nfig/thatch/config.json"
+    assert out.splitlines() == [f"{shown} (from config file {config})"]
+    code, out, _ = run("list", env=env)
+    assert code == 0 and f"* in use: {shown} (from config file {config})" in out.splitlines()
