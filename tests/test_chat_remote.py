@@ -414,3 +414,107 @@ def test_team_status_lists_refused_chat_mail(tools: Tools, tmp_path: Path) -> No
     assert [(m["to"], m["reason"], m["told_at"]) for m in shown["refused_mail"]] == [
         ("otter-00012@alice", HOSTILE_REASON, None)
     ]
+
+
+def refuse(tools: Tools, me: Who, peer_id: int = 7, count: int = 1, reason: str = "gone") -> None:
+    """``count`` mails of ``me``'s to a remote peer, refused by the hub (gone with it)."""
+    to = f"otter-{peer_id:05d}@alice"
+    apply(tools, remote(tools, peer_id, to))
+    for n in range(count):
+        ok(tools, "chat", {"action": "send", "as": me.me, "to": to, "body": f"hi {n}"})
+    hub = RefusingHub(reason)
+    chat_round(
+        conn_of(tools), hub, team=TEAM, stores=[], machine="m1", clock=tools.chat.store.clock
+    )
+
+
+# A stand-in for a step that fails after the notice was taken (a busy file, a full disk):
+# the session's heartbeat, written by the wake and by a read, aborts.
+FAIL_HEARTBEAT = (
+    "CREATE TRIGGER test_fail_heartbeat BEFORE UPDATE OF last_seen ON chat_sessions "
+    "BEGIN SELECT RAISE(ABORT, 'database is busy'); END"
+)
+
+
+def test_the_stop_hook_tells_a_refusal_again_when_its_wake_failed(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """The notice is stamped told in the wake's own transaction: a wake that fails prints
+    nothing and stamps nothing, so the next Stop tells it."""
+    me = anchored(tools, "host-1")
+    refuse(tools, me)
+    conn = conn_of(tools)
+    with conn:
+        conn.execute(FAIL_HEARTBEAT)
+    env = hook_env(tmp_path, THATCH_DB_PATH=str(tmp_path / "thatch.db"))
+    failed = run_hook(["chat-notify"], {"session_id": "host-1", "stop_hook_active": False}, env)
+    assert (failed.returncode, failed.stdout) == (0, b"")
+    assert conn.execute("SELECT told_at FROM chat_outbox").fetchall() == [(None,)]
+    with conn:
+        conn.execute("DROP TRIGGER test_fail_heartbeat")
+    assert "Not delivered: your chat message" in stop_hook(tmp_path, "host-1")
+    assert stop_hook(tmp_path, "host-1") == ""
+
+
+def test_a_read_that_fails_leaves_the_refusal_to_tell(tools: Tools) -> None:
+    """The notice is stamped told in the transaction that marks the page read."""
+    me, other = anchored(tools, "host-1"), anchored(tools, "host-2")
+    refuse(tools, me)
+    ok(tools, "chat", {"action": "send", "as": other.me, "to": me.name, "body": "hello"})
+    conn = conn_of(tools)
+    with conn:  # marking the page read fails
+        conn.execute(
+            "CREATE TRIGGER test_fail_read BEFORE UPDATE OF read_at ON chat_messages "
+            "BEGIN SELECT RAISE(ABORT, 'database is busy'); END"
+        )
+    assert "Not delivered" not in err(tools, "chat", {"action": "read", "as": me.me})
+    assert conn.execute("SELECT told_at FROM chat_outbox").fetchall() == [(None,)]
+    with conn:
+        conn.execute("DROP TRIGGER test_fail_read")
+    text = ok(tools, "chat", {"action": "read", "as": me.me})
+    assert "Not delivered" in text and "hello" in text
+    assert ok(tools, "chat", {"action": "read", "as": me.me}) == "No unread messages."
+
+
+def test_the_stop_hook_runs_no_more_statements_than_before_m027(
+    tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Stop with no mail and no refusal ran 10 statements before m027 (read the session,
+    read the secret, the wake's transaction); telling refusals adds none."""
+    from thatch.frontend.hooks import chat_anchor
+    from thatch.frontend.hooks.chat_notify import notify_text
+
+    anchored(tools, "host-1")
+    statements: list[str] = []
+    opened = chat_anchor.open_chat
+
+    def traced(env: dict[str, str]) -> object:
+        chat = opened(env)
+        chat.conn.set_trace_callback(statements.append)
+        return chat
+
+    monkeypatch.setattr(chat_anchor, "open_chat", traced)
+    env = {"THATCH_DB_PATH": str(tmp_path / "thatch.db")}
+    assert notify_text({"session_id": "host-1", "stop_hook_active": False}, env, "claude") is None
+    assert len(statements) <= 10, statements
+
+
+def test_refusal_lines_count_in_a_reads_page(tools: Tools) -> None:
+    """A read with refusals to tell and a full page of messages stays within the page:
+    the notices are counted in it, and the messages that do not fit wait for the next."""
+    from thatch.frontend.tools.chat_tools import READ_OUTPUT_MAX
+
+    me, other = anchored(tools, "host-1"), anchored(tools, "host-2")
+    refuse(tools, me, count=3, reason="\x01" * 200)  # each shown escaped: 6 characters
+    for n in range(12):
+        ok(
+            tools,
+            "chat",
+            {"action": "send", "as": other.me, "to": me.name, "body": f"{n:02d}" * 995},
+        )
+    text = ok(tools, "chat", {"action": "read", "as": me.me})
+    assert text.count("Not delivered") == 3
+    assert len(text) <= READ_OUTPUT_MAX, len(text)
+    rest = ok(tools, "chat", {"action": "read", "as": me.me})
+    shown = text.count("<<<end of chat message") + rest.count("<<<end of chat message")
+    assert shown == 12 and "Not delivered" not in rest

@@ -342,7 +342,7 @@ def mark_sent(
 ) -> None:
     """Settle the outbox rows the hub answered, in one transaction: a stored one is
     dropped, a ``refused`` one (row id → the hub's reason) kept aside with its reason,
-    never sent again, for its sender to be told once (``ChatStore.take_refusals``)."""
+    never sent again, for its sender to be told once (``ChatStore._take_refusals``)."""
     refused = refused or {}
     with atomic(conn):
         conn.executemany(
