@@ -499,6 +499,63 @@ def test_the_stop_hook_runs_no_more_statements_than_before_m027(
     assert len(statements) <= 10, statements
 
 
+def test_a_session_with_only_refused_mail_is_not_published_for_it(tools: Tools) -> None:
+    """Mail queued keeps its sender published (the hub needs it to take the mail); mail
+    refused is never sent again, so it keeps nobody published."""
+    me = anchored(tools, "host-1")
+    refuse(tools, me)
+    # No store linked to the team: only mail queued would publish the session.
+    published = chat_remote.peers_to_publish(conn_of(tools), TEAM, [], tools.chat.store.clock)
+    assert me.name not in [peer.local_name for peer in published]
+
+
+def test_refused_mail_is_pruned_and_the_send_path_skips_it(tools: Tools) -> None:
+    """Refused rows told over a week ago, untold ones over a month old and those whose
+    sender is gone are deleted by the daily prune, the others kept; the send path walks an
+    index of the rows waiting, not the refused ones."""
+    from datetime import timedelta
+
+    senders = [anchored(tools, f"host-{n}") for n in range(5)]
+    for n, who in enumerate(senders):
+        refuse(tools, who, peer_id=10 + n)
+    conn = conn_of(tools)
+    clock = tools.chat.store.clock
+
+    def ago(days: int) -> str:
+        return format_timestamp(clock() - timedelta(days=days))
+
+    with conn:
+        for peer, told_at, queued_at in (
+            (10, ago(8), ago(9)),  # told over a week ago: gone
+            (11, None, ago(31)),  # never told, a month old: gone
+            (12, ago(6), ago(9)),  # told within the week: kept
+            (14, None, ago(29)),  # not told yet, under a month: kept
+        ):
+            conn.execute(
+                "UPDATE chat_outbox SET told_at = ?, queued_at = ? WHERE to_peer = ?",
+                (told_at, queued_at, peer),
+            )
+        # 13's sender is gone: nobody is left to tell.
+        conn.execute("DELETE FROM chat_sessions WHERE name = ?", (senders[3].name,))
+        conn.execute("DELETE FROM chat_upkeep")  # the sends' prune ran today
+    assert tools.chat.store.prune()
+    left = [row[0] for row in conn.execute("SELECT to_peer FROM chat_outbox ORDER BY to_peer")]
+    assert left == [12, 14]
+    (queued,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'thatch_chat_outbox_waiting'"
+    ).fetchone()
+    assert "WHERE refused IS NULL" in queued
+    plan = [
+        row[3]
+        for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id, team, from_session, to_peer, body, via_broadcast "
+            "FROM chat_outbox WHERE team = ? AND refused IS NULL ORDER BY id LIMIT 10",
+            (TEAM,),
+        )
+    ]
+    assert any("thatch_chat_outbox_waiting" in step for step in plan), plan
+
+
 def test_refusal_lines_count_in_a_reads_page(tools: Tools) -> None:
     """A read with refusals to tell and a full page of messages stays within the page:
     the notices are counted in it, and the messages that do not fit wait for the next."""

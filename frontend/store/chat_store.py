@@ -53,6 +53,8 @@ MESSAGE_KEPT = timedelta(days=30)  # retention of chat_messages, read or not
 MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
 PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
 REFUSALS_TOLD = 3  # refused messages told at once: more wait for the next telling
+REFUSAL_TOLD_KEPT = timedelta(days=7)  # a refused chat mail kept after its sender was told
+REFUSAL_KEPT = timedelta(days=30)  # and one never told (its sender gone quiet)
 # A session's refusals not told yet, oldest first (m027's partial index finds them).
 UNTOLD = (
     "SELECT id, message_id, to_name, to_peer, refused FROM chat_outbox "
@@ -353,8 +355,9 @@ class ChatStore(ChatTail):
         """One bounded step of the daily upkeep (docs/chat.md §retention); whether it ran.
 
         Deletes auto rows unseen for 7 days and the keys of rows gone, tombstones older
-        than 7 days, wakes older than an hour, and messages older than 30 days (read or
-        not) or beyond the newest 50,000. Every delete looks at
+        than 7 days, wakes older than an hour, messages older than 30 days (read or
+        not) or beyond the newest 50,000, and refused chat mail told over 7 days ago or
+        untold for 30 days or whose sender is gone. Every delete looks at
         most at ``PRUNE_BATCH`` rows, so a step costs a hook little whatever the backlog;
         the once-a-day stamp is written (in the same transaction, so concurrent reminders
         share the work) only by the step that finds nothing more to delete.
@@ -399,6 +402,7 @@ class ChatStore(ChatTail):
                     "LIMIT 1 OFFSET ?) ORDER BY id LIMIT ?)",
                     (MESSAGES_KEPT, PRUNE_BATCH),
                 ),
+                *self._refused_prune(conn),
             ):
                 deleted = max(deleted, conn.execute(sql, args).rowcount)
             if deleted < PRUNE_BATCH:
@@ -408,6 +412,22 @@ class ChatStore(ChatTail):
                     (task, self._at()),
                 )
         return True
+
+    def _refused_prune(self, conn: sqlite3.Connection) -> list[tuple[str, tuple[object, ...]]]:
+        """The prune's deletes of refused chat mail (m027; none in a file without it):
+        told over a week ago, or never told and either a month old or its sender gone
+        (nobody is left to tell)."""
+        if CHAT_REFUSED in schema_lag(conn).migrations:
+            return []
+        return [
+            (
+                "DELETE FROM chat_outbox WHERE id IN (SELECT o.id FROM chat_outbox o "
+                "LEFT JOIN chat_sessions s ON s.session_id = o.from_session "
+                "WHERE o.refused IS NOT NULL AND (o.told_at < ? OR (o.told_at IS NULL "
+                "AND (o.queued_at < ? OR s.session_id IS NULL))) LIMIT ?)",
+                (self._at(REFUSAL_TOLD_KEPT), self._at(REFUSAL_KEPT), PRUNE_BATCH),
+            )
+        ]
 
     # -- messages ------------------------------------------------------------------------
 
