@@ -428,6 +428,21 @@ def refuse(tools: Tools, me: Who, peer_id: int = 7, count: int = 1, reason: str 
     )
 
 
+def without_m027(conn: sqlite3.Connection) -> None:
+    """The file as an older thatch left it: chat_outbox without m027's columns."""
+    from thatch.frontend.store.migrations.chat_remote import CHAT_OUTBOX_TRIGGER, m018_chat_remote
+    from thatch.frontend.store.schema import MIGRATIONS_TABLE
+
+    with conn:
+        conn.execute(f"DROP TRIGGER {CHAT_OUTBOX_TRIGGER}")
+        for index in ("thatch_chat_outbox_untold", "thatch_chat_outbox_waiting"):
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
+        for column in ("to_name", "refused", "told_at"):
+            conn.execute(f"ALTER TABLE chat_outbox DROP COLUMN {column}")
+        m018_chat_remote(conn)
+        conn.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = 'm027_chat_refused'")
+
+
 # A stand-in for a step that fails after the notice was taken (a busy file, a full disk):
 # the session's heartbeat, written by the wake and by a read, aborts.
 FAIL_HEARTBEAT = (
@@ -575,3 +590,43 @@ def test_refusal_lines_count_in_a_reads_page(tools: Tools) -> None:
     rest = ok(tools, "chat", {"action": "read", "as": me.me})
     shown = text.count("<<<end of chat message") + rest.count("<<<end of chat message")
     assert shown == 12 and "Not delivered" not in rest
+
+
+def test_team_status_shows_the_chat_outbox_with_no_store_linked(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """Chat across machines needs no linked store here: its outbox is shown without one."""
+    me = anchored(tools, "host-1")
+    refuse(tools, me)
+    env = hook_env(tmp_path, THATCH_DB_PATH=str(tmp_path / "thatch.db"))
+    done = run_hook(["team", "status"], None, env)
+    assert (done.returncode, done.stderr) == (0, b"")
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith("No store is shared with a team")
+    assert "chat outbox: 0 waiting, 1 refused" in lines
+    # An empty outbox says nothing more than before.
+    with conn_of(tools):
+        conn_of(tools).execute("DELETE FROM chat_outbox")
+    quiet = run_hook(["team", "status"], None, env).stdout.decode().splitlines()
+    assert quiet == lines[:1]
+
+
+def test_team_status_counts_waiting_chat_mail_in_a_file_without_m027(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """Waiting mail is queued since m018: a file without m027 (one this process may not
+    migrate) has it too, only no refusal; and it keeps its sender published."""
+    from thatch.cli.team_cmds import _chat_outbox
+    from thatch.frontend.store import db
+
+    me = anchored(tools, "host-1")
+    apply(tools, remote(tools, 7, "otter-00007@alice"))
+    ok(tools, "chat", {"action": "send", "as": me.me, "to": "otter-00007@alice", "body": "hi"})
+    without_m027(conn_of(tools))
+    older = db.connect(tmp_path / "thatch.db")  # reads the file as it is
+    try:
+        assert _chat_outbox(older) == {"waiting": 1, "refused": 0, "refused_mail": []}
+        published = chat_remote.peers_to_publish(older, TEAM, [], tools.chat.store.clock)
+        assert me.name in [peer.local_name for peer in published]
+    finally:
+        older.close()
