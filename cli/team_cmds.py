@@ -312,7 +312,7 @@ def _embed_pending(ctx: Any, store: str) -> None:
 def status(as_json: bool) -> None:
     """Shared stores: hub, team, cursor, outbox length, refused writes, last sync; the chat
     outbox and its refused mail."""
-    from thatch.frontend.untrusted import inline, quoted, token
+    from thatch.frontend.untrusted import inline, quoted
     from thatch.teamsync import outbox
     from thatch.teamsync.links import all_links
     from thatch.teamsync.process import is_running, lock_path
@@ -351,6 +351,9 @@ def status(as_json: bool) -> None:
         return
     if not rows:
         click.echo("No store is shared with a team (thatch team join URL --store owner/repo).")
+        # Chat mail is kept apart from the links (a leave leaves it): say what waits or failed.
+        if chat["waiting"] or chat["refused"]:
+            _echo_chat_outbox(chat)
         return
     click.echo(f"sync process: {'running' if running else 'not running'}")
     for row in rows:
@@ -365,6 +368,13 @@ def status(as_json: bool) -> None:
         click.echo(f"  last sync: {row['last_ok_at'] or 'never'}")
         if row["last_error"]:
             click.echo(f"  last error ({row['last_error_at']}): {inline(row['last_error'])}")
+    _echo_chat_outbox(chat)
+
+
+def _echo_chat_outbox(chat: dict[str, Any]) -> None:
+    """``_chat_outbox``'s lines: the counts, then each refused mail listed."""
+    from thatch.frontend.untrusted import quoted, token
+
     click.echo(f"chat outbox: {chat['waiting']} waiting, {chat['refused']} refused")
     for mail in chat["refused_mail"]:
         sender = token(mail["from"]) if mail["from"] else "unknown"
@@ -377,21 +387,26 @@ def status(as_json: bool) -> None:
 
 
 def _chat_outbox(conn: sqlite3.Connection) -> dict[str, Any]:
-    """The chat outbox's waiting and refused mail (the newest refused listed); none in a
-    file without m027, which keeps no refusal."""
+    """The chat outbox's waiting and refused mail (the newest refused listed). A file
+    without m027 keeps no refusal, but its mail waits there since m018: all of it is
+    waiting."""
     from thatch.frontend.store import chat_remote
+    from thatch.frontend.store.migrations.tables import table_columns
     from thatch.frontend.store.schema_lag import CHAT_REFUSED, schema_lag
 
     if CHAT_REFUSED in schema_lag(conn).migrations:
-        return {"waiting": 0, "refused": 0, "refused_mail": []}
+        waiting = 0
+        if table_columns(conn, "chat_outbox"):  # none in a file without m018 either
+            (waiting,) = conn.execute("SELECT count(*) FROM chat_outbox").fetchone()
+        return {"waiting": int(waiting), "refused": 0, "refused_mail": []}
     waiting, refused = chat_remote.outbox_counts(conn)
     listed = [
         {
             "team": mail.team,
-            "message_id": mail.message_id,
+            "message_id": int(mail.message_id),
             "from": mail.from_name,
             "to": mail.to_name,
-            "to_peer": mail.to_peer,
+            "to_peer": int(mail.to_peer),
             "reason": mail.reason,
             "queued_at": mail.queued_at,
             "told_at": mail.told_at,

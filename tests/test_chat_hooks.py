@@ -296,6 +296,7 @@ def test_chat_notify_wakes_as_before_in_a_file_without_m027(tmp_path: Path) -> N
     with sqlite3.connect(env["THATCH_DB_PATH"]) as older:
         older.execute(f"DROP TRIGGER {CHAT_OUTBOX_TRIGGER}")
         older.execute("DROP INDEX thatch_chat_outbox_untold")
+        older.execute("DROP INDEX thatch_chat_outbox_waiting")
         for column in ("to_name", "refused", "told_at"):
             older.execute(f"ALTER TABLE chat_outbox DROP COLUMN {column}")
         m018_chat_remote(older)

@@ -414,3 +414,219 @@ def test_team_status_lists_refused_chat_mail(tools: Tools, tmp_path: Path) -> No
     assert [(m["to"], m["reason"], m["told_at"]) for m in shown["refused_mail"]] == [
         ("otter-00012@alice", HOSTILE_REASON, None)
     ]
+
+
+def refuse(tools: Tools, me: Who, peer_id: int = 7, count: int = 1, reason: str = "gone") -> None:
+    """``count`` mails of ``me``'s to a remote peer, refused by the hub (gone with it)."""
+    to = f"otter-{peer_id:05d}@alice"
+    apply(tools, remote(tools, peer_id, to))
+    for n in range(count):
+        ok(tools, "chat", {"action": "send", "as": me.me, "to": to, "body": f"hi {n}"})
+    hub = RefusingHub(reason)
+    chat_round(
+        conn_of(tools), hub, team=TEAM, stores=[], machine="m1", clock=tools.chat.store.clock
+    )
+
+
+def without_m027(conn: sqlite3.Connection) -> None:
+    """The file as an older thatch left it: chat_outbox without m027's columns."""
+    from thatch.frontend.store.migrations.chat_remote import CHAT_OUTBOX_TRIGGER, m018_chat_remote
+    from thatch.frontend.store.schema import MIGRATIONS_TABLE
+
+    with conn:
+        conn.execute(f"DROP TRIGGER {CHAT_OUTBOX_TRIGGER}")
+        for index in ("thatch_chat_outbox_untold", "thatch_chat_outbox_waiting"):
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
+        for column in ("to_name", "refused", "told_at"):
+            conn.execute(f"ALTER TABLE chat_outbox DROP COLUMN {column}")
+        m018_chat_remote(conn)
+        conn.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = 'm027_chat_refused'")
+
+
+# A stand-in for a step that fails after the notice was taken (a busy file, a full disk):
+# the session's heartbeat, written by the wake and by a read, aborts.
+FAIL_HEARTBEAT = (
+    "CREATE TRIGGER test_fail_heartbeat BEFORE UPDATE OF last_seen ON chat_sessions "
+    "BEGIN SELECT RAISE(ABORT, 'database is busy'); END"
+)
+
+
+def test_the_stop_hook_tells_a_refusal_again_when_its_wake_failed(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """The notice is stamped told in the wake's own transaction: a wake that fails prints
+    nothing and stamps nothing, so the next Stop tells it."""
+    me = anchored(tools, "host-1")
+    refuse(tools, me)
+    conn = conn_of(tools)
+    with conn:
+        conn.execute(FAIL_HEARTBEAT)
+    env = hook_env(tmp_path, THATCH_DB_PATH=str(tmp_path / "thatch.db"))
+    failed = run_hook(["chat-notify"], {"session_id": "host-1", "stop_hook_active": False}, env)
+    assert (failed.returncode, failed.stdout) == (0, b"")
+    assert conn.execute("SELECT told_at FROM chat_outbox").fetchall() == [(None,)]
+    with conn:
+        conn.execute("DROP TRIGGER test_fail_heartbeat")
+    assert "Not delivered: your chat message" in stop_hook(tmp_path, "host-1")
+    assert stop_hook(tmp_path, "host-1") == ""
+
+
+def test_a_read_that_fails_leaves_the_refusal_to_tell(tools: Tools) -> None:
+    """The notice is stamped told in the transaction that marks the page read."""
+    me, other = anchored(tools, "host-1"), anchored(tools, "host-2")
+    refuse(tools, me)
+    ok(tools, "chat", {"action": "send", "as": other.me, "to": me.name, "body": "hello"})
+    conn = conn_of(tools)
+    with conn:  # marking the page read fails
+        conn.execute(
+            "CREATE TRIGGER test_fail_read BEFORE UPDATE OF read_at ON chat_messages "
+            "BEGIN SELECT RAISE(ABORT, 'database is busy'); END"
+        )
+    assert "Not delivered" not in err(tools, "chat", {"action": "read", "as": me.me})
+    assert conn.execute("SELECT told_at FROM chat_outbox").fetchall() == [(None,)]
+    with conn:
+        conn.execute("DROP TRIGGER test_fail_read")
+    text = ok(tools, "chat", {"action": "read", "as": me.me})
+    assert "Not delivered" in text and "hello" in text
+    assert ok(tools, "chat", {"action": "read", "as": me.me}) == "No unread messages."
+
+
+def test_the_stop_hook_runs_no_more_statements_than_before_m027(
+    tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Stop with no mail and no refusal ran 10 statements before m027 (read the session,
+    read the secret, the wake's transaction); telling refusals adds none."""
+    from thatch.frontend.hooks import chat_anchor
+    from thatch.frontend.hooks.chat_notify import notify_text
+
+    anchored(tools, "host-1")
+    statements: list[str] = []
+    opened = chat_anchor.open_chat
+
+    def traced(env: dict[str, str]) -> object:
+        chat = opened(env)
+        chat.conn.set_trace_callback(statements.append)
+        return chat
+
+    monkeypatch.setattr(chat_anchor, "open_chat", traced)
+    env = {"THATCH_DB_PATH": str(tmp_path / "thatch.db")}
+    assert notify_text({"session_id": "host-1", "stop_hook_active": False}, env, "claude") is None
+    assert len(statements) <= 10, statements
+
+
+def test_a_session_with_only_refused_mail_is_not_published_for_it(tools: Tools) -> None:
+    """Mail queued keeps its sender published (the hub needs it to take the mail); mail
+    refused is never sent again, so it keeps nobody published."""
+    me = anchored(tools, "host-1")
+    refuse(tools, me)
+    # No store linked to the team: only mail queued would publish the session.
+    published = chat_remote.peers_to_publish(conn_of(tools), TEAM, [], tools.chat.store.clock)
+    assert me.name not in [peer.local_name for peer in published]
+
+
+def test_refused_mail_is_pruned_and_the_send_path_skips_it(tools: Tools) -> None:
+    """Refused rows told over a week ago, untold ones over a month old and those whose
+    sender is gone are deleted by the daily prune, the others kept; the send path walks an
+    index of the rows waiting, not the refused ones."""
+    from datetime import timedelta
+
+    senders = [anchored(tools, f"host-{n}") for n in range(5)]
+    for n, who in enumerate(senders):
+        refuse(tools, who, peer_id=10 + n)
+    conn = conn_of(tools)
+    clock = tools.chat.store.clock
+
+    def ago(days: int) -> str:
+        return format_timestamp(clock() - timedelta(days=days))
+
+    with conn:
+        for peer, told_at, queued_at in (
+            (10, ago(8), ago(9)),  # told over a week ago: gone
+            (11, None, ago(31)),  # never told, a month old: gone
+            (12, ago(6), ago(9)),  # told within the week: kept
+            (14, None, ago(29)),  # not told yet, under a month: kept
+        ):
+            conn.execute(
+                "UPDATE chat_outbox SET told_at = ?, queued_at = ? WHERE to_peer = ?",
+                (told_at, queued_at, peer),
+            )
+        # 13's sender is gone: nobody is left to tell.
+        conn.execute("DELETE FROM chat_sessions WHERE name = ?", (senders[3].name,))
+        conn.execute("DELETE FROM chat_upkeep")  # the sends' prune ran today
+    assert tools.chat.store.prune()
+    left = [row[0] for row in conn.execute("SELECT to_peer FROM chat_outbox ORDER BY to_peer")]
+    assert left == [12, 14]
+    (queued,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'thatch_chat_outbox_waiting'"
+    ).fetchone()
+    assert "WHERE refused IS NULL" in queued
+    plan = [
+        row[3]
+        for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT id, team, from_session, to_peer, body, via_broadcast "
+            "FROM chat_outbox WHERE team = ? AND refused IS NULL ORDER BY id LIMIT 10",
+            (TEAM,),
+        )
+    ]
+    assert any("thatch_chat_outbox_waiting" in step for step in plan), plan
+
+
+def test_refusal_lines_count_in_a_reads_page(tools: Tools) -> None:
+    """A read with refusals to tell and a full page of messages stays within the page:
+    the notices are counted in it, and the messages that do not fit wait for the next."""
+    from thatch.frontend.tools.chat_tools import READ_OUTPUT_MAX
+
+    me, other = anchored(tools, "host-1"), anchored(tools, "host-2")
+    refuse(tools, me, count=3, reason="\x01" * 200)  # each shown escaped: 6 characters
+    for n in range(12):
+        ok(
+            tools,
+            "chat",
+            {"action": "send", "as": other.me, "to": me.name, "body": f"{n:02d}" * 995},
+        )
+    text = ok(tools, "chat", {"action": "read", "as": me.me})
+    assert text.count("Not delivered") == 3
+    assert len(text) <= READ_OUTPUT_MAX, len(text)
+    rest = ok(tools, "chat", {"action": "read", "as": me.me})
+    shown = text.count("<<<end of chat message") + rest.count("<<<end of chat message")
+    assert shown == 12 and "Not delivered" not in rest
+
+
+def test_team_status_shows_the_chat_outbox_with_no_store_linked(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """Chat across machines needs no linked store here: its outbox is shown without one."""
+    me = anchored(tools, "host-1")
+    refuse(tools, me)
+    env = hook_env(tmp_path, THATCH_DB_PATH=str(tmp_path / "thatch.db"))
+    done = run_hook(["team", "status"], None, env)
+    assert (done.returncode, done.stderr) == (0, b"")
+    lines = done.stdout.decode().splitlines()
+    assert lines[0].startswith("No store is shared with a team")
+    assert "chat outbox: 0 waiting, 1 refused" in lines
+    # An empty outbox says nothing more than before.
+    with conn_of(tools):
+        conn_of(tools).execute("DELETE FROM chat_outbox")
+    quiet = run_hook(["team", "status"], None, env).stdout.decode().splitlines()
+    assert quiet == lines[:1]
+
+
+def test_team_status_counts_waiting_chat_mail_in_a_file_without_m027(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """Waiting mail is queued since m018: a file without m027 (one this process may not
+    migrate) has it too, only no refusal; and it keeps its sender published."""
+    from thatch.cli.team_cmds import _chat_outbox
+    from thatch.frontend.store import db
+
+    me = anchored(tools, "host-1")
+    apply(tools, remote(tools, 7, "otter-00007@alice"))
+    ok(tools, "chat", {"action": "send", "as": me.me, "to": "otter-00007@alice", "body": "hi"})
+    without_m027(conn_of(tools))
+    older = db.connect(tmp_path / "thatch.db")  # reads the file as it is
+    try:
+        assert _chat_outbox(older) == {"waiting": 1, "refused": 0, "refused_mail": []}
+        published = chat_remote.peers_to_publish(older, TEAM, [], tools.chat.store.clock)
+        assert me.name in [peer.local_name for peer in published]
+    finally:
+        older.close()

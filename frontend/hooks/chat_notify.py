@@ -79,8 +79,9 @@ def notify_text(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -
             chat.touch(key)  # Claude's own loop guard: this turn already continued for a hook
             return None
         secret = chat.host_key(session)  # before the wake: a wake taken is a wake spent
-        refused = chat.take_refusals(key)  # told once: the sender waits for no reply
-        woken = chat.wake(key)  # refreshes last_seen too
+        # Refusals are told once (the sender waits for no reply), stamped in the wake's
+        # transaction: a wake that fails prints nothing and spends nothing.
+        refused, woken = chat.wake_telling(key)  # refreshes last_seen too
         lines = told(refused)
         if woken is not None:
             unread, senders = woken

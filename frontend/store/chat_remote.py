@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import NamedTuple
 
+from thatch.frontend.store.schema_lag import CHAT_REFUSED, schema_lag
 from thatch.frontend.store.transactions import atomic
 from thatch.frontend.timefmt import Clock, format_timestamp, parse_timestamp
 
@@ -173,19 +174,22 @@ def peers_to_publish(
 ) -> list[LocalPeer]:
     """The local sessions to publish to ``team``: those of its ``stores`` (the project
     stores linked to it) seen in the last 7 days, and every session with mail queued for
-    it (a sender must be published for the hub to take its mail). Names that are not
-    assigned chat names (an earlier release's rows) are left out."""
+    it (a sender must be published for the hub to take its mail; mail it refused is
+    never sent again and keeps nobody published). Names that are not assigned chat names
+    (an earlier release's rows) are left out."""
     since = format_timestamp(clock() - PUBLISHED_WINDOW)
     marks = ",".join("?" for _ in stores)
     in_stores = f"s.project IN ({marks})" if stores else "0"
     with atomic(conn):
+        # A file without m027 has no refusal column: all its mail waits.
+        waiting = "" if CHAT_REFUSED in schema_lag(conn).migrations else " AND refused IS NULL"
         salt = _salt(conn)
         rows = conn.execute(
             "SELECT s.session_id, s.name, s.topic, s.project, s.last_seen FROM chat_sessions s "
             "WHERE NOT EXISTS (SELECT 1 FROM chat_remote_peers r "
             "WHERE r.session_id = s.session_id) "
             f"AND ((s.last_seen >= ? AND {in_stores}) OR s.session_id IN "
-            "(SELECT from_session FROM chat_outbox WHERE team = ?)) "
+            f"(SELECT from_session FROM chat_outbox WHERE team = ?{waiting})) "
             "ORDER BY s.last_seen DESC LIMIT ?",
             (since, *stores, team, PUBLISH_MAX),
         ).fetchall()
@@ -342,7 +346,7 @@ def mark_sent(
 ) -> None:
     """Settle the outbox rows the hub answered, in one transaction: a stored one is
     dropped, a ``refused`` one (row id → the hub's reason) kept aside with its reason,
-    never sent again, for its sender to be told once (``ChatStore.take_refusals``)."""
+    never sent again, for its sender to be told once (``ChatStore._take_refusals``)."""
     refused = refused or {}
     with atomic(conn):
         conn.executemany(

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from thatch.frontend.store.chat_rows import (
     ACTIVE_WINDOW,
@@ -52,6 +53,13 @@ MESSAGE_KEPT = timedelta(days=30)  # retention of chat_messages, read or not
 MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
 PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
 REFUSALS_TOLD = 3  # refused messages told at once: more wait for the next telling
+REFUSAL_TOLD_KEPT = timedelta(days=7)  # a refused chat mail kept after its sender was told
+REFUSAL_KEPT = timedelta(days=30)  # and one never told (its sender gone quiet)
+# A session's refusals not told yet, oldest first (m027's partial index finds them).
+UNTOLD = (
+    "SELECT id, message_id, to_name, to_peer, refused FROM chat_outbox "
+    "WHERE from_session = ? AND refused IS NOT NULL AND told_at IS NULL ORDER BY id LIMIT ?"
+)
 
 # The rows are defined in chat_rows and named here too: callers import the store and its
 # rows from one place.
@@ -347,8 +355,9 @@ class ChatStore(ChatTail):
         """One bounded step of the daily upkeep (docs/chat.md §retention); whether it ran.
 
         Deletes auto rows unseen for 7 days and the keys of rows gone, tombstones older
-        than 7 days, wakes older than an hour, and messages older than 30 days (read or
-        not) or beyond the newest 50,000. Every delete looks at
+        than 7 days, wakes older than an hour, messages older than 30 days (read or
+        not) or beyond the newest 50,000, and refused chat mail told over 7 days ago or
+        untold for 30 days or whose sender is gone. Every delete looks at
         most at ``PRUNE_BATCH`` rows, so a step costs a hook little whatever the backlog;
         the once-a-day stamp is written (in the same transaction, so concurrent reminders
         share the work) only by the step that finds nothing more to delete.
@@ -393,6 +402,7 @@ class ChatStore(ChatTail):
                     "LIMIT 1 OFFSET ?) ORDER BY id LIMIT ?)",
                     (MESSAGES_KEPT, PRUNE_BATCH),
                 ),
+                *self._refused_prune(conn),
             ):
                 deleted = max(deleted, conn.execute(sql, args).rowcount)
             if deleted < PRUNE_BATCH:
@@ -402,6 +412,22 @@ class ChatStore(ChatTail):
                     (task, self._at()),
                 )
         return True
+
+    def _refused_prune(self, conn: sqlite3.Connection) -> list[tuple[str, tuple[object, ...]]]:
+        """The prune's deletes of refused chat mail (m027; none in a file without it):
+        told over a week ago, or never told and either a month old or its sender gone
+        (nobody is left to tell)."""
+        if CHAT_REFUSED in schema_lag(conn).migrations:
+            return []
+        return [
+            (
+                "DELETE FROM chat_outbox WHERE id IN (SELECT o.id FROM chat_outbox o "
+                "LEFT JOIN chat_sessions s ON s.session_id = o.from_session "
+                "WHERE o.refused IS NOT NULL AND (o.told_at < ? OR (o.told_at IS NULL "
+                "AND (o.queued_at < ? OR s.session_id IS NULL))) LIMIT ?)",
+                (self._at(REFUSAL_TOLD_KEPT), self._at(REFUSAL_KEPT), PRUNE_BATCH),
+            )
+        ]
 
     # -- messages ------------------------------------------------------------------------
 
@@ -466,9 +492,11 @@ class ChatStore(ChatTail):
         session_id: str,
         take: Callable[[Sequence[ChatMessage]], int] | None = None,
         prefix: int | None = None,
+        tell: Callable[[list[Refusal]], None] | None = None,
     ) -> tuple[list[ChatMessage], int]:
         """One page of the session's unread messages, oldest first, marked read, and how
-        many stay unread, in one transaction.
+        many stay unread, in one transaction; ``tell`` is handed the session's refusals
+        not told yet (``_take_refusals``), stamped told in it, before ``take`` is asked.
 
         The oldest ``READ_BATCH`` unread messages are fetched (bodies cut to ``prefix``
         characters, ``length`` keeping the whole size; one holding NUL is cut here, not
@@ -483,6 +511,8 @@ class ChatStore(ChatTail):
         if prefix is not None:
             args = (prefix, *args)
         with self.tx.write() as conn:
+            if tell is not None:
+                tell(self._take_refusals(conn, session_id))
             rows = conn.execute(
                 f"SELECT {columns} FROM {MESSAGE_FROM} "
                 "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id LIMIT ?",
@@ -531,53 +561,76 @@ class ChatStore(ChatTail):
         in the last hour. Stamps those messages' ``delivered_at`` and records the wake.
         """
         with self.tx.write() as conn:
-            now = self._at()
-            conn.execute(
-                "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
-            )
-            rows = conn.execute(
-                "SELECT m.id, s.name, m.delivered_at FROM chat_messages m "
-                "LEFT JOIN chat_sessions s ON s.session_id = m.from_session "
-                "WHERE m.to_session = ? AND m.read_at IS NULL ORDER BY m.id",
-                (session_id,),
-            ).fetchall()
-            renudge = self._at(RENUDGE_WINDOW)
-            due = [row[0] for row in rows if row[2] is None or str(row[2]) < renudge]
-            if not due:
-                return None
-            (wakes,) = conn.execute(
-                "SELECT count(*) FROM chat_wakes WHERE session_id = ? AND at >= ?",
-                (session_id, self._at(WAKE_WINDOW)),
-            ).fetchone()
-            if wakes >= WAKES_PER_WINDOW:
-                return None
-            conn.executemany(
-                "UPDATE chat_messages SET delivered_at = ? WHERE id = ?",
-                [(now, message_id) for message_id in due],
-            )
-            conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
+            return self._wake(conn, session_id, None)
+
+    def wake_telling(self, session_id: str) -> tuple[list[Refusal], tuple[int, list[str]] | None]:
+        """``wake``, and in its transaction the session's refusals not told yet, stamped
+        told (as ``_take_refusals`` takes them): the chat-notify hook prints both, or
+        neither is spent."""
+        with self.tx.write() as conn:
+            refused: list[Refusal] = []
+            woken = self._wake(conn, session_id, refused)
+        return refused, woken
+
+    def _wake(
+        self, conn: sqlite3.Connection, session_id: str, refused: list[Refusal] | None
+    ) -> tuple[int, list[str]] | None:
+        """``wake`` in ``conn``'s transaction; refusals are taken into ``refused`` unless None.
+
+        The unread mail and the refusals are read by one statement: the hook runs it at
+        every Stop, and telling refusals costs that no statement more than before m027."""
+        now = self._at()
+        conn.execute(
+            "UPDATE chat_sessions SET last_seen = ? WHERE session_id = ?", (now, session_id)
+        )
+        unread = (
+            "SELECT 0, m.id, s.name, m.delivered_at, NULL, NULL FROM chat_messages m "
+            "LEFT JOIN chat_sessions s ON s.session_id = m.from_session "
+            "WHERE m.to_session = ? AND m.read_at IS NULL"
+        )
+        args: tuple[object, ...] = (session_id,)
+        if refused is not None and CHAT_REFUSED not in schema_lag(conn).migrations:
+            unread += f" UNION ALL SELECT 1, * FROM ({UNTOLD})"
+            args = (session_id, session_id, REFUSALS_TOLD)
+        found = conn.execute(f"{unread} ORDER BY 1, 2", args).fetchall()
+        rows = [row[1:4] for row in found if row[0] == 0]
+        if refused is not None:
+            refused.extend(self._stamp_told(conn, [row[1:] for row in found if row[0] == 1]))
+        renudge = self._at(RENUDGE_WINDOW)
+        due = [row[0] for row in rows if row[2] is None or str(row[2]) < renudge]
+        if not due:
+            return None
+        (wakes,) = conn.execute(
+            "SELECT count(*) FROM chat_wakes WHERE session_id = ? AND at >= ?",
+            (session_id, self._at(WAKE_WINDOW)),
+        ).fetchone()
+        if wakes >= WAKES_PER_WINDOW:
+            return None
+        conn.executemany(
+            "UPDATE chat_messages SET delivered_at = ? WHERE id = ?",
+            [(now, message_id) for message_id in due],
+        )
+        conn.execute("INSERT INTO chat_wakes (session_id, at) VALUES (?, ?)", (session_id, now))
         senders = [str(row[1]) if row[1] is not None else "unknown" for row in rows]
         return len(rows), list(dict.fromkeys(senders))
 
-    def take_refusals(self, session_id: str) -> list[Refusal]:
+    def _take_refusals(self, conn: sqlite3.Connection, session_id: str) -> list[Refusal]:
         """The session's messages a team's hub refused that it was not told of yet, oldest
-        first, at most ``REFUSALS_TOLD``, stamped told in the transaction that takes them:
-        each is told once, to its sender alone. None in a file without m027 (its outbox
-        keeps no refusal); a session with none to tell costs one indexed read, no write."""
-        untold = (
-            "SELECT id, message_id, to_name, to_peer, refused FROM chat_outbox "
-            "WHERE from_session = ? AND refused IS NOT NULL AND told_at IS NULL "
-            "ORDER BY id LIMIT ?"
+        first, at most ``REFUSALS_TOLD``, stamped told in ``conn``'s transaction: the one
+        that produces the output carrying the notice, so that each is told once, to its
+        sender alone, and none is lost to a failure. None in a file without m027 (its
+        outbox keeps no refusal); a session with none to tell costs one indexed read."""
+        if CHAT_REFUSED in schema_lag(conn).migrations:
+            return []
+        rows = conn.execute(UNTOLD, (session_id, REFUSALS_TOLD)).fetchall()
+        return self._stamp_told(conn, rows)
+
+    def _stamp_told(self, conn: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> list[Refusal]:
+        """Rows of ``UNTOLD`` stamped told, as Refusals."""
+        if not rows:  # nothing prepared: a file without m027 has no told_at
+            return []
+        conn.executemany(
+            "UPDATE chat_outbox SET told_at = ? WHERE id = ?",
+            [(self._at(), row[0]) for row in rows],
         )
-        with self.tx.read() as conn:
-            if CHAT_REFUSED in schema_lag(conn).migrations:
-                return []
-            if conn.execute(untold, (session_id, 1)).fetchone() is None:
-                return []
-        with self.tx.write() as conn:  # read again: another hook may have told them
-            rows = conn.execute(untold, (session_id, REFUSALS_TOLD)).fetchall()
-            conn.executemany(
-                "UPDATE chat_outbox SET told_at = ? WHERE id = ?",
-                [(self._at(), row[0]) for row in rows],
-            )
         return [Refusal(int(row[1]), row[2], int(row[3]), str(row[4])) for row in rows]

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from thatch.frontend.store.chat_store import ChatMessage, ChatSession
+from thatch.frontend.store.chat_store import ChatMessage, ChatSession, Refusal
 from thatch.frontend.store.operations import ChatOperations
 from thatch.frontend.tools.chat_refusals import refusal_line
 from thatch.frontend.tools.context import ToolContext
@@ -396,13 +396,17 @@ class ChatTools:
     def read(self, given: str | None, message_id: int | None, offset: int | None) -> str:
         me = self.caller(given)
         if message_id is None:
-            # The sender's own refused mail comes first, told once: it waits for no reply.
-            told = [refusal_line(refusal) for refusal in self.store.take_refusals(me.session_id)]
+            # The sender's own refused mail comes first, told once (it waits for no reply),
+            # stamped in the transaction that marks the page read, and counted in the page.
+            told: list[str] = []
             blocks: list[str] = []
+
+            def telling(refused: list[Refusal]) -> None:
+                told.extend(refusal_line(refusal) for refusal in refused)
 
             def fitting(messages: Sequence[ChatMessage]) -> int:
                 # Header and trailer for any count fit in the 400 characters kept back.
-                used = 400
+                used = 400 + sum(len(line) + 2 for line in told)
                 for message in messages:
                     block = frame(message)
                     used += len(block) + 2
@@ -411,7 +415,9 @@ class ChatTools:
                     blocks.append(block)
                 return len(blocks)
 
-            page, left = self.store.read_unread(me.session_id, fitting, prefix=READ_PAGE)
+            page, left = self.store.read_unread(
+                me.session_id, fitting, prefix=READ_PAGE, tell=telling
+            )
             if not page:
                 return "\n\n".join([*told, NO_UNREAD])
             parts = [*told, READ_HEADER.format(n=len(page)), *blocks[: len(page)]]

@@ -6,7 +6,9 @@ Remote peers (sessions on other machines of a team, as the hub names them) are r
 copied into ``chat_outbox`` by a trigger in the writing transaction, whoever writes it.
 ``chat_remote_delivered`` keeps the ids of the mail already stored here, so a mail pulled
 twice (a lost ``MarkDelivered``) is stored once. m027: a mail the hub refused stays in
-``chat_outbox`` with the reason, never sent again, until its sender is told.
+``chat_outbox`` with the reason, never sent again; its sender is told once, and the chat
+store's daily prune deletes it a week after that, or after 30 days (or once its sender is
+gone) if never told.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def m027_chat_refused(conn: sqlite3.Connection) -> None:
     """Refused mail is kept and its sender told once: chat_outbox gains
     ``CHAT_REFUSED_COLUMNS``, the trigger also copies the recipient's name, and a partial
     index finds a session's refusals not yet told (asked by its chat-notify hook every
-    turn)."""
+    turn), another the mail still waiting (the send path walks no refused row)."""
     present = table_columns(conn, "chat_outbox")
     for column in CHAT_REFUSED_COLUMNS:
         if column not in present:
@@ -85,4 +87,8 @@ def m027_chat_refused(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE INDEX IF NOT EXISTS thatch_chat_outbox_untold ON chat_outbox (from_session) "
         "WHERE refused IS NOT NULL AND told_at IS NULL"
+    )
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_outbox_waiting ON chat_outbox (team, id) "
+        "WHERE refused IS NULL"
     )
