@@ -179,7 +179,10 @@ def test_paths_are_shown_as_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.chdir(named)
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
     (named / "AGENTS.md").write_text(f"{BEGIN}\n")
-    (named / ".mcp.json").write_text('{"mcpServers": {"thatch": "x"}}')  # replaced, and said
+    # Replaced, and said: its value's line separators and bidi override shown escaped.
+    (named / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"thatch": "x\u202e\u2028\u0085[thatch setup] ok"}})
+    )
     for args in (["--dry-run"], []):
         result = CliRunner().invoke(cli, ["setup", "--opencode", "--claude", *args])
         lines = result.stdout.splitlines()
@@ -188,7 +191,8 @@ def test_paths_are_shown_as_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert all(re.match(r"  [a-z-]+  \S", line) or line in heads for line in said), lines
         assert not any("\x1b" in line or "\u202e" in line for line in lines), lines
         assert "\\n  written  forged\\u001b[2K\\u202e" in result.stdout
-        errors = result.stderr.splitlines()
+        errors = result.stderr.splitlines()  # str.splitlines: at U+2028 and U+0085 too
         assert all(line.startswith("[thatch setup] ") for line in errors), errors
         assert "\x1b" not in result.stderr and "\\u202e/AGENTS.md: damaged" in result.stderr
         assert "\\u202e/.mcp.json: mcpServers.thatch was" in result.stderr
+        assert 'was "x\\u202e\\u2028\\u0085[thatch setup] ok"' in result.stderr

@@ -9,7 +9,6 @@ recorded so that setup can say which one it replaced.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,11 @@ class Replaced:
 
 
 def _shown(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """A value from a file a cloned repository controls: its line separators, bidi and
+    other controls escaped, so it cannot start or reorder a line of setup's."""
+    from thatch.frontend.untrusted import json_document
+
+    return json_document(value)
 
 
 def merge_own(
