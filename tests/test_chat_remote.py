@@ -525,12 +525,13 @@ def test_a_session_with_only_refused_mail_is_not_published_for_it(tools: Tools) 
 
 
 def test_refused_mail_is_pruned_and_the_send_path_skips_it(tools: Tools) -> None:
-    """Refused rows told over a week ago, untold ones over a month old and those whose
-    sender is gone are deleted by the daily prune, the others kept; the send path walks an
-    index of the rows waiting, not the refused ones."""
+    """Refused rows told over a week ago, and untold ones whose sender is gone or unseen
+    for a month, are deleted by the daily prune, the others kept (an untold refusal of
+    mail queued long ago, its sender live, too: mail waits while the hub is unreachable);
+    the send path walks an index of the rows waiting, not the refused ones."""
     from datetime import timedelta
 
-    senders = [anchored(tools, f"host-{n}") for n in range(5)]
+    senders = [anchored(tools, f"host-{n}") for n in range(6)]
     for n, who in enumerate(senders):
         refuse(tools, who, peer_id=10 + n)
     conn = conn_of(tools)
@@ -542,20 +543,24 @@ def test_refused_mail_is_pruned_and_the_send_path_skips_it(tools: Tools) -> None
     with conn:
         for peer, told_at, queued_at in (
             (10, ago(8), ago(9)),  # told over a week ago: gone
-            (11, None, ago(31)),  # never told, a month old: gone
             (12, ago(6), ago(9)),  # told within the week: kept
-            (14, None, ago(29)),  # not told yet, under a month: kept
+            (14, None, ago(29)),  # not told yet: kept
+            (15, None, ago(45)),  # queued long ago, refused now, not told yet: kept
         ):
             conn.execute(
                 "UPDATE chat_outbox SET told_at = ?, queued_at = ? WHERE to_peer = ?",
                 (told_at, queued_at, peer),
             )
+        # 11's sender was last seen over a month ago: it is not coming back to be told.
+        conn.execute(
+            "UPDATE chat_sessions SET last_seen = ? WHERE name = ?", (ago(31), senders[1].name)
+        )
         # 13's sender is gone: nobody is left to tell.
         conn.execute("DELETE FROM chat_sessions WHERE name = ?", (senders[3].name,))
         conn.execute("DELETE FROM chat_upkeep")  # the sends' prune ran today
     assert tools.chat.store.prune()
     left = [row[0] for row in conn.execute("SELECT to_peer FROM chat_outbox ORDER BY to_peer")]
-    assert left == [12, 14]
+    assert left == [12, 14, 15]
     (queued,) = conn.execute(
         "SELECT sql FROM sqlite_master WHERE name = 'thatch_chat_outbox_waiting'"
     ).fetchone()

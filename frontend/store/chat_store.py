@@ -54,7 +54,7 @@ MESSAGES_KEPT = 50_000  # and at most this many rows, the oldest going first
 PRUNE_BATCH = 500  # rows one prune step looks at per table: a bounded cost for a hook
 REFUSALS_TOLD = 3  # refused messages told at once: more wait for the next telling
 REFUSAL_TOLD_KEPT = timedelta(days=7)  # a refused chat mail kept after its sender was told
-REFUSAL_KEPT = timedelta(days=30)  # and one never told (its sender gone quiet)
+REFUSAL_KEPT = timedelta(days=30)  # one never told, after its sender was last seen
 # A session's refusals not told yet, oldest first (m027's partial index finds them).
 UNTOLD = (
     "SELECT id, message_id, to_name, to_peer, refused FROM chat_outbox "
@@ -357,8 +357,9 @@ class ChatStore(ChatTail):
         Deletes auto rows unseen for 7 days and the keys of rows gone, tombstones older
         than 7 days, wakes older than an hour, messages older than 30 days (read or
         not) or beyond the newest 50,000, and refused chat mail told over 7 days ago or
-        untold for 30 days or whose sender is gone. Every delete looks at
-        most at ``PRUNE_BATCH`` rows, so a step costs a hook little whatever the backlog;
+        untold whose sender is gone or unseen for 30 days. Every delete but the refused
+        mail's looks at most at ``PRUNE_BATCH`` rows (that one reads the outbox, which
+        holds only mail not yet sent or refused), so a step costs a hook little;
         the once-a-day stamp is written (in the same transaction, so concurrent reminders
         share the work) only by the step that finds nothing more to delete.
         """
@@ -415,8 +416,9 @@ class ChatStore(ChatTail):
 
     def _refused_prune(self, conn: sqlite3.Connection) -> list[tuple[str, tuple[object, ...]]]:
         """The prune's deletes of refused chat mail (m027; none in a file without it):
-        told over a week ago, or never told and either a month old or its sender gone
-        (nobody is left to tell)."""
+        told over a week ago, or never told and its sender gone or unseen for a month
+        (nobody is left to tell). Not by the mail's age: mail waits in the outbox as long
+        as the hub is unreachable, and a refusal of old mail is told like any other."""
         if CHAT_REFUSED in schema_lag(conn).migrations:
             return []
         return [
@@ -424,7 +426,7 @@ class ChatStore(ChatTail):
                 "DELETE FROM chat_outbox WHERE id IN (SELECT o.id FROM chat_outbox o "
                 "LEFT JOIN chat_sessions s ON s.session_id = o.from_session "
                 "WHERE o.refused IS NOT NULL AND (o.told_at < ? OR (o.told_at IS NULL "
-                "AND (o.queued_at < ? OR s.session_id IS NULL))) LIMIT ?)",
+                "AND (s.session_id IS NULL OR s.last_seen < ?))) LIMIT ?)",
                 (self._at(REFUSAL_TOLD_KEPT), self._at(REFUSAL_KEPT), PRUNE_BATCH),
             )
         ]
