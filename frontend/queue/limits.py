@@ -11,6 +11,7 @@ from __future__ import annotations
 from thatch.frontend.identifiers import SESSION_ID_MAX
 
 __all__ = [
+    "ABANDONED_SECONDS",
     "ACCEPTED_TTL_SECONDS",
     "ARGS_CHARS_LIMIT",
     "ARG_DEPTH_LIMIT",
@@ -54,3 +55,8 @@ STALE_SECONDS = 7 * 24 * 3600
 # (host closed, sub-agent killed) must not strand its records; after this they nudge again.
 ACCEPTED_TTL_SECONDS = 600
 CLEANUP_INTERVAL_SECONDS = 24 * 3600
+# A session's queue untouched this long counts as abandoned (its host died before its
+# session-end ran) and is carried over to its project. Every tool call, nudge and fetch
+# touches a live session's queue: a day is well past an idle evening, and the daily pass
+# that carries it (CLEANUP_INTERVAL_SECONDS) still runs days before STALE_SECONDS.
+ABANDONED_SECONDS = 24 * 3600
