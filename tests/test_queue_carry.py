@@ -506,3 +506,29 @@ def test_two_sessions_prompting_at_once_take_an_abandoned_queue_once(
         assert sorted(i for s in sessions for i in queued_ids(tmp_path, s)) == sorted(ids)
         assert queued_ids(tmp_path, nudged[0][1]) == list(ids)
         assert queued_ids(tmp_path, dead) == [] and carried(tmp_path) == []
+
+
+def test_a_pass_carries_a_hundred_sessions_oldest_first_and_the_next_prompt_goes_on(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """101 sessions died, each with one call (files as the tool hooks write them). The
+    first prompt's pass carries the 100 oldest (its bound), the carry file keeping the
+    newest 20 calls as ever; the next prompt's pass goes on at once, not a day later,
+    and carries the last one."""
+    directory = qdir(tmp_path)
+    directory.mkdir(mode=0o700)
+    project_file = json.dumps({"project": str(tmp_path)})
+    now = time.time()
+    for i in range(101):
+        stem = f"dead-{i:03}"
+        record = {"tool": "Bash", "sessionID": stem, "args": {}, "title": "", "output": "ok"}
+        (directory / f"{stem}.jsonl").write_text(json.dumps({**record, "tool_use_id": stem}))
+        (directory / f"{stem}.project").write_text(project_file)
+        then = now - 25 * HOUR - (101 - i) * 60  # dead-100 died last
+        for suffix in (".jsonl", ".project"):
+            os.utime(directory / f"{stem}{suffix}", (then, then))
+    assert nudge(env, tmp_path, T) == (20, T)
+    assert queued_ids(tmp_path, T) == [f"dead-{i:03}" for i in range(80, 100)]
+    assert nudge(env, tmp_path, "next-session") == (1, "next-session")
+    assert queued_ids(tmp_path, "next-session") == ["dead-100"]
+    assert list(directory.glob("dead-*.jsonl")) == [] and carried(tmp_path) == []

@@ -20,6 +20,7 @@ from typing import Any
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 from thatch.frontend.queue.files import (
     QueueError,
+    cleanup_again,
     cleanup_due,
     locked,
     project_path,
@@ -33,7 +34,12 @@ from thatch.frontend.queue.files import (
     unlink,
     write_records,
 )
-from thatch.frontend.queue.limits import ABANDONED_SECONDS, ACCEPTED_TTL_SECONDS, ID_LIMIT
+from thatch.frontend.queue.limits import (
+    ABANDONED_PER_PASS,
+    ABANDONED_SECONDS,
+    ACCEPTED_TTL_SECONDS,
+    ID_LIMIT,
+)
 from thatch.frontend.queue.records import seq_of
 
 __all__ = [
@@ -224,64 +230,78 @@ def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -
     if not cleanup_due(directory, now, force=force):
         return 0
     removed = remove_stale(directory, now)
-    carry_abandoned(directory, now)
+    if carry_abandoned(directory, now) >= ABANDONED_PER_PASS:
+        # More may be waiting: the next hook's pass goes on, not tomorrow's.
+        cleanup_again(directory)
     return removed
 
 
-def carry_abandoned(directory: Path, now: float) -> int:
+def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS) -> int:
     """Carry over, as their ``session-end`` would have, the queues of sessions whose host
     died first (killed, crashed, SessionEnd's timeout): untouched for ABANDONED_SECONDS,
     no fresh snapshot handed out, none of their records held. Each goes to the project its
     queue recorded (``files.record_project``); a queue that recorded none (an earlier
-    release's) is left to the 7-day cleanup. Returns the records moved.
+    release's) is left to the 7-day cleanup. At most ``limit`` sessions, oldest first (so
+    the newest calls are the last carried, which a carry file's cap keeps); returns the
+    sessions carried.
 
     Only on the daily pass: a prompt must not read every queue file. Sessions are found
     by their files' names, never by an id a record claims."""
-    moved = 0
+    found: list[tuple[float, Path]] = []
     for entry in os.scandir(directory):
         stem, _dot, suffix = entry.name.rpartition(".")
         if suffix != "jsonl" or not _SESSION_STEM.fullmatch(stem):
             continue  # carry files ("~"), temp files ("."), foreign names
         if not entry.is_file(follow_symlinks=False):
             continue  # a link to another session's queue, a FIFO: nothing of a session's
+        jsonl = Path(entry.path)
+        touched = _last_touched(jsonl, with_lock=True)
+        if touched is not None and now - touched >= ABANDONED_SECONDS:
+            found.append((touched, jsonl))
+    carried = 0
+    for _touched, jsonl in sorted(found):
+        if carried >= limit:
+            break
         try:
-            moved += _carry_if_abandoned(directory, Path(entry.path), now)
+            carried += _carry_if_abandoned(directory, jsonl, now)
         except QueueError:
             continue  # its lock is busy or no regular file: not a queue to move now
-    return moved
+    return carried
 
 
-def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> int:
-    lock = jsonl.with_suffix(".lock")
-    if not _untouched(jsonl, lock, now):
-        return 0
+def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
     project = read_project(project_path(jsonl))
     if not project:
-        return 0
-    with locked(lock):
+        return False
+    with locked(jsonl.with_suffix(".lock")):
         # Again under the lock (taking it touched the lock file): the session may have
         # come back meanwhile, or another prompt's pass moved its queue already.
+        touched = _last_touched(jsonl, with_lock=False)
+        if touched is None or now - touched < ABANDONED_SECONDS:
+            return False
         records = read_lines(jsonl)
-        state = read_state(state_path(jsonl))
-        if not _untouched(jsonl, None, now) or _fresh(state, now):
-            return 0
-        if not records or any(_held(record, now) for record in records):
-            return 0  # nothing readable (a file this user may not read stays), or held
-        return _move_queue(directory, jsonl, project, [_unheld(r) for r in records])
+        if not records or _fresh(read_state(state_path(jsonl)), now):
+            return False  # nothing readable (a file this user may not read stays)
+        if any(_held(record, now) for record in records):
+            return False
+        _move_queue(directory, jsonl, project, [_unheld(r) for r in records])
+    return True
 
 
-def _untouched(jsonl: Path, lock: Path | None, now: float) -> bool:
-    """Whether the session's queue exists and none of its files changed for
-    ABANDONED_SECONDS: every tool call, nudge and fetch of a live session touches one."""
-    paths = [jsonl, jsonl.with_suffix(".count"), state_path(jsonl), project_path(jsonl)]
-    newest = 0.0
-    for path in [*paths, lock] if lock is not None else paths:
+def _last_touched(jsonl: Path, *, with_lock: bool) -> float | None:
+    """When the session's queue files last changed (None: no ``.jsonl``). Every tool call,
+    nudge and fetch of a live session touches one, its ``.lock`` at least."""
+    suffixes = (".count", ".state", ".project", *((".lock",) if with_lock else ()))
+    newest = None
+    for path in (jsonl, *(jsonl.with_suffix(suffix) for suffix in suffixes)):
         try:
-            newest = max(newest, os.lstat(path).st_mtime)
+            changed = os.lstat(path).st_mtime
         except FileNotFoundError:
             if path == jsonl:
-                return False
-    return now - newest >= ABANDONED_SECONDS
+                return None
+            continue
+        newest = changed if newest is None else max(newest, changed)
+    return newest
 
 
 def adopt_carried(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from thatch.frontend.identifiers import SESSION_ID_MAX
 
 __all__ = [
+    "ABANDONED_PER_PASS",
     "ABANDONED_SECONDS",
     "ACCEPTED_TTL_SECONDS",
     "ARGS_CHARS_LIMIT",
@@ -60,3 +61,6 @@ CLEANUP_INTERVAL_SECONDS = 24 * 3600
 # touches a live session's queue: a day is well past an idle evening, and the daily pass
 # that carries it (CLEANUP_INTERVAL_SECONDS) still runs days before STALE_SECONDS.
 ABANDONED_SECONDS = 24 * 3600
+# Abandoned sessions one pass carries over (each rewrites a carry file, ~1 ms): the prompt
+# that runs the pass stays within ~0.2 s however many piled up; the next hook goes on.
+ABANDONED_PER_PASS = 100
