@@ -23,7 +23,9 @@ from thatch.frontend.tools.memory_tools import Tools
 
 S = "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9"  # the recorded Claude Code session
 T = "5d0c5a51-7b4e-4f0e-9a35-0c2b7f0e1a11"  # the project's next session
+G = "9e1c4b2a-6d3f-4c8e-b7a5-2f0d1e3c4b5a"  # a session whose host died: no session-end
 AGENT = "a173cf817a18f6fa8"
+HOUR = 3600
 NUDGE = re.compile(rb'\[thatch\] (\d+) tool interactions? (?:is|are) queued.*?session_id ("[^"]*")')
 EMPTY = "No queued tool interactions found for this session."
 
@@ -70,6 +72,47 @@ def nudge(env: dict[str, str], project: Path, session: str) -> tuple[int, str] |
 
 def carried(tmp_path: Path) -> list[dict[str, object]]:
     return [r for p in qdir(tmp_path).glob("~carry-*.jsonl") for r in read_lines(p)]
+
+
+def age_queue(tmp_path: Path, session: str, seconds: float) -> None:
+    """Every file of the session's queue last touched ``seconds`` ago, and the queue's daily
+    pass due (its marker as old)."""
+    then = time.time() - seconds
+    directory = qdir(tmp_path)
+    marker = directory / ".last-cleanup"
+    paths = [*directory.glob(f"{queue.safe_name(session)}.*")]
+    for path in [*paths, marker] if marker.exists() else paths:
+        os.utime(path, (then, then), follow_symlinks=False)
+
+
+def queued_ids(tmp_path: Path, session: str) -> list[str]:
+    return [str(r.get("tool_use_id")) for r in queue.peek_records(qdir(tmp_path), session)]
+
+
+def prompts_at_once(
+    tmp_path: Path, env: dict[str, str], project: Path, sessions: tuple[str, ...]
+) -> list[re.Match[bytes] | None]:
+    """Real flush-tools processes of ``sessions`` started together: each one's nudge match."""
+    procs = []
+    for session in sessions:
+        stdin = tmp_path / f"prompt-{session}.json"
+        stdin.write_text(json.dumps(prompt_payload(project, session)))
+        with stdin.open("rb") as handle:
+            procs.append(
+                subprocess.Popen(
+                    thatch_command("flush-tools"),
+                    stdin=handle,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                )
+            )
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, b"")
+        outs.append(NUDGE.search(out))
+    return outs
 
 
 def fetched_ids(tools: Tools, session: str) -> list[str]:
@@ -203,25 +246,7 @@ def test_two_sessions_prompting_at_once_adopt_carried_calls_once(
         ids = (f"r{round_}a", f"r{round_}b")
         queue_calls(env, project, S, *ids)
         session_end(env, project, S)
-        procs = []
-        for session in (f"A{round_}", f"B{round_}"):
-            stdin = tmp_path / f"prompt-{session}.json"
-            stdin.write_text(json.dumps(prompt_payload(project, session)))
-            with stdin.open("rb") as handle:
-                procs.append(
-                    subprocess.Popen(
-                        thatch_command("flush-tools"),
-                        stdin=handle,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        env=env,
-                    )
-                )
-        outs = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=120)
-            assert (proc.returncode, err) == (0, b"")
-            outs.append(NUDGE.search(out))
+        outs = prompts_at_once(tmp_path, env, project, (f"A{round_}", f"B{round_}"))
         nudged = [json.loads(m.group(2)) for m in outs if m]
         assert len(nudged) == 1 and outs[[bool(m) for m in outs].index(True)].group(1) == b"2"
         queued = [
@@ -365,3 +390,145 @@ def test_calls_carried_under_a_directory_key_are_still_adopted_there(
     git_init(project)
     assert nudge(env, sub, T) == (1, T)
     assert carried(tmp_path) == []
+
+
+def test_a_session_whose_end_never_ran_is_adopted_by_the_projects_next_prompt(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G queued two calls and its host died (killed, crashed, SessionEnd timed out): no
+    session-end ran. A day later the project's next session prompts: it takes G's calls
+    over as if G's session-end had run late, its nudge announces them, its fetch gets them
+    and its extraction_done removes them; G's queue is gone."""
+    queue_calls(env, tmp_path, G, "a", "b")
+    age_queue(tmp_path, G, 25 * HOUR)
+    assert nudge(env, tmp_path, T) == (2, T)
+    assert queued_ids(tmp_path, T) == ["a", "b"]
+    assert queued_ids(tmp_path, G) == [] and carried(tmp_path) == []
+    with tool_context(tmp_path) as ctx:
+        tools = Tools(ctx)
+        assert len(fetched_ids(tools, T)) == 2
+        assert tools.call("extraction_done", {"session_id": T}).text == "[acknowledged]"
+    assert nudge(env, tmp_path, T) is None
+    assert nudge(env, tmp_path, "third-session") is None
+
+
+def test_an_abandoned_session_of_another_project_goes_to_that_project(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G worked in another project: a session of this one is not nudged about G's call;
+    the next session of G's project is."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine.mkdir()
+    theirs.mkdir()
+    queue_calls(env, theirs, G, "a")
+    age_queue(tmp_path, G, 25 * HOUR)
+    assert nudge(env, mine, T) is None
+    assert queued_ids(tmp_path, T) == []
+    assert nudge(env, theirs, "their-next") == (1, "their-next")
+
+
+def test_a_session_idle_for_less_than_a_day_keeps_its_queue(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S has been idle for 23 hours (its window may still be open): its calls stay its
+    own, while G's, untouched for 25 hours, are taken over."""
+    queue_calls(env, tmp_path, S, "a")
+    queue_calls(env, tmp_path, G, "b")
+    age_queue(tmp_path, S, 23 * HOUR)
+    age_queue(tmp_path, G, 25 * HOUR)
+    assert nudge(env, tmp_path, T) == (1, T)
+    assert queued_ids(tmp_path, T) == ["b"]
+    assert queued_ids(tmp_path, S) == ["a"]
+
+
+def test_a_session_with_a_fresh_snapshot_keeps_its_queue(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """An extractor fetched S's calls moments ago (however old its files look): they stay
+    S's, for that extractor to complete; G's are taken over."""
+    queue_calls(env, tmp_path, S, "a")
+    assert [r["tool_use_id"] for r in queue.accept(qdir(tmp_path), S)] == ["a"]
+    queue_calls(env, tmp_path, G, "b")
+    age_queue(tmp_path, S, 25 * HOUR)
+    age_queue(tmp_path, G, 25 * HOUR)
+    assert nudge(env, tmp_path, T) == (1, T)
+    assert queued_ids(tmp_path, T) == ["b"]
+    assert queued_ids(tmp_path, S) == ["a"]
+
+
+def test_queues_that_do_not_say_their_project_are_left_alone(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Beside G's abandoned queue: a queue an earlier release wrote (no project recorded),
+    a FIFO and a symlink to a live session's queue where a queue would be, and a project
+    file that is a FIFO or names no absolute directory. The prompt neither hangs on nor
+    follows them, takes G's call over, and leaves every other file as it was."""
+    directory = qdir(tmp_path)
+    queue_calls(env, tmp_path, G, "g")
+    queue_calls(env, tmp_path, S, "live")  # S is working right now
+    record = (directory / f"{G}.jsonl").read_text().replace('"g"', '"x"')
+    project_file = json.dumps({"project": str(tmp_path)})  # as the tool hooks record it
+    (directory / "earlier.jsonl").write_text(record)
+    os.mkfifo(directory / "fifo.jsonl")
+    (directory / "fifo.project").write_text(project_file)
+    (directory / "link.jsonl").symlink_to(directory / f"{S}.jsonl")
+    (directory / "link.project").write_text(project_file)
+    (directory / "odd.jsonl").write_text(record)
+    os.mkfifo(directory / "odd.project")
+    (directory / "relative.jsonl").write_text(record)
+    (directory / "relative.project").write_text(json.dumps({"project": "proj"}))
+    for session in (G, "earlier", "fifo", "link", "odd", "relative"):
+        age_queue(tmp_path, session, 25 * HOUR)
+    assert nudge(env, tmp_path, T) == (1, T)
+    assert queued_ids(tmp_path, T) == ["g"]
+    assert queued_ids(tmp_path, S) == ["live"]
+    assert (directory / f"{S}.jsonl").is_file() and (directory / "link.jsonl").is_symlink()
+    for stem in ("earlier", "odd", "relative"):
+        assert (directory / f"{stem}.jsonl").read_text() == record
+    assert carried(tmp_path) == []
+
+
+def test_two_sessions_prompting_at_once_take_an_abandoned_queue_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Real processes: sessions A and B of the project prompt at the same moment, each
+    round after a session died with two calls queued: exactly one of them is nudged about
+    them, and the calls end up queued exactly once."""
+    for round_ in range(4):
+        ids = (f"r{round_}a", f"r{round_}b")
+        dead = f"dead-{round_}"
+        queue_calls(env, tmp_path, dead, *ids)
+        age_queue(tmp_path, dead, 25 * HOUR)
+        sessions = (f"A{round_}", f"B{round_}")
+        outs = prompts_at_once(tmp_path, env, tmp_path, sessions)
+        nudged = [(m.group(1), json.loads(m.group(2))) for m in outs if m]
+        assert len(nudged) == 1 and nudged[0][0] == b"2"
+        assert sorted(i for s in sessions for i in queued_ids(tmp_path, s)) == sorted(ids)
+        assert queued_ids(tmp_path, nudged[0][1]) == list(ids)
+        assert queued_ids(tmp_path, dead) == [] and carried(tmp_path) == []
+
+
+def test_a_pass_carries_a_hundred_sessions_oldest_first_and_the_next_prompt_goes_on(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """101 sessions died, each with one call (files as the tool hooks write them). The
+    first prompt's pass carries the 100 oldest (its bound), the carry file keeping the
+    newest 20 calls as ever; the next prompt's pass goes on at once, not a day later,
+    and carries the last one."""
+    directory = qdir(tmp_path)
+    directory.mkdir(mode=0o700)
+    project_file = json.dumps({"project": str(tmp_path)})
+    now = time.time()
+    for i in range(101):
+        stem = f"dead-{i:03}"
+        record = {"tool": "Bash", "sessionID": stem, "args": {}, "title": "", "output": "ok"}
+        (directory / f"{stem}.jsonl").write_text(json.dumps({**record, "tool_use_id": stem}))
+        (directory / f"{stem}.project").write_text(project_file)
+        then = now - 25 * HOUR - (101 - i) * 60  # dead-100 died last
+        for suffix in (".jsonl", ".project"):
+            os.utime(directory / f"{stem}{suffix}", (then, then))
+    assert nudge(env, tmp_path, T) == (20, T)
+    assert queued_ids(tmp_path, T) == [f"dead-{i:03}" for i in range(80, 100)]
+    assert nudge(env, tmp_path, "next-session") == (1, "next-session")
+    assert queued_ids(tmp_path, "next-session") == ["dead-100"]
+    assert list(directory.glob("dead-*.jsonl")) == [] and carried(tmp_path) == []

@@ -56,7 +56,23 @@ def buffer_batch_body(payload: Mapping[str, Any], env: Mapping[str, str], host: 
     if not any(_readable(call) for call in calls) and _has_tool_calls(payload):
         _unreadable(queue_dir(env), session, "buffer-batch", payload)
         return
-    queue.append_calls(queue_dir(env), session, calls, subagent=bool(agent), agent_id=agent)
+    queue.append_calls(
+        queue_dir(env),
+        session,
+        calls,
+        subagent=bool(agent),
+        agent_id=agent,
+        project=_project(env, payload),
+    )
+
+
+def _project(env: Mapping[str, str], payload: Mapping[str, Any]) -> str:
+    """The project directory a queue records (docs/hooks.md §queue-files), "" when there is
+    none: a working directory deleted under the host must not cost the call."""
+    try:
+        return str(hookio.project_dir(env, payload))
+    except OSError:
+        return ""
 
 
 def _readable(call: Mapping[str, Any]) -> bool:
@@ -119,7 +135,13 @@ def buffer_tool_body(payload: Mapping[str, Any], env: Mapping[str, str], host: s
         "started_at": payload.get("started_at"),
         "ended_at": payload.get("ended_at"),
     }
-    queue.append_calls(queue_dir(env), parent or session, [call], subagent=bool(parent))
+    queue.append_calls(
+        queue_dir(env),
+        parent or session,
+        [call],
+        subagent=bool(parent),
+        project=_project(env, payload),
+    )
 
 
 def _extraction_body(command: str) -> QueueBody:

@@ -9,11 +9,12 @@ tools and the hooks (tests/test_layers.py). Its modules, lowest first:
 - ``records``: the record made from a host's call, bounded when written and when read;
 - ``files``: where a session's files are, the lock, and every read and write of them
   (atomic replaces: readers, which never lock, see the old file or the new one), and the
-  weekly cleanup;
+  deletion of week-old files;
 - ``classify``: which tool a call is (thatch's own, a host meta-tool, other) and whether
   a draining call succeeded;
 - ``counts``: the nudge count and the once-only unreadable-payload warning;
-- ``carry``: a session's last calls carried to the project's next session;
+- ``carry``: a session's last calls carried to the project's next session, and the daily
+  pass (``cleanup``) that carries those of sessions whose host died before their end;
 - ``snapshot``: the records handed to an extractor (accept, complete, requeue);
 - ``append``: a batch of tool calls queued, step by step;
 - ``payload``: the ``get_extraction_payload`` answer.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from thatch.frontend.identifiers import session_id_problem
 from thatch.frontend.queue.append import append_calls
-from thatch.frontend.queue.carry import adopt_carried, carry_over, project_key
+from thatch.frontend.queue.carry import adopt_carried, carry_over, cleanup, project_key
 from thatch.frontend.queue.classify import (
     DRAINING_TOOLS,
     SERVED_TOOLS,
@@ -35,7 +36,7 @@ from thatch.frontend.queue.classify import (
     classify,
 )
 from thatch.frontend.queue.counts import increment_count, read_count, warn_unreadable_once
-from thatch.frontend.queue.files import QueueError, cleanup, queue_paths, safe_name
+from thatch.frontend.queue.files import QueueError, queue_paths, safe_name
 from thatch.frontend.queue.limits import (
     ACCEPTED_TTL_SECONDS,
     ID_LIMIT,

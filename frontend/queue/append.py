@@ -19,6 +19,7 @@ from thatch.frontend.queue.files import (
     queue_paths,
     read_lines,
     read_state,
+    record_project,
     state_path,
     unlink,
     write_atomic,
@@ -42,6 +43,7 @@ def append_calls(
     *,
     subagent: bool = False,
     agent_id: str = "",
+    project: str = "",
 ) -> None:
     """Queue a batch of tool calls for a session (docs/hooks.md §append).
 
@@ -53,7 +55,9 @@ def append_calls(
     ``get_extraction_payload`` names ``agent_id`` as the snapshot's holder (so its stop
     can complete it, ``complete``). thatch's own and meta tools are skipped, as are calls
     whose ``tool_use_id`` is already queued. The newest 20 records are kept; each new one
-    gets the next sequence number.
+    gets the next sequence number. ``project`` (the hooks' project directory) is noted
+    with the first call queued: the queue's daily pass carries the calls there should the
+    session's host die before its ``session-end`` (``carry.carry_abandoned``).
     """
     if session_id_problem(session_id) is not None:
         return  # the tools would refuse this id: a queue for it could never be fetched
@@ -67,6 +71,8 @@ def append_calls(
         for call in calls:
             batch.take(call)
         batch.save(count)
+        if project and batch.appended:
+            record_project(jsonl, project)
 
 
 class _Batch:

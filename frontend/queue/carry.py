@@ -2,13 +2,16 @@
 
 When a session ends (Claude's SessionEnd, Cursor's sessionEnd) its queued records move to
 the project's carry file (``~carry-<key>.jsonl``), which the project's next prompting
-session, or a fetch (``snapshot.accept``), adopts. Locks are always taken in one order:
-the session's first, then the carry file's.
+session, or a fetch (``snapshot.accept``), adopts. A session whose host died before its
+session-end is carried over late, by the queue's daily pass (``cleanup``), to the project
+its queue recorded. Locks are always taken in one order: the session's first, then the
+carry file's.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,28 +19,44 @@ from typing import Any
 
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 from thatch.frontend.queue.files import (
+    QueueError,
+    cleanup_again,
+    cleanup_due,
     locked,
+    project_path,
     queue_paths,
     read_lines,
+    read_project,
     read_state,
+    record_project,
+    remove_stale,
     state_path,
     unlink,
     write_records,
 )
-from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT
+from thatch.frontend.queue.limits import (
+    ABANDONED_PER_PASS,
+    ABANDONED_SECONDS,
+    ACCEPTED_TTL_SECONDS,
+    ID_LIMIT,
+)
 from thatch.frontend.queue.records import seq_of
 
 __all__ = [
     "CARRY_PREFIX",
     "adopt_carried",
+    "carry_abandoned",
     "carry_over",
     "checkout_root",
+    "cleanup",
     "project_key",
     "release_held",
 ]
 
 # Stem of a project's carried-over queue: "~" never occurs in a session's safe name.
 CARRY_PREFIX = "~carry-"
+# A session's stem (``files.safe_name``): what the daily pass may carry over.
+_SESSION_STEM = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def project_key(project: str) -> str:
@@ -89,6 +108,11 @@ def _carry_paths_read(directory: Path, project: str) -> list[tuple[Path, Path]]:
 def _held(record: Mapping[str, Any], now: float) -> bool:
     """A carried record of a snapshot whose extractor may still be working on it."""
     return "held_by" in record and 0 <= record["held_until"] - now <= ACCEPTED_TTL_SECONDS
+
+
+def _fresh(state: Mapping[str, Any], now: float) -> bool:
+    """A snapshot handed out less than ACCEPTED_TTL_SECONDS ago: its extractor may be at it."""
+    return "cursor" in state and 0 <= now - state["accepted_at"] < ACCEPTED_TTL_SECONDS
 
 
 def _unheld(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,13 +186,11 @@ def carry_over(
     if session_id_problem(session_id) is not None or not project or not directory.is_dir():
         return 0
     now = time.time() if now is None else now
-    jsonl, count, lock = queue_paths(directory, session_id)
-    carry, carry_lock = _carry_paths(directory, project)
+    jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock):
         records = read_lines(jsonl)
         state = read_state(state_path(jsonl))
-        fresh = "cursor" in state and 0 <= now - state["accepted_at"] < ACCEPTED_TTL_SECONDS
-        if hold and fresh:
+        if hold and _fresh(state, now):
             holder: dict[str, Any] = {
                 "held_by": session_id[:SESSION_ID_MAX],
                 "held_until": state["accepted_at"] + ACCEPTED_TTL_SECONDS,
@@ -180,18 +202,106 @@ def carry_over(
             ]
         else:
             records = [_unheld(r) for r in records]
-        if records:
-            # Session lock first, then the carry lock: the order adopt_carried takes too.
-            # The destination is written before the source goes, so a crash between
-            # the two duplicates records (tool_use_ids dedupe them) and loses none.
-            with locked(carry_lock):
-                carried = read_lines(carry)
-                first = max([0, *(seq_of(r) for r in carried)]) + 1
-                write_records(carry, _merged(carried, records, first))
-        unlink(jsonl)
-        unlink(count)
-        unlink(state_path(jsonl))
+        return _move_queue(directory, jsonl, project, records)
+
+
+def _move_queue(directory: Path, jsonl: Path, project: str, records: list[dict[str, Any]]) -> int:
+    """Append ``records`` to ``project``'s carry file, then delete the session's queue
+    (``.jsonl``, ``.count``, ``.state``, ``.project``). The caller holds the session's lock."""
+    if records:
+        carry, carry_lock = _carry_paths(directory, project)
+        # Session lock first, then the carry lock: the order adopt_carried takes too.
+        # The destination is written before the source goes, so a crash between
+        # the two duplicates records (tool_use_ids dedupe them) and loses none.
+        with locked(carry_lock):
+            carried = read_lines(carry)
+            first = max([0, *(seq_of(r) for r in carried)]) + 1
+            write_records(carry, _merged(carried, records, first))
+    for path in (jsonl, jsonl.with_suffix(".count"), state_path(jsonl), project_path(jsonl)):
+        unlink(path)
     return len(records)
+
+
+def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
+    """The queue's daily pass, at most once a day: files untouched for 7 days deleted
+    (``files.remove_stale``), then abandoned sessions carried over (``carry_abandoned``).
+    Returns the files deleted."""
+    now = time.time() if now is None else now
+    if not cleanup_due(directory, now, force=force):
+        return 0
+    removed = remove_stale(directory, now)
+    if carry_abandoned(directory, now) >= ABANDONED_PER_PASS:
+        # More may be waiting: the next hook's pass goes on, not tomorrow's.
+        cleanup_again(directory)
+    return removed
+
+
+def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS) -> int:
+    """Carry over, as their ``session-end`` would have, the queues of sessions whose host
+    died first (killed, crashed, SessionEnd's timeout): untouched for ABANDONED_SECONDS,
+    no fresh snapshot handed out, none of their records held. Each goes to the project its
+    queue recorded (``files.record_project``); a queue that recorded none (an earlier
+    release's) is left to the 7-day cleanup. At most ``limit`` sessions, oldest first (so
+    the newest calls are the last carried, which a carry file's cap keeps); returns the
+    sessions carried.
+
+    Only on the daily pass: a prompt must not read every queue file. Sessions are found
+    by their files' names, never by an id a record claims."""
+    found: list[tuple[float, Path]] = []
+    for entry in os.scandir(directory):
+        stem, _dot, suffix = entry.name.rpartition(".")
+        if suffix != "jsonl" or not _SESSION_STEM.fullmatch(stem):
+            continue  # carry files ("~"), temp files ("."), foreign names
+        if not entry.is_file(follow_symlinks=False):
+            continue  # a link to another session's queue, a FIFO: nothing of a session's
+        jsonl = Path(entry.path)
+        touched = _last_touched(jsonl, with_lock=True)
+        if touched is not None and now - touched >= ABANDONED_SECONDS:
+            found.append((touched, jsonl))
+    carried = 0
+    for _touched, jsonl in sorted(found):
+        if carried >= limit:
+            break
+        try:
+            carried += _carry_if_abandoned(directory, jsonl, now)
+        except QueueError:
+            continue  # its lock is busy or no regular file: not a queue to move now
+    return carried
+
+
+def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
+    project = read_project(project_path(jsonl))
+    if not project:
+        return False
+    with locked(jsonl.with_suffix(".lock")):
+        # Again under the lock (taking it touched the lock file): the session may have
+        # come back meanwhile, or another prompt's pass moved its queue already.
+        touched = _last_touched(jsonl, with_lock=False)
+        if touched is None or now - touched < ABANDONED_SECONDS:
+            return False
+        records = read_lines(jsonl)
+        if not records or _fresh(read_state(state_path(jsonl)), now):
+            return False  # nothing readable (a file this user may not read stays)
+        if any(_held(record, now) for record in records):
+            return False
+        _move_queue(directory, jsonl, project, [_unheld(r) for r in records])
+    return True
+
+
+def _last_touched(jsonl: Path, *, with_lock: bool) -> float | None:
+    """When the session's queue files last changed (None: no ``.jsonl``). Every tool call,
+    nudge and fetch of a live session touches one, its ``.lock`` at least."""
+    suffixes = (".count", ".state", ".project", *((".lock",) if with_lock else ()))
+    newest = None
+    for path in (jsonl, *(jsonl.with_suffix(suffix) for suffix in suffixes)):
+        try:
+            changed = os.lstat(path).st_mtime
+        except FileNotFoundError:
+            if path == jsonl:
+                return None
+            continue
+        newest = changed if newest is None else max(newest, changed)
+    return newest
 
 
 def adopt_carried(
@@ -205,12 +315,14 @@ def adopt_carried(
         return 0
     now = time.time() if now is None else now
     return sum(
-        _adopt_from(directory, session_id, carry, carry_lock, now)
+        _adopt_from(directory, session_id, project, carry, carry_lock, now)
         for carry, carry_lock in _carry_paths_read(directory, project)
     )
 
 
-def _adopt_from(directory: Path, session_id: str, carry: Path, carry_lock: Path, now: float) -> int:
+def _adopt_from(
+    directory: Path, session_id: str, project: str, carry: Path, carry_lock: Path, now: float
+) -> int:
     """``adopt_carried`` for one carry file."""
     if not carry.exists():
         return 0
@@ -224,6 +336,8 @@ def _adopt_from(directory: Path, session_id: str, carry: Path, carry_lock: Path,
             state = read_state(state_path(jsonl))
             first = max([0, state.get("cursor", 0), *(seq_of(r) for r in records)]) + 1
             write_records(jsonl, _merged(records, taken, first))
+            # Should this session die before its session-end too, the calls go on.
+            record_project(jsonl, project)
         if len(held) != len(carried) or not carried:
             write_records(carry, held)  # none held: the file goes
     return len(taken)

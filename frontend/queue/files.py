@@ -2,9 +2,10 @@
 
 Layout per session id in the queue directory: ``<safe>.jsonl`` (records, oldest first,
 each with a sequence number ``seq``), ``<safe>.count`` (nudges printed since the last
-drain), ``<safe>.state`` (the snapshot handed to an extractor: its cursor and when) and
-``<safe>.lock`` (flock target); a project's carried-over records have the same files under
-a ``~carry-`` stem (``carry``). Every read-modify-write holds the lock and replaces the file
+drain), ``<safe>.state`` (the snapshot handed to an extractor: its cursor and when),
+``<safe>.project`` (the project directory the session queued calls in) and ``<safe>.lock``
+(flock target); a project's carried-over records have the same files under a ``~carry-``
+stem (``carry``). Every read-modify-write holds the lock and replaces the file
 atomically, so readers (which never lock) see either the old or the new file, never a
 torn one. This is the one module of the queue that opens its files.
 """
@@ -40,13 +41,18 @@ __all__ = [
     "CLEANUP_MARKER",
     "UNREAD",
     "QueueError",
-    "cleanup",
+    "cleanup_again",
+    "cleanup_due",
     "ensure_dir",
     "locked",
+    "project_path",
     "queue_paths",
     "read_lines",
     "read_number",
+    "read_project",
     "read_state",
+    "record_project",
+    "remove_stale",
     "safe_name",
     "state_path",
     "unlink",
@@ -334,6 +340,40 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+# -- project: where the session's calls were queued ---------------------------------------
+
+
+def project_path(jsonl: Path) -> Path:
+    return jsonl.with_suffix(".project")
+
+
+def record_project(jsonl: Path, project: str) -> None:
+    """Note the project directory of the session whose queue is ``jsonl``, unless noted:
+    should its host die before its ``session-end``, the daily pass carries its calls there
+    (``carry.carry_abandoned``). The caller holds the session's lock."""
+    path = project_path(jsonl)
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            return  # one stat a batch; anything else at the path is replaced
+    except FileNotFoundError:
+        pass
+    # ASCII: a directory name that is no UTF-8 (surrogate escapes) round-trips as \udcXX.
+    write_atomic(path, json.dumps({"project": project}) + "\n")
+
+
+def read_project(path: Path) -> str:
+    """The project directory a queue recorded, or "" (none: an earlier release's queue; or
+    damaged, foreign, not a regular file, not an absolute path): never guessed."""
+    try:
+        value = json.loads(read_regular(path, SMALL_FILE_BYTES, follow_links=False).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return ""
+    project = value.get("project") if isinstance(value, dict) else None
+    if not isinstance(project, str) or not os.path.isabs(project) or "\x00" in project:
+        return ""
+    return project
+
+
 def write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:
     kept = records[-MAX_RECORDS:]
     if kept:
@@ -356,27 +396,39 @@ def read_number(path: Path) -> int:
     return min(max(value, 0), LARGEST_COUNT)
 
 
-def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
-    """Delete queue files (carried-over ones too) untouched for 7 days, at most once a
-    day; returns files removed. A lock file goes only while this process holds it
-    (``_remove_idle_lock``): never one another process holds or is taking."""
-    now = time.time() if now is None else now
+def cleanup_due(directory: Path, now: float, *, force: bool = False) -> bool:
+    """Whether the queue's daily pass is due (marked done now when it is): it runs at most
+    once a day (``.last-cleanup``), so a prompt costs one stat."""
     if not directory.is_dir():
-        return 0
+        return False
     marker = directory / CLEANUP_MARKER
     try:
         last = marker.stat().st_mtime
     except FileNotFoundError:
         last = 0.0
     if not force and now - last < CLEANUP_INTERVAL_SECONDS:
-        return 0
+        return False
     marker.touch()
     os.utime(marker, (now, now))
+    return True
+
+
+def cleanup_again(directory: Path) -> None:
+    """Make the daily pass due at the next hook (it stopped at its bound with work left)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(directory / CLEANUP_MARKER, (0, 0))
+
+
+def remove_stale(directory: Path, now: float) -> int:
+    """Delete queue files (carried-over ones too) untouched for 7 days; returns files
+    removed. A lock file goes only while this process holds it (``_remove_idle_lock``):
+    never one another process holds or is taking."""
     removed = 0
+    suffixes = (".jsonl", ".count", ".state", ".project", ".lock", ".tmp", UNREAD)
     for entry in os.scandir(directory):
         if entry.name == CLEANUP_MARKER or not entry.is_file(follow_symlinks=False):
             continue
-        if not entry.name.endswith((".jsonl", ".count", ".state", ".lock", ".tmp", UNREAD)):
+        if not entry.name.endswith(suffixes):
             continue
         try:
             if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_SECONDS:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from thatch.frontend.identifiers import SESSION_ID_MAX
 
 __all__ = [
+    "ABANDONED_PER_PASS",
+    "ABANDONED_SECONDS",
     "ACCEPTED_TTL_SECONDS",
     "ARGS_CHARS_LIMIT",
     "ARG_DEPTH_LIMIT",
@@ -54,3 +56,11 @@ STALE_SECONDS = 7 * 24 * 3600
 # (host closed, sub-agent killed) must not strand its records; after this they nudge again.
 ACCEPTED_TTL_SECONDS = 600
 CLEANUP_INTERVAL_SECONDS = 24 * 3600
+# A session's queue untouched this long counts as abandoned (its host died before its
+# session-end ran) and is carried over to its project. Every tool call, nudge and fetch
+# touches a live session's queue: a day is well past an idle evening, and the daily pass
+# that carries it (CLEANUP_INTERVAL_SECONDS) still runs days before STALE_SECONDS.
+ABANDONED_SECONDS = 24 * 3600
+# Abandoned sessions one pass carries over (each rewrites a carry file, ~1 ms): the prompt
+# that runs the pass stays within ~0.2 s however many piled up; the next hook goes on.
+ABANDONED_PER_PASS = 100
