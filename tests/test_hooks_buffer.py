@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,12 +94,28 @@ def assert_silent_ok(result: subprocess.CompletedProcess[bytes]) -> None:
     assert result.stderr == b""
 
 
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def untimed(path: Path, since_ms: int) -> str:
+    """The queue file's text without its records' ``ended_at``, each of which must be the
+    hook's clock when it queued the call (after ``since_ms``, by now): the host gave none."""
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        assert since_ms <= record.pop("ended_at") <= now_ms(), line
+        lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return "".join(lines)
+
+
 def test_claude_post_tool_batch_golden(env: dict[str, str]) -> None:
     """Claude Code's recorded PostToolBatch: Bash and Read are queued as their text; thatch's
     own recall, Agent and ToolSearch are not."""
+    since = now_ms()
     result = run_hook(["buffer-batch"], CLAUDE_BATCH, env)
     assert_silent_ok(result)
-    assert queue_file(env, CLAUDE_SESSION).read_text() == "\n".join(CLAUDE_BATCH_LINES) + "\n"
+    assert untimed(queue_file(env, CLAUDE_SESSION), since) == "\n".join(CLAUDE_BATCH_LINES) + "\n"
     # The same batch again (a host retry) adds nothing: tool_use_ids are already queued.
     assert_silent_ok(run_hook(["buffer-batch"], CLAUDE_BATCH, env))
     assert len(read_jsonl(queue_file(env, CLAUDE_SESSION))) == 2
@@ -108,9 +125,11 @@ def test_claude_post_tool_batch_golden(env: dict[str, str]) -> None:
 def test_claude_single_post_tool_use(env: dict[str, str], name: str) -> None:
     """A recorded PostToolUse payload (one call at top level, a --post-tool-use setup) is
     queued like a batch of one: its text, never the structured response's JSON."""
+    since = now_ms()
     assert_silent_ok(run_hook(["buffer-batch"], host_payload(f"claude-PostToolUse-{name}"), env))
     (record,) = read_jsonl(queue_file(env, CLAUDE_SESSION))
     expected = next(r for r in CLAUDE_BATCH_RECORDS if r["tool"] == name)
+    assert since <= record.pop("ended_at") <= now_ms()
     assert record == {**expected, "seq": 1}
     assert "interrupted" not in record["output"] and "numLines" not in record["output"]
 
@@ -158,8 +177,9 @@ def test_cursor_post_tool_use_response_fields(env: dict[str, str], field: str) -
         "tool_use_id": "call_9",
         field: "built in 2.1s",
     }
+    since = now_ms()
     assert_silent_ok(run_hook(["buffer-tool"], payload, env))
-    assert queue_file(env, CURSOR_CONVERSATION).read_text() == (
+    assert untimed(queue_file(env, CURSOR_CONVERSATION), since) == (
         '{"tool":"Shell","sessionID":"c0ffee00-1234-4abc-8def-00000000cafe","args":'
         '{"command":"npm run build"},"title":"npm run build",'
         '"output":"built in 2.1s","tool_use_id":"call_9","seq":1}\n'

@@ -532,3 +532,45 @@ def test_a_pass_carries_a_hundred_sessions_oldest_first_and_the_next_prompt_goes
     assert nudge(env, tmp_path, "next-session") == (1, "next-session")
     assert queued_ids(tmp_path, "next-session") == ["dead-100"]
     assert list(directory.glob("dead-*.jsonl")) == [] and carried(tmp_path) == []
+
+
+def timed_calls(prefix: str, ended_at_ms: int, count: int) -> list[dict[str, object]]:
+    """``count`` Bash calls ``<prefix>0``… that ended a millisecond apart from ``ended_at_ms``
+    (times as the opencode plugin passes them)."""
+    return [
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": f"{prefix}{i}"},
+            "tool_use_id": f"{prefix}{i}",
+            "tool_response": "ok",
+            "ended_at": ended_at_ms + i,
+        }
+        for i in range(count)
+    ]
+
+
+def test_the_twenty_call_cap_keeps_the_newest_calls_when_queues_merge(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Dead ran 20 calls 30 hours ago and died; Fresh ran 20 an hour ago and ended. The
+    pass carries Dead's calls after Fresh's: the carry file keeps Fresh's 20. Live, which
+    ran 10 calls just now, then adopts them: it keeps its own 10 and Fresh's newest 10."""
+    directory = qdir(tmp_path)
+    now_ms = int(time.time() * 1000)
+    project = str(tmp_path)
+    queue.append_calls(
+        directory, "dead", timed_calls("old", now_ms - 30 * HOUR * 1000, 20), project=project
+    )
+    age_queue(tmp_path, "dead", 30 * HOUR)
+    queue.append_calls(
+        directory, "fresh", timed_calls("new", now_ms - HOUR * 1000, 20), project=project
+    )
+    queue.carry_over(directory, "fresh", project)
+    assert queue.cleanup(directory, force=True) >= 0
+    assert [r["tool_use_id"] for r in carried(tmp_path)] == [f"new{i}" for i in range(20)]
+    queue.append_calls(directory, "live", timed_calls("live", now_ms, 10), project=project)
+    assert queue.adopt_carried(directory, "live", project) == 20
+    assert queued_ids(tmp_path, "live") == [
+        *(f"new{i}" for i in range(10, 20)),
+        *(f"live{i}" for i in range(10)),
+    ]

@@ -7,6 +7,7 @@ fetch's sub-agent as the snapshot's holder) and writes back only what changed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,7 @@ class _Batch:
         self.state = read_state(self.state_file)
         self.original = [seq_of(record) for record in self.records]
         self.next_seq = max([*self.original, self.state.get("cursor", 0)]) + 1
+        self.now_ms = time.time_ns() // 1_000_000  # the end time of calls the host gave none
         self.appended: list[dict[str, Any]] = []  # the records this batch queued
         self.appended_ids: set[int] = set()  # their id()s: kept alive by ``appended``
         self.queued = _use_ids(self.records)
@@ -154,7 +156,7 @@ class _Batch:
         use_id = use_id[:ID_LIMIT] if isinstance(use_id, str) else use_id
         if isinstance(use_id, str) and use_id in self.queued:
             return
-        record = make_record(self.session_id, call, self.next_seq)
+        record = make_record(self.session_id, call, self.next_seq, self.now_ms)
         self.appended.append(record)
         self.appended_ids.add(id(record))
         self.records.append(record)

@@ -153,7 +153,10 @@ def release_held(
 def _merged(
     records: list[dict[str, Any]], incoming: list[dict[str, Any]], first_seq: int
 ) -> list[dict[str, Any]]:
-    """``incoming`` appended to ``records`` (new sequence numbers, queued ids skipped)."""
+    """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped), in the
+    order the calls ended: the 20-record cap then drops the oldest calls, whichever queue
+    they came from (a day-old abandoned queue carried after a session-end's fresh calls
+    pushed those out)."""
     seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
     out = list(records)
     for record in incoming:
@@ -162,7 +165,12 @@ def _merged(
             continue
         out.append({**record, "seq": first_seq})
         first_seq += 1
-    return out
+    return sorted(out, key=_call_order)
+
+
+def _call_order(record: Mapping[str, Any]) -> tuple[int, int]:
+    """When the call ended (records of earlier releases have no time: oldest), then ``seq``."""
+    return record.get("ended_at", 0), seq_of(record)
 
 
 def carry_over(

@@ -148,10 +148,16 @@ def response_text(value: Any, depth: int = 0) -> tuple[str, bool]:
     return compact(value), error
 
 
-def make_record(session_id: str, call: Mapping[str, Any], seq: int | None = None) -> dict[str, Any]:
+def make_record(
+    session_id: str,
+    call: Mapping[str, Any],
+    seq: int | None = None,
+    queued_at: int | None = None,
+) -> dict[str, Any]:
     """The queue record of one call (``tool_name``, ``tool_input``, ``tool_use_id``,
     ``tool_response`` as the hosts send them; ``isError`` beside them when the host passes
-    the error flag on its own)."""
+    the error flag on its own). Its ``ended_at`` is the host's, else ``queued_at`` (ms
+    since the epoch: the hook runs as the call ends), so merged queues keep the newest."""
     tool = call.get("tool_name")
     tool = (tool if isinstance(tool, str) else str(tool))[:TOOL_NAME_LIMIT]
     raw_input = call.get("tool_input")
@@ -175,6 +181,8 @@ def make_record(session_id: str, call: Mapping[str, Any], seq: int | None = None
     if isinstance(use_id, str) and use_id:
         record["tool_use_id"] = use_id[:ID_LIMIT]
     ended = call_time(call, "ended_at")
+    if ended is None:
+        ended = queued_at
     if ended is not None:
         record["ended_at"] = ended
     if seq is not None:
