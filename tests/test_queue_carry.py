@@ -574,3 +574,51 @@ def test_the_twenty_call_cap_keeps_the_newest_calls_when_queues_merge(
         *(f"new{i}" for i in range(10, 20)),
         *(f"live{i}" for i in range(10)),
     ]
+
+
+DAY = 24 * HOUR
+
+
+def age_files(tmp_path: Path, session: str, seconds: float, *suffixes: str) -> None:
+    """The session's queue files with these suffixes last touched ``seconds`` ago."""
+    then = time.time() - seconds
+    for suffix in suffixes:
+        os.utime(qdir(tmp_path) / f"{queue.safe_name(session)}{suffix}", (then, then))
+
+
+def test_a_session_that_lived_a_week_is_carried_when_its_host_dies(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G noted its project eight days ago, queued its last call and died 25 hours ago:
+    the pass carries its call (the week-old project note was deleted first, stranding it)."""
+    queue_calls(env, tmp_path, G, "a")
+    age_queue(tmp_path, G, 25 * HOUR)
+    age_files(tmp_path, G, 8 * DAY, ".project")
+    assert nudge(env, tmp_path, T) == (1, T)
+    assert queued_ids(tmp_path, T) == ["a"]
+
+
+def test_a_live_session_keeps_its_week_old_project_note(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S has worked for eight days and queued a call two hours ago: the daily pass keeps
+    its project note, so S's calls are still carried should its host die later."""
+    queue_calls(env, tmp_path, S, "a")
+    age_queue(tmp_path, S, 2 * HOUR)
+    age_files(tmp_path, S, 8 * DAY, ".project")
+    assert not (qdir(tmp_path) / ".last-cleanup").exists()  # the pass is due
+    assert nudge(env, tmp_path, T) is None
+    assert (qdir(tmp_path) / f"{S}.project").is_file()
+    age_queue(tmp_path, S, 25 * HOUR)  # then its host died
+    assert nudge(env, tmp_path, T) == (1, T)
+
+
+def test_a_queue_stranded_for_more_than_a_week_is_carried_not_deleted(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G's host died and the machine stayed off for ten days: the first pass after carries
+    G's call instead of deleting it as a week old."""
+    queue_calls(env, tmp_path, G, "a")
+    age_queue(tmp_path, G, 10 * DAY)
+    assert nudge(env, tmp_path, T) == (1, T)
+    assert queued_ids(tmp_path, T) == ["a"]

@@ -231,17 +231,17 @@ def _move_queue(directory: Path, jsonl: Path, project: str, records: list[dict[s
 
 
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
-    """The queue's daily pass, at most once a day: files untouched for 7 days deleted
-    (``files.remove_stale``), then abandoned sessions carried over (``carry_abandoned``).
+    """The queue's daily pass, at most once a day: abandoned sessions carried over
+    (``carry_abandoned``), then files untouched for 7 days deleted (``files.remove_stale``):
+    in this order, a queue stranded longer (the machine was off) is carried, not deleted.
     Returns the files deleted."""
     now = time.time() if now is None else now
     if not cleanup_due(directory, now, force=force):
         return 0
-    removed = remove_stale(directory, now)
     if carry_abandoned(directory, now) >= ABANDONED_PER_PASS:
         # More may be waiting: the next hook's pass goes on, not tomorrow's.
         cleanup_again(directory)
-    return removed
+    return remove_stale(directory, now)
 
 
 def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS) -> int:

@@ -422,7 +422,8 @@ def cleanup_again(directory: Path) -> None:
 def remove_stale(directory: Path, now: float) -> int:
     """Delete queue files (carried-over ones too) untouched for 7 days; returns files
     removed. A lock file goes only while this process holds it (``_remove_idle_lock``):
-    never one another process holds or is taking."""
+    never one another process holds or is taking. A ``.project`` stays while its session's
+    ``.jsonl`` is younger: it is written once, and a session may live longer than a week."""
     removed = 0
     suffixes = (".jsonl", ".count", ".state", ".project", ".lock", ".tmp", UNREAD)
     for entry in os.scandir(directory):
@@ -435,9 +436,20 @@ def remove_stale(directory: Path, now: float) -> int:
                 continue
             if entry.name.endswith(".lock"):
                 removed += _remove_idle_lock(entry.path, now - STALE_SECONDS)
+            elif entry.name.endswith(".project") and _queue_younger(entry.path, now):
+                continue
             else:
                 os.unlink(entry.path)
                 removed += 1
         except FileNotFoundError:
             continue
     return removed
+
+
+def _queue_younger(project: str, now: float) -> bool:
+    """Whether the ``.jsonl`` beside a ``.project`` was touched within 7 days."""
+    try:
+        changed = os.lstat(project.removesuffix(".project") + ".jsonl").st_mtime
+    except FileNotFoundError:
+        return False
+    return now - changed <= STALE_SECONDS
