@@ -5,6 +5,7 @@ processes racing each other."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.embedder_cleanup import wait_until
 from tests.support.fake_embedder import tool_context
 from tests.support.hookrun import hook_env, run_hook, thatch_command
 from tests.support.host_payloads import host_payload
@@ -622,3 +624,78 @@ def test_a_queue_stranded_for_more_than_a_week_is_carried_not_deleted(
     age_queue(tmp_path, G, 10 * DAY)
     assert nudge(env, tmp_path, T) == (1, T)
     assert queued_ids(tmp_path, T) == ["a"]
+
+
+def test_a_damaged_project_note_costs_only_its_own_queue(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Evil's project note is damaged (a lone surrogate: no file name can hold it):
+    the pass leaves Evil's queue alone and still carries G's, and the prompt is nudged
+    with no error line (the pass had stopped there every day, costing the nudge)."""
+    queue_calls(env, tmp_path, "evil", "e")
+    (qdir(tmp_path) / "evil.project").write_text('{"project": "/tmp/\\ud800"}\n')
+    queue_calls(env, tmp_path, G, "g")
+    age_queue(tmp_path, "evil", 40 * HOUR)
+    age_queue(tmp_path, G, 30 * HOUR)
+    result = run_hook(["flush-tools"], prompt_payload(tmp_path, T), env)
+    assert (result.returncode, result.stderr) == (0, b"")
+    assert NUDGE.search(result.stdout) is not None
+    assert queued_ids(tmp_path, T) == ["g"]
+    assert queued_ids(tmp_path, "evil") == ["e"]
+
+
+def test_a_stuck_project_lock_costs_one_wait_per_pass(tmp_path: Path, env: dict[str, str]) -> None:
+    """Another process holds the project's carry lock (hung): the pass gives up on the
+    first abandoned queue after its 2 s and leaves the others for the next pass, untouched,
+    instead of waiting 2 s for each of them."""
+    from thatch.frontend.queue.carry import checkout_root
+
+    dead = ("dead-0", "dead-1", "dead-2")
+    for i, session in enumerate(dead):
+        queue_calls(env, tmp_path, session, session)
+        age_queue(tmp_path, session, 30 * HOUR - i * 60)
+    key = queue.project_key(checkout_root(str(tmp_path)))
+    fd = os.open(qdir(tmp_path) / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        locks = {s: (qdir(tmp_path) / f"{s}.lock").stat().st_mtime for s in dead}
+        assert nudge(env, tmp_path, T) is None
+        after = {s: (qdir(tmp_path) / f"{s}.lock").stat().st_mtime for s in dead}
+    finally:
+        os.close(fd)
+    assert after["dead-0"] > locks["dead-0"]  # the oldest was tried
+    assert [after[s] for s in dead[1:]] == [locks[s] for s in dead[1:]]
+    assert all(queued_ids(tmp_path, s) == [s] for s in dead)
+
+
+def test_a_session_that_took_its_lock_during_the_pass_keeps_its_queue(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G looked abandoned when the pass listed the queues, but took its lock just then (a
+    step that changed nothing else: a call of thatch's own): the pass, which waited for
+    that lock, sees it touched and leaves G's queue to G."""
+    from tests.test_queue import in_flock
+
+    queue_calls(env, tmp_path, G, "a")
+    age_queue(tmp_path, G, 25 * HOUR)
+    lock = qdir(tmp_path) / f"{G}.lock"
+    stdin = tmp_path / "prompt.json"
+    stdin.write_text(json.dumps(prompt_payload(tmp_path, T)))
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with stdin.open("rb") as handle:
+            proc = subprocess.Popen(
+                thatch_command("flush-tools"),
+                stdin=handle,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        wait_until(lambda: in_flock(proc.pid), 60, "the pass to wait for G's lock")
+        os.utime(fd)  # G's step
+    finally:
+        os.close(fd)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err, NUDGE.search(out)) == (0, b"", None)
+    assert queued_ids(tmp_path, G) == ["a"]

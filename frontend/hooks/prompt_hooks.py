@@ -59,10 +59,14 @@ def model_recall_threshold(override: float | None, model: str) -> float:
 
 
 def _cleanup_queue(command: str, directory: Path) -> None:
+    """The queue's daily pass: its failure is said on stderr and costs the hook's text
+    (the reminder, the nudge) nothing."""
     try:
         queue.cleanup(directory)
     except OSError as error:
         hookio.warn(command, f"queue cleanup failed: {error.strerror or error}")
+    except Exception as error:
+        hookio.report_failure(command, error)
 
 
 def extraction_tier(

@@ -19,6 +19,7 @@ from typing import Any
 
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 from thatch.frontend.queue.files import (
+    LockBusy,
     QueueError,
     cleanup_again,
     cleanup_due,
@@ -249,9 +250,10 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     died first (killed, crashed, SessionEnd's timeout): untouched for ABANDONED_SECONDS,
     no fresh snapshot handed out, none of their records held. Each goes to the project its
     queue recorded (``files.record_project``); a queue that recorded none (an earlier
-    release's) is left to the 7-day cleanup. At most ``limit`` sessions, oldest first (so
-    the newest calls are the last carried, which a carry file's cap keeps); returns the
-    sessions carried.
+    release's) is left to the 7-day cleanup. At most ``limit`` sessions, oldest first,
+    each queue that failed counted among them; the first lock busy past its timeout ends
+    the pass (the rest wait for the next one), so a hung lock holder costs the prompt one
+    wait, not one a queue. Returns the sessions carried (``limit`` only when none failed).
 
     Only on the daily pass: a prompt must not read every queue file. Sessions are found
     by their files' names, never by an id a record claims."""
@@ -266,14 +268,21 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
         touched = _last_touched(jsonl, with_lock=True)
         if touched is not None and now - touched >= ABANDONED_SECONDS:
             found.append((touched, jsonl))
-    carried = 0
+    carried = tried = 0
     for _touched, jsonl in sorted(found):
-        if carried >= limit:
+        if tried >= limit:
             break
         try:
-            carried += _carry_if_abandoned(directory, jsonl, now)
-        except QueueError:
-            continue  # its lock is busy or no regular file: not a queue to move now
+            moved = _carry_if_abandoned(directory, jsonl, now)
+        except LockBusy:
+            break
+        except (QueueError, ValueError, OSError):
+            # No regular lock file, a carry file that cannot be written: this queue stays,
+            # the others still go.
+            tried += 1
+            continue
+        carried += moved
+        tried += moved
     return carried
 
 
@@ -281,11 +290,18 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
     project = read_project(project_path(jsonl))
     if not project:
         return False
-    with locked(jsonl.with_suffix(".lock")):
-        # Again under the lock (taking it touched the lock file): the session may have
-        # come back meanwhile, or another prompt's pass moved its queue already.
+    lock = jsonl.with_suffix(".lock")
+    had_lock = os.path.lexists(lock)  # else taking it creates it: no step of the session's
+    with locked(lock) as lock_touched:
+        # Again under the lock: the session may have come back meanwhile (a step that
+        # touched only the lock, taken just before this pass took it, included), or
+        # another prompt's pass moved its queue already.
         touched = _last_touched(jsonl, with_lock=False)
-        if touched is None or now - touched < ABANDONED_SECONDS:
+        if touched is None:
+            return False
+        if had_lock:
+            touched = max(touched, lock_touched)
+        if now - touched < ABANDONED_SECONDS:
             return False
         records = read_lines(jsonl)
         if not records or _fresh(read_state(state_path(jsonl)), now):

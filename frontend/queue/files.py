@@ -40,6 +40,7 @@ from thatch.frontend.regular_files import NotRegularFile, open_regular, read_reg
 __all__ = [
     "CLEANUP_MARKER",
     "UNREAD",
+    "LockBusy",
     "QueueError",
     "cleanup_again",
     "cleanup_due",
@@ -71,6 +72,10 @@ LARGEST_COUNT = 1_000_000  # a count file holding more was not written by thatch
 
 class QueueError(Exception):
     """A queue operation could not be done (lock timeout, unsafe path); one-line message."""
+
+
+class LockBusy(QueueError):
+    """Another process held the queue lock for the whole timeout."""
 
 
 # -- locations -------------------------------------------------------------------------
@@ -112,22 +117,25 @@ def ensure_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
+def locked(lock_path: Path, timeout: float = LOCK_TIMEOUT_SECONDS) -> Iterator[float]:
+    """Hold the lock; yields when the lock file was last touched before this taker touched
+    it: the abandoned-session pass asks whether the session took it meanwhile."""
     fd = _open_lock(lock_path)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if not _flock_until(fd, deadline):
-                raise QueueError(f"queue lock {lock_path.name} busy for {timeout:g} s; gave up")
+                raise LockBusy(f"queue lock {lock_path.name} busy for {timeout:g} s; gave up")
             # The cleanup may have unlinked this file while we waited for it: holding an
             # orphan locks nobody out, so only the file still at the path counts.
             if _same_file(fd, lock_path):
                 break
             orphan, fd = fd, _open_lock(lock_path)
             os.close(orphan)
+        touched = os.fstat(fd).st_mtime
         # Touch the lock so the 7-day cleanup leaves it alone (it also skips held locks).
         os.utime(fd)
-        yield
+        yield touched
     finally:
         os.close(fd)  # closing releases the flock
 
@@ -363,13 +371,18 @@ def record_project(jsonl: Path, project: str) -> None:
 
 def read_project(path: Path) -> str:
     """The project directory a queue recorded, or "" (none: an earlier release's queue; or
-    damaged, foreign, not a regular file, not an absolute path): never guessed."""
+    damaged, foreign, not a regular file, not an absolute path, no file name): never
+    guessed."""
     try:
         value = json.loads(read_regular(path, SMALL_FILE_BYTES, follow_links=False).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return ""
     project = value.get("project") if isinstance(value, dict) else None
     if not isinstance(project, str) or not os.path.isabs(project) or "\x00" in project:
+        return ""
+    try:
+        os.fsencode(project)  # a lone surrogate: no file name holds it, realpath would raise
+    except UnicodeEncodeError:
         return ""
     return project
 
