@@ -578,6 +578,27 @@ def test_the_twenty_call_cap_keeps_the_newest_calls_when_queues_merge(
     ]
 
 
+def test_the_cap_drops_calls_an_extractor_has_before_calls_waiting_for_one(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S queued 20 calls now and its extractor fetched them; Ended's 5 calls of an hour ago
+    wait in the carry file. S's next prompt adopts them while the extractor works: the cap
+    drops S's handed-out calls (the extractor has them, its completion deletes them), not
+    Ended's 5, which sorted as the oldest calls and were lost unextracted."""
+    directory = qdir(tmp_path)
+    now_ms = int(time.time() * 1000)
+    project = str(tmp_path)
+    queue.append_calls(
+        directory, "ended", timed_calls("old", now_ms - HOUR * 1000, 5), project=project
+    )
+    queue.carry_over(directory, "ended", project)
+    queue.append_calls(directory, "s", timed_calls("s", now_ms, 20), project=project)
+    assert len(queue.accept(directory, "s")) == 20
+    assert queue.adopt_carried(directory, "s", project) == 5
+    assert queue.complete(directory, "s") == 15
+    assert queued_ids(tmp_path, "s") == [f"old{i}" for i in range(5)]
+
+
 DAY = 24 * HOUR
 
 
@@ -644,16 +665,20 @@ def test_a_damaged_project_note_costs_only_its_own_queue(
     assert queued_ids(tmp_path, "evil") == ["e"]
 
 
-def test_a_stuck_project_lock_costs_one_wait_per_pass(tmp_path: Path, env: dict[str, str]) -> None:
+@pytest.mark.parametrize("idle", [30 * HOUR, 8 * DAY])
+def test_a_stuck_project_lock_costs_one_wait_per_pass(
+    tmp_path: Path, env: dict[str, str], idle: float
+) -> None:
     """Another process holds the project's carry lock (hung): the pass gives up on the
     first abandoned queue after its 2 s and leaves the others for the next pass, untouched,
-    instead of waiting 2 s for each of them."""
+    instead of waiting 2 s for each of them; and not deleted when over a week old (the
+    7-day deletion that follows the carry spares what the pass did not get to)."""
     from thatch.frontend.queue.carry import checkout_root
 
     dead = ("dead-0", "dead-1", "dead-2")
     for i, session in enumerate(dead):
         queue_calls(env, tmp_path, session, session)
-        age_queue(tmp_path, session, 30 * HOUR - i * 60)
+        age_queue(tmp_path, session, idle - i * 60)
     key = queue.project_key(checkout_root(str(tmp_path)))
     fd = os.open(qdir(tmp_path) / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:

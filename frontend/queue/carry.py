@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 from thatch.frontend.queue.files import (
@@ -45,6 +45,7 @@ from thatch.frontend.queue.records import seq_of
 
 __all__ = [
     "CARRY_PREFIX",
+    "AbandonedPass",
     "adopt_carried",
     "carry_abandoned",
     "carry_over",
@@ -152,12 +153,17 @@ def release_held(
 
 
 def _merged(
-    records: list[dict[str, Any]], incoming: list[dict[str, Any]], first_seq: int
+    records: list[dict[str, Any]],
+    incoming: list[dict[str, Any]],
+    first_seq: int,
+    cursor: int = 0,
 ) -> list[dict[str, Any]]:
-    """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped), in the
-    order the calls ended: the 20-record cap then drops the oldest calls, whichever queue
-    they came from (a day-old abandoned queue carried after a session-end's fresh calls
-    pushed those out)."""
+    """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped): first
+    the records already handed out (``seq`` up to the session's snapshot ``cursor``) or
+    held by another session's extractor, then the rest in the order the calls ended. The
+    20-record cap then drops what an extractor already has before any call waiting for
+    one, and of those the oldest, whichever queue they came from (a day-old abandoned
+    queue carried after a session-end's fresh calls pushed those out)."""
     seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
     out = list(records)
     for record in incoming:
@@ -166,12 +172,14 @@ def _merged(
             continue
         out.append({**record, "seq": first_seq})
         first_seq += 1
-    return sorted(out, key=_call_order)
+    return sorted(out, key=lambda record: _call_order(record, cursor))
 
 
-def _call_order(record: Mapping[str, Any]) -> tuple[int, int]:
-    """When the call ended (records of earlier releases have no time: oldest), then ``seq``."""
-    return record.get("ended_at", 0), seq_of(record)
+def _call_order(record: Mapping[str, Any], cursor: int) -> tuple[bool, int, int]:
+    """Waiting for an extractor last; then when the call ended (records of earlier
+    releases have no time: oldest), then ``seq``."""
+    waiting = seq_of(record) > cursor and not record.get("held_by")
+    return waiting, record.get("ended_at", 0), seq_of(record)
 
 
 def carry_over(
@@ -239,13 +247,20 @@ def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -
     now = time.time() if now is None else now
     if not cleanup_due(directory, now, force=force):
         return 0
-    if carry_abandoned(directory, now) >= ABANDONED_PER_PASS:
+    done = carry_abandoned(directory, now)
+    if done.carried >= ABANDONED_PER_PASS:
         # More may be waiting: the next hook's pass goes on, not tomorrow's.
         cleanup_again(directory)
-    return remove_stale(directory, now)
+    # Queues a pass that stopped early never tried are the next pass's, not deleted.
+    return remove_stale(directory, now, spare_carriable=done.stopped)
 
 
-def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS) -> int:
+class AbandonedPass(NamedTuple):
+    carried: int  # sessions carried over
+    stopped: bool  # ended before trying every abandoned queue (the limit, a busy lock)
+
+
+def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS) -> AbandonedPass:
     """Carry over, as their ``session-end`` would have, the queues of sessions whose host
     died first (killed, crashed, SessionEnd's timeout): untouched for ABANDONED_SECONDS,
     no fresh snapshot handed out, none of their records held. Each goes to the project its
@@ -253,7 +268,8 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     release's) is left to the 7-day cleanup. At most ``limit`` sessions, oldest first,
     each queue that failed counted among them; the first lock busy past its timeout ends
     the pass (the rest wait for the next one), so a hung lock holder costs the prompt one
-    wait, not one a queue. Returns the sessions carried (``limit`` only when none failed).
+    wait, not one a queue. Returns the sessions carried (``limit`` only when none failed)
+    and whether it stopped before trying them all.
 
     Only on the daily pass: a prompt must not read every queue file. Sessions are found
     by their files' names, never by an id a record claims."""
@@ -271,11 +287,11 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     carried = tried = 0
     for _touched, jsonl in sorted(found):
         if tried >= limit:
-            break
+            return AbandonedPass(carried, stopped=True)
         try:
             moved = _carry_if_abandoned(directory, jsonl, now)
         except LockBusy:
-            break
+            return AbandonedPass(carried, stopped=True)
         except (QueueError, ValueError, OSError):
             # No regular lock file, a carry file that cannot be written: this queue stays,
             # the others still go.
@@ -283,7 +299,7 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
             continue
         carried += moved
         tried += moved
-    return carried
+    return AbandonedPass(carried, stopped=False)
 
 
 def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
@@ -358,8 +374,11 @@ def _adopt_from(
         if taken:
             records = read_lines(jsonl)
             state = read_state(state_path(jsonl))
-            first = max([0, state.get("cursor", 0), *(seq_of(r) for r in records)]) + 1
-            write_records(jsonl, _merged(records, taken, first))
+            cursor = state.get("cursor", 0)
+            first = max([0, cursor, *(seq_of(r) for r in records)]) + 1
+            # A fresh snapshot's records are its extractor's: the cap drops them first.
+            spent = cursor if _fresh(state, now) else 0
+            write_records(jsonl, _merged(records, taken, first, spent))
             # Should this session die before its session-end too, the calls go on.
             record_project(jsonl, project)
         if len(held) != len(carried) or not carried:

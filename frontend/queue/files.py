@@ -432,11 +432,13 @@ def cleanup_again(directory: Path) -> None:
         os.utime(directory / CLEANUP_MARKER, (0, 0))
 
 
-def remove_stale(directory: Path, now: float) -> int:
+def remove_stale(directory: Path, now: float, *, spare_carriable: bool = False) -> int:
     """Delete queue files (carried-over ones too) untouched for 7 days; returns files
     removed. A lock file goes only while this process holds it (``_remove_idle_lock``):
     never one another process holds or is taking. A ``.project`` stays while its session's
-    ``.jsonl`` is younger: it is written once, and a session may live longer than a week."""
+    ``.jsonl`` is younger: it is written once, and a session may live longer than a week.
+    ``spare_carriable``: a session's queue that names its project stays (the pass that
+    would carry it stopped before it)."""
     removed = 0
     suffixes = (".jsonl", ".count", ".state", ".project", ".lock", ".tmp", UNREAD)
     for entry in os.scandir(directory):
@@ -446,6 +448,8 @@ def remove_stale(directory: Path, now: float) -> int:
             continue
         try:
             if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_SECONDS:
+                continue
+            if spare_carriable and _carriable(entry.name, directory):
                 continue
             if entry.name.endswith(".lock"):
                 removed += _remove_idle_lock(entry.path, now - STALE_SECONDS)
@@ -457,6 +461,14 @@ def remove_stale(directory: Path, now: float) -> int:
         except FileNotFoundError:
             continue
     return removed
+
+
+def _carriable(name: str, directory: Path) -> bool:
+    """Whether ``name`` is a file of a session's queue whose ``.project`` is there."""
+    stem, _dot, suffix = name.rpartition(".")
+    if suffix not in ("jsonl", "count", "state", "project", "lock"):
+        return False
+    return os.path.lexists(directory / f"{stem}.project")
 
 
 def _queue_younger(project: str, now: float) -> bool:
