@@ -599,6 +599,58 @@ def test_the_cap_drops_calls_an_extractor_has_before_calls_waiting_for_one(
     assert queued_ids(tmp_path, "s") == [f"old{i}" for i in range(5)]
 
 
+def test_a_hold_run_out_is_merged_as_a_call_waiting_again(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A's call was held for its extractor when A cleared; the hold ran out (the extractor
+    died). B then ends with 20 calls of an hour ago: A's call, pending again and the
+    newest, stays in the carry file, where it had sorted first, as an extractor's, and
+    was dropped by the cap."""
+    from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS
+
+    directory = qdir(tmp_path)
+    now_ms = int(time.time() * 1000)
+    project = str(tmp_path)
+    queue.append_calls(directory, "a", timed_calls("a", now_ms, 1), project=project)
+    assert len(queue.accept(directory, "a")) == 1
+    queue.carry_over(directory, "a", project, hold=True)
+    assert [r.get("held_by") for r in carried(tmp_path)] == ["a"]
+    queue.append_calls(directory, "b", timed_calls("b", now_ms - HOUR * 1000, 20), project=project)
+    queue.carry_over(directory, "b", project, now=time.time() + ACCEPTED_TTL_SECONDS + 60)
+    assert [r["tool_use_id"] for r in carried(tmp_path)][-1] == "a0"
+
+
+def test_queues_that_fail_every_pass_go_at_seven_days_and_do_not_jam_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """101 abandoned queues that fail every pass (their lock is a directory) fill a pass's
+    100 and stop it: they still go at 7 days (they were spared as "not reached", so every
+    pass stopped on them for good), and the next pass carries the healthy one."""
+    import shutil
+
+    from thatch.frontend.queue.limits import ABANDONED_PER_PASS
+
+    directory = qdir(tmp_path)
+    now_ms = int(time.time() * 1000)
+    project = str(tmp_path)
+    broken = [f"broken-{i}" for i in range(ABANDONED_PER_PASS + 1)]
+    for i, session in enumerate(broken):
+        queue.append_calls(directory, session, timed_calls(session, now_ms, 1), project=project)
+        lock = directory / f"{session}.lock"
+        lock.unlink()
+        lock.mkdir()
+        age_queue(tmp_path, session, 8 * DAY - i)  # oldest first: broken-0
+    queue.append_calls(directory, "healthy", timed_calls("ok", now_ms, 1), project=project)
+    age_queue(tmp_path, "healthy", 2 * DAY)
+    queue.cleanup(directory, force=True)  # 100 fail and go; the 101st was not reached
+    assert [s for s in broken if (directory / f"{s}.jsonl").exists()] == [broken[-1]]
+    queue.cleanup(directory, force=True)
+    assert not any((directory / f"{s}.jsonl").exists() for s in broken)
+    assert [r["tool_use_id"] for r in carried(tmp_path)] == ["ok0"]
+    for session in broken:
+        shutil.rmtree(directory / f"{session}.lock", ignore_errors=True)
+
+
 DAY = 24 * HOUR
 
 

@@ -156,11 +156,13 @@ def _merged(
     records: list[dict[str, Any]],
     incoming: list[dict[str, Any]],
     first_seq: int,
+    now: float,
     cursor: int = 0,
 ) -> list[dict[str, Any]]:
     """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped): first
     the records already handed out (``seq`` up to the session's snapshot ``cursor``) or
-    held by another session's extractor, then the rest in the order the calls ended. The
+    held by another session's extractor (a hold run out is pending again), then the rest
+    in the order the calls ended. The
     20-record cap then drops what an extractor already has before any call waiting for
     one, and of those the oldest, whichever queue they came from (a day-old abandoned
     queue carried after a session-end's fresh calls pushed those out)."""
@@ -172,13 +174,13 @@ def _merged(
             continue
         out.append({**record, "seq": first_seq})
         first_seq += 1
-    return sorted(out, key=lambda record: _call_order(record, cursor))
+    return sorted(out, key=lambda record: _call_order(record, cursor, now))
 
 
-def _call_order(record: Mapping[str, Any], cursor: int) -> tuple[bool, int, int]:
+def _call_order(record: Mapping[str, Any], cursor: int, now: float) -> tuple[bool, int, int]:
     """Waiting for an extractor last; then when the call ended (records of earlier
     releases have no time: oldest), then ``seq``."""
-    waiting = seq_of(record) > cursor and not record.get("held_by")
+    waiting = seq_of(record) > cursor and not _held(record, now)
     return waiting, record.get("ended_at", 0), seq_of(record)
 
 
@@ -219,10 +221,12 @@ def carry_over(
             ]
         else:
             records = [_unheld(r) for r in records]
-        return _move_queue(directory, jsonl, project, records)
+        return _move_queue(directory, jsonl, project, records, now)
 
 
-def _move_queue(directory: Path, jsonl: Path, project: str, records: list[dict[str, Any]]) -> int:
+def _move_queue(
+    directory: Path, jsonl: Path, project: str, records: list[dict[str, Any]], now: float
+) -> int:
     """Append ``records`` to ``project``'s carry file, then delete the session's queue
     (``.jsonl``, ``.count``, ``.state``, ``.project``). The caller holds the session's lock."""
     if records:
@@ -233,7 +237,7 @@ def _move_queue(directory: Path, jsonl: Path, project: str, records: list[dict[s
         with locked(carry_lock):
             carried = read_lines(carry)
             first = max([0, *(seq_of(r) for r in carried)]) + 1
-            write_records(carry, _merged(carried, records, first))
+            write_records(carry, _merged(carried, records, first, now))
     for path in (jsonl, jsonl.with_suffix(".count"), state_path(jsonl), project_path(jsonl)):
         unlink(path)
     return len(records)
@@ -252,12 +256,14 @@ def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -
         # More may be waiting: the next hook's pass goes on, not tomorrow's.
         cleanup_again(directory)
     # Queues a pass that stopped early never tried are the next pass's, not deleted.
-    return remove_stale(directory, now, spare_carriable=done.stopped)
+    return remove_stale(directory, now, spare=done.untried)
 
 
 class AbandonedPass(NamedTuple):
     carried: int  # sessions carried over
-    stopped: bool  # ended before trying every abandoned queue (the limit, a busy lock)
+    # The stems of the abandoned queues a pass that stopped early (the limit, a busy lock)
+    # did not get to; not those that failed (they go at 7 days, or they would jam it).
+    untried: frozenset[str]
 
 
 def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS) -> AbandonedPass:
@@ -269,7 +275,7 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     each queue that failed counted among them; the first lock busy past its timeout ends
     the pass (the rest wait for the next one), so a hung lock holder costs the prompt one
     wait, not one a queue. Returns the sessions carried (``limit`` only when none failed)
-    and whether it stopped before trying them all.
+    and the queues it stopped before.
 
     Only on the daily pass: a prompt must not read every queue file. Sessions are found
     by their files' names, never by an id a record claims."""
@@ -285,13 +291,14 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
         if touched is not None and now - touched >= ABANDONED_SECONDS:
             found.append((touched, jsonl))
     carried = tried = 0
-    for _touched, jsonl in sorted(found):
+    queues = [jsonl for _touched, jsonl in sorted(found)]
+    for at, jsonl in enumerate(queues):
         if tried >= limit:
-            return AbandonedPass(carried, stopped=True)
+            return AbandonedPass(carried, frozenset(q.stem for q in queues[at:]))
         try:
             moved = _carry_if_abandoned(directory, jsonl, now)
         except LockBusy:
-            return AbandonedPass(carried, stopped=True)
+            return AbandonedPass(carried, frozenset(q.stem for q in queues[at:]))
         except (QueueError, ValueError, OSError):
             # No regular lock file, a carry file that cannot be written: this queue stays,
             # the others still go.
@@ -299,7 +306,7 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
             continue
         carried += moved
         tried += moved
-    return AbandonedPass(carried, stopped=False)
+    return AbandonedPass(carried, frozenset())
 
 
 def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
@@ -324,7 +331,7 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
             return False  # nothing readable (a file this user may not read stays)
         if any(_held(record, now) for record in records):
             return False
-        _move_queue(directory, jsonl, project, [_unheld(r) for r in records])
+        _move_queue(directory, jsonl, project, [_unheld(r) for r in records], now)
     return True
 
 
@@ -378,7 +385,7 @@ def _adopt_from(
             first = max([0, cursor, *(seq_of(r) for r in records)]) + 1
             # A fresh snapshot's records are its extractor's: the cap drops them first.
             spent = cursor if _fresh(state, now) else 0
-            write_records(jsonl, _merged(records, taken, first, spent))
+            write_records(jsonl, _merged(records, taken, first, now, spent))
             # Should this session die before its session-end too, the calls go on.
             record_project(jsonl, project)
         if len(held) != len(carried) or not carried:

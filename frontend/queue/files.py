@@ -22,7 +22,7 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -432,13 +432,13 @@ def cleanup_again(directory: Path) -> None:
         os.utime(directory / CLEANUP_MARKER, (0, 0))
 
 
-def remove_stale(directory: Path, now: float, *, spare_carriable: bool = False) -> int:
+def remove_stale(directory: Path, now: float, *, spare: Collection[str] = ()) -> int:
     """Delete queue files (carried-over ones too) untouched for 7 days; returns files
     removed. A lock file goes only while this process holds it (``_remove_idle_lock``):
     never one another process holds or is taking. A ``.project`` stays while its session's
     ``.jsonl`` is younger: it is written once, and a session may live longer than a week.
-    ``spare_carriable``: a session's queue that names its project stays (the pass that
-    would carry it stopped before it)."""
+    ``spare``: the stems of sessions whose queues stay (the pass that would carry them
+    over stopped before them)."""
     removed = 0
     suffixes = (".jsonl", ".count", ".state", ".project", ".lock", ".tmp", UNREAD)
     for entry in os.scandir(directory):
@@ -449,7 +449,7 @@ def remove_stale(directory: Path, now: float, *, spare_carriable: bool = False) 
         try:
             if now - entry.stat(follow_symlinks=False).st_mtime <= STALE_SECONDS:
                 continue
-            if spare_carriable and _carriable(entry.name, directory):
+            if spare and _spared(entry.name, spare):
                 continue
             if entry.name.endswith(".lock"):
                 removed += _remove_idle_lock(entry.path, now - STALE_SECONDS)
@@ -463,12 +463,10 @@ def remove_stale(directory: Path, now: float, *, spare_carriable: bool = False) 
     return removed
 
 
-def _carriable(name: str, directory: Path) -> bool:
-    """Whether ``name`` is a file of a session's queue whose ``.project`` is there."""
+def _spared(name: str, spare: Collection[str]) -> bool:
+    """Whether ``name`` is a queue file of one of the ``spare`` sessions."""
     stem, _dot, suffix = name.rpartition(".")
-    if suffix not in ("jsonl", "count", "state", "project", "lock"):
-        return False
-    return os.path.lexists(directory / f"{stem}.project")
+    return suffix in ("jsonl", "count", "state", "project", "lock") and stem in spare
 
 
 def _queue_younger(project: str, now: float) -> bool:
