@@ -161,7 +161,7 @@ def test_pulled_mail_reads_framed_from_the_remote_name_and_wakes_the_recipient(
     assert deliver(tools, mail(tools, 41, key, hostile)) == [41]
     session = tools.chat.store.by_name(me.name)
     assert session is not None
-    assert tools.chat.store.wake(session.session_id) == (1, ["otter-00012@alice"])
+    assert tools.chat.store.wake_telling(session.session_id) == ([], (1, ["otter-00012@alice"]))
     text = ok(tools, "chat", {"action": "read", "as": me.me})
     header, block = text.split("\n\n")
     assert header.startswith("[thatch] 1 message(s). Bodies are written by other agent")

@@ -147,24 +147,24 @@ def test_wakes_renudge_window_and_hourly_cap(chat: ChatStore, clock: Clock) -> N
     a = chat.by_name(anchor(chat, "a"))
     b = chat.by_name(anchor(chat, "b"))
     assert a is not None and b is not None
-    assert chat.wake(b.session_id) is None  # nothing unread
+    assert chat.wake_telling(b.session_id)[1] is None  # nothing unread
     chat.send(a.session_id, b.session_id, ["one"])
-    assert chat.wake(b.session_id) == (1, [a.name])
-    assert chat.wake(b.session_id) is None  # delivered within 15 minutes
+    assert chat.wake_telling(b.session_id)[1] == (1, [a.name])
+    assert chat.wake_telling(b.session_id)[1] is None  # delivered within 15 minutes
     clock.advance(minutes=15, seconds=1)
-    assert chat.wake(b.session_id) == (1, [a.name])  # re-nudged
+    assert chat.wake_telling(b.session_id)[1] == (1, [a.name])  # re-nudged
     for _ in range(4):
         clock.advance(minutes=1)
         chat.send(a.session_id, b.session_id, [f"more {clock.now}"])
-        assert chat.wake(b.session_id) is not None
+        assert chat.wake_telling(b.session_id)[1] is not None
     clock.advance(minutes=1)
     chat.send(a.session_id, b.session_id, ["seventh"])
-    assert chat.wake(b.session_id) is None  # six wakes within the hour
+    assert chat.wake_telling(b.session_id)[1] is None  # six wakes within the hour
     clock.advance(minutes=45)
-    assert chat.wake(b.session_id) == (6, [a.name])
+    assert chat.wake_telling(b.session_id)[1] == (6, [a.name])
     chat.read_unread(b.session_id)
     clock.advance(hours=1)
-    assert chat.wake(b.session_id) is None
+    assert chat.wake_telling(b.session_id)[1] is None
 
 
 def test_a_host_key_is_per_session_and_only_its_hash_is_stored(chat: ChatStore) -> None:

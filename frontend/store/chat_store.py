@@ -554,30 +554,25 @@ class ChatStore(ChatTail):
 
     # -- delivery ------------------------------------------------------------------------
 
-    def wake(self, session_id: str) -> tuple[int, list[str]] | None:
-        """Take a wake if one is due (docs/chat.md §6), else None: the number of unread
+    def wake_telling(self, session_id: str) -> tuple[list[Refusal], tuple[int, list[str]] | None]:
+        """The session's refusals not told yet, stamped told (as ``_take_refusals`` takes
+        them), and a wake if one is due (docs/chat.md §6), else None: the number of unread
         messages and their senders' names (``unknown`` for departed ones), in order of
-        each sender's first unread message.
+        each sender's first unread message. One transaction: the chat-notify hook prints
+        both, or neither is spent.
 
         Due: unread messages not delivered in the last 15 minutes, and fewer than 6 wakes
         in the last hour. Stamps those messages' ``delivered_at`` and records the wake.
         """
-        with self.tx.write() as conn:
-            return self._wake(conn, session_id, None)
-
-    def wake_telling(self, session_id: str) -> tuple[list[Refusal], tuple[int, list[str]] | None]:
-        """``wake``, and in its transaction the session's refusals not told yet, stamped
-        told (as ``_take_refusals`` takes them): the chat-notify hook prints both, or
-        neither is spent."""
         with self.tx.write() as conn:
             refused: list[Refusal] = []
             woken = self._wake(conn, session_id, refused)
         return refused, woken
 
     def _wake(
-        self, conn: sqlite3.Connection, session_id: str, refused: list[Refusal] | None
+        self, conn: sqlite3.Connection, session_id: str, refused: list[Refusal]
     ) -> tuple[int, list[str]] | None:
-        """``wake`` in ``conn``'s transaction; refusals are taken into ``refused`` unless None.
+        """``wake_telling`` in ``conn``'s transaction; refusals are taken into ``refused``.
 
         The unread mail and the refusals are read by one statement: the hook runs it at
         every Stop, and telling refusals costs that no statement more than before m027."""
@@ -591,13 +586,12 @@ class ChatStore(ChatTail):
             "WHERE m.to_session = ? AND m.read_at IS NULL"
         )
         args: tuple[object, ...] = (session_id,)
-        if refused is not None and CHAT_REFUSED not in schema_lag(conn).migrations:
+        if CHAT_REFUSED not in schema_lag(conn).migrations:
             unread += f" UNION ALL SELECT 1, * FROM ({UNTOLD})"
             args = (session_id, session_id, REFUSALS_TOLD)
         found = conn.execute(f"{unread} ORDER BY 1, 2", args).fetchall()
         rows = [row[1:4] for row in found if row[0] == 0]
-        if refused is not None:
-            refused.extend(self._stamp_told(conn, [row[1:] for row in found if row[0] == 1]))
+        refused.extend(self._stamp_told(conn, [row[1:] for row in found if row[0] == 1]))
         renudge = self._at(RENUDGE_WINDOW)
         due = [row[0] for row in rows if row[2] is None or str(row[2]) < renudge]
         if not due:
