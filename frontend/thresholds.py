@@ -142,7 +142,9 @@ def in_force(env: Mapping[str, str], model: str) -> InForce:
         number = _number(raw) if raw.strip() else None
         if number is None:
             if raw.strip():
-                problems.append(f'ignoring {variable}="{raw}": not a number between 0 and 1')
+                from thatch.frontend.untrusted import quoted  # the environment's: data
+
+                problems.append(f"ignoring {variable}={quoted(raw)}: not a number between 0 and 1")
             values.append(getattr(base, name))
             sources.append(where)
         else:

@@ -7,6 +7,7 @@ nothing is cached at module level. Paths (HOME, XDG, the default socket) come fr
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -98,8 +99,10 @@ class Address(NamedTuple):
 
 
 def _bad_address(value: str) -> AddressError:
+    # The value as a JSON literal: the environment's words, which a line break or an escape
+    # sequence in them must not let pass for an error's next line.
     return AddressError(
-        f'invalid THATCH_EMBEDDER_ADDR "{value}": '
+        f"invalid THATCH_EMBEDDER_ADDR {json.dumps(value)}: "
         "expected unix:///path, host:port or dns:///host:port"
     )
 

@@ -48,12 +48,23 @@ def setup_logging(log_file: Path | None, level: str) -> tuple[logging.Logger, lo
         )
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(_OneLineFormatter(LOG_FORMAT))
     logger = logging.getLogger("thatch.embedder")
     logger.setLevel(LEVELS[level])
     logger.propagate = False
     logger.addHandler(handler)
     return logger, handler
+
+
+class _OneLineFormatter(logging.Formatter):
+    """One log line a record: a message names a model and an address, which come from
+    the environment and a model directory's name (its id is ``local:<name>``), and a line
+    break or an escape sequence in them must not write a line of the log's own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        from thatch.embedder.client.model_names import shown_name
+
+        return shown_name(super().formatMessage(record))
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,0 +1,173 @@
+"""Model ids and the embedder's address are data wherever thatch prints them (doctor,
+``thatch embedder status|start``, their errors, the embedder's log).
+
+A model directory without a usable ``model_id`` in its thatch_model.json is called
+``local:<its name>``, and anyone may name a directory; a remote embedder says what it
+serves; ``THATCH_EMBEDDER_ADDR`` and the threshold variables come from the environment.
+A line break, an escape sequence or a bidi override in any of them is shown escaped, so
+every line printed is one of thatch's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.support.embedder_proc import EmbedderProcess, embedder_process
+from thatch.cli.main import cli
+
+FORGED = "\nok  forged  all is well\x1b[2K\u202e"
+SHOWN = "\\nok  forged  all is well\\u001b[2K\\u202e"  # as ``inline`` shows it
+DOCTOR_LINE = re.compile(r"(ok|warn|FAIL)  \S+  |      fix: ")
+
+
+def thatch(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def doctor_lines(result: Result) -> dict[str, list[str]]:
+    """Check name -> its lines; every line must be one of doctor's, none forged."""
+    lines = result.stdout.splitlines()
+    assert all(DOCTOR_LINE.match(line) for line in lines), lines
+    assert not any(line.startswith("ok  forged") for line in lines), lines
+    checks: dict[str, list[str]] = {}
+    name = ""
+    for line in lines:
+        if line.startswith("      fix: "):
+            checks[name].append(line)
+        else:
+            name = line.split("  ")[1]
+            checks[name] = [line]
+    return checks
+
+
+@pytest.fixture
+def hostile_model(minilm_dir: Path, tmp_path: Path) -> Path:
+    """The imported MiniLM in a directory named with a forged doctor line, its
+    thatch_model.json naming no id: its id is ``local:<that name>``."""
+    path = tmp_path / f"x{FORGED}"
+    shutil.copytree(minilm_dir, path, copy_function=os.link)
+    meta_path = path / "thatch_model.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["model_id"]
+    meta_path.unlink()  # a hard link to the shared import: write a file of its own
+    meta_path.write_text(json.dumps(meta))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def hostile_server(hostile_model: Path, short_tmp: Path) -> Iterator[EmbedderProcess]:
+    with embedder_process(str(hostile_model), socket_dir=short_tmp) as proc:
+        yield proc
+
+
+def test_doctor_shows_ids_addresses_and_variables_as_data(
+    hostile_model: Path,
+    project: Path,
+    short_tmp: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing serving: the model's id, the address nothing answers at and a threshold
+    variable that is no number each stay inside their line."""
+    socket_path = short_tmp / f"x{FORGED}"
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{socket_path}")
+    monkeypatch.setenv("THATCH_MODEL", str(hostile_model))
+    monkeypatch.setenv("THATCH_DUPLICATE_THRESHOLD", FORGED)
+    result = thatch("doctor")
+    checks = doctor_lines(result)
+    assert checks["embedder"] == [
+        f"FAIL  embedder  nothing is answering at unix://{short_tmp}/x{SHOWN}",
+        "      fix: thatch embedder start",
+    ]
+    assert checks["model"][0].startswith(
+        f"ok  model  local:x{SHOWN} (local dir at {tmp_path}/x{SHOWN}; from THATCH_MODEL)"
+    )
+    [thresholds, fix] = checks["thresholds"]
+    assert thresholds.startswith(
+        f'warn  thresholds  ignoring THATCH_DUPLICATE_THRESHOLD="{SHOWN}": not a number'
+    )
+    assert thresholds.endswith(f"(built-in defaults: local:x{SHOWN} is not calibrated)")
+    assert fix == "      fix: fix or unset it"
+
+
+def test_embedder_commands_show_a_bad_address_as_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An address that is no address, or a remote one `start` cannot manage: one error
+    line each."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"x{FORGED}:1")
+    result = thatch("embedder", "status")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        'Error: invalid THATCH_EMBEDDER_ADDR "x\\nok  forged  all is well\\u001b[2K\\u202e:1": '
+        "expected unix:///path, host:port or dns:///host:port\n"
+    )
+    # A host holds no space, but a line break and an escape sequence it may.
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "dns:///x\nFAIL\x1b[2K\u202e:1")
+    result = thatch("embedder", "start")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "Error: thatch embedder start manages a local unix-socket embedder only; "
+        "dns:///x\\nFAIL\\u001b[2K\\u202e:1 is remote.\n"
+    )
+
+
+def test_a_served_id_is_data_in_doctor_status_start_and_the_log(
+    hostile_server: EmbedderProcess,
+    hostile_model: Path,
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An embedder serving the model: the id it gives is shown escaped by doctor (serving
+    it, and serving another model than the one in use), by `thatch embedder status` and
+    `start`, and the embedder's own log keeps one line a record."""
+    proc = hostile_server
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", proc.address)
+    monkeypatch.setenv("THATCH_MODEL", str(hostile_model))
+    checks = doctor_lines(thatch("doctor"))
+    assert checks["embedder"] == [
+        f"ok  embedder  serving at {proc.address} (model local:x{SHOWN}, pid {proc.pid})"
+    ]
+    assert checks["model"][0].startswith(
+        f"ok  model  local:x{SHOWN} (local dir at {tmp_path}/x{SHOWN}; from THATCH_MODEL), "
+        "served by the embedder"
+    )
+
+    status = thatch("embedder", "status")
+    assert status.exit_code == 0, status.output
+    lines = status.stdout.splitlines()
+    assert all(re.match(r"[a-z -]+: +\S", line) for line in lines), lines
+    assert f"{'model:':<14} local:x{SHOWN}" in lines
+
+    started = thatch("embedder", "start")
+    assert started.exit_code == 0, started.output
+    assert started.stdout == (
+        f"embedder already running at {proc.address} (pid {proc.pid}, model local:x{SHOWN})\n"
+    )
+
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    checks = doctor_lines(thatch("doctor"))
+    assert checks["model"] == [
+        f"warn  model  the embedder serves local:x{SHOWN} but the model in use is mock "
+        "(from THATCH_MODEL)",
+        "      fix: thatch embedder stop && thatch embedder start",
+    ]
+
+    log = proc.log_text().splitlines()
+    assert any("serving at" in line and "local:x\\nok  forged" in line for line in log), log
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ", line) for line in log), log
