@@ -135,7 +135,8 @@ def test_a_served_id_is_data_in_doctor_status_start_and_the_log(
 ) -> None:
     """An embedder serving the model: the id it gives is shown escaped by doctor (serving
     it, and serving another model than the one in use), by `thatch embedder status` and
-    `start`, and the embedder's own log keeps one line a record."""
+    `start` and `thatch model use`'s notices, and the embedder's own log keeps one line a
+    record."""
     proc = hostile_server
     monkeypatch.setenv("THATCH_EMBEDDER_ADDR", proc.address)
     monkeypatch.setenv("THATCH_MODEL", str(hostile_model))
@@ -159,6 +160,15 @@ def test_a_served_id_is_data_in_doctor_status_start_and_the_log(
     assert started.stdout == (
         f"embedder already running at {proc.address} (pid {proc.pid}, model local:x{SHOWN})\n"
     )
+
+    used = thatch("model", "use", "mock")  # THATCH_MODEL still names the hostile model
+    assert used.exit_code == 0, used.output
+    assert used.stderr.splitlines() == [
+        f"Note: THATCH_MODEL={tmp_path}/x{SHOWN} is set in this environment and wins over "
+        "the saved choice here; unset it to use the saved one.",
+        f"The running embedder serves local:x{SHOWN}; switch it with: "
+        "thatch embedder stop && thatch embedder start",
+    ]
 
     monkeypatch.setenv("THATCH_MODEL", "mock")
     checks = doctor_lines(thatch("doctor"))
