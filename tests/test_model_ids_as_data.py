@@ -181,3 +181,31 @@ def test_a_served_id_is_data_in_doctor_status_start_and_the_log(
     log = proc.log_text().splitlines()
     assert any("serving at" in line and "local:x\\nok  forged" in line for line in log), log
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ", line) for line in log), log
+
+
+# Ordinary characters an error quotes as they are: non-ASCII spaces (no-break, narrow
+# no-break, ideographic), a quote, a backslash.
+PLAIN = 'メモ\u3000帳\u00a0a\u202fb "q" c\\d'
+
+
+def test_error_lines_escape_control_characters_only(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An address with non-ASCII spaces, a quote and a backslash is shown as it is; in an
+    invalid one, quoted, only the quote, the backslash and the control characters (a line
+    separator, a bidi override, not an é) are escaped."""
+    address = f"unix://{short_tmp}/{PLAIN}/e.sock"
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", address)
+    result = thatch("embedder", "status")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: no embedder answering at {address}.\nFix: thatch embedder start\n"
+    )
+
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix:/tmp/é {PLAIN}\u2028\u202e")
+    result = thatch("embedder", "status")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        'Error: invalid THATCH_EMBEDDER_ADDR "unix:/tmp/é メモ\u3000帳\u00a0a\u202fb '
+        '\\"q\\" c\\\\d\\u2028\\u202e": expected unix:///path, host:port or dns:///host:port\n'
+    )

@@ -34,10 +34,11 @@ class FixableError(click.ClickException):
 def _one_line(text: str) -> str:
     """An error's words as one line: a message may quote data its raiser left as it was
     (an address from the environment, a model id an embedder gave), which must not start a
-    line of its own nor send a terminal escape. Printable text, the usual, is unchanged."""
-    from thatch.embedder.client.model_names import shown_name
+    line of its own nor send a terminal escape. Only its control characters are escaped:
+    other text (non-ASCII spaces, quotes, backslashes) is shown as it is."""
+    from thatch.common.control_chars import escape_controls
 
-    return shown_name(text)
+    return escape_controls(text)
 
 
 def debug_traceback() -> None:

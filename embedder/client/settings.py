@@ -7,11 +7,11 @@ nothing is cached at module level. Paths (HOME, XDG, the default socket) come fr
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from thatch.common.control_chars import double_quoted
 from thatch.common.environment import (
     ConfigError,
     Env,
@@ -99,10 +99,10 @@ class Address(NamedTuple):
 
 
 def _bad_address(value: str) -> AddressError:
-    # The value as a JSON literal: the environment's words, which a line break or an escape
-    # sequence in them must not let pass for an error's next line.
+    # The environment's words, quoted: a line break, an escape sequence or a bidi override
+    # in them is shown escaped, and must not pass for an error's next line.
     return AddressError(
-        f"invalid THATCH_EMBEDDER_ADDR {json.dumps(value)}: "
+        f"invalid THATCH_EMBEDDER_ADDR {double_quoted(value)}: "
         "expected unix:///path, host:port or dns:///host:port"
     )
 
