@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from thatch.frontend.errors import fault_fix, foreign_fix, not_a_database_fix
-from thatch.frontend.untrusted import inline
+from thatch.frontend.untrusted import has_control, inline
 
 __all__ = [
     "NOT_WIRED",
@@ -96,8 +96,9 @@ def _one_line(text: str) -> str:
     """A check's words as one line. The checks show their data with ``inline``; an error's
     message may still hold data its raiser did not escape (a value of the environment, a
     name in a model's files), and must not start a line of doctor's of its own. Text
-    with no control in it is left as it is, so nothing shown already is escaped twice."""
-    return text if text.isprintable() else inline(text)
+    with no control in it (``has_control``: a non-ASCII space is none) is left as it is,
+    so nothing shown already is escaped twice."""
+    return inline(text) if has_control(text) else text
 
 
 def _shown(path: Path | str) -> str:

@@ -209,3 +209,46 @@ def test_error_lines_escape_control_characters_only(
         'Error: invalid THATCH_EMBEDDER_ADDR "unix:/tmp/é メモ\u3000帳\u00a0a\u202fb '
         '\\"q\\" c\\\\d\\u2028\\u202e": expected unix:///path, host:port or dns:///host:port\n'
     )
+
+
+@pytest.fixture
+def broken_hostile_model(tmp_path: Path) -> Path:
+    """A model directory named with non-ASCII spaces and a forged doctor line, with no
+    thatch_model.json (its id is ``local:<its name>``) and no tokenizer.json: the error
+    saying so quotes the id and the path as they are."""
+    path = tmp_path / f"x\u00a0\u202f{FORGED}"
+    path.mkdir()
+    (path / "config.json").write_text('{"hidden_size": 4}')
+    return path
+
+
+def test_an_error_quoting_a_hostile_model_is_one_line_in_doctor_and_embedder_start(
+    broken_hostile_model: Path,
+    project: Path,
+    short_tmp: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The registry's `model <id> at <path> is missing tokenizer.json` holds the id and the
+    path raw: doctor's check stays one line, escaped once (a detail it escaped already, a
+    no-break space in it, is not escaped again), and `thatch embedder start`'s error,
+    which quotes the started embedder's, is one `Error:` and one `Fix:` line."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{short_tmp}/e.sock")
+    monkeypatch.setenv("THATCH_MODEL", str(broken_hostile_model))
+    shown = f"{tmp_path}/x\u00a0\u202f{SHOWN}"
+    checks = doctor_lines(thatch("doctor"))
+    assert checks["model"] == [
+        f"FAIL  model  model local:x\u00a0\u202f{SHOWN} at {shown} is missing tokenizer.json",
+        "      fix: thatch model use ID (an imported model, a hub id or a model directory)",
+    ]
+    assert checks["thresholds"][0].endswith(f"(built-in defaults: {shown} is not calibrated)")
+
+    started = thatch("embedder", "start", "--wait", "60")
+    assert started.exit_code == 1
+    log = Path(os.environ["XDG_CACHE_HOME"]) / "thatch" / "embedder.log"
+    assert started.stderr.splitlines() == [
+        f"Error: nothing is listening at unix://{short_tmp}/e.sock (auto-start failed: "
+        f"model local:x\u00a0\u202f{SHOWN} at {shown} is missing tokenizer.json); log: {log}",
+        f"Fix: thatch model info '{shown}' shows how the model resolves; "
+        "thatch model use ID chooses another (or set THATCH_MODEL)",
+    ]
