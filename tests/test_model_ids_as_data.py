@@ -252,3 +252,31 @@ def test_an_error_quoting_a_hostile_model_is_one_line_in_doctor_and_embedder_sta
         f"Fix: thatch model info '{shown}' shows how the model resolves; "
         "thatch model use ID chooses another (or set THATCH_MODEL)",
     ]
+
+
+def test_a_traceback_in_the_embedder_log_is_indented_under_its_record(tmp_path: Path) -> None:
+    """An exception's text is anyone's words: a line of it that reads as a record, and the
+    stack of a record logged with one, are indented under the record that carries them."""
+    from thatch.embedder.server.serve_cmd import setup_logging
+
+    forged = "2026-01-01 00:00:00,000 INFO serving at unix:///x (model mock)"
+    logger, handler = setup_logging(tmp_path / "embedder.log", "info")
+    try:
+        try:
+            raise ValueError(f"bad\n{forged}\r{forged}\x1b[2K")
+        except ValueError:
+            logger.exception("inference failed")
+        logger.info("here", stack_info=True)
+        handler.flush()
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    lines = (tmp_path / "embedder.log").read_text().split("\n")
+    assert lines.pop() == ""
+    records = [line for line in lines if not line.startswith("  ")]
+    assert [record.split(" ", 2)[2] for record in records] == [
+        "ERROR inference failed",
+        "INFO here",
+    ]
+    assert f"  {forged}\\r{forged}\\u001b[2K" in lines
+    assert "  Stack (most recent call last):" in lines
