@@ -43,49 +43,55 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         fix = error.fix if isinstance(error, ModelError) and error.fix else None
         fix = fix or "thatch model use ID (an imported model, a hub id or a model directory)"
         return Check("FAIL", "model", str(error), fix), served_id
-    # The origin names the config file, the path a model directory: data (doctor's _shown)
+    # The origin names the config file, the path a model directory: data (doctor's _shown).
+    # So are the ids: a model directory's name is its id (local:<name>), and a remote
+    # embedder says what it serves.
     origin = f"from {inline(chosen.origin)}"
     model_id = settings.model_id
+    shown_id = inline(model_id)
     if served_id is not None and served_id != model_id:
         fix = (
-            f"thatch model use {served_id} or point THATCH_EMBEDDER_ADDR at one serving {model_id}"
+            f"thatch model use {inline(shlex.quote(served_id))} or point "
+            f"THATCH_EMBEDDER_ADDR at one serving {shown_id}"
             if served and served.remote
             else RESTART_FIX
         )
-        detail = f"the embedder serves {served_id} but the model in use is {model_id} ({origin})"
+        detail = (
+            f"the embedder serves {inline(served_id)} but the model in use is {shown_id} ({origin})"
+        )
         return Check("warn", "model", detail, fix), served_id
     if settings.source == "needs download" and served is not None and served.remote:
         # Unanswered, the remote side's model is unknown: say only what holds here (the
         # embedder check above already fails on the address).
         loads = "loads it" if served_id is not None else "would load it, once it answers"
         detail = (
-            f"{model_id} ({origin}; not cached here; the remote embedder at {served.address} "
-            f"{loads})"
+            f"{shown_id} ({origin}; not cached here; the remote embedder at "
+            f"{inline(served.address)} {loads})"
         )
         return Check("ok", "model", detail), model_id
     if settings.source == "needs download" and served_id is None:
-        fix = unavailable_fix(model_id, env)
+        fix = inline(unavailable_fix(model_id, env))
         if model_id in ADAPTED:
             detail = (
-                f"{model_id} ({origin}) is not built yet (thatch builds it on this machine "
+                f"{shown_id} ({origin}) is not built yet (thatch builds it on this machine "
                 f"from {ADAPTED[model_id].base} and its shipped adapter)"
             )
             return Check("FAIL", "model", detail, fix), model_id
         if fix.startswith("thatch model pull"):
             detail = (
-                f"{model_id} ({origin}) is not cached; the embedder downloads it on first start"
+                f"{shown_id} ({origin}) is not cached; the embedder downloads it on first start"
             )
             return Check("warn", "model", detail, fix), model_id
         reason = (
             "HF_HUB_OFFLINE=1"
             if hub_offline(env)
-            else f"the hub {hub_endpoint(env)} does not answer"
+            else f"the hub {inline(hub_endpoint(env))} does not answer"
         )
-        detail = f"{model_id} ({origin}) is not on this machine and {reason}"
+        detail = f"{shown_id} ({origin}) is not on this machine and {reason}"
         return Check("FAIL", "model", detail, fix), model_id
     where = f" at {inline(str(settings.path))}" if settings.path else ""
     serving = ", served by the embedder" if served_id else ""
-    detail = f"{model_id} ({settings.source}{where}; {origin}){serving}"
+    detail = f"{shown_id} ({settings.source}{where}; {origin}){serving}"
     if chosen.origin == "THATCH_MODEL":
         detail += _unsaved_note(env, model_id, name)
     return Check("ok", "model", detail), model_id
@@ -106,6 +112,6 @@ def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
     if other == model_id:
         return ""
     return (
-        f"; processes started without THATCH_MODEL use {other}: "
+        f"; processes started without THATCH_MODEL use {inline(other)}: "
         f"thatch model use {inline(shlex.quote(name))} saves this one"
     )

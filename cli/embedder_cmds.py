@@ -30,6 +30,7 @@ from thatch.embedder.client.settings import Address, configured_address
 from thatch.embedder.server.instance import looks_like_embedder, process_alive, running_pid
 from thatch.embedder.server.serve_cmd import serve
 from thatch.embedder.v1 import embedder_pb2
+from thatch.frontend.untrusted import inline
 
 __all__ = ["embedder"]
 
@@ -47,7 +48,7 @@ def _local_address(env: Mapping[str, str], command: str) -> Address:
     if not address.is_unix:
         raise FixableError(
             f"thatch embedder {command} manages a local unix-socket embedder only; "
-            f"{address} is remote."
+            f"{inline(str(address))} is remote."
         )
     return address
 
@@ -70,6 +71,7 @@ def start(wait: float) -> None:
     env = dict(os.environ)
     with translate_errors():
         address = _local_address(env, "start")
+        shown = inline(str(address))  # the environment's: data
         with EmbedderClient(address.target, env=env, notice=_starting_notice) as client:
             assert address.path is not None
             already = probe_socket(address.path) in ("listening", "busy")
@@ -85,11 +87,11 @@ def start(wait: float) -> None:
                     message = f"{error.cause}; log: {log}"
                 raise FixableError(message, error.fix) from None
             if wait <= 0 and client.health() != "SERVING":
-                click.echo(f"embedder starting at {address}; see thatch embedder status")
+                click.echo(f"embedder starting at {shown}; see thatch embedder status")
                 return
             info = client.info()
         verb = "already running" if already else "serving"
-        click.echo(f"embedder {verb} at {address} (pid {info.pid}, model {info.model_id})")
+        click.echo(f"embedder {verb} at {shown} (pid {info.pid}, model {inline(info.model_id)})")
 
 
 @embedder.command()
@@ -160,7 +162,7 @@ def status(as_json: bool) -> None:
             else:
                 _explain_unreachable_remote(address)
             fix = "thatch embedder start" if address.is_unix else FIX_REMOTE
-            raise FixableError(f"no embedder answering at {address}.", fix)
+            raise FixableError(f"no embedder answering at {inline(str(address))}.", fix)
     facts = status_facts(str(address), health, info)
     if as_json:
         emit_json(facts)
@@ -241,6 +243,9 @@ def status_lines(facts: Mapping[str, object]) -> list[tuple[str, str]]:
         elif key in SECONDS:
             text = "never" if value == 0 and key != "uptime_s" else f"{value} s"
         else:
-            text = str(value) if value != "" else "-"
+            # The address is the environment's, the model id, revision, pooling and version
+            # the embedder's words: a remote one's are anyone's, and a local one's id is
+            # its model directory's name. Data, so none can start a line of its own.
+            text = inline(str(value)) if value != "" else "-"
         lines.append((label, text))
     return lines

@@ -368,12 +368,13 @@ def saved_name(name: str, settings: ModelSettings, env: Mapping[str, str]) -> st
 
 def _env_wins_notice(env: Mapping[str, str]) -> None:
     from thatch.common.environment import env_get
+    from thatch.frontend.untrusted import inline
 
     value = env_get(env, "THATCH_MODEL")
     if value is not None:
         click.echo(
-            f"Note: THATCH_MODEL={value} is set in this environment and wins over the saved "
-            "choice here; unset it to use the saved one.",
+            f"Note: THATCH_MODEL={inline(value)} is set in this environment and wins over the "
+            "saved choice here; unset it to use the saved one.",
             err=True,
         )
 
@@ -382,6 +383,7 @@ def _restart_notice(model_id: str, env: Mapping[str, str]) -> None:
     """A running embedder keeps its model: say how to switch it."""
     from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.frontend.untrusted import inline
 
     try:
         with EmbedderClient(env=env, autostart=False) as client:
@@ -390,7 +392,7 @@ def _restart_notice(model_id: str, env: Mapping[str, str]) -> None:
         return
     if served != model_id:
         click.echo(
-            f"The running embedder serves {served}; switch it with: "
+            f"The running embedder serves {inline(served)}; switch it with: "
             "thatch embedder stop && thatch embedder start",
             err=True,
         )

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from thatch.frontend.errors import fault_fix, foreign_fix, not_a_database_fix
-from thatch.frontend.untrusted import inline
+from thatch.frontend.untrusted import has_control, inline
 
 __all__ = [
     "NOT_WIRED",
@@ -74,9 +74,9 @@ class Check:
 
     def lines(self) -> list[str]:
         """``<status>  <check>  <detail>`` and, when not ok, ``      fix: <action>``."""
-        out = [f"{self.status}  {self.name}  {self.detail}"]
+        out = [f"{self.status}  {self.name}  {_one_line(self.detail)}"]
         if self.status != "ok" and self.fix:
-            out.append(f"      fix: {self.fix}")
+            out.append(f"      fix: {_one_line(self.fix)}")
         return out
 
     def as_json(self) -> dict[str, Any]:
@@ -90,6 +90,15 @@ class Served:
     address: str
     model_id: str | None = None
     remote: bool = False
+
+
+def _one_line(text: str) -> str:
+    """A check's words as one line. The checks show their data with ``inline``; an error's
+    message may still hold data its raiser did not escape (a value of the environment, a
+    name in a model's files), and must not start a line of doctor's of its own. Text
+    with no control in it (``has_control``: a non-ASCII space is none) is left as it is,
+    so nothing shown already is escaped twice."""
+    return inline(text) if has_control(text) else text
 
 
 def _shown(path: Path | str) -> str:
@@ -275,6 +284,8 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
     except ThatchEmbedderError as error:
         fix = "set THATCH_EMBEDDER_ADDR to unix:///path, host:port or dns:///host:port"
         return Check("FAIL", "embedder", str(error), fix), None
+    # THATCH_EMBEDDER_ADDR is data: a unix path may hold a line break, a host an escape.
+    shown = inline(str(address))
     remote = not address.is_unix
     fix = "check THATCH_EMBEDDER_ADDR" if remote else "thatch embedder start"
     try:
@@ -289,23 +300,24 @@ def check_embedder(env: Mapping[str, str]) -> tuple[Check, Served | None]:
         health = client.health(timeout=HEALTH_TIMEOUT)
         unknown = Served(str(address), None, remote)
         if health == "UNREACHABLE":
-            return Check("FAIL", "embedder", f"nothing is answering at {address}", fix), unknown
+            return Check("FAIL", "embedder", f"nothing is answering at {shown}", fix), unknown
         if health == "NOT_SERVING":
-            where = "the remote embedder" if remote else f"the log {embedder_log_file(env)}"
+            where = "the remote embedder" if remote else f"the log {_shown(embedder_log_file(env))}"
             return Check(
                 "FAIL",
                 "embedder",
-                f"an embedder at {address} is not serving (still loading, or its model failed)",
+                f"an embedder at {shown} is not serving (still loading, or its model failed)",
                 f"wait a moment and rerun thatch doctor; if it persists, see {where}",
             ), unknown
         try:
             info = client.info(timeout=INFO_TIMEOUT)
         except ThatchEmbedderError:
-            return Check("ok", "embedder", f"serving at {address}"), unknown
+            return Check("ok", "embedder", f"serving at {shown}"), unknown
     finally:
         client.close()
     pid = f", pid {info.pid}" if info.pid else ""
-    detail = f"serving at {address} (model {info.model_id}{pid})"
+    # The id is the embedder's word, and a remote embedder's is anyone's.
+    detail = f"serving at {shown} (model {inline(info.model_id)}{pid})"
     return Check("ok", "embedder", detail), Served(str(address), info.model_id, remote)
 
 
@@ -330,14 +342,17 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
     except sqlite3.Error as error:  # an outdated schema may lack columns
         return Check("warn", "memories", f"not checked: {error}", "run thatch stores once")
     if other:
-        detail = f"{_plural(other, 'memory', 'memories')} embedded with another model than {model}"
+        detail = (
+            f"{_plural(other, 'memory', 'memories')} embedded with another model than "
+            f"{inline(model or '')}"
+        )
         if pending:
             detail += f", {pending} pending"
         return Check("warn", "memories", detail, "thatch reembed")
     if pending:
         detail = f"{_plural(pending, 'memory', 'memories')} not indexed yet (pending)"
         return Check("warn", "memories", detail, "thatch reembed --missing")
-    suffix = f", all embedded with {model}" if model and total else ""
+    suffix = f", all embedded with {inline(model)}" if model and total else ""
     from thatch.frontend.store.lexical import fts5_available
 
     if not fts5_available(conn):  # docs/database.md §lexical-index
@@ -365,10 +380,11 @@ def check_thresholds(env: Mapping[str, str], model: str | None) -> Check:
     values = ", ".join(
         f"{name.replace('_', ' ')} {getattr(forced.values, name):g}" for name in NAMES
     )
+    shown = inline(model)  # a model directory's name is its id: data
     where = [
-        f"defaults for {model}"
+        f"defaults for {shown}"
         if defaults_for(model)
-        else f"built-in defaults: {model} is not calibrated"
+        else f"built-in defaults: {shown} is not calibrated"
     ]
     where += [
         f"{name.replace('_', ' ')} from {forced.source(name)}"

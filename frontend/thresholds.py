@@ -112,7 +112,8 @@ class InForce(NamedTuple):
     """The thresholds a process uses, and where each came from."""
 
     values: ModelThresholds
-    sources: tuple[str, ...]  # per field: the variable's name, or "default for <model>"
+    # per field: the variable's name, or "default for <model>" (the id as inline shows it)
+    sources: tuple[str, ...]
     problems: tuple[str, ...]  # variables ignored (not a number in [0, 1]), one line each
 
     def source(self, name: str) -> str:
@@ -130,9 +131,12 @@ def _number(text: str) -> float | None:
 def in_force(env: Mapping[str, str], model: str) -> InForce:
     """Each threshold: its variable when a number in [0, 1], else ``model``'s default
     (the built-in one for a model without calibrated numbers)."""
+    from thatch.frontend.untrusted import inline  # a model directory's name is its id: data
+
     calibrated = defaults_for(model)
     base = calibrated or BUILT_IN
-    where = f"default for {model}" if calibrated else f"built-in default ({model} not calibrated)"
+    shown = inline(model)
+    where = f"default for {shown}" if calibrated else f"built-in default ({shown} not calibrated)"
     values: list[float] = []
     sources: list[str] = []
     problems: list[str] = []
@@ -142,7 +146,9 @@ def in_force(env: Mapping[str, str], model: str) -> InForce:
         number = _number(raw) if raw.strip() else None
         if number is None:
             if raw.strip():
-                problems.append(f'ignoring {variable}="{raw}": not a number between 0 and 1')
+                from thatch.frontend.untrusted import quoted  # the environment's: data
+
+                problems.append(f"ignoring {variable}={quoted(raw)}: not a number between 0 and 1")
             values.append(getattr(base, name))
             sources.append(where)
         else:

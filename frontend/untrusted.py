@@ -24,7 +24,8 @@ counts as blank before a ``[``, a rule or ``thatch``. A marker is found in its
 compatibility forms too (fullwidth letters, the fullwidth or vertical ``[``: what NFKC
 makes the same text). Text from agents that passes through them cannot speak with
 thatch's voice. ``json_document`` writes the CLI's ``--json`` documents and the extraction
-payload with the same characters escaped.
+payload with the same characters escaped. Which characters those are, and their escapes,
+``common/control_chars.py`` says, for the embedder's messages too.
 """
 
 from __future__ import annotations
@@ -46,105 +47,22 @@ __all__ = [
     "token",
 ]
 
-# C0/C1 controls (tab and newline included: callers that keep them say so), DEL, soft
-# hyphen, bidi marks, overrides and isolates, zero-width space and word joiners, line and
-# paragraph separators, BOM, interlinear annotations, lone surrogates, tag characters, the
-# supplementary variation selectors (the last two can carry invisible ASCII text), and the
-# other default-ignorable characters that render as nothing and no script needs (Hangul
-# fillers, Khmer inherent vowels, the Mongolian vowel separator, musical format controls).
-# Format characters (Cf) this list does not name are found by their category: _formats.
-_CONTROL_CLASS = (
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e"
-    "\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
-    "\ufff0-\ufffb\ud800-\udfff\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0000-\U000e0fff]"
-)
-# Invisible characters scripts and emoji need beside their letters: ZWNJ/ZWJ (Persian,
-# Indic, emoji sequences), the combining grapheme joiner (Hebrew), Mongolian free
-# variation selectors, variation selectors (emoji, CJK; after a keycap's digit, # or *).
-# Beside a non-ASCII letter on either side they stay. Between ASCII, blanks or the text's
-# edges they only hide something ("<\u200d<<" reads as "<<<", "\u200d[store:…" as a
-# record's meta line), and are shown escaped.
-_JOINERS = "[\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f]"
-# What does not count as a letter beside a joiner: ASCII, blanks, the joiners themselves
-# (two side by side would vouch for each other), the Braille blank, and the lookalikes of
-# thatch's "[", "<" and dashes.
-_NOT_LETTER = (
-    "\x00-\x7f\\s\u034f\u180b-\u180d\u180f\u200c\u200d\ufe00-\ufe0f\u2800"
-    "\uff3b\uff1c\ufe64\u02c2\u1438\u2329\u276e\u27e8\u3008"
-    "\u2010-\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d"
-)
-_STRAY_JOINERS = (
-    f"(?<![^{_NOT_LETTER}])[\u034f\u180b-\u180d\u180f\u200c\u200d](?![^{_NOT_LETTER}])"
-    f"|(?<![^{_NOT_LETTER}]|[0-9#*])[\ufe00-\ufe0f](?![^{_NOT_LETTER}])"
+from thatch.common.control_chars import (
+    CONTROL_CLASS,
+    control,
+    escaped,
+    has_control,
+    plain_ascii,
+    shown_escaped,
 )
 
 
-# Compiled on first need (each costs ~2 ms, and a hook showing plain ASCII never needs one).
-@functools.cache
-def _control() -> re.Pattern[str]:
-    return re.compile(_CONTROL_CLASS)
-
-
+# Compiled on first need (it costs ~2 ms, and a hook showing plain ASCII never needs it).
 @functools.cache
 def _body_control() -> re.Pattern[str]:
-    return re.compile(_CONTROL_CLASS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
+    return re.compile(CONTROL_CLASS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
 
 
-@functools.cache
-def _joiners() -> re.Pattern[str]:
-    return re.compile(_JOINERS)
-
-
-@functools.cache
-def _stray_joiners() -> re.Pattern[str]:
-    return re.compile(_STRAY_JOINERS)
-
-
-def _shown_escaped(text: str, control: re.Pattern[str]) -> str:
-    # Two passes: a plain class scans at C speed, the joiners' look-arounds would not, and
-    # most text holds no joiner at all.
-    text = control.sub(_escape, text)
-    formats = _formats(text)
-    if formats:
-        text = text.translate({ord(char): _escaped(char) for char in formats})
-    if _joiners().search(text):
-        text = _stray_joiners().sub(_escape, text)
-    return text
-
-
-def _formats(text: str) -> set[str]:
-    """The format characters (Cf) in ``text`` but the zero-width (non-)joiners, whose
-    neighbours decide. Asked of the character database, not listed: one a later Unicode
-    adds is covered too."""
-    # Format characters are not printable, so most text is done with at C speed; the
-    # rest is looked at one distinct character at a time.
-    if text.isascii() or text.replace("\n", "").replace("\t", "").isprintable():
-        return set()
-    return {
-        char
-        for char in set(text)
-        if char not in "\u200c\u200d" and unicodedata.category(char) == "Cf"
-    }
-
-
-def has_control(text: str) -> bool:
-    """Whether ``text`` holds a character ``inline``/``quoted`` would show escaped."""
-    if _plain_ascii(text):
-        return False
-    return (
-        _control().search(text) is not None
-        or _stray_joiners().search(text) is not None
-        or bool(_formats(text))
-    )
-
-
-def _plain_ascii(text: str) -> bool:
-    # Printable ASCII holds none of the class: no C0 control, no DEL, nothing non-ASCII.
-    return text.isascii() and text.isprintable()
-
-
-_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _BRACKET = "[\\[\ufe47\uff3b]"  # and its vertical and fullwidth forms
 _DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2500\u2501\ufe58\ufe63\uff0d"
 _DASH = f"[{_DASHES}]"
@@ -158,7 +76,7 @@ _LOOKALIKE = re.compile(
     f"\\n({_MAYBE_BLANK}*)({_BRACKET}|{_DASH}{_MAYBE_BLANK}*{_DASH}{_MAYBE_BLANK}*{_DASH}"
     f"(?:{_DASH}|{_MAYBE_BLANK})*(?=\\n|\\Z))"
 )
-# A run of backslashes a reader would take for the start of one of _escape's escapes:
+# A run of backslashes a reader would take for the start of one of the escapes:
 # before n, r, t, uXXXX, or a character that is shown escaped (anything not printable
 # ASCII may be).
 _ESCAPE_LIKE = re.compile(r"\\+(?=[nrt]|u[0-9a-fA-F]{4}|[^\x20-\x7e])")
@@ -173,20 +91,6 @@ def blank(chars: Iterable[str]) -> bool:
         char.isspace() or char == "\u2800" or unicodedata.category(char) in ("Mn", "Me", "Cf")
         for char in chars
     )
-
-
-def _escape(match: re.Match[str]) -> str:
-    return _escaped(match.group())
-
-
-def _escaped(char: str) -> str:
-    if char in _SHORT:
-        return _SHORT[char]
-    code = ord(char)
-    if code > 0xFFFF:  # as JSON writes it: a surrogate pair
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
 
 
 def _compatibility_forms(text: str) -> str | None:
@@ -266,7 +170,7 @@ def body(text: str) -> str:
     """Multi-line stored text, neutralised; newlines and tabs kept."""
     text = text.replace("\r\n", "\n")
     if _maybe_control(text):
-        text = _shown_escaped(text, _body_control())
+        text = shown_escaped(text, _body_control())
     text = _break_markers(text, _backslashed)
     return _LOOKALIKE.sub(_escape_lookalike, "\n" + text)[1:]
 
@@ -277,8 +181,8 @@ def inline(text: str) -> str:
     typed out never looks like a tab shown escaped."""
     if "\\" in text:
         text = _ESCAPE_LIKE.sub(_doubled_if_escape_like, text)
-    if not _plain_ascii(text):
-        text = _shown_escaped(text, _control())
+    if not plain_ascii(text):
+        text = shown_escaped(text, control())
     return _break_markers(text, _backslashed)
 
 
@@ -286,7 +190,7 @@ def _doubled_if_escape_like(match: re.Match[str]) -> str:
     """The run doubled when what follows reads as an escape: n, r, t, uXXXX, or a
     character ``inline`` shows escaped; a letter such as ``Ë`` after it is left alone."""
     after = match.string[match.end() : match.end() + 1]
-    if after.isascii() or _shown_escaped(after, _control()) != after:
+    if after.isascii() or shown_escaped(after, control()) != after:
         return match.group(0) * 2
     return match.group(0)
 
@@ -296,8 +200,8 @@ def quoted(text: str) -> str:
     but a quote's compatibility form (the fullwidth ``＂``), which reads as the literal's
     end."""
     literal = json.dumps(text, ensure_ascii=False)
-    if not _plain_ascii(literal):
-        literal = _shown_escaped(literal, _control())
+    if not plain_ascii(literal):
+        literal = shown_escaped(literal, control())
         literal = _quote_lookalikes(literal)
     return _break_markers(literal, lambda bracket: f"\\u{ord(bracket):04x}")
 
@@ -307,7 +211,7 @@ def _quote_lookalikes(literal: str) -> str:
     ``\\uXXXX`` escape (the same string once decoded): ``"a＂ b"`` would read as ``"a"``
     followed by thatch's words."""
     escapes = {
-        ord(char): _escaped(char)
+        ord(char): escaped(char)
         for char in set(literal)
         if char != '"' and unicodedata.normalize("NFKC", char) == '"'
     }
@@ -320,11 +224,11 @@ def json_document(value: object, *, compact: bool = False) -> str:
     so a bidi override in a label cannot reorder a terminal's line. The same data once
     decoded. ``compact``: no space after ``,`` and ``:``."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":") if compact else None)
-    if _plain_ascii(text):
+    if plain_ascii(text):
         return text
     # json.dumps escaped every C0 control (newlines too): what is left raw is data inside
     # string literals, where a \uXXXX escape decodes to the same character.
-    return _shown_escaped(text, _control())
+    return shown_escaped(text, control())
 
 
 def token(text: str) -> str:

@@ -597,6 +597,36 @@ def test_chat_page_follows_by_reloading(ui: tuple[UiClient, Guard], ctx: ToolCon
     assert f"{one.name} → {two.name}" in followed.body and "unread" in followed.body
 
 
+def test_chat_page_counts_unread_as_the_store_does(
+    ui: tuple[UiClient, Guard], ctx: ToolContext
+) -> None:
+    """Only ``read_at IS NULL`` is unread (chat read, unread counts): a message another
+    writer marked read with ``read_at = ''`` is read on the page and in the live stream,
+    like one read at a time; the page's unread ones are the store's unread count."""
+    client, _guard = ui
+    chat = ChatStore(ctx.store.conn, ctx.store.clock, ctx.store.lock)
+    one = chat.register_server(project="proj", host_kind="claude", worktree="/w")
+    two = chat.register_server(project="proj", host_kind="cursor", worktree="/w")
+    assert chat.send(one.session_id, two.session_id, ["never read", "read at no time", "read"])
+    ids = [message.id for message in chat.messages_after(0)]
+    with contextlib.closing(sqlite3.connect(db_path(ctx))) as other, other:
+        other.execute("UPDATE chat_messages SET read_at = '' WHERE id = ?", (ids[1],))
+        other.execute(
+            "UPDATE chat_messages SET read_at = '2026-12-05T10:00:00Z' WHERE id = ?", (ids[2],)
+        )
+    assert chat.unread_count(two.session_id) == 1
+    page = client.get("/chat").body
+    states = dict(re.findall(r"<b>#(\d+)</b>.*? · (read|unread)</span>", page))
+    assert states == {str(ids[0]): "unread", str(ids[1]): "read", str(ids[2]): "read"}
+    with contextlib.closing(client.stream("/chat/stream?after=0")) as stream:
+        streamed = [json.loads(stream.next_event()["data"]) for _ in ids]
+    assert [(event["id"], event["state"]) for event in streamed] == [
+        (ids[0], "unread"),
+        (ids[1], "read"),
+        (ids[2], "read"),
+    ]
+
+
 def test_a_person_replies_from_the_chat_page(ui: tuple[UiClient, Guard], ctx: ToolContext) -> None:
     """The Chat page sends as the person identity (issue 23); hostile or empty input is
     refused with a page, nothing sent; a message to yourself is refused."""

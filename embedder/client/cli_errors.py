@@ -26,9 +26,19 @@ class FixableError(click.ClickException):
         self.fix = fix
 
     def show(self, file: object = None) -> None:
-        click.echo(f"Error: {self.format_message()}", err=True)
+        click.echo(f"Error: {_one_line(self.format_message())}", err=True)
         if self.fix:
-            click.echo(f"Fix: {self.fix}", err=True)
+            click.echo(f"Fix: {_one_line(self.fix)}", err=True)
+
+
+def _one_line(text: str) -> str:
+    """An error's words as one line: a message may quote data its raiser left as it was
+    (an address from the environment, a model id an embedder gave), which must not start a
+    line of its own nor send a terminal escape. Only its control characters are escaped:
+    other text (non-ASCII spaces, quotes, backslashes) is shown as it is."""
+    from thatch.common.control_chars import escape_controls
+
+    return escape_controls(text)
 
 
 def debug_traceback() -> None:

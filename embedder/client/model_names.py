@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from thatch.common.control_chars import escape_controls
 from thatch.common.environment import Env, cache_home, env_get, expand_user
 from thatch.embedder.client.errors import ModelError, ModelNotBuilt
 from thatch.embedder.client.imported import (
@@ -245,8 +246,9 @@ def _probe(check: Callable[[], bool], path: Path) -> bool:
 
 
 def shown_name(text: str) -> str:
-    """A name as an error quotes it: one line, whatever it holds."""
-    return text if text.isprintable() else repr(text)[1:-1]
+    """A name as an error quotes it: one line, whatever it holds (its control characters
+    escaped, nothing else: a path with a non-ASCII space is shown as it is)."""
+    return escape_controls(text)
 
 
 def _check_revision(revision: str | None) -> None:

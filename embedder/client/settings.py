@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from thatch.common.control_chars import double_quoted
 from thatch.common.environment import (
     ConfigError,
     Env,
@@ -98,8 +99,10 @@ class Address(NamedTuple):
 
 
 def _bad_address(value: str) -> AddressError:
+    # The environment's words, quoted: a line break, an escape sequence or a bidi override
+    # in them is shown escaped, and must not pass for an error's next line.
     return AddressError(
-        f'invalid THATCH_EMBEDDER_ADDR "{value}": '
+        f"invalid THATCH_EMBEDDER_ADDR {double_quoted(value)}: "
         "expected unix:///path, host:port or dns:///host:port"
     )
 

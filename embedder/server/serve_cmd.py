@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import click
 
+from thatch.common.control_chars import escape_controls
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
 from thatch.embedder.client.extra import install_line, missing
@@ -48,12 +49,35 @@ def setup_logging(log_file: Path | None, level: str) -> tuple[logging.Logger, lo
         )
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(_OneLineFormatter(LOG_FORMAT))
     logger = logging.getLogger("thatch.embedder")
     logger.setLevel(LEVELS[level])
     logger.propagate = False
     logger.addHandler(handler)
     return logger, handler
+
+
+class _OneLineFormatter(logging.Formatter):
+    """One log line a record: a message names a model and an address, which come from
+    the environment and a model directory's name (its id is ``local:<name>``), and a line
+    break or an escape sequence in them must not write a line of the log's own. A
+    traceback after a record (an exception's text is anyone's words too) has each of its
+    lines indented by two spaces, so none of them starts as a record does."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    """Each line of ``text`` indented by two spaces, its control characters escaped (a
+    carriage return or a line separator inside it starts no line either)."""
+    return "\n".join(f"  {escape_controls(line)}" for line in text.split("\n"))
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -185,7 +185,9 @@ def resolve_host(option: str | None, env: Mapping[str, str], command: str = "hoo
             host = known_host(value)
             if host is not None:
                 return host
-            warn(command, f'ignoring {source} "{value}": expected claude, cursor or opencode')
+            from thatch.frontend.untrusted import quoted  # the host's or environment's: data
+
+            warn(command, f"ignoring {source} {quoted(value)}: expected claude, cursor or opencode")
     return host_from_project_vars(env) or HOOK_FALLBACK_HOST
 
 

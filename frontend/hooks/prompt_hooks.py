@@ -43,8 +43,10 @@ def recall_threshold(env: Mapping[str, str]) -> float | None:
     except ValueError:
         number = -1.0
     if not 0.0 <= number <= 1.0:  # also rejects nan
+        from thatch.frontend.untrusted import quoted  # the environment's words: data
+
         hookio.warn_plain(
-            f'ignoring THATCH_RECALL_THRESHOLD="{value}": not a number between 0 and 1'
+            f"ignoring THATCH_RECALL_THRESHOLD={quoted(value)}: not a number between 0 and 1"
         )
         return None
     return number

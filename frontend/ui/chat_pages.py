@@ -59,7 +59,7 @@ class ChatPages(PageBase):
         for message in reversed(messages):
             sender = message.from_name or "unknown"
             receiver = names.get(message.to_session, "unknown")
-            state = "read" if message.read_at else "unread"
+            state = "unread" if message.read_at is None else "read"
             items.append(
                 f'<div class="chat-message"><p><b>#{message.id}</b> {text(sender)} → '
                 f'{text(receiver)} <span class="muted">{self._moment(message.created_at)} · {state}'
@@ -155,7 +155,7 @@ def chat_events(chat: ChatOperations, messages: list[ChatMessage]) -> list[dict[
             "from": inline(message.from_name or "unknown"),
             "to": inline(names.get(message.to_session, "unknown")),
             "created_at": inline(message.created_at),
-            "state": "read" if message.read_at else "unread",
+            "state": "unread" if message.read_at is None else "read",
             "broadcast": bool(message.via_broadcast),
             "body": body(message.body),
         }
