@@ -571,7 +571,7 @@ def test_the_twenty_call_cap_keeps_the_newest_calls_when_queues_merge(
     assert queue.cleanup(directory, force=True) >= 0
     assert [r["tool_use_id"] for r in carried(tmp_path)] == [f"new{i}" for i in range(20)]
     queue.append_calls(directory, "live", timed_calls("live", now_ms, 10), project=project)
-    assert queue.adopt_carried(directory, "live", project) == 20
+    assert queue.adopt_carried(directory, "live", project) == 10  # the cap dropped 10
     assert queued_ids(tmp_path, "live") == [
         *(f"new{i}" for i in range(10, 20)),
         *(f"live{i}" for i in range(10)),
@@ -776,3 +776,51 @@ def test_a_session_that_took_its_lock_during_the_pass_keeps_its_queue(
     out, err = proc.communicate(timeout=120)
     assert (proc.returncode, err, NUDGE.search(out)) == (0, b"", None)
     assert queued_ids(tmp_path, G) == ["a"]
+
+
+def opencode_calls(
+    env: dict[str, str], project: Path, session: str, prefix: str, ended_at_ms: int, n: int
+) -> None:
+    """``n`` real buffer-tool runs of the opencode plugin: calls ``<prefix>0``… that ended a
+    millisecond apart from ``ended_at_ms`` (the plugin passes each call's times)."""
+    for i in range(n):
+        stdin = host_payload("opencode-thatch-stdin-oc-buffer-tool")
+        stdin.update(
+            session_id=session,
+            tool_name="bash",
+            tool_input={"command": f"{prefix}{i}"},
+            tool_use_id=f"{prefix}{i}",
+            tool_response="ok",
+            ended_at=ended_at_ms + i,
+            cwd=str(project),
+        )
+        ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+
+
+def claude_batch(env: dict[str, str], project: Path, session: str, *ids: str) -> None:
+    """One real PostToolBatch of Claude Code with a Bash call per id."""
+    payload = host_payload("claude-PostToolBatch")
+    payload.update(session_id=session, cwd=str(project))
+    payload["tool_calls"] = [
+        {"tool_name": "Bash", "tool_input": {"command": i}, "tool_use_id": i, "tool_response": "ok"}
+        for i in ids
+    ]
+    ok(run_hook(["buffer-batch"], payload, env))
+
+
+def test_adoption_counts_the_carried_calls_the_cap_kept(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G's host died after 3 calls 30 hours ago; S has just run 19. The pass carries G's
+    calls, S adopts them and the cap keeps G's newest one: adoption says 1, not 3, and the
+    nudge announces the 20 calls S's queue holds."""
+    now_ms = int(time.time() * 1000)
+    opencode_calls(env, tmp_path, G, "g", now_ms - 30 * HOUR * 1000, 3)
+    age_queue(tmp_path, G, 30 * HOUR)
+    claude_batch(env, tmp_path, S, *(f"s{i}" for i in range(19)))
+    directory = qdir(tmp_path)
+    assert queue.cleanup(directory) >= 0
+    assert [r["tool_use_id"] for r in carried(tmp_path)] == ["g0", "g1", "g2"]
+    assert queue.adopt_carried(directory, S, str(tmp_path)) == 1
+    assert queued_ids(tmp_path, S) == ["g2", *(f"s{i}" for i in range(19))]
+    assert nudge(env, tmp_path, S) == (20, S)

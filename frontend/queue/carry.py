@@ -40,6 +40,7 @@ from thatch.frontend.queue.limits import (
     ABANDONED_SECONDS,
     ACCEPTED_TTL_SECONDS,
     ID_LIMIT,
+    MAX_RECORDS,
 )
 from thatch.frontend.queue.records import seq_of
 
@@ -184,6 +185,11 @@ def _call_order(record: Mapping[str, Any], cursor: int, now: float) -> tuple[boo
     return waiting, record.get("ended_at", 0), seq_of(record)
 
 
+def _kept_from(merged: list[dict[str, Any]], first_seq: int) -> int:
+    """How many of the records a merge numbered from ``first_seq`` on the cap keeps."""
+    return sum(seq_of(record) >= first_seq for record in merged[-MAX_RECORDS:])
+
+
 def carry_over(
     directory: Path,
     session_id: str,
@@ -194,7 +200,8 @@ def carry_over(
 ) -> int:
     """The session ended (Claude's SessionEnd, Cursor's sessionEnd): move its queued records
     to the project's carry-over queue, which the project's next prompting session (or
-    fetch, ``accept``) adopts. Returns the records moved.
+    fetch, ``accept``) adopts. Returns the records the carry file kept (its 20-record cap
+    keeps the newest calls).
 
     A handed-out snapshot's extractor normally ended with the session, so its records are
     pending again. With ``hold`` (the host process lives on: Claude Code's ``/clear`` and
@@ -228,7 +235,9 @@ def _move_queue(
     directory: Path, jsonl: Path, project: str, records: list[dict[str, Any]], now: float
 ) -> int:
     """Append ``records`` to ``project``'s carry file, then delete the session's queue
-    (``.jsonl``, ``.count``, ``.state``, ``.project``). The caller holds the session's lock."""
+    (``.jsonl``, ``.count``, ``.state``, ``.project``). The caller holds the session's lock.
+    Returns the records the carry file kept (the cap drops the oldest calls)."""
+    kept = 0
     if records:
         carry, carry_lock = _carry_paths(directory, project)
         # Session lock first, then the carry lock: the order adopt_carried takes too.
@@ -237,10 +246,12 @@ def _move_queue(
         with locked(carry_lock):
             carried = read_lines(carry)
             first = max([0, *(seq_of(r) for r in carried)]) + 1
-            write_records(carry, _merged(carried, records, first, now))
+            merged = _merged(carried, records, first, now)
+            write_records(carry, merged)
+            kept = _kept_from(merged, first)
     for path in (jsonl, jsonl.with_suffix(".count"), state_path(jsonl), project_path(jsonl)):
         unlink(path)
-    return len(records)
+    return kept
 
 
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
@@ -357,7 +368,9 @@ def adopt_carried(
     """Move the project's carried-over records into this session's queue (before its
     extraction nudge, and before a fetch), except those a live snapshot holds
     (``carry_over``). Both locks are held, so of two sessions adopting at once exactly one
-    gets each record. Returns the records adopted; stat calls only when there are none."""
+    gets each record. Returns the carried records the session's queue kept (its 20-record
+    cap keeps the newest calls; a call queued already is not counted again); stat calls
+    only when there are none."""
     if session_id_problem(session_id) is not None or not project:
         return 0
     now = time.time() if now is None else now
@@ -378,6 +391,7 @@ def _adopt_from(
         carried = read_lines(carry)
         held = [record for record in carried if _held(record, now)]
         taken = [_unheld(record) for record in carried if not _held(record, now)]
+        adopted = 0
         if taken:
             records = read_lines(jsonl)
             state = read_state(state_path(jsonl))
@@ -385,9 +399,13 @@ def _adopt_from(
             first = max([0, cursor, *(seq_of(r) for r in records)]) + 1
             # A fresh snapshot's records are its extractor's: the cap drops them first.
             spent = cursor if _fresh(state, now) else 0
-            write_records(jsonl, _merged(records, taken, first, now, spent))
+            merged = _merged(records, taken, first, now, spent)
+            write_records(jsonl, merged)
+            # The calls this added: not those queued already, nor those the cap dropped
+            # (they leave the carry file all the same: older than all it kept).
+            adopted = _kept_from(merged, first)
             # Should this session die before its session-end too, the calls go on.
             record_project(jsonl, project)
         if len(held) != len(carried) or not carried:
             write_records(carry, held)  # none held: the file goes
-    return len(taken)
+    return adopted
