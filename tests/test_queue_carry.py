@@ -808,6 +808,28 @@ def claude_batch(env: dict[str, str], project: Path, session: str, *ids: str) ->
     ok(run_hook(["buffer-batch"], payload, env))
 
 
+def earlier_release_queue(tmp_path: Path, session: str, *ids: str) -> None:
+    """The session's queue as a process of an earlier release leaves it (an MCP server not
+    restarted since the upgrade completing a snapshot rewrites it): no ``ended_at``."""
+    directory = qdir(tmp_path)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    records = [
+        {
+            "tool": "Bash",
+            "sessionID": session,
+            "args": {"command": i},
+            "title": i,
+            "output": "ok",
+            "tool_use_id": i,
+            "seq": seq,
+        }
+        for seq, i in enumerate(ids, 1)
+    ]
+    (directory / f"{session}.jsonl").write_text(
+        "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+    )
+
+
 def test_adoption_counts_the_carried_calls_the_cap_kept(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -824,3 +846,23 @@ def test_adoption_counts_the_carried_calls_the_cap_kept(
     assert queue.adopt_carried(directory, S, str(tmp_path)) == 1
     assert queued_ids(tmp_path, S) == ["g2", *(f"s{i}" for i in range(19))]
     assert nudge(env, tmp_path, S) == (20, S)
+
+
+def test_calls_of_an_earlier_release_keep_their_place_among_their_neighbours(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S's 15 calls lost their times to an earlier release's rewrite; S then ran 2 more.
+    G's 10 calls of 30 hours ago, carried by the pass, come to S's prompt: the cap drops
+    G's 7 oldest, not S's own 7 oldest, which had sorted as the oldest of all."""
+    now_ms = int(time.time() * 1000)
+    opencode_calls(env, tmp_path, G, "g", now_ms - 30 * HOUR * 1000, 10)
+    age_queue(tmp_path, G, 30 * HOUR)
+    earlier_release_queue(tmp_path, S, *(f"s{i}" for i in range(15)))
+    claude_batch(env, tmp_path, S, "n0", "n1")
+    assert nudge(env, tmp_path, S) == (20, S)
+    assert queued_ids(tmp_path, S) == [
+        *(f"g{i}" for i in range(7, 10)),
+        *(f"s{i}" for i in range(15)),
+        "n0",
+        "n1",
+    ]

@@ -163,26 +163,53 @@ def _merged(
     """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped): first
     the records already handed out (``seq`` up to the session's snapshot ``cursor``) or
     held by another session's extractor (a hold run out is pending again), then the rest
-    in the order the calls ended. The
+    in the order the calls ended (``_ended``). The
     20-record cap then drops what an extractor already has before any call waiting for
     one, and of those the oldest, whichever queue they came from (a day-old abandoned
     queue carried after a session-end's fresh calls pushed those out)."""
     seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
     out = list(records)
+    added = []
     for record in incoming:
         use_id = record.get("tool_use_id")
         if use_id and use_id in seen:
             continue
-        out.append({**record, "seq": first_seq})
+        added.append({**record, "seq": first_seq})
         first_seq += 1
-    return sorted(out, key=lambda record: _call_order(record, cursor, now))
+    out += added
+    ended = {**_ended(records), **_ended(added)}
+    return sorted(out, key=lambda record: _call_order(record, cursor, now, ended))
 
 
-def _call_order(record: Mapping[str, Any], cursor: int, now: float) -> tuple[bool, int, int]:
-    """Waiting for an extractor last; then when the call ended (records of earlier
-    releases have no time: oldest), then ``seq``."""
+def _ended(records: list[dict[str, Any]]) -> dict[int, float]:
+    """When each of one file's records ended (ms), by ``id``: its ``ended_at``; for a
+    record of an earlier release (none), just before the next call in the file that has
+    one, else at the last one before it, else 0 (unknown: the oldest). A file's calls were
+    appended as they ended, and an earlier release's process (an MCP server not restarted
+    since) rewrites a queue without the times: taken as the oldest, a session's calls were
+    dropped first by a merge, recent or not. Not the file's mtime: a carry file's is its
+    last merge, which would make its calls newer than every queue carried to it next."""
+    ended: dict[int, float] = {}
+    later: float | None = None
+    for record in reversed(records):
+        at = record.get("ended_at")
+        if at is not None:
+            later = ended[id(record)] = at
+        elif later is not None:
+            ended[id(record)] = later - 0.5  # before the next call (times are whole ms)
+    earlier = 0.0
+    for record in records:
+        earlier = ended.setdefault(id(record), earlier)
+    return ended
+
+
+def _call_order(
+    record: Mapping[str, Any], cursor: int, now: float, ended: Mapping[int, float]
+) -> tuple[bool, float, int]:
+    """Waiting for an extractor last; then when the call ended (``_ended``), then
+    ``seq``."""
     waiting = seq_of(record) > cursor and not _held(record, now)
-    return waiting, record.get("ended_at", 0), seq_of(record)
+    return waiting, ended[id(record)], seq_of(record)
 
 
 def _kept_from(merged: list[dict[str, Any]], first_seq: int) -> int:
