@@ -866,3 +866,18 @@ def test_calls_of_an_earlier_release_keep_their_place_among_their_neighbours(
         "n0",
         "n1",
     ]
+
+
+def test_a_session_that_moved_to_another_project_is_carried_where_it_worked_last(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G queued a call in one project, then one in another, and its host died: the pass
+    carries both where G worked last, as G's session-end would have."""
+    first, last = tmp_path / "first", tmp_path / "last"
+    first.mkdir()
+    last.mkdir()
+    queue_calls(env, first, G, "a")
+    queue_calls(env, last, G, "b")
+    age_queue(tmp_path, G, 25 * HOUR)
+    assert nudge(env, first, T) is None
+    assert nudge(env, last, "next-there") == (2, "next-there")
