@@ -808,22 +808,28 @@ def claude_batch(env: dict[str, str], project: Path, session: str, *ids: str) ->
     ok(run_hook(["buffer-batch"], payload, env))
 
 
-def earlier_release_queue(tmp_path: Path, session: str, *ids: str) -> None:
+def earlier_release_queue(
+    tmp_path: Path, session: str, *ids: str, adopted: tuple[str, ...] = ()
+) -> None:
     """The session's queue as a process of an earlier release leaves it (an MCP server not
-    restarted since the upgrade completing a snapshot rewrites it): no ``ended_at``."""
+    restarted since the upgrade completing a snapshot rewrites it): no ``ended_at``. Then
+    ``adopted``, G's calls, as a release before ended_at merged carried calls: after the
+    session's own, whenever they ended."""
     directory = qdir(tmp_path)
     directory.mkdir(mode=0o700, exist_ok=True)
     records = [
         {
             "tool": "Bash",
-            "sessionID": session,
+            "sessionID": owner,
             "args": {"command": i},
             "title": i,
             "output": "ok",
             "tool_use_id": i,
             "seq": seq,
         }
-        for seq, i in enumerate(ids, 1)
+        for seq, (owner, i) in enumerate(
+            [*((session, i) for i in ids), *((G, i) for i in adopted)], 1
+        )
     ]
     (directory / f"{session}.jsonl").write_text(
         "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
@@ -865,6 +871,30 @@ def test_calls_of_an_earlier_release_keep_their_place_among_their_neighbours(
         *(f"s{i}" for i in range(15)),
         "n0",
         "n1",
+    ]
+
+
+def test_calls_an_earlier_release_adopted_are_not_taken_for_recent_ones(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S's queue, from a release before ended_at: its own 10 calls, then G's 10 of a day
+    ago that it adopted (merged after S's own). S runs one more call; then H, whose calls
+    ended an hour ago, ends and S adopts them. H's calls are kept and G's dropped: G's are
+    no calls of S's, so their place in S's file says nothing of when they ended (before,
+    they counted as just before S's next call and pushed out all of H's)."""
+    now_ms = int(time.time() * 1000)
+    earlier_release_queue(
+        tmp_path, S, *(f"s{i}" for i in range(10)), adopted=tuple(f"g{i}" for i in range(10))
+    )
+    claude_batch(env, tmp_path, S, "n0")
+    opencode_calls(env, tmp_path, "H", "h", now_ms - HOUR * 1000, 10)
+    session_end(env, tmp_path, "H")
+    directory = qdir(tmp_path)
+    assert queue.adopt_carried(directory, S, str(tmp_path)) == 10
+    assert queued_ids(tmp_path, S) == [
+        *(f"h{i}" for i in range(10)),
+        *(f"s{i}" for i in range(1, 10)),
+        "n0",
     ]
 
 

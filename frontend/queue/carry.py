@@ -31,6 +31,7 @@ from thatch.frontend.queue.files import (
     read_state,
     record_project,
     remove_stale,
+    safe_name,
     state_path,
     unlink,
     write_records,
@@ -159,14 +160,16 @@ def _merged(
     first_seq: int,
     now: float,
     cursor: int = 0,
+    *,
+    stems: tuple[str, str],
 ) -> list[dict[str, Any]]:
     """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped): first
     the records already handed out (``seq`` up to the session's snapshot ``cursor``) or
     held by another session's extractor (a hold run out is pending again), then the rest
-    in the order the calls ended (``_ended``). The
-    20-record cap then drops what an extractor already has before any call waiting for
-    one, and of those the oldest, whichever queue they came from (a day-old abandoned
-    queue carried after a session-end's fresh calls pushed those out)."""
+    in the order the calls ended (``_ended``; ``stems`` names the files the two lists were
+    read from). The 20-record cap then drops what an extractor already has before any call
+    waiting for one, and of those the oldest, whichever queue they came from (a day-old
+    abandoned queue carried after a session-end's fresh calls pushed those out)."""
     seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
     out = list(records)
     added = []
@@ -177,29 +180,45 @@ def _merged(
         added.append({**record, "seq": first_seq})
         first_seq += 1
     out += added
-    ended = {**_ended(records), **_ended(added)}
+    ended = {**_ended(records, stems[0]), **_ended(added, stems[1])}
     return sorted(out, key=lambda record: _call_order(record, cursor, now, ended))
 
 
-def _ended(records: list[dict[str, Any]]) -> dict[int, float]:
-    """When each of one file's records ended (ms), by ``id``: its ``ended_at``; for a
-    record of an earlier release (none), just before the next call in the file that has
-    one, else at the last one before it, else 0 (unknown: the oldest). A file's calls were
-    appended as they ended, and an earlier release's process (an MCP server not restarted
-    since) rewrites a queue without the times: taken as the oldest, a session's calls were
-    dropped first by a merge, recent or not. Not the file's mtime: a carry file's is its
-    last merge, which would make its calls newer than every queue carried to it next."""
+def _ended(records: list[dict[str, Any]], stem: str) -> dict[int, float]:
+    """When each of one file's records ended (ms), by ``id``: its ``ended_at``. A record of
+    an earlier release has none: in the queue of the session that queued it (``stem``, the
+    file's, is its ``sessionID``'s) it ended just before the next call in the file that
+    has a time, else at the last one before it; anywhere else it is the oldest (0). A
+    session's hooks append its own calls as they end, so they precede its next timed call
+    (taken as the oldest, its recent calls were the first a merge dropped). Calls carried
+    by an earlier release were not in that order (its merge appended day-old carried calls
+    after a session's own) and carry files append whole queues: their place says nothing.
+    Not the file's mtime: a carry file's is its last merge, which would make its calls
+    newer than every queue carried to it next."""
     ended: dict[int, float] = {}
+    owners: dict[Any, bool] = {}
+
+    def own(record: Mapping[str, Any]) -> bool:
+        owner = record.get("sessionID")
+        if owner not in owners:
+            owners[owner] = isinstance(owner, str) and bool(owner) and safe_name(owner) == stem
+        return owners[owner]
+
     later: float | None = None
     for record in reversed(records):
         at = record.get("ended_at")
         if at is not None:
             later = ended[id(record)] = at
-        elif later is not None:
+        elif later is not None and own(record):
             ended[id(record)] = later - 0.5  # before the next call (times are whole ms)
     earlier = 0.0
     for record in records:
-        earlier = ended.setdefault(id(record), earlier)
+        if "ended_at" in record:
+            earlier = ended[id(record)]
+        elif own(record):
+            ended.setdefault(id(record), earlier)
+        else:
+            ended[id(record)] = 0.0
     return ended
 
 
@@ -273,7 +292,7 @@ def _move_queue(
         with locked(carry_lock):
             carried = read_lines(carry)
             first = max([0, *(seq_of(r) for r in carried)]) + 1
-            merged = _merged(carried, records, first, now)
+            merged = _merged(carried, records, first, now, stems=(carry.stem, jsonl.stem))
             write_records(carry, merged)
             kept = _kept_from(merged, first)
     for path in (jsonl, jsonl.with_suffix(".count"), state_path(jsonl), project_path(jsonl)):
@@ -426,7 +445,7 @@ def _adopt_from(
             first = max([0, cursor, *(seq_of(r) for r in records)]) + 1
             # A fresh snapshot's records are its extractor's: the cap drops them first.
             spent = cursor if _fresh(state, now) else 0
-            merged = _merged(records, taken, first, now, spent)
+            merged = _merged(records, taken, first, now, spent, stems=(jsonl.stem, carry.stem))
             write_records(jsonl, merged)
             # The calls this added: not those queued already, nor those the cap dropped
             # (they leave the carry file all the same: older than all it kept).
