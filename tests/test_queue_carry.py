@@ -394,6 +394,33 @@ def test_calls_carried_under_a_directory_key_are_still_adopted_there(
     assert carried(tmp_path) == []
 
 
+def test_adopting_both_carry_files_counts_the_calls_the_queue_kept(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """proj/src has a carry file under its own name (15 calls of an hour ago, carried
+    before proj was a checkout) and one under the checkout's (15 calls of two hours ago).
+    S, with one call of its own, adopts both: the second file's calls push out 11 of the
+    first's, and adoption says the 19 its queue kept, not 30."""
+    project = tmp_path / "proj"
+    sub = project / "src"
+    sub.mkdir(parents=True)
+    now_ms = int(time.time() * 1000)
+    opencode_calls(env, sub, "L", "l", now_ms - HOUR * 1000, 15)
+    session_end(env, sub, "L")
+    git_init(project)
+    opencode_calls(env, sub, "C", "c", now_ms - 2 * HOUR * 1000, 15)
+    session_end(env, sub, "C")
+    assert len(list(qdir(tmp_path).glob("~carry-*.jsonl"))) == 2
+    claude_batch(env, sub, S, "s0")
+    assert queue.adopt_carried(qdir(tmp_path), S, str(sub)) == 19
+    assert queued_ids(tmp_path, S) == [
+        *(f"c{i}" for i in range(11, 15)),
+        *(f"l{i}" for i in range(15)),
+        "s0",
+    ]
+    assert carried(tmp_path) == []
+
+
 def test_a_session_whose_end_never_ran_is_adopted_by_the_projects_next_prompt(
     tmp_path: Path, env: dict[str, str]
 ) -> None:

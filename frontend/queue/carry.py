@@ -415,29 +415,40 @@ def adopt_carried(
     extraction nudge, and before a fetch), except those a live snapshot holds
     (``carry_over``). Both locks are held, so of two sessions adopting at once exactly one
     gets each record. Returns the carried records the session's queue kept (its 20-record
-    cap keeps the newest calls; a call queued already is not counted again); stat calls
-    only when there are none."""
+    cap keeps the newest calls; a call queued already is not counted again), from both
+    carry files the project may have: counted once at the end, as a later file's calls
+    may push out an earlier one's. Stat calls only when there are none."""
     if session_id_problem(session_id) is not None or not project:
         return 0
     now = time.time() if now is None else now
-    return sum(
-        _adopt_from(directory, session_id, project, carry, carry_lock, now)
-        for carry, carry_lock in _carry_paths_read(directory, project)
-    )
+    carries = [paths for paths in _carry_paths_read(directory, project) if paths[0].exists()]
+    if not carries:
+        return 0
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    with locked(lock):
+        # Every record numbered above what the queue held or handed out is one adopted here.
+        first = max([0, *(seq_of(r) for r in read_lines(jsonl))])
+        first = max(first, read_state(state_path(jsonl)).get("cursor", 0)) + 1
+        queued = None
+        for carry, carry_lock in carries:
+            written = _adopt_from(jsonl, project, carry, carry_lock, now)
+            if written is not None:
+                queued = written
+        # The calls this added: not those queued already, nor those the cap dropped (they
+        # leave the carry file all the same: older than all it kept).
+        return 0 if queued is None else _kept_from(queued, first)
 
 
 def _adopt_from(
-    directory: Path, session_id: str, project: str, carry: Path, carry_lock: Path, now: float
-) -> int:
-    """``adopt_carried`` for one carry file."""
-    if not carry.exists():
-        return 0
-    jsonl, _count, lock = queue_paths(directory, session_id)
-    with locked(lock), locked(carry_lock):
+    jsonl: Path, project: str, carry: Path, carry_lock: Path, now: float
+) -> list[dict[str, Any]] | None:
+    """``adopt_carried`` for one carry file: the session's queue as written, None when
+    nothing was taken. The caller holds the session's lock."""
+    with locked(carry_lock):
         carried = read_lines(carry)
         held = [record for record in carried if _held(record, now)]
         taken = [_unheld(record) for record in carried if not _held(record, now)]
-        adopted = 0
+        merged = None
         if taken:
             records = read_lines(jsonl)
             state = read_state(state_path(jsonl))
@@ -447,11 +458,8 @@ def _adopt_from(
             spent = cursor if _fresh(state, now) else 0
             merged = _merged(records, taken, first, now, spent, stems=(jsonl.stem, carry.stem))
             write_records(jsonl, merged)
-            # The calls this added: not those queued already, nor those the cap dropped
-            # (they leave the carry file all the same: older than all it kept).
-            adopted = _kept_from(merged, first)
             # Should this session die before its session-end too, the calls go on.
             record_project(jsonl, project)
         if len(held) != len(carried) or not carried:
             write_records(carry, held)  # none held: the file goes
-    return adopted
+    return merged
