@@ -5,6 +5,7 @@ processes racing each other."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -938,3 +939,34 @@ def test_a_session_that_moved_to_another_project_is_carried_where_it_worked_last
     age_queue(tmp_path, G, 25 * HOUR)
     assert nudge(env, first, T) is None
     assert nudge(env, last, "next-there") == (2, "next-there")
+
+
+def test_the_pass_carries_to_the_project_noted_when_it_holds_the_lock(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """G worked in one project and looks abandoned; just before the pass takes G's lock, a
+    step of G notes another project, on a file system whose times do not show it (here
+    set back): the pass carries G's calls to the project noted under the lock."""
+    from thatch.frontend.queue import carry
+    from thatch.frontend.queue.carry import checkout_root
+    from thatch.frontend.queue.files import locked
+
+    first, last = tmp_path / "first", tmp_path / "last"
+    first.mkdir()
+    last.mkdir()
+    queue_calls(env, first, G, "a")
+    age_queue(tmp_path, G, 25 * HOUR)
+    directory = qdir(tmp_path)
+    session_lock = directory / f"{queue.safe_name(G)}.lock"
+
+    def stepped_before(lock_path: Path, *args: float) -> contextlib.AbstractContextManager[float]:
+        if lock_path == session_lock:
+            note = directory / f"{queue.safe_name(G)}.project"
+            note.write_text(json.dumps({"project": str(last)}) + "\n")
+            age_queue(tmp_path, G, 25 * HOUR)
+        return locked(lock_path, *args)
+
+    monkeypatch.setattr(carry, "locked", stepped_before)
+    assert carry.carry_abandoned(directory, time.time()).carried == 1
+    key = queue.project_key(checkout_root(str(last)))
+    assert [r["tool_use_id"] for r in read_lines(directory / f"{key}.jsonl")] == ["a"]

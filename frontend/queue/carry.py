@@ -383,6 +383,11 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
             touched = max(touched, lock_touched)
         if now - touched < ABANDONED_SECONDS:
             return False
+        # Read before the lock only to skip a queue that noted none: a step just before
+        # the lock may have noted another, and a file system's coarse times hide it.
+        project = read_project(project_path(jsonl))
+        if not project:
+            return False
         records = read_lines(jsonl)
         if not records or _fresh(read_state(state_path(jsonl)), now):
             return False  # nothing readable (a file this user may not read stays)
