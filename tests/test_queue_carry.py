@@ -5,6 +5,7 @@ processes racing each other."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -394,6 +395,33 @@ def test_calls_carried_under_a_directory_key_are_still_adopted_there(
     assert carried(tmp_path) == []
 
 
+def test_adopting_both_carry_files_counts_the_calls_the_queue_kept(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """proj/src has a carry file under its own name (15 calls of an hour ago, carried
+    before proj was a checkout) and one under the checkout's (15 calls of two hours ago).
+    S, with one call of its own, adopts both: the second file's calls push out 11 of the
+    first's, and adoption says the 19 its queue kept, not 30."""
+    project = tmp_path / "proj"
+    sub = project / "src"
+    sub.mkdir(parents=True)
+    now_ms = int(time.time() * 1000)
+    opencode_calls(env, sub, "L", "l", now_ms - HOUR * 1000, 15)
+    session_end(env, sub, "L")
+    git_init(project)
+    opencode_calls(env, sub, "C", "c", now_ms - 2 * HOUR * 1000, 15)
+    session_end(env, sub, "C")
+    assert len(list(qdir(tmp_path).glob("~carry-*.jsonl"))) == 2
+    claude_batch(env, sub, S, "s0")
+    assert queue.adopt_carried(qdir(tmp_path), S, str(sub)) == 19
+    assert queued_ids(tmp_path, S) == [
+        *(f"c{i}" for i in range(11, 15)),
+        *(f"l{i}" for i in range(15)),
+        "s0",
+    ]
+    assert carried(tmp_path) == []
+
+
 def test_a_session_whose_end_never_ran_is_adopted_by_the_projects_next_prompt(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -571,7 +599,7 @@ def test_the_twenty_call_cap_keeps_the_newest_calls_when_queues_merge(
     assert queue.cleanup(directory, force=True) >= 0
     assert [r["tool_use_id"] for r in carried(tmp_path)] == [f"new{i}" for i in range(20)]
     queue.append_calls(directory, "live", timed_calls("live", now_ms, 10), project=project)
-    assert queue.adopt_carried(directory, "live", project) == 20
+    assert queue.adopt_carried(directory, "live", project) == 10  # the cap dropped 10
     assert queued_ids(tmp_path, "live") == [
         *(f"new{i}" for i in range(10, 20)),
         *(f"live{i}" for i in range(10)),
@@ -776,3 +804,169 @@ def test_a_session_that_took_its_lock_during_the_pass_keeps_its_queue(
     out, err = proc.communicate(timeout=120)
     assert (proc.returncode, err, NUDGE.search(out)) == (0, b"", None)
     assert queued_ids(tmp_path, G) == ["a"]
+
+
+def opencode_calls(
+    env: dict[str, str], project: Path, session: str, prefix: str, ended_at_ms: int, n: int
+) -> None:
+    """``n`` real buffer-tool runs of the opencode plugin: calls ``<prefix>0``… that ended a
+    millisecond apart from ``ended_at_ms`` (the plugin passes each call's times)."""
+    for i in range(n):
+        stdin = host_payload("opencode-thatch-stdin-oc-buffer-tool")
+        stdin.update(
+            session_id=session,
+            tool_name="bash",
+            tool_input={"command": f"{prefix}{i}"},
+            tool_use_id=f"{prefix}{i}",
+            tool_response="ok",
+            ended_at=ended_at_ms + i,
+            cwd=str(project),
+        )
+        ok(run_hook(["buffer-tool", "--host", "opencode"], stdin, env))
+
+
+def claude_batch(env: dict[str, str], project: Path, session: str, *ids: str) -> None:
+    """One real PostToolBatch of Claude Code with a Bash call per id."""
+    payload = host_payload("claude-PostToolBatch")
+    payload.update(session_id=session, cwd=str(project))
+    payload["tool_calls"] = [
+        {"tool_name": "Bash", "tool_input": {"command": i}, "tool_use_id": i, "tool_response": "ok"}
+        for i in ids
+    ]
+    ok(run_hook(["buffer-batch"], payload, env))
+
+
+def earlier_release_queue(
+    tmp_path: Path, session: str, *ids: str, adopted: tuple[str, ...] = ()
+) -> None:
+    """The session's queue as a process of an earlier release leaves it (an MCP server not
+    restarted since the upgrade completing a snapshot rewrites it): no ``ended_at``. Then
+    ``adopted``, G's calls, as a release before ended_at merged carried calls: after the
+    session's own, whenever they ended."""
+    directory = qdir(tmp_path)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    records = [
+        {
+            "tool": "Bash",
+            "sessionID": owner,
+            "args": {"command": i},
+            "title": i,
+            "output": "ok",
+            "tool_use_id": i,
+            "seq": seq,
+        }
+        for seq, (owner, i) in enumerate(
+            [*((session, i) for i in ids), *((G, i) for i in adopted)], 1
+        )
+    ]
+    (directory / f"{session}.jsonl").write_text(
+        "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+    )
+
+
+def test_adoption_counts_the_carried_calls_the_cap_kept(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G's host died after 3 calls 30 hours ago; S has just run 19. The pass carries G's
+    calls, S adopts them and the cap keeps G's newest one: adoption says 1, not 3, and the
+    nudge announces the 20 calls S's queue holds."""
+    now_ms = int(time.time() * 1000)
+    opencode_calls(env, tmp_path, G, "g", now_ms - 30 * HOUR * 1000, 3)
+    age_queue(tmp_path, G, 30 * HOUR)
+    claude_batch(env, tmp_path, S, *(f"s{i}" for i in range(19)))
+    directory = qdir(tmp_path)
+    assert queue.cleanup(directory) >= 0
+    assert [r["tool_use_id"] for r in carried(tmp_path)] == ["g0", "g1", "g2"]
+    assert queue.adopt_carried(directory, S, str(tmp_path)) == 1
+    assert queued_ids(tmp_path, S) == ["g2", *(f"s{i}" for i in range(19))]
+    assert nudge(env, tmp_path, S) == (20, S)
+
+
+def test_calls_of_an_earlier_release_keep_their_place_among_their_neighbours(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S's 15 calls lost their times to an earlier release's rewrite; S then ran 2 more.
+    G's 10 calls of 30 hours ago, carried by the pass, come to S's prompt: the cap drops
+    G's 7 oldest, not S's own 7 oldest, which had sorted as the oldest of all."""
+    now_ms = int(time.time() * 1000)
+    opencode_calls(env, tmp_path, G, "g", now_ms - 30 * HOUR * 1000, 10)
+    age_queue(tmp_path, G, 30 * HOUR)
+    earlier_release_queue(tmp_path, S, *(f"s{i}" for i in range(15)))
+    claude_batch(env, tmp_path, S, "n0", "n1")
+    assert nudge(env, tmp_path, S) == (20, S)
+    assert queued_ids(tmp_path, S) == [
+        *(f"g{i}" for i in range(7, 10)),
+        *(f"s{i}" for i in range(15)),
+        "n0",
+        "n1",
+    ]
+
+
+def test_calls_an_earlier_release_adopted_are_not_taken_for_recent_ones(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S's queue, from a release before ended_at: its own 10 calls, then G's 10 of a day
+    ago that it adopted (merged after S's own). S runs one more call; then H, whose calls
+    ended an hour ago, ends and S adopts them. H's calls are kept and G's dropped: G's are
+    no calls of S's, so their place in S's file says nothing of when they ended (before,
+    they counted as just before S's next call and pushed out all of H's)."""
+    now_ms = int(time.time() * 1000)
+    earlier_release_queue(
+        tmp_path, S, *(f"s{i}" for i in range(10)), adopted=tuple(f"g{i}" for i in range(10))
+    )
+    claude_batch(env, tmp_path, S, "n0")
+    opencode_calls(env, tmp_path, "H", "h", now_ms - HOUR * 1000, 10)
+    session_end(env, tmp_path, "H")
+    directory = qdir(tmp_path)
+    assert queue.adopt_carried(directory, S, str(tmp_path)) == 10
+    assert queued_ids(tmp_path, S) == [
+        *(f"h{i}" for i in range(10)),
+        *(f"s{i}" for i in range(1, 10)),
+        "n0",
+    ]
+
+
+def test_a_session_that_moved_to_another_project_is_carried_where_it_worked_last(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """G queued a call in one project, then one in another, and its host died: the pass
+    carries both where G worked last, as G's session-end would have."""
+    first, last = tmp_path / "first", tmp_path / "last"
+    first.mkdir()
+    last.mkdir()
+    queue_calls(env, first, G, "a")
+    queue_calls(env, last, G, "b")
+    age_queue(tmp_path, G, 25 * HOUR)
+    assert nudge(env, first, T) is None
+    assert nudge(env, last, "next-there") == (2, "next-there")
+
+
+def test_the_pass_carries_to_the_project_noted_when_it_holds_the_lock(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """G worked in one project and looks abandoned; just before the pass takes G's lock, a
+    step of G notes another project, on a file system whose times do not show it (here
+    set back): the pass carries G's calls to the project noted under the lock."""
+    from thatch.frontend.queue import carry
+    from thatch.frontend.queue.carry import checkout_root
+    from thatch.frontend.queue.files import locked
+
+    first, last = tmp_path / "first", tmp_path / "last"
+    first.mkdir()
+    last.mkdir()
+    queue_calls(env, first, G, "a")
+    age_queue(tmp_path, G, 25 * HOUR)
+    directory = qdir(tmp_path)
+    session_lock = directory / f"{queue.safe_name(G)}.lock"
+
+    def stepped_before(lock_path: Path, *args: float) -> contextlib.AbstractContextManager[float]:
+        if lock_path == session_lock:
+            note = directory / f"{queue.safe_name(G)}.project"
+            note.write_text(json.dumps({"project": str(last)}) + "\n")
+            age_queue(tmp_path, G, 25 * HOUR)
+        return locked(lock_path, *args)
+
+    monkeypatch.setattr(carry, "locked", stepped_before)
+    assert carry.carry_abandoned(directory, time.time()).carried == 1
+    key = queue.project_key(checkout_root(str(last)))
+    assert [r["tool_use_id"] for r in read_lines(directory / f"{key}.jsonl")] == ["a"]

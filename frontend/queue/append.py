@@ -57,9 +57,9 @@ def append_calls(
     can complete it, ``complete``). thatch's own and meta tools are skipped, as are calls
     whose ``tool_use_id`` is already queued. The newest 20 records are kept; each new one
     gets the next sequence number. ``project`` (the hooks' project directory) is noted
-    with the first call queued: the queue's daily pass carries the calls there should the
-    session's host die before its ``session-end`` (``carry.carry_abandoned``).
-    """
+    by a batch that queued a call, the latest winning: the queue's daily pass carries the
+    calls there should the session's host die before its ``session-end``
+    (``carry.carry_abandoned``)."""
     if session_id_problem(session_id) is not None:
         return  # the tools would refuse this id: a queue for it could never be fetched
     calls = list(calls)

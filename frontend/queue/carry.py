@@ -31,6 +31,7 @@ from thatch.frontend.queue.files import (
     read_state,
     record_project,
     remove_stale,
+    safe_name,
     state_path,
     unlink,
     write_records,
@@ -40,6 +41,7 @@ from thatch.frontend.queue.limits import (
     ABANDONED_SECONDS,
     ACCEPTED_TTL_SECONDS,
     ID_LIMIT,
+    MAX_RECORDS,
 )
 from thatch.frontend.queue.records import seq_of
 
@@ -158,30 +160,80 @@ def _merged(
     first_seq: int,
     now: float,
     cursor: int = 0,
+    *,
+    stems: tuple[str, str],
 ) -> list[dict[str, Any]]:
     """``incoming`` added to ``records`` (new sequence numbers, queued ids skipped): first
     the records already handed out (``seq`` up to the session's snapshot ``cursor``) or
     held by another session's extractor (a hold run out is pending again), then the rest
-    in the order the calls ended. The
-    20-record cap then drops what an extractor already has before any call waiting for
-    one, and of those the oldest, whichever queue they came from (a day-old abandoned
-    queue carried after a session-end's fresh calls pushed those out)."""
+    in the order the calls ended (``_ended``; ``stems`` names the files the two lists were
+    read from). The 20-record cap then drops what an extractor already has before any call
+    waiting for one, and of those the oldest, whichever queue they came from (a day-old
+    abandoned queue carried after a session-end's fresh calls pushed those out)."""
     seen = {r.get("tool_use_id") for r in records if r.get("tool_use_id")}
     out = list(records)
+    added = []
     for record in incoming:
         use_id = record.get("tool_use_id")
         if use_id and use_id in seen:
             continue
-        out.append({**record, "seq": first_seq})
+        added.append({**record, "seq": first_seq})
         first_seq += 1
-    return sorted(out, key=lambda record: _call_order(record, cursor, now))
+    out += added
+    ended = {**_ended(records, stems[0]), **_ended(added, stems[1])}
+    return sorted(out, key=lambda record: _call_order(record, cursor, now, ended))
 
 
-def _call_order(record: Mapping[str, Any], cursor: int, now: float) -> tuple[bool, int, int]:
-    """Waiting for an extractor last; then when the call ended (records of earlier
-    releases have no time: oldest), then ``seq``."""
+def _ended(records: list[dict[str, Any]], stem: str) -> dict[int, float]:
+    """When each of one file's records ended (ms), by ``id``: its ``ended_at``. A record of
+    an earlier release has none: in the queue of the session that queued it (``stem``, the
+    file's, is its ``sessionID``'s) it ended just before the next call in the file that
+    has a time, else at the last one before it; anywhere else it is the oldest (0). A
+    session's hooks append its own calls as they end, so they precede its next timed call
+    (taken as the oldest, its recent calls were the first a merge dropped). Calls carried
+    by an earlier release were not in that order (its merge appended day-old carried calls
+    after a session's own) and carry files append whole queues: their place says nothing.
+    Not the file's mtime: a carry file's is its last merge, which would make its calls
+    newer than every queue carried to it next."""
+    ended: dict[int, float] = {}
+    owners: dict[Any, bool] = {}
+
+    def own(record: Mapping[str, Any]) -> bool:
+        owner = record.get("sessionID")
+        if owner not in owners:
+            owners[owner] = isinstance(owner, str) and bool(owner) and safe_name(owner) == stem
+        return owners[owner]
+
+    later: float | None = None
+    for record in reversed(records):
+        at = record.get("ended_at")
+        if at is not None:
+            later = ended[id(record)] = at
+        elif later is not None and own(record):
+            ended[id(record)] = later - 0.5  # before the next call (times are whole ms)
+    earlier = 0.0
+    for record in records:
+        if "ended_at" in record:
+            earlier = ended[id(record)]
+        elif own(record):
+            ended.setdefault(id(record), earlier)
+        else:
+            ended[id(record)] = 0.0
+    return ended
+
+
+def _call_order(
+    record: Mapping[str, Any], cursor: int, now: float, ended: Mapping[int, float]
+) -> tuple[bool, float, int]:
+    """Waiting for an extractor last; then when the call ended (``_ended``), then
+    ``seq``."""
     waiting = seq_of(record) > cursor and not _held(record, now)
-    return waiting, record.get("ended_at", 0), seq_of(record)
+    return waiting, ended[id(record)], seq_of(record)
+
+
+def _kept_from(merged: list[dict[str, Any]], first_seq: int) -> int:
+    """How many of the records a merge numbered from ``first_seq`` on the cap keeps."""
+    return sum(seq_of(record) >= first_seq for record in merged[-MAX_RECORDS:])
 
 
 def carry_over(
@@ -194,7 +246,8 @@ def carry_over(
 ) -> int:
     """The session ended (Claude's SessionEnd, Cursor's sessionEnd): move its queued records
     to the project's carry-over queue, which the project's next prompting session (or
-    fetch, ``accept``) adopts. Returns the records moved.
+    fetch, ``accept``) adopts. Returns the records the carry file kept (its 20-record cap
+    keeps the newest calls).
 
     A handed-out snapshot's extractor normally ended with the session, so its records are
     pending again. With ``hold`` (the host process lives on: Claude Code's ``/clear`` and
@@ -228,7 +281,9 @@ def _move_queue(
     directory: Path, jsonl: Path, project: str, records: list[dict[str, Any]], now: float
 ) -> int:
     """Append ``records`` to ``project``'s carry file, then delete the session's queue
-    (``.jsonl``, ``.count``, ``.state``, ``.project``). The caller holds the session's lock."""
+    (``.jsonl``, ``.count``, ``.state``, ``.project``). The caller holds the session's lock.
+    Returns the records the carry file kept (the cap drops the oldest calls)."""
+    kept = 0
     if records:
         carry, carry_lock = _carry_paths(directory, project)
         # Session lock first, then the carry lock: the order adopt_carried takes too.
@@ -237,10 +292,12 @@ def _move_queue(
         with locked(carry_lock):
             carried = read_lines(carry)
             first = max([0, *(seq_of(r) for r in carried)]) + 1
-            write_records(carry, _merged(carried, records, first, now))
+            merged = _merged(carried, records, first, now, stems=(carry.stem, jsonl.stem))
+            write_records(carry, merged)
+            kept = _kept_from(merged, first)
     for path in (jsonl, jsonl.with_suffix(".count"), state_path(jsonl), project_path(jsonl)):
         unlink(path)
-    return len(records)
+    return kept
 
 
 def cleanup(directory: Path, *, now: float | None = None, force: bool = False) -> int:
@@ -326,6 +383,11 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
             touched = max(touched, lock_touched)
         if now - touched < ABANDONED_SECONDS:
             return False
+        # Read before the lock only to skip a queue that noted none: a step just before
+        # the lock may have noted another, and a file system's coarse times hide it.
+        project = read_project(project_path(jsonl))
+        if not project:
+            return False
         records = read_lines(jsonl)
         if not records or _fresh(read_state(state_path(jsonl)), now):
             return False  # nothing readable (a file this user may not read stays)
@@ -357,27 +419,41 @@ def adopt_carried(
     """Move the project's carried-over records into this session's queue (before its
     extraction nudge, and before a fetch), except those a live snapshot holds
     (``carry_over``). Both locks are held, so of two sessions adopting at once exactly one
-    gets each record. Returns the records adopted; stat calls only when there are none."""
+    gets each record. Returns the carried records the session's queue kept (its 20-record
+    cap keeps the newest calls; a call queued already is not counted again), from both
+    carry files the project may have: counted once at the end, as a later file's calls
+    may push out an earlier one's. Stat calls only when there are none."""
     if session_id_problem(session_id) is not None or not project:
         return 0
     now = time.time() if now is None else now
-    return sum(
-        _adopt_from(directory, session_id, project, carry, carry_lock, now)
-        for carry, carry_lock in _carry_paths_read(directory, project)
-    )
+    carries = [paths for paths in _carry_paths_read(directory, project) if paths[0].exists()]
+    if not carries:
+        return 0
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    with locked(lock):
+        # Every record numbered above what the queue held or handed out is one adopted here.
+        first = max([0, *(seq_of(r) for r in read_lines(jsonl))])
+        first = max(first, read_state(state_path(jsonl)).get("cursor", 0)) + 1
+        queued = None
+        for carry, carry_lock in carries:
+            written = _adopt_from(jsonl, project, carry, carry_lock, now)
+            if written is not None:
+                queued = written
+        # The calls this added: not those queued already, nor those the cap dropped (they
+        # leave the carry file all the same: older than all it kept).
+        return 0 if queued is None else _kept_from(queued, first)
 
 
 def _adopt_from(
-    directory: Path, session_id: str, project: str, carry: Path, carry_lock: Path, now: float
-) -> int:
-    """``adopt_carried`` for one carry file."""
-    if not carry.exists():
-        return 0
-    jsonl, _count, lock = queue_paths(directory, session_id)
-    with locked(lock), locked(carry_lock):
+    jsonl: Path, project: str, carry: Path, carry_lock: Path, now: float
+) -> list[dict[str, Any]] | None:
+    """``adopt_carried`` for one carry file: the session's queue as written, None when
+    nothing was taken. The caller holds the session's lock."""
+    with locked(carry_lock):
         carried = read_lines(carry)
         held = [record for record in carried if _held(record, now)]
         taken = [_unheld(record) for record in carried if not _held(record, now)]
+        merged = None
         if taken:
             records = read_lines(jsonl)
             state = read_state(state_path(jsonl))
@@ -385,9 +461,10 @@ def _adopt_from(
             first = max([0, cursor, *(seq_of(r) for r in records)]) + 1
             # A fresh snapshot's records are its extractor's: the cap drops them first.
             spent = cursor if _fresh(state, now) else 0
-            write_records(jsonl, _merged(records, taken, first, now, spent))
+            merged = _merged(records, taken, first, now, spent, stems=(jsonl.stem, carry.stem))
+            write_records(jsonl, merged)
             # Should this session die before its session-end too, the calls go on.
             record_project(jsonl, project)
         if len(held) != len(carried) or not carried:
             write_records(carry, held)  # none held: the file goes
-    return len(taken)
+    return merged

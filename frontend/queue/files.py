@@ -356,17 +356,18 @@ def project_path(jsonl: Path) -> Path:
 
 
 def record_project(jsonl: Path, project: str) -> None:
-    """Note the project directory of the session whose queue is ``jsonl``, unless noted:
-    should its host die before its ``session-end``, the daily pass carries its calls there
-    (``carry.carry_abandoned``). The caller holds the session's lock."""
+    """Note the project directory of the session whose queue is ``jsonl``, unless noted
+    already: should its host die before its ``session-end``, the daily pass carries its
+    calls there (``carry.carry_abandoned``). The latest wins, as at a ``session-end``
+    (the hooks' directory then): a session that moved on works, and is next prompted,
+    there. The caller holds the session's lock."""
     path = project_path(jsonl)
-    try:
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            return  # one stat a batch; anything else at the path is replaced
-    except FileNotFoundError:
-        pass
     # ASCII: a directory name that is no UTF-8 (surrogate escapes) round-trips as \udcXX.
-    write_atomic(path, json.dumps({"project": project}) + "\n")
+    text = json.dumps({"project": project}) + "\n"
+    with contextlib.suppress(OSError):
+        if read_regular(path, SMALL_FILE_BYTES, follow_links=False) == text.encode():
+            return  # one small read a batch; anything else at the path is replaced
+    write_atomic(path, text)
 
 
 def read_project(path: Path) -> str:
