@@ -102,8 +102,17 @@ def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
 
 
 def _report(outcome: LinkOutcome) -> None:
-    from thatch.frontend.untrusted import inline, quoted
+    from thatch.frontend.untrusted import inline, quoted, token
 
+    if outcome.chat is not None:
+        # Before the link's error: a round that failed later still had this mail refused.
+        for mail in outcome.chat.refusals:
+            sender, to = _mail_ends(mail.from_name, mail.to_name, mail.to_peer)
+            click.echo(
+                f"team sync: team {token(outcome.chat.team)}: chat message #{mail.message_id} "
+                f"from {sender} to {to} refused: {quoted(mail.reason)}",
+                err=True,
+            )
     if outcome.error:
         click.echo(f"team sync: {outcome.store}: {inline(outcome.error)}", err=True)
         return
@@ -371,14 +380,24 @@ def status(as_json: bool) -> None:
     _echo_chat_outbox(chat)
 
 
+def _mail_ends(sender: str | None, to: str | None, to_peer: int) -> tuple[str, str]:
+    """A refused mail's sender and recipient as thatch's lines show them: stored names as
+    tokens (a name another writer stored cannot pass for thatch's words)."""
+    from thatch.frontend.untrusted import token
+
+    return (
+        token(sender) if sender else "unknown",
+        token(to) if to else f"team peer #{int(to_peer)}",
+    )
+
+
 def _echo_chat_outbox(chat: dict[str, Any]) -> None:
     """``_chat_outbox``'s lines: the counts, then each refused mail listed."""
-    from thatch.frontend.untrusted import quoted, token
+    from thatch.frontend.untrusted import quoted
 
     click.echo(f"chat outbox: {chat['waiting']} waiting, {chat['refused']} refused")
     for mail in chat["refused_mail"]:
-        sender = token(mail["from"]) if mail["from"] else "unknown"
-        to = token(mail["to"]) if mail["to"] else f"team peer #{mail['to_peer']}"
+        sender, to = _mail_ends(mail["from"], mail["to"], mail["to_peer"])
         told = "sender told" if mail["told_at"] else "sender not told yet"
         click.echo(
             f"  refused chat message #{mail['message_id']} from {sender} to {to} "

@@ -71,6 +71,8 @@ class ChatOutcome:
     sent: int = 0
     refused: int = 0  # kept aside in the chat outbox, the sender told (m027)
     delivered: int = 0
+    # The mail refused, as kept: the sync process logs each (the reason, never the body).
+    refusals: list[chat_remote.RefusedMail] = field(default_factory=list)
 
 
 def chat_round(
@@ -83,13 +85,15 @@ def chat_round(
     clock: Clock,
     stop: threading.Event | None = None,
     memo: ChatMemo | None = None,
+    outcome: ChatOutcome | None = None,
 ) -> ChatOutcome:
     """One chat round for ``team`` (its linked ``stores`` say which sessions to publish).
     Raises what the hub client or the store raise; the caller makes it the link's error.
     With ``memo``, what is unchanged since the last round (within ``REFRESH``) is not
-    published or applied again."""
+    published or applied again. ``outcome`` is filled as the round goes, so a round that
+    fails after the hub refused mail still says so (returned; a new one when None)."""
     memo = memo if memo is not None else ChatMemo()
-    done = ChatOutcome(team)
+    done = outcome if outcome is not None else ChatOutcome(team)
     now = clock()
     published = chat_remote.peers_to_publish(conn, team, stores, clock)
     request = chat_wire.publish_request(machine, published)
@@ -112,7 +116,7 @@ def chat_round(
         answer = hub.send_mail(chat_wire.send_request(machine, queued))
         acked = chat_wire.sent_ids(answer.acks)
         refused = chat_wire.refusals(answer.acks)
-        chat_remote.mark_sent(conn, acked, refused)
+        done.refusals += chat_remote.mark_sent(conn, acked, refused)
         done.sent += len(acked) - len(refused)
         done.refused += len(refused)
         if len(queued) < chat_remote.OUTBOX_PAGE or not acked:

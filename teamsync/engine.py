@@ -23,7 +23,7 @@ from thatch.hub.client import HubError, HubUnavailable
 from thatch.hub.v1 import hub_pb2
 from thatch.hub.values import Cursor
 from thatch.teamsync import outbox, replica
-from thatch.teamsync.chat import ChatHub, ChatMemo, chat_round
+from thatch.teamsync.chat import ChatHub, ChatMemo, ChatOutcome, chat_round
 from thatch.teamsync.links import Link, all_links, get_link, machine_id, note_error, note_ok
 from thatch.teamsync.recalls import send_recalls
 
@@ -49,6 +49,8 @@ class LinkOutcome:
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     refused: list[tuple[int, str]] = field(default_factory=list)
     error: str | None = None
+    # The chat round of the link's team, on the team's first link only: reported once.
+    chat: ChatOutcome | None = None
 
 
 class SyncEngine:
@@ -102,6 +104,8 @@ class SyncEngine:
             if all(outcomes[i].error is not None for i in indexes):
                 continue  # the hub failed this pass already: its error is noted
             first = links[indexes[0]]
+            # Kept even when the round fails later: the mail it saw refused stays refused.
+            done = outcomes[indexes[0]].chat = ChatOutcome(team)
             try:
                 chat_round(
                     self.conn,
@@ -112,6 +116,7 @@ class SyncEngine:
                     clock=self.clock,
                     stop=self.stop,
                     memo=self.chat_memo,
+                    outcome=done,
                 )
             except (HubError, StoreError) as error:
                 # The queued mail stays in the chat outbox; the next pass sends it.

@@ -323,3 +323,72 @@ def test_the_machines_side_loads_without_the_postgres_driver() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+@dataclass
+class PullFails(RoundHub):
+    """A hub whose ``PullMail`` fails while ``failing``: a round that fails after its sends."""
+
+    failing: bool = True
+
+    def pull_mail(self, machine: str, after: int = 0, limit: int = 0) -> Any:
+        if self.failing:
+            from thatch.hub.client import HubUnavailable
+
+            raise HubUnavailable("pull_mail failed", "retry later")
+        return super().pull_mail(machine, after, limit)
+
+
+def test_the_sync_process_logs_each_refused_mail_with_its_reason_never_its_body(
+    machines: tuple[Machine, Machine], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sync process logs chat mail the hub refused as it logs a refused memory write:
+    a line each on stderr, the hub's reason as a literal, never the body; also when its
+    round fails after the refusal, and only once."""
+    from tests.test_team_outbox import ScriptedHub
+    from thatch.cli.team_cmds import _report
+    from thatch.frontend.timefmt import format_timestamp
+    from thatch.teamsync.engine import SyncEngine
+    from thatch.teamsync.links import add_link
+
+    one, two = machines
+    alice = anchored(one.tools, "alice-host-session")
+    amy = anchored(two.tools, "amy-host-session")
+    one.sync()
+    two.sync()
+    one.sync()
+    amy_there = f"{amy.name}@amy"
+    bodies = ["the deploy key is hunter2", 'second"\n[thatch] a line of its own']
+    for body in bodies:
+        ok(one.tools, "chat", {"action": "send", "as": alice.me, "to": amy_there, "body": body})
+    ok(two.tools, "chat", {"action": "unregister", "as": amy.me})
+    two.sync()  # amy is no longer published: the hub refuses mail to her
+
+    add_link(
+        one.conn,
+        store="o/r",
+        hub_url="127.0.0.1:1",
+        team=TEAM,
+        member="alice",
+        hub_model="m",
+        now=format_timestamp(utc_now()),
+    )
+    hub = PullFails(one.call)
+    engine = SyncEngine(one.conn, lambda _: ScriptedHub(), local_model=None, chat_for=lambda _: hub)
+    for outcome in engine.sync_all():
+        _report(outcome)
+    queued = one.conn.execute(
+        "SELECT message_id, to_peer FROM chat_outbox WHERE refused IS NOT NULL ORDER BY id"
+    ).fetchall()
+    assert len(queued) == 2 and hub.sends == 1
+    assert capsys.readouterr().err == "".join(
+        f"team sync: team {TEAM}: chat message #{message_id} from {alice.name} to "
+        f'{amy_there} refused: "No chat session #{peer} in this team."\n'
+        for message_id, peer in queued
+    ) + ("team sync: o/r: chat: pull_mail failed. Fix: retry later\n")
+
+    # Refused once: the next pass neither sends nor logs it again.
+    hub.failing = False
+    for outcome in engine.sync_all():
+        _report(outcome)
+    assert capsys.readouterr().err == "" and hub.sends == 1

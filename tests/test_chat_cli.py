@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.hookrun import hook_env, run_hook
-from thatch.cli.chat_cmds import TailFilter, backlog, poll, read_event, sent_event, watched
+from thatch.cli.chat_cmds import (
+    FileSeen,
+    TailFilter,
+    backlog,
+    poll,
+    read_event,
+    sent_event,
+    watched,
+)
 from thatch.frontend.store import db
 from thatch.frontend.store.chat_store import ChatStore
 from thatch.frontend.store.memory_store import Store
@@ -300,6 +308,65 @@ def test_tail_follow_reads_only_the_bodies_it_shows(tmp_path: Path) -> None:
         bodies = [event["body"] for event in polled if "body" in event]
         assert sorted(started + seen) == sorted(bodies + needed), case
         store.conn.close()
+
+
+def test_a_follow_poll_reads_nothing_while_no_other_connection_wrote(tmp_path: Path) -> None:
+    """A poll asked which watched messages were read by reading them all (19-25 ms a poll
+    at 30,000 watched): while no other connection wrote the file since the tail last read
+    it, a poll reads no chat row. Its events stay those of a poll that reads every time,
+    whatever is sent, read (also at no time: ``''``) or otherwise written meanwhile."""
+    env, tail, ids = setup_sessions(tmp_path)  # the tail's own connection
+    a, b, c = ids
+    # The sessions' writes come from other connections (hooks, servers), as in use.
+    writer = ChatStore(db.connect(env["THATCH_DB_PATH"]), utc_now)
+    writer.send(a, b, [f"a to b {i}" for i in range(30)])
+    writer.send(c, a, ["c: one"])
+    names = tail.names()
+    rules = [
+        TailFilter(None, None, None, None, []),
+        TailFilter(None, names[b], None, None, []),
+        TailFilter(None, None, None, None, [re.compile("1")]),
+    ]
+    followers: list[tuple[TailFilter, FileSeen, list[Any], list[Any]]] = []
+    for rule in rules:
+        with tail.snapshot():
+            seen = FileSeen(tail.file_version())
+            last = backlog(tail, rule, 20)[1]
+            watch = watched(tail, rule)
+        followers.append((rule, seen, [last, watch], [last, set(watch)]))
+    statements: list[str] = []
+    chance = random.Random(5)
+    done: list[str] = []
+    reported = 0
+    for step in range(80):
+        action = chance.choice(["nothing", "nothing", "send", "read", "blank", "other"])
+        if action == "send":
+            sender, recipient = chance.choice([(a, b), (c, b), (b, a), (a, c)])
+            writer.send(sender, recipient, [f"a to b new {step}"])
+        elif action == "read":
+            writer.read_unread(chance.choice([a, b, c]), take=lambda found: 3)
+        elif action == "blank":  # another writer's row: read at no time
+            writer.conn.execute(
+                "UPDATE chat_messages SET read_at = '' WHERE id = (SELECT min(id) "
+                "FROM chat_messages WHERE read_at IS NULL)"
+            )
+        elif action == "other":  # a write that is no chat event: a heartbeat
+            writer.set_topic(chance.choice([a, b, c]), f"topic {step}")
+        done.append(action)
+        for rule, seen, gated, every in followers:
+            tail.conn.set_trace_callback(statements.append)
+            polled, gated[0] = poll(tail, rule, gated[0], gated[1], seen)
+            tail.conn.set_trace_callback(None)
+            if action == "nothing":
+                assert polled == [] and not [s for s in statements if "chat_" in s], statements
+            statements.clear()
+            expected, every[0] = poll(tail, rule, every[0], every[1])
+            assert polled == expected, (step, action, rule)
+            assert gated == every, (step, action, rule)
+            reported += len(polled)
+    assert reported > 50 and {"nothing", "send", "read", "blank", "other"} <= set(done)
+    writer.conn.close()
+    tail.conn.close()
 
 
 def test_tail_backlog_walks_time_indexes_not_a_sort_of_every_event(tmp_path: Path) -> None:

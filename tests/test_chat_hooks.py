@@ -297,10 +297,14 @@ def test_chat_notify_wakes_as_before_in_a_file_without_m027(tmp_path: Path) -> N
         older.execute(f"DROP TRIGGER {CHAT_OUTBOX_TRIGGER}")
         older.execute("DROP INDEX thatch_chat_outbox_untold")
         older.execute("DROP INDEX thatch_chat_outbox_waiting")
+        older.execute("DROP INDEX thatch_chat_outbox_told")  # m029's, of a column of m027
         for column in ("to_name", "refused", "told_at"):
             older.execute(f"ALTER TABLE chat_outbox DROP COLUMN {column}")
         m018_chat_remote(older)
-        older.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = 'm027_chat_refused'")
+        older.execute(
+            f"DELETE FROM {MIGRATIONS_TABLE} "
+            "WHERE name IN ('m027_chat_refused', 'm029_chat_outbox_told')"
+        )
     older.close()
     store = chat(env)  # the session as a hook that does not migrate anchors it
     me = host_session_key("claude-a")

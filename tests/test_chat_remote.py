@@ -429,18 +429,26 @@ def refuse(tools: Tools, me: Who, peer_id: int = 7, count: int = 1, reason: str 
 
 
 def without_m027(conn: sqlite3.Connection) -> None:
-    """The file as an older thatch left it: chat_outbox without m027's columns."""
+    """The file as an older thatch left it: chat_outbox without m027's columns (nor m029's
+    index of one of them)."""
     from thatch.frontend.store.migrations.chat_remote import CHAT_OUTBOX_TRIGGER, m018_chat_remote
     from thatch.frontend.store.schema import MIGRATIONS_TABLE
 
     with conn:
         conn.execute(f"DROP TRIGGER {CHAT_OUTBOX_TRIGGER}")
-        for index in ("thatch_chat_outbox_untold", "thatch_chat_outbox_waiting"):
+        for index in (
+            "thatch_chat_outbox_untold",
+            "thatch_chat_outbox_waiting",
+            "thatch_chat_outbox_told",
+        ):
             conn.execute(f"DROP INDEX IF EXISTS {index}")
         for column in ("to_name", "refused", "told_at"):
             conn.execute(f"ALTER TABLE chat_outbox DROP COLUMN {column}")
         m018_chat_remote(conn)
-        conn.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = 'm027_chat_refused'")
+        conn.execute(
+            f"DELETE FROM {MIGRATIONS_TABLE} "
+            "WHERE name IN ('m027_chat_refused', 'm029_chat_outbox_told')"
+        )
 
 
 # A stand-in for a step that fails after the notice was taken (a busy file, a full disk):

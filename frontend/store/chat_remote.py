@@ -56,6 +56,13 @@ PRUNE_BATCH = 500
 REASON_MAX = 200  # of a hub's refusal kept: what thatch shows of it stays short
 REFUSED_LISTED = 20  # refused mail listed by ``thatch team status``
 
+# A refused row as ``RefusedMail`` holds it, its sender's name read from its session.
+_REFUSED_SELECT = (
+    "SELECT o.id, o.team, o.message_id, s.name, o.to_name, o.to_peer, o.refused, "
+    "o.queued_at, o.told_at FROM chat_outbox o "
+    "LEFT JOIN chat_sessions s ON s.session_id = o.from_session"
+)
+
 _LOCAL_NAME = re.compile(r"[a-z]{1,16}-[0-9]{5,9}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A name the hub assigns: ``<word>-<NNNNN>@<member>`` (the member id in plain characters),
@@ -343,10 +350,11 @@ def outgoing_mail(
 
 def mark_sent(
     conn: sqlite3.Connection, ids: Sequence[int], refused: Mapping[int, str] | None = None
-) -> None:
+) -> list[RefusedMail]:
     """Settle the outbox rows the hub answered, in one transaction: a stored one is
     dropped, a ``refused`` one (row id → the hub's reason) kept aside with its reason,
-    never sent again, for its sender to be told once (``ChatStore._take_refusals``)."""
+    never sent again, for its sender to be told once (``ChatStore._take_refusals``).
+    Returns the rows refused now, as kept (for the sync process to log them)."""
     refused = refused or {}
     with atomic(conn):
         conn.executemany(
@@ -356,6 +364,15 @@ def mark_sent(
             "UPDATE chat_outbox SET refused = ? WHERE id = ?",
             [(reason[:REASON_MAX] or "refused", int(i)) for i, reason in refused.items()],
         )
+        if not refused:
+            return []
+        # A send carries at most OUTBOX_PAGE rows: one statement's arguments.
+        marks = ", ".join("?" * len(refused))
+        rows = conn.execute(
+            f"{_REFUSED_SELECT} WHERE o.id IN ({marks}) AND o.refused IS NOT NULL ORDER BY o.id",
+            [int(i) for i in refused],
+        ).fetchall()
+    return [RefusedMail(*row) for row in rows]
 
 
 def outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -370,11 +387,7 @@ def outbox_counts(conn: sqlite3.Connection) -> tuple[int, int]:
 def refused_mail(conn: sqlite3.Connection, limit: int = REFUSED_LISTED) -> list[RefusedMail]:
     """The newest refused mail, told or not, at most ``limit``, newest first."""
     rows = conn.execute(
-        "SELECT o.id, o.team, o.message_id, s.name, o.to_name, o.to_peer, o.refused, "
-        "o.queued_at, o.told_at FROM chat_outbox o "
-        "LEFT JOIN chat_sessions s ON s.session_id = o.from_session "
-        "WHERE o.refused IS NOT NULL ORDER BY o.id DESC LIMIT ?",
-        (limit,),
+        f"{_REFUSED_SELECT} WHERE o.refused IS NOT NULL ORDER BY o.id DESC LIMIT ?", (limit,)
     ).fetchall()
     return [RefusedMail(*row) for row in rows]
 

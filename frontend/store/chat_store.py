@@ -357,9 +357,9 @@ class ChatStore(ChatTail):
         Deletes auto rows unseen for 7 days and the keys of rows gone, tombstones older
         than 7 days, wakes older than an hour, messages older than 30 days (read or
         not) or beyond the newest 50,000, and refused chat mail told over 7 days ago or
-        untold whose sender is gone or unseen for 30 days. Every delete but the refused
-        mail's looks at most at ``PRUNE_BATCH`` rows (that one reads the outbox, which
-        holds only mail not yet sent or refused), so a step costs a hook little;
+        untold whose sender is gone or unseen for 30 days. Every delete looks at most at
+        ``PRUNE_BATCH`` rows, or (the refused mail's) at the refused rows of one partial
+        index, never at the mail waiting to be sent, so a step costs a hook little;
         the once-a-day stamp is written (in the same transaction, so concurrent reminders
         share the work) only by the step that finds nothing more to delete.
         """
@@ -418,17 +418,27 @@ class ChatStore(ChatTail):
         """The prune's deletes of refused chat mail (m027; none in a file without it):
         told over a week ago, or never told and its sender gone or unseen for a month
         (nobody is left to tell). Not by the mail's age: mail waits in the outbox as long
-        as the hub is unreachable, and a refusal of old mail is told like any other."""
+        as the hub is unreachable, and a refusal of old mail is told like any other.
+
+        One delete per kind, each reading its partial index (m029's of the mail told,
+        m027's of the refusals untold), never the outbox: mail waits there, bodies and
+        all, while the hub is unreachable, and one delete of both kinds read every row
+        (48–109 ms a step at 100k waiting mails). Each condition is stated as its index's."""
         if CHAT_REFUSED in schema_lag(conn).migrations:
             return []
         return [
             (
+                "DELETE FROM chat_outbox WHERE id IN (SELECT id FROM chat_outbox "
+                "WHERE told_at IS NOT NULL AND told_at < ? AND refused IS NOT NULL LIMIT ?)",
+                (self._at(REFUSAL_TOLD_KEPT), PRUNE_BATCH),
+            ),
+            (
                 "DELETE FROM chat_outbox WHERE id IN (SELECT o.id FROM chat_outbox o "
                 "LEFT JOIN chat_sessions s ON s.session_id = o.from_session "
-                "WHERE o.refused IS NOT NULL AND (o.told_at < ? OR (o.told_at IS NULL "
-                "AND (s.session_id IS NULL OR s.last_seen < ?))) LIMIT ?)",
-                (self._at(REFUSAL_TOLD_KEPT), self._at(REFUSAL_KEPT), PRUNE_BATCH),
-            )
+                "WHERE o.refused IS NOT NULL AND o.told_at IS NULL "
+                "AND (s.session_id IS NULL OR s.last_seen < ?) LIMIT ?)",
+                (self._at(REFUSAL_KEPT), PRUNE_BATCH),
+            ),
         ]
 
     # -- messages ------------------------------------------------------------------------

@@ -102,6 +102,15 @@ class ChatTail:
         with self.tx.read():
             yield
 
+    def file_version(self) -> int:
+        """SQLite's ``data_version`` of this connection: it changes whenever another
+        connection commits to the file, and only then (this one's own commits leave it).
+        Asked first in a ``snapshot``, it names what that snapshot reads: the same number
+        later, and the file holds what that snapshot read."""
+        with self.tx.read() as conn:
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
     def _has_messages(self) -> bool:
         """Whether there is a chat_messages table to read: not in an earlier release's
         file without it that this process may not migrate (docs/database.md

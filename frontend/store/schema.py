@@ -56,6 +56,7 @@ from thatch.frontend.store.migrations.chat_remote import (
     CHAT_REMOTE_TABLES,
     m018_chat_remote,
     m027_chat_refused,
+    m029_chat_outbox_told,
 )
 from thatch.frontend.store.migrations.duplicates import (
     DUP_PAIRS_TABLE,
@@ -156,6 +157,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m026_anchor_staged_moves", m026_anchor_staged_moves),
     ("m027_chat_refused", m027_chat_refused),
     ("m028_chat_event_times", m028_chat_event_times),
+    ("m029_chat_outbox_told", m029_chat_outbox_told),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).

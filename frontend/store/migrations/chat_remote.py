@@ -8,7 +8,8 @@ copied into ``chat_outbox`` by a trigger in the writing transaction, whoever wri
 twice (a lost ``MarkDelivered``) is stored once. m027: a mail the hub refused stays in
 ``chat_outbox`` with the reason, never sent again; its sender is told once, and the chat
 store's daily prune deletes it a week after that, or after 30 days (or once its sender is
-gone) if never told.
+gone) if never told. m029: the refused mail told, by when, in an index of its own, which
+that prune reads instead of the outbox.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "CHAT_REMOTE_TABLES",
     "m018_chat_remote",
     "m027_chat_refused",
+    "m029_chat_outbox_told",
 ]
 
 CHAT_REMOTE_TABLES: dict[str, str] = {
@@ -91,4 +93,15 @@ def m027_chat_refused(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE INDEX IF NOT EXISTS thatch_chat_outbox_waiting ON chat_outbox (team, id) "
         "WHERE refused IS NULL"
+    )
+
+
+def m029_chat_outbox_told(conn: sqlite3.Connection) -> None:
+    """A partial index of the refused mail its sender was told of, by when: the chat's
+    daily prune deletes the mail told over a week ago from it. No index held those rows,
+    so each step of the day's prune read the whole outbox, waiting mail and its bodies
+    included (48–109 ms a step at 100k waiting mails). Building it reads the outbox once."""
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS thatch_chat_outbox_told ON chat_outbox (told_at) "
+        "WHERE told_at IS NOT NULL"
     )
