@@ -155,17 +155,31 @@ def minilm_source() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_dir(minilm_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """all-MiniLM-L6-v2 imported once per test run by our own importer (fp32 + int8)."""
+    """all-MiniLM-L6-v2 imported once per test run by our own importer (fp32 + int8).
+
+    The run's xdist workers share one import: the first to take the lock imports into the
+    run's base temp directory, the others wait for it and use that copy."""
+    import fcntl
+
     from thatch.embedder.convert.importer import import_checkpoint
 
-    out = tmp_path_factory.mktemp("models") / "minilm"
-    import_checkpoint(
-        minilm_source,
-        out,
-        model_id="sentence-transformers/all-MiniLM-L6-v2",
-        quantize=True,
-        env=dict(os.environ),
-    )
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's base is a directory of the run's
+    out = root / "shared-models" / "minilm"
+    with open(root / "shared-models.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "thatch_model.json").is_file():
+            work = Path(tempfile.mkdtemp(prefix="import-", dir=root))
+            import_checkpoint(
+                minilm_source,
+                work / "minilm",
+                model_id="sentence-transformers/all-MiniLM-L6-v2",
+                quantize=True,
+                env=dict(os.environ),
+            )
+            out.parent.mkdir(exist_ok=True)
+            (work / "minilm").rename(out)
     return out
 
 
