@@ -422,3 +422,22 @@ def test_cli_syncs_branches_before_it_counts(cli_env: Path, repo: Path) -> None:
         assert [(m.label, m.branch, m.archived) for m in store.list("acme")] == [
             ("Spike idea", "spike", True)
         ]
+
+
+def test_counts_stop_one_row_past_up_to(tmp_path: Path, vec: Callable[[], np.ndarray]) -> None:
+    """A count given ``up_to`` reads at most one row past it (that row says "more");
+    without it, every row. ``up_to=0`` asks whether there is any."""
+    old = NOW - timedelta(days=91)
+    with Store.open(tmp_path / "thatch.db", clock=lambda: old) as past:
+        for n in range(3):
+            add(past, "acme", f"stale {n}", None, model=None)
+            add(past, "acme", f"other {n}", vec(), model="test/model-b")
+    with Store.open(tmp_path / "thatch.db", clock=lambda: NOW) as store:
+        assert [store.stale_count("acme", NOW, up_to=n) for n in (None, 1, 5)] == [6, 2, 6]
+        assert [store.model_mismatch_count("acme", ACTIVE, up_to=n) for n in (None, 2, 3)] == [
+            3,
+            3,
+            3,
+        ]
+        assert [store.pending_count(up_to=n) for n in (None, 0, 1)] == [3, 1, 2]
+        assert store.pending_count_in(["acme", "other"], up_to=2) == 3

@@ -396,11 +396,11 @@ class Operations:
             follow_renames(self.ctx.store, self.ctx.env, self.ctx.project_dir)
 
     def _schedule_fill(self) -> None:
-        # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
+        # Nothing pending (the usual case, one indexed row read): no pass, no thread woken. In
         # thatch mcp a pass waits until the answer is written: started at once it would take
         # the Store's lock (and the GIL) while this call is still answering.
         with contextlib.suppress(sqlite3.Error, StoreError):
-            if not self.ctx.store.pending_count():
+            if not self.ctx.store.pending_count(up_to=0):
                 return
         if self.after_reply is None:
             self.ctx.pending_fill.schedule()
