@@ -89,7 +89,11 @@ def hygiene(as_json: bool) -> None:
             now = utc_now()
             result = read_leniently(
                 store.conn,
-                lambda: compute_hygiene(store, project, directory, model, env=os.environ, now=now),
+                # Exact counts (the session start stops past COUNTED_UP_TO): a command
+                # someone ran can read every row, as ``named`` below does anyway.
+                lambda: compute_hygiene(
+                    store, project, directory, model, env=os.environ, now=now, up_to=None
+                ),
             )
             threshold = in_force(os.environ, model).values.duplicate
             parts = read_leniently(store.conn, lambda: named(store, result, threshold, now))

@@ -82,16 +82,14 @@ class MemoryPages(PageBase):
                     if counts[name].more
                     else str(counts[name].memories),
                     str(archived),
-                    str(counted.pending),
-                    str(counted.other_model),
+                    _count(counted.pending, counted.pending_more),
+                    _count(counted.other_model, counted.other_model_more),
                     link(
                         "/duplicates",
-                        f"more than {counted.duplicates}"
-                        if counted.duplicates_more
-                        else str(counted.duplicates),
+                        _count(counted.duplicates, counted.duplicates_more),
                         {"store": name},
                     ),
-                    str(counted.stale),
+                    _count(counted.stale, counted.stale_more),
                 ]
             )
             if name == ctx.project_store:
@@ -452,3 +450,8 @@ class MemoryPages(PageBase):
             return self._back_to("/memory", {"store": name, "label": report.label}, message)
 
         return self._safely(run)
+
+
+def _count(count: int, more: bool) -> str:
+    """A hygiene count as the Stores page shows it: past its cap, ``more than <cap>``."""
+    return f"more than {count}" if more else str(count)
