@@ -34,7 +34,7 @@ __all__ = [
 GLOBAL_STORE = "global"
 # The stale, other-model, pending and conflict counts the session start and the UI show
 # stop one row past this, then say "more than 10000": each count reads every index entry
-# it counts (13-25 ms each at 100k memories, at every session start). A store of
+# it counts (8-25 ms each at 100k memories, at every session start). A store of
 # the spec's 5,000 memories all of another model (after a model switch) still reads
 # exactly. ``thatch hygiene`` counts exactly.
 COUNTED_UP_TO = 10_000
