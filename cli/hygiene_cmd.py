@@ -30,7 +30,7 @@ def _fill_pending() -> None:
     from thatch.frontend.tools.context import ToolContext
 
     with ToolContext.from_env(autostart=False, start_wait=0) as ctx:
-        if ctx.store.pending_count():
+        if ctx.store.pending_count(up_to=0):  # any at all: one row read, not the backlog
             ctx.pending_fill.fill_opportunistically()
 
 

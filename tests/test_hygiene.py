@@ -278,6 +278,30 @@ def test_cli_fills_pending_memories_when_an_embedder_serves(
         assert store.pending_count("acme") == 0
 
 
+def test_cli_asks_whether_any_is_pending_before_it_fills(
+    cli_env: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: object
+) -> None:
+    """Before the report, ``thatch hygiene`` asks whether anything in any store waits for
+    an embedding: one row read (``up_to=0``), not a count of the whole backlog (the
+    report's own counts stay exact)."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)  # type: ignore[attr-defined]
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    with Store.open(cli_env) as store:
+        add(store, "acme", "Saved offline", None, model=None)
+    asked: list[tuple[str | None, int | None]] = []
+    counted = Store.pending_count
+
+    def spy(store: Store, name: str | None = None, *, up_to: int | None = None) -> int:
+        asked.append((name, up_to))
+        return counted(store, name, up_to=up_to)
+
+    monkeypatch.setattr(Store, "pending_count", spy)
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert (result.exit_code, result.stdout) == (0, "Store is healthy.\n")
+    assert [up_to for name, up_to in asked if name is None] == [0], asked
+    assert ("acme", None) in asked  # the report's count, exact
+
+
 def test_global_project_store_reports_once(store: Store, tmp_path: Path) -> None:
     """When the project store is global its parts appear once, not appended again."""
     add(store, "global", "p", None)

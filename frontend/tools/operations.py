@@ -420,7 +420,7 @@ class Operations:
         """One page of clusters at ``threshold`` (default: the model's), from ``offset``."""
         if threshold is None:
             threshold = self.configured_thresholds().duplicate
-        if self.ctx.store.pending_count(store):
+        if self.ctx.store.pending_count(store, up_to=0):  # any: one row read, not the backlog
             self.ctx.pending_fill.fill_store(store)
         self._check_duplicates(store)
         return self.ctx.store.duplicate_page(store, threshold, offset=offset)
