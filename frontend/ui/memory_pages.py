@@ -78,9 +78,10 @@ class MemoryPages(PageBase):
             rows.append(
                 [
                     link("/memories", name, {"store": name}),
-                    f"more than {COUNTED_UP_TO:,}"
-                    if counts[name].more
-                    else str(counts[name].memories),
+                    _count(
+                        COUNTED_UP_TO if counts[name].more else counts[name].memories,
+                        counts[name].more,
+                    ),
                     str(archived),
                     _count(counted.pending, counted.pending_more),
                     _count(counted.other_model, counted.other_model_more),
@@ -453,5 +454,6 @@ class MemoryPages(PageBase):
 
 
 def _count(count: int, more: bool) -> str:
-    """A hygiene count as the Stores page shows it: past its cap, ``more than <cap>``."""
-    return f"more than {count}" if more else str(count)
+    """A count as the Stores page shows it: past its cap, ``more than <cap>`` with a
+    thousands separator (``more than 10,000``), every column alike."""
+    return f"more than {count:,}" if more else str(count)
