@@ -179,7 +179,7 @@ class MemoryPages(PageBase):
             if archived == "archived":
                 shown = [m for m in shown if m.archived]
             if report.pending:
-                notes.append(fmt.not_indexed(report.pending))
+                notes.append(fmt.not_indexed(report.pending, report.pending_more))
             total, more = len(shown), False
             visible = shown[start : start + PAGE_SIZE]
             next_page = start + PAGE_SIZE < total
