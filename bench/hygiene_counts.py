@@ -10,10 +10,13 @@ active one, and each a conflict version team sync kept; the global store holds
 None: what ``thatch hygiene`` pays) and capped at ``hygiene.COUNTED_UP_TO`` (what the
 session start and the UI pay), then the report as the reminder computes it in-process
 (``hygiene()``, the git steps left out: the directory is not a checkout), both ways, and
-the ``pending_count`` gate the reminder asks before it (every store, any at all). Before
-the cap, these counts read every index entry they counted: 8-25 ms each at 100k. The
-project's pending count (it has none) still steps over global's pending rows: the pending
-index leads with ``updated_at``, not the store.
+the ``pending_count`` gate the reminder asks before it (every store, any at all), and the
+pending count under every ``memory_recall`` answer (the default scope, and the project
+store alone; capped at ``operations.PENDING_COUNTED_UP_TO``). Before the cap, these
+counts read every index entry they counted: 8-25 ms each at 100k. The project's pending
+count (it has none) still steps over global's pending rows, capped or not: the pending
+index leads with ``updated_at``, not the store. The conflict count and listing stay a
+join, 15-25 ms capped.
 
 To measure another checkout (the code before a change), put its package first:
 ``PYTHONPATH=/tmp/before .venv/bin/python bench/hygiene_counts.py`` where /tmp/before/thatch
@@ -89,6 +92,13 @@ def counts(store: Store) -> dict[str, Callable[[int | None], object]]:
         "pending gate (every store)": lambda up_to: store.pending_count(
             up_to=None if up_to is None else 0
         ),
+        # memory_recall's "(<n> memories are not indexed yet …)", the default scope.
+        "recall pending (project+global)": lambda up_to: store.pending_count_in(
+            [PROJECT, GLOBAL], up_to=up_to
+        ),
+        "recall pending (project only)": lambda up_to: store.pending_count_in(
+            [PROJECT], up_to=up_to
+        ),
     }
 
 
@@ -101,6 +111,8 @@ def exact_counts(store: Store) -> dict[str, Callable[[], object]]:
         "pending (project: none)": lambda: store.pending_count(PROJECT),
         "conflicts (project)": lambda: store.conflict_versions(PROJECT, report.CONFLICTS_NAMED),
         "pending gate (every store)": lambda: store.pending_count(),
+        "recall pending (project+global)": lambda: store.pending_count_in([PROJECT, GLOBAL]),
+        "recall pending (project only)": lambda: store.pending_count_in([PROJECT]),
     }
 
 
