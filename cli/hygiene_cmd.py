@@ -30,7 +30,7 @@ def _fill_pending() -> None:
     from thatch.frontend.tools.context import ToolContext
 
     with ToolContext.from_env(autostart=False, start_wait=0) as ctx:
-        if ctx.store.pending_count():
+        if ctx.store.pending_count(up_to=0):  # any at all: one row read, not the backlog
             ctx.pending_fill.fill_opportunistically()
 
 
@@ -89,7 +89,11 @@ def hygiene(as_json: bool) -> None:
             now = utc_now()
             result = read_leniently(
                 store.conn,
-                lambda: compute_hygiene(store, project, directory, model, env=os.environ, now=now),
+                # Exact counts (the session start stops past COUNTED_UP_TO): a command
+                # someone ran can read every row, as ``named`` below does anyway.
+                lambda: compute_hygiene(
+                    store, project, directory, model, env=os.environ, now=now, up_to=None
+                ),
             )
             threshold = in_force(os.environ, model).values.duplicate
             parts = read_leniently(store.conn, lambda: named(store, result, threshold, now))

@@ -238,7 +238,7 @@ def search(
         marker = f" {fmt.drift_marker(drift)}" if drift is not None else ""
         click.echo(f"[score:{fmt.score(match.score)}] [{' '.join(meta)}] {label}{marker}")
     if report.pending:
-        click.echo(fmt.not_indexed(report.pending), err=True)
+        click.echo(fmt.not_indexed(report.pending, report.pending_more), err=True)
 
 
 def _drift_json(drift: Drift | None) -> dict[str, object] | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +17,7 @@ from click.testing import CliRunner
 
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.hygiene import hygiene, hygiene_report
+from thatch.frontend.tools.hygiene import COUNTED_UP_TO, hygiene, hygiene_report
 
 ACTIVE = "test/model-a"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -276,6 +278,30 @@ def test_cli_fills_pending_memories_when_an_embedder_serves(
         assert store.pending_count("acme") == 0
 
 
+def test_cli_asks_whether_any_is_pending_before_it_fills(
+    cli_env: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: object
+) -> None:
+    """Before the report, ``thatch hygiene`` asks whether anything in any store waits for
+    an embedding: one row read (``up_to=0``), not a count of the whole backlog (the
+    report's own counts stay exact)."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)  # type: ignore[attr-defined]
+    monkeypatch.setenv("THATCH_MODEL", "mock")
+    with Store.open(cli_env) as store:
+        add(store, "acme", "Saved offline", None, model=None)
+    asked: list[tuple[str | None, int | None]] = []
+    counted = Store.pending_count
+
+    def spy(store: Store, name: str | None = None, *, up_to: int | None = None) -> int:
+        asked.append((name, up_to))
+        return counted(store, name, up_to=up_to)
+
+    monkeypatch.setattr(Store, "pending_count", spy)
+    result = CliRunner().invoke(cli, ["hygiene"], catch_exceptions=False)
+    assert (result.exit_code, result.stdout) == (0, "Store is healthy.\n")
+    assert [up_to for name, up_to in asked if name is None] == [0], asked
+    assert ("acme", None) in asked  # the report's count, exact
+
+
 def test_global_project_store_reports_once(store: Store, tmp_path: Path) -> None:
     """When the project store is global its parts appear once, not appended again."""
     add(store, "global", "p", None)
@@ -422,3 +448,89 @@ def test_cli_syncs_branches_before_it_counts(cli_env: Path, repo: Path) -> None:
         assert [(m.label, m.branch, m.archived) for m in store.list("acme")] == [
             ("Spike idea", "spike", True)
         ]
+
+
+def test_counts_stop_one_row_past_up_to(tmp_path: Path, vec: Callable[[], np.ndarray]) -> None:
+    """A count given ``up_to`` reads at most one row past it (that row says "more");
+    without it, every row. ``up_to=0`` asks whether there is any."""
+    old = NOW - timedelta(days=91)
+    with Store.open(tmp_path / "thatch.db", clock=lambda: old) as past:
+        for n in range(3):
+            add(past, "acme", f"stale {n}", None, model=None)
+            add(past, "acme", f"other {n}", vec(), model="test/model-b")
+    with Store.open(tmp_path / "thatch.db", clock=lambda: NOW) as store:
+        assert [store.stale_count("acme", NOW, up_to=n) for n in (None, 1, 5)] == [6, 2, 6]
+        assert [store.model_mismatch_count("acme", ACTIVE, up_to=n) for n in (None, 2, 3)] == [
+            3,
+            3,
+            3,
+        ]
+        assert [store.pending_count(up_to=n) for n in (None, 0, 1)] == [3, 1, 2]
+        assert store.pending_count_in(["acme", "other"], up_to=2) == 3
+
+
+STALE, FRESH = "2025-01-01T00:00:00.000Z", "2025-06-01T00:00:00.000Z"
+
+
+def fill_to(path: Path, n: int) -> None:
+    """Up to ``n`` memories in each count the session start takes, inserted directly (as a
+    big store holds them): in acme stale, not embedded, and conflict versions team sync
+    kept (of an original since forgotten); in global embedded with another model."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        (have,) = conn.execute("SELECT count(*) FROM entries WHERE store = 'acme'").fetchone()
+        conn.executemany(
+            "INSERT INTO entries (slug, store, label, content, embedding, model, created_at, "
+            "updated_at) VALUES (?1, ?2, ?3, 'x', ?4, ?5, ?6, ?6)",
+            [
+                row
+                for i in range(have, n)
+                for row in (
+                    (f"m{i:05d}", "acme", f"m{i:05d}", None, None, STALE),
+                    (f"g{i:05d}", "global", f"g{i:05d}", bytes(16), "test/model-b", FRESH),
+                )
+            ],
+        )
+        conn.execute(
+            "INSERT OR IGNORE INTO team_conflict_versions (store, slug, conflict_of) "
+            "SELECT store, slug, 'gone' FROM entries WHERE store = 'acme'"
+        )
+
+
+def test_session_start_counts_stop_past_the_cap_and_thatch_hygiene_counts_all(
+    cli_env: Path, repo: Path
+) -> None:
+    """Each count the session start shows read every row it counted (13-25 ms each at
+    100k memories, at every session start): they stop past COUNTED_UP_TO and say "more
+    than", as the duplicate count does; a store at the cap still reads exactly.
+    ``thatch hygiene``, a command someone ran, counts exactly."""
+    Store.open(cli_env).close()
+    fill_to(cli_env, COUNTED_UP_TO)
+    cap = COUNTED_UP_TO
+    with Store.open(cli_env, clock=lambda: NOW) as store:
+        assert hygiene_report(store, "acme", repo, ACTIVE, now=NOW) == (
+            f'Store "acme": {cap} memories neither updated nor recalled in 90+ days; {cap} '
+            f'conflict versions from team sync ("m00000" and {cap - 1} more; merge each into '
+            f"its original, then forget it); {cap} memories not embedded yet. "
+            f'Store "global": {cap} memories embedded with another model than test/model-a.'
+        )
+    fill_to(cli_env, COUNTED_UP_TO + 1)
+    with Store.open(cli_env, clock=lambda: NOW) as store:
+        result = hygiene(store, "acme", repo, ACTIVE, now=NOW)
+    assert result.report == (
+        f'Store "acme": more than {cap} memories neither updated nor recalled in 90+ days; '
+        f'more than {cap} conflict versions from team sync ("m00000" and others; merge each '
+        f"into its original, then forget it); more than {cap} memories not embedded yet. "
+        f'Store "global": more than {cap} memories embedded with another model than '
+        "test/model-a."
+    )
+    assert (result.project.stale, result.project.stale_more) == (cap, True)
+    document = json.loads(
+        CliRunner().invoke(cli, ["hygiene", "--json"], catch_exceptions=False).stdout
+    )
+    counted = {key: document[key] for key in ("stale", "pending", "conflicts", "other_model")}
+    assert counted == {"stale": cap + 1, "pending": cap + 1, "conflicts": cap + 1, "other_model": 0}
+    assert document["report"].startswith(
+        f'Store "acme": {cap + 1} memories neither updated nor recalled in 90+ days; '
+        f'{cap + 1} conflict versions from team sync ("m00000" and {cap} more; '
+    )
+    assert len(document["stale_labels"]) == cap + 1

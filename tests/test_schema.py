@@ -437,13 +437,17 @@ def test_pending_lookups_use_the_partial_index(store: Store) -> None:
     store.pending_memories()
     store.pending_count("p")
     store.pending_count_in(["p", "q"])
+    # Counted up to a cap (the session start, the UI) or asked whether any (every write).
+    store.pending_count("p", up_to=3)
+    store.pending_count_in(["p", "q"], up_to=3)
+    store.pending_count(up_to=0)
     store.conn.set_trace_callback(None)
     for sql in statements:
         if "FROM entries" not in sql:
             continue
         plan = store.conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
         assert any("thatch_entries_pending" in str(step) for step in plan), (sql, plan)
-    assert sum("FROM entries" in sql for sql in statements) == 4, statements
+    assert sum("FROM entries" in sql for sql in statements) == 7, statements
 
 
 def test_the_rename_pass_finds_staged_moves_through_their_partial_index(store: Store) -> None:
@@ -783,11 +787,14 @@ def test_a_walked_page_is_one_snapshot(store: Store, tmp_path: Path) -> None:
 
 def test_the_hygiene_counts_read_an_index_not_the_table(store: Store) -> None:
     """Every session start counts stale and other-model memories: a scan of the table,
-    0.36 s at 100k memories, until m022 gave each its index."""
+    0.36 s at 100k memories, until m022 gave each its index; counted up to a cap as the
+    session start counts them, too."""
     store.remember("p", "a", "# a\n\nx", None, None)
     for count, index in [
         (lambda: store.stale_count("p"), "thatch_entries_stale"),
         (lambda: store.model_mismatch_count("p", "m"), "thatch_entries_models"),
+        (lambda: store.stale_count("p", up_to=3), "thatch_entries_stale"),
+        (lambda: store.model_mismatch_count("p", "m", up_to=3), "thatch_entries_models"),
     ]:
         statements: list[str] = []
         store.conn.set_trace_callback(statements.append)

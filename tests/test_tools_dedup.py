@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.frontend.store.memory import DuplicatePair
+from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.formatting import clusters
 from thatch.frontend.tools.memory_tools import Tools
 
@@ -118,6 +119,28 @@ def test_find_duplicates_fills_pending_first(tools: Tools, fake: FakeEmbedder) -
     )
     fake.unavailable = None
     assert tools.call("find_duplicates", {}).text.startswith("Cluster of 2:")
+    assert tools.ctx.store.pending_count("o/r") == 0
+
+
+def test_find_duplicates_asks_whether_any_is_pending_not_how_many(
+    tools: Tools, fake: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every Duplicates page and ``thatch dedup`` asks whether the store holds pending
+    memories before it fills them: one row read (``up_to=0``), where counting them all
+    read every pending row of the backlog at each visit."""
+    fake.unavailable = "down"
+    save(tools, "Deploy", BASE)
+    fake.unavailable = None
+    asked: list[object] = []
+    counted = Store.pending_count
+
+    def spy(store: Store, name: str | None = None, *, up_to: int | None = None) -> int:
+        asked.append(up_to)
+        return counted(store, name, up_to=up_to)
+
+    monkeypatch.setattr(Store, "pending_count", spy)
+    assert tools.call("find_duplicates", {}).text.startswith("No duplicate")
+    assert asked and set(asked) == {0}, asked
     assert tools.ctx.store.pending_count("o/r") == 0
 
 

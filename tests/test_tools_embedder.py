@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
@@ -9,6 +11,7 @@ from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
 from thatch.frontend.tools.memory_tools import Tools
+from thatch.frontend.tools.operations import PENDING_COUNTED_UP_TO
 
 CAUSE = "nothing is listening at unix:///tmp/x/embedder.sock (auto-start failed: no model)"
 
@@ -86,6 +89,36 @@ def test_recall_reports_unindexed_memories(tmp_path: Path) -> None:
         assert tools.call("memory_recall", {"query": "alpha"}).text.endswith(
             "(1 memory is not indexed yet and was not searched.)"
         )
+
+
+def test_recall_counts_unindexed_memories_up_to_a_cap(tmp_path: Path) -> None:
+    """Every recall counts the memories its scope holds not indexed yet: exactly up to
+    10,000, then "more than 10000" (one row past the cap read), where the exact count read
+    every pending row of the scope at every recall (8-10 ms at 100k)."""
+    with tool_context(tmp_path, FakeEmbedder()) as ctx:
+        tools = Tools(ctx)
+
+        def pending(first: int, last: int) -> None:
+            with contextlib.closing(sqlite3.connect(tmp_path / "thatch.db")) as conn, conn:
+                conn.executemany(
+                    "INSERT INTO entries (slug, store, label, content, created_at, updated_at) "
+                    "VALUES (?1, 'o/r', ?1, 'x', 't', 't')",
+                    [(f"m{i}",) for i in range(first, last)],
+                )
+
+        pending(0, PENDING_COUNTED_UP_TO)
+        assert tools.call("memory_recall", {"query": "alpha"}).text == (
+            "No matching memories found.\n\n"
+            f"({PENDING_COUNTED_UP_TO} memories are not indexed yet and were not searched.)"
+        )
+        pending(PENDING_COUNTED_UP_TO, PENDING_COUNTED_UP_TO + 2)
+        assert tools.call("memory_recall", {"query": "alpha"}).text == (
+            "No matching memories found.\n\n"
+            f"(more than {PENDING_COUNTED_UP_TO} memories are not indexed yet and were not "
+            "searched.)"
+        )
+        report = tools.recall(query="alpha", stamp=False)  # thatch search, the UI's search box
+        assert (report.pending, report.pending_more) == (PENDING_COUNTED_UP_TO, True)
 
 
 def test_real_client_with_nothing_listening(tmp_path: Path, short_tmp: Path) -> None:

@@ -338,6 +338,15 @@ def test_stores_page_counts_a_big_store_up_to_a_cap(
         )
     )
     assert counts == {"big": "more than 10,000", "exact": "10000", "global": "0", "proj": "2"}
+    # Not one of them embedded: the unembedded count (a hygiene count) stops there too,
+    # written as the memories column writes it (it said "more than 10000" beside it).
+    unembedded = {
+        name: re.findall(r"<td>([^<]*)</td>", row)[2]
+        for name, row in re.findall(
+            r"<tr><td><a href=\"/memories\?store=(\w+)\">\w+</a></td>(.*?)</tr>", page.body
+        )
+    }
+    assert unembedded == {"big": "more than 10,000", "exact": "10000", "global": "0", "proj": "0"}
 
 
 @pytest.mark.parametrize("changed", [True, False])

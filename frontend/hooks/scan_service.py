@@ -170,7 +170,7 @@ class ContextSearcher:
         if duplicate:
             env[DUPLICATE_VARIABLE] = duplicate
         model = active_model(env, timeout=INFO_DEADLINE, start_if_absent=True)
-        if self.ctx.store.pending_count():
+        if self.ctx.store.pending_count(up_to=0):  # any at all: flat in the backlog's size
             self.ctx.pending_fill.fill_opportunistically()
         return hygiene_report(self.ctx.store, project, directory, model, env=env)
 

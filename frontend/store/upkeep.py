@@ -41,30 +41,43 @@ class UpkeepQueries:
     tx: Transactions
     _lock: threading.RLock
 
-    @locked
-    def stale_count(self, store: str, now: datetime | None = None) -> int:
-        cutoff = format_timestamp((now or self.tx.clock()) - timedelta(days=STALE_DAYS))
-        # The expression as m022's index has it: the count reads the index, not the table.
-        return self._count(f"store = ? AND archived = 0 AND {STALE_KEY} < ?", (store, cutoff))
+    # Each count takes ``up_to``: None counts every row; a number stops one row past it
+    # (more than ``up_to`` reads as ``up_to + 1``), so the count costs the same whatever
+    # the store's size.
 
     @locked
-    def conflict_versions(self, store: str, limit: int = 10) -> tuple[int, list[tuple[str, str]]]:
-        """The live conflict versions team sync pulled into ``store`` (m021): their count,
-        and up to ``limit`` of them as (label, the original's label; "" when the original
-        is gone), by label. None in a file this process could not migrate (read-only)."""
+    def stale_count(
+        self, store: str, now: datetime | None = None, *, up_to: int | None = None
+    ) -> int:
+        cutoff = format_timestamp((now or self.tx.clock()) - timedelta(days=STALE_DAYS))
+        # The expression as m022's index has it: the count reads the index, not the table.
+        return self._count(
+            f"store = ? AND archived = 0 AND {STALE_KEY} < ?", (store, cutoff), up_to
+        )
+
+    @locked
+    def conflict_versions(
+        self, store: str, limit: int = 10, *, up_to: int | None = None
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """The live conflict versions team sync pulled into ``store`` (m021): their count
+        (``up_to`` as for the other counts), and up to ``limit`` of them as (label, the
+        original's label; "" when the original is gone), by label: with ``up_to``, the
+        first by label of those counted (sorting them all cost 58 ms at 100k). None in a
+        file this process could not migrate (read-only)."""
         if not has_table(self.conn, "team_conflict_versions"):
             return 0, []
         joined = (
             "FROM team_conflict_versions c JOIN entries e ON e.store = c.store "
             "AND e.slug = c.slug WHERE c.store = ? AND e.archived = 0"
         )
-        count = int(self.conn.execute(f"SELECT count(*) {joined}", (store,)).fetchone()[0])
+        count = _counted(self.conn, joined, (store,), up_to)
         if not count:
             return 0, []
         rows = self.conn.execute(
-            "SELECT e.label, COALESCE((SELECT o.label FROM entries o WHERE o.store = c.store "
-            f"AND o.slug = c.conflict_of), '') {joined} ORDER BY e.label, e.slug LIMIT ?",
-            (store, limit),
+            "SELECT label, COALESCE((SELECT o.label FROM entries o WHERE o.store = ? "
+            "AND o.slug = conflict_of), '') FROM (SELECT e.label AS label, e.slug AS slug, "
+            f"c.conflict_of AS conflict_of {joined} LIMIT ?) ORDER BY label, slug LIMIT ?",
+            (store, store, -1 if up_to is None else up_to + 1, limit),
         )
         return count, [(str(label), str(original)) for label, original in rows]
 
@@ -102,29 +115,33 @@ class UpkeepQueries:
         return {str(branch): int(count) for branch, count in rows}
 
     @locked
-    def model_mismatch_count(self, store: str, active_model: str) -> int:
+    def model_mismatch_count(
+        self, store: str, active_model: str, *, up_to: int | None = None
+    ) -> int:
         return self._count(
-            f"store = ? AND archived = 0 AND {USABLE} AND model IS NOT ?", (store, active_model)
+            f"store = ? AND archived = 0 AND {USABLE} AND model IS NOT ?",
+            (store, active_model),
+            up_to,
         )
 
     @locked
-    def pending_count(self, store: str | None = None) -> int:
-        """Memories without a usable embedding (archived included); None = every store."""
+    def pending_count(self, store: str | None = None, *, up_to: int | None = None) -> int:
+        """Memories without a usable embedding (archived included); None = every store.
+        ``up_to=0`` asks only whether there is any (0 or 1)."""
         if store is None:
-            return self._count(MISSING, ())
-        return self.pending_count_in([store])
+            return self._count(MISSING, (), up_to)
+        return self.pending_count_in([store], up_to=up_to)
 
     @locked
-    def pending_count_in(self, stores: Sequence[str]) -> int:
+    def pending_count_in(self, stores: Sequence[str], *, up_to: int | None = None) -> int:
         names = store_list(stores)
         if not names:
             return 0
         marks = ", ".join("?" for _ in names)
-        return self._count(f"store IN ({marks}) AND {MISSING}", tuple(names))
+        return self._count(f"store IN ({marks}) AND {MISSING}", tuple(names), up_to)
 
-    def _count(self, where: str, params: tuple[Any, ...]) -> int:
-        row = self.conn.execute(f"SELECT count(*) FROM entries WHERE {where}", params).fetchone()
-        return int(row[0])
+    def _count(self, where: str, params: tuple[Any, ...], up_to: int | None = None) -> int:
+        return _counted(self.conn, f"FROM entries WHERE {where}", params, up_to)
 
     # -- pending embeddings and model migration (docs/database.md §pending-embeddings) -------------
 
@@ -186,3 +203,16 @@ class UpkeepQueries:
 
     def _check_written(self, store: str, slug: str) -> None:
         """Compare a memory just given a vector with its store (``Store`` does)."""
+
+
+def _counted(
+    conn: sqlite3.Connection, rows: str, params: tuple[Any, ...], up_to: int | None
+) -> int:
+    """``SELECT count(*) <rows>``, or of its first ``up_to + 1`` rows (the last says "more")."""
+    if up_to is None:
+        (count,) = conn.execute(f"SELECT count(*) {rows}", params).fetchone()
+    else:
+        (count,) = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT ?)", (*params, up_to + 1)
+        ).fetchone()
+    return int(count)

@@ -161,7 +161,10 @@ def no_store(store: str, names: Sequence[str], *, cli: bool = False) -> str:
 
 
 def recall_results(
-    matches: Sequence[Match], pending: int, drift: Mapping[tuple[str, str], Drift] | None = None
+    matches: Sequence[Match],
+    pending: int,
+    drift: Mapping[tuple[str, str], Drift] | None = None,
+    pending_more: bool = False,
 ) -> str:
     drift = drift or {}
     if matches:
@@ -173,7 +176,7 @@ def recall_results(
     else:
         text = NO_MATCHES
     if pending:
-        text += "\n\n" + not_indexed(pending)
+        text += "\n\n" + not_indexed(pending, pending_more)
     return text
 
 
@@ -199,7 +202,10 @@ def _recall_item(match: Match, drift: Drift | None = None) -> str:
     return f"[{' '.join(meta)}] [score:{score(match.score)}]{marker}\n{body(memory.content)}"
 
 
-def not_indexed(pending: int) -> str:
+def not_indexed(pending: int, more: bool = False) -> str:
+    """``more``: the count stopped at ``pending`` (a recall counts up to a cap)."""
+    if more:
+        return f"(more than {pending} memories are not indexed yet and were not searched.)"
     if pending == 1:
         return "(1 memory is not indexed yet and was not searched.)"
     return f"({pending} memories are not indexed yet and were not searched.)"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from thatch.frontend.store.duplicates import DuplicateSummary
 
 __all__ = [
+    "COUNTED_UP_TO",
     "GLOBAL_STORE",
     "AnchorRefresh",
     "Hygiene",
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 GLOBAL_STORE = "global"
+# The stale, other-model, pending and conflict counts the session start and the UI show
+# stop one row past this, then say "more than 10000": each count reads every index entry
+# it counts (8-25 ms each at 100k memories, at every session start). A store of
+# the spec's 5,000 memories all of another model (after a model switch) still reads
+# exactly. ``thatch hygiene`` counts exactly.
+COUNTED_UP_TO = 10_000
 # Conflict versions ``thatch hygiene`` names (the report names the first).
 CONFLICTS_NAMED = 50
 # Deleted branches the report names: it goes before the agent at every session start, and
@@ -42,16 +49,30 @@ class HygieneQueries(Protocol):
     """The store queries of docs/database.md §hygiene-queries (``frontend.store.memory_store.Store``
     provides them)."""
 
-    def stale_count(self, store: str, now: datetime | None = None) -> int: ...
+    def stale_count(
+        self, store: str, now: datetime | None = None, *, up_to: int | None = None
+    ) -> int: ...
     def branches_in_store(self, store: str) -> list[str]: ...
     def live_counts_on(self, store: str, branches: Sequence[str]) -> dict[str, int]: ...
     def duplicate_summary(self, store: str, threshold: float = ...) -> DuplicateSummary: ...
-    def model_mismatch_count(self, store: str, active_model: str) -> int: ...
-    def pending_count(self, store: str) -> int: ...
+    def model_mismatch_count(
+        self, store: str, active_model: str, *, up_to: int | None = None
+    ) -> int: ...
+    def pending_count(self, store: str, *, up_to: int | None = None) -> int: ...
 
 
-def _plural(n: int, one: str, many: str) -> str:
+def _plural(n: int, one: str, many: str, more: bool = False) -> str:
+    """``<n> <noun>``; ``more``: the count stopped at n, so ``more than <n> <many>``."""
+    if more:
+        return f"more than {n} {many}"
     return f"{n} {one if n == 1 else many}"
+
+
+def _capped(count: int, up_to: int | None) -> tuple[int, bool]:
+    """A count taken with ``up_to`` (past it, it reads ``up_to + 1``): (count, more)."""
+    if up_to is None or count <= up_to:
+        return count, False
+    return up_to, True
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,11 @@ class StoreHygiene:
     other_model: int = 0
     pending: int = 0
     active_model: str = ""
+    # More than ``stale``, ``other_model``, ``pending`` or ``conflicts``: counting stopped
+    # there (hygiene's ``up_to``), as for ``duplicates_more``.
+    stale_more: bool = False
+    other_model_more: bool = False
+    pending_more: bool = False
     # Of the live embedded memories, how many were compared with the store so far: until
     # all are, ``duplicates`` counts only what is known (the report says so).
     duplicates_checked: int = 0
@@ -92,6 +118,7 @@ class StoreHygiene:
     # §conflicts): their count and the first ones by label, (label, original's label).
     conflicts: int = 0
     conflicts_named: tuple[tuple[str, str], ...] = ()
+    conflicts_more: bool = False
 
     def conflict_part(self) -> str | None:
         if not self.conflicts:
@@ -100,11 +127,13 @@ class StoreHygiene:
         if self.conflicts_named:
             label, original = self.conflicts_named[0]
             first = quoted(label) + (f" of {quoted(original)}" if original else "")
-            if self.conflicts > 1:
+            if self.conflicts_more:
+                first += " and others"
+            elif self.conflicts > 1:
                 first += f" and {self.conflicts - 1} more"
             first += "; "
         return (
-            _plural(self.conflicts, "conflict version", "conflict versions")
+            _plural(self.conflicts, "conflict version", "conflict versions", self.conflicts_more)
             + f" from team sync ({first}merge each into its original, then forget it)"
         )
 
@@ -112,11 +141,13 @@ class StoreHygiene:
         parts = []
         if self.other_model:
             parts.append(
-                _plural(self.other_model, "memory", "memories")
+                _plural(self.other_model, "memory", "memories", self.other_model_more)
                 + f" embedded with another model than {inline(self.active_model)}"
             )
         if self.pending:
-            parts.append(_plural(self.pending, "memory", "memories") + " not embedded yet")
+            parts.append(
+                _plural(self.pending, "memory", "memories", self.pending_more) + " not embedded yet"
+            )
         return parts
 
     def parts(self) -> list[str]:
@@ -124,8 +155,7 @@ class StoreHygiene:
         counting = self.duplicates_checked < self.duplicates_total
         if self.duplicates:
             parts.append(
-                ("more than " if self.duplicates_more else "")
-                + _plural(self.duplicates, "memory", "memories")
+                _plural(self.duplicates, "memory", "memories", self.duplicates_more)
                 + " with duplicate candidates pending review"
                 + (" so far" if counting else "")
             )
@@ -136,7 +166,7 @@ class StoreHygiene:
             )
         if self.stale:
             parts.append(
-                _plural(self.stale, "memory", "memories")
+                _plural(self.stale, "memory", "memories", self.stale_more)
                 + " neither updated nor recalled in 90+ days"
             )
         if self.orphaned:
@@ -252,6 +282,7 @@ def _store_hygiene(
     project_dir: Path,
     env: Mapping[str, str] | None,
     refresh: AnchorRefresh,
+    up_to: int | None,
 ) -> StoreHygiene:
     orphaned_branches: list[str] = []
     orphaned = 0
@@ -265,11 +296,14 @@ def _store_hygiene(
         orphaned_branches = [b for b in deleted if counts.get(b, 0) > 0]
         orphaned = sum(counts.values())
     summary = db.duplicate_summary(name, duplicate_threshold)
-    conflicts, conflicts_named = _conflict_versions(db, name)
+    counted, conflicts_named = _conflict_versions(db, name, up_to)
+    conflicts, conflicts_more = _capped(counted, up_to)
     drift = _drifted(db, name, project_dir, env, refresh)
+    stale, stale_more = _capped(db.stale_count(name, now, up_to=up_to), up_to)
     return StoreHygiene(
         conflicts=conflicts,
         conflicts_named=tuple(conflicts_named),
+        conflicts_more=conflicts_more,
         drifted=drift.drifted,
         anchors_unread=drift.unread,
         store=name,
@@ -277,22 +311,40 @@ def _store_hygiene(
         duplicates_more=summary.more,
         duplicates_checked=summary.checked,
         duplicates_total=summary.total,
-        stale=db.stale_count(name, now),
+        stale=stale,
+        stale_more=stale_more,
         orphaned_branches=tuple(orphaned_branches),
         orphaned=orphaned,
-        other_model=db.model_mismatch_count(name, active_model),
-        pending=db.pending_count(name),
-        active_model=active_model,
+        **_model_counts(db, name, active_model, up_to),
     )
 
 
-def _conflict_versions(db: object, name: str) -> tuple[int, list[tuple[str, str]]]:
+def _model_counts(
+    db: HygieneQueries, name: str, active_model: str, up_to: int | None
+) -> dict[str, Any]:
+    """StoreHygiene's other-model and pending fields, counted up to ``up_to``."""
+    other_model, other_model_more = _capped(
+        db.model_mismatch_count(name, active_model, up_to=up_to), up_to
+    )
+    pending, pending_more = _capped(db.pending_count(name, up_to=up_to), up_to)
+    return {
+        "other_model": other_model,
+        "other_model_more": other_model_more,
+        "pending": pending,
+        "pending_more": pending_more,
+        "active_model": active_model,
+    }
+
+
+def _conflict_versions(
+    db: object, name: str, up_to: int | None
+) -> tuple[int, list[tuple[str, str]]]:
     """Memory Stores only (other query objects hold no team sync tables)."""
     from thatch.frontend.store.memory_store import Store
 
     if not isinstance(db, Store):
         return 0, []
-    return db.conflict_versions(name, CONFLICTS_NAMED)
+    return db.conflict_versions(name, CONFLICTS_NAMED, up_to=up_to)
 
 
 def _drifted(
@@ -344,12 +396,15 @@ def hygiene(
     list_branches: Callable[[Path], Sequence[str]] | None = None,
     env: Mapping[str, str] | None = None,
     refresh: AnchorRefresh | None = None,
+    up_to: int | None = COUNTED_UP_TO,
 ) -> Hygiene:
     """Counts and report for ``project_store`` (plus global's model/pending parts).
 
     Duplicate candidates are pairs at the active model's duplicate threshold (``env``'s
     THATCH_DUPLICATE_THRESHOLD first; docs/tools.md §thresholds). ``refresh``: how the
-    code anchors are brought up to date (default: the whole pass)."""
+    code anchors are brought up to date (default: the whole pass). The stale, other-model,
+    pending and conflict counts stop past ``up_to`` ("more than"; None: exact, which
+    reads every row they count); the duplicate count always stops past its own cap."""
     from thatch.frontend.anchors.events import consume_quietly
     from thatch.frontend.thresholds import in_force
 
@@ -361,15 +416,12 @@ def hygiene(
     if refresh.renames:
         consume_quietly(db, project_dir, env)
     project = _store_hygiene(
-        db, project_store, active_model, branches, now, duplicate, project_dir, env, refresh
+        db, project_store, active_model, branches, now, duplicate, project_dir, env, refresh, up_to
     )
     global_store = None
     if project_store != GLOBAL_STORE:
         global_store = StoreHygiene(
-            store=GLOBAL_STORE,
-            other_model=db.model_mismatch_count(GLOBAL_STORE, active_model),
-            pending=db.pending_count(GLOBAL_STORE),
-            active_model=active_model,
+            store=GLOBAL_STORE, **_model_counts(db, GLOBAL_STORE, active_model, up_to)
         )
     sentences = []
     parts = project.parts()

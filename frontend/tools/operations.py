@@ -51,6 +51,10 @@ __all__ = [
 CHECK_SECONDS = 5.0
 # How many memories whose code changed an extraction payload names for revisiting.
 REVISIT_MAX = 10
+# A recall counts the memories its scope holds not indexed yet up to this, then says
+# "more than 10000": the exact count read every pending row of the scope at every recall
+# (8-10 ms at 100k, docs/tools.md §memory_recall), which must stay flat in store size.
+PENDING_COUNTED_UP_TO = 10_000
 
 
 class Refused(Exception):
@@ -93,9 +97,11 @@ class RecallReport:
     telemetry_skipped: str | None = None
     # The returned memories whose anchored code changed since saved, by (store, slug).
     drift: Mapping[tuple[str, str], Drift] = field(default_factory=dict)
+    # More than ``pending`` (PENDING_COUNTED_UP_TO): the count stopped there.
+    pending_more: bool = False
 
     def text(self) -> str:
-        return fmt.recall_results(self.matches, self.pending, self.drift)
+        return fmt.recall_results(self.matches, self.pending, self.drift, self.pending_more)
 
 
 class _SearchOptions(TypedDict):
@@ -303,17 +309,16 @@ class Operations:
             matches = above(
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
             )
-            pending = self.ctx.store.pending_count_in(scope)
-            return self._with_drift(RecallReport(scope, list(matches), pending))
+            return self._with_drift(self._recall_report(scope, matches))
         if self.after_reply is not None:
             matches = above(
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
             )
-            pending = self.ctx.store.pending_count_in(scope)
+            report = self._recall_report(scope, matches)
             if matches:  # stamped as of now, written once the answer is out
                 at = format_timestamp(self.ctx.store.clock())
                 self.after_reply.defer(functools.partial(self._stamp_quietly, matches, at))
-            return self._with_drift(RecallReport(scope, list(matches), pending))
+            return self._with_drift(report)
         try:
             matches = above(
                 self.ctx.store.recall(scope, result.vectors[0], floor=floor, text=query, **options),
@@ -332,8 +337,17 @@ class Operations:
             matches = above(
                 self.ctx.store.search(scope, result.vectors[0], text=query, **options), floor
             )
-        pending = self.ctx.store.pending_count_in(scope)
-        return self._with_drift(RecallReport(scope, list(matches), pending, skipped))
+        return self._with_drift(self._recall_report(scope, matches, skipped))
+
+    def _recall_report(
+        self, scope: list[str], matches: Sequence[Match], skipped: str | None = None
+    ) -> RecallReport:
+        """The answer, with the scope's memories not indexed yet counted up to
+        PENDING_COUNTED_UP_TO (one row past it says "more than")."""
+        cap = PENDING_COUNTED_UP_TO
+        pending = self.ctx.store.pending_count_in(scope, up_to=cap)
+        more = pending > cap
+        return RecallReport(scope, list(matches), min(pending, cap), skipped, pending_more=more)
 
     def _with_drift(self, report: RecallReport) -> RecallReport:
         """The report with its memories' anchors checked (docs/tools.md §code-anchors):
@@ -396,11 +410,11 @@ class Operations:
             follow_renames(self.ctx.store, self.ctx.env, self.ctx.project_dir)
 
     def _schedule_fill(self) -> None:
-        # Nothing pending (the usual case, one indexed count): no pass, no thread woken. In
+        # Nothing pending (the usual case, one indexed row read): no pass, no thread woken. In
         # thatch mcp a pass waits until the answer is written: started at once it would take
         # the Store's lock (and the GIL) while this call is still answering.
         with contextlib.suppress(sqlite3.Error, StoreError):
-            if not self.ctx.store.pending_count():
+            if not self.ctx.store.pending_count(up_to=0):
                 return
         if self.after_reply is None:
             self.ctx.pending_fill.schedule()
@@ -420,7 +434,7 @@ class Operations:
         """One page of clusters at ``threshold`` (default: the model's), from ``offset``."""
         if threshold is None:
             threshold = self.configured_thresholds().duplicate
-        if self.ctx.store.pending_count(store):
+        if self.ctx.store.pending_count(store, up_to=0):  # any: one row read, not the backlog
             self.ctx.pending_fill.fill_store(store)
         self._check_duplicates(store)
         return self.ctx.store.duplicate_page(store, threshold, offset=offset)

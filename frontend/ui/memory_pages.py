@@ -78,20 +78,19 @@ class MemoryPages(PageBase):
             rows.append(
                 [
                     link("/memories", name, {"store": name}),
-                    f"more than {COUNTED_UP_TO:,}"
-                    if counts[name].more
-                    else str(counts[name].memories),
+                    _count(
+                        COUNTED_UP_TO if counts[name].more else counts[name].memories,
+                        counts[name].more,
+                    ),
                     str(archived),
-                    str(counted.pending),
-                    str(counted.other_model),
+                    _count(counted.pending, counted.pending_more),
+                    _count(counted.other_model, counted.other_model_more),
                     link(
                         "/duplicates",
-                        f"more than {counted.duplicates}"
-                        if counted.duplicates_more
-                        else str(counted.duplicates),
+                        _count(counted.duplicates, counted.duplicates_more),
                         {"store": name},
                     ),
-                    str(counted.stale),
+                    _count(counted.stale, counted.stale_more),
                 ]
             )
             if name == ctx.project_store:
@@ -180,7 +179,7 @@ class MemoryPages(PageBase):
             if archived == "archived":
                 shown = [m for m in shown if m.archived]
             if report.pending:
-                notes.append(fmt.not_indexed(report.pending))
+                notes.append(fmt.not_indexed(report.pending, report.pending_more))
             total, more = len(shown), False
             visible = shown[start : start + PAGE_SIZE]
             next_page = start + PAGE_SIZE < total
@@ -452,3 +451,9 @@ class MemoryPages(PageBase):
             return self._back_to("/memory", {"store": name, "label": report.label}, message)
 
         return self._safely(run)
+
+
+def _count(count: int, more: bool) -> str:
+    """A count as the Stores page shows it: past its cap, ``more than <cap>`` with a
+    thousands separator (``more than 10,000``), every column alike."""
+    return f"more than {count:,}" if more else str(count)
