@@ -369,6 +369,41 @@ def test_a_follow_poll_reads_nothing_while_no_other_connection_wrote(tmp_path: P
     tail.conn.close()
 
 
+def test_a_send_committed_while_a_poll_reads_is_reported_by_the_next_poll(
+    tmp_path: Path,
+) -> None:
+    """The file's version and the events a poll reads name one state of the file: a send
+    another connection commits between the poll's reads is not in them, so the version the
+    poll keeps is older than the send, and the next poll reads and reports it. A version
+    read after the events would name the send the events lack: every later poll would skip
+    the file, and the send would never be reported."""
+    env, tail, ids = setup_sessions(tmp_path)
+    a, b, _ = ids
+    writer = ChatStore(db.connect(env["THATCH_DB_PATH"]), utc_now)
+    rule = TailFilter(None, None, None, None, [])
+    with tail.snapshot():
+        seen = FileSeen(tail.file_version())
+        last = backlog(tail, rule, 20)[1]
+        watch = watched(tail, rule)
+    sent: list[str] = []
+
+    def send_once_the_poll_reads(statement: str) -> None:
+        if "chat_messages" in statement and not sent:
+            sent.append(statement)
+            writer.send(a, b, ["sent while the poll read"])
+
+    writer.set_topic(a, "a heartbeat: the next poll reads the file")
+    tail.conn.set_trace_callback(send_once_the_poll_reads)
+    polled, last = poll(tail, rule, last, watch, seen)
+    tail.conn.set_trace_callback(None)
+    assert sent, "the poll read no chat_messages row"
+    assert [event.get("body") for event in polled] == []
+    polled, last = poll(tail, rule, last, watch, seen)
+    assert [event.get("body") for event in polled] == ["sent while the poll read"]
+    writer.conn.close()
+    tail.conn.close()
+
+
 def test_tail_backlog_walks_time_indexes_not_a_sort_of_every_event(tmp_path: Path) -> None:
     """The backlog's events were every message's send and read, sorted whole (897 ms at
     1M messages) to keep the last 20; each kind of event now walks its own time index
