@@ -255,3 +255,41 @@ def test_an_unmigrated_read_only_file_lists_its_pending_memories(tmp_path: Path)
     assert len(store.pending_memories()) == 3
     assert len(store.pending_memories(store=earlier_release.STORES[0])) <= 3
     reader.close()
+
+
+def test_a_stores_pending_memories_read_the_index_the_file_has(tmp_path: Path) -> None:
+    """m030's index of each store's pending rows reads every memory to build, so a hook's
+    open leaves it: there, and in that file read-only, a store's pending memories come
+    through m005's index of every store's (naming m030's would fail: "no such index");
+    the next open that builds indexes makes m030's, and they come through it."""
+    import re
+    from urllib.parse import quote
+
+    path = tmp_path / "earlier.db"
+    earlier_release.build(path, 30, legacy=False)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET embedding = NULL WHERE rowid <= 12")
+    conn.close()
+    store = earlier_release.STORES[1]
+    expected = sorted(earlier_release.slug_of(i) for i in range(12) if i % 4 == 1)
+
+    def named(opened: Store) -> list[str]:
+        statements: list[str] = []
+        opened.conn.set_trace_callback(statements.append)
+        slugs = [memory.slug for memory in opened.pending_memories(store=store)]
+        opened.conn.set_trace_callback(None)
+        assert slugs == expected
+        assert opened.pending_count(store, up_to=10) == len(expected)
+        return re.findall(r"INDEXED BY (\w+)", " ".join(statements))
+
+    with Store.open(path, build_indexes=False) as hook:
+        assert named(hook) == ["thatch_entries_pending"]
+    reader = sqlite3.connect(
+        f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, isolation_level=None
+    )
+    try:
+        assert named(Store(reader)) == ["thatch_entries_pending"]
+    finally:
+        reader.close()
+    with Store.open(path) as server:
+        assert named(server) == ["thatch_entries_pending_store"]

@@ -64,7 +64,7 @@ from thatch.frontend.store.migrations.duplicates import (
     m010_duplicate_candidates,
 )
 from thatch.frontend.store.migrations.engines import m012_defaults_off
-from thatch.frontend.store.migrations.flat_reads import m022_flat_reads
+from thatch.frontend.store.migrations.flat_reads import m022_flat_reads, m030_pending_by_store
 from thatch.frontend.store.migrations.lexical import (
     fill_fts,
     fill_fts_identifiers,
@@ -158,17 +158,26 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m027_chat_refused", m027_chat_refused),
     ("m028_chat_event_times", m028_chat_event_times),
     ("m029_chat_outbox_told", m029_chat_outbox_told),
+    ("m030_pending_by_store", m030_pending_by_store),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
 NEEDS_FTS5 = frozenset({"m009_fts", "m017_fts_identifiers"})
 # Migrations whose backfill reads every memory (m009: indexing 100k memories takes seconds
 # of work, in short transactions), or that index every memory (m022: 1 s at 100k) or
-# every chat message (m028): a hook opens with ``build_indexes=False`` and leaves
-# them to the next MCP server or CLI command, so a host never waits on them. The chat
-# outbox's indexes (m027, m029) read only the outbox (80 ms at 100k waiting): hooks build them.
+# every chat message (m028), or that read every memory to index a few (m030's index of
+# pending rows: 0.1-0.15 s at 100k memories with the file in the page cache, however
+# few are pending): a hook opens with ``build_indexes=False`` and leaves them to the
+# next MCP server or CLI command, so a host never waits on them. The chat outbox's
+# indexes (m027, m029) read only the outbox (80 ms at 100k waiting): hooks build them.
 BUILDS_INDEXES = frozenset(
-    {"m009_fts", "m017_fts_identifiers", "m022_flat_reads", "m028_chat_event_times"}
+    {
+        "m009_fts",
+        "m017_fts_identifiers",
+        "m022_flat_reads",
+        "m028_chat_event_times",
+        "m030_pending_by_store",
+    }
 )
 # Each scheduled backfill's step (``backfill``), by the name of the migration scheduling it.
 BACKFILLS: dict[str, backfill.Step] = {

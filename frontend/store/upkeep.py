@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from thatch.frontend.store.memory import STALE_DAYS, Memory
-from thatch.frontend.store.migrations.flat_reads import STALE_KEY
+from thatch.frontend.store.migrations.changes import PENDING_INDEX
+from thatch.frontend.store.migrations.flat_reads import PENDING_BY_STORE, STALE_KEY
 from thatch.frontend.store.rows import (
     COLUMNS,
     MISSING,
@@ -151,12 +152,20 @@ class UpkeepQueries:
         where, params = (MISSING, ()) if store is None else (f"store = ? AND {MISSING}", (store,))
         # Named: without statistics SQLite prefers the index that has one store's rows in
         # updated_at order (m022's, for the UI), then reads every row of the store to find
-        # the few pending ones.
-        # An earlier release's file opened read-only was never migrated: no such index.
-        named = self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'thatch_entries_pending'"
-        ).fetchone()
-        hint = "INDEXED BY thatch_entries_pending " if named else ""
+        # the few pending ones. One store's: m030's index of its pending rows, or m005's of
+        # every store's where a hook's open left m030 to the next (it steps over the
+        # other stores' pending rows). An earlier release's file opened read-only was
+        # never migrated: neither index.
+        made = {
+            name
+            for (name,) in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND name IN (?, ?)",
+                (PENDING_BY_STORE, PENDING_INDEX),
+            )
+        }
+        wanted = [PENDING_INDEX] if store is None else [PENDING_BY_STORE, PENDING_INDEX]
+        named = next((name for name in wanted if name in made), None)
+        hint = f"INDEXED BY {named} " if named else ""
         rows = self.conn.execute(
             f"SELECT {COLUMNS} FROM entries {hint}WHERE {where} "
             "ORDER BY updated_at, store, slug LIMIT ?",

@@ -13,6 +13,7 @@ __all__ = [
     "CHANGES_KEPT",
     "CHANGES_TABLE",
     "ENTRY_TRIGGERS",
+    "PENDING_INDEX",
     "VERSIONS_TABLE",
     "m004_store_versions",
     "m005_pending_index",
@@ -68,10 +69,14 @@ def m004_store_versions(conn: sqlite3.Connection) -> None:
     )
 
 
+# Every store's pending rows, oldest first (m005; one store's: m030's).
+PENDING_INDEX = "thatch_entries_pending"
+
+
 def m005_pending_index(conn: sqlite3.Connection) -> None:
     """Pending rows found without scanning the table (every recall asks for them)."""
     conn.execute(
-        "CREATE INDEX IF NOT EXISTS thatch_entries_pending "
+        f"CREATE INDEX IF NOT EXISTS {PENDING_INDEX} "
         f"ON entries (updated_at, store, slug) WHERE {MISSING}"
     )
 

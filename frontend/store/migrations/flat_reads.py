@@ -1,22 +1,25 @@
 """Indexes that keep reads flat in store size (m022; docs/database.md): a page of the UI's
 Memories page in each of its orders, memory_list's first labels, archived counts, and the
-hygiene report's counts that every session start makes."""
+hygiene report's counts that every session start makes; and (m030) a store's pending
+memories, flat in the other stores' pending backlog."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from thatch.frontend.store.rows import USABLE
+from thatch.frontend.store.rows import MISSING, USABLE
 
 __all__ = [
     "ARCHIVED_INDEX",
     "CREATED_ROWS",
     "LABELLED_ROWS",
     "PAGE_ORDER_INDEXES",
+    "PENDING_BY_STORE",
     "RECALLED_ROWS",
     "STALE_KEY",
     "UPDATED_ROWS",
     "m022_flat_reads",
+    "m030_pending_by_store",
 ]
 
 # Conditions true of every row (a NOT NULL TEXT column's value is >= ''; a number is >=
@@ -39,6 +42,8 @@ PAGE_ORDER_INDEXES = {
     "thatch_entries_label": ("store, label, slug", LABELLED_ROWS),
 }
 ARCHIVED_INDEX = "thatch_entries_archived"
+# One store's pending rows in ``pending_memories``' order (m030).
+PENDING_BY_STORE = "thatch_entries_pending_store"
 # When a live memory was last touched: the hygiene report's "stale" is this before a cutoff.
 STALE_KEY = "max(updated_at, COALESCE(last_recalled_at, updated_at))"
 
@@ -62,4 +67,16 @@ def m022_flat_reads(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE INDEX IF NOT EXISTS thatch_entries_models ON entries (store, model) "
         f"WHERE archived = 0 AND {USABLE}"
+    )
+
+
+def m030_pending_by_store(conn: sqlite3.Connection) -> None:
+    """One store's pending rows, oldest first, without the other stores': m005's index of
+    pending rows leads with ``updated_at``, so a store's pending count (every session start,
+    every recall whose scope leaves ``global`` out) stepped over every other store's pending
+    rows, 7-17 ms for a store with none beside 100k in ``global``. m005's stays, for the
+    reads of every store (the oldest pending memories of all, whether any waits)."""
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS {PENDING_BY_STORE} "
+        f"ON entries (store, updated_at, slug) WHERE {MISSING}"
     )
