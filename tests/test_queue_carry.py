@@ -422,6 +422,98 @@ def test_adopting_both_carry_files_counts_the_calls_the_queue_kept(
     assert carried(tmp_path) == []
 
 
+def lock_taken(path: Path) -> bool:
+    """Whether another process holds the flock on ``path`` (probed without waiting)."""
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a flock this probe took
+    return False
+
+
+def waits_for_lock(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` is blocked in flock on ``path`` (Linux: /proc/locks lists a
+    waiter as ``-> FLOCK ... <pid> <dev>:<inode>``)."""
+    inode = f":{os.stat(path).st_ino} "
+    return any(
+        "->" in line and f" {pid} " in line and inode in line
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+def test_a_busy_carry_file_costs_the_adopting_session_none_of_its_own_calls(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """S's prompt adopts the project's two carry files while holding S's own lock, and a
+    tool hook of S comes in meanwhile: the first carry file is freed only once that hook
+    waits, the second stays locked (a process stopped while merging). Adoption waited 2 s
+    for it, past the waiting hook's own 2 s, and the hook dropped S's call. Adoption now
+    waits a moment for a carry file and leaves it for a later prompt: the call is queued,
+    and the next prompt adopts every carried call."""
+    project = tmp_path / "proj"
+    sub = project / "src"
+    sub.mkdir(parents=True)
+    queue_calls(env, sub, "L", "l0")
+    session_end(env, sub, "L")  # under the directory's own name: proj is no checkout yet
+    git_init(project)
+    queue_calls(env, sub, "C", "c0")
+    session_end(env, sub, "C")  # under the checkout's: adopted first
+    checkout, legacy = (
+        paths[1] for paths in queue.carry._carry_paths_read(qdir(tmp_path), str(sub))
+    )
+    holders = {path: os.open(path, os.O_RDWR) for path in (checkout, legacy)}
+    for fd in holders.values():
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    prompt_stdin = tmp_path / "prompt.json"
+    prompt_stdin.write_text(json.dumps(prompt_payload(sub, S)))
+    tool_stdin = tmp_path / "tool.json"
+    payload = host_payload("claude-PostToolUse-Bash")
+    payload.update(tool_use_id="s0", session_id=S, cwd=str(sub))
+    tool_stdin.write_text(json.dumps(payload))
+    session_lock = queue.queue_paths(qdir(tmp_path), S)[2]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for command, stdin in (("flush-tools", prompt_stdin), ("buffer-batch", tool_stdin)):
+            if command == "buffer-batch":
+                wait_until(lambda: lock_taken(session_lock), 60, "the prompt to take S's lock")
+            with stdin.open("rb") as handle:
+                procs.append(
+                    subprocess.Popen(
+                        thatch_command(command),
+                        stdin=handle,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        env=env,
+                    )
+                )
+        tool = procs[1]
+        wait_until(
+            lambda: tool.poll() is not None or waits_for_lock(tool.pid, session_lock),
+            60,
+            "the tool hook to wait for S's lock, or to end",
+        )
+        os.close(holders.pop(checkout))
+        outs = [proc.communicate(timeout=120) for proc in procs]
+    finally:
+        for fd in holders.values():
+            os.close(fd)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    assert "s0" in queued_ids(tmp_path, S), outs[1]
+    found = nudge(env, sub, S)
+    assert found is not None and found[0] == 3
+    assert sorted(queued_ids(tmp_path, S)) == ["c0", "l0", "s0"]
+    assert carried(tmp_path) == []
+
+
 def test_a_session_whose_end_never_ran_is_adopted_by_the_projects_next_prompt(
     tmp_path: Path, env: dict[str, str]
 ) -> None:

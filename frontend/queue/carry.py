@@ -61,6 +61,11 @@ __all__ = [
 CARRY_PREFIX = "~carry-"
 # A session's stem (``files.safe_name``): what the daily pass may carry over.
 _SESSION_STEM = re.compile(r"[A-Za-z0-9_-]+")
+# How long adoption waits for a carry file's lock while it holds the session's. A carry
+# lock is held for one merge of at most 20 records (milliseconds); waiting the full lock
+# timeout there kept the session's own tool hooks waiting on its lock, and a hook that
+# waits out its 2 s drops its call. A busy carry file is adopted at a later prompt.
+ADOPT_CARRY_WAIT_SECONDS = 0.25
 
 
 def project_key(project: str) -> str:
@@ -436,7 +441,10 @@ def adopt_carried(
         first = max(first, read_state(state_path(jsonl)).get("cursor", 0)) + 1
         queued = None
         for carry, carry_lock in carries:
-            written = _adopt_from(jsonl, project, carry, carry_lock, now)
+            try:
+                written = _adopt_from(jsonl, project, carry, carry_lock, now)
+            except LockBusy:
+                continue  # its calls wait in the carry file for the next adoption
             if written is not None:
                 queued = written
         # The calls this added: not those queued already, nor those the cap dropped (they
@@ -448,8 +456,9 @@ def _adopt_from(
     jsonl: Path, project: str, carry: Path, carry_lock: Path, now: float
 ) -> list[dict[str, Any]] | None:
     """``adopt_carried`` for one carry file: the session's queue as written, None when
-    nothing was taken. The caller holds the session's lock."""
-    with locked(carry_lock):
+    nothing was taken. The caller holds the session's lock; LockBusy when the carry file's
+    stays taken for ADOPT_CARRY_WAIT_SECONDS."""
+    with locked(carry_lock, timeout=ADOPT_CARRY_WAIT_SECONDS):
         carried = read_lines(carry)
         held = [record for record in carried if _held(record, now)]
         taken = [_unheld(record) for record in carried if not _held(record, now)]
