@@ -24,6 +24,7 @@ __all__ = [
     "escaped",
     "has_control",
     "plain_ascii",
+    "quote_lookalikes",
     "shown_escaped",
 ]
 
@@ -134,10 +135,26 @@ def escape_controls(text: str) -> str:
 
 
 def double_quoted(text: str) -> str:
-    """``"text"``: its ``\\`` and ``"`` backslashed, so the quote cannot end early, and
-    its control characters escaped as ``escape_controls`` does; the same string a JSON
-    reader decodes, with non-ASCII characters left readable."""
-    return '"' + escape_controls(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+    """``"text"``: its ``\\`` and ``"`` backslashed and a quote's look-alikes escaped, so
+    the quote cannot end early or seem to, and its control characters escaped as
+    ``escape_controls`` does; the same string a JSON reader decodes, with other non-ASCII
+    characters left readable."""
+    inner = escape_controls(text.replace("\\", "\\\\").replace('"', '\\"'))
+    return '"' + quote_lookalikes(inner) + '"'
+
+
+def quote_lookalikes(literal: str) -> str:
+    """``literal`` with each character whose compatibility form is ``"`` written as its
+    ``\\uXXXX`` escape (the same string once decoded): ``"a＂ b"`` would read as ``"a"``
+    followed by words of the program's own."""
+    if plain_ascii(literal):
+        return literal
+    escapes = {
+        ord(char): escaped(char)
+        for char in set(literal)
+        if char != '"' and unicodedata.normalize("NFKC", char) == '"'
+    }
+    return literal.translate(escapes) if escapes else literal
 
 
 def _escape(match: re.Match[str]) -> str:

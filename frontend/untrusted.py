@@ -50,9 +50,9 @@ __all__ = [
 from thatch.common.control_chars import (
     CONTROL_CLASS,
     control,
-    escaped,
     has_control,
     plain_ascii,
+    quote_lookalikes,
     shown_escaped,
 )
 
@@ -202,20 +202,8 @@ def quoted(text: str) -> str:
     literal = json.dumps(text, ensure_ascii=False)
     if not plain_ascii(literal):
         literal = shown_escaped(literal, control())
-        literal = _quote_lookalikes(literal)
+        literal = quote_lookalikes(literal)
     return _break_markers(literal, lambda bracket: f"\\u{ord(bracket):04x}")
-
-
-def _quote_lookalikes(literal: str) -> str:
-    """``literal`` with each character whose compatibility form is ``"`` written as its
-    ``\\uXXXX`` escape (the same string once decoded): ``"a＂ b"`` would read as ``"a"``
-    followed by thatch's words."""
-    escapes = {
-        ord(char): escaped(char)
-        for char in set(literal)
-        if char != '"' and unicodedata.normalize("NFKC", char) == '"'
-    }
-    return literal.translate(escapes) if escapes else literal
 
 
 def json_document(value: object, *, compact: bool = False) -> str:

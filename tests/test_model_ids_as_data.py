@@ -192,8 +192,8 @@ def test_error_lines_escape_control_characters_only(
     short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An address with non-ASCII spaces, a quote and a backslash is shown as it is; in an
-    invalid one, quoted, only the quote, the backslash and the control characters (a line
-    separator, a bidi override, not an é) are escaped."""
+    invalid one, quoted, only the quote, its look-alikes, the backslash and the control
+    characters (a line separator, a bidi override, not an é) are escaped."""
     address = f"unix://{short_tmp}/{PLAIN}/e.sock"
     monkeypatch.setenv("THATCH_EMBEDDER_ADDR", address)
     result = thatch("embedder", "status")
@@ -208,6 +208,12 @@ def test_error_lines_escape_control_characters_only(
     assert result.stderr == (
         'Error: invalid THATCH_EMBEDDER_ADDR "unix:/tmp/é メモ\u3000帳\u00a0a\u202fb '
         '\\"q\\" c\\\\d\\u2028\\u202e": expected unix:///path, host:port or dns:///host:port\n'
+    )
+    # A quote's fullwidth look-alike would seem to end the quoted value early.
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "unix:/x\uff02: expected nothing; \uff02")
+    result = thatch("embedder", "status")
+    assert result.stderr.startswith(
+        'Error: invalid THATCH_EMBEDDER_ADDR "unix:/x\\uff02: expected nothing; \\uff02": '
     )
 
 

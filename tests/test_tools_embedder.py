@@ -94,7 +94,7 @@ def test_recall_reports_unindexed_memories(tmp_path: Path) -> None:
 def test_recall_counts_unindexed_memories_up_to_a_cap(tmp_path: Path) -> None:
     """Every recall counts the memories its scope holds not indexed yet: exactly up to
     10,000, then "more than 10000" (one row past the cap read), where the exact count read
-    every pending row of the scope at every recall (8-10 ms at 100k)."""
+    every pending row of the scope at every recall (8-19 ms at 100k)."""
     with tool_context(tmp_path, FakeEmbedder()) as ctx:
         tools = Tools(ctx)
 

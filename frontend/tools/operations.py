@@ -53,7 +53,7 @@ CHECK_SECONDS = 5.0
 REVISIT_MAX = 10
 # A recall counts the memories its scope holds not indexed yet up to this, then says
 # "more than 10000": the exact count read every pending row of the scope at every recall
-# (8-10 ms at 100k, docs/tools.md §memory_recall), which must stay flat in store size.
+# (8-19 ms at 100k, docs/tools.md §memory_recall), which must stay flat in store size.
 PENDING_COUNTED_UP_TO = 10_000
 
 
