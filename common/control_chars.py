@@ -143,16 +143,20 @@ def double_quoted(text: str) -> str:
     return '"' + quote_lookalikes(inner) + '"'
 
 
+# The characters a quoted literal's end depends on.
+_QUOTING = ('"', "\\")
+
+
 def quote_lookalikes(literal: str) -> str:
-    """``literal`` with each character whose compatibility form is ``"`` written as its
-    ``\\uXXXX`` escape (the same string once decoded): ``"a＂ b"`` would read as ``"a"``
-    followed by words of the program's own."""
+    """``literal`` with each character whose compatibility form is ``"`` or ``\\`` written
+    as its ``\\uXXXX`` escape (the same string once decoded): ``"a＂ b"`` would read as
+    ``"a"`` followed by words of the program's own, and ``"a＼"`` as a quote escaped."""
     if plain_ascii(literal):
         return literal
     escapes = {
         ord(char): escaped(char)
         for char in set(literal)
-        if char != '"' and unicodedata.normalize("NFKC", char) == '"'
+        if char not in _QUOTING and unicodedata.normalize("NFKC", char) in _QUOTING
     }
     return literal.translate(escapes) if escapes else literal
 

@@ -210,10 +210,10 @@ def test_error_lines_escape_control_characters_only(
         '\\"q\\" c\\\\d\\u2028\\u202e": expected unix:///path, host:port or dns:///host:port\n'
     )
     # A quote's fullwidth look-alike would seem to end the quoted value early.
-    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "unix:/x\uff02: expected nothing; \uff02")
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "unix:/x\uff02: expected nothing; \uff3c")
     result = thatch("embedder", "status")
     assert result.stderr.startswith(
-        'Error: invalid THATCH_EMBEDDER_ADDR "unix:/x\\uff02: expected nothing; \\uff02": '
+        'Error: invalid THATCH_EMBEDDER_ADDR "unix:/x\\uff02: expected nothing; \\uff3c": '
     )
 
 

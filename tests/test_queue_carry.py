@@ -480,7 +480,11 @@ def test_a_busy_carry_file_costs_the_adopting_session_none_of_its_own_calls(
     try:
         for command, stdin in (("flush-tools", prompt_stdin), ("buffer-batch", tool_stdin)):
             if command == "buffer-batch":
-                wait_until(lambda: lock_taken(session_lock), 60, "the prompt to take S's lock")
+                wait_until(
+                    lambda: lock_taken(session_lock) or procs[0].poll() is not None,
+                    60,
+                    "the prompt to take S's lock, or to end",
+                )
             with stdin.open("rb") as handle:
                 procs.append(
                     subprocess.Popen(
