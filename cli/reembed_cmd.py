@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from thatch.cli.errors import FixableError, translate_errors
+from thatch.cli.errors import translate_errors
 from thatch.cli.store_access import emit_json
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ def reembed(
         if store_name is not None and not ctx.store.store_exists(store_name):
             from thatch.frontend.tools.formatting import no_store
 
-            raise FixableError(no_store(store_name, ctx.store.store_names(), cli=True))
+            # Its stores on a line of their own, as every command's (store_access): a
+            # FixableError's message is shown as one line.
+            raise click.ClickException(no_store(store_name, ctx.store.store_names(), cli=True))
         active = _active_model(ctx, need_embedder=not (dry_run or missing))
         plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
         engine_rows = plan_engine_reembed(

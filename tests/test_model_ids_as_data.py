@@ -262,11 +262,18 @@ def test_an_error_quoting_a_hostile_model_is_one_line_in_doctor_and_embedder_sta
 
 def test_a_traceback_in_the_embedder_log_is_indented_under_its_record(tmp_path: Path) -> None:
     """An exception's text is anyone's words: a line of it that reads as a record, and the
-    stack of a record logged with one, are indented under the record that carries them."""
+    stack of a record logged with one, are indented under the record that carries them,
+    also when another handler formatted the record first (logging keeps its traceback
+    text on the record, and reused it unindented)."""
+    import io
+    import logging
+
     from thatch.embedder.server.serve_cmd import setup_logging
 
     forged = "2026-01-01 00:00:00,000 INFO serving at unix:///x (model mock)"
     logger, handler = setup_logging(tmp_path / "embedder.log", "info")
+    first = logging.StreamHandler(io.StringIO())
+    logger.handlers.insert(0, first)
     try:
         try:
             raise ValueError(f"bad\n{forged}\r{forged}\x1b[2K")
@@ -275,6 +282,7 @@ def test_a_traceback_in_the_embedder_log_is_indented_under_its_record(tmp_path: 
         logger.info("here", stack_info=True)
         handler.flush()
     finally:
+        logger.removeHandler(first)
         logger.removeHandler(handler)
         handler.close()
     lines = (tmp_path / "embedder.log").read_text().split("\n")

@@ -64,6 +64,15 @@ class _OneLineFormatter(logging.Formatter):
     traceback after a record (an exception's text is anyone's words too) has each of its
     lines indented by two spaces, so none of them starts as a record does."""
 
+    def format(self, record: logging.LogRecord) -> str:
+        # Another handler that formatted the record first left its traceback text on it
+        # (``exc_text``, not indented), which logging would reuse as is.
+        cached, record.exc_text = record.exc_text, None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_text = cached
+
     def formatMessage(self, record: logging.LogRecord) -> str:
         return escape_controls(super().formatMessage(record))
 
