@@ -54,7 +54,9 @@ class HygieneQueries(Protocol):
     ) -> int: ...
     def branches_in_store(self, store: str) -> list[str]: ...
     def live_counts_on(self, store: str, branches: Sequence[str]) -> dict[str, int]: ...
-    def duplicate_summary(self, store: str, threshold: float = ...) -> DuplicateSummary: ...
+    def duplicate_summary(
+        self, store: str, threshold: float = ..., *, up_to: int | None = None
+    ) -> DuplicateSummary: ...
     def model_mismatch_count(
         self, store: str, active_model: str, *, up_to: int | None = None
     ) -> int: ...
@@ -105,9 +107,14 @@ class StoreHygiene:
     other_model_more: bool = False
     pending_more: bool = False
     # Of the live embedded memories, how many were compared with the store so far: until
-    # all are, ``duplicates`` counts only what is known (the report says so).
+    # all are, ``duplicates`` counts only what is known (the report says so). Counted up to
+    # hygiene's ``up_to``: with all checked, 0 of 0 (not counted); else more than
+    # ``duplicates_total`` embedded memories (``_total_more``), more than ``total -
+    # checked`` of them unchecked (``_unchecked_more``), as ``DuplicateSummary`` says.
     duplicates_checked: int = 0
     duplicates_total: int = 0
+    duplicates_total_more: bool = False
+    duplicates_unchecked_more: bool = False
     # Memories whose anchored code changed since saved, or that depend on one whose code
     # did (docs/tools.md §code-anchors): slug → the changed paths (``via`` its label).
     drifted: Mapping[str, Drift] = field(default_factory=dict)
@@ -137,6 +144,17 @@ class StoreHygiene:
             + f" from team sync ({first}merge each into its original, then forget it)"
         )
 
+    def duplicate_progress(self) -> str:
+        """``<checked> of <total> checked``; past the cap, how many are not checked yet."""
+        if not self.duplicates_total_more:
+            return f"{self.duplicates_checked} of {self.duplicates_total} checked"
+        unchecked = self.duplicates_total - self.duplicates_checked
+        if self.duplicates_unchecked_more:
+            return f"more than {unchecked} memories not checked yet"
+        return (
+            f"{unchecked} of more than {self.duplicates_total} memories not checked yet"
+        )
+
     def model_parts(self) -> list[str]:
         parts = []
         if self.other_model:
@@ -160,10 +178,7 @@ class StoreHygiene:
                 + (" so far" if counting else "")
             )
         if counting:
-            parts.append(
-                f"duplicates: counting ({self.duplicates_checked} of "
-                f"{self.duplicates_total} checked)"
-            )
+            parts.append(f"duplicates: counting ({self.duplicate_progress()})")
         if self.stale:
             parts.append(
                 _plural(self.stale, "memory", "memories", self.stale_more)
@@ -295,7 +310,7 @@ def _store_hygiene(
         counts = db.live_counts_on(name, deleted)
         orphaned_branches = [b for b in deleted if counts.get(b, 0) > 0]
         orphaned = sum(counts.values())
-    summary = db.duplicate_summary(name, duplicate_threshold)
+    summary = db.duplicate_summary(name, duplicate_threshold, up_to=up_to)
     counted, conflicts_named = _conflict_versions(db, name, up_to)
     conflicts, conflicts_more = _capped(counted, up_to)
     drift = _drifted(db, name, project_dir, env, refresh)
@@ -311,6 +326,8 @@ def _store_hygiene(
         duplicates_more=summary.more,
         duplicates_checked=summary.checked,
         duplicates_total=summary.total,
+        duplicates_total_more=summary.total_more,
+        duplicates_unchecked_more=summary.unchecked_more,
         stale=stale,
         stale_more=stale_more,
         orphaned_branches=tuple(orphaned_branches),
