@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.hygiene import COUNTED_UP_TO, hygiene, hygiene_report
+from thatch.frontend.tools.hygiene import COUNTED_UP_TO, EngineHygiene, hygiene, hygiene_report
 
 ACTIVE = "test/model-a"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -538,3 +538,56 @@ def test_session_start_counts_stop_past_the_cap_and_thatch_hygiene_counts_all(
         f'{cap + 1} conflict versions from team sync ("m00000" and {cap} more; '
     )
     assert len(document["stale_labels"]) == cap + 1
+
+
+def engine_rows(store: Store, table: str, n: int, model: str | None, blob: bytes | None) -> None:
+    """``n`` rows of an engine table, inserted directly (as a big store holds them)."""
+    column = "description" if table.endswith("matchers") else "statement"
+    (have,) = store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    with store.conn:
+        store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('global')")
+        store.conn.executemany(
+            f"INSERT INTO {table} (id, store, {column}, embedding, model, created_at, "
+            "updated_at) VALUES (?, 'global', 'x', ?, ?, ?, ?)",
+            [(f"{table}-{i}", blob, model, STALE, STALE) for i in range(have, have + n)],
+        )
+
+
+def test_engine_counts_stop_past_up_to_and_read_only_what_they_count(tmp_path: Path) -> None:
+    """The session start's engine counts stop past its cap ("more than") and read only the
+    rows they count (m032's indexes): healthy rows, however many, are never read; without
+    ``up_to`` (``thatch hygiene``) every row is counted."""
+
+    def instructions(n: int) -> tuple[int, EngineHygiene]:
+        with Store.open(tmp_path / f"{n}.db") as store:
+            for table in ("prediction_matchers", "predictions", "behaviors"):
+                engine_rows(store, table, n, ACTIVE, bytes(16))
+            EngineHygiene.of(store, ACTIVE, 3)  # caches warmed
+            ran = [0]
+
+            def count() -> int:
+                ran[0] += 1
+                return 0
+
+            store.conn.set_progress_handler(count, 1)
+            counted = EngineHygiene.of(store, ACTIVE, 3)
+            store.conn.set_progress_handler(None, 1)
+            return ran[0], counted
+
+    few, healthy_few = instructions(20)
+    many, healthy_many = instructions(400)
+    assert healthy_few == healthy_many == EngineHygiene(active_model=ACTIVE)
+    assert few == many
+    with Store.open(tmp_path / "400.db") as store:
+        engine_rows(store, "predictions", 2, "test/model-b", bytes(16))  # above the active
+        engine_rows(store, "behaviors", 1, "a/model", bytes(16))  # below it
+        engine_rows(store, "behavior_matchers", 1, None, bytes(16))  # no model
+        engine_rows(store, "prediction_matchers", 3, None, None)
+        assert EngineHygiene.of(store, ACTIVE, 4) == EngineHygiene(4, 3, ACTIVE)
+        capped = EngineHygiene.of(store, ACTIVE, 2)
+        assert capped == EngineHygiene(2, 2, ACTIVE, True, True)
+        assert capped.sentence() == (
+            "Engine rows (predictions, behaviors): more than 2 embedded with another model "
+            "than test/model-a; more than 2 not embedded yet."
+        )
+        assert EngineHygiene.of(store, ACTIVE) == EngineHygiene(4, 3, ACTIVE)

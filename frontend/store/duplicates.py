@@ -153,17 +153,18 @@ def progress(conn: sqlite3.Connection, store: str) -> tuple[int, int]:
     return int(checked), int(total)
 
 
-def progress_up_to(
-    conn: sqlite3.Connection, store: str, up_to: int
-) -> tuple[int, int, bool, bool]:
+def progress_up_to(conn: sqlite3.Connection, store: str, up_to: int) -> tuple[int, int, bool, bool]:
     """(checked, total, total_more, unchecked_more) as ``DuplicateSummary`` holds them
     when counted up to ``up_to``, from m031's table of unchecked memories: one row says
     whether any is unchecked (every session start of a store the check finished), and
     only then are they counted, and the embedded memories, each stopping past ``up_to``.
     None where m031 has not run (a hook's open leaves it, a file opened read-only)."""
-    if conn.execute(
-        f"SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT 1", (store,)
-    ).fetchone() is None:
+    if (
+        conn.execute(
+            f"SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT 1", (store,)
+        ).fetchone()
+        is None
+    ):
         return 0, 0, False, False
     (unchecked,) = conn.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT ?)",

@@ -65,7 +65,7 @@ from thatch.frontend.store.migrations.duplicates import (
     m010_duplicate_candidates,
     m031_duplicate_unchecked,
 )
-from thatch.frontend.store.migrations.engines import m012_defaults_off
+from thatch.frontend.store.migrations.engines import m012_defaults_off, m032_engine_embeddings
 from thatch.frontend.store.migrations.flat_reads import m022_flat_reads, m030_pending_by_store
 from thatch.frontend.store.migrations.lexical import (
     fill_fts,
@@ -163,6 +163,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m029_chat_outbox_told", m029_chat_outbox_told),
     ("m030_pending_by_store", m030_pending_by_store),
     ("m031_duplicate_unchecked", m031_duplicate_unchecked),
+    ("m032_engine_embeddings", m032_engine_embeddings),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
@@ -182,6 +183,7 @@ BUILDS_INDEXES = frozenset(
         "m028_chat_event_times",
         "m030_pending_by_store",
         "m031_duplicate_unchecked",
+        "m032_engine_embeddings",
     }
 )
 # Each scheduled backfill's step (``backfill``), by the name of the migration scheduling it.

@@ -151,9 +151,7 @@ class StoreHygiene:
         unchecked = self.duplicates_total - self.duplicates_checked
         if self.duplicates_unchecked_more:
             return f"more than {unchecked} memories not checked yet"
-        return (
-            f"{unchecked} of more than {self.duplicates_total} memories not checked yet"
-        )
+        return f"{unchecked} of more than {self.duplicates_total} memories not checked yet"
 
     def model_parts(self) -> list[str]:
         parts = []
@@ -219,27 +217,34 @@ class StoreHygiene:
 @dataclass(frozen=True)
 class EngineHygiene:
     """The engines' matchers and items (both engines, every store) embedded with another
-    model, or not embedded: ``thatch reembed`` fixes both."""
+    model, or not embedded: ``thatch reembed`` fixes both. ``_more``: counting stopped
+    there (hygiene's ``up_to``), more than that many."""
 
     other_model: int = 0
     pending: int = 0
     active_model: str = ""
+    other_model_more: bool = False
+    pending_more: bool = False
 
     def sentence(self) -> str | None:
         parts = []
         if self.other_model:
             parts.append(
-                f"{self.other_model} embedded with another model than {inline(self.active_model)}"
+                ("more than " if self.other_model_more else "")
+                + f"{self.other_model} embedded with another model than {inline(self.active_model)}"
             )
         if self.pending:
-            parts.append(f"{self.pending} not embedded yet")
+            parts.append(
+                ("more than " if self.pending_more else "") + f"{self.pending} not embedded yet"
+            )
         if not parts:
             return None
         return f"Engine rows (predictions, behaviors): {'; '.join(parts)}."
 
     @classmethod
-    def of(cls, db: object, active_model: str) -> EngineHygiene:
-        """Counted over the memory Store's connection; other query objects have no engines."""
+    def of(cls, db: object, active_model: str, up_to: int | None = None) -> EngineHygiene:
+        """Counted over the memory Store's connection; other query objects have no engines.
+        ``up_to``: each count stops past it (m032's indexes: flat in the engines' rows)."""
         from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS
         from thatch.frontend.store.memory_store import Store
 
@@ -247,9 +252,11 @@ class EngineHygiene:
             return cls(active_model=active_model)
         other = pending = 0
         for engine in (PREDICTIONS, BEHAVIORS):
-            counts = db.engines(engine).embedding_counts(active_model)
+            counts = db.engines(engine).embedding_counts(active_model, up_to=up_to)
             other, pending = other + counts[0], pending + counts[1]
-        return cls(other, pending, active_model)
+        other, other_more = _capped(other, up_to)
+        pending, pending_more = _capped(pending, up_to)
+        return cls(other, pending, active_model, other_more, pending_more)
 
 
 @dataclass(frozen=True)
@@ -447,7 +454,7 @@ def hygiene(
     global_parts = global_store.model_parts() if global_store else []
     if global_parts:
         sentences.append(f"Store {quoted(GLOBAL_STORE)}: {'; '.join(global_parts)}.")
-    engines = EngineHygiene.of(db, active_model)
+    engines = EngineHygiene.of(db, active_model, up_to)
     engine_sentence = engines.sentence()
     if engine_sentence:
         sentences.append(engine_sentence)

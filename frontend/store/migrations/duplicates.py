@@ -96,9 +96,7 @@ def m010_duplicate_candidates(conn: sqlite3.Connection) -> None:
 def _usable(row: str) -> str:
     """``rows.USABLE`` of ``row`` (NEW or OLD): not imported, migrations stay as written."""
     blob = f"{row}.embedding"
-    return (
-        f"(typeof({blob}) = 'blob' AND length({blob}) > 0 AND length({blob}) % 4 = 0)"
-    )
+    return f"(typeof({blob}) = 'blob' AND length({blob}) > 0 AND length({blob}) % 4 = 0)"
 
 
 def _recheck(row: str) -> str:
