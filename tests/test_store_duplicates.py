@@ -513,7 +513,7 @@ def test_the_unchecked_memories_are_kept_exactly_whoever_writes(tmp_path: Path) 
             lambda: [
                 store.remember("p", f"w{i}", "# w", unit(rng.normal(size=DIM)), "m")
                 for i in range(3)
-            ],  # fmt: skip
+            ],
             lambda: store.conn.execute(
                 "UPDATE entries SET archived = 1 WHERE store = 'p' AND slug = 'w0'"
             ),

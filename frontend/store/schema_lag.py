@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 
 from thatch.frontend.store.migrations import team
-from thatch.frontend.store.migrations.duplicates import DUP_UNCHECKED_TABLE
 from thatch.frontend.store.migrations.branches import BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE
+from thatch.frontend.store.migrations.duplicates import DUP_UNCHECKED_TABLE
 from thatch.frontend.store.migrations.tables import TABLES
 from thatch.frontend.store.transactions import SchemaLag, ThatchConnection
 
