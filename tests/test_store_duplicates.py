@@ -4,6 +4,7 @@ real SQLite files, real processes for concurrency, the earlier release's exact S
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support import earlier_release
 from tests.support.hookrun import hook_env, run_hook
 from tests.test_store_compat import entry_params, run_earlier_release
 from thatch.frontend.store import db as dbmod
@@ -616,3 +618,32 @@ def test_session_start_counts_only_the_unchecked_past_the_cap(
         )
         store.check_all_duplicates("p")
         assert hygiene(store, "p", project, "m", list_branches=lambda _: [], up_to=3).report is None
+
+
+def test_m031_fills_the_unchecked_memories_of_a_file_from_before_it(tmp_path: Path) -> None:
+    """A file from before m031 (an earlier release's, then opened by a hook, which leaves
+    m031 to a later open, and partly checked there): the first open that builds indexes
+    fills m031's table with exactly the usable memories without a checked mark, its
+    triggers having seen none of them written."""
+    path = tmp_path / "earlier.db"
+    earlier_release.build(path, 24, legacy=False)
+    with sqlite3.connect(path) as conn:  # not usable: none, empty, not whole float32s
+        conn.execute("UPDATE entries SET embedding = NULL WHERE rowid IN (1, 2)")
+        conn.execute("UPDATE entries SET embedding = x'' WHERE rowid = 3")
+        conn.execute("UPDATE entries SET embedding = x'000000' WHERE rowid = 4")
+    conn.close()
+    with Store.open(path, build_indexes=False) as hook:
+        assert not hook.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ?", (DUP_UNCHECKED_TABLE,)
+        ).fetchone()
+        for name in earlier_release.STORES[:2]:
+            hook.check_duplicates(name, limit=3)
+        (checked,) = hook.conn.execute(f"SELECT count(*) FROM {DUP_SCANNED_TABLE}").fetchone()
+        assert checked == 6
+    with Store.open(path) as store:
+        assert store.conn.execute(
+            f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = 'm031_duplicate_unchecked'"
+        ).fetchone()
+        kept, expected = unchecked_rows(store)
+        assert kept == expected
+        assert len(expected) == 24 - 4 - 6
