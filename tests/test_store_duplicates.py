@@ -7,6 +7,7 @@ import dataclasses
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -647,3 +648,55 @@ def test_m031_fills_the_unchecked_memories_of_a_file_from_before_it(tmp_path: Pa
         kept, expected = unchecked_rows(store)
         assert kept == expected
         assert len(expected) == 24 - 4 - 6
+
+
+def test_the_unchecked_memories_stay_exact_when_unchecked_ones_change(tmp_path: Path) -> None:
+    """m031's table after writes to memories not checked yet (no checked mark for m010's
+    triggers to clear, so only m031's update trigger notices): embedding cleared, set again
+    and made unusable, archived and unarchived, moved and renamed, the earlier release's
+    UPSERT (an update and an insert), and ``UPDATE OR REPLACE`` (onto an unchecked and a
+    checked key, whose replaced rows fire no delete trigger)."""
+    rng = np.random.default_rng(24)
+
+    def blob() -> bytes:
+        return unit(rng.normal(size=DIM)).tobytes()
+
+    def upsert(slug: str, embedding: bytes | None) -> None:
+        now = "2024-07-01T10:00:00.000Z"
+        store.conn.execute(
+            earlier_release.UPSERT,
+            (slug, "p", slug, f"# {slug}", embedding, "m", None, None, 0, now, now, None),
+        )
+
+    def sql(statement: str, *params: object) -> Callable[[], object]:
+        return lambda: store.conn.execute(statement, params)
+
+    with Store.open(tmp_path / "thatch.db") as store:
+        store.remember("p", "c0", "# c", unit(rng.normal(size=DIM)), "m")  # checked at write
+        with dbmod.atomic(store.conn):  # nothing checked at write: all unchecked
+            for i in range(8):
+                store.remember("p", f"u{i}", "# u", unit(rng.normal(size=DIM)), "m")
+        steps: list[Callable[[], object]] = [
+            sql("UPDATE entries SET embedding = NULL WHERE slug = 'u0'"),
+            sql("UPDATE entries SET embedding = ? WHERE slug = 'u0'", blob()),
+            sql("UPDATE entries SET embedding = x'000000' WHERE slug = 'u0'"),
+            sql("UPDATE entries SET archived = 1 WHERE slug = 'u1'"),
+            sql("UPDATE entries SET archived = 0 WHERE slug = 'u1'"),
+            sql("INSERT INTO stores (name) VALUES ('q')"),
+            sql("UPDATE entries SET store = 'q' WHERE slug = 'u2'"),
+            sql("UPDATE entries SET slug = 'u3-renamed' WHERE slug = 'u3'"),
+            lambda: upsert("u4", None),
+            lambda: upsert("u4", blob()),
+            lambda: upsert("u8", blob()),
+            sql("UPDATE OR REPLACE entries SET embedding = NULL WHERE slug = 'u5'"),
+            sql("UPDATE OR REPLACE entries SET slug = 'u6' WHERE slug = 'u7'"),
+            sql("UPDATE OR REPLACE entries SET slug = 'c0' WHERE slug = 'u6'"),
+            sql("UPDATE OR REPLACE entries SET slug = 'u1' WHERE slug = 'u5'"),
+        ]
+        kept, expected = unchecked_rows(store)
+        assert kept == expected == {("p", f"u{i}") for i in range(8)}
+        for step in steps:
+            step()
+            kept, expected = unchecked_rows(store)
+            assert kept == expected
+        assert kept == {("p", "u4"), ("q", "u2"), ("p", "u3-renamed"), ("p", "u8"), ("p", "c0")}
