@@ -591,3 +591,52 @@ def test_engine_counts_stop_past_up_to_and_read_only_what_they_count(tmp_path: P
             "than test/model-a; more than 2 not embedded yet."
         )
         assert EngineHygiene.of(store, ACTIVE) == EngineHygiene(4, 3, ACTIVE)
+
+
+def test_session_start_counts_are_exact_in_a_file_without_m031_and_m032(
+    tmp_path: Path,
+) -> None:
+    """A hook's open (``build_indexes=False``) leaves m031's table and m032's indexes to a
+    later open: there the session start's duplicate progress and engine counts are the
+    exact counts of every row (naming the table or the indexes would fail: "no such
+    table", "no such index"); the next open that builds them gives the same answers."""
+    from tests.support import earlier_release
+    from thatch.frontend.store.migrations.duplicates import DUP_UNCHECKED_TABLE
+    from thatch.frontend.store.migrations.engines import ENGINE_EMBEDDED_TABLES, engine_model_index
+
+    path = tmp_path / "earlier.db"
+    earlier_release.build(path, 24, legacy=False)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET embedding = NULL WHERE rowid = 2")  # in acme/app
+    conn.close()
+    name = earlier_release.STORES[1]
+    indexes = [engine_model_index(table) for table in ENGINE_EMBEDDED_TABLES]
+
+    def made(store: Store) -> set[str]:
+        return {
+            row[0]
+            for row in store.conn.execute("SELECT name FROM sqlite_master")
+            if row[0] == DUP_UNCHECKED_TABLE or row[0] in indexes
+        }
+
+    def counts(store: Store) -> None:
+        summary = store.duplicate_summary(name, up_to=COUNTED_UP_TO)
+        assert (summary.checked, summary.total) == (2, 5)
+        assert summary == store.duplicate_summary(name)
+        assert EngineHygiene.of(store, ACTIVE, COUNTED_UP_TO) == EngineHygiene(4, 3, ACTIVE)
+        assert EngineHygiene.of(store, ACTIVE, 2) == EngineHygiene(2, 2, ACTIVE, True, True)
+        assert EngineHygiene.of(store, ACTIVE) == EngineHygiene(4, 3, ACTIVE)
+
+    with Store.open(path, build_indexes=False) as hook:
+        assert made(hook) == set()
+        hook.check_duplicates(name, limit=2)
+        engine_rows(hook, "predictions", 2, "test/model-b", bytes(16))
+        engine_rows(hook, "behaviors", 1, "a/model", bytes(16))
+        engine_rows(hook, "behavior_matchers", 1, None, bytes(16))
+        engine_rows(hook, "prediction_matchers", 3, None, None)
+        counts(hook)
+        # Without m031's table, whatever ``up_to``: the exact counts (2 of 5 checked).
+        assert hook.duplicate_summary(name, up_to=2) == hook.duplicate_summary(name)
+    with Store.open(path) as server:
+        assert made(server) == {DUP_UNCHECKED_TABLE, *indexes}
+        counts(server)
