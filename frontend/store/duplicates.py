@@ -158,7 +158,8 @@ def progress_up_to(conn: sqlite3.Connection, store: str, up_to: int) -> tuple[in
     when counted up to ``up_to``, from m031's table of unchecked memories: one row says
     whether any is unchecked (every session start of a store the check finished), and
     only then are they counted, and the embedded memories, each stopping past ``up_to``.
-    None where m031 has not run (a hook's open leaves it, a file opened read-only)."""
+    Needs m031's table: where m031 has not run (a hook's open leaves it, a file opened
+    read-only) the caller counts exactly instead (``progress``; ``duplicate_summary``)."""
     if (
         conn.execute(
             f"SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT 1", (store,)

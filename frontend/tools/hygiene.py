@@ -270,7 +270,10 @@ class Hygiene:
     engines: EngineHygiene = field(default_factory=EngineHygiene)
 
     def as_json(self) -> dict[str, Any]:
-        """The ``thatch hygiene --json`` document (docs/cli.md §store-commands)."""
+        """The ``thatch hygiene --json`` document (docs/cli.md §store-commands), for exact
+        results only (``up_to=None``, as ``thatch hygiene --json`` passes): of the "more
+        than" flags it holds only ``duplicates_more``, so capped counts would read as
+        exact, and a fully checked store's progress as 0 of 0."""
         return {
             "store": self.project.store,
             "report": self.report,
