@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from thatch.cli.main import cli
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.tools.hygiene import COUNTED_UP_TO, hygiene, hygiene_report
+from thatch.frontend.tools.hygiene import COUNTED_UP_TO, EngineHygiene, hygiene, hygiene_report
 
 ACTIVE = "test/model-a"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -203,6 +203,10 @@ def test_all_signals_together_with_global_appended(
         add(store, "global", "g other", vec(), model="test/model-b")
         add(store, "global", "g pending", None)
         result = hygiene(store, "acme", repo, ACTIVE, now=NOW)
+        # ``thatch hygiene --json``'s counts are exact (the session start's stop at a cap,
+        # and with every memory checked do not count the check's progress).
+        exact = hygiene(store, "acme", repo, ACTIVE, now=NOW, up_to=None)
+    assert exact.report == result.report
     assert result.report == (
         'Store "acme": 2 memories with duplicate candidates pending review; '
         "1 memory neither updated nor recalled in 90+ days; "
@@ -211,7 +215,7 @@ def test_all_signals_together_with_global_appended(
         '2 memories not embedded yet. Store "global": 1 memory embedded with another model '
         "than test/model-a; 1 memory not embedded yet."
     )
-    assert result.as_json() == {
+    assert exact.as_json() == {
         "store": "acme",
         "report": result.report,
         "duplicates": 2,
@@ -534,3 +538,105 @@ def test_session_start_counts_stop_past_the_cap_and_thatch_hygiene_counts_all(
         f'{cap + 1} conflict versions from team sync ("m00000" and {cap} more; '
     )
     assert len(document["stale_labels"]) == cap + 1
+
+
+def engine_rows(store: Store, table: str, n: int, model: str | None, blob: bytes | None) -> None:
+    """``n`` rows of an engine table, inserted directly (as a big store holds them)."""
+    column = "description" if table.endswith("matchers") else "statement"
+    (have,) = store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    with store.conn:
+        store.conn.execute("INSERT OR IGNORE INTO stores (name) VALUES ('global')")
+        store.conn.executemany(
+            f"INSERT INTO {table} (id, store, {column}, embedding, model, created_at, "
+            "updated_at) VALUES (?, 'global', 'x', ?, ?, ?, ?)",
+            [(f"{table}-{i}", blob, model, STALE, STALE) for i in range(have, have + n)],
+        )
+
+
+def test_engine_counts_stop_past_up_to_and_read_only_what_they_count(tmp_path: Path) -> None:
+    """The session start's engine counts stop past its cap ("more than") and read only the
+    rows they count (m032's indexes): healthy rows, however many, are never read; without
+    ``up_to`` (``thatch hygiene``) every row is counted."""
+
+    def instructions(n: int) -> tuple[int, EngineHygiene]:
+        with Store.open(tmp_path / f"{n}.db") as store:
+            for table in ("prediction_matchers", "predictions", "behaviors"):
+                engine_rows(store, table, n, ACTIVE, bytes(16))
+            EngineHygiene.of(store, ACTIVE, 3)  # caches warmed
+            ran = [0]
+
+            def count() -> int:
+                ran[0] += 1
+                return 0
+
+            store.conn.set_progress_handler(count, 1)
+            counted = EngineHygiene.of(store, ACTIVE, 3)
+            store.conn.set_progress_handler(None, 1)
+            return ran[0], counted
+
+    few, healthy_few = instructions(20)
+    many, healthy_many = instructions(400)
+    assert healthy_few == healthy_many == EngineHygiene(active_model=ACTIVE)
+    assert few == many
+    with Store.open(tmp_path / "400.db") as store:
+        engine_rows(store, "predictions", 2, "test/model-b", bytes(16))  # above the active
+        engine_rows(store, "behaviors", 1, "a/model", bytes(16))  # below it
+        engine_rows(store, "behavior_matchers", 1, None, bytes(16))  # no model
+        engine_rows(store, "prediction_matchers", 3, None, None)
+        assert EngineHygiene.of(store, ACTIVE, 4) == EngineHygiene(4, 3, ACTIVE)
+        capped = EngineHygiene.of(store, ACTIVE, 2)
+        assert capped == EngineHygiene(2, 2, ACTIVE, True, True)
+        assert capped.sentence() == (
+            "Engine rows (predictions, behaviors): more than 2 embedded with another model "
+            "than test/model-a; more than 2 not embedded yet."
+        )
+        assert EngineHygiene.of(store, ACTIVE) == EngineHygiene(4, 3, ACTIVE)
+
+
+def test_session_start_counts_are_exact_in_a_file_without_m031_and_m032(
+    tmp_path: Path,
+) -> None:
+    """A hook's open (``build_indexes=False``) leaves m031's table and m032's indexes to a
+    later open: there the session start's duplicate progress and engine counts are the
+    exact counts of every row (naming the table or the indexes would fail: "no such
+    table", "no such index"); the next open that builds them gives the same answers."""
+    from tests.support import earlier_release
+    from thatch.frontend.store.migrations.duplicates import DUP_UNCHECKED_TABLE
+    from thatch.frontend.store.migrations.engines import ENGINE_EMBEDDED_TABLES, engine_model_index
+
+    path = tmp_path / "earlier.db"
+    earlier_release.build(path, 24, legacy=False)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET embedding = NULL WHERE rowid = 2")  # in acme/app
+    conn.close()
+    name = earlier_release.STORES[1]
+    indexes = [engine_model_index(table) for table in ENGINE_EMBEDDED_TABLES]
+
+    def made(store: Store) -> set[str]:
+        return {
+            row[0]
+            for row in store.conn.execute("SELECT name FROM sqlite_master")
+            if row[0] == DUP_UNCHECKED_TABLE or row[0] in indexes
+        }
+
+    def counts(store: Store) -> None:
+        summary = store.duplicate_summary(name, up_to=COUNTED_UP_TO)
+        assert (summary.checked, summary.total) == (2, 5)
+        assert summary == store.duplicate_summary(name)
+        assert EngineHygiene.of(store, ACTIVE, COUNTED_UP_TO) == EngineHygiene(4, 3, ACTIVE)
+        assert EngineHygiene.of(store, ACTIVE, 2) == EngineHygiene(2, 2, ACTIVE, True, True)
+        assert EngineHygiene.of(store, ACTIVE) == EngineHygiene(4, 3, ACTIVE)
+
+    with Store.open(path, build_indexes=False) as hook:
+        assert made(hook) == set()
+        hook.check_duplicates(name, limit=2)
+        engine_rows(hook, "predictions", 2, "test/model-b", bytes(16))
+        engine_rows(hook, "behaviors", 1, "a/model", bytes(16))
+        engine_rows(hook, "behavior_matchers", 1, None, bytes(16))
+        engine_rows(hook, "prediction_matchers", 3, None, None)
+        counts(hook)
+        # Without m031's table, whatever ``up_to``: the exact counts (2 of 5 checked).
+        assert hook.duplicate_summary(name, up_to=2) == hook.duplicate_summary(name)
+    with Store.open(path) as server:
+        assert made(server) == {DUP_UNCHECKED_TABLE, *indexes}
+        counts(server)

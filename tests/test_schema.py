@@ -34,6 +34,7 @@ from thatch.frontend.store.schema import (
     CHAT_TABLES,
     DUP_PAIRS_TABLE,
     DUP_SCANNED_TABLE,
+    DUP_UNCHECKED_TABLE,
     GONE_CHECKOUTS_TABLE,
     LINKS_TABLE,
     MIGRATIONS,
@@ -205,7 +206,8 @@ def test_tables_are_created_in_spec_order(store: Store) -> None:
     }
     extra.add("thatch_defaults_off")
     extra.add(BACKFILLS_TABLE)
-    extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, ANCHORS_TABLE, GONE_CHECKOUTS_TABLE, LINKS_TABLE}
+    extra |= {DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, DUP_UNCHECKED_TABLE, ANCHORS_TABLE}
+    extra |= {GONE_CHECKOUTS_TABLE, LINKS_TABLE}
     extra |= {BRANCH_EVENTS_TABLE, BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE}
     extra |= set(TEAM_TABLES)
     fts = {

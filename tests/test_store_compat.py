@@ -290,8 +290,8 @@ def test_earlier_release_statements_work_and_thatch_sees_each(tmp_path: Path, st
         ).fetchall()
         # The change log's four, the lexical index's three, the duplicate candidates' three,
         # the code anchors' three, team sync's outbox three, the memory links' three, the chat
-        # outbox's one, team sync's recall events' one.
-        assert len(triggers) == 21
+        # outbox's one, team sync's recall events' one, the unchecked memories' five (m031).
+        assert len(triggers) == 26
         store.remember("acme/app", "alpha", "# alpha", a, "m")
         store.remember("acme/app", "alpha twin", "# alpha twin", near_a, "m")
         assert [p.slug_b for p in store.find_duplicates("acme/app")] == ["alpha-twin"]

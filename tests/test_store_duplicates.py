@@ -4,13 +4,16 @@ real SQLite files, real processes for concurrency, the earlier release's exact S
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.support import earlier_release
 from tests.support.hookrun import hook_env, run_hook
 from tests.test_store_compat import entry_params, run_earlier_release
 from thatch.frontend.store import db as dbmod
@@ -22,7 +25,12 @@ from thatch.frontend.store.duplicates import (
     memories_with_candidates,
 )
 from thatch.frontend.store.memory_store import Store
-from thatch.frontend.store.schema import DUP_PAIRS_TABLE, DUP_SCANNED_TABLE, MIGRATIONS_TABLE
+from thatch.frontend.store.schema import (
+    DUP_PAIRS_TABLE,
+    DUP_SCANNED_TABLE,
+    DUP_UNCHECKED_TABLE,
+    MIGRATIONS_TABLE,
+)
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.hygiene import hygiene
 
@@ -480,3 +488,215 @@ def test_a_checked_store_is_not_searched_for_unchecked_memories(
         store.conn.execute(f"DELETE FROM {DUP_SCANNED_TABLE} WHERE slug = 'm03'")
         assert store.check_all_duplicates("p") == (20, 20)
         assert searches == ["p", "p"]
+
+
+def unchecked_rows(store: Store) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(m031's table, what it must hold: usable memories without a checked mark)."""
+    kept = set(store.conn.execute(f"SELECT store, slug FROM {DUP_UNCHECKED_TABLE}"))
+    expected = set(
+        store.conn.execute(
+            "SELECT e.store, e.slug FROM entries e WHERE typeof(e.embedding) = 'blob' "
+            "AND length(e.embedding) > 0 AND length(e.embedding) % 4 = 0 AND NOT EXISTS "
+            f"(SELECT 1 FROM {DUP_SCANNED_TABLE} s WHERE s.store = e.store AND s.slug = e.slug)"
+        )
+    )
+    return kept, expected
+
+
+def test_the_unchecked_memories_are_kept_exactly_whoever_writes(tmp_path: Path) -> None:
+    """m031's table of unchecked memories (what the session start asks) holds exactly the
+    usable memories without a checked mark after every kind of write: checked at write,
+    written in a caller's transaction, archived, re-embedded, emptied, moved, replaced
+    with ``INSERT OR REPLACE`` (the earlier release's overwrite), deleted, and checked."""
+    path = tmp_path / "thatch.db"
+    rng = np.random.default_rng(21)
+    blob = unit(rng.normal(size=DIM)).tobytes()
+    with Store.open(path) as store:
+        steps = [
+            lambda: [
+                store.remember("p", f"w{i}", "# w", unit(rng.normal(size=DIM)), "m")
+                for i in range(3)
+            ],
+            lambda: store.conn.execute(
+                "UPDATE entries SET archived = 1 WHERE store = 'p' AND slug = 'w0'"
+            ),
+            lambda: store.conn.execute(
+                "UPDATE entries SET embedding = ? WHERE slug = 'w1'", (blob,)
+            ),
+            lambda: store.conn.execute("UPDATE entries SET embedding = NULL WHERE slug = 'w2'"),
+            lambda: store.conn.execute("INSERT INTO stores (name) VALUES ('q')"),
+            lambda: store.conn.execute("UPDATE entries SET store = 'q' WHERE slug = 'w1'"),
+            lambda: store.conn.execute(
+                "INSERT OR REPLACE INTO entries (slug, store, label, content, embedding, "
+                "model, created_at, updated_at) SELECT slug, store, label, 'v2', embedding, "
+                "model, created_at, updated_at FROM entries WHERE slug = 'w0'"
+            ),
+            lambda: store.check_all_duplicates("p"),
+            lambda: store.check_all_duplicates("q"),
+            lambda: store.conn.execute(
+                "INSERT OR REPLACE INTO entries (slug, store, label, content, embedding, "
+                "model, created_at, updated_at) SELECT slug, store, label, 'v3', ?, "
+                "model, created_at, updated_at FROM entries WHERE slug = 'w1'",
+                (unit(rng.normal(size=DIM)).tobytes(),),
+            ),
+            lambda: store.conn.execute("DELETE FROM entries WHERE slug = 'w0'"),
+            lambda: store.conn.execute(f"DELETE FROM {DUP_SCANNED_TABLE}"),
+        ]
+        with dbmod.atomic(store.conn):  # nothing checked at write: all unchecked
+            for i in range(4):
+                store.remember("p", f"t{i}", "# t", unit(rng.normal(size=DIM)), "m")
+        kept, expected = unchecked_rows(store)
+        assert kept == expected == {("p", f"t{i}") for i in range(4)}
+        for step in steps:
+            step()
+            kept, expected = unchecked_rows(store)
+            assert kept == expected
+        assert kept  # the last step left every usable memory unchecked
+
+
+def test_session_start_progress_reads_the_same_however_many_memories(tmp_path: Path) -> None:
+    """The check's progress at a session start (``up_to``): one row says none is unchecked,
+    whatever the store's size (both exact counts read every embedded memory and checked
+    mark: 6-10 ms at 100k, at every session start); ``duplicate_summary`` without it
+    counts them exactly."""
+    rng = np.random.default_rng(22)
+
+    def steps(n: int) -> tuple[int, DuplicateSummary, DuplicateSummary]:
+        with Store.open(tmp_path / f"{n}.db") as store:
+            for i in range(n):
+                store.remember("p", f"m{i}", "# m", unit(rng.normal(size=DIM)), "m")
+            store.check_all_duplicates("p")
+            store.duplicate_summary("p", 0.85, up_to=10)  # caches warmed
+            ran = [0]
+
+            def count() -> int:
+                ran[0] += 1
+                return 0
+
+            store.conn.set_progress_handler(count, 1)
+            capped = store.duplicate_summary("p", 0.85, up_to=10)
+            store.conn.set_progress_handler(None, 1)
+            return ran[0], capped, store.duplicate_summary("p", 0.85)
+
+    few, capped_few, exact_few = steps(20)
+    many, capped_many, exact_many = steps(400)
+    assert capped_few == capped_many == DuplicateSummary(0, 0, 0)
+    assert (exact_few.checked, exact_few.total, exact_many.checked, exact_many.total) == (
+        20, 20, 400, 400
+    )  # fmt: skip
+    assert few == many
+
+
+def test_session_start_counts_only_the_unchecked_past_the_cap(
+    tmp_path: Path,
+) -> None:
+    """While the check runs, the session start counts the unchecked memories and the
+    embedded ones up to its cap: exact below it, "more than" past it."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    rng = np.random.default_rng(23)
+    with Store.open(tmp_path / "thatch.db") as store:
+        with dbmod.atomic(store.conn):
+            for i in range(6):
+                store.remember("p", f"m{i}", "# m", unit(rng.normal(size=DIM)), "m")
+
+        def progress(up_to: int | None) -> str:
+            report = hygiene(store, "p", project, "m", list_branches=lambda _: [], up_to=up_to)
+            assert report.report is not None
+            return report.report
+
+        assert progress(None) == progress(6) == 'Store "p": duplicates: counting (0 of 6 checked).'
+        assert (
+            progress(5) == 'Store "p": duplicates: counting (more than 5 memories not checked yet).'
+        )
+        store.check_duplicates("p", limit=2)
+        assert progress(6) == 'Store "p": duplicates: counting (2 of 6 checked).'
+        assert progress(4) == (
+            'Store "p": duplicates: counting (4 of more than 4 memories not checked yet).'
+        )
+        assert (
+            progress(3) == 'Store "p": duplicates: counting (more than 3 memories not checked yet).'
+        )
+        store.check_all_duplicates("p")
+        assert hygiene(store, "p", project, "m", list_branches=lambda _: [], up_to=3).report is None
+
+
+def test_m031_fills_the_unchecked_memories_of_a_file_from_before_it(tmp_path: Path) -> None:
+    """A file from before m031 (an earlier release's, then opened by a hook, which leaves
+    m031 to a later open, and partly checked there): the first open that builds indexes
+    fills m031's table with exactly the usable memories without a checked mark, its
+    triggers having seen none of them written."""
+    path = tmp_path / "earlier.db"
+    earlier_release.build(path, 24, legacy=False)
+    with sqlite3.connect(path) as conn:  # not usable: none, empty, not whole float32s
+        conn.execute("UPDATE entries SET embedding = NULL WHERE rowid IN (1, 2)")
+        conn.execute("UPDATE entries SET embedding = x'' WHERE rowid = 3")
+        conn.execute("UPDATE entries SET embedding = x'000000' WHERE rowid = 4")
+    conn.close()
+    with Store.open(path, build_indexes=False) as hook:
+        assert not hook.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ?", (DUP_UNCHECKED_TABLE,)
+        ).fetchone()
+        for name in earlier_release.STORES[:2]:
+            hook.check_duplicates(name, limit=3)
+        (checked,) = hook.conn.execute(f"SELECT count(*) FROM {DUP_SCANNED_TABLE}").fetchone()
+        assert checked == 6
+    with Store.open(path) as store:
+        assert store.conn.execute(
+            f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = 'm031_duplicate_unchecked'"
+        ).fetchone()
+        kept, expected = unchecked_rows(store)
+        assert kept == expected
+        assert len(expected) == 24 - 4 - 6
+
+
+def test_the_unchecked_memories_stay_exact_when_unchecked_ones_change(tmp_path: Path) -> None:
+    """m031's table after writes to memories not checked yet (no checked mark for m010's
+    triggers to clear, so only m031's update trigger notices): embedding cleared, set again
+    and made unusable, archived and unarchived, moved and renamed, the earlier release's
+    UPSERT (an update and an insert), and ``UPDATE OR REPLACE`` (onto an unchecked and a
+    checked key, whose replaced rows fire no delete trigger)."""
+    rng = np.random.default_rng(24)
+
+    def blob() -> bytes:
+        return unit(rng.normal(size=DIM)).tobytes()
+
+    def upsert(slug: str, embedding: bytes | None) -> None:
+        now = "2024-07-01T10:00:00.000Z"
+        store.conn.execute(
+            earlier_release.UPSERT,
+            (slug, "p", slug, f"# {slug}", embedding, "m", None, None, 0, now, now, None),
+        )
+
+    def sql(statement: str, *params: object) -> Callable[[], object]:
+        return lambda: store.conn.execute(statement, params)
+
+    with Store.open(tmp_path / "thatch.db") as store:
+        store.remember("p", "c0", "# c", unit(rng.normal(size=DIM)), "m")  # checked at write
+        with dbmod.atomic(store.conn):  # nothing checked at write: all unchecked
+            for i in range(8):
+                store.remember("p", f"u{i}", "# u", unit(rng.normal(size=DIM)), "m")
+        steps: list[Callable[[], object]] = [
+            sql("UPDATE entries SET embedding = NULL WHERE slug = 'u0'"),
+            sql("UPDATE entries SET embedding = ? WHERE slug = 'u0'", blob()),
+            sql("UPDATE entries SET embedding = x'000000' WHERE slug = 'u0'"),
+            sql("UPDATE entries SET archived = 1 WHERE slug = 'u1'"),
+            sql("UPDATE entries SET archived = 0 WHERE slug = 'u1'"),
+            sql("INSERT INTO stores (name) VALUES ('q')"),
+            sql("UPDATE entries SET store = 'q' WHERE slug = 'u2'"),
+            sql("UPDATE entries SET slug = 'u3-renamed' WHERE slug = 'u3'"),
+            lambda: upsert("u4", None),
+            lambda: upsert("u4", blob()),
+            lambda: upsert("u8", blob()),
+            sql("UPDATE OR REPLACE entries SET embedding = NULL WHERE slug = 'u5'"),
+            sql("UPDATE OR REPLACE entries SET slug = 'u6' WHERE slug = 'u7'"),
+            sql("UPDATE OR REPLACE entries SET slug = 'c0' WHERE slug = 'u6'"),
+            sql("UPDATE OR REPLACE entries SET slug = 'u1' WHERE slug = 'u5'"),
+        ]
+        kept, expected = unchecked_rows(store)
+        assert kept == expected == {("p", f"u{i}") for i in range(8)}
+        for step in steps:
+            step()
+            kept, expected = unchecked_rows(store)
+            assert kept == expected
+        assert kept == {("p", "u4"), ("q", "u2"), ("p", "u3-renamed"), ("p", "u8"), ("p", "c0")}

@@ -19,7 +19,9 @@ from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store import duplicates
 from thatch.frontend.store.matrix import StoreMatrix
 from thatch.frontend.store.memory import DUPLICATE_THRESHOLD, DuplicatePair
+from thatch.frontend.store.migrations.duplicates import DUP_UNCHECKED_TABLE
 from thatch.frontend.store.rows import locked, store_name, threshold_value
+from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 
 __all__ = ["DuplicateQueries"]
@@ -121,19 +123,28 @@ class DuplicateQueries:
 
     @locked
     def duplicate_summary(
-        self, store: str, threshold: float = DUPLICATE_THRESHOLD
+        self, store: str, threshold: float = DUPLICATE_THRESHOLD, *, up_to: int | None = None
     ) -> duplicates.DuplicateSummary:
         """Memories with an unreviewed candidate at ``threshold`` and the check's progress:
-        read from stored candidates, never computed here (the session-start path)."""
+        read from stored candidates, never computed here (the session-start path). The
+        progress counts every embedded memory and checked mark (``up_to`` None), or, with
+        ``up_to``, only whether any is unchecked, then those up to it (``DuplicateSummary``)."""
         threshold = threshold_value(threshold)
         name = store_name(store)
         if not self._tracked:
             return duplicates.DuplicateSummary(0, 0, 0)
+        cap = duplicates.COUNTED_UP_TO
         with self._read() as conn:
-            checked, total = duplicates.progress(conn, name)
             count = duplicates.memories_with_candidates(conn, name, threshold)
-        up_to = duplicates.COUNTED_UP_TO
-        return duplicates.DuplicateSummary(min(count, up_to), checked, total, count > up_to)
+            if up_to is not None and has_table(conn, DUP_UNCHECKED_TABLE):
+                checked, total, total_more, unchecked_more = duplicates.progress_up_to(
+                    conn, name, up_to
+                )
+                return duplicates.DuplicateSummary(
+                    min(count, cap), checked, total, count > cap, total_more, unchecked_more
+                )
+            checked, total = duplicates.progress(conn, name)
+        return duplicates.DuplicateSummary(min(count, cap), checked, total, count > cap)
 
     @locked
     def duplicate_page(

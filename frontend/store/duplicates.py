@@ -22,7 +22,11 @@ import numpy as np
 from thatch.frontend.store.changelog import changed_slugs, log_bounds
 from thatch.frontend.store.matrix import StoreMatrix
 from thatch.frontend.store.memory import DuplicatePair
-from thatch.frontend.store.migrations.duplicates import DUP_PAIRS_TABLE, DUP_SCANNED_TABLE
+from thatch.frontend.store.migrations.duplicates import (
+    DUP_PAIRS_TABLE,
+    DUP_SCANNED_TABLE,
+    DUP_UNCHECKED_TABLE,
+)
 from thatch.frontend.store.rows import USABLE
 from thatch.frontend.store.scoring import SCREEN_MARGIN, pair_scores
 
@@ -59,12 +63,19 @@ PAIRS_GROUPED = 10_000
 class DuplicateSummary:
     """``memories``: live memories with at least one unreviewed candidate at the threshold;
     ``checked`` of ``total`` live embedded memories compared with their store so far;
-    ``more``: more than ``memories`` (which is then ``COUNTED_UP_TO``)."""
+    ``more``: more than ``memories`` (which is then ``COUNTED_UP_TO``).
+
+    Counted up to a cap (``progress_up_to``, the session start's): with every memory
+    checked, nothing is counted (0 of 0); else ``total`` stops past the cap (then
+    ``total_more``: more than ``total``) and so does ``total - checked``, the unchecked
+    ones (then ``unchecked_more``)."""
 
     memories: int
     checked: int
     total: int
     more: bool = False
+    total_more: bool = False
+    unchecked_more: bool = False
 
     @property
     def complete(self) -> bool:
@@ -140,6 +151,34 @@ def progress(conn: sqlite3.Connection, store: str) -> tuple[int, int]:
         f"SELECT count(*) FROM {DUP_SCANNED_TABLE} WHERE store = ?", (store,)
     ).fetchone()
     return int(checked), int(total)
+
+
+def progress_up_to(conn: sqlite3.Connection, store: str, up_to: int) -> tuple[int, int, bool, bool]:
+    """(checked, total, total_more, unchecked_more) as ``DuplicateSummary`` holds them
+    when counted up to ``up_to``, from m031's table of unchecked memories: one row says
+    whether any is unchecked (every session start of a store the check finished), and
+    only then are they counted, and the embedded memories, each stopping past ``up_to``.
+    Needs m031's table: where m031 has not run (a hook's open leaves it, a file opened
+    read-only) the caller counts exactly instead (``progress``; ``duplicate_summary``)."""
+    if (
+        conn.execute(
+            f"SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT 1", (store,)
+        ).fetchone()
+        is None
+    ):
+        return 0, 0, False, False
+    (unchecked,) = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT ?)",
+        (store, up_to + 1),
+    ).fetchone()
+    (total,) = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM entries WHERE store = ? AND {USABLE} LIMIT ?)",
+        (store, up_to + 1),
+    ).fetchone()
+    unchecked, total = min(int(unchecked), up_to + 1), int(total)
+    total_more, unchecked_more = total > up_to, unchecked > up_to
+    total, unchecked = min(total, up_to), min(unchecked, up_to)
+    return total - unchecked, total, total_more, unchecked_more
 
 
 def screen(matrix: StoreMatrix, slugs: Sequence[str]) -> dict[str, list[str]]:

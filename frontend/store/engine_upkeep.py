@@ -20,7 +20,8 @@ from thatch.frontend.store.engine_rows import (
     Matcher,
     SeedPlan,
 )
-from thatch.frontend.store.rows import USABLE, store_name
+from thatch.frontend.store.migrations.engines import engine_model_index, engine_pending_index
+from thatch.frontend.store.rows import MISSING, USABLE, store_name
 from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
@@ -175,13 +176,29 @@ class EngineUpkeep:
         )
         self._link(conn, matcher.id, item_id, now)
 
-    def embedding_counts(self, active_model: str) -> tuple[int, int]:
-        """(rows embedded with another model, rows not embedded) over matchers and items."""
+    def embedding_counts(self, active_model: str, *, up_to: int | None = None) -> tuple[int, int]:
+        """(rows embedded with another model, rows not embedded) over matchers and items.
+
+        ``up_to``: each count stops one row past it (more reads as ``up_to + 1``), reading
+        m032's indexes: only the rows it counts (the session start's). Without them (a
+        hook's open leaves m032 to the next MCP server or CLI command) or without
+        ``up_to``, every row is read."""
         other = pending = 0
         if not self.present:
             return other, pending
+        tables = (self.engine.matchers, self.engine.items)
         with self.tx.lock:
-            for table in (self.engine.matchers, self.engine.items):
+            if up_to is not None and self._indexed(tables):
+                for table in tables:
+                    other += self._capped_other(table, active_model, up_to)
+                    pending += _capped(
+                        self.conn,
+                        f"FROM {table} INDEXED BY {engine_pending_index(table)} WHERE {MISSING}",
+                        (),
+                        up_to,
+                    )
+                return min(other, up_to + 1), min(pending, up_to + 1)
+            for table in tables:
                 row = self.conn.execute(
                     f"SELECT count(*) FILTER (WHERE {USABLE} AND model IS NOT ?), "
                     f"count(*) FILTER (WHERE NOT {USABLE}) FROM {table}",
@@ -190,6 +207,30 @@ class EngineUpkeep:
                 other += int(row[0])
                 pending += int(row[1])
         return other, pending
+
+    def _indexed(self, tables: tuple[str, ...]) -> bool:
+        names = [name(t) for t in tables for name in (engine_model_index, engine_pending_index)]
+        (made,) = self.conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+            f"AND name IN ({', '.join('?' * len(names))})",
+            names,
+        ).fetchone()
+        return int(made) == len(names)
+
+    def _capped_other(self, table: str, active_model: str, up_to: int) -> int:
+        """Embedded rows of ``table`` of another model than ``active_model``, up to
+        ``up_to + 1``: the ranges below and above it in m032's index, and no model."""
+        rows = f"FROM {table} INDEXED BY {engine_model_index(table)} WHERE {USABLE} AND "
+        counted = 0
+        for where, params in (
+            ("model IS NULL", ()),
+            ("model < ?", (active_model,)),
+            ("model > ?", (active_model,)),
+        ):
+            counted += _capped(self.conn, rows + where, params, up_to - counted)
+            if counted > up_to:
+                break
+        return counted
 
     def reembed_candidates(
         self, active_model: str, *, missing_only: bool = False, store: str | None = None
@@ -228,3 +269,11 @@ class EngineUpkeep:
                 (blob, model, row_id, text),
             ).rowcount
         return changed == 1
+
+
+def _capped(conn: sqlite3.Connection, rows: str, params: tuple[Any, ...], up_to: int) -> int:
+    """``SELECT count(*) <rows>`` of its first ``up_to + 1`` rows (the last says "more")."""
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT ?)", (*params, up_to + 1)
+    ).fetchone()
+    return int(count)

@@ -61,9 +61,11 @@ from thatch.frontend.store.migrations.chat_remote import (
 from thatch.frontend.store.migrations.duplicates import (
     DUP_PAIRS_TABLE,
     DUP_SCANNED_TABLE,
+    DUP_UNCHECKED_TABLE,
     m010_duplicate_candidates,
+    m031_duplicate_unchecked,
 )
-from thatch.frontend.store.migrations.engines import m012_defaults_off
+from thatch.frontend.store.migrations.engines import m012_defaults_off, m032_engine_embeddings
 from thatch.frontend.store.migrations.flat_reads import m022_flat_reads, m030_pending_by_store
 from thatch.frontend.store.migrations.lexical import (
     fill_fts,
@@ -109,6 +111,7 @@ __all__ = [
     "CHAT_TABLES",
     "DUP_PAIRS_TABLE",
     "DUP_SCANNED_TABLE",
+    "DUP_UNCHECKED_TABLE",
     "GONE_CHECKOUTS_TABLE",
     "LINKS_TABLE",
     "MIGRATIONS",
@@ -159,6 +162,8 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m028_chat_event_times", m028_chat_event_times),
     ("m029_chat_outbox_told", m029_chat_outbox_told),
     ("m030_pending_by_store", m030_pending_by_store),
+    ("m031_duplicate_unchecked", m031_duplicate_unchecked),
+    ("m032_engine_embeddings", m032_engine_embeddings),
 ]
 # Migrations a SQLite without FTS5 cannot run: left unrecorded, so that the first process
 # with FTS5 applies them (recall meanwhile ranks by vectors alone).
@@ -177,6 +182,8 @@ BUILDS_INDEXES = frozenset(
         "m022_flat_reads",
         "m028_chat_event_times",
         "m030_pending_by_store",
+        "m031_duplicate_unchecked",
+        "m032_engine_embeddings",
     }
 )
 # Each scheduled backfill's step (``backfill``), by the name of the migration scheduling it.

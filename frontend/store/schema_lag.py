@@ -11,6 +11,7 @@ import sqlite3
 
 from thatch.frontend.store.migrations import team
 from thatch.frontend.store.migrations.branches import BRANCH_REFS_TABLE, BRANCH_RENAMES_TABLE
+from thatch.frontend.store.migrations.duplicates import DUP_UNCHECKED_TABLE
 from thatch.frontend.store.migrations.tables import TABLES
 from thatch.frontend.store.transactions import SchemaLag, ThatchConnection
 
@@ -35,6 +36,7 @@ READ_IF_MADE: dict[str, str] = {
     team.LINKS_TABLE: "m015_team_sync",
     team.VERSIONS_TABLE: "m021_team_conflict_versions",
     BRANCH_RENAMES_TABLE: "m023_branch_renames",
+    DUP_UNCHECKED_TABLE: "m031_duplicate_unchecked",  # absent: the exact counts
 }
 # The migrations whose absence a reader asks about: those above, m003's columns of
 # chat_sessions and m027's of chat_outbox (``chat_store``).

@@ -54,7 +54,9 @@ class HygieneQueries(Protocol):
     ) -> int: ...
     def branches_in_store(self, store: str) -> list[str]: ...
     def live_counts_on(self, store: str, branches: Sequence[str]) -> dict[str, int]: ...
-    def duplicate_summary(self, store: str, threshold: float = ...) -> DuplicateSummary: ...
+    def duplicate_summary(
+        self, store: str, threshold: float = ..., *, up_to: int | None = None
+    ) -> DuplicateSummary: ...
     def model_mismatch_count(
         self, store: str, active_model: str, *, up_to: int | None = None
     ) -> int: ...
@@ -105,9 +107,14 @@ class StoreHygiene:
     other_model_more: bool = False
     pending_more: bool = False
     # Of the live embedded memories, how many were compared with the store so far: until
-    # all are, ``duplicates`` counts only what is known (the report says so).
+    # all are, ``duplicates`` counts only what is known (the report says so). Counted up to
+    # hygiene's ``up_to``: with all checked, 0 of 0 (not counted); else more than
+    # ``duplicates_total`` embedded memories (``_total_more``), more than ``total -
+    # checked`` of them unchecked (``_unchecked_more``), as ``DuplicateSummary`` says.
     duplicates_checked: int = 0
     duplicates_total: int = 0
+    duplicates_total_more: bool = False
+    duplicates_unchecked_more: bool = False
     # Memories whose anchored code changed since saved, or that depend on one whose code
     # did (docs/tools.md §code-anchors): slug → the changed paths (``via`` its label).
     drifted: Mapping[str, Drift] = field(default_factory=dict)
@@ -137,6 +144,15 @@ class StoreHygiene:
             + f" from team sync ({first}merge each into its original, then forget it)"
         )
 
+    def duplicate_progress(self) -> str:
+        """``<checked> of <total> checked``; past the cap, how many are not checked yet."""
+        if not self.duplicates_total_more:
+            return f"{self.duplicates_checked} of {self.duplicates_total} checked"
+        unchecked = self.duplicates_total - self.duplicates_checked
+        if self.duplicates_unchecked_more:
+            return f"more than {unchecked} memories not checked yet"
+        return f"{unchecked} of more than {self.duplicates_total} memories not checked yet"
+
     def model_parts(self) -> list[str]:
         parts = []
         if self.other_model:
@@ -160,10 +176,7 @@ class StoreHygiene:
                 + (" so far" if counting else "")
             )
         if counting:
-            parts.append(
-                f"duplicates: counting ({self.duplicates_checked} of "
-                f"{self.duplicates_total} checked)"
-            )
+            parts.append(f"duplicates: counting ({self.duplicate_progress()})")
         if self.stale:
             parts.append(
                 _plural(self.stale, "memory", "memories", self.stale_more)
@@ -204,27 +217,34 @@ class StoreHygiene:
 @dataclass(frozen=True)
 class EngineHygiene:
     """The engines' matchers and items (both engines, every store) embedded with another
-    model, or not embedded: ``thatch reembed`` fixes both."""
+    model, or not embedded: ``thatch reembed`` fixes both. ``_more``: counting stopped
+    there (hygiene's ``up_to``), more than that many."""
 
     other_model: int = 0
     pending: int = 0
     active_model: str = ""
+    other_model_more: bool = False
+    pending_more: bool = False
 
     def sentence(self) -> str | None:
         parts = []
         if self.other_model:
             parts.append(
-                f"{self.other_model} embedded with another model than {inline(self.active_model)}"
+                ("more than " if self.other_model_more else "")
+                + f"{self.other_model} embedded with another model than {inline(self.active_model)}"
             )
         if self.pending:
-            parts.append(f"{self.pending} not embedded yet")
+            parts.append(
+                ("more than " if self.pending_more else "") + f"{self.pending} not embedded yet"
+            )
         if not parts:
             return None
         return f"Engine rows (predictions, behaviors): {'; '.join(parts)}."
 
     @classmethod
-    def of(cls, db: object, active_model: str) -> EngineHygiene:
-        """Counted over the memory Store's connection; other query objects have no engines."""
+    def of(cls, db: object, active_model: str, up_to: int | None = None) -> EngineHygiene:
+        """Counted over the memory Store's connection; other query objects have no engines.
+        ``up_to``: each count stops past it (m032's indexes: flat in the engines' rows)."""
         from thatch.frontend.store.engine_store import BEHAVIORS, PREDICTIONS
         from thatch.frontend.store.memory_store import Store
 
@@ -232,9 +252,11 @@ class EngineHygiene:
             return cls(active_model=active_model)
         other = pending = 0
         for engine in (PREDICTIONS, BEHAVIORS):
-            counts = db.engines(engine).embedding_counts(active_model)
+            counts = db.engines(engine).embedding_counts(active_model, up_to=up_to)
             other, pending = other + counts[0], pending + counts[1]
-        return cls(other, pending, active_model)
+        other, other_more = _capped(other, up_to)
+        pending, pending_more = _capped(pending, up_to)
+        return cls(other, pending, active_model, other_more, pending_more)
 
 
 @dataclass(frozen=True)
@@ -248,7 +270,10 @@ class Hygiene:
     engines: EngineHygiene = field(default_factory=EngineHygiene)
 
     def as_json(self) -> dict[str, Any]:
-        """The ``thatch hygiene --json`` document (docs/cli.md §store-commands)."""
+        """The ``thatch hygiene --json`` document (docs/cli.md §store-commands), for exact
+        results only (``up_to=None``, as ``thatch hygiene --json`` passes): of the "more
+        than" flags it holds only ``duplicates_more``, so capped counts would read as
+        exact, and a fully checked store's progress as 0 of 0."""
         return {
             "store": self.project.store,
             "report": self.report,
@@ -295,7 +320,7 @@ def _store_hygiene(
         counts = db.live_counts_on(name, deleted)
         orphaned_branches = [b for b in deleted if counts.get(b, 0) > 0]
         orphaned = sum(counts.values())
-    summary = db.duplicate_summary(name, duplicate_threshold)
+    summary = db.duplicate_summary(name, duplicate_threshold, up_to=up_to)
     counted, conflicts_named = _conflict_versions(db, name, up_to)
     conflicts, conflicts_more = _capped(counted, up_to)
     drift = _drifted(db, name, project_dir, env, refresh)
@@ -311,6 +336,8 @@ def _store_hygiene(
         duplicates_more=summary.more,
         duplicates_checked=summary.checked,
         duplicates_total=summary.total,
+        duplicates_total_more=summary.total_more,
+        duplicates_unchecked_more=summary.unchecked_more,
         stale=stale,
         stale_more=stale_more,
         orphaned_branches=tuple(orphaned_branches),
@@ -430,7 +457,7 @@ def hygiene(
     global_parts = global_store.model_parts() if global_store else []
     if global_parts:
         sentences.append(f"Store {quoted(GLOBAL_STORE)}: {'; '.join(global_parts)}.")
-    engines = EngineHygiene.of(db, active_model)
+    engines = EngineHygiene.of(db, active_model, up_to)
     engine_sentence = engines.sentence()
     if engine_sentence:
         sentences.append(engine_sentence)
