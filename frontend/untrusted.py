@@ -11,8 +11,9 @@ a ``-----`` line, so stored text must imitate none of that wherever it is shown:
 - ``inline``: text inside one of thatch's lines; line breaks are shown as escapes, and a
   backslash of the text's that would read as the start of one is doubled.
 - ``quoted``: a JSON string literal, so a ``"`` inside cannot end it early (nor its
-  fullwidth form, written ``\\uff02``), and an id copied from it into a tool call's JSON
-  arguments is exactly the original.
+  fullwidth form, written ``\\uff02``, nor seem escaped by a backslash's look-alike,
+  ``\\uff3c``, ``\\ufe68``), and an id copied from it into a tool call's JSON arguments is
+  exactly the original.
 - ``token``: a meta value (``main``, ``owner/repo``, a UUID) verbatim when it is one plain
   word, else quoted with its brackets escaped.
 
@@ -197,8 +198,9 @@ def _doubled_if_escape_like(match: re.Match[str]) -> str:
 
 def quoted(text: str) -> str:
     """``"text"`` as a JSON string literal; readable non-ASCII characters stay as they are,
-    but a quote's compatibility form (the fullwidth ``＂``), which reads as the literal's
-    end."""
+    but the compatibility forms of a quote (the fullwidth ``＂``, which reads as the
+    literal's end) and of a backslash (``＼``, ``﹨``, which read as escaping it) are
+    escaped too."""
     literal = json.dumps(text, ensure_ascii=False)
     if not plain_ascii(literal):
         literal = shown_escaped(literal, control())

@@ -154,7 +154,9 @@ def minilm_source() -> Path:
 
 
 @pytest.fixture(scope="session")
-def minilm_dir(minilm_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def minilm_dir(
+    minilm_source: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Path:
     """all-MiniLM-L6-v2 imported once per test run by our own importer (fp32 + int8).
 
     The run's xdist workers share one import: the first to take the lock imports into the
@@ -164,7 +166,7 @@ def minilm_dir(minilm_source: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from thatch.embedder.convert.importer import import_checkpoint
 
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(pytestconfig, "workerinput"):  # an xdist worker, not a pytest it started
         root = root.parent  # each worker's base is a directory of the run's
     out = root / "shared-models" / "minilm"
     with open(root / "shared-models.lock", "w") as lock:

@@ -908,7 +908,8 @@ def test_the_query_plans_hold_on_a_current_sqlite(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert tuple(int(part) for part in version.split(".")) >= (3, 46), version
-    pytest_args = ["-q", "-p", "no:cacheprovider", __file__, "-k", PLAN_TESTS]
+    # One process: the suite's own workers (-n 2) would each collect this file again.
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-n", "0", __file__, "-k", PLAN_TESTS]
     run = subprocess.run(
         [sys.executable, "-m", "pytest", *pytest_args],
         env=env, capture_output=True, text=True, timeout=240, check=False,

@@ -317,6 +317,23 @@ def test_a_fullwidth_quote_cannot_end_a_quoted_label(tools: Tools) -> None:
     assert "＂" not in again.text
 
 
+def test_a_backslash_look_alike_cannot_seem_to_escape_a_quoted_labels_end(
+    tools: Tools,
+) -> None:
+    """``＼`` and ``﹨`` read as a ``\\`` (NFKC makes them one): before the closing quote
+    they would seem to escape it. They are written as their escapes, the same label once
+    decoded."""
+    label = "Deploy＼ and ﹨"
+    ok(tools, "memory_remember", {"label": label, "content": "x"})
+    again = tools.call("memory_remember", {"label": label, "content": "y"})
+    assert again.is_error
+    assert again.text.startswith('A memory with label "Deploy\\uff3c and \\ufe68" already'), (
+        again.text
+    )
+    literal = again.text.removeprefix("A memory with label ").rsplit(" already exists", 1)[0]
+    assert json.loads(literal) == label
+
+
 @pytest.mark.parametrize(
     "branch",
     ["main\x00", "dev\x1b[31m", "a\u202eb", "tab\there", "zw\u200bsp", "x\U000e0041", "s\u070fy"],

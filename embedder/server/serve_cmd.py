@@ -67,6 +67,8 @@ class _OneLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         # Another handler that formatted the record first left its traceback text on it
         # (``exc_text``, not indented), which logging would reuse as is.
+        if not record.exc_info:
+            return super().format(record)  # its exc_text, if any, is all it has
         cached, record.exc_text = record.exc_text, None
         try:
             return super().format(record)
