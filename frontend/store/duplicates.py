@@ -27,7 +27,7 @@ from thatch.frontend.store.migrations.duplicates import (
     DUP_SCANNED_TABLE,
     DUP_UNCHECKED_TABLE,
 )
-from thatch.frontend.store.rows import USABLE
+from thatch.frontend.store.rows import USABLE, counted
 from thatch.frontend.store.scoring import SCREEN_MARGIN, pair_scores
 
 __all__ = [
@@ -167,15 +167,8 @@ def progress_up_to(conn: sqlite3.Connection, store: str, up_to: int) -> tuple[in
         is None
     ):
         return 0, 0, False, False
-    (unchecked,) = conn.execute(
-        f"SELECT count(*) FROM (SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT ?)",
-        (store, up_to + 1),
-    ).fetchone()
-    (total,) = conn.execute(
-        f"SELECT count(*) FROM (SELECT 1 FROM entries WHERE store = ? AND {USABLE} LIMIT ?)",
-        (store, up_to + 1),
-    ).fetchone()
-    unchecked, total = min(int(unchecked), up_to + 1), int(total)
+    unchecked = counted(conn, f"FROM {DUP_UNCHECKED_TABLE} WHERE store = ?", (store,), up_to)
+    total = counted(conn, f"FROM entries WHERE store = ? AND {USABLE}", (store,), up_to)
     total_more, unchecked_more = total > up_to, unchecked > up_to
     total, unchecked = min(total, up_to), min(unchecked, up_to)
     return total - unchecked, total, total_more, unchecked_more

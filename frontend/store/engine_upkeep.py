@@ -21,7 +21,7 @@ from thatch.frontend.store.engine_rows import (
     SeedPlan,
 )
 from thatch.frontend.store.migrations.engines import engine_model_index, engine_pending_index
-from thatch.frontend.store.rows import MISSING, USABLE, store_name
+from thatch.frontend.store.rows import MISSING, USABLE, counted, store_name
 from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
@@ -191,7 +191,7 @@ class EngineUpkeep:
             if up_to is not None and self._indexed(tables):
                 for table in tables:
                     other += self._capped_other(table, active_model, up_to)
-                    pending += _capped(
+                    pending += counted(
                         self.conn,
                         f"FROM {table} INDEXED BY {engine_pending_index(table)} WHERE {MISSING}",
                         (),
@@ -221,16 +221,16 @@ class EngineUpkeep:
         """Embedded rows of ``table`` of another model than ``active_model``, up to
         ``up_to + 1``: the ranges below and above it in m032's index, and no model."""
         rows = f"FROM {table} INDEXED BY {engine_model_index(table)} WHERE {USABLE} AND "
-        counted = 0
+        found = 0
         for where, params in (
             ("model IS NULL", ()),
             ("model < ?", (active_model,)),
             ("model > ?", (active_model,)),
         ):
-            counted += _capped(self.conn, rows + where, params, up_to - counted)
-            if counted > up_to:
+            found += counted(self.conn, rows + where, params, up_to - found)
+            if found > up_to:
                 break
-        return counted
+        return found
 
     def reembed_candidates(
         self, active_model: str, *, missing_only: bool = False, store: str | None = None
@@ -269,11 +269,3 @@ class EngineUpkeep:
                 (blob, model, row_id, text),
             ).rowcount
         return changed == 1
-
-
-def _capped(conn: sqlite3.Connection, rows: str, params: tuple[Any, ...], up_to: int) -> int:
-    """``SELECT count(*) <rows>`` of its first ``up_to + 1`` rows (the last says "more")."""
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT ?)", (*params, up_to + 1)
-    ).fetchone()
-    return int(count)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
@@ -16,6 +17,7 @@ __all__ = [
     "COLUMNS",
     "MISSING",
     "USABLE",
+    "counted",
     "locked",
     "memory_from_row",
     "store_list",
@@ -93,3 +95,15 @@ def threshold_value(value: float) -> float:
     if not np.isfinite(number):
         raise InvalidInputError("threshold must be a finite number")
     return number
+
+
+def counted(conn: sqlite3.Connection, rows: str, params: Sequence[Any], up_to: int | None) -> int:
+    """``SELECT count(*) <rows>``, or of its first ``up_to + 1`` rows (the last says "more"):
+    a count shown before a model stops there, flat in the store's size."""
+    if up_to is None:
+        (count,) = conn.execute(f"SELECT count(*) {rows}", tuple(params)).fetchone()
+    else:
+        (count,) = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT ?)", (*params, up_to + 1)
+        ).fetchone()
+    return int(count)

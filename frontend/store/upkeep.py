@@ -21,6 +21,7 @@ from thatch.frontend.store.rows import (
     COLUMNS,
     MISSING,
     USABLE,
+    counted,
     locked,
     memory_from_row,
     store_list,
@@ -71,7 +72,7 @@ class UpkeepQueries:
             "FROM team_conflict_versions c JOIN entries e ON e.store = c.store "
             "AND e.slug = c.slug WHERE c.store = ? AND e.archived = 0"
         )
-        count = _counted(self.conn, joined, (store,), up_to)
+        count = counted(self.conn, joined, (store,), up_to)
         if not count:
             return 0, []
         rows = self.conn.execute(
@@ -142,7 +143,7 @@ class UpkeepQueries:
         return self._count(f"store IN ({marks}) AND {MISSING}", tuple(names), up_to)
 
     def _count(self, where: str, params: tuple[Any, ...], up_to: int | None = None) -> int:
-        return _counted(self.conn, f"FROM entries WHERE {where}", params, up_to)
+        return counted(self.conn, f"FROM entries WHERE {where}", params, up_to)
 
     # -- pending embeddings and model migration (docs/database.md §pending-embeddings) -------------
 
@@ -212,16 +213,3 @@ class UpkeepQueries:
 
     def _check_written(self, store: str, slug: str) -> None:
         """Compare a memory just given a vector with its store (``Store`` does)."""
-
-
-def _counted(
-    conn: sqlite3.Connection, rows: str, params: tuple[Any, ...], up_to: int | None
-) -> int:
-    """``SELECT count(*) <rows>``, or of its first ``up_to + 1`` rows (the last says "more")."""
-    if up_to is None:
-        (count,) = conn.execute(f"SELECT count(*) {rows}", params).fetchone()
-    else:
-        (count,) = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT ?)", (*params, up_to + 1)
-        ).fetchone()
-    return int(count)
