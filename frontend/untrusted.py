@@ -51,6 +51,7 @@ __all__ = [
 from thatch.common.control_chars import (
     CONTROL_CLASS,
     control,
+    escape_controls,
     has_control,
     plain_ascii,
     quote_lookalikes,
@@ -182,9 +183,7 @@ def inline(text: str) -> str:
     typed out never looks like a tab shown escaped."""
     if "\\" in text:
         text = _ESCAPE_LIKE.sub(_doubled_if_escape_like, text)
-    if not plain_ascii(text):
-        text = shown_escaped(text, control())
-    return _break_markers(text, _backslashed)
+    return _break_markers(escape_controls(text), _backslashed)
 
 
 def _doubled_if_escape_like(match: re.Match[str]) -> str:
@@ -214,11 +213,9 @@ def json_document(value: object, *, compact: bool = False) -> str:
     so a bidi override in a label cannot reorder a terminal's line. The same data once
     decoded. ``compact``: no space after ``,`` and ``:``."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":") if compact else None)
-    if plain_ascii(text):
-        return text
     # json.dumps escaped every C0 control (newlines too): what is left raw is data inside
     # string literals, where a \uXXXX escape decodes to the same character.
-    return shown_escaped(text, control())
+    return escape_controls(text)
 
 
 def token(text: str) -> str:
