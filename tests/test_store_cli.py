@@ -361,3 +361,27 @@ def test_dedup_says_memory_for_one_unchecked(db: Path) -> None:
     result = run("dedup")
     assert result.exit_code == 0, result.stderr
     assert "[thatch] comparing 1 memory for duplicates" in result.stderr
+
+
+def test_dedup_counts_what_it_compares_up_to_the_session_starts_cap(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How many memories dedup is about to compare is counted as the session start counts
+    them (here up to 2), never every memory of the store; the page after is complete."""
+    import numpy as np
+
+    from thatch.frontend.store.db import atomic
+    from thatch.frontend.store.memory_store import Store
+    from thatch.frontend.tools import hygiene
+
+    monkeypatch.setattr(hygiene, "COUNTED_UP_TO", 2)
+    with Store.open(db) as store, atomic(store.conn):
+        for i in range(3):
+            store.remember("proj", f"m{i}", "# x", np.eye(32, dtype=np.float32)[i], "m")
+    result = run("dedup", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == (
+        "[thatch] comparing more than 2 memories for duplicates (once: later writes are "
+        "compared as they are saved)…\n"
+    )
+    assert result.stdout == "[]\n"

@@ -1008,3 +1008,29 @@ def test_duplicates_page_uses_the_models_threshold(
     ctx.env = {**ctx.env, "THATCH_DUPLICATE_THRESHOLD": "0.66"}
     page = client.get("/duplicates", store="proj").body
     assert "Cluster 1 (2 memories)" in page and "at least 0.66" in page
+
+
+def test_duplicates_page_counts_the_check_up_to_the_session_starts_cap(
+    ui: tuple[UiClient, Guard], ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While memories of an upgraded file wait to be compared, the page says how many as
+    the session start does: counted up to its cap (here 3), "more than" past it, never
+    every memory of the store at every load."""
+    import numpy as np
+
+    from thatch.frontend.store import db as dbmod
+    from thatch.frontend.tools import hygiene, operations
+
+    client, _guard = ui
+    monkeypatch.setattr(hygiene, "COUNTED_UP_TO", 3)
+    monkeypatch.setattr(operations, "CHECK_SECONDS", 0.0)  # this load compares none of them
+    with dbmod.atomic(ctx.store.conn):  # in a transaction: not compared at write
+        for i in range(3):
+            ctx.store.remember("proj", f"Old {i}", "# x", np.eye(32, dtype=np.float32)[i], "m")
+    page = client.get("/duplicates", store="proj").body
+    assert (
+        "Still comparing memories: 3 of more than 3 memories not checked yet; reload for the rest."
+        in page
+    )
+    monkeypatch.setattr(operations, "CHECK_SECONDS", 60.0)
+    assert "Still comparing" not in client.get("/duplicates", store="proj").body

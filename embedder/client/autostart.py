@@ -25,6 +25,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ from thatch.embedder.client.socket_trust import PROBE_SECONDS, SocketState, prob
 from thatch.embedder.grpc_env import child_environment
 
 __all__ = [
+    "FIX_RECORD",
     "FIX_UNTRUSTED",
     "POLL_SECONDS",
     "STILL_STARTING",
@@ -78,6 +80,12 @@ FIX_UNTRUSTED = (
 )
 _OFFLINE = re.compile(r"model (\S+) is not in the local cache and HF_HUB_OFFLINE=1")
 _LOG_PREFIX = re.compile(r"^.*?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+")
+# A server that fails writes its fix as a record of its own (serve_cmd's formatter: one
+# line, its time and level first) naming the mark its starter gave it (``--fix-mark``):
+# what else reaches the log (grpc's own lines, a traceback quoting a model id or a
+# directory's name) may hold a line starting "Fix: ", never the mark of this start.
+FIX_RECORD = "Fix (start {mark}): "
+_FIX_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ERROR Fix \(start (\w+)\): (.*)$")
 
 
 def probe_socket(path: Path, timeout: float = PROBE_SECONDS) -> SocketState:
@@ -126,7 +134,7 @@ def exclusive_lock(path: Path, wait: float) -> Iterator[LockHold]:
         os.close(fd)
 
 
-def spawn_command(address: Address, env: Mapping[str, str], log: Path) -> list[str]:
+def spawn_command(address: Address, env: Mapping[str, str], log: Path, fix_mark: str) -> list[str]:
     exit_after = int_setting(env, "THATCH_EMBEDDER_EXIT_SECONDS", DEFAULT_EXIT_SECONDS)
     return [
         sys.executable,
@@ -138,6 +146,8 @@ def spawn_command(address: Address, env: Mapping[str, str], log: Path) -> list[s
         "--exit-after",
         str(exit_after),
         "--auto-started",
+        "--fix-mark",
+        fix_mark,
         "--log-file",
         str(log),
     ]
@@ -188,38 +198,36 @@ def hold_until_bound(argv: list[str]) -> int:
     return 0
 
 
-def log_reason(log: Path, offset: int) -> str | None:
-    """The last line the spawned server wrote after ``offset``, without timestamp and level."""
+def _log_lines(log: Path, offset: int) -> list[str] | None:
+    """The lines of ``log`` written after ``offset`` (all of it when it was rotated since)."""
     try:
         with open(log, "rb") as handle:
             if handle.seek(0, os.SEEK_END) >= offset:
                 handle.seek(offset)
             else:  # rotated meanwhile: read the new file from its start
                 handle.seek(0)
-            lines = handle.read().decode("utf-8", "replace").splitlines()
+            return handle.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return None
-    for line in reversed(lines):
+
+
+def log_reason(log: Path, offset: int) -> str | None:
+    """The last line the spawned server wrote after ``offset``, without timestamp and level."""
+    for line in reversed(_log_lines(log, offset) or []):
         line = line.strip()
-        if line and not line.startswith("Fix: "):  # the CLI's fix line follows its error
+        # The fix follows the error: the CLI's line (or anyone's starting so), the record.
+        if line and not line.startswith("Fix: ") and not _FIX_RECORD.match(line):
             return _LOG_PREFIX.sub("", line, count=1).removeprefix("Error: ")
     return None
 
 
-def log_fix(log: Path, offset: int) -> str | None:
-    """The server's ``Fix:`` line after ``offset``: it knows which models this machine has."""
-    try:
-        with open(log, "rb") as handle:
-            if handle.seek(0, os.SEEK_END) >= offset:
-                handle.seek(offset)
-            else:
-                handle.seek(0)
-            lines = handle.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if line.startswith("Fix: ") and line[5:].strip():
-            return line[5:].strip()
+def log_fix(log: Path, offset: int, mark: str) -> str | None:
+    """The server's fix after ``offset``, from the record marked ``mark`` (``FIX_RECORD``)
+    that only the server started with it writes: it knows which models this machine has."""
+    for line in reversed(_log_lines(log, offset) or []):
+        record = _FIX_RECORD.match(line)
+        if record is not None and record.group(1) == mark and record.group(2).strip():
+            return record.group(2).strip()
     return None
 
 
@@ -369,6 +377,9 @@ class AutoStarter:
         self.health = health
         self.notice = notice
         self.log = embedder_log_file(env)
+        # Marks the fix record of the server this attempt starts: unguessable, so no
+        # other text in the log can pass for it.
+        self.fix_mark = secrets.token_hex(8)
 
     def state(self, timeout: float = PROBE_SECONDS) -> SocketState | Health:
         """``SERVING`` / ``NOT_SERVING`` for a live server, ``UNREACHABLE`` for a socket
@@ -415,7 +426,7 @@ class AutoStarter:
                         raise start_failure(
                             self.address,
                             reason or f"the embedder exited with {proc.returncode}",
-                            log_fix(self.log, log_offset),
+                            log_fix(self.log, log_offset, self.fix_mark),
                         )
                     log_offset = _log_size(self.log)
                     proc = self._spawn_locked(deadline, background=wait <= 0)
@@ -453,7 +464,7 @@ class AutoStarter:
                     return None
                 if found == "refused":  # a socket nobody listens on: provably dead, replace it
                     self.path.unlink(missing_ok=True)
-                command = spawn_command(self.address, self.env, self.log)
+                command = spawn_command(self.address, self.env, self.log, self.fix_mark)
                 if background:
                     launcher = [sys.executable, "-m", "thatch.embedder.client.autostart"]
                     launcher += [str(lock.fd), str(self.path), "--", *command]

@@ -12,13 +12,15 @@ import logging.handlers
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from thatch.common.control_chars import escape_controls
+from thatch.embedder.client.autostart import FIX_RECORD
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
 from thatch.embedder.client.extra import install_line, missing
@@ -91,6 +93,21 @@ def _indented(text: str) -> str:
     return "\n".join(f"  {escape_controls(line)}" for line in text.split("\n"))
 
 
+@contextmanager
+def _stop_logged(logger: logging.Logger | None, fix_mark: str | None) -> Iterator[None]:
+    """Log an error that stops the server, and its fix: under ``fix_mark`` (auto-start's)
+    a record ``log_fix`` of the frontend that started it finds (``FIX_RECORD``)."""
+    try:
+        yield
+    except ThatchEmbedderError as error:
+        if logger is not None:
+            logger.error("%s", error)
+            fix = getattr(error, "fix", None)
+            if fix and fix_mark:
+                logger.error("%s%s", FIX_RECORD.format(mark=fix_mark), fix)
+        raise
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -148,6 +165,7 @@ def _file_option(name: str, help_text: str) -> Callable[[F], F]:
     help="debug also logs every request.",
 )
 @click.option("--auto-started", is_flag=True, hidden=True)
+@click.option("--fix-mark", metavar="MARK", hidden=True)
 def serve(
     listen: str | None,
     model: str | None,
@@ -160,6 +178,7 @@ def serve(
     log_file: Path | None,
     log_level: str,
     auto_started: bool,
+    fix_mark: str | None,
 ) -> None:
     """Run the embedding service in the foreground until SIGTERM or Ctrl-C."""
     if (tls_cert is None) != (tls_key is None):
@@ -172,38 +191,36 @@ def serve(
     tls = None
     if tls_cert is not None and tls_key is not None:
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
-    with translate_embedder_errors():  # a malformed config file: one line, no traceback
-        chosen = model or configured_model(env)
-        absent = missing() if chosen != "mock" else []
-        if absent:  # a frontend-only install: say so, not an ImportError from deep inside
-            raise ModelError(
-                f"the embedder extra is not installed ({', '.join(absent)} missing)",
-                fix=install_line(),
-            )
-    options = server.ServeOptions(
-        model=chosen,
-        listen=listen,
-        threads=threads,
-        idle_seconds=(
-            idle_seconds
-            if idle_seconds is not None
-            else int_setting(env, "THATCH_EMBEDDER_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
-        ),
-        exit_after=exit_after,
-        tls=tls,
-        auto_started=auto_started,
-    )
     logger, handler = setup_logging(log_file, log_level)
     try:
-        with translate_embedder_errors():
+        # A malformed config file, a missing extra, a model that cannot load: one line,
+        # no traceback; the log (when there is one) says why it stopped, and its fix.
+        with translate_embedder_errors(), _stop_logged(logger if log_file else None, fix_mark):
+            chosen = model or configured_model(env)
+            absent = missing() if chosen != "mock" else []
+            if absent:  # a frontend-only install: say so, not an ImportError from deep inside
+                raise ModelError(
+                    f"the embedder extra is not installed ({', '.join(absent)} missing)",
+                    fix=install_line(),
+                )
+            options = server.ServeOptions(
+                model=chosen,
+                listen=listen,
+                threads=threads,
+                idle_seconds=(
+                    idle_seconds
+                    if idle_seconds is not None
+                    else int_setting(env, "THATCH_EMBEDDER_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)
+                ),
+                exit_after=exit_after,
+                tls=tls,
+                auto_started=auto_started,
+            )
             try:
                 status = server.serve(options, env=env, logger=logger)
-            except ThatchEmbedderError as error:
-                if isinstance(error, ModelError) and not error.fix:
-                    # Never "start the embedder" again: that would fail the same way.
+            except ModelError as error:
+                if not error.fix:  # never "start the embedder" again: it would fail the same way
                     error.fix = MODEL_FIX.format(model=shlex.quote(options.model))
-                if log_file is not None:  # whoever reads the log learns why it stopped
-                    logger.error("%s", error)
                 raise
     finally:
         logger.removeHandler(handler)

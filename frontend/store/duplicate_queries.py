@@ -82,30 +82,33 @@ class DuplicateQueries:
             return 0, 0
         return self._check_slugs(name, slugs), last
 
-    def check_all_duplicates(self, store: str, *, deadline: float | None = None) -> tuple[int, int]:
+    def check_all_duplicates(
+        self, store: str, *, deadline: float | None = None, up_to: int | None = None
+    ) -> duplicates.DuplicateProgress:
         """``check_duplicates`` chunk after chunk until the store is checked (or
-        ``deadline``, a ``time.monotonic()`` value, passes); returns (checked, total).
+        ``deadline``, a ``time.monotonic()`` value, passes); returns the progress then,
+        counted as ``duplicate_progress`` counts it with ``up_to``.
 
         Each chunk is its own transaction: writers wait at most one chunk's write. A
         memory that changed under its chunk is left for the next round (at most two
         rounds per call, so rows changing all the time cannot keep it busy). A store
-        already checked costs two index-only counts: the search for unchecked rows reads
-        every row of the store."""
+        already checked costs, with ``up_to``, one row read (m031's table; without it, two
+        index-only counts): the search for unchecked rows reads every row of the store."""
         import time
 
-        checked, total = self.duplicate_progress(store)
-        if checked >= total:
-            return checked, total
+        progress = self.duplicate_progress(store, up_to=up_to)
+        if progress.complete:
+            return progress
         for _ in range(2):
             after = 0
             while deadline is None or time.monotonic() < deadline:
                 _, after = self.check_duplicates(store, after=after)
                 if after == 0:
                     break
-            checked, total = self.duplicate_progress(store)
-            if checked >= total:
+            progress = self.duplicate_progress(store, up_to=up_to)
+            if progress.complete:
                 break
-        return checked, total
+        return progress
 
     @locked
     def last_entry_rowid(self) -> int:
@@ -114,12 +117,16 @@ class DuplicateQueries:
         return int(last)
 
     @locked
-    def duplicate_progress(self, store: str) -> tuple[int, int]:
-        """(checked, total) embedded memories of ``store`` (archived included)."""
+    def duplicate_progress(
+        self, store: str, *, up_to: int | None = None
+    ) -> duplicates.DuplicateProgress:
+        """How many embedded memories of ``store`` (archived included) were compared with
+        it: every one and every checked mark counted (``up_to`` None), or only whether any
+        is unchecked, then those up to ``up_to`` (``DuplicateProgress``)."""
         if not self._tracked:
-            return 0, 0
+            return duplicates.DuplicateProgress(0, 0)
         with self._read() as conn:
-            return duplicates.progress(conn, store_name(store))
+            return _progress(conn, store_name(store), up_to)
 
     @locked
     def duplicate_summary(
@@ -136,15 +143,15 @@ class DuplicateQueries:
         cap = duplicates.COUNTED_UP_TO
         with self._read() as conn:
             count = duplicates.memories_with_candidates(conn, name, threshold)
-            if up_to is not None and has_table(conn, DUP_UNCHECKED_TABLE):
-                checked, total, total_more, unchecked_more = duplicates.progress_up_to(
-                    conn, name, up_to
-                )
-                return duplicates.DuplicateSummary(
-                    min(count, cap), checked, total, count > cap, total_more, unchecked_more
-                )
-            checked, total = duplicates.progress(conn, name)
-        return duplicates.DuplicateSummary(min(count, cap), checked, total, count > cap)
+            progress = _progress(conn, name, up_to)
+        return duplicates.DuplicateSummary(
+            min(count, cap),
+            progress.checked,
+            progress.total,
+            count > cap,
+            progress.total_more,
+            progress.unchecked_more,
+        )
 
     @locked
     def duplicate_page(
@@ -155,9 +162,11 @@ class DuplicateQueries:
         offset: int = 0,
         clusters: int = duplicates.PAGE_CLUSTERS,
         pairs_per_cluster: int = duplicates.CLUSTER_PAIRS,
+        up_to: int | None = None,
     ) -> duplicates.DuplicatePage:
         """Clusters of unreviewed candidates from ``offset`` (0-based), at most
-        ``clusters`` of them, each with its best ``pairs_per_cluster`` pairs."""
+        ``clusters`` of them, each with its best ``pairs_per_cluster`` pairs, and the
+        check's progress counted as ``duplicate_progress`` counts it with ``up_to``."""
         threshold = threshold_value(threshold)
         name = store_name(store)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
@@ -171,7 +180,7 @@ class DuplicateQueries:
             names = duplicates.labels(
                 conn, name, (slug for _, pairs, _ in found for a, b, _ in pairs for slug in (a, b))
             )
-            checked, total = duplicates.progress(conn, name)
+            progress = _progress(conn, name, up_to)
         pages = [
             duplicates.ClusterPage(
                 size,
@@ -180,7 +189,16 @@ class DuplicateQueries:
             )
             for size, pairs, more in found
         ]
-        return duplicates.DuplicatePage(pages, offset, total_clusters, checked, total, partial)
+        return duplicates.DuplicatePage(
+            pages,
+            offset,
+            total_clusters,
+            progress.checked,
+            progress.total,
+            partial,
+            progress.total_more,
+            progress.unchecked_more,
+        )
 
     @locked
     def find_duplicates(
@@ -204,3 +222,13 @@ class DuplicateQueries:
         """Memories with an unreviewed duplicate candidate (docs/database.md
         §hygiene-queries); the caller passes the model's duplicate threshold."""
         return self.duplicate_summary(store, threshold).memories
+
+
+def _progress(
+    conn: sqlite3.Connection, name: str, up_to: int | None
+) -> duplicates.DuplicateProgress:
+    """Counted up to ``up_to`` from m031's table (``progress_up_to``); exactly when
+    ``up_to`` is None or m031 has not run here (a hook's open, a read-only file)."""
+    if up_to is not None and has_table(conn, DUP_UNCHECKED_TABLE):
+        return duplicates.progress_up_to(conn, name, up_to)
+    return duplicates.DuplicateProgress(*duplicates.progress(conn, name))

@@ -38,6 +38,7 @@ __all__ = [
     "PAIRS_GROUPED",
     "ClusterPage",
     "DuplicatePage",
+    "DuplicateProgress",
     "DuplicateSummary",
 ]
 
@@ -57,6 +58,26 @@ COUNTED_UP_TO = 1000
 # Candidate pairs a page of clusters is made from, the best first: a store of 100k
 # near-copies holds 2M pairs, and grouping them all took 9 s for every page.
 PAIRS_GROUPED = 10_000
+
+
+@dataclass(frozen=True)
+class DuplicateProgress:
+    """``checked`` of ``total`` embedded memories compared with their store so far
+    (archived included: checking one only marks it).
+
+    Counted exactly, or up to a cap (``progress_up_to``, as the session start and the UI
+    count): with every memory checked, nothing is counted (0 of 0); else ``total`` stops
+    past the cap (then ``total_more``: more than ``total``) and so does ``total -
+    checked``, the unchecked ones (then ``unchecked_more``)."""
+
+    checked: int
+    total: int
+    total_more: bool = False
+    unchecked_more: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.checked >= self.total
 
 
 @dataclass(frozen=True)
@@ -93,7 +114,8 @@ class ClusterPage:
 
 @dataclass(frozen=True)
 class DuplicatePage:
-    """Clusters ``offset`` … ``offset + len(clusters)`` of ``total_clusters``."""
+    """Clusters ``offset`` … ``offset + len(clusters)`` of ``total_clusters``, and the
+    check's progress (``checked`` … ``unchecked_more``, as ``DuplicateProgress``)."""
 
     clusters: list[ClusterPage]
     offset: int
@@ -103,6 +125,12 @@ class DuplicatePage:
     # More unreviewed pairs than ``PAIRS_GROUPED``: the clusters are those of the best
     # ones, and reviewing them brings up the rest.
     partial: bool = False
+    total_more: bool = False
+    unchecked_more: bool = False
+
+    @property
+    def progress(self) -> DuplicateProgress:
+        return DuplicateProgress(self.checked, self.total, self.total_more, self.unchecked_more)
 
     @property
     def next_offset(self) -> int | None:
@@ -153,25 +181,25 @@ def progress(conn: sqlite3.Connection, store: str) -> tuple[int, int]:
     return int(checked), int(total)
 
 
-def progress_up_to(conn: sqlite3.Connection, store: str, up_to: int) -> tuple[int, int, bool, bool]:
-    """(checked, total, total_more, unchecked_more) as ``DuplicateSummary`` holds them
-    when counted up to ``up_to``, from m031's table of unchecked memories: one row says
-    whether any is unchecked (every session start of a store the check finished), and
-    only then are they counted, and the embedded memories, each stopping past ``up_to``.
+def progress_up_to(conn: sqlite3.Connection, store: str, up_to: int) -> DuplicateProgress:
+    """The progress counted up to ``up_to`` (``DuplicateProgress``), from m031's table of
+    unchecked memories: one row says whether any is unchecked (every session start of a
+    store the check finished, every load of the UI's Duplicates page), and only then are
+    they counted, and the embedded memories, each stopping past ``up_to``.
     Needs m031's table: where m031 has not run (a hook's open leaves it, a file opened
-    read-only) the caller counts exactly instead (``progress``; ``duplicate_summary``)."""
+    read-only) the caller counts exactly instead (``progress``; ``duplicate_progress``)."""
     if (
         conn.execute(
             f"SELECT 1 FROM {DUP_UNCHECKED_TABLE} WHERE store = ? LIMIT 1", (store,)
         ).fetchone()
         is None
     ):
-        return 0, 0, False, False
+        return DuplicateProgress(0, 0)
     unchecked = counted(conn, f"FROM {DUP_UNCHECKED_TABLE} WHERE store = ?", (store,), up_to)
     total = counted(conn, f"FROM entries WHERE store = ? AND {USABLE}", (store,), up_to)
     total_more, unchecked_more = total > up_to, unchecked > up_to
     total, unchecked = min(total, up_to), min(unchecked, up_to)
-    return total - unchecked, total, total_more, unchecked_more
+    return DuplicateProgress(total - unchecked, total, total_more, unchecked_more)
 
 
 def screen(matrix: StoreMatrix, slugs: Sequence[str]) -> dict[str, list[str]]:

@@ -27,6 +27,7 @@ from thatch.frontend.store.duplicates import (
     CLUSTER_PAIRS,
     PAGE_CLUSTERS,
     DuplicatePage,
+    DuplicateProgress,
     DuplicateSummary,
 )
 from thatch.frontend.store.engine_rows import (
@@ -151,9 +152,9 @@ class MemoryOperations(Protocol):
 
     # -- duplicate candidates
     def check_all_duplicates(
-        self, store: str, *, deadline: float | None = None
-    ) -> tuple[int, int]: ...
-    def duplicate_progress(self, store: str) -> tuple[int, int]: ...
+        self, store: str, *, deadline: float | None = None, up_to: int | None = None
+    ) -> DuplicateProgress: ...
+    def duplicate_progress(self, store: str, *, up_to: int | None = None) -> DuplicateProgress: ...
     def duplicate_summary(
         self, store: str, threshold: float = DUPLICATE_THRESHOLD, *, up_to: int | None = None
     ) -> DuplicateSummary: ...
@@ -165,6 +166,7 @@ class MemoryOperations(Protocol):
         offset: int = 0,
         clusters: int = PAGE_CLUSTERS,
         pairs_per_cluster: int = CLUSTER_PAIRS,
+        up_to: int | None = None,
     ) -> DuplicatePage: ...
     def find_duplicates(
         self, store: str, threshold: float = DUPLICATE_THRESHOLD

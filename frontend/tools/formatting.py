@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TypeGuard, TypeVar
 
 from thatch.frontend.anchors.check import Drift
-from thatch.frontend.store.duplicates import PAIRS_GROUPED, DuplicatePage
+from thatch.frontend.store.duplicates import PAIRS_GROUPED, DuplicatePage, DuplicateProgress
 from thatch.frontend.store.memory import DuplicatePair, Match, Memory
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import body, escape_openings, inline, quoted, token
@@ -22,6 +22,7 @@ __all__ = [
     "Cluster",
     "T",
     "archived_guard",
+    "check_progress",
     "checked",
     "clusters",
     "duplicate_page",
@@ -335,10 +336,8 @@ def duplicate_page(
     )
     notes = []
     if not page.complete:
-        notes.append(
-            f"Duplicate check in progress: {page.checked} of {page.total} memories compared "
-            "so far; call again for the rest."
-        )
+        progress = check_progress(page.progress, "memories compared so far")
+        notes.append(f"Duplicate check in progress: {progress}; call again for the rest.")
     if not page.clusters:
         text = (
             f"No duplicate candidates found in {quoted(store)} above threshold "
@@ -373,6 +372,18 @@ def duplicate_page(
         )
     text = "\n\n".join(blocks)
     return "\n\n".join([text, "\n".join(notes)]) if notes else text
+
+
+def check_progress(progress: DuplicateProgress, checked: str = "checked") -> str:
+    """``<checked> of <total> checked``; past the cap its counts stopped at (the session
+    start's, a page's), how many are not checked yet: ``<n> of more than <total> memories
+    not checked yet``, or ``more than <n> memories not checked yet``."""
+    if not progress.total_more:
+        return f"{progress.checked} of {progress.total} {checked}"
+    unchecked = progress.total - progress.checked
+    if progress.unchecked_more:
+        return f"more than {unchecked} memories not checked yet"
+    return f"{unchecked} of more than {progress.total} memories not checked yet"
 
 
 def checked(store: str, label_a: str, label_b: str, status: str) -> str:

@@ -146,12 +146,17 @@ class StoreHygiene:
 
     def duplicate_progress(self) -> str:
         """``<checked> of <total> checked``; past the cap, how many are not checked yet."""
-        if not self.duplicates_total_more:
-            return f"{self.duplicates_checked} of {self.duplicates_total} checked"
-        unchecked = self.duplicates_total - self.duplicates_checked
-        if self.duplicates_unchecked_more:
-            return f"more than {unchecked} memories not checked yet"
-        return f"{unchecked} of more than {self.duplicates_total} memories not checked yet"
+        from thatch.frontend.store.duplicates import DuplicateProgress
+        from thatch.frontend.tools.formatting import check_progress
+
+        return check_progress(
+            DuplicateProgress(
+                self.duplicates_checked,
+                self.duplicates_total,
+                self.duplicates_total_more,
+                self.duplicates_unchecked_more,
+            )
+        )
 
     def model_parts(self) -> list[str]:
         parts = []

@@ -29,6 +29,7 @@ from thatch.frontend.store.slugs import slugify
 from thatch.frontend.thresholds import ModelThresholds, in_force
 from thatch.frontend.timefmt import format_timestamp
 from thatch.frontend.tools import formatting as fmt
+from thatch.frontend.tools import hygiene
 from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.chat_tools import ChatTools
 from thatch.frontend.tools.context import EmbedResultLike, ToolContext
@@ -437,14 +438,19 @@ class Operations:
         if self.ctx.store.pending_count(store, up_to=0):  # any: one row read, not the backlog
             self.ctx.pending_fill.fill_store(store)
         self._check_duplicates(store)
-        return self.ctx.store.duplicate_page(store, threshold, offset=offset)
+        return self.ctx.store.duplicate_page(
+            store, threshold, offset=offset, up_to=hygiene.COUNTED_UP_TO
+        )
 
     def _check_duplicates(self, store: str) -> None:
         """Compare what no write compared yet (an upgraded database, the earlier release's
-        rows), for at most ``CHECK_SECONDS``: the page then says how far it got."""
+        rows), for at most ``CHECK_SECONDS``: the page then says how far it got. Whether
+        any is left is one row read (m031), not a count of the store."""
         import time
 
-        self.ctx.store.check_all_duplicates(store, deadline=time.monotonic() + CHECK_SECONDS)
+        self.ctx.store.check_all_duplicates(
+            store, deadline=time.monotonic() + CHECK_SECONDS, up_to=hygiene.COUNTED_UP_TO
+        )
 
     def mark_checked(self, store: str, label_a: str, label_b: str, status: str) -> str:
         slug_a, slug_b = slugify(label_a), slugify(label_b)

@@ -53,7 +53,7 @@ class DuplicatePages(PageBase):
         ]
         if not page.complete:
             blocks.append(
-                f"<p>Still comparing memories: {page.checked} of {page.total} checked; "
+                f"<p>Still comparing memories: {fmt.check_progress(page.progress)}; "
                 "reload for the rest.</p>"
             )
         if page.partial:
