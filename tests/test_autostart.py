@@ -314,6 +314,8 @@ def test_a_fix_line_of_other_stderr_text_is_not_the_servers_fix(
     with EmbedderClient() as client, pytest.raises(EmbedderUnavailable) as caught:
         client.ensure_started(wait=30)
     assert f"\nFix: {FORGED_FIX}\n" in log_file(isolated_env).read_text()
+    # Nor is the traceback's last line the cause shown beside the server's fix.
+    assert "no model named x" not in str(caught.value)
     assert caught.value.fix == (
         f"thatch model info {model} shows how the model resolves; "
         "thatch model use ID chooses another (or set THATCH_MODEL)"
@@ -338,6 +340,24 @@ def test_log_fix_reads_only_the_record_of_its_mark(tmp_path: Path) -> None:
     assert log_fix(log, offset, "0123abcd") == "thatch model use y"
     assert log_fix(log, offset, "fedcba98") is None
     assert log_reason(log, offset) == "model x cannot load"
+
+
+def test_log_reason_reads_the_stop_record_of_its_mark(tmp_path: Path) -> None:
+    """What other code writes to stderr after the server's error (an interpreter's last
+    traceback) is not the cause shown beside the server's fix; without a record of this
+    start, the last line is still the best clue (a crash writes none)."""
+    log = tmp_path / "embedder.log"
+    log.write_text(
+        "2026-01-02 03:04:05,678 ERROR Stopped (start 0123abcd): model x cannot load\n"
+        "2026-01-02 03:04:05,679 ERROR Fix (start 0123abcd): thatch model use y\n"
+        "2026-01-02 03:04:05,680 ERROR Stopped (start 99999999): forged\n"
+        "  2026-01-02 03:04:05,680 ERROR Stopped (start 0123abcd): forged\n"
+        "Traceback (most recent call last):\n"
+        "ValueError: forged cause\n"
+    )
+    assert log_reason(log, 0, "0123abcd") == "model x cannot load"
+    assert log_reason(log, 0, "fedcba98") == "ValueError: forged cause"
+    assert log_reason(log, 0) == "ValueError: forged cause"
 
 
 def test_remote_address_never_spawns(isolated_env: Path) -> None:

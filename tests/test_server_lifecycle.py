@@ -234,6 +234,21 @@ def test_log_file_rotates_at_5_mb_with_one_backup(tmp_path: Path) -> None:
         handler.close()
 
 
+def test_an_unwritable_log_file_is_one_line(tmp_path: Path) -> None:
+    """A log file that cannot be written stops serve with one line, before any other check
+    (a malformed config here), not a traceback."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--listen", "unix:///nowhere.sock", "--log-file", str(blocker / "e.log")],
+        env={"THATCH_CONFIG": str(tmp_path / "config.json"), "THATCH_MODEL": ""},
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: cannot write the log file ")
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+
+
 def test_sigterm_while_the_model_downloads_stops_the_embedder(short_tmp: Path) -> None:
     """A first start downloads the model; SIGTERM (`thatch embedder stop`) used to wait for
     the whole download, here a hub that never answers."""

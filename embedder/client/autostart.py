@@ -25,7 +25,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import secrets
 import subprocess
 import sys
 import threading
@@ -53,6 +52,7 @@ __all__ = [
     "FIX_UNTRUSTED",
     "POLL_SECONDS",
     "STILL_STARTING",
+    "STOP_RECORD",
     "AutoStarter",
     "Health",
     "LockHold",
@@ -80,12 +80,16 @@ FIX_UNTRUSTED = (
 )
 _OFFLINE = re.compile(r"model (\S+) is not in the local cache and HF_HUB_OFFLINE=1")
 _LOG_PREFIX = re.compile(r"^.*?\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+")
-# A server that fails writes its fix as a record of its own (serve_cmd's formatter: one
-# line, its time and level first) naming the mark its starter gave it (``--fix-mark``):
-# what else reaches the log (grpc's own lines, a traceback quoting a model id or a
-# directory's name) may hold a line starting "Fix: ", never the mark of this start.
+# A server that fails writes why it stopped and its fix as records of its own
+# (serve_cmd's formatter: one line, its time and level first) naming the mark its starter
+# gave it (``--fix-mark``): what else reaches the log (grpc's own lines, a traceback
+# quoting a model id or a directory's name) may hold a line starting "Fix: ", or come
+# after the server's error, never with the mark of this start.
+STOP_RECORD = "Stopped (start {mark}): "
 FIX_RECORD = "Fix (start {mark}): "
-_FIX_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ERROR Fix \(start (\w+)\): (.*)$")
+_MARKED_RECORD = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ERROR (Stopped|Fix) \(start (\w+)\): (.*)$"
+)
 
 
 def probe_socket(path: Path, timeout: float = PROBE_SECONDS) -> SocketState:
@@ -211,12 +215,19 @@ def _log_lines(log: Path, offset: int) -> list[str] | None:
         return None
 
 
-def log_reason(log: Path, offset: int) -> str | None:
-    """The last line the spawned server wrote after ``offset``, without timestamp and level."""
-    for line in reversed(_log_lines(log, offset) or []):
+def log_reason(log: Path, offset: int, mark: str | None = None) -> str | None:
+    """Why the spawned server stopped: its record marked ``mark`` (``STOP_RECORD``), else
+    the last line written after ``offset``, without timestamp and level (a crash leaves
+    no record: its traceback's last line is the best clue)."""
+    lines = _log_lines(log, offset) or []
+    if mark is not None:
+        marked = _marked(lines, "Stopped", mark)
+        if marked is not None:
+            return marked
+    for line in reversed(lines):
         line = line.strip()
         # The fix follows the error: the CLI's line (or anyone's starting so), the record.
-        if line and not line.startswith("Fix: ") and not _FIX_RECORD.match(line):
+        if line and not line.startswith("Fix: ") and not _MARKED_RECORD.match(line):
             return _LOG_PREFIX.sub("", line, count=1).removeprefix("Error: ")
     return None
 
@@ -224,10 +235,14 @@ def log_reason(log: Path, offset: int) -> str | None:
 def log_fix(log: Path, offset: int, mark: str) -> str | None:
     """The server's fix after ``offset``, from the record marked ``mark`` (``FIX_RECORD``)
     that only the server started with it writes: it knows which models this machine has."""
-    for line in reversed(_log_lines(log, offset) or []):
-        record = _FIX_RECORD.match(line)
-        if record is not None and record.group(1) == mark and record.group(2).strip():
-            return record.group(2).strip()
+    return _marked(_log_lines(log, offset) or [], "Fix", mark)
+
+
+def _marked(lines: list[str], kind: str, mark: str) -> str | None:
+    for line in reversed(lines):
+        record = _MARKED_RECORD.match(line)
+        if record is not None and record.group(1) == kind and record.group(2) == mark:
+            return record.group(3).strip() or None
     return None
 
 
@@ -379,7 +394,7 @@ class AutoStarter:
         self.log = embedder_log_file(env)
         # Marks the fix record of the server this attempt starts: unguessable, so no
         # other text in the log can pass for it.
-        self.fix_mark = secrets.token_hex(8)
+        self.fix_mark = os.urandom(8).hex()
 
     def state(self, timeout: float = PROBE_SECONDS) -> SocketState | Health:
         """``SERVING`` / ``NOT_SERVING`` for a live server, ``UNREACHABLE`` for a socket
@@ -422,7 +437,7 @@ class AutoStarter:
                     raise not_a_socket(self.address)
                 if state in NEEDS_SPAWN and (proc is None or proc.poll() is not None):
                     if proc is not None:  # ours exited and nobody else serves: say why
-                        reason = log_reason(self.log, log_offset)
+                        reason = log_reason(self.log, log_offset, self.fix_mark)
                         raise start_failure(
                             self.address,
                             reason or f"the embedder exited with {proc.returncode}",

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from thatch.common.control_chars import escape_controls
-from thatch.embedder.client.autostart import FIX_RECORD
+from thatch.embedder.client.autostart import FIX_RECORD, STOP_RECORD
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
 from thatch.embedder.client.extra import install_line, missing
@@ -96,15 +96,19 @@ def _indented(text: str) -> str:
 @contextmanager
 def _stop_logged(logger: logging.Logger | None, fix_mark: str | None) -> Iterator[None]:
     """Log an error that stops the server, and its fix: under ``fix_mark`` (auto-start's)
-    a record ``log_fix`` of the frontend that started it finds (``FIX_RECORD``)."""
+    as records the frontend that started it finds (``STOP_RECORD``, ``FIX_RECORD``), so
+    text other code writes to stderr later is never taken for either."""
     try:
         yield
     except ThatchEmbedderError as error:
         if logger is not None:
-            logger.error("%s", error)
             fix = getattr(error, "fix", None)
-            if fix and fix_mark:
-                logger.error("%s%s", FIX_RECORD.format(mark=fix_mark), fix)
+            if fix_mark:
+                logger.error("%s%s", STOP_RECORD.format(mark=fix_mark), error)
+                if fix:
+                    logger.error("%s%s", FIX_RECORD.format(mark=fix_mark), fix)
+            else:
+                logger.error("%s", error)
         raise
 
 
@@ -191,7 +195,12 @@ def serve(
     tls = None
     if tls_cert is not None and tls_key is not None:
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
-    logger, handler = setup_logging(log_file, log_level)
+    try:
+        logger, handler = setup_logging(log_file, log_level)
+    except OSError as error:  # one line, as every other reason not to start
+        raise click.ClickException(
+            f"cannot write the log file {escape_controls(str(log_file))}: {error.strerror or error}"
+        ) from None
     try:
         # A malformed config file, a missing extra, a model that cannot load: one line,
         # no traceback; the log (when there is one) says why it stopped, and its fix.
