@@ -143,6 +143,7 @@ def subdirectory_note(project_dir: Path) -> str | None:
 
 def write_git_hooks(dry_run: bool) -> None:
     """``--git-hooks`` in the project's repository (docs/database.md §branch-lifecycle)."""
+    from thatch.cli.errors import FixableError
     from thatch.common.environment import project_dir_from_env
     from thatch.frontend.setup.git_hooks import GitHooksError, install_git_hooks
 
@@ -151,7 +152,7 @@ def write_git_hooks(dry_run: bool) -> None:
     try:
         outcomes = install_git_hooks(directory, env, dry_run=dry_run)
     except GitHooksError as error:
-        raise click.ClickException(f"--git-hooks: {error}") from None
+        raise FixableError(f"--git-hooks: {error}", error.fix) from None
     except OSError as error:
         raise click.ClickException(f"setup could not write a git hook: {error}") from None
     for outcome in outcomes:

@@ -124,3 +124,37 @@ def test_a_checkout_path_is_shown_as_data(tmp_path: Path) -> None:
     lines = result.stdout.decode().splitlines()
     shown = f"{tmp_path}/w\\ngit hook forged: written x\\u001b[2K/.git/hooks"
     assert lines == [f"git hook {hook}: written {shown}/{hook}" for hook in HOOKS]
+
+
+def test_a_hooks_path_outside_the_git_dir_is_refused(tmp_path: Path) -> None:
+    """core.hooksPath at a committed folder (`.husky`) or a folder every repository runs:
+    hooks there are shared and would name this clone's events file, so none is written,
+    the error says why and the Fix line what to do (exit 1); a hooks path inside the
+    clone's git directory is this clone's own and gets them."""
+    repo = new_repo(tmp_path / "widgets")
+    env = setup_env(tmp_path)
+    shared = tmp_path / "every-repo-hooks"
+    for hooks_path, where in ((".husky", repo / ".husky"), (str(shared), shared)):
+        git(repo, "config", "core.hooksPath", hooks_path)
+        for dry_run in ([], ["--dry-run"]):
+            result = run_hook(["setup", "--git-hooks", *dry_run], None, env, cwd=repo)
+            assert result.returncode == 1
+            assert result.stdout == b""
+            error, fix = result.stderr.decode().splitlines()
+            assert error == (
+                f'Error: --git-hooks: core.hooksPath points at "{where}", outside this '
+                f'clone\'s git directory "{repo / ".git"}": hooks there are shared (committed '
+                "with the project, or run by every repository), and thatch's name this "
+                "clone's files, so none were written"
+            )
+            assert fix.startswith("Fix: nothing is needed, thatch notices branch changes")
+            assert "git config --unset core.hooksPath" in fix
+        assert not where.exists()
+    assert git(repo, "status", "--porcelain") == ""
+    git(repo, "config", "core.hooksPath", ".git/own-hooks")
+    result = run_hook(["setup", "--git-hooks"], None, env, cwd=repo)
+    assert result.returncode == 0, result.stderr
+    own = repo / ".git" / "own-hooks"
+    assert result.stdout.decode().splitlines() == [
+        f"git hook {hook}: written {own / hook}" for hook in HOOKS
+    ]
