@@ -26,6 +26,15 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return dict(os.environ)
 
 
+def register_user_server(env: dict[str, str], bin_path: str) -> None:
+    """What `claude mcp add --scope user thatch -- <bin> mcp` writes (setup prints that
+    command when `claude` is not on PATH, as in these tests)."""
+    entry = {"type": "stdio", "command": bin_path, "args": ["mcp"], "env": {}}
+    user_file = Path(env["CLAUDE_CONFIG_DIR"]) / ".claude.json"
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    user_file.write_text(json.dumps({"numStartups": 3, "mcpServers": {"thatch": entry}}))
+
+
 def global_file(tmp_path: Path, host: str) -> Path:
     return {
         "claude": tmp_path / "claude-config" / "CLAUDE.md",
@@ -242,6 +251,7 @@ def test_install_without_the_session_end_hooks_is_drifted(
         post_tool_use=post_tool_use,
     )
     run_setup(request)
+    register_user_server(env, "thatch")
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
     settings = (
         tmp_path / ".claude" / "settings.json"
@@ -319,6 +329,7 @@ def test_the_same_executable_spelled_otherwise_is_not_drifted(
                 scope=scope,  # type: ignore[arg-type]
             )
         )
+        register_user_server(env, written)
         status = doctor_status(host, tmp_path, on_path, bin_path=checked, version="1")
         assert status == ("ok", f"installed ({scope})", None), (written, checked)
     other = tmp_path / "other" / "thatch"
@@ -352,6 +363,7 @@ def test_drift_is_named_in_the_spelling_the_files_use(
         scope=scope,  # type: ignore[arg-type]
     )
     run_setup(request)
+    register_user_server(env, written)
     settings = (
         tmp_path / ".claude" / "settings.json"
         if scope == "local"
@@ -447,3 +459,64 @@ def test_a_dry_run_names_the_first_key_it_would_change_as_doctor_does(
         "warn",
         f"drifted (local): {mcp} ({said})",
     )
+
+
+def test_a_global_claude_setup_without_its_user_server_is_not_ok(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`claude` not on PATH: setup only prints `claude mcp add …`. Until it has run (the
+    server in Claude Code's user file), doctor warns with that command as the fix; a
+    server running another executable names the commands that replace it."""
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    add = "claude mcp add --scope user thatch -- thatch mcp"
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}",
+        add,
+    )
+    user_file.write_text('{"numStartups": 3, "mcpServers": {"other": {"command": "x"}}}')
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "warn"
+    register_user_server(env, "/old/thatch")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted (global): the thatch server in {user_file} runs another executable",
+        f"claude mcp remove --scope user thatch && {add}",
+    )
+    # The server registered, and a hook drifted too: both named, both fixed.
+    register_user_server(env, "thatch")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        "installed (global)",
+        None,
+    )
+    user_file.unlink()
+    settings = tmp_path / "claude-config" / "settings.json"
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["Stop"]
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}; "
+        f"drifted: {settings} (hooks.Stop)",
+        f"{add}, then thatch setup --claude --global",
+    )
+
+
+def test_the_user_file_is_in_the_config_dir_or_home(tmp_path: Path) -> None:
+    """Claude Code keeps user-scope servers in `~/.claude.json`, or in
+    `$CLAUDE_CONFIG_DIR/.claude.json` when that is set."""
+    from thatch.frontend.setup.hosts import claude_user_file
+
+    home = str(tmp_path / "home")
+    assert claude_user_file({"HOME": home}) == tmp_path / "home" / ".claude.json"
+    config = {"HOME": home, "CLAUDE_CONFIG_DIR": str(tmp_path / "c")}
+    assert claude_user_file(config) == tmp_path / "c" / ".claude.json"

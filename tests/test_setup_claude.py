@@ -16,6 +16,7 @@ from thatch.cli.main import cli
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
+from thatch.frontend.setup.run import RUN_IT
 
 BIN = "/opt/thatch/bin/thatch"
 
@@ -276,7 +277,7 @@ def test_user_entry_with_another_command_is_not_unchanged(
     if expected == "same":
         assert line == f"  unchanged  {add}"
     else:
-        assert line == f"  printed  claude mcp remove --scope user thatch && {add}"
+        assert line == f"  printed  claude mcp remove --scope user thatch && {add}  ({RUN_IT})"
         assert any("runs /old/thatch, not" in d for d in result.details())
 
 
@@ -405,3 +406,22 @@ def test_cli_switch_flags(
     assert entry["env"] == {"THATCH_CHAT": "off"}
     refused = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--no-chat"])
     assert refused.exit_code == 2 and "without --global" in refused.output
+
+
+def test_without_claude_on_path_setup_reads_the_user_file(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """No `claude` on PATH: the command is printed with a note saying it was not run and
+    must be; once Claude Code's user file holds the server it is unchanged, and one running
+    another executable gets the commands that replace it."""
+    add = f"claude mcp add --scope user thatch -- {BIN} mcp"
+    lines = run(project, env, scope="global").stdout_lines()
+    assert lines[1] == f"  printed  {add}  ({RUN_IT})"
+    assert RUN_IT == "not run: run it yourself; Claude Code has no thatch tools until then"
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    for command, expected in ((BIN, f"  unchanged  {add}"), ("/old/thatch", None)):
+        entry = {"type": "stdio", "command": command, "args": ["mcp"], "env": {}}
+        user_file.write_text(json.dumps({"mcpServers": {"thatch": entry}, "projects": {}}))
+        line = run(project, env, scope="global").stdout_lines()[1]
+        remove = "claude mcp remove --scope user thatch"
+        assert line == (expected or f"  printed  {remove} && {add}  ({RUN_IT})")

@@ -14,6 +14,7 @@ import pytest
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.hooks import HOOK_SUBCOMMANDS
+from thatch.frontend.setup.run import RUN_IT
 
 BIN = "/opt/thatch tools/bin/thatch"  # a space forces shell quoting in hook commands
 HOOK_COMMANDS = {
@@ -153,7 +154,8 @@ def test_fresh_run_creates_exactly_the_hosts_files(
             }
         else:
             lines = result.stdout_lines()
-            assert f"  printed  claude mcp add --scope user thatch -- '{BIN}' mcp" in lines
+            add = f"claude mcp add --scope user thatch -- '{BIN}' mcp"
+            assert f"  printed  {add}  ({RUN_IT})" in lines
     elif host == "cursor":
         doc = json.loads(by_name["hooks.json"].read_text())
         assert doc["version"] == 1

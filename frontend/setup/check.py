@@ -181,7 +181,7 @@ def doctor_status(
     The scope checked is the first (local, then global) holding an entry of the host's
     own; an instruction block another host wrote does not make this host installed.
     """
-    from thatch.frontend.setup.run import SetupRequest, run_setup
+    from thatch.frontend.setup.run import SetupRequest, run_setup, user_entry
     from thatch.frontend.untrusted import inline
 
     scopes: list[Scope] = ["local", "global"]
@@ -229,14 +229,31 @@ def doctor_status(
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
         if failed:
             return "FAIL", f"cannot update {', '.join(map(inline, failed))}", fix
-        found = [line for line in lines if line.status == "would-write"]
+        # A printed command is one setup could not run (doctor never runs `claude`): the
+        # user-level MCP entry is missing, or runs another executable.
+        found = [line for line in lines if line.status in ("would-write", "printed")]
         if not found:
             return "ok", f"installed ({scope})", None
         drifts.append(found)
     # Compared in another spelling than the files', every command differs: the spelling
     # with the fewest changes is the files' own, and its lines name only real drift.
     drifted = min(drifts, key=_changes)  # the first of equals: bin_path's
-    return "warn", f"drifted ({scope}): {', '.join(map(_drift, drifted))}", fix
+    printed = [line for line in drifted if line.status == "printed"]
+    if not printed:
+        return "warn", f"drifted ({scope}): {', '.join(map(_drift, drifted))}", fix
+    # What `claude mcp add` would have written: the hooks and the block tell every
+    # session to call tools that do not exist until the user runs the command.
+    command = printed[0].target
+    user_file = inline(str(user_entry(env)[0]))
+    if command.startswith("claude mcp remove"):
+        said = f"drifted ({scope}): the thatch server in {user_file} runs another executable"
+    else:
+        said = f"MCP server not registered ({scope}): no thatch server in {user_file}"
+    rest = [line for line in drifted if line.status != "printed"]
+    if rest:
+        said += f"; drifted: {', '.join(map(_drift, rest))}"
+        command += f", then {fix}"
+    return "warn", said, command
 
 
 def _changes(lines: list[Line]) -> int:

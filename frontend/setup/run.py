@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from thatch.frontend.regular_files import read_regular
 from thatch.frontend.setup import (
     block,
     git_exclude,
@@ -30,13 +32,13 @@ from thatch.frontend.setup import (
     permissions,
     skills,
 )
-from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
+from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, claude_user_file, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
 from thatch.frontend.untrusted import inline
 
-__all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup"]
+__all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup", "user_entry"]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
@@ -232,12 +234,33 @@ def _opencode_mcp(
     return _set_key(doc, "mcp", entry, replaced, "environment", flags)
 
 
+# A printed command is one setup did not run: the user must, or the hooks and the
+# instruction block point at tools Claude Code does not have.
+RUN_IT = "not run: run it yourself; Claude Code has no thatch tools until then"
+# Claude Code's user file also holds its session state: large, but never this large.
+USER_FILE_LIMIT = 64 << 20
+
+
 def _claude_user_mcp(request: SetupRequest) -> Line:
+    line = _user_mcp_line(request)
+    return dataclasses.replace(line, note=RUN_IT) if line.status == "printed" else line
+
+
+def _user_mcp_line(request: SetupRequest) -> Line:
     add = ["claude", "mcp", "add", "--scope", "user", "thatch", "--", request.bin_path, "mcp"]
     shown = shlex.join(add)
     claude = shutil.which("claude", path=request.env.get("PATH"))
     if claude is None:
-        return Line("printed", shown, f"claude is not on PATH; run this yourself: {inline(shown)}")
+        # What `claude mcp get` would read: the user file (doctor always asks it here).
+        user_file, entry = user_entry(request.env)
+        if entry is None:
+            detail = (
+                f"claude is not on PATH and {inline(str(user_file))} has no thatch server; "
+                f"run this yourself: {inline(shown)}"
+            )
+            return Line("printed", shown, detail)
+        command = entry.get("command")
+        return _registered(command if isinstance(command, str) else None, request, shown)
     # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
     # directory it runs in: asked from the project, a local setup hid a missing user entry.
     # From an empty directory only user-scope (and managed) servers answer.
@@ -248,15 +271,7 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
             failed = f"claude mcp get thatch failed ({inline(str(error))}); run: {inline(shown)}"
             return Line("printed", shown, failed)
         if known.returncode == 0:
-            command = _listed_command(known.stdout)
-            if command is None or _same_binary(command, request.bin_path, request.env):
-                return Line("unchanged", shown)
-            remove = "claude mcp remove --scope user thatch"
-            detail = (
-                f"the user-level thatch server runs {inline(command)}, not "
-                f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
-            )
-            return Line("printed", f"{remove} && {shown}", detail)
+            return _registered(_listed_command(known.stdout), request, shown)
         if request.dry_run:
             return Line("would-write", shown)
         try:
@@ -271,6 +286,31 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
             "printed", shown, f"claude mcp add failed ({inline(why)}); run: {inline(shown)}"
         )
     return Line("written", shown)
+
+
+def _registered(command: str | None, request: SetupRequest, shown: str) -> Line:
+    """The user-level thatch server runs ``command`` (None: it names none, taken as current)."""
+    if command is None or _same_binary(command, request.bin_path, request.env):
+        return Line("unchanged", shown)
+    remove = "claude mcp remove --scope user thatch"
+    detail = (
+        f"the user-level thatch server runs {inline(command)}, not "
+        f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
+    )
+    return Line("printed", f"{remove} && {shown}", detail)
+
+
+def user_entry(env: Mapping[str, str]) -> tuple[Path, dict[str, Any] | None]:
+    """Claude Code's user file and the thatch server in its ``mcpServers`` (None: none, or
+    no file, or no JSON object in it)."""
+    path = claude_user_file(env)
+    try:
+        doc = json.loads(read_regular(path, USER_FILE_LIMIT))
+    except (OSError, ValueError):
+        return path, None
+    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
+    entry = servers.get("thatch") if isinstance(servers, dict) else None
+    return path, entry if isinstance(entry, dict) else None
 
 
 def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
