@@ -21,15 +21,18 @@ __all__ = ["setup"]
 @click.option("--local", "local", is_flag=True, help="Write into the project (default).")
 @click.option("--global", "global_", is_flag=True, help="Write into your user configuration.")
 @click.option(
-    "--post-tool-use",
-    is_flag=True,
-    help="Claude Code: buffer tool calls on PostToolUse (for versions without PostToolBatch).",
+    "--post-tool-use/--post-tool-batch",
+    default=None,
+    help="Claude Code: buffer tool calls on PostToolUse (for versions without "
+    "PostToolBatch), or on PostToolBatch again. Default: as the hooks are (PostToolBatch "
+    "on a first setup).",
 )
 @click.option(
-    "--no-allow-tools",
-    is_flag=True,
-    help="Claude Code: do not add (and remove thatch's) permission rule mcp__thatch; "
-    "Claude then asks before every thatch tool call.",
+    "--allow-tools/--no-allow-tools",
+    default=None,
+    help="Claude Code: add, or leave out (and remove thatch's), the permission rule "
+    "mcp__thatch; without it Claude asks before every thatch tool call. Default: as the "
+    "settings are (added on a first setup).",
 )
 @click.option(
     "--engines/--no-engines",
@@ -57,8 +60,8 @@ def setup(
     opencode: bool,
     local: bool,
     global_: bool,
-    post_tool_use: bool,
-    no_allow_tools: bool,
+    post_tool_use: bool | None,
+    allow_tools: bool | None,
     engines: bool | None,
     chat: bool | None,
     git_hooks: bool,
@@ -101,7 +104,7 @@ def setup(
         version=thatch_version(),
         scope="global" if global_ else "local",
         post_tool_use=post_tool_use,
-        allow_tools=not no_allow_tools,
+        allow_tools=allow_tools,
         switches=switches,
         dry_run=dry_run,
     )

@@ -520,3 +520,62 @@ def test_the_user_file_is_in_the_config_dir_or_home(tmp_path: Path) -> None:
     assert claude_user_file({"HOME": home}) == tmp_path / "home" / ".claude.json"
     config = {"HOME": home, "CLAUDE_CONFIG_DIR": str(tmp_path / "c")}
     assert claude_user_file(config) == tmp_path / "c" / ".claude.json"
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_rerunning_setup_keeps_post_tool_use_and_no_allow_tools(
+    tmp_path: Path, env: dict[str, str], scope: str
+) -> None:
+    """Set up with --post-tool-use --no-allow-tools, then drifted: doctor's fix (setup
+    without those flags) brings back only the missing hook, never PostToolBatch nor the
+    permission rule; in a git clone no settings.local.json nor exclude line appears."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git", path=os.defpath)  # the fixture's PATH finds nothing
+    assert git is not None
+    subprocess.run([git, "init", "-q", str(tmp_path)], check=True, env={"PATH": os.defpath})
+    register_user_server(env, "thatch")
+    first = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+        post_tool_use=True,
+        allow_tools=False,
+    )
+    run_setup(first)
+    status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", f"installed ({scope})", None)
+    settings = (
+        tmp_path / ".claude" / "settings.json"
+        if scope == "local"
+        else tmp_path / "claude-config" / "settings.json"
+    )
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["Stop"]
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    fix = "thatch setup --claude" + (" --global" if scope == "global" else "")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted ({scope}): {settings} (hooks.Stop)",
+        fix,
+    )
+    rerun = dataclasses.replace(first, post_tool_use=None, allow_tools=None)
+    changed = [
+        line
+        for line in run_setup(dataclasses.replace(rerun, dry_run=True)).reports[0].lines
+        if line.status not in ("unchanged", "printed")
+    ]
+    assert [(line.status, line.target, line.differs) for line in changed] == [
+        ("would-write", str(settings), "hooks.Stop")
+    ]
+    run_setup(rerun)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
+    doc = json.loads(settings.read_text())
+    assert "PostToolUse" in doc["hooks"] and "PostToolBatch" not in doc["hooks"]
+    assert "permissions" not in doc
+    assert not (tmp_path / ".claude" / "settings.local.json").exists()
+    assert "settings.local.json" not in (tmp_path / ".git" / "info" / "exclude").read_text()

@@ -166,15 +166,23 @@ def test_local_permission_rule_keeps_foreign_entries_and_says_what_it_wrote(
 
 def test_no_allow_tools_removes_only_ours(project: Path, env: dict[str, str]) -> None:
     """--no-allow-tools removes exactly mcp__thatch; the user's rules stay; containers our
-    rule alone filled disappear; with no file, none is created."""
+    rule alone filled disappear; with no file, none is created, and the file setup
+    created for the rule alone goes with it."""
     run(project, env, allow_tools=False)
     settings = project / ".claude" / "settings.local.json"
     assert not settings.exists()
-    run(project, env)
+    run(project, env, allow_tools=True)
     assert json.loads(settings.read_text()) == {"permissions": {"allow": ["mcp__thatch"]}}
     lines = run(project, env, allow_tools=False).stdout_lines()
+    assert (
+        f"  removed  {settings}  (permissions.allow -= mcp__thatch; nothing else was in it)"
+        in lines
+    )
+    assert not settings.exists()
+    settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch"]}, "env": {}}))
+    lines = run(project, env, allow_tools=False).stdout_lines()
     assert f"  written  {settings}  (permissions.allow -= mcp__thatch)" in lines
-    assert json.loads(settings.read_text()) == {}
+    assert json.loads(settings.read_text()) == {"env": {}}
     settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch", "Read"]}}))
     run(project, env, allow_tools=False)
     assert json.loads(settings.read_text()) == {"permissions": {"allow": ["Read"]}}
@@ -226,7 +234,8 @@ def test_dry_run_describes_the_rule_without_writing(project: Path, env: dict[str
 def test_cli_flag(
     tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`thatch setup --claude --no-allow-tools` writes no rule; without it the rule is written."""
+    """`thatch setup --claude --no-allow-tools` writes no rule, and a rerun without the flag
+    keeps it out; `--allow-tools` writes it, and a rerun keeps it."""
     monkeypatch.chdir(project)
     monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
     script = tmp_path / "bin" / "thatch"  # hook commands are thatch's by the name "thatch"
@@ -237,6 +246,10 @@ def test_cli_flag(
     assert done.exit_code == 0, done.output
     assert not (project / ".claude" / "settings.local.json").exists()
     done = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert done.exit_code == 0, done.output
+    assert not (project / ".claude" / "settings.local.json").exists()
+    assert "Restart" not in done.stdout
+    done = CliRunner().invoke(cli, ["setup", "--claude", "--allow-tools"])
     assert done.exit_code == 0, done.output
     assert "mcp__thatch" in (project / ".claude" / "settings.local.json").read_text()
     assert done.stdout.splitlines()[-1] == "Restart Claude Code to load the changes."
@@ -425,3 +438,27 @@ def test_without_claude_on_path_setup_reads_the_user_file(
         line = run(project, env, scope="global").stdout_lines()[1]
         remove = "claude mcp remove --scope user thatch"
         assert line == (expected or f"  printed  {remove} && {add}  ({RUN_IT})")
+
+
+def test_cli_post_tool_use_is_kept_until_post_tool_batch(
+    tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--post-tool-use` stays through a plain rerun; `--post-tool-batch` undoes it."""
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    script = tmp_path / "bin" / "thatch"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "setup"])
+    settings = project / ".claude" / "settings.json"
+    for flags, event in (
+        (["--post-tool-use"], "PostToolUse"),
+        ([], "PostToolUse"),
+        (["--post-tool-batch"], "PostToolBatch"),
+        ([], "PostToolBatch"),
+    ):
+        done = CliRunner().invoke(cli, ["setup", "--claude", *flags])
+        assert done.exit_code == 0, done.output
+        hooks = json.loads(settings.read_text())["hooks"]
+        other = {"PostToolUse", "PostToolBatch"} - {event}
+        assert event in hooks and not other & set(hooks), flags

@@ -315,14 +315,17 @@ def test_existing_opencode_jsonc_is_used(project: Path, env: dict[str, str]) -> 
 
 
 def test_post_tool_use_switches_event(project: Path, env: dict[str, str]) -> None:
-    """--post-tool-use moves buffering to PostToolUse with matcher * and back again."""
+    """--post-tool-use moves buffering to PostToolUse with matcher * and --post-tool-batch
+    back again."""
     run(project, env, ["claude"])
     run(project, env, ["claude"], post_tool_use=True)
     hooks = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
     assert "PostToolBatch" not in hooks
     assert hooks["PostToolUse"][0]["matcher"] == "*"
     assert check_command(hooks["PostToolUse"][0]["hooks"][0]["command"]) == "buffer-batch"
-    run(project, env, ["claude"])
+    run(project, env, ["claude"])  # a rerun without the flag keeps the choice
+    assert "PostToolUse" in json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
+    run(project, env, ["claude"], post_tool_use=False)  # --post-tool-batch
     hooks = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
     assert "PostToolUse" not in hooks and len(hooks["PostToolBatch"]) == 1
 

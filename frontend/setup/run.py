@@ -25,6 +25,7 @@ from typing import Any
 from thatch.frontend.regular_files import read_regular
 from thatch.frontend.setup import (
     block,
+    choices,
     git_exclude,
     hooks,
     jsonfiles,
@@ -41,7 +42,7 @@ from thatch.frontend.untrusted import inline
 __all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup", "user_entry"]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
-CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
+CHANGED_STATUSES = frozenset({"written", "created", "backed-up", "removed"})
 CLAUDE_TIMEOUT_SECONDS = 30
 
 
@@ -74,8 +75,12 @@ class SetupRequest:
     bin_path: str
     version: str
     scope: Scope = "local"
-    post_tool_use: bool = False
-    allow_tools: bool = True  # Claude: permissions.allow gets mcp__thatch (False removes ours)
+    # Claude: buffer tool calls on PostToolUse (True) or PostToolBatch (False); None keeps
+    # what the hooks file says (PostToolBatch on a first setup; choices.py).
+    post_tool_use: bool | None = None
+    # Claude: permissions.allow gets mcp__thatch (False removes ours); None keeps what the
+    # scope's settings say (the rule on a first setup; choices.py).
+    allow_tools: bool | None = None
     # Feature → on (True) or off (False) in thatch's MCP entry; a feature not named keeps
     # what the entry says (docs/tools.md §switches).
     switches: Mapping[str, bool] = field(default_factory=dict)
@@ -129,6 +134,12 @@ class _Writer:
             return Line("would-write", str(path))
         jsonfiles.write_atomic(path, new.encode("utf-8", "surrogateescape"))
         return Line("created" if old is None else "written", str(path))
+
+    def remove(self, path: Path, note: str) -> Line:
+        if self.dry_run:
+            return Line("would-remove", str(path), note=note)
+        path.unlink()
+        return Line("removed", str(path), note=note)
 
     def json(self, path: Path, update: JsonUpdate) -> list[Line]:
         loaded = jsonfiles.load_object(path)
@@ -418,6 +429,10 @@ def _block(request: SetupRequest, host: str, paths: HostPaths) -> str:
     return block_text(engines=False)
 
 
+# What setup writes into a settings file of its own making that holds nothing but the rule.
+_RULE_ONLY = {"permissions": {"allow": [permissions.RULE]}}
+
+
 def _permission_note(had: bool, allow_tools: bool) -> str:
     if had == allow_tools:
         return ""
@@ -433,17 +448,23 @@ def _claude_settings(
     update: JsonUpdate | None,
 ) -> list[Line]:
     """Write one Claude settings file: the hooks (``update``) and/or the permission rule."""
+    allow = request.allow_tools
+    assert allow is not None  # choices.remembered decided it
     loaded = jsonfiles.load_object(path)
     had = permissions.has_rule(loaded.data)
-    if update is None and loaded.text is None and not request.allow_tools:
+    if update is None and loaded.text is None and not allow:
         return []  # nothing of ours to remove, and no reason to create the file
+    if update is None and not allow and loaded.text == jsonfiles.dump(_RULE_ONLY):
+        # The file as setup created it for the rule alone: removing the rule removes it,
+        # rather than leaving an empty `{}` behind.
+        return [writer.remove(path, f"{_permission_note(had, allow)}; nothing else was in it")]
 
     def both(doc: dict[str, Any], replaced: list[Replaced]) -> dict[str, Any]:
         doc = update(doc, replaced) if update is not None else doc
-        return permissions.apply(doc, request.allow_tools)
+        return permissions.apply(doc, allow)
 
     lines = writer.json(path, both)
-    note = _permission_note(had, request.allow_tools)
+    note = _permission_note(had, allow)
     if not note:
         return lines
     return [
@@ -460,6 +481,7 @@ Step = tuple[Path, Callable[[], list[Line]]]
 def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> list[Step]:
     claude_hooks, allow_file, post = paths.hooks, paths.permissions, request.post_tool_use
     assert claude_hooks is not None and allow_file is not None
+    assert post is not None  # choices.remembered decided it
     bin_path, bin_word = request.bin_path, shlex.quote(request.bin_path)
     switches = request.switches
     steps: list[Step] = []
@@ -511,8 +533,8 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
 
 def _excluded_from_git(path: Path, request: SetupRequest) -> list[Line]:
     """The personal settings file kept out of git (docs/claude-code.md §Tool permission)."""
-    if not path.exists() and not request.dry_run:
-        return []
+    if not path.exists() and not (request.dry_run and request.allow_tools):
+        return []  # no file to keep out (a dry run's rule would have created it)
     changed = git_exclude.ensure_excluded(path, dry_run=request.dry_run)
     if changed is None:
         return []
@@ -586,5 +608,14 @@ def run_setup(request: SetupRequest) -> SetupResult:
     unknown = [h for h in request.hosts if h not in HOST_NAMES]
     if unknown:
         raise ValueError(f"unknown host {unknown[0]!r}")
+    if "claude" in request.hosts:  # decided before any step writes a file it reads
+        post, allow = choices.remembered(
+            request.post_tool_use,
+            request.allow_tools,
+            request.scope,
+            request.project_dir,
+            request.env,
+        )
+        request = dataclasses.replace(request, post_tool_use=post, allow_tools=allow)
     writer = _Writer(request.dry_run, request.now)
     return SetupResult([_host(request, host, writer) for host in request.hosts])
