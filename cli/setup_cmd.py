@@ -30,9 +30,9 @@ __all__ = ["setup"]
 @click.option(
     "--allow-tools/--no-allow-tools",
     default=None,
-    help="Claude Code: add, or leave out (and remove thatch's), the permission rule "
-    "mcp__thatch; without it Claude asks before every thatch tool call. Default: as the "
-    "settings are (added on a first setup).",
+    help="Claude Code: add the permission rule mcp__thatch, or leave it out (recorded as "
+    "permissions.ask: Claude asks before every thatch tool call). Default: as the "
+    "settings record (the rule, unless --no-allow-tools was recorded).",
 )
 @click.option(
     "--engines/--no-engines",

@@ -528,7 +528,7 @@ def test_rerunning_setup_keeps_post_tool_use_and_no_allow_tools(
 ) -> None:
     """Set up with --post-tool-use --no-allow-tools, then drifted: doctor's fix (setup
     without those flags) brings back only the missing hook, never PostToolBatch nor the
-    permission rule; in a git clone no settings.local.json nor exclude line appears."""
+    permission rule (permissions.ask records --no-allow-tools)."""
     import shutil
     import subprocess
 
@@ -576,6 +576,39 @@ def test_rerunning_setup_keeps_post_tool_use_and_no_allow_tools(
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
     doc = json.loads(settings.read_text())
     assert "PostToolUse" in doc["hooks"] and "PostToolBatch" not in doc["hooks"]
-    assert "permissions" not in doc
-    assert not (tmp_path / ".claude" / "settings.local.json").exists()
-    assert "settings.local.json" not in (tmp_path / ".git" / "info" / "exclude").read_text()
+    allow_file = tmp_path / ".claude" / "settings.local.json" if scope == "local" else settings
+    assert json.loads(allow_file.read_text())["permissions"] == {"ask": ["mcp__thatch"]}
+    if scope == "local":
+        assert "permissions" not in doc
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
+    tmp_path: Path, env: dict[str, str], scope: str
+) -> None:
+    """--no-allow-tools's permissions.ask entry is the user's choice, not drift; settings
+    with neither entry are not drift either (as before), and doctor writes nothing."""
+    register_user_server(env, "thatch")
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+        allow_tools=False,
+    )
+    run_setup(request)
+    allow_file = (
+        tmp_path / ".claude" / "settings.local.json"
+        if scope == "local"
+        else tmp_path / "claude-config" / "settings.json"
+    )
+    assert json.loads(allow_file.read_text())["permissions"] == {"ask": ["mcp__thatch"]}
+    ok = ("ok", f"installed ({scope})", None)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    doc = json.loads(allow_file.read_text())
+    del doc["permissions"]
+    allow_file.write_text(json.dumps(doc, indent=2) + "\n")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    assert "permissions" not in json.loads(allow_file.read_text())

@@ -164,28 +164,55 @@ def test_local_permission_rule_keeps_foreign_entries_and_says_what_it_wrote(
     assert "Restart Claude Code to load the changes." not in again
 
 
-def test_no_allow_tools_removes_only_ours(project: Path, env: dict[str, str]) -> None:
-    """--no-allow-tools removes exactly mcp__thatch; the user's rules stay; containers our
-    rule alone filled disappear; with no file, none is created, and the file setup
-    created for the rule alone goes with it."""
-    run(project, env, allow_tools=False)
+def test_no_allow_tools_records_the_choice_in_permissions_ask(
+    project: Path, env: dict[str, str]
+) -> None:
+    """--no-allow-tools moves exactly mcp__thatch from permissions.allow to permissions.ask
+    (Claude Code asks, and the entry records the choice); the user's rules stay; containers
+    our rule alone filled disappear; --allow-tools moves it back."""
     settings = project / ".claude" / "settings.local.json"
-    assert not settings.exists()
-    run(project, env, allow_tools=True)
-    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["mcp__thatch"]}}
     lines = run(project, env, allow_tools=False).stdout_lines()
+    assert json.loads(settings.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
     assert (
-        f"  removed  {settings}  (permissions.allow -= mcp__thatch; nothing else was in it)"
-        in lines
+        f"  created  {settings}  (permissions.ask += mcp__thatch: Claude asks before each "
+        "thatch tool call)" in lines
     )
-    assert not settings.exists()
+    lines = run(project, env, allow_tools=True).stdout_lines()
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["mcp__thatch"]}}
+    assert (
+        f"  written  {settings}  (permissions.allow += mcp__thatch; permissions.ask -= "
+        "mcp__thatch: thatch's tools run without asking)" in lines
+    )
     settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch"]}, "env": {}}))
     lines = run(project, env, allow_tools=False).stdout_lines()
-    assert f"  written  {settings}  (permissions.allow -= mcp__thatch)" in lines
-    assert json.loads(settings.read_text()) == {"env": {}}
+    assert (
+        f"  written  {settings}  (permissions.allow -= mcp__thatch; permissions.ask += "
+        "mcp__thatch: Claude asks before each thatch tool call)" in lines
+    )
+    assert json.loads(settings.read_text()) == {
+        "permissions": {"ask": ["mcp__thatch"]},
+        "env": {},
+    }
     settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch", "Read"]}}))
     run(project, env, allow_tools=False)
-    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["Read"]}}
+    assert json.loads(settings.read_text()) == {
+        "permissions": {"allow": ["Read"], "ask": ["mcp__thatch"]}
+    }
+
+
+def test_no_allow_tools_writes_through_a_symlinked_settings_file(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """A settings.local.json that is a link stays a link: the choice is written into its
+    target (it once deleted the link and left the rule in the target)."""
+    target = tmp_path / "dotfiles-settings.json"
+    target.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch"]}}, indent=2) + "\n")
+    settings = project / ".claude" / "settings.local.json"
+    settings.parent.mkdir()
+    settings.symlink_to(target)
+    run(project, env, allow_tools=False)
+    assert settings.is_symlink()
+    assert json.loads(target.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
 
 
 def test_global_rule_and_hooks_share_one_file_and_one_line(
@@ -236,6 +263,7 @@ def test_cli_flag(
 ) -> None:
     """`thatch setup --claude --no-allow-tools` writes no rule, and a rerun without the flag
     keeps it out; `--allow-tools` writes it, and a rerun keeps it."""
+    settings = project / ".claude" / "settings.local.json"
     monkeypatch.chdir(project)
     monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
     script = tmp_path / "bin" / "thatch"  # hook commands are thatch's by the name "thatch"
@@ -244,10 +272,10 @@ def test_cli_flag(
     monkeypatch.setattr(sys, "argv", [str(script), "setup"])
     done = CliRunner().invoke(cli, ["setup", "--claude", "--no-allow-tools"])
     assert done.exit_code == 0, done.output
-    assert not (project / ".claude" / "settings.local.json").exists()
+    assert json.loads(settings.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
     done = CliRunner().invoke(cli, ["setup", "--claude"])
     assert done.exit_code == 0, done.output
-    assert not (project / ".claude" / "settings.local.json").exists()
+    assert json.loads(settings.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
     assert "Restart" not in done.stdout
     done = CliRunner().invoke(cli, ["setup", "--claude", "--allow-tools"])
     assert done.exit_code == 0, done.output
@@ -462,3 +490,78 @@ def test_cli_post_tool_use_is_kept_until_post_tool_batch(
         hooks = json.loads(settings.read_text())["hooks"]
         other = {"PostToolUse", "PostToolBatch"} - {event}
         assert event in hooks and not other & set(hooks), flags
+
+
+LEGACY_BLOCK = (
+    "# Persistence\n\nThatch provides persistent memory across sessions.\n\nold rules\n"
+    '"Forget X" means forget it.\n'
+)
+
+
+@pytest.mark.parametrize("origin", ["teammate", "typescript", "global"])
+def test_a_first_setup_where_the_committed_files_exist_adds_the_rule(
+    tmp_path: Path, project: Path, env: dict[str, str], origin: str
+) -> None:
+    """A teammate's clone (or a new worktree) has the committed CLAUDE.md, hooks and
+    .mcp.json but not the personal settings.local.json; a project the TypeScript release
+    set up has its `# Persistence` block, hooks and server but never had a rule; a global
+    setup of those days likewise. No record of --no-allow-tools: the rule is added."""
+    scope = "global" if origin == "global" else "local"
+    run(project, env, scope=scope)
+    if scope == "local":
+        allow_file = project / ".claude" / "settings.local.json"
+        allow_file.unlink()  # not committed: a clone does not have it
+        if origin == "typescript":
+            (project / "CLAUDE.md").write_text(LEGACY_BLOCK)
+    else:
+        allow_file = tmp_path / "claude-config" / "settings.json"
+        doc = json.loads(allow_file.read_text())
+        del doc["permissions"]
+        allow_file.write_text(json.dumps(doc, indent=2) + "\n")
+        (tmp_path / "claude-config" / "CLAUDE.md").write_text(LEGACY_BLOCK)
+    lines = run(project, env, scope=scope).stdout_lines()
+    assert json.loads(allow_file.read_text())["permissions"] == {"allow": ["mcp__thatch"]}
+    assert any(
+        str(allow_file) in line and "permissions.allow += mcp__thatch" in line for line in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ('{\n  // my rules\n  "permissions": {"allow": ["Read", "mcp__thatch"]},\n}\n', True),
+        ('{\n  // mine\n  "permissions": {"ask": ["mcp__thatch"]},\n}\n', False),
+        ('{"permissions": {"allow": ["mcp__thatch"]}, oops}', True),
+        ('{"permissions": {"ask": ["mcp__thatch"]}, oops}', False),
+        ("not json at all", True),
+    ],
+)
+def test_a_rerun_reads_the_choice_as_the_writer_reads_the_file(
+    project: Path, env: dict[str, str], text: str, rule: bool
+) -> None:
+    """The choice is read as the writer reads the file (JSONC too), and a file no parser
+    reads keeps what its text shows: a comment once deleted the user's rule, and a file
+    that was no JSON lost its rule as if the user had opted out."""
+    run(project, env)
+    settings = project / ".claude" / "settings.local.json"
+    settings.write_text(text)
+    run(project, env)
+    permissions = json.loads(settings.read_text())["permissions"]
+    assert ("mcp__thatch" in permissions.get("allow", [])) is rule
+    assert ("mcp__thatch" in permissions.get("ask", [])) is not rule
+    assert list(project.glob(".claude/settings.local.json.bak-*"))  # the original is kept
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_rerun_keeps_post_tool_use_in_a_hooks_file_no_strict_parser_reads(
+    project: Path, env: dict[str, str], broken: bool
+) -> None:
+    """A JSONC (or damaged) hooks file holding thatch's buffer hook under PostToolUse keeps
+    it there on a plain rerun (it silently moved back to PostToolBatch)."""
+    run(project, env, post_tool_use=True)
+    settings = project / ".claude" / "settings.json"
+    text = "{\n  // team hooks\n" + settings.read_text()[1:]
+    settings.write_text(text.replace('"hooks"', '"x": nope,\n  "hooks"', 1) if broken else text)
+    run(project, env)
+    doc = json.loads(settings.read_text())
+    assert "PostToolUse" in doc["hooks"] and "PostToolBatch" not in doc["hooks"]

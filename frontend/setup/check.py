@@ -137,9 +137,11 @@ def doctor_status(
             bin_path=spelling,
             version=version,
             scope=scope,
-            # None: the user's earlier choices, as a rerun of setup keeps them (choices.py).
+            # None: the user's earlier choices, as a rerun of setup keeps them (choices.py);
+            # settings recording neither permission entry are left as they are.
             post_tool_use=None,
             allow_tools=None,
+            unrecorded_allow=None,
             dry_run=True,
         )
         lines = run_setup(request).reports[0].lines

@@ -7,7 +7,6 @@ choices a rerun keeps (``choices.py``); it imports no module that writes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,13 +35,16 @@ def read_text(path: Path) -> str | None:
 
 
 def json_object(path: Path | None) -> dict[str, object]:
-    """The JSON object in ``path``; ``{}`` when there is none (missing, unreadable, not JSON)."""
-    text = read_text(path) if path is not None else None
-    try:
-        doc = json.loads(text) if text else {}
-    except ValueError:
+    """The JSON object in ``path``, read as setup's writer reads it (JSONC too); ``{}``
+    when there is none (missing, unreadable, not JSON, nested past what Python parses)."""
+    from thatch.frontend.setup.jsonfiles import load_object
+
+    if path is None:
         return {}
-    return doc if isinstance(doc, dict) else {}
+    try:
+        return load_object(path).data
+    except OSError:
+        return {}
 
 
 def _has_thatch_hook(doc: dict[str, object]) -> bool:

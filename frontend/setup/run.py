@@ -42,7 +42,7 @@ from thatch.frontend.untrusted import inline
 __all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup", "user_entry"]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
-CHANGED_STATUSES = frozenset({"written", "created", "backed-up", "removed"})
+CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
 CLAUDE_TIMEOUT_SECONDS = 30
 
 
@@ -78,9 +78,12 @@ class SetupRequest:
     # Claude: buffer tool calls on PostToolUse (True) or PostToolBatch (False); None keeps
     # what the hooks file says (PostToolBatch on a first setup; choices.py).
     post_tool_use: bool | None = None
-    # Claude: permissions.allow gets mcp__thatch (False removes ours); None keeps what the
-    # scope's settings say (the rule on a first setup; choices.py).
+    # Claude: permissions.allow gets mcp__thatch (False: permissions.ask does, recording the
+    # choice); None keeps what the scope's settings record (choices.py).
     allow_tools: bool | None = None
+    # With allow_tools None and neither entry in the settings: add the rule (True, setup),
+    # or leave the permissions as they are (None, doctor).
+    unrecorded_allow: bool | None = True
     # Feature → on (True) or off (False) in thatch's MCP entry; a feature not named keeps
     # what the entry says (docs/tools.md §switches).
     switches: Mapping[str, bool] = field(default_factory=dict)
@@ -134,12 +137,6 @@ class _Writer:
             return Line("would-write", str(path))
         jsonfiles.write_atomic(path, new.encode("utf-8", "surrogateescape"))
         return Line("created" if old is None else "written", str(path))
-
-    def remove(self, path: Path, note: str) -> Line:
-        if self.dry_run:
-            return Line("would-remove", str(path), note=note)
-        path.unlink()
-        return Line("removed", str(path), note=note)
 
     def json(self, path: Path, update: JsonUpdate) -> list[Line]:
         loaded = jsonfiles.load_object(path)
@@ -429,16 +426,17 @@ def _block(request: SetupRequest, host: str, paths: HostPaths) -> str:
     return block_text(engines=False)
 
 
-# What setup writes into a settings file of its own making that holds nothing but the rule.
-_RULE_ONLY = {"permissions": {"allow": [permissions.RULE]}}
-
-
-def _permission_note(had: bool, allow_tools: bool) -> str:
-    if had == allow_tools:
+def _permission_note(before: dict[str, Any], allow: bool | None) -> str:
+    if allow is None:
         return ""
-    if allow_tools:
-        return f"permissions.allow += {permissions.RULE}: thatch's tools run without asking"
-    return f"permissions.allow -= {permissions.RULE}"
+    rule = permissions.RULE
+    if allow:
+        said = [] if permissions.has_rule(before) else [f"permissions.allow += {rule}"]
+        said += [f"permissions.ask -= {rule}"] if permissions.asks(before) else []
+        return "; ".join(said) + ": thatch's tools run without asking" if said else ""
+    said = [f"permissions.allow -= {rule}"] if permissions.has_rule(before) else []
+    said += [] if permissions.asks(before) else [f"permissions.ask += {rule}"]
+    return "; ".join(said) + ": Claude asks before each thatch tool call" if said else ""
 
 
 def _claude_settings(
@@ -448,23 +446,17 @@ def _claude_settings(
     update: JsonUpdate | None,
 ) -> list[Line]:
     """Write one Claude settings file: the hooks (``update``) and/or the permission rule."""
-    allow = request.allow_tools
-    assert allow is not None  # choices.remembered decided it
-    loaded = jsonfiles.load_object(path)
-    had = permissions.has_rule(loaded.data)
-    if update is None and loaded.text is None and not allow:
-        return []  # nothing of ours to remove, and no reason to create the file
-    if update is None and not allow and loaded.text == jsonfiles.dump(_RULE_ONLY):
-        # The file as setup created it for the rule alone: removing the rule removes it,
-        # rather than leaving an empty `{}` behind.
-        return [writer.remove(path, f"{_permission_note(had, allow)}; nothing else was in it")]
+    allow = request.allow_tools  # choices.remembered decided it (None: as it is)
+    if update is None and allow is None:
+        return []  # doctor, and the settings record no choice: nothing to compare
+    before = jsonfiles.load_object(path).data
 
     def both(doc: dict[str, Any], replaced: list[Replaced]) -> dict[str, Any]:
         doc = update(doc, replaced) if update is not None else doc
         return permissions.apply(doc, allow)
 
     lines = writer.json(path, both)
-    note = _permission_note(had, allow)
+    note = _permission_note(before, allow)
     if not note:
         return lines
     return [
@@ -533,8 +525,8 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
 
 def _excluded_from_git(path: Path, request: SetupRequest) -> list[Line]:
     """The personal settings file kept out of git (docs/claude-code.md §Tool permission)."""
-    if not path.exists() and not (request.dry_run and request.allow_tools):
-        return []  # no file to keep out (a dry run's rule would have created it)
+    if not path.exists() and not (request.dry_run and request.allow_tools is not None):
+        return []  # no file to keep out (a dry run's rule or ask entry would create it)
     changed = git_exclude.ensure_excluded(path, dry_run=request.dry_run)
     if changed is None:
         return []
@@ -615,6 +607,7 @@ def run_setup(request: SetupRequest) -> SetupResult:
             request.scope,
             request.project_dir,
             request.env,
+            request.unrecorded_allow,
         )
         request = dataclasses.replace(request, post_tool_use=post, allow_tools=allow)
     writer = _Writer(request.dry_run, request.now)
