@@ -612,3 +612,106 @@ def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
     allow_file.write_text(json.dumps(doc, indent=2) + "\n")
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
     assert "permissions" not in json.loads(allow_file.read_text())
+
+
+def test_doctor_compares_the_user_server_with_the_real_path(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The same executable spelled `thatch` in the hooks and by its path in Claude Code's
+    user file (or the reverse) is not drift: doctor once blanked PATH to keep `claude`
+    from running, and then no spelling matched. `claude` on PATH is still never run."""
+    bin_dir = tmp_path / "nobin"
+    bin_dir.mkdir()
+    thatch = bin_dir / "thatch"
+    thatch.write_text("#!/bin/sh\n")
+    thatch.chmod(0o755)
+    ran = tmp_path / "claude-ran"
+    claude = bin_dir / "claude"
+    claude.write_text(f"#!/bin/sh\n: > {ran}\nexit 1\n")
+    claude.chmod(0o755)
+    ok = ("ok", "installed (global)", None)
+    for hooks_say, user_file_says in (("thatch", str(thatch)), (str(thatch), "thatch")):
+        request = SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path=hooks_say,
+            version="1",
+            scope="global",
+            run_claude=False,
+        )
+        run_setup(request)
+        register_user_server(env, user_file_says)
+        for checked in ("thatch", str(thatch)):
+            assert doctor_status("claude", tmp_path, env, bin_path=checked, version="1") == ok
+    assert not ran.exists()
+
+
+def test_a_json_host_file_nested_too_deep_is_unreadable_not_a_crash(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Arrays nested 200000 deep (Python's parser recurses) in Claude Code's user file or
+    the project's .mcp.json: setup and doctor say the file cannot be read."""
+    deep = '{"a": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    request = SetupRequest(
+        hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(dataclasses.replace(request, scope="global"))
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    user_file.write_text(deep)
+    result = run_setup(dataclasses.replace(request, scope="global"))
+    assert any(f"{user_file} cannot be read (not JSON)" in d for d in result.details())
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"MCP server unknown (global): {user_file} cannot be read (not JSON)",
+        "claude mcp add --scope user thatch -- thatch mcp",
+    )
+    run_setup(request)
+    mcp = tmp_path / ".mcp.json"
+    mcp.write_text(deep)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        f"drifted (local): {mcp} (unreadable)",
+    )
+    lines = run_setup(request).stdout_lines()
+    assert f"  written  {mcp}" in lines
+    assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["command"] == "thatch"
+
+
+@pytest.mark.parametrize("kind", ["jsonc", "malformed", "huge", "fifo", "directory"])
+def test_a_user_file_that_cannot_be_read_is_not_called_empty(
+    tmp_path: Path, env: dict[str, str], kind: str
+) -> None:
+    """Claude Code's user file that cannot be read is reported as such, not as holding no
+    thatch server; a JSONC one is read."""
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    entry = '{"type": "stdio", "command": "thatch", "args": ["mcp"]}'
+    if kind == "jsonc":
+        user_file.write_text(f'{{\n  // mine\n  "mcpServers": {{"thatch": {entry},}},\n}}\n')
+    elif kind == "malformed":
+        user_file.write_text(f'{{"mcpServers": {{"thatch": {entry}}}')
+    elif kind == "huge":
+        with user_file.open("wb") as handle:
+            handle.truncate((64 << 20) + 1)
+    elif kind == "fifo":
+        os.mkfifo(user_file)
+    else:
+        user_file.mkdir()
+    status, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    if kind == "jsonc":
+        assert (status, said, fix) == ("ok", "installed (global)", None)
+        return
+    assert status == "warn"
+    assert said.startswith(f"MCP server unknown (global): {user_file} cannot be read (")
+    assert "no thatch server" not in said
+    details = run_setup(request).details()
+    assert any(f"{user_file} cannot be read (" in d for d in details), details

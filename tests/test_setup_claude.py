@@ -16,7 +16,7 @@ from thatch.cli.main import cli
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
-from thatch.frontend.setup.run import RUN_IT
+from thatch.frontend.setup.run import RUN_IT, RUN_IT_AGAIN
 
 BIN = "/opt/thatch/bin/thatch"
 
@@ -318,7 +318,8 @@ def test_user_entry_with_another_command_is_not_unchanged(
     if expected == "same":
         assert line == f"  unchanged  {add}"
     else:
-        assert line == f"  printed  claude mcp remove --scope user thatch && {add}  ({RUN_IT})"
+        remove = "claude mcp remove --scope user thatch"
+        assert line == f"  printed  {remove} && {add}  ({RUN_IT_AGAIN})"
         assert any("runs /old/thatch, not" in d for d in result.details())
 
 
@@ -465,7 +466,10 @@ def test_without_claude_on_path_setup_reads_the_user_file(
         user_file.write_text(json.dumps({"mcpServers": {"thatch": entry}, "projects": {}}))
         line = run(project, env, scope="global").stdout_lines()[1]
         remove = "claude mcp remove --scope user thatch"
-        assert line == (expected or f"  printed  {remove} && {add}  ({RUN_IT})")
+        assert line == (expected or f"  printed  {remove} && {add}  ({RUN_IT_AGAIN})")
+    assert RUN_IT_AGAIN == (
+        "not run: run it yourself; until then Claude Code runs the other executable"
+    )
 
 
 def test_cli_post_tool_use_is_kept_until_post_tool_batch(

@@ -133,7 +133,7 @@ def doctor_status(
         request = SetupRequest(
             hosts=[host],
             project_dir=project_dir,
-            env={**env, "PATH": ""},  # never run `claude mcp get` from doctor
+            env=env,
             bin_path=spelling,
             version=version,
             scope=scope,
@@ -142,6 +142,7 @@ def doctor_status(
             post_tool_use=None,
             allow_tools=None,
             unrecorded_allow=None,
+            run_claude=False,  # doctor never runs `claude mcp get`: it reads the user file
             dry_run=True,
         )
         lines = run_setup(request).reports[0].lines
@@ -163,9 +164,12 @@ def doctor_status(
     # What `claude mcp add` would have written: the hooks and the block tell every
     # session to call tools that do not exist until the user runs the command.
     command = printed[0].target
-    user_file = inline(str(user_entry(env)[0]))
+    user = user_entry(env)
+    user_file = inline(str(user.path))
     if command.startswith("claude mcp remove"):
         said = f"drifted ({scope}): the thatch server in {user_file} runs another executable"
+    elif user.problem:
+        said = f"MCP server unknown ({scope}): {user_file} {user.problem}"
     else:
         said = f"MCP server not registered ({scope}): no thatch server in {user_file}"
     rest = [line for line in drifted if line.status != "printed"]

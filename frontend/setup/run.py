@@ -39,7 +39,15 @@ from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
 from thatch.frontend.untrusted import inline
 
-__all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup", "user_entry"]
+__all__ = [
+    "HostReport",
+    "Line",
+    "SetupRequest",
+    "SetupResult",
+    "UserEntry",
+    "run_setup",
+    "user_entry",
+]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
@@ -84,6 +92,9 @@ class SetupRequest:
     # With allow_tools None and neither entry in the settings: add the rule (True, setup),
     # or leave the permissions as they are (None, doctor).
     unrecorded_allow: bool | None = True
+    # Run `claude mcp get` / `claude mcp add` when claude is on PATH; doctor never does and
+    # reads Claude Code's user file instead (PATH stays real: it spells the binary).
+    run_claude: bool = True
     # Feature → on (True) or off (False) in thatch's MCP entry; a feature not named keeps
     # what the entry says (docs/tools.md §switches).
     switches: Mapping[str, bool] = field(default_factory=dict)
@@ -245,29 +256,33 @@ def _opencode_mcp(
 # A printed command is one setup did not run: the user must, or the hooks and the
 # instruction block point at tools Claude Code does not have.
 RUN_IT = "not run: run it yourself; Claude Code has no thatch tools until then"
+# A printed remove-and-add: the registered server still runs, another executable.
+RUN_IT_AGAIN = "not run: run it yourself; until then Claude Code runs the other executable"
 # Claude Code's user file also holds its session state: large, but never this large.
 USER_FILE_LIMIT = 64 << 20
 
 
 def _claude_user_mcp(request: SetupRequest) -> Line:
     line = _user_mcp_line(request)
-    return dataclasses.replace(line, note=RUN_IT) if line.status == "printed" else line
+    if line.status != "printed":
+        return line
+    again = line.target.startswith("claude mcp remove")
+    return dataclasses.replace(line, note=RUN_IT_AGAIN if again else RUN_IT)
 
 
 def _user_mcp_line(request: SetupRequest) -> Line:
     add = ["claude", "mcp", "add", "--scope", "user", "thatch", "--", request.bin_path, "mcp"]
     shown = shlex.join(add)
-    claude = shutil.which("claude", path=request.env.get("PATH"))
+    claude = shutil.which("claude", path=request.env.get("PATH")) if request.run_claude else None
     if claude is None:
         # What `claude mcp get` would read: the user file (doctor always asks it here).
-        user_file, entry = user_entry(request.env)
-        if entry is None:
-            detail = (
-                f"claude is not on PATH and {inline(str(user_file))} has no thatch server; "
-                f"run this yourself: {inline(shown)}"
-            )
-            return Line("printed", shown, detail)
-        command = entry.get("command")
+        user = user_entry(request.env)
+        if user.entry is None:
+            where = inline(str(user.path))
+            has = f"{where} {user.problem}" if user.problem else f"{where} has no thatch server"
+            said = f"claude is not on PATH and {has}" if request.run_claude else has
+            return Line("printed", shown, f"{said}; run this yourself: {inline(shown)}")
+        command = user.entry.get("command")
         return _registered(command if isinstance(command, str) else None, request, shown)
     # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
     # directory it runs in: asked from the project, a local setup hid a missing user entry.
@@ -288,8 +303,8 @@ def _user_mcp_line(request: SetupRequest) -> Line:
             failed = f"claude mcp add failed ({inline(str(error))}); run: {inline(shown)}"
             return Line("printed", shown, failed)
     if added.returncode != 0:
-        said = (added.stderr or added.stdout).strip().splitlines()
-        why = said[-1] if said else f"exit status {added.returncode}"
+        output = (added.stderr or added.stdout).strip().splitlines()
+        why = output[-1] if output else f"exit status {added.returncode}"
         return Line(
             "printed", shown, f"claude mcp add failed ({inline(why)}); run: {inline(shown)}"
         )
@@ -308,17 +323,39 @@ def _registered(command: str | None, request: SetupRequest, shown: str) -> Line:
     return Line("printed", f"{remove} && {shown}", detail)
 
 
-def user_entry(env: Mapping[str, str]) -> tuple[Path, dict[str, Any] | None]:
-    """Claude Code's user file and the thatch server in its ``mcpServers`` (None: none, or
-    no file, or no JSON object in it)."""
+@dataclass(frozen=True)
+class UserEntry:
+    """Claude Code's user file and the thatch server in its ``mcpServers``."""
+
+    path: Path
+    entry: dict[str, Any] | None  # None: no server, no file, or a file that cannot be read
+    problem: str = ""  # why the file cannot be read ("": it can, or there is none)
+
+
+def user_entry(env: Mapping[str, str]) -> UserEntry:
+    """The thatch server in Claude Code's user file, read as ``claude mcp get`` would (it
+    writes plain JSON; JSONC is read too, harmlessly)."""
     path = claude_user_file(env)
     try:
-        doc = json.loads(read_regular(path, USER_FILE_LIMIT))
-    except (OSError, ValueError):
-        return path, None
-    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
+        raw = read_regular(path, USER_FILE_LIMIT)
+    except FileNotFoundError:
+        return UserEntry(path, None)
+    except OSError as error:  # a directory, a FIFO, larger than the limit, unreadable
+        why = error.strerror or str(error)
+        return UserEntry(path, None, f"cannot be read ({why})")
+    try:
+        text = raw.decode("utf-8")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = jsonfiles.parse_jsonc(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return UserEntry(path, None, "cannot be read (not JSON)")
+    if not isinstance(doc, dict):
+        return UserEntry(path, None, "cannot be read (no JSON object)")
+    servers = doc.get("mcpServers")
     entry = servers.get("thatch") if isinstance(servers, dict) else None
-    return path, entry if isinstance(entry, dict) else None
+    return UserEntry(path, entry if isinstance(entry, dict) else None)
 
 
 def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
