@@ -2,7 +2,8 @@
 has an artifact of its own in a scope (docs/cli.md §doctor).
 
 Read by the setup check each ``thatch mcp`` start, by doctor, and by setup itself for the
-choices a rerun keeps (``choices.py``); it imports no module that writes.
+choices a rerun keeps (``choices.py``); it imports no module that runs a setup step (JSON
+is read through ``jsonfiles.load_object``, as the writer reads it: JSONC too).
 """
 
 from __future__ import annotations
