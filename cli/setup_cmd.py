@@ -21,15 +21,18 @@ __all__ = ["setup"]
 @click.option("--local", "local", is_flag=True, help="Write into the project (default).")
 @click.option("--global", "global_", is_flag=True, help="Write into your user configuration.")
 @click.option(
-    "--post-tool-use",
-    is_flag=True,
-    help="Claude Code: buffer tool calls on PostToolUse (for versions without PostToolBatch).",
+    "--post-tool-use/--post-tool-batch",
+    default=None,
+    help="Claude Code: buffer tool calls on PostToolUse (for versions without "
+    "PostToolBatch), or on PostToolBatch again. Default: as the hooks are (PostToolBatch "
+    "on a first setup).",
 )
 @click.option(
-    "--no-allow-tools",
-    is_flag=True,
-    help="Claude Code: do not add (and remove thatch's) permission rule mcp__thatch; "
-    "Claude then asks before every thatch tool call.",
+    "--allow-tools/--no-allow-tools",
+    default=None,
+    help="Claude Code: add the permission rule mcp__thatch, or leave it out (recorded as "
+    "permissions.ask: Claude asks before every thatch tool call). Default: as the "
+    "settings record (the rule, unless --no-allow-tools was recorded).",
 )
 @click.option(
     "--engines/--no-engines",
@@ -57,8 +60,8 @@ def setup(
     opencode: bool,
     local: bool,
     global_: bool,
-    post_tool_use: bool,
-    no_allow_tools: bool,
+    post_tool_use: bool | None,
+    allow_tools: bool | None,
     engines: bool | None,
     chat: bool | None,
     git_hooks: bool,
@@ -101,7 +104,7 @@ def setup(
         version=thatch_version(),
         scope="global" if global_ else "local",
         post_tool_use=post_tool_use,
-        allow_tools=not no_allow_tools,
+        allow_tools=allow_tools,
         switches=switches,
         dry_run=dry_run,
     )
@@ -143,6 +146,7 @@ def subdirectory_note(project_dir: Path) -> str | None:
 
 def write_git_hooks(dry_run: bool) -> None:
     """``--git-hooks`` in the project's repository (docs/database.md §branch-lifecycle)."""
+    from thatch.cli.errors import FixableError
     from thatch.common.environment import project_dir_from_env
     from thatch.frontend.setup.git_hooks import GitHooksError, install_git_hooks
 
@@ -151,7 +155,7 @@ def write_git_hooks(dry_run: bool) -> None:
     try:
         outcomes = install_git_hooks(directory, env, dry_run=dry_run)
     except GitHooksError as error:
-        raise click.ClickException(f"--git-hooks: {error}") from None
+        raise FixableError(f"--git-hooks: {error}", error.fix) from None
     except OSError as error:
         raise click.ClickException(f"setup could not write a git hook: {error}") from None
     for outcome in outcomes:

@@ -124,3 +124,88 @@ def test_a_checkout_path_is_shown_as_data(tmp_path: Path) -> None:
     lines = result.stdout.decode().splitlines()
     shown = f"{tmp_path}/w\\ngit hook forged: written x\\u001b[2K/.git/hooks"
     assert lines == [f"git hook {hook}: written {shown}/{hook}" for hook in HOOKS]
+
+
+def test_a_hooks_path_outside_the_git_dir_is_refused(tmp_path: Path) -> None:
+    """core.hooksPath at a committed folder (`.husky`) or a folder every repository runs:
+    hooks there are shared and would name this clone's events file, so none is written,
+    the error says why and the Fix line what to do (exit 1); a hooks path inside the
+    clone's git directory is this clone's own and gets them."""
+    repo = new_repo(tmp_path / "widgets")
+    env = setup_env(tmp_path)
+    shared = tmp_path / "every-repo-hooks"
+    for hooks_path, where in ((".husky", repo / ".husky"), (str(shared), shared)):
+        git(repo, "config", "core.hooksPath", hooks_path)
+        for dry_run in ([], ["--dry-run"]):
+            result = run_hook(["setup", "--git-hooks", *dry_run], None, env, cwd=repo)
+            assert result.returncode == 1
+            assert result.stdout == b""
+            error, fix = result.stderr.decode().splitlines()
+            assert error == (
+                f'Error: --git-hooks: core.hooksPath points at "{where}", outside this '
+                f'clone\'s git directory "{repo / ".git"}": hooks there are shared (committed '
+                "with the project, or run by every repository), and thatch's name this "
+                "clone's files, so none were written"
+            )
+            assert fix.startswith("Fix: nothing is needed, thatch notices branch changes")
+            assert "git config --unset core.hooksPath" in fix
+        assert not where.exists()
+    assert git(repo, "status", "--porcelain") == ""
+    git(repo, "config", "core.hooksPath", ".git/own-hooks")
+    result = run_hook(["setup", "--git-hooks"], None, env, cwd=repo)
+    assert result.returncode == 0, result.stderr
+    own = repo / ".git" / "own-hooks"
+    assert result.stdout.decode().splitlines() == [
+        f"git hook {hook}: written {own / hook}" for hook in HOOKS
+    ]
+
+
+def test_a_hooks_path_from_the_users_git_configuration_is_named_as_such(tmp_path: Path) -> None:
+    """core.hooksPath set only in the user's git configuration: `git config --unset` in
+    the clone fails (exit 5), so the Fix gives this clone a hooks folder of its own."""
+    repo = new_repo(tmp_path / "widgets")
+    shared = tmp_path / "every-repo-hooks"
+    user_config = tmp_path / "gitconfig"
+    user_config.write_text(f"[core]\n\thooksPath = {shared}\n")
+    env = setup_env(tmp_path)
+    env.update(GIT_CONFIG_GLOBAL=str(user_config), GIT_CONFIG_NOSYSTEM="1")
+    result = run_hook(["setup", "--git-hooks"], None, env, cwd=repo)
+    assert result.returncode == 1
+    error, fix = result.stderr.decode().splitlines()
+    assert error == (
+        f'Error: --git-hooks: core.hooksPath points at "{shared}", set in your git '
+        "configuration rather than this clone's: every repository runs hooks there, and "
+        "thatch's name this clone's files, so none were written"
+    )
+    own = repo / ".git" / "hooks"
+    assert fix == (
+        "Fix: nothing is needed, thatch notices branch changes without these hooks; to have "
+        f"them, give this clone its own hooks folder (git config core.hooksPath {own}; this "
+        f'clone then runs none of the hooks in "{shared}") and rerun thatch setup --git-hooks'
+    )
+    assert "--unset" not in fix
+    subprocess.run(["git", "config", "core.hooksPath", str(own)], cwd=repo, env=env, check=True)
+    done = run_hook(["setup", "--git-hooks"], None, env, cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert not shared.exists()
+
+
+def test_a_relative_hooks_path_read_in_a_linked_worktree_says_why(tmp_path: Path) -> None:
+    """core.hooksPath `.git/hooks` in a linked worktree names a folder inside its `.git`
+    file: the refusal says so (it claimed the hooks there were shared)."""
+    repo = new_repo(tmp_path / "widgets")
+    linked = tmp_path / "widgets-feature"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(linked))
+    git(repo, "config", "core.hooksPath", ".git/hooks")
+    env = setup_env(tmp_path)
+    result = run_hook(["setup", "--git-hooks"], None, env, cwd=linked)
+    assert result.returncode == 1
+    error, fix = result.stderr.decode().splitlines()
+    assert error == (
+        f'Error: --git-hooks: core.hooksPath points at "{linked / ".git" / "hooks"}", inside '
+        "this linked worktree's .git, which is a file: no hook can be there (git runs none "
+        "from it), so none were written"
+    )
+    assert "shared" not in error
+    assert f"git config core.hooksPath {repo / '.git' / 'hooks'}" in fix
+    assert run_hook(["setup", "--git-hooks"], None, env, cwd=repo).returncode == 0

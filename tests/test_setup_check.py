@@ -26,6 +26,15 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return dict(os.environ)
 
 
+def register_user_server(env: dict[str, str], bin_path: str) -> None:
+    """What `claude mcp add --scope user thatch -- <bin> mcp` writes (setup prints that
+    command when `claude` is not on PATH, as in these tests)."""
+    entry = {"type": "stdio", "command": bin_path, "args": ["mcp"], "env": {}}
+    user_file = Path(env["CLAUDE_CONFIG_DIR"]) / ".claude.json"
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    user_file.write_text(json.dumps({"numStartups": 3, "mcpServers": {"thatch": entry}}))
+
+
 def global_file(tmp_path: Path, host: str) -> Path:
     return {
         "claude": tmp_path / "claude-config" / "CLAUDE.md",
@@ -242,6 +251,7 @@ def test_install_without_the_session_end_hooks_is_drifted(
         post_tool_use=post_tool_use,
     )
     run_setup(request)
+    register_user_server(env, "thatch")
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
     settings = (
         tmp_path / ".claude" / "settings.json"
@@ -319,6 +329,7 @@ def test_the_same_executable_spelled_otherwise_is_not_drifted(
                 scope=scope,  # type: ignore[arg-type]
             )
         )
+        register_user_server(env, written)
         status = doctor_status(host, tmp_path, on_path, bin_path=checked, version="1")
         assert status == ("ok", f"installed ({scope})", None), (written, checked)
     other = tmp_path / "other" / "thatch"
@@ -352,6 +363,7 @@ def test_drift_is_named_in_the_spelling_the_files_use(
         scope=scope,  # type: ignore[arg-type]
     )
     run_setup(request)
+    register_user_server(env, written)
     settings = (
         tmp_path / ".claude" / "settings.json"
         if scope == "local"
@@ -447,3 +459,259 @@ def test_a_dry_run_names_the_first_key_it_would_change_as_doctor_does(
         "warn",
         f"drifted (local): {mcp} ({said})",
     )
+
+
+def test_a_global_claude_setup_without_its_user_server_is_not_ok(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`claude` not on PATH: setup only prints `claude mcp add …`. Until it has run (the
+    server in Claude Code's user file), doctor warns with that command as the fix; a
+    server running another executable names the commands that replace it."""
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    add = "claude mcp add --scope user thatch -- thatch mcp"
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}",
+        add,
+    )
+    user_file.write_text('{"numStartups": 3, "mcpServers": {"other": {"command": "x"}}}')
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "warn"
+    register_user_server(env, "/old/thatch")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted (global): the thatch server in {user_file} runs another executable",
+        f"claude mcp remove --scope user thatch && {add}",
+    )
+    # The server registered, and a hook drifted too: both named, both fixed.
+    register_user_server(env, "thatch")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        "installed (global)",
+        None,
+    )
+    user_file.unlink()
+    settings = tmp_path / "claude-config" / "settings.json"
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["Stop"]
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}; "
+        f"drifted: {settings} (hooks.Stop)",
+        f"{add}, then thatch setup --claude --global",
+    )
+
+
+def test_the_user_file_is_in_the_config_dir_or_home(tmp_path: Path) -> None:
+    """Claude Code keeps user-scope servers in `~/.claude.json`, or in
+    `$CLAUDE_CONFIG_DIR/.claude.json` when that is set."""
+    from thatch.frontend.setup.hosts import claude_user_file
+
+    home = str(tmp_path / "home")
+    assert claude_user_file({"HOME": home}) == tmp_path / "home" / ".claude.json"
+    config = {"HOME": home, "CLAUDE_CONFIG_DIR": str(tmp_path / "c")}
+    assert claude_user_file(config) == tmp_path / "c" / ".claude.json"
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_rerunning_setup_keeps_post_tool_use_and_no_allow_tools(
+    tmp_path: Path, env: dict[str, str], scope: str
+) -> None:
+    """Set up with --post-tool-use --no-allow-tools, then drifted: doctor's fix (setup
+    without those flags) brings back only the missing hook, never PostToolBatch nor the
+    permission rule (permissions.ask records --no-allow-tools)."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git", path=os.defpath)  # the fixture's PATH finds nothing
+    assert git is not None
+    subprocess.run([git, "init", "-q", str(tmp_path)], check=True, env={"PATH": os.defpath})
+    register_user_server(env, "thatch")
+    first = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+        post_tool_use=True,
+        allow_tools=False,
+    )
+    run_setup(first)
+    status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", f"installed ({scope})", None)
+    settings = (
+        tmp_path / ".claude" / "settings.json"
+        if scope == "local"
+        else tmp_path / "claude-config" / "settings.json"
+    )
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["Stop"]
+    settings.write_text(json.dumps(doc, indent=2) + "\n")
+    fix = "thatch setup --claude" + (" --global" if scope == "global" else "")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted ({scope}): {settings} (hooks.Stop)",
+        fix,
+    )
+    rerun = dataclasses.replace(first, post_tool_use=None, allow_tools=None)
+    changed = [
+        line
+        for line in run_setup(dataclasses.replace(rerun, dry_run=True)).reports[0].lines
+        if line.status not in ("unchanged", "printed")
+    ]
+    assert [(line.status, line.target, line.differs) for line in changed] == [
+        ("would-write", str(settings), "hooks.Stop")
+    ]
+    run_setup(rerun)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[0] == "ok"
+    doc = json.loads(settings.read_text())
+    assert "PostToolUse" in doc["hooks"] and "PostToolBatch" not in doc["hooks"]
+    allow_file = tmp_path / ".claude" / "settings.local.json" if scope == "local" else settings
+    assert json.loads(allow_file.read_text())["permissions"] == {"ask": ["mcp__thatch"]}
+    if scope == "local":
+        assert "permissions" not in doc
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
+    tmp_path: Path, env: dict[str, str], scope: str
+) -> None:
+    """--no-allow-tools's permissions.ask entry is the user's choice, not drift; settings
+    with neither entry are not drift either (as before), and doctor writes nothing."""
+    register_user_server(env, "thatch")
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+        allow_tools=False,
+    )
+    run_setup(request)
+    allow_file = (
+        tmp_path / ".claude" / "settings.local.json"
+        if scope == "local"
+        else tmp_path / "claude-config" / "settings.json"
+    )
+    assert json.loads(allow_file.read_text())["permissions"] == {"ask": ["mcp__thatch"]}
+    ok = ("ok", f"installed ({scope})", None)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    doc = json.loads(allow_file.read_text())
+    del doc["permissions"]
+    allow_file.write_text(json.dumps(doc, indent=2) + "\n")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    assert "permissions" not in json.loads(allow_file.read_text())
+
+
+def test_doctor_compares_the_user_server_with_the_real_path(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The same executable spelled `thatch` in the hooks and by its path in Claude Code's
+    user file (or the reverse) is not drift: doctor once blanked PATH to keep `claude`
+    from running, and then no spelling matched. `claude` on PATH is still never run."""
+    bin_dir = tmp_path / "nobin"
+    bin_dir.mkdir()
+    thatch = bin_dir / "thatch"
+    thatch.write_text("#!/bin/sh\n")
+    thatch.chmod(0o755)
+    ran = tmp_path / "claude-ran"
+    claude = bin_dir / "claude"
+    claude.write_text(f"#!/bin/sh\n: > {ran}\nexit 1\n")
+    claude.chmod(0o755)
+    ok = ("ok", "installed (global)", None)
+    for hooks_say, user_file_says in (("thatch", str(thatch)), (str(thatch), "thatch")):
+        request = SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path=hooks_say,
+            version="1",
+            scope="global",
+            run_claude=False,
+        )
+        run_setup(request)
+        register_user_server(env, user_file_says)
+        for checked in ("thatch", str(thatch)):
+            assert doctor_status("claude", tmp_path, env, bin_path=checked, version="1") == ok
+    assert not ran.exists()
+
+
+def test_a_json_host_file_nested_too_deep_is_unreadable_not_a_crash(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Arrays nested 200000 deep (Python's parser recurses) in Claude Code's user file or
+    the project's .mcp.json: setup and doctor say the file cannot be read."""
+    deep = '{"a": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    request = SetupRequest(
+        hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(dataclasses.replace(request, scope="global"))
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    user_file.write_text(deep)
+    result = run_setup(dataclasses.replace(request, scope="global"))
+    assert any(f"{user_file} cannot be read (not JSON)" in d for d in result.details())
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"MCP server unknown (global): {user_file} cannot be read (not JSON)",
+        "claude mcp add --scope user thatch -- thatch mcp",
+    )
+    run_setup(request)
+    mcp = tmp_path / ".mcp.json"
+    mcp.write_text(deep)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        f"drifted (local): {mcp} (unreadable)",
+    )
+    lines = run_setup(request).stdout_lines()
+    assert f"  written  {mcp}" in lines
+    assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["command"] == "thatch"
+
+
+@pytest.mark.parametrize("kind", ["jsonc", "malformed", "huge", "fifo", "directory"])
+def test_a_user_file_that_cannot_be_read_is_not_called_empty(
+    tmp_path: Path, env: dict[str, str], kind: str
+) -> None:
+    """Claude Code's user file that cannot be read is reported as such, not as holding no
+    thatch server; a JSONC one is read."""
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    entry = '{"type": "stdio", "command": "thatch", "args": ["mcp"]}'
+    if kind == "jsonc":
+        user_file.write_text(f'{{\n  // mine\n  "mcpServers": {{"thatch": {entry},}},\n}}\n')
+    elif kind == "malformed":
+        user_file.write_text(f'{{"mcpServers": {{"thatch": {entry}}}')
+    elif kind == "huge":
+        with user_file.open("wb") as handle:
+            handle.truncate((64 << 20) + 1)
+    elif kind == "fifo":
+        os.mkfifo(user_file)
+    else:
+        user_file.mkdir()
+    status, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    if kind == "jsonc":
+        assert (status, said, fix) == ("ok", "installed (global)", None)
+        return
+    assert status == "warn"
+    assert said.startswith(f"MCP server unknown (global): {user_file} cannot be read (")
+    assert "no thatch server" not in said
+    details = run_setup(request).details()
+    assert any(f"{user_file} cannot be read (" in d for d in details), details

@@ -16,6 +16,7 @@ from thatch.cli.main import cli
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
+from thatch.frontend.setup.run import RUN_IT, RUN_IT_AGAIN
 
 BIN = "/opt/thatch/bin/thatch"
 
@@ -163,20 +164,55 @@ def test_local_permission_rule_keeps_foreign_entries_and_says_what_it_wrote(
     assert "Restart Claude Code to load the changes." not in again
 
 
-def test_no_allow_tools_removes_only_ours(project: Path, env: dict[str, str]) -> None:
-    """--no-allow-tools removes exactly mcp__thatch; the user's rules stay; containers our
-    rule alone filled disappear; with no file, none is created."""
-    run(project, env, allow_tools=False)
+def test_no_allow_tools_records_the_choice_in_permissions_ask(
+    project: Path, env: dict[str, str]
+) -> None:
+    """--no-allow-tools moves exactly mcp__thatch from permissions.allow to permissions.ask
+    (Claude Code asks, and the entry records the choice); the user's rules stay; containers
+    our rule alone filled disappear; --allow-tools moves it back."""
     settings = project / ".claude" / "settings.local.json"
-    assert not settings.exists()
-    run(project, env)
-    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["mcp__thatch"]}}
     lines = run(project, env, allow_tools=False).stdout_lines()
-    assert f"  written  {settings}  (permissions.allow -= mcp__thatch)" in lines
-    assert json.loads(settings.read_text()) == {}
+    assert json.loads(settings.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
+    assert (
+        f"  created  {settings}  (permissions.ask += mcp__thatch: Claude asks before each "
+        "thatch tool call)" in lines
+    )
+    lines = run(project, env, allow_tools=True).stdout_lines()
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["mcp__thatch"]}}
+    assert (
+        f"  written  {settings}  (permissions.allow += mcp__thatch; permissions.ask -= "
+        "mcp__thatch: thatch's tools run without asking)" in lines
+    )
+    settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch"]}, "env": {}}))
+    lines = run(project, env, allow_tools=False).stdout_lines()
+    assert (
+        f"  written  {settings}  (permissions.allow -= mcp__thatch; permissions.ask += "
+        "mcp__thatch: Claude asks before each thatch tool call)" in lines
+    )
+    assert json.loads(settings.read_text()) == {
+        "permissions": {"ask": ["mcp__thatch"]},
+        "env": {},
+    }
     settings.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch", "Read"]}}))
     run(project, env, allow_tools=False)
-    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["Read"]}}
+    assert json.loads(settings.read_text()) == {
+        "permissions": {"allow": ["Read"], "ask": ["mcp__thatch"]}
+    }
+
+
+def test_no_allow_tools_writes_through_a_symlinked_settings_file(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """A settings.local.json that is a link stays a link: the choice is written into its
+    target (it once deleted the link and left the rule in the target)."""
+    target = tmp_path / "dotfiles-settings.json"
+    target.write_text(json.dumps({"permissions": {"allow": ["mcp__thatch"]}}, indent=2) + "\n")
+    settings = project / ".claude" / "settings.local.json"
+    settings.parent.mkdir()
+    settings.symlink_to(target)
+    run(project, env, allow_tools=False)
+    assert settings.is_symlink()
+    assert json.loads(target.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
 
 
 def test_global_rule_and_hooks_share_one_file_and_one_line(
@@ -225,7 +261,9 @@ def test_dry_run_describes_the_rule_without_writing(project: Path, env: dict[str
 def test_cli_flag(
     tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`thatch setup --claude --no-allow-tools` writes no rule; without it the rule is written."""
+    """`thatch setup --claude --no-allow-tools` writes no rule, and a rerun without the flag
+    keeps it out; `--allow-tools` writes it, and a rerun keeps it."""
+    settings = project / ".claude" / "settings.local.json"
     monkeypatch.chdir(project)
     monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
     script = tmp_path / "bin" / "thatch"  # hook commands are thatch's by the name "thatch"
@@ -234,8 +272,12 @@ def test_cli_flag(
     monkeypatch.setattr(sys, "argv", [str(script), "setup"])
     done = CliRunner().invoke(cli, ["setup", "--claude", "--no-allow-tools"])
     assert done.exit_code == 0, done.output
-    assert not (project / ".claude" / "settings.local.json").exists()
+    assert json.loads(settings.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
     done = CliRunner().invoke(cli, ["setup", "--claude"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(settings.read_text()) == {"permissions": {"ask": ["mcp__thatch"]}}
+    assert "Restart" not in done.stdout
+    done = CliRunner().invoke(cli, ["setup", "--claude", "--allow-tools"])
     assert done.exit_code == 0, done.output
     assert "mcp__thatch" in (project / ".claude" / "settings.local.json").read_text()
     assert done.stdout.splitlines()[-1] == "Restart Claude Code to load the changes."
@@ -276,7 +318,8 @@ def test_user_entry_with_another_command_is_not_unchanged(
     if expected == "same":
         assert line == f"  unchanged  {add}"
     else:
-        assert line == f"  printed  claude mcp remove --scope user thatch && {add}"
+        remove = "claude mcp remove --scope user thatch"
+        assert line == f"  printed  {remove} && {add}  ({RUN_IT_AGAIN})"
         assert any("runs /old/thatch, not" in d for d in result.details())
 
 
@@ -405,3 +448,124 @@ def test_cli_switch_flags(
     assert entry["env"] == {"THATCH_CHAT": "off"}
     refused = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--no-chat"])
     assert refused.exit_code == 2 and "without --global" in refused.output
+
+
+def test_without_claude_on_path_setup_reads_the_user_file(
+    tmp_path: Path, project: Path, env: dict[str, str]
+) -> None:
+    """No `claude` on PATH: the command is printed with a note saying it was not run and
+    must be; once Claude Code's user file holds the server it is unchanged, and one running
+    another executable gets the commands that replace it."""
+    add = f"claude mcp add --scope user thatch -- {BIN} mcp"
+    lines = run(project, env, scope="global").stdout_lines()
+    assert lines[1] == f"  printed  {add}  ({RUN_IT})"
+    assert RUN_IT == "not run: run it yourself; Claude Code has no thatch tools until then"
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    for command, expected in ((BIN, f"  unchanged  {add}"), ("/old/thatch", None)):
+        entry = {"type": "stdio", "command": command, "args": ["mcp"], "env": {}}
+        user_file.write_text(json.dumps({"mcpServers": {"thatch": entry}, "projects": {}}))
+        line = run(project, env, scope="global").stdout_lines()[1]
+        remove = "claude mcp remove --scope user thatch"
+        assert line == (expected or f"  printed  {remove} && {add}  ({RUN_IT_AGAIN})")
+    assert RUN_IT_AGAIN == (
+        "not run: run it yourself; until then Claude Code runs the other executable"
+    )
+
+
+def test_cli_post_tool_use_is_kept_until_post_tool_batch(
+    tmp_path: Path, project: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--post-tool-use` stays through a plain rerun; `--post-tool-batch` undoes it."""
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    script = tmp_path / "bin" / "thatch"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "setup"])
+    settings = project / ".claude" / "settings.json"
+    for flags, event in (
+        (["--post-tool-use"], "PostToolUse"),
+        ([], "PostToolUse"),
+        (["--post-tool-batch"], "PostToolBatch"),
+        ([], "PostToolBatch"),
+    ):
+        done = CliRunner().invoke(cli, ["setup", "--claude", *flags])
+        assert done.exit_code == 0, done.output
+        hooks = json.loads(settings.read_text())["hooks"]
+        other = {"PostToolUse", "PostToolBatch"} - {event}
+        assert event in hooks and not other & set(hooks), flags
+
+
+LEGACY_BLOCK = (
+    "# Persistence\n\nThatch provides persistent memory across sessions.\n\nold rules\n"
+    '"Forget X" means forget it.\n'
+)
+
+
+@pytest.mark.parametrize("origin", ["teammate", "typescript", "global"])
+def test_a_first_setup_where_the_committed_files_exist_adds_the_rule(
+    tmp_path: Path, project: Path, env: dict[str, str], origin: str
+) -> None:
+    """A teammate's clone (or a new worktree) has the committed CLAUDE.md, hooks and
+    .mcp.json but not the personal settings.local.json; a project the TypeScript release
+    set up has its `# Persistence` block, hooks and server but never had a rule; a global
+    setup of those days likewise. No record of --no-allow-tools: the rule is added."""
+    scope = "global" if origin == "global" else "local"
+    run(project, env, scope=scope)
+    if scope == "local":
+        allow_file = project / ".claude" / "settings.local.json"
+        allow_file.unlink()  # not committed: a clone does not have it
+        if origin == "typescript":
+            (project / "CLAUDE.md").write_text(LEGACY_BLOCK)
+    else:
+        allow_file = tmp_path / "claude-config" / "settings.json"
+        doc = json.loads(allow_file.read_text())
+        del doc["permissions"]
+        allow_file.write_text(json.dumps(doc, indent=2) + "\n")
+        (tmp_path / "claude-config" / "CLAUDE.md").write_text(LEGACY_BLOCK)
+    lines = run(project, env, scope=scope).stdout_lines()
+    assert json.loads(allow_file.read_text())["permissions"] == {"allow": ["mcp__thatch"]}
+    assert any(
+        str(allow_file) in line and "permissions.allow += mcp__thatch" in line for line in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ('{\n  // my rules\n  "permissions": {"allow": ["Read", "mcp__thatch"]},\n}\n', True),
+        ('{\n  // mine\n  "permissions": {"ask": ["mcp__thatch"]},\n}\n', False),
+        ('{"permissions": {"allow": ["mcp__thatch"]}, oops}', True),
+        ('{"permissions": {"ask": ["mcp__thatch"]}, oops}', False),
+        ("not json at all", True),
+    ],
+)
+def test_a_rerun_reads_the_choice_as_the_writer_reads_the_file(
+    project: Path, env: dict[str, str], text: str, rule: bool
+) -> None:
+    """The choice is read as the writer reads the file (JSONC too), and a file no parser
+    reads keeps what its text shows: a comment once deleted the user's rule, and a file
+    that was no JSON lost its rule as if the user had opted out."""
+    run(project, env)
+    settings = project / ".claude" / "settings.local.json"
+    settings.write_text(text)
+    run(project, env)
+    permissions = json.loads(settings.read_text())["permissions"]
+    assert ("mcp__thatch" in permissions.get("allow", [])) is rule
+    assert ("mcp__thatch" in permissions.get("ask", [])) is not rule
+    assert list(project.glob(".claude/settings.local.json.bak-*"))  # the original is kept
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_rerun_keeps_post_tool_use_in_a_hooks_file_no_strict_parser_reads(
+    project: Path, env: dict[str, str], broken: bool
+) -> None:
+    """A JSONC (or damaged) hooks file holding thatch's buffer hook under PostToolUse keeps
+    it there on a plain rerun (it silently moved back to PostToolBatch)."""
+    run(project, env, post_tool_use=True)
+    settings = project / ".claude" / "settings.json"
+    text = "{\n  // team hooks\n" + settings.read_text()[1:]
+    settings.write_text(text.replace('"hooks"', '"x": nope,\n  "hooks"', 1) if broken else text)
+    run(project, env)
+    doc = json.loads(settings.read_text())
+    assert "PostToolUse" in doc["hooks"] and "PostToolBatch" not in doc["hooks"]

@@ -14,6 +14,7 @@ import pytest
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.hooks import HOOK_SUBCOMMANDS
+from thatch.frontend.setup.run import RUN_IT
 
 BIN = "/opt/thatch tools/bin/thatch"  # a space forces shell quoting in hook commands
 HOOK_COMMANDS = {
@@ -153,7 +154,8 @@ def test_fresh_run_creates_exactly_the_hosts_files(
             }
         else:
             lines = result.stdout_lines()
-            assert f"  printed  claude mcp add --scope user thatch -- '{BIN}' mcp" in lines
+            add = f"claude mcp add --scope user thatch -- '{BIN}' mcp"
+            assert f"  printed  {add}  ({RUN_IT})" in lines
     elif host == "cursor":
         doc = json.loads(by_name["hooks.json"].read_text())
         assert doc["version"] == 1
@@ -313,14 +315,17 @@ def test_existing_opencode_jsonc_is_used(project: Path, env: dict[str, str]) -> 
 
 
 def test_post_tool_use_switches_event(project: Path, env: dict[str, str]) -> None:
-    """--post-tool-use moves buffering to PostToolUse with matcher * and back again."""
+    """--post-tool-use moves buffering to PostToolUse with matcher * and --post-tool-batch
+    back again."""
     run(project, env, ["claude"])
     run(project, env, ["claude"], post_tool_use=True)
     hooks = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
     assert "PostToolBatch" not in hooks
     assert hooks["PostToolUse"][0]["matcher"] == "*"
     assert check_command(hooks["PostToolUse"][0]["hooks"][0]["command"]) == "buffer-batch"
-    run(project, env, ["claude"])
+    run(project, env, ["claude"])  # a rerun without the flag keeps the choice
+    assert "PostToolUse" in json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
+    run(project, env, ["claude"], post_tool_use=False)  # --post-tool-batch
     hooks = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
     assert "PostToolUse" not in hooks and len(hooks["PostToolBatch"]) == 1
 

@@ -4,7 +4,9 @@ Modules: ``hosts`` (paths per host and scope, ``<bin>``), ``jsonfiles`` (lossles
 edits), ``block`` (instruction block), ``instructions`` (its text), ``hooks`` (hook
 entries), ``permissions`` (Claude's tool permission rule), ``declined`` (did the user
 decline thatch's server; read by the hook paths), ``skills``, ``opencode_plugin``, ``git_hooks``
-(``--git-hooks``) and ``run`` (orchestration and output).
+(``--git-hooks``), ``installed`` (what the setup files hold), ``choices`` (the Claude Code
+choices a rerun keeps), ``check`` (the setup check and doctor's verdict) and ``run``
+(orchestration and output).
 
 The names below load on first use: the hook paths import ``thatch.frontend.setup.declined``
 on every prompt, and importing a submodule runs this file first.

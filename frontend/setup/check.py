@@ -8,7 +8,6 @@ gives ``thatch doctor`` its ``setup:<host>`` verdict by dry-running setup.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from thatch.common.environment import HOSTS
 from thatch.frontend.setup import block
 from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instruction_files
+from thatch.frontend.setup.installed import has_own_entry, read_text
 
 if TYPE_CHECKING:
     from thatch.frontend.setup.run import Line
@@ -23,21 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
 
 Status = Literal["installed", "markers-broken", "not-installed"]
-
-
-# An instruction file past this is no instruction file thatch wrote a block into.
-MAX_INSTRUCTIONS_BYTES = 16 << 20
-
-
-def _read(path: Path) -> str | None:
-    from thatch.frontend.regular_files import read_regular
-
-    try:
-        # Regular files only: every `thatch mcp` start reads these, and a project can ship
-        # a CLAUDE.md that is a link to /dev/zero (or a FIFO) whose read never ends.
-        return read_regular(path, MAX_INSTRUCTIONS_BYTES).decode("utf-8", "surrogateescape")
-    except OSError:  # missing, unreadable, not a file, huge: nothing thatch can rely on
-        return None
 
 
 def setup_status(host: str, project_dir: Path, env: Mapping[str, str]) -> tuple[Status, Path]:
@@ -50,7 +35,7 @@ def setup_status(host: str, project_dir: Path, env: Mapping[str, str]) -> tuple[
     files = instruction_files(host, project_dir, env)
     broken: Path | None = None
     for path in files:
-        text = _read(path)
+        text = read_text(path)
         if text is None:
             continue
         kind = block.analyse(text).kind
@@ -104,75 +89,6 @@ def setup_warning(
     )
 
 
-def _uses_post_tool_use(host: str, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
-    from thatch.frontend.setup.hooks import is_thatch_command
-
-    hooks_file = host_paths(host, scope, project_dir, env).hooks
-    text = _read(hooks_file) if host == "claude" and hooks_file else None
-    try:
-        groups = json.loads(text)["hooks"]["PostToolUse"] if text else []
-        return any(is_thatch_command(h.get("command")) for g in groups for h in g.get("hooks", []))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return False
-
-
-def _has_allow_rule(host: str, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
-    """Whether the permission rule is in place: doctor keeps the user's choice, never drifts it."""
-    from thatch.frontend.setup.permissions import has_rule
-
-    return has_rule(_json(host_paths(host, scope, project_dir, env).permissions))
-
-
-def _json(path: Path | None) -> dict[str, object]:
-    text = _read(path) if path is not None else None
-    try:
-        doc = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _has_thatch_hook(doc: dict[str, object]) -> bool:
-    """Any thatch command in a Claude (grouped) or Cursor (flat) hooks map."""
-    from thatch.frontend.setup.hooks import is_thatch_command
-
-    events = doc.get("hooks")
-    if not isinstance(events, dict):
-        return False
-    for entries in events.values():
-        for entry in entries if isinstance(entries, list) else []:
-            inner = entry.get("hooks") if isinstance(entry, dict) else None
-            for hook in [entry, *(inner if isinstance(inner, list) else [])]:
-                if isinstance(hook, dict) and is_thatch_command(hook.get("command")):
-                    return True
-    return False
-
-
-def has_own_entry(host: str, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
-    """Whether ``host`` has an artifact of its own in ``scope``.
-
-    Cursor and opencode share a project's AGENTS.md, so its block proves neither: only
-    their MCP entry, hooks or plugin do. CLAUDE.md is Claude's alone and counts.
-    """
-    from thatch.frontend.setup.opencode_plugin import is_generated
-
-    paths = host_paths(host, scope, project_dir, env)
-    if host == "claude":
-        text = _read(paths.instructions)
-        if text is not None and block.has_marker(text):
-            return True
-    mcp = _json(paths.mcp)
-    servers = mcp.get("mcp" if host == "opencode" else "mcpServers")
-    if isinstance(servers, dict):
-        nested = servers.get("servers")
-        if "thatch" in servers or (isinstance(nested, dict) and "thatch" in nested):
-            return True
-    if _has_thatch_hook(_json(paths.hooks)):
-        return True
-    plugin = _read(paths.plugin) if paths.plugin is not None else None
-    return plugin is not None and is_generated(plugin)
-
-
 def doctor_status(
     host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
 ) -> tuple[Literal["ok", "warn", "FAIL"], str, str | None]:
@@ -181,7 +97,7 @@ def doctor_status(
     The scope checked is the first (local, then global) holding an entry of the host's
     own; an instruction block another host wrote does not make this host installed.
     """
-    from thatch.frontend.setup.run import SetupRequest, run_setup
+    from thatch.frontend.setup.run import SetupRequest, run_setup, user_entry
     from thatch.frontend.untrusted import inline
 
     scopes: list[Scope] = ["local", "global"]
@@ -205,7 +121,7 @@ def doctor_status(
             f"thatch setup --{host}",
         )
     path = host_paths(host, scope, project_dir, env).instructions
-    text = _read(path)
+    text = read_text(path)
     fix = _scope_flag(host, path, project_dir, env)
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
@@ -217,26 +133,50 @@ def doctor_status(
         request = SetupRequest(
             hosts=[host],
             project_dir=project_dir,
-            env={**env, "PATH": ""},  # never run `claude mcp get` from doctor
+            env=env,
             bin_path=spelling,
             version=version,
             scope=scope,
-            post_tool_use=_uses_post_tool_use(host, scope, project_dir, env),
-            allow_tools=_has_allow_rule(host, scope, project_dir, env),
+            # None: the user's earlier choices, as a rerun of setup keeps them (choices.py);
+            # settings recording neither permission entry are left as they are.
+            post_tool_use=None,
+            allow_tools=None,
+            unrecorded_allow=None,
+            run_claude=False,  # doctor never runs `claude mcp get`: it reads the user file
             dry_run=True,
         )
         lines = run_setup(request).reports[0].lines
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
         if failed:
             return "FAIL", f"cannot update {', '.join(map(inline, failed))}", fix
-        found = [line for line in lines if line.status == "would-write"]
+        # A printed command is one setup could not run (doctor never runs `claude`): the
+        # user-level MCP entry is missing, or runs another executable.
+        found = [line for line in lines if line.status in ("would-write", "printed")]
         if not found:
             return "ok", f"installed ({scope})", None
         drifts.append(found)
     # Compared in another spelling than the files', every command differs: the spelling
     # with the fewest changes is the files' own, and its lines name only real drift.
     drifted = min(drifts, key=_changes)  # the first of equals: bin_path's
-    return "warn", f"drifted ({scope}): {', '.join(map(_drift, drifted))}", fix
+    printed = [line for line in drifted if line.status == "printed"]
+    if not printed:
+        return "warn", f"drifted ({scope}): {', '.join(map(_drift, drifted))}", fix
+    # What `claude mcp add` would have written: the hooks and the block tell every
+    # session to call tools that do not exist until the user runs the command.
+    command = printed[0].target
+    user = user_entry(env)
+    user_file = inline(str(user.path))
+    if command.startswith("claude mcp remove"):
+        said = f"drifted ({scope}): the thatch server in {user_file} runs another executable"
+    elif user.problem:
+        said = f"MCP server unknown ({scope}): {user_file} {user.problem}"
+    else:
+        said = f"MCP server not registered ({scope}): no thatch server in {user_file}"
+    rest = [line for line in drifted if line.status != "printed"]
+    if rest:
+        said += f"; drifted: {', '.join(map(_drift, rest))}"
+        command += f", then {fix}"
+    return "warn", said, command
 
 
 def _changes(lines: list[Line]) -> int:

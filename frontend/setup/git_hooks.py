@@ -28,7 +28,12 @@ MARKER = "# thatch: branch memory follows git"
 
 
 class GitHooksError(ValueError):
-    """Not a git repository, or git cannot say where its hooks live."""
+    """Not a git repository, git cannot say where its hooks live, or they live where
+    thatch's hooks do not belong; ``fix`` says what to do, when there is something."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,50 @@ def hooks_dir(directory: Path, env: Mapping[str, str] | None) -> Path:
     return path if path.is_absolute() else directory / path
 
 
+def _refuse_shared(
+    directory: Path, env: Mapping[str, str] | None, where: Path, common: Path
+) -> None:
+    """Hooks only in this clone's git directory: ``core.hooksPath`` elsewhere is a folder
+    others run too, one committed with the project (``.husky``: every teammate's clone
+    would run hooks naming this clone's ``thatch-events``) or one set in the user's git
+    configuration for every repository (their events would all land in this clone's
+    file). A relative ``.git/hooks`` read in a linked worktree, whose ``.git`` is a file,
+    names no folder at all. The hooks are optional, so none is written there."""
+    import shlex
+
+    from thatch.frontend.untrusted import quoted
+
+    if Path(os.path.realpath(where)).is_relative_to(common):
+        return
+    nothing = "nothing is needed, thatch notices branch changes without these hooks"
+    own = shlex.quote(str(common / "hooks"))
+    points = f"core.hooksPath points at {quoted(str(where))}"
+    if any(p.name == ".git" and p.is_file() for p in (where, *where.parents)):
+        raise GitHooksError(
+            f"{points}, inside this linked worktree's .git, which is a file: no hook can be "
+            "there (git runs none from it), so none were written",
+            f"{nothing}; to have them, name the hooks folder by its absolute path (git "
+            f"config core.hooksPath {own}) and rerun thatch setup --git-hooks",
+        )
+    local = git_result(directory, env, "config", "--local", "--get", "core.hooksPath")
+    if local is None or local.returncode != 0 or not local.stdout.strip():
+        raise GitHooksError(
+            f"{points}, set in your git configuration rather than this clone's: every "
+            "repository runs hooks there, and thatch's name this clone's files, so none "
+            "were written",
+            f"{nothing}; to have them, give this clone its own hooks folder (git config "
+            f"core.hooksPath {own}; this clone then runs none of the hooks in "
+            f"{quoted(str(where))}) and rerun thatch setup --git-hooks",
+        )
+    raise GitHooksError(
+        f"{points}, outside this clone's git directory {quoted(str(common))}: hooks there "
+        "are shared (committed with the project, or run by every repository), and "
+        "thatch's name this clone's files, so none were written",
+        f"{nothing}; to have them, unset core.hooksPath for this clone (git config --unset "
+        "core.hooksPath, if no hook manager needs it) and rerun thatch setup --git-hooks",
+    )
+
+
 def install_git_hooks(
     directory: Path, env: Mapping[str, str] | None = None, *, dry_run: bool = False
 ) -> list[HookOutcome]:
@@ -112,6 +161,7 @@ def install_git_hooks(
         raise GitHooksError(f"{directory} is not in a git repository")
     events = Path(os.path.realpath(common)) / EVENTS_FILE
     where = hooks_dir(directory, env)
+    _refuse_shared(directory, env, where, Path(os.path.realpath(common)))
     outcomes = []
     for hook in HOOKS:
         path = where / hook

@@ -19,6 +19,7 @@ __all__ = [
     "HostPaths",
     "Scope",
     "claude_config_dir",
+    "claude_user_file",
     "cursor_config_dir",
     "host_paths",
     "instruction_files",
@@ -34,6 +35,14 @@ HOST_NAMES: dict[str, str] = {"claude": "Claude Code", "cursor": "Cursor", "open
 def claude_config_dir(env: Env) -> Path:
     value = env_get(env, "CLAUDE_CONFIG_DIR")
     return expand_user(value, env) if value else home(env) / ".claude"
+
+
+def claude_user_file(env: Env) -> Path:
+    """Where Claude Code keeps its user-scope MCP servers (top-level ``mcpServers``), the
+    file ``claude mcp add --scope user`` writes: ``.claude.json`` in ``$CLAUDE_CONFIG_DIR``
+    when set, else in the home directory (not in ``~/.claude``)."""
+    value = env_get(env, "CLAUDE_CONFIG_DIR")
+    return (expand_user(value, env) if value else home(env)) / ".claude.json"
 
 
 def cursor_config_dir(env: Env) -> Path:

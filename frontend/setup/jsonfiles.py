@@ -114,9 +114,11 @@ def load_object(path: Path) -> Loaded:
     except json.JSONDecodeError:
         try:
             data = parse_jsonc(text)
-        except JSONCError:
+        except (JSONCError, RecursionError):
             return Loaded({}, text, "is not valid JSON", unreadable=True)
         strict = False
+    except RecursionError:  # arrays nested thousands deep: no settings file
+        return Loaded({}, text, "is not valid JSON", unreadable=True)
     if not isinstance(data, dict):
         return Loaded({}, text, "does not hold a JSON object", unreadable=True)
     if not strict:

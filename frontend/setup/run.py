@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -21,8 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from thatch.frontend.regular_files import read_regular
 from thatch.frontend.setup import (
     block,
+    choices,
     git_exclude,
     hooks,
     jsonfiles,
@@ -30,13 +33,21 @@ from thatch.frontend.setup import (
     permissions,
     skills,
 )
-from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
+from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, claude_user_file, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
 from thatch.frontend.untrusted import inline
 
-__all__ = ["HostReport", "Line", "SetupRequest", "SetupResult", "run_setup"]
+__all__ = [
+    "HostReport",
+    "Line",
+    "SetupRequest",
+    "SetupResult",
+    "UserEntry",
+    "run_setup",
+    "user_entry",
+]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
@@ -72,8 +83,18 @@ class SetupRequest:
     bin_path: str
     version: str
     scope: Scope = "local"
-    post_tool_use: bool = False
-    allow_tools: bool = True  # Claude: permissions.allow gets mcp__thatch (False removes ours)
+    # Claude: buffer tool calls on PostToolUse (True) or PostToolBatch (False); None keeps
+    # what the hooks file says (PostToolBatch on a first setup; choices.py).
+    post_tool_use: bool | None = None
+    # Claude: permissions.allow gets mcp__thatch (False: permissions.ask does, recording the
+    # choice); None keeps what the scope's settings record (choices.py).
+    allow_tools: bool | None = None
+    # With allow_tools None and neither entry in the settings: add the rule (True, setup),
+    # or leave the permissions as they are (None, doctor).
+    unrecorded_allow: bool | None = True
+    # Run `claude mcp get` / `claude mcp add` when claude is on PATH; doctor never does and
+    # reads Claude Code's user file instead (PATH stays real: it spells the binary).
+    run_claude: bool = True
     # Feature → on (True) or off (False) in thatch's MCP entry; a feature not named keeps
     # what the entry says (docs/tools.md §switches).
     switches: Mapping[str, bool] = field(default_factory=dict)
@@ -232,12 +253,37 @@ def _opencode_mcp(
     return _set_key(doc, "mcp", entry, replaced, "environment", flags)
 
 
+# A printed command is one setup did not run: the user must, or the hooks and the
+# instruction block point at tools Claude Code does not have.
+RUN_IT = "not run: run it yourself; Claude Code has no thatch tools until then"
+# A printed remove-and-add: the registered server still runs, another executable.
+RUN_IT_AGAIN = "not run: run it yourself; until then Claude Code runs the other executable"
+# Claude Code's user file also holds its session state: large, but never this large.
+USER_FILE_LIMIT = 64 << 20
+
+
 def _claude_user_mcp(request: SetupRequest) -> Line:
+    line = _user_mcp_line(request)
+    if line.status != "printed":
+        return line
+    again = line.target.startswith("claude mcp remove")
+    return dataclasses.replace(line, note=RUN_IT_AGAIN if again else RUN_IT)
+
+
+def _user_mcp_line(request: SetupRequest) -> Line:
     add = ["claude", "mcp", "add", "--scope", "user", "thatch", "--", request.bin_path, "mcp"]
     shown = shlex.join(add)
-    claude = shutil.which("claude", path=request.env.get("PATH"))
+    claude = shutil.which("claude", path=request.env.get("PATH")) if request.run_claude else None
     if claude is None:
-        return Line("printed", shown, f"claude is not on PATH; run this yourself: {inline(shown)}")
+        # What `claude mcp get` would read: the user file (doctor always asks it here).
+        user = user_entry(request.env)
+        if user.entry is None:
+            where = inline(str(user.path))
+            has = f"{where} {user.problem}" if user.problem else f"{where} has no thatch server"
+            said = f"claude is not on PATH and {has}" if request.run_claude else has
+            return Line("printed", shown, f"{said}; run this yourself: {inline(shown)}")
+        command = user.entry.get("command")
+        return _registered(command if isinstance(command, str) else None, request, shown)
     # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
     # directory it runs in: asked from the project, a local setup hid a missing user entry.
     # From an empty directory only user-scope (and managed) servers answer.
@@ -248,15 +294,7 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
             failed = f"claude mcp get thatch failed ({inline(str(error))}); run: {inline(shown)}"
             return Line("printed", shown, failed)
         if known.returncode == 0:
-            command = _listed_command(known.stdout)
-            if command is None or _same_binary(command, request.bin_path, request.env):
-                return Line("unchanged", shown)
-            remove = "claude mcp remove --scope user thatch"
-            detail = (
-                f"the user-level thatch server runs {inline(command)}, not "
-                f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
-            )
-            return Line("printed", f"{remove} && {shown}", detail)
+            return _registered(_listed_command(known.stdout), request, shown)
         if request.dry_run:
             return Line("would-write", shown)
         try:
@@ -265,12 +303,59 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
             failed = f"claude mcp add failed ({inline(str(error))}); run: {inline(shown)}"
             return Line("printed", shown, failed)
     if added.returncode != 0:
-        said = (added.stderr or added.stdout).strip().splitlines()
-        why = said[-1] if said else f"exit status {added.returncode}"
+        output = (added.stderr or added.stdout).strip().splitlines()
+        why = output[-1] if output else f"exit status {added.returncode}"
         return Line(
             "printed", shown, f"claude mcp add failed ({inline(why)}); run: {inline(shown)}"
         )
     return Line("written", shown)
+
+
+def _registered(command: str | None, request: SetupRequest, shown: str) -> Line:
+    """The user-level thatch server runs ``command`` (None: it names none, taken as current)."""
+    if command is None or _same_binary(command, request.bin_path, request.env):
+        return Line("unchanged", shown)
+    remove = "claude mcp remove --scope user thatch"
+    detail = (
+        f"the user-level thatch server runs {inline(command)}, not "
+        f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
+    )
+    return Line("printed", f"{remove} && {shown}", detail)
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    """Claude Code's user file and the thatch server in its ``mcpServers``."""
+
+    path: Path
+    entry: dict[str, Any] | None  # None: no server, no file, or a file that cannot be read
+    problem: str = ""  # why the file cannot be read ("": it can, or there is none)
+
+
+def user_entry(env: Mapping[str, str]) -> UserEntry:
+    """The thatch server in Claude Code's user file, read as ``claude mcp get`` would (it
+    writes plain JSON; JSONC is read too, harmlessly)."""
+    path = claude_user_file(env)
+    try:
+        raw = read_regular(path, USER_FILE_LIMIT)
+    except FileNotFoundError:
+        return UserEntry(path, None)
+    except OSError as error:  # a directory, a FIFO, larger than the limit, unreadable
+        why = error.strerror or str(error)
+        return UserEntry(path, None, f"cannot be read ({why})")
+    try:
+        text = raw.decode("utf-8")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = jsonfiles.parse_jsonc(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return UserEntry(path, None, "cannot be read (not JSON)")
+    if not isinstance(doc, dict):
+        return UserEntry(path, None, "cannot be read (no JSON object)")
+    servers = doc.get("mcpServers")
+    entry = servers.get("thatch") if isinstance(servers, dict) else None
+    return UserEntry(path, entry if isinstance(entry, dict) else None)
 
 
 def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
@@ -378,12 +463,17 @@ def _block(request: SetupRequest, host: str, paths: HostPaths) -> str:
     return block_text(engines=False)
 
 
-def _permission_note(had: bool, allow_tools: bool) -> str:
-    if had == allow_tools:
+def _permission_note(before: dict[str, Any], allow: bool | None) -> str:
+    if allow is None:
         return ""
-    if allow_tools:
-        return f"permissions.allow += {permissions.RULE}: thatch's tools run without asking"
-    return f"permissions.allow -= {permissions.RULE}"
+    rule = permissions.RULE
+    if allow:
+        said = [] if permissions.has_rule(before) else [f"permissions.allow += {rule}"]
+        said += [f"permissions.ask -= {rule}"] if permissions.asks(before) else []
+        return "; ".join(said) + ": thatch's tools run without asking" if said else ""
+    said = [f"permissions.allow -= {rule}"] if permissions.has_rule(before) else []
+    said += [] if permissions.asks(before) else [f"permissions.ask += {rule}"]
+    return "; ".join(said) + ": Claude asks before each thatch tool call" if said else ""
 
 
 def _claude_settings(
@@ -393,17 +483,17 @@ def _claude_settings(
     update: JsonUpdate | None,
 ) -> list[Line]:
     """Write one Claude settings file: the hooks (``update``) and/or the permission rule."""
-    loaded = jsonfiles.load_object(path)
-    had = permissions.has_rule(loaded.data)
-    if update is None and loaded.text is None and not request.allow_tools:
-        return []  # nothing of ours to remove, and no reason to create the file
+    allow = request.allow_tools  # choices.remembered decided it (None: as it is)
+    if update is None and allow is None:
+        return []  # doctor, and the settings record no choice: nothing to compare
+    before = jsonfiles.load_object(path).data
 
     def both(doc: dict[str, Any], replaced: list[Replaced]) -> dict[str, Any]:
         doc = update(doc, replaced) if update is not None else doc
-        return permissions.apply(doc, request.allow_tools)
+        return permissions.apply(doc, allow)
 
     lines = writer.json(path, both)
-    note = _permission_note(had, request.allow_tools)
+    note = _permission_note(before, allow)
     if not note:
         return lines
     return [
@@ -420,6 +510,7 @@ Step = tuple[Path, Callable[[], list[Line]]]
 def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> list[Step]:
     claude_hooks, allow_file, post = paths.hooks, paths.permissions, request.post_tool_use
     assert claude_hooks is not None and allow_file is not None
+    assert post is not None  # choices.remembered decided it
     bin_path, bin_word = request.bin_path, shlex.quote(request.bin_path)
     switches = request.switches
     steps: list[Step] = []
@@ -471,8 +562,8 @@ def _claude_steps(request: SetupRequest, paths: HostPaths, writer: _Writer) -> l
 
 def _excluded_from_git(path: Path, request: SetupRequest) -> list[Line]:
     """The personal settings file kept out of git (docs/claude-code.md §Tool permission)."""
-    if not path.exists() and not request.dry_run:
-        return []
+    if not path.exists() and not (request.dry_run and request.allow_tools is not None):
+        return []  # no file to keep out (a dry run's rule or ask entry would create it)
     changed = git_exclude.ensure_excluded(path, dry_run=request.dry_run)
     if changed is None:
         return []
@@ -546,5 +637,15 @@ def run_setup(request: SetupRequest) -> SetupResult:
     unknown = [h for h in request.hosts if h not in HOST_NAMES]
     if unknown:
         raise ValueError(f"unknown host {unknown[0]!r}")
+    if "claude" in request.hosts:  # decided before any step writes a file it reads
+        post, allow = choices.remembered(
+            request.post_tool_use,
+            request.allow_tools,
+            request.scope,
+            request.project_dir,
+            request.env,
+            request.unrecorded_allow,
+        )
+        request = dataclasses.replace(request, post_tool_use=post, allow_tools=allow)
     writer = _Writer(request.dry_run, request.now)
     return SetupResult([_host(request, host, writer) for host in request.hosts])
