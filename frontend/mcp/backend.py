@@ -20,6 +20,7 @@ from thatch.frontend.errors import StoreError
 from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import ToolResult, Tools
+from thatch.frontend.tools.operations import one_line
 
 __all__ = ["Backend", "FirstResultPrefix", "Services", "unopened"]
 
@@ -97,15 +98,18 @@ class Backend:
             except BaseException:
                 ctx.close()
                 raise
+            self.prefix.give(ctx.first_result_prefix)  # before another call can see tools
             self._tools = tools
-            self.prefix.give(ctx.first_result_prefix)
             return None
 
     def call(self, name: str, arguments: object) -> ToolResult:
         """``Tools.call`` once the database is open; until then, the error opening it."""
         tools = self._tools
         if tools is None:
-            error = self.open()
+            try:
+                error = self.open()
+            except Exception as failure:  # as Tools.call: one line, never a traceback
+                return ToolResult(f"Tool error: {one_line(failure)}", True)
             if error is not None:
                 return ToolResult(unopened(error), True)
             tools = self._tools
