@@ -205,3 +205,51 @@ async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(
             assert recalled == []  # still waiting on the embedder
             release.set()
     assert recalled == ["No matching memories found."]
+
+
+def test_the_backend_answers_the_open_error_until_the_database_opens(tmp_path: Path) -> None:
+    """Until ``open_context`` stops raising, each call answers its error with the Fix and
+    nothing starts; the call after opens once, starts the services once, carries the
+    setup warning, and closing stops the services before the context (backend.py)."""
+    from thatch.frontend.errors import DatabaseOpenError
+    from thatch.frontend.mcp.backend import Backend, Services
+    from thatch.frontend.tools.context import ToolContext
+
+    bad = tmp_path / "dir.db"
+    refusing = [DatabaseOpenError(bad, "is a directory")] * 2
+    events: list[str] = []
+
+    def open_context() -> ToolContext:
+        events.append("open")
+        if refusing:
+            raise refusing.pop()
+        ctx = tool_context(tmp_path)
+        ctx.first_result_prefix = "[thatch] set me up\n\n"
+        return ctx
+
+    def start(ctx: ToolContext) -> Services:
+        events.append("start")
+
+        def close() -> None:
+            events.append(f"stop (store open: {ctx.store.conn is not None})")
+
+        return Services(ctx, close, lambda: None)
+
+    backend = Backend(open_context, start)
+    line = (
+        f"cannot open database at {bad}: is a directory. "
+        f"Fix: set THATCH_DB_PATH to a file, e.g. {bad / 'thatch.db'}"
+    )
+    for _ in range(2):
+        result = backend.call("store_list", {})
+        assert (result.is_error, result.text) == (True, line)
+        assert backend.prefix.take() == ""
+    listed = backend.call("store_list", {})
+    assert not listed.is_error, listed.text
+    assert backend.prefix.take() == "[thatch] set me up\n\n"
+    assert not backend.call("store_list", {}).is_error
+    assert events == ["open", "open", "open", "start"]
+    backend.close()
+    assert events[-1] == "stop (store open: True)"
+    closed = backend.call("store_list", {})
+    assert (closed.is_error, closed.text) == (True, "thatch mcp is shutting down")
