@@ -167,6 +167,10 @@ def _refuse_another_model(env: Mapping[str, str], served: str, remote: str | Non
     if in_use is None or in_use[0] == served:
         return
     model_id, origin = in_use
+    if origin == "default":
+        # Nobody chose a model here: a shared embedder's (or the host's THATCH_MODEL's)
+        # is the active one, as it always was; restarting would switch the host's sessions.
+        return
     where = f"the embedder at {inline(remote)}" if remote else "the running embedder"
     cause = (
         f"{where} serves {inline(served)}, not the model in use {inline(model_id)} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.frontend.mcp.server import make_server
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, with_arguments_set_aside
 from thatch.frontend.tools.footprint import BUDGET, definition_chars
+from thatch.frontend.tools.validation import NOT_AN_OBJECT
 
 pytestmark = pytest.mark.anyio
 
@@ -231,7 +233,11 @@ def test_the_backend_answers_the_open_error_until_the_database_opens(tmp_path: P
         events.append("start")
 
         def close() -> None:
-            events.append(f"stop (store open: {ctx.store.conn is not None})")
+            try:  # a closed connection refuses every statement
+                ctx.store.conn.execute("SELECT 1")
+                events.append("stop (store open: True)")
+            except sqlite3.ProgrammingError:
+                events.append("stop (store open: False)")
 
         return Services(ctx, close, lambda: None)
 
@@ -244,6 +250,10 @@ def test_the_backend_answers_the_open_error_until_the_database_opens(tmp_path: P
         result = backend.call("store_list", {})
         assert (result.is_error, result.text) == (True, line)
         assert backend.prefix.take() == ""
+    # What no database could change answers as ever, without trying to open one.
+    unknown = backend.call("no_such_tool", {})
+    assert (unknown.is_error, unknown.text) == (True, "Unknown tool: no_such_tool")
+    assert backend.call("store_list", [1]).text == NOT_AN_OBJECT
     listed = backend.call("store_list", {})
     assert not listed.is_error, listed.text
     assert backend.prefix.take() == "[thatch] set me up\n\n"

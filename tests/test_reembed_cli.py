@@ -223,3 +223,17 @@ def test_a_remote_embedder_serving_another_model_is_refused_with_its_own_fix(
         "Fix: thatch model use mock, or point THATCH_EMBEDDER_ADDR at one serving "
         "some-org/some-model\n"
     )
+
+
+def test_an_embedder_serving_another_model_than_the_default_is_the_active_one(
+    db: Path, monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """Nobody chose a model on this side (no THATCH_MODEL, no config file): a shared
+    embedder's model is the active one, and reembed moves every memory to it, as before."""
+    monkeypatch.delenv("THATCH_MODEL")
+    with tcp_embedder(short_tmp) as (_embedder, port):
+        monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"127.0.0.1:{port}")
+        result = run()
+    assert result.exit_code == 0 and "Error" not in result.stderr, result.stderr
+    assert result.stdout == "Re-embedded 3 memories (0 skipped: changed meanwhile).\n"
+    assert {model for model, _blob, _updated in _embedded(db).values()} == {"mock"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from thatch.frontend.errors import StoreError
@@ -21,6 +21,9 @@ from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import ToolContext
 from thatch.frontend.tools.memory_tools import ToolResult, Tools
 from thatch.frontend.tools.operations import one_line
+from thatch.frontend.tools.registry import SPECS_BY_NAME
+from thatch.frontend.tools.validation import NOT_AN_OBJECT
+from thatch.frontend.untrusted import token
 
 __all__ = ["Backend", "FirstResultPrefix", "Services", "unopened"]
 
@@ -106,6 +109,11 @@ class Backend:
         """``Tools.call`` once the database is open; until then, the error opening it."""
         tools = self._tools
         if tools is None:
+            # What no database could change is answered as Tools.call answers it.
+            if arguments is not None and not isinstance(arguments, Mapping):
+                return ToolResult(NOT_AN_OBJECT, True)
+            if name not in SPECS_BY_NAME:
+                return ToolResult(f"Unknown tool: {token(name)}", True)
             try:
                 error = self.open()
             except Exception as failure:  # as Tools.call: one line, never a traceback
