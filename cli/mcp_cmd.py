@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -24,9 +25,7 @@ def mcp() -> None:
 def serve_mcp(lead: bytes = b"", quiet: Sequence[str | int] = ()) -> None:
     """The server; ``lead``/``quiet``: what the quick start read and answered."""
     from thatch.cli.errors import translate_errors
-    from thatch.frontend.errors import StoreError
     from thatch.frontend.mcp.server import run_stdio
-    from thatch.frontend.tools.context import ToolContext, setup_prefix
 
     with translate_errors():
         if sys.stdin is None or sys.stdout is None:
@@ -34,18 +33,23 @@ def serve_mcp(lead: bytes = b"", quiet: Sequence[str | int] = ()) -> None:
             raise click.ClickException(
                 "thatch mcp speaks MCP on stdin and stdout, and one of them is closed."
             )
-        try:
-            ctx = ToolContext.from_env(fill_later=True)  # run_stdio starts the backfills
-        except StoreError as error:
-            raise click.ClickException(str(error)) from None
+        env = dict(os.environ)
+        # A database that does not open (damaged, not one, a directory) leaves the server
+        # up: each tool call answers the error with its Fix and tries again (backend.py).
         # At EOF: the background fill stops after its batch, then Store and client close.
         # (SIGTERM ends the process at once; SQLite transactions make that safe.)
-        try:
-            ctx.first_result_prefix = setup_prefix(ctx)
-            _start_team_sync(ctx)
-            run_stdio(ctx, lead, quiet)
-        finally:
-            ctx.close()
+        run_stdio(env, lambda: _open_context(env), lead, quiet)
+
+
+def _open_context(env: dict[str, str]) -> ToolContext:
+    """The server's database, embedder client and project, with the setup warning for
+    the first result and the team sync started; raises ``StoreError``."""
+    from thatch.frontend.tools.context import ToolContext, setup_prefix
+
+    ctx = ToolContext.from_env(env, fill_later=True)  # run_stdio starts the backfills
+    ctx.first_result_prefix = setup_prefix(ctx)
+    _start_team_sync(ctx)
+    return ctx
 
 
 def _start_team_sync(ctx: ToolContext) -> None:

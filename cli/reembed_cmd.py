@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
@@ -59,7 +60,7 @@ def reembed(
             # Its stores on a line of their own, as every command's (store_access): a
             # FixableError's message is shown as one line.
             raise click.ClickException(no_store(store_name, ctx.store.store_names(), cli=True))
-        active = _active_model(ctx, need_embedder=not (dry_run or missing))
+        active = _active_model(ctx, need_embedder=not (dry_run or missing), migrate=not missing)
         plan = plan_reembed(ctx.store, active, store_name=store_name, missing_only=missing)
         engine_rows = plan_engine_reembed(
             ctx.store, active, store_name=store_name, missing_only=missing
@@ -74,11 +75,12 @@ def reembed(
                     }
                 )
             else:
-                click.echo(
-                    f"Would re-embed {len(plan.memories)} memories in {len(plan.stores)} stores."
-                )
+                memories = _plural(len(plan.memories), "memory", "memories")
+                stores = _plural(len(plan.stores), "store", "stores")
+                click.echo(f"Would re-embed {memories} in {stores}.")
                 if engine_rows:
-                    click.echo(f"Would re-embed {len(engine_rows)} engine rows.")
+                    rows = _plural(len(engine_rows), "engine row", "engine rows")
+                    click.echo(f"Would re-embed {rows}.")
             return
         summary = ctx.pending_fill.fill(
             plan.memories,
@@ -106,25 +108,29 @@ def reembed(
             }
         )
     else:
-        click.echo(
-            f"Re-embedded {summary.filled} memories ({summary.skipped} skipped: changed meanwhile)."
-        )
+        filled = _plural(summary.filled, "memory", "memories")
+        click.echo(f"Re-embedded {filled} ({summary.skipped} skipped: changed meanwhile).")
         if engine_rows:
-            click.echo(
-                f"Re-embedded {engine_done} engine rows "
-                f"({engine_skipped} skipped: changed meanwhile)."
-            )
+            rows = _plural(engine_done, "engine row", "engine rows")
+            click.echo(f"Re-embedded {rows} ({engine_skipped} skipped: changed meanwhile).")
 
 
 def _starting() -> None:
     click.echo("Starting embedder…", err=True)
 
 
-def _active_model(ctx: ToolContext, *, need_embedder: bool) -> str:
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def _active_model(ctx: ToolContext, *, need_embedder: bool, migrate: bool) -> str:
     """The model id the embedder serves; for a dry run, the configured one if none answers.
 
     A real run needs the embedder anyway, so it asks it (auto-starting it if needed);
     the model tag written afterwards is always the one each Embed response carries.
+    ``migrate`` (not --missing): an embedder serving another model than the one in use
+    (``thatch model use`` since it started) is refused, with how to switch it: the run
+    would count every memory as current and re-embed none.
     """
     from thatch.embedder.client.embedder_client import EmbedderClient
     from thatch.embedder.client.errors import EmbedderUnavailable
@@ -135,8 +141,46 @@ def _active_model(ctx: ToolContext, *, need_embedder: bool) -> str:
         try:
             if need_embedder:
                 client.ensure_started(wait=CLI_START_WAIT)
-            return client.info(timeout=2.0).model_id
+            served = client.info(timeout=2.0).model_id
         except EmbedderUnavailable:
             if need_embedder:
                 raise
+        else:
+            if migrate:
+                remote = None if client.address.is_unix else str(client.address)
+                _refuse_another_model(ctx.env, served, remote)
+            return served
     return configured_model_id(ctx.env)
+
+
+def _refuse_another_model(env: Mapping[str, str], served: str, remote: str | None) -> None:
+    """FixableError when the embedder serves another model than the one in use;
+    ``remote``: its address, when it is not a local embedder thatch starts."""
+    import shlex
+
+    from thatch.cli.errors import FixableError
+    from thatch.frontend.doctor import RESTART_FIX
+    from thatch.frontend.tools.active_model import model_in_use
+    from thatch.frontend.untrusted import inline
+
+    in_use = model_in_use(env)
+    if in_use is None or in_use[0] == served:
+        return
+    model_id, origin = in_use
+    if origin == "default":
+        # Nobody chose a model here: a shared embedder's (or the host's THATCH_MODEL's)
+        # is the active one, as it always was; restarting would switch the host's sessions.
+        return
+    where = f"the embedder at {inline(remote)}" if remote else "the running embedder"
+    cause = (
+        f"{where} serves {inline(served)}, not the model in use {inline(model_id)} "
+        f"(from {inline(origin)}): re-embedding now would keep every memory on {inline(served)}"
+    )
+    if remote:
+        fix = (
+            f"thatch model use {inline(shlex.quote(served))}, or point THATCH_EMBEDDER_ADDR "
+            f"at one serving {inline(model_id)}"
+        )
+    else:
+        fix = f"{RESTART_FIX}, then thatch reembed"
+    raise FixableError(cause, fix)

@@ -74,6 +74,7 @@ def test_cli_commands_close_what_they_open(
 ) -> None:
     """Store commands, reembed, hygiene, doctor and failure paths: nothing left open."""
     monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    monkeypatch.setenv("THATCH_MODEL", "mock")  # reembed refuses an embedder of another
     commands = [
         (["remember", "Deploy", "push a tag"], 0),
         (["remember", "Deploy", "again"], 1),  # refused: the label exists
@@ -97,6 +98,7 @@ def test_cli_commands_close_what_they_open(
             assert tracker.open_clients() == [], args
         opened = len(tracker.connections)
         monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"unix://{Path(env['HOME'])}/none.sock")
+        monkeypatch.delenv("THATCH_MODEL")  # a mock embedder would auto-start there at once
         failed = CliRunner().invoke(cli, ["search", "anything"])
         assert failed.exit_code == 1 and "embedding service unavailable" in failed.stderr
         assert (tracker.open_connections(), tracker.open_clients()) == ([], [])

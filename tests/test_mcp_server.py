@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.support.fake_embedder import FakeEmbedder, rows, tool_context
 from thatch.frontend.mcp.server import make_server
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, with_arguments_set_aside
 from thatch.frontend.tools.footprint import BUDGET, definition_chars
+from thatch.frontend.tools.validation import NOT_AN_OBJECT
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +207,59 @@ async def test_a_call_waiting_for_the_embedder_does_not_block_other_tools(
             assert recalled == []  # still waiting on the embedder
             release.set()
     assert recalled == ["No matching memories found."]
+
+
+def test_the_backend_answers_the_open_error_until_the_database_opens(tmp_path: Path) -> None:
+    """Until ``open_context`` stops raising, each call answers its error with the Fix and
+    nothing starts; the call after opens once, starts the services once, carries the
+    setup warning, and closing stops the services before the context (backend.py)."""
+    from thatch.frontend.errors import DatabaseOpenError
+    from thatch.frontend.mcp.backend import Backend, Services
+    from thatch.frontend.tools.context import ToolContext
+
+    bad = tmp_path / "dir.db"
+    refusing = [DatabaseOpenError(bad, "is a directory")] * 2
+    events: list[str] = []
+
+    def open_context() -> ToolContext:
+        events.append("open")
+        if refusing:
+            raise refusing.pop()
+        ctx = tool_context(tmp_path)
+        ctx.first_result_prefix = "[thatch] set me up\n\n"
+        return ctx
+
+    def start(ctx: ToolContext) -> Services:
+        events.append("start")
+
+        def close() -> None:
+            try:  # a closed connection refuses every statement
+                ctx.store.conn.execute("SELECT 1")
+                events.append("stop (store open: True)")
+            except sqlite3.ProgrammingError:
+                events.append("stop (store open: False)")
+
+        return Services(ctx, close, lambda: None)
+
+    backend = Backend(open_context, start)
+    line = (
+        f"cannot open database at {bad}: is a directory. "
+        f"Fix: set THATCH_DB_PATH to a file, e.g. {bad / 'thatch.db'}"
+    )
+    for _ in range(2):
+        result = backend.call("store_list", {})
+        assert (result.is_error, result.text) == (True, line)
+        assert backend.prefix.take() == ""
+    # What no database could change answers as ever, without trying to open one.
+    unknown = backend.call("no_such_tool", {})
+    assert (unknown.is_error, unknown.text) == (True, "Unknown tool: no_such_tool")
+    assert backend.call("store_list", [1]).text == NOT_AN_OBJECT
+    listed = backend.call("store_list", {})
+    assert not listed.is_error, listed.text
+    assert backend.prefix.take() == "[thatch] set me up\n\n"
+    assert not backend.call("store_list", {}).is_error
+    assert events == ["open", "open", "open", "start"]
+    backend.close()
+    assert events[-1] == "stop (store open: True)"
+    closed = backend.call("store_list", {})
+    assert (closed.is_error, closed.text) == (True, "thatch mcp is shutting down")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
@@ -457,3 +459,89 @@ def test_an_embedder_address_that_cannot_be_used_leaves_the_tools_serving(
     assert "Kept" in by_id[4]["result"]["content"][0]["text"]
     db = tmp_path / "db" / "thatch.db"
     assert rows(db, "SELECT slug, embedding IS NULL FROM entries") == [("kept", 1)]
+
+
+def _damaged_at_open(db: Path) -> str:
+    """A thatch database whose first page (the schema) is overwritten: no open gets past
+    it. Returns the tools' line for it."""
+    from thatch.frontend.store.memory_store import Store
+
+    with Store.open(db) as store:
+        store.remember("global", "Tabs", "# Tabs\n\nuser likes tabs", None, None)
+    data = db.read_bytes()
+    db.write_bytes(data[:100] + b"\xa5" * (4096 - 100) + data[4096:])
+    quoted = shlex.quote(str(db))
+    return (
+        f"database {db} is damaged (database disk image is malformed): run sqlite3 {quoted} "
+        f'"PRAGMA integrity_check". Fix: restore {db} from a backup, or move it aside '
+        "(thatch starts a new one)"
+    )
+
+
+def _not_a_database(db: Path) -> str:
+    db.write_bytes(b"this is not sqlite at all")
+    quoted = shlex.quote(str(db))
+    return (
+        f"cannot open database at {db}: file is not a database (if it held memories, run "
+        f'sqlite3 {quoted} "PRAGMA integrity_check"). Fix: move {db} aside (or restore it '
+        "from a backup); thatch makes a new one"
+    )
+
+
+def _a_directory(db: Path) -> str:
+    db.mkdir()
+    return (
+        f"cannot open database at {db}: is a directory. "
+        f"Fix: set THATCH_DB_PATH to a file, e.g. {db / 'thatch.db'}"
+    )
+
+
+def _restore_a_backup(db: Path) -> None:
+    from thatch.frontend.store.memory_store import Store
+
+    backup = db.with_name("backup.db")
+    with Store.open(backup) as store:
+        store.remember("myproject", "Restored", "# Restored\n\nfrom the backup", None, None)
+    os.replace(backup, db)
+
+
+@pytest.mark.parametrize(
+    ("spoil", "fix", "sheet"),
+    [
+        # With the quick start's answer sheet (a host's usual start) and without.
+        (_not_a_database, _restore_a_backup, True),
+        (_damaged_at_open, lambda db: os.replace(db, db.with_name("damaged.db")), True),
+        (_a_directory, lambda db: db.rmdir(), False),
+    ],
+)
+async def test_a_database_that_does_not_open_is_each_calls_error_until_fixed(
+    tmp_path: Path, server_env: dict[str, str], spoil: Any, fix: Any, sheet: bool
+) -> None:
+    """Such a file made `thatch mcp` exit after tools/list (answered from the sheet): the
+    agent saw "Connection closed". Now every call answers the open error and its Fix, and
+    the call after the user fixed the file works in the same session."""
+    from thatch.frontend.mcp.answer_sheet import write_sheet
+    from thatch.frontend.mcp.server import listing_server
+
+    db = tmp_path / "db" / "thatch.db"
+    db.parent.mkdir()
+    expected = spoil(db)
+    if sheet:  # write_sheet runs an event loop of its own
+        await anyio.to_thread.run_sync(write_sheet, server_env, listing_server(server_env))
+    params = StdioServerParameters(command=THATCH, args=["mcp"], env=server_env)
+    async with Client(params, mode="legacy") as client:
+        assert len((await client.list_tools()).tools) == 12
+        for name, arguments in [
+            ("store_list", {}),
+            ("memory_recall", {"query": "tabs"}),
+            ("memory_remember", {"content": "# Lost\n\nnot saved"}),
+        ]:
+            result = await client.call_tool(name, arguments)
+            assert (result.is_error, result.content[0].text) == (True, expected), name
+        fix(db)
+        saved = await client.call_tool("memory_remember", {"content": "# Kept\n\nsaved after"})
+        assert (saved.is_error, saved.content[0].text) == (False, "[saved] myproject :: Kept")
+        listed = await client.call_tool("memory_list", {})
+        assert not listed.is_error and "Kept" in listed.content[0].text
+    restored = [("myproject", "restored", "Restored")] if fix is _restore_a_backup else []
+    assert rows(db) == sorted([*restored, ("myproject", "kept", "Kept")])

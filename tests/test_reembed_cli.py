@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.support.embedder_proc import EmbedderProcess
+from tests.support.embedder_proc import EmbedderProcess, tcp_embedder
 from tests.support.fake_embedder import rows
 from thatch.cli.main import cli
 from thatch.embedder.models.mock import mock_vector
@@ -23,6 +24,8 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "thatch.db"
     monkeypatch.setenv("THATCH_DB_PATH", str(path))
     monkeypatch.setenv("THATCH_PROJECT_DIR", str(project))
+    # The model in use is the one the test embedder serves (else reembed refuses it).
+    monkeypatch.setenv("THATCH_MODEL", "mock")
     with Store.open(path) as store:
         store.remember("proj", "Pending one", "# Pending one\n\nrun make test", None, None)
         store.remember("global", "Pending two", "# Pending two\n\ntabs not spaces", None, None)
@@ -90,7 +93,10 @@ def test_dry_run_counts_and_changes_nothing(
     assert (result.exit_code, result.stdout) == (0, "Would re-embed 3 memories in 2 stores.\n")
     assert _embedded(db) == before
     one_store = run("--dry-run", "--store", "global")
-    assert one_store.stdout == "Would re-embed 1 memories in 1 stores.\n"
+    assert one_store.stdout == "Would re-embed 1 memory in 1 store.\n"
+    assert run("--store", "global").stdout == (
+        "Re-embedded 1 memory (0 skipped: changed meanwhile).\n"
+    )
 
 
 def test_unknown_store_is_an_error(db: Path) -> None:
@@ -172,3 +178,62 @@ def test_engine_rows_of_another_model_are_reembedded(
         assert model == "mock"
         assert np.allclose(np.frombuffer(blob, "<f4"), mock_vector(text), atol=1e-6)
     assert run("--dry-run").stdout == "Would re-embed 0 memories in 0 stores.\n"
+
+
+def test_an_embedder_serving_another_model_than_the_one_in_use_is_refused(
+    db: Path, monkeypatch: pytest.MonkeyPatch, mock_embedder: EmbedderProcess
+) -> None:
+    """`thatch model use B` while the running embedder serves A (mock): reembed and its dry
+    run counted every memory of A as current and said `0 memories`, so the user thought
+    the switch was done. Now both refuse, naming the restart; --missing still fills."""
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", mock_embedder.address)
+    monkeypatch.delenv("THATCH_MODEL")
+    used = CliRunner().invoke(cli, ["model", "use", "some-org/some-model"])
+    assert used.exit_code == 0, used.output
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "thatch" / "config.json"
+    before = _embedded(db)
+    for args in ([], ["--dry-run"], ["--dry-run", "--json"]):
+        result = run(*args)
+        assert (result.exit_code, result.stdout) == (1, ""), args
+        assert result.stderr == (
+            "Error: the running embedder serves mock, not the model in use "
+            f"some-org/some-model (from config file {config}): re-embedding now would keep "
+            "every memory on mock\n"
+            "Fix: thatch embedder stop && thatch embedder start, then thatch reembed\n"
+        ), args
+    assert _embedded(db) == before
+    filled = run("--missing")
+    assert filled.stdout == "Re-embedded 2 memories (0 skipped: changed meanwhile).\n"
+
+
+def test_a_remote_embedder_serving_another_model_is_refused_with_its_own_fix(
+    db: Path, monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """A remote embedder is not restarted from here: the fix names `thatch model use` of
+    what it serves, or another address."""
+    monkeypatch.setenv("THATCH_MODEL", "some-org/some-model")
+    with tcp_embedder(short_tmp) as (_embedder, port):
+        monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"127.0.0.1:{port}")
+        result = run()
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"Error: the embedder at 127.0.0.1:{port} serves mock, not the model in use "
+        "some-org/some-model (from THATCH_MODEL): re-embedding now would keep every memory "
+        "on mock\n"
+        "Fix: thatch model use mock, or point THATCH_EMBEDDER_ADDR at one serving "
+        "some-org/some-model\n"
+    )
+
+
+def test_an_embedder_serving_another_model_than_the_default_is_the_active_one(
+    db: Path, monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """Nobody chose a model on this side (no THATCH_MODEL, no config file): a shared
+    embedder's model is the active one, and reembed moves every memory to it, as before."""
+    monkeypatch.delenv("THATCH_MODEL")
+    with tcp_embedder(short_tmp) as (_embedder, port):
+        monkeypatch.setenv("THATCH_EMBEDDER_ADDR", f"127.0.0.1:{port}")
+        result = run()
+    assert result.exit_code == 0 and "Error" not in result.stderr, result.stderr
+    assert result.stdout == "Re-embedded 3 memories (0 skipped: changed meanwhile).\n"
+    assert {model for model, _blob, _updated in _embedded(db).values()} == {"mock"}

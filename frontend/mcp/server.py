@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,10 +24,11 @@ from mcp.server import Server, ServerRequestContext
 from mcp_types import RequestId
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from thatch.frontend.mcp.backend import Backend, FirstResultPrefix, Services
 from thatch.frontend.mcp.stdio import ARGUMENTS_META_KEY, serve_stdio
 from thatch.frontend.tools.after_reply import AfterReply
 from thatch.frontend.tools.context import ToolContext
-from thatch.frontend.tools.memory_tools import Tools
+from thatch.frontend.tools.memory_tools import ToolResult, Tools
 from thatch.frontend.tools.registry import TOOL_SPECS
 from thatch.frontend.tools.spec import ToolSpec
 from thatch.frontend.tools.validation import input_schema
@@ -35,7 +36,14 @@ from thatch.frontend.tools.validation import input_schema
 if TYPE_CHECKING:
     from thatch.frontend.tools.default_behaviors import DefaultSeeder
 
-__all__ = ["FirstResultPrefix", "build_server", "make_server", "run_stdio"]
+__all__ = [
+    "FirstResultPrefix",
+    "build_server",
+    "calling_server",
+    "make_server",
+    "run_stdio",
+    "start_services",
+]
 
 TOOL_THREADS = 4
 
@@ -53,23 +61,33 @@ def make_server(ctx: ToolContext, after_reply: AfterReply | None = None) -> Serv
     releases them once the answers are written.
     """
     tools = Tools(ctx, after_reply)
+    return calling_server(tools.call, FirstResultPrefix(ctx.first_result_prefix), tools.specs)
+
+
+def calling_server(
+    call: Callable[[str, object], ToolResult],
+    prefix: FirstResultPrefix,
+    specs: Sequence[ToolSpec] = TOOL_SPECS,
+) -> Server[Any]:
+    """The server for the tools ``specs``, whose ``tools/call`` runs ``call(name,
+    arguments)`` (``Tools.call``, or ``Backend.call``) with ``prefix`` before the first
+    result."""
     # Tool calls run in worker threads: one waiting for the embedder (up to 20 s) must not
     # hold up tools that need none. The Store serialises its own methods (one lock, one
     # connection), so concurrent calls interleave like separate frontends would.
     limiter = anyio.CapacityLimiter(TOOL_THREADS)
-    prefix = FirstResultPrefix(ctx.first_result_prefix)
 
     async def call_tool(
         _ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         arguments = raw_arguments(params)
-        result = await anyio.to_thread.run_sync(tools.call, params.name, arguments, limiter=limiter)
+        result = await anyio.to_thread.run_sync(call, params.name, arguments, limiter=limiter)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=prefix.take() + result.text)],
             is_error=result.is_error,
         )
 
-    return build_server(call_tool, tools.specs)
+    return build_server(call_tool, specs)
 
 
 def build_server(on_call_tool: Any = None, specs: Sequence[ToolSpec] = TOOL_SPECS) -> Server[Any]:
@@ -160,18 +178,6 @@ def raw_arguments(params: types.CallToolRequestParams) -> object:
     return meta.get(ARGUMENTS_META_KEY, params.arguments)
 
 
-class FirstResultPrefix:
-    """The setup-check warning, handed out once: to the first tools/call result."""
-
-    def __init__(self, prefix: str | None) -> None:
-        self._prefix = prefix or ""
-
-    def take(self) -> str:
-        # Only the event loop's thread calls this, so no lock is needed.
-        prefix, self._prefix = self._prefix, ""
-        return prefix
-
-
 # -- stdio process ----------------------------------------------------------------------
 
 
@@ -225,17 +231,60 @@ def start_branch_sync(ctx: ToolContext) -> threading.Thread:
     return thread
 
 
-def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = ()) -> None:
+def run_stdio(
+    env: Mapping[str, str],
+    open_context: Callable[[], ToolContext],
+    lead: bytes = b"",
+    quiet: Sequence[RequestId] = (),
+) -> None:
     """Serve on stdin/stdout until EOF or SIGTERM; both end the process with status 0.
 
-    ``lead`` and ``quiet``: what the quick start read and answered (``serve_stdio``)."""
-    from thatch.frontend.hooks.scan_service import start_scan_service
-    from thatch.frontend.tools.duplicate_check import DuplicateChecker
+    ``open_context`` opens the database (``ToolContext.from_env``); when it raises
+    ``StoreError`` the server serves anyway, each tool call answering the error until
+    one opens it (backend.py). ``lead`` and ``quiet``: what the quick start read and
+    answered (``serve_stdio``)."""
+    from thatch.frontend.switches import features_off
+    from thatch.frontend.tools.registry import served_specs
 
     configure_stderr_logging()
     # Recall counts are written after each answer is out, off its path.
     after_reply = AfterReply()
-    server = make_server(ctx, after_reply)
+    backend = Backend(open_context, start_services, after_reply)
+    backend.report_unopened()
+    server = calling_server(backend.call, backend.prefix, served_specs(features_off(env)))
+    refresh_answer_sheet(env, server)
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as group:
+
+            async def watch_signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        # The stdin reader sits in a blocking read no cancellation can
+                        # interrupt; SQLite transactions make an immediate exit safe.
+                        sys.stdout.flush()
+                        after_reply.close()  # recall counts still queued are written
+                        backend.close_scan()
+                        os._exit(0)
+
+            group.start_soon(watch_signals)
+            await serve_stdio(server, after_reply.release, lead, quiet)
+            group.cancel_scope.cancel()
+
+    try:
+        anyio.run(serve)
+    finally:
+        try:
+            after_reply.close()
+        finally:
+            backend.close()
+
+
+def start_services(ctx: ToolContext) -> Services:
+    """Start what the server runs beside its tool calls over an open database."""
+    from thatch.frontend.hooks.scan_service import start_scan_service
+    from thatch.frontend.tools.duplicate_check import DuplicateChecker
+
     start_embedder_in_background(ctx)
     # Pending memories are filled on this thread when a tool call schedules it, never on
     # a request's path; ``ctx.close`` stops it.
@@ -249,34 +298,17 @@ def run_stdio(ctx: ToolContext, lead: bytes = b"", quiet: Sequence[RequestId] = 
     seeder = start_seeding(ctx)
     # Duplicate candidates for memories no write compared (an upgraded database).
     checker = DuplicateChecker(ctx.store).start()
-    refresh_answer_sheet(ctx.env, server)
 
-    async def serve() -> None:
-        async with anyio.create_task_group() as group:
-
-            async def watch_signals() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        # The stdin reader sits in a blocking read no cancellation can
-                        # interrupt; SQLite transactions make an immediate exit safe.
-                        sys.stdout.flush()
-                        after_reply.close()  # recall counts still queued are written
-                        if scan is not None:
-                            scan.close()
-                        os._exit(0)
-
-            group.start_soon(watch_signals)
-            await serve_stdio(server, after_reply.release, lead, quiet)
-            group.cancel_scope.cancel()
-
-    try:
-        anyio.run(serve)
-    finally:
-        after_reply.close()
+    def close_scan() -> None:
         if scan is not None:
             scan.close()
+
+    def close() -> None:
+        close_scan()
         seeder.close()
         checker.close()
+
+    return Services(ctx, close, close_scan)
 
 
 def refresh_answer_sheet(env: Mapping[str, str], server: Server[Any]) -> threading.Thread | None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 __all__ = [
     "active_model",
     "configured_model_id",
+    "model_in_use",
 ]
 
 
@@ -25,6 +26,21 @@ def configured_model_id(env: Mapping[str, str]) -> str:
         return model_id_for(env=env)
     except ThatchEmbedderError:
         return configured_model(env)
+
+
+def model_in_use(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The id the configured model resolves to (local files only) and where the setting
+    came from (``THATCH_MODEL``, ``config file <path>``, ``default``); None when it does
+    not resolve (what it would be cannot be told)."""
+    from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.embedder.client.model_names import model_id_for
+    from thatch.embedder.client.settings import model_setting
+
+    try:
+        chosen = model_setting(env)
+        return model_id_for(chosen.value, env=env), chosen.origin
+    except ThatchEmbedderError:
+        return None
 
 
 def active_model(env: Mapping[str, str], *, timeout: float, start_if_absent: bool = False) -> str:
