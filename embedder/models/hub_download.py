@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from thatch.common.environment import Env, env_get
+from thatch.common.pip_line import pip_install
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
 from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
@@ -176,8 +177,8 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bo
     if unusable.kind == "unsupported":
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} cannot be used here: {unusable.why}",
-            fix="upgrade onnxruntime and tokenizers (pip install -U onnxruntime tokenizers), "
-            "or use another model",
+            fix="upgrade onnxruntime and tokenizers "
+            f"({pip_install('-U', 'onnxruntime', 'tokenizers')}), or use another model",
         )
     if unusable.kind == "unreadable":
         raise ModelError(
