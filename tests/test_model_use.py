@@ -470,8 +470,9 @@ def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
     assert result.returncode == 1
     assert result.stderr.splitlines()[-2:] == [
         f"Error: model local:broken at {broken} is missing tokenizer.json",
-        f"Fix: thatch model info {broken} shows how the model resolves; "
-        "thatch model use ID chooses another (or set THATCH_MODEL)",
+        f"Fix: thatch model info {broken} shows how the model resolves; THATCH_MODEL is set in "
+        "this environment and wins over the saved model: unset THATCH_MODEL, or set it to "
+        "another model",
     ]
 
 
@@ -562,3 +563,42 @@ def test_pip_lines_quote_the_interpreter_path(monkeypatch: pytest.MonkeyPatch) -
     assert pip_install("/src/thatch[embedder]") == (
         "'/opt/my tools/bin/python3' -m pip install '/src/thatch[embedder]'"
     )
+
+
+# -- THATCH_MODEL wins over the saved model: the fix says so -------------------------------
+
+
+def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
+    imported: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL names a model that cannot be had offline: `thatch model use` would
+    change nothing (the variable wins) and would move the saved model away from the one
+    the memories were embedded with, so the fix unsets the variable or imports its model."""
+    code, _, err = run("use", PACKAGED_MODEL_ID)
+    assert code == 0, err
+    monkeypatch.setenv("THATCH_MODEL", "Xenova/bge-small-en-v1.5")
+    fix = unavailable_fix("Xenova/bge-small-en-v1.5", os.environ, hub=False)
+    assert fix == (
+        "THATCH_MODEL=Xenova/bge-small-en-v1.5 is set in this environment and wins over the "
+        f"saved model: use the saved model ({PACKAGED_MODEL_ID}): unset THATCH_MODEL; or "
+        "import Xenova/bge-small-en-v1.5 from a copy of its checkpoint: thatch model import "
+        "DIR --model-id Xenova/bge-small-en-v1.5"
+    )
+    assert "thatch model use" not in fix
+    # Nothing saved, and the default is not here either: unsetting the variable alone
+    # does not do, so the usual choices follow it.
+    config_file(os.environ).unlink()
+    monkeypatch.setenv("THATCH_MODEL", "acme/absent")
+    assert unavailable_fix("acme/absent", os.environ, hub=False) == (
+        "THATCH_MODEL=acme/absent is set in this environment and wins over the saved model: "
+        "import acme/absent from a copy of its checkpoint: thatch model import DIR "
+        "--model-id acme/absent; or unset THATCH_MODEL, then use a model imported here "
+        f"({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}; or import a "
+        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
+    )
+    # Another model than the variable's (thatch model use of it): the usual choices.
+    assert unavailable_fix("acme/other", os.environ, hub=False).startswith(
+        f"use a model imported here ({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}"
+    )
+    # The hub answers: a pull gets the variable's model, whatever is saved.
+    assert unavailable_fix("acme/absent", os.environ, hub=True) == "thatch model pull acme/absent"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from thatch.common.environment import Env
+from thatch.common.environment import Env, env_get
 from thatch.common.pip_line import pip_install
 from thatch.embedder.client.imported import imported_models
 
@@ -31,6 +31,7 @@ __all__ = [
     "adapted_fix",
     "hub_answers",
     "offline_choices",
+    "override_fix",
     "packaged_checkpoint",
     "packaged_install",
     "unavailable_fix",
@@ -123,7 +124,75 @@ def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
         return adapted_fix(adapted, env, hub=hub)
     if hub:
         return f"thatch model pull {shlex.quote(model_id)}"
+    override = override_fix(model_id, env)
+    if override is not None:
+        return override
     return "; or ".join(offline_choices(env)) + " (or THATCH_MODEL=ID for one process)"
+
+
+def override_fix(model_id: str, env: Env) -> str | None:
+    """The offline fix when THATCH_MODEL chose ``model_id`` (else None). ``thatch model
+    use`` changes nothing while the variable is set, and would move the saved model away
+    from the one the memories were embedded with: unset the variable when the saved (or
+    default) model is here, else import the variable's model; the usual choices once it
+    is unset come last."""
+    from thatch.embedder.client.errors import ThatchEmbedderError
+    from thatch.embedder.client.model_names import model_id_for
+    from thatch.embedder.client.settings import model_setting
+
+    value = env_get(env, "THATCH_MODEL")
+    if value is None:
+        return None
+    try:
+        chosen = model_id_for(value, env=env)
+    except ThatchEmbedderError:
+        chosen = value
+    if model_id not in (chosen, value):
+        return None
+    without = {**env, "THATCH_MODEL": ""}
+    try:
+        saved = model_setting(without)
+        saved_id = _here(saved.value or "", without)
+    except ThatchEmbedderError:
+        saved, saved_id = None, None
+    choices = []
+    if saved is not None and saved_id is not None and saved_id != model_id:
+        which = "the default model" if saved.origin == "default" else "the saved model"
+        choices.append(f"use {which} ({saved_id}): unset THATCH_MODEL")
+    source = packaged_checkpoint() if model_id == PACKAGED_MODEL_ID else None
+    where = shlex.quote(str(source)) if source is not None else "DIR"
+    of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint"
+    choices.append(
+        f"import {model_id} from {of}: thatch model import {where} "
+        f"--model-id {shlex.quote(model_id)}"
+    )
+    if saved_id is None:
+        choices.append("unset THATCH_MODEL, then " + "; or ".join(offline_choices(without)))
+    lead = (
+        f"THATCH_MODEL={shlex.quote(value)} is set in this environment and wins over "
+        "the saved model"
+    )
+    return f"{lead}: " + "; or ".join(choices)
+
+
+def _here(name: str, env: Env) -> str | None:
+    """The id of model ``name`` when it is on this machine (mock, a model directory, an
+    import, the hub cache), else None; without the network (resolve's describe_model
+    reaches this module, so it is not asked)."""
+    from thatch.embedder.client.model_names import (
+        HubRef,
+        cached_snapshot,
+        imported_for,
+        model_id_for,
+        parse_name,
+    )
+
+    target = parse_name(name, env)
+    if isinstance(target, HubRef):
+        cached = cached_snapshot(target, env) is not None
+        if not cached and imported_for(target, env, cached=False) is None:
+            return None
+    return model_id_for(name, env=env)
 
 
 def adapted_fix(adapted: AdaptedEntry, env: Env, *, hub: bool) -> str:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from thatch.common.control_chars import escape_controls
+from thatch.common.environment import env_get
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
 from thatch.embedder.client.extra import install_line, missing
@@ -35,6 +36,11 @@ LOG_MAX_BYTES = 5 * 1024 * 1024
 MODEL_FIX = (
     "thatch model info {model} shows how the model resolves; "
     "thatch model use ID chooses another (or set THATCH_MODEL)"
+)
+# THATCH_MODEL chose the model: thatch model use would change nothing while it is set.
+OVERRIDE_FIX = (
+    "thatch model info {model} shows how the model resolves; THATCH_MODEL is set in this "
+    "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
@@ -201,7 +207,9 @@ def serve(
             except ThatchEmbedderError as error:
                 if isinstance(error, ModelError) and not error.fix:
                     # Never "start the embedder" again: that would fail the same way.
-                    error.fix = MODEL_FIX.format(model=shlex.quote(options.model))
+                    overridden = model is None and env_get(env, "THATCH_MODEL") is not None
+                    template = OVERRIDE_FIX if overridden else MODEL_FIX
+                    error.fix = template.format(model=shlex.quote(options.model))
                 if log_file is not None:  # whoever reads the log learns why it stopped
                     logger.error("%s", error)
                 raise
