@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from thatch.cli.groups import SuggestingGroup
-from thatch.cli.store_access import check_argument, emit_json, leniently, open_tools, store_errors
+from thatch.cli.store_access import (
+    check_argument,
+    emit_json,
+    leniently,
+    open_tools,
+    reading_store,
+    store_errors,
+)
 from thatch.cli.store_cmds import SETTINGS
 
 if TYPE_CHECKING:
@@ -38,7 +45,11 @@ def _open(engine: Engine) -> tuple[Tools, EngineOperations]:
 
 
 def _scope(tools: Tools, store: str | None) -> list[str]:
-    return [store] if store and store.strip() else tools.ctx.default_scope
+    """``--store`` (one that exists: every reading verb refuses an unknown store, with
+    the names there are), else the project store plus global."""
+    if store and store.strip():
+        return [reading_store(tools, store)]
+    return tools.ctx.default_scope
 
 
 def _item_json(entry: Listed) -> dict[str, Any]:

@@ -106,3 +106,25 @@ def test_bad_input_is_a_usage_error_and_writes_nothing(env: Path) -> None:
         assert "Invalid arguments: " in result.stderr
     assert run("predictions", "nope").exit_code == 2
     assert rows(env, "SELECT id, confidence FROM predictions ORDER BY id") == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("behaviors", "--store", "nostore"),
+        ("behaviors", "list", "--store", "nostore"),
+        ("predictions", "--store", "nostore", "--json"),
+        ("predictions", "show", "xyz", "--store", "nostore"),
+        ("behaviors", "delete", "run the tests", "--store", "nostore"),
+    ],
+)
+def test_an_unknown_store_is_refused_naming_the_stores(env: Path, args: tuple[str, ...]) -> None:
+    """Every reading verb refuses a store that does not exist, with the stores there are
+    (as `thatch list --store nope` does), instead of an empty listing or "No … matching"."""
+    seed(env)
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr == 'Error: no store named "nostore".\nStores: global, proj\n'
+    assert run("list", "--store", "nostore").stderr == result.stderr
+    assert rows(env, "SELECT count(*) FROM behaviors") == [(1,)]
