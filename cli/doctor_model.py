@@ -120,6 +120,6 @@ def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
     if other == model_id:
         return ""
     return (
-        f"; processes started without THATCH_MODEL use {inline(other)}: "
-        f"thatch model use {inline(shlex.quote(name))} saves this one"
+        f"; processes started without THATCH_MODEL use {inline(other)}; save this one "
+        f"with: thatch model use {inline(shlex.quote(name))}"
     )

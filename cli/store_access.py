@@ -156,7 +156,7 @@ def not_found(
                     f"{message[:-1]}; it is in {quoted(other)}.",
                     f"thatch {command} {shell_quote(label)} --store {shell_quote(other)}",
                 )
-    return FixableError(message, f"thatch list --store {shell_quote(store)} shows its labels")
+    return FixableError(message, f"thatch list --store {shell_quote(store)}")
 
 
 def shell_quote(value: str) -> str:

@@ -276,7 +276,7 @@ def test_spawn_failure_names_the_log_reason(
     prefix = f"nothing is listening at unix://{sock} (auto-start failed: "
     assert caught.value.cause.startswith(prefix)
     assert caught.value.fix == (
-        f"thatch model info {model} shows how the model resolves; THATCH_MODEL is set in this "
+        f"see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
         "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
     )
     reason = caught.value.cause[len(prefix) : -1]

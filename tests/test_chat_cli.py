@@ -127,12 +127,12 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
     env, store, ids = setup_sessions(tmp_path)
     assert thatch(env, "chat", "send", "nobody-00001", "hi")[::2] == (
         1,
-        'Error: no chat session named "nobody-00001"\nFix: thatch chat list shows who is here\n',
+        'Error: no chat session named "nobody-00001"\nFix: see who is here: thatch chat list\n',
     )
     # Quoted once: the line break shows as \n, not as \\n.
     assert thatch(env, "chat", "send", "a\nb", "hi")[::2] == (
         1,
-        'Error: no chat session named "a\\nb"\nFix: thatch chat list shows who is here\n',
+        'Error: no chat session named "a\\nb"\nFix: see who is here: thatch chat list\n',
     )
     assert thatch(env, "chat", "send", "x", " ")[::2] == (
         1,
@@ -146,7 +146,7 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
     me = out.rsplit(" as ", 1)[1].strip()
     assert thatch(env, "chat", "send", me, "to myself")[::2] == (
         1,
-        "Error: you cannot send a message to yourself\nFix: thatch chat list shows who is here\n",
+        "Error: you cannot send a message to yourself\nFix: see who is here: thatch chat list\n",
     )
     store.conn.close()
 

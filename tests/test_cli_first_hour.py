@@ -81,7 +81,7 @@ def test_a_memory_in_another_store_is_named_with_the_command_that_shows_it(db: P
         "Fix: thatch show Tabs --store global\n"
     )
     gone = run("forget", "Nothing", "--yes")
-    assert gone.stderr.splitlines()[1] == "Fix: thatch list --store proj shows its labels"
+    assert gone.stderr.splitlines()[1] == "Fix: thatch list --store proj"
 
 
 def test_engine_groups_take_json_and_store_without_a_command(db: Path) -> None:

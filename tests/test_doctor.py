@@ -84,8 +84,8 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
         f"ok  queue  {queue} is writable",
         f"ok  embedder  serving at {mock_embedder.address} (model mock, pid {pid})",
         "ok  model  mock (mock; from THATCH_MODEL), served by the embedder; processes "
-        "started without THATCH_MODEL use Xenova/bge-small-en-v1.5: thatch model use mock "
-        "saves this one",
+        "started without THATCH_MODEL use Xenova/bge-small-en-v1.5; save this one with: "
+        "thatch model use mock",
         "ok  thresholds  recall nudge 0.55, recall floor 0, duplicate 0.85, prediction 0.6, "
         "behavior 0.6 (built-in defaults: mock is not calibrated)",
         "ok  memories  1 memory, all embedded with mock",

@@ -211,7 +211,7 @@ def test_server_without_its_socket_is_found_and_stopped(sock: Path, pid_file: st
     assert status.exit_code == 1
     assert status.stderr == (
         f"Error: the embedder (pid {pid}) is running but its socket {sock} is missing.\n"
-        "Fix: thatch embedder stop, then thatch embedder start\n"
+        "Fix: thatch embedder stop && thatch embedder start\n"
     )
 
     # A frontend's auto-start cannot start a rival: it explains what holds the address.

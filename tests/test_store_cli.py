@@ -46,8 +46,7 @@ def test_remember_list_show_forget(db: Path) -> None:
     missing = run("forget", "Deploy")
     assert (missing.exit_code, missing.stderr) == (
         1,
-        'Error: no memory labeled "Deploy" in "proj".\n'
-        "Fix: thatch list --store proj shows its labels\n",
+        'Error: no memory labeled "Deploy" in "proj".\nFix: thatch list --store proj\n',
     )
     assert run("show", "Deploy").exit_code == 1
     assert rows(db) == []
@@ -361,3 +360,21 @@ def test_dedup_says_memory_for_one_unchecked(db: Path) -> None:
     result = run("dedup")
     assert result.exit_code == 0, result.stderr
     assert "[thatch] comparing 1 memory for duplicates" in result.stderr
+
+
+@pytest.mark.parametrize("store", ["acme/widgets", "two words"])
+def test_the_fix_for_a_missing_label_is_a_command_that_runs(db: Path, store: str) -> None:
+    """`Fix:` lines that are commands paste as they are: the one for a label a store lacks
+    runs (the store name shell-quoted) and lists that store's labels."""
+    import shlex
+
+    assert run("remember", "Widgets", "how widgets ship", "--store", store).exit_code == 0
+    missing = run("show", "Nope", "--store", store)
+    assert missing.exit_code == 1
+    fix = missing.stderr.splitlines()[-1].removeprefix("Fix: ")
+    words = shlex.split(fix)
+    assert words[0] == "thatch"
+    pasted = run(*words[1:])
+    assert pasted.exit_code == 0, pasted.output
+    shown = store if " " not in store else f'"{store}"'  # list quotes a name with a space
+    assert pasted.stdout.startswith(f"[{shown}] Widgets (")

@@ -127,7 +127,7 @@ def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
     override = override_fix(model_id, env)
     if override is not None:
         return override
-    return "; or ".join(offline_choices(env)) + " (or THATCH_MODEL=ID for one process)"
+    return "; or ".join([*offline_choices(env), "set THATCH_MODEL=ID for one process"])
 
 
 def override_fix(model_id: str, env: Env) -> str | None:

@@ -183,15 +183,15 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bo
     if unusable.kind == "unreadable":
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} {unusable.why}",
-            fix=f"check {path} and the disk it is on, then run thatch model pull "
-            f"{shlex.quote(pull)} again",
+            fix=f"check {path} and the disk it is on, then pull it again: thatch model pull "
+            f"{shlex.quote(pull)}",
         )
     _remove_cached(path, path.parents[len(Path(name).parts) - 1], mark=mark)
     raise ModelError(
         f"downloaded {name} of model {ref.repo_id} is broken: {unusable.why}; "
         "removed it from the cache",
-        fix=f"thatch model pull {shlex.quote(pull)} downloads it again (if it fails the "
-        "same way, the hub's own copy is broken)",
+        fix="download it again (if it fails the same way, the hub's own copy is broken): "
+        f"thatch model pull {shlex.quote(pull)}",
     )
 
 

@@ -348,8 +348,8 @@ def serve(
                 lambda: resolve_model(options.model, env=env, progress=False),
                 stop,
                 lambda: logger.info(
-                    "model %s is not ready yet: a first start downloads it (thatch model "
-                    "pull %s shows the download's progress)",
+                    "model %s is not ready yet: a first start downloads it (to see the "
+                    "download's progress: thatch model pull %s)",
                     options.model,
                     options.model,
                 ),

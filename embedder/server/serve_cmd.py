@@ -34,12 +34,12 @@ __all__ = ["serve", "setup_logging"]
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOG_MAX_BYTES = 5 * 1024 * 1024
 MODEL_FIX = (
-    "thatch model info {model} shows how the model resolves; "
-    "thatch model use ID chooses another (or set THATCH_MODEL)"
+    "see how the model resolves: thatch model info {model}; or choose another "
+    "(or set THATCH_MODEL): thatch model use ID"
 )
 # THATCH_MODEL chose the model: thatch model use would change nothing while it is set.
 OVERRIDE_FIX = (
-    "thatch model info {model} shows how the model resolves; THATCH_MODEL is set in this "
+    "see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
     "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
