@@ -120,6 +120,14 @@ def test_tail_filters_and_limits(tmp_path: Path) -> None:
     assert code == 2 and "'yesterday' is not an ISO date or time" in err
     code, _, err = thatch(env, "chat", "tail", "--once", "--match", "(")
     assert code == 2 and "--match" in err
+    # --limit is named when refused, as click names every other option.
+    for limit, why in (
+        ("abc", "'abc' is not a number or all"),
+        ("-1", "-1 is not a number ≥ 0 or all"),
+    ):
+        code, _, err = thatch(env, "chat", "tail", "--once", "--limit", limit)
+        assert code == 2
+        assert err.splitlines()[-1] == f"Error: Invalid value for '--limit': {why}"
     store.conn.close()
 
 
