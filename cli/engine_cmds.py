@@ -240,7 +240,9 @@ def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
+    width = max(len(str(row["key"])) for row in rows)  # the longest key, one column
     for row in rows:
-        click.echo(f"{'on ' if row['on'] else 'off'}  {row['key']:<22} when {row['situation']}")
+        key = f"{row['key']}".ljust(width)
+        click.echo(f"{'on ' if row['on'] else 'off'}  {key}  when {row['situation']}")
     if on:
         click.echo("Switched on: seeded again when the next thatch mcp starts.")
