@@ -200,9 +200,10 @@ def search(
                 branch=branch,
                 limit=limit,
                 include_archived=include_archived,
-                stamp=False,  # a person looking: recall counts are agents'
-            ),
+            ),  # stamps recall counts, as memory_recall does (the seed's db.recall())
         )
+    if report.telemetry_skipped is not None:  # the answer stands; say what was not written
+        click.echo(f"note: recall counts not updated: {report.telemetry_skipped}", err=True)
     if as_json:
         emit_json(
             [
