@@ -381,3 +381,19 @@ def test_the_fix_for_a_missing_label_is_a_command_that_runs(db: Path, store: str
     assert pasted.exit_code == 0, pasted.output
     shown = store if " " not in store else f'"{store}"'  # list quotes a name with a space
     assert pasted.stdout.startswith(f"[{shown}] Widgets (")
+
+
+def test_the_readme_says_how_errors_carry_their_fixes(db: Path) -> None:
+    """The README's sentence on fixes holds for the errors it names: the way out is in the
+    message (an existing label, an unknown store) or on a `Fix:` line, and it says which."""
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "Pass --overwrite to replace it." in readme and "`Stores:` line" in readme
+    assert run("remember", "Deploy", "push a tag").exit_code == 0
+    again = run("remember", "Deploy", "push a tag")
+    assert again.exit_code == 1
+    assert again.stderr.endswith(" Pass --overwrite to replace it.\n")
+    assert "Fix:" not in again.stderr
+    unknown = run("list", "--store", "nope")
+    assert unknown.stderr.splitlines()[-1].startswith("Stores: ")
+    missing = run("show", "Nope")
+    assert missing.stderr.splitlines()[-1] == "Fix: thatch list --store proj"
