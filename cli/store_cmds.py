@@ -200,10 +200,9 @@ def search(
                 branch=branch,
                 limit=limit,
                 include_archived=include_archived,
-            ),  # stamps recall counts, as memory_recall does (the seed's db.recall())
+                stamp=False,  # a person looking: recall counts are agents'
+            ),
         )
-    if report.telemetry_skipped is not None:  # the answer stands; say what was not written
-        click.echo(f"note: recall counts not updated: {report.telemetry_skipped}", err=True)
     if as_json:
         emit_json(
             [

@@ -290,8 +290,8 @@ class Operations:
     ) -> RecallReport:
         """Search and stamp telemetry (docs/tools.md §memory_recall); raises EmbedderUnavailable.
 
-        ``stamp=False`` for the UI's search box: a person browsing the pages. ``thatch
-        search`` stamps, as the memory store's description has it (recall, not search).
+        ``stamp=False`` for a person looking (``thatch search``, the UI): recall counts
+        say what agents were given, which hygiene's "stale" relies on.
         """
         scope = stores if stores else self.ctx.default_scope
         result = self.embed([query], Kind.QUERY)
