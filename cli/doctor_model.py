@@ -34,7 +34,10 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
             "this install cannot run an embedder: the embedder extra "
             f"({', '.join(absent)}) is not installed and no embedder is reachable"
         )
-        extra_fix = f"{install_line()}, or point THATCH_EMBEDDER_ADDR at a shared embedder"
+        extra_fix = (
+            f"to run one here, install the embedder extra: {install_line()}; "
+            "or point THATCH_EMBEDDER_ADDR at a shared embedder"
+        )
         return Check("FAIL", "model", detail, extra_fix), None
     try:
         chosen = model_setting(env)

@@ -134,7 +134,7 @@ def check_database(
                 "warn",
                 "database",
                 f"{shown} does not exist yet (thatch creates it on first use)",
-                "run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
+                "to create it: thatch stores; or set THATCH_DB_PATH if it lives elsewhere",
             ), None
         return Check("FAIL", "database", f"{shown} does not exist and cannot be created", fix), None
     if not path.is_file():

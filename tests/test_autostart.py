@@ -206,7 +206,7 @@ def test_a_stopped_server_is_named_hung_not_still_starting(
             f"the embedder (pid {pid}) at unix://{sock} is running but does not answer "
             "(not even 'starting') for 1 s"
         )
-        assert caught.value.fix == "run thatch embedder stop, then retry"
+        assert caught.value.fix == "stop it, then retry: thatch embedder stop"
         assert embedder_pids(str(sock)) == [pid]
     finally:
         os.kill(pid, signal.SIGCONT)

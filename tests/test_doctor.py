@@ -167,7 +167,7 @@ def test_missing_database_is_reported_not_created(project: Path, tmp_path: Path)
     result = doctor()
     assert lines_of(result)["database"] == [
         f"warn  database  {path} does not exist yet (thatch creates it on first use)",
-        "      fix: run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
+        "      fix: to create it: thatch stores; or set THATCH_DB_PATH if it lives elsewhere",
     ]
     assert lines_of(result)["memories"] == ["ok  memories  no memories yet"]
     assert not path.exists() and not path.parent.exists()
@@ -310,7 +310,7 @@ def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.Monk
         # THATCH_MODEL wins over thatch model use: the fix is about the variable first.
         "      fix: THATCH_MODEL=some-org/some-model is set in this environment and wins over "
         "the saved model: import some-org/some-model from a copy of its checkpoint: thatch "
-        "model import DIR --model-id some-org/some-model; or unset THATCH_MODEL, then "
+        "model import DIR --model-id some-org/some-model; or with THATCH_MODEL unset, "
         "import the packaged offline model: "
         f"thatch model import {source} --model-id sentence-transformers/all-MiniLM-L6-v2 "
         "&& thatch model use sentence-transformers/all-MiniLM-L6-v2; or import a "

@@ -221,7 +221,7 @@ def test_server_without_its_socket_is_found_and_stopped(sock: Path, pid_file: st
         f"nothing is listening at unix://{sock} (auto-start failed: an embedder is already "
         f"running at unix://{sock} (pid {pid}))"
     )
-    assert caught.value.fix == "run thatch embedder stop, then retry"
+    assert caught.value.fix == "stop it, then retry: thatch embedder stop"
     assert embedder_pids(str(sock)) == [pid]
 
     stopped = run("stop")

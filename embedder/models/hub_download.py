@@ -165,6 +165,15 @@ def _remove_cached(path: Path, snapshot: Path, *, mark: bool = True) -> None:
         (snapshot / REFETCH_MARK).touch()
 
 
+def _upgrade_fix() -> str:
+    """The fix for a file this onnxruntime or tokenizers cannot use: the pip line last,
+    so the whole line pastes without prose becoming pip's arguments."""
+    return (
+        "use another model; or to upgrade onnxruntime and tokenizers: "
+        f"{pip_install('-U', 'onnxruntime', 'tokenizers')}"
+    )
+
+
 def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bool) -> None:
     """A fetched file that does not open is an error. A damaged one (it does not parse)
     leaves the cache: its blob and its link in the snapshot, since huggingface_hub trusts
@@ -177,8 +186,7 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bo
     if unusable.kind == "unsupported":
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} cannot be used here: {unusable.why}",
-            fix="upgrade onnxruntime and tokenizers "
-            f"({pip_install('-U', 'onnxruntime', 'tokenizers')}), or use another model",
+            fix=_upgrade_fix(),
         )
     if unusable.kind == "unreadable":
         raise ModelError(
