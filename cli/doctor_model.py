@@ -81,7 +81,8 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         )
         return Check("ok", "model", detail), model_id
     if settings.source == "needs download" and served_id is None:
-        fix = inline(unavailable_fix(model_id, env))
+        by_variable = chosen.origin == "THATCH_MODEL"
+        fix = inline(unavailable_fix(model_id, env, by_variable=by_variable))
         if model_id in ADAPTED:
             detail = (
                 f"{shown_id} ({origin}) is not built yet (thatch builds it on this machine "

@@ -582,7 +582,7 @@ def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
     code, _, err = run("use", PACKAGED_MODEL_ID)
     assert code == 0, err
     monkeypatch.setenv("THATCH_MODEL", "Xenova/bge-small-en-v1.5")
-    fix = unavailable_fix("Xenova/bge-small-en-v1.5", os.environ, hub=False)
+    fix = unavailable_fix("Xenova/bge-small-en-v1.5", os.environ, hub=False, by_variable=True)
     assert fix == (
         "THATCH_MODEL=Xenova/bge-small-en-v1.5 is set in this environment and wins over the "
         f"saved model: use the saved model ({PACKAGED_MODEL_ID}): unset THATCH_MODEL; or "
@@ -594,7 +594,7 @@ def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
     # does not do, so the usual choices follow it.
     config_file(os.environ).unlink()
     monkeypatch.setenv("THATCH_MODEL", "acme/absent")
-    assert unavailable_fix("acme/absent", os.environ, hub=False) == (
+    assert unavailable_fix("acme/absent", os.environ, hub=False, by_variable=True) == (
         "THATCH_MODEL=acme/absent is set in this environment and wins over the saved model: "
         "import acme/absent from a copy of its checkpoint: thatch model import DIR "
         "--model-id acme/absent; or with THATCH_MODEL unset, use a model imported here "
@@ -602,8 +602,51 @@ def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
         "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
     )
     # Another model than the variable's (thatch model use of it): the usual choices.
-    assert unavailable_fix("acme/other", os.environ, hub=False).startswith(
+    assert unavailable_fix("acme/other", os.environ, hub=False, by_variable=True).startswith(
         f"use a model imported here ({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}"
     )
     # The hub answers: a pull gets the variable's model, whatever is saved.
-    assert unavailable_fix("acme/absent", os.environ, hub=True) == "thatch model pull acme/absent"
+    assert unavailable_fix("acme/absent", os.environ, hub=True, by_variable=True) == (
+        "thatch model pull acme/absent"
+    )
+
+
+def test_a_model_named_on_the_command_line_is_not_the_variables_choice(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL names the model pull, use or serve --model is given: the command line
+    chose it, not the variable (--model wins over it anyway), so the fix is not about
+    unsetting the variable; without the name, pull's fix is about the variable again."""
+    assert run("use", "mock")[0] == 0
+    monkeypatch.setenv("THATCH_MODEL", "acme/absent")
+    usual = "import a sentence-transformers checkpoint"
+    code, _, err = run("pull", "acme/absent")
+    assert code == 1
+    fix = err.splitlines()[-1]
+    assert fix.startswith("Fix: ") and usual in fix and "THATCH_MODEL=acme" not in fix, err
+    code, _, err = run("pull")
+    assert code == 1
+    assert err.splitlines()[-1].startswith("Fix: THATCH_MODEL=acme/absent is set"), err
+    code, _, err = run("use", "acme/absent")
+    assert code == 0
+    warning = next(line for line in err.splitlines() if line.startswith("Warning: "))
+    assert usual in warning and "THATCH_MODEL=acme" not in warning, err
+    served = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "thatch.embedder",
+            "serve",
+            "--model",
+            "acme/absent",
+            "--listen",
+            f"unix://{short_tmp}/e.sock",
+        ],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert served.returncode == 1
+    fix = served.stderr.splitlines()[-1]
+    assert fix.startswith("Fix: ") and usual in fix and "THATCH_MODEL=acme" not in fix, fix

@@ -114,9 +114,16 @@ def offline_choices(env: Env) -> list[str]:
     return choices
 
 
-def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
+def unavailable_fix(
+    model_id: str, env: Env, *, hub: bool | None = None, by_variable: bool = False
+) -> str:
     """The fix for a model that is not on this machine: pull when the hub answers (``hub``
-    None: ask it), else the offline choices; THATCH_MODEL overrides for one process."""
+    None: ask it), else the offline choices; THATCH_MODEL overrides for one process.
+
+    ``by_variable``: THATCH_MODEL chose ``model_id`` (the caller knows: doctor from the
+    setting's origin, serve when no --model was given), so the fix is about the variable.
+    A model named on the command line (pull, use, serve --model) is not its choice even
+    when the variable happens to name it."""
     from thatch.embedder.client.model_names import ADAPTED
 
     adapted = ADAPTED.get(model_id)
@@ -126,14 +133,15 @@ def unavailable_fix(model_id: str, env: Env, *, hub: bool | None = None) -> str:
         return adapted_fix(adapted, env, hub=hub)
     if hub:
         return f"thatch model pull {shlex.quote(model_id)}"
-    override = override_fix(model_id, env)
+    override = override_fix(model_id, env) if by_variable else None
     if override is not None:
         return override
     return "; or ".join([*offline_choices(env), "set THATCH_MODEL=ID for one process"])
 
 
 def override_fix(model_id: str, env: Env) -> str | None:
-    """The offline fix when THATCH_MODEL chose ``model_id`` (else None). ``thatch model
+    """The offline fix for ``model_id``, which THATCH_MODEL chose (None when the variable
+    is unset or names another model). ``thatch model
     use`` changes nothing while the variable is set, and would move the saved model away
     from the one the memories were embedded with: unset the variable when the saved (or
     default) model is here, else import the variable's model; the usual choices once it

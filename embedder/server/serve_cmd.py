@@ -178,6 +178,8 @@ def serve(
     tls = None
     if tls_cert is not None and tls_key is not None:
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
+    # THATCH_MODEL chose the model only without --model, which wins over it.
+    overridden = model is None and env_get(env, "THATCH_MODEL") is not None
     with translate_embedder_errors():  # a malformed config file: one line, no traceback
         chosen = model or configured_model(env)
         absent = missing() if chosen != "mock" else []
@@ -188,6 +190,7 @@ def serve(
             )
     options = server.ServeOptions(
         model=chosen,
+        model_by_variable=overridden,
         listen=listen,
         threads=threads,
         idle_seconds=(
@@ -207,7 +210,6 @@ def serve(
             except ThatchEmbedderError as error:
                 if isinstance(error, ModelError) and not error.fix:
                     # Never "start the embedder" again: that would fail the same way.
-                    overridden = model is None and env_get(env, "THATCH_MODEL") is not None
                     template = OVERRIDE_FIX if overridden else MODEL_FIX
                     error.fix = template.format(model=shlex.quote(options.model))
                 if log_file is not None:  # whoever reads the log learns why it stopped
