@@ -394,3 +394,21 @@ def test_the_readme_says_how_errors_carry_their_fixes(db: Path) -> None:
     assert unknown.stderr.splitlines()[-1].startswith("Stores: ")
     missing = run("show", "Nope")
     assert missing.stderr.splitlines()[-1] == "Fix: thatch list --store proj"
+
+
+@pytest.mark.parametrize("command", ["show", "forget"])
+def test_the_fix_for_a_label_in_a_store_not_made_yet_runs(db: Path, command: str) -> None:
+    """A fresh project's store does not exist until something is saved in it: the fix is
+    not `thatch list --store proj` (which refuses the name) but a command that runs."""
+    import shlex
+
+    missing = run(command, "Deploy", *(["--yes"] if command == "forget" else []))
+    assert missing.exit_code == 1
+    assert missing.stderr == (
+        'Error: no memory labeled "Deploy" in "proj".\n'
+        "Fix: see the stores there are: thatch stores\n"
+    )
+    words = shlex.split(missing.stderr.splitlines()[-1].split(": ")[-1])
+    pasted = run(*words[1:])
+    assert pasted.exit_code == 0, pasted.output
+    assert pasted.stdout == "global\n"
