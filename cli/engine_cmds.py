@@ -14,6 +14,7 @@ import click
 
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import (
+    all_scope,
     check_argument,
     emit_json,
     leniently,
@@ -46,7 +47,13 @@ def _open(engine: Engine) -> tuple[Tools, EngineOperations]:
 
 def _scope(tools: Tools, store: str | None) -> list[str]:
     """``--store`` (one that exists: every reading verb refuses an unknown store, with
-    the names there are), else the project store plus global."""
+    the names there are), else the project store plus global; ``all`` means that default
+    scope, as for thatch list and search (and a store named all made before the name was
+    reserved)."""
+    from thatch.frontend.identifiers import ALL_STORES
+
+    if store == ALL_STORES:
+        return all_scope(tools)
     if store and store.strip():
         return [reading_store(tools, store)]
     return tools.ctx.default_scope
