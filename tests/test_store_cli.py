@@ -412,3 +412,15 @@ def test_the_fix_for_a_label_in_a_store_not_made_yet_runs(db: Path, command: str
     pasted = run(*words[1:])
     assert pasted.exit_code == 0, pasted.output
     assert pasted.stdout == "global\n"
+
+
+def test_cli_md_shows_the_fixes_show_prints(db: Path) -> None:
+    """docs/cli.md's `show` row quotes the Fix lines a missing label gets, as printed."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `show LABEL"))
+    fresh = run("show", "Deploy").stderr.splitlines()[-1]
+    assert f"`{fresh}`" in row
+    assert run("remember", "Deploy", "push a tag").exit_code == 0
+    missing = run("show", "Nope").stderr.splitlines()[-1]
+    assert missing == "Fix: thatch list --store proj"
+    assert "`Fix: thatch list --store <S>`," in row
