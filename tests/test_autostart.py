@@ -259,7 +259,10 @@ def test_offline_missing_model_explained(
     assert caught.value.cause == (
         "model thatch-test/no-such-model is not in the local cache and HF_HUB_OFFLINE=1"
     )
-    assert caught.value.fix == unavailable_fix("thatch-test/no-such-model", os.environ, hub=False)
+    # THATCH_MODEL chose the model of the server started without --model: its fix says so.
+    assert caught.value.fix == unavailable_fix(
+        "thatch-test/no-such-model", os.environ, hub=False, by_variable=True
+    )
     assert "thatch model import" in caught.value.fix and "model pull" not in caught.value.fix
     assert log_file(isolated_env).is_file()
 

@@ -291,7 +291,8 @@ def test_unreachable_hub_and_missing_model_names_the_offline_fix(
     assert lines_of(result)["model"] == [
         "FAIL  model  some-org/some-model (from THATCH_MODEL) is not on this machine and "
         "the hub http://127.0.0.1:9 does not answer",
-        f"      fix: {unavailable_fix('some-org/some-model', os.environ, hub=False)}",
+        "      fix: "
+        + unavailable_fix("some-org/some-model", os.environ, hub=False, by_variable=True),
     ]
     assert "model pull" not in result.output
 

@@ -145,9 +145,10 @@ def test_start_failure_gives_cause_and_log(
     result = run("start", "--wait", "60")
     log = isolated_env / ".cache" / "thatch" / "embedder.log"
     assert result.exit_code == 1
+    fix = unavailable_fix("thatch-test/absent", os.environ, hub=False, by_variable=True)
     assert result.stderr.endswith(
         "Error: model thatch-test/absent is not in the local cache and HF_HUB_OFFLINE=1; "
-        f"log: {log}\nFix: {unavailable_fix('thatch-test/absent', os.environ, hub=False)}\n"
+        f"log: {log}\nFix: {fix}\n"
     )
 
 
