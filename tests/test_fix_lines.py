@@ -19,7 +19,7 @@ import pytest
 
 # Words of prose that never belong to a command's arguments.
 PROSE = {"has", "it", "or", "then", "and", "rerun", "shows", "saves", "with", "the", "its"}
-COMMANDS = {"thatch", "unset", sys.executable}
+COMMANDS = {"thatch", "unset", "export", sys.executable}
 REQUIREMENT = re.compile(r"^[A-Za-z0-9_./ -]+(\[[a-z]+\])?(==[0-9][0-9.]*)?$")
 
 

@@ -650,3 +650,32 @@ def test_a_model_named_on_the_command_line_is_not_the_variables_choice(
     assert served.returncode == 1
     fix = served.stderr.splitlines()[-1]
     assert fix.startswith("Fix: ") and usual in fix and "THATCH_MODEL=acme" not in fix, fix
+
+
+def test_a_pinned_thatch_model_gets_a_fix_after_which_doctor_passes(
+    minilm_source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL=id@revision, offline: an import has no revision, so importing the id
+    alone leaves the variable unresolved. The fix imports it and names it without the
+    revision; followed as printed (DIR: a checkpoint), doctor's model check passes."""
+    import shlex
+
+    from thatch.cli.doctor_model import check_model
+
+    monkeypatch.setenv("THATCH_MODEL", "acme/absent@" + "0123456789abcdef" * 2 + "01234567")
+    failing, _ = check_model(dict(os.environ), None)
+    assert failing.status == "FAIL" and failing.fix is not None
+    clause = next(part for part in failing.fix.split("; or ") if "--model-id" in part)
+    assert clause.endswith(
+        "the saved model: import acme/absent from a copy of its checkpoint and name it without the revision, "
+        "which imports do not have: thatch model import DIR --model-id acme/absent "
+        "&& export THATCH_MODEL=acme/absent"
+    )
+    importing, exporting = clause.split(": ")[-1].split(" && ")
+    words = [str(minilm_source) if word == "DIR" else word for word in shlex.split(importing)]
+    code, _, err = run(*words[2:], "--no-quantize")
+    assert code == 0, err
+    name, _, value = shlex.split(exporting)[1].partition("=")
+    monkeypatch.setenv(name, value)
+    passing, model_id = check_model(dict(os.environ), None)
+    assert (passing.status, model_id) == ("ok", "acme/absent"), passing

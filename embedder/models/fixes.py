@@ -147,7 +147,7 @@ def override_fix(model_id: str, env: Env) -> str | None:
     default) model is here, else import the variable's model; the usual choices once it
     is unset come last."""
     from thatch.embedder.client.errors import ThatchEmbedderError
-    from thatch.embedder.client.model_names import model_id_for
+    from thatch.embedder.client.model_names import HubRef, model_id_for, parse_name
     from thatch.embedder.client.settings import model_setting
 
     value = env_get(env, "THATCH_MODEL")
@@ -155,8 +155,12 @@ def override_fix(model_id: str, env: Env) -> str | None:
         return None
     try:
         chosen = model_id_for(value, env=env)
+        target = parse_name(value, env)
     except ThatchEmbedderError:
-        chosen = value
+        chosen, target = value, None
+    # An import has no revision: id@revision never resolves to one, so the variable must
+    # name the import without it.
+    pinned = isinstance(target, HubRef) and target.revision is not None
     if model_id not in (chosen, value):
         return None
     without = {**env, "THATCH_MODEL": ""}
@@ -172,10 +176,14 @@ def override_fix(model_id: str, env: Env) -> str | None:
     source = packaged_checkpoint() if model_id == PACKAGED_MODEL_ID else None
     where = shlex.quote(str(source)) if source is not None else "DIR"
     of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint"
-    choices.append(
-        f"import {model_id} from {of}: thatch model import {where} "
-        f"--model-id {shlex.quote(model_id)}"
-    )
+    importing = f"thatch model import {where} --model-id {shlex.quote(model_id)}"
+    if pinned:
+        choices.append(
+            f"import {model_id} from {of} and name it without the revision, which imports "
+            f"do not have: {importing} && export THATCH_MODEL={shlex.quote(model_id)}"
+        )
+    else:
+        choices.append(f"import {model_id} from {of}: {importing}")
     if saved_id is None:
         # Not "unset THATCH_MODEL, then …": pasted, unset would take the prose as names.
         choices.append("with THATCH_MODEL unset, " + "; or ".join(offline_choices(without)))
