@@ -553,8 +553,8 @@ def test_install_fixes_name_this_interpreter() -> None:
         "thatch model import DIR --adapter all-MiniLM-L6-v2-code"
     )
     clone = str(Path(__file__).resolve().parents[1])  # the editable install's source
-    assert lines["embedder"] == f"{pip} {shlex.quote(clone + '[embedder]')}"
-    assert lines["team"] == f"{pip} {shlex.quote(clone + '[team]')}"
+    assert lines["embedder"] == f"{pip} -e {shlex.quote(clone + '[embedder]')}"
+    assert lines["team"] == f"{pip} -e {shlex.quote(clone + '[team]')}"
 
 
 def test_pip_lines_quote_the_interpreter_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -568,6 +568,45 @@ def test_pip_lines_quote_the_interpreter_path(monkeypatch: pytest.MonkeyPatch) -
     assert pip_install("/src/thatch[embedder]") == (
         "'/opt/my tools/bin/python3' -m pip install '/src/thatch[embedder]'"
     )
+
+
+class FakeDistribution:
+    """A thatch distribution with the PEP 610 record ``direct_url`` (None: none)."""
+
+    def __init__(self, direct_url: dict[str, object] | None) -> None:
+        self.direct_url = direct_url
+
+    def read_text(self, name: str) -> str | None:
+        assert name == "direct_url.json"
+        return None if self.direct_url is None else json.dumps(self.direct_url)
+
+
+@pytest.mark.parametrize(
+    ("record", "editable"),
+    [
+        ({"url": "CLONE", "dir_info": {"editable": True}}, True),
+        ({"url": "CLONE", "dir_info": {}}, False),  # pip install . : a copy
+        ({"url": "https://example.org/thatch.whl", "archive_info": {}}, False),
+        (None, False),  # from PyPI: no record
+    ],
+)
+def test_extra_install_lines_keep_an_editable_install_editable(
+    monkeypatch: pytest.MonkeyPatch, record: dict[str, object] | None, editable: bool
+) -> None:
+    """An editable install (the README's pip install -e .) gets `-e <clone>[extra]`: a plain
+    `<clone>[extra]` would replace it with a copy. Any other install: the PyPI name."""
+    import importlib.metadata
+
+    from thatch.common import pip_line
+
+    clone = Path(pip_line.__file__).resolve().parents[1]
+    if record is not None and record["url"] == "CLONE":
+        record = {**record, "url": clone.as_uri()}
+    monkeypatch.setattr(
+        importlib.metadata, "distributions", lambda name: [FakeDistribution(record)]
+    )
+    expected = ("-e", f"{clone}[team]") if editable else ("thatch[team]",)
+    assert pip_line.thatch_requirement("team") == expected
 
 
 # -- THATCH_MODEL wins over the saved model: the fix says so -------------------------------
@@ -667,9 +706,9 @@ def test_a_pinned_thatch_model_gets_a_fix_after_which_doctor_passes(
     assert failing.status == "FAIL" and failing.fix is not None
     clause = next(part for part in failing.fix.split("; or ") if "--model-id" in part)
     assert clause.endswith(
-        "the saved model: import acme/absent from a copy of its checkpoint and name it without the revision, "
-        "which imports do not have: thatch model import DIR --model-id acme/absent "
-        "&& export THATCH_MODEL=acme/absent"
+        "the saved model: import acme/absent from a copy of its checkpoint and name it "
+        "without the revision, which imports do not have: thatch model import DIR "
+        "--model-id acme/absent && export THATCH_MODEL=acme/absent"
     )
     importing, exporting = clause.split(": ")[-1].split(" && ")
     words = [str(minilm_source) if word == "DIR" else word for word in shlex.split(importing)]

@@ -31,6 +31,6 @@ def missing() -> list[str]:
 
 
 def install_line() -> str:
-    """The pip line that adds the extra to this interpreter's thatch: from the clone it
-    runs from (an editable install), else the package name."""
-    return pip_install(thatch_requirement("embedder"))
+    """The pip line that adds the extra to this interpreter's thatch: ``-e`` from the clone
+    of an editable install (it stays editable), else the package name."""
+    return pip_install(*thatch_requirement("embedder"))
