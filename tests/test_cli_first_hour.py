@@ -126,7 +126,7 @@ def test_a_second_embedder_says_there_is_nothing_to_do(
     assert done.exit_code == 1
     error, fix = done.stderr.splitlines()
     assert error.startswith(f"Error: an embedder is already running at {mock_embedder.address}")
-    assert fix.startswith("Fix: nothing to do: it serves every thatch process")
+    assert fix.startswith("Fix: nothing to do, every agent and command shares it")
 
 
 def _git(repo: Path, *args: str) -> str:

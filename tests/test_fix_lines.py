@@ -90,7 +90,7 @@ import thatch.embedder.client.extra as extra
 from thatch.cli.demo_model import choose_model, no_model_fix
 from thatch.cli.doctor_model import check_model
 from thatch.embedder.client.autostart import FIX_ORPHAN
-from thatch.embedder.client.errors import fix_offline
+from thatch.embedder.client.errors import ALREADY_RUNNING_FIX, fix_offline
 from thatch.embedder.client.model_names import ADAPTED
 from thatch.embedder.models.fixes import adapted_fix, offline_choices, unavailable_fix
 from thatch.embedder.models.hub_download import _upgrade_fix
@@ -110,6 +110,7 @@ fixes = [
     INSTALL_TEAM,
     FIX_ORPHAN,
     fix_offline("acme/absent"),
+    ALREADY_RUNNING_FIX,
 ]
 extra.missing = lambda: ["onnxruntime"]  # a frontend-only install
 fixes.append(check_model(env, None)[0].fix)
@@ -135,6 +136,6 @@ def test_every_fix_that_names_a_command_pastes_whole(package: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     fixes = json.loads(done.stdout)
-    assert len(fixes) == 13
+    assert len(fixes) == 14
     for fix in fixes:
         assert_pastes(fix)

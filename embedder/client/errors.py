@@ -71,8 +71,8 @@ class AddressError(ThatchEmbedderError):
 
 
 ALREADY_RUNNING_FIX = (
-    "nothing to do: it serves every thatch process (thatch embedder status); "
-    "to restart it, run thatch embedder stop first"
+    "nothing to do, every agent and command shares it; to see it: thatch embedder status; "
+    "or to restart it, stop it first: thatch embedder stop"
 )
 
 
