@@ -52,7 +52,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
                 "THATCH_MODEL is set in this environment and wins over the saved model: "
                 f"unset THATCH_MODEL, or set it to another model ({kinds})"
             )
-        fix = fix or f"thatch model use ID ({kinds})"
+        fix = fix or f"choose {kinds}: thatch model use ID"
         return Check("FAIL", "model", str(error), fix), served_id
     # The origin names the config file, the path a model directory: data (doctor's _shown).
     # So are the ids: a model directory's name is its id (local:<name>), and a remote

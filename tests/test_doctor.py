@@ -224,7 +224,7 @@ def test_outdated_schema_warns_and_is_not_migrated(
     result = doctor()
     assert lines_of(result)["database"] == [
         f"warn  database  {path} has an older schema ({len(MIGRATIONS)} migrations pending)",
-        "      fix: run thatch stores once: it migrates the database",
+        "      fix: migrate it by running one command: thatch stores",
     ]
     conn = sqlite3.connect(path)
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}

@@ -95,6 +95,7 @@ from thatch.embedder.client.model_names import ADAPTED
 from thatch.embedder.models.fixes import adapted_fix, offline_choices, unavailable_fix
 from thatch.embedder.models.hub_download import _upgrade_fix
 from thatch.frontend.demo import DemoFailed, Steps
+from thatch.hub.admin import new_token_fix
 from thatch.hub.extra import INSTALL_TEAM
 
 env = dict(os.environ)
@@ -111,7 +112,15 @@ fixes = [
     FIX_ORPHAN,
     fix_offline("acme/absent"),
     ALREADY_RUNNING_FIX,
+    new_token_fix("acme", "ann"),
 ]
+from thatch.embedder.client.errors import ModelError
+from thatch.embedder.convert.importer import _check_adapted_id
+
+try:
+    _check_adapted_id("thatch/all-MiniLM-L6-v2-code", None)  # its id, not its adapter
+except ModelError as refused:
+    fixes.append(refused.fix)
 extra.missing = lambda: ["onnxruntime"]  # a frontend-only install
 fixes.append(check_model(env, None)[0].fix)
 try:
@@ -136,6 +145,6 @@ def test_every_fix_that_names_a_command_pastes_whole(package: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     fixes = json.loads(done.stdout)
-    assert len(fixes) == 14
+    assert len(fixes) == 16
     for fix in fixes:
         assert_pastes(fix)
