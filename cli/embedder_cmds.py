@@ -176,7 +176,7 @@ def _explain_silent_server(path: Path) -> None:
     pid = running_pid(path)
     if pid is None:
         return
-    fix = "thatch embedder stop, then thatch embedder start"
+    fix = "thatch embedder stop && thatch embedder start"
     if not os.path.lexists(path):
         raise FixableError(
             f"the embedder (pid {pid}) is running but its socket {path} is missing.", fix

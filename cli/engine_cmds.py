@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from thatch.cli.groups import SuggestingGroup
-from thatch.cli.store_access import check_argument, emit_json, leniently, open_tools, store_errors
+from thatch.cli.store_access import (
+    all_scope,
+    check_argument,
+    emit_json,
+    leniently,
+    open_tools,
+    reading_store,
+    store_errors,
+)
 from thatch.cli.store_cmds import SETTINGS
 
 if TYPE_CHECKING:
@@ -38,7 +46,17 @@ def _open(engine: Engine) -> tuple[Tools, EngineOperations]:
 
 
 def _scope(tools: Tools, store: str | None) -> list[str]:
-    return [store] if store and store.strip() else tools.ctx.default_scope
+    """``--store`` (one that exists: every reading verb refuses an unknown store, with
+    the names there are), else the project store plus global; ``all`` means that default
+    scope, as for thatch list and search (and a store named all made before the name was
+    reserved)."""
+    from thatch.frontend.identifiers import ALL_STORES
+
+    if store == ALL_STORES:
+        return all_scope(tools)
+    if store and store.strip():
+        return [reading_store(tools, store)]
+    return tools.ctx.default_scope
 
 
 def _item_json(entry: Listed) -> dict[str, Any]:
@@ -229,7 +247,9 @@ def defaults(off: tuple[str, ...], on: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
+    width = max(len(str(row["key"])) for row in rows)  # the longest key, one column
     for row in rows:
-        click.echo(f"{'on ' if row['on'] else 'off'}  {row['key']:<22} when {row['situation']}")
+        key = f"{row['key']}".ljust(width)
+        click.echo(f"{'on ' if row['on'] else 'off'}  {key}  when {row['situation']}")
     if on:
         click.echo("Switched on: seeded again when the next thatch mcp starts.")

@@ -156,7 +156,10 @@ def not_found(
                     f"{message[:-1]}; it is in {quoted(other)}.",
                     f"thatch {command} {shell_quote(label)} --store {shell_quote(other)}",
                 )
-    return FixableError(message, f"thatch list --store {shell_quote(store)} shows its labels")
+        if not tools.ctx.store.store_exists(store):
+            # Nothing was saved there yet: `thatch list --store` would refuse the name.
+            return FixableError(message, "see the stores there are: thatch stores")
+    return FixableError(message, f"thatch list --store {shell_quote(store)}")
 
 
 def shell_quote(value: str) -> str:

@@ -86,7 +86,7 @@ def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
     if not token:
         raise FixableError(
             "no team token given",
-            f"set {TOKEN_ENV} to the token `thatch hub member add` printed, or pass "
+            f"set {TOKEN_ENV} to the token that thatch hub member add printed, or pass "
             "--token-file FILE",
         )
     # A token travels in a gRPC header: anything else failed as "the hub is unavailable
@@ -95,7 +95,7 @@ def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
         raise FixableError(
             f"{where} does not hold a team token (one line of printable ASCII, at most "
             f"{TOKEN_MAX_BYTES} characters)",
-            f"set {TOKEN_ENV} to the token `thatch hub member add` printed, or pass "
+            f"set {TOKEN_ENV} to the token that thatch hub member add printed, or pass "
             "--token-file FILE",
         )
     return token

@@ -179,7 +179,8 @@ def running_embedder(
                     reason = log_reason(log, 0) or f"it exited with status {proc.returncode}"
                     raise steps.fail(
                         f"the embedder did not start: {reason}",
-                        "check the model with thatch model info, or try thatch demo --model mock",
+                        "see how the model resolves: thatch model info; "
+                        "or try the mock model: thatch demo --model mock",
                     )
                 if time.monotonic() >= deadline:
                     raise steps.fail(

@@ -134,7 +134,7 @@ def check_database(
                 "warn",
                 "database",
                 f"{shown} does not exist yet (thatch creates it on first use)",
-                "run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
+                "to create it: thatch stores; or set THATCH_DB_PATH if it lives elsewhere",
             ), None
         return Check("FAIL", "database", f"{shown} does not exist and cannot be created", fix), None
     if not path.is_file():
@@ -198,7 +198,7 @@ def check_database(
             "warn",
             "database",
             f"{shown} has an older schema ({len(missing)} migrations pending)",
-            "run thatch stores once: it migrates the database",
+            "migrate it by running one command: thatch stores",
         ), conn
     detail = f"{shown} ({_plural(memories, 'memory', 'memories')} in {_plural(stores, 'store')})"
     if not integrity:
@@ -340,7 +340,9 @@ def check_memories(conn: sqlite3.Connection | None, db_exists: bool, model: str 
             ).fetchone()[0]
         total = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
     except sqlite3.Error as error:  # an outdated schema may lack columns
-        return Check("warn", "memories", f"not checked: {error}", "run thatch stores once")
+        return Check(
+            "warn", "memories", f"not checked: {error}", "migrate the database: thatch stores"
+        )
     if other:
         detail = (
             f"{_plural(other, 'memory', 'memories')} embedded with another model than "

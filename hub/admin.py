@@ -26,6 +26,7 @@ __all__ = [
     "add_team",
     "migrate_database",
     "new_token",
+    "new_token_fix",
     "owner_connection",
     "revoke_member",
 ]
@@ -108,9 +109,16 @@ def add_member(
     if added is None:
         raise AdminError(
             f"{member!r} is already a member of {team!r} with a live token",
-            f"to give them a new one: thatch hub member revoke {team} {member}, then add "
-            "them again",
+            new_token_fix(team, member),
         )
+
+
+def new_token_fix(team: str, member: str) -> str:
+    """How a member with a live token gets a new one: revoke it, then add them again."""
+    return (
+        "to give them a new one, revoke the token and add them again: "
+        f"thatch hub member revoke {team} {member} && thatch hub member add {team} {member}"
+    )
 
 
 def revoke_member(conn: Connection[TupleRow], team: str, member: str, at: datetime) -> bool:

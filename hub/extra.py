@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 
+from thatch.common.pip_line import pip_install, thatch_requirement
+
 __all__ = ["INSTALL_TEAM", "missing_team_extra"]
 
-INSTALL_TEAM = "pip install 'thatch[team]'"
+INSTALL_TEAM = pip_install(*thatch_requirement("team"))
 
 
 def missing_team_extra() -> list[str]:

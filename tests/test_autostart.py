@@ -206,7 +206,7 @@ def test_a_stopped_server_is_named_hung_not_still_starting(
             f"the embedder (pid {pid}) at unix://{sock} is running but does not answer "
             "(not even 'starting') for 1 s"
         )
-        assert caught.value.fix == "run thatch embedder stop, then retry"
+        assert caught.value.fix == "stop it, then retry: thatch embedder stop"
         assert embedder_pids(str(sock)) == [pid]
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -259,7 +259,10 @@ def test_offline_missing_model_explained(
     assert caught.value.cause == (
         "model thatch-test/no-such-model is not in the local cache and HF_HUB_OFFLINE=1"
     )
-    assert caught.value.fix == unavailable_fix("thatch-test/no-such-model", os.environ, hub=False)
+    # THATCH_MODEL chose the model of the server started without --model: its fix says so.
+    assert caught.value.fix == unavailable_fix(
+        "thatch-test/no-such-model", os.environ, hub=False, by_variable=True
+    )
     assert "thatch model import" in caught.value.fix and "model pull" not in caught.value.fix
     assert log_file(isolated_env).is_file()
 
@@ -276,8 +279,8 @@ def test_spawn_failure_names_the_log_reason(
     prefix = f"nothing is listening at unix://{sock} (auto-start failed: "
     assert caught.value.cause.startswith(prefix)
     assert caught.value.fix == (
-        f"thatch model info {model} shows how the model resolves; "
-        "thatch model use ID chooses another (or set THATCH_MODEL)"
+        f"see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
+        "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
     )
     reason = caught.value.cause[len(prefix) : -1]
     assert reason and reason in log_file(isolated_env).read_text()
@@ -317,8 +320,8 @@ def test_a_fix_line_of_other_stderr_text_is_not_the_servers_fix(
     # Nor is the traceback's last line the cause shown beside the server's fix.
     assert "no model named x" not in str(caught.value)
     assert caught.value.fix == (
-        f"thatch model info {model} shows how the model resolves; "
-        "thatch model use ID chooses another (or set THATCH_MODEL)"
+        f"see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
+        "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
     )
 
 

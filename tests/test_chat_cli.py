@@ -120,6 +120,14 @@ def test_tail_filters_and_limits(tmp_path: Path) -> None:
     assert code == 2 and "'yesterday' is not an ISO date or time" in err
     code, _, err = thatch(env, "chat", "tail", "--once", "--match", "(")
     assert code == 2 and "--match" in err
+    # --limit is named when refused, as click names every other option.
+    for limit, why in (
+        ("abc", "'abc' is not a number or all"),
+        ("-1", "-1 is not a number ≥ 0 or all"),
+    ):
+        code, _, err = thatch(env, "chat", "tail", "--once", "--limit", limit)
+        assert code == 2
+        assert err.splitlines()[-1] == f"Error: Invalid value for '--limit': {why}"
     store.conn.close()
 
 
@@ -127,12 +135,12 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
     env, store, ids = setup_sessions(tmp_path)
     assert thatch(env, "chat", "send", "nobody-00001", "hi")[::2] == (
         1,
-        'Error: no chat session named "nobody-00001"\nFix: thatch chat list shows who is here\n',
+        'Error: no chat session named "nobody-00001"\nFix: see who is here: thatch chat list\n',
     )
     # Quoted once: the line break shows as \n, not as \\n.
     assert thatch(env, "chat", "send", "a\nb", "hi")[::2] == (
         1,
-        'Error: no chat session named "a\\nb"\nFix: thatch chat list shows who is here\n',
+        'Error: no chat session named "a\\nb"\nFix: see who is here: thatch chat list\n',
     )
     assert thatch(env, "chat", "send", "x", " ")[::2] == (
         1,
@@ -146,7 +154,7 @@ def test_send_errors_exit_1(tmp_path: Path) -> None:
     me = out.rsplit(" as ", 1)[1].strip()
     assert thatch(env, "chat", "send", me, "to myself")[::2] == (
         1,
-        "Error: you cannot send a message to yourself\nFix: thatch chat list shows who is here\n",
+        "Error: you cannot send a message to yourself\nFix: see who is here: thatch chat list\n",
     )
     store.conn.close()
 

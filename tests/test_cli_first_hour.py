@@ -80,8 +80,8 @@ def test_a_memory_in_another_store_is_named_with_the_command_that_shows_it(db: P
         'Error: no memory labeled "Tabs" in "proj"; it is in "global".\n'
         "Fix: thatch show Tabs --store global\n"
     )
-    gone = run("forget", "Nothing", "--yes")
-    assert gone.stderr.splitlines()[1] == "Fix: thatch list --store proj shows its labels"
+    gone = run("forget", "Nothing", "--yes")  # nothing saved in proj yet: no such store
+    assert gone.stderr.splitlines()[1] == "Fix: see the stores there are: thatch stores"
 
 
 def test_engine_groups_take_json_and_store_without_a_command(db: Path) -> None:
@@ -126,7 +126,7 @@ def test_a_second_embedder_says_there_is_nothing_to_do(
     assert done.exit_code == 1
     error, fix = done.stderr.splitlines()
     assert error.startswith(f"Error: an embedder is already running at {mock_embedder.address}")
-    assert fix.startswith("Fix: nothing to do: it serves every thatch process")
+    assert fix.startswith("Fix: nothing to do, every agent and command shares it")
 
 
 def _git(repo: Path, *args: str) -> str:

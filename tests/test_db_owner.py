@@ -202,6 +202,7 @@ NOT_THE_DATABASE = {
     "teamsync/tokens.py": "the member tokens' 0600 files",
     "teamsync/process.py": "the sync process's lock file and its log",
     "common/environment.py": "thatch's config file",
+    "common/pip_line.py": "thatch's install record (PEP 610 direct_url.json)",
     "frontend/setup/check.py": "host configuration files",
     "frontend/setup/declined.py": "host configuration files",
     "frontend/setup/jsonfiles.py": "host configuration files",

@@ -264,6 +264,9 @@ def test_cli_switches_defaults_off_and_on(tmp_path: Path, mock_embedder: Embedde
     assert off.returncode == 0, off.stderr
     states = [line.split()[0] for line in off.stdout.splitlines()]
     assert f"off  {key}" in off.stdout and states.count("on") == 8
+    # One column for the situations, after the longest key (debugging-git-archaeology).
+    longest = max(len(d.key) for d in DEFAULTS)
+    assert {line.index(" when ") for line in off.stdout.splitlines()} == {5 + longest + 1}
     assert key not in dict(stamps(tmp_path / "thatch.db"))
     listed = json.loads(thatch("behaviors", "list", "--store", "global", "--json").stdout)
     assert len(listed) == 8 and all("seed-key" not in item["rationale"] for item in listed)

@@ -303,3 +303,21 @@ def test_kept_database_replaces_the_last_demos_and_its_wal(tmp_path: Path) -> No
     with contextlib.closing(sqlite3.connect(target)) as conn:
         assert conn.execute("SELECT v FROM t").fetchall() == [("new",)]
     assert not target.with_name("thatch.db.new").exists()
+
+
+def test_unusable_model_with_the_package_installed_suggests_the_demo_without_it(
+    home: Path, tmp_path: Path
+) -> None:
+    """--model of a model that cannot be had offline, with the offline package installed:
+    the fix is the demo without --model (which falls back to it), not installing it again."""
+    run = run_demo(demo_env(home, tmp_path / "cache"), "--model", "nonexistent/model")
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        'Error: step "1. Choosing a model" failed: model nonexistent/model cannot be used: '
+        "HF_HUB_OFFLINE=1",
+        "Fix: run the demo without --model, which falls back to the packaged all-MiniLM-L6-v2: "
+        "thatch demo; or connect to the Hugging Face hub; or import a checkpoint: "
+        "thatch model import DIR && thatch model use ID",
+    ]
+    assert "pip" not in run.stderr
+    assert_left_nothing(run)

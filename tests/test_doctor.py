@@ -84,8 +84,8 @@ def test_healthy_setup_prints_ok_lines_and_exits_0(
         f"ok  queue  {queue} is writable",
         f"ok  embedder  serving at {mock_embedder.address} (model mock, pid {pid})",
         "ok  model  mock (mock; from THATCH_MODEL), served by the embedder; processes "
-        "started without THATCH_MODEL use Xenova/bge-small-en-v1.5: thatch model use mock "
-        "saves this one",
+        "started without THATCH_MODEL use Xenova/bge-small-en-v1.5; save this one with: "
+        "thatch model use mock",
         "ok  thresholds  recall nudge 0.55, recall floor 0, duplicate 0.85, prediction 0.6, "
         "behavior 0.6 (built-in defaults: mock is not calibrated)",
         "ok  memories  1 memory, all embedded with mock",
@@ -167,7 +167,7 @@ def test_missing_database_is_reported_not_created(project: Path, tmp_path: Path)
     result = doctor()
     assert lines_of(result)["database"] == [
         f"warn  database  {path} does not exist yet (thatch creates it on first use)",
-        "      fix: run thatch stores to create it, or set THATCH_DB_PATH if it lives elsewhere",
+        "      fix: to create it: thatch stores; or set THATCH_DB_PATH if it lives elsewhere",
     ]
     assert lines_of(result)["memories"] == ["ok  memories  no memories yet"]
     assert not path.exists() and not path.parent.exists()
@@ -224,7 +224,7 @@ def test_outdated_schema_warns_and_is_not_migrated(
     result = doctor()
     assert lines_of(result)["database"] == [
         f"warn  database  {path} has an older schema ({len(MIGRATIONS)} migrations pending)",
-        "      fix: run thatch stores once: it migrates the database",
+        "      fix: migrate it by running one command: thatch stores",
     ]
     conn = sqlite3.connect(path)
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
@@ -291,7 +291,8 @@ def test_unreachable_hub_and_missing_model_names_the_offline_fix(
     assert lines_of(result)["model"] == [
         "FAIL  model  some-org/some-model (from THATCH_MODEL) is not on this machine and "
         "the hub http://127.0.0.1:9 does not answer",
-        f"      fix: {unavailable_fix('some-org/some-model', os.environ, hub=False)}",
+        "      fix: "
+        + unavailable_fix("some-org/some-model", os.environ, hub=False, by_variable=True),
     ]
     assert "model pull" not in result.output
 
@@ -307,11 +308,14 @@ def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.Monk
     assert lines_of(result)["model"] == [
         "FAIL  model  some-org/some-model (from THATCH_MODEL) is not on this machine and "
         "HF_HUB_OFFLINE=1",
-        "      fix: import the packaged offline model: "
+        # THATCH_MODEL wins over thatch model use: the fix is about the variable first.
+        "      fix: THATCH_MODEL=some-org/some-model is set in this environment and wins over "
+        "the saved model: import some-org/some-model from a copy of its checkpoint: thatch "
+        "model import DIR --model-id some-org/some-model; or with THATCH_MODEL unset, "
+        "import the packaged offline model: "
         f"thatch model import {source} --model-id sentence-transformers/all-MiniLM-L6-v2 "
         "&& thatch model use sentence-transformers/all-MiniLM-L6-v2; or import a "
-        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID "
-        "(or THATCH_MODEL=ID for one process)",
+        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID",
     ]
 
 

@@ -145,9 +145,10 @@ def test_start_failure_gives_cause_and_log(
     result = run("start", "--wait", "60")
     log = isolated_env / ".cache" / "thatch" / "embedder.log"
     assert result.exit_code == 1
+    fix = unavailable_fix("thatch-test/absent", os.environ, hub=False, by_variable=True)
     assert result.stderr.endswith(
         "Error: model thatch-test/absent is not in the local cache and HF_HUB_OFFLINE=1; "
-        f"log: {log}\nFix: {unavailable_fix('thatch-test/absent', os.environ, hub=False)}\n"
+        f"log: {log}\nFix: {fix}\n"
     )
 
 
@@ -211,7 +212,7 @@ def test_server_without_its_socket_is_found_and_stopped(sock: Path, pid_file: st
     assert status.exit_code == 1
     assert status.stderr == (
         f"Error: the embedder (pid {pid}) is running but its socket {sock} is missing.\n"
-        "Fix: thatch embedder stop, then thatch embedder start\n"
+        "Fix: thatch embedder stop && thatch embedder start\n"
     )
 
     # A frontend's auto-start cannot start a rival: it explains what holds the address.
@@ -221,7 +222,7 @@ def test_server_without_its_socket_is_found_and_stopped(sock: Path, pid_file: st
         f"nothing is listening at unix://{sock} (auto-start failed: an embedder is already "
         f"running at unix://{sock} (pid {pid}))"
     )
-    assert caught.value.fix == "run thatch embedder stop, then retry"
+    assert caught.value.fix == "stop it, then retry: thatch embedder stop"
     assert embedder_pids(str(sock)) == [pid]
 
     stopped = run("stop")

@@ -106,3 +106,48 @@ def test_bad_input_is_a_usage_error_and_writes_nothing(env: Path) -> None:
         assert "Invalid arguments: " in result.stderr
     assert run("predictions", "nope").exit_code == 2
     assert rows(env, "SELECT id, confidence FROM predictions ORDER BY id") == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("behaviors", "--store", "nostore"),
+        ("behaviors", "list", "--store", "nostore"),
+        ("predictions", "--store", "nostore", "--json"),
+        ("predictions", "show", "xyz", "--store", "nostore"),
+        ("behaviors", "delete", "run the tests", "--store", "nostore"),
+    ],
+)
+def test_an_unknown_store_is_refused_naming_the_stores(env: Path, args: tuple[str, ...]) -> None:
+    """Every reading verb refuses a store that does not exist, with the stores there are
+    (as `thatch list --store nope` does), instead of an empty listing or "No … matching"."""
+    seed(env)
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr == 'Error: no store named "nostore".\nStores: global, proj\n'
+    assert run("list", "--store", "nostore").stderr == result.stderr
+    assert rows(env, "SELECT count(*) FROM behaviors") == [(1,)]
+
+
+def test_store_all_means_the_project_store_and_global(env: Path) -> None:
+    """`--store all` reads what `thatch list --store all` reads (the default scope), for
+    listing, --json, show and delete, instead of refusing the reserved name."""
+    seed(env)
+    for kind in ("predictions", "behaviors"):
+        default = run(kind)
+        assert default.exit_code == 0, default.output
+        every = run(kind, "--store", "all")
+        assert (every.exit_code, every.stdout) == (0, default.stdout), every.output
+        as_json = run(kind, "list", "--store", "all", "--json")
+        assert as_json.exit_code == 0, as_json.output
+        assert as_json.stdout == run(kind, "list", "--json").stdout
+    stores = {
+        item["store"] for item in json.loads(run("predictions", "--store", "all", "--json").stdout)
+    }
+    assert stores == {"proj", "global"}
+    shown = run("predictions", "show", "tabs not spaces", "--store", "all")
+    assert shown.exit_code == 0, shown.output
+    deleted = run("behaviors", "delete", "run the tests", "--store", "all")
+    assert deleted.exit_code == 0, deleted.output
+    assert rows(env, "SELECT count(*) FROM behaviors") == [(0,)]

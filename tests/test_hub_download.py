@@ -207,7 +207,8 @@ def test_a_broken_download_is_refused_and_fetched_again(
             with pytest.raises(ModelError, match=message) as error:
                 resolve_model("acme/broken", env=env, progress=False)
             assert error.value.fix is not None
-            assert error.value.fix.startswith("thatch model pull acme/broken downloads it again")
+            assert error.value.fix.startswith("download it again (")
+            assert error.value.fix.endswith(": thatch model pull acme/broken")
             assert name in server.downloaded()
             assert cached_snapshot(HubRef("acme/broken", None), env) is None
         fetched_whole = server.downloaded() - {name}

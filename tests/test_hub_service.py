@@ -695,6 +695,7 @@ def test_hub_commands_need_the_team_extra_and_help_does_not(
     from click.testing import CliRunner
 
     from thatch.cli.main import cli
+    from thatch.hub.extra import INSTALL_TEAM
 
     code = (
         "import sys; from thatch.cli.main import cli\n"
@@ -708,7 +709,7 @@ def test_hub_commands_need_the_team_extra_and_help_does_not(
     result = CliRunner().invoke(cli, ["hub", "migrate"])
     assert result.exit_code == 1
     assert "the team extra is not installed (psycopg missing)" in result.output
-    assert "pip install 'thatch[team]'" in result.output
+    assert f"Fix: {INSTALL_TEAM}\n" in result.output
 
 
 def test_chat_mail_travels_through_the_hub_between_members_only(

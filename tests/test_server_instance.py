@@ -69,8 +69,8 @@ def test_two_servers_started_together_one_serves(short_tmp: Path, tmp_path: Path
             assert loser.stderr is not None
             assert loser.stderr.read().decode() == (
                 f"Error: an embedder is already running at unix://{sock} (pid {winner.pid})\n"
-                "Fix: nothing to do: it serves every thatch process (thatch embedder status); "
-                "to restart it, run thatch embedder stop first\n"
+                "Fix: nothing to do, every agent and command shares it; to see it: thatch "
+                "embedder status; or to restart it, stop it first: thatch embedder stop\n"
             )
             with EmbedderClient(f"unix://{sock}", autostart=False) as client:
                 assert client.embed(["one server"], Kind.QUERY, timeout=60).model_id == "mock"

@@ -211,8 +211,8 @@ def test_second_server_on_a_live_socket_is_refused(short_tmp: Path) -> None:
         assert result.exit_code == 1
         assert result.stderr == (
             f"Error: an embedder is already running at {proc.address} (pid {proc.pid})\n"
-            "Fix: nothing to do: it serves every thatch process (thatch embedder status); "
-            "to restart it, run thatch embedder stop first\n"
+            "Fix: nothing to do, every agent and command shares it; to see it: thatch "
+            "embedder status; or to restart it, stop it first: thatch embedder stop\n"
         )
         assert proc.health() == SERVING
 

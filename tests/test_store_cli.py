@@ -46,8 +46,7 @@ def test_remember_list_show_forget(db: Path) -> None:
     missing = run("forget", "Deploy")
     assert (missing.exit_code, missing.stderr) == (
         1,
-        'Error: no memory labeled "Deploy" in "proj".\n'
-        "Fix: thatch list --store proj shows its labels\n",
+        'Error: no memory labeled "Deploy" in "proj".\nFix: thatch list --store proj\n',
     )
     assert run("show", "Deploy").exit_code == 1
     assert rows(db) == []
@@ -385,3 +384,67 @@ def test_dedup_counts_what_it_compares_up_to_the_session_starts_cap(
         "compared as they are saved)…\n"
     )
     assert result.stdout == "[]\n"
+
+
+@pytest.mark.parametrize("store", ["acme/widgets", "two words"])
+def test_the_fix_for_a_missing_label_is_a_command_that_runs(db: Path, store: str) -> None:
+    """`Fix:` lines that are commands paste as they are: the one for a label a store lacks
+    runs (the store name shell-quoted) and lists that store's labels."""
+    import shlex
+
+    assert run("remember", "Widgets", "how widgets ship", "--store", store).exit_code == 0
+    missing = run("show", "Nope", "--store", store)
+    assert missing.exit_code == 1
+    fix = missing.stderr.splitlines()[-1].removeprefix("Fix: ")
+    words = shlex.split(fix)
+    assert words[0] == "thatch"
+    pasted = run(*words[1:])
+    assert pasted.exit_code == 0, pasted.output
+    shown = store if " " not in store else f'"{store}"'  # list quotes a name with a space
+    assert pasted.stdout.startswith(f"[{shown}] Widgets (")
+
+
+def test_the_readme_says_how_errors_carry_their_fixes(db: Path) -> None:
+    """The README's sentence on fixes holds for the errors it names: the way out is in the
+    message (an existing label, an unknown store) or on a `Fix:` line, and it says which."""
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "Pass --overwrite to replace it." in readme and "`Stores:` line" in readme
+    assert run("remember", "Deploy", "push a tag").exit_code == 0
+    again = run("remember", "Deploy", "push a tag")
+    assert again.exit_code == 1
+    assert again.stderr.endswith(" Pass --overwrite to replace it.\n")
+    assert "Fix:" not in again.stderr
+    unknown = run("list", "--store", "nope")
+    assert unknown.stderr.splitlines()[-1].startswith("Stores: ")
+    missing = run("show", "Nope")
+    assert missing.stderr.splitlines()[-1] == "Fix: thatch list --store proj"
+
+
+@pytest.mark.parametrize("command", ["show", "forget"])
+def test_the_fix_for_a_label_in_a_store_not_made_yet_runs(db: Path, command: str) -> None:
+    """A fresh project's store does not exist until something is saved in it: the fix is
+    not `thatch list --store proj` (which refuses the name) but a command that runs."""
+    import shlex
+
+    missing = run(command, "Deploy", *(["--yes"] if command == "forget" else []))
+    assert missing.exit_code == 1
+    assert missing.stderr == (
+        'Error: no memory labeled "Deploy" in "proj".\n'
+        "Fix: see the stores there are: thatch stores\n"
+    )
+    words = shlex.split(missing.stderr.splitlines()[-1].split(": ")[-1])
+    pasted = run(*words[1:])
+    assert pasted.exit_code == 0, pasted.output
+    assert pasted.stdout == "global\n"
+
+
+def test_cli_md_shows_the_fixes_show_prints(db: Path) -> None:
+    """docs/cli.md's `show` row quotes the Fix lines a missing label gets, as printed."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `show LABEL"))
+    fresh = run("show", "Deploy").stderr.splitlines()[-1]
+    assert f"`{fresh}`" in row
+    assert run("remember", "Deploy", "push a tag").exit_code == 0
+    missing = run("show", "Nope").stderr.splitlines()[-1]
+    assert missing == "Fix: thatch list --store proj"
+    assert "`Fix: thatch list --store <S>`," in row

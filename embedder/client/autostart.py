@@ -73,7 +73,7 @@ POLL_SECONDS = 0.05
 STILL_STARTING = "the embedder is still starting (the first start downloads the model)"
 # How long a server that accepts connections may answer nothing before it counts as hung.
 SILENT_SECONDS = 20.0
-FIX_ORPHAN = "run thatch embedder stop, then retry"
+FIX_ORPHAN = "stop it, then retry: thatch embedder stop"
 FIX_UNTRUSTED = (
     "set THATCH_EMBEDDER_ADDR to a unix:/// path in a directory only you can write, "
     "or remove that directory so thatch recreates it with mode 0700"
@@ -327,7 +327,7 @@ def hung(address: Address, pid: int | None) -> EmbedderUnavailable:
     return EmbedderUnavailable(
         f"{which} at {address} is running but does not answer "
         f"(not even 'starting') for {SILENT_SECONDS:g} s",
-        "run thatch embedder stop, then retry",
+        "stop it, then retry: thatch embedder stop",
     )
 
 

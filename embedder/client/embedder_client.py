@@ -422,7 +422,7 @@ def _result(response: embedder_pb2.EmbedResponse, count: int) -> EmbedResult:
         raise EmbedderUnavailable(
             f"the embedder sent a malformed response ({response.count} vectors of dim {dim} in "
             f"{len(response.vectors)} bytes for {count} texts)",
-            "run thatch embedder stop, then retry",
+            "stop it, then retry: thatch embedder stop",
         )
     vectors = np.frombuffer(response.vectors, dtype="<f4").reshape(count, dim)
     return EmbedResult(

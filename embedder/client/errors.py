@@ -71,8 +71,8 @@ class AddressError(ThatchEmbedderError):
 
 
 ALREADY_RUNNING_FIX = (
-    "nothing to do: it serves every thatch process (thatch embedder status); "
-    "to restart it, run thatch embedder stop first"
+    "nothing to do, every agent and command shares it; to see it: thatch embedder status; "
+    "or to restart it, stop it first: thatch embedder stop"
 )
 
 
@@ -116,6 +116,6 @@ def fix_offline(model_id: str) -> str:
     """The offline fix when nothing better is known (the server's own Fix line is better:
     it knows which local models exist, see thatch.embedder.models.fixes)."""
     return (
-        "import a local checkpoint with thatch model import DIR and choose it with "
-        f"thatch model use ID, or run thatch model pull {model_id} on a connected machine"
+        f"on a connected machine: thatch model pull {model_id}; or import a local checkpoint "
+        "and choose it: thatch model import DIR && thatch model use ID"
     )

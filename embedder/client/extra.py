@@ -8,8 +8,8 @@ fails on its first import. Looked up with ``find_spec``: nothing is imported.
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
+
+from thatch.common.pip_line import pip_install, thatch_requirement
 
 __all__ = ["EXTRA_MODULES", "install_line", "missing"]
 
@@ -31,8 +31,6 @@ def missing() -> list[str]:
 
 
 def install_line() -> str:
-    """The pip line that adds the extra to this interpreter's thatch: from the clone it
-    runs from (an editable install), else the package name."""
-    root = Path(__file__).resolve().parents[2]
-    source = str(root) if (root / "pyproject.toml").is_file() else "thatch"
-    return f"{sys.executable} -m pip install '{source}[embedder]'"
+    """The pip line that adds the extra to this interpreter's thatch: ``-e`` from the clone
+    of an editable install (it stays editable), else the package name."""
+    return pip_install(*thatch_requirement("embedder"))

@@ -224,7 +224,8 @@ def _check_adapted_id(model_id: str, adapter: Adapter | None) -> None:
         raise ModelError(
             f"model id {model_id} is thatch's build of {entry.base} with its shipped "
             f"adapter {entry.adapter}; give another --model-id",
-            fix=f"thatch model import <{entry.base}> --adapter {entry.adapter}",
+            fix=f"to build it from a copy of {entry.base} (DIR): "
+            f"thatch model import DIR --adapter {entry.adapter}",
         )
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from thatch.common.environment import Env, env_get
+from thatch.common.pip_line import pip_install
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
 from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
@@ -164,6 +165,15 @@ def _remove_cached(path: Path, snapshot: Path, *, mark: bool = True) -> None:
         (snapshot / REFETCH_MARK).touch()
 
 
+def _upgrade_fix() -> str:
+    """The fix for a file this onnxruntime or tokenizers cannot use: the pip line last,
+    so the whole line pastes without prose becoming pip's arguments."""
+    return (
+        "use another model; or to upgrade onnxruntime and tokenizers: "
+        f"{pip_install('-U', 'onnxruntime', 'tokenizers')}"
+    )
+
+
 def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bool) -> None:
     """A fetched file that does not open is an error. A damaged one (it does not parse)
     leaves the cache: its blob and its link in the snapshot, since huggingface_hub trusts
@@ -176,21 +186,20 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bo
     if unusable.kind == "unsupported":
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} cannot be used here: {unusable.why}",
-            fix="upgrade onnxruntime and tokenizers (pip install -U onnxruntime tokenizers), "
-            "or use another model",
+            fix=_upgrade_fix(),
         )
     if unusable.kind == "unreadable":
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} {unusable.why}",
-            fix=f"check {path} and the disk it is on, then run thatch model pull "
-            f"{shlex.quote(pull)} again",
+            fix=f"check {path} and the disk it is on, then pull it again: thatch model pull "
+            f"{shlex.quote(pull)}",
         )
     _remove_cached(path, path.parents[len(Path(name).parts) - 1], mark=mark)
     raise ModelError(
         f"downloaded {name} of model {ref.repo_id} is broken: {unusable.why}; "
         "removed it from the cache",
-        fix=f"thatch model pull {shlex.quote(pull)} downloads it again (if it fails the "
-        "same way, the hub's own copy is broken)",
+        fix="download it again (if it fails the same way, the hub's own copy is broken): "
+        f"thatch model pull {shlex.quote(pull)}",
     )
 
 

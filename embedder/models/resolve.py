@@ -31,7 +31,7 @@ from thatch.embedder.client.model_names import (
     snapshot_onnx,
     snapshot_place,
 )
-from thatch.embedder.client.settings import configured_model
+from thatch.embedder.client.settings import configured_model, model_setting
 from thatch.embedder.encoder import ModelSettings
 from thatch.embedder.models.mock import mock_settings
 from thatch.embedder.models.registry import offline_error, settings_from_dir
@@ -78,19 +78,25 @@ def resolve_model(
     download: bool = True,
     progress: bool = True,
     hub_first: bool = False,
+    by_variable: bool = False,
 ) -> ModelSettings:
     """Resolve a model name to runnable settings, downloading hub files when needed.
 
     ``hub_first`` (``thatch model pull``): a short name means the hub model even when an
-    import with that short name exists.
+    import with that short name exists. ``by_variable``: THATCH_MODEL chose ``name``
+    (so the fixes are about the variable); without ``name`` the setting's origin says.
     """
     env = os.environ if env is None else env
+    if name is None:
+        by_variable = model_setting(env).origin == "THATCH_MODEL"
     try:
         target = parse_name(name if name is not None else configured_model(env), env, revision)
     except ModelNotBuilt as not_built:
         from thatch.embedder.models.fixes import unavailable_fix
 
-        not_built.fix = unavailable_fix(not_built.model_id, env, hub=None if download else False)
+        not_built.fix = unavailable_fix(
+            not_built.model_id, env, hub=None if download else False, by_variable=by_variable
+        )
         raise
     if target == "mock":
         return mock_settings()
@@ -122,18 +128,21 @@ def resolve_model(
 
     if snapshot is None and hub_offline(env):
         error = offline_error(target.repo_id)
-        error.fix = unavailable_fix(target.repo_id, env, hub=False)
+        error.fix = unavailable_fix(target.repo_id, env, hub=False, by_variable=by_variable)
         raise error
     if not download:
         raise ModelError(
-            f"model {target.repo_id} needs download", fix=unavailable_fix(target.repo_id, env)
+            f"model {target.repo_id} needs download",
+            fix=unavailable_fix(target.repo_id, env, by_variable=by_variable),
         )
     from thatch.embedder.models.hub_download import download_snapshot
 
     try:
         snapshot = download_snapshot(target, env=env, progress=progress)
     except ModelUnavailable as error:
-        error.fix = error.fix or unavailable_fix(target.repo_id, env, hub=False)
+        error.fix = error.fix or unavailable_fix(
+            target.repo_id, env, hub=False, by_variable=by_variable
+        )
         if refetch:
             error.args = (f"{error}; {_waiting_refetch(target, env)}",)
         raise

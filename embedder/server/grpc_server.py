@@ -109,6 +109,7 @@ class ServeOptions:
     """Everything ``thatch-embedder serve`` can be told (docs/cli.md §embedder-and-models)."""
 
     model: str
+    model_by_variable: bool = False  # THATCH_MODEL chose it (no --model): fixes say so
     listen: str | None = None
     threads: int | None = None
     idle_seconds: float = 600
@@ -345,11 +346,16 @@ def serve(
             # No progress bar: drawn by a thread still downloading at exit, it could abort
             # the interpreter over the stderr lock.
             settings = _resolve_unless_stopped(
-                lambda: resolve_model(options.model, env=env, progress=False),
+                lambda: resolve_model(
+                    options.model,
+                    env=env,
+                    progress=False,
+                    by_variable=options.model_by_variable,
+                ),
                 stop,
                 lambda: logger.info(
-                    "model %s is not ready yet: a first start downloads it (thatch model "
-                    "pull %s shows the download's progress)",
+                    "model %s is not ready yet: a first start downloads it (to see the "
+                    "download's progress: thatch model pull %s)",
                     options.model,
                     options.model,
                 ),

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from thatch.common.control_chars import escape_controls
+from thatch.common.environment import env_get
 from thatch.embedder.client.autostart import FIX_RECORD, STOP_RECORD
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
@@ -35,8 +36,13 @@ __all__ = ["serve", "setup_logging"]
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOG_MAX_BYTES = 5 * 1024 * 1024
 MODEL_FIX = (
-    "thatch model info {model} shows how the model resolves; "
-    "thatch model use ID chooses another (or set THATCH_MODEL)"
+    "see how the model resolves: thatch model info {model}; or choose another "
+    "(or set THATCH_MODEL): thatch model use ID"
+)
+# THATCH_MODEL chose the model: thatch model use would change nothing while it is set.
+OVERRIDE_FIX = (
+    "see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
+    "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
@@ -195,6 +201,8 @@ def serve(
     tls = None
     if tls_cert is not None and tls_key is not None:
         tls = server.TlsFiles(tls_cert, tls_key, tls_client_ca)
+    # THATCH_MODEL chose the model only without --model, which wins over it.
+    overridden = model is None and env_get(env, "THATCH_MODEL") is not None
     try:
         logger, handler = setup_logging(log_file, log_level)
     except OSError as error:  # one line, as every other reason not to start
@@ -214,6 +222,7 @@ def serve(
                 )
             options = server.ServeOptions(
                 model=chosen,
+                model_by_variable=overridden,
                 listen=listen,
                 threads=threads,
                 idle_seconds=(
@@ -229,7 +238,8 @@ def serve(
                 status = server.serve(options, env=env, logger=logger)
             except ModelError as error:
                 if not error.fix:  # never "start the embedder" again: it would fail the same way
-                    error.fix = MODEL_FIX.format(model=shlex.quote(options.model))
+                    template = OVERRIDE_FIX if overridden else MODEL_FIX
+                    error.fix = template.format(model=shlex.quote(options.model))
                 raise
     finally:
         logger.removeHandler(handler)

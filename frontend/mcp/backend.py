@@ -84,7 +84,7 @@ class Backend:
         self._services: Services | None = None
         self._closed = False
 
-    def open(self) -> StoreError | None:
+    def open_database(self) -> StoreError | None:
         """Open the database unless it is open; the error when it does not open."""
         with self._lock:
             if self._tools is not None:
@@ -115,7 +115,7 @@ class Backend:
             if name not in SPECS_BY_NAME:
                 return ToolResult(f"Unknown tool: {token(name)}", True)
             try:
-                error = self.open()
+                error = self.open_database()
             except Exception as failure:  # as Tools.call: one line, never a traceback
                 return ToolResult(f"Tool error: {one_line(failure)}", True)
             if error is not None:
@@ -126,7 +126,7 @@ class Backend:
 
     def report_unopened(self) -> None:
         """Try opening now (the server's start); say on stderr when it does not open."""
-        error = self.open()
+        error = self.open_database()
         if error is not None:
             line = unopened(error)
             print(

@@ -119,7 +119,7 @@ def person_send(
     ``thatch chat send`` and the UI's reply form do. Raises PersonSendRefused."""
     from thatch.frontend.project import project_store
 
-    where = "thatch chat list shows who is here"
+    where = "see who is here: thatch chat list"
     if not body.strip():
         raise PersonSendRefused("Invalid arguments: body: must not be empty", "write a message")
     problem = nul_problem(body)
