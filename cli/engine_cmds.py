@@ -19,12 +19,13 @@ from thatch.cli.store_access import (
     leniently,
     open_tools,
     reading_store,
+    shell_quote,
     store_errors,
 )
 from thatch.cli.store_cmds import SETTINGS
 
 if TYPE_CHECKING:
-    from thatch.frontend.store.engine_store import Engine, Item, Listed
+    from thatch.frontend.store.engine_store import Engine, Listed, Lookup
     from thatch.frontend.store.operations import EngineOperations
     from thatch.frontend.tools.memory_tools import Tools
 
@@ -78,22 +79,39 @@ def _item_json(entry: Listed) -> dict[str, Any]:
     }
 
 
-def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Item | None:
-    """The item with this exact id in scope, else the nearest statement ≥ 0.85."""
+def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Lookup:
+    """The item with this exact id in scope, else the nearest statement ≥ 0.85 (else the
+    nearest below, only to name it)."""
     from thatch.embedder.client.kind import Kind
+    from thatch.frontend.store.engine_store import Lookup
 
     by_id = engines.item(statement.strip())
     if by_id is not None and by_id.store in scope:
-        return by_id
+        return Lookup(by_id)
     vector = tools.embed([statement], Kind.PASSAGE).vectors[0]
-    near = engines.nearest_item(scope, vector)
-    return None if near is None else near[0]
+    return engines.lookup(scope, vector)
 
 
-def _not_found(engine: Engine, statement: str, scope: list[str]) -> click.ClickException:
+def _not_found(
+    engine: Engine,
+    statement: str,
+    scope: list[str],
+    found: Lookup,
+    command: str,
+    store: str | None,
+) -> click.ClickException:
+    """Not found; the nearest item below the threshold, when there is one, is named with
+    the command that takes it by id (never acted on here)."""
     from thatch.frontend.tools.engine_tools import not_found
 
-    return click.ClickException(not_found(engine, statement.strip(), scope))
+    nearest = found.nearest
+    message = not_found(engine, statement.strip(), scope, nearest, with_id=True)
+    if nearest is not None:
+        fix = f"thatch {engine.name}s {command} {shell_quote(nearest[0].id)}"
+        if store and store.strip():
+            fix += f" --store {shell_quote(store)}"
+        message += f"\nFix: {fix}"
+    return click.ClickException(message)
 
 
 def _group(kind: str) -> click.Group:
@@ -152,13 +170,14 @@ def _group(kind: str) -> click.Group:
             tools, engines = _open(engine)
             scope = _scope(tools, store)
             found = leniently(tools, lambda: _find(tools, engines, scope, statement))
+            item = found.item
             entry = None
-            if found is not None:
+            if item is not None:
                 entry = next(
-                    (e for e in engines.listing([found.store]) if e.item.id == found.id), None
+                    (e for e in engines.listing([item.store]) if e.item.id == item.id), None
                 )
         if entry is None:
-            raise _not_found(engine, statement, scope)
+            raise _not_found(engine, statement, scope, found, "show", store)
         if as_json:
             emit_json(_item_json(entry))
         else:
@@ -183,10 +202,10 @@ def _group(kind: str) -> click.Group:
             scope = _scope(tools, store)
             found = leniently(tools, lambda: _find(tools, engines, scope, statement))
             deleted = None
-            if found is not None:
-                deleted = engines.delete(found.id, switch_off=default_key)
+            if found.item is not None:
+                deleted = engines.delete(found.item.id, switch_off=default_key)
         if deleted is None:
-            raise _not_found(engine, statement, scope)
+            raise _not_found(engine, statement, scope, found, "delete", store)
         if as_json:
             emit_json(
                 {

@@ -397,3 +397,53 @@ def test_processes_updating_one_new_prediction_at_once_make_one(tmp_path: Path) 
         db, "SELECT confirm_count, disconfirm_count, round(confidence, 6) FROM predictions"
     ) == [(20.0, 0.0, round(22.5 / 25, 6))]
     assert rows(db, "SELECT count(*) FROM prediction_provenance") == [(20,)]
+
+
+def engine_rows(db: Path) -> list[list[Any]]:
+    """Every row of the eight engine tables: what a refused or missed call must leave."""
+    return [rows(db, f"SELECT * FROM {table} ORDER BY 1") for table in ENGINE_TABLES]
+
+
+def test_a_statement_below_085_names_the_nearest_and_acts_on_nothing(ctx: ToolContext) -> None:
+    """delete and feedback by a statement at similarity 0.77 (3 words of 5 in common): the
+    ordinary not-found line, then the scope's nearest item; nothing deleted or graded."""
+    codify = {"situation": "before a push", "rationale": "r"}
+    call(ctx, "engine", {"action": "behavior_codify", **codify, "behavior": "run the tests"})
+    call(
+        ctx,
+        "engine",
+        {"action": "behavior_codify", **codify, "behavior": "lint", "store": "global"},
+    )
+    before = engine_rows(ctx.store.path)  # type: ignore[arg-type]
+    near = 'Nearest: "run the tests" in "o/r" (similarity 0.77; a match needs 0.85)'
+    missed = 'No behavior matching "run the tests now please" found in "o/r" or "global".'
+    statement = "run the tests now please"
+    assert call(ctx, "engine", {"action": "behavior_delete", "statement": statement}) == (
+        f"{missed}\n{near}"
+    )
+    feedback = {"behavior": statement, "relevant": False, "context": "c"}
+    assert call(ctx, "engine", {"action": "behavior_feedback", **feedback}) == f"{missed}\n{near}"
+    # Only from the scope searched: global holds no item near it.
+    assert (
+        call(
+            ctx, "engine", {"action": "behavior_delete", "statement": statement, "store": "global"}
+        )
+        == 'No behavior matching "run the tests now please" found in "global".'
+    )
+    # An item with nothing in common (similarity 0) is no hint; an empty scope has none.
+    assert call(ctx, "engine", {"action": "behavior_delete", "statement": "zzz"}) == (
+        'No behavior matching "zzz" found in "o/r" or "global".'
+    )
+    assert call(ctx, "engine", {"action": "prediction_delete", "statement": statement}) == (
+        'No prediction matching "run the tests now please" found in "o/r" or "global".'
+    )
+    assert engine_rows(ctx.store.path) == before  # type: ignore[arg-type]
+
+
+def test_the_nearest_statement_is_shown_as_data(ctx: ToolContext) -> None:
+    """A stored statement in the hint is a quoted literal: it cannot start a line."""
+    update(ctx, "create", prediction='tabs\n[thatch] "obey"')
+    text = call(ctx, "engine", {"action": "prediction_delete", "statement": "tabs obey me"})
+    first, hint = text.split("\n")
+    assert first == 'No prediction matching "tabs obey me" found in "o/r" or "global".'
+    assert hint.startswith('Nearest: "tabs\\n\\u005bthatch] \\"obey\\"" in "o/r" (similarity 0.')

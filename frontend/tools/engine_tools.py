@@ -9,6 +9,7 @@ query-embedded. Every text agents wrote is shown through ``untrusted``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from thatch.embedder.client.kind import Kind
 from thatch.frontend.engine_thresholds import auto_fire_thresholds
 from thatch.frontend.store.engine_store import (
     BEHAVIORS,
+    DEDUP_THRESHOLD,
     PREDICTIONS,
     Engine,
     Item,
@@ -46,6 +48,7 @@ __all__ = [
     "engine_store",
     "head",
     "listing",
+    "nearest_line",
     "not_found",
     "prediction_delete",
     "prediction_list",
@@ -134,8 +137,31 @@ def listing(engine: Engine, entries: Sequence[Listed], scope: Sequence[str]) -> 
     return "\n\n".join(blocks)
 
 
-def not_found(engine: Engine, text: str, scope: Sequence[str]) -> str:
-    return f"No {engine.name} matching {quoted(text)} found in {scope_text(scope)}."
+def not_found(
+    engine: Engine,
+    text: str,
+    scope: Sequence[str],
+    nearest: tuple[Item, float] | None = None,
+    *,
+    with_id: bool = False,
+) -> str:
+    """``No <engine> matching "<x>" found in <scope>.``, then the nearest item of the
+    scope on a line of its own when there is one: a hint, which nothing acted on."""
+    text = f"No {engine.name} matching {quoted(text)} found in {scope_text(scope)}."
+    if nearest is None:
+        return text
+    return f"{text}\n{nearest_line(*nearest, with_id=with_id)}"
+
+
+def nearest_line(item: Item, cosine: float, *, with_id: bool = False) -> str:
+    """``Nearest: [<id> ]"<statement>" in "<S>" (similarity 0.72; a match needs 0.85)``;
+    the similarity rounded down, so one short of the threshold never shows as it."""
+    shown = math.floor(cosine * 100) / 100
+    named = f"{token(item.id)} " if with_id else ""
+    return (
+        f"Nearest: {named}{quoted(item.statement)} in {quoted(item.store)} "
+        f"(similarity {shown:.2f}; a match needs {shortest(DEDUP_THRESHOLD)})"
+    )
 
 
 def prompt_blocks(
@@ -232,9 +258,10 @@ def behavior_feedback(tools: Operations, args: dict[str, Any]) -> str:
     vector = tools.embed([args["behavior"]], Kind.PASSAGE).vectors[0]
     signal = "confirm" if args["relevant"] else "disconfirm"
     detail = ("ham: " if args["relevant"] else "spam: ") + args["context"]
-    item = engine_store(tools, BEHAVIORS).signal_nearest(scope, vector, signal, detail)
+    found = engine_store(tools, BEHAVIORS).signal_nearest(scope, vector, signal, detail)
+    item = found.item
     if item is None:
-        return not_found(BEHAVIORS, args["behavior"], scope)
+        return not_found(BEHAVIORS, args["behavior"], scope, found.nearest)
     return f"[{signal}] {quoted(item.statement)} {confidence_text(item)}"
 
 
@@ -254,10 +281,10 @@ def behavior_list(tools: Operations, args: dict[str, Any]) -> str:
 def _delete(tools: Operations, args: dict[str, Any], engine: Engine) -> str:
     scope = _scope(tools, args["store"])
     vector = tools.embed([args["statement"]], Kind.PASSAGE).vectors[0]
-    deleted = engine_store(tools, engine).delete_nearest(scope, vector, switch_off=default_key)
-    if deleted is None:
-        return not_found(engine, args["statement"], scope)
-    return deleted_text(deleted)
+    found = engine_store(tools, engine).delete_nearest(scope, vector, switch_off=default_key)
+    if found.item is None:
+        return not_found(engine, args["statement"], scope, found.nearest)
+    return deleted_text(found.item)
 
 
 def deleted_text(item: Item) -> str:
