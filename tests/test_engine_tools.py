@@ -115,10 +115,6 @@ def test_query_list_and_delete_over_project_and_global(ctx: ToolContext) -> None
     assert listed.startswith(f"[0.58 conf, 1 tests] {P}\n  store: global\n  rationale: r\n")
     assert f'  matchers:\n    - "{M}" (w:1)\n  provenance:\n    - [' in listed
     assert "\n\n[0.50 conf, 0 tests] tabs not spaces\n  store: o/r" in listed
-    assert (
-        call(ctx, "engine", {"action": "prediction_list", "store": "elsewhere"})
-        == 'No predictions in "elsewhere".'
-    )
     assert call(ctx, "engine", {"action": "prediction_delete", "statement": "zzz"}) == (
         'No prediction matching "zzz" found in "o/r" or "global".'
     )
@@ -447,3 +443,52 @@ def test_the_nearest_statement_is_shown_as_data(ctx: ToolContext) -> None:
     first, hint = text.split("\n")
     assert first == 'No prediction matching "tabs obey me" found in "o/r" or "global".'
     assert hint.startswith('Nearest: "tabs\\n\\u005bthatch] \\"obey\\"" in "o/r" (similarity 0.')
+
+
+READING_ACTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("prediction_query", {"context": M}),
+    ("prediction_list", {}),
+    ("prediction_delete", {"statement": P}),
+    ("behavior_feedback", {"behavior": "run the tests", "relevant": True, "context": "c"}),
+    ("behavior_list", {}),
+    ("behavior_delete", {"statement": "run the tests"}),
+]
+
+
+@pytest.mark.parametrize(("action", "args"), READING_ACTIONS, ids=[a for a, _ in READING_ACTIONS])
+def test_an_unknown_store_is_refused_by_every_engine_read(
+    ctx: ToolContext, action: str, args: dict[str, Any]
+) -> None:
+    """As memory_list and memory_recall answer it: isError with the stores there are,
+    before any embedding, nothing written (a misspelt store is not an empty one)."""
+    update(ctx, "create")
+    codify = {"situation": "before a push", "behavior": "run the tests", "rationale": "r"}
+    call(ctx, "engine", {"action": "behavior_codify", **codify})
+    before = engine_rows(ctx.store.path)  # type: ignore[arg-type]
+    embedder: FakeEmbedder = ctx.embedder  # type: ignore[assignment]
+    embedded = len(embedder.calls)
+    result = Tools(ctx).call("engine", {"action": action, **args, "store": "nostore"})
+    assert (result.is_error, result.text) == (True, 'No store named "nostore". Stores: global, o/r')
+    memory = Tools(ctx).call("memory_list", {"store": "nostore"})
+    assert (memory.is_error, memory.text) == (True, result.text)
+    assert len(embedder.calls) == embedded
+    assert engine_rows(ctx.store.path) == before  # type: ignore[arg-type]
+
+
+def test_a_write_to_a_new_store_says_it_created_it(ctx: ToolContext) -> None:
+    """codify / update into a store that does not exist yet create it and say so, as
+    memory_remember does; an existing store, or the project store's first write, does not."""
+    codify = {"action": "behavior_codify", "situation": "s", "rationale": "r"}
+    assert call(ctx, "engine", {**codify, "behavior": "b", "store": "team"}) == (
+        '[codified] team :: "b" for "s" (new store "team" created)'
+    )
+    assert update(ctx, "confirm", store="other") == (
+        f'[created + confirm] "{P}" confidence=0.58 (1/0) (new store "other" created)'
+    )
+    assert call(ctx, "engine", {**codify, "behavior": "c", "store": "team"}) == (
+        '[codified] team :: "c" for "s"'
+    )
+    assert update(ctx, "create", store="o/r") == f'[created] o/r :: "{P}" for "{M}"'
+    assert call(ctx, "engine", {"action": "behavior_list", "store": "team"}).startswith(
+        "[0.50 conf, 0 tests] b\n  store: team\n"
+    )

@@ -25,6 +25,7 @@ from thatch.frontend.store.engine_store import (
     Scored,
 )
 from thatch.frontend.store.operations import EngineOperations
+from thatch.frontend.tools.formatting import new_store
 from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import inline, quoted, token
@@ -183,7 +184,9 @@ def prompt_blocks(
 
 
 def _scope(tools: Operations, store: str | None) -> list[str]:
-    return [store] if store else tools.ctx.default_scope
+    """The named store (one that exists: Refused otherwise, as the memory tools' reads
+    are), else the project store plus global."""
+    return [tools.existing_store(store)] if store else tools.ctx.default_scope
 
 
 def _record(
@@ -197,6 +200,13 @@ def _record(
 ) -> str:
     target = tools.store_or_project(store)
     result = tools.embed([matcher, statement], Kind.PASSAGE)
+    # As memory_remember says it: a misspelt store name shows at once.
+    created = (
+        bool(store)
+        and target != tools.ctx.project_store
+        and not tools.ctx.store.store_exists(target)
+    )
+    note = f" {new_store(target)}" if created else ""
     recorded = engine_store(tools, engine).record(
         target,
         matcher=matcher,
@@ -211,11 +221,11 @@ def _record(
     creation = signal == engine.creation_signal
     if recorded.created and creation:
         verb = "created" if engine is PREDICTIONS else "codified"
-        return f"[{verb}] {token(target)} :: {quoted(item.statement)} for {quoted(matcher)}"
+        return f"[{verb}] {token(target)} :: {quoted(item.statement)} for {quoted(matcher)}{note}"
     if creation:
         return f"[linked] {quoted(item.statement)} for {quoted(matcher)} {confidence_text(item)}"
     tag = f"created + {signal}" if recorded.created else signal
-    return f"[{tag}] {quoted(item.statement)} {confidence_text(item)}"
+    return f"[{tag}] {quoted(item.statement)} {confidence_text(item)}{note}"
 
 
 def prediction_query(tools: Operations, args: dict[str, Any]) -> str:
