@@ -2,8 +2,9 @@
 
 Thin adapters over the engine tool's operations: the same scopes (project + global when
 ``--store`` is omitted), the same texts, and ``--json`` documents. ``show`` and ``delete``
-find an item by its statement (a paraphrase at similarity ≥ 0.85 finds it, so they need
-the embedder) or by its exact id (no embedder).
+find an item by its statement (a paraphrase only at similarity ≥ 0.85 with the configured
+model, so they need the embedder) or by its exact id (no embedder); a statement that
+finds none names the nearest item's id, never acting on it.
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def _group(kind: str) -> click.Group:
     @click.option("--store", help="Only this store (default: the project store plus global).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def show(statement: str, store: str | None, as_json: bool) -> None:
-        """Show one by its STATEMENT (or a paraphrase) or its id."""
+        """Show one by its id or its STATEMENT. A paraphrase matches only at similarity
+        ≥ 0.85 with the configured model (with MiniLM few do): below that, the error
+        names the nearest one's id."""
         from thatch.frontend.tools.engine_tools import listing
 
         engine = _engine(kind)
@@ -188,8 +191,10 @@ def _group(kind: str) -> click.Group:
     @click.option("--store", help="Only this store (default: the project store plus global).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def delete(statement: str, store: str | None, as_json: bool) -> None:
-        """Delete one by its STATEMENT (or a paraphrase) or its id; its situations go too
-        when nothing else uses them. A default behavior deleted stays off."""
+        """Delete one by its id or its STATEMENT; its situations go too when nothing else
+        uses them, and a default behavior deleted stays off. A paraphrase matches only at
+        similarity ≥ 0.85 with the configured model (with MiniLM few do): below that
+        nothing is deleted, and the error names the nearest one's id."""
         from thatch.frontend.tools.engine_tools import deleted_text
         from thatch.frontend.tools.seed_stamps import default_key
 
