@@ -2,8 +2,9 @@
 
 Thin adapters over the engine tool's operations: the same scopes (project + global when
 ``--store`` is omitted), the same texts, and ``--json`` documents. ``show`` and ``delete``
-find an item by its statement (a paraphrase at similarity ≥ 0.85 finds it, so they need
-the embedder) or by its exact id (no embedder).
+find an item by its statement (a paraphrase only at similarity ≥ 0.85 with the configured
+model, so they need the embedder) or by its exact id (no embedder); a statement that
+finds none names the nearest item's id, never acting on it.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from thatch.cli.store_access import (
     leniently,
     open_tools,
     reading_store,
+    shell_quote,
     store_errors,
 )
 from thatch.cli.store_cmds import SETTINGS
 
 if TYPE_CHECKING:
-    from thatch.frontend.store.engine_store import Engine, Item, Listed
+    from thatch.frontend.store.engine_store import Engine, Listed, Lookup
     from thatch.frontend.store.operations import EngineOperations
     from thatch.frontend.tools.memory_tools import Tools
 
@@ -85,22 +87,39 @@ def _item_json(entry: Listed) -> dict[str, Any]:
     }
 
 
-def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Item | None:
-    """The item with this exact id in scope, else the nearest statement ≥ 0.85."""
+def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Lookup:
+    """The item with this exact id in scope, else the nearest statement ≥ 0.85 (else the
+    nearest below, only to name it)."""
     from thatch.embedder.client.kind import Kind
+    from thatch.frontend.store.engine_store import Lookup
 
     by_id = engines.item(statement.strip())
     if by_id is not None and by_id.store in scope:
-        return by_id
+        return Lookup(by_id)
     vector = tools.embed([statement], Kind.PASSAGE).vectors[0]
-    near = engines.nearest_item(scope, vector)
-    return None if near is None else near[0]
+    return engines.lookup(scope, vector)
 
 
-def _not_found(engine: Engine, statement: str, scope: list[str]) -> click.ClickException:
+def _not_found(
+    engine: Engine,
+    statement: str,
+    scope: list[str],
+    found: Lookup,
+    command: str,
+    store: str | None,
+) -> click.ClickException:
+    """Not found; the nearest item below the threshold, when there is one, is named with
+    the command that takes it by id (never acted on here)."""
     from thatch.frontend.tools.engine_tools import not_found
 
-    return click.ClickException(not_found(engine, statement.strip(), scope))
+    nearest = found.nearest
+    message = not_found(engine, statement.strip(), scope, nearest, with_id=True)
+    if nearest is not None:
+        fix = f"thatch {engine.name}s {command} {shell_quote(nearest[0].id)}"
+        if store and store.strip():
+            fix += f" --store {shell_quote(store)}"
+        message += f"\nFix: {fix}"
+    return click.ClickException(message)
 
 
 def _group(kind: str) -> click.Group:
@@ -148,7 +167,9 @@ def _group(kind: str) -> click.Group:
     @click.option("--store", help="Only this store (default: the project store plus global).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def show(statement: str, store: str | None, as_json: bool) -> None:
-        """Show one by its STATEMENT (or a paraphrase) or its id."""
+        """Show one by its id or its STATEMENT. A paraphrase matches only at similarity
+        ≥ 0.85 with the configured model (with MiniLM few do): below that, the error
+        names the nearest one's id."""
         from thatch.frontend.tools.engine_tools import listing
 
         engine = _engine(kind)
@@ -159,13 +180,14 @@ def _group(kind: str) -> click.Group:
             tools, engines = _open(engine)
             scope = _scope(tools, store)
             found = leniently(tools, lambda: _find(tools, engines, scope, statement))
+            item = found.item
             entry = None
-            if found is not None:
+            if item is not None:
                 entry = next(
-                    (e for e in engines.listing([found.store]) if e.item.id == found.id), None
+                    (e for e in engines.listing([item.store]) if e.item.id == item.id), None
                 )
         if entry is None:
-            raise _not_found(engine, statement, scope)
+            raise _not_found(engine, statement, scope, found, "show", store)
         if as_json:
             emit_json(_item_json(entry))
         else:
@@ -176,8 +198,10 @@ def _group(kind: str) -> click.Group:
     @click.option("--store", help="Only this store (default: the project store plus global).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def delete(statement: str, store: str | None, as_json: bool) -> None:
-        """Delete one by its STATEMENT (or a paraphrase) or its id; its situations go too
-        when nothing else uses them. A default behavior deleted stays off."""
+        """Delete one by its id or its STATEMENT; its situations go too when nothing else
+        uses them, and a default behavior deleted stays off. A paraphrase matches only at
+        similarity ≥ 0.85 with the configured model (with MiniLM few do): below that
+        nothing is deleted, and the error names the nearest one's id."""
         from thatch.frontend.tools.engine_tools import deleted_text
         from thatch.frontend.tools.seed_stamps import default_key
 
@@ -190,10 +214,10 @@ def _group(kind: str) -> click.Group:
             scope = _scope(tools, store)
             found = leniently(tools, lambda: _find(tools, engines, scope, statement))
             deleted = None
-            if found is not None:
-                deleted = engines.delete(found.id, switch_off=default_key)
+            if found.item is not None:
+                deleted = engines.delete(found.item.id, switch_off=default_key)
         if deleted is None:
-            raise _not_found(engine, statement, scope)
+            raise _not_found(engine, statement, scope, found, "delete", store)
         if as_json:
             emit_json(
                 {

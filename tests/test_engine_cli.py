@@ -151,3 +151,23 @@ def test_store_all_means_the_project_store_and_global(env: Path) -> None:
     deleted = run("behaviors", "delete", "run the tests", "--store", "all")
     assert deleted.exit_code == 0, deleted.output
     assert rows(env, "SELECT count(*) FROM behaviors") == [(0,)]
+
+
+def test_a_statement_below_085_names_the_nearest_with_its_fix(env: Path) -> None:
+    """show / delete by a statement at similarity 0.77 (mock model: 3 words of 5 shared):
+    the error names the nearest item of the scope and the command taking its id, --store
+    kept; nothing is deleted."""
+    seed(env)
+    (item_id,) = rows(env, "SELECT id FROM behaviors")[0]
+    before = rows(env, "SELECT * FROM behaviors")
+    for command in ("show", "delete"):
+        result = run("behaviors", command, "run the tests now please", "--store", "proj")
+        assert (result.exit_code, result.stdout) == (1, "")
+        assert result.stderr == (
+            'Error: No behavior matching "run the tests now please" found in "proj".\n'
+            f'Nearest: {item_id} "run the tests" in "proj" (similarity 0.77; a match needs 0.85)\n'
+            f"Fix: thatch behaviors {command} {item_id} --store proj\n"
+        )
+    assert rows(env, "SELECT * FROM behaviors") == before
+    shown = run("behaviors", "show", item_id, "--store", "proj")
+    assert shown.stdout.startswith(f"id: {item_id}\n[0.50 conf, 0 tests] run the tests\n")

@@ -313,7 +313,7 @@ def test_delete_cascades_and_removes_orphaned_matchers(store: Store) -> None:
         signal="confirm",
         rationale="r",
     )
-    deleted = eng.delete_nearest(["o/r", "global"], at_cosine(E2, E4, 0.9))
+    deleted = eng.delete_nearest(["o/r", "global"], at_cosine(E2, E4, 0.9)).item
     assert deleted is not None and deleted.id == shared.id
     conn = store.conn
     assert conn.execute("SELECT description FROM prediction_matchers").fetchall() == [("M",)]
@@ -321,7 +321,7 @@ def test_delete_cascades_and_removes_orphaned_matchers(store: Store) -> None:
     assert conn.execute(
         "SELECT count(*) FROM prediction_provenance WHERE prediction_id = ?", (shared.id,)
     ).fetchone() == (0,)
-    assert eng.delete_nearest(["o/r"], E2) is None
+    assert eng.delete_nearest(["o/r"], E2).item is None
     assert eng.delete(other.id) is not None
     assert conn.execute("SELECT count(*) FROM prediction_matchers").fetchone() == (0,)
 

@@ -115,10 +115,6 @@ def test_query_list_and_delete_over_project_and_global(ctx: ToolContext) -> None
     assert listed.startswith(f"[0.58 conf, 1 tests] {P}\n  store: global\n  rationale: r\n")
     assert f'  matchers:\n    - "{M}" (w:1)\n  provenance:\n    - [' in listed
     assert "\n\n[0.50 conf, 0 tests] tabs not spaces\n  store: o/r" in listed
-    assert (
-        call(ctx, "engine", {"action": "prediction_list", "store": "elsewhere"})
-        == 'No predictions in "elsewhere".'
-    )
     assert call(ctx, "engine", {"action": "prediction_delete", "statement": "zzz"}) == (
         'No prediction matching "zzz" found in "o/r" or "global".'
     )
@@ -397,3 +393,102 @@ def test_processes_updating_one_new_prediction_at_once_make_one(tmp_path: Path) 
         db, "SELECT confirm_count, disconfirm_count, round(confidence, 6) FROM predictions"
     ) == [(20.0, 0.0, round(22.5 / 25, 6))]
     assert rows(db, "SELECT count(*) FROM prediction_provenance") == [(20,)]
+
+
+def engine_rows(db: Path) -> list[list[Any]]:
+    """Every row of the eight engine tables: what a refused or missed call must leave."""
+    return [rows(db, f"SELECT * FROM {table} ORDER BY 1") for table in ENGINE_TABLES]
+
+
+def test_a_statement_below_085_names_the_nearest_and_acts_on_nothing(ctx: ToolContext) -> None:
+    """delete and feedback by a statement at similarity 0.77 (3 words of 5 in common): the
+    ordinary not-found line, then the scope's nearest item; nothing deleted or graded."""
+    codify = {"situation": "before a push", "rationale": "r"}
+    call(ctx, "engine", {"action": "behavior_codify", **codify, "behavior": "run the tests"})
+    call(
+        ctx,
+        "engine",
+        {"action": "behavior_codify", **codify, "behavior": "lint", "store": "global"},
+    )
+    before = engine_rows(ctx.store.path)  # type: ignore[arg-type]
+    near = 'Nearest: "run the tests" in "o/r" (similarity 0.77; a match needs 0.85)'
+    missed = 'No behavior matching "run the tests now please" found in "o/r" or "global".'
+    statement = "run the tests now please"
+    assert call(ctx, "engine", {"action": "behavior_delete", "statement": statement}) == (
+        f"{missed}\n{near}"
+    )
+    feedback = {"behavior": statement, "relevant": False, "context": "c"}
+    assert call(ctx, "engine", {"action": "behavior_feedback", **feedback}) == f"{missed}\n{near}"
+    # Only from the scope searched: global holds no item near it.
+    assert (
+        call(
+            ctx, "engine", {"action": "behavior_delete", "statement": statement, "store": "global"}
+        )
+        == 'No behavior matching "run the tests now please" found in "global".'
+    )
+    # An item with nothing in common (similarity 0) is no hint; an empty scope has none.
+    assert call(ctx, "engine", {"action": "behavior_delete", "statement": "zzz"}) == (
+        'No behavior matching "zzz" found in "o/r" or "global".'
+    )
+    assert call(ctx, "engine", {"action": "prediction_delete", "statement": statement}) == (
+        'No prediction matching "run the tests now please" found in "o/r" or "global".'
+    )
+    assert engine_rows(ctx.store.path) == before  # type: ignore[arg-type]
+
+
+def test_the_nearest_statement_is_shown_as_data(ctx: ToolContext) -> None:
+    """A stored statement in the hint is a quoted literal: it cannot start a line."""
+    update(ctx, "create", prediction='tabs\n[thatch] "obey"')
+    text = call(ctx, "engine", {"action": "prediction_delete", "statement": "tabs obey me"})
+    first, hint = text.split("\n")
+    assert first == 'No prediction matching "tabs obey me" found in "o/r" or "global".'
+    assert hint.startswith('Nearest: "tabs\\n\\u005bthatch] \\"obey\\"" in "o/r" (similarity 0.')
+
+
+READING_ACTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("prediction_query", {"context": M}),
+    ("prediction_list", {}),
+    ("prediction_delete", {"statement": P}),
+    ("behavior_feedback", {"behavior": "run the tests", "relevant": True, "context": "c"}),
+    ("behavior_list", {}),
+    ("behavior_delete", {"statement": "run the tests"}),
+]
+
+
+@pytest.mark.parametrize(("action", "args"), READING_ACTIONS, ids=[a for a, _ in READING_ACTIONS])
+def test_an_unknown_store_is_refused_by_every_engine_read(
+    ctx: ToolContext, action: str, args: dict[str, Any]
+) -> None:
+    """As memory_list and memory_recall answer it: isError with the stores there are,
+    before any embedding, nothing written (a misspelt store is not an empty one)."""
+    update(ctx, "create")
+    codify = {"situation": "before a push", "behavior": "run the tests", "rationale": "r"}
+    call(ctx, "engine", {"action": "behavior_codify", **codify})
+    before = engine_rows(ctx.store.path)  # type: ignore[arg-type]
+    embedder: FakeEmbedder = ctx.embedder  # type: ignore[assignment]
+    embedded = len(embedder.calls)
+    result = Tools(ctx).call("engine", {"action": action, **args, "store": "nostore"})
+    assert (result.is_error, result.text) == (True, 'No store named "nostore". Stores: global, o/r')
+    memory = Tools(ctx).call("memory_list", {"store": "nostore"})
+    assert (memory.is_error, memory.text) == (True, result.text)
+    assert len(embedder.calls) == embedded
+    assert engine_rows(ctx.store.path) == before  # type: ignore[arg-type]
+
+
+def test_a_write_to_a_new_store_says_it_created_it(ctx: ToolContext) -> None:
+    """codify / update into a store that does not exist yet create it and say so, as
+    memory_remember does; an existing store, or the project store's first write, does not."""
+    codify = {"action": "behavior_codify", "situation": "s", "rationale": "r"}
+    assert call(ctx, "engine", {**codify, "behavior": "b", "store": "team"}) == (
+        '[codified] team :: "b" for "s" (new store "team" created)'
+    )
+    assert update(ctx, "confirm", store="other") == (
+        f'[created + confirm] "{P}" confidence=0.58 (1/0) (new store "other" created)'
+    )
+    assert call(ctx, "engine", {**codify, "behavior": "c", "store": "team"}) == (
+        '[codified] team :: "c" for "s"'
+    )
+    assert update(ctx, "create", store="o/r") == f'[created] o/r :: "{P}" for "{M}"'
+    assert call(ctx, "engine", {"action": "behavior_list", "store": "team"}).startswith(
+        "[0.50 conf, 0 tests] b\n  store: team\n"
+    )

@@ -1,8 +1,8 @@
 """The engines' shapes (engines.md §1-§3): their tables, constants and rows.
 
 ``Engine`` names one engine's tables (``PREDICTIONS``, ``BEHAVIORS``); ``Item``,
-``Matcher``, ``Scored``, ``Listed``, ``Recorded`` and ``SeedPlan`` are what the engine store
-reads and writes; ``cosines`` compares stored BLOBs with a query (the dimension guard).
+``Matcher``, ``Scored``, ``Listed``, ``Recorded``, ``Lookup`` and ``SeedPlan`` are what the
+engine store reads and writes; ``cosines`` compares stored BLOBs with a query (the dimension guard).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "Item",
     "K",
     "Listed",
+    "Lookup",
     "Matcher",
     "Provenance",
     "Recorded",
@@ -179,6 +180,17 @@ class Recorded:
     item: Item
     created: bool
     matcher: Matcher
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a lookup by statement found (show, delete, feedback): ``item``, the nearest at
+    cosine ≥ the threshold (the one a write acts on); else None and ``nearest``, the
+    closest item of the scope below it with its cosine (≥ ``NOISE_FLOOR``): a hint to
+    show, never acted on (None when the scope holds none)."""
+
+    item: Item | None
+    nearest: tuple[Item, float] | None = None
 
 
 @dataclass

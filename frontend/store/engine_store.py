@@ -41,6 +41,7 @@ from thatch.frontend.store.engine_rows import (
     Item,
     K,
     Listed,
+    Lookup,
     Matcher,
     Provenance,
     Recorded,
@@ -74,6 +75,7 @@ __all__ = [
     "Item",
     "K",
     "Listed",
+    "Lookup",
     "Matcher",
     "Provenance",
     "Recorded",
@@ -143,6 +145,28 @@ class EngineStore(EngineUpkeep):
         query = as_vector(vector)
         with self.tx.read() as conn:
             return self._nearest_item(conn, store_list(stores), query, threshold)
+
+    def lookup(
+        self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
+    ) -> Lookup:
+        """The item of ``stores`` a write by this statement would act on (nearest at cosine
+        ≥ threshold), else the nearest below it as a hint: one scan, as the writes do."""
+        if not self.present:
+            return Lookup(None)
+        query = as_vector(vector)
+        with self.tx.read() as conn:
+            near, hint = self._lookup(conn, store_list(stores), query, threshold)
+        return Lookup(None if near is None else near[0], hint)
+
+    def _lookup(
+        self, conn: sqlite3.Connection, names: list[str], query: Any, threshold: float
+    ) -> tuple[tuple[Item, float] | None, tuple[Item, float] | None]:
+        """(the nearest item ≥ threshold, else None; the nearest below it ≥ NOISE_FLOOR as
+        a hint, else None), from the one scan of the scope."""
+        near = self._nearest_item(conn, names, query, min(threshold, NOISE_FLOOR))
+        if near is None or near[1] >= threshold:
+            return near, None
+        return None, near
 
     def _nearest_item(
         self, conn: sqlite3.Connection, names: list[str], query: Any, threshold: float
@@ -410,18 +434,18 @@ class EngineStore(EngineUpkeep):
         signal: str,
         detail: str | None,
         threshold: float = DEDUP_THRESHOLD,
-    ) -> Item | None:
+    ) -> Lookup:
         """Find the nearest item ≥ threshold and apply ``signal`` to it, in one transaction;
-        the item after the signal, or None when nothing is near enough."""
+        the item after the signal, or none and the nearest below the threshold (untouched)."""
         self._check_signal(signal)
         query = as_vector(vector)
         names = store_list(stores)
         now = self.tx.now()
         with self.tx.write() as conn:
-            near = self._nearest_item(conn, names, query, threshold)
+            near, hint = self._lookup(conn, names, query, threshold)
             if near is None:
-                return None
-            return self._apply(conn, near[0].id, signal, detail, now)
+                return Lookup(None, hint)
+            return Lookup(self._apply(conn, near[0].id, signal, detail, now))
 
     def delete_nearest(
         self,
@@ -430,9 +454,10 @@ class EngineStore(EngineUpkeep):
         threshold: float = DEDUP_THRESHOLD,
         *,
         switch_off: Callable[[Item], str | None] | None = None,
-    ) -> Item | None:
+    ) -> Lookup:
         """Delete the nearest item ≥ threshold (edges and provenance cascade), then its
-        matchers that no edge holds any more; the deleted item, or None.
+        matchers that no edge holds any more; the deleted item, or none and the nearest
+        below the threshold (left as it is).
 
         ``switch_off(item)``: the default's key to record as switched off, in the same
         transaction, so that no seeding in between brings it back (None: not a default).
@@ -440,10 +465,10 @@ class EngineStore(EngineUpkeep):
         query = as_vector(vector)
         names = store_list(stores)
         with self.tx.write() as conn:
-            near = self._nearest_item(conn, names, query, threshold)
+            near, hint = self._lookup(conn, names, query, threshold)
             if near is None:
-                return None
-            return self._delete(conn, near[0], switch_off)
+                return Lookup(None, hint)
+            return Lookup(self._delete(conn, near[0], switch_off))
 
     def delete(
         self, item_id: str, *, switch_off: Callable[[Item], str | None] | None = None

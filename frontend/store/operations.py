@@ -36,6 +36,7 @@ from thatch.frontend.store.engine_rows import (
     Engine,
     Item,
     Listed,
+    Lookup,
     Recorded,
     Scored,
     SeedPlan,
@@ -205,6 +206,9 @@ class EngineOperations(Protocol):
     def nearest_item(
         self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
     ) -> tuple[Item, float] | None: ...
+    def lookup(
+        self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
+    ) -> Lookup: ...
     def match(
         self,
         stores: Sequence[str] | str,
@@ -236,7 +240,7 @@ class EngineOperations(Protocol):
         signal: str,
         detail: str | None,
         threshold: float = DEDUP_THRESHOLD,
-    ) -> Item | None: ...
+    ) -> Lookup: ...
     def delete_nearest(
         self,
         stores: Sequence[str] | str,
@@ -244,7 +248,7 @@ class EngineOperations(Protocol):
         threshold: float = DEDUP_THRESHOLD,
         *,
         switch_off: Callable[[Item], str | None] | None = None,
-    ) -> Item | None: ...
+    ) -> Lookup: ...
     def delete(
         self, item_id: str, *, switch_off: Callable[[Item], str | None] | None = None
     ) -> Item | None: ...

@@ -9,6 +9,7 @@ query-embedded. Every text agents wrote is shown through ``untrusted``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from thatch.embedder.client.kind import Kind
 from thatch.frontend.engine_thresholds import auto_fire_thresholds
 from thatch.frontend.store.engine_store import (
     BEHAVIORS,
+    DEDUP_THRESHOLD,
     PREDICTIONS,
     Engine,
     Item,
@@ -23,6 +25,7 @@ from thatch.frontend.store.engine_store import (
     Scored,
 )
 from thatch.frontend.store.operations import EngineOperations
+from thatch.frontend.tools.formatting import new_store
 from thatch.frontend.tools.seed_stamps import default_key, without_stamp
 from thatch.frontend.tools.validation import shortest
 from thatch.frontend.untrusted import inline, quoted, token
@@ -46,6 +49,7 @@ __all__ = [
     "engine_store",
     "head",
     "listing",
+    "nearest_line",
     "not_found",
     "prediction_delete",
     "prediction_list",
@@ -134,8 +138,31 @@ def listing(engine: Engine, entries: Sequence[Listed], scope: Sequence[str]) -> 
     return "\n\n".join(blocks)
 
 
-def not_found(engine: Engine, text: str, scope: Sequence[str]) -> str:
-    return f"No {engine.name} matching {quoted(text)} found in {scope_text(scope)}."
+def not_found(
+    engine: Engine,
+    text: str,
+    scope: Sequence[str],
+    nearest: tuple[Item, float] | None = None,
+    *,
+    with_id: bool = False,
+) -> str:
+    """``No <engine> matching "<x>" found in <scope>.``, then the nearest item of the
+    scope on a line of its own when there is one: a hint, which nothing acted on."""
+    text = f"No {engine.name} matching {quoted(text)} found in {scope_text(scope)}."
+    if nearest is None:
+        return text
+    return f"{text}\n{nearest_line(*nearest, with_id=with_id)}"
+
+
+def nearest_line(item: Item, cosine: float, *, with_id: bool = False) -> str:
+    """``Nearest: [<id> ]"<statement>" in "<S>" (similarity 0.72; a match needs 0.85)``;
+    the similarity rounded down, so one short of the threshold never shows as it."""
+    shown = math.floor(cosine * 100) / 100
+    named = f"{token(item.id)} " if with_id else ""
+    return (
+        f"Nearest: {named}{quoted(item.statement)} in {quoted(item.store)} "
+        f"(similarity {shown:.2f}; a match needs {shortest(DEDUP_THRESHOLD)})"
+    )
 
 
 def prompt_blocks(
@@ -157,7 +184,9 @@ def prompt_blocks(
 
 
 def _scope(tools: Operations, store: str | None) -> list[str]:
-    return [store] if store else tools.ctx.default_scope
+    """The named store (one that exists: Refused otherwise, as the memory tools' reads
+    are), else the project store plus global."""
+    return [tools.existing_store(store)] if store else tools.ctx.default_scope
 
 
 def _record(
@@ -171,6 +200,13 @@ def _record(
 ) -> str:
     target = tools.store_or_project(store)
     result = tools.embed([matcher, statement], Kind.PASSAGE)
+    # As memory_remember says it: a misspelt store name shows at once.
+    created = (
+        bool(store)
+        and target != tools.ctx.project_store
+        and not tools.ctx.store.store_exists(target)
+    )
+    note = f" {new_store(target)}" if created else ""
     recorded = engine_store(tools, engine).record(
         target,
         matcher=matcher,
@@ -185,11 +221,11 @@ def _record(
     creation = signal == engine.creation_signal
     if recorded.created and creation:
         verb = "created" if engine is PREDICTIONS else "codified"
-        return f"[{verb}] {token(target)} :: {quoted(item.statement)} for {quoted(matcher)}"
+        return f"[{verb}] {token(target)} :: {quoted(item.statement)} for {quoted(matcher)}{note}"
     if creation:
         return f"[linked] {quoted(item.statement)} for {quoted(matcher)} {confidence_text(item)}"
     tag = f"created + {signal}" if recorded.created else signal
-    return f"[{tag}] {quoted(item.statement)} {confidence_text(item)}"
+    return f"[{tag}] {quoted(item.statement)} {confidence_text(item)}{note}"
 
 
 def prediction_query(tools: Operations, args: dict[str, Any]) -> str:
@@ -232,9 +268,10 @@ def behavior_feedback(tools: Operations, args: dict[str, Any]) -> str:
     vector = tools.embed([args["behavior"]], Kind.PASSAGE).vectors[0]
     signal = "confirm" if args["relevant"] else "disconfirm"
     detail = ("ham: " if args["relevant"] else "spam: ") + args["context"]
-    item = engine_store(tools, BEHAVIORS).signal_nearest(scope, vector, signal, detail)
+    found = engine_store(tools, BEHAVIORS).signal_nearest(scope, vector, signal, detail)
+    item = found.item
     if item is None:
-        return not_found(BEHAVIORS, args["behavior"], scope)
+        return not_found(BEHAVIORS, args["behavior"], scope, found.nearest)
     return f"[{signal}] {quoted(item.statement)} {confidence_text(item)}"
 
 
@@ -254,10 +291,10 @@ def behavior_list(tools: Operations, args: dict[str, Any]) -> str:
 def _delete(tools: Operations, args: dict[str, Any], engine: Engine) -> str:
     scope = _scope(tools, args["store"])
     vector = tools.embed([args["statement"]], Kind.PASSAGE).vectors[0]
-    deleted = engine_store(tools, engine).delete_nearest(scope, vector, switch_off=default_key)
-    if deleted is None:
-        return not_found(engine, args["statement"], scope)
-    return deleted_text(deleted)
+    found = engine_store(tools, engine).delete_nearest(scope, vector, switch_off=default_key)
+    if found.item is None:
+        return not_found(engine, args["statement"], scope, found.nearest)
+    return deleted_text(found.item)
 
 
 def deleted_text(item: Item) -> str:
