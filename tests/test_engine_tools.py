@@ -430,6 +430,12 @@ def test_a_statement_below_085_names_the_nearest_and_acts_on_nothing(ctx: ToolCo
     assert call(ctx, "engine", {"action": "behavior_delete", "statement": "zzz"}) == (
         'No behavior matching "zzz" found in "o/r" or "global".'
     )
+    # Nor is one below the hint floor (1 word of 5 in common: similarity 0.26), which
+    # would name an unrelated item (and the CLI's Fix would delete it).
+    loose = "tests of another kind entirely"
+    assert call(ctx, "engine", {"action": "behavior_delete", "statement": loose}) == (
+        f'No behavior matching "{loose}" found in "o/r" or "global".'
+    )
     assert call(ctx, "engine", {"action": "prediction_delete", "statement": statement}) == (
         'No prediction matching "run the tests now please" found in "o/r" or "global".'
     )

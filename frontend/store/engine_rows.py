@@ -60,6 +60,11 @@ AUTO_FIRE_THRESHOLD = 0.60
 MATCHERS_CONSIDERED = 5
 ITEMS_SURFACED = 5
 NOISE_FLOOR = 0.01
+# A lookup that matches nothing names its nearest item only from here up: with MiniLM,
+# reworded statements meant for an item score 0.53-0.79 and unrelated ones 0.15-0.38
+# (review of the hint, 36 statements), so below it a hint would name an unrelated item
+# (and the CLI's Fix would delete it). The UI's "similar memories" cut too.
+HINT_FLOOR = 0.50
 CONFIDENCE_FLOOR = 0.35
 FLOOR_EVIDENCE = 3
 PROVENANCE_SHOWN = 10

@@ -26,6 +26,7 @@ from thatch.frontend.store.engine_rows import (
     CONFIDENCE_FLOOR,
     DEDUP_THRESHOLD,
     DELTAS,
+    HINT_FLOOR,
     ITEM_COLUMNS,
     ITEMS_SURFACED,
     LINKED_ITEM_COLUMNS,
@@ -161,9 +162,9 @@ class EngineStore(EngineUpkeep):
     def _lookup(
         self, conn: sqlite3.Connection, names: list[str], query: Any, threshold: float
     ) -> tuple[tuple[Item, float] | None, tuple[Item, float] | None]:
-        """(the nearest item ≥ threshold, else None; the nearest below it ≥ NOISE_FLOOR as
+        """(the nearest item ≥ threshold, else None; the nearest below it ≥ HINT_FLOOR as
         a hint, else None), from the one scan of the scope."""
-        near = self._nearest_item(conn, names, query, min(threshold, NOISE_FLOOR))
+        near = self._nearest_item(conn, names, query, min(threshold, HINT_FLOOR))
         if near is None or near[1] >= threshold:
             return near, None
         return None, near
