@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
+from thatch.frontend.queue.append import replay_spills
 from thatch.frontend.queue.files import (
     LockBusy,
     QueueError,
@@ -44,6 +45,7 @@ from thatch.frontend.queue.limits import (
     MAX_RECORDS,
 )
 from thatch.frontend.queue.records import seq_of
+from thatch.frontend.queue.spill import MARKER_SUFFIX, spilled
 
 __all__ = [
     "CARRY_PREFIX",
@@ -265,6 +267,7 @@ def carry_over(
     now = time.time() if now is None else now
     jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock):
+        replay_spills(jsonl)  # a batch that found the lock busy goes with the rest
         records = read_lines(jsonl)
         state = read_state(state_path(jsonl))
         if hold and _fresh(state, now):
@@ -342,13 +345,16 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     Only on the daily pass: a prompt must not read every queue file. Sessions are found
     by their files' names, never by an id a record claims."""
     found: list[tuple[float, Path]] = []
+    stems: set[str] = set()
     for entry in os.scandir(directory):
-        stem, _dot, suffix = entry.name.rpartition(".")
-        if suffix != "jsonl" or not _SESSION_STEM.fullmatch(stem):
+        stem, dot, suffix = entry.name.rpartition(".")
+        # A queue, or spills alone (a batch that found the lock busy as the session ended).
+        if dot + suffix not in (".jsonl", MARKER_SUFFIX) or not _SESSION_STEM.fullmatch(stem):
             continue  # carry files ("~"), temp files ("."), foreign names
-        if not entry.is_file(follow_symlinks=False):
+        if not entry.is_file(follow_symlinks=False) or stem in stems:
             continue  # a link to another session's queue, a FIFO: nothing of a session's
-        jsonl = Path(entry.path)
+        stems.add(stem)
+        jsonl = Path(entry.path).with_suffix(".jsonl")
         touched = _last_touched(jsonl, with_lock=True)
         if touched is not None and now - touched >= ABANDONED_SECONDS:
             found.append((touched, jsonl))
@@ -373,8 +379,8 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
 
 def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
     project = read_project(project_path(jsonl))
-    if not project:
-        return False
+    if not project and not spilled(jsonl):
+        return False  # (a spill names the project its hook ran in)
     lock = jsonl.with_suffix(".lock")
     had_lock = os.path.lexists(lock)  # else taking it creates it: no step of the session's
     with locked(lock) as lock_touched:
@@ -388,6 +394,7 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
             touched = max(touched, lock_touched)
         if now - touched < ABANDONED_SECONDS:
             return False
+        replay_spills(jsonl)
         # Read before the lock only to skip a queue that noted none: a step just before
         # the lock may have noted another, and a file system's coarse times hide it.
         project = read_project(project_path(jsonl))
@@ -403,19 +410,21 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
 
 
 def _last_touched(jsonl: Path, *, with_lock: bool) -> float | None:
-    """When the session's queue files last changed (None: no ``.jsonl``). Every tool call,
-    nudge and fetch of a live session touches one, its ``.lock`` at least."""
-    suffixes = (".count", ".state", ".project", *((".lock",) if with_lock else ()))
+    """When the session's queue files last changed (None: no ``.jsonl`` and no spills).
+    Every tool call, nudge and fetch of a live session touches one, its ``.lock`` at least;
+    a spill touches the marker ``.spilled``."""
+    queued = (".jsonl", MARKER_SUFFIX)
+    suffixes = (*queued, ".count", ".state", ".project", *((".lock",) if with_lock else ()))
     newest = None
-    for path in (jsonl, *(jsonl.with_suffix(suffix) for suffix in suffixes)):
+    found = False
+    for suffix in suffixes:
         try:
-            changed = os.lstat(path).st_mtime
+            changed = os.lstat(jsonl.with_suffix(suffix)).st_mtime
         except FileNotFoundError:
-            if path == jsonl:
-                return None
             continue
+        found = found or suffix in queued
         newest = changed if newest is None else max(newest, changed)
-    return newest
+    return newest if found else None
 
 
 def adopt_carried(
@@ -436,6 +445,7 @@ def adopt_carried(
         return 0
     jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock):
+        replay_spills(jsonl)
         # Every record numbered above what the queue held or handed out is one adopted here.
         first = max([0, *(seq_of(r) for r in read_lines(jsonl))])
         first = max(first, read_state(state_path(jsonl)).get("cursor", 0)) + 1

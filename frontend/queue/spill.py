@@ -1,0 +1,201 @@
+"""Spilled batches: a tool hook's calls kept when the session's lock stayed busy.
+
+A tool hook that waited out LOCK_TIMEOUT_SECONDS for its session's lock (another process
+of the session holds it: a ``session-end`` or an extractor's completion waiting on a carry
+file, a stopped process, plain contention) does not drop its batch: it writes it to a
+file of its own beside the queue, ``<safe>.<ms>-<pid>-<random>.spill`` (a temp file
+renamed into place, so a reader sees it whole or not at all), then touches the session's
+marker ``<safe>.spilled``. Whoever next holds the session's lock merges every spill into
+the queue (``append.replay_spills``) and deletes it. One writer creates each file, so no
+lock guards it; the marker spares every lock holder a listing of the directory.
+
+The marker is removed before the directory is listed: a spill written after the listing
+touches the marker after its rename, so the next holder finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from thatch.frontend.queue.classify import DRAINING_TOOLS
+from thatch.frontend.queue.files import unlink, write_atomic
+from thatch.frontend.queue.limits import (
+    ID_LIMIT,
+    MAX_RECORDS,
+    SPILL_BYTES_LIMIT,
+    SPILLS_PER_SESSION,
+)
+from thatch.frontend.queue.records import call_time, capped
+from thatch.frontend.regular_files import read_regular
+
+__all__ = [
+    "MARKER_SUFFIX",
+    "SPILL_SUFFIX",
+    "Origin",
+    "Spill",
+    "forget_spills",
+    "mark_spilled",
+    "spill_marker",
+    "spilled",
+    "take_spills",
+    "write_spill",
+]
+
+SPILL_SUFFIX = ".spill"
+MARKER_SUFFIX = ".spilled"
+
+
+class Origin(NamedTuple):
+    """Who queued a batch, and when (ms since the epoch: as its hook began, the calls had
+    ended)."""
+
+    at_ms: int
+    subagent: bool = False
+    agent_id: str = ""
+    project: str = ""
+
+
+class Spill(NamedTuple):
+    origin: Origin
+    # ``accepted_at`` of the snapshot handed out when the hook spilled (None: none): a
+    # replayed drain or fetch acts on that snapshot only, never on one handed out since.
+    seen: float | None
+    events: list[dict[str, Any]]
+
+
+def spill_marker(jsonl: Path) -> Path:
+    return jsonl.with_suffix(MARKER_SUFFIX)
+
+
+def spilled(jsonl: Path) -> bool:
+    """Whether spills may wait for the session (one ``lstat``: every lock holder asks)."""
+    return os.path.lexists(spill_marker(jsonl))
+
+
+def _spill_paths(jsonl: Path) -> list[Path]:
+    """The session's spill files (regular files only: a link is nobody's spill)."""
+    prefix = jsonl.stem + "."  # a session's stem holds no ".": no other session's prefix
+    found = []
+    with os.scandir(jsonl.parent) as entries:
+        for entry in entries:
+            ours = entry.name.startswith(prefix) and entry.name.endswith(SPILL_SUFFIX)
+            if ours and entry.is_file(follow_symlinks=False):
+                found.append(Path(entry.path))
+    return found
+
+
+def write_spill(jsonl: Path, spill: Spill) -> bool:
+    """Keep a batch beside the session's queue; False when SPILLS_PER_SESSION wait already
+    (a lock held for good must not let a runaway session fill the disk)."""
+    if len(_spill_paths(jsonl)) >= SPILLS_PER_SESSION:
+        return False
+    text = _spill_text(spill)
+    name = f"{jsonl.stem}.{spill.origin.at_ms}-{os.getpid()}-{os.urandom(6).hex()}{SPILL_SUFFIX}"
+    write_atomic(jsonl.with_name(name), text)
+    # After the rename: a holder that removed the marker before its listing sees this
+    # file, or finds the marker again.
+    mark_spilled(jsonl)
+    return True
+
+
+def mark_spilled(jsonl: Path) -> None:
+    """Tell the session's next lock holder that spills wait (a writer's last step, and a
+    holder's whose merge failed before it deleted them)."""
+    write_atomic(spill_marker(jsonl), "")
+
+
+def _spill_text(spill: Spill) -> str:
+    """The spill as one line of ASCII JSON (a project directory that is no UTF-8 survives),
+    within SPILL_BYTES_LIMIT: the newest MAX_RECORDS records, as the queue keeps, and the
+    newest MAX_RECORDS drains and fetches; then the oldest records go until it fits."""
+    events = _newest(spill.events, MAX_RECORDS)
+    while True:
+        text = json.dumps(
+            {
+                "at": spill.origin.at_ms,
+                "subagent": spill.origin.subagent,
+                "agent_id": spill.origin.agent_id[:ID_LIMIT],
+                "project": spill.origin.project,
+                "seen": spill.seen,
+                "events": events,
+            },
+            separators=(",", ":"),
+            default=str,
+        )
+        records = [i for i, event in enumerate(events) if "record" in event]
+        if len(text) <= SPILL_BYTES_LIMIT or not records:
+            return text
+        del events[records[0]]
+
+
+def _newest(events: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """``events`` in order, but only the newest ``keep`` records and ``keep`` others."""
+    records = [i for i, event in enumerate(events) if "record" in event][-keep:]
+    others = [i for i, event in enumerate(events) if "record" not in event][-keep:]
+    return [events[i] for i in sorted({*records, *others})]
+
+
+def take_spills(jsonl: Path) -> list[tuple[Path, Spill]]:
+    """The session's spills, oldest first; the caller holds the session's lock, merges them
+    and then deletes them (``forget_spills``). A file that is no spill (damaged, foreign,
+    too large) is deleted here."""
+    marker = spill_marker(jsonl)
+    if not os.path.lexists(marker):
+        return []
+    unlink(marker)
+    found = []
+    for path in _spill_paths(jsonl):
+        spill = _read_spill(path)
+        if spill is None:
+            unlink(path)
+        else:
+            found.append((path, spill))
+    found.sort(key=lambda item: (item[1].origin.at_ms, item[0].name))
+    return found
+
+
+def forget_spills(paths: list[Path]) -> None:
+    for path in paths:
+        unlink(path)
+
+
+def _read_spill(path: Path) -> Spill | None:
+    try:
+        value = json.loads(read_regular(path, SPILL_BYTES_LIMIT, follow_links=False))
+    except (OSError, ValueError, RecursionError):
+        return None  # gone meanwhile, no regular file, too large, damaged
+    if not isinstance(value, dict):
+        return None
+    at, seen = value.get("at"), value.get("seen")
+    if isinstance(at, bool) or not isinstance(at, int) or at <= 0:
+        return None
+    if seen is not None and (isinstance(seen, bool) or not isinstance(seen, int | float)):
+        return None
+    agent, project = value.get("agent_id"), value.get("project")
+    events = value.get("events")
+    if not isinstance(agent, str) or not isinstance(project, str) or not isinstance(events, list):
+        return None
+    origin = Origin(at, value.get("subagent") is True, agent[:ID_LIMIT], project)
+    kept = [event for item in events if (event := _event(item)) is not None]
+    return Spill(origin, None if seen is None else float(seen), kept)
+
+
+def _event(value: object) -> dict[str, Any] | None:
+    """One event of a spill as read back, bounded (``append._event_of`` made it)."""
+    if not isinstance(value, Mapping):
+        return None
+    record = value.get("record")
+    if isinstance(record, dict):
+        bounded = capped(record)
+        for field in ("seq", "held_by", "held_until", "held_agent"):
+            bounded.pop(field, None)  # numbered when merged; a session's call is held by none
+        return {"record": bounded}
+    if value.get("drain") in DRAINING_TOOLS:
+        return {"drain": value["drain"], "started": call_time(value, "started")}
+    if value.get("fetch") is True:
+        return {"fetch": True}
+    return None
