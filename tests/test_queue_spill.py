@@ -380,3 +380,26 @@ def test_a_spilled_extractor_save_leaves_a_snapshot_handed_out_since_alone(
     assert queued_ids(tmp_path, S) == ["a", "b", "c", "d"]
     assert json.loads(state.read_text()) == refetched
     assert queue.nudge_records(qdir(tmp_path), S) == []  # the new snapshot is fresh
+
+
+def test_a_spilled_call_no_utf_8_can_hold_jams_nothing(tmp_path: Path, env: dict[str, str]) -> None:
+    """A spill (written by anything: the hooks make a payload's lone surrogates U+FFFD
+    already) whose call and sub-agent id hold a lone surrogate, which JSON may carry and
+    UTF-8 cannot: the next holder merges it with U+FFFD in its place, and the session's
+    later calls are queued (a spill that could not be merged would fail every holder)."""
+    calls(env, tmp_path, S, "a")
+    queue.accept(qdir(tmp_path), S)
+    state = queue.queue_paths(qdir(tmp_path), S)[0].with_suffix(".state")
+    spill = raw_spill(qdir(tmp_path), S, int(time.time() * 1000), "odd")
+    value = json.loads(spill.read_text())
+    value["events"][0]["record"]["tool_use_id"] = "odd\ud800"
+    # A sub-agent's fetch of the snapshot handed out: its id goes into the state file.
+    value.update(
+        subagent=True, agent_id="x\udcff", seen=json.loads(state.read_text())["accepted_at"]
+    )
+    value["events"].append({"fetch": True})
+    spill.write_text(json.dumps(value))  # ASCII: the surrogates as \u escapes
+    calls(env, tmp_path, S, "b")
+    assert queued_ids(tmp_path, S) == ["a", "odd\ufffd", "b"]
+    assert json.loads(state.read_text())["agent_id"] == "x\ufffd"
+    assert spills(tmp_path) == []

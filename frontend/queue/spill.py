@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,6 +48,7 @@ __all__ = [
 
 SPILL_SUFFIX = ".spill"
 MARKER_SUFFIX = ".spilled"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Origin(NamedTuple):
@@ -179,9 +181,20 @@ def _read_spill(path: Path) -> Spill | None:
     events = value.get("events")
     if not isinstance(agent, str) or not isinstance(project, str) or not isinstance(events, list):
         return None
-    origin = Origin(at, value.get("subagent") is True, agent[:ID_LIMIT], project)
+    # The agent id lands in the UTF-8 state file: a lone surrogate there is made "?" too.
+    agent = _LONE_SURROGATE.sub("\ufffd", agent[:ID_LIMIT])
+    origin = Origin(at, value.get("subagent") is True, agent, project)
     kept = [event for item in events if (event := _event(item)) is not None]
     return Spill(origin, None if seen is None else float(seen), kept)
+
+
+def _encodable(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with each lone surrogate made U+FFFD, as the hooks make those of a
+    payload (``hookio``): JSON may say ``"\\ud800"``, the UTF-8 queue cannot hold it, and
+    a spill that cannot be merged would fail every later holder of the session's lock."""
+    text = json.dumps(record, ensure_ascii=False)  # a pair is one character by now
+    value: dict[str, Any] = json.loads(_LONE_SURROGATE.sub("\ufffd", text))
+    return value
 
 
 def _event(value: object) -> dict[str, Any] | None:
@@ -190,7 +203,7 @@ def _event(value: object) -> dict[str, Any] | None:
         return None
     record = value.get("record")
     if isinstance(record, dict):
-        bounded = capped(record)
+        bounded = _encodable(capped(record))
         for field in ("seq", "held_by", "held_until", "held_agent"):
             bounded.pop(field, None)  # numbered when merged; a session's call is held by none
         return {"record": bounded}
