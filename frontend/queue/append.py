@@ -38,7 +38,6 @@ from thatch.frontend.queue.spill import (
     Origin,
     Spill,
     forget_spills,
-    mark_spilled,
     spilled,
     take_spills,
     write_spill,
@@ -189,6 +188,7 @@ class _Batch:
         self.drained = False
         self.project = ""  # the project of the newest batch that queued a call
         self.spills: list[Path] = []  # replayed spill files: deleted once saved
+        self.took = False  # the marker was found: removed once saved
         # The batch being taken:
         self.origin = Origin(0)
         self.late = False  # a spilled batch, replayed after others took the lock
@@ -201,6 +201,9 @@ class _Batch:
         calls ended (a fresh snapshot's first): a spill's calls ended before those queued
         while it waited, and the 20-record cap must drop the oldest, not the latest."""
         found = take_spills(self.jsonl)
+        if found is None:
+            return
+        self.took = True
         if not found:
             return
         for path, spill in found:
@@ -302,15 +305,12 @@ class _Batch:
 
     def save(self, count: Path) -> None:
         """Write what changed: the queue, the nudge count, the snapshot state and the
-        project; then delete the replayed spills (a crash before that replays them again:
-        ``tool_use_id``s dedupe their calls)."""
-        try:
-            self._write(count)
-        except BaseException:
-            if self.spills:
-                mark_spilled(self.jsonl)  # not merged after all: the next holder tries
-            raise
-        forget_spills(self.spills)
+        project; then delete the replayed spills and their marker. A failure (or a death)
+        before that leaves the marker: the next holder merges the spills again, and skips
+        their calls still queued (``tool_use_id``)."""
+        self._write(count)
+        if self.took:
+            forget_spills(self.jsonl, self.spills)
 
     def _write(self, count: Path) -> None:
         if self.drained:

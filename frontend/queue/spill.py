@@ -9,8 +9,11 @@ marker ``<safe>.spilled``. Whoever next holds the session's lock merges every sp
 the queue (``append.replay_spills``) and deletes it. One writer creates each file, so no
 lock guards it; the marker spares every lock holder a listing of the directory.
 
-The marker is removed before the directory is listed: a spill written after the listing
-touches the marker after its rename, so the next holder finds it.
+The marker goes only once the merge is written (``forget_spills``): the merged spills are
+deleted, then the marker, then the directory is listed again and the marker rewritten if
+a spill is left (one renamed after the first listing: its writer's marker may predate the
+unlink). A holder that fails or dies before that leaves the marker, and the next holder
+merges the spills again (their calls still queued are skipped by ``tool_use_id``).
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def write_spill(jsonl: Path, spill: Spill) -> bool:
 
 def mark_spilled(jsonl: Path) -> None:
     """Tell the session's next lock holder that spills wait (a writer's last step, and a
-    holder's whose merge failed before it deleted them)."""
+    holder's that found a spill left after its merge)."""
     write_atomic(spill_marker(jsonl), "")
 
 
@@ -141,14 +144,12 @@ def _newest(events: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
     return [events[i] for i in sorted({*records, *others})]
 
 
-def take_spills(jsonl: Path) -> list[tuple[Path, Spill]]:
-    """The session's spills, oldest first; the caller holds the session's lock, merges them
-    and then deletes them (``forget_spills``). A file that is no spill (damaged, foreign,
-    too large) is deleted here."""
-    marker = spill_marker(jsonl)
-    if not os.path.lexists(marker):
-        return []
-    unlink(marker)
+def take_spills(jsonl: Path) -> list[tuple[Path, Spill]] | None:
+    """The session's spills, oldest first (None: no marker); the caller holds the session's
+    lock, merges them, writes the queue and then calls ``forget_spills``. A file that is no
+    spill (damaged, foreign, too large) is deleted here."""
+    if not spilled(jsonl):
+        return None
     found = []
     for path in _spill_paths(jsonl):
         spill = _read_spill(path)
@@ -160,9 +161,15 @@ def take_spills(jsonl: Path) -> list[tuple[Path, Spill]]:
     return found
 
 
-def forget_spills(paths: list[Path]) -> None:
+def forget_spills(jsonl: Path, paths: list[Path]) -> None:
+    """After the merge was written: delete the merged spills, then the marker, then list
+    again: a spill renamed after ``take_spills`` listed them marks again (its writer's
+    marker may have come before this unlink)."""
     for path in paths:
         unlink(path)
+    unlink(spill_marker(jsonl))
+    if _spill_paths(jsonl):
+        mark_spilled(jsonl)
 
 
 def _read_spill(path: Path) -> Spill | None:

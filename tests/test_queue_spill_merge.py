@@ -1,0 +1,161 @@
+"""Merging spilled batches (docs/hooks.md §spilled-batches), in process: what the lock's
+holder does with the spills it finds, at each step a holder may fail or die, and what a
+spill file written by anything does to it. A holder that dies is a child process killed
+(``os._exit``) at that step; every wait is for its exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thatch.frontend import queue
+from thatch.frontend.queue import spill
+
+S = "ses_merge"
+
+
+def call(use_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "tool_name": "Bash",
+        "tool_input": {"command": use_id},
+        "tool_use_id": use_id,
+        "tool_response": "ok",
+        **extra,
+    }
+
+
+def ids(directory: Path, session: str = S) -> list[str]:
+    return [str(r.get("tool_use_id")) for r in queue.peek_records(directory, session)]
+
+
+def spills(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.name.endswith(".spill"))
+
+
+def marker(directory: Path, session: str = S) -> Path:
+    return directory / f"{queue.safe_name(session)}.spilled"
+
+
+def spill_calls(directory: Path, *use_ids: str, at_ms: int | None = None) -> None:
+    """What a tool hook that found the lock busy writes: its calls, in a spill file."""
+    jsonl = queue.queue_paths(directory, S)[0]
+    origin = spill.Origin(time.time_ns() // 1_000_000 if at_ms is None else at_ms)
+    events = [{"record": queue.make_record(S, call(i), None, origin.at_ms)} for i in use_ids]
+    assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
+
+
+_DIES = """
+import os, sys
+from pathlib import Path
+from thatch.frontend import queue
+from thatch.frontend.queue import append
+*owners, name = sys.argv[2].split(".")
+target = append
+for owner in owners:
+    target = getattr(target, owner)
+setattr(target, name, lambda *args, **kwargs: os._exit(9))
+call = {"tool_name": "Bash", "tool_input": {}, "tool_use_id": sys.argv[3], "tool_response": "ok"}
+queue.append_calls(Path(sys.argv[1]), sys.argv[4], [call])
+"""
+
+
+def holder_dies(directory: Path, where: str, use_id: str) -> None:
+    """A tool hook queueing ``use_id``, killed as it calls ``where`` (a name in
+    ``thatch.frontend.queue.append``, patched in that child process only)."""
+    args = [sys.executable, "-c", _DIES, str(directory), where, use_id, S]
+    done = subprocess.run(args, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 9, done.stderr
+
+
+def test_a_holder_that_dies_before_writing_the_queue_leaves_the_spill_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """The holder found the marker and read the spill, then died before it wrote the
+    queue: the marker stays, so the next holder merges the spill; nothing is lost (before,
+    the marker went first and no holder, session-end or daily pass looked again)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "b")
+    holder_dies(directory, "_Batch._write", "dead")
+    assert ids(directory) == ["a"] and marker(directory).exists()
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"]
+    assert spills(directory) == [] and not marker(directory).exists()
+
+
+def test_a_holder_that_dies_after_writing_the_queue_extracts_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """The holder wrote the merged queue, then died before it deleted the spill: the
+    marker stays, the next holder merges the spill again at once (its call still queued:
+    skipped) and deletes it; an extractor gets each call once, and a later spill brings
+    back none of them (before, the spill waited unmarked for the next one, and its call
+    was extracted again)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "b")
+    holder_dies(directory, "forget_spills", "c")
+    assert ids(directory) == ["a", "b", "c"] and marker(directory).exists()
+    queue.append_calls(directory, S, [call("d")])
+    assert ids(directory) == ["a", "b", "c", "d"]
+    assert spills(directory) == [] and not marker(directory).exists()
+    first = [r["tool_use_id"] for r in queue.accept(directory, S)]
+    assert queue.complete(directory, S) == 4
+    spill_calls(directory, "e")
+    queue.append_calls(directory, S, [call("f")])
+    second = [r["tool_use_id"] for r in queue.accept(directory, S)]
+    assert (first, second) == (["a", "b", "c", "d"], ["e", "f"])
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_a_spill_written_while_the_holder_merges_stays_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: bool
+) -> None:
+    """Another hook spills right after the holder listed the spills (so the holder
+    merges without it): ``whole``, the writer renames its spill and writes the marker
+    before the holder removes the marker (the holder's listing again must mark it
+    afresh); ``split``, the writer's marker comes only after the holder is done (the
+    writer must rename its spill before it marks, never the other way). Either way the
+    spill stays marked and the next holder merges it."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "b")
+    listing, real_write = spill._spill_paths, spill.write_atomic
+    phase = "before"
+    writer_writes: list[Path] = []
+    deferred: list[Callable[[], None]] = []
+
+    def listed(jsonl: Path) -> list[Path]:
+        nonlocal phase
+        found = listing(jsonl)
+        if phase == "before":  # the holder's first listing (the writer's own lists too)
+            phase = "writing"
+            spill_calls(directory, "w")
+            phase = "after"
+        return found
+
+    def write_atomic(path: Path, text: str) -> None:
+        if phase == "writing":
+            writer_writes.append(path)
+            if split and len(writer_writes) == 2:
+                deferred.append(lambda: real_write(path, text))
+                return
+        real_write(path, text)
+
+    monkeypatch.setattr(spill, "_spill_paths", listed)
+    monkeypatch.setattr(spill, "write_atomic", write_atomic)
+    queue.append_calls(directory, S, [call("c")])
+    for step in deferred:
+        step()
+    monkeypatch.undo()
+    assert ids(directory) == ["a", "b", "c"]
+    assert len(spills(directory)) == 1 and marker(directory).exists()
+    queue.append_calls(directory, S, [call("d")])
+    assert sorted(ids(directory)) == ["a", "b", "c", "d", "w"]
+    assert spills(directory) == [] and not marker(directory).exists()
