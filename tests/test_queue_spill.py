@@ -313,19 +313,27 @@ def test_damaged_and_foreign_spills_hide_no_others(tmp_path: Path, env: dict[str
     assert queued_ids(tmp_path, T) == []
 
 
-def test_a_week_old_spill_nobody_merged_is_deleted(tmp_path: Path, env: dict[str, str]) -> None:
-    """A spill whose marker is gone (a holder died between removing it and merging) is
-    found by no holder: the daily pass deletes it once untouched for 7 days, as it does
-    every queue file."""
+@pytest.mark.parametrize("ended", [False, True], ids=["abandoned", "ended"])
+def test_a_spill_whose_marker_went_missing_is_carried_by_the_daily_pass(
+    tmp_path: Path, env: dict[str, str], ended: bool
+) -> None:
+    """A spill with no marker (its writer could not write one, or it went): no lock holder
+    lists the directory for it, but a day later the daily pass carries it to the project
+    its hook named, with the queue of its session (abandoned by its host) or alone (the
+    session ended), and the project's next session is nudged about it."""
     directory = qdir(tmp_path)
-    queue_calls(env, tmp_path, T, "t")
-    path = raw_spill(directory, S, int(time.time() * 1000), "old")
+    queue_calls(env, tmp_path, S, "a")
+    if ended:
+        session_end(env, tmp_path, S)
+        assert nudge(env, tmp_path, T) == (1, T)
+    raw_spill(directory, S, int(time.time() * 1000), "orphan")
     (directory / f"{queue.safe_name(S)}.spilled").unlink()
-    week = time.time() - 8 * 24 * HOUR
-    os.utime(path, (week, week))
-    with contextlib.suppress(FileNotFoundError):  # no marker: the pass is due anyway
-        os.utime(directory / ".last-cleanup", (week, week))
-    assert nudge(env, tmp_path, T) == (1, T)
+    queue_calls(env, tmp_path, S, "b")  # no marker: no holder looks
+    assert queued_ids(tmp_path, S) == (["b"] if ended else ["a", "b"])
+    assert len(spills(tmp_path)) == 1
+    age_queue(tmp_path, S, 25 * HOUR)
+    assert nudge(env, tmp_path, T) == (3, T)
+    assert sorted(queued_ids(tmp_path, T)) == ["a", "b", "orphan"]
     assert spills(tmp_path) == []
 
 

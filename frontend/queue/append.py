@@ -143,14 +143,16 @@ def _event_of(session_id: str, call: Mapping[str, Any], at_ms: int) -> dict[str,
     return None
 
 
-def replay_spills(jsonl: Path) -> None:
+def replay_spills(jsonl: Path, *, unmarked: bool = False) -> None:
     """Merge the session's spilled batches into its queue and delete them; one ``lstat``
     when there are none. The caller holds the session's lock: every holder calls this
-    first, so what a busy lock spilled is never read around."""
-    if not spilled(jsonl):
+    first, so what a busy lock spilled is never read around. ``unmarked``: the spills are
+    listed even with no marker (the daily pass: nothing of an abandoned session's stays
+    behind)."""
+    if not unmarked and not spilled(jsonl):
         return
     batch = _Batch(jsonl)
-    batch.replay_spills()
+    batch.replay_spills(unmarked=unmarked)
     batch.save(jsonl.with_suffix(".count"))
 
 
@@ -196,11 +198,11 @@ class _Batch:
         self.own: list[dict[str, Any]] = []  # its records (kept alive: ``own_ids``)
         self.own_ids: set[int] = set()
 
-    def replay_spills(self) -> None:
+    def replay_spills(self, *, unmarked: bool = False) -> None:
         """Take every spilled batch, oldest first, then put the records in the order the
         calls ended (a fresh snapshot's first): a spill's calls ended before those queued
         while it waited, and the 20-record cap must drop the oldest, not the latest."""
-        found = take_spills(self.jsonl)
+        found = take_spills(self.jsonl, unmarked=unmarked)
         if found is None:
             return
         self.took = True

@@ -44,6 +44,7 @@ __all__ = [
     "forget_spills",
     "mark_spilled",
     "spill_marker",
+    "spill_paths",
     "spilled",
     "take_spills",
     "write_spill",
@@ -81,8 +82,13 @@ def spilled(jsonl: Path) -> bool:
     return os.path.lexists(spill_marker(jsonl))
 
 
+def spill_paths(jsonl: Path) -> list[Path]:
+    """The session's spill files, marked or not (regular files only: a link is nobody's
+    spill): one listing of the queue directory."""
+    return _spill_paths(jsonl)
+
+
 def _spill_paths(jsonl: Path) -> list[Path]:
-    """The session's spill files (regular files only: a link is nobody's spill)."""
     prefix = jsonl.stem + "."  # a session's stem holds no ".": no other session's prefix
     found = []
     with os.scandir(jsonl.parent) as entries:
@@ -144,11 +150,12 @@ def _newest(events: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
     return [events[i] for i in sorted({*records, *others})]
 
 
-def take_spills(jsonl: Path) -> list[tuple[Path, Spill]] | None:
-    """The session's spills, oldest first (None: no marker); the caller holds the session's
-    lock, merges them, writes the queue and then calls ``forget_spills``. A file that is no
-    spill (damaged, foreign, too large) is deleted here."""
-    if not spilled(jsonl):
+def take_spills(jsonl: Path, *, unmarked: bool = False) -> list[tuple[Path, Spill]] | None:
+    """The session's spills, oldest first (None: no marker, and not ``unmarked``: the daily
+    pass lists the spills of a session whose marker went missing too); the caller holds
+    the session's lock, merges them, writes the queue and then calls ``forget_spills``. A
+    file that is no spill (damaged, foreign, too large) is deleted here."""
+    if not unmarked and not spilled(jsonl):
         return None
     found = []
     for path in _spill_paths(jsonl):
