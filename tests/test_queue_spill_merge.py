@@ -5,6 +5,7 @@ spill file written by anything does to it. A holder that dies is a child process
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -159,3 +160,52 @@ def test_a_spill_written_while_the_holder_merges_stays_marked(
     queue.append_calls(directory, S, [call("d")])
     assert sorted(ids(directory)) == ["a", "b", "c", "d", "w"]
     assert spills(directory) == [] and not marker(directory).exists()
+
+
+def write_raw(directory: Path, name: str, value: object) -> Path:
+    """A file named like one of the session's spills, holding ``value`` (JSON text as is),
+    and the session's marker."""
+    path = directory / f"{queue.safe_name(S)}.{name}.spill"
+    path.write_text(value if isinstance(value, str) else json.dumps(value))
+    marker(directory).touch()
+    return path
+
+
+def bad_record() -> dict[str, Any]:
+    return {"record": queue.make_record(S, call("bad"))}
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"seen": 10**400},  # float() overflows: it raised outside the try
+        {"seen": float("nan")},  # written as NaN, which json reads back
+        {"seen": "1"},
+        {"at": 10**20},  # no plausible time (calls' times: below 1e14 ms)
+        {"at": 1.5},
+        {"at": True},
+        {"events": [{"drain": ["memory_remember"]}, bad_record()]},
+    ],
+    ids=["seen-huge", "seen-nan", "seen-text", "at-huge", "at-float", "at-bool", "drain-list"],
+)
+def test_a_hostile_spill_is_deleted_and_jams_no_holder(
+    tmp_path: Path, hostile: dict[str, Any]
+) -> None:
+    """A file named like a spill, written by anything, between two good spills: the next
+    holder deletes it (its calls not merged, but for the drain that names no tool: that
+    event alone goes) and merges the good ones with its own call, and so does every holder
+    after it (before, a 400-digit ``seen`` raised in every holder, losing its batch)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "good1")
+    value = {"at": 1, "subagent": False, "agent_id": "", "project": "", "seen": None}
+    value["events"] = [bad_record()]
+    value.update(hostile)
+    write_raw(directory, "1-1-hostile", value)
+    spill_calls(directory, "good2")
+    queue.append_calls(directory, S, [call("live")])
+    kept = ["bad"] if "events" in hostile else []
+    assert sorted(ids(directory)) == sorted(["a", *kept, "good1", "good2", "live"])
+    assert spills(directory) == [] and not marker(directory).exists()
+    queue.append_calls(directory, S, [call("next")])
+    assert ids(directory)[-1] == "next"

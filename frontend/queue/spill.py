@@ -19,6 +19,7 @@ merges the spills again (their calls still queued are skipped by ``tool_use_id``
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -180,17 +181,27 @@ def forget_spills(jsonl: Path, paths: list[Path]) -> None:
 
 
 def _read_spill(path: Path) -> Spill | None:
+    """The spill at ``path``, or None for one to delete (gone meanwhile, no regular file,
+    too large, damaged, or hostile: a spill this raised on would fail every later holder
+    of the session's lock, and their batches with it)."""
     try:
-        value = json.loads(read_regular(path, SPILL_BYTES_LIMIT, follow_links=False))
-    except (OSError, ValueError, RecursionError):
-        return None  # gone meanwhile, no regular file, too large, damaged
+        return _parse_spill(json.loads(read_regular(path, SPILL_BYTES_LIMIT, follow_links=False)))
+    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
+        return None
+
+
+def _parse_spill(value: object) -> Spill | None:
     if not isinstance(value, dict):
         return None
     at, seen = value.get("at"), value.get("seen")
-    if isinstance(at, bool) or not isinstance(at, int) or at <= 0:
+    if not isinstance(at, int) or call_time(value, "at") != at:  # bounded as a call's times
         return None
-    if seen is not None and (isinstance(seen, bool) or not isinstance(seen, int | float)):
-        return None
+    if seen is not None:
+        if isinstance(seen, bool) or not isinstance(seen, int | float):
+            return None
+        seen = float(seen)  # OverflowError for a 400-digit integer
+        if not math.isfinite(seen):
+            return None
     agent, project = value.get("agent_id"), value.get("project")
     events = value.get("events")
     if not isinstance(agent, str) or not isinstance(project, str) or not isinstance(events, list):
@@ -199,7 +210,7 @@ def _read_spill(path: Path) -> Spill | None:
     agent = _LONE_SURROGATE.sub("\ufffd", agent[:ID_LIMIT])
     origin = Origin(at, value.get("subagent") is True, agent, project)
     kept = [event for item in events if (event := _event(item)) is not None]
-    return Spill(origin, None if seen is None else float(seen), kept)
+    return Spill(origin, seen, kept)
 
 
 def _encodable(record: dict[str, Any]) -> dict[str, Any]:
@@ -221,8 +232,9 @@ def _event(value: object) -> dict[str, Any] | None:
         for field in ("seq", "held_by", "held_until", "held_agent"):
             bounded.pop(field, None)  # numbered when merged; a session's call is held by none
         return {"record": bounded}
-    if value.get("drain") in DRAINING_TOOLS:
-        return {"drain": value["drain"], "started": call_time(value, "started")}
+    drain = value.get("drain")
+    if isinstance(drain, str) and drain in DRAINING_TOOLS:
+        return {"drain": drain, "started": call_time(value, "started")}
     if value.get("fetch") is True:
         return {"fetch": True}
     return None
