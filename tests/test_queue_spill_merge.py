@@ -209,3 +209,29 @@ def test_a_hostile_spill_is_deleted_and_jams_no_holder(
     assert spills(directory) == [] and not marker(directory).exists()
     queue.append_calls(directory, S, [call("next")])
     assert ids(directory)[-1] == "next"
+
+
+def test_a_spill_is_read_no_further_than_a_hook_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spill file of a thousand events (a hook writes at most 20 records and 20
+    drains or fetches): the holder reads only the newest 40, so the lock is not held for
+    the rest (16 such files held it 13.6 s)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    at = time.time_ns() // 1_000_000
+    records = [{"record": queue.make_record(S, call(f"r{i}"), None, at)} for i in range(1000)]
+    write_raw(
+        directory, f"{at}-1-many", {"at": at, "agent_id": "", "project": "", "events": records}
+    )
+    read: list[object] = []
+    real = spill._event
+
+    def counted(value: object) -> dict[str, Any] | None:
+        read.append(value)
+        return real(value)
+
+    monkeypatch.setattr(spill, "_event", counted)
+    queue.append_calls(directory, S, [call("b")])
+    assert len(read) == 2 * queue.MAX_RECORDS
+    assert ids(directory) == [*(f"r{i}" for i in range(981, 1000)), "b"]

@@ -209,7 +209,10 @@ def _parse_spill(value: object) -> Spill | None:
     # The agent id lands in the UTF-8 state file: a lone surrogate there is made "?" too.
     agent = _LONE_SURROGATE.sub("\ufffd", agent[:ID_LIMIT])
     origin = Origin(at, value.get("subagent") is True, agent, project)
-    kept = [event for item in events if (event := _event(item)) is not None]
+    # A hook writes at most MAX_RECORDS records and MAX_RECORDS others (``_newest``): the
+    # thousands of events a foreign file may hold are not read, nor the lock held for them.
+    newest = events[-2 * MAX_RECORDS :]
+    kept = [event for item in newest if (event := _event(item)) is not None]
     return Spill(origin, seen, kept)
 
 
