@@ -372,10 +372,10 @@ def test_a_spilled_extractor_save_completes_the_snapshot_it_worked_on(
 def test_a_spilled_extractor_save_leaves_a_snapshot_handed_out_since_alone(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
-    """While the save's hook waited, the lock's holder handed the records out again (a
-    second fetch: a new snapshot, another extractor's). Merged later, the save completes
-    only the snapshot it saw when it spilled: the new one and its records stay for their
-    extractor, and the save's own call is queued."""
+    """After the save's hook spilled (the snapshot it saw recorded), the lock's holder
+    handed the records out again (a second fetch: a new snapshot, another extractor's).
+    Merged later, the save completes only the snapshot it saw when it spilled: the new one
+    and its records stay for their extractor, and the save's own call is queued."""
     calls(env, tmp_path, S, "a", "b")
     queue.accept(qdir(tmp_path), S)
     state = queue.queue_paths(qdir(tmp_path), S)[0].with_suffix(".state")
@@ -388,6 +388,51 @@ def test_a_spilled_extractor_save_leaves_a_snapshot_handed_out_since_alone(
     assert queued_ids(tmp_path, S) == ["a", "b", "c", "d"]
     assert json.loads(state.read_text()) == refetched
     assert queue.nudge_records(qdir(tmp_path), S) == []  # the new snapshot is fresh
+
+
+def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waited(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A sub-agent's fetch hook waits for the busy lock; meanwhile its snapshot is done
+    with and the records are handed out again (another extractor's snapshot, after the
+    hook began). The hook spills with that snapshot as the one it saw (it reads the state
+    after its wait), but merged later its fetch names no holder of it: the call fetched
+    the earlier one. Before, the sub-agent became the holder of the other's snapshot."""
+    calls(env, tmp_path, S, "a", "b")
+    queue.accept(qdir(tmp_path), S)
+    lock = session_lock(tmp_path, S)
+    state = lock.with_suffix(".state")
+    fetch = host_payload("claude-PostToolUse-mcp-thatch-get_extraction_payload")
+    fetch.update(session_id=S, cwd=str(tmp_path))
+    stdin = tmp_path / "fetch.json"
+    stdin.write_text(json.dumps(fetch))
+    with held(lock), stdin.open("rb") as handle:
+        hook = subprocess.Popen(
+            thatch_command("buffer-batch"),
+            stdin=handle,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            wait_until(
+                lambda: hook.poll() is not None or waits_for_lock(hook.pid, lock),
+                60,
+                "the fetch's hook to wait for the lock, or to end",
+            )
+            refetched = {"cursor": 2, "accepted_at": time.time()}  # as accept writes it
+            state.write_text(json.dumps(refetched))
+            out = hook.communicate(timeout=120)
+        finally:
+            if hook.poll() is None:
+                hook.kill()
+                hook.wait()
+    assert (hook.returncode, *out) == (0, b"", b""), out
+    (spilled,) = spills(tmp_path)
+    assert json.loads((qdir(tmp_path) / spilled).read_text())["seen"] == refetched["accepted_at"]
+    calls(env, tmp_path, S, "c")
+    assert json.loads(state.read_text()) == refetched  # no agent_id: nobody holds it yet
+    assert queued_ids(tmp_path, S) == ["a", "b", "c"]
 
 
 def test_a_spilled_call_no_utf_8_can_hold_jams_nothing(tmp_path: Path, env: dict[str, str]) -> None:
