@@ -40,6 +40,7 @@ from tests.test_queue_carry import (
     waits_for_lock,
 )
 from thatch.frontend import queue
+from thatch.frontend.queue.limits import SPILL_BYTES_LIMIT
 from thatch.frontend.tools.memory_tools import Tools
 
 GAVE_UP = b"busy"  # what the hook's stderr line says when it drops a batch
@@ -300,8 +301,8 @@ def test_damaged_and_foreign_spills_hide_no_others(tmp_path: Path, env: dict[str
     raw_spill(directory, S, now_ms, "good")
     other = raw_spill(directory, T, now_ms, "theirs")
     (directory / f"{stem}.{now_ms}-2-damaged.spill").write_text('{"at": 1, "events": [')
-    too_large = directory / f"{stem}.{now_ms}-3-large.spill"
-    too_large.write_bytes(b" " * (queue.QUEUE_BYTES_LIMIT + 1))
+    too_large = raw_spill(directory, S, now_ms, "large")
+    too_large.write_bytes(b" " * SPILL_BYTES_LIMIT + too_large.read_bytes())  # JSON, too long
     target = tmp_path / "elsewhere.json"
     target.write_text("{}")
     link = directory / f"{stem}.{now_ms}-4-link.spill"

@@ -235,3 +235,25 @@ def test_a_spill_is_read_no_further_than_a_hook_writes_it(
     queue.append_calls(directory, S, [call("b")])
     assert len(read) == 2 * queue.MAX_RECORDS
     assert ids(directory) == [*(f"r{i}" for i in range(981, 1000)), "b"]
+
+
+@pytest.mark.parametrize("char", ["漢", "😀", "é"], ids=["cjk", "emoji", "latin"])
+def test_a_spill_keeps_a_full_queue_of_records_in_any_script(tmp_path: Path, char: str) -> None:
+    """A batch of 20 calls as large as records get, in a script ASCII JSON escapes (6
+    bytes a character, 12 for an emoji, against UTF-8's 2 to 4): the spill keeps all 20,
+    as the queue would have (before, it kept 15 of CJK ones and 7 of emoji ones)."""
+    directory = tmp_path / "queue"
+    batch = [
+        call(
+            f"id{i}", tool_input={f"k{j}": char * 500 for j in range(8)}, tool_response=char * 2000
+        )
+        for i in range(queue.MAX_RECORDS)
+    ]
+    queue.append_calls(directory / "live", S, batch)
+    assert len(queue.peek_records(directory / "live", S)) == queue.MAX_RECORDS
+    jsonl = queue.queue_paths(directory, S)[0]
+    origin = spill.Origin(time.time_ns() // 1_000_000)
+    events = [{"record": queue.make_record(S, c, None, origin.at_ms)} for c in batch]
+    assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
+    queue.merge_spilled(directory, S)
+    assert ids(directory) == [f"id{i}" for i in range(queue.MAX_RECORDS)]

@@ -122,8 +122,9 @@ def mark_spilled(jsonl: Path) -> None:
 
 def _spill_text(spill: Spill) -> str:
     """The spill as one line of ASCII JSON (a project directory that is no UTF-8 survives),
-    within SPILL_BYTES_LIMIT: the newest MAX_RECORDS records, as the queue keeps, and the
-    newest MAX_RECORDS drains and fetches; then the oldest records go until it fits."""
+    within SPILL_BYTES_LIMIT (room for MAX_RECORDS records of any script, escaped): the
+    newest MAX_RECORDS records, as the queue keeps, and the newest MAX_RECORDS drains and
+    fetches; then the oldest records go until it fits."""
     events = _newest(spill.events, MAX_RECORDS)
     while True:
         text = json.dumps(
