@@ -257,3 +257,28 @@ def test_a_spill_keeps_a_full_queue_of_records_in_any_script(tmp_path: Path, cha
     assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
     queue.merge_spilled(directory, S)
     assert ids(directory) == [f"id{i}" for i in range(queue.MAX_RECORDS)]
+
+
+def test_a_directory_at_the_marker_fails_no_hook_and_hides_no_spill(tmp_path: Path) -> None:
+    """Something made a directory where the session's marker goes: a hook that spills
+    still exits (its spill kept, unmarked), every lock holder (a tool hook, a fetch, the
+    nudge's merge, a completion, session-end) still works and merges the spills it lists,
+    and the directory is left alone. Before, each of them failed (IsADirectoryError)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    marker(directory).mkdir()
+    spill_calls(directory, "b")
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"] and spills(directory) == []
+    spill_calls(directory, "d")
+    queue.merge_spilled(directory, S)
+    assert ids(directory) == ["a", "b", "c", "d"]
+    spill_calls(directory, "e")
+    assert [r["tool_use_id"] for r in queue.accept(directory, S)] == ["a", "b", "c", "d", "e"]
+    spill_calls(directory, "f")
+    assert queue.complete(directory, S) == 5
+    assert ids(directory) == ["f"]
+    assert queue.increment_count(directory, S) == 0
+    spill_calls(directory, "g")
+    assert queue.carry_over(directory, S, str(tmp_path)) == 2
+    assert marker(directory).is_dir() and spills(directory) == []

@@ -18,16 +18,18 @@ merges the spills again (their calls still queued are skipped by ``tool_use_id``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from thatch.frontend.queue.classify import DRAINING_TOOLS
-from thatch.frontend.queue.files import unlink, write_atomic
+from thatch.frontend.queue.files import write_atomic
 from thatch.frontend.queue.limits import (
     ID_LIMIT,
     MAX_RECORDS,
@@ -79,7 +81,9 @@ def spill_marker(jsonl: Path) -> Path:
 
 
 def spilled(jsonl: Path) -> bool:
-    """Whether spills may wait for the session (one ``lstat``: every lock holder asks)."""
+    """Whether spills may wait for the session (one ``lstat``: every lock holder asks).
+    Anything at the marker's path counts: a directory there (no marker can be written)
+    costs each holder a listing, never a spill."""
     return os.path.lexists(spill_marker(jsonl))
 
 
@@ -116,8 +120,20 @@ def write_spill(jsonl: Path, spill: Spill) -> bool:
 
 def mark_spilled(jsonl: Path) -> None:
     """Tell the session's next lock holder that spills wait (a writer's last step, and a
-    holder's that found a spill left after its merge)."""
-    write_atomic(spill_marker(jsonl), "")
+    holder's that found a spill left after its merge). A marker that cannot be written
+    (a directory at its path, a full disk) fails no hook: what is at the path still makes
+    holders list the spills, and the daily pass lists them anyway."""
+    with contextlib.suppress(OSError):
+        write_atomic(spill_marker(jsonl), "")
+
+
+def _remove(path: Path) -> None:
+    """Delete a spill or the marker, if a regular file (a directory at the path is left),
+    and fail no lock holder when it cannot: a spill left is merged again (its calls still
+    queued are skipped), a marker left costs the next holder a listing."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
 
 
 def _spill_text(spill: Spill) -> str:
@@ -163,7 +179,7 @@ def take_spills(jsonl: Path, *, unmarked: bool = False) -> list[tuple[Path, Spil
     for path in _spill_paths(jsonl):
         spill = _read_spill(path)
         if spill is None:
-            unlink(path)
+            _remove(path)
         else:
             found.append((path, spill))
     found.sort(key=lambda item: (item[1].origin.at_ms, item[0].name))
@@ -175,8 +191,8 @@ def forget_spills(jsonl: Path, paths: list[Path]) -> None:
     again: a spill renamed after ``take_spills`` listed them marks again (its writer's
     marker may have come before this unlink)."""
     for path in paths:
-        unlink(path)
-    unlink(spill_marker(jsonl))
+        _remove(path)
+    _remove(spill_marker(jsonl))
     if _spill_paths(jsonl):
         mark_spilled(jsonl)
 
