@@ -282,3 +282,35 @@ def test_a_directory_at_the_marker_fails_no_hook_and_hides_no_spill(tmp_path: Pa
     spill_calls(directory, "g")
     assert queue.carry_over(directory, S, str(tmp_path)) == 2
     assert marker(directory).is_dir() and spills(directory) == []
+
+
+def test_the_cap_drops_the_call_that_ended_first_not_the_one_merged_last(tmp_path: Path) -> None:
+    """19 calls queued, then a spill of a call that ended before all of them, merged with
+    a 20th: of the 21 the queue's cap drops the spilled one (the records are put in the
+    order the calls ended), not the first queued (as appending it last would)."""
+    directory = tmp_path / "queue"
+    base = time.time_ns() // 1_000_000 - 60_000
+    queue.append_calls(directory, S, [call(f"q{i}", ended_at=base + 1000 + i) for i in range(19)])
+    spill_calls(directory, "early", at_ms=base)
+    queue.append_calls(directory, S, [call("q19", ended_at=base + 2000)])
+    assert ids(directory) == [f"q{i}" for i in range(20)]
+
+
+def test_a_spilled_save_leaves_the_calls_that_ended_after_its_hook_began(tmp_path: Path) -> None:
+    """The agent's save spilled; before it was merged another hook queued a call that
+    ended after the save's hook began (its holder found no marker yet): merged, the save
+    drains what ended before it, never that later call."""
+    directory = tmp_path / "queue"
+    base = time.time_ns() // 1_000_000 - 60_000
+    queue.append_calls(directory, S, [call("before", ended_at=base)])
+    jsonl = queue.queue_paths(directory, S)[0]
+    save = spill.Spill(
+        spill.Origin(base + 10), None, [{"drain": "memory_remember", "started": None}]
+    )
+    assert spill.write_spill(jsonl, save)
+    marker(directory).unlink()  # as if the spill were renamed in after the next listing
+    queue.append_calls(directory, S, [call("later", ended_at=base + 20)])
+    assert ids(directory) == ["before", "later"]
+    marker(directory).touch()  # its writer's marker
+    queue.append_calls(directory, S, [call("next", ended_at=base + 30)])
+    assert ids(directory) == ["later", "next"]
