@@ -314,3 +314,22 @@ def test_a_spilled_save_leaves_the_calls_that_ended_after_its_hook_began(tmp_pat
     marker(directory).touch()  # its writer's marker
     queue.append_calls(directory, S, [call("next", ended_at=base + 30)])
     assert ids(directory) == ["later", "next"]
+
+
+def test_a_save_merged_again_still_spares_its_own_call(tmp_path: Path) -> None:
+    """A spill of the agent's call and its save beside it; the holder that merged it died
+    before deleting it, so the next holder merges it again: the call, queued already, is
+    still the save's own, and the save drains it no more than the first time."""
+    directory = tmp_path / "queue"
+    base = time.time_ns() // 1_000_000 - 60_000
+    queue.append_calls(directory, S, [call("before", ended_at=base)])
+    jsonl = queue.queue_paths(directory, S)[0]
+    origin = spill.Origin(base + 10)
+    own = {"record": queue.make_record(S, call("own"), None, origin.at_ms)}
+    events = [own, {"drain": "memory_remember", "started": None}]
+    assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
+    holder_dies(directory, "forget_spills", "c")
+    assert ids(directory) == ["own", "c"] and marker(directory).exists()
+    queue.append_calls(directory, S, [call("d")])
+    assert ids(directory) == ["own", "c", "d"]
+    assert spills(directory) == [] and not marker(directory).exists()
