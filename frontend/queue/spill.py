@@ -106,7 +106,8 @@ def _spill_paths(jsonl: Path) -> list[Path]:
 
 def write_spill(jsonl: Path, spill: Spill) -> bool:
     """Keep a batch beside the session's queue; False when SPILLS_PER_SESSION wait already
-    (a lock held for good must not let a runaway session fill the disk)."""
+    (a lock held for good must not let a runaway session fill the disk; hooks that spill
+    at once each count before any renames, so they may pass it by their number)."""
     if len(_spill_paths(jsonl)) >= SPILLS_PER_SESSION:
         return False
     text = _spill_text(spill)
