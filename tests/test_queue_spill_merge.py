@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from thatch.frontend import queue
-from thatch.frontend.queue import spill
+from thatch.frontend.queue import files, spill
 
 S = "ses_merge"
 
@@ -127,7 +127,7 @@ def test_a_spill_written_while_the_holder_merges_stays_marked(
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     spill_calls(directory, "b")
-    listing, real_write = spill._spill_paths, spill.write_atomic
+    listing, real_write = spill._spill_paths, files.write_atomic
     phase = "before"
     writer_writes: list[Path] = []
     deferred: list[Callable[[], None]] = []
@@ -326,7 +326,7 @@ def test_a_save_merged_again_still_spares_its_own_call(tmp_path: Path) -> None:
     jsonl = queue.queue_paths(directory, S)[0]
     origin = spill.Origin(base + 10)
     own = {"record": queue.make_record(S, call("own"), None, origin.at_ms)}
-    events = [own, {"drain": "memory_remember", "started": None}]
+    events: list[dict[str, Any]] = [own, {"drain": "memory_remember", "started": None}]
     assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
     holder_dies(directory, "forget_spills", "c")
     assert ids(directory) == ["own", "c"] and marker(directory).exists()
