@@ -421,7 +421,9 @@ def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waite
                 60,
                 "the fetch's hook to wait for the lock, or to end",
             )
-            refetched = {"cursor": 2, "accepted_at": time.time()}  # as accept writes it
+            # As accept writes it; a millisecond on, as ``at`` counts whole ones: the hook
+            # began before it waited, so this comes after its ``at`` whatever the clock.
+            refetched = {"cursor": 2, "accepted_at": time.time() + 0.001}
             state.write_text(json.dumps(refetched))
             out = hook.communicate(timeout=120)
         finally:

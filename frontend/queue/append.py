@@ -242,12 +242,13 @@ class _Batch:
         """Whether a drain or fetch of this batch may act on the snapshot now handed out:
         always for a batch taken as it comes; a spilled one's acts only on the snapshot
         handed out when it spilled (``seen``) if that was handed out before its hook began
-        (its calls had ended by then). ``seen`` is read after the hook's wait: a snapshot
-        handed out during the wait, or since, is another extractor's."""
+        (its calls had ended by then; to the millisecond, the hook's ``at``). ``seen`` is
+        read after the hook's wait: a snapshot handed out during the wait, or since, is
+        another extractor's."""
         if not self.late:
             return True
         at = self.state.get("accepted_at")
-        return at is not None and at == self.seen and at * 1000 <= self.origin.at_ms
+        return at is not None and at == self.seen and int(at * 1000) <= self.origin.at_ms
 
     def _fetched(self) -> None:
         """A sub-agent fetched the handed-out snapshot: it holds it now (its stop completes
