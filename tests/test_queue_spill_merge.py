@@ -5,6 +5,7 @@ spill file written by anything does to it. A holder that dies is a child process
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -333,3 +334,77 @@ def test_a_save_merged_again_still_spares_its_own_call(tmp_path: Path) -> None:
     queue.append_calls(directory, S, [call("d")])
     assert ids(directory) == ["own", "c", "d"]
     assert spills(directory) == [] and not marker(directory).exists()
+
+
+def test_a_spill_unreadable_for_now_is_kept_for_the_next_holder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that fails for now (no file descriptor left in a long-running MCP server)
+    deleted a good spill as if it were damaged, and its calls with it; it stays, marked,
+    and the next holder merges it."""
+    import errno
+
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "b")
+    real = spill.read_regular
+
+    def exhausted(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
+        raise OSError(errno.EMFILE, "Too many open files", str(path))
+
+    monkeypatch.setattr(spill, "read_regular", exhausted)
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "c"]
+    assert len(spills(directory)) == 1 and marker(directory).exists()
+    monkeypatch.setattr(spill, "read_regular", real)
+    queue.append_calls(directory, S, [call("d")])
+    assert sorted(ids(directory)) == ["a", "b", "c", "d"]
+    assert spills(directory) == [] and not marker(directory).exists()
+
+
+def test_a_holder_dying_between_the_marker_and_its_listing_strands_no_spill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spill renamed after the holder's listing, its writer's marker before the holder
+    removed it: the holder keeps the marker while any spill is left, so dying before its
+    listing after the unlink strands nothing (before, the marker went first)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "b")
+    listing = spill._spill_paths
+    calls = 0
+
+    def listed(jsonl: Path) -> list[Path]:
+        nonlocal calls
+        calls += 1
+        found = listing(jsonl)
+        if calls == 1:  # the holder's first listing: another hook spills right after
+            spill_calls(directory, "w")
+        return found
+
+    def dies(path: Path) -> None:
+        path.unlink(missing_ok=True)
+        if path.name.endswith(".spilled"):  # gone, and the holder with it
+            raise SystemExit("the holder died after removing the marker")
+
+    monkeypatch.setattr(spill, "_spill_paths", listed)
+    monkeypatch.setattr(spill, "_remove", dies)
+    with contextlib.suppress(SystemExit):
+        queue.append_calls(directory, S, [call("c")])
+    monkeypatch.undo()
+    assert len(spills(directory)) == 1 and marker(directory).exists()
+    queue.append_calls(directory, S, [call("d")])
+    assert sorted(ids(directory)) == ["a", "b", "c", "d", "w"]
+
+
+def test_session_end_carries_a_spill_whose_marker_went_missing(tmp_path: Path) -> None:
+    """The session ends: its spills go with the rest even without their marker, not a
+    day later by the daily pass."""
+    directory = tmp_path / "queue"
+    project = tmp_path / "proj"
+    project.mkdir()
+    queue.append_calls(directory, S, [call("a")])
+    spill_calls(directory, "b")
+    marker(directory).unlink()
+    assert queue.carry_over(directory, S, str(project)) == 2
+    assert spills(directory) == []

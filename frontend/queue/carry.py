@@ -268,7 +268,9 @@ def carry_over(
     now = time.time() if now is None else now
     jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock):
-        replay_spills(jsonl)  # a batch that found the lock busy goes with the rest
+        # A batch that found the lock busy goes with the rest, marked or not: the session
+        # ends, and a spill left without its marker would wait for the daily pass.
+        replay_spills(jsonl, unmarked=True)
         records = read_lines(jsonl)
         state = read_state(state_path(jsonl))
         if hold and _fresh(state, now):

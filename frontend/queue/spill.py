@@ -19,6 +19,7 @@ merges the spills again (their calls still queued are skipped by ``tool_use_id``
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -37,7 +38,7 @@ from thatch.frontend.queue.limits import (
     SPILLS_PER_SESSION,
 )
 from thatch.frontend.queue.records import call_time, capped
-from thatch.frontend.regular_files import read_regular
+from thatch.frontend.regular_files import NotRegularFile, read_regular
 
 __all__ = [
     "MARKER_SUFFIX",
@@ -178,7 +179,10 @@ def take_spills(jsonl: Path, *, unmarked: bool = False) -> list[tuple[Path, Spil
         return None
     found = []
     for path in _spill_paths(jsonl):
-        spill = _read_spill(path)
+        try:
+            spill = _read_spill(path)
+        except OSError:
+            continue  # unreadable for now (out of file descriptors, say): the next holder's
         if spill is None:
             _remove(path)
         else:
@@ -188,11 +192,14 @@ def take_spills(jsonl: Path, *, unmarked: bool = False) -> list[tuple[Path, Spil
 
 
 def forget_spills(jsonl: Path, paths: list[Path]) -> None:
-    """After the merge was written: delete the merged spills, then the marker, then list
-    again: a spill renamed after ``take_spills`` listed them marks again (its writer's
-    marker may have come before this unlink)."""
+    """After the merge was written: delete the merged spills, then, unless one is still
+    there (renamed after ``take_spills`` listed them, or left unread), the marker; and list
+    once more after it, since such a spill's writer may have marked before the unlink. A
+    holder dying anywhere here leaves the marker, or no spill that needs it."""
     for path in paths:
         _remove(path)
+    if _spill_paths(jsonl):
+        return
     _remove(spill_marker(jsonl))
     if _spill_paths(jsonl):
         mark_spilled(jsonl)
@@ -201,10 +208,19 @@ def forget_spills(jsonl: Path, paths: list[Path]) -> None:
 def _read_spill(path: Path) -> Spill | None:
     """The spill at ``path``, or None for one to delete (gone meanwhile, no regular file,
     too large, damaged, or hostile: a spill this raised on would fail every later holder
-    of the session's lock, and their batches with it)."""
+    of the session's lock, and their batches with it). OSError when it could not be read
+    for now (no file descriptor left, say): a good spill is never deleted for that."""
     try:
-        return _parse_spill(json.loads(read_regular(path, SPILL_BYTES_LIMIT, follow_links=False)))
-    except (OSError, ValueError, TypeError, OverflowError, RecursionError):
+        data = read_regular(path, SPILL_BYTES_LIMIT, follow_links=False)
+    except NotRegularFile:
+        return None
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.EFBIG):
+            return None
+        raise
+    try:
+        return _parse_spill(json.loads(data))
+    except (ValueError, TypeError, OverflowError, RecursionError):
         return None
 
 
