@@ -264,8 +264,13 @@ def test_an_unusable_database_is_reported_once_by_a_hook(
     assert bad_db.is_dir() or bad_db.read_bytes() == b"notes, not a database\n" * 400
 
 
-def test_queue_lock_held_elsewhere_gives_one_line(env: dict[str, str]) -> None:
-    """A queue lock held by another process past 2 s: one stderr line, exit 0, nothing lost."""
+@pytest.mark.parametrize("hook", ["buffer-batch", "extraction-requeue"])
+def test_queue_lock_held_elsewhere_spills_a_tool_call_or_gives_one_line(
+    env: dict[str, str], hook: str
+) -> None:
+    """A queue lock held by another process past 2 s, exit 0 and stdout empty either way: a
+    tool hook spills its call (nothing said, nothing lost); a queue command gives up with
+    one stderr line."""
     import fcntl
 
     qdir = Path(env["THATCH_QUEUE_DIR"])
@@ -273,13 +278,17 @@ def test_queue_lock_held_elsewhere_gives_one_line(env: dict[str, str]) -> None:
     fd = os.open(qdir / "s.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        result = run_hook(["buffer-batch"], {"session_id": "s", "tool_name": "Bash"}, env)
+        result = run_hook([hook], {"session_id": "s", "tool_name": "Bash", "cwd": "/"}, env)
     finally:
         os.close(fd)
     assert result.returncode == 0 and result.stdout == b""
-    assert result.stderr.decode().splitlines() == [
-        "[thatch buffer-batch] queue lock s.lock busy for 2 s; gave up"
-    ]
+    if hook == "buffer-batch":
+        assert result.stderr == b""
+        assert len(list(qdir.glob("s.*.spill"))) == 1
+    else:
+        assert result.stderr.decode().splitlines() == [
+            f"[thatch {hook}] queue lock s.lock busy for 2 s; gave up"
+        ]
 
 
 @pytest.mark.parametrize("hook", ["reminder", "flush-tools"])

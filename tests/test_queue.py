@@ -267,19 +267,24 @@ def test_peek_skips_damaged_lines(qdir: Path) -> None:
     assert [r["tool"] for r in queue.peek_records(qdir, "s")] == ["a", "b"]
 
 
-def test_lock_timeout_gives_up_with_a_message(qdir: Path) -> None:
-    """A lock held elsewhere makes append give up with QueueError, file unchanged."""
+def test_lock_timeout_spills_an_append_and_gives_up_anything_else(qdir: Path) -> None:
+    """A lock held elsewhere past the timeout: append spills its batch (the queue file
+    unchanged until the next holder merges it), a requeue gives up with QueueError."""
     import fcntl
 
     qdir.mkdir()
     fd = os.open(qdir / "s.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        queue.append_calls(qdir, "s", [call("Bash", "x")])
         with pytest.raises(queue.QueueError, match="busy"):
-            queue.append_calls(qdir, "s", [call("Bash", "x")])
+            queue.requeue(qdir, "s")
     finally:
         os.close(fd)
     assert not (qdir / "s.jsonl").exists()
+    assert len(list(qdir.glob("s.*.spill"))) == 1
+    queue.append_calls(qdir, "s", [call("Bash", "y")])
+    assert [r["tool_use_id"] for r in queue.peek_records(qdir, "s")] == ["x", "y"]
 
 
 def test_queue_dir_is_private(qdir: Path) -> None:

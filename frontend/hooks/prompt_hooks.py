@@ -86,6 +86,8 @@ def extraction_tier(
             queue.adopt_carried(directory, session, project)
         except (queue.QueueError, OSError) as error:
             hookio.warn("flush-tools", f"carried-over queue not adopted: {error}")
+    # Batches a busy lock made the session's hooks spill count too, when the lock is free.
+    queue.merge_spilled(directory, session)
     records = queue.nudge_records(directory, session)
     if not records:
         return None

@@ -12,11 +12,13 @@ tools and the hooks (tests/test_layers.py). Its modules, lowest first:
   deletion of week-old files;
 - ``classify``: which tool a call is (thatch's own, a host meta-tool, other) and whether
   a draining call succeeded;
+- ``spill``: the files of batches whose hook found the session's lock busy;
+- ``append``: a batch of tool calls queued, step by step, and the spilled ones merged by
+  the lock's next holder (every module below calls ``replay_spills`` first);
 - ``counts``: the nudge count and the once-only unreadable-payload warning;
 - ``carry``: a session's last calls carried to the project's next session, and the daily
   pass (``cleanup``) that carries those of sessions whose host died before their end;
 - ``snapshot``: the records handed to an extractor (accept, complete, requeue);
-- ``append``: a batch of tool calls queued, step by step;
 - ``payload``: the ``get_extraction_payload`` answer.
 
 A session id the extraction tools would refuse (``session_id_problem``) gets no queue at
@@ -27,7 +29,7 @@ this package.
 from __future__ import annotations
 
 from thatch.frontend.identifiers import session_id_problem
-from thatch.frontend.queue.append import append_calls
+from thatch.frontend.queue.append import append_calls, merge_spilled
 from thatch.frontend.queue.carry import adopt_carried, carry_over, cleanup, project_key
 from thatch.frontend.queue.classify import (
     DRAINING_TOOLS,
@@ -84,6 +86,7 @@ __all__ = [
     "consume",
     "increment_count",
     "make_record",
+    "merge_spilled",
     "nudge_records",
     "peek_records",
     "project_key",

@@ -1,20 +1,26 @@
 """Queueing a batch of tool calls (docs/hooks.md §append): what every tool hook does.
 
-``append_calls`` takes the session's lock, reads its queue and snapshot state once, lets
-each call of the batch change them (``_Batch.take``: queue it, drain on a save, or name a
-fetch's sub-agent as the snapshot's holder) and writes back only what changed.
+Each call of a batch becomes an event (``_event_of``): a record to queue, a drain (a
+successful save or ``extraction_done``) or a fetch naming its sub-agent as the snapshot's
+holder. ``append_calls`` takes the session's lock, reads its queue and snapshot state
+once, lets each event change them (``_Batch``) and writes back only what changed. A hook
+whose lock stays busy for its timeout spills its events to a file of its own (``spill``);
+whoever next holds the lock replays them first (``replay_spills``), as if the batch had
+been appended at its time.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from thatch.frontend.identifiers import session_id_problem
 from thatch.frontend.queue.classify import DRAINING_TOOLS, call_succeeded, classify
 from thatch.frontend.queue.files import (
+    LockBusy,
     ensure_dir,
     locked,
     queue_paths,
@@ -26,15 +32,30 @@ from thatch.frontend.queue.files import (
     write_atomic,
     write_records,
 )
-from thatch.frontend.queue.limits import ID_LIMIT
+from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT, SPILLS_PER_SESSION
 from thatch.frontend.queue.records import call_time, compact, make_record, seq_of
+from thatch.frontend.queue.spill import (
+    Origin,
+    Spill,
+    forget_spills,
+    spilled,
+    take_spills,
+    write_spill,
+)
 
 __all__ = [
+    "SPILL_MERGE_WAIT_SECONDS",
     "append_calls",
+    "merge_spilled",
+    "replay_spills",
 ]
 
 # Records a batch keeps in hand (the file keeps the newest MAX_RECORDS of them).
 _KEPT_IN_BATCH = 1000
+# How long the prompt hook waits for the lock to merge spills before it counts the queue:
+# the lock was busy a moment ago; the nudge is not worth a hook's 2 s (the next holder
+# merges them anyway).
+SPILL_MERGE_WAIT_SECONDS = 0.25
 
 
 def append_calls(
@@ -59,7 +80,10 @@ def append_calls(
     gets the next sequence number. ``project`` (the hooks' project directory) is noted
     by a batch that queued a call, the latest winning: the queue's daily pass carries the
     calls there should the session's host die before its ``session-end``
-    (``carry.carry_abandoned``)."""
+    (``carry.carry_abandoned``).
+
+    When the lock stays busy for its timeout the batch is spilled (``spill``) and merged
+    by the lock's next holder; LockBusy only when SPILLS_PER_SESSION wait already."""
     if session_id_problem(session_id) is not None:
         return  # the tools would refuse this id: a queue for it could never be fetched
     calls = list(calls)
@@ -67,118 +91,248 @@ def append_calls(
         return
     jsonl, count, lock = queue_paths(directory, session_id)
     ensure_dir(directory)
-    with locked(lock):
-        batch = _Batch(jsonl, session_id, subagent=subagent, agent_id=agent_id)
-        for call in calls:
-            batch.take(call)
-        batch.save(count)
-        if project and batch.appended:
-            record_project(jsonl, project)
+    # Before the wait: the hook runs as the calls end, however long the lock is held.
+    origin = Origin(time.time_ns() // 1_000_000, subagent, agent_id[:ID_LIMIT], project)
+    try:
+        with locked(lock):
+            batch = _Batch(jsonl)
+            batch.replay_spills()
+            batch.take(_events_of(session_id, calls, origin.at_ms), origin)
+            batch.save(count)
+    except LockBusy:
+        # The newest events only: a spill keeps the newest 20 records anyway, and a batch
+        # of thousands of calls must not be held whole.
+        events = list(deque(_events_of(session_id, calls, origin.at_ms), _KEPT_IN_BATCH))
+        if not events:
+            return  # nothing to queue, drain or name: nothing lost
+        seen = read_state(state_path(jsonl)).get("accepted_at")  # an atomic file: no lock
+        if not write_spill(jsonl, Spill(origin, seen, events)):
+            raise LockBusy(
+                f"queue lock {lock.name} busy and {SPILLS_PER_SESSION} batches spilled "
+                "already; gave up"
+            ) from None
+
+
+def _events_of(
+    session_id: str, calls: Iterable[Mapping[str, Any]], at_ms: int
+) -> Iterator[dict[str, Any]]:
+    """The events of a batch's calls, in order, made as they are taken."""
+    for call in calls:
+        event = _event_of(session_id, call, at_ms)
+        if event is not None:
+            yield event
+
+
+def _event_of(session_id: str, call: Mapping[str, Any], at_ms: int) -> dict[str, Any] | None:
+    """What one call does to the queue: ``{"record"}`` to queue, ``{"drain", "started"}``
+    (a successful save or ``extraction_done``), ``{"fetch"}`` (a successful
+    ``get_extraction_payload``), or None (thatch's other tools, host meta-tools, failed
+    saves: never queued). JSON, so a spill keeps it as it is."""
+    tool = call.get("tool_name")
+    if not isinstance(tool, str) or not tool.strip():
+        return None
+    kind, bare = classify(tool, call.get("tool_input"))
+    if bare == "get_extraction_payload":
+        return {"fetch": True} if call_succeeded(call, bare) else None
+    if kind == "thatch" and bare in DRAINING_TOOLS:
+        if not call_succeeded(call, bare, bare != classify(tool)[1]):
+            return None  # a failed save drains nothing (and is not queued)
+        return {"drain": bare, "started": call_time(call, "started_at")}
+    if kind == "other":
+        return {"record": make_record(session_id, call, None, at_ms)}
+    return None
+
+
+def replay_spills(jsonl: Path, *, unmarked: bool = False) -> None:
+    """Merge the session's spilled batches into its queue and delete them; one ``lstat``
+    when there are none. The caller holds the session's lock: every holder calls this
+    first, so what a busy lock spilled is never read around. ``unmarked``: the spills are
+    listed even with no marker (the daily pass: nothing of an abandoned session's stays
+    behind)."""
+    if not unmarked and not spilled(jsonl):
+        return
+    batch = _Batch(jsonl)
+    batch.replay_spills(unmarked=unmarked)
+    batch.save(jsonl.with_suffix(".count"))
+
+
+def merge_spilled(
+    directory: Path, session_id: str, *, timeout: float = SPILL_MERGE_WAIT_SECONDS
+) -> None:
+    """``replay_spills`` for a reader that does not otherwise lock (the prompt hook, before
+    it counts the queue for its nudge), waiting at most ``timeout``: a lock still busy
+    leaves the spills to its next holder."""
+    if session_id_problem(session_id) is not None:
+        return
+    jsonl, _count, lock = queue_paths(directory, session_id)
+    if not spilled(jsonl):
+        return
+    try:
+        with locked(lock, timeout=timeout):
+            replay_spills(jsonl)
+    except LockBusy:
+        pass
 
 
 class _Batch:
-    """One ``append_calls`` under the session's lock: the queue and the snapshot state as
-    read, changed call by call, then written back once."""
+    """The session's queue and snapshot state as read under its lock, changed by batches
+    of events (spilled ones first, then the hook's own), then written back once."""
 
-    def __init__(self, jsonl: Path, session_id: str, *, subagent: bool, agent_id: str) -> None:
+    def __init__(self, jsonl: Path) -> None:
         self.jsonl = jsonl
         self.state_file = state_path(jsonl)
-        self.session_id = session_id
-        self.subagent = subagent
-        self.agent_id = agent_id
         self.records = read_lines(jsonl)  # the queue as it will be written
         self.state = read_state(self.state_file)
         self.original = [seq_of(record) for record in self.records]
+        self.original_state = dict(self.state)
         self.next_seq = max([*self.original, self.state.get("cursor", 0)]) + 1
-        self.now_ms = time.time_ns() // 1_000_000  # the end time of calls the host gave none
-        self.appended: list[dict[str, Any]] = []  # the records this batch queued
-        self.appended_ids: set[int] = set()  # their id()s: kept alive by ``appended``
         self.queued = _use_ids(self.records)
         self.drained = False
-        self.holder = False  # the state names a new holder of the snapshot
+        self.project = ""  # the project of the newest batch that queued a call
+        self.spills: list[Path] = []  # replayed spill files: deleted once saved
+        self.took = False  # the marker was found: removed once saved
+        # The batch being taken:
+        self.origin = Origin(0)
+        self.late = False  # a spilled batch, replayed after others took the lock
+        self.seen: float | None = None  # a spilled batch's snapshot (``Spill.seen``)
+        self.own: list[dict[str, Any]] = []  # its records (kept alive: ``own_ids``)
+        self.own_ids: set[int] = set()
 
-    def take(self, call: Mapping[str, Any]) -> None:
-        """One call of the batch: a fetch, a draining save, or a call to queue."""
-        tool = call.get("tool_name")
-        if not isinstance(tool, str) or not tool.strip():
+    def replay_spills(self, *, unmarked: bool = False) -> None:
+        """Take every spilled batch, oldest first, then put the records in the order the
+        calls ended (a fresh snapshot's first): a spill's calls ended before those queued
+        while it waited, and the 20-record cap must drop the oldest, not the latest."""
+        found = take_spills(self.jsonl, unmarked=unmarked)
+        if found is None:
             return
-        kind, bare = classify(tool, call.get("tool_input"))
-        if bare == "get_extraction_payload":
-            self._fetched(call)
-        elif kind == "thatch" and bare in DRAINING_TOOLS:
-            self._drain(call, bare, aggregated=bare != classify(tool)[1])
-        elif kind == "other":
-            self._queue(call)
-        # thatch's other tools and host meta-tools are never queued
+        self.took = True
+        if not found:
+            return
+        for path, spill in found:
+            self.take(spill.events, spill.origin, late=True, seen=spill.seen)
+            self.spills.append(path)
+        fresh = "cursor" in self.state and (
+            0 <= time.time() - self.state["accepted_at"] < ACCEPTED_TTL_SECONDS
+        )
+        spent = self.state["cursor"] if fresh else 0
+        self.records.sort(key=lambda r: (seq_of(r) > spent, r.get("ended_at", 0), seq_of(r)))
 
-    def _fetched(self, call: Mapping[str, Any]) -> None:
+    def take(
+        self,
+        events: Iterable[Mapping[str, Any]],
+        origin: Origin,
+        *,
+        late: bool = False,
+        seen: float | None = None,
+    ) -> None:
+        """One batch's events, in order."""
+        self.origin, self.late, self.seen = origin, late, seen
+        self.own, self.own_ids = [], set()
+        for event in events:
+            if "record" in event:
+                self._queue(dict(event["record"]))
+            elif "drain" in event:
+                self._drain(event["drain"], event.get("started"))
+            elif "fetch" in event:
+                self._fetched()
+        if self.own and origin.project:
+            self.project = origin.project
+
+    def _same_snapshot(self) -> bool:
+        """Whether a drain or fetch of this batch may act on the snapshot now handed out:
+        always for a batch taken as it comes; a spilled one's acts only on the snapshot
+        handed out when it spilled (``seen``) if that was handed out before its hook began
+        (its calls had ended by then; to the millisecond, the hook's ``at``). ``seen`` is
+        read after the hook's wait: a snapshot handed out during the wait, or since, is
+        another extractor's."""
+        if not self.late:
+            return True
+        at = self.state.get("accepted_at")
+        return at is not None and at == self.seen and int(at * 1000) <= self.origin.at_ms
+
+    def _fetched(self) -> None:
         """A sub-agent fetched the handed-out snapshot: it holds it now (its stop completes
         it, ``snapshot.complete``)."""
-        if (
-            self.agent_id
-            and "cursor" in self.state
-            and call_succeeded(call, "get_extraction_payload")
-        ):
-            self.state["agent_id"] = self.agent_id[:ID_LIMIT]
-            self.holder = True
+        if self.origin.agent_id and "cursor" in self.state and self._same_snapshot():
+            self.state["agent_id"] = self.origin.agent_id
 
-    def _drain(self, call: Mapping[str, Any], bare: str, *, aggregated: bool) -> None:
+    def _drain(self, bare: str, started: int | None) -> None:
         """A successful save or ``extraction_done``: drop the records it dealt with."""
-        if not call_succeeded(call, bare, aggregated):
-            return  # a failed save drains nothing (and is not queued)
-        if bare == "memory_remember" and not self.subagent:
-            self.records = self._unseen_by(call)
-        elif "cursor" in self.state:
+        same = self._same_snapshot()
+        if bare == "memory_remember" and not self.origin.subagent:
+            self.records = self._unseen_by(started)
+            if same:
+                self.state = {}
+        elif "cursor" in self.state and same:
             self.records = [r for r in self.records if seq_of(r) > self.state["cursor"]]
+            self.state = {}
         else:
-            return  # no snapshot handed out: nothing to complete
+            return  # no snapshot handed out (or another one since it spilled): nothing
         self.queued = _use_ids(self.records)
-        self.state = {}
         self.drained = True
 
-    def _unseen_by(self, save: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _unseen_by(self, started: int | None) -> list[dict[str, Any]]:
         """The records whose results the agent had not seen when it saved.
 
         The agent saved what it had learned: the calls it had seen the results of. Calls of
         the same step ran beside the save (this batch, or opencode's siblings that ended
-        after the save started): their results were not seen, so they stay queued."""
-        started = call_time(save, "started_at")
+        after the save started): their results were not seen, so they stay queued; so do
+        calls that ended after this batch did (queued by hooks that took the lock first)."""
         return [
             r
             for r in self.records
-            if id(r) in self.appended_ids
+            if id(r) in self.own_ids
             or (started is not None and r.get("ended_at", 0) >= started)
+            or r.get("ended_at", 0) > self.origin.at_ms
         ]
 
-    def _queue(self, call: Mapping[str, Any]) -> None:
+    def _queue(self, record: dict[str, Any]) -> None:
         """Append the call's record, unless its ``tool_use_id`` is already queued."""
-        use_id = call.get("tool_use_id")
-        use_id = use_id[:ID_LIMIT] if isinstance(use_id, str) else use_id
+        use_id = record.get("tool_use_id")
         if isinstance(use_id, str) and use_id in self.queued:
+            if self.late:
+                # Merged already (a holder died before deleting the spill): still this
+                # batch's own call, which a save beside it must not drain.
+                self._own(*(r for r in self.records if r.get("tool_use_id") == use_id))
             return
-        record = make_record(self.session_id, call, self.next_seq, self.now_ms)
-        self.appended.append(record)
-        self.appended_ids.add(id(record))
-        self.records.append(record)
-        if isinstance(record.get("tool_use_id"), str):
-            self.queued.add(record["tool_use_id"])
+        record["seq"] = self.next_seq
         self.next_seq += 1
+        self._own(record)
+        self.records.append(record)
+        if isinstance(use_id, str):
+            self.queued.add(use_id)
         if len(self.records) > 2 * _KEPT_IN_BATCH:
             # Only the newest MAX_RECORDS are written: a batch of thousands of calls must
             # not make each later save's scan, or the memory held, grow with it.
             # (``queued`` keeps the ids cut here: a repeat is still one.)
             self.records = self.records[-_KEPT_IN_BATCH:]
 
+    def _own(self, *records: dict[str, Any]) -> None:
+        self.own.extend(records)
+        self.own_ids.update(id(record) for record in records)
+
     def save(self, count: Path) -> None:
-        """Write what changed: the queue, the nudge count and the snapshot state."""
+        """Write what changed: the queue, the nudge count, the snapshot state and the
+        project; then delete the replayed spills and their marker. A failure (or a death)
+        before that leaves the marker: the next holder merges the spills again, and skips
+        their calls still queued (``tool_use_id``)."""
+        self._write(count)
+        if self.took:
+            forget_spills(self.jsonl, self.spills)
+
+    def _write(self, count: Path) -> None:
         if self.drained:
             unlink(count)
-            unlink(self.state_file)
-        elif self.holder:
-            write_atomic(self.state_file, compact(self.state))
-        if not self.drained and [seq_of(record) for record in self.records] == self.original:
-            return  # nothing changed; leave the file (and its mtime) alone
-        write_records(self.jsonl, self.records)
+        if self.state != self.original_state or (self.drained and not self.state):
+            if self.state:
+                write_atomic(self.state_file, compact(self.state))
+            else:
+                unlink(self.state_file)
+        if self.drained or [seq_of(record) for record in self.records] != self.original:
+            write_records(self.jsonl, self.records)
+        # else nothing changed; leave the file (and its mtime) alone
+        if self.project:
+            record_project(self.jsonl, self.project)
 
 
 def _use_ids(records: Iterable[Mapping[str, Any]]) -> set[str]:

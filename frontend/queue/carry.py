@@ -10,6 +10,7 @@ carry file's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
+from thatch.frontend.queue.append import replay_spills
 from thatch.frontend.queue.files import (
     LockBusy,
     QueueError,
@@ -44,6 +46,7 @@ from thatch.frontend.queue.limits import (
     MAX_RECORDS,
 )
 from thatch.frontend.queue.records import seq_of
+from thatch.frontend.queue.spill import MARKER_SUFFIX, SPILL_SUFFIX, spill_paths
 
 __all__ = [
     "CARRY_PREFIX",
@@ -265,6 +268,9 @@ def carry_over(
     now = time.time() if now is None else now
     jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock):
+        # A batch that found the lock busy goes with the rest, marked or not: the session
+        # ends, and a spill left without its marker would wait for the daily pass.
+        replay_spills(jsonl, unmarked=True)
         records = read_lines(jsonl)
         state = read_state(state_path(jsonl))
         if hold and _fresh(state, now):
@@ -342,14 +348,9 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     Only on the daily pass: a prompt must not read every queue file. Sessions are found
     by their files' names, never by an id a record claims."""
     found: list[tuple[float, Path]] = []
-    for entry in os.scandir(directory):
-        stem, _dot, suffix = entry.name.rpartition(".")
-        if suffix != "jsonl" or not _SESSION_STEM.fullmatch(stem):
-            continue  # carry files ("~"), temp files ("."), foreign names
-        if not entry.is_file(follow_symlinks=False):
-            continue  # a link to another session's queue, a FIFO: nothing of a session's
-        jsonl = Path(entry.path)
-        touched = _last_touched(jsonl, with_lock=True)
+    for stem, spilled_at in _queued_stems(directory).items():
+        jsonl = directory / f"{stem}.jsonl"
+        touched = _last_touched(jsonl, with_lock=True, spilled_at=spilled_at)
         if touched is not None and now - touched >= ABANDONED_SECONDS:
             found.append((touched, jsonl))
     carried = tried = 0
@@ -371,23 +372,56 @@ def carry_abandoned(directory: Path, now: float, limit: int = ABANDONED_PER_PASS
     return AbandonedPass(carried, frozenset())
 
 
+def _queued_stems(directory: Path) -> dict[str, float]:
+    """The stems of the sessions with a queue, a spill marker or a spill (a batch that
+    found the lock busy as the session ended, its marker lost or not), each with its
+    newest spill's time (0: none). Carry files ("~"), temp files ("."), foreign names, and
+    links or FIFOs (nothing of a session's) are left out."""
+    stems: dict[str, float] = {}
+    for entry in os.scandir(directory):
+        stem, dot, suffix = entry.name.rpartition(".")
+        is_spill = dot + suffix == SPILL_SUFFIX
+        if is_spill:
+            stem = entry.name.split(".", 1)[0]
+        elif dot + suffix not in (".jsonl", MARKER_SUFFIX):
+            continue
+        if not _SESSION_STEM.fullmatch(stem) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            changed = entry.stat(follow_symlinks=False).st_mtime if is_spill else 0.0
+        except FileNotFoundError:
+            continue  # merged meanwhile
+        stems[stem] = max(stems.get(stem, 0.0), changed)
+    return stems
+
+
+def _spilled_at(jsonl: Path) -> float:
+    """When the session's newest spill was written (0: none waits)."""
+    newest = 0.0
+    for path in spill_paths(jsonl):
+        with contextlib.suppress(FileNotFoundError):
+            newest = max(newest, os.lstat(path).st_mtime)
+    return newest
+
+
 def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
     project = read_project(project_path(jsonl))
-    if not project:
-        return False
+    if not project and not _spilled_at(jsonl):
+        return False  # (a spill names the project its hook ran in)
     lock = jsonl.with_suffix(".lock")
     had_lock = os.path.lexists(lock)  # else taking it creates it: no step of the session's
     with locked(lock) as lock_touched:
         # Again under the lock: the session may have come back meanwhile (a step that
         # touched only the lock, taken just before this pass took it, included), or
         # another prompt's pass moved its queue already.
-        touched = _last_touched(jsonl, with_lock=False)
+        touched = _last_touched(jsonl, with_lock=False, spilled_at=_spilled_at(jsonl))
         if touched is None:
             return False
         if had_lock:
             touched = max(touched, lock_touched)
         if now - touched < ABANDONED_SECONDS:
             return False
+        replay_spills(jsonl, unmarked=True)  # a spill whose marker went missing goes too
         # Read before the lock only to skip a queue that noted none: a step just before
         # the lock may have noted another, and a file system's coarse times hide it.
         project = read_project(project_path(jsonl))
@@ -402,20 +436,23 @@ def _carry_if_abandoned(directory: Path, jsonl: Path, now: float) -> bool:
     return True
 
 
-def _last_touched(jsonl: Path, *, with_lock: bool) -> float | None:
-    """When the session's queue files last changed (None: no ``.jsonl``). Every tool call,
-    nudge and fetch of a live session touches one, its ``.lock`` at least."""
-    suffixes = (".count", ".state", ".project", *((".lock",) if with_lock else ()))
-    newest = None
-    for path in (jsonl, *(jsonl.with_suffix(suffix) for suffix in suffixes)):
+def _last_touched(jsonl: Path, *, with_lock: bool, spilled_at: float = 0.0) -> float | None:
+    """When the session's queue files last changed (None: no ``.jsonl`` and no spills;
+    ``spilled_at``: when its newest spill was written, 0 for none). Every tool call, nudge
+    and fetch of a live session touches one, its ``.lock`` at least; a spill touches the
+    marker ``.spilled``."""
+    queued = (".jsonl", MARKER_SUFFIX)
+    suffixes = (*queued, ".count", ".state", ".project", *((".lock",) if with_lock else ()))
+    newest = spilled_at or None
+    found = bool(spilled_at)
+    for suffix in suffixes:
         try:
-            changed = os.lstat(path).st_mtime
+            changed = os.lstat(jsonl.with_suffix(suffix)).st_mtime
         except FileNotFoundError:
-            if path == jsonl:
-                return None
             continue
+        found = found or suffix in queued
         newest = changed if newest is None else max(newest, changed)
-    return newest
+    return newest if found else None
 
 
 def adopt_carried(
@@ -436,6 +473,7 @@ def adopt_carried(
         return 0
     jsonl, _count, lock = queue_paths(directory, session_id)
     with locked(lock):
+        replay_spills(jsonl)
         # Every record numbered above what the queue held or handed out is one adopted here.
         first = max([0, *(seq_of(r) for r in read_lines(jsonl))])
         first = max(first, read_state(state_path(jsonl)).get("cursor", 0)) + 1

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
+from thatch.frontend.queue.append import replay_spills
 from thatch.frontend.queue.files import (
     UNREAD,
     ensure_dir,
@@ -33,9 +34,10 @@ def read_count(directory: Path, session_id: str) -> int:
 
 def increment_count(directory: Path, session_id: str) -> int:
     """Add one to the session's nudge count; returns the count *before* the increment."""
-    _jsonl, count, lock = queue_paths(directory, session_id)
+    jsonl, count, lock = queue_paths(directory, session_id)
     ensure_dir(directory)
     with locked(lock):
+        replay_spills(jsonl)  # every holder of the lock merges what waited for it
         missed = read_number(count)
         write_atomic(count, f"{missed + 1}\n")
     return missed

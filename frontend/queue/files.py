@@ -7,7 +7,9 @@ drain), ``<safe>.state`` (the snapshot handed to an extractor: its cursor and wh
 (flock target); a project's carried-over records have the same files under a ``~carry-``
 stem (``carry``). Every read-modify-write holds the lock and replaces the file
 atomically, so readers (which never lock) see either the old or the new file, never a
-torn one. This is the one module of the queue that opens its files.
+torn one. This is the one module of the queue that opens its files, but for the batches
+a busy lock made hooks spill (``<safe>.<ms>-<pid>-<random>.spill`` and the marker
+``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers.
 """
 
 from __future__ import annotations
@@ -434,14 +436,14 @@ def cleanup_again(directory: Path) -> None:
 
 
 def remove_stale(directory: Path, now: float, *, spare: Collection[str] = ()) -> int:
-    """Delete queue files (carried-over ones too) untouched for 7 days; returns files
-    removed. A lock file goes only while this process holds it (``_remove_idle_lock``):
+    """Delete queue files (carried-over ones and spills too) untouched for 7 days; returns
+    files removed. A lock file goes only while this process holds it (``_remove_idle_lock``):
     never one another process holds or is taking. A ``.project`` stays while its session's
     ``.jsonl`` is younger: it is written once, and a session may live longer than a week.
     ``spare``: the stems of sessions whose queues stay (the pass that would carry them
     over stopped before them)."""
     removed = 0
-    suffixes = (".jsonl", ".count", ".state", ".project", ".lock", ".tmp", UNREAD)
+    suffixes = (*_SESSION_SUFFIXES, ".spill", ".tmp", UNREAD)
     for entry in os.scandir(directory):
         if entry.name == CLEANUP_MARKER or not entry.is_file(follow_symlinks=False):
             continue
@@ -464,10 +466,16 @@ def remove_stale(directory: Path, now: float, *, spare: Collection[str] = ()) ->
     return removed
 
 
+# A session's queue files (a spill, ``<stem>.<ms>-<pid>-<random>.spill``, is one too).
+_SESSION_SUFFIXES = (".jsonl", ".count", ".state", ".project", ".lock", ".spilled")
+
+
 def _spared(name: str, spare: Collection[str]) -> bool:
     """Whether ``name`` is a queue file of one of the ``spare`` sessions."""
-    stem, _dot, suffix = name.rpartition(".")
-    return suffix in ("jsonl", "count", "state", "project", "lock") and stem in spare
+    if name.endswith(".spill"):
+        return name.split(".", 1)[0] in spare
+    stem, dot, suffix = name.rpartition(".")
+    return dot + suffix in _SESSION_SUFFIXES and stem in spare
 
 
 def _queue_younger(project: str, now: float) -> bool:

@@ -27,6 +27,8 @@ __all__ = [
     "PAYLOAD_OUTPUT_LIMIT",
     "QUEUE_BYTES_LIMIT",
     "RECORD_CHARS_LIMIT",
+    "SPILLS_PER_SESSION",
+    "SPILL_BYTES_LIMIT",
     "STALE_SECONDS",
     "TITLE_LIMIT",
     "TOOL_NAME_LIMIT",
@@ -51,6 +53,14 @@ RECORD_CHARS_LIMIT = (
 )
 QUEUE_BYTES_LIMIT = 4 * MAX_RECORDS * RECORD_CHARS_LIMIT  # UTF-8: up to 4 bytes a character
 LOCK_TIMEOUT_SECONDS = 2.0
+# A tool hook that waited out the lock spills its batch to a file of its own (``spill``):
+# at most this many wait per session (a lock held for good, a runaway agent; hooks that
+# spill at once may each pass the count), each holding what a full queue holds. A spill is
+# ASCII JSON, which spells a character in up to 12 bytes (an astral one's two ``\u``
+# escapes; 6 for any other non-ASCII one), 3 times the 4 bytes a character's UTF-8 takes
+# at most (QUEUE_BYTES_LIMIT's budget): the newest 20 records fit whatever their script.
+SPILLS_PER_SESSION = 16
+SPILL_BYTES_LIMIT = 3 * QUEUE_BYTES_LIMIT
 STALE_SECONDS = 7 * 24 * 3600
 # How long a handed-out snapshot keeps the extraction nudge quiet: an extractor that died
 # (host closed, sub-agent killed) must not strand its records; after this they nudge again.

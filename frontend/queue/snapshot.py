@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from thatch.frontend.identifiers import session_id_problem
+from thatch.frontend.queue.append import replay_spills
 from thatch.frontend.queue.carry import adopt_carried, release_held
 from thatch.frontend.queue.files import (
     locked,
@@ -26,6 +27,7 @@ from thatch.frontend.queue.files import (
 )
 from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT
 from thatch.frontend.queue.records import compact, seq_of
+from thatch.frontend.queue.spill import spilled
 
 __all__ = [
     "accept",
@@ -82,9 +84,10 @@ def accept(
     jsonl, _count, lock = queue_paths(directory, session_id)
     if project and lock.exists():
         adopt_carried(directory, session_id, project, now=now)
-    if not jsonl.exists():
+    if not jsonl.exists() and not spilled(jsonl):
         return []
     with locked(lock):
+        replay_spills(jsonl)
         records = read_lines(jsonl)
         if records:
             cursor = max(seq_of(record) for record in records)
@@ -104,6 +107,7 @@ def complete(directory: Path, session_id: str, agent_id: str = "", project: str 
     jsonl, count, lock = queue_paths(directory, session_id)
     state_file = state_path(jsonl)
     with locked(lock):
+        replay_spills(jsonl)
         carried = release_held(directory, session_id, project, agent_id, delete=True)
         state = read_state(state_file)
         if "cursor" not in state:
@@ -129,6 +133,7 @@ def requeue(directory: Path, session_id: str, project: str = "") -> bool:
     jsonl, _count, lock = queue_paths(directory, session_id)
     state_file = state_path(jsonl)
     with locked(lock):
+        replay_spills(jsonl)
         released = release_held(directory, session_id, project, "", delete=False)
         had = state_file.exists()
         unlink(state_file)
@@ -143,6 +148,7 @@ def consume(directory: Path, session_id: str) -> None:
     if not directory.is_dir():
         return
     with locked(lock):
+        replay_spills(jsonl)  # what the session queued before it saved goes too
         unlink(jsonl)
         unlink(count)
         unlink(state_path(jsonl))
