@@ -347,7 +347,7 @@ def test_a_spill_unreadable_for_now_is_kept_for_the_next_holder(
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     spill_calls(directory, "b")
-    real = spill.read_regular
+    from thatch.frontend.regular_files import read_regular as real
 
     def exhausted(path: Path, limit: int, *, follow_links: bool = True) -> bytes:
         raise OSError(errno.EMFILE, "Too many open files", str(path))
