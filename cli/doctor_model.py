@@ -50,7 +50,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
             # thatch model use would change nothing while the variable is set
             fix = (
                 "THATCH_MODEL is set in this environment and wins over the saved model: "
-                f"unset THATCH_MODEL, or set it to another model ({kinds})"
+                f"unset THATCH_MODEL; or set it to another model, {kinds}: export THATCH_MODEL=ID"
             )
         fix = fix or f"choose {kinds}: thatch model use ID"
         return Check("FAIL", "model", str(error), fix), served_id
@@ -62,8 +62,8 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     shown_id = inline(model_id)
     if served_id is not None and served_id != model_id:
         fix = (
-            f"thatch model use {inline(shlex.quote(served_id))} or point "
-            f"THATCH_EMBEDDER_ADDR at one serving {shown_id}"
+            f"use the model it serves: thatch model use {inline(shlex.quote(served_id))}; or "
+            f"point THATCH_EMBEDDER_ADDR at one serving {shown_id}"
             if served and served.remote
             else RESTART_FIX
         )

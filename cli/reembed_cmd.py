@@ -178,9 +178,9 @@ def _refuse_another_model(env: Mapping[str, str], served: str, remote: str | Non
     )
     if remote:
         fix = (
-            f"thatch model use {inline(shlex.quote(served))}, or point THATCH_EMBEDDER_ADDR "
-            f"at one serving {inline(model_id)}"
+            f"use the model it serves: thatch model use {inline(shlex.quote(served))}; or "
+            f"point THATCH_EMBEDDER_ADDR at one serving {inline(model_id)}"
         )
     else:
-        fix = f"{RESTART_FIX}, then thatch reembed"
+        fix = f"restart it, then re-embed: {RESTART_FIX} && thatch reembed"
     raise FixableError(cause, fix)

@@ -151,3 +151,21 @@ def test_every_fix_that_names_a_command_pastes_whole(package: str) -> None:
     assert len(fixes) == 16
     for fix in fixes:
         assert_pastes(fix)
+
+
+def test_the_restart_and_model_fixes_paste_whole() -> None:
+    """reembed's refusals (a local embedder: restart it, then re-embed; a remote one: its
+    model, or another address) and the server's fixes for a model it cannot load: each
+    command gets only its own arguments (`start, then thatch reembed` gave `start` two)."""
+    from thatch.cli.errors import FixableError
+    from thatch.cli.reembed_cmd import _refuse_another_model
+    from thatch.embedder.server.serve_cmd import MODEL_FIX, OVERRIDE_FIX
+
+    env = {**os.environ, "THATCH_MODEL": "acme/b"}
+    for remote in (None, "127.0.0.1:9"):
+        with pytest.raises(FixableError) as refused:
+            _refuse_another_model(env, "acme/a", remote)
+        assert refused.value.fix is not None
+        assert_pastes(refused.value.fix)
+    for template in (MODEL_FIX, OVERRIDE_FIX):
+        assert_pastes(template.format(model="acme/a"))

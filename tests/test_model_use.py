@@ -471,8 +471,8 @@ def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
     assert result.stderr.splitlines()[-2:] == [
         f"Error: model local:broken at {broken} is missing tokenizer.json",
         f"Fix: see how the model resolves: thatch model info {broken}; THATCH_MODEL is set in "
-        "this environment and wins over the saved model: unset THATCH_MODEL, or set it to "
-        "another model",
+        "this environment and wins over the saved model: unset THATCH_MODEL; or set it to "
+        "another model: export THATCH_MODEL=ID",
     ]
 
 

@@ -199,7 +199,8 @@ def test_an_embedder_serving_another_model_than_the_one_in_use_is_refused(
             "Error: the running embedder serves mock, not the model in use "
             f"some-org/some-model (from config file {config}): re-embedding now would keep "
             "every memory on mock\n"
-            "Fix: thatch embedder stop && thatch embedder start, then thatch reembed\n"
+            "Fix: restart it, then re-embed: thatch embedder stop && thatch embedder start "
+            "&& thatch reembed\n"
         ), args
     assert _embedded(db) == before
     filled = run("--missing")
@@ -220,7 +221,8 @@ def test_a_remote_embedder_serving_another_model_is_refused_with_its_own_fix(
         f"Error: the embedder at 127.0.0.1:{port} serves mock, not the model in use "
         "some-org/some-model (from THATCH_MODEL): re-embedding now would keep every memory "
         "on mock\n"
-        "Fix: thatch model use mock, or point THATCH_EMBEDDER_ADDR at one serving "
+        "Fix: use the model it serves: thatch model use mock; or point THATCH_EMBEDDER_ADDR "
+        "at one serving "
         "some-org/some-model\n"
     )
 

@@ -42,7 +42,8 @@ MODEL_FIX = (
 # THATCH_MODEL chose the model: thatch model use would change nothing while it is set.
 OVERRIDE_FIX = (
     "see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
-    "environment and wins over the saved model: unset THATCH_MODEL, or set it to another model"
+    "environment and wins over the saved model: unset THATCH_MODEL; or set it to another "
+    "model: export THATCH_MODEL=ID"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 

@@ -191,7 +191,7 @@ class Recorded:
 class Lookup:
     """What a lookup by statement found (show, delete, feedback): ``item``, the nearest at
     cosine ≥ the threshold (the one a write acts on); else None and ``nearest``, the
-    closest item of the scope below it with its cosine (≥ ``NOISE_FLOOR``): a hint to
+    closest item of the scope below it with its cosine (≥ ``HINT_FLOOR``): a hint to
     show, never acted on (None when the scope holds none)."""
 
     item: Item | None
