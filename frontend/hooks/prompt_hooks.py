@@ -17,7 +17,14 @@ from thatch.frontend import queue
 from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.hookio import Failures, run_hook
 
-__all__ = ["NUDGE_BUDGET", "fill_pending", "run_flush_tools", "run_reminder", "within_budget"]
+__all__ = [
+    "CURSOR_PROMPT_ANSWER",
+    "NUDGE_BUDGET",
+    "fill_pending",
+    "run_flush_tools",
+    "run_reminder",
+    "within_budget",
+]
 
 MIN_PROMPT_LEN = 10
 PROMPT_EMBED_CHARS = 2000
@@ -349,26 +356,57 @@ def follow_branches(
         (failures or Failures("flush-tools")).report(error)
 
 
+def prompt_nudges(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
+    """What the prompt hook has to say (extraction, relevant memories, engine blocks,
+    unread chat), or None."""
+    if tools_declined(host, payload, env):
+        # Every line this hook prints (nudges, the chat line) points at tools the user
+        # turned off; the session-start reminder already said so once.
+        return None
+    # Its steps each open the database: an unusable one is reported once, not by each.
+    failures = Failures("flush-tools")
+    text = flush_text(payload, env, host, failures)
+    from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
+
+    line = chat_line("flush-tools", payload, env, host, always=False, failures=failures)
+    return with_chat_line(text, line)
+
+
+def hold_for_cursor(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Cursor's ``beforeSubmitPrompt`` cannot add context: the nudges wait for the
+    session's next ``postToolUse`` (``queue.held_nudge``). An earlier prompt's are dropped
+    first, so a failure below leaves none that speaks of another prompt."""
+    from thatch.frontend.queue import held_nudge
+
+    session = hookio.host_session(payload, "cursor")
+    if not session:
+        return
+    directory = queue_dir(env)
+    held_nudge.drop(directory, session)
+    text = prompt_nudges(payload, env, "cursor")
+    if text:
+        held_nudge.hold(directory, session, text)
+
+
+# What Cursor's beforeSubmitPrompt answers, whatever happened: the prompt goes on.
+CURSOR_PROMPT_ANSWER = '{"continue": true}'
+
+
 def run_flush_tools(as_json: bool, host: str | None) -> None:
-    """Prompt hook: print the nudges that apply (extraction, relevant memories, engine
-    blocks, unread chat), or nothing."""
+    """Prompt hook: print the nudges that apply, or nothing; for Cursor, hold them for
+    the session's next tool call and let the prompt through."""
+    resolved = hookio.resolve_host(host, os.environ, "flush-tools")
+    if resolved == "cursor":
+
+        def held() -> None:
+            hold_for_cursor(hookio.read_payload("flush-tools"), os.environ)
+
+        run_hook("flush-tools", held)
+        hookio.print_line(CURSOR_PROMPT_ANSWER)
+        return
 
     def body() -> str | None:
-        payload = hookio.read_payload("flush-tools")
-        resolved = hookio.resolve_host(host, os.environ, "flush-tools")
-        if tools_declined(resolved, payload, os.environ):
-            # Every line this hook prints (nudges, the chat line) points at tools the user
-            # turned off; the session-start reminder already said so once.
-            return None
-        # Its steps each open the database: an unusable one is reported once, not by each.
-        failures = Failures("flush-tools")
-        text = flush_text(payload, os.environ, resolved, failures)
-        from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
-
-        line = chat_line(
-            "flush-tools", payload, os.environ, resolved, always=False, failures=failures
-        )
-        return with_chat_line(text, line)
+        return prompt_nudges(hookio.read_payload("flush-tools"), os.environ, resolved)
 
     run_hook("flush-tools", body, as_json)
 
