@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
+
+import pytest
 
 from tests.support.hookrun import (
     CURSOR_PROMPT_ANSWER,
@@ -21,7 +24,7 @@ from tests.support.hookrun import (
     thatch_command,
 )
 from thatch.frontend import queue
-from thatch.frontend.queue.held_nudge import HELD_BYTES_LIMIT
+from thatch.frontend.queue import held_nudge
 
 CID = "c0ffee00-1234-4abc-8def-00000000cafe"
 PROMPT = "keep going with the parser refactor please"
@@ -188,13 +191,108 @@ def test_what_is_at_the_held_path_is_never_followed(tmp_path: Path) -> None:
     assert [r["tool_use_id"] for r in queued] == ["t0", "h0", "h1", "h2"]
 
 
-def test_an_oversized_held_file_is_read_only_in_part(tmp_path: Path) -> None:
-    """Not thatch's writing (thatch holds a few kilobytes at most): 64 KiB of it at most,
-    undecodable bytes replaced."""
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff" + b"n" * 10_000_000, b"plain text, not thatch's", b"[1]", b'{"extraction": 1}'],
+    ids=["huge", "text", "list", "wrong-type"],
+)
+def test_a_held_file_thatch_did_not_write_is_dropped_unsaid(tmp_path: Path, content: bytes) -> None:
+    """Anything at the held path that is not the prompt hook's JSON (thatch holds a few
+    kilobytes at most): read 64 KiB at most, never said, removed."""
     env = hook_env(tmp_path)
     tool_hook(env, tool_call("t0"))
-    held_path(env).write_bytes(b"\xff" + b"n" * 10_000_000)
+    held_path(env).write_bytes(content)
     result = tool_hook(env, tool_call("t1"))
-    text = json.loads(result.stdout)["additional_context"]
-    assert text.startswith("\ufffd") and len(text) == HELD_BYTES_LIMIT
+    assert (result.returncode, result.stdout) == (0, b"")
     assert not held_path(env).exists()
+
+
+def test_the_extraction_nudge_is_counted_when_it_is_handed_over(tmp_path: Path) -> None:
+    """Turns without tool calls never show their held nudge: the next one the agent sees
+    is still the polite first one, and only a handed-over nudge counts as missed."""
+    env = hook_env(tmp_path)
+    directory = Path(env["THATCH_QUEUE_DIR"])
+    tool_hook(env, tool_call("t1"))
+    for _ in range(3):
+        prompt_hook(env, {"conversation_id": CID, "prompt": PROMPT})
+    assert queue.read_count(directory, CID) == 0
+    said = cursor_prompt(env, {"conversation_id": CID, "prompt": PROMPT})
+    assert said.startswith("[thatch] 1 tool interaction is queued for fact extraction.")
+    assert queue.read_count(directory, CID) == 1
+    for _ in range(2):
+        cursor_prompt(env, {"conversation_id": CID, "prompt": PROMPT})
+    assert cursor_prompt(env, {"conversation_id": CID, "prompt": PROMPT}).startswith(
+        "[thatch] EXTRACTION NUDGES HAVE BEEN IGNORED 3 TIMES."
+    )
+
+
+def test_thatchs_own_tools_leave_it_and_a_drained_queue_is_not_nudged(tmp_path: Path) -> None:
+    """An extractor's calls (thatch's tools) do not take the prompt's nudge; once the
+    queue is drained, the next tool call says no extraction nudge."""
+    env = hook_env(tmp_path)
+    tool_hook(env, tool_call("t1"))
+    prompt_hook(env, {"conversation_id": CID, "prompt": PROMPT})
+    for name in ("get_extraction_payload", "MCP:memory_remember", "mcp__thatch__memory_recall"):
+        own = {"conversation_id": CID, "tool_name": name, "tool_output": "{}"}
+        assert tool_hook(env, own).stdout == b""
+    assert held_path(env).is_file()
+    queue.consume(Path(env["THATCH_QUEUE_DIR"]), CID)
+    # A postToolUse naming no tool queues nothing: the queue stays drained.
+    assert tool_hook(env, {"conversation_id": CID}).stdout == b""
+    assert not held_path(env).exists()
+    assert queue.read_count(Path(env["THATCH_QUEUE_DIR"]), CID) == 0
+
+
+def test_claudes_own_prompt_event_keeps_claudes_answer(tmp_path: Path) -> None:
+    """Claude Code's prompt hook names no host: run where the environment says Cursor,
+    its UserPromptSubmit still gets the text Claude adds to the context."""
+    env = hook_env(tmp_path, THATCH_HOST="cursor")
+    sid = "5d2c9f0e-1111-4a2b-8c3d-000000000abc"
+    calls = [{"tool_name": "Read", "tool_input": {"file_path": "a"}, "tool_use_id": "c1"}]
+    run_hook(["buffer-batch", "--host", "claude"], {"session_id": sid, "tool_calls": calls}, env)
+    payload = {"session_id": sid, "prompt": PROMPT, "hook_event_name": "UserPromptSubmit"}
+    result = run_hook(["flush-tools"], payload, env)
+    assert result.stdout.decode().startswith("[thatch] 1 tool interaction is queued")
+    assert list(Path(env["THATCH_QUEUE_DIR"]).glob("*.nudge")) == []
+
+
+def test_an_unusable_queue_is_one_plain_line(tmp_path: Path) -> None:
+    """A queue path that is a file, or a directory where the nudge is held: the prompt
+    still goes on, and stderr says what the queue's other hooks say, without a path."""
+    (tmp_path / "a-file").write_text("x")
+    blocked = hook_env(tmp_path, THATCH_QUEUE_DIR=str(tmp_path / "a-file"))
+    result = prompt_hook(blocked, {"conversation_id": CID, "prompt": PROMPT})
+    assert (result.returncode, result.stdout) == (0, CURSOR_PROMPT_ANSWER)
+    assert result.stderr.decode().splitlines() == [
+        "[thatch flush-tools] cannot use the queue: Not a directory"
+    ]
+    env = hook_env(tmp_path)
+    tool_hook(env, tool_call("t1"))
+    held_path(env).mkdir()
+    result = prompt_hook(env, {"conversation_id": CID, "prompt": PROMPT})
+    assert (result.returncode, result.stdout) == (0, CURSOR_PROMPT_ANSWER)
+    assert "internal error" not in result.stderr.decode()
+    assert "cannot use the queue: Is a directory" in result.stderr.decode()
+    assert held_path(env).is_dir()
+
+
+def test_take_is_exactly_once_under_contention(tmp_path: Path) -> None:
+    """Eight threads released together take one held nudge: exactly one gets it, every
+    round (a read-then-delete would hand it out twice)."""
+    directory = tmp_path / "queue"
+    for round_ in range(100):
+        held_nudge.hold(directory, CID, f"extraction {round_}", "rest")
+        gate = threading.Barrier(8)
+        got: list[tuple[str, str] | None] = []
+        threads = [threading.Thread(target=taker, args=(gate, got, directory)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [g for g in got if g is not None] == [(f"extraction {round_}", "rest")]
+    assert list(directory.iterdir()) == []
+
+
+def taker(gate: threading.Barrier, got: list[tuple[str, str] | None], directory: Path) -> None:
+    gate.wait()
+    got.append(held_nudge.take(directory, CID))

@@ -221,17 +221,32 @@ def run_buffer_hook(command: str, host: str | None = None) -> None:
 
 def hand_held_nudge(command: str, payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
     """Cursor's postToolUse: the nudge its prompt hook held (``queue.held_nudge``), as the
-    ``additional_context`` Cursor adds after the tool's result; nothing when none is held."""
+    ``additional_context`` Cursor adds after the tool's result; nothing when none is held.
+
+    Not after thatch's own tools: an extractor's calls are not the prompt's turn, and a
+    save may just have drained what the nudge speaks of. The extraction nudge goes only
+    while the queue still has calls no extractor holds, and is counted when it goes."""
     session = hookio.host_session(payload, "cursor")
-    if not session:
+    tool = payload.get("tool_name")
+    if not session or (isinstance(tool, str) and queue.classify(tool)[0] == "thatch"):
         return
     from thatch.frontend.queue import held_nudge
 
+    directory = queue_dir(env)
+    held = held_nudge.take(directory, session)
+    if held is None:
+        return
+    extraction, rest = held
     try:
-        text = held_nudge.take(queue_dir(env), session)
+        if extraction and queue.nudge_records(directory, session):
+            queue.increment_count(directory, session)
+        else:
+            extraction = ""
+    except queue.QueueError as error:
+        hookio.warn(command, str(error))
     except OSError as error:
         hookio.warn(command, hookio.queue_problem(error))
-        return
+    text = "\n\n".join(part for part in (extraction, rest) if part)
     if text:
         hookio.print_line(json.dumps({"additional_context": text}, ensure_ascii=False))
 
