@@ -541,6 +541,17 @@ def main() -> None:
         compare("buffer-batch, 2 KB tool response", [*thatch, "buffer-batch"], batch,
                 variants(env), runs, baseline)  # fmt: skip
 
+        def cursor_call(i: int) -> bytes:
+            call = {"conversation_id": "bench-cursor", "tool_name": "Shell",
+                    "tool_input": {"command": f"make test {i}"}, "tool_use_id": f"cu_{i}",
+                    "tool_output": response}  # fmt: skip
+            return json.dumps(call).encode()
+
+        # Cursor's tool hook also looks for a prompt nudge to hand over (none held here).
+        compare("buffer-tool --host cursor, 2 KB tool output",
+                [*thatch, "buffer-tool", "--host", "cursor"], cursor_call, variants(env), runs,
+                baseline)  # fmt: skip
+
         def prompt(_: int) -> bytes:
             return json.dumps(
                 {"session_id": "bench-session", "prompt": "how do we deploy the service?"}

@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -96,8 +96,15 @@ def pair_counts(
 
 
 def calibrate(
-    embed: Callable[[list[str], str], F32], devset: dict[str, object]
+    embed: Callable[[list[str], str], F32],
+    devset: dict[str, object],
+    at: Mapping[str, float] | None = None,
 ) -> dict[str, object]:
+    """The thresholds the dev set supports. ``at`` (``recall_nudge``, ``duplicate``,
+    ``engine_auto_fire``: the defaults in force) adds each one's score as ``score_at``,
+    beside the best score (``best``): the F curves are flat and ragged near their top, so
+    another CPU's int8 kernels can move the best point by a step or two of the grid while
+    the default scores within a hair of it."""
     memories = devset["memories"]
     assert isinstance(memories, list)
     unrelated = devset["unrelated_prompts"]
@@ -161,7 +168,20 @@ def calibrate(
     l_sims = q_vec @ l_vec.T
     engine_t, engine_f = best_plateau(lambda t: _f_beta(*nudge_counts(l_sims, related, t, 3), 0.5))
 
+    chosen = dict(at or {})
+    scored = {
+        "recall_nudge": lambda t: _f_beta(*nudge_counts(sims, related, t), 1.0),
+        "duplicate": lambda t: _f_beta(*pair_counts(pair_scores, positive, t), 1.0),
+        "engine_auto_fire": lambda t: _f_beta(*nudge_counts(l_sims, related, t, 3), 0.5),
+    }
+    best = {"recall_nudge": recall_f1, "duplicate": dup_f1, "engine_auto_fire": engine_f}
+    scores_at = {
+        name: {"best": round(best[name], 4), "score_at": round(score(chosen[name]), 4)}
+        for name, score in scored.items()
+        if name in chosen
+    }
     return {
+        "scores_at": scores_at,
         "recall_nudge": {
             "threshold": recall_t,
             "f1": round(recall_f1, 3),

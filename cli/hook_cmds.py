@@ -69,7 +69,8 @@ def buffer_batch(host: str | None) -> None:
 @click.command("buffer-tool", cls=HookCommand, context_settings=HOOK_SETTINGS)
 @click.option("--host", default=None, help=HOST_HELP)
 def buffer_tool(host: str | None) -> None:
-    """Cursor/opencode tool hook: queue one tool call for fact extraction."""
+    """Cursor/opencode tool hook: queue one tool call for fact extraction; for Cursor,
+    also print the prompt's held nudge as {"additional_context": …}, once."""
     run_buffer_hook("buffer-tool", host)
 
 
@@ -106,7 +107,8 @@ def session_end(host: str | None) -> None:
 @click.option("--host", default=None, help=HOST_HELP)
 def flush_tools(as_json: bool, host: str | None) -> None:
     """Prompt hook: print the nudges that apply (extraction, relevant memories, engine
-    blocks, unread chat), or nothing."""
+    blocks, unread chat), or nothing. For Cursor (whose prompt hook cannot add context):
+    hold them for the session's next buffer-tool and print {"continue": true}."""
     from thatch.frontend.hooks.prompt_hooks import run_flush_tools
 
     run_flush_tools(as_json, host)

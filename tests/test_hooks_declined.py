@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.hookrun import hook_env, run_hook
+from tests.support.hookrun import cursor_prompt, hook_env, run_hook
 from tests.support.host_payloads import host_payload
 from thatch.frontend.hooks.nudges import CLAUDE_DECLINED_NOTICE
 
@@ -169,8 +169,8 @@ def test_other_hosts_ignore_claudes_settings(tmp_path: Path, project: Path) -> N
     }
     assert hook(["buffer-tool"], call, env) == ""
     prompt = {"conversation_id": "conv-1", "prompt": "keep going with the parser refactor"}
-    out = json.loads(hook(["flush-tools", "--json"], prompt, env))
-    assert out["additional_context"].startswith("[thatch] 1 tool interaction is queued")
+    said = cursor_prompt(env, prompt, "--json", host="")
+    assert said.startswith("[thatch] 1 tool interaction is queued")
 
 
 # Runs one hook in-process and lists every module it loaded (stderr).

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.embedder_cleanup import stop_embedders, wait_until
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
-from tests.support.hookrun import hook_env, run_hook
+from tests.support.hookrun import cursor_prompt, hook_env, run_hook
 from thatch.frontend import queue
 
 
@@ -122,10 +122,8 @@ def test_cursor_conversation_id_and_host_from_env(tmp_path: Path, project: Path)
     env = hook_env(tmp_path, CURSOR_PROJECT_DIR=str(project))
     cid = "c0ffee00-1234-4abc-8def-00000000cafe"
     run_hook(["buffer-tool"], {"conversation_id": cid, "tool_name": "Shell"}, env)
-    out, _ = flush(
-        env, {"conversation_id": cid, "prompt": PROMPT, "workspace_roots": [str(project)]}, "--json"
-    )
-    assert "Call get_extraction_payload with" in json.loads(out)["additional_context"]
+    prompt = {"conversation_id": cid, "prompt": PROMPT, "workspace_roots": [str(project)]}
+    assert "Call get_extraction_payload with" in cursor_prompt(env, prompt, "--json", host="")
 
 
 def test_broken_queue_dir_prints_nothing(tmp_path: Path) -> None:
@@ -219,11 +217,19 @@ def test_ordinary_prompt_prints_nothing(
         "cwd": str(project),
     }
     served = mock_embedder.info().requests_served
-    assert flush(env, payload, "--host", host) == ("", "")
-    assert json.loads(flush(env, payload, "--json", "--host", host)[0]) == {}
+    if host == "cursor":
+        assert cursor_prompt(env, payload, "--host", host) == ""
+        assert cursor_prompt(env, payload, "--json", "--host", host) == ""
+    else:
+        assert flush(env, payload, "--host", host) == ("", "")
+        assert json.loads(flush(env, payload, "--json", "--host", host)[0]) == {}
     assert mock_embedder.info().requests_served == served + 2  # the recall tier did run
     run_hook(["buffer-tool", "--host", host], {**payload, "tool_name": "Bash"}, env)
-    assert flush(env, payload, "--host", host)[0].startswith("[thatch] 1 tool interaction is")
+    if host == "cursor":
+        said = cursor_prompt(env, payload, "--host", host)
+    else:
+        said = flush(env, payload, "--host", host)[0]
+    assert said.startswith("[thatch] 1 tool interaction is")
 
 
 def test_short_prompts_never_reach_the_embedder(
@@ -544,11 +550,10 @@ def test_a_cursor_chat_wake_is_not_a_user_prompt(tmp_path: Path) -> None:
         ["buffer-tool", "--host", "cursor"], {"conversation_id": sid, "tool_name": "Shell"}, env
     )
     wake = {"conversation_id": sid, "prompt": pointer(1, ["vega-00002"], "nova-00001", "k")}
-    assert json.loads(flush(env, wake, "--json", "--host", "cursor")[0]) == {}
+    assert cursor_prompt(env, wake) == ""
     assert queue.read_count(Path(env["THATCH_QUEUE_DIR"]), sid) == 0
     user = {"conversation_id": sid, "prompt": PROMPT}
-    out, _ = flush(env, user, "--json", "--host", "cursor")
-    assert json.loads(out)["additional_context"].startswith("[thatch] 1 tool interaction is")
+    assert cursor_prompt(env, user).startswith("[thatch] 1 tool interaction is")
 
 
 def test_help_names_what_the_prompt_hook_prints() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.embedder_cleanup import wait_until
 from tests.support.fake_embedder import tool_context
-from tests.support.hookrun import hook_env, run_hook, thatch_command
+from tests.support.hookrun import cursor_prompt, hook_env, run_hook, thatch_command
 from tests.support.host_payloads import host_payload
 from thatch.frontend import queue
 from thatch.frontend.queue.files import read_lines
@@ -346,8 +346,7 @@ def test_a_cursor_session_is_its_conversation_id_in_every_hook(
     ids = {"conversation_id": "conv-7", "session_id": "sess-7"}
     call = {"tool_name": "Shell", "tool_input": {"command": "make test"}, "tool_output": "ok"}
     ok(run_hook(["buffer-tool"], {**ids, **call, "tool_use_id": "cu1"}, env))
-    result = run_hook(["flush-tools", "--json"], {**ids, "prompt": "ok"}, env)
-    text = json.loads(result.stdout).get("additional_context", "")
+    text = cursor_prompt(env, {**ids, "prompt": "ok"}, "--json", host="")
     assert "1 tool interaction is queued" in text and 'session_id "conv-7"' in text
     status = run_hook(["extraction-status"], ids, env)
     assert json.loads(status.stdout) == {"pending": 1, "accepted": False}

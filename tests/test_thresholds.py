@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from thatch.frontend.thresholds import (
     BUILT_IN,
     NAMES,
     VARIABLES,
+    ModelThresholds,
     defaults_for,
     in_force,
 )
@@ -78,20 +80,54 @@ def _bench() -> ModuleType:
     return module
 
 
+# How far this CPU's measured best may lie from a default (grid steps of 0.01), and how
+# much worse than that best the default may score: the F curves are ragged near their
+# top, and int8 kernels differ by CPU class (AVX2 alone puts MiniLM int8's engine best at
+# 0.44, F0.5 0.569, where the default 0.42 scores 0.566; VNNI at 0.42).
+STEP = 0.01
+NEAR = 0.03
+SCORE_SLACK = 0.01
+
+
+def assert_calibrated(result: dict[str, Any], defaults: ModelThresholds) -> None:
+    """The defaults are what the dev set measures on this CPU: each on the best threshold
+    or its neighbour, or within NEAR of it and scoring within SCORE_SLACK of its score;
+    the floor exact."""
+    in_force = {
+        "recall_nudge": defaults.recall_nudge,
+        "duplicate": defaults.duplicate,
+        "engine_auto_fire": defaults.prediction,
+    }
+    for name, default in in_force.items():
+        apart = abs(result[name]["threshold"] - default)
+        assert apart <= NEAR + 1e-9, (name, result[name])
+        if apart > STEP + 1e-9:  # beyond the neighbouring grid point: it must score as well
+            scores = result["scores_at"][name]
+            assert scores["score_at"] >= scores["best"] - SCORE_SLACK, (name, scores)
+    assert result["recall_floor"]["floor"] == pytest.approx(defaults.recall_floor, abs=0.001)
+
+
+def calibrated_at(bench: ModuleType, model_dir: Path, onnx: str, defaults: ModelThresholds) -> Any:
+    at = {
+        "recall_nudge": defaults.recall_nudge,
+        "duplicate": defaults.duplicate,
+        "engine_auto_fire": defaults.prediction,
+    }
+    return bench.calibrate(bench.encoder_embed(model_dir, onnx), bench.load_devset(), at)
+
+
 @pytest.mark.parametrize("onnx", ["onnx/model_quantized.onnx", "onnx/model.onnx"])
 def test_minilm_defaults_are_what_the_dev_set_measures(minilm_dir: Path, onnx: str) -> None:
-    """The real MiniLM on bench/data/thresholds_devset.json gives the numbers in force,
-    and the issue's example prompt reaches its memory at MiniLM's nudge threshold."""
+    """The real MiniLM on bench/data/thresholds_devset.json supports the numbers in force
+    on this CPU, and the issue's example prompt reaches its memory at MiniLM's nudge
+    threshold."""
     bench = _bench()
-    result = bench.calibrate(bench.encoder_embed(minilm_dir, onnx), bench.load_devset())
     minilm = defaults_for(MINILM)
     assert minilm is not None
-    assert result["recall_nudge"]["threshold"] == pytest.approx(minilm.recall_nudge, abs=0.01)
-    assert result["recall_floor"]["floor"] == pytest.approx(minilm.recall_floor, abs=0.001)
+    result = calibrated_at(bench, minilm_dir, onnx, minilm)
+    assert_calibrated(result, minilm)
     assert result["recall_floor"]["related_kept"] >= 0.95
     assert result["recall_floor"]["unrelated_prompt_results_mean"] < 2
-    assert result["duplicate"]["threshold"] == pytest.approx(minilm.duplicate, abs=0.01)
-    assert result["engine_auto_fire"]["threshold"] == pytest.approx(minilm.prediction, abs=0.01)
     # Measured better than the BGE numbers it replaces, on the same pairs.
     assert result["recall_nudge"]["f1"] > result["recall_nudge"]["f1_at_0.55"]
     assert result["duplicate"]["f1"] >= result["duplicate"]["f1_at_0.85"]
@@ -148,13 +184,6 @@ def test_code_model_defaults_are_what_the_dev_set_measures(
 
     entry = ADAPTED["all-MiniLM-L6-v2-code"]
     built = import_checkpoint(minilm_source, tmp_path / "code", adapter=entry.adapter)
-    bench = _bench()
-    result = bench.calibrate(
-        bench.encoder_embed(built, "onnx/model_quantized.onnx"), bench.load_devset()
-    )
     code = defaults_for(entry.model_id)
     assert code is not None and code != defaults_for(MINILM)
-    assert result["recall_nudge"]["threshold"] == pytest.approx(code.recall_nudge, abs=0.01)
-    assert result["recall_floor"]["floor"] == pytest.approx(code.recall_floor, abs=0.001)
-    assert result["duplicate"]["threshold"] == pytest.approx(code.duplicate, abs=0.01)
-    assert result["engine_auto_fire"]["threshold"] == pytest.approx(code.prediction, abs=0.01)
+    assert_calibrated(calibrated_at(_bench(), built, "onnx/model_quantized.onnx", code), code)

@@ -17,7 +17,14 @@ from thatch.frontend import queue
 from thatch.frontend.hooks import hookio
 from thatch.frontend.hooks.hookio import Failures, run_hook
 
-__all__ = ["NUDGE_BUDGET", "fill_pending", "run_flush_tools", "run_reminder", "within_budget"]
+__all__ = [
+    "CURSOR_PROMPT_ANSWER",
+    "NUDGE_BUDGET",
+    "fill_pending",
+    "run_flush_tools",
+    "run_reminder",
+    "within_budget",
+]
 
 MIN_PROMPT_LEN = 10
 PROMPT_EMBED_CHARS = 2000
@@ -72,11 +79,12 @@ def _cleanup_queue(command: str, directory: Path) -> None:
 
 
 def extraction_tier(
-    directory: Path, session: str, host: str, project: str | None = None
+    directory: Path, session: str, host: str, project: str | None = None, *, bump: bool = True
 ) -> str | None:
     """The extraction nudge when the session has queued records that no extractor holds
-    (bumps the count). With ``project``, a carried-over queue of the project's ended
-    sessions is adopted first."""
+    (bumps the count, unless ``bump`` is false: Cursor's is counted when a tool call hands
+    it over). With ``project``, a carried-over queue of the project's ended sessions is
+    adopted first."""
     from thatch.frontend.hooks.nudges import extraction_nudge
 
     if not session:
@@ -95,16 +103,21 @@ def extraction_tier(
         # The nudge would ask for tools that refuse this id (and echo all of it).
         hookio.warn("flush-tools", "session id refused by the extraction tools; no nudge")
         return None
-    missed = queue.increment_count(directory, session)
+    if bump:
+        missed = queue.increment_count(directory, session)
+    else:
+        missed = queue.read_count(directory, session)
     return extraction_nudge(host, session, len(records), missed)
 
 
-def queued_nudge(directory: Path, session: str, host: str, project: str) -> str | None:
+def queued_nudge(
+    directory: Path, session: str, host: str, project: str, *, bump: bool = True
+) -> str | None:
     """``extraction_tier``, a queue that cannot be used (a lock held past 2 s, a queue
     path that is no directory) said in one line: it costs the extraction nudge, never
     the recall tier's text."""
     try:
-        return extraction_tier(directory, session, host, project)
+        return extraction_tier(directory, session, host, project, bump=bump)
     except queue.QueueError as error:
         hookio.warn("flush-tools", str(error))
     except OSError as error:
@@ -276,13 +289,23 @@ def embed_prompt(text: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     return result.vectors[0], result.model_id
 
 
-def within_budget(extraction: str, prompt_aware: str | None, recall: str | None) -> str:
-    """The extraction nudge plus what the recall tier found, as much as fits NUDGE_BUDGET:
-    recall and the engines' blocks, else the recall nudge alone, else extraction alone."""
+def fitting_extra(extraction: str, prompt_aware: str | None, recall: str | None) -> str | None:
+    """What of the recall tier's text fits NUDGE_BUDGET beside the extraction nudge:
+    recall and the engines' blocks, else the recall nudge alone, else nothing."""
     for extra in (prompt_aware, recall):
         if extra and len(extraction) + 2 + len(extra) <= NUDGE_BUDGET:
-            return extraction + "\n\n" + extra
-    return extraction
+            return extra
+    return None
+
+
+def within_budget(extraction: str, prompt_aware: str | None, recall: str | None) -> str:
+    """The extraction nudge plus what of the recall tier's text fits NUDGE_BUDGET."""
+    return joined(extraction, fitting_extra(extraction, prompt_aware, recall)) or extraction
+
+
+def joined(*parts: str | None) -> str | None:
+    """The texts that are there, as paragraphs; None when none is."""
+    return "\n\n".join(part for part in parts if part) or None
 
 
 def flush_text(
@@ -295,16 +318,30 @@ def flush_text(
     No fixed text on an ordinary prompt (issue 22): it would cost every later request its
     characters without telling the agent anything the instruction block does not.
     """
+    return joined(*flush_parts(payload, env, host, failures))
+
+
+def flush_parts(
+    payload: Mapping[str, Any],
+    env: Mapping[str, str],
+    host: str,
+    failures: Failures,
+    *,
+    bump: bool = True,
+) -> tuple[str | None, str | None]:
+    """``flush_text``'s two parts: the extraction nudge, and the recall tier's text that
+    goes with it (all of it when there is no extraction nudge). ``bump`` as in
+    ``extraction_tier``."""
     command = "flush-tools"
     prompt = hookio.first_string(payload, "prompt", "message", "text", "user_input", "input")
     if not_a_user_prompt(payload, prompt):
-        return None
+        return None, None
     try:
         directory = queue_dir(env)
         _cleanup_queue(command, directory)
         session = hookio.host_session(payload, host)
         project_path = hookio.project_dir(env, payload)
-        extraction = queued_nudge(directory, session, host, str(project_path))
+        extraction = queued_nudge(directory, session, host, str(project_path), bump=bump)
         found: tuple[str | None, str | None] = (None, None)
         if len(prompt.strip()) >= MIN_PROMPT_LEN:
             from thatch.frontend.project import current_branch
@@ -320,11 +357,11 @@ def flush_text(
                     raise
                 failures.report(error)  # the extraction nudge still goes out
         if extraction:
-            return within_budget(extraction, found[0], found[1])
-        return found[0]
+            return extraction, fitting_extra(extraction, found[0], found[1])
+        return None, found[0]
     except Exception as error:
         failures.report(error)
-    return None
+    return None, None
 
 
 def follow_branches(
@@ -349,28 +386,74 @@ def follow_branches(
         (failures or Failures("flush-tools")).report(error)
 
 
+def prompt_nudges(payload: Mapping[str, Any], env: Mapping[str, str], host: str) -> str | None:
+    """What the prompt hook has to say (extraction, relevant memories, engine blocks,
+    unread chat), or None."""
+    return joined(*prompt_parts(payload, env, host))
+
+
+def prompt_parts(
+    payload: Mapping[str, Any], env: Mapping[str, str], host: str, *, bump: bool = True
+) -> tuple[str | None, str | None]:
+    """``prompt_nudges`` as the extraction nudge and the rest (``flush_parts``)."""
+    if tools_declined(host, payload, env):
+        # Every line this hook prints (nudges, the chat line) points at tools the user
+        # turned off; the session-start reminder already said so once.
+        return None, None
+    # Its steps each open the database: an unusable one is reported once, not by each.
+    failures = Failures("flush-tools")
+    extraction, rest = flush_parts(payload, env, host, failures, bump=bump)
+    from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
+
+    line = chat_line("flush-tools", payload, env, host, always=False, failures=failures)
+    return extraction, with_chat_line(rest, line)
+
+
+def hold_for_cursor(payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Cursor's ``beforeSubmitPrompt`` cannot add context: the nudges wait for the
+    session's next ``postToolUse`` (``queue.held_nudge``), the extraction nudge counted
+    only when handed over. An earlier prompt's are dropped first, so a failure below
+    leaves none that speaks of another prompt."""
+    from thatch.frontend.queue import held_nudge
+
+    session = hookio.host_session(payload, "cursor")
+    if not session:
+        return
+    directory = queue_dir(env)
+    try:
+        held_nudge.drop(directory, session)
+    except OSError as error:
+        hookio.warn("flush-tools", hookio.queue_problem(error))
+        return
+    extraction, rest = prompt_parts(payload, env, "cursor", bump=False)
+    if not (extraction or rest):
+        return
+    try:
+        held_nudge.hold(directory, session, extraction, rest)
+    except OSError as error:
+        hookio.warn("flush-tools", hookio.queue_problem(error))
+
+
+# What Cursor's beforeSubmitPrompt answers, whatever happened: the prompt goes on.
+CURSOR_PROMPT_ANSWER = '{"continue": true}'
+
+
 def run_flush_tools(as_json: bool, host: str | None) -> None:
-    """Prompt hook: print the nudges that apply (extraction, relevant memories, engine
-    blocks, unread chat), or nothing."""
-
-    def body() -> str | None:
+    """Prompt hook: print the nudges that apply, or nothing; for Cursor, hold them for
+    the session's next tool call and let the prompt through."""
+    resolved = hookio.resolve_host(host, os.environ, "flush-tools")
+    try:
         payload = hookio.read_payload("flush-tools")
-        resolved = hookio.resolve_host(host, os.environ, "flush-tools")
-        if tools_declined(resolved, payload, os.environ):
-            # Every line this hook prints (nudges, the chat line) points at tools the user
-            # turned off; the session-start reminder already said so once.
-            return None
-        # Its steps each open the database: an unusable one is reported once, not by each.
-        failures = Failures("flush-tools")
-        text = flush_text(payload, os.environ, resolved, failures)
-        from thatch.frontend.hooks.chat_anchor import chat_line, with_chat_line
-
-        line = chat_line(
-            "flush-tools", payload, os.environ, resolved, always=False, failures=failures
-        )
-        return with_chat_line(text, line)
-
-    run_hook("flush-tools", body, as_json)
+    except Exception as error:  # a hook must never fail its host's turn
+        hookio.report_failure("flush-tools", error)
+        payload = {}
+    # Claude Code's own event (its entry names no host) keeps Claude's answer even where
+    # the environment says Cursor: Claude adds the text; Cursor would print it nowhere.
+    if resolved == "cursor" and payload.get("hook_event_name") != "UserPromptSubmit":
+        run_hook("flush-tools", lambda: hold_for_cursor(payload, os.environ))
+        hookio.print_line(CURSOR_PROMPT_ANSWER)
+        return
+    run_hook("flush-tools", lambda: prompt_nudges(payload, os.environ, resolved), as_json)
 
 
 def active_model(env: Mapping[str, str]) -> str:

@@ -163,6 +163,10 @@ def _extraction_body(command: str) -> QueueBody:
             # sub-agents (an extractor) included; any other end takes them with it.
             hold = hookio.first_string(payload, "reason") in HOLDING_END_REASONS
             queue.carry_over(queue_dir(env), session, project, hold=hold)
+            if host == "cursor":
+                from thatch.frontend.queue import held_nudge
+
+                held_nudge.drop(queue_dir(env), session)  # spoke of this session's prompt
 
     return body
 
@@ -186,8 +190,9 @@ QueueBody = Callable[[Mapping[str, Any], Mapping[str, str], str], None]
 
 
 def run_buffer_hook(command: str, host: str | None = None) -> None:
-    """Run one of QUEUE_COMMANDS: read stdin, change the queue, print nothing. ``host``
-    (``--host``) decides, as for every hook, which payload field names the session."""
+    """Run one of QUEUE_COMMANDS: read stdin, change the queue, print nothing (but
+    Cursor's ``buffer-tool``, which hands over a held prompt nudge). ``host`` (``--host``)
+    decides, as for every hook, which payload field names the session."""
     body: QueueBody
     if command == "buffer-batch":
         body = buffer_batch_body
@@ -196,17 +201,54 @@ def run_buffer_hook(command: str, host: str | None = None) -> None:
     else:
         body = _extraction_body(command)
 
+    resolved = hookio.resolve_host(host, os.environ, command)
+
     def run() -> None:
+        payload: Mapping[str, Any] = {}
         try:
             payload = hookio.read_payload(command)
-            body(payload, os.environ, hookio.resolve_host(host, os.environ, command))
+            body(payload, os.environ, resolved)
         except queue.QueueError as error:
             hookio.warn(command, str(error))
         except OSError as error:
             hookio.warn(command, f"cannot write the queue: {error.strerror or error}")
+        if command == "buffer-tool" and resolved == "cursor":
+            hand_held_nudge(command, payload, os.environ)
         return None
 
     hookio.run_hook(command, run)
+
+
+def hand_held_nudge(command: str, payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Cursor's postToolUse: the nudge its prompt hook held (``queue.held_nudge``), as the
+    ``additional_context`` Cursor adds after the tool's result; nothing when none is held.
+
+    Not after thatch's own tools: an extractor's calls are not the prompt's turn, and a
+    save may just have drained what the nudge speaks of. The extraction nudge goes only
+    while the queue still has calls no extractor holds, and is counted when it goes."""
+    session = hookio.host_session(payload, "cursor")
+    tool = payload.get("tool_name")
+    if not session or (isinstance(tool, str) and queue.classify(tool)[0] == "thatch"):
+        return
+    from thatch.frontend.queue import held_nudge
+
+    directory = queue_dir(env)
+    held = held_nudge.take(directory, session)
+    if held is None:
+        return
+    extraction, rest = held
+    try:
+        if extraction and queue.nudge_records(directory, session):
+            queue.increment_count(directory, session)
+        else:
+            extraction = ""
+    except queue.QueueError as error:
+        hookio.warn(command, str(error))
+    except OSError as error:
+        hookio.warn(command, hookio.queue_problem(error))
+    text = "\n\n".join(part for part in (extraction, rest) if part)
+    if text:
+        hookio.print_line(json.dumps({"additional_context": text}, ensure_ascii=False))
 
 
 def extraction_status(

@@ -19,7 +19,8 @@ tools and the hooks (tests/test_layers.py). Its modules, lowest first:
 - ``carry``: a session's last calls carried to the project's next session, and the daily
   pass (``cleanup``) that carries those of sessions whose host died before their end;
 - ``snapshot``: the records handed to an extractor (accept, complete, requeue);
-- ``payload``: the ``get_extraction_payload`` answer.
+- ``payload``: the ``get_extraction_payload`` answer;
+- ``held_nudge``: Cursor's prompt nudge, kept for the session's next tool call.
 
 A session id the extraction tools would refuse (``session_id_problem``) gets no queue at
 all, hence no nudge. Callers use the names below; the modules import one another, never

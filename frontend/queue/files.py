@@ -9,7 +9,8 @@ stem (``carry``). Every read-modify-write holds the lock and replaces the file
 atomically, so readers (which never lock) see either the old or the new file, never a
 torn one. This is the one module of the queue that opens its files, but for the batches
 a busy lock made hooks spill (``<safe>.<ms>-<pid>-<random>.spill`` and the marker
-``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers.
+``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers, and
+Cursor's held prompt nudge (``<safe>.nudge``, ``held_nudge``).
 """
 
 from __future__ import annotations
@@ -467,7 +468,7 @@ def remove_stale(directory: Path, now: float, *, spare: Collection[str] = ()) ->
 
 
 # A session's queue files (a spill, ``<stem>.<ms>-<pid>-<random>.spill``, is one too).
-_SESSION_SUFFIXES = (".jsonl", ".count", ".state", ".project", ".lock", ".spilled")
+_SESSION_SUFFIXES = (".jsonl", ".count", ".state", ".project", ".lock", ".spilled", ".nudge")
 
 
 def _spared(name: str, spare: Collection[str]) -> bool:

@@ -59,3 +59,31 @@ def run_hook(
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# Cursor's beforeSubmitPrompt answer, whatever the hook found (it cannot add context).
+CURSOR_PROMPT_ANSWER = b'{"continue": true}\n'
+
+
+def cursor_prompt(
+    env: Mapping[str, str], payload: Mapping[str, Any], *args: str, host: str = "cursor"
+) -> str:
+    """Cursor's prompt as its model hears it: ``flush-tools`` answers only
+    ``{"continue": true}``, and the session's next postToolUse (here one naming no tool,
+    which queues nothing) carries the prompt's nudge as ``additional_context`` ("" when
+    there is none). ``args``: the prompt hook's options (``--json`` and ``--host cursor``
+    by default); ``host=""`` runs the probe without ``--host``, as Cursor runs an earlier
+    setup's hooks."""
+    options = args or ("--json", "--host", "cursor")
+    result = run_hook(["flush-tools", *options], payload, env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == CURSOR_PROMPT_ANSWER, result.stdout
+    session = payload.get("conversation_id") or payload.get("session_id")
+    probe = ["buffer-tool", *(["--host", host] if host else [])]
+    after = run_hook(probe, {"conversation_id": session}, env)
+    assert after.returncode == 0, after.stderr
+    if not after.stdout:
+        return ""
+    answer = json.loads(after.stdout)
+    assert list(answer) == ["additional_context"], answer
+    return str(answer["additional_context"])
