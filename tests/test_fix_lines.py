@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,44 @@ def test_the_restart_and_model_fixes_paste_whole() -> None:
         assert_pastes(refused.value.fix)
     for template in (MODEL_FIX, OVERRIDE_FIX):
         assert_pastes(template.format(model="acme/a"))
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_doctors_permission_rule_fix_pastes_whole(tmp_path: Path, scope: str) -> None:
+    """Set up, then no settings file holds the rule (a teammate's clone): doctor's fix
+    offers the rule and the opt-out, each command with only its own arguments."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
+        "PATH": str(tmp_path / "nobin"),
+    }
+    entry = {"type": "stdio", "command": "thatch", "args": ["mcp"]}
+    (tmp_path / "claude-config").mkdir()
+    (tmp_path / "claude-config" / ".claude.json").write_text(
+        json.dumps({"mcpServers": {"thatch": entry}})
+    )
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope=scope,  # type: ignore[arg-type]
+            allow_tools=False,
+        )
+    )
+    for settings in (
+        tmp_path / ".claude" / "settings.local.json",
+        tmp_path / "claude-config" / "settings.json",
+    ):
+        if settings.exists():
+            doc = json.loads(settings.read_text())
+            doc.pop("permissions", None)
+            settings.write_text(json.dumps(doc))
+    state, _, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert state == "warn" and fix is not None and "--no-allow-tools" in fix
+    assert_pastes(fix)

@@ -583,11 +583,12 @@ def test_rerunning_setup_keeps_post_tool_use_and_no_allow_tools(
 
 
 @pytest.mark.parametrize("scope", ["local", "global"])
-def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
+def test_doctor_takes_an_ask_entry_as_the_users_and_warns_of_neither(
     tmp_path: Path, env: dict[str, str], scope: str
 ) -> None:
     """--no-allow-tools's permissions.ask entry is the user's choice, not drift; settings
-    with neither entry are not drift either (as before), and doctor writes nothing."""
+    with neither entry are no drift either, but Claude Code asks before every thatch tool
+    call though nobody chose that: a warning whose fix offers both. Doctor writes nothing."""
     register_user_server(env, "thatch")
     request = SetupRequest(
         hosts=["claude"],
@@ -610,8 +611,53 @@ def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
     doc = json.loads(allow_file.read_text())
     del doc["permissions"]
     allow_file.write_text(json.dumps(doc, indent=2) + "\n")
-    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    setup = "thatch setup --claude" + (" --global" if scope == "global" else "")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"installed ({scope}), but Claude Code asks before every thatch tool call: no "
+        f"settings file holds mcp__thatch (setup writes it to {allow_file})",
+        f"allow the tools: {setup}; or keep asking: {setup} --no-allow-tools",
+    )
     assert "permissions" not in json.loads(allow_file.read_text())
+
+
+@pytest.mark.parametrize(
+    "holder", ["settings.local.json", "settings.json", "user settings.json", "user ask"]
+)
+def test_a_teammates_clone_without_the_rule_is_warned_of(
+    tmp_path: Path, env: dict[str, str], holder: str
+) -> None:
+    """A clone holds the committed hooks, block and .mcp.json but not the personal
+    settings.local.json with the rule: Claude Code asks before every thatch tool call, and
+    doctor says so. The rule (or an ask entry) counts in any settings file Claude Code
+    reads: the project's personal or committed one, or the user's."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    personal = tmp_path / ".claude" / "settings.local.json"
+    personal.unlink()  # what a clone of the committed files has
+    state, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert state == "warn" and "asks before every thatch tool call" in said
+    assert fix == (
+        "allow the tools: thatch setup --claude; "
+        "or keep asking: thatch setup --claude --no-allow-tools"
+    )
+    committed = tmp_path / ".claude" / "settings.json"
+    user = tmp_path / "claude-config" / "settings.json"
+    user.parent.mkdir(exist_ok=True)
+    target, entry = {
+        "settings.local.json": (personal, "allow"),
+        "settings.json": (committed, "allow"),
+        "user settings.json": (user, "allow"),
+        "user ask": (user, "ask"),
+    }[holder]
+    doc = json.loads(target.read_text()) if target.exists() else {}
+    doc["permissions"] = {entry: ["Bash(ls)", "mcp__thatch"]}
+    target.write_text(json.dumps(doc, indent=2) + "\n")
+    status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", "installed (local)", None)
 
 
 def test_doctor_compares_the_user_server_with_the_real_path(

@@ -97,6 +97,7 @@ def doctor_status(
     The scope checked is the first (local, then global) holding an entry of the host's
     own; an instruction block another host wrote does not make this host installed.
     """
+    from thatch.frontend.setup.choices import tools_permission
     from thatch.frontend.setup.run import SetupRequest, run_setup, user_entry
     from thatch.frontend.untrusted import inline
 
@@ -153,6 +154,8 @@ def doctor_status(
         # user-level MCP entry is missing, or runs another executable.
         found = [line for line in lines if line.status in ("would-write", "printed")]
         if not found:
+            if host == "claude" and tools_permission(project_dir, env) is None:
+                return _no_permission_rule(scope, project_dir, env, fix)
             return "ok", f"installed ({scope})", None
         drifts.append(found)
     # Compared in another spelling than the files', every command differs: the spelling
@@ -177,6 +180,24 @@ def doctor_status(
         said += f"; drifted: {', '.join(map(_drift, rest))}"
         command += f", then {fix}"
     return "warn", said, command
+
+
+def _no_permission_rule(
+    scope: Scope, project_dir: Path, env: Mapping[str, str], setup: str
+) -> tuple[Literal["warn"], str, str]:
+    """Installed, but no settings file Claude Code reads holds the rule or the ``ask``
+    entry: every thatch tool call waits for the user, though nobody chose that (the
+    personal settings.local.json is not in a teammate's clone)."""
+    from thatch.frontend.setup.permissions import RULE
+    from thatch.frontend.untrusted import inline
+
+    where = host_paths("claude", scope, project_dir, env).permissions
+    said = (
+        f"installed ({scope}), but Claude Code asks before every thatch tool call: no "
+        f"settings file holds {RULE} (setup writes it to {inline(str(where))})"
+    )
+    fix = f"allow the tools: {setup}; or keep asking: {setup} --no-allow-tools"
+    return "warn", said, fix
 
 
 def _changes(lines: list[Line]) -> int:

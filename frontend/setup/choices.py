@@ -11,7 +11,10 @@ A choice is read only from what records it: thatch's buffer hook under ``PostToo
 ``settings.local.json`` is not in a teammate's clone, a new worktree or a project the
 TypeScript release set up, though the committed files are. The files are read as the
 writer reads them (JSONC too); one no parser reads keeps what its text shows, so a rerun
-never removes a rule or flips a choice because a file could not be parsed.
+never removes a rule or flips a choice because a file could not be parsed. Doctor also
+asks every settings file Claude Code reads whether one holds the rule or the ``ask``
+entry (``tools_permission``): with neither, Claude asks before each thatch tool call
+though nobody chose that, and doctor warns.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from thatch.frontend.setup.hooks import is_thatch_command
 from thatch.frontend.setup.hosts import Scope, host_paths
 from thatch.frontend.setup.permissions import RULE, asks, has_rule
 
-__all__ = ["allows_tools", "remembered", "uses_post_tool_use"]
+__all__ = ["allows_tools", "remembered", "tools_permission", "uses_post_tool_use"]
 
 
 def _load(path: Path | None) -> jsonfiles.Loaded | None:
@@ -65,23 +68,51 @@ def uses_post_tool_use(scope: Scope, project_dir: Path, env: Mapping[str, str]) 
         return False
 
 
+def _recorded(path: Path | None) -> bool | None:
+    """False when ``permissions.ask`` in ``path`` holds ``mcp__thatch``, True when
+    ``permissions.allow`` does, None when neither (or there is no file to read)."""
+    loaded = _load(path)
+    if loaded is None:
+        return None
+    if loaded.unreadable:
+        lists = ("allow", "ask", "deny")
+        if _shown_under(loaded.text or "", f'"{RULE}"', "ask", lists):
+            return False
+        return True if _shown_under(loaded.text or "", f'"{RULE}"', "allow", lists) else None
+    if asks(loaded.data):
+        return False
+    return True if has_rule(loaded.data) else None
+
+
 def allows_tools(
     scope: Scope, project_dir: Path, env: Mapping[str, str], unrecorded: bool | None = True
 ) -> bool | None:
     """Whether the permission rule belongs: False when ``permissions.ask`` records the
     user's ``--no-allow-tools``, True when the rule is there, else ``unrecorded`` (setup:
     True, the rule is added; doctor: None, the permissions are left as they are)."""
-    loaded = _load(host_paths("claude", scope, project_dir, env).permissions)
-    if loaded is None:
-        return unrecorded
-    if loaded.unreadable:
-        lists = ("allow", "ask", "deny")
-        if _shown_under(loaded.text or "", f'"{RULE}"', "ask", lists):
-            return False
-        return True if _shown_under(loaded.text or "", f'"{RULE}"', "allow", lists) else unrecorded
-    if asks(loaded.data):
+    recorded = _recorded(host_paths("claude", scope, project_dir, env).permissions)
+    return unrecorded if recorded is None else recorded
+
+
+def _settings_files(project_dir: Path, env: Mapping[str, str]) -> list[Path]:
+    """The settings files Claude Code takes permission rules from in the project: the
+    personal ``settings.local.json``, the committed ``settings.json``, the user's."""
+    local = host_paths("claude", "local", project_dir, env)
+    user = host_paths("claude", "global", project_dir, env)
+    assert local.permissions is not None and local.hooks is not None
+    assert user.permissions is not None
+    return [local.permissions, local.hooks, user.permissions]
+
+
+def tools_permission(project_dir: Path, env: Mapping[str, str]) -> bool | None:
+    """What Claude Code does before a thatch tool call in the project, as every settings
+    file it reads says: False when one asks (an ``ask`` entry wins over a rule in any
+    file), True when one holds the rule, None when none holds either (Claude asks, and
+    nobody chose that: a teammate's clone without the personal settings file)."""
+    found = [_recorded(path) for path in _settings_files(project_dir, env)]
+    if False in found:
         return False
-    return True if has_rule(loaded.data) else unrecorded
+    return True if True in found else None
 
 
 def remembered(
