@@ -511,6 +511,33 @@ def test_a_global_claude_setup_without_its_user_server_is_not_ok(
     )
 
 
+def test_a_user_server_run_through_uvx_is_not_called_another_executable(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`uvx --from thatch thatch mcp` runs thatch, maybe another version than the hooks:
+    doctor says that, with the commands that make the server run the hooks' thatch."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    entry = {"type": "stdio", "command": "uvx", "args": ["--from", "thatch", "thatch", "mcp"]}
+    user_file.write_text(json.dumps({"mcpServers": {"thatch": entry}}))
+    add = "claude mcp add --scope user thatch -- thatch mcp"
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted (global): the thatch server in {user_file} runs thatch through uvx, "
+        "maybe another version than the hooks'",
+        f"claude mcp remove --scope user thatch && {add}",
+    )
+
+
 def test_the_user_file_is_in_the_config_dir_or_home(tmp_path: Path) -> None:
     """Claude Code keeps user-scope servers in `~/.claude.json`, or in
     `$CLAUDE_CONFIG_DIR/.claude.json` when that is set."""

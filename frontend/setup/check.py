@@ -98,7 +98,8 @@ def doctor_status(
     own; an instruction block another host wrote does not make this host installed.
     """
     from thatch.frontend.setup.choices import tools_permission
-    from thatch.frontend.setup.run import SetupRequest, run_setup, user_entry
+    from thatch.frontend.setup.claude_servers import runner, user_entry
+    from thatch.frontend.setup.run import SetupRequest, run_setup
     from thatch.frontend.untrusted import inline
 
     scopes: list[Scope] = ["local", "global"]
@@ -169,7 +170,13 @@ def doctor_status(
     command = printed[0].target
     user = user_entry(env)
     user_file = inline(str(user.path))
-    if command.startswith("claude mcp remove"):
+    through = runner(user.entry.get("command"), user.entry.get("args")) if user.entry else None
+    if through is not None:
+        said = (
+            f"drifted ({scope}): the thatch server in {user_file} runs thatch through "
+            f"{through}, maybe another version than the hooks'"
+        )
+    elif command.startswith("claude mcp remove"):
         said = f"drifted ({scope}): the thatch server in {user_file} runs another executable"
     elif user.problem:
         said = f"MCP server unknown ({scope}): {user_file} {user.problem}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 import shlex
 import shutil
@@ -22,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from thatch.frontend.regular_files import read_regular
 from thatch.frontend.setup import (
     block,
     choices,
@@ -33,7 +31,8 @@ from thatch.frontend.setup import (
     permissions,
     skills,
 )
-from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, claude_user_file, host_paths
+from thatch.frontend.setup.claude_servers import UserEntry, runner, user_entry
+from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
@@ -258,13 +257,16 @@ def _opencode_mcp(
 RUN_IT = "not run: run it yourself; Claude Code has no thatch tools until then"
 # A printed remove-and-add: the registered server still runs, another executable.
 RUN_IT_AGAIN = "not run: run it yourself; until then Claude Code runs the other executable"
-# Claude Code's user file also holds its session state: large, but never this large.
-USER_FILE_LIMIT = 64 << 20
+# A printed remove-and-add for a server that runs thatch through a package runner (uvx).
+RUN_THROUGH = (
+    "not run: run it yourself; until then Claude Code runs thatch through {runner}, "
+    "maybe another version than the hooks'"
+)
 
 
 def _claude_user_mcp(request: SetupRequest) -> Line:
     line = _user_mcp_line(request)
-    if line.status != "printed":
+    if line.status != "printed" or line.note:
         return line
     again = line.target.startswith("claude mcp remove")
     return dataclasses.replace(line, note=RUN_IT_AGAIN if again else RUN_IT)
@@ -283,7 +285,13 @@ def _user_mcp_line(request: SetupRequest) -> Line:
             said = f"claude is not on PATH and {has}" if request.run_claude else has
             return Line("printed", shown, f"{said}; run this yourself: {inline(shown)}")
         command = user.entry.get("command")
-        return _registered(command if isinstance(command, str) else None, request, shown)
+        args = user.entry.get("args")
+        return _registered(
+            command if isinstance(command, str) else None,
+            args if isinstance(args, list) else [],
+            request,
+            shown,
+        )
     # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
     # directory it runs in: asked from the project, a local setup hid a missing user entry.
     # From an empty directory only user-scope (and managed) servers answer.
@@ -294,7 +302,7 @@ def _user_mcp_line(request: SetupRequest) -> Line:
             failed = f"claude mcp get thatch failed ({inline(str(error))}); run: {inline(shown)}"
             return Line("printed", shown, failed)
         if known.returncode == 0:
-            return _registered(_listed_command(known.stdout), request, shown)
+            return _registered(*_listed(known.stdout), request, shown)
         if request.dry_run:
             return Line("would-write", shown)
         try:
@@ -311,51 +319,26 @@ def _user_mcp_line(request: SetupRequest) -> Line:
     return Line("written", shown)
 
 
-def _registered(command: str | None, request: SetupRequest, shown: str) -> Line:
+def _registered(command: str | None, args: list[Any], request: SetupRequest, shown: str) -> Line:
     """The user-level thatch server runs ``command`` (None: it names none, taken as current)."""
     if command is None or _same_binary(command, request.bin_path, request.env):
         return Line("unchanged", shown)
     remove = "claude mcp remove --scope user thatch"
+    run = f"run: {remove} && {inline(shown)}"
+    through = runner(command, args)
+    if through is None:
+        detail = (
+            f"the user-level thatch server runs {inline(command)}, not "
+            f"{inline(request.bin_path)}; {run}"
+        )
+        return Line("printed", f"{remove} && {shown}", detail)
+    # It runs thatch, fetched by the runner: maybe not the version the hooks run.
     detail = (
-        f"the user-level thatch server runs {inline(command)}, not "
-        f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
+        f"the user-level thatch server runs thatch through {through}, maybe another version "
+        f"than the hooks' {inline(request.bin_path)}; {run}"
     )
-    return Line("printed", f"{remove} && {shown}", detail)
-
-
-@dataclass(frozen=True)
-class UserEntry:
-    """Claude Code's user file and the thatch server in its ``mcpServers``."""
-
-    path: Path
-    entry: dict[str, Any] | None  # None: no server, no file, or a file that cannot be read
-    problem: str = ""  # why the file cannot be read ("": it can, or there is none)
-
-
-def user_entry(env: Mapping[str, str]) -> UserEntry:
-    """The thatch server in Claude Code's user file, read as ``claude mcp get`` would (it
-    writes plain JSON; JSONC is read too, harmlessly)."""
-    path = claude_user_file(env)
-    try:
-        raw = read_regular(path, USER_FILE_LIMIT)
-    except FileNotFoundError:
-        return UserEntry(path, None)
-    except OSError as error:  # a directory, a FIFO, larger than the limit, unreadable
-        why = error.strerror or str(error)
-        return UserEntry(path, None, f"cannot be read ({why})")
-    try:
-        text = raw.decode("utf-8")
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = jsonfiles.parse_jsonc(text)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return UserEntry(path, None, "cannot be read (not JSON)")
-    if not isinstance(doc, dict):
-        return UserEntry(path, None, "cannot be read (no JSON object)")
-    servers = doc.get("mcpServers")
-    entry = servers.get("thatch") if isinstance(servers, dict) else None
-    return UserEntry(path, entry if isinstance(entry, dict) else None)
+    note = RUN_THROUGH.format(runner=through)
+    return Line("printed", f"{remove} && {shown}", detail, note=note)
 
 
 def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
@@ -368,13 +351,17 @@ def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
     return a == b or where(a) == where(b)
 
 
-def _listed_command(listing: str) -> str | None:
-    """The ``Command:`` value of ``claude mcp get``'s listing, None when it shows none."""
+def _listed(listing: str) -> tuple[str | None, list[Any]]:
+    """The ``Command:`` value of ``claude mcp get``'s listing (None when it shows none) and
+    its ``Args:`` words."""
+    command, args = None, []
     for line in listing.splitlines():
         key, _, value = line.strip().partition(":")
         if key == "Command" and value.strip():
-            return value.strip()
-    return None
+            command = value.strip()
+        elif key == "Args":
+            args = value.split()
+    return command, args
 
 
 def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.CompletedProcess[str]:
