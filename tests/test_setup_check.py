@@ -538,6 +538,81 @@ def test_a_user_server_run_through_uvx_is_not_called_another_executable(
     )
 
 
+def register_local_server(user_file: Path, project: Path, command: str) -> None:
+    """What `claude mcp add thatch -- <command> mcp` (local scope, its default) writes when
+    run in ``project``: the server under that directory's entry of Claude Code's user file."""
+    entry = {"type": "stdio", "command": command, "args": ["mcp"], "env": {}}
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"numStartups": 3, "projects": {str(project): {"mcpServers": {"thatch": entry}}}}
+    user_file.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("config_dir", [True, False])
+def test_a_local_scope_server_registers_thatch_for_a_global_setup(
+    tmp_path: Path, env: dict[str, str], config_dir: bool
+) -> None:
+    """A global setup without the user-level server, but with `claude mcp add`'s local
+    scope entry for this project (keyed by its resolved path): thatch is registered here,
+    and doctor says it is, for this project only. Another project, or an entry running
+    another executable, is still not registered."""
+    if not config_dir:
+        del env["CLAUDE_CONFIG_DIR"]
+    user_file = (tmp_path / "claude-config" if config_dir else Path(env["HOME"])) / ".claude.json"
+    real = tmp_path / "real-project"
+    real.mkdir()
+    project = tmp_path / "project"
+    project.symlink_to(real)
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=project,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    add = "claude mcp add --scope user thatch -- thatch mcp"
+    missing = ("warn", f"MCP server not registered (global): no thatch server in {user_file}", add)
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == missing
+    register_local_server(user_file, real, "thatch")
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == (
+        "ok",
+        f"installed (global; the MCP server for this project only, in {user_file})",
+        None,
+    )
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == missing
+    register_local_server(user_file, real, "/old/thatch")
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == missing
+
+
+def test_a_local_scope_server_stands_in_for_the_projects_mcp_json(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Set up locally, then the .mcp.json entry left out (kept private with `claude mcp
+    add`, local scope): not drift. A .mcp.json entry that drifted still is (teammates run
+    it), and so is one missing while the local server runs another executable."""
+    request = SetupRequest(
+        hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    mcp = tmp_path / ".mcp.json"
+    mcp.unlink()
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    register_local_server(user_file, tmp_path, "thatch")
+    ok = ("ok", "installed (local)", None)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    mcp.write_text('{"mcpServers": {"other": {"command": "x"}}}')
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    old = {"type": "stdio", "command": "/old/thatch", "args": ["mcp"]}
+    mcp.write_text(json.dumps({"mcpServers": {"thatch": old}}))
+    state, said, _ = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert (state, said) == ("warn", f"drifted (local): {mcp} (mcpServers.thatch.command)")
+    mcp.unlink()
+    register_local_server(user_file, tmp_path, "/old/thatch")
+    state, said, _ = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert (state, said) == ("warn", f"drifted (local): {mcp} (missing)")
+
+
 def test_the_user_file_is_in_the_config_dir_or_home(tmp_path: Path) -> None:
     """Claude Code keeps user-scope servers in `~/.claude.json`, or in
     `$CLAUDE_CONFIG_DIR/.claude.json` when that is set."""

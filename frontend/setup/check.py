@@ -128,6 +128,7 @@ def doctor_status(
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
         return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
+    here = _local_server(project_dir, env, bin_path) if host == "claude" else None
     drifts: list[list[Line]] = []
     # The same executable may be spelled `thatch` (found on PATH) or by its path, depending
     # on PATH when setup ran: compare what the entries run, not how they spell it.
@@ -154,9 +155,14 @@ def doctor_status(
         # A printed command is one setup could not run (doctor never runs `claude`): the
         # user-level MCP entry is missing, or runs another executable.
         found = [line for line in lines if line.status in ("would-write", "printed")]
+        if here is not None:
+            found = [line for line in found if not _registered_here(line, scope, project_dir, env)]
         if not found:
             if host == "claude" and tools_permission(project_dir, env) is None:
                 return _no_permission_rule(scope, project_dir, env, fix)
+            if here is not None and scope == "global":
+                only = f"the MCP server for this project only, in {inline(str(here))}"
+                return "ok", f"installed (global; {only})", None
             return "ok", f"installed ({scope})", None
         drifts.append(found)
     # Compared in another spelling than the files', every command differs: the spelling
@@ -187,6 +193,33 @@ def doctor_status(
         said += f"; drifted: {', '.join(map(_drift, rest))}"
         command += f", then {fix}"
     return "warn", said, command
+
+
+def _local_server(project_dir: Path, env: Mapping[str, str], bin_path: str) -> Path | None:
+    """Claude Code's user file when it holds a local-scope thatch server for the project
+    (``claude mcp add``, whose default scope that is) that runs this thatch: it registers
+    thatch in the project, where Claude Code prefers it to the .mcp.json entry and the
+    user-level one, so neither need exist."""
+    from thatch.frontend.setup.claude_servers import same_binary, user_entry
+
+    user = user_entry(env, project_dir)
+    command = user.local.get("command") if user.local is not None else None
+    return user.path if isinstance(command, str) and same_binary(command, bin_path, env) else None
+
+
+def _registered_here(line: Line, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
+    """Whether ``line`` is only about the MCP entry a local-scope server stands in for: the
+    user-level server a global setup prints, or a project's .mcp.json without a thatch
+    entry (one that drifted still runs for teammates, and an unreadable file stays
+    reported)."""
+    from thatch.frontend.setup.switch_entries import thatch_entry
+
+    if scope == "global":
+        return line.status == "printed"
+    mcp = host_paths("claude", scope, project_dir, env).mcp
+    if mcp is None or line.target != str(mcp) or line.differs == "unreadable":
+        return False
+    return thatch_entry("claude", mcp) is None
 
 
 def _no_permission_rule(

@@ -1,14 +1,17 @@
-"""The thatch server Claude Code keeps in its user file, and what an entry runs
+"""The thatch servers Claude Code keeps in its user file, and what an entry runs
 (docs/hooks.md §setup-files).
 
 ``claude mcp add --scope user`` writes the top-level ``mcpServers`` of ``~/.claude.json``
-(``$CLAUDE_CONFIG_DIR/.claude.json`` when that is set).
+(``$CLAUDE_CONFIG_DIR/.claude.json`` when that is set); ``--scope local``, its default,
+writes ``projects["<project dir>"].mcpServers`` of the same file, for that directory
+only. In that project a local entry wins over the ``.mcp.json`` entry and the user entry.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +21,7 @@ from thatch.frontend.regular_files import read_regular
 from thatch.frontend.setup import jsonfiles
 from thatch.frontend.setup.hosts import claude_user_file
 
-__all__ = ["USER_FILE_LIMIT", "UserEntry", "runner", "user_entry"]
+__all__ = ["USER_FILE_LIMIT", "UserEntry", "runner", "same_binary", "user_entry"]
 
 # Claude Code's user file also holds its session state: large, but never this large.
 USER_FILE_LIMIT = 64 << 20
@@ -35,6 +38,8 @@ class UserEntry:
     path: Path
     entry: dict[str, Any] | None  # None: no server, no file, or a file that cannot be read
     problem: str = ""  # why the file cannot be read ("": it can, or there is none)
+    # The project's local-scope server (`claude mcp add --scope local`), when asked for.
+    local: dict[str, Any] | None = None
 
 
 def _thatch(servers: object) -> dict[str, Any] | None:
@@ -42,9 +47,10 @@ def _thatch(servers: object) -> dict[str, Any] | None:
     return entry if isinstance(entry, dict) else None
 
 
-def user_entry(env: Mapping[str, str]) -> UserEntry:
+def user_entry(env: Mapping[str, str], project_dir: Path | None = None) -> UserEntry:
     """The thatch server in Claude Code's user file, read as ``claude mcp get`` would (it
-    writes plain JSON; JSONC is read too, harmlessly)."""
+    writes plain JSON; JSONC is read too, harmlessly); with ``project_dir``, also the
+    project's local-scope server, keyed by the directory as given or resolved."""
     path = claude_user_file(env)
     try:
         raw = read_regular(path, USER_FILE_LIMIT)
@@ -63,7 +69,26 @@ def user_entry(env: Mapping[str, str]) -> UserEntry:
         return UserEntry(path, None, "cannot be read (not JSON)")
     if not isinstance(doc, dict):
         return UserEntry(path, None, "cannot be read (no JSON object)")
-    return UserEntry(path, _thatch(doc.get("mcpServers")))
+    local = None
+    projects = doc.get("projects")
+    if project_dir is not None and isinstance(projects, dict):
+        keys = [str(project_dir), os.path.abspath(project_dir), os.path.realpath(project_dir)]
+        for key in dict.fromkeys(keys):
+            project = projects.get(key)
+            local = _thatch(project.get("mcpServers")) if isinstance(project, dict) else None
+            if local is not None:
+                break
+    return UserEntry(path, _thatch(doc.get("mcpServers")), local=local)
+
+
+def same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
+    """``thatch`` found on PATH and its absolute path are the same server command."""
+
+    def where(command: str) -> str:
+        found = shutil.which(command, path=env.get("PATH")) if "/" not in command else command
+        return os.path.realpath(found or command)
+
+    return a == b or where(a) == where(b)
 
 
 def runner(command: object, args: object) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import shlex
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from thatch.frontend.setup import (
     permissions,
     skills,
 )
-from thatch.frontend.setup.claude_servers import UserEntry, runner, user_entry
+from thatch.frontend.setup.claude_servers import UserEntry, runner, same_binary, user_entry
 from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.own_keys import Replaced, merge_own
@@ -321,7 +320,7 @@ def _user_mcp_line(request: SetupRequest) -> Line:
 
 def _registered(command: str | None, args: list[Any], request: SetupRequest, shown: str) -> Line:
     """The user-level thatch server runs ``command`` (None: it names none, taken as current)."""
-    if command is None or _same_binary(command, request.bin_path, request.env):
+    if command is None or same_binary(command, request.bin_path, request.env):
         return Line("unchanged", shown)
     remove = "claude mcp remove --scope user thatch"
     run = f"run: {remove} && {inline(shown)}"
@@ -339,16 +338,6 @@ def _registered(command: str | None, args: list[Any], request: SetupRequest, sho
     )
     note = RUN_THROUGH.format(runner=through)
     return Line("printed", f"{remove} && {shown}", detail, note=note)
-
-
-def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
-    """``thatch`` found on PATH and its absolute path are the same server command."""
-
-    def where(command: str) -> str:
-        found = shutil.which(command, path=env.get("PATH")) if "/" not in command else command
-        return os.path.realpath(found or command)
-
-    return a == b or where(a) == where(b)
 
 
 def _listed(listing: str) -> tuple[str | None, list[Any]]:
