@@ -70,7 +70,9 @@ def setup(
     """Install thatch's MCP server, hooks, instructions and skills for agent hosts.
 
     Rerunning is safe: files already up to date are left alone, and only thatch's own
-    entries are replaced. Each host prints one line per file it touched.
+    entries are replaced. Each host prints one line per file it touched. Exits 1 when
+    something needs you (a file it could not update, a command printed for you to run),
+    after writing the rest.
     """
     from thatch.common.environment import project_dir_from_env
     from thatch.frontend.setup import SetupRequest, resolve_bin, run_setup

@@ -48,6 +48,10 @@ __all__ = [
 ]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
+# Exit 1 when the user must act: a file setup could not update, or a command it printed
+# and did not run (until `claude mcp add` runs, Claude Code has no thatch tools, or runs
+# another executable).
+ATTENTION_STATUSES = FAILED_STATUSES | {"printed"}
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
 CLAUDE_TIMEOUT_SECONDS = 30
 
@@ -106,7 +110,7 @@ class SetupResult:
 
     @property
     def exit_code(self) -> int:
-        failed = any(line.status in FAILED_STATUSES for r in self.reports for line in r.lines)
+        failed = any(line.status in ATTENTION_STATUSES for r in self.reports for line in r.lines)
         return 1 if failed else 0
 
     def stdout_lines(self) -> list[str]:
