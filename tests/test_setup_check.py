@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.check import doctor_status, setup_status, setup_warning
 
 LOCAL_FILE = {"claude": "CLAUDE.md", "cursor": "AGENTS.md", "opencode": "AGENTS.md"}
+GIT = shutil.which("git")  # before the env fixture empties PATH
 
 
 @pytest.fixture
@@ -583,6 +586,76 @@ def test_a_local_scope_server_registers_thatch_for_a_global_setup(
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == missing
     register_local_server(user_file, real, "/old/thatch")
     assert doctor_status("claude", project, env, bin_path="thatch", version="1") == missing
+
+
+def git(cwd: Path, *args: str) -> None:
+    assert GIT is not None
+    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
+    identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    subprocess.run([GIT, *args], cwd=cwd, env={**os.environ, **identity}, check=True)
+
+
+def test_the_local_scope_key_is_the_main_checkouts_top(tmp_path: Path) -> None:
+    """Claude Code keys a project's local-scope servers by the top of the repository's
+    main checkout, from a subdirectory or a linked worktree too; outside git (or in a
+    checkout whose .git file is no worktree's, a submodule's) by the directory itself."""
+    from thatch.frontend.setup.claude_servers import project_key
+
+    repo = tmp_path / "repo"
+    (repo / "pkg" / "sub").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "wt"), "-b", "topic")
+    (tmp_path / "wt" / "deep").mkdir()
+    (tmp_path / "link").symlink_to(repo / "pkg")
+    for inside in (repo, repo / "pkg" / "sub", tmp_path / "wt", tmp_path / "wt" / "deep"):
+        assert project_key(inside) == str(repo)
+    assert project_key(tmp_path / "link") == str(repo)  # its real path is in the repo
+    plain = tmp_path / "plain" / "dir"
+    plain.mkdir(parents=True)
+    assert project_key(plain) == str(plain)
+    submodule = tmp_path / "plain" / "sub"
+    submodule.mkdir()
+    (submodule / ".git").write_text("gitdir: ../../repo/.git/modules/sub\n")
+    assert project_key(submodule / ".") == str(submodule)
+
+
+@pytest.mark.parametrize("where", ["subdirectory", "worktree"])
+def test_a_local_scope_server_of_the_repository_counts_in_its_worktrees(
+    tmp_path: Path, env: dict[str, str], where: str
+) -> None:
+    """`claude mcp add thatch -- thatch mcp` run in a repository registers it under the
+    main checkout's top: a global setup checked from a subdirectory or a linked worktree
+    is ok there; an entry under the subdirectory's own path is not Claude Code's."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))
+    project = repo / "sub" if where == "subdirectory" else tmp_path / "wt"
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=project,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    register_local_server(user_file, project, "thatch")
+    state, said, _ = doctor_status("claude", project, env, bin_path="thatch", version="1")
+    assert (state, said) == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}",
+    )
+    register_local_server(user_file, repo, "thatch")
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == (
+        "ok",
+        f"installed (global; the MCP server for this project only, in {user_file})",
+        None,
+    )
 
 
 def test_a_local_scope_server_stands_in_for_the_projects_mcp_json(
