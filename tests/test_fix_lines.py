@@ -20,7 +20,7 @@ import pytest
 
 # Words of prose that never belong to a command's arguments.
 PROSE = {"has", "it", "or", "then", "and", "rerun", "shows", "saves", "with", "the", "its"}
-COMMANDS = {"thatch", "unset", "export", sys.executable}
+COMMANDS = {"thatch", "claude", "unset", "export", sys.executable}
 REQUIREMENT = re.compile(r"^[A-Za-z0-9_./ -]+(\[[a-z]+\])?(==[0-9][0-9.]*)?$")
 
 
@@ -211,3 +211,41 @@ def test_doctors_permission_rule_fix_pastes_whole(tmp_path: Path, scope: str) ->
     state, _, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
     assert state == "warn" and fix is not None and "--no-allow-tools" in fix
     assert_pastes(fix)
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_doctors_fix_for_a_local_scope_server_pastes_whole(tmp_path: Path, scope: str) -> None:
+    """The project's local-scope thatch server runs another executable: doctor's fix
+    removes it (`claude mcp remove --scope local thatch`), and then, when the scope's files
+    drifted too (a local setup's .mcp.json entry gone), reruns setup; each command with
+    only its own arguments."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    config = tmp_path / "claude-config"
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(config), "PATH": "/nobin"}
+    user = {"type": "stdio", "command": "thatch", "args": ["mcp"]}
+    local = {"type": "stdio", "command": "/old/thatch", "args": ["mcp"]}
+    doc = {"mcpServers": {"thatch": user}, "projects": {str(tmp_path): {"mcpServers": {}}}}
+    doc["projects"][str(tmp_path)]["mcpServers"]["thatch"] = local
+    config.mkdir()
+    (config / ".claude.json").write_text(json.dumps(doc))
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+    )
+    run_setup(request)
+    fixes = [doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[2]]
+    if scope == "local":
+        (tmp_path / ".mcp.json").unlink()
+        fixes.append(doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[2])
+    assert fixes[0] == "remove it from inside the project directory: " + (
+        "claude mcp remove --scope local thatch"
+    )
+    for fix in fixes:
+        assert fix is not None
+        assert_pastes(fix)

@@ -541,10 +541,12 @@ def test_a_user_server_run_through_uvx_is_not_called_another_executable(
     )
 
 
-def register_local_server(user_file: Path, project: Path, command: str) -> None:
+def register_local_server(
+    user_file: Path, project: Path, command: str, args: list[str] | None = None
+) -> None:
     """What `claude mcp add thatch -- <command> mcp` (local scope, its default) writes when
     run in ``project``: the server under that directory's entry of Claude Code's user file."""
-    entry = {"type": "stdio", "command": command, "args": ["mcp"], "env": {}}
+    entry = {"type": "stdio", "command": command, "args": args or ["mcp"], "env": {}}
     user_file.parent.mkdir(parents=True, exist_ok=True)
     doc = {"numStartups": 3, "projects": {str(project): {"mcpServers": {"thatch": entry}}}}
     user_file.write_text(json.dumps(doc))
@@ -585,7 +587,66 @@ def test_a_local_scope_server_registers_thatch_for_a_global_setup(
     )
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == missing
     register_local_server(user_file, real, "/old/thatch")
-    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == missing
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"{shadowed('global', user_file, 'runs another executable')}; {missing[1]}",
+        f"{REMOVE_LOCAL}; then {add}",
+    )
+
+
+REMOVE_LOCAL = "remove it from inside the project directory: claude mcp remove --scope local thatch"
+
+
+def shadowed(scope: str, user_file: Path, runs: str) -> str:
+    return (
+        f"drifted ({scope}): the thatch server registered for this project in {user_file} "
+        f"(local scope, which Claude Code prefers here) {runs}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "runs"),
+    [
+        ("/old/thatch", ["mcp"], "runs another executable"),
+        ("thatch", ["reminder"], "runs thatch reminder instead of thatch's MCP server"),
+        ("thatch", [], "runs thatch instead of thatch's MCP server"),
+        (
+            "uvx",
+            ["thatch", "mcp"],
+            "runs thatch through uvx, maybe another version than the hooks'",
+        ),
+    ],
+)
+def test_a_local_scope_server_that_is_not_this_thatchs_server_is_drift(
+    tmp_path: Path, env: dict[str, str], command: str, args: list[str], runs: str
+) -> None:
+    """A global setup whose user-level server is right, but the project's local-scope
+    entry runs another executable, or thatch without `mcp` (a hook command), or thatch
+    through uvx: Claude Code runs that entry in this project, so doctor warns, naming the
+    file and how to remove the entry."""
+    register_user_server(env, "thatch")
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    ok = ("ok", "installed (global)", None)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    doc = json.loads(user_file.read_text())
+    entry = {"type": "stdio", "command": command, "args": args}
+    doc["projects"] = {str(tmp_path): {"mcpServers": {"thatch": entry}}}
+    user_file.write_text(json.dumps(doc))
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        shadowed("global", user_file, runs),
+        REMOVE_LOCAL,
+    )
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -663,7 +724,8 @@ def test_a_local_scope_server_stands_in_for_the_projects_mcp_json(
 ) -> None:
     """Set up locally, then the .mcp.json entry left out (kept private with `claude mcp
     add`, local scope): not drift. A .mcp.json entry that drifted still is (teammates run
-    it), and so is one missing while the local server runs another executable."""
+    it). A local server running another executable is what Claude Code runs here: doctor
+    names it and how to remove it, and the missing .mcp.json entry too."""
     request = SetupRequest(
         hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
     )
@@ -682,8 +744,12 @@ def test_a_local_scope_server_stands_in_for_the_projects_mcp_json(
     assert (state, said) == ("warn", f"drifted (local): {mcp} (mcpServers.thatch.command)")
     mcp.unlink()
     register_local_server(user_file, tmp_path, "/old/thatch")
-    state, said, _ = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
-    assert (state, said) == ("warn", f"drifted (local): {mcp} (missing)")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"{shadowed('local', user_file, 'runs another executable')}; "
+        f"drifted (local): {mcp} (missing)",
+        f"{REMOVE_LOCAL}; then thatch setup --claude",
+    )
 
 
 def test_the_user_file_is_in_the_config_dir_or_home(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from thatch.common.environment import HOSTS
 from thatch.frontend.setup import block
@@ -89,17 +89,19 @@ def setup_warning(
     )
 
 
+Verdict = tuple[Literal["ok", "warn", "FAIL"], str, str | None]
+# Claude Code runs a project's local-scope server instead of the others of that name.
+REMOVE_LOCAL = "remove it from inside the project directory: claude mcp remove --scope local thatch"
+
+
 def doctor_status(
     host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
-) -> tuple[Literal["ok", "warn", "FAIL"], str, str | None]:
+) -> Verdict:
     """(status, detail, fix) for doctor's ``setup:<host>`` check; changes nothing.
 
     The scope checked is the first (local, then global) holding an entry of the host's
     own; an instruction block another host wrote does not make this host installed.
     """
-    from thatch.frontend.setup.choices import tools_permission
-    from thatch.frontend.setup.claude_servers import runner, user_entry
-    from thatch.frontend.setup.run import SetupRequest, run_setup
     from thatch.frontend.untrusted import inline
 
     scopes: list[Scope] = ["local", "global"]
@@ -128,7 +130,44 @@ def doctor_status(
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
         return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
-    here = _local_server(project_dir, env, bin_path) if host == "claude" else None
+    if host != "claude":
+        return _verdict(host, scope, project_dir, env, bin_path, version, fix, None)
+    from thatch.frontend.setup.claude_servers import user_entry
+
+    user = user_entry(env, project_dir)
+    shadow = _shadowing(user.local, bin_path, env) if user.local is not None else None
+    here = user.path if user.local is not None and shadow is None else None
+    verdict = _verdict(host, scope, project_dir, env, bin_path, version, fix, here)
+    if shadow is None or verdict[0] == "FAIL":
+        return verdict
+    # Claude Code runs the local-scope entry here, whatever the others say.
+    said = (
+        f"drifted ({scope}): the thatch server registered for this project in "
+        f"{inline(str(user.path))} (local scope, which Claude Code prefers here) {shadow}"
+    )
+    if verdict[0] == "ok":
+        return "warn", said, REMOVE_LOCAL
+    return "warn", f"{said}; {verdict[1]}", f"{REMOVE_LOCAL}; then {verdict[2]}"
+
+
+def _verdict(
+    host: str,
+    scope: Scope,
+    project_dir: Path,
+    env: Mapping[str, str],
+    bin_path: str,
+    version: str,
+    fix: str,
+    here: Path | None,
+) -> Verdict:
+    """The verdict on the scope's files, as a dry run of setup finds them; ``here``:
+    Claude Code's user file when it holds a local-scope server for the project running
+    this thatch's MCP server, which stands in for the entries it hides."""
+    from thatch.frontend.setup.choices import tools_permission
+    from thatch.frontend.setup.claude_servers import runner, user_entry
+    from thatch.frontend.setup.run import SetupRequest, run_setup
+    from thatch.frontend.untrusted import inline
+
     drifts: list[list[Line]] = []
     # The same executable may be spelled `thatch` (found on PATH) or by its path, depending
     # on PATH when setup ran: compare what the entries run, not how they spell it.
@@ -195,16 +234,27 @@ def doctor_status(
     return "warn", said, command
 
 
-def _local_server(project_dir: Path, env: Mapping[str, str], bin_path: str) -> Path | None:
-    """Claude Code's user file when it holds a local-scope thatch server for the project
-    (``claude mcp add``, whose default scope that is) that runs this thatch: it registers
-    thatch in the project, where Claude Code prefers it to the .mcp.json entry and the
-    user-level one, so neither need exist."""
-    from thatch.frontend.setup.claude_servers import same_binary, user_entry
+def _shadowing(local: dict[str, Any], bin_path: str, env: Mapping[str, str]) -> str | None:
+    """What the project's local-scope thatch entry runs when that is not this thatch's
+    MCP server (``<bin> mcp``, any spelling of ``<bin>``): Claude Code runs it in the
+    project instead of the .mcp.json entry and the user-level one. None when it is."""
+    import shlex
 
-    user = user_entry(env, project_dir)
-    command = user.local.get("command") if user.local is not None else None
-    return user.path if isinstance(command, str) and same_binary(command, bin_path, env) else None
+    from thatch.frontend.setup.claude_servers import runner, same_binary
+    from thatch.frontend.untrusted import inline
+
+    command, args = local.get("command"), local.get("args")
+    words = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
+    if not isinstance(command, str):
+        return "runs no command"  # a remote server (`url`), or no server at all
+    if not same_binary(command, bin_path, env):
+        through = runner(command, args)
+        if through is not None:
+            return f"runs thatch through {through}, maybe another version than the hooks'"
+        return "runs another executable"
+    if words[:1] == ["mcp"] and isinstance(args, list) and len(words) == len(args):
+        return None
+    return f"runs {inline(shlex.join([command, *words]))} instead of thatch's MCP server"
 
 
 def _registered_here(line: Line, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
