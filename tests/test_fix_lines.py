@@ -249,3 +249,29 @@ def test_doctors_fix_for_a_local_scope_server_pastes_whole(tmp_path: Path, scope
     for fix in fixes:
         assert fix is not None
         assert_pastes(fix)
+
+
+def test_doctors_fix_for_a_missing_user_server_and_drift_pastes_whole(tmp_path: Path) -> None:
+    """A global setup without the user-level server whose hooks drifted too: the fix runs
+    `claude mcp add …`, then setup; `mcp,` once gave the server a stray argument."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    config = tmp_path / "claude-config"
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(config), "PATH": "/nobin"}
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    settings = config / "settings.json"
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["Stop"]
+    settings.write_text(json.dumps(doc))
+    fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[2]
+    assert fix is not None and fix.startswith("claude mcp add --scope user thatch")
+    assert_pastes(fix)

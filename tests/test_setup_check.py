@@ -510,7 +510,7 @@ def test_a_global_claude_setup_without_its_user_server_is_not_ok(
         "warn",
         f"MCP server not registered (global): no thatch server in {user_file}; "
         f"drifted: {settings} (hooks.Stop)",
-        f"{add}, then thatch setup --claude --global",
+        f"{add}; then thatch setup --claude --global",
     )
 
 

@@ -230,7 +230,7 @@ def _verdict(
     rest = [line for line in drifted if line.status != "printed"]
     if rest:
         said += f"; drifted: {', '.join(map(_drift, rest))}"
-        command += f", then {fix}"
+        command += f"; then {fix}"
     return "warn", said, command
 
 
