@@ -649,6 +649,40 @@ def test_a_local_scope_server_that_is_not_this_thatchs_server_is_drift(
     )
 
 
+def test_the_local_scope_note_shows_only_when_the_local_server_stands_in(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A global setup whose user-level server is right, with a right local-scope server
+    as well: plainly installed, no note; the note names the local server only when it is
+    what registers thatch in the project (the user-level one missing)."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    register_local_server(user_file, tmp_path, "thatch")
+    only = f"installed (global; the MCP server for this project only, in {user_file})"
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        only,
+        None,
+    )
+    doc = json.loads(user_file.read_text())
+    doc["mcpServers"] = {"thatch": {"type": "stdio", "command": "thatch", "args": ["mcp"]}}
+    user_file.write_text(json.dumps(doc))
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        "installed (global)",
+        None,
+    )
+
+
 def git(cwd: Path, *args: str) -> None:
     assert GIT is not None
     identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}

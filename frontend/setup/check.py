@@ -194,12 +194,15 @@ def _verdict(
         # A printed command is one setup could not run (doctor never runs `claude`): the
         # user-level MCP entry is missing, or runs another executable.
         found = [line for line in lines if line.status in ("would-write", "printed")]
+        hidden: list[Line] = []
         if here is not None:
-            found = [line for line in found if not _registered_here(line, scope, project_dir, env)]
+            hidden = [line for line in found if _registered_here(line, scope, project_dir, env)]
+            found = [line for line in found if line not in hidden]
         if not found:
             if host == "claude" and tools_permission(project_dir, env) is None:
                 return _no_permission_rule(scope, project_dir, env, fix)
-            if here is not None and scope == "global":
+            # Said only when the local-scope server is what registers thatch here.
+            if here is not None and scope == "global" and hidden:
                 only = f"the MCP server for this project only, in {inline(str(here))}"
                 return "ok", f"installed (global; {only})", None
             return "ok", f"installed ({scope})", None
