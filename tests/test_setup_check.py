@@ -999,12 +999,48 @@ def test_a_json_host_file_nested_too_deep_is_unreadable_not_a_crash(
     assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["command"] == "thatch"
 
 
+def test_doctor_reads_claude_codes_user_file_once(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user file holds Claude Code's session history (tens of megabytes): one doctor
+    verdict reads it once, however many things it asks of it (the local-scope server, the
+    user-level one, what the missing one is called). A byte order mark is no problem."""
+    from thatch.frontend.regular_files import read_regular
+    from thatch.frontend.setup import claude_servers
+
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    history = {"history": [{"display": "x" * 100}] * 1000}
+    user_file.write_text("\ufeff" + json.dumps({"projects": {"/elsewhere": history}}))
+    reads: list[str] = []
+
+    def counting(path: str | Path, limit: int) -> bytes:
+        reads.append(str(path))
+        return read_regular(path, limit)
+
+    monkeypatch.setattr(claude_servers, "read_regular", counting)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}",
+    )
+    assert reads.count(str(user_file)) == 1
+
+
 @pytest.mark.parametrize("kind", ["jsonc", "malformed", "huge", "fifo", "directory"])
 def test_a_user_file_that_cannot_be_read_is_not_called_empty(
     tmp_path: Path, env: dict[str, str], kind: str
 ) -> None:
     """Claude Code's user file that cannot be read is reported as such, not as holding no
-    thatch server; a JSONC one is read."""
+    thatch server; a JSONC one too, as Claude Code parses the file as strict JSON."""
     request = SetupRequest(
         hosts=["claude"],
         project_dir=tmp_path,
@@ -1028,10 +1064,9 @@ def test_a_user_file_that_cannot_be_read_is_not_called_empty(
     else:
         user_file.mkdir()
     status, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
-    if kind == "jsonc":
-        assert (status, said, fix) == ("ok", "installed (global)", None)
-        return
     assert status == "warn"
+    if kind in ("jsonc", "malformed"):
+        assert said == f"MCP server unknown (global): {user_file} cannot be read (not JSON)"
     assert said.startswith(f"MCP server unknown (global): {user_file} cannot be read (")
     assert "no thatch server" not in said
     details = run_setup(request).details()

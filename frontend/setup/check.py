@@ -18,6 +18,7 @@ from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instructi
 from thatch.frontend.setup.installed import has_own_entry, read_text
 
 if TYPE_CHECKING:
+    from thatch.frontend.setup.claude_servers import UserEntry
     from thatch.frontend.setup.run import Line
 
 __all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
@@ -131,13 +132,13 @@ def doctor_status(
         fix = f"remove the partial thatch block, then {fix}"
         return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
     if host != "claude":
-        return _verdict(host, scope, project_dir, env, bin_path, version, fix, None)
+        return _verdict(host, scope, project_dir, env, bin_path, version, fix, None, False)
     from thatch.frontend.setup.claude_servers import user_entry
 
-    user = user_entry(env, project_dir)
+    user = user_entry(env, project_dir)  # the one read of Claude Code's user file
     shadow = _shadowing(user.local, bin_path, env) if user.local is not None else None
-    here = user.path if user.local is not None and shadow is None else None
-    verdict = _verdict(host, scope, project_dir, env, bin_path, version, fix, here)
+    here = user.local is not None and shadow is None
+    verdict = _verdict(host, scope, project_dir, env, bin_path, version, fix, user, here)
     if shadow is None or verdict[0] == "FAIL":
         return verdict
     # Claude Code runs the local-scope entry here, whatever the others say.
@@ -158,13 +159,15 @@ def _verdict(
     bin_path: str,
     version: str,
     fix: str,
-    here: Path | None,
+    user: UserEntry | None,
+    here: bool,
 ) -> Verdict:
-    """The verdict on the scope's files, as a dry run of setup finds them; ``here``:
-    Claude Code's user file when it holds a local-scope server for the project running
-    this thatch's MCP server, which stands in for the entries it hides."""
+    """The verdict on the scope's files, as a dry run of setup finds them. ``user``:
+    Claude Code's user file as read (Claude Code only); ``here``: it holds a local-scope
+    server for the project running this thatch's MCP server, which stands in for the
+    entries it hides."""
     from thatch.frontend.setup.choices import tools_permission
-    from thatch.frontend.setup.claude_servers import runner, user_entry
+    from thatch.frontend.setup.claude_servers import runner
     from thatch.frontend.setup.run import SetupRequest, run_setup
     from thatch.frontend.untrusted import inline
 
@@ -186,6 +189,7 @@ def _verdict(
             unrecorded_allow=None,
             run_claude=False,  # doctor never runs `claude mcp get`: it reads the user file
             dry_run=True,
+            claude_user=user,
         )
         lines = run_setup(request).reports[0].lines
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
@@ -195,15 +199,15 @@ def _verdict(
         # user-level MCP entry is missing, or runs another executable.
         found = [line for line in lines if line.status in ("would-write", "printed")]
         hidden: list[Line] = []
-        if here is not None:
+        if here:
             hidden = [line for line in found if _registered_here(line, scope, project_dir, env)]
             found = [line for line in found if line not in hidden]
         if not found:
             if host == "claude" and tools_permission(project_dir, env) is None:
                 return _no_permission_rule(scope, project_dir, env, fix)
             # Said only when the local-scope server is what registers thatch here.
-            if here is not None and scope == "global" and hidden:
-                only = f"the MCP server for this project only, in {inline(str(here))}"
+            if user is not None and scope == "global" and hidden:
+                only = f"the MCP server for this project only, in {inline(str(user.path))}"
                 return "ok", f"installed (global; {only})", None
             return "ok", f"installed ({scope})", None
         drifts.append(found)
@@ -216,7 +220,7 @@ def _verdict(
     # What `claude mcp add` would have written: the hooks and the block tell every
     # session to call tools that do not exist until the user runs the command.
     command = printed[0].target
-    user = user_entry(env)
+    assert user is not None  # only Claude Code's setup prints a command
     user_file = inline(str(user.path))
     through = runner(user.entry.get("command"), user.entry.get("args")) if user.entry else None
     if through is not None:

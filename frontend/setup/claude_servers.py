@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from thatch.frontend.regular_files import read_regular
-from thatch.frontend.setup import jsonfiles
 from thatch.frontend.setup.hosts import claude_user_file
 
 __all__ = [
@@ -62,9 +61,11 @@ def _thatch(servers: object) -> dict[str, Any] | None:
 
 
 def user_entry(env: Mapping[str, str], project_dir: Path | None = None) -> UserEntry:
-    """The thatch server in Claude Code's user file, read as ``claude mcp get`` would (it
-    writes plain JSON; JSONC is read too, harmlessly); with ``project_dir``, also the
-    project's local-scope server, under the key Claude Code looks it up by."""
+    """The thatch server in Claude Code's user file, read as Claude Code reads it: strict
+    JSON (``JSON.parse``, a byte order mark dropped), so a file it cannot parse holds no
+    server for it, however plain its entry looks; with ``project_dir``, also the project's
+    local-scope server, under the key Claude Code looks it up by. The file also holds
+    Claude Code's session history, often megabytes: read it once per doctor run."""
     path = claude_user_file(env)
     try:
         raw = read_regular(path, USER_FILE_LIMIT)
@@ -74,11 +75,7 @@ def user_entry(env: Mapping[str, str], project_dir: Path | None = None) -> UserE
         why = error.strerror or str(error)
         return UserEntry(path, None, f"cannot be read ({why})")
     try:
-        text = raw.decode("utf-8")
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = jsonfiles.parse_jsonc(text)
+        doc = json.loads(raw.decode("utf-8").removeprefix("\ufeff"))
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return UserEntry(path, None, "cannot be read (not JSON)")
     if not isinstance(doc, dict):

@@ -101,6 +101,9 @@ class SetupRequest:
     # what the entry says (docs/tools.md §switches).
     switches: Mapping[str, bool] = field(default_factory=dict)
     dry_run: bool = False
+    # Claude Code's user file as already read (doctor reads it once per run: it may be
+    # megabytes); None: setup reads it when it needs it.
+    claude_user: UserEntry | None = None
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
 
@@ -281,7 +284,7 @@ def _user_mcp_line(request: SetupRequest) -> Line:
     claude = shutil.which("claude", path=request.env.get("PATH")) if request.run_claude else None
     if claude is None:
         # What `claude mcp get` would read: the user file (doctor always asks it here).
-        user = user_entry(request.env)
+        user = request.claude_user or user_entry(request.env)
         if user.entry is None:
             where = inline(str(user.path))
             has = f"{where} {user.problem}" if user.problem else f"{where} has no thatch server"
