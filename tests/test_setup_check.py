@@ -862,8 +862,8 @@ def test_doctor_takes_an_ask_entry_as_the_users_and_warns_of_neither(
     tmp_path: Path, env: dict[str, str], scope: str
 ) -> None:
     """--no-allow-tools's permissions.ask entry is the user's choice, not drift; settings
-    with neither entry are no drift either, but Claude Code asks before every thatch tool
-    call though nobody chose that: a warning whose fix offers both. Doctor writes nothing."""
+    with neither entry are no drift either, but nothing decides thatch's tool calls though
+    nobody chose that: a warning whose fix offers both. Doctor writes nothing."""
     register_user_server(env, "thatch")
     request = SetupRequest(
         hosts=["claude"],
@@ -889,9 +889,9 @@ def test_doctor_takes_an_ask_entry_as_the_users_and_warns_of_neither(
     setup = "thatch setup --claude" + (" --global" if scope == "global" else "")
     assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
         "warn",
-        f"installed ({scope}), but Claude Code asks before every thatch tool call: no "
-        f"settings file holds mcp__thatch (setup writes it to {allow_file})",
-        f"allow the tools: {setup}; or keep asking: {setup} --no-allow-tools",
+        f"installed ({scope}), but no settings file allows, asks for or denies thatch's "
+        f"tools (mcp__thatch); setup writes the rule to {allow_file}",
+        f"allow the tools: {setup}; or have Claude Code ask: {setup} --no-allow-tools",
     )
     assert "permissions" not in json.loads(allow_file.read_text())
 
@@ -903,9 +903,9 @@ def test_a_teammates_clone_without_the_rule_is_warned_of(
     tmp_path: Path, env: dict[str, str], holder: str
 ) -> None:
     """A clone holds the committed hooks, block and .mcp.json but not the personal
-    settings.local.json with the rule: Claude Code asks before every thatch tool call, and
-    doctor says so. The rule (or an ask entry) counts in any settings file Claude Code
-    reads: the project's personal or committed one, or the user's."""
+    settings.local.json with the rule: nothing decides thatch's tool calls, and doctor
+    says so. The rule (or an ask entry) counts in any settings file Claude Code reads: the
+    project's personal or committed one, or the user's."""
     run_setup(
         SetupRequest(
             hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
@@ -914,10 +914,10 @@ def test_a_teammates_clone_without_the_rule_is_warned_of(
     personal = tmp_path / ".claude" / "settings.local.json"
     personal.unlink()  # what a clone of the committed files has
     state, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
-    assert state == "warn" and "asks before every thatch tool call" in said
+    assert state == "warn" and "no settings file allows, asks for or denies" in said
     assert fix == (
         "allow the tools: thatch setup --claude; "
-        "or keep asking: thatch setup --claude --no-allow-tools"
+        "or have Claude Code ask: thatch setup --claude --no-allow-tools"
     )
     committed = tmp_path / ".claude" / "settings.json"
     user = tmp_path / "claude-config" / "settings.json"
@@ -933,6 +933,99 @@ def test_a_teammates_clone_without_the_rule_is_warned_of(
     target.write_text(json.dumps(doc, indent=2) + "\n")
     status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
     assert status == ("ok", "installed (local)", None)
+
+
+@pytest.mark.parametrize(
+    ("holder", "settings"),
+    [
+        ("personal", {"permissions": {"allow": ["mcp__thatch__*"]}}),
+        ("personal", {"permissions": {"allow": ["Bash(ls)", "mcp__thatch__memory_recall"]}}),
+        ("committed", {"permissions": {"deny": ["mcp__thatch"]}}),
+        ("committed", {"permissions": {"ask": ["mcp__thatch__memory_store"]}}),
+        ("committed", {"permissions": {"deny": ["mcp__*"]}}),
+        ("user", {"permissions": {"defaultMode": "bypassPermissions"}}),
+        ("user", {"permissions": {"defaultMode": "dontAsk"}}),
+        ("user", {"permissions": {"defaultMode": "auto"}}),
+        ("personal", {"permissions": {"defaultMode": "plan"}}),
+        ("managed", {"permissions": {"allow": ["mcp__thatch"]}}),
+        ("drop-in", {"permissions": {"allow": ["mcp__thatch__*"]}}),
+        ("managed", {"allowManagedPermissionRulesOnly": True}),
+    ],
+)
+def test_the_users_decisions_on_thatchs_tools_are_no_warning(
+    tmp_path: Path,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    holder: str,
+    settings: dict[str, Any],
+) -> None:
+    """What decides thatch's tool calls besides setup's rule: a server wildcard, one
+    tool's rule ("Yes, and don't ask again"), a deny or ask entry, a permission mode that
+    decides for the prompt, a rule in the system's managed settings (their file or a
+    drop-in), or managed settings that take no permission rule from the project at all.
+    Each is the user's (or the administrator's) decision: doctor says installed."""
+    from thatch.frontend.setup import hosts
+
+    managed = tmp_path / "managed"
+    monkeypatch.setattr(hosts, "CLAUDE_MANAGED_DIR", managed)
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    (tmp_path / ".claude" / "settings.local.json").unlink()
+    target = {
+        "personal": tmp_path / ".claude" / "settings.local.json",
+        "committed": tmp_path / ".claude" / "settings.json",
+        "user": tmp_path / "claude-config" / "settings.json",
+        "managed": managed / "managed-settings.json",
+        "drop-in": managed / "managed-settings.d" / "20-tools.json",
+    }[holder]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(target.read_text()) if target.exists() else {}
+    target.write_text(json.dumps({**doc, **settings}, indent=2) + "\n")
+    status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", "installed (local)", None)
+
+
+@pytest.mark.parametrize("case", ["acceptEdits", "jsonc", "managed without the rule"])
+def test_what_decides_nothing_for_thatchs_tools_is_warned_of(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """acceptEdits decides only edits and file commands; a settings file with a comment (the
+    user's, which a local setup does not rewrite) is one Claude Code ignores whole (doctor
+    names it), whatever rule it shows; managed settings without a rule for thatch leave it
+    undecided too."""
+    from thatch.frontend.setup import hosts
+
+    managed = tmp_path / "managed"
+    monkeypatch.setattr(hosts, "CLAUDE_MANAGED_DIR", managed)
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    personal = tmp_path / ".claude" / "settings.local.json"
+    said = (
+        "installed (local), but no settings file allows, asks for or denies thatch's tools "
+        f"(mcp__thatch); setup writes the rule to {personal}"
+    )
+    if case == "acceptEdits":
+        personal.write_text('{"permissions": {"defaultMode": "acceptEdits"}}')
+    elif case == "jsonc":
+        personal.unlink()
+        user = tmp_path / "claude-config" / "settings.json"
+        user.parent.mkdir(exist_ok=True)
+        user.write_text('{\n  // mine\n  "permissions": {"allow": ["mcp__thatch"]}\n}\n')
+        said += f"; Claude Code ignores {user} (not JSON)"
+    else:
+        personal.unlink()
+        managed.mkdir()
+        (managed / "managed-settings.json").write_text('{"permissions": {"deny": ["Bash"]}}')
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        said,
+    )
 
 
 def test_doctor_compares_the_user_server_with_the_real_path(
@@ -1063,7 +1156,7 @@ def test_a_user_file_that_cannot_be_read_is_not_called_empty(
         os.mkfifo(user_file)
     else:
         user_file.mkdir()
-    status, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    status, said, _ = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
     assert status == "warn"
     if kind in ("jsonc", "malformed"):
         assert said == f"MCP server unknown (global): {user_file} cannot be read (not JSON)"

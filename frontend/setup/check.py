@@ -18,6 +18,7 @@ from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instructi
 from thatch.frontend.setup.installed import has_own_entry, read_text
 
 if TYPE_CHECKING:
+    from thatch.frontend.setup.choices import ToolsPermission
     from thatch.frontend.setup.claude_servers import UserEntry
     from thatch.frontend.setup.run import Line
 
@@ -203,8 +204,10 @@ def _verdict(
             hidden = [line for line in found if _registered_here(line, scope, project_dir, env)]
             found = [line for line in found if line not in hidden]
         if not found:
-            if host == "claude" and tools_permission(project_dir, env) is None:
-                return _no_permission_rule(scope, project_dir, env, fix)
+            if host == "claude":
+                permission = tools_permission(project_dir, env)
+                if not permission.decided:
+                    return _no_permission_rule(scope, project_dir, env, fix, permission)
             # Said only when the local-scope server is what registers thatch here.
             if user is not None and scope == "global" and hidden:
                 only = f"the MCP server for this project only, in {inline(str(user.path))}"
@@ -280,20 +283,27 @@ def _registered_here(line: Line, scope: Scope, project_dir: Path, env: Mapping[s
 
 
 def _no_permission_rule(
-    scope: Scope, project_dir: Path, env: Mapping[str, str], setup: str
+    scope: Scope,
+    project_dir: Path,
+    env: Mapping[str, str],
+    setup: str,
+    permission: ToolsPermission,
 ) -> tuple[Literal["warn"], str, str]:
-    """Installed, but no settings file Claude Code reads holds the rule or the ``ask``
-    entry: every thatch tool call waits for the user, though nobody chose that (the
-    personal settings.local.json is not in a teammate's clone)."""
+    """Installed, but no settings file decides thatch's tool calls: no rule for them, no
+    permission mode that decides, though nobody chose that (the personal
+    settings.local.json is not in a teammate's clone). Only that is said: what Claude Code
+    then does depends on the mode it runs in."""
     from thatch.frontend.setup.permissions import RULE
     from thatch.frontend.untrusted import inline
 
     where = host_paths("claude", scope, project_dir, env).permissions
     said = (
-        f"installed ({scope}), but Claude Code asks before every thatch tool call: no "
-        f"settings file holds {RULE} (setup writes it to {inline(str(where))})"
+        f"installed ({scope}), but no settings file allows, asks for or denies thatch's "
+        f"tools ({RULE}); setup writes the rule to {inline(str(where))}"
     )
-    fix = f"allow the tools: {setup}; or keep asking: {setup} --no-allow-tools"
+    for path, why in permission.ignored:
+        said += f"; Claude Code ignores {inline(str(path))} ({why})"
+    fix = f"allow the tools: {setup}; or have Claude Code ask: {setup} --no-allow-tools"
     return "warn", said, fix
 
 
