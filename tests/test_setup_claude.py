@@ -478,7 +478,8 @@ def test_a_user_server_run_through_uvx_is_said_to_run_thatch(
 ) -> None:
     """A user-level server `uvx --from thatch thatch mcp` runs thatch, maybe another version
     than the hooks run: setup says so, not "another executable", and still prints the
-    commands that make it run the hooks' thatch."""
+    commands that make it run the hooks' thatch. The user may have chosen uvx, which setup
+    cannot tell: the line says how to keep it, and that setup then exits 1 each run."""
     args = ["--from", "thatch", "thatch", "mcp"]
     if claude_on_path:
         script = tmp_path / "bin" / "claude"
@@ -500,8 +501,10 @@ def test_a_user_server_run_through_uvx_is_said_to_run_thatch(
     assert result.stdout_lines()[1] == f"  printed  {remove} && {add}  ({note})"
     assert note == (
         "not run: run it yourself; until then Claude Code runs thatch through uvx, "
-        "maybe another version than the hooks'"
+        "maybe another version than the hooks'; to keep that, leave it: each setup run then "
+        "prints this and exits 1"
     )
+    assert result.exit_code == 1
     assert any(
         d.startswith("the user-level thatch server runs thatch through uvx, maybe another")
         for d in result.details()

@@ -121,6 +121,27 @@ def test_a_global_claude_setup_whose_mcp_command_was_not_run_exits_1(
     assert f"  unchanged  {add}" in again.stdout.splitlines()
 
 
+def test_dry_run_exits_as_the_real_run_would(project: Path, tmp_path: Path) -> None:
+    """`--dry-run` exits 1 where the real run would (a `claude mcp add` it would print,
+    with no `claude` on PATH) and 0 where it would not, writing nothing either way; the
+    help says so."""
+    dry = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--dry-run"])
+    assert dry.exit_code == 1, dry.output
+    assert any(line.startswith("  printed  claude mcp add ") for line in dry.stdout.splitlines())
+    config = tmp_path / "claude-config"
+    assert not config.exists()
+    config.mkdir()
+    entry = {"type": "stdio", "command": sys.argv[0], "args": ["mcp"]}
+    (config / ".claude.json").write_text(json.dumps({"mcpServers": {"thatch": entry}}))
+    again = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--dry-run"])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in config.iterdir()) == [".claude.json"]
+    real = CliRunner().invoke(cli, ["setup", "--claude", "--global"])
+    assert real.exit_code == 0, real.output
+    shown = " ".join(CliRunner().invoke(cli, ["setup", "--help"]).output.split())
+    assert "--dry-run Show what would change; change nothing. Exits 1 in the same cases" in shown
+
+
 def test_dry_run_cli(project: Path, tmp_path: Path) -> None:
     """--dry-run prints would-write lines and creates nothing."""
     result = CliRunner().invoke(cli, ["setup", "--opencode", "--global", "--dry-run"])

@@ -263,10 +263,12 @@ def _opencode_mcp(
 RUN_IT = "not run: run it yourself; Claude Code has no thatch tools until then"
 # A printed remove-and-add: the registered server still runs, another executable.
 RUN_IT_AGAIN = "not run: run it yourself; until then Claude Code runs the other executable"
-# A printed remove-and-add for a server that runs thatch through a package runner (uvx).
+# A printed remove-and-add for a server that runs thatch through a package runner (uvx),
+# which the user may have chosen: setup cannot tell, so it says how to keep it.
 RUN_THROUGH = (
     "not run: run it yourself; until then Claude Code runs thatch through {runner}, "
-    "maybe another version than the hooks'"
+    "maybe another version than the hooks'; to keep that, leave it: each setup run then "
+    "prints this and exits 1"
 )
 
 
@@ -341,7 +343,8 @@ def _registered(command: str | None, args: list[Any], request: SetupRequest, sho
     # It runs thatch, fetched by the runner: maybe not the version the hooks run.
     detail = (
         f"the user-level thatch server runs thatch through {through}, maybe another version "
-        f"than the hooks' {inline(request.bin_path)}; {run}"
+        f"than the hooks' {inline(request.bin_path)}; {run} (or, to keep it, leave it: "
+        "setup exits 1 while it runs thatch that way)"
     )
     note = RUN_THROUGH.format(runner=through)
     return Line("printed", f"{remove} && {shown}", detail, note=note)
