@@ -53,7 +53,12 @@ __all__ = ["setup"]
     "reference-transaction) that tell thatch a ref moved or history was rewritten; a hook "
     "that is not thatch's is left alone.",
 )
-@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show what would change; change nothing. Exits 1 in the same cases as the real "
+    "run, so its status predicts the real run's.",
+)
 def setup(
     claude: bool,
     cursor: bool,
@@ -70,7 +75,11 @@ def setup(
     """Install thatch's MCP server, hooks, instructions and skills for agent hosts.
 
     Rerunning is safe: files already up to date are left alone, and only thatch's own
-    entries are replaced. Each host prints one line per file it touched.
+    entries are replaced. Each host prints one line per file it touched. Exits 1 when
+    something needs you (a file it could not update, a command printed for you to run),
+    after writing the rest; --dry-run exits 1 in the same cases. A user-level Claude Code
+    server you keep running thatch through uvx is printed with the command that replaces
+    it, and setup exits 1, on every --global run.
     """
     from thatch.common.environment import project_dir_from_env
     from thatch.frontend.setup import SetupRequest, resolve_bin, run_setup

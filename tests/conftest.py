@@ -1,7 +1,8 @@
 """Fixtures shared by every test module.
 
 No test may touch the user's real files: ``isolated_env`` (autouse) points HOME, the XDG
-directories and every THATCH_* variable at a per-test temporary directory.
+directories, every THATCH_* variable and Claude Code's managed settings directory at a
+per-test temporary directory.
 """
 
 from __future__ import annotations
@@ -124,6 +125,10 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(home / ".cache" / "huggingface"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Claude Code's managed settings are the system's (/etc/claude-code): none is read.
+    from thatch.frontend.setup import hosts
+
+    monkeypatch.setattr(hosts, "CLAUDE_MANAGED_DIR", tmp_path / "claude-managed")
     return home
 
 

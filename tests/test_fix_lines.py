@@ -14,12 +14,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 # Words of prose that never belong to a command's arguments.
 PROSE = {"has", "it", "or", "then", "and", "rerun", "shows", "saves", "with", "the", "its"}
-COMMANDS = {"thatch", "unset", "export", sys.executable}
+COMMANDS = {"thatch", "claude", "unset", "export", sys.executable}
 REQUIREMENT = re.compile(r"^[A-Za-z0-9_./ -]+(\[[a-z]+\])?(==[0-9][0-9.]*)?$")
 
 
@@ -169,3 +170,108 @@ def test_the_restart_and_model_fixes_paste_whole() -> None:
         assert_pastes(refused.value.fix)
     for template in (MODEL_FIX, OVERRIDE_FIX):
         assert_pastes(template.format(model="acme/a"))
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_doctors_permission_rule_fix_pastes_whole(tmp_path: Path, scope: str) -> None:
+    """Set up, then no settings file holds the rule (a teammate's clone): doctor's fix
+    offers the rule and the opt-out, each command with only its own arguments."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
+        "PATH": str(tmp_path / "nobin"),
+    }
+    entry = {"type": "stdio", "command": "thatch", "args": ["mcp"]}
+    (tmp_path / "claude-config").mkdir()
+    (tmp_path / "claude-config" / ".claude.json").write_text(
+        json.dumps({"mcpServers": {"thatch": entry}})
+    )
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope=scope,  # type: ignore[arg-type]
+            allow_tools=False,
+        )
+    )
+    for settings in (
+        tmp_path / ".claude" / "settings.local.json",
+        tmp_path / "claude-config" / "settings.json",
+    ):
+        if settings.exists():
+            doc = json.loads(settings.read_text())
+            doc.pop("permissions", None)
+            settings.write_text(json.dumps(doc))
+    state, _, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert state == "warn" and fix is not None and "--no-allow-tools" in fix
+    assert_pastes(fix)
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_doctors_fix_for_a_local_scope_server_pastes_whole(tmp_path: Path, scope: str) -> None:
+    """The project's local-scope thatch server runs another executable: doctor's fix
+    removes it (`claude mcp remove --scope local thatch`), and then, when the scope's files
+    drifted too (a local setup's .mcp.json entry gone), reruns setup; each command with
+    only its own arguments."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    config = tmp_path / "claude-config"
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(config), "PATH": "/nobin"}
+    user = {"type": "stdio", "command": "thatch", "args": ["mcp"]}
+    local = {"type": "stdio", "command": "/old/thatch", "args": ["mcp"]}
+    doc = {"mcpServers": {"thatch": user}, "projects": {str(tmp_path): {"mcpServers": {}}}}
+    doc["projects"][str(tmp_path)]["mcpServers"]["thatch"] = local
+    config.mkdir()
+    (config / ".claude.json").write_text(json.dumps(doc))
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope=scope,  # type: ignore[arg-type]
+    )
+    run_setup(request)
+    fixes = [doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[2]]
+    if scope == "local":
+        (tmp_path / ".mcp.json").unlink()
+        fixes.append(doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[2])
+    assert fixes[0] == "remove it from inside the project directory: " + (
+        "claude mcp remove --scope local thatch"
+    )
+    for fix in fixes:
+        assert fix is not None
+        assert_pastes(fix)
+
+
+def test_doctors_fix_for_a_missing_user_server_and_drift_pastes_whole(tmp_path: Path) -> None:
+    """A global setup without the user-level server whose hooks drifted too: the fix runs
+    `claude mcp add …`, then setup; `mcp,` once gave the server a stray argument."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    config = tmp_path / "claude-config"
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(config), "PATH": "/nobin"}
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    settings = config / "settings.json"
+    doc = json.loads(settings.read_text())
+    del doc["hooks"]["Stop"]
+    settings.write_text(json.dumps(doc))
+    fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[2]
+    assert fix is not None and fix.startswith("claude mcp add --scope user thatch")
+    assert_pastes(fix)

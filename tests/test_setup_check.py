@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.check import doctor_status, setup_status, setup_warning
 
 LOCAL_FILE = {"claude": "CLAUDE.md", "cursor": "AGENTS.md", "opencode": "AGENTS.md"}
+GIT = shutil.which("git")  # before the env fixture empties PATH
 
 
 @pytest.fixture
@@ -507,7 +510,279 @@ def test_a_global_claude_setup_without_its_user_server_is_not_ok(
         "warn",
         f"MCP server not registered (global): no thatch server in {user_file}; "
         f"drifted: {settings} (hooks.Stop)",
-        f"{add}, then thatch setup --claude --global",
+        f"{add}; then thatch setup --claude --global",
+    )
+
+
+def test_a_user_server_run_through_uvx_is_not_called_another_executable(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`uvx --from thatch thatch mcp` runs thatch, maybe another version than the hooks:
+    doctor says that, with the commands that make the server run the hooks' thatch."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    entry = {"type": "stdio", "command": "uvx", "args": ["--from", "thatch", "thatch", "mcp"]}
+    user_file.write_text(json.dumps({"mcpServers": {"thatch": entry}}))
+    add = "claude mcp add --scope user thatch -- thatch mcp"
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"drifted (global): the thatch server in {user_file} runs thatch through uvx, "
+        "maybe another version than the hooks'",
+        f"claude mcp remove --scope user thatch && {add}",
+    )
+
+
+def register_local_server(
+    user_file: Path, project: Path, command: str, args: list[str] | None = None
+) -> None:
+    """What `claude mcp add thatch -- <command> mcp` (local scope, its default) writes when
+    run in ``project``: the server under that directory's entry of Claude Code's user file."""
+    entry = {"type": "stdio", "command": command, "args": args or ["mcp"], "env": {}}
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"numStartups": 3, "projects": {str(project): {"mcpServers": {"thatch": entry}}}}
+    user_file.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("config_dir", [True, False])
+def test_a_local_scope_server_registers_thatch_for_a_global_setup(
+    tmp_path: Path, env: dict[str, str], config_dir: bool
+) -> None:
+    """A global setup without the user-level server, but with `claude mcp add`'s local
+    scope entry for this project (keyed by its resolved path): thatch is registered here,
+    and doctor says it is, for this project only. Another project, or an entry running
+    another executable, is still not registered."""
+    if not config_dir:
+        del env["CLAUDE_CONFIG_DIR"]
+    user_file = (tmp_path / "claude-config" if config_dir else Path(env["HOME"])) / ".claude.json"
+    real = tmp_path / "real-project"
+    real.mkdir()
+    project = tmp_path / "project"
+    project.symlink_to(real)
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=project,
+        env=env,
+        bin_path="thatch",
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    add = "claude mcp add --scope user thatch -- thatch mcp"
+    missing = ("warn", f"MCP server not registered (global): no thatch server in {user_file}", add)
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == missing
+    register_local_server(user_file, real, "thatch")
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == (
+        "ok",
+        f"installed (global; the MCP server for this project only, in {user_file})",
+        None,
+    )
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == missing
+    register_local_server(user_file, real, "/old/thatch")
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"{shadowed('global', user_file, 'runs another executable')}; {missing[1]}",
+        f"{REMOVE_LOCAL}; then {add}",
+    )
+
+
+REMOVE_LOCAL = "remove it from inside the project directory: claude mcp remove --scope local thatch"
+
+
+def shadowed(scope: str, user_file: Path, runs: str) -> str:
+    return (
+        f"drifted ({scope}): the thatch server registered for this project in {user_file} "
+        f"(local scope, which Claude Code prefers here) {runs}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "runs"),
+    [
+        ("/old/thatch", ["mcp"], "runs another executable"),
+        ("thatch", ["reminder"], "runs thatch reminder instead of thatch's MCP server"),
+        ("thatch", [], "runs thatch instead of thatch's MCP server"),
+        (
+            "uvx",
+            ["thatch", "mcp"],
+            "runs thatch through uvx, maybe another version than the hooks'",
+        ),
+    ],
+)
+def test_a_local_scope_server_that_is_not_this_thatchs_server_is_drift(
+    tmp_path: Path, env: dict[str, str], command: str, args: list[str], runs: str
+) -> None:
+    """A global setup whose user-level server is right, but the project's local-scope
+    entry runs another executable, or thatch without `mcp` (a hook command), or thatch
+    through uvx: Claude Code runs that entry in this project, so doctor warns, naming the
+    file and how to remove the entry."""
+    register_user_server(env, "thatch")
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    ok = ("ok", "installed (global)", None)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    doc = json.loads(user_file.read_text())
+    entry = {"type": "stdio", "command": command, "args": args}
+    doc["projects"] = {str(tmp_path): {"mcpServers": {"thatch": entry}}}
+    user_file.write_text(json.dumps(doc))
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        shadowed("global", user_file, runs),
+        REMOVE_LOCAL,
+    )
+
+
+def test_the_local_scope_note_shows_only_when_the_local_server_stands_in(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A global setup whose user-level server is right, with a right local-scope server
+    as well: plainly installed, no note; the note names the local server only when it is
+    what registers thatch in the project (the user-level one missing)."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    register_local_server(user_file, tmp_path, "thatch")
+    only = f"installed (global; the MCP server for this project only, in {user_file})"
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        only,
+        None,
+    )
+    doc = json.loads(user_file.read_text())
+    doc["mcpServers"] = {"thatch": {"type": "stdio", "command": "thatch", "args": ["mcp"]}}
+    user_file.write_text(json.dumps(doc))
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "ok",
+        "installed (global)",
+        None,
+    )
+
+
+def git(cwd: Path, *args: str) -> None:
+    assert GIT is not None
+    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
+    identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    subprocess.run([GIT, *args], cwd=cwd, env={**os.environ, **identity}, check=True)
+
+
+def test_the_local_scope_key_is_the_main_checkouts_top(tmp_path: Path) -> None:
+    """Claude Code keys a project's local-scope servers by the top of the repository's
+    main checkout, from a subdirectory or a linked worktree too; outside git (or in a
+    checkout whose .git file is no worktree's, a submodule's) by the directory itself."""
+    from thatch.frontend.setup.claude_servers import project_key
+
+    repo = tmp_path / "repo"
+    (repo / "pkg" / "sub").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "wt"), "-b", "topic")
+    (tmp_path / "wt" / "deep").mkdir()
+    (tmp_path / "link").symlink_to(repo / "pkg")
+    for inside in (repo, repo / "pkg" / "sub", tmp_path / "wt", tmp_path / "wt" / "deep"):
+        assert project_key(inside) == str(repo)
+    assert project_key(tmp_path / "link") == str(repo)  # its real path is in the repo
+    plain = tmp_path / "plain" / "dir"
+    plain.mkdir(parents=True)
+    assert project_key(plain) == str(plain)
+    submodule = tmp_path / "plain" / "sub"
+    submodule.mkdir()
+    (submodule / ".git").write_text("gitdir: ../../repo/.git/modules/sub\n")
+    assert project_key(submodule / ".") == str(submodule)
+
+
+@pytest.mark.parametrize("where", ["subdirectory", "worktree"])
+def test_a_local_scope_server_of_the_repository_counts_in_its_worktrees(
+    tmp_path: Path, env: dict[str, str], where: str
+) -> None:
+    """`claude mcp add thatch -- thatch mcp` run in a repository registers it under the
+    main checkout's top: a global setup checked from a subdirectory or a linked worktree
+    is ok there; an entry under the subdirectory's own path is not Claude Code's."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "wt"))
+    project = repo / "sub" if where == "subdirectory" else tmp_path / "wt"
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=project,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    register_local_server(user_file, project, "thatch")
+    state, said, _ = doctor_status("claude", project, env, bin_path="thatch", version="1")
+    assert (state, said) == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}",
+    )
+    register_local_server(user_file, repo, "thatch")
+    assert doctor_status("claude", project, env, bin_path="thatch", version="1") == (
+        "ok",
+        f"installed (global; the MCP server for this project only, in {user_file})",
+        None,
+    )
+
+
+def test_a_local_scope_server_stands_in_for_the_projects_mcp_json(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Set up locally, then the .mcp.json entry left out (kept private with `claude mcp
+    add`, local scope): not drift. A .mcp.json entry that drifted still is (teammates run
+    it). A local server running another executable is what Claude Code runs here: doctor
+    names it and how to remove it, and the missing .mcp.json entry too."""
+    request = SetupRequest(
+        hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+    )
+    run_setup(request)
+    mcp = tmp_path / ".mcp.json"
+    mcp.unlink()
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    register_local_server(user_file, tmp_path, "thatch")
+    ok = ("ok", "installed (local)", None)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    mcp.write_text('{"mcpServers": {"other": {"command": "x"}}}')
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    old = {"type": "stdio", "command": "/old/thatch", "args": ["mcp"]}
+    mcp.write_text(json.dumps({"mcpServers": {"thatch": old}}))
+    state, said, _ = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert (state, said) == ("warn", f"drifted (local): {mcp} (mcpServers.thatch.command)")
+    mcp.unlink()
+    register_local_server(user_file, tmp_path, "/old/thatch")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"{shadowed('local', user_file, 'runs another executable')}; "
+        f"drifted (local): {mcp} (missing)",
+        f"{REMOVE_LOCAL}; then thatch setup --claude",
     )
 
 
@@ -583,11 +858,12 @@ def test_rerunning_setup_keeps_post_tool_use_and_no_allow_tools(
 
 
 @pytest.mark.parametrize("scope", ["local", "global"])
-def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
+def test_doctor_takes_an_ask_entry_as_the_users_and_warns_of_neither(
     tmp_path: Path, env: dict[str, str], scope: str
 ) -> None:
     """--no-allow-tools's permissions.ask entry is the user's choice, not drift; settings
-    with neither entry are not drift either (as before), and doctor writes nothing."""
+    with neither entry are no drift either, but nothing decides thatch's tool calls though
+    nobody chose that: a warning whose fix offers both. Doctor writes nothing."""
     register_user_server(env, "thatch")
     request = SetupRequest(
         hosts=["claude"],
@@ -610,8 +886,146 @@ def test_doctor_takes_an_ask_entry_or_neither_entry_as_the_users(
     doc = json.loads(allow_file.read_text())
     del doc["permissions"]
     allow_file.write_text(json.dumps(doc, indent=2) + "\n")
-    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == ok
+    setup = "thatch setup --claude" + (" --global" if scope == "global" else "")
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1") == (
+        "warn",
+        f"installed ({scope}), but no settings file allows, asks for or denies thatch's "
+        f"tools (mcp__thatch); setup writes the rule to {allow_file}",
+        f"allow the tools: {setup}; or have Claude Code ask: {setup} --no-allow-tools",
+    )
     assert "permissions" not in json.loads(allow_file.read_text())
+
+
+@pytest.mark.parametrize(
+    "holder", ["settings.local.json", "settings.json", "user settings.json", "user ask"]
+)
+def test_a_teammates_clone_without_the_rule_is_warned_of(
+    tmp_path: Path, env: dict[str, str], holder: str
+) -> None:
+    """A clone holds the committed hooks, block and .mcp.json but not the personal
+    settings.local.json with the rule: nothing decides thatch's tool calls, and doctor
+    says so. The rule (or an ask entry) counts in any settings file Claude Code reads: the
+    project's personal or committed one, or the user's."""
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    personal = tmp_path / ".claude" / "settings.local.json"
+    personal.unlink()  # what a clone of the committed files has
+    state, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert state == "warn" and "no settings file allows, asks for or denies" in said
+    assert fix == (
+        "allow the tools: thatch setup --claude; "
+        "or have Claude Code ask: thatch setup --claude --no-allow-tools"
+    )
+    committed = tmp_path / ".claude" / "settings.json"
+    user = tmp_path / "claude-config" / "settings.json"
+    user.parent.mkdir(exist_ok=True)
+    target, entry = {
+        "settings.local.json": (personal, "allow"),
+        "settings.json": (committed, "allow"),
+        "user settings.json": (user, "allow"),
+        "user ask": (user, "ask"),
+    }[holder]
+    doc = json.loads(target.read_text()) if target.exists() else {}
+    doc["permissions"] = {entry: ["Bash(ls)", "mcp__thatch"]}
+    target.write_text(json.dumps(doc, indent=2) + "\n")
+    status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", "installed (local)", None)
+
+
+@pytest.mark.parametrize(
+    ("holder", "settings"),
+    [
+        ("personal", {"permissions": {"allow": ["mcp__thatch__*"]}}),
+        ("personal", {"permissions": {"allow": ["Bash(ls)", "mcp__thatch__memory_recall"]}}),
+        ("committed", {"permissions": {"deny": ["mcp__thatch"]}}),
+        ("committed", {"permissions": {"ask": ["mcp__thatch__memory_store"]}}),
+        ("committed", {"permissions": {"deny": ["mcp__*"]}}),
+        ("user", {"permissions": {"defaultMode": "bypassPermissions"}}),
+        ("user", {"permissions": {"defaultMode": "dontAsk"}}),
+        ("user", {"permissions": {"defaultMode": "auto"}}),
+        ("personal", {"permissions": {"defaultMode": "plan"}}),
+        ("managed", {"permissions": {"allow": ["mcp__thatch"]}}),
+        ("drop-in", {"permissions": {"allow": ["mcp__thatch__*"]}}),
+        ("managed", {"allowManagedPermissionRulesOnly": True}),
+    ],
+)
+def test_the_users_decisions_on_thatchs_tools_are_no_warning(
+    tmp_path: Path,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    holder: str,
+    settings: dict[str, Any],
+) -> None:
+    """What decides thatch's tool calls besides setup's rule: a server wildcard, one
+    tool's rule ("Yes, and don't ask again"), a deny or ask entry, a permission mode that
+    decides for the prompt, a rule in the system's managed settings (their file or a
+    drop-in), or managed settings that take no permission rule from the project at all.
+    Each is the user's (or the administrator's) decision: doctor says installed."""
+    from thatch.frontend.setup import hosts
+
+    managed = tmp_path / "managed"
+    monkeypatch.setattr(hosts, "CLAUDE_MANAGED_DIR", managed)
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    (tmp_path / ".claude" / "settings.local.json").unlink()
+    target = {
+        "personal": tmp_path / ".claude" / "settings.local.json",
+        "committed": tmp_path / ".claude" / "settings.json",
+        "user": tmp_path / "claude-config" / "settings.json",
+        "managed": managed / "managed-settings.json",
+        "drop-in": managed / "managed-settings.d" / "20-tools.json",
+    }[holder]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(target.read_text()) if target.exists() else {}
+    target.write_text(json.dumps({**doc, **settings}, indent=2) + "\n")
+    status = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == ("ok", "installed (local)", None)
+
+
+@pytest.mark.parametrize("case", ["acceptEdits", "jsonc", "managed without the rule"])
+def test_what_decides_nothing_for_thatchs_tools_is_warned_of(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """acceptEdits decides only edits and file commands; a settings file with a comment (the
+    user's, which a local setup does not rewrite) is one Claude Code ignores whole (doctor
+    names it), whatever rule it shows; managed settings without a rule for thatch leave it
+    undecided too."""
+    from thatch.frontend.setup import hosts
+
+    managed = tmp_path / "managed"
+    monkeypatch.setattr(hosts, "CLAUDE_MANAGED_DIR", managed)
+    run_setup(
+        SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+    )
+    personal = tmp_path / ".claude" / "settings.local.json"
+    said = (
+        "installed (local), but no settings file allows, asks for or denies thatch's tools "
+        f"(mcp__thatch); setup writes the rule to {personal}"
+    )
+    if case == "acceptEdits":
+        personal.write_text('{"permissions": {"defaultMode": "acceptEdits"}}')
+    elif case == "jsonc":
+        personal.unlink()
+        user = tmp_path / "claude-config" / "settings.json"
+        user.parent.mkdir(exist_ok=True)
+        user.write_text('{\n  // mine\n  "permissions": {"allow": ["mcp__thatch"]}\n}\n')
+        said += f"; Claude Code ignores {user} (not JSON)"
+    else:
+        personal.unlink()
+        managed.mkdir()
+        (managed / "managed-settings.json").write_text('{"permissions": {"deny": ["Bash"]}}')
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        said,
+    )
 
 
 def test_doctor_compares_the_user_server_with_the_real_path(
@@ -678,12 +1092,48 @@ def test_a_json_host_file_nested_too_deep_is_unreadable_not_a_crash(
     assert json.loads(mcp.read_text())["mcpServers"]["thatch"]["command"] == "thatch"
 
 
+def test_doctor_reads_claude_codes_user_file_once(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user file holds Claude Code's session history (tens of megabytes): one doctor
+    verdict reads it once, however many things it asks of it (the local-scope server, the
+    user-level one, what the missing one is called). A byte order mark is no problem."""
+    from thatch.frontend.regular_files import read_regular
+    from thatch.frontend.setup import claude_servers
+
+    run_setup(
+        SetupRequest(
+            hosts=["claude"],
+            project_dir=tmp_path,
+            env=env,
+            bin_path="thatch",
+            version="1",
+            scope="global",
+        )
+    )
+    user_file = tmp_path / "claude-config" / ".claude.json"
+    history = {"history": [{"display": "x" * 100}] * 1000}
+    user_file.write_text("\ufeff" + json.dumps({"projects": {"/elsewhere": history}}))
+    reads: list[str] = []
+
+    def counting(path: str | Path, limit: int) -> bytes:
+        reads.append(str(path))
+        return read_regular(path, limit)
+
+    monkeypatch.setattr(claude_servers, "read_regular", counting)
+    assert doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")[:2] == (
+        "warn",
+        f"MCP server not registered (global): no thatch server in {user_file}",
+    )
+    assert reads.count(str(user_file)) == 1
+
+
 @pytest.mark.parametrize("kind", ["jsonc", "malformed", "huge", "fifo", "directory"])
 def test_a_user_file_that_cannot_be_read_is_not_called_empty(
     tmp_path: Path, env: dict[str, str], kind: str
 ) -> None:
     """Claude Code's user file that cannot be read is reported as such, not as holding no
-    thatch server; a JSONC one is read."""
+    thatch server; a JSONC one too, as Claude Code parses the file as strict JSON."""
     request = SetupRequest(
         hosts=["claude"],
         project_dir=tmp_path,
@@ -706,11 +1156,10 @@ def test_a_user_file_that_cannot_be_read_is_not_called_empty(
         os.mkfifo(user_file)
     else:
         user_file.mkdir()
-    status, said, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
-    if kind == "jsonc":
-        assert (status, said, fix) == ("ok", "installed (global)", None)
-        return
+    status, said, _ = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
     assert status == "warn"
+    if kind in ("jsonc", "malformed"):
+        assert said == f"MCP server unknown (global): {user_file} cannot be read (not JSON)"
     assert said.startswith(f"MCP server unknown (global): {user_file} cannot be read (")
     assert "no thatch server" not in said
     details = run_setup(request).details()

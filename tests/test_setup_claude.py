@@ -16,7 +16,7 @@ from thatch.cli.main import cli
 from thatch.frontend.setup import SetupRequest, SetupResult, run_setup
 from thatch.frontend.setup.block import BEGIN, END
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK
-from thatch.frontend.setup.run import RUN_IT, RUN_IT_AGAIN
+from thatch.frontend.setup.run import RUN_IT, RUN_IT_AGAIN, RUN_THROUGH
 
 BIN = "/opt/thatch/bin/thatch"
 
@@ -470,6 +470,68 @@ def test_without_claude_on_path_setup_reads_the_user_file(
     assert RUN_IT_AGAIN == (
         "not run: run it yourself; until then Claude Code runs the other executable"
     )
+
+
+@pytest.mark.parametrize("claude_on_path", [False, True])
+def test_a_user_server_run_through_uvx_is_said_to_run_thatch(
+    tmp_path: Path, project: Path, env: dict[str, str], claude_on_path: bool
+) -> None:
+    """A user-level server `uvx --from thatch thatch mcp` runs thatch, maybe another version
+    than the hooks run: setup says so, not "another executable", and still prints the
+    commands that make it run the hooks' thatch. The user may have chosen uvx, which setup
+    cannot tell: the line says how to keep it, and that setup then exits 1 each run."""
+    args = ["--from", "thatch", "thatch", "mcp"]
+    if claude_on_path:
+        script = tmp_path / "bin" / "claude"
+        script.write_text(
+            '#!/bin/sh\nif [ "$2" = "get" ]; then '
+            'printf "thatch:\\n  Command: uvx\\n  Args: --from thatch thatch mcp\\n"; '
+            "exit 0; fi\nexit 1\n"
+        )
+        script.chmod(0o755)
+    else:
+        user_file = tmp_path / "claude-config" / ".claude.json"
+        user_file.parent.mkdir()
+        entry = {"type": "stdio", "command": "uvx", "args": args, "env": {}}
+        user_file.write_text(json.dumps({"mcpServers": {"thatch": entry}}))
+    result = run(project, env, scope="global")
+    add = f"claude mcp add --scope user thatch -- {BIN} mcp"
+    remove = "claude mcp remove --scope user thatch"
+    note = RUN_THROUGH.format(runner="uvx")
+    assert result.stdout_lines()[1] == f"  printed  {remove} && {add}  ({note})"
+    assert note == (
+        "not run: run it yourself; until then Claude Code runs thatch through uvx, "
+        "maybe another version than the hooks'; to keep that, leave it: each setup run then "
+        "prints this and exits 1"
+    )
+    assert result.exit_code == 1
+    assert any(
+        d.startswith("the user-level thatch server runs thatch through uvx, maybe another")
+        for d in result.details()
+    ), result.details()
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        ("uvx", ["thatch", "mcp"], "uvx"),
+        ("/home/u/.local/bin/uvx", ["--from", "thatch==2.0", "thatch", "mcp"], "uvx"),
+        ("uv", ["tool", "run", "thatch", "mcp"], "uv"),
+        ("pipx", ["run", "thatch[team]", "mcp"], "pipx"),
+        ("uvx", ["other-server", "mcp"], None),
+        ("uvx", ["thatch", "reminder"], None),
+        ("npx", ["thatch", "mcp"], None),
+        ("uvx", "thatch mcp", None),
+    ],
+)
+def test_runner_names_only_a_runner_of_thatchs_server(
+    command: str, args: object, expected: str | None
+) -> None:
+    """An entry runs thatch through a package runner when the runner is uvx, uv or pipx
+    and its arguments name thatch and `mcp`."""
+    from thatch.frontend.setup.claude_servers import runner
+
+    assert runner(command, args) == expected
 
 
 def test_cli_post_tool_use_is_kept_until_post_tool_batch(

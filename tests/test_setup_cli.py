@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -88,6 +89,57 @@ def test_broken_block_exit_1_and_reason(project: Path) -> None:
     assert f"  broken  {project / 'AGENTS.md'}" in result.stdout.splitlines()
     assert "remove the partial block" in result.stderr
     assert (project / ".cursor" / "hooks.json").is_file()
+
+
+def test_a_global_claude_setup_whose_mcp_command_was_not_run_exits_1(
+    project: Path, tmp_path: Path
+) -> None:
+    """No `claude` on PATH: setup writes everything else, prints `claude mcp add …` for
+    the user to run and exits 1, as a script running setup must notice (Claude Code has no
+    thatch tools until then); once Claude Code's user file holds the server, exit 0."""
+    result = CliRunner().invoke(cli, ["setup", "--claude", "--global"])
+    assert result.exit_code == 1, result.output
+    add = shlex.join(
+        ["claude", "mcp", "add", "--scope", "user", "thatch", "--", sys.argv[0], "mcp"]
+    )
+    assert any(
+        line.startswith(f"  printed  {add}  (not run: ") for line in result.stdout.splitlines()
+    )
+    assert f"run this yourself: {add}" in result.stderr
+    config = tmp_path / "claude-config"
+    assert (
+        "thatch"
+        in json.loads((config / "settings.json").read_text())["hooks"]["Stop"][0]["hooks"][0][
+            "command"
+        ]
+    )
+    assert (config / "CLAUDE.md").read_text().startswith(BEGIN)
+    entry = {"type": "stdio", "command": sys.argv[0], "args": ["mcp"]}
+    (config / ".claude.json").write_text(json.dumps({"mcpServers": {"thatch": entry}}))
+    again = CliRunner().invoke(cli, ["setup", "--claude", "--global"])
+    assert again.exit_code == 0, again.output
+    assert f"  unchanged  {add}" in again.stdout.splitlines()
+
+
+def test_dry_run_exits_as_the_real_run_would(project: Path, tmp_path: Path) -> None:
+    """`--dry-run` exits 1 where the real run would (a `claude mcp add` it would print,
+    with no `claude` on PATH) and 0 where it would not, writing nothing either way; the
+    help says so."""
+    dry = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--dry-run"])
+    assert dry.exit_code == 1, dry.output
+    assert any(line.startswith("  printed  claude mcp add ") for line in dry.stdout.splitlines())
+    config = tmp_path / "claude-config"
+    assert not config.exists()
+    config.mkdir()
+    entry = {"type": "stdio", "command": sys.argv[0], "args": ["mcp"]}
+    (config / ".claude.json").write_text(json.dumps({"mcpServers": {"thatch": entry}}))
+    again = CliRunner().invoke(cli, ["setup", "--claude", "--global", "--dry-run"])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in config.iterdir()) == [".claude.json"]
+    real = CliRunner().invoke(cli, ["setup", "--claude", "--global"])
+    assert real.exit_code == 0, real.output
+    shown = " ".join(CliRunner().invoke(cli, ["setup", "--help"]).output.split())
+    assert "--dry-run Show what would change; change nothing. Exits 1 in the same cases" in shown
 
 
 def test_dry_run_cli(project: Path, tmp_path: Path) -> None:

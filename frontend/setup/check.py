@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from thatch.common.environment import HOSTS
 from thatch.frontend.setup import block
@@ -18,6 +18,8 @@ from thatch.frontend.setup.hosts import HOST_NAMES, Scope, host_paths, instructi
 from thatch.frontend.setup.installed import has_own_entry, read_text
 
 if TYPE_CHECKING:
+    from thatch.frontend.setup.choices import ToolsPermission
+    from thatch.frontend.setup.claude_servers import UserEntry
     from thatch.frontend.setup.run import Line
 
 __all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
@@ -89,15 +91,19 @@ def setup_warning(
     )
 
 
+Verdict = tuple[Literal["ok", "warn", "FAIL"], str, str | None]
+# Claude Code runs a project's local-scope server instead of the others of that name.
+REMOVE_LOCAL = "remove it from inside the project directory: claude mcp remove --scope local thatch"
+
+
 def doctor_status(
     host: str, project_dir: Path, env: Mapping[str, str], *, bin_path: str, version: str
-) -> tuple[Literal["ok", "warn", "FAIL"], str, str | None]:
+) -> Verdict:
     """(status, detail, fix) for doctor's ``setup:<host>`` check; changes nothing.
 
     The scope checked is the first (local, then global) holding an entry of the host's
     own; an instruction block another host wrote does not make this host installed.
     """
-    from thatch.frontend.setup.run import SetupRequest, run_setup, user_entry
     from thatch.frontend.untrusted import inline
 
     scopes: list[Scope] = ["local", "global"]
@@ -126,6 +132,46 @@ def doctor_status(
     if text is not None and block.analyse(text).kind == "broken":
         fix = f"remove the partial thatch block, then {fix}"
         return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
+    if host != "claude":
+        return _verdict(host, scope, project_dir, env, bin_path, version, fix, None, False)
+    from thatch.frontend.setup.claude_servers import user_entry
+
+    user = user_entry(env, project_dir)  # the one read of Claude Code's user file
+    shadow = _shadowing(user.local, bin_path, env) if user.local is not None else None
+    here = user.local is not None and shadow is None
+    verdict = _verdict(host, scope, project_dir, env, bin_path, version, fix, user, here)
+    if shadow is None or verdict[0] == "FAIL":
+        return verdict
+    # Claude Code runs the local-scope entry here, whatever the others say.
+    said = (
+        f"drifted ({scope}): the thatch server registered for this project in "
+        f"{inline(str(user.path))} (local scope, which Claude Code prefers here) {shadow}"
+    )
+    if verdict[0] == "ok":
+        return "warn", said, REMOVE_LOCAL
+    return "warn", f"{said}; {verdict[1]}", f"{REMOVE_LOCAL}; then {verdict[2]}"
+
+
+def _verdict(
+    host: str,
+    scope: Scope,
+    project_dir: Path,
+    env: Mapping[str, str],
+    bin_path: str,
+    version: str,
+    fix: str,
+    user: UserEntry | None,
+    here: bool,
+) -> Verdict:
+    """The verdict on the scope's files, as a dry run of setup finds them. ``user``:
+    Claude Code's user file as read (Claude Code only); ``here``: it holds a local-scope
+    server for the project running this thatch's MCP server, which stands in for the
+    entries it hides."""
+    from thatch.frontend.setup.choices import tools_permission
+    from thatch.frontend.setup.claude_servers import runner
+    from thatch.frontend.setup.run import SetupRequest, run_setup
+    from thatch.frontend.untrusted import inline
+
     drifts: list[list[Line]] = []
     # The same executable may be spelled `thatch` (found on PATH) or by its path, depending
     # on PATH when setup ran: compare what the entries run, not how they spell it.
@@ -144,6 +190,7 @@ def doctor_status(
             unrecorded_allow=None,
             run_claude=False,  # doctor never runs `claude mcp get`: it reads the user file
             dry_run=True,
+            claude_user=user,
         )
         lines = run_setup(request).reports[0].lines
         failed = [line.target for line in lines if line.status in ("broken", "conflict")]
@@ -152,7 +199,19 @@ def doctor_status(
         # A printed command is one setup could not run (doctor never runs `claude`): the
         # user-level MCP entry is missing, or runs another executable.
         found = [line for line in lines if line.status in ("would-write", "printed")]
+        hidden: list[Line] = []
+        if here:
+            hidden = [line for line in found if _registered_here(line, scope, project_dir, env)]
+            found = [line for line in found if line not in hidden]
         if not found:
+            if host == "claude":
+                permission = tools_permission(project_dir, env)
+                if not permission.decided:
+                    return _no_permission_rule(scope, project_dir, env, fix, permission)
+            # Said only when the local-scope server is what registers thatch here.
+            if user is not None and scope == "global" and hidden:
+                only = f"the MCP server for this project only, in {inline(str(user.path))}"
+                return "ok", f"installed (global; {only})", None
             return "ok", f"installed ({scope})", None
         drifts.append(found)
     # Compared in another spelling than the files', every command differs: the spelling
@@ -164,9 +223,15 @@ def doctor_status(
     # What `claude mcp add` would have written: the hooks and the block tell every
     # session to call tools that do not exist until the user runs the command.
     command = printed[0].target
-    user = user_entry(env)
+    assert user is not None  # only Claude Code's setup prints a command
     user_file = inline(str(user.path))
-    if command.startswith("claude mcp remove"):
+    through = runner(user.entry.get("command"), user.entry.get("args")) if user.entry else None
+    if through is not None:
+        said = (
+            f"drifted ({scope}): the thatch server in {user_file} runs thatch through "
+            f"{through}, maybe another version than the hooks'"
+        )
+    elif command.startswith("claude mcp remove"):
         said = f"drifted ({scope}): the thatch server in {user_file} runs another executable"
     elif user.problem:
         said = f"MCP server unknown ({scope}): {user_file} {user.problem}"
@@ -175,8 +240,71 @@ def doctor_status(
     rest = [line for line in drifted if line.status != "printed"]
     if rest:
         said += f"; drifted: {', '.join(map(_drift, rest))}"
-        command += f", then {fix}"
+        command += f"; then {fix}"
     return "warn", said, command
+
+
+def _shadowing(local: dict[str, Any], bin_path: str, env: Mapping[str, str]) -> str | None:
+    """What the project's local-scope thatch entry runs when that is not this thatch's
+    MCP server (``<bin> mcp``, any spelling of ``<bin>``): Claude Code runs it in the
+    project instead of the .mcp.json entry and the user-level one. None when it is."""
+    import shlex
+
+    from thatch.frontend.setup.claude_servers import runner, same_binary
+    from thatch.frontend.untrusted import inline
+
+    command, args = local.get("command"), local.get("args")
+    words = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
+    if not isinstance(command, str):
+        return "runs no command"  # a remote server (`url`), or no server at all
+    if not same_binary(command, bin_path, env):
+        through = runner(command, args)
+        if through is not None:
+            return f"runs thatch through {through}, maybe another version than the hooks'"
+        return "runs another executable"
+    if words[:1] == ["mcp"] and isinstance(args, list) and len(words) == len(args):
+        return None
+    return f"runs {inline(shlex.join([command, *words]))} instead of thatch's MCP server"
+
+
+def _registered_here(line: Line, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:
+    """Whether ``line`` is only about the MCP entry a local-scope server stands in for: the
+    user-level server a global setup prints, or a project's .mcp.json without a thatch
+    entry (one that drifted still runs for teammates, and an unreadable file stays
+    reported)."""
+    from thatch.frontend.setup.switch_entries import thatch_entry
+
+    if scope == "global":
+        return line.status == "printed"
+    mcp = host_paths("claude", scope, project_dir, env).mcp
+    if mcp is None or line.target != str(mcp) or line.differs == "unreadable":
+        return False
+    return thatch_entry("claude", mcp) is None
+
+
+def _no_permission_rule(
+    scope: Scope,
+    project_dir: Path,
+    env: Mapping[str, str],
+    setup: str,
+    permission: ToolsPermission,
+) -> tuple[Literal["warn"], str, str]:
+    """Installed, but no settings file decides thatch's tool calls: no rule for them, no
+    permission mode that decides, though nobody chose that (the personal
+    settings.local.json is not in a teammate's clone). Only that is said: what Claude Code
+    then does depends on the mode it runs in."""
+    from thatch.frontend.setup.permissions import RULE
+    from thatch.frontend.untrusted import inline
+
+    where = host_paths("claude", scope, project_dir, env).permissions
+    said = (
+        f"installed ({scope}), but no settings file allows, asks for or denies thatch's "
+        f"tools ({RULE}); setup writes the rule to {inline(str(where))}"
+    )
+    for path, why in permission.ignored:
+        said += f"; Claude Code ignores {inline(str(path))} ({why})"
+    fix = f"allow the tools: {setup}; or have Claude Code ask: {setup} --no-allow-tools"
+    return "warn", said, fix
 
 
 def _changes(lines: list[Line]) -> int:

@@ -1,13 +1,16 @@
 """Where each host keeps its configuration, and which command setup writes for thatch.
 
 Everything is a pure function of an environment mapping and the project directory, so
-tests pass their own temporary directories (docs/hooks.md §binary, §setup-files).
+tests pass their own temporary directories (docs/hooks.md §binary, §setup-files); only
+Claude Code's managed settings are at a fixed place per system (``CLAUDE_MANAGED_DIR``,
+which tests point elsewhere).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -15,6 +18,7 @@ from typing import Literal
 from thatch.common.environment import Env, config_home, env_get, expand_user, home
 
 __all__ = [
+    "CLAUDE_MANAGED_DIR",
     "HOST_NAMES",
     "HostPaths",
     "Scope",
@@ -30,6 +34,16 @@ __all__ = [
 Scope = Literal["local", "global"]
 
 HOST_NAMES: dict[str, str] = {"claude": "Claude Code", "cursor": "Cursor", "opencode": "opencode"}
+
+# Where Claude Code reads the managed settings an administrator deploys on this system
+# (managed-settings.json, then managed-settings.d/*.json), whoever runs it.
+CLAUDE_MANAGED_DIR = Path(
+    "/Library/Application Support/ClaudeCode"
+    if sys.platform == "darwin"
+    else "C:\\Program Files\\ClaudeCode"
+    if sys.platform == "win32"
+    else "/etc/claude-code"
+)
 
 
 def claude_config_dir(env: Env) -> Path:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -22,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from thatch.frontend.regular_files import read_regular
 from thatch.frontend.setup import (
     block,
     choices,
@@ -33,7 +30,8 @@ from thatch.frontend.setup import (
     permissions,
     skills,
 )
-from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, claude_user_file, host_paths
+from thatch.frontend.setup.claude_servers import UserEntry, runner, same_binary, user_entry
+from thatch.frontend.setup.hosts import HOST_NAMES, HostPaths, Scope, host_paths
 from thatch.frontend.setup.instructions import BLOCK, POINTER_BLOCK, block_text
 from thatch.frontend.setup.own_keys import Replaced, merge_own
 from thatch.frontend.setup.switch_entries import entry_off, thatch_entry, with_switches
@@ -50,6 +48,10 @@ __all__ = [
 ]
 
 FAILED_STATUSES = frozenset({"broken", "conflict"})
+# Exit 1 when the user must act: a file setup could not update, or a command it printed
+# and did not run (until `claude mcp add` runs, Claude Code has no thatch tools, or runs
+# another executable).
+ATTENTION_STATUSES = FAILED_STATUSES | {"printed"}
 CHANGED_STATUSES = frozenset({"written", "created", "backed-up"})
 CLAUDE_TIMEOUT_SECONDS = 30
 
@@ -99,6 +101,9 @@ class SetupRequest:
     # what the entry says (docs/tools.md §switches).
     switches: Mapping[str, bool] = field(default_factory=dict)
     dry_run: bool = False
+    # Claude Code's user file as already read (doctor reads it once per run: it may be
+    # megabytes); None: setup reads it when it needs it.
+    claude_user: UserEntry | None = None
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
 
@@ -108,7 +113,7 @@ class SetupResult:
 
     @property
     def exit_code(self) -> int:
-        failed = any(line.status in FAILED_STATUSES for r in self.reports for line in r.lines)
+        failed = any(line.status in ATTENTION_STATUSES for r in self.reports for line in r.lines)
         return 1 if failed else 0
 
     def stdout_lines(self) -> list[str]:
@@ -258,13 +263,18 @@ def _opencode_mcp(
 RUN_IT = "not run: run it yourself; Claude Code has no thatch tools until then"
 # A printed remove-and-add: the registered server still runs, another executable.
 RUN_IT_AGAIN = "not run: run it yourself; until then Claude Code runs the other executable"
-# Claude Code's user file also holds its session state: large, but never this large.
-USER_FILE_LIMIT = 64 << 20
+# A printed remove-and-add for a server that runs thatch through a package runner (uvx),
+# which the user may have chosen: setup cannot tell, so it says how to keep it.
+RUN_THROUGH = (
+    "not run: run it yourself; until then Claude Code runs thatch through {runner}, "
+    "maybe another version than the hooks'; to keep that, leave it: each setup run then "
+    "prints this and exits 1"
+)
 
 
 def _claude_user_mcp(request: SetupRequest) -> Line:
     line = _user_mcp_line(request)
-    if line.status != "printed":
+    if line.status != "printed" or line.note:
         return line
     again = line.target.startswith("claude mcp remove")
     return dataclasses.replace(line, note=RUN_IT_AGAIN if again else RUN_IT)
@@ -276,14 +286,20 @@ def _user_mcp_line(request: SetupRequest) -> Line:
     claude = shutil.which("claude", path=request.env.get("PATH")) if request.run_claude else None
     if claude is None:
         # What `claude mcp get` would read: the user file (doctor always asks it here).
-        user = user_entry(request.env)
+        user = request.claude_user or user_entry(request.env)
         if user.entry is None:
             where = inline(str(user.path))
             has = f"{where} {user.problem}" if user.problem else f"{where} has no thatch server"
             said = f"claude is not on PATH and {has}" if request.run_claude else has
             return Line("printed", shown, f"{said}; run this yourself: {inline(shown)}")
         command = user.entry.get("command")
-        return _registered(command if isinstance(command, str) else None, request, shown)
+        args = user.entry.get("args")
+        return _registered(
+            command if isinstance(command, str) else None,
+            args if isinstance(args, list) else [],
+            request,
+            shown,
+        )
     # `claude mcp get` also finds the project's .mcp.json and local-scope entries of the
     # directory it runs in: asked from the project, a local setup hid a missing user entry.
     # From an empty directory only user-scope (and managed) servers answer.
@@ -294,7 +310,7 @@ def _user_mcp_line(request: SetupRequest) -> Line:
             failed = f"claude mcp get thatch failed ({inline(str(error))}); run: {inline(shown)}"
             return Line("printed", shown, failed)
         if known.returncode == 0:
-            return _registered(_listed_command(known.stdout), request, shown)
+            return _registered(*_listed(known.stdout), request, shown)
         if request.dry_run:
             return Line("would-write", shown)
         try:
@@ -311,70 +327,40 @@ def _user_mcp_line(request: SetupRequest) -> Line:
     return Line("written", shown)
 
 
-def _registered(command: str | None, request: SetupRequest, shown: str) -> Line:
+def _registered(command: str | None, args: list[Any], request: SetupRequest, shown: str) -> Line:
     """The user-level thatch server runs ``command`` (None: it names none, taken as current)."""
-    if command is None or _same_binary(command, request.bin_path, request.env):
+    if command is None or same_binary(command, request.bin_path, request.env):
         return Line("unchanged", shown)
     remove = "claude mcp remove --scope user thatch"
+    run = f"run: {remove} && {inline(shown)}"
+    through = runner(command, args)
+    if through is None:
+        detail = (
+            f"the user-level thatch server runs {inline(command)}, not "
+            f"{inline(request.bin_path)}; {run}"
+        )
+        return Line("printed", f"{remove} && {shown}", detail)
+    # It runs thatch, fetched by the runner: maybe not the version the hooks run.
     detail = (
-        f"the user-level thatch server runs {inline(command)}, not "
-        f"{inline(request.bin_path)}; run: {remove} && {inline(shown)}"
+        f"the user-level thatch server runs thatch through {through}, maybe another version "
+        f"than the hooks' {inline(request.bin_path)}; {run} (or, to keep it, leave it: "
+        "setup exits 1 while it runs thatch that way)"
     )
-    return Line("printed", f"{remove} && {shown}", detail)
+    note = RUN_THROUGH.format(runner=through)
+    return Line("printed", f"{remove} && {shown}", detail, note=note)
 
 
-@dataclass(frozen=True)
-class UserEntry:
-    """Claude Code's user file and the thatch server in its ``mcpServers``."""
-
-    path: Path
-    entry: dict[str, Any] | None  # None: no server, no file, or a file that cannot be read
-    problem: str = ""  # why the file cannot be read ("": it can, or there is none)
-
-
-def user_entry(env: Mapping[str, str]) -> UserEntry:
-    """The thatch server in Claude Code's user file, read as ``claude mcp get`` would (it
-    writes plain JSON; JSONC is read too, harmlessly)."""
-    path = claude_user_file(env)
-    try:
-        raw = read_regular(path, USER_FILE_LIMIT)
-    except FileNotFoundError:
-        return UserEntry(path, None)
-    except OSError as error:  # a directory, a FIFO, larger than the limit, unreadable
-        why = error.strerror or str(error)
-        return UserEntry(path, None, f"cannot be read ({why})")
-    try:
-        text = raw.decode("utf-8")
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = jsonfiles.parse_jsonc(text)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return UserEntry(path, None, "cannot be read (not JSON)")
-    if not isinstance(doc, dict):
-        return UserEntry(path, None, "cannot be read (no JSON object)")
-    servers = doc.get("mcpServers")
-    entry = servers.get("thatch") if isinstance(servers, dict) else None
-    return UserEntry(path, entry if isinstance(entry, dict) else None)
-
-
-def _same_binary(a: str, b: str, env: Mapping[str, str]) -> bool:
-    """``thatch`` found on PATH and its absolute path are the same server command."""
-
-    def where(command: str) -> str:
-        found = shutil.which(command, path=env.get("PATH")) if "/" not in command else command
-        return os.path.realpath(found or command)
-
-    return a == b or where(a) == where(b)
-
-
-def _listed_command(listing: str) -> str | None:
-    """The ``Command:`` value of ``claude mcp get``'s listing, None when it shows none."""
+def _listed(listing: str) -> tuple[str | None, list[Any]]:
+    """The ``Command:`` value of ``claude mcp get``'s listing (None when it shows none) and
+    its ``Args:`` words."""
+    command, args = None, []
     for line in listing.splitlines():
         key, _, value = line.strip().partition(":")
         if key == "Command" and value.strip():
-            return value.strip()
-    return None
+            command = value.strip()
+        elif key == "Args":
+            args = value.split()
+    return command, args
 
 
 def _run(argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.CompletedProcess[str]:
