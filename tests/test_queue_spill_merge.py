@@ -53,12 +53,12 @@ def spill_calls(directory: Path, *use_ids: str, at_ms: int | None = None) -> Non
 
 
 _DIES = """
-import os, sys
+import importlib, os, sys
 from pathlib import Path
 from thatch.frontend import queue
-from thatch.frontend.queue import append
-*owners, name = sys.argv[2].split(".")
-target = append
+module, _, where = sys.argv[2].rpartition(".")
+*owners, name = where.split(":")
+target = importlib.import_module(module)
 for owner in owners:
     target = getattr(target, owner)
 setattr(target, name, lambda *args, **kwargs: os._exit(9))
@@ -68,8 +68,8 @@ queue.append_calls(Path(sys.argv[1]), sys.argv[4], [call])
 
 
 def holder_dies(directory: Path, where: str, use_id: str) -> None:
-    """A tool hook queueing ``use_id``, killed as it calls ``where`` (a name in
-    ``thatch.frontend.queue.append``, patched in that child process only)."""
+    """A tool hook queueing ``use_id``, killed as it calls ``where`` (``module.name``, or
+    ``module.Class:name``, patched in that child process only)."""
     args = [sys.executable, "-c", _DIES, str(directory), where, use_id, S]
     done = subprocess.run(args, capture_output=True, timeout=60, check=False)
     assert done.returncode == 9, done.stderr
@@ -84,7 +84,7 @@ def test_a_holder_that_dies_before_writing_the_queue_leaves_the_spill_to_the_nex
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     spill_calls(directory, "b")
-    holder_dies(directory, "_Batch._write", "dead")
+    holder_dies(directory, "thatch.frontend.queue.append._Batch:_write", "dead")
     assert ids(directory) == ["a"] and marker(directory).exists()
     queue.append_calls(directory, S, [call("c")])
     assert ids(directory) == ["a", "b", "c"]
@@ -102,7 +102,7 @@ def test_a_holder_that_dies_after_writing_the_queue_extracts_nothing_twice(
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     spill_calls(directory, "b")
-    holder_dies(directory, "forget_spills", "c")
+    holder_dies(directory, "thatch.frontend.queue.spill.forget_spills", "c")
     assert ids(directory) == ["a", "b", "c"] and marker(directory).exists()
     queue.append_calls(directory, S, [call("d")])
     assert ids(directory) == ["a", "b", "c", "d"]
@@ -329,7 +329,7 @@ def test_a_save_merged_again_still_spares_its_own_call(tmp_path: Path) -> None:
     own = {"record": queue.make_record(S, call("own"), None, origin.at_ms)}
     events: list[dict[str, Any]] = [own, {"drain": "memory_remember", "started": None}]
     assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
-    holder_dies(directory, "forget_spills", "c")
+    holder_dies(directory, "thatch.frontend.queue.spill.forget_spills", "c")
     assert ids(directory) == ["own", "c"] and marker(directory).exists()
     queue.append_calls(directory, S, [call("d")])
     assert ids(directory) == ["own", "c", "d"]

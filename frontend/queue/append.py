@@ -6,7 +6,9 @@ holder. ``append_calls`` takes the session's lock, reads its queue and snapshot 
 once, lets each event change them (``_Batch``) and writes back only what changed. A hook
 whose lock stays busy for its timeout spills its events to a file of its own (``spill``);
 whoever next holds the lock replays them first (``replay_spills``), as if the batch had
-been appended at its time.
+been appended at its time. ``spill`` is imported only when the session's marker says that
+spills wait (``files.spilled``, one ``lstat``) or the hook must write one: tool hooks run
+on every call and import lazily (docs/hooks.md §rules).
 """
 
 from __future__ import annotations
@@ -27,21 +29,14 @@ from thatch.frontend.queue.files import (
     read_lines,
     read_state,
     record_project,
+    spilled,
     state_path,
     unlink,
     write_atomic,
     write_records,
 )
 from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT, SPILLS_PER_SESSION
-from thatch.frontend.queue.records import call_time, compact, make_record, seq_of
-from thatch.frontend.queue.spill import (
-    Origin,
-    Spill,
-    forget_spills,
-    spilled,
-    take_spills,
-    write_spill,
-)
+from thatch.frontend.queue.records import Origin, call_time, compact, make_record, seq_of
 
 __all__ = [
     "SPILL_MERGE_WAIT_SECONDS",
@@ -105,6 +100,8 @@ def append_calls(
         events = list(deque(_events_of(session_id, calls, origin.at_ms), _KEPT_IN_BATCH))
         if not events:
             return  # nothing to queue, drain or name: nothing lost
+        from thatch.frontend.queue.spill import Spill, write_spill
+
         seen = read_state(state_path(jsonl)).get("accepted_at")  # an atomic file: no lock
         if not write_spill(jsonl, Spill(origin, seen, events)):
             raise LockBusy(
@@ -202,6 +199,10 @@ class _Batch:
         """Take every spilled batch, oldest first, then put the records in the order the
         calls ended (a fresh snapshot's first): a spill's calls ended before those queued
         while it waited, and the 20-record cap must drop the oldest, not the latest."""
+        if not unmarked and not spilled(self.jsonl):
+            return
+        from thatch.frontend.queue.spill import take_spills
+
         found = take_spills(self.jsonl, unmarked=unmarked)
         if found is None:
             return
@@ -318,6 +319,8 @@ class _Batch:
         their calls still queued (``tool_use_id``)."""
         self._write(count)
         if self.took:
+            from thatch.frontend.queue.spill import forget_spills  # imported by the take
+
             forget_spills(self.jsonl, self.spills)
 
     def _write(self, count: Path) -> None:

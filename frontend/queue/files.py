@@ -9,7 +9,8 @@ stem (``carry``). Every read-modify-write holds the lock and replaces the file
 atomically, so readers (which never lock) see either the old or the new file, never a
 torn one. This is the one module of the queue that opens its files, but for the batches
 a busy lock made hooks spill (``<safe>.<ms>-<pid>-<random>.spill`` and the marker
-``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers.
+``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers; the
+marker is asked here (``spilled``), so a tool hook that finds none never imports ``spill``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from thatch.frontend.regular_files import NotRegularFile, open_regular, read_reg
 
 __all__ = [
     "CLEANUP_MARKER",
+    "MARKER_SUFFIX",
+    "SPILL_SUFFIX",
     "UNREAD",
     "LockBusy",
     "QueueError",
@@ -57,6 +60,8 @@ __all__ = [
     "record_project",
     "remove_stale",
     "safe_name",
+    "spill_marker",
+    "spilled",
     "state_path",
     "unlink",
     "write_atomic",
@@ -65,6 +70,12 @@ __all__ = [
 
 CLEANUP_MARKER = ".last-cleanup"
 UNREAD = ".unread"  # marker: this session was told once that its payloads are unreadable
+# A batch a busy lock made its tool hook spill (``spill``): ``<safe>.<ms>-<pid>-<random>``
+# plus SPILL_SUFFIX, and the session's marker ``<safe>`` plus MARKER_SUFFIX. The marker is
+# asked here: every lock holder asks, and a tool hook imports ``spill`` only when it says
+# that spills wait (or the hook must write one).
+SPILL_SUFFIX = ".spill"
+MARKER_SUFFIX = ".spilled"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HASHED_STEM = re.compile(r"[A-Za-z0-9_-]{0,64}-[0-9a-f]{16}")
@@ -113,6 +124,17 @@ def queue_paths(directory: Path, session_id: str) -> tuple[Path, Path, Path]:
 
 def ensure_dir(directory: Path) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def spill_marker(jsonl: Path) -> Path:
+    return jsonl.with_suffix(MARKER_SUFFIX)
+
+
+def spilled(jsonl: Path) -> bool:
+    """Whether spills may wait for the session (one ``lstat``: every lock holder asks).
+    Anything at the marker's path counts: a directory there (no marker can be written)
+    costs each holder a listing, never a spill."""
+    return os.path.lexists(spill_marker(jsonl))
 
 
 # -- locking and atomic files ----------------------------------------------------------

@@ -30,14 +30,20 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from thatch.frontend.queue.classify import DRAINING_TOOLS
-from thatch.frontend.queue.files import write_atomic
+from thatch.frontend.queue.files import (
+    MARKER_SUFFIX,
+    SPILL_SUFFIX,
+    spill_marker,
+    spilled,
+    write_atomic,
+)
 from thatch.frontend.queue.limits import (
     ID_LIMIT,
     MAX_RECORDS,
     SPILL_BYTES_LIMIT,
     SPILLS_PER_SESSION,
 )
-from thatch.frontend.queue.records import call_time, capped
+from thatch.frontend.queue.records import Origin, call_time, capped
 from thatch.frontend.regular_files import NotRegularFile, read_regular
 
 __all__ = [
@@ -54,19 +60,7 @@ __all__ = [
     "write_spill",
 ]
 
-SPILL_SUFFIX = ".spill"
-MARKER_SUFFIX = ".spilled"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class Origin(NamedTuple):
-    """Who queued a batch, and when (ms since the epoch: as its hook began, the calls had
-    ended)."""
-
-    at_ms: int
-    subagent: bool = False
-    agent_id: str = ""
-    project: str = ""
 
 
 class Spill(NamedTuple):
@@ -75,17 +69,6 @@ class Spill(NamedTuple):
     # replayed drain or fetch acts on that snapshot only, never on one handed out since.
     seen: float | None
     events: list[dict[str, Any]]
-
-
-def spill_marker(jsonl: Path) -> Path:
-    return jsonl.with_suffix(MARKER_SUFFIX)
-
-
-def spilled(jsonl: Path) -> bool:
-    """Whether spills may wait for the session (one ``lstat``: every lock holder asks).
-    Anything at the marker's path counts: a directory there (no marker can be written)
-    costs each holder a listing, never a spill."""
-    return os.path.lexists(spill_marker(jsonl))
 
 
 def spill_paths(jsonl: Path) -> list[Path]:
