@@ -86,6 +86,10 @@ def append_calls(
         return
     jsonl, count, lock = queue_paths(directory, session_id)
     ensure_dir(directory)
+    # The snapshot handed out before the hook began, the only one a spilled drain or fetch
+    # may act on (``Spill.seen``): read first, so that no clock is asked whether it came
+    # before (one stepped back would deny a save its own snapshot). An atomic file: no lock.
+    seen = read_state(state_path(jsonl)).get("accepted_at")
     # Before the wait: the hook runs as the calls end, however long the lock is held.
     origin = Origin(time.time_ns() // 1_000_000, subagent, agent_id[:ID_LIMIT], project)
     try:
@@ -102,7 +106,6 @@ def append_calls(
             return  # nothing to queue, drain or name: nothing lost
         from thatch.frontend.queue.spill import Spill, write_spill
 
-        seen = read_state(state_path(jsonl)).get("accepted_at")  # an atomic file: no lock
         if not write_spill(jsonl, Spill(origin, seen, events)):
             raise LockBusy(
                 f"queue lock {lock.name} busy and {SPILLS_PER_SESSION} batches spilled "
@@ -241,15 +244,15 @@ class _Batch:
 
     def _same_snapshot(self) -> bool:
         """Whether a drain or fetch of this batch may act on the snapshot now handed out:
-        always for a batch taken as it comes; a spilled one's acts only on the snapshot
-        handed out when it spilled (``seen``) if that was handed out before its hook began
-        (its calls had ended by then; to the millisecond, the hook's ``at``). ``seen`` is
-        read after the hook's wait: a snapshot handed out during the wait, or since, is
-        another extractor's."""
+        always for a batch taken as it comes; a spilled one's only when it is the snapshot
+        handed out as its hook began (``seen``, read before the hook's time and its wait;
+        its calls had ended by then). One handed out during the wait, or since, is another
+        extractor's. Told by the state file, not by comparing its ``accepted_at`` with the
+        hook's clock: a clock stepped back would deny a save its own snapshot."""
         if not self.late:
             return True
         at = self.state.get("accepted_at")
-        return at is not None and at == self.seen and int(at * 1000) <= self.origin.at_ms
+        return at is not None and at == self.seen
 
     def _fetched(self) -> None:
         """A sub-agent fetched the handed-out snapshot: it holds it now (its stop completes

@@ -65,8 +65,9 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 class Spill(NamedTuple):
     origin: Origin
-    # ``accepted_at`` of the snapshot handed out when the hook spilled (None: none): a
-    # replayed drain or fetch acts on that snapshot only, never on one handed out since.
+    # ``accepted_at`` of the snapshot handed out as the hook began, read before its wait
+    # (None: none): a replayed drain or fetch acts on that snapshot only, never on one
+    # handed out since.
     seen: float | None
     events: list[dict[str, Any]]
 
