@@ -44,10 +44,13 @@ def marker(directory: Path, session: str = S) -> Path:
     return directory / f"{queue.safe_name(session)}.spilled"
 
 
-def spill_calls(directory: Path, *use_ids: str, at_ms: int | None = None) -> None:
+def spill_calls(
+    directory: Path, *use_ids: str, at_ms: int | None = None, project: str = ""
+) -> None:
     """What a tool hook that found the lock busy writes: its calls, in a spill file."""
     jsonl = queue.queue_paths(directory, S)[0]
-    origin = spill.Origin(time.time_ns() // 1_000_000 if at_ms is None else at_ms)
+    now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+    origin = spill.Origin(now, project=project)
     events = [{"record": queue.make_record(S, call(i), None, origin.at_ms)} for i in use_ids]
     assert spill.write_spill(jsonl, spill.Spill(origin, None, events))
 
@@ -408,3 +411,72 @@ def test_session_end_carries_a_spill_whose_marker_went_missing(tmp_path: Path) -
     marker(directory).unlink()
     assert queue.carry_over(directory, S, str(project)) == 2
     assert spills(directory) == []
+
+
+def project_noted(directory: Path) -> Path:
+    return directory / f"{queue.safe_name(S)}.project"
+
+
+@pytest.mark.parametrize(
+    "project",
+    [
+        "src/../../../etc",  # relative: the directory of whatever process reads it
+        "../../.ssh",
+        "/home/dev/src\x00/etc",
+        "/home/dev/src/\ud800",  # a lone surrogate: no file name holds it
+        "/" + "a" * 1_000_000,  # within a spill's bound, no path's
+    ],
+    ids=["relative", "dotdot", "nul", "surrogate", "1-mb"],
+)
+def test_a_spills_project_that_names_no_directory_is_not_noted(
+    tmp_path: Path, project: str
+) -> None:
+    """A spill, written by anything, whose project is no absolute path a file name can
+    hold: its calls are merged, and the session's project stays the one its hooks noted
+    (before, the spill's string replaced it, and the daily pass could carry the session
+    nowhere, or to the directory a relative path names where the pass runs)."""
+    directory, own = tmp_path / "queue", str(tmp_path / "proj")
+    queue.append_calls(directory, S, [call("a")], project=own)
+    noted = project_noted(directory).read_bytes()
+    at_ms = time.time_ns() // 1_000_000
+    value = {"at": at_ms, "subagent": False, "agent_id": "", "project": project, "seen": None}
+    value["events"] = [{"record": queue.make_record(S, call("spilled"), None, at_ms)}]
+    write_raw(directory, f"{at_ms}-1-hostile", value)
+    queue.append_calls(directory, S, [call("b")])
+    assert ids(directory) == ["a", "spilled", "b"]
+    assert project_noted(directory).read_bytes() == noted
+    assert spills(directory) == []
+
+
+@pytest.mark.parametrize(
+    "project",
+    ["/home/dev/src/widgets/../../../../etc", "/tmp/a\nb\x1b[2J\u202e\udcff"],
+    ids=["dotdot", "control"],
+)
+def test_a_spills_project_is_noted_as_a_hooks_own_would_be(tmp_path: Path, project: str) -> None:
+    """An absolute path with ``..`` or control characters (and a byte no UTF-8 holds) names
+    a directory, as a host's ``cwd`` may: noted as the hooks note their own, as one line of
+    ASCII JSON, and read back as it was (no queue file is named by it: a carry file's name
+    is a hash)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")], project=str(tmp_path))
+    spill_calls(directory, "b", project=project)
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"]
+    text = project_noted(directory).read_text("ascii")
+    assert text.count("\n") == 1 and json.loads(text) == {"project": project}
+    assert files.read_project(project_noted(directory)) == project
+
+
+def test_a_hook_whose_project_no_directory_has_still_spills_its_calls(tmp_path: Path) -> None:
+    """A hook's project of 10 MB (a host's ``cwd``, its stdin may hold 16 MiB) spilled with
+    its calls made the spill too large, and the next holder deleted it, calls and all: the
+    spill leaves out such a project, and its calls are merged."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")], project=str(tmp_path))
+    spill_calls(directory, "b", project="/" + "a" * 10_000_000)
+    (written,) = spills(directory)
+    assert json.loads(written.read_text())["project"] == ""
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"]
+    assert files.read_project(project_noted(directory)) == str(tmp_path)

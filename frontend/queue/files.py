@@ -64,6 +64,7 @@ __all__ = [
     "spilled",
     "state_path",
     "unlink",
+    "usable_project",
     "write_atomic",
     "write_records",
 ]
@@ -386,8 +387,7 @@ def record_project(jsonl: Path, project: str) -> None:
     (the hooks' directory then): a session that moved on works, and is next prompted,
     there. The caller holds the session's lock."""
     path = project_path(jsonl)
-    # ASCII: a directory name that is no UTF-8 (surrogate escapes) round-trips as \udcXX.
-    text = json.dumps({"project": project}) + "\n"
+    text = _project_text(project)
     with contextlib.suppress(OSError):
         if read_regular(path, SMALL_FILE_BYTES, follow_links=False) == text.encode():
             return  # one small read a batch; anything else at the path is replaced
@@ -403,13 +403,37 @@ def read_project(path: Path) -> str:
     except (OSError, ValueError, RecursionError):
         return ""
     project = value.get("project") if isinstance(value, dict) else None
-    if not isinstance(project, str) or not os.path.isabs(project) or "\x00" in project:
-        return ""
-    try:
-        os.fsencode(project)  # a lone surrogate: no file name holds it, realpath would raise
-    except UnicodeEncodeError:
+    return project if isinstance(project, str) and _names_a_directory(project) else ""
+
+
+def usable_project(project: object) -> str:
+    """``project`` when a queue may note it (``record_project``), else "": a project
+    directory as ``read_project`` gives one back (an absolute path a file name can hold),
+    in a ``.project`` file it reads. A spill's project is checked so: anything may have
+    written the file, and an invalid one would replace the session's own."""
+    if not isinstance(project, str) or len(project) > SMALL_FILE_BYTES:
+        return ""  # (a 10 MB string is neither encoded nor escaped)
+    if not _names_a_directory(project) or len(_project_text(project)) > SMALL_FILE_BYTES:
         return ""
     return project
+
+
+def _names_a_directory(project: str) -> bool:
+    """Whether ``project`` is an absolute path a file name can hold (no NUL, no lone
+    surrogate: realpath would raise). A relative one would name a directory of whatever
+    process reads it (the daily pass runs in any project)."""
+    if not os.path.isabs(project) or "\x00" in project:
+        return False
+    try:
+        os.fsencode(project)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _project_text(project: str) -> str:
+    # ASCII: a directory name that is no UTF-8 (surrogate escapes) round-trips as \udcXX.
+    return json.dumps({"project": project}) + "\n"
 
 
 def write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:

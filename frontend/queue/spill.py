@@ -35,6 +35,7 @@ from thatch.frontend.queue.files import (
     SPILL_SUFFIX,
     spill_marker,
     spilled,
+    usable_project,
     write_atomic,
 )
 from thatch.frontend.queue.limits import (
@@ -134,7 +135,8 @@ def _spill_text(spill: Spill) -> str:
                 "at": spill.origin.at_ms,
                 "subagent": spill.origin.subagent,
                 "agent_id": spill.origin.agent_id[:ID_LIMIT],
-                "project": spill.origin.project,
+                # Only one a holder would note: a 16 MiB cwd made the spill too large.
+                "project": usable_project(spill.origin.project),
                 "seen": spill.seen,
                 "events": events,
             },
@@ -226,7 +228,10 @@ def _parse_spill(value: object) -> Spill | None:
         return None
     # The agent id lands in the UTF-8 state file: a lone surrogate there is made "?" too.
     agent = _LONE_SURROGATE.sub("\ufffd", agent[:ID_LIMIT])
-    origin = Origin(at, value.get("subagent") is True, agent, project)
+    # The project is noted as the session's (``files.record_project``): one that names no
+    # directory (relative, a NUL, a lone surrogate, too long) notes none, and the session's
+    # own stays (the daily pass would carry its calls nowhere).
+    origin = Origin(at, value.get("subagent") is True, agent, usable_project(project))
     # A hook writes at most MAX_RECORDS records and MAX_RECORDS others (``_newest``): the
     # thousands of events a foreign file may hold are not read, nor the lock held for them.
     newest = events[-2 * MAX_RECORDS :]
