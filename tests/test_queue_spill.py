@@ -363,8 +363,7 @@ def test_a_spilled_extractor_save_completes_the_snapshot_it_worked_on(
     the snapshot it had fetched (a, b), and its own call stays queued. So it does when the
     clock stepped back an hour after the fetch (its ``accepted_at`` after the hook's
     ``at``): before, the snapshot had to be handed out before the hook's ``at`` by the
-    clock, and the save left it and its records for nobody (read after the wait, the
-    state could not tell it from one handed out meanwhile)."""
+    clock, and the save completed nothing."""
     calls(env, tmp_path, S, "a", "b")
     fetched = queue.accept(qdir(tmp_path), S, now=time.time() + step)
     assert [r["title"] for r in fetched] == ["a", "b"]
@@ -410,11 +409,10 @@ def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waite
     hook read the state after its wait and the clock had to tell the two apart, and the
     sub-agent became the holder of the other's snapshot."""
     calls(env, tmp_path, S, "a", "b")
-    first = queue.accept(qdir(tmp_path), S)
-    assert len(first) == 2
-    accepted = json.loads(queue.queue_paths(qdir(tmp_path), S)[0].with_suffix(".state").read_text())
+    queue.accept(qdir(tmp_path), S)
     lock = session_lock(tmp_path, S)
     state = lock.with_suffix(".state")
+    accepted = json.loads(state.read_text())  # the snapshot the call fetched
     fetch = host_payload("claude-PostToolUse-mcp-thatch-get_extraction_payload")
     fetch.update(session_id=S, cwd=str(tmp_path))
     stdin = tmp_path / "fetch.json"
