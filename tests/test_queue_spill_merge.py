@@ -118,6 +118,45 @@ def test_a_holder_that_dies_after_writing_the_queue_extracts_nothing_twice(
     assert (first, second) == (["a", "b", "c", "d"], ["e", "f"])
 
 
+def spilled_completion(directory: Path, *use_ids: str) -> dict[str, Any]:
+    """What an extractor's save (a sub-agent's) whose hook found the lock busy spills: its
+    calls and the save, seeing the snapshot handed out now (returned: ``.state``)."""
+    jsonl = queue.queue_paths(directory, S)[0]
+    state = json.loads(files.state_path(jsonl).read_text())
+    origin = spill.Origin(time.time_ns() // 1_000_000, subagent=True, agent_id="extractor")
+    events: list[dict[str, Any]] = [
+        {"record": queue.make_record(S, call(i), None, origin.at_ms)} for i in use_ids
+    ]
+    events.append({"drain": "memory_remember", "started": None})
+    assert spill.write_spill(jsonl, spill.Spill(origin, state["accepted_at"], events))
+    return dict(state)
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["thatch.frontend.queue.append.write_records", "thatch.frontend.queue.append.unlink"],
+    ids=["writing-the-queue", "after-the-queue"],
+)
+def test_a_holder_dying_as_it_completes_a_spilled_snapshot_extracts_nothing_twice(
+    tmp_path: Path, where: str
+) -> None:
+    """An extractor fetched a, b; its save's hook spilled. The holder merging it dies as
+    it writes: before the queue (the snapshot state was deleted first: the next holder's
+    replay of the save found no snapshot to complete, and a, b were pending again,
+    extracted twice), or after the queue and before the state (the state is written last
+    now: the replay completes the snapshot again, whose records are gone already)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a"), call("b")])
+    assert [r["tool_use_id"] for r in queue.accept(directory, S)] == ["a", "b"]
+    spilled_completion(directory, "c")
+    holder_dies(directory, where, "dead")
+    assert marker(directory).exists()
+    queue.append_calls(directory, S, [call("d")])
+    assert [i for i in ids(directory) if i != "dead"] == ["c", "d"]
+    assert not files.state_path(queue.queue_paths(directory, S)[0]).exists()
+    assert spills(directory) == [] and not marker(directory).exists()
+
+
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
 def test_a_spill_written_while_the_holder_merges_stays_marked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split: bool

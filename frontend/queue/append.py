@@ -327,6 +327,14 @@ class _Batch:
             forget_spills(self.jsonl, self.spills)
 
     def _write(self, count: Path) -> None:
+        # The records before the snapshot state (as ``snapshot.complete`` writes them): a
+        # holder dying between leaves a drained snapshot's state with none of its records,
+        # which the next holder's replay of the same spilled save completes again. The
+        # other way round the state went first, the replayed save no longer matched it, and
+        # the snapshot's records were pending again (extracted twice).
+        if self.drained or [seq_of(record) for record in self.records] != self.original:
+            write_records(self.jsonl, self.records)
+        # else nothing changed; leave the file (and its mtime) alone
         if self.drained:
             unlink(count)
         if self.state != self.original_state or (self.drained and not self.state):
@@ -334,9 +342,6 @@ class _Batch:
                 write_atomic(self.state_file, compact(self.state))
             else:
                 unlink(self.state_file)
-        if self.drained or [seq_of(record) for record in self.records] != self.original:
-            write_records(self.jsonl, self.records)
-        # else nothing changed; leave the file (and its mtime) alone
         if self.project:
             record_project(self.jsonl, self.project)
 
