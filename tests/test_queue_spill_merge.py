@@ -6,7 +6,9 @@ spill file written by anything does to it. A holder that dies is a child process
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 from thatch.frontend import queue
-from thatch.frontend.queue import files, spill
+from thatch.frontend.queue import append, files, spill
 
 S = "ses_merge"
 
@@ -221,15 +223,12 @@ def bad_record() -> dict[str, Any]:
 @pytest.mark.parametrize(
     "hostile",
     [
-        {"seen": 10**400},  # float() overflows: it raised outside the try
-        {"seen": float("nan")},  # written as NaN, which json reads back
-        {"seen": "1"},
         {"at": 10**20},  # no plausible time (calls' times: below 1e14 ms)
         {"at": 1.5},
         {"at": True},
         {"events": [{"drain": ["memory_remember"]}, bad_record()]},
     ],
-    ids=["seen-huge", "seen-nan", "seen-text", "at-huge", "at-float", "at-bool", "drain-list"],
+    ids=["at-huge", "at-float", "at-bool", "drain-list"],
 )
 def test_a_hostile_spill_is_deleted_and_jams_no_holder(
     tmp_path: Path, hostile: dict[str, Any]
@@ -237,7 +236,7 @@ def test_a_hostile_spill_is_deleted_and_jams_no_holder(
     """A file named like a spill, written by anything, between two good spills: the next
     holder deletes it (its calls not merged, but for the drain that names no tool: that
     event alone goes) and merges the good ones with its own call, and so does every holder
-    after it (before, a 400-digit ``seen`` raised in every holder, losing its batch)."""
+    after it."""
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     spill_calls(directory, "good1")
@@ -252,6 +251,72 @@ def test_a_hostile_spill_is_deleted_and_jams_no_holder(
     assert spills(directory) == [] and not marker(directory).exists()
     queue.append_calls(directory, S, [call("next")])
     assert ids(directory)[-1] == "next"
+
+
+@pytest.mark.parametrize(
+    "seen",
+    [10**400, float("nan"), float("inf"), "1", True, [1]],
+    ids=["huge", "nan", "infinity", "text", "bool", "list"],
+)
+def test_a_spills_unusable_seen_is_none_and_costs_no_call(tmp_path: Path, seen: object) -> None:
+    """A spill whose ``seen`` is no finite number (a 400-digit integer, NaN or Infinity as
+    json reads them back, anything else): its calls are merged, and its extractor's save
+    completes no snapshot, as for a spill that saw none (before, the whole spill was
+    deleted as implausible, calls and all; a 400-digit one first raised in every
+    holder)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    queue.accept(directory, S)
+    state = files.state_path(queue.queue_paths(directory, S)[0])
+    handed_out = state.read_bytes()
+    at_ms = time.time_ns() // 1_000_000
+    value = {"at": at_ms, "subagent": True, "agent_id": "x", "project": "", "seen": seen}
+    value["events"] = [
+        {"record": queue.make_record(S, call("spilled"), None, at_ms)},
+        {"drain": "memory_remember", "started": None},
+    ]
+    write_raw(directory, f"{at_ms}-1-unseen", value)
+    queue.append_calls(directory, S, [call("b")])
+    assert ids(directory) == ["a", "spilled", "b"]
+    assert state.read_bytes() == handed_out
+    assert spills(directory) == [] and not marker(directory).exists()
+
+
+def busy_hook(monkeypatch: pytest.MonkeyPatch, directory: Path, *use_ids: str) -> None:
+    """A tool hook queueing ``use_ids`` whose session lock another holder keeps: it gives
+    up at once (its 2 s wait cut to none) and spills."""
+    fd = os.open(queue.queue_paths(directory, S)[2], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with monkeypatch.context() as patched:
+            patched.setattr(append, "locked", lambda path: files.locked(path, timeout=0))
+            queue.append_calls(directory, S, [call(i) for i in use_ids])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "accepted_at",
+    ["NaN", "Infinity", "-Infinity", "1e400", "9" * 400, "true", '"1"'],
+    ids=["nan", "infinity", "minus-infinity", "1e400", "400-digits", "bool", "text"],
+)
+def test_a_damaged_snapshot_state_costs_no_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accepted_at: str
+) -> None:
+    """A ``.state`` whose ``accepted_at`` is no finite number reads as no snapshot: a hook
+    that spills notes none as its ``seen`` (before, it copied NaN or Infinity into its
+    spill, and the next holder deleted the spill, its call with it), and no hook fails on
+    it (a 400-digit integer raised OverflowError in every tool hook, dropping its call)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    state = files.state_path(queue.queue_paths(directory, S)[0])
+    state.write_text(f'{{"cursor": 1, "accepted_at": {accepted_at}}}')
+    assert files.read_state(state) == {}
+    busy_hook(monkeypatch, directory, "b")
+    (written,) = spills(directory)
+    assert json.loads(written.read_text())["seen"] is None
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"]
 
 
 def test_a_spill_is_read_no_further_than_a_hook_writes_it(

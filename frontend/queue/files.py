@@ -353,8 +353,12 @@ def state_path(jsonl: Path) -> Path:
     return jsonl.with_suffix(".state")
 
 
+_INFINITY = float("inf")
+
+
 def read_state(path: Path) -> dict[str, Any]:
-    """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign)."""
+    """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign: an
+    ``accepted_at`` that is no finite number too)."""
     try:
         value = json.loads(read_regular(path, SMALL_FILE_BYTES, follow_links=False).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -366,7 +370,15 @@ def read_state(path: Path) -> dict[str, Any]:
         return {}
     if isinstance(at, bool) or not isinstance(at, int | float):
         return {}
-    state: dict[str, Any] = {"cursor": cursor, "accepted_at": float(at)}
+    try:
+        at = float(at)  # OverflowError for a 400-digit integer
+    except OverflowError:
+        return {}
+    # Finite (no math import on a tool hook's path): NaN, Infinity or 1e400 in a damaged
+    # file, spilled as a hook's ``seen``, would make the next holder delete its spill.
+    if not -_INFINITY < at < _INFINITY:
+        return {}
+    state: dict[str, Any] = {"cursor": cursor, "accepted_at": at}
     agent = value.get("agent_id")
     if isinstance(agent, str) and agent:
         state["agent_id"] = agent[:ID_LIMIT]

@@ -213,15 +213,9 @@ def _read_spill(path: Path) -> Spill | None:
 def _parse_spill(value: object) -> Spill | None:
     if not isinstance(value, dict):
         return None
-    at, seen = value.get("at"), value.get("seen")
+    at = value.get("at")
     if not isinstance(at, int) or call_time(value, "at") != at:  # bounded as a call's times
         return None
-    if seen is not None:
-        if isinstance(seen, bool) or not isinstance(seen, int | float):
-            return None
-        seen = float(seen)  # OverflowError for a 400-digit integer
-        if not math.isfinite(seen):
-            return None
     agent, project = value.get("agent_id"), value.get("project")
     events = value.get("events")
     if not isinstance(agent, str) or not isinstance(project, str) or not isinstance(events, list):
@@ -236,7 +230,20 @@ def _parse_spill(value: object) -> Spill | None:
     # thousands of events a foreign file may hold are not read, nor the lock held for them.
     newest = events[-2 * MAX_RECORDS :]
     kept = [event for item in newest if (event := _event(item)) is not None]
-    return Spill(origin, seen, kept)
+    return Spill(origin, _seen(value.get("seen")), kept)
+
+
+def _seen(value: object) -> float | None:
+    """A spill's ``seen`` as a finite number, else None (none seen: its drains and fetches
+    act on no snapshot, and its calls are still merged; as was the whole spill deleted,
+    calls and all, for a NaN a damaged ``.state`` handed its hook)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seen = float(value)
+    except OverflowError:  # a 400-digit integer
+        return None
+    return seen if math.isfinite(seen) else None
 
 
 def _encodable(record: dict[str, Any]) -> dict[str, Any]:
