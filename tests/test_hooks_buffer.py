@@ -496,7 +496,7 @@ def test_a_normal_append_imports_no_spill_code(env: dict[str, str], hook: str) -
     # What a hook that found the lock busy leaves: its call in a spill, and the marker.
     queue_dir, at_ms = Path(env["THATCH_QUEUE_DIR"]), int(time.time() * 1000)
     record = queue.make_record("s", payload("spilled"), None, at_ms)
-    spilled = {"at": at_ms, "subagent": False, "agent_id": "", "project": "", "seen": None}
+    spilled = {"at": at_ms, "subagent": False, "agent_id": "", "project": "", "snapshot": None}
     spilled["events"] = [{"record": record}]
     (queue_dir / f"s.{at_ms}-1-spill.spill").write_text(json.dumps(spilled))
     (queue_dir / "s.spilled").touch()

@@ -261,7 +261,7 @@ def raw_spill(directory: Path, session: str, at_ms: int, use_id: str) -> Path:
         "subagent": False,
         "agent_id": "",
         "project": str(directory.parent),
-        "seen": None,
+        "snapshot": None,
         "events": [{"record": record}],
     }
     path = directory / f"{queue.safe_name(session)}.{at_ms}-1-{use_id}.spill"
@@ -442,7 +442,7 @@ def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waite
                 hook.wait()
     assert (hook.returncode, *out) == (0, b"", b""), out
     (spilled,) = spills(tmp_path)
-    assert json.loads((qdir(tmp_path) / spilled).read_text())["seen"] == accepted["accepted_at"]
+    assert json.loads((qdir(tmp_path) / spilled).read_text())["snapshot"] == accepted
     calls(env, tmp_path, S, "c")
     assert json.loads(state.read_text()) == refetched  # no agent_id: nobody holds it yet
     assert queued_ids(tmp_path, S) == ["a", "b", "c"]
@@ -460,9 +460,7 @@ def test_a_spilled_call_no_utf_8_can_hold_jams_nothing(tmp_path: Path, env: dict
     value = json.loads(spill.read_text())
     value["events"][0]["record"]["tool_use_id"] = "odd\ud800"
     # A sub-agent's fetch of the snapshot handed out: its id goes into the state file.
-    value.update(
-        subagent=True, agent_id="x\udcff", seen=json.loads(state.read_text())["accepted_at"]
-    )
+    value.update(subagent=True, agent_id="x\udcff", snapshot=json.loads(state.read_text()))
     value["events"].append({"fetch": True})
     spill.write_text(json.dumps(value))  # ASCII: the surrogates as \u escapes
     calls(env, tmp_path, S, "b")

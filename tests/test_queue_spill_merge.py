@@ -130,7 +130,8 @@ def spilled_completion(directory: Path, *use_ids: str) -> dict[str, Any]:
         {"record": queue.make_record(S, call(i), None, origin.at_ms)} for i in use_ids
     ]
     events.append({"drain": "memory_remember", "started": None})
-    assert spill.write_spill(jsonl, spill.Spill(origin, state["accepted_at"], events))
+    seen = files.Seen(state["cursor"], state["accepted_at"])
+    assert spill.write_spill(jsonl, spill.Spill(origin, seen, events))
     return dict(state)
 
 
@@ -240,7 +241,7 @@ def test_a_hostile_spill_is_deleted_and_jams_no_holder(
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     spill_calls(directory, "good1")
-    value = {"at": 1, "subagent": False, "agent_id": "", "project": "", "seen": None}
+    value = {"at": 1, "subagent": False, "agent_id": "", "project": "", "snapshot": None}
     value["events"] = [bad_record()]
     value.update(hostile)
     write_raw(directory, "1-1-hostile", value)
@@ -253,24 +254,49 @@ def test_a_hostile_spill_is_deleted_and_jams_no_holder(
     assert ids(directory)[-1] == "next"
 
 
+ACCEPTED = object()  # the accepted_at of the snapshot handed out, filled in
+
+
 @pytest.mark.parametrize(
-    "seen",
-    [10**400, float("nan"), float("inf"), "1", True, [1]],
-    ids=["huge", "nan", "infinity", "text", "bool", "list"],
+    "unusable",
+    [
+        {"seen": 10**400},  # an earlier release's key: accepted_at alone
+        {"seen": float("nan")},  # written as NaN, which json reads back
+        {"seen": float("inf")},
+        {"seen": "1"},
+        {"seen": True},
+        {"seen": [1]},
+        {"snapshot": {"cursor": 1, "accepted_at": float("nan")}},
+        {"snapshot": {"cursor": 1, "accepted_at": 10**400}},
+        {"snapshot": {"cursor": True, "accepted_at": ACCEPTED}},
+        {"snapshot": {"cursor": -1, "accepted_at": ACCEPTED}},
+        {"snapshot": {"accepted_at": ACCEPTED}},
+        {"snapshot": [1, ACCEPTED]},
+        {"snapshot": ACCEPTED, "seen": ACCEPTED},  # no snapshot, and the old key ignored
+    ],
+    ids=[
+        *("seen-" + i for i in ("huge", "nan", "infinity", "text", "bool", "list")),
+        *("snapshot-" + i for i in ("nan", "huge", "cursor-bool", "cursor-negative")),
+        *("snapshot-" + i for i in ("no-cursor", "list", "number")),
+    ],
 )
-def test_a_spills_unusable_seen_is_none_and_costs_no_call(tmp_path: Path, seen: object) -> None:
-    """A spill whose ``seen`` is no finite number (a 400-digit integer, NaN or Infinity as
-    json reads them back, anything else): its calls are merged, and its extractor's save
-    completes no snapshot, as for a spill that saw none (before, the whole spill was
-    deleted as implausible, calls and all; a 400-digit one first raised in every
-    holder)."""
+def test_a_spills_unusable_seen_is_none_and_costs_no_call(
+    tmp_path: Path, unusable: dict[str, Any]
+) -> None:
+    """A spill whose snapshot (``snapshot``, or an earlier release's ``seen``) is no
+    cursor and finite ``accepted_at`` (a 400-digit integer, NaN or Infinity as json reads
+    them back, anything else): its calls are merged, and its extractor's save completes no
+    snapshot, as for a spill that saw none (before, the whole spill was deleted as
+    implausible, calls and all; a 400-digit ``seen`` first raised in every holder)."""
     directory = tmp_path / "queue"
     queue.append_calls(directory, S, [call("a")])
     queue.accept(directory, S)
     state = files.state_path(queue.queue_paths(directory, S)[0])
     handed_out = state.read_bytes()
+    accepted = json.loads(handed_out)["accepted_at"]
+    text = json.dumps(unusable, default=lambda _: accepted)
     at_ms = time.time_ns() // 1_000_000
-    value = {"at": at_ms, "subagent": True, "agent_id": "x", "project": "", "seen": seen}
+    value = {"at": at_ms, "subagent": True, "agent_id": "x", "project": "", **json.loads(text)}
     value["events"] = [
         {"record": queue.make_record(S, call("spilled"), None, at_ms)},
         {"drain": "memory_remember", "started": None},
@@ -280,6 +306,56 @@ def test_a_spills_unusable_seen_is_none_and_costs_no_call(tmp_path: Path, seen: 
     assert ids(directory) == ["a", "spilled", "b"]
     assert state.read_bytes() == handed_out
     assert spills(directory) == [] and not marker(directory).exists()
+
+
+@pytest.mark.parametrize("handed_out", [-5000, 5000], ids=["before-its-hook", "while-it-waited"])
+def test_a_spill_of_the_release_before_completes_only_a_snapshot_handed_out_before_it(
+    tmp_path: Path, handed_out: int
+) -> None:
+    """A spill of the release before this one (``seen``: the ``accepted_at`` its hook read
+    after its wait) pending across the upgrade: its extractor's save completes the
+    snapshot only if it was handed out before the hook began, as that release checked;
+    one handed out while it waited is another extractor's, and stays (before, such a spill
+    was read as one whose ``seen`` came before its wait, and completed it)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a"), call("b")])
+    began = time.time_ns() // 1_000_000
+    queue.accept(directory, S, now=(began + handed_out) / 1000)
+    state = files.state_path(queue.queue_paths(directory, S)[0])
+    other = state.read_bytes()
+    value = {"at": began, "subagent": True, "agent_id": "old", "project": ""}
+    value["seen"] = json.loads(other)["accepted_at"]
+    value["events"] = [{"drain": "memory_remember", "started": None}]
+    write_raw(directory, f"{began}-1-old", value)
+    queue.append_calls(directory, S, [call("c")])
+    if handed_out < 0:
+        assert ids(directory) == ["c"] and not state.exists()
+    else:
+        assert ids(directory) == ["a", "b", "c"] and state.read_bytes() == other
+
+
+def test_a_spilled_save_completes_no_snapshot_with_its_time_but_not_its_cursor(
+    tmp_path: Path,
+) -> None:
+    """An extractor's save saw the snapshot of a; the records were handed out again (a, b:
+    another extractor's) with the same ``accepted_at`` (the clock stepped back to it, or
+    a coarse one). The save's spill names the cursor too, so merged it completes nothing
+    of the other extractor's (before, ``accepted_at`` alone matched it)."""
+    directory = tmp_path / "queue"
+    jsonl = queue.queue_paths(directory, S)[0]
+    now = time.time()
+    queue.append_calls(directory, S, [call("a")])
+    queue.accept(directory, S, now=now)
+    seen = files.Seen(**json.loads(files.state_path(jsonl).read_text()))
+    queue.append_calls(directory, S, [call("b")])
+    queue.accept(directory, S, now=now)
+    other = files.state_path(jsonl).read_bytes()
+    origin = spill.Origin(time.time_ns() // 1_000_000, subagent=True, agent_id="x")
+    drain = {"drain": "memory_remember", "started": None}
+    assert spill.write_spill(jsonl, spill.Spill(origin, seen, [drain]))
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"]
+    assert files.state_path(jsonl).read_bytes() == other
 
 
 def busy_hook(monkeypatch: pytest.MonkeyPatch, directory: Path, *use_ids: str) -> None:
@@ -314,7 +390,7 @@ def test_a_damaged_snapshot_state_costs_no_call(
     assert files.read_state(state) == {}
     busy_hook(monkeypatch, directory, "b")
     (written,) = spills(directory)
-    assert json.loads(written.read_text())["seen"] is None
+    assert json.loads(written.read_text())["snapshot"] is None
     queue.append_calls(directory, S, [call("c")])
     assert ids(directory) == ["a", "b", "c"]
 
@@ -543,7 +619,7 @@ def test_a_spills_project_that_names_no_directory_is_not_noted(
     queue.append_calls(directory, S, [call("a")], project=own)
     noted = project_noted(directory).read_bytes()
     at_ms = time.time_ns() // 1_000_000
-    value = {"at": at_ms, "subagent": False, "agent_id": "", "project": project, "seen": None}
+    value = {"at": at_ms, "subagent": False, "agent_id": "", "project": project, "snapshot": None}
     value["events"] = [{"record": queue.make_record(S, call("spilled"), None, at_ms)}]
     write_raw(directory, f"{at_ms}-1-hostile", value)
     queue.append_calls(directory, S, [call("b")])

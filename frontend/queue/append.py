@@ -23,12 +23,14 @@ from thatch.frontend.identifiers import session_id_problem
 from thatch.frontend.queue.classify import DRAINING_TOOLS, call_succeeded, classify
 from thatch.frontend.queue.files import (
     LockBusy,
+    Seen,
     ensure_dir,
     locked,
     queue_paths,
     read_lines,
     read_state,
     record_project,
+    seen_of,
     spilled,
     state_path,
     unlink,
@@ -89,7 +91,7 @@ def append_calls(
     # The snapshot handed out before the hook began, the only one a spilled drain or fetch
     # may act on (``Spill.seen``): read first, so that no clock is asked whether it came
     # before (one stepped back would deny a save its own snapshot). An atomic file: no lock.
-    seen = read_state(state_path(jsonl)).get("accepted_at")
+    seen = seen_of(read_state(state_path(jsonl)))
     # Before the wait: the hook runs as the calls end, however long the lock is held.
     origin = Origin(time.time_ns() // 1_000_000, subagent, agent_id[:ID_LIMIT], project)
     try:
@@ -194,7 +196,7 @@ class _Batch:
         # The batch being taken:
         self.origin = Origin(0)
         self.late = False  # a spilled batch, replayed after others took the lock
-        self.seen: float | None = None  # a spilled batch's snapshot (``Spill.seen``)
+        self.seen: Seen | None = None  # a spilled batch's snapshot (``Spill.seen``)
         self.own: list[dict[str, Any]] = []  # its records (kept alive: ``own_ids``)
         self.own_ids: set[int] = set()
 
@@ -227,7 +229,7 @@ class _Batch:
         origin: Origin,
         *,
         late: bool = False,
-        seen: float | None = None,
+        seen: Seen | None = None,
     ) -> None:
         """One batch's events, in order."""
         self.origin, self.late, self.seen = origin, late, seen
@@ -245,14 +247,22 @@ class _Batch:
     def _same_snapshot(self) -> bool:
         """Whether a drain or fetch of this batch may act on the snapshot now handed out:
         always for a batch taken as it comes; a spilled one's only when it is the snapshot
-        handed out as its hook began (``seen``, read before the hook's time and its wait;
-        its calls had ended by then). One handed out during the wait, or since, is another
-        extractor's. Told by the state file, not by comparing its ``accepted_at`` with the
-        hook's clock: a clock stepped back would deny a save its own snapshot."""
+        handed out as its hook began (``seen``: its cursor and ``accepted_at``, read before
+        the hook's time and its wait; its calls had ended by then). One handed out during
+        the wait, or since, is another extractor's. Told by the state file, not by
+        comparing its ``accepted_at`` with the hook's clock: a clock stepped back would
+        deny a save its own snapshot. A spill of the release before read ``accepted_at``
+        after its wait, so that release's check stays for it: handed out before the hook's
+        time too (else a spill pending across the upgrade completed another extractor's
+        snapshot)."""
         if not self.late:
             return True
-        at = self.state.get("accepted_at")
-        return at is not None and at == self.seen
+        if self.seen is None or "cursor" not in self.state:
+            return False
+        cursor, at = self.state["cursor"], self.state["accepted_at"]
+        if self.seen.cursor is None:
+            return at == self.seen.accepted_at and int(at * 1000) <= self.origin.at_ms
+        return (cursor, at) == self.seen
 
     def _fetched(self) -> None:
         """A sub-agent fetched the handed-out snapshot: it holds it now (its stop completes

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from thatch.frontend.queue.limits import (
     CLEANUP_INTERVAL_SECONDS,
@@ -47,6 +47,7 @@ __all__ = [
     "UNREAD",
     "LockBusy",
     "QueueError",
+    "Seen",
     "cleanup_again",
     "cleanup_due",
     "ensure_dir",
@@ -60,6 +61,7 @@ __all__ = [
     "record_project",
     "remove_stale",
     "safe_name",
+    "seen_of",
     "spill_marker",
     "spilled",
     "state_path",
@@ -383,6 +385,23 @@ def read_state(path: Path) -> dict[str, Any]:
     if isinstance(agent, str) and agent:
         state["agent_id"] = agent[:ID_LIMIT]
     return state
+
+
+class Seen(NamedTuple):
+    """The snapshot a tool hook saw handed out as it began (``.state``'s ``cursor`` and
+    ``accepted_at``): the only one its spilled drains and fetch may act on. ``cursor``
+    None: a spill of the release before this one, whose hook read ``accepted_at`` alone,
+    after its wait (that snapshot must also have been handed out before the hook began)."""
+
+    cursor: int | None
+    accepted_at: float
+
+
+def seen_of(state: dict[str, Any]) -> Seen | None:
+    """The snapshot a state (``read_state``) hands out, None for none."""
+    if "cursor" not in state:
+        return None
+    return Seen(state["cursor"], state["accepted_at"])
 
 
 # -- project: where the session's calls were queued ---------------------------------------

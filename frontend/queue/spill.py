@@ -33,6 +33,7 @@ from thatch.frontend.queue.classify import DRAINING_TOOLS
 from thatch.frontend.queue.files import (
     MARKER_SUFFIX,
     SPILL_SUFFIX,
+    Seen,
     spill_marker,
     spilled,
     usable_project,
@@ -66,10 +67,11 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 class Spill(NamedTuple):
     origin: Origin
-    # ``accepted_at`` of the snapshot handed out as the hook began, read before its wait
-    # (None: none): a replayed drain or fetch acts on that snapshot only, never on one
-    # handed out since.
-    seen: float | None
+    # The snapshot handed out as the hook began, read before its time and its wait (None:
+    # none): a replayed drain or fetch acts on that snapshot only, never on one handed out
+    # since. Written as ``"snapshot": {"cursor", "accepted_at"}``; a spill of the release
+    # before has ``"seen": <accepted_at>`` instead, read after its wait (``Seen``).
+    seen: Seen | None
     events: list[dict[str, Any]]
 
 
@@ -137,7 +139,10 @@ def _spill_text(spill: Spill) -> str:
                 "agent_id": spill.origin.agent_id[:ID_LIMIT],
                 # Only one a holder would note: a 16 MiB cwd made the spill too large.
                 "project": usable_project(spill.origin.project),
-                "seen": spill.seen,
+                # Not ``seen``, the release before's key: it would read this spill's
+                # snapshot as one seen after the wait; it reads none here (its calls are
+                # still merged).
+                "snapshot": None if spill.seen is None else spill.seen._asdict(),
                 "events": events,
             },
             separators=(",", ":"),
@@ -230,20 +235,36 @@ def _parse_spill(value: object) -> Spill | None:
     # thousands of events a foreign file may hold are not read, nor the lock held for them.
     newest = events[-2 * MAX_RECORDS :]
     kept = [event for item in newest if (event := _event(item)) is not None]
-    return Spill(origin, _seen(value.get("seen")), kept)
+    return Spill(origin, _seen(value), kept)
 
 
-def _seen(value: object) -> float | None:
-    """A spill's ``seen`` as a finite number, else None (none seen: its drains and fetches
-    act on no snapshot, and its calls are still merged; as was the whole spill deleted,
-    calls and all, for a NaN a damaged ``.state`` handed its hook)."""
+def _seen(value: dict[str, Any]) -> Seen | None:
+    """A spill's snapshot: ``snapshot``, or an earlier release's ``seen`` (its
+    ``accepted_at`` alone, read after the hook's wait: cursor None); None when there is
+    none or it is unusable (its drains and fetches then act on no snapshot, and its calls
+    are still merged: the whole spill was deleted, calls and all, for a NaN a damaged
+    ``.state`` handed its hook)."""
+    if "snapshot" not in value:
+        legacy = _finite(value.get("seen"))
+        return None if legacy is None else Seen(None, legacy)
+    snapshot = value["snapshot"]
+    if not isinstance(snapshot, dict):
+        return None
+    cursor, at = snapshot.get("cursor"), _finite(snapshot.get("accepted_at"))
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0 or at is None:
+        return None
+    return Seen(cursor, at)
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
-        seen = float(value)
+        number = float(value)
     except OverflowError:  # a 400-digit integer
         return None
-    return seen if math.isfinite(seen) else None
+    return number if math.isfinite(number) else None
 
 
 def _encodable(record: dict[str, Any]) -> dict[str, Any]:
