@@ -358,7 +358,9 @@ def test_a_spilled_save_completes_no_snapshot_with_its_time_but_not_its_cursor(
     assert files.state_path(jsonl).read_bytes() == other
 
 
-def busy_hook(monkeypatch: pytest.MonkeyPatch, directory: Path, *use_ids: str) -> None:
+def busy_hook(
+    monkeypatch: pytest.MonkeyPatch, directory: Path, *use_ids: str, project: str = ""
+) -> None:
     """A tool hook queueing ``use_ids`` whose session lock another holder keeps: it gives
     up at once (its 2 s wait cut to none) and spills."""
     fd = os.open(queue.queue_paths(directory, S)[2], os.O_RDWR | os.O_CREAT, 0o600)
@@ -366,7 +368,7 @@ def busy_hook(monkeypatch: pytest.MonkeyPatch, directory: Path, *use_ids: str) -
         fcntl.flock(fd, fcntl.LOCK_EX)
         with monkeypatch.context() as patched:
             patched.setattr(append, "locked", lambda path: files.locked(path, timeout=0))
-            queue.append_calls(directory, S, [call(i) for i in use_ids])
+            queue.append_calls(directory, S, [call(i) for i in use_ids], project=project)
     finally:
         os.close(fd)
 
@@ -660,3 +662,28 @@ def test_a_hook_whose_project_no_directory_has_still_spills_its_calls(tmp_path: 
     queue.append_calls(directory, S, [call("c")])
     assert ids(directory) == ["a", "b", "c"]
     assert files.read_project(project_noted(directory)) == str(tmp_path)
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["direct", "spilled"])
+@pytest.mark.parametrize(
+    "project",
+    ["src", "/home/dev/src\x00/etc", "/" + "a" * 1_000_000],
+    ids=["relative", "nul", "1-mb"],
+)
+def test_a_hooks_project_that_names_no_directory_is_noted_by_neither_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, project: str, spilled: bool
+) -> None:
+    """A hook whose project is no directory ``.project`` may hold queues its call, and
+    the session's project stays the one its hooks noted, whether the hook gets the lock or
+    spills (before, only a spill's was checked: a hook that got the lock replaced the
+    session's project with one the daily pass reads as none)."""
+    directory, own = tmp_path / "queue", str(tmp_path / "proj")
+    queue.append_calls(directory, S, [call("a")], project=own)
+    noted = project_noted(directory).read_bytes()
+    if spilled:
+        busy_hook(monkeypatch, directory, "b", project=project)
+    else:
+        queue.append_calls(directory, S, [call("b")], project=project)
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"]
+    assert project_noted(directory).read_bytes() == noted

@@ -34,6 +34,7 @@ from thatch.frontend.queue.files import (
     spilled,
     state_path,
     unlink,
+    usable_project,
     write_atomic,
     write_records,
 )
@@ -77,7 +78,8 @@ def append_calls(
     gets the next sequence number. ``project`` (the hooks' project directory) is noted
     by a batch that queued a call, the latest winning: the queue's daily pass carries the
     calls there should the session's host die before its ``session-end``
-    (``carry.carry_abandoned``).
+    (``carry.carry_abandoned``). Only a directory ``.project`` may hold is noted
+    (``usable_project``), spilled or not: with any other the session's own stays.
 
     When the lock stays busy for its timeout the batch is spilled (``spill``) and merged
     by the lock's next holder; LockBusy only when SPILLS_PER_SESSION wait already."""
@@ -92,8 +94,11 @@ def append_calls(
     # may act on (``Spill.seen``): read first, so that no clock is asked whether it came
     # before (one stepped back would deny a save its own snapshot). An atomic file: no lock.
     seen = seen_of(read_state(state_path(jsonl)))
-    # Before the wait: the hook runs as the calls end, however long the lock is held.
-    origin = Origin(time.time_ns() // 1_000_000, subagent, agent_id[:ID_LIMIT], project)
+    # Before the wait: the hook runs as the calls end, however long the lock is held. The
+    # project only when a queue may note it (``usable_project``), whether the hook gets the
+    # lock or spills: a relative or huge one would replace the session's own.
+    at_ms = time.time_ns() // 1_000_000
+    origin = Origin(at_ms, subagent, agent_id[:ID_LIMIT], usable_project(project))
     try:
         with locked(lock):
             batch = _Batch(jsonl)

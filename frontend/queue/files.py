@@ -440,8 +440,10 @@ def read_project(path: Path) -> str:
 def usable_project(project: object) -> str:
     """``project`` when a queue may note it (``record_project``), else "": a project
     directory as ``read_project`` gives one back (an absolute path a file name can hold),
-    in a ``.project`` file it reads. A spill's project is checked so: anything may have
-    written the file, and an invalid one would replace the session's own."""
+    in a ``.project`` file it reads. A hook's project (``append.append_calls``, whether
+    it gets the lock or spills) and a spill's are checked so: a host's ``cwd`` may be
+    anything, anything may have written a spill, and an invalid one would replace the
+    session's own."""
     if not isinstance(project, str) or len(project) > SMALL_FILE_BYTES:
         return ""  # (a 10 MB string is neither encoded nor escaped)
     if not _names_a_directory(project) or len(_project_text(project)) > SMALL_FILE_BYTES:
