@@ -359,18 +359,49 @@ def test_a_spilled_save_completes_no_snapshot_with_its_time_but_not_its_cursor(
 
 
 def busy_hook(
-    monkeypatch: pytest.MonkeyPatch, directory: Path, *use_ids: str, project: str = ""
+    monkeypatch: pytest.MonkeyPatch, directory: Path, *calls: dict[str, Any], project: str = ""
 ) -> None:
-    """A tool hook queueing ``use_ids`` whose session lock another holder keeps: it gives
-    up at once (its 2 s wait cut to none) and spills."""
+    """A tool hook with ``calls`` whose session lock another holder keeps: it gives up at
+    once (its 2 s wait cut to none) and spills."""
     fd = os.open(queue.queue_paths(directory, S)[2], os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with monkeypatch.context() as patched:
             patched.setattr(append, "locked", lambda path: files.locked(path, timeout=0))
-            queue.append_calls(directory, S, [call(i) for i in use_ids], project=project)
+            queue.append_calls(directory, S, list(calls), project=project)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("tool", "reads"),
+    [
+        ("Bash", 1),
+        ("mcp__thatch__memory_recall", 1),
+        ("mcp__thatch__memory_remember", 2),
+        ("mcp__thatch__extraction_done", 2),
+        ("mcp__thatch__get_extraction_payload", 2),
+    ],
+    ids=["bash", "recall", "save", "done", "fetch"],
+)
+def test_a_hook_reads_the_snapshot_before_its_wait_only_for_a_save_or_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str, reads: int
+) -> None:
+    """A hook reads ``.state`` under the lock (its batch's drains act on it); before its
+    wait too (the snapshot its spill may name) only when its batch may drain or fetch: a
+    normal call reads it once (before, every tool hook read it twice)."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    queue.accept(directory, S)
+    real, read = files.read_state, []
+
+    def counted(path: Path) -> dict[str, Any]:
+        read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(append, "read_state", counted)
+    queue.append_calls(directory, S, [call("b", tool_name=tool, tool_response="[saved] x")])
+    assert len(read) == reads
 
 
 @pytest.mark.parametrize(
@@ -382,7 +413,8 @@ def test_a_damaged_snapshot_state_costs_no_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, accepted_at: str
 ) -> None:
     """A ``.state`` whose ``accepted_at`` is no finite number reads as no snapshot: a hook
-    that spills notes none as its ``seen`` (before, it copied NaN or Infinity into its
+    that spills (its batch holds an ``extraction_done``, so it reads the state before its
+    wait) notes none as the snapshot it saw (before, it copied NaN or Infinity into its
     spill, and the next holder deleted the spill, its call with it), and no hook fails on
     it (a 400-digit integer raised OverflowError in every tool hook, dropping its call)."""
     directory = tmp_path / "queue"
@@ -390,9 +422,11 @@ def test_a_damaged_snapshot_state_costs_no_call(
     state = files.state_path(queue.queue_paths(directory, S)[0])
     state.write_text(f'{{"cursor": 1, "accepted_at": {accepted_at}}}')
     assert files.read_state(state) == {}
-    busy_hook(monkeypatch, directory, "b")
+    done = call("done", tool_name="mcp__thatch__extraction_done", tool_response="[acknowledged]")
+    busy_hook(monkeypatch, directory, call("b"), done)
     (written,) = spills(directory)
-    assert json.loads(written.read_text())["snapshot"] is None
+    value = json.loads(written.read_text())
+    assert value["snapshot"] is None and value["events"][-1]["drain"] == "extraction_done"
     queue.append_calls(directory, S, [call("c")])
     assert ids(directory) == ["a", "b", "c"]
 
@@ -681,7 +715,7 @@ def test_a_hooks_project_that_names_no_directory_is_noted_by_neither_path(
     queue.append_calls(directory, S, [call("a")], project=own)
     noted = project_noted(directory).read_bytes()
     if spilled:
-        busy_hook(monkeypatch, directory, "b", project=project)
+        busy_hook(monkeypatch, directory, call("b"), project=project)
     else:
         queue.append_calls(directory, S, [call("b")], project=project)
     queue.append_calls(directory, S, [call("c")])

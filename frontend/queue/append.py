@@ -93,7 +93,11 @@ def append_calls(
     # The snapshot handed out before the hook began, the only one a spilled drain or fetch
     # may act on (``Spill.seen``): read first, so that no clock is asked whether it came
     # before (one stepped back would deny a save its own snapshot). An atomic file: no lock.
-    seen = seen_of(read_state(state_path(jsonl)))
+    # Only for a batch that may drain or fetch: a normal call reads the state once, under
+    # the lock.
+    seen = None
+    if any(_acts_on_snapshot(call) for call in calls):
+        seen = seen_of(read_state(state_path(jsonl)))
     # Before the wait: the hook runs as the calls end, however long the lock is held. The
     # project only when a queue may note it (``usable_project``), whether the hook gets the
     # lock or spills: a relative or huge one would replace the session's own.
@@ -118,6 +122,16 @@ def append_calls(
                 f"queue lock {lock.name} busy and {SPILLS_PER_SESSION} batches spilled "
                 "already; gave up"
             ) from None
+
+
+def _acts_on_snapshot(call: Mapping[str, Any]) -> bool:
+    """Whether ``call`` may be a drain or a fetch (``_event_of``; whether it succeeded
+    aside)."""
+    tool = call.get("tool_name")
+    if not isinstance(tool, str) or not tool.strip():
+        return False
+    kind, bare = classify(tool, call.get("tool_input"))
+    return bare == "get_extraction_payload" or (kind == "thatch" and bare in DRAINING_TOOLS)
 
 
 def _events_of(
