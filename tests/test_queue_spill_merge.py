@@ -334,6 +334,28 @@ def test_a_spill_of_the_release_before_completes_only_a_snapshot_handed_out_befo
         assert ids(directory) == ["a", "b", "c"] and state.read_bytes() == other
 
 
+def test_a_spill_of_the_release_before_with_the_largest_time_jams_no_holder(
+    tmp_path: Path,
+) -> None:
+    """A damaged ``.state`` whose ``accepted_at`` is finite but near the largest float,
+    and a spill of the release before that saw it: that release's check (the snapshot
+    handed out before the hook's ``at``, in ms) overflowed in every holder; the spill is
+    merged, and its save completes nothing."""
+    directory = tmp_path / "queue"
+    queue.append_calls(directory, S, [call("a")])
+    state = files.state_path(queue.queue_paths(directory, S)[0])
+    state.write_text('{"cursor": 1, "accepted_at": 1.7e308}')
+    at_ms = time.time_ns() // 1_000_000
+    value = {"at": at_ms, "subagent": True, "agent_id": "old", "project": "", "seen": 1.7e308}
+    value["events"] = [
+        {"record": queue.make_record(S, call("b"), None, at_ms)},
+        {"drain": "memory_remember", "started": None},
+    ]
+    write_raw(directory, f"{at_ms}-1-old", value)
+    queue.append_calls(directory, S, [call("c")])
+    assert ids(directory) == ["a", "b", "c"] and files.read_state(state)["cursor"] == 1
+
+
 def test_a_spilled_save_completes_no_snapshot_with_its_time_but_not_its_cursor(
     tmp_path: Path,
 ) -> None:

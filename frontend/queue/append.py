@@ -280,7 +280,9 @@ class _Batch:
             return False
         cursor, at = self.state["cursor"], self.state["accepted_at"]
         if self.seen.cursor is None:
-            return at == self.seen.accepted_at and int(at * 1000) <= self.origin.at_ms
+            # (``int(at * 1000) <= at_ms`` as that release had it, but no OverflowError for
+            # an ``accepted_at`` near the largest float: it would fail every holder.)
+            return at == self.seen.accepted_at and at * 1000 < self.origin.at_ms + 1
         return (cursor, at) == self.seen
 
     def _fetched(self) -> None:
