@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.hookrun import hook_env, read_jsonl, run_hook, thatch_command
 from tests.support.host_payloads import host_payload, opencode_buffer_stdin
+from thatch.frontend import queue
 
 CLAUDE_SESSION = "c246e25f-2b7e-4f9a-ae4d-8952afdc55c9"  # the recorded Claude Code session
 CURSOR_CONVERSATION = "c0ffee00-1234-4abc-8def-00000000cafe"
@@ -459,11 +460,50 @@ def test_tool_hooks_import_only_the_queue(env: dict[str, str], hook: str) -> Non
         "thatch.frontend.queue.payload",
         "thatch.frontend.queue.records",
         "thatch.frontend.queue.snapshot",
-        "thatch.frontend.queue.spill",  # the batches a busy lock made tool hooks spill
         "thatch.frontend.regular_files",  # errno, os and stat: a queue file is opened safely
     }
     if hook.startswith("buffer"):
         assert len(read_jsonl(queue_file(env, "s"))) == 1
+
+
+def hook_modules(hook: str, payload: dict[str, object], env: dict[str, str]) -> set[str]:
+    """The modules a real ``thatch <hook>`` process had loaded when it was done."""
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE, hook],
+        input=json.dumps(payload).encode(),
+        capture_output=True,
+        env=env,
+        check=True,
+    )
+    assert result.stdout == b""
+    return set(result.stderr.decode().split())
+
+
+SPILL_MODULE = "thatch.frontend.queue.spill"
+
+
+@pytest.mark.parametrize("hook", ["buffer-batch", "buffer-tool"])
+def test_a_normal_append_imports_no_spill_code(env: dict[str, str], hook: str) -> None:
+    """A tool hook that finds no spill marker and gets the lock asks one ``lstat`` and
+    loads no spill code (it cost every hook ~2 ms of imports); with the marker there, the
+    hook loads it and merges the spill waiting for the session."""
+
+    def payload(use_id: str) -> dict[str, object]:
+        return {"session_id": "s", "tool_name": "Bash", "tool_use_id": use_id}
+
+    assert SPILL_MODULE not in hook_modules(hook, payload("first"), env)  # a new queue
+    assert SPILL_MODULE not in hook_modules(hook, payload("second"), env)  # a queue to extend
+    # What a hook that found the lock busy leaves: its call in a spill, and the marker.
+    queue_dir, at_ms = Path(env["THATCH_QUEUE_DIR"]), int(time.time() * 1000)
+    record = queue.make_record("s", payload("spilled"), None, at_ms)
+    spilled = {"at": at_ms, "subagent": False, "agent_id": "", "project": "", "snapshot": None}
+    spilled["events"] = [{"record": record}]
+    (queue_dir / f"s.{at_ms}-1-spill.spill").write_text(json.dumps(spilled))
+    (queue_dir / "s.spilled").touch()
+    assert SPILL_MODULE in hook_modules(hook, payload("third"), env)
+    queued = [r["tool_use_id"] for r in read_jsonl(queue_file(env, "s"))]
+    assert queued == ["first", "second", "spilled", "third"]
+    assert not (queue_dir / "s.spilled").exists()
 
 
 def test_unreadable_tool_calls_are_said_once_per_session(tmp_path: Path) -> None:

@@ -261,7 +261,7 @@ def raw_spill(directory: Path, session: str, at_ms: int, use_id: str) -> Path:
         "subagent": False,
         "agent_id": "",
         "project": str(directory.parent),
-        "seen": None,
+        "snapshot": None,
         "events": [{"record": record}],
     }
     path = directory / f"{queue.safe_name(session)}.{at_ms}-1-{use_id}.spill"
@@ -355,13 +355,18 @@ def subagent_batch(project: Path, *ids: str) -> dict[str, object]:
     return batch
 
 
+@pytest.mark.parametrize("step", [0, HOUR], ids=["steady", "clock-stepped-back"])
 def test_a_spilled_extractor_save_completes_the_snapshot_it_worked_on(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], step: float
 ) -> None:
     """The extractor's save (a sub-agent's) found the lock busy: merged later, it completes
-    the snapshot it had fetched (a, b), and its own call stays queued."""
+    the snapshot it had fetched (a, b), and its own call stays queued. So it does when the
+    clock stepped back an hour after the fetch (its ``accepted_at`` after the hook's
+    ``at``): before, the snapshot had to be handed out before the hook's ``at`` by the
+    clock, and the save completed nothing."""
     calls(env, tmp_path, S, "a", "b")
-    assert [r["title"] for r in queue.accept(qdir(tmp_path), S)] == ["a", "b"]
+    fetched = queue.accept(qdir(tmp_path), S, now=time.time() + step)
+    assert [r["title"] for r in fetched] == ["a", "b"]
     with held(session_lock(tmp_path, S)):
         ok(run_hook(["buffer-batch"], subagent_batch(tmp_path, "c"), env))
     assert queued_ids(tmp_path, S) == ["a", "b"]
@@ -391,18 +396,23 @@ def test_a_spilled_extractor_save_leaves_a_snapshot_handed_out_since_alone(
     assert queue.nudge_records(qdir(tmp_path), S) == []  # the new snapshot is fresh
 
 
+@pytest.mark.parametrize("step", [0, -HOUR], ids=["steady", "clock-stepped-back"])
 def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waited(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], step: float
 ) -> None:
     """A sub-agent's fetch hook waits for the busy lock; meanwhile its snapshot is done
     with and the records are handed out again (another extractor's snapshot, after the
-    hook began). The hook spills with that snapshot as the one it saw (it reads the state
-    after its wait), but merged later its fetch names no holder of it: the call fetched
-    the earlier one. Before, the sub-agent became the holder of the other's snapshot."""
+    hook began). The hook spills with the snapshot handed out as it began as the one it
+    saw (it reads the state before its wait), and merged later its fetch names no holder
+    of the other: the call fetched the earlier one. So it does when the clock stepped back
+    an hour meanwhile (the other's ``accepted_at`` before the hook's ``at``): before, the
+    hook read the state after its wait and the clock had to tell the two apart, and the
+    sub-agent became the holder of the other's snapshot."""
     calls(env, tmp_path, S, "a", "b")
     queue.accept(qdir(tmp_path), S)
     lock = session_lock(tmp_path, S)
     state = lock.with_suffix(".state")
+    accepted = json.loads(state.read_text())  # the snapshot the call fetched
     fetch = host_payload("claude-PostToolUse-mcp-thatch-get_extraction_payload")
     fetch.update(session_id=S, cwd=str(tmp_path))
     stdin = tmp_path / "fetch.json"
@@ -421,9 +431,9 @@ def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waite
                 60,
                 "the fetch's hook to wait for the lock, or to end",
             )
-            # As accept writes it; a millisecond on, as ``at`` counts whole ones: the hook
-            # began before it waited, so this comes after its ``at`` whatever the clock.
-            refetched = {"cursor": 2, "accepted_at": time.time() + 0.001}
+            # As accept writes it (a millisecond on, as ``at`` counts whole ones), with the
+            # clock as it is or stepped back an hour.
+            refetched = {"cursor": 2, "accepted_at": time.time() + 0.001 + step}
             state.write_text(json.dumps(refetched))
             out = hook.communicate(timeout=120)
         finally:
@@ -432,7 +442,7 @@ def test_a_spilled_fetch_names_no_holder_of_a_snapshot_handed_out_while_it_waite
                 hook.wait()
     assert (hook.returncode, *out) == (0, b"", b""), out
     (spilled,) = spills(tmp_path)
-    assert json.loads((qdir(tmp_path) / spilled).read_text())["seen"] == refetched["accepted_at"]
+    assert json.loads((qdir(tmp_path) / spilled).read_text())["snapshot"] == accepted
     calls(env, tmp_path, S, "c")
     assert json.loads(state.read_text()) == refetched  # no agent_id: nobody holds it yet
     assert queued_ids(tmp_path, S) == ["a", "b", "c"]
@@ -450,9 +460,7 @@ def test_a_spilled_call_no_utf_8_can_hold_jams_nothing(tmp_path: Path, env: dict
     value = json.loads(spill.read_text())
     value["events"][0]["record"]["tool_use_id"] = "odd\ud800"
     # A sub-agent's fetch of the snapshot handed out: its id goes into the state file.
-    value.update(
-        subagent=True, agent_id="x\udcff", seen=json.loads(state.read_text())["accepted_at"]
-    )
+    value.update(subagent=True, agent_id="x\udcff", snapshot=json.loads(state.read_text()))
     value["events"].append({"fetch": True})
     spill.write_text(json.dumps(value))  # ASCII: the surrogates as \u escapes
     calls(env, tmp_path, S, "b")

@@ -6,7 +6,9 @@ holder. ``append_calls`` takes the session's lock, reads its queue and snapshot 
 once, lets each event change them (``_Batch``) and writes back only what changed. A hook
 whose lock stays busy for its timeout spills its events to a file of its own (``spill``);
 whoever next holds the lock replays them first (``replay_spills``), as if the batch had
-been appended at its time.
+been appended at its time. ``spill`` is imported only when the session's marker says that
+spills wait (``files.spilled``, one ``lstat``) or the hook must write one: tool hooks run
+on every call and import lazily (docs/hooks.md §rules).
 """
 
 from __future__ import annotations
@@ -21,27 +23,23 @@ from thatch.frontend.identifiers import session_id_problem
 from thatch.frontend.queue.classify import DRAINING_TOOLS, call_succeeded, classify
 from thatch.frontend.queue.files import (
     LockBusy,
+    Seen,
     ensure_dir,
     locked,
     queue_paths,
     read_lines,
     read_state,
     record_project,
+    seen_of,
+    spilled,
     state_path,
     unlink,
+    usable_project,
     write_atomic,
     write_records,
 )
 from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT, SPILLS_PER_SESSION
-from thatch.frontend.queue.records import call_time, compact, make_record, seq_of
-from thatch.frontend.queue.spill import (
-    Origin,
-    Spill,
-    forget_spills,
-    spilled,
-    take_spills,
-    write_spill,
-)
+from thatch.frontend.queue.records import Origin, call_time, compact, make_record, seq_of
 
 __all__ = [
     "SPILL_MERGE_WAIT_SECONDS",
@@ -80,7 +78,8 @@ def append_calls(
     gets the next sequence number. ``project`` (the hooks' project directory) is noted
     by a batch that queued a call, the latest winning: the queue's daily pass carries the
     calls there should the session's host die before its ``session-end``
-    (``carry.carry_abandoned``).
+    (``carry.carry_abandoned``). Only a directory ``.project`` may hold is noted
+    (``usable_project``), spilled or not: with any other the session's own stays.
 
     When the lock stays busy for its timeout the batch is spilled (``spill``) and merged
     by the lock's next holder; LockBusy only when SPILLS_PER_SESSION wait already."""
@@ -91,8 +90,19 @@ def append_calls(
         return
     jsonl, count, lock = queue_paths(directory, session_id)
     ensure_dir(directory)
-    # Before the wait: the hook runs as the calls end, however long the lock is held.
-    origin = Origin(time.time_ns() // 1_000_000, subagent, agent_id[:ID_LIMIT], project)
+    # The snapshot handed out before the hook began, the only one a spilled drain or fetch
+    # may act on (``Spill.seen``): read first, so that no clock is asked whether it came
+    # before (one stepped back would deny a save its own snapshot). An atomic file: no lock.
+    # Only for a batch that may drain or fetch: a normal call reads the state once, under
+    # the lock.
+    seen = None
+    if any(_acts_on_snapshot(call) for call in calls):
+        seen = seen_of(read_state(state_path(jsonl)))
+    # Before the wait: the hook runs as the calls end, however long the lock is held. The
+    # project only when a queue may note it (``usable_project``), whether the hook gets the
+    # lock or spills: a relative or huge one would replace the session's own.
+    at_ms = time.time_ns() // 1_000_000
+    origin = Origin(at_ms, subagent, agent_id[:ID_LIMIT], usable_project(project))
     try:
         with locked(lock):
             batch = _Batch(jsonl)
@@ -105,12 +115,23 @@ def append_calls(
         events = list(deque(_events_of(session_id, calls, origin.at_ms), _KEPT_IN_BATCH))
         if not events:
             return  # nothing to queue, drain or name: nothing lost
-        seen = read_state(state_path(jsonl)).get("accepted_at")  # an atomic file: no lock
+        from thatch.frontend.queue.spill import Spill, write_spill
+
         if not write_spill(jsonl, Spill(origin, seen, events)):
             raise LockBusy(
                 f"queue lock {lock.name} busy and {SPILLS_PER_SESSION} batches spilled "
                 "already; gave up"
             ) from None
+
+
+def _acts_on_snapshot(call: Mapping[str, Any]) -> bool:
+    """Whether ``call`` may be a drain or a fetch (``_event_of``; whether it succeeded
+    aside)."""
+    tool = call.get("tool_name")
+    if not isinstance(tool, str) or not tool.strip():
+        return False
+    kind, bare = classify(tool, call.get("tool_input"))
+    return bare == "get_extraction_payload" or (kind == "thatch" and bare in DRAINING_TOOLS)
 
 
 def _events_of(
@@ -194,7 +215,7 @@ class _Batch:
         # The batch being taken:
         self.origin = Origin(0)
         self.late = False  # a spilled batch, replayed after others took the lock
-        self.seen: float | None = None  # a spilled batch's snapshot (``Spill.seen``)
+        self.seen: Seen | None = None  # a spilled batch's snapshot (``Spill.seen``)
         self.own: list[dict[str, Any]] = []  # its records (kept alive: ``own_ids``)
         self.own_ids: set[int] = set()
 
@@ -202,6 +223,10 @@ class _Batch:
         """Take every spilled batch, oldest first, then put the records in the order the
         calls ended (a fresh snapshot's first): a spill's calls ended before those queued
         while it waited, and the 20-record cap must drop the oldest, not the latest."""
+        if not unmarked and not spilled(self.jsonl):
+            return
+        from thatch.frontend.queue.spill import take_spills
+
         found = take_spills(self.jsonl, unmarked=unmarked)
         if found is None:
             return
@@ -223,7 +248,7 @@ class _Batch:
         origin: Origin,
         *,
         late: bool = False,
-        seen: float | None = None,
+        seen: Seen | None = None,
     ) -> None:
         """One batch's events, in order."""
         self.origin, self.late, self.seen = origin, late, seen
@@ -240,15 +265,25 @@ class _Batch:
 
     def _same_snapshot(self) -> bool:
         """Whether a drain or fetch of this batch may act on the snapshot now handed out:
-        always for a batch taken as it comes; a spilled one's acts only on the snapshot
-        handed out when it spilled (``seen``) if that was handed out before its hook began
-        (its calls had ended by then; to the millisecond, the hook's ``at``). ``seen`` is
-        read after the hook's wait: a snapshot handed out during the wait, or since, is
-        another extractor's."""
+        always for a batch taken as it comes; a spilled one's only when it is the snapshot
+        handed out as its hook began (``seen``: its cursor and ``accepted_at``, read before
+        the hook's time and its wait; its calls had ended by then). One handed out during
+        the wait, or since, is another extractor's. Told by the state file, not by
+        comparing its ``accepted_at`` with the hook's clock: a clock stepped back would
+        deny a save its own snapshot. A spill of the release before read ``accepted_at``
+        after its wait, so that release's check stays for it: handed out before the hook's
+        time too (else a spill pending across the upgrade completed another extractor's
+        snapshot)."""
         if not self.late:
             return True
-        at = self.state.get("accepted_at")
-        return at is not None and at == self.seen and int(at * 1000) <= self.origin.at_ms
+        if self.seen is None or "cursor" not in self.state:
+            return False
+        cursor, at = self.state["cursor"], self.state["accepted_at"]
+        if self.seen.cursor is None:
+            # (``int(at * 1000) <= at_ms`` as that release had it, but no OverflowError for
+            # an ``accepted_at`` near the largest float: it would fail every holder.)
+            return at == self.seen.accepted_at and at * 1000 < self.origin.at_ms + 1
+        return (cursor, at) == self.seen
 
     def _fetched(self) -> None:
         """A sub-agent fetched the handed-out snapshot: it holds it now (its stop completes
@@ -318,9 +353,19 @@ class _Batch:
         their calls still queued (``tool_use_id``)."""
         self._write(count)
         if self.took:
+            from thatch.frontend.queue.spill import forget_spills  # imported by the take
+
             forget_spills(self.jsonl, self.spills)
 
     def _write(self, count: Path) -> None:
+        # The records before the snapshot state (as ``snapshot.complete`` writes them): a
+        # holder dying between leaves a drained snapshot's state with none of its records,
+        # which the next holder's replay of the same spilled save completes again. The
+        # other way round the state went first, the replayed save no longer matched it, and
+        # the snapshot's records were pending again (extracted twice).
+        if self.drained or [seq_of(record) for record in self.records] != self.original:
+            write_records(self.jsonl, self.records)
+        # else nothing changed; leave the file (and its mtime) alone
         if self.drained:
             unlink(count)
         if self.state != self.original_state or (self.drained and not self.state):
@@ -328,9 +373,6 @@ class _Batch:
                 write_atomic(self.state_file, compact(self.state))
             else:
                 unlink(self.state_file)
-        if self.drained or [seq_of(record) for record in self.records] != self.original:
-            write_records(self.jsonl, self.records)
-        # else nothing changed; leave the file (and its mtime) alone
         if self.project:
             record_project(self.jsonl, self.project)
 

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 from thatch.frontend.identifiers import SESSION_ID_MAX, session_id_problem
 from thatch.frontend.queue.append import replay_spills
 from thatch.frontend.queue.files import (
+    MARKER_SUFFIX,
+    SPILL_SUFFIX,
     LockBusy,
     QueueError,
     cleanup_again,
@@ -46,7 +48,6 @@ from thatch.frontend.queue.limits import (
     MAX_RECORDS,
 )
 from thatch.frontend.queue.records import seq_of
-from thatch.frontend.queue.spill import MARKER_SUFFIX, SPILL_SUFFIX, spill_paths
 
 __all__ = [
     "CARRY_PREFIX",
@@ -397,6 +398,8 @@ def _queued_stems(directory: Path) -> dict[str, float]:
 
 def _spilled_at(jsonl: Path) -> float:
     """When the session's newest spill was written (0: none waits)."""
+    from thatch.frontend.queue.spill import spill_paths  # the daily pass only: hooks import lazily
+
     newest = 0.0
     for path in spill_paths(jsonl):
         with contextlib.suppress(FileNotFoundError):

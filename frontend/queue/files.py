@@ -9,8 +9,9 @@ stem (``carry``). Every read-modify-write holds the lock and replaces the file
 atomically, so readers (which never lock) see either the old or the new file, never a
 torn one. This is the one module of the queue that opens its files, but for the batches
 a busy lock made hooks spill (``<safe>.<ms>-<pid>-<random>.spill`` and the marker
-``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers, and
-Cursor's held prompt nudge (``<safe>.nudge``, ``held_nudge``).
+``<safe>.spilled``), which ``spill`` reads and writes through this module's helpers; the
+marker is asked here (``spilled``), so a tool hook that finds none never imports ``spill``.
+Cursor's held prompt nudge (``<safe>.nudge``) is ``held_nudge``'s.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from thatch.frontend.queue.limits import (
     CLEANUP_INTERVAL_SECONDS,
@@ -42,9 +43,12 @@ from thatch.frontend.regular_files import NotRegularFile, open_regular, read_reg
 
 __all__ = [
     "CLEANUP_MARKER",
+    "MARKER_SUFFIX",
+    "SPILL_SUFFIX",
     "UNREAD",
     "LockBusy",
     "QueueError",
+    "Seen",
     "cleanup_again",
     "cleanup_due",
     "ensure_dir",
@@ -58,14 +62,24 @@ __all__ = [
     "record_project",
     "remove_stale",
     "safe_name",
+    "seen_of",
+    "spill_marker",
+    "spilled",
     "state_path",
     "unlink",
+    "usable_project",
     "write_atomic",
     "write_records",
 ]
 
 CLEANUP_MARKER = ".last-cleanup"
 UNREAD = ".unread"  # marker: this session was told once that its payloads are unreadable
+# A batch a busy lock made its tool hook spill (``spill``): ``<safe>.<ms>-<pid>-<random>``
+# plus SPILL_SUFFIX, and the session's marker ``<safe>`` plus MARKER_SUFFIX. The marker is
+# asked here: every lock holder asks, and a tool hook imports ``spill`` only when it says
+# that spills wait (or the hook must write one).
+SPILL_SUFFIX = ".spill"
+MARKER_SUFFIX = ".spilled"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HASHED_STEM = re.compile(r"[A-Za-z0-9_-]{0,64}-[0-9a-f]{16}")
@@ -114,6 +128,17 @@ def queue_paths(directory: Path, session_id: str) -> tuple[Path, Path, Path]:
 
 def ensure_dir(directory: Path) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def spill_marker(jsonl: Path) -> Path:
+    return jsonl.with_suffix(MARKER_SUFFIX)
+
+
+def spilled(jsonl: Path) -> bool:
+    """Whether spills may wait for the session (one ``lstat``: every lock holder asks).
+    Anything at the marker's path counts: a directory there (no marker can be written)
+    costs each holder a listing, never a spill."""
+    return os.path.lexists(spill_marker(jsonl))
 
 
 # -- locking and atomic files ----------------------------------------------------------
@@ -331,8 +356,12 @@ def state_path(jsonl: Path) -> Path:
     return jsonl.with_suffix(".state")
 
 
+_INFINITY = float("inf")
+
+
 def read_state(path: Path) -> dict[str, Any]:
-    """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign)."""
+    """``{"cursor": int, "accepted_at": float}`` or ``{}`` (missing, damaged, foreign: an
+    ``accepted_at`` that is no finite number too)."""
     try:
         value = json.loads(read_regular(path, SMALL_FILE_BYTES, follow_links=False).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -344,11 +373,36 @@ def read_state(path: Path) -> dict[str, Any]:
         return {}
     if isinstance(at, bool) or not isinstance(at, int | float):
         return {}
-    state: dict[str, Any] = {"cursor": cursor, "accepted_at": float(at)}
+    try:
+        at = float(at)  # OverflowError for a 400-digit integer
+    except OverflowError:
+        return {}
+    # Finite (no math import on a tool hook's path): NaN, Infinity or 1e400 in a damaged
+    # file, spilled as a hook's ``seen``, would make the next holder delete its spill.
+    if not -_INFINITY < at < _INFINITY:
+        return {}
+    state: dict[str, Any] = {"cursor": cursor, "accepted_at": at}
     agent = value.get("agent_id")
     if isinstance(agent, str) and agent:
         state["agent_id"] = agent[:ID_LIMIT]
     return state
+
+
+class Seen(NamedTuple):
+    """The snapshot a tool hook saw handed out as it began (``.state``'s ``cursor`` and
+    ``accepted_at``): the only one its spilled drains and fetch may act on. ``cursor``
+    None: a spill of the release before this one, whose hook read ``accepted_at`` alone,
+    after its wait (that snapshot must also have been handed out before the hook began)."""
+
+    cursor: int | None
+    accepted_at: float
+
+
+def seen_of(state: dict[str, Any]) -> Seen | None:
+    """The snapshot a state (``read_state``) hands out, None for none."""
+    if "cursor" not in state:
+        return None
+    return Seen(state["cursor"], state["accepted_at"])
 
 
 # -- project: where the session's calls were queued ---------------------------------------
@@ -365,8 +419,7 @@ def record_project(jsonl: Path, project: str) -> None:
     (the hooks' directory then): a session that moved on works, and is next prompted,
     there. The caller holds the session's lock."""
     path = project_path(jsonl)
-    # ASCII: a directory name that is no UTF-8 (surrogate escapes) round-trips as \udcXX.
-    text = json.dumps({"project": project}) + "\n"
+    text = _project_text(project)
     with contextlib.suppress(OSError):
         if read_regular(path, SMALL_FILE_BYTES, follow_links=False) == text.encode():
             return  # one small read a batch; anything else at the path is replaced
@@ -382,13 +435,39 @@ def read_project(path: Path) -> str:
     except (OSError, ValueError, RecursionError):
         return ""
     project = value.get("project") if isinstance(value, dict) else None
-    if not isinstance(project, str) or not os.path.isabs(project) or "\x00" in project:
-        return ""
-    try:
-        os.fsencode(project)  # a lone surrogate: no file name holds it, realpath would raise
-    except UnicodeEncodeError:
+    return project if isinstance(project, str) and _names_a_directory(project) else ""
+
+
+def usable_project(project: object) -> str:
+    """``project`` when a queue may note it (``record_project``), else "": a project
+    directory as ``read_project`` gives one back (an absolute path a file name can hold),
+    in a ``.project`` file it reads. A hook's project (``append.append_calls``, whether
+    it gets the lock or spills) and a spill's are checked so: a host's ``cwd`` may be
+    anything, anything may have written a spill, and an invalid one would replace the
+    session's own."""
+    if not isinstance(project, str) or len(project) > SMALL_FILE_BYTES:
+        return ""  # (a 10 MB string is neither encoded nor escaped)
+    if not _names_a_directory(project) or len(_project_text(project)) > SMALL_FILE_BYTES:
         return ""
     return project
+
+
+def _names_a_directory(project: str) -> bool:
+    """Whether ``project`` is an absolute path a file name can hold (no NUL, no lone
+    surrogate: realpath would raise). A relative one would name a directory of whatever
+    process reads it (the daily pass runs in any project)."""
+    if not os.path.isabs(project) or "\x00" in project:
+        return False
+    try:
+        os.fsencode(project)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _project_text(project: str) -> str:
+    # ASCII: a directory name that is no UTF-8 (surrogate escapes) round-trips as \udcXX.
+    return json.dumps({"project": project}) + "\n"
 
 
 def write_records(jsonl: Path, records: list[dict[str, Any]]) -> None:

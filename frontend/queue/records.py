@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from thatch.frontend.identifiers import SESSION_ID_MAX
 from thatch.frontend.queue.limits import (
@@ -26,6 +26,7 @@ from thatch.frontend.queue.limits import (
 )
 
 __all__ = [
+    "Origin",
     "call_time",
     "capped",
     "compact",
@@ -34,6 +35,16 @@ __all__ = [
     "response_text",
     "seq_of",
 ]
+
+
+class Origin(NamedTuple):
+    """Who queued a batch, and when (ms since the epoch: as its hook began, the calls had
+    ended)."""
+
+    at_ms: int
+    subagent: bool = False
+    agent_id: str = ""
+    project: str = ""
 
 
 def compact(value: Any) -> str:

@@ -20,6 +20,7 @@ from thatch.frontend.queue.files import (
     queue_paths,
     read_lines,
     read_state,
+    spilled,
     state_path,
     unlink,
     write_atomic,
@@ -27,7 +28,6 @@ from thatch.frontend.queue.files import (
 )
 from thatch.frontend.queue.limits import ACCEPTED_TTL_SECONDS, ID_LIMIT
 from thatch.frontend.queue.records import compact, seq_of
-from thatch.frontend.queue.spill import spilled
 
 __all__ = [
     "accept",

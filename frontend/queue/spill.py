@@ -30,14 +30,22 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from thatch.frontend.queue.classify import DRAINING_TOOLS
-from thatch.frontend.queue.files import write_atomic
+from thatch.frontend.queue.files import (
+    MARKER_SUFFIX,
+    SPILL_SUFFIX,
+    Seen,
+    spill_marker,
+    spilled,
+    usable_project,
+    write_atomic,
+)
 from thatch.frontend.queue.limits import (
     ID_LIMIT,
     MAX_RECORDS,
     SPILL_BYTES_LIMIT,
     SPILLS_PER_SESSION,
 )
-from thatch.frontend.queue.records import call_time, capped
+from thatch.frontend.queue.records import Origin, call_time, capped
 from thatch.frontend.regular_files import NotRegularFile, read_regular
 
 __all__ = [
@@ -54,38 +62,17 @@ __all__ = [
     "write_spill",
 ]
 
-SPILL_SUFFIX = ".spill"
-MARKER_SUFFIX = ".spilled"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class Origin(NamedTuple):
-    """Who queued a batch, and when (ms since the epoch: as its hook began, the calls had
-    ended)."""
-
-    at_ms: int
-    subagent: bool = False
-    agent_id: str = ""
-    project: str = ""
 
 
 class Spill(NamedTuple):
     origin: Origin
-    # ``accepted_at`` of the snapshot handed out when the hook spilled (None: none): a
-    # replayed drain or fetch acts on that snapshot only, never on one handed out since.
-    seen: float | None
+    # The snapshot handed out as the hook began, read before its time and its wait (None:
+    # none): a replayed drain or fetch acts on that snapshot only, never on one handed out
+    # since. Written as ``"snapshot": {"cursor", "accepted_at"}``; a spill of the release
+    # before has ``"seen": <accepted_at>`` instead, read after its wait (``Seen``).
+    seen: Seen | None
     events: list[dict[str, Any]]
-
-
-def spill_marker(jsonl: Path) -> Path:
-    return jsonl.with_suffix(MARKER_SUFFIX)
-
-
-def spilled(jsonl: Path) -> bool:
-    """Whether spills may wait for the session (one ``lstat``: every lock holder asks).
-    Anything at the marker's path counts: a directory there (no marker can be written)
-    costs each holder a listing, never a spill."""
-    return os.path.lexists(spill_marker(jsonl))
 
 
 def spill_paths(jsonl: Path) -> list[Path]:
@@ -150,8 +137,12 @@ def _spill_text(spill: Spill) -> str:
                 "at": spill.origin.at_ms,
                 "subagent": spill.origin.subagent,
                 "agent_id": spill.origin.agent_id[:ID_LIMIT],
-                "project": spill.origin.project,
-                "seen": spill.seen,
+                # Only one a holder would note: a 16 MiB cwd made the spill too large.
+                "project": usable_project(spill.origin.project),
+                # Not ``seen``, the release before's key: it would read this spill's
+                # snapshot as one seen after the wait; it reads none here (its calls are
+                # still merged).
+                "snapshot": None if spill.seen is None else spill.seen._asdict(),
                 "events": events,
             },
             separators=(",", ":"),
@@ -227,27 +218,53 @@ def _read_spill(path: Path) -> Spill | None:
 def _parse_spill(value: object) -> Spill | None:
     if not isinstance(value, dict):
         return None
-    at, seen = value.get("at"), value.get("seen")
+    at = value.get("at")
     if not isinstance(at, int) or call_time(value, "at") != at:  # bounded as a call's times
         return None
-    if seen is not None:
-        if isinstance(seen, bool) or not isinstance(seen, int | float):
-            return None
-        seen = float(seen)  # OverflowError for a 400-digit integer
-        if not math.isfinite(seen):
-            return None
     agent, project = value.get("agent_id"), value.get("project")
     events = value.get("events")
     if not isinstance(agent, str) or not isinstance(project, str) or not isinstance(events, list):
         return None
     # The agent id lands in the UTF-8 state file: a lone surrogate there is made "?" too.
     agent = _LONE_SURROGATE.sub("\ufffd", agent[:ID_LIMIT])
-    origin = Origin(at, value.get("subagent") is True, agent, project)
+    # The project is noted as the session's (``files.record_project``): one that names no
+    # directory (relative, a NUL, a lone surrogate, too long) notes none, and the session's
+    # own stays (the daily pass would carry its calls nowhere).
+    origin = Origin(at, value.get("subagent") is True, agent, usable_project(project))
     # A hook writes at most MAX_RECORDS records and MAX_RECORDS others (``_newest``): the
     # thousands of events a foreign file may hold are not read, nor the lock held for them.
     newest = events[-2 * MAX_RECORDS :]
     kept = [event for item in newest if (event := _event(item)) is not None]
-    return Spill(origin, seen, kept)
+    return Spill(origin, _seen(value), kept)
+
+
+def _seen(value: dict[str, Any]) -> Seen | None:
+    """A spill's snapshot: ``snapshot``, or an earlier release's ``seen`` (its
+    ``accepted_at`` alone, read after the hook's wait: cursor None); None when there is
+    none or it is unusable (its drains and fetches then act on no snapshot, and its calls
+    are still merged: the whole spill was deleted, calls and all, for a NaN a damaged
+    ``.state`` handed its hook)."""
+    if "snapshot" not in value:
+        legacy = _finite(value.get("seen"))
+        return None if legacy is None else Seen(None, legacy)
+    snapshot = value["snapshot"]
+    if not isinstance(snapshot, dict):
+        return None
+    cursor, at = snapshot.get("cursor"), _finite(snapshot.get("accepted_at"))
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0 or at is None:
+        return None
+    return Seen(cursor, at)
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # a 400-digit integer
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _encodable(record: dict[str, Any]) -> dict[str, Any]:
