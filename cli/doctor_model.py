@@ -50,9 +50,10 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
             # thatch model use would change nothing while the variable is set
             fix = (
                 "THATCH_MODEL is set in this environment and wins over the saved model: "
-                f"unset THATCH_MODEL; or set it to another model, {kinds}: export THATCH_MODEL=ID"
+                "unset THATCH_MODEL; or set it to another model id, ID "
+                f"({kinds}): export THATCH_MODEL=ID"
             )
-        fix = fix or f"choose {kinds}: thatch model use ID"
+        fix = fix or f"choose another model by its id, ID ({kinds}): thatch model use ID"
         return Check("FAIL", "model", str(error), fix), served_id
     # The origin names the config file, the path a model directory: data (doctor's _shown).
     # So are the ids: a model directory's name is its id (local:<name>), and a remote

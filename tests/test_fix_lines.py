@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,19 @@ import pytest
 PROSE = {"has", "it", "or", "then", "and", "rerun", "shows", "saves", "with", "the", "its"}
 COMMANDS = {"thatch", "unset", "export", sys.executable}
 REQUIREMENT = re.compile(r"^[A-Za-z0-9_./ -]+(\[[a-z]+\])?(==[0-9][0-9.]*)?$")
+# A word of capitals in a command is a placeholder (DIR, ID, LABEL_A) unless it names a
+# variable (unset THATCH_MODEL, export THATCH_MODEL=ID: the value is the placeholder).
+PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+VARIABLE = re.compile(r"^(THATCH|HF|PG|XDG)_[A-Z0-9_]+$")
+# Names a fix quotes: each must reach its command as one argument, running nothing else.
+HOSTILE = ("a b", "x; rm -rf ~", "$(id)", "it's", "`id`", "a && b")
+
+
+def placeholders(word: str) -> list[str]:
+    """The placeholders of a command word: the word, or an assignment's value."""
+    return [
+        part for part in word.split("=") if PLACEHOLDER.match(part) and not VARIABLE.match(part)
+    ]
 
 
 def assert_pastes(fix: str) -> None:
@@ -46,6 +60,12 @@ def assert_pastes(fix: str) -> None:
             assert shutil.which(clause[0]) is None, (clause[0], fix)
         if not starts:
             continue  # prose only ("or connect to the Hugging Face hub")
+        # A placeholder the command holds is named in the prose that leads to it: the reader
+        # knows what to put there, and that the line does not paste as it stands.
+        prose = {word.strip("(),:;.") for word in clause[: starts[0]]}
+        for word in clause[starts[0] :]:
+            for placeholder in placeholders(word):
+                assert placeholder in prose, (placeholder, fix)
         command: list[str] = []
         for token in [*clause[starts[0] :], "&&"]:
             if token != "&&":
@@ -169,3 +189,57 @@ def test_the_restart_and_model_fixes_paste_whole() -> None:
         assert_pastes(refused.value.fix)
     for template in (MODEL_FIX, OVERRIDE_FIX):
         assert_pastes(template.format(model="acme/a"))
+
+
+def test_a_placeholder_is_named_in_the_prose_before_its_command() -> None:
+    """A command holding DIR, ID or LABEL_A does not paste as it stands: the prose leading
+    to it says what goes there (`set it to another model: export THATCH_MODEL=ID` did not)."""
+    for broken in (
+        "set it to another model: export THATCH_MODEL=ID",
+        "import a checkpoint: thatch model import DIR && thatch model use ID",
+        "record a verdict: thatch dedup LABEL_A LABEL_B --verdict V",
+    ):
+        with pytest.raises(AssertionError):
+            assert_pastes(broken)
+    assert_pastes("set it to another model id, ID: export THATCH_MODEL=ID")
+    assert_pastes("drop the variable: unset THATCH_MODEL")
+
+
+def test_the_model_fixes_name_their_placeholders(tmp_path: Path) -> None:
+    """Doctor's fixes for a model that does not resolve (THATCH_MODEL's, the saved one's),
+    and the client's offline fix, whose import keeps the id it was given (not `use ID`)."""
+    from thatch.cli.doctor_model import check_model
+    from thatch.common.environment import config_file
+    from thatch.embedder.client.errors import fix_offline
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"hidden_size": 4}')  # no tokenizer.json
+    env = {**os.environ, "THATCH_MODEL": str(broken)}
+    by_variable = check_model(env, None)[0]
+    assert by_variable.status == "FAIL" and by_variable.fix is not None
+    assert by_variable.fix.endswith(
+        "unset THATCH_MODEL; or set it to another model id, ID "
+        "(an imported model, a hub id or a model directory): export THATCH_MODEL=ID"
+    )
+    saved_env = {key: value for key, value in os.environ.items() if key != "THATCH_MODEL"}
+    config_file(saved_env).parent.mkdir(parents=True, exist_ok=True)
+    config_file(saved_env).write_text(json.dumps({"model": str(broken)}))
+    saved = check_model(saved_env, None)[0]
+    assert saved.status == "FAIL" and saved.fix is not None
+    assert saved.fix.endswith(": thatch model use ID")
+    for fix in (by_variable.fix, saved.fix):
+        assert_pastes(fix)
+    for model_id in HOSTILE:
+        fix = fix_offline(model_id)
+        assert_pastes(fix)
+        pull, importing = (clause.split(": ", 1)[1] for clause in fix.split("; or "))
+        assert shlex.split(pull) == ["thatch", "model", "pull", model_id]
+        assert shlex.split(importing) == [
+            "thatch",
+            "model",
+            "import",
+            "DIR",
+            "--model-id",
+            model_id,
+        ]

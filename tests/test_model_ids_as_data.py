@@ -246,8 +246,8 @@ def test_an_error_quoting_a_hostile_model_is_one_line_in_doctor_and_embedder_sta
     assert checks["model"] == [
         f"FAIL  model  model local:x\u00a0\u202f{SHOWN} at {shown} is missing tokenizer.json",
         "      fix: THATCH_MODEL is set in this environment and wins over the saved model: "
-        "unset THATCH_MODEL; or set it to another model, an imported model, a hub id or a "
-        "model directory: export THATCH_MODEL=ID",
+        "unset THATCH_MODEL; or set it to another model id, ID (an imported model, a hub id "
+        "or a model directory): export THATCH_MODEL=ID",
     ]
     assert checks["thresholds"][0].endswith(f"(built-in defaults: {shown} is not calibrated)")
 
@@ -259,7 +259,7 @@ def test_an_error_quoting_a_hostile_model_is_one_line_in_doctor_and_embedder_sta
         f"model local:x\u00a0\u202f{SHOWN} at {shown} is missing tokenizer.json); log: {log}",
         f"Fix: see how the model resolves: thatch model info '{shown}'; THATCH_MODEL is set "
         "in this environment and wins over the saved model: unset THATCH_MODEL; or set it to "
-        "another model: export THATCH_MODEL=ID",
+        "another model id, ID: export THATCH_MODEL=ID",
     ]
 
 

