@@ -8,7 +8,9 @@ team, a role not created, an unreachable database) are ``AdminError`` with the f
 
 from __future__ import annotations
 
+import re
 import secrets
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -24,9 +26,11 @@ __all__ = [
     "AdminError",
     "add_member",
     "add_team",
+    "create_role_fix",
     "migrate_database",
     "new_token",
     "new_token_fix",
+    "no_team_fix",
     "owner_connection",
     "revoke_member",
 ]
@@ -64,11 +68,7 @@ def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) ->
     """``schema.migrate`` with the usual mistakes named: the migrations applied now."""
     row = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (hub_role,)).fetchone()
     if row is None:
-        raise AdminError(
-            f"the hub's role {hub_role!r} does not exist",
-            f"create it first: CREATE ROLE {hub_role} LOGIN NOSUPERUSER NOBYPASSRLS "
-            "(docs/team.md §roles)",
-        )
+        raise AdminError(f"the hub's role {hub_role!r} does not exist", create_role_fix(hub_role))
     try:
         return migrate(conn, hub_role, at)
     except psycopg.errors.InsufficientPrivilege as error:
@@ -76,6 +76,20 @@ def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) ->
             f"the owner's connection may not migrate ({str(error).strip().splitlines()[0]})",
             "set THATCH_HUB_OWNER_URL to the role that owns (or may create) the hub's tables",
         ) from None
+
+
+# A role name PostgreSQL takes unquoted and keeps as it is (it folds others to lower case).
+_PLAIN_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def create_role_fix(hub_role: str) -> str:
+    """The SQL that creates the hub's role, the name quoted as the migrations' grants quote
+    it (``sql.Identifier``): ``Hub`` unquoted would create ``hub``, and a name holding
+    ``;`` would end the statement there."""
+    name = hub_role if _PLAIN_ROLE.fullmatch(hub_role) else '"' + hub_role.replace('"', '""') + '"'
+    return (
+        f"create it first (docs/team.md §roles): CREATE ROLE {name} LOGIN NOSUPERUSER NOBYPASSRLS"
+    )
 
 
 def add_team(conn: Connection[TupleRow], team: str, name: str, at: datetime) -> None:
@@ -103,9 +117,7 @@ def add_member(
                 (team, member, token_digest(token), at),
             ).fetchone()
     except psycopg.errors.ForeignKeyViolation:
-        raise AdminError(
-            f"no team {team!r}", f"add it first: thatch hub team add {team} NAME"
-        ) from None
+        raise AdminError(f"no team {team!r}", no_team_fix(team)) from None
     if added is None:
         raise AdminError(
             f"{member!r} is already a member of {team!r} with a live token",
@@ -113,8 +125,18 @@ def add_member(
         )
 
 
+def no_team_fix(team: str) -> str:
+    """How to add the team a member was added to; its shown name is the operator's call."""
+    return (
+        "add it first, with the name it is shown by, NAME: "
+        f"thatch hub team add {shlex.quote(team)} NAME"
+    )
+
+
 def new_token_fix(team: str, member: str) -> str:
-    """How a member with a live token gets a new one: revoke it, then add them again."""
+    """How a member with a live token gets a new one: revoke it, then add them again. The
+    ids are shell-quoted: each reaches its command as one argument, and runs nothing."""
+    team, member = shlex.quote(team), shlex.quote(member)
     return (
         "to give them a new one, revoke the token and add them again: "
         f"thatch hub member revoke {team} {member} && thatch hub member add {team} {member}"

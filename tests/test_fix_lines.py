@@ -243,3 +243,96 @@ def test_the_model_fixes_name_their_placeholders(tmp_path: Path) -> None:
             "--model-id",
             model_id,
         ]
+
+
+def commands(fix: str) -> list[list[str]]:
+    """Each command of ``fix`` as the shell would run it: the words from its first command
+    word (prose before it dropped), split at ``;`` and ``&&``."""
+    lexer = shlex.shlex(fix, posix=True, punctuation_chars=";&<>|")
+    lexer.whitespace_split = True
+    found: list[list[str]] = []
+    words: list[str] = []
+    for token in [*lexer, ";"]:
+        if token in (";", "&&"):
+            start = next((i for i, word in enumerate(words) if word in COMMANDS), None)
+            if start is not None:
+                found.append(words[start:])
+            words = []
+        else:
+            words.append(token)
+    return found
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_the_hub_admin_fixes_quote_team_and_member_ids(name: str) -> None:
+    """The operator's fixes (a live member's new token, a team to add first) and a refused
+    token's (the admin's command, then the join): each id and name reaches its command as
+    one argument, and runs nothing else."""
+    from thatch.hub.admin import new_token_fix, no_team_fix
+    from thatch.hub.client import token_fix
+    from thatch.teamsync.tokens import rejoin_fix
+
+    renew = new_token_fix(name, f"{name}-2")
+    assert_pastes(renew)
+    assert commands(renew) == [
+        ["thatch", "hub", "member", "revoke", name, f"{name}-2"],
+        ["thatch", "hub", "member", "add", name, f"{name}-2"],
+    ]
+    add_team = no_team_fix(name)
+    assert_pastes(add_team)
+    assert commands(add_team) == [["thatch", "hub", "team", "add", name, "NAME"]]
+    refused = token_fix(name, f"{name}-2", then=rejoin_fix(f"{name}:7470", f"{name}/repo"))
+    assert_pastes(refused)
+    assert commands(refused) == [
+        ["thatch", "hub", "member", "add", name, f"{name}-2"],
+        ["thatch", "team", "join", f"{name}:7470", "--store", f"{name}/repo"],
+    ]
+
+
+def test_the_hub_fixes_without_names_name_their_placeholders() -> None:
+    """Before any link, a refused token's fix has no team or member to name: placeholders,
+    which its prose names; the probe's refusal of plaintext keeps the address it was given."""
+    from thatch.hub.client import FIX_TOKEN, HubRefused, probe_health
+
+    assert_pastes(FIX_TOKEN)
+    assert commands(FIX_TOKEN) == [["thatch", "hub", "member", "add", "TEAM", "MEMBER"]]
+    address = "$(id);x:443"
+    with pytest.raises(HubRefused) as refused:
+        probe_health(address, plaintext=True)
+    assert_pastes(refused.value.fix)
+    assert commands(refused.value.fix) == [
+        ["thatch", "hub", "probe", "--addr", address, "--ca", "FILE"]
+    ]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_store_already_shared_is_left_by_its_quoted_name(name: str) -> None:
+    """The fix of a join of a store shared through another hub leaves it, by that name."""
+    from thatch.teamsync.links import AlreadyLinked
+
+    fix = AlreadyLinked(name, "hub.example:443").fix
+    assert fix is not None
+    assert_pastes(fix)
+    assert commands(fix) == [["thatch", "team", "leave", "--store", name]]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_join_without_a_token_names_the_join_again_quoted(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`thatch team join` with no token: the fix is that join again, with the address and
+    the store as the user gave them (each one argument), the token in the variable or a
+    file; nothing is asked of the hub (the address is nobody's)."""
+    from click.testing import CliRunner
+
+    from thatch.cli.main import cli
+
+    monkeypatch.delenv("THATCH_HUB_TOKEN", raising=False)
+    address = f"{name.replace(' ', '_')}:9"  # a hub address holds no blank
+    result = CliRunner().invoke(cli, ["team", "join", address, "--store", name])
+    assert result.exit_code == 1, result.output
+    error, fix = result.stderr.splitlines()
+    assert error == "Error: no team token given" and fix.startswith("Fix: "), result.stderr
+    assert_pastes(fix[len("Fix: ") :])
+    join = ["thatch", "team", "join", address, "--store", name]
+    assert commands(fix[len("Fix: ") :]) == [join, [*join, "--token-file", "FILE"]]
