@@ -336,3 +336,29 @@ def test_a_join_without_a_token_names_the_join_again_quoted(
     assert_pastes(fix[len("Fix: ") :])
     join = ["thatch", "team", "join", address, "--store", name]
     assert commands(fix[len("Fix: ") :]) == [join, [*join, "--token-file", "FILE"]]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_the_sync_process_names_its_links_team_member_and_join(name: str) -> None:
+    """The team sync's fixes for a link whose token file is gone (the join again) or whose
+    token the hub refuses (the admin's member add, then the join): the link's own team,
+    member, hub and store, each one argument."""
+    from thatch.hub.client import HubRefused
+    from thatch.teamsync.links import Link
+    from thatch.teamsync.process import HubClients
+    from thatch.teamsync.tokens import write_token
+
+    hub = f"{name.replace(' ', '_')}:7470"
+    link = Link(name, hub, f"{name}-team", f"{name}-member", "m", 0, 0, "t", None, None, None)
+    join = ["thatch", "team", "join", hub, "--store", name]
+    clients = HubClients(dict(os.environ))
+    with pytest.raises(HubRefused) as missing:
+        clients.client(link)
+    assert_pastes(missing.value.fix)
+    assert commands(missing.value.fix) == [join]
+    write_token(dict(os.environ), hub, link.team, "not a token")  # blanks: refused as sent
+    with pytest.raises(HubRefused) as refused:
+        clients.client(link)
+    assert_pastes(refused.value.fix)
+    admin = ["thatch", "hub", "member", "add", link.team, link.member]
+    assert commands(refused.value.fix) == [admin, join]
