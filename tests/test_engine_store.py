@@ -23,6 +23,7 @@ from thatch.frontend.store.engine_store import (
     EngineStore,
     Item,
     K,
+    Lookup,
 )
 from thatch.frontend.store.memory_store import Store
 
@@ -239,7 +240,7 @@ def test_dimension_guard_and_bad_vectors(store: Store) -> None:
     eng = engine(store)
     record(eng, "create")
     assert eng.match(["o/r"], unit(1, 0, 0), 0.0) == []
-    assert eng.nearest_item(["o/r"], unit(1, 0, 0, 0, 0)) is None
+    assert eng.lookup(["o/r"], unit(1, 0, 0, 0, 0)) == Lookup(None)
     made = eng.record(
         "o/r",
         matcher="M",

@@ -137,16 +137,6 @@ class EngineStore(EngineUpkeep):
                 ).fetchone()[0]
             )
 
-    def nearest_item(
-        self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
-    ) -> tuple[Item, float] | None:
-        """The item of ``stores`` most similar to ``vector`` at cosine ≥ threshold, or None."""
-        if not self.present:
-            return None
-        query = as_vector(vector)
-        with self.tx.read() as conn:
-            return self._nearest_item(conn, store_list(stores), query, threshold)
-
     def lookup(
         self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
     ) -> Lookup:
