@@ -158,3 +158,25 @@ def test_code_model_defaults_are_what_the_dev_set_measures(
     assert result["recall_floor"]["floor"] == pytest.approx(code.recall_floor, abs=0.001)
     assert result["duplicate"]["threshold"] == pytest.approx(code.duplicate, abs=0.01)
     assert result["engine_auto_fire"]["threshold"] == pytest.approx(code.prediction, abs=0.01)
+
+
+def test_the_nearest_hint_and_the_uis_similar_memories_share_one_floor() -> None:
+    """Naming a text as like another (an engine lookup's `Nearest:` hint, the UI's similar
+    memories) is one idea with one number, ``SIMILAR_FLOOR``: two constants said 0.50
+    each, and one could move without the other."""
+    import ast
+    from pathlib import Path
+
+    from thatch.frontend import thresholds
+    from thatch.frontend.store import engine_store
+    from thatch.frontend.ui import memory_pages
+
+    assert thresholds.SIMILAR_FLOOR == 0.50
+    assert engine_store.SIMILAR_FLOOR is memory_pages.SIMILAR_FLOOR is thresholds.SIMILAR_FLOOR
+    root = Path(__file__).resolve().parent.parent / "frontend"
+    for path in (root / "store" / "engine_rows.py", root / "ui" / "memory_pages.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                assert node.value.value != 0.5 or path.stem == "engine_rows", ast.unparse(node)
+                names = [ast.unparse(target) for target in node.targets]
+                assert "HINT_FLOOR" not in names and "SIMILAR_THRESHOLD" not in names

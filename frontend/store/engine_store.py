@@ -26,7 +26,6 @@ from thatch.frontend.store.engine_rows import (
     CONFIDENCE_FLOOR,
     DEDUP_THRESHOLD,
     DELTAS,
-    HINT_FLOOR,
     ITEM_COLUMNS,
     ITEMS_SURFACED,
     LINKED_ITEM_COLUMNS,
@@ -57,6 +56,7 @@ from thatch.frontend.store.rows import store_list, store_name
 from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
+from thatch.frontend.thresholds import SIMILAR_FLOOR
 from thatch.frontend.timefmt import Clock, utc_now
 
 # The engines' shapes are defined in engine_rows and named here too: callers import the
@@ -152,9 +152,9 @@ class EngineStore(EngineUpkeep):
     def _lookup(
         self, conn: sqlite3.Connection, names: list[str], query: Any, threshold: float
     ) -> tuple[tuple[Item, float] | None, tuple[Item, float] | None]:
-        """(the nearest item ≥ threshold, else None; the nearest below it ≥ HINT_FLOOR as
+        """(the nearest item ≥ threshold, else None; the nearest below it ≥ SIMILAR_FLOOR as
         a hint, else None), from the one scan of the scope."""
-        near = self._nearest_item(conn, names, query, min(threshold, HINT_FLOOR))
+        near = self._nearest_item(conn, names, query, min(threshold, SIMILAR_FLOOR))
         if near is None or near[1] >= threshold:
             return near, None
         return None, near
