@@ -362,3 +362,28 @@ def test_the_sync_process_names_its_links_team_member_and_join(name: str) -> Non
     assert_pastes(refused.value.fix)
     admin = ["thatch", "hub", "member", "add", link.team, link.member]
     assert commands(refused.value.fix) == [admin, join]
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_doctors_fix_for_a_damaged_block_pastes_whole(
+    installed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remove the partial thatch block, then thatch setup --claude`: the prose's `thatch`
+    took `block, then thatch setup --claude` as its arguments."""
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.block import BEGIN
+    from thatch.frontend.setup.check import doctor_status
+
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-config"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    env = dict(os.environ)
+    if installed:
+        request = SetupRequest(
+            hosts=["claude"], project_dir=tmp_path, env=env, bin_path="thatch", version="1"
+        )
+        run_setup(request)
+    (tmp_path / "CLAUDE.md").write_text(f"{BEGIN}\nhalf\n")
+    status, _, fix = doctor_status("claude", tmp_path, env, bin_path="thatch", version="1")
+    assert status == "FAIL" and fix is not None
+    assert_pastes(fix)
+    assert commands(fix) == [["thatch", "setup", "--claude"]]
