@@ -387,3 +387,18 @@ def test_doctors_fix_for_a_damaged_block_pastes_whole(
     assert status == "FAIL" and fix is not None
     assert_pastes(fix)
     assert commands(fix) == [["thatch", "setup", "--claude"]]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_an_ambiguous_short_name_names_an_imported_id_quoted(name: str, tmp_path: Path) -> None:
+    """Imported ids come from the files of a model directory: the fix that names one
+    (a short name two imports share) gives it to `thatch model use` as one argument."""
+    from thatch.embedder.client.errors import ModelError
+    from thatch.embedder.client.imported import ImportedModel, find_by_short_name
+
+    imports = [ImportedModel(f"{name}/x", tmp_path / "a"), ImportedModel("b/x", tmp_path / "b")]
+    with pytest.raises(ModelError) as several:
+        find_by_short_name(dict(os.environ), "x", imports)
+    assert several.value.fix is not None
+    assert_pastes(several.value.fix)
+    assert commands(several.value.fix) == [["thatch", "model", "use", f"{name}/x"]]

@@ -9,6 +9,7 @@ by their directory.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,6 @@ def find_by_short_name(
         names = ", ".join(m.model_id for m in matches)
         raise ModelError(
             f'"{short_name}" matches several imported models ({names}): use the full id',
-            fix=f"thatch model use {matches[0].model_id}",
+            fix=f"thatch model use {shlex.quote(matches[0].model_id)}",
         )
     return matches[0] if matches else None
