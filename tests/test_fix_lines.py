@@ -37,9 +37,34 @@ def placeholders(word: str) -> list[str]:
     ]
 
 
+def assert_expands_nothing(fix: str) -> None:
+    """No ``$`` or backquote where a shell expands it (shlex does not: a name pasted as
+    ``$(id)`` splits into the same word, and runs ``id``). ``$'…'`` is ANSI-C quoting."""
+    state, i = "plain", 0
+    while i < len(fix):
+        char = fix[i]
+        if state == "single":
+            state = "plain" if char == "'" else state
+        elif state == "ansi":
+            i += char == "\\"
+            state = "plain" if char == "'" else state
+        elif char == "\\":
+            i += 1
+        elif char in "$`" and not (state == "plain" and fix[i : i + 2] == "$'"):
+            raise AssertionError(f"a shell expands {fix[i:]!r} of {fix!r}")
+        elif char == "$":
+            state, i = "ansi", i + 1
+        elif char == '"':
+            state = "plain" if state == "double" else "double"
+        elif char == "'" and state == "plain":
+            state = "single"
+        i += 1
+
+
 def assert_pastes(fix: str) -> None:
     """Every clause of ``fix``: prose that starts no program, then one command (or
-    ``&&``-joined commands) with no prose among its arguments."""
+    ``&&``-joined commands) with no prose among its arguments, nothing a shell expands."""
+    assert_expands_nothing(fix)
     lexer = shlex.shlex(fix, posix=True, punctuation_chars=";&<>|")
     lexer.whitespace_split = True
     tokens = list(lexer)
@@ -203,6 +228,10 @@ def test_a_placeholder_is_named_in_the_prose_before_its_command() -> None:
             assert_pastes(broken)
     assert_pastes("set it to another model id, ID: export THATCH_MODEL=ID")
     assert_pastes("drop the variable: unset THATCH_MODEL")
+    for unquoted in ("thatch model use $(id)", "thatch model use `id`", 'thatch show "$(id)"'):
+        with pytest.raises(AssertionError):
+            assert_pastes(unquoted)
+    assert_pastes("thatch model use '$(id)' --store $'a\\x1b' \\$x")
 
 
 def test_the_model_fixes_name_their_placeholders(tmp_path: Path) -> None:
