@@ -8,7 +8,6 @@ team, a role not created, an unreachable database) are ``AdminError`` with the f
 
 from __future__ import annotations
 
-import re
 import secrets
 import shlex
 from collections.abc import Iterator
@@ -78,15 +77,12 @@ def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) ->
         ) from None
 
 
-# A role name PostgreSQL takes unquoted and keeps as it is (it folds others to lower case).
-_PLAIN_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-
 def create_role_fix(hub_role: str) -> str:
     """The SQL that creates the hub's role, the name quoted as the migrations' grants quote
-    it (``sql.Identifier``): ``Hub`` unquoted would create ``hub``, and a name holding
-    ``;`` would end the statement there."""
-    name = hub_role if _PLAIN_ROLE.fullmatch(hub_role) else '"' + hub_role.replace('"', '""') + '"'
+    it (``sql.Identifier``, always double-quoted, a ``"`` doubled): ``Hub`` unquoted would
+    create ``hub``, a reserved word (``user``, ``select``) would be a syntax error, and a
+    name holding ``;`` would end the statement there."""
+    name = '"' + hub_role.replace('"', '""') + '"'
     return (
         f"create it first (docs/team.md §roles): CREATE ROLE {name} LOGIN NOSUPERUSER NOBYPASSRLS"
     )

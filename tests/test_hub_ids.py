@@ -108,7 +108,9 @@ def test_the_missing_roles_fix_quotes_it_as_the_grants_do() -> None:
     from thatch.hub.admin import create_role_fix
 
     tail = "LOGIN NOSUPERUSER NOBYPASSRLS"
-    assert create_role_fix("thatch_hub").endswith(f": CREATE ROLE thatch_hub {tail}")
+    assert create_role_fix("thatch_hub").endswith(f': CREATE ROLE "thatch_hub" {tail}')
+    assert create_role_fix("user").endswith(f': CREATE ROLE "user" {tail}')
+    assert create_role_fix("select").endswith(f': CREATE ROLE "select" {tail}')
     assert create_role_fix("Hub").endswith(f': CREATE ROLE "Hub" {tail}')
     hostile = 'x"; DROP TABLE members; --'
     assert create_role_fix(hostile).endswith(f': CREATE ROLE "x""; DROP TABLE members; --" {tail}')
