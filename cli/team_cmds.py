@@ -171,14 +171,21 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
     from thatch.teamsync.process import HubClients, spawn
     from thatch.teamsync.tokens import rejoin_fix, write_token
 
+    from thatch.frontend.identifiers import store_name_problem
+
     env = dict(os.environ)
-    if store_name in ("", "global"):
-        raise click.UsageError("--store must name a project store (owner/repo), not 'global'")
-    token = _token(token_file, env, url, store_name)
+    # The address and the store first: the token's fix repeats both, so each is one that
+    # the join takes (a fix repeating http://h:1 failed again, on the address).
     try:
         address = parse_hub_address(url)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
+    if store_name in ("", "global"):
+        raise click.UsageError("--store must name a project store (owner/repo), not 'global'")
+    problem = store_name_problem(store_name)
+    if problem is not None:
+        raise click.UsageError(f"--store {problem}")
+    token = _token(token_file, env, url, store_name)
     plaintext = plaintext_to(address, env)
     try:
         refused = token_fix(then=rejoin_fix(url, store_name))

@@ -367,6 +367,31 @@ def test_a_join_without_a_token_names_the_join_again_quoted(
     assert commands(fix[len("Fix: ") :]) == [join, [*join, "--token-file", "FILE"]]
 
 
+@pytest.mark.parametrize(
+    ("address", "store", "words"),
+    [
+        ("http://h:1", "o/r", "give host:port without a scheme"),
+        ("h 1", "o/r", "expected host:port or unix:///path"),
+        ("h:1", "global", "not 'global'"),
+        ("h:1", "all", 'must not be "all"'),
+        ("h:1", "o/r\x1b[2J", "must not contain control characters"),
+    ],
+)
+def test_a_join_without_a_token_checks_its_address_and_store_first(
+    address: str, store: str, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No token and a bad address or store: the usage error for it, not a token fix that
+    repeats it (`thatch team join http://h:1 …` failed again, on the scheme)."""
+    from click.testing import CliRunner
+
+    from thatch.cli.main import cli
+
+    monkeypatch.delenv("THATCH_HUB_TOKEN", raising=False)
+    result = CliRunner().invoke(cli, ["team", "join", address, "--store", store])
+    assert result.exit_code == 2, result.output
+    assert words in result.stderr and "Fix:" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("name", HOSTILE)
 def test_the_sync_process_names_its_links_team_member_and_join(name: str) -> None:
     """The team sync's fixes for a link whose token file is gone (the join again) or whose
