@@ -23,10 +23,10 @@ from thatch.cli.store_access import (
     leniently,
     open_tools,
     reading_store,
-    shell_quote,
     store_errors,
 )
 from thatch.cli.store_cmds import SETTINGS
+from thatch.common.shell_words import shell_quote
 
 if TYPE_CHECKING:
     from thatch.frontend.store.engine_store import Engine, Listed, Lookup

@@ -10,7 +10,6 @@ database.
 from __future__ import annotations
 
 import os
-import shlex
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import emit_json
+from thatch.common.shell_words import shell_quote
 
 if TYPE_CHECKING:
     import sqlite3
@@ -72,7 +72,7 @@ def _token_fix(url: str, store: str) -> str:
     (the hub's address and the store shell-quoted, as the user gave them)."""
     from thatch.teamsync.tokens import rejoin_fix
 
-    join = f"thatch team join {shlex.quote(url)} --store {shlex.quote(store)}"
+    join = f"thatch team join {shell_quote(url)} --store {shell_quote(store)}"
     return (
         f"{rejoin_fix(url, store)}; or join with a readable file holding it, FILE: "
         f"{join} --token-file FILE"
@@ -158,6 +158,7 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
     Checks the token with the hub, records the link, queues the store's existing memories
     for upload, syncs once, then starts the sync process.
     """
+    from thatch.frontend.identifiers import store_name_problem
     from thatch.hub.client import (
         HubClient,
         HubError,
@@ -170,8 +171,6 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
     from thatch.teamsync.links import add_link
     from thatch.teamsync.process import HubClients, spawn
     from thatch.teamsync.tokens import rejoin_fix, write_token
-
-    from thatch.frontend.identifiers import store_name_problem
 
     env = dict(os.environ)
     # The address and the store first: the token's fix repeats both, so each is one that
@@ -194,7 +193,7 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
     except HubRefused as error:
         raise FixableError(error.cause, error.fix) from None
     except HubError as error:
-        probe = f"thatch hub probe --addr {shlex.quote(url)}" + (
+        probe = f"thatch hub probe --addr {shell_quote(url)}" + (
             " --plaintext" if plaintext else ""
         )
         raise FixableError(

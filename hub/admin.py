@@ -9,7 +9,6 @@ team, a role not created, an unreachable database) are ``AdminError`` with the f
 from __future__ import annotations
 
 import secrets
-import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -18,6 +17,7 @@ import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from thatch.common.shell_words import shell_quote
 from thatch.hub.schema import migrate
 from thatch.hub.session import token_digest
 
@@ -125,14 +125,14 @@ def no_team_fix(team: str) -> str:
     """How to add the team a member was added to; its shown name is the operator's call."""
     return (
         "add it first, with the name it is shown by, NAME: "
-        f"thatch hub team add {shlex.quote(team)} NAME"
+        f"thatch hub team add {shell_quote(team)} NAME"
     )
 
 
 def new_token_fix(team: str, member: str) -> str:
     """How a member with a live token gets a new one: revoke it, then add them again. The
     ids are shell-quoted: each reaches its command as one argument, and runs nothing."""
-    team, member = shlex.quote(team), shlex.quote(member)
+    team, member = shell_quote(team), shell_quote(member)
     return (
         "to give them a new one, revoke the token and add them again: "
         f"thatch hub member revoke {team} {member} && thatch hub member add {team} {member}"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +34,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, expand_user
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.settings import Address
 from thatch.hub import wire
 from thatch.hub.v1 import hub_pb2 as pb
@@ -76,7 +76,7 @@ def token_fix(
     ids shell-quoted when known, else placeholders the prose names), then ``then``: how
     this machine uses it (the team sync passes the join that replaces it)."""
     if team is not None and member is not None:
-        admin = f"thatch hub member add {shlex.quote(team)} {shlex.quote(member)}"
+        admin = f"thatch hub member add {shell_quote(team)} {shell_quote(member)}"
         ask = "ask the team admin for a new token; the admin makes one with"
     else:
         admin = "thatch hub member add TEAM MEMBER"
@@ -212,7 +212,7 @@ def probe_health(
         raise HubRefused(
             f"refusing plaintext to {where}",
             "probe it over TLS, trusting the CA that signed its certificate, FILE: "
-            f"thatch hub probe --addr {shlex.quote(address)} --ca FILE",
+            f"thatch hub probe --addr {shell_quote(address)} --ca FILE",
             "request",
         )
     channel = _channel(where, ca_file, plaintext, env)

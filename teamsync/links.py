@@ -8,10 +8,10 @@ and the hub's store have the same name (``owner/repo``). Tokens are never stored
 
 from __future__ import annotations
 
-import shlex
 import sqlite3
 from dataclasses import dataclass
 
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.db import atomic
 from thatch.frontend.store.migrations.team import (
@@ -63,7 +63,7 @@ class AlreadyLinked(InvalidInputError):
         super().__init__(f"store {store!r} is already shared through {hub_url}")
         self.fix = (
             "stop sharing it there first (the writes it has not pushed yet are dropped): "
-            f"thatch team leave --store {shlex.quote(store)}"
+            f"thatch team leave --store {shell_quote(store)}"
         )
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
 from thatch.common.environment import config_home
+from thatch.common.shell_words import shell_quote
 
 __all__ = [
     "TOKEN_ENV",
@@ -35,7 +35,7 @@ def rejoin_fix(hub_url: str, store: str) -> str:
     names shell-quoted: each reaches the join as one argument, and runs nothing."""
     return (
         f"put the token in {TOKEN_ENV} and join again: "
-        f"thatch team join {shlex.quote(hub_url)} --store {shlex.quote(store)}"
+        f"thatch team join {shell_quote(hub_url)} --store {shell_quote(store)}"
     )
 
 

@@ -456,3 +456,46 @@ def test_an_ambiguous_short_name_names_an_imported_id_quoted(name: str, tmp_path
     assert several.value.fix is not None
     assert_pastes(several.value.fix)
     assert commands(several.value.fix) == [["thatch", "model", "use", f"{name}/x"]]
+
+
+def _run_shown(fix: str, capsys: pytest.CaptureFixture[str]) -> list[list[str]]:
+    """Each command of ``fix`` as the error printer shows it (control characters escaped),
+    pasted into bash: the words each command's program receives."""
+    from thatch.embedder.client.cli_errors import FixableError
+
+    FixableError("x", fix).show()
+    shown = capsys.readouterr().err.splitlines()[-1].removeprefix("Fix: ")
+    assert shown.isprintable(), shown
+    ran = []
+    for clause in shown.split("; "):
+        command = clause[clause.index("thatch ") :]
+        done = subprocess.run(
+            ["bash", "-c", 'thatch() { printf "%s\\0" thatch "$@"; }; ' + command],
+            capture_output=True,
+            check=True,
+        )
+        ran.append(done.stdout.decode().split("\0")[:-1])
+    return ran
+
+
+def test_a_name_with_a_tab_and_an_escape_pastes_back_as_itself(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The error printer shows a TAB as ``\\t``: in a ``shlex.quote``d word (``'a\\tb'``)
+    that pasted as a backslash and a t, another store. ANSI-C quoted, it is the name."""
+    from thatch.embedder.client.errors import fix_offline
+    from thatch.teamsync.links import AlreadyLinked
+    from thatch.teamsync.tokens import rejoin_fix
+
+    name = "acme/a\tb\x1b[2Jc"
+    hub = "hub.example:7470"
+    leave = AlreadyLinked(name, hub).fix
+    assert leave is not None
+    assert _run_shown(leave, capsys) == [["thatch", "team", "leave", "--store", name]]
+    assert _run_shown(rejoin_fix(hub, name), capsys) == [
+        ["thatch", "team", "join", hub, "--store", name]
+    ]
+    assert _run_shown(fix_offline(name), capsys) == [
+        ["thatch", "model", "pull", name],
+        ["thatch", "model", "import", "DIR", "--model-id", name],
+    ]

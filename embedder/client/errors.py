@@ -21,6 +21,8 @@ The CLI turns every one of them into ``click.ClickException``; the MCP tool laye
 
 from __future__ import annotations
 
+from thatch.common.shell_words import shell_quote
+
 __all__ = [
     "ALREADY_RUNNING_FIX",
     "FIX_OVERLOADED",
@@ -123,9 +125,8 @@ def fix_offline(model_id: str) -> str:
     """The offline fix when nothing better is known (the server's own Fix line is better:
     it knows which local models exist, see thatch.embedder.models.fixes). The import keeps
     the id ``model_id``, so the embedder finds it there: no other model comes in."""
-    import shlex
 
-    named = shlex.quote(model_id)
+    named = shell_quote(model_id)
     return (
         f"on a connected machine: thatch model pull {named}; or import it from a copy of its "
         f"checkpoint (DIR): thatch model import DIR --model-id {named}"

@@ -9,12 +9,12 @@ by their directory.
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from thatch.common.environment import Env, models_dir
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.errors import ModelError
 
 __all__ = [
@@ -98,6 +98,6 @@ def find_by_short_name(
         names = ", ".join(m.model_id for m in matches)
         raise ModelError(
             f'"{short_name}" matches several imported models ({names}): use the full id',
-            fix=f"thatch model use {shlex.quote(matches[0].model_id)}",
+            fix=f"thatch model use {shell_quote(matches[0].model_id)}",
         )
     return matches[0] if matches else None

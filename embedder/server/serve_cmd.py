@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
-import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ import click
 
 from thatch.common.control_chars import escape_controls
 from thatch.common.environment import env_get
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.autostart import FIX_RECORD, STOP_RECORD
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
@@ -241,7 +241,7 @@ def serve(
             except ModelError as error:
                 if not error.fix:  # never "start the embedder" again: it would fail the same way
                     template = OVERRIDE_FIX if overridden else MODEL_FIX
-                    error.fix = template.format(model=shlex.quote(options.model))
+                    error.fix = template.format(model=shell_quote(options.model))
                 raise
     finally:
         logger.removeHandler(handler)
