@@ -121,22 +121,6 @@ class EngineStore(EngineUpkeep):
             ).fetchone()
         return None if row is None else item_from_row(row)
 
-    def count(self, stores: Sequence[str] | None = None) -> int:
-        if not self.present:
-            return 0
-        with self.tx.lock:
-            if stores is None:
-                return int(
-                    self.conn.execute(f"SELECT count(*) FROM {self.engine.items}").fetchone()[0]
-                )
-            names = store_list(stores)
-            return int(
-                self.conn.execute(
-                    f"SELECT count(*) FROM {self.engine.items} WHERE store IN ({marks(names)})",
-                    names,
-                ).fetchone()[0]
-            )
-
     def lookup(
         self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
     ) -> Lookup:
@@ -402,21 +386,6 @@ class EngineStore(EngineUpkeep):
             self._link(conn, found.id, item_id, now)
             item = self._apply(conn, item_id, signal, rationale if detail is None else detail, now)
         return Recorded(item, existing is None, found)
-
-    def signal(self, item_id: str, signal: str, detail: str | None) -> Item | None:
-        """Apply ``signal`` to one item (its counts, confidence and a provenance row) in one
-        transaction; None when the item is gone."""
-        self._check_signal(signal)
-        now = self.tx.now()
-        with self.tx.write() as conn:
-            if (
-                conn.execute(
-                    f"SELECT 1 FROM {self.engine.items} WHERE id = ?", (item_id,)
-                ).fetchone()
-                is None
-            ):
-                return None
-            return self._apply(conn, item_id, signal, detail, now)
 
     def signal_nearest(
         self,
