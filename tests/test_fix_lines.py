@@ -446,7 +446,8 @@ def test_doctors_fix_for_a_damaged_block_pastes_whole(
 @pytest.mark.parametrize("name", HOSTILE)
 def test_an_ambiguous_short_name_names_an_imported_id_quoted(name: str, tmp_path: Path) -> None:
     """Imported ids come from the files of a model directory: the fix that names one
-    (a short name two imports share) gives it to `thatch model use` as one argument."""
+    (a short name two imports share) gives each to `thatch model use` as one argument, one
+    clause each: the fix does not choose one of them for the user."""
     from thatch.embedder.client.errors import ModelError
     from thatch.embedder.client.imported import ImportedModel, find_by_short_name
 
@@ -455,7 +456,10 @@ def test_an_ambiguous_short_name_names_an_imported_id_quoted(name: str, tmp_path
         find_by_short_name(dict(os.environ), "x", imports)
     assert several.value.fix is not None
     assert_pastes(several.value.fix)
-    assert commands(several.value.fix) == [["thatch", "model", "use", f"{name}/x"]]
+    assert commands(several.value.fix) == [
+        ["thatch", "model", "use", f"{name}/x"],
+        ["thatch", "model", "use", "b/x"],
+    ]
 
 
 def _run_shown(fix: str, capsys: pytest.CaptureFixture[str]) -> list[list[str]]:
