@@ -22,6 +22,7 @@ from thatch.hub.schema import migrate
 from thatch.hub.session import token_digest
 
 __all__ = [
+    "FIX_OWNER_ROLE",
     "AdminError",
     "add_member",
     "add_team",
@@ -63,6 +64,11 @@ def owner_connection(conninfo: str) -> Iterator[Connection[TupleRow]]:
         yield conn
 
 
+FIX_OWNER_ROLE = (
+    "set THATCH_HUB_OWNER_URL to the role that owns (or may create) the tables of the hub"
+)
+
+
 def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) -> list[str]:
     """``schema.migrate`` with the usual mistakes named: the migrations applied now."""
     row = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (hub_role,)).fetchone()
@@ -73,7 +79,7 @@ def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) ->
     except psycopg.errors.InsufficientPrivilege as error:
         raise AdminError(
             f"the owner's connection may not migrate ({str(error).strip().splitlines()[0]})",
-            "set THATCH_HUB_OWNER_URL to the role that owns (or may create) the hub's tables",
+            FIX_OWNER_ROLE,
         ) from None
 
 

@@ -42,6 +42,10 @@ from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
 from thatch.hub.values import Cursor
 
 __all__ = [
+    "FIX_CA",
+    "FIX_NOT_A_HUB",
+    "FIX_REQUEST",
+    "FIX_RETRY",
     "HUB_CA",
     "MAX_MESSAGE_BYTES",
     "HubClient",
@@ -63,10 +67,11 @@ LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
 # "/": "http://host:port" and "hub/x:1" failed late in gRPC, as a "Misformatted domain
 # name" the hub was blamed for.
 _HOST = re.compile(r"[^\s/]+")
-FIX_RETRY = "nothing was lost: thatch retries later (check the hub's address and that it runs)"
+FIX_RETRY = "nothing was lost: it is retried later (check the address of the hub and that it runs)"
 
 FIX_REQUEST = "the hub refuses this request as sent; retrying it unchanged cannot help"
-FIX_CA = f"point {HUB_CA} at the CA that signed the hub's certificate"
+FIX_CA = f"point {HUB_CA} at the CA that signed the certificate of the hub"
+FIX_NOT_A_HUB = "check the address of the hub: the one its server listens on"
 
 
 def token_fix(
@@ -383,7 +388,7 @@ class HubClient:
         if code == grpc.StatusCode.UNIMPLEMENTED:
             return HubUnavailable(
                 f"{self.address} does not serve the thatch hub ({details})",
-                "check the hub's address (thatch hub serve listens there)",
+                FIX_NOT_A_HUB,
             )
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return HubUnavailable(f"{where} did not answer within {self.timeout:g} s", FIX_RETRY)

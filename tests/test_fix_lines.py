@@ -143,7 +143,9 @@ from thatch.embedder.client.model_names import ADAPTED
 from thatch.embedder.models.fixes import adapted_fix, offline_choices, unavailable_fix
 from thatch.embedder.models.hub_download import _upgrade_fix
 from thatch.frontend.demo import DemoFailed, Steps
-from thatch.hub.admin import new_token_fix
+from thatch.embedder.models.fixes import override_fix
+from thatch.hub.admin import FIX_OWNER_ROLE, new_token_fix
+from thatch.hub.client import FIX_CA, FIX_NOT_A_HUB, FIX_REQUEST, FIX_RETRY
 from thatch.hub.extra import INSTALL_TEAM
 
 env = dict(os.environ)
@@ -161,7 +163,22 @@ fixes = [
     fix_offline("acme/absent"),
     ALREADY_RUNNING_FIX,
     new_token_fix("acme", "ann"),
+    override_fix("acme/absent", env),
+    FIX_OWNER_ROLE,
+    FIX_CA,
+    FIX_NOT_A_HUB,
+    FIX_REQUEST,
+    FIX_RETRY,
 ]
+from thatch.cli.errors import FixableError
+from thatch.cli.hub_cmds import _url
+
+for variable, who in (("THATCH_HUB_OWNER_URL", "the database owner"),
+                      ("THATCH_HUB_DATABASE_URL", "the restricted role of the hub")):
+    try:
+        _url({}, variable, who)
+    except FixableError as unset:
+        fixes.append(unset.fix)
 from thatch.embedder.client.errors import ModelError
 from thatch.embedder.convert.importer import _check_adapted_id
 
@@ -182,7 +199,8 @@ print(json.dumps(fixes))
 @pytest.mark.parametrize("package", ["absent", "installed"])
 def test_every_fix_that_names_a_command_pastes_whole(package: str) -> None:
     """The install lines (this interpreter's pip), the offline and adapted-model fixes, the
-    demo's and doctor's: pasted whole, each command gets only its own arguments."""
+    demo's and doctor's, the hub's and its owner's: pasted whole, each command gets only
+    its own arguments (an apostrophe in prose, `the hub's tables`, opened a quote)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "THATCH_MODEL": "acme/absent"}
     done = subprocess.run(
         [sys.executable, "-c", COLLECT, package],
@@ -193,7 +211,7 @@ def test_every_fix_that_names_a_command_pastes_whole(package: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     fixes = json.loads(done.stdout)
-    assert len(fixes) == 16
+    assert len(fixes) == 24
     for fix in fixes:
         assert_pastes(fix)
 
@@ -503,3 +521,23 @@ def test_a_name_with_a_tab_and_an_escape_pastes_back_as_itself(
         ["thatch", "model", "pull", name],
         ["thatch", "model", "import", "DIR", "--model-id", name],
     ]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_the_variables_model_is_quoted_in_the_prose_too(name: str, tmp_path: Path) -> None:
+    """THATCH_MODEL names a model not here: the fix names it in its prose (`import it's/x
+    from …`) as in its command, quoted, so the prose opens no quote and runs nothing."""
+    from thatch.embedder.models.fixes import override_fix
+
+    model = f"{name}/x"
+    env = {
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "THATCH_MODEL": model,
+    }
+    fix = override_fix(model, env)
+    assert fix is not None
+    assert_pastes(fix)
+    assert ["thatch", "model", "import", "DIR", "--model-id", model] in commands(fix)

@@ -173,18 +173,19 @@ def override_fix(model_id: str, env: Env) -> str | None:
     choices = []
     if saved is not None and saved_id is not None and saved_id != model_id:
         which = "the default model" if saved.origin == "default" else "the saved model"
-        choices.append(f"use {which} ({saved_id}): unset THATCH_MODEL")
+        choices.append(f"use {which} ({shell_quote(saved_id)}): unset THATCH_MODEL")
     source = packaged_checkpoint() if model_id == PACKAGED_MODEL_ID else None
     where = shell_quote(str(source)) if source is not None else "DIR"
     of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint (DIR)"
-    importing = f"thatch model import {where} --model-id {shell_quote(model_id)}"
+    named = shell_quote(model_id)  # in the prose too: an apostrophe there opens a quote
+    importing = f"thatch model import {where} --model-id {named}"
     if pinned:
         choices.append(
-            f"import {model_id} from {of} and name it without the revision, which imports "
+            f"import {named} from {of} and name it without the revision, which imports "
             f"do not have: {importing} && export THATCH_MODEL={shell_quote(model_id)}"
         )
     else:
-        choices.append(f"import {model_id} from {of}: {importing}")
+        choices.append(f"import {named} from {of}: {importing}")
     if saved_id is None:
         # Not "unset THATCH_MODEL, then …": pasted, unset would take the prose as names.
         choices.append("with THATCH_MODEL unset, " + "; or ".join(offline_choices(without)))
