@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from thatch.embedder.client.errors import IMPORT_CHECKPOINT
 from thatch.frontend.demo import OFFLINE_MODEL_ID, ModelChoice, Output, Steps
 
 __all__ = ["choose_model", "hub_reachable", "import_offline_model", "no_model_fix"]
 
 HUB_CONNECT_SECONDS = 3.0
 # Clauses joined by "; or": each command ends its clause, so the line pastes as it is.
-OTHER_MODELS = (
-    "connect to the Hugging Face hub; or import a checkpoint: "
-    "thatch model import DIR && thatch model use ID"
-)
+OTHER_MODELS = f"connect to the Hugging Face hub; or {IMPORT_CHECKPOINT}"
 
 
 def no_model_fix(*, requested: bool, import_failed: bool = False) -> str:

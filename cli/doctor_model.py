@@ -5,9 +5,9 @@ so it lives with the embedder's CLI; ``frontend/doctor.py`` runs the other check
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.doctor import RESTART_FIX, Check, Served
 from thatch.frontend.untrusted import inline
 
@@ -50,9 +50,10 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
             # thatch model use would change nothing while the variable is set
             fix = (
                 "THATCH_MODEL is set in this environment and wins over the saved model: "
-                f"unset THATCH_MODEL; or set it to another model, {kinds}: export THATCH_MODEL=ID"
+                "unset THATCH_MODEL; or set it to another model id, ID "
+                f"({kinds}): export THATCH_MODEL=ID"
             )
-        fix = fix or f"choose {kinds}: thatch model use ID"
+        fix = fix or f"choose another model by its id, ID ({kinds}): thatch model use ID"
         return Check("FAIL", "model", str(error), fix), served_id
     # The origin names the config file, the path a model directory: data (doctor's _shown).
     # So are the ids: a model directory's name is its id (local:<name>), and a remote
@@ -62,7 +63,7 @@ def check_model(env: Mapping[str, str], served: Served | None) -> tuple[Check, s
     shown_id = inline(model_id)
     if served_id is not None and served_id != model_id:
         fix = (
-            f"use the model it serves: thatch model use {inline(shlex.quote(served_id))}; or "
+            f"use the model it serves: thatch model use {inline(shell_quote(served_id))}; or "
             f"point THATCH_EMBEDDER_ADDR at one serving {shown_id}"
             if served and served.remote
             else RESTART_FIX
@@ -125,5 +126,5 @@ def _unsaved_note(env: Mapping[str, str], model_id: str, name: str) -> str:
         return ""
     return (
         f"; processes started without THATCH_MODEL use {inline(other)}; save this one "
-        f"with: thatch model use {inline(shlex.quote(name))}"
+        f"with: thatch model use {inline(shell_quote(name))}"
     )

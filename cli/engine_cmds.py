@@ -4,7 +4,8 @@ Thin adapters over the engine tool's operations: the same scopes (project + glob
 ``--store`` is omitted), the same texts, and ``--json`` documents. ``show`` and ``delete``
 find an item by its statement (a paraphrase only at similarity ≥ 0.85 with the configured
 model, so they need the embedder) or by its exact id (no embedder); a statement that
-finds none names the nearest item's id, never acting on it.
+finds none names the nearest item's id, never acting on it, and the id of an item in
+another store names that store, never matched as a statement.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from thatch.cli.errors import FixableError
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import (
     all_scope,
@@ -21,10 +23,10 @@ from thatch.cli.store_access import (
     leniently,
     open_tools,
     reading_store,
-    shell_quote,
     store_errors,
 )
 from thatch.cli.store_cmds import SETTINGS
+from thatch.common.shell_words import shell_quote
 
 if TYPE_CHECKING:
     from thatch.frontend.store.engine_store import Engine, Listed, Lookup
@@ -87,15 +89,28 @@ def _item_json(entry: Listed) -> dict[str, Any]:
     }
 
 
-def _find(tools: Tools, engines: EngineOperations, scope: list[str], statement: str) -> Lookup:
+def _find(
+    tools: Tools, engines: EngineOperations, scope: list[str], statement: str, command: str
+) -> Lookup:
     """The item with this exact id in scope, else the nearest statement ≥ 0.85 (else the
-    nearest below, only to name it)."""
+    nearest below, only to name it). The id of an item in a store outside the scope is an
+    error naming that store: embedded as a statement, it matched whatever an id resembles."""
     from thatch.embedder.client.kind import Kind
     from thatch.frontend.store.engine_store import Lookup
+    from thatch.frontend.tools.engine_tools import scope_text
+    from thatch.frontend.untrusted import quoted, token
 
     by_id = engines.item(statement.strip())
-    if by_id is not None and by_id.store in scope:
-        return Lookup(by_id)
+    if by_id is not None:
+        if by_id.store in scope:
+            return Lookup(by_id)
+        engine = engines.engine
+        raise FixableError(
+            f"no {engine.name} {token(by_id.id)} in {scope_text(scope)}; it is in "
+            f"{quoted(by_id.store)}.",
+            f"thatch {engine.name}s {command} {shell_quote(by_id.id)} "
+            f"--store {shell_quote(by_id.store)}",
+        )
     vector = tools.embed([statement], Kind.PASSAGE).vectors[0]
     return engines.lookup(scope, vector)
 
@@ -179,7 +194,7 @@ def _group(kind: str) -> click.Group:
                 store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            found = leniently(tools, lambda: _find(tools, engines, scope, statement))
+            found = leniently(tools, lambda: _find(tools, engines, scope, statement, "show"))
             item = found.item
             entry = None
             if item is not None:
@@ -212,7 +227,7 @@ def _group(kind: str) -> click.Group:
                 store = check_argument("store", tool, store)
             tools, engines = _open(engine)
             scope = _scope(tools, store)
-            found = leniently(tools, lambda: _find(tools, engines, scope, statement))
+            found = leniently(tools, lambda: _find(tools, engines, scope, statement, "delete"))
             deleted = None
             if found.item is not None:
                 deleted = engines.delete(found.item.id, switch_off=default_key)

@@ -50,7 +50,7 @@ def _url(env: Mapping[str, str], name: str, who: str) -> str:
     if not value:
         raise FixableError(
             f"{name} is not set",
-            f"set {name} to {who}'s connection string, e.g. postgresql://USER@HOST/DB "
+            f"set {name} to the connection string of {who}, e.g. postgresql://USER@HOST/DB "
             "(the password in PGPASSWORD or ~/.pgpass, not in the URL)",
         )
     return value
@@ -178,7 +178,7 @@ def serve(
     env = dict(os.environ)
     options = HubOptions(
         listen=listen,
-        database_url=_url(env, DATABASE_URL, "the hub's restricted role"),
+        database_url=_url(env, DATABASE_URL, "the restricted role of the hub"),
         tls=HubTls(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None,
         grace_seconds=grace_seconds,
         pool_size=pool_size,

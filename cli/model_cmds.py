@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import emit_json
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.encoder import ModelSettings
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def import_cmd(
     except OSError as error:  # a path past the system's limits, no space left, no permission
         raise _import_failure(error) from None
     click.echo(str(directory))
-    click.echo(f"thatch model use {shlex.quote(stable_name(os.environ, directory))}")
+    click.echo(f"thatch model use {shell_quote(stable_name(os.environ, directory))}")
 
 
 _IMPORT_FIXES = {

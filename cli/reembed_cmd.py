@@ -9,6 +9,7 @@ import click
 
 from thatch.cli.errors import translate_errors
 from thatch.cli.store_access import emit_json
+from thatch.common.shell_words import shell_quote
 
 if TYPE_CHECKING:
     from thatch.frontend.tools.context import ToolContext
@@ -156,7 +157,6 @@ def _active_model(ctx: ToolContext, *, need_embedder: bool, migrate: bool) -> st
 def _refuse_another_model(env: Mapping[str, str], served: str, remote: str | None) -> None:
     """FixableError when the embedder serves another model than the one in use;
     ``remote``: its address, when it is not a local embedder thatch starts."""
-    import shlex
 
     from thatch.cli.errors import FixableError
     from thatch.frontend.doctor import RESTART_FIX
@@ -178,7 +178,7 @@ def _refuse_another_model(env: Mapping[str, str], served: str, remote: str | Non
     )
     if remote:
         fix = (
-            f"use the model it serves: thatch model use {inline(shlex.quote(served))}; or "
+            f"use the model it serves: thatch model use {inline(shell_quote(served))}; or "
             f"point THATCH_EMBEDDER_ADDR at one serving {inline(model_id)}"
         )
     else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from thatch.cli.errors import FixableError, debug_traceback, translate_errors
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.untrusted import json_document, quoted
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ __all__ = [
     "not_found",
     "open_tools",
     "reading_store",
-    "shell_quote",
     "store_argument",
     "store_errors",
 ]
@@ -160,29 +160,6 @@ def not_found(
             # Nothing was saved there yet: `thatch list --store` would refuse the name.
             return FixableError(message, "see the stores there are: thatch stores")
     return FixableError(message, f"thatch list --store {shell_quote(store)}")
-
-
-def shell_quote(value: str) -> str:
-    """``value`` as one shell word to paste. A word holding a character that is not
-    printable (an escape, a bidi control) is ANSI-C quoted (``$'a\\x1bb'``): shlex would
-    print the character itself, which a terminal acts on."""
-    import shlex
-
-    if value.isprintable():
-        return shlex.quote(value)
-    escaped = "".join(
-        char if char.isprintable() and char not in "'\\" else _c_escape(char) for char in value
-    )
-    return f"$'{escaped}'"
-
-
-def _c_escape(char: str) -> str:
-    if char in "'\\":
-        return "\\" + char
-    code = ord(char)
-    if code < 0x80:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def store_argument(positional: str | None, option: str | None) -> str | None:

@@ -21,10 +21,10 @@ from thatch.cli.store_access import (
     not_found,
     open_tools,
     reading_store,
-    shell_quote,
     store_argument,
     store_errors,
 )
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.untrusted import body, inline, quoted, token
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ import click
 from thatch.cli.errors import FixableError, translate_errors
 from thatch.cli.groups import SuggestingGroup
 from thatch.cli.store_access import emit_json
+from thatch.common.shell_words import shell_quote
 
 if TYPE_CHECKING:
     import sqlite3
@@ -66,7 +67,19 @@ def _local_model(env: Mapping[str, str]) -> str | None:
 TOKEN_MAX_BYTES = 4096  # a hub's are 50 characters: thatch_ and 32 random bytes, url-safe
 
 
-def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
+def _token_fix(url: str, store: str) -> str:
+    """The join again with the token the team's admin gave: in the variable, or in a file
+    (the hub's address and the store shell-quoted, as the user gave them)."""
+    from thatch.teamsync.tokens import rejoin_fix
+
+    join = f"thatch team join {shell_quote(url)} --store {shell_quote(store)}"
+    return (
+        f"{rejoin_fix(url, store)}; or join with a readable file holding it, FILE: "
+        f"{join} --token-file FILE"
+    )
+
+
+def _token(token_file: Path | None, env: Mapping[str, str], url: str, store: str) -> str:
     from thatch.frontend.regular_files import read_regular
     from thatch.teamsync.tokens import TOKEN_ENV
 
@@ -76,27 +89,21 @@ def _token(token_file: Path | None, env: Mapping[str, str]) -> str:
         except (OSError, UnicodeDecodeError) as error:
             reason = getattr(error, "strerror", None) or "it is not text"
             raise FixableError(
-                f"cannot read the token file {token_file}: {reason}",
-                "give a readable file holding the token thatch hub member add printed",
+                f"cannot read the token file {token_file}: {reason}", _token_fix(url, store)
             ) from None
         where = f"the token file {token_file}"
     else:
         token = env.get(TOKEN_ENV, "").strip()
         where = TOKEN_ENV
     if not token:
-        raise FixableError(
-            "no team token given",
-            f"set {TOKEN_ENV} to the token that thatch hub member add printed, or pass "
-            "--token-file FILE",
-        )
+        raise FixableError("no team token given", _token_fix(url, store))
     # A token travels in a gRPC header: anything else failed as "the hub is unavailable
     # (Invalid metadata)" or "metadata size exceeds hard limit", with a fix about the address.
     if len(token) > TOKEN_MAX_BYTES or not (token.isascii() and token.isprintable()):
         raise FixableError(
             f"{where} does not hold a team token (one line of printable ASCII, at most "
             f"{TOKEN_MAX_BYTES} characters)",
-            f"set {TOKEN_ENV} to the token that thatch hub member add printed, or pass "
-            "--token-file FILE",
+            _token_fix(url, store),
         )
     return token
 
@@ -151,35 +158,46 @@ def join(url: str, store_name: str, token_file: Path | None, no_start: bool) -> 
     Checks the token with the hub, records the link, queues the store's existing memories
     for upload, syncs once, then starts the sync process.
     """
+    from thatch.frontend.identifiers import store_name_problem
     from thatch.hub.client import (
         HubClient,
         HubError,
         HubRefused,
         parse_hub_address,
         plaintext_to,
+        token_fix,
     )
     from thatch.teamsync.engine import SyncEngine
     from thatch.teamsync.links import add_link
     from thatch.teamsync.process import HubClients, spawn
-    from thatch.teamsync.tokens import write_token
+    from thatch.teamsync.tokens import rejoin_fix, write_token
 
     env = dict(os.environ)
-    if store_name in ("", "global"):
-        raise click.UsageError("--store must name a project store (owner/repo), not 'global'")
-    token = _token(token_file, env)
+    # The address and the store first: the token's fix repeats both, so each is one that
+    # the join takes (a fix repeating http://h:1 failed again, on the address).
     try:
         address = parse_hub_address(url)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
+    if store_name in ("", "global"):
+        raise click.UsageError("--store must name a project store (owner/repo), not 'global'")
+    problem = store_name_problem(store_name)
+    if problem is not None:
+        raise click.UsageError(f"--store {problem}")
+    token = _token(token_file, env, url, store_name)
     plaintext = plaintext_to(address, env)
     try:
-        with HubClient(url, token, env=env, plaintext=plaintext) as client:
+        refused = token_fix(then=rejoin_fix(url, store_name))
+        with HubClient(url, token, env=env, plaintext=plaintext, token_refused=refused) as client:
             who = client.stores()
     except HubRefused as error:
         raise FixableError(error.cause, error.fix) from None
     except HubError as error:
+        probe = f"thatch hub probe --addr {shell_quote(url)}" + (
+            " --plaintext" if plaintext else ""
+        )
         raise FixableError(
-            error.cause, "check the address and that the hub runs there (thatch hub serve)"
+            error.cause, f"check the address and that the hub runs there: {probe}"
         ) from None
     with _store(env) as store:
         from thatch.teamsync.links import get_link

@@ -56,12 +56,22 @@ from typing import NamedTuple
 __all__ = [
     "BUILT_IN",
     "NAMES",
+    "SIMILAR_FLOOR",
     "VARIABLES",
     "InForce",
     "ModelThresholds",
     "defaults_for",
     "in_force",
 ]
+
+
+# The similarity from which a text is named as like another without being taken for it:
+# the "Nearest:" hint of an engine lookup that matched nothing (engines.md §5: the CLI's
+# Fix then names that item's id) and the UI's "Similar memories" of a memory. With MiniLM,
+# reworded statements meant for an item score 0.53-0.79 and unrelated ones 0.15-0.38
+# (review of the hint, 36 statements), so below it the one named would be unrelated. One
+# number for every model, unlike the thresholds below: it only decides what is shown.
+SIMILAR_FLOOR = 0.50
 
 
 class ModelThresholds(NamedTuple):

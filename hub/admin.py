@@ -17,16 +17,20 @@ import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from thatch.common.shell_words import shell_quote
 from thatch.hub.schema import migrate
 from thatch.hub.session import token_digest
 
 __all__ = [
+    "FIX_OWNER_ROLE",
     "AdminError",
     "add_member",
     "add_team",
+    "create_role_fix",
     "migrate_database",
     "new_token",
     "new_token_fix",
+    "no_team_fix",
     "owner_connection",
     "revoke_member",
 ]
@@ -60,22 +64,34 @@ def owner_connection(conninfo: str) -> Iterator[Connection[TupleRow]]:
         yield conn
 
 
+FIX_OWNER_ROLE = (
+    "set THATCH_HUB_OWNER_URL to the role that owns (or may create) the tables of the hub"
+)
+
+
 def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) -> list[str]:
     """``schema.migrate`` with the usual mistakes named: the migrations applied now."""
     row = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (hub_role,)).fetchone()
     if row is None:
-        raise AdminError(
-            f"the hub's role {hub_role!r} does not exist",
-            f"create it first: CREATE ROLE {hub_role} LOGIN NOSUPERUSER NOBYPASSRLS "
-            "(docs/team.md §roles)",
-        )
+        raise AdminError(f"the hub's role {hub_role!r} does not exist", create_role_fix(hub_role))
     try:
         return migrate(conn, hub_role, at)
     except psycopg.errors.InsufficientPrivilege as error:
         raise AdminError(
             f"the owner's connection may not migrate ({str(error).strip().splitlines()[0]})",
-            "set THATCH_HUB_OWNER_URL to the role that owns (or may create) the hub's tables",
+            FIX_OWNER_ROLE,
         ) from None
+
+
+def create_role_fix(hub_role: str) -> str:
+    """The SQL that creates the hub's role, the name quoted as the migrations' grants quote
+    it (``sql.Identifier``, always double-quoted, a ``"`` doubled): ``Hub`` unquoted would
+    create ``hub``, a reserved word (``user``, ``select``) would be a syntax error, and a
+    name holding ``;`` would end the statement there."""
+    name = '"' + hub_role.replace('"', '""') + '"'
+    return (
+        f"create it first (docs/team.md §roles): CREATE ROLE {name} LOGIN NOSUPERUSER NOBYPASSRLS"
+    )
 
 
 def add_team(conn: Connection[TupleRow], team: str, name: str, at: datetime) -> None:
@@ -103,9 +119,7 @@ def add_member(
                 (team, member, token_digest(token), at),
             ).fetchone()
     except psycopg.errors.ForeignKeyViolation:
-        raise AdminError(
-            f"no team {team!r}", f"add it first: thatch hub team add {team} NAME"
-        ) from None
+        raise AdminError(f"no team {team!r}", no_team_fix(team)) from None
     if added is None:
         raise AdminError(
             f"{member!r} is already a member of {team!r} with a live token",
@@ -113,8 +127,18 @@ def add_member(
         )
 
 
+def no_team_fix(team: str) -> str:
+    """How to add the team a member was added to; its shown name is the operator's call."""
+    return (
+        "add it first, with the name it is shown by, NAME: "
+        f"thatch hub team add {shell_quote(team)} NAME"
+    )
+
+
 def new_token_fix(team: str, member: str) -> str:
-    """How a member with a live token gets a new one: revoke it, then add them again."""
+    """How a member with a live token gets a new one: revoke it, then add them again. The
+    ids are shell-quoted: each reaches its command as one argument, and runs nothing."""
+    team, member = shell_quote(team), shell_quote(member)
     return (
         "to give them a new one, revoke the token and add them again: "
         f"thatch hub member revoke {team} {member} && thatch hub member add {team} {member}"

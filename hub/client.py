@@ -34,6 +34,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, expand_user
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.settings import Address
 from thatch.hub import wire
 from thatch.hub.v1 import hub_pb2 as pb
@@ -41,6 +42,10 @@ from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
 from thatch.hub.values import Cursor
 
 __all__ = [
+    "FIX_CA",
+    "FIX_NOT_A_HUB",
+    "FIX_REQUEST",
+    "FIX_RETRY",
     "HUB_CA",
     "MAX_MESSAGE_BYTES",
     "HubClient",
@@ -51,6 +56,7 @@ __all__ = [
     "parse_hub_address",
     "plaintext_to",
     "probe_health",
+    "token_fix",
 ]
 
 HUB_CA = "THATCH_HUB_CA"
@@ -61,13 +67,32 @@ LOOPBACK_HOSTS = {"localhost", "::1", "[::1]"}
 # "/": "http://host:port" and "hub/x:1" failed late in gRPC, as a "Misformatted domain
 # name" the hub was blamed for.
 _HOST = re.compile(r"[^\s/]+")
-FIX_RETRY = "nothing was lost: thatch retries later (check the hub's address and that it runs)"
-FIX_TOKEN = (
-    "ask the team's admin for a new token (thatch hub member add TEAM MEMBER) and use it "
-    "on this machine"
-)
+FIX_RETRY = "nothing was lost: it is retried later (check the address of the hub and that it runs)"
+
 FIX_REQUEST = "the hub refuses this request as sent; retrying it unchanged cannot help"
-FIX_CA = f"point {HUB_CA} at the CA that signed the hub's certificate"
+FIX_CA = f"point {HUB_CA} at the CA that signed the certificate of the hub"
+FIX_NOT_A_HUB = "check the address of the hub: the one its server listens on"
+
+
+def token_fix(
+    team: str | None = None, member: str | None = None, then: str = "use it on this machine"
+) -> str:
+    """A token the hub refuses: the command by which the team's admin makes a new one (the
+    ids shell-quoted when known, else placeholders the prose names), then ``then``: how
+    this machine uses it (the team sync passes the join that replaces it)."""
+    if team is not None and member is not None:
+        admin = f"thatch hub member add {shell_quote(team)} {shell_quote(member)}"
+        ask = "ask the team admin for a new token; the admin makes one with"
+    else:
+        admin = "thatch hub member add TEAM MEMBER"
+        ask = (
+            "ask the team admin for a new token; the admin makes one with your team and "
+            "member ids, TEAM and MEMBER"
+        )
+    return f"{ask}: {admin}; then {then}"
+
+
+FIX_TOKEN = token_fix()
 _TLS_SIGNS = ("andshake", "ssl", "SSL", "certificate", "Socket closed")
 
 
@@ -189,7 +214,12 @@ def probe_health(
     except ValueError as error:
         raise HubRefused(str(error), "give the hub's address as host:port", "request") from None
     if plaintext and not is_loopback(where):
-        raise HubRefused(f"refusing plaintext to {where}", "probe over TLS (--ca FILE)", "request")
+        raise HubRefused(
+            f"refusing plaintext to {where}",
+            "probe it over TLS, trusting the CA that signed its certificate, FILE: "
+            f"thatch hub probe --addr {shell_quote(address)} --ca FILE",
+            "request",
+        )
     channel = _channel(where, ca_file, plaintext, env)
     try:
         health: Any = health_pb2_grpc.HealthStub(channel)
@@ -224,14 +254,17 @@ class HubClient:
         plaintext: bool = False,
         env: Mapping[str, str] | None = None,
         timeout: float = 30.0,
+        token_refused: str = FIX_TOKEN,
     ) -> None:
+        """``token_refused``: the fix of a token the hub refuses, naming what the caller
+        knows (the team and member, the join that replaces the token)."""
         env = dict(os.environ if env is None else env)
         try:
             self.address = parse_hub_address(address)
         except ValueError as error:
             raise HubRefused(str(error), "give the hub's address as host:port", "request") from None
         if not token or any(char.isspace() for char in token):
-            raise HubRefused("the team token is empty or holds spaces", FIX_TOKEN, "auth")
+            raise HubRefused("the team token is empty or holds spaces", token_refused, "auth")
         if plaintext and not is_loopback(self.address):
             raise HubRefused(
                 f"refusing to send the team token to {self.address} without TLS",
@@ -239,6 +272,7 @@ class HubClient:
                 "request",
             )
         self.timeout = timeout
+        self.token_refused = token_refused
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._channel = _channel(self.address, ca_file, plaintext, env)
         self._stub = pb_grpc.HubStub(self._channel)
@@ -346,7 +380,7 @@ class HubClient:
         details = error.details() or code.name
         where = f"the hub at {self.address}"
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            return HubRefused(f"{where} refused the token: {details}", FIX_TOKEN, "auth")
+            return HubRefused(f"{where} refused the token: {details}", self.token_refused, "auth")
         if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE) or (
             code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details
         ):
@@ -354,7 +388,7 @@ class HubClient:
         if code == grpc.StatusCode.UNIMPLEMENTED:
             return HubUnavailable(
                 f"{self.address} does not serve the thatch hub ({details})",
-                "check the hub's address (thatch hub serve listens there)",
+                FIX_NOT_A_HUB,
             )
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return HubUnavailable(f"{where} did not answer within {self.timeout:g} s", FIX_RETRY)

@@ -202,7 +202,7 @@ class SyncEngine:
                     # for the next pass beats looping on it (the link notes the error).
                     raise HubUnavailable(
                         "the hub answered reset again after a pull from the start",
-                        "check the hub's version; this machine retries on its next pass",
+                        "check the version of the hub; this machine retries on its next pass",
                     )
             elif not page.changes or not moved:
                 return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.errors import InvalidInputError
 from thatch.frontend.store.db import atomic
 from thatch.frontend.store.migrations.team import (
@@ -55,12 +56,14 @@ class NotLinked(InvalidInputError):
 
 
 class AlreadyLinked(InvalidInputError):
-    """The store is already shared through a hub."""
+    """The store is already shared through a hub; ``fix`` leaves it (the store's name
+    shell-quoted: it reaches the command as one argument, and runs nothing)."""
 
     def __init__(self, store: str, hub_url: str) -> None:
-        super().__init__(
-            f"store {store!r} is already shared through {hub_url}; "
-            f"`thatch team leave --store {store}` first"
+        super().__init__(f"store {store!r} is already shared through {hub_url}")
+        self.fix = (
+            "stop sharing it there first (the writes it has not pushed yet are dropped): "
+            f"thatch team leave --store {shell_quote(store)}"
         )
 
 

@@ -30,12 +30,18 @@ from types import FrameType
 
 from thatch.common.environment import default_db_path, socket_dir, thatch_cache_dir
 from thatch.frontend.store.db import atomic
-from thatch.hub.client import HubClient, HubRefused, parse_hub_address, plaintext_to
+from thatch.hub.client import (
+    HubClient,
+    HubRefused,
+    parse_hub_address,
+    plaintext_to,
+    token_fix,
+)
 from thatch.teamsync import outbox
 from thatch.teamsync.chat import ChatHub
 from thatch.teamsync.engine import HubLink, LinkOutcome, SyncEngine
 from thatch.teamsync.links import Link
-from thatch.teamsync.tokens import TokenMissing, read_token
+from thatch.teamsync.tokens import TokenMissing, read_token, rejoin_fix
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -125,7 +131,8 @@ class HubClients:
         try:
             token = read_token(self.env, link.hub_url, link.team)
         except TokenMissing as error:
-            raise HubRefused(str(error), "join the store again", "auth") from None
+            rejoin = rejoin_fix(link.hub_url, link.store)
+            raise HubRefused(str(error), rejoin, "auth") from None
         key = (link.hub_url, link.team)
         held = self._clients.get(key)
         if held is not None and held[0] == token:
@@ -137,7 +144,12 @@ class HubClients:
         except ValueError as error:  # a link an earlier release recorded: this link's error
             raise HubRefused(str(error), "join the store again with host:port", "request") from None
         plaintext = plaintext_to(address, self.env)
-        client = HubClient(link.hub_url, token, env=self.env, plaintext=plaintext)
+        # A refused token's fix names this link's team, member and join (any store of
+        # the team does: a join replaces the token of its hub and team).
+        refused = token_fix(link.team, link.member, then=rejoin_fix(link.hub_url, link.store))
+        client = HubClient(
+            link.hub_url, token, env=self.env, plaintext=plaintext, token_refused=refused
+        )
         self._clients[key] = (token, client)
         return client
 

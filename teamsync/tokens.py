@@ -10,14 +10,33 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from thatch.common.environment import config_home
+from thatch.common.shell_words import shell_quote
 
-__all__ = ["TOKEN_ENV", "TokenMissing", "read_token", "token_dir", "token_path", "write_token"]
+__all__ = [
+    "TOKEN_ENV",
+    "TokenMissing",
+    "read_token",
+    "rejoin_fix",
+    "token_dir",
+    "token_path",
+    "write_token",
+]
 
 TOKEN_ENV = "THATCH_HUB_TOKEN"
 
 
 class TokenMissing(Exception):
-    """No token file for a link; the message says how to give one."""
+    """No token file for a link (or one that cannot be read); ``rejoin_fix`` gives one."""
+
+
+def rejoin_fix(hub_url: str, store: str) -> str:
+    """Join ``store`` through ``hub_url`` again with the token in the variable: a join
+    replaces the token of its hub and team, which every store it shares there uses. The
+    names shell-quoted: each reaches the join as one argument, and runs nothing."""
+    return (
+        f"put the token in {TOKEN_ENV} and join again: "
+        f"thatch team join {shell_quote(hub_url)} --store {shell_quote(store)}"
+    )
 
 
 def token_dir(env: Mapping[str, str]) -> Path:
@@ -52,8 +71,7 @@ def read_token(env: Mapping[str, str], hub_url: str, team: str) -> str:
         token = path.read_text().strip()
     except FileNotFoundError:
         raise TokenMissing(
-            f"no token for team {team!r} at {hub_url} on this machine ({path}); "
-            f"join again: {TOKEN_ENV}=... thatch team join {hub_url} --store STORE"
+            f"no token for team {team!r} at {hub_url} on this machine ({path})"
         ) from None
     except OSError as error:
         raise TokenMissing(f"cannot read the token file {path}: {error.strerror}") from None

@@ -281,7 +281,7 @@ def test_spawn_failure_names_the_log_reason(
     assert caught.value.fix == (
         f"see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
         "environment and wins over the saved model: unset THATCH_MODEL; or set it to another "
-        "model: export THATCH_MODEL=ID"
+        "model id, ID: export THATCH_MODEL=ID"
     )
     reason = caught.value.cause[len(prefix) : -1]
     assert reason and reason in log_file(isolated_env).read_text()
@@ -323,7 +323,7 @@ def test_a_fix_line_of_other_stderr_text_is_not_the_servers_fix(
     assert caught.value.fix == (
         f"see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
         "environment and wins over the saved model: unset THATCH_MODEL; or set it to another "
-        "model: export THATCH_MODEL=ID"
+        "model id, ID: export THATCH_MODEL=ID"
     )
 
 

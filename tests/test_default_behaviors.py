@@ -13,6 +13,7 @@ import pytest
 from tests.support.embedder_proc import EmbedderProcess
 from tests.support.fake_embedder import FakeEmbedder, rows
 from thatch.common.version import thatch_version
+from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.engine_store import BEHAVIORS, EngineStore
 from thatch.frontend.store.memory_store import Store
 from thatch.frontend.tools.default_behaviors import DEFAULTS, Default, seed_defaults
@@ -55,8 +56,10 @@ def test_upgrade_in_place_keeps_evidence(store: Store) -> None:
     seed_defaults(store, embedder, version="1.0", defaults=old)
     engines = EngineStore(store.conn, BEHAVIORS, lock=store.lock)
     (item,) = engines.stamped("global", "seed-key:")
-    engines.signal(item.id, "confirm", "ham: x")
-    engines.signal(item.id, "disconfirm", "spam: y")
+    vector = embedder.embed(["run the tests"], Kind.PASSAGE).vectors[0]  # its statement's
+    for signal, detail in (("confirm", "ham: x"), ("disconfirm", "spam: y")):
+        found = engines.signal_nearest(["global"], vector, signal, detail)
+        assert found.item is not None and found.item.id == item.id
     new = (Default("k", "when deploying", "run the full test suite", "why"),)
     report = seed_defaults(store, embedder, version="2.0", defaults=new)
     assert report.upgraded == 1

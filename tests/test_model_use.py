@@ -472,7 +472,7 @@ def test_server_with_a_broken_model_names_a_fix_other_than_starting_it_again(
         f"Error: model local:broken at {broken} is missing tokenizer.json",
         f"Fix: see how the model resolves: thatch model info {broken}; THATCH_MODEL is set in "
         "this environment and wins over the saved model: unset THATCH_MODEL; or set it to "
-        "another model: export THATCH_MODEL=ID",
+        "another model id, ID: export THATCH_MODEL=ID",
     ]
 
 
@@ -625,7 +625,7 @@ def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
     assert fix == (
         "THATCH_MODEL=Xenova/bge-small-en-v1.5 is set in this environment and wins over the "
         f"saved model: use the saved model ({PACKAGED_MODEL_ID}): unset THATCH_MODEL; or "
-        "import Xenova/bge-small-en-v1.5 from a copy of its checkpoint: thatch model import "
+        "import Xenova/bge-small-en-v1.5 from a copy of its checkpoint (DIR): thatch model import "
         "DIR --model-id Xenova/bge-small-en-v1.5"
     )
     assert "thatch model use" not in fix
@@ -635,10 +635,11 @@ def test_offline_fix_for_the_thatch_model_choice_is_about_the_variable(
     monkeypatch.setenv("THATCH_MODEL", "acme/absent")
     assert unavailable_fix("acme/absent", os.environ, hub=False, by_variable=True) == (
         "THATCH_MODEL=acme/absent is set in this environment and wins over the saved model: "
-        "import acme/absent from a copy of its checkpoint: thatch model import DIR "
+        "import acme/absent from a copy of its checkpoint (DIR): thatch model import DIR "
         "--model-id acme/absent; or with THATCH_MODEL unset, use a model imported here "
         f"({PACKAGED_MODEL_ID}): thatch model use {PACKAGED_MODEL_ID}; or import a "
-        "sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
+        "sentence-transformers checkpoint (DIR: its directory) and use the id the import prints "
+        "(ID): thatch model import DIR && thatch model use ID"
     )
     # Another model than the variable's (thatch model use of it): the usual choices.
     assert unavailable_fix("acme/other", os.environ, hub=False, by_variable=True).startswith(
@@ -706,7 +707,7 @@ def test_a_pinned_thatch_model_gets_a_fix_after_which_doctor_passes(
     assert failing.status == "FAIL" and failing.fix is not None
     clause = next(part for part in failing.fix.split("; or ") if "--model-id" in part)
     assert clause.endswith(
-        "the saved model: import acme/absent from a copy of its checkpoint and name it "
+        "the saved model: import acme/absent from a copy of its checkpoint (DIR) and name it "
         "without the revision, which imports do not have: thatch model import DIR "
         "--model-id acme/absent && export THATCH_MODEL=acme/absent"
     )

@@ -323,7 +323,7 @@ def test_shell_words_paste_back_and_never_carry_controls(word: str) -> None:
     back as itself in bash, and a control character shows as an escape, never raw."""
     import subprocess
 
-    from thatch.cli.store_access import shell_quote
+    from thatch.common.shell_words import shell_quote
 
     printed = shell_quote(word)
     assert printed.isprintable()

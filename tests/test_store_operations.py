@@ -86,8 +86,32 @@ def test_the_engine_and_chat_stores_share_the_stores_connection_lock_and_clock(
             rationale=None,
         )
         assert recorded.item.created_at == "2025-03-04T05:06:07.000Z"
-        assert store.engines(BEHAVIORS).count() == 0
-        assert store.engines(PREDICTIONS).count() == 1
+        assert store.engines(BEHAVIORS).listing(["global"]) == []
+        assert len(store.engines(PREDICTIONS).listing(["global"])) == 1
         session = chat.ensure_person("person_a", project="p", worktree="")
         assert session.registered_at == "2025-03-04T05:06:07.000Z"
         assert store.chat().get("person_a") == session
+
+
+def test_every_engine_operation_has_a_caller_outside_the_store() -> None:
+    """One way to do each thing: every operation of the engine interface is called by
+    thatch's own code (the tools, the CLI, the UI, the team sync), none by the tests alone
+    (``nearest_item`` was ``lookup`` without its hint, kept for one test; ``count`` and
+    ``signal`` were called by tests only). A call counts on an engine store only: the
+    receiver its callers name it by (``engines``, ``engine_store(…)``, ``….engines(E)``),
+    never ``text.count(`` or ``signal.signal(``."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    store = root / "frontend" / "store"
+    sources = [
+        path.read_text()
+        for folder in ("frontend", "cli", "teamsync", "hub")
+        for path in (root / folder).rglob("*.py")
+        if path.parent != store or path.stem not in {"operations", "engine_store", "engine_upkeep"}
+    ]
+    receiver = r"(?:\bengines|\bengine_store\([^()]*\)|\.engines\([^()]*\))"
+    assert re.search(rf"{receiver}\.count\(", "text.count(x); signal.signal(s)") is None
+    for name in members(EngineOperations):
+        call = re.compile(rf"{receiver}\.{re.escape(name)}\(")
+        assert any(call.search(text) for text in sources), f"no caller of {name}"

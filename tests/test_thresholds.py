@@ -187,3 +187,29 @@ def test_code_model_defaults_are_what_the_dev_set_measures(
     code = defaults_for(entry.model_id)
     assert code is not None and code != defaults_for(MINILM)
     assert_calibrated(calibrated_at(_bench(), built, "onnx/model_quantized.onnx", code), code)
+
+
+def test_the_nearest_hint_and_the_uis_similar_memories_share_one_floor() -> None:
+    """Naming a text as like another (an engine lookup's `Nearest:` hint, the UI's similar
+    memories) is one idea with one number, ``SIMILAR_FLOOR``: two constants said 0.50
+    each, and one could move without the other. Each user imports it; neither the engine
+    rows nor the UI's page keeps a number of its own."""
+    import ast
+
+    from thatch.frontend.thresholds import SIMILAR_FLOOR
+
+    assert SIMILAR_FLOOR == 0.50
+    root = Path(__file__).resolve().parent.parent / "frontend"
+    for path in (root / "store" / "engine_store.py", root / "ui" / "memory_pages.py"):
+        imported = {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module == "thatch.frontend.thresholds"
+            for alias in node.names
+        }
+        assert "SIMILAR_FLOOR" in imported, path
+    for path in (root / "store" / "engine_rows.py", root / "ui" / "memory_pages.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                names = [ast.unparse(target) for target in node.targets]
+                assert "HINT_FLOOR" not in names and "SIMILAR_THRESHOLD" not in names

@@ -21,12 +21,15 @@ The CLI turns every one of them into ``click.ClickException``; the MCP tool laye
 
 from __future__ import annotations
 
+from thatch.common.shell_words import shell_quote
+
 __all__ = [
     "ALREADY_RUNNING_FIX",
     "FIX_OVERLOADED",
     "FIX_REMOTE",
     "FIX_START",
     "FIX_STARTING",
+    "IMPORT_CHECKPOINT",
     "AddressError",
     "EmbedRequestError",
     "EmbedderUnavailable",
@@ -110,12 +113,21 @@ FIX_START = "run thatch embedder start"
 FIX_STARTING = "retry in a minute, or run thatch embedder status"
 FIX_REMOTE = "check THATCH_EMBEDDER_ADDR and that the remote embedder is running"
 FIX_OVERLOADED = "retry shortly"
+# A checkpoint of one's own: where it is and the id its import gives are not known here,
+# so the prose names both placeholders (the import prints its id, in a model use line).
+IMPORT_CHECKPOINT = (
+    "import a sentence-transformers checkpoint (DIR: its directory) and use the id the import "
+    "prints (ID): thatch model import DIR && thatch model use ID"
+)
 
 
 def fix_offline(model_id: str) -> str:
     """The offline fix when nothing better is known (the server's own Fix line is better:
-    it knows which local models exist, see thatch.embedder.models.fixes)."""
+    it knows which local models exist, see thatch.embedder.models.fixes). The import keeps
+    the id ``model_id``, so the embedder finds it there: no other model comes in."""
+
+    named = shell_quote(model_id)
     return (
-        f"on a connected machine: thatch model pull {model_id}; or import a local checkpoint "
-        "and choose it: thatch model import DIR && thatch model use ID"
+        f"on a connected machine: thatch model pull {named}; or import it from a copy of its "
+        f"checkpoint (DIR): thatch model import DIR --model-id {named}"
     )

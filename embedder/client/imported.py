@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thatch.common.environment import Env, models_dir
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.errors import ModelError
 
 __all__ = [
@@ -97,6 +98,8 @@ def find_by_short_name(
         names = ", ".join(m.model_id for m in matches)
         raise ModelError(
             f'"{short_name}" matches several imported models ({names}): use the full id',
-            fix=f"thatch model use {matches[0].model_id}",
+            # One clause a match: which model is meant is the user's to say, not ours.
+            fix="use it by its full id: "
+            + "; or ".join(f"thatch model use {shell_quote(m.model_id)}" for m in matches),
         )
     return matches[0] if matches else None

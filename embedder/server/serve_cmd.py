@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
-import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ import click
 
 from thatch.common.control_chars import escape_controls
 from thatch.common.environment import env_get
+from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.autostart import FIX_RECORD, STOP_RECORD
 from thatch.embedder.client.cli_errors import translate_embedder_errors
 from thatch.embedder.client.errors import ModelError, ThatchEmbedderError
@@ -35,15 +35,16 @@ __all__ = ["serve", "setup_logging"]
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOG_MAX_BYTES = 5 * 1024 * 1024
+# Which other model to choose is the user's call: the prose names the placeholder ID.
 MODEL_FIX = (
-    "see how the model resolves: thatch model info {model}; or choose another "
-    "(or set THATCH_MODEL): thatch model use ID"
+    "see how the model resolves: thatch model info {model}; or choose another model by its "
+    "id, ID (or set THATCH_MODEL to it): thatch model use ID"
 )
 # THATCH_MODEL chose the model: thatch model use would change nothing while it is set.
 OVERRIDE_FIX = (
     "see how the model resolves: thatch model info {model}; THATCH_MODEL is set in this "
     "environment and wins over the saved model: unset THATCH_MODEL; or set it to another "
-    "model: export THATCH_MODEL=ID"
+    "model id, ID: export THATCH_MODEL=ID"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
@@ -240,7 +241,7 @@ def serve(
             except ModelError as error:
                 if not error.fix:  # never "start the embedder" again: it would fail the same way
                     template = OVERRIDE_FIX if overridden else MODEL_FIX
-                    error.fix = template.format(model=shlex.quote(options.model))
+                    error.fix = template.format(model=shell_quote(options.model))
                 raise
     finally:
         logger.removeHandler(handler)

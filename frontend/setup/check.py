@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["doctor_status", "has_own_entry", "setup_status", "setup_warning"]
 
 Status = Literal["installed", "markers-broken", "not-installed"]
+# Doctor's fix for a damaged block, before its setup command: prose that names no program
+# ("the partial thatch block, then thatch setup" gave the first `thatch` the prose).
+REMOVE_PARTIAL = "remove the partial block, then rerun setup"
 
 
 def setup_status(host: str, project_dir: Path, env: Mapping[str, str]) -> tuple[Status, Path]:
@@ -112,7 +115,7 @@ def doctor_status(
         status, path = setup_status(host, project_dir, env)
         if status == "markers-broken":
             flag = _scope_flag(host, path, project_dir, env)
-            fix = f"remove the partial thatch block, then {flag}"
+            fix = f"{REMOVE_PARTIAL}: {flag}"
             return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
         if status == "installed":  # the shared AGENTS.md, written for another host
             mcp = host_paths(host, "local", project_dir, env).mcp
@@ -130,7 +133,7 @@ def doctor_status(
     text = read_text(path)
     fix = _scope_flag(host, path, project_dir, env)
     if text is not None and block.analyse(text).kind == "broken":
-        fix = f"remove the partial thatch block, then {fix}"
+        fix = f"{REMOVE_PARTIAL}: {fix}"
         return "FAIL", f"damaged thatch block in {inline(str(path))}", fix
     if host != "claude":
         return _verdict(host, scope, project_dir, env, bin_path, version, fix, None, False)

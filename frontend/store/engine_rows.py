@@ -60,11 +60,6 @@ AUTO_FIRE_THRESHOLD = 0.60
 MATCHERS_CONSIDERED = 5
 ITEMS_SURFACED = 5
 NOISE_FLOOR = 0.01
-# A lookup that matches nothing names its nearest item only from here up: with MiniLM,
-# reworded statements meant for an item score 0.53-0.79 and unrelated ones 0.15-0.38
-# (review of the hint, 36 statements), so below it a hint would name an unrelated item
-# (and the CLI's Fix would delete it). The UI's "similar memories" cut too.
-HINT_FLOOR = 0.50
 CONFIDENCE_FLOOR = 0.35
 FLOOR_EVIDENCE = 3
 PROVENANCE_SHOWN = 10
@@ -191,7 +186,7 @@ class Recorded:
 class Lookup:
     """What a lookup by statement found (show, delete, feedback): ``item``, the nearest at
     cosine ≥ the threshold (the one a write acts on); else None and ``nearest``, the
-    closest item of the scope below it with its cosine (≥ ``HINT_FLOOR``): a hint to
+    closest item of the scope below it with its cosine (≥ ``SIMILAR_FLOOR``): a hint to
     show, never acted on (None when the scope holds none)."""
 
     item: Item | None

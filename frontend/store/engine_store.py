@@ -26,7 +26,6 @@ from thatch.frontend.store.engine_rows import (
     CONFIDENCE_FLOOR,
     DEDUP_THRESHOLD,
     DELTAS,
-    HINT_FLOOR,
     ITEM_COLUMNS,
     ITEMS_SURFACED,
     LINKED_ITEM_COLUMNS,
@@ -57,6 +56,7 @@ from thatch.frontend.store.rows import store_list, store_name
 from thatch.frontend.store.schema_lag import has_table
 from thatch.frontend.store.transactions import Transactions
 from thatch.frontend.store.vectors import as_vector, encode
+from thatch.frontend.thresholds import SIMILAR_FLOOR
 from thatch.frontend.timefmt import Clock, utc_now
 
 # The engines' shapes are defined in engine_rows and named here too: callers import the
@@ -121,32 +121,6 @@ class EngineStore(EngineUpkeep):
             ).fetchone()
         return None if row is None else item_from_row(row)
 
-    def count(self, stores: Sequence[str] | None = None) -> int:
-        if not self.present:
-            return 0
-        with self.tx.lock:
-            if stores is None:
-                return int(
-                    self.conn.execute(f"SELECT count(*) FROM {self.engine.items}").fetchone()[0]
-                )
-            names = store_list(stores)
-            return int(
-                self.conn.execute(
-                    f"SELECT count(*) FROM {self.engine.items} WHERE store IN ({marks(names)})",
-                    names,
-                ).fetchone()[0]
-            )
-
-    def nearest_item(
-        self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
-    ) -> tuple[Item, float] | None:
-        """The item of ``stores`` most similar to ``vector`` at cosine ≥ threshold, or None."""
-        if not self.present:
-            return None
-        query = as_vector(vector)
-        with self.tx.read() as conn:
-            return self._nearest_item(conn, store_list(stores), query, threshold)
-
     def lookup(
         self, stores: Sequence[str] | str, vector: Any, threshold: float = DEDUP_THRESHOLD
     ) -> Lookup:
@@ -162,9 +136,9 @@ class EngineStore(EngineUpkeep):
     def _lookup(
         self, conn: sqlite3.Connection, names: list[str], query: Any, threshold: float
     ) -> tuple[tuple[Item, float] | None, tuple[Item, float] | None]:
-        """(the nearest item ≥ threshold, else None; the nearest below it ≥ HINT_FLOOR as
+        """(the nearest item ≥ threshold, else None; the nearest below it ≥ SIMILAR_FLOOR as
         a hint, else None), from the one scan of the scope."""
-        near = self._nearest_item(conn, names, query, min(threshold, HINT_FLOOR))
+        near = self._nearest_item(conn, names, query, min(threshold, SIMILAR_FLOOR))
         if near is None or near[1] >= threshold:
             return near, None
         return None, near
@@ -412,21 +386,6 @@ class EngineStore(EngineUpkeep):
             self._link(conn, found.id, item_id, now)
             item = self._apply(conn, item_id, signal, rationale if detail is None else detail, now)
         return Recorded(item, existing is None, found)
-
-    def signal(self, item_id: str, signal: str, detail: str | None) -> Item | None:
-        """Apply ``signal`` to one item (its counts, confidence and a provenance row) in one
-        transaction; None when the item is gone."""
-        self._check_signal(signal)
-        now = self.tx.now()
-        with self.tx.write() as conn:
-            if (
-                conn.execute(
-                    f"SELECT 1 FROM {self.engine.items} WHERE id = ?", (item_id,)
-                ).fetchone()
-                is None
-            ):
-                return None
-            return self._apply(conn, item_id, signal, detail, now)
 
     def signal_nearest(
         self,

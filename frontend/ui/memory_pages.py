@@ -14,6 +14,7 @@ from starlette.responses import Response
 from thatch.embedder.client.errors import EmbedderUnavailable
 from thatch.embedder.client.kind import Kind
 from thatch.frontend.store.memory import Memory
+from thatch.frontend.thresholds import SIMILAR_FLOOR
 from thatch.frontend.tools import formatting as fmt
 from thatch.frontend.tools.hygiene import AnchorRefresh, Hygiene, StoreHygiene, hygiene
 from thatch.frontend.tools.operations import embedder_error
@@ -50,7 +51,6 @@ __all__ = ["MemoryPages"]
 
 PAGE_SIZE = 100
 SEARCH_LIMIT = 50
-SIMILAR_THRESHOLD = 0.5
 SIMILAR_SHOWN = 5
 ARCHIVED_CHOICES = ("live", "all", "archived")
 
@@ -348,12 +348,12 @@ class MemoryPages(PageBase):
         found = self.store.find_similar(
             memory.store,
             vector,
-            threshold=SIMILAR_THRESHOLD,
+            threshold=SIMILAR_FLOOR,
             limit=SIMILAR_SHOWN,
             exclude_slug=memory.slug,
         )
         if not found:
-            return "<p class=muted>None above 0.50.</p>"
+            return f"<p class=muted>None above {SIMILAR_FLOOR:.2f}.</p>"
         return table(
             ["score", "memory"],
             [
