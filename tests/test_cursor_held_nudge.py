@@ -8,6 +8,7 @@ and holds its nudge, and the session's next ``buffer-tool --host cursor`` prints
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -296,3 +297,29 @@ def test_take_is_exactly_once_under_contention(tmp_path: Path) -> None:
 def taker(gate: threading.Barrier, got: list[tuple[str, str] | None], directory: Path) -> None:
     gate.wait()
     got.append(held_nudge.take(directory, CID))
+
+
+def test_a_busy_lock_costs_the_handover_only_its_count(tmp_path: Path) -> None:
+    """Cursor runs a turn's tool hooks at once, so the lock may be busy when one hands the
+    nudge over: its call spills (after the usual wait), the nudge still goes out, and the
+    hook says nothing on stderr (no second 2-second wait for the count, which is skipped)."""
+    env = hook_env(tmp_path)
+    directory = Path(env["THATCH_QUEUE_DIR"])
+    tool_hook(env, tool_call("t1"))
+    prompt_hook(env, {"conversation_id": CID, "prompt": PROMPT})
+    lock = queue.queue_paths(directory, CID)[2]
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = tool_hook(env, tool_call("t2"))
+    finally:
+        os.close(fd)
+    assert result.returncode == 0
+    assert result.stderr == b""
+    said = json.loads(result.stdout)["additional_context"]
+    assert said.startswith("[thatch] 1 tool interaction is queued for fact extraction.")
+    assert queue.read_count(directory, CID) == 0
+    assert list(directory.glob("*.spill"))  # the call waits in its spill, not lost
+    assert tool_hook(env, tool_call("t3")).stdout == b""
+    queued = queue.peek_records(directory, CID)
+    assert [r["tool_use_id"] for r in queued] == ["t1", "t2", "t3"]

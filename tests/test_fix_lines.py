@@ -339,6 +339,46 @@ def test_doctors_fix_for_a_missing_user_server_and_drift_pastes_whole(tmp_path: 
     assert_pastes(fix)
 
 
+def test_the_user_server_command_keeps_an_unprintable_path_whole(tmp_path: Path) -> None:
+    """A thatch whose path holds a tab: the `claude mcp add` doctor gives (and setup prints
+    without running) pastes back that very path, not a literal backslash-t."""
+    from thatch.common.control_chars import escape_controls
+    from thatch.frontend.setup import SetupRequest, run_setup
+    from thatch.frontend.setup.check import doctor_status
+
+    binary = str(tmp_path / "my\ttools" / "thatch")
+    config = tmp_path / "claude-config"
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(config), "PATH": "/nobin"}
+    request = SetupRequest(
+        hosts=["claude"],
+        project_dir=tmp_path,
+        env=env,
+        bin_path=binary,
+        version="1",
+        scope="global",
+    )
+    run_setup(request)
+    fix = doctor_status("claude", tmp_path, env, bin_path=binary, version="1")[2]
+    assert fix is not None
+    shown = escape_controls(fix)  # as doctor's printer shows it
+    assert shown.isprintable(), shown
+    echoed = subprocess.run(
+        ["bash", "-c", 'claude() { printf "%s\\0" "$@"; }; ' + shown],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    assert echoed.split("\0")[:-1] == [
+        "mcp",
+        "add",
+        "--scope",
+        "user",
+        "thatch",
+        "--",
+        binary,
+        "mcp",
+    ]
+
+
 def test_a_placeholder_is_named_in_the_prose_before_its_command() -> None:
     """A command holding DIR, ID or LABEL_A does not paste as it stands: the prose leading
     to it says what goes there (`set it to another model: export THATCH_MODEL=ID` did not)."""

@@ -219,6 +219,10 @@ def run_buffer_hook(command: str, host: str | None = None) -> None:
     hookio.run_hook(command, run)
 
 
+# How long a Cursor tool hook waits to count the nudge it hands over.
+COUNT_WAIT_SECONDS = 0.25
+
+
 def hand_held_nudge(command: str, payload: Mapping[str, Any], env: Mapping[str, str]) -> None:
     """Cursor's postToolUse: the nudge its prompt hook held (``queue.held_nudge``), as the
     ``additional_context`` Cursor adds after the tool's result; nothing when none is held.
@@ -239,9 +243,13 @@ def hand_held_nudge(command: str, payload: Mapping[str, Any], env: Mapping[str, 
     extraction, rest = held
     try:
         if extraction and queue.nudge_records(directory, session):
-            queue.increment_count(directory, session)
+            # Briefly: a busy lock already cost this hook its wait (its call spilled), and
+            # the nudge goes out either way; only its count is skipped.
+            queue.increment_count(directory, session, timeout=COUNT_WAIT_SECONDS)
         else:
             extraction = ""
+    except queue.LockBusy:
+        pass
     except queue.QueueError as error:
         hookio.warn(command, str(error))
     except OSError as error:

@@ -39,7 +39,7 @@ from thatch.frontend.queue.classify import (
     classify,
 )
 from thatch.frontend.queue.counts import increment_count, read_count, warn_unreadable_once
-from thatch.frontend.queue.files import QueueError, queue_paths, safe_name
+from thatch.frontend.queue.files import LockBusy, QueueError, queue_paths, safe_name
 from thatch.frontend.queue.limits import (
     ACCEPTED_TTL_SECONDS,
     ID_LIMIT,
@@ -74,6 +74,7 @@ __all__ = [
     "SERVED_TOOLS",
     "TITLE_LIMIT",
     "TOOL_NAME_LIMIT",
+    "LockBusy",
     "QueueError",
     "accept",
     "adopt_carried",

@@ -16,6 +16,7 @@ from thatch.frontend.queue.files import (
     safe_name,
     write_atomic,
 )
+from thatch.frontend.queue.limits import LOCK_TIMEOUT_SECONDS
 
 __all__ = [
     "increment_count",
@@ -32,11 +33,14 @@ def read_count(directory: Path, session_id: str) -> int:
     return read_number(count)
 
 
-def increment_count(directory: Path, session_id: str) -> int:
-    """Add one to the session's nudge count; returns the count *before* the increment."""
+def increment_count(
+    directory: Path, session_id: str, *, timeout: float = LOCK_TIMEOUT_SECONDS
+) -> int:
+    """Add one to the session's nudge count; returns the count *before* the increment.
+    LockBusy when the lock stays taken ``timeout`` seconds."""
     jsonl, count, lock = queue_paths(directory, session_id)
     ensure_dir(directory)
-    with locked(lock):
+    with locked(lock, timeout):
         replay_spills(jsonl)  # every holder of the lock merges what waited for it
         missed = read_number(count)
         write_atomic(count, f"{missed + 1}\n")

@@ -251,8 +251,7 @@ def _shadowing(local: dict[str, Any], bin_path: str, env: Mapping[str, str]) -> 
     """What the project's local-scope thatch entry runs when that is not this thatch's
     MCP server (``<bin> mcp``, any spelling of ``<bin>``): Claude Code runs it in the
     project instead of the .mcp.json entry and the user-level one. None when it is."""
-    import shlex
-
+    from thatch.common.shell_words import shell_quote
     from thatch.frontend.setup.claude_servers import runner, same_binary
     from thatch.frontend.untrusted import inline
 
@@ -267,7 +266,8 @@ def _shadowing(local: dict[str, Any], bin_path: str, env: Mapping[str, str]) -> 
         return "runs another executable"
     if words[:1] == ["mcp"] and isinstance(args, list) and len(words) == len(args):
         return None
-    return f"runs {inline(shlex.join([command, *words]))} instead of thatch's MCP server"
+    shown = " ".join(map(shell_quote, [command, *words]))
+    return f"runs {inline(shown)} instead of thatch's MCP server"
 
 
 def _registered_here(line: Line, scope: Scope, project_dir: Path, env: Mapping[str, str]) -> bool:

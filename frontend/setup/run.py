@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.setup import (
     block,
     choices,
@@ -282,7 +283,8 @@ def _claude_user_mcp(request: SetupRequest) -> Line:
 
 def _user_mcp_line(request: SetupRequest) -> Line:
     add = ["claude", "mcp", "add", "--scope", "user", "thatch", "--", request.bin_path, "mcp"]
-    shown = shlex.join(add)
+    # Pasted by the user: a path with a tab or an escape must come back as it is.
+    shown = " ".join(map(shell_quote, add))
     claude = shutil.which("claude", path=request.env.get("PATH")) if request.run_claude else None
     if claude is None:
         # What `claude mcp get` would read: the user file (doctor always asks it here).
