@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from tests.support.fake_embedder import bag_vector
@@ -304,6 +305,23 @@ def test_the_feed_holds_back_rows_of_a_transaction_older_than_one_still_running(
     page = changes_after(alice.conn, alice.who, cursor)
     assert [change.slug for change in page.changes] == ["slow", "fast"]
     assert changes_after(alice.conn, alice.who, page.cursor).changes == []
+
+
+def test_a_write_transaction_in_another_database_of_the_cluster_holds_the_feed_back(
+    hub_db: HubDatabase,
+) -> None:
+    """Transaction ids are the cluster's: the feed cannot tell another database's open
+    transaction from one of its own, so it waits for it (docs/team.md); nothing is lost."""
+    alice = hub_db.memories("A", "alice")
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    other = hub_db.server.fresh_database()
+    with psycopg.connect(hub_db.server.conninfo(other)) as elsewhere:
+        elsewhere.execute("CREATE TABLE batch (n int)")  # opens a transaction with an xid
+        save(alice, "Fast", "fast")
+        assert changes_after(alice.conn, alice.who, cursor).changes == []
+        elsewhere.rollback()
+    page = changes_after(alice.conn, alice.who, cursor)
+    assert [change.slug for change in page.changes] == ["fast"]
 
 
 def test_the_feed_pages_in_order_and_names_each_author(hub_db: HubDatabase) -> None:

@@ -98,8 +98,13 @@ def running_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
     try:
         run("initdb", "-D", str(data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync")
         # No TCP listener: only the socket in ``root``. fsync off: a test cluster.
+        # Autovacuum off: its ANALYZE of each fresh database's catalogs takes a
+        # transaction id, and the hub's feed rightly holds back every row newer than the
+        # cluster's oldest running transaction, so a test reading the feed right after a
+        # commit failed whenever a worker happened to be running (each test's database
+        # lives for that test only; nothing here needs vacuuming).
         fsync = "on" if durable else "off"
-        options = f"-h '' -k {root} -c fsync={fsync} -c max_connections=60"
+        options = f"-h '' -k {root} -c fsync={fsync} -c autovacuum=off -c max_connections=60"
         run(
             "pg_ctl",
             "-D",
