@@ -299,9 +299,9 @@ def thatch_invocation(env: Mapping[str, str]) -> str:
 
 
 def shlex_quote(text: str) -> str:
-    import shlex
+    from thatch.common.shell_words import shell_quote
 
-    return shlex.quote(text)
+    return shell_quote(text)
 
 
 def keep_database(source: Path, target: Path) -> Path:

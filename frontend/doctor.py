@@ -30,13 +30,13 @@ Decisions the spec leaves open:
 from __future__ import annotations
 
 import os
-import shlex
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from thatch.common.shell_words import shell_quote
 from thatch.frontend.errors import fault_fix, foreign_fix, not_a_database_fix
 from thatch.frontend.untrusted import has_control, inline
 
@@ -211,7 +211,7 @@ def check_database(
 
 
 def _damaged(path: Path, problem: str) -> Check:
-    quoted = inline(shlex.quote(os.fspath(path)))
+    quoted = inline(shell_quote(os.fspath(path)))
     return Check(
         "FAIL",
         "database",

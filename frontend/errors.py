@@ -62,7 +62,7 @@ class _FileError(StoreError):
 def fault_fix(kind: str | None, path: Path) -> str | None:
     """The one action for a kind of refusal ``db.write_fault`` names (None: no single
     action, the caller says what to check). The doctor's database check uses it too."""
-    import shlex
+    from thatch.common.shell_words import shell_quote
 
     return {
         "full": "free space on that disk, or set THATCH_DB_PATH to a disk with room",
@@ -70,7 +70,7 @@ def fault_fix(kind: str | None, path: Path) -> str | None:
         "virtual": (
             "set THATCH_DB_PATH to a file on a disk (unset, it is ~/.config/thatch/thatch.db)"
         ),
-        "immutable": f"chattr -i {shlex.quote(str(path))}",
+        "immutable": f"chattr -i {shell_quote(str(path))}",
     }.get(kind or "")
 
 
@@ -140,9 +140,9 @@ class DatabaseDamagedError(_FileError):
 
     @staticmethod
     def describe(path: str, reason: str) -> str:
-        import shlex
+        from thatch.common.shell_words import shell_quote
 
-        check = f'sqlite3 {shlex.quote(path)} "PRAGMA integrity_check"'
+        check = f'sqlite3 {shell_quote(path)} "PRAGMA integrity_check"'
         return f"database {path} is damaged ({reason}): run {check}"
 
     @property

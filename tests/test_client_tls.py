@@ -103,7 +103,10 @@ def test_untrusted_server_certificate_is_named(certs: Path, servers: dict[str, i
         f"the certificate of the embedder at {address} is not trusted by THATCH_EMBEDDER_CA "
         f"{certs / 'other.pem'} (unable to get local issuer certificate)"
     )
-    assert error.fix == "point THATCH_EMBEDDER_CA at the CA that signed the embedder's certificate"
+    assert (
+        error.fix
+        == "point THATCH_EMBEDDER_CA at the CA that signed the certificate of the embedder"
+    )
 
 
 def test_certificate_for_another_name_is_named(certs: Path, servers: dict[str, int]) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -686,3 +687,35 @@ def test_the_variables_model_is_quoted_in_the_prose_too(name: str, tmp_path: Pat
     assert fix is not None
     assert_pastes(fix)
     assert ["thatch", "model", "import", "DIR", "--model-id", model] in commands(fix)
+
+
+def _bash_words(command: str, program: str) -> list[str]:
+    """The words ``program`` receives when ``command`` is pasted into bash."""
+    done = subprocess.run(
+        ["bash", "-c", f'{program}() {{ printf "%s\\0" "$@"; }}; {command}'],
+        capture_output=True,
+        check=True,
+    )
+    return done.stdout.decode().split("\0")[:-1]
+
+
+def test_database_commands_keep_a_path_with_a_tab_whole(tmp_path: Path) -> None:
+    """A database path with a TAB or an escape in it: the sqlite3 and chattr commands
+    thatch prints show it escaped (a terminal would act on it) and paste back as the path."""
+    from thatch.frontend.errors import DatabaseDamagedError, fault_fix
+    from thatch.frontend.store.faults import open_error
+
+    path = tmp_path / "a\tb\x1b[2J" / "thatch.db"
+    chattr = fault_fix("immutable", path)
+    assert chattr is not None and chattr.isprintable()
+    assert _bash_words(chattr, "chattr") == ["-i", str(path)]
+    damaged = DatabaseDamagedError.describe(str(path), "malformed")
+    path.parent.mkdir()
+    path.write_bytes(b"not a database, " * 512)
+    with pytest.raises(sqlite3.DatabaseError) as raised:
+        sqlite3.connect(path).execute("PRAGMA schema_version")
+    not_a_db = str(open_error(raised.value, path))
+    for text in (damaged, not_a_db):
+        command = text[text.index("sqlite3 ") : text.index('"PRAGMA integrity_check"') + 24]
+        assert command.isprintable(), command
+        assert _bash_words(command, "sqlite3") == [str(path), "PRAGMA integrity_check"]

@@ -32,7 +32,7 @@ HOST_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_
 # The HTTP/2 client preface and an empty SETTINGS frame: a gRPC server answers it.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 _NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG")
-FIX_CA = f"point {CA} at the CA that signed the embedder's certificate"
+FIX_CA = f"point {CA} at the CA that signed the certificate of the embedder"
 FIX_NO_TLS = f"unset {CA}, {CERT} and {KEY}, or serve with --tls-cert and --tls-key"
 
 

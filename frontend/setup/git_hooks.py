@@ -116,14 +116,13 @@ def _refuse_shared(
     configuration for every repository (their events would all land in this clone's
     file). A relative ``.git/hooks`` read in a linked worktree, whose ``.git`` is a file,
     names no folder at all. The hooks are optional, so none is written there."""
-    import shlex
-
+    from thatch.common.shell_words import shell_quote
     from thatch.frontend.untrusted import quoted
 
     if Path(os.path.realpath(where)).is_relative_to(common):
         return
     nothing = "nothing is needed, thatch notices branch changes without these hooks"
-    own = shlex.quote(str(common / "hooks"))
+    own = shell_quote(str(common / "hooks"))
     points = f"core.hooksPath points at {quoted(str(where))}"
     if any(p.name == ".git" and p.is_file() for p in (where, *where.parents)):
         raise GitHooksError(

@@ -154,9 +154,9 @@ def open_error(error: sqlite3.Error, path: Path | str) -> StoreError:
     if is_busy(error):
         return DatabaseBusyError()
     if code == sqlite3.SQLITE_NOTADB:  # maybe never was one: say so, and how to tell
-        import shlex
+        from thatch.common.shell_words import shell_quote
 
-        quoted = shlex.quote(os.fspath(path))
+        quoted = shell_quote(os.fspath(path))
         check = f'if it held memories, run sqlite3 {quoted} "PRAGMA integrity_check"'
         return DatabaseOpenError(path, f"{error_words(error)} ({check})")
     if code in _DAMAGED_CODES or "malformed" in str(error) or is_undecodable(error):
