@@ -1065,3 +1065,24 @@ def test_the_pass_carries_to_the_project_noted_when_it_holds_the_lock(
     assert carry.carry_abandoned(directory, time.time()).carried == 1
     key = queue.project_key(checkout_root(str(last)))
     assert [r["tool_use_id"] for r in read_lines(directory / f"{key}.jsonl")] == ["a"]
+
+
+def test_adopting_under_a_relative_directory_keeps_the_sessions_own_project(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A host may name the project relative to where its hooks run: calls carried there are
+    adopted, and the adopting session's recorded project (where the daily pass would carry
+    its calls) stays the absolute one it had; the relative one names no place later."""
+    from thatch.frontend.queue.files import project_path, read_project
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    queue_calls(env, project, "ended", "t1")
+    session_end(env, project, "ended")
+    queue_calls(env, project, "live", "t2")
+    jsonl = qdir(tmp_path) / f"{queue.safe_name('live')}.jsonl"
+    assert read_project(project_path(jsonl)) == str(project)
+    payload = prompt_payload(Path("proj"), "live")
+    assert run_hook(["flush-tools"], payload, env, cwd=tmp_path).returncode == 0
+    assert sorted(queued_ids(tmp_path, "live")) == ["t1", "t2"]
+    assert read_project(project_path(jsonl)) == str(project)

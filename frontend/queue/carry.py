@@ -38,6 +38,7 @@ from thatch.frontend.queue.files import (
     safe_name,
     state_path,
     unlink,
+    usable_project,
     write_records,
 )
 from thatch.frontend.queue.limits import (
@@ -513,8 +514,10 @@ def _adopt_from(
             spent = cursor if _fresh(state, now) else 0
             merged = _merged(records, taken, first, now, spent, stems=(jsonl.stem, carry.stem))
             write_records(jsonl, merged)
-            # Should this session die before its session-end too, the calls go on.
-            record_project(jsonl, project)
+            # Should this session die before its session-end too, the calls go on; a
+            # relative directory (a host's cwd may be one) would name no place later.
+            if usable_project(project):
+                record_project(jsonl, project)
         if len(held) != len(carried) or not carried:
             write_records(carry, held)  # none held: the file goes
     return merged
