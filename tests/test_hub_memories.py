@@ -307,16 +307,32 @@ def test_the_feed_holds_back_rows_of_a_transaction_older_than_one_still_running(
     assert changes_after(alice.conn, alice.who, page.cursor).changes == []
 
 
-def test_a_write_transaction_in_another_database_of_the_cluster_holds_the_feed_back(
+def test_a_write_transaction_in_another_database_of_the_cluster_holds_nothing_back(
     hub_db: HubDatabase,
 ) -> None:
-    """Transaction ids are the cluster's: the feed cannot tell another database's open
-    transaction from one of its own, so it waits for it (docs/team.md); nothing is lost."""
+    """Transaction ids are the cluster's: with pg_snapshot_xmin alone, another application's
+    open transaction on a shared cluster held every pull back while it lasted. One whose
+    locks place it in another database cannot write the hub's rows."""
     alice = hub_db.memories("A", "alice")
     cursor = changes_after(alice.conn, alice.who, START).cursor
-    other = hub_db.server.fresh_database()
-    with psycopg.connect(hub_db.server.conninfo(other)) as elsewhere:
-        elsewhere.execute("CREATE TABLE batch (n int)")  # opens a transaction with an xid
+    with psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database())) as elsewhere:
+        elsewhere.execute("CREATE TABLE batch (n int)")  # a transaction id, left open
+        elsewhere.execute("INSERT INTO batch VALUES (1)")
+        save(alice, "Fast", "fast")
+        page = changes_after(alice.conn, alice.who, cursor)
+        assert [change.slug for change in page.changes] == ["fast"]
+        elsewhere.rollback()
+
+
+def test_a_running_transaction_the_locks_do_not_place_still_holds_the_feed_back(
+    hub_db: HubDatabase,
+) -> None:
+    """A transaction id taken without locking a relation names no database: it may be this
+    one's, so the feed waits for it, as for any older transaction of its own."""
+    alice = hub_db.memories("A", "alice")
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    with psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database())) as elsewhere:
+        elsewhere.execute("SELECT pg_current_xact_id()")
         save(alice, "Fast", "fast")
         assert changes_after(alice.conn, alice.who, cursor).changes == []
         elsewhere.rollback()
@@ -604,19 +620,35 @@ def test_above_the_threshold_the_hnsw_index_screens_and_finds_the_exact_top_k(
     hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
 ) -> None:
     """With the threshold under the store's size the index screens (the plan walks it,
-    the counter says so) and the answer is the exact scan's, scores included."""
+    the counter says so) and the answer is what docs/team.md promises above the threshold:
+    rows of the stores with their exact scores, in the local order; complete but for
+    near-ties of the k-th the graph walk may miss (the index is approximate: its graph is
+    built with random levels, so one run in many missed one such row of the 240 here)."""
     from thatch.hub.memories import HNSW_SCREEN, HNSW_SETTINGS, _halfvec
 
     centres, rng = clustered_stores
     exact = hub_db.memories("A", "alice")
     screened = HubMemories(exact.conn, exact.who, hub_db.clock, exact_scan_max=2000)
     queries = clustered(rng, centres, 12, 0.3)
+    missed = 0
     for stores in (["proj"], ["proj", "other"]):
         for query in queries:
             wanted = answer(exact.search(stores, query))
             assert len(wanted) == 10
-            assert answer(screened.search(stores, query)) == wanted
-    assert exact.screens == {"exact": 24}
+            got = answer(screened.search(stores, query))
+            exact_score = {(store, slug): score for store, slug, score in wanted}
+            exact_score.update(
+                ((store, slug), score)
+                for store, slug, score in answer(exact.search(stores, query, limit=100))
+                if (store, slug) not in exact_score
+            )
+            assert len(got) == 10
+            assert got == sorted(got, key=lambda row: (-row[2], row[0], row[1]))
+            assert all(exact_score.get((store, slug)) == score for store, slug, score in got)
+            assert got[-1][2] >= wanted[-1][2] - 2e-3  # a near-tie at worst
+            missed += len(set(wanted) - set(got))
+    assert missed <= 5  # of 240: recall@10 at least 0.98 (1.000 in most runs)
+    assert exact.screens == {"exact": 48}
     assert screened.screens == {"hnsw": 24}
     # 3,000 live memories in "proj" is over 2,000; "other"'s 1,000 alone is not.
     screened.search(["other"], queries[0])
