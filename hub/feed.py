@@ -3,17 +3,16 @@
 A position is ``(txid, seq)``: the writing transaction's id and a sequence value, both
 stamped by trigger on every insert, update and tombstone. A page holds only rows whose
 transaction is older than every transaction still running that may write here
-(``HORIZON``): a transaction that began earlier may commit later with a smaller position,
+(``_HORIZON``): a transaction that began earlier may commit later with a smaller position,
 and a cursor that moved past it would skip its rows for good. Held back, they arrive on a
 later pull.
 
 Transaction ids are the whole cluster's, so ``pg_snapshot_xmin`` alone counts every
 database's writers: one long transaction of another application on a shared cluster (an
 idle session in a transaction) held every team's pulls back while it lasted. A running
-transaction whose backend holds a lock on a relation of another database is left out: a
-backend is connected to one database for good, so that transaction can never write this
-one's rows, whenever the locks are read. Any running transaction not shown so (its
-locks not yet, or no longer, seen; no relation locked) still holds the feed back.
+transaction of a session connected to another database (``pg_stat_activity``), or
+prepared there, is left out: a session stays in its database for good, so it can never
+write this one's rows. Any running transaction not shown so still holds the feed back.
 """
 
 from __future__ import annotations
@@ -25,26 +24,28 @@ from thatch.hub.memories import MEMORY_COLUMNS, memory_from_hub_row
 from thatch.hub.session import Member, as_member
 from thatch.hub.values import START, Change, Cursor, Page
 
-__all__ = ["HORIZON", "START", "Change", "Cursor", "Page", "changes_after"]
+__all__ = ["START", "Change", "Cursor", "Page", "changes_after"]
 
 # The oldest running transaction that may write this database (pg_snapshot_xmin without
-# those another database's locks place elsewhere), else the snapshot's xmax. The lock
-# table is read once (each read takes all its partition locks), and only when some
-# transaction is running. ``pg_locks.transactionid`` is 32 bits: running ids are within
-# 2^31 of each other.
-HORIZON = """
-WITH locks AS MATERIALIZED (
-    SELECT locktype, database, transactionid, virtualtransaction FROM pg_locks
-), elsewhere AS (
-    SELECT own.transactionid FROM locks AS own JOIN locks AS other
-        ON other.virtualtransaction = own.virtualtransaction
-    WHERE own.locktype = 'transactionid' AND other.locktype = 'relation'
-        AND other.database <> 0
-        AND other.database <> (SELECT oid FROM pg_database WHERE datname = current_database())
+# those placed in another database), else the snapshot's xmax. A session's own top-level
+# id (``backend_xid``, shown to every role) and its database (``datid``) belong together
+# for good, as do a prepared transaction's, so a read cached for the transaction stays
+# true. (PostgreSQL reads a session slot's datid, then its xid: a wrong pair would need a
+# new session to start in that slot and take an id in between.)
+# (pg_locks was the first try: a session of another database merely *waiting* for one of
+# this database's transactions lists that id beside its own locks, and placed it there.)
+# Running ids are within 2^31 of each other: their 32-bit forms compare safely.
+_HORIZON = """
+WITH elsewhere AS MATERIALIZED (
+    SELECT backend_xid AS xid FROM pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND datid IS NOT NULL
+        AND datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+    UNION ALL
+    SELECT transaction FROM pg_prepared_xacts WHERE database <> current_database()
 )
 SELECT coalesce((
     SELECT min(running) FROM pg_snapshot_xip(snapshot) AS running
-    WHERE NOT EXISTS (SELECT FROM elsewhere WHERE transactionid = xid(running))
+    WHERE NOT EXISTS (SELECT FROM elsewhere WHERE elsewhere.xid = xid(running))
 ), pg_snapshot_xmax(snapshot))::text
 FROM (SELECT pg_current_snapshot() AS snapshot) AS now
 """
@@ -63,7 +64,7 @@ def changes_after(
             return Page([], cursor, reset=True)
         # Read before the rows: every transaction older than this that could write here
         # has ended by then, so its rows are in the next statement's snapshot.
-        xmin = int(conn.execute(HORIZON).fetchone()[0])  # type: ignore[index]
+        xmin = int(conn.execute(_HORIZON).fetchone()[0])  # type: ignore[index]
         rows = conn.execute(
             f"SELECT {MEMORY_COLUMNS}, m.rev, m.conflict_of, m.author, m.deleted_at IS NOT NULL, "
             "m.txid::text, m.seq, m.vector FROM memories m WHERE m.team = thatch_team() "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -307,37 +308,69 @@ def test_the_feed_holds_back_rows_of_a_transaction_older_than_one_still_running(
     assert changes_after(alice.conn, alice.who, page.cursor).changes == []
 
 
-def test_a_write_transaction_in_another_database_of_the_cluster_holds_nothing_back(
-    hub_db: HubDatabase,
+@pytest.mark.parametrize(
+    "statements",
+    [
+        ["CREATE TABLE batch (n int)", "INSERT INTO batch VALUES (1)"],
+        ["SELECT pg_current_xact_id()"],  # an id, and no table touched
+    ],
+    ids=["writes", "takes-an-id"],
+)
+def test_a_transaction_in_another_database_of_the_cluster_holds_nothing_back(
+    hub_db: HubDatabase, statements: list[str]
 ) -> None:
     """Transaction ids are the cluster's: with pg_snapshot_xmin alone, another application's
-    open transaction on a shared cluster held every pull back while it lasted. One whose
-    locks place it in another database cannot write the hub's rows."""
+    open transaction on a shared cluster held every pull back while it lasted. A session
+    connected to another database cannot write the hub's rows."""
     alice = hub_db.memories("A", "alice")
     cursor = changes_after(alice.conn, alice.who, START).cursor
     with psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database())) as elsewhere:
-        elsewhere.execute("CREATE TABLE batch (n int)")  # a transaction id, left open
-        elsewhere.execute("INSERT INTO batch VALUES (1)")
+        for statement in statements:  # left open
+            elsewhere.execute(statement)
         save(alice, "Fast", "fast")
         page = changes_after(alice.conn, alice.who, cursor)
         assert [change.slug for change in page.changes] == ["fast"]
         elsewhere.rollback()
 
 
-def test_a_running_transaction_the_locks_do_not_place_still_holds_the_feed_back(
+def test_a_session_of_another_database_waiting_for_a_transaction_here_places_nothing(
     hub_db: HubDatabase,
 ) -> None:
-    """A transaction id taken without locking a relation names no database: it may be this
-    one's, so the feed waits for it, as for any older transaction of its own."""
-    alice = hub_db.memories("A", "alice")
+    """A session of another database waiting for this database's open transaction (a
+    logical replication slot being created waits for every transaction; here a row lock on
+    a shared catalog) lists that transaction's id among its locks: it is still this
+    database's, and its rows must not be overtaken (review: pg_locks placed it there)."""
+    import threading
+
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    save(alice, "Seed", "seed")
     cursor = changes_after(alice.conn, alice.who, START).cursor
-    with psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database())) as elsewhere:
-        elsewhere.execute("SELECT pg_current_xact_id()")
-        save(alice, "Fast", "fast")
-        assert changes_after(alice.conn, alice.who, cursor).changes == []
-        elsewhere.rollback()
+    lock_row = "SELECT 1 FROM pg_database WHERE datname = %s FOR UPDATE"
+    owner = hub_db.owner()
+    with psycopg.connect(hub_db.server.conninfo(hub_db.name), autocommit=True) as slow:
+        with as_member(slow, carol.who):
+            slow.execute(
+                "INSERT INTO memories (team, store, slug, label, content, created_at, "
+                "updated_at) VALUES ('A', 'proj', 'slow', 'Slow', 'slow', now(), now())"
+            )
+            slow.execute(lock_row, (hub_db.name,))
+            save(alice, "Fast", "fast")
+            other = psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database()))
+            other.execute("CREATE TABLE batch (n int)")
+            waiter = threading.Thread(target=other.execute, args=(lock_row, (hub_db.name,)))
+            waiter.start()
+            waiting = (
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+            )
+            deadline = time.monotonic() + 120
+            while owner.execute(waiting).fetchone() == (0,):
+                assert time.monotonic() < deadline, "the other session never waited"
+            assert changes_after(alice.conn, alice.who, cursor).changes == []
+        waiter.join()
+        other.rollback()
+        other.close()
     page = changes_after(alice.conn, alice.who, cursor)
-    assert [change.slug for change in page.changes] == ["fast"]
+    assert [change.slug for change in page.changes] == ["slow", "fast"]
 
 
 def test_the_feed_pages_in_order_and_names_each_author(hub_db: HubDatabase) -> None:
