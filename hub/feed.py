@@ -34,20 +34,25 @@ __all__ = ["START", "Change", "Cursor", "Page", "changes_after"]
 # new session to start in that slot and take an id in between.)
 # (pg_locks was the first try: a session of another database merely *waiting* for one of
 # this database's transactions lists that id beside its own locks, and placed it there.)
-# Running ids are within 2^31 of each other: their 32-bit forms compare safely.
+# Running ids are within 2^31 of each other: their 32-bit forms compare safely. ORDER BY
+# and LIMIT, not min(): PostgreSQL has min(xid8) from 15 on, the hub runs on 13.
+# pg_catalog named throughout: a role's search_path must not swap in a look-alike view.
 _HORIZON = """
 WITH elsewhere AS MATERIALIZED (
-    SELECT backend_xid AS xid FROM pg_stat_activity
-    WHERE backend_xid IS NOT NULL AND datid IS NOT NULL
-        AND datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+    SELECT backend_xid AS xid FROM pg_catalog.pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND datid IS NOT NULL AND datid <> (
+        SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database()
+    )
     UNION ALL
-    SELECT transaction FROM pg_prepared_xacts WHERE database <> current_database()
+    SELECT transaction FROM pg_catalog.pg_prepared_xacts
+    WHERE database <> pg_catalog.current_database()
 )
 SELECT coalesce((
-    SELECT min(running) FROM pg_snapshot_xip(snapshot) AS running
-    WHERE NOT EXISTS (SELECT FROM elsewhere WHERE elsewhere.xid = xid(running))
-), pg_snapshot_xmax(snapshot))::text
-FROM (SELECT pg_current_snapshot() AS snapshot) AS now
+    SELECT running FROM pg_catalog.pg_snapshot_xip(snapshot) AS running
+    WHERE NOT EXISTS (SELECT FROM elsewhere WHERE elsewhere.xid = pg_catalog.xid(running))
+    ORDER BY running LIMIT 1
+), pg_catalog.pg_snapshot_xmax(snapshot))::text
+FROM (SELECT pg_catalog.pg_current_snapshot() AS snapshot) AS now
 """
 
 
@@ -64,6 +69,9 @@ def changes_after(
             return Page([], cursor, reset=True)
         # Read before the rows: every transaction older than this that could write here
         # has ended by then, so its rows are in the next statement's snapshot.
+        # pg_stat_activity is read once per transaction and kept: a copy read earlier
+        # could pair a session's database with a later session's id, so read it anew.
+        conn.execute("SELECT pg_catalog.pg_stat_clear_snapshot()")
         xmin = int(conn.execute(_HORIZON).fetchone()[0])  # type: ignore[index]
         rows = conn.execute(
             f"SELECT {MEMORY_COLUMNS}, m.rev, m.conflict_of, m.author, m.deleted_at IS NOT NULL, "

@@ -340,33 +340,33 @@ def test_a_session_of_another_database_waiting_for_a_transaction_here_places_not
     logical replication slot being created waits for every transaction; here a row lock on
     a shared catalog) lists that transaction's id among its locks: it is still this
     database's, and its rows must not be overtaken (review: pg_locks placed it there)."""
-    import threading
-
     alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
     save(alice, "Seed", "seed")
     cursor = changes_after(alice.conn, alice.who, START).cursor
     lock_row = "SELECT 1 FROM pg_database WHERE datname = %s FOR UPDATE"
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
     owner = hub_db.owner()
-    with psycopg.connect(hub_db.server.conninfo(hub_db.name), autocommit=True) as slow:
-        with as_member(slow, carol.who):
+    other = psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database()))
+    waiter = threading.Thread(target=other.execute, args=(lock_row, (hub_db.name,)))
+    try:
+        slow_info = hub_db.server.conninfo(hub_db.name)
+        with psycopg.connect(slow_info, autocommit=True) as slow, as_member(slow, carol.who):
             slow.execute(
                 "INSERT INTO memories (team, store, slug, label, content, created_at, "
                 "updated_at) VALUES ('A', 'proj', 'slow', 'Slow', 'slow', now(), now())"
             )
             slow.execute(lock_row, (hub_db.name,))
             save(alice, "Fast", "fast")
-            other = psycopg.connect(hub_db.server.conninfo(hub_db.server.fresh_database()))
             other.execute("CREATE TABLE batch (n int)")
-            waiter = threading.Thread(target=other.execute, args=(lock_row, (hub_db.name,)))
             waiter.start()
-            waiting = (
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
-            )
             deadline = time.monotonic() + 120
             while owner.execute(waiting).fetchone() == (0,):
                 assert time.monotonic() < deadline, "the other session never waited"
+                time.sleep(0.01)  # a poll of the condition above
             assert changes_after(alice.conn, alice.who, cursor).changes == []
-        waiter.join()
+    finally:  # the slow transaction has ended either way: the waiter gets its row
+        if waiter.is_alive():
+            waiter.join()
         other.rollback()
         other.close()
     page = changes_after(alice.conn, alice.who, cursor)
