@@ -333,6 +333,47 @@ def test_a_transaction_in_another_database_of_the_cluster_holds_nothing_back(
         elsewhere.rollback()
 
 
+def test_a_prepared_transaction_holds_the_feed_back_only_in_its_own_database(
+    hub_db: HubDatabase,
+) -> None:
+    """A prepared transaction has no session: pg_prepared_xacts names its database. One
+    prepared elsewhere holds nothing back; one prepared here (its rows may still commit)
+    holds back every later row until it is committed."""
+    alice, carol = hub_db.memories("A", "alice"), hub_db.memories("A", "carol")
+    save(alice, "Seed", "seed")
+    cursor = changes_after(alice.conn, alice.who, START).cursor
+    elsewhere = psycopg.connect(
+        hub_db.server.conninfo(hub_db.server.fresh_database()), autocommit=True
+    )
+    here = psycopg.connect(hub_db.server.conninfo(hub_db.name), autocommit=True)
+    try:
+        elsewhere.execute("CREATE TABLE batch (n int)")
+        elsewhere.execute("BEGIN")
+        elsewhere.execute("INSERT INTO batch VALUES (1)")
+        elsewhere.execute("PREPARE TRANSACTION 'elsewhere'")
+        here.execute("BEGIN")
+        here.execute(
+            "SELECT set_config('thatch.team', 'A', true), set_config('thatch.member', %s, true)",
+            (carol.who.member,),
+        )
+        here.execute(
+            "INSERT INTO memories (team, store, slug, label, content, created_at, updated_at) "
+            "VALUES ('A', 'proj', 'slow', 'Slow', 'slow', now(), now())"
+        )
+        here.execute("PREPARE TRANSACTION 'here'")
+        save(alice, "Fast", "fast")
+        assert changes_after(alice.conn, alice.who, cursor).changes == []
+        here.execute("COMMIT PREPARED 'here'")
+        page = changes_after(alice.conn, alice.who, cursor)
+        assert [change.slug for change in page.changes] == ["slow", "fast"]
+    finally:
+        for conn in (here, elsewhere):
+            prepared = "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+            for (gid,) in conn.execute(prepared).fetchall():
+                conn.execute(f"ROLLBACK PREPARED '{gid}'")
+            conn.close()
+
+
 def test_a_session_of_another_database_waiting_for_a_transaction_here_places_nothing(
     hub_db: HubDatabase,
 ) -> None:

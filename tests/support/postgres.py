@@ -104,7 +104,11 @@ def running_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
         # commit failed whenever a worker happened to be running (each test's database
         # lives for that test only; nothing here needs vacuuming).
         fsync = "on" if durable else "off"
-        options = f"-h '' -k {root} -c fsync={fsync} -c autovacuum=off -c max_connections=60"
+        # Prepared transactions on: the hub feed's tests prepare some (off by default).
+        options = (
+            f"-h '' -k {root} -c fsync={fsync} -c autovacuum=off -c max_connections=60 "
+            "-c max_prepared_transactions=8"
+        )
         run(
             "pg_ctl",
             "-D",
