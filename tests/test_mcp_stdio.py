@@ -363,13 +363,17 @@ def test_batches_are_refused_where_the_protocol_removed_them(
 def test_a_closed_stdin_or_stdout_is_one_clear_error(
     tmp_path: Path, server_env: dict[str, str], closed: int
 ) -> None:
-    """Started with fd 0 or 1 closed, thatch refuses before the database could take it."""
+    """Started with fd 0 or 1 closed, thatch refuses before the database could take it.
+
+    The shell closes it (``<&-``, ``>&-``): a ``preexec_fn`` runs Python in a forked copy
+    of this test process, where gRPC's fork handlers restart its poller, which the child's
+    closing of inherited descriptors then broke (a SIGABRT, once, in CI)."""
+    redirect = "<&-" if closed == 0 else ">&-"
     done = subprocess.run(
-        [THATCH, "mcp"],
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", THATCH, "mcp"],
         env=server_env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        preexec_fn=lambda: os.close(closed),
         timeout=60,
     )
     assert done.returncode == 1
