@@ -60,12 +60,17 @@ def _binaries() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall18" / "bin"
 
 
-def _run_as() -> dict[str, object]:
-    """subprocess arguments running PostgreSQL's programs as a non-root user."""
+def _run_as() -> tuple[list[str], tuple[int, int] | None]:
+    """The command prefix running PostgreSQL's programs as a non-root user, and that
+    user's (uid, gid); nothing when not root. ``setpriv`` (util-linux) drops the
+    privileges rather than subprocess's ``user``/``group``: those make Python fork and run
+    code in the child, where gRPC's fork handler (grpc/grpc#43055; loaded by other tests
+    in this worker) restarts a poller that closing the inherited descriptors breaks."""
     if os.geteuid() != 0:
-        return {}
+        return [], None
     nobody = pwd.getpwnam("nobody")
-    return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+    uid, gid = nobody.pw_uid, nobody.pw_gid
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"], (uid, gid)
 
 
 @contextmanager
@@ -75,20 +80,19 @@ def running_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
     of commits); tests turn it off."""
     binaries = _binaries()
     root = Path(tempfile.mkdtemp(prefix="thatch-pg-"))
-    run_as = _run_as()
-    if run_as:
-        os.chown(root, int(str(run_as["user"])), int(str(run_as["group"])))
+    run_as, owner = _run_as()
+    if owner is not None:
+        os.chown(root, *owner)
     data, log = root / "data", root / "server.log"
     env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
 
     def run(program: str, *args: str) -> None:
-        done = subprocess.run(  # type: ignore[call-overload]
-            [str(binaries / program), *args],
+        done = subprocess.run(
+            [*run_as, str(binaries / program), *args],
             capture_output=True,
             text=True,
             env=env,
             check=False,
-            **run_as,
         )
         if done.returncode != 0:
             detail = log.read_text(errors="replace") if log.exists() else ""
