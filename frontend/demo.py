@@ -287,21 +287,17 @@ def run_demo(
 def thatch_invocation(env: Mapping[str, str]) -> str:
     """How to run this thatch from the user's shell: ``thatch`` when PATH finds this very
     program, else its absolute path (it must work from any project directory)."""
+    from thatch.common.shell_words import shell_quote
+
     here = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     if here is None or here.name != "thatch" or not here.exists():
         here = Path(sys.executable).parent / "thatch"
     if not here.exists():
-        return f"{shlex_quote(sys.executable)} -m thatch.cli"
+        return f"{shell_quote(sys.executable)} -m thatch.cli"
     found = shutil.which("thatch", path=env.get("PATH", os.defpath))
     if found is not None and Path(found).resolve() == here.resolve():
         return "thatch"
-    return shlex_quote(str(here.absolute()))
-
-
-def shlex_quote(text: str) -> str:
-    from thatch.common.shell_words import shell_quote
-
-    return shell_quote(text)
+    return shell_quote(str(here.absolute()))
 
 
 def keep_database(source: Path, target: Path) -> Path:

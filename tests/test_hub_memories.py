@@ -690,7 +690,7 @@ def clustered_stores(hub_db: HubDatabase) -> tuple[Any, Any]:
     return centres, rng
 
 
-def test_above_the_threshold_the_hnsw_index_screens_and_finds_the_exact_top_k(
+def test_above_the_threshold_the_hnsw_index_screens_with_exact_scores_near_ties_aside(
     hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
 ) -> None:
     """With the threshold under the store's size the index screens (the plan walks it,
