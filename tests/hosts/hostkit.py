@@ -160,7 +160,9 @@ case "$1" in
   {commands})
     f="$THATCH_TEST_HOOK_LOG/$(date +%s%N)-$$-$1"
     cat > "$f.in"
-    {real} "$@" < "$f.in" > "$f.out" 2> "$f.err"
+    {real} "$@" < "$f.in" > "$f.out" 2> "$f.err" &
+    echo $! > "$f.pid"
+    wait $!
     rc=$?
     echo $rc > "$f.rc"
     cat "$f.out"
@@ -199,8 +201,32 @@ class HookCall:
 
 
 def unfinished_hooks(log_dir: Path) -> list[str]:
-    """Hook commands that started and have not exited yet."""
-    return [p.name for p in log_dir.glob("*.in") if not p.with_suffix(".rc").exists()]
+    """Hook commands that started and have not exited yet.
+
+    A host may kill the shim past its budget (opencode's plugin sends SIGKILL after 3 s,
+    which a loaded machine reaches): no ``.rc`` is written then, and the hook is over once
+    neither the shim (its pid is in the name) nor the thatch it started (``.pid``) runs."""
+    unfinished = []
+    for path in log_dir.glob("*.in"):
+        if path.with_suffix(".rc").exists():
+            continue
+        pids = [int(path.name.split("-", 2)[1])]
+        child = path.with_suffix(".pid")
+        text = child.read_text().strip() if child.exists() else ""
+        if text.isdigit():
+            pids.append(int(text))
+        if any(_running(pid) for pid in pids):
+            unfinished.append(path.name)
+    return unfinished
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie nobody reaped has exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def wait_for_hooks(log_dir: Path, timeout: float = 30) -> None:
