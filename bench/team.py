@@ -428,7 +428,7 @@ def measure_push(server: Any, args: argparse.Namespace) -> list[list[str]]:
         conninfo = server.conninfo(db.name, user=HUB_ROLE)
         pool = new_pool(conninfo, max_size=8)  # serve's default --pool-size
         embedder = PrecomputedEmbedder(PINNED_MODEL, 4096)
-        hub, port, health = create_server(
+        hub, port, health, _servicer = create_server(
             pool,
             embedder,  # type: ignore[arg-type]
             parse_hub_address("127.0.0.1:0", zero_ok=True),

@@ -261,15 +261,24 @@ def migrate(hub_role: str) -> None:
     """
     with _as_owner() as conn:
         from thatch.hub.admin import AdminError, migrate_database
+        from thatch.hub.memories import EXACT_SCAN_MAX
+        from thatch.hub.schema import VECTOR_FIX, vector_problem
 
         try:
             applied = migrate_database(conn, hub_role, _now())
         except AdminError as error:
             raise FixableError(str(error), error.fix) from None
+        problem = vector_problem(conn)
     if applied:
         click.echo("Applied: " + ", ".join(applied))
     else:
         click.echo("Up to date: nothing to apply.")
+    if problem is not None:
+        click.echo(
+            f"Warning: {problem}; until then the hub scans every store exactly (slower past "
+            f"{EXACT_SCAN_MAX:,} memories a store).\nFix: {VECTOR_FIX}, and restart the hub",
+            err=True,
+        )
 
 
 @hub.group()

@@ -205,7 +205,7 @@ class HubMemories:
         who: Member,
         clock: Clock,
         *,
-        exact_scan_max: int = EXACT_SCAN_MAX,
+        exact_scan_max: int | None = EXACT_SCAN_MAX,
     ) -> None:
         self.conn = conn
         self.who = who
@@ -556,7 +556,10 @@ class HubMemories:
             "margin": HALF_MARGIN,
         }
         with as_member(self.conn, self.who) as conn:
-            if self._live_over(conn, names, self.exact_scan_max):
+            # None: the server's pgvector cannot walk the index as the screen needs
+            # (schema.vector_problem), so every search scans exactly: slower, never wrong.
+            walk = self.exact_scan_max is not None
+            if walk and self._live_over(conn, names, self.exact_scan_max or 0):
                 found = self._hnsw_screen(conn, params, query, limit)
                 self.screens["hnsw" if found is not None else "hnsw fell back"] += 1
                 if found is not None:

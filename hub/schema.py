@@ -35,11 +35,13 @@ from thatch.hub.migrations import (
 __all__ = [
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
+    "VECTOR_FIX",
     "HubRoleError",
     "applied_migrations",
     "check_role",
     "migrate",
     "missing_migrations",
+    "vector_problem",
 ]
 
 MIGRATIONS_TABLE = "_thatch_migrations"
@@ -105,6 +107,39 @@ def migrate(conn: Connection[TupleRow], hub_role: str, applied_at: datetime) -> 
             )
             done.append(name)
     return done
+
+
+VECTOR_FIX = (
+    "install pgvector 0.8.0 or newer on the database server, then run "
+    "ALTER EXTENSION vector UPDATE in the hub's database as its owner"
+)
+
+
+def vector_problem(conn: Connection[TupleRow]) -> str | None:
+    """Why the server's pgvector cannot serve the hub (None: it can), on a migrated
+    database. The HNSW screen (hub/memories.py) sets ``hnsw.iterative_scan``, which
+    pgvector 0.8.0 added: with 0.7 every recall over a store past ``EXACT_SCAN_MAX``
+    memories failed with "invalid configuration parameter name". The loaded library
+    defines the setting, whatever version the database's extension records (a server
+    upgraded without ``ALTER EXTENSION vector UPDATE`` serves), so it is asked for after
+    a vector value has loaded the library; ``conn`` must not be inside a transaction."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT '[1]'::vector")
+            row = conn.execute(
+                "SELECT current_setting('hnsw.iterative_scan', true), "
+                "(SELECT extversion FROM pg_extension WHERE extname = 'vector')"
+            ).fetchone()
+    except psycopg.DatabaseError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"cannot check the server's pgvector ({reason})"
+    if row is not None and row[0] is not None:
+        return None
+    recorded = row[1] if row is not None else None
+    return (
+        f"the server's pgvector (the vector extension {recorded or 'of unknown version'}) "
+        "has no iterative index scans: the hub needs pgvector 0.8.0 or newer"
+    )
 
 
 def check_role(conn: Connection[TupleRow]) -> None:

@@ -32,8 +32,15 @@ from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address
 from thatch.frontend.timefmt import Clock
 from thatch.hub.client import MAX_MESSAGE_BYTES, is_loopback, parse_hub_address
+from thatch.hub.memories import EXACT_SCAN_MAX
 from thatch.hub.pool import new_pool
-from thatch.hub.schema import HubRoleError, check_role, missing_migrations
+from thatch.hub.schema import (
+    VECTOR_FIX,
+    HubRoleError,
+    check_role,
+    missing_migrations,
+    vector_problem,
+)
 from thatch.hub.servicer import HubServicer
 from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
 
@@ -118,9 +125,9 @@ def create_server(
     logger: logging.Logger,
     clock: Clock = _utc_now,
     max_workers: int = 32,
-) -> tuple[grpc.Server, int, health.HealthServicer]:
+) -> tuple[grpc.Server, int, health.HealthServicer, HubServicer]:
     """A bound, not yet started server with the Hub and Health services (NOT_SERVING);
-    its port. Calls before ``pool`` opens answer UNAVAILABLE."""
+    its port and both servicers. Calls before ``pool`` opens answer UNAVAILABLE."""
     server = grpc.server(
         ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hub"),
         options=[
@@ -129,7 +136,8 @@ def create_server(
             ("grpc.so_reuseport", 0),  # a second hub on the same port must fail
         ],
     )
-    pb_grpc.add_HubServicer_to_server(HubServicer(pool, embedder, clock, logger=logger), server)
+    hub_servicer = HubServicer(pool, embedder, clock, logger=logger)
+    pb_grpc.add_HubServicer_to_server(hub_servicer, server)
     health_servicer = health.HealthServicer()
     set_health(health_servicer, NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -139,7 +147,7 @@ def create_server(
     except RuntimeError as error:
         problem = None if tls is None else tls.problem()
         raise HubStartError(problem or f"cannot listen on {address}: {error}") from None
-    return server, port, health_servicer
+    return server, port, health_servicer, hub_servicer
 
 
 def _listen(value: str, tls: HubTls | None, logger: logging.Logger) -> Address:
@@ -194,6 +202,23 @@ def _not_ready(conninfo: str) -> str | None:
     return None
 
 
+def _choose_scans(pool: ConnectionPool, servicer: HubServicer, logger: logging.Logger) -> None:
+    """Exact scans only when the server's pgvector cannot walk the HNSW index as the screen
+    needs (0.7 and older): recall stays right and gets slower past ``EXACT_SCAN_MAX``
+    memories a store, where it used to fail. Said once in the log, with the fix."""
+    with pool.connection() as conn:
+        problem = vector_problem(conn)
+    if problem is not None:
+        servicer.exact_scan_max = None
+        logger.warning(
+            "%s; until then every recall scans its stores exactly (slower past %d memories "
+            "a store): %s, and restart the hub",
+            problem,
+            EXACT_SCAN_MAX,
+            VECTOR_FIX,
+        )
+
+
 def _wait_ready(
     pool: ConnectionPool, conninfo: str, stop: threading.Event, logger: logging.Logger
 ) -> bool:
@@ -233,7 +258,7 @@ def serve(
     pool = new_pool(
         options.database_url, min_size=1, max_size=options.pool_size, prepare=options.prepare
     )
-    server, port, health_servicer = create_server(
+    server, port, health_servicer, hub_servicer = create_server(
         pool, embedder, address, options.tls, logger=logger, max_workers=options.max_workers
     )
     shown = address if address.is_unix else f"{address.target.rpartition(':')[0]}:{port}"
@@ -247,6 +272,7 @@ def serve(
         with stop_signals(on_signal) if install_signals else no_signals():
             logger.info("starting: listening at %s, connecting to the database", shown)
             if _wait_ready(pool, options.database_url, stop, logger):
+                _choose_scans(pool, hub_servicer, logger)
                 set_health(health_servicer, SERVING)
                 logger.info("serving at %s", shown)
                 stop.wait()

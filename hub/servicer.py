@@ -38,7 +38,7 @@ from thatch.frontend.store.slugs import slugify
 from thatch.frontend.timefmt import Clock, parse_timestamp
 from thatch.hub import chat_service, wire
 from thatch.hub.feed import changes_after
-from thatch.hub.memories import DIMENSION, HubMemories
+from thatch.hub.memories import DIMENSION, EXACT_SCAN_MAX, HubMemories
 from thatch.hub.session import Member, UnknownToken, authenticate
 from thatch.hub.v1 import hub_pb2 as pb
 from thatch.hub.v1 import hub_pb2_grpc as pb_grpc
@@ -97,11 +97,12 @@ class Caller:
     who: Member
     pool: ConnectionPool
     clock: Clock
+    exact_scan_max: int | None = EXACT_SCAN_MAX
 
     @contextmanager
     def memories(self) -> Iterator[HubMemories]:
         with self.pool.connection() as conn:
-            yield HubMemories(conn, self.who, self.clock)
+            yield HubMemories(conn, self.who, self.clock, exact_scan_max=self.exact_scan_max)
 
 
 def bearer_token(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
@@ -172,6 +173,8 @@ class HubServicer(pb_grpc.HubServicer):
         self.logger = logger
         self.limits = limits or HubLimits()
         self.model = model
+        # None once serve() finds a pgvector without iterative index scans: exact scans only.
+        self.exact_scan_max: int | None = EXACT_SCAN_MAX
 
     # -- the RPCs
 
@@ -280,7 +283,7 @@ class HubServicer(pb_grpc.HubServicer):
         try:
             with self.pool.connection() as conn:
                 who = authenticate(conn, token)
-            return body(Caller(who, self.pool, self.clock))
+            return body(Caller(who, self.pool, self.clock, self.exact_scan_max))
         except UnknownToken as error:
             raise Abort(grpc.StatusCode.UNAUTHENTICATED, str(error)) from None
         except (psycopg.OperationalError, PoolTimeout) as error:

