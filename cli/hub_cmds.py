@@ -260,6 +260,8 @@ def migrate(hub_role: str) -> None:
     Safe to run again, and from several replicas at once: each migration runs once.
     """
     with _as_owner() as conn:
+        import psycopg
+
         from thatch.hub.admin import AdminError, migrate_database
         from thatch.hub.memories import EXACT_SCAN_MAX
         from thatch.hub.schema import VECTOR_FIX, vector_problem
@@ -268,7 +270,10 @@ def migrate(hub_role: str) -> None:
             applied = migrate_database(conn, hub_role, _now())
         except AdminError as error:
             raise FixableError(str(error), error.fix) from None
-        problem = vector_problem(conn)
+        try:
+            problem = vector_problem(conn)
+        except psycopg.DatabaseError:
+            problem = None  # says nothing of the version; the hub checks when it starts
     if applied:
         click.echo("Applied: " + ", ".join(applied))
     else:

@@ -122,17 +122,15 @@ def vector_problem(conn: Connection[TupleRow]) -> str | None:
     memories failed with "invalid configuration parameter name". The loaded library
     defines the setting, whatever version the database's extension records (a server
     upgraded without ``ALTER EXTENSION vector UPDATE`` serves), so it is asked for after
-    a vector value has loaded the library; ``conn`` must not be inside a transaction."""
-    try:
-        with conn.transaction():
-            conn.execute("SELECT '[1]'::vector")
-            row = conn.execute(
-                "SELECT current_setting('hnsw.iterative_scan', true), "
-                "(SELECT extversion FROM pg_extension WHERE extname = 'vector')"
-            ).fetchone()
-    except psycopg.DatabaseError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return f"cannot check the server's pgvector ({reason})"
+    a vector value has loaded the library; ``conn`` must not be inside a transaction.
+    A database error (a lost connection, a type the role cannot see) is raised: it says
+    nothing about the version."""
+    with conn.transaction():
+        conn.execute("SELECT '[1]'::vector")
+        row = conn.execute(
+            "SELECT current_setting('hnsw.iterative_scan', true), "
+            "(SELECT extversion FROM pg_extension WHERE extname = 'vector')"
+        ).fetchone()
     if row is not None and row[0] is not None:
         return None
     recorded = row[1] if row is not None else None

@@ -182,45 +182,67 @@ def _check_conninfo(conninfo: str) -> None:
         ) from None
 
 
-def _not_ready(conninfo: str) -> str | None:
-    """Why the database cannot be served yet (None: it can). ``HubStartError`` when waiting
+def _not_ready(conninfo: str) -> tuple[str | None, str | None]:
+    """Why the database cannot be served yet (None: it can), and why its pgvector cannot
+    walk the HNSW index as the screen needs (None: it can). ``HubStartError`` when waiting
     cannot help: the role could bypass row-level security."""
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as probe:
             check_role(probe)
             missing = missing_migrations(probe)
+            if missing:
+                return (
+                    f"the hub's database lacks migrations {', '.join(missing)}: run thatch hub "
+                    "migrate as the database's owner (THATCH_HUB_OWNER_URL)",
+                    None,
+                )
+            try:
+                return None, vector_problem(probe)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.DatabaseError as error:
+                return (
+                    f"the hub's role cannot use the vector extension ({_first_line(error)}): "
+                    "install it in the hub's database, in a schema on the role's search_path",
+                    None,
+                )
     except HubRoleError as error:
         raise HubStartError(str(error)) from None
     except psycopg.OperationalError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return f"cannot connect to the hub's database ({reason}): check THATCH_HUB_DATABASE_URL"
-    if missing:
         return (
-            f"the hub's database lacks migrations {', '.join(missing)}: run thatch hub migrate "
-            "as the database's owner (THATCH_HUB_OWNER_URL)"
+            f"cannot connect to the hub's database ({_first_line(error)}): check "
+            "THATCH_HUB_DATABASE_URL",
+            None,
         )
-    return None
 
 
-def _choose_scans(pool: ConnectionPool, servicer: HubServicer, logger: logging.Logger) -> None:
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _choose_scans(servicer: HubServicer, no_walks: str | None, logger: logging.Logger) -> None:
     """Exact scans only when the server's pgvector cannot walk the HNSW index as the screen
     needs (0.7 and older): recall stays right and gets slower past ``EXACT_SCAN_MAX``
-    memories a store, where it used to fail. Said once in the log, with the fix."""
-    with pool.connection() as conn:
-        problem = vector_problem(conn)
-    if problem is not None:
-        servicer.exact_scan_max = None
+    memories a store, where it used to fail. Said in the log with the fix; chosen before
+    the pool opens, so no call walks meanwhile."""
+    servicer.exact_scan_max = EXACT_SCAN_MAX if no_walks is None else None
+    if no_walks is not None:
         logger.warning(
-            "%s; until then every recall scans its stores exactly (slower past %d memories "
+            "%s; until then every recall scans its stores exactly (slower past %s memories "
             "a store): %s, and restart the hub",
-            problem,
-            EXACT_SCAN_MAX,
+            no_walks,
+            f"{EXACT_SCAN_MAX:,}",
             VECTOR_FIX,
         )
 
 
 def _wait_ready(
-    pool: ConnectionPool, conninfo: str, stop: threading.Event, logger: logging.Logger
+    pool: ConnectionPool,
+    conninfo: str,
+    stop: threading.Event,
+    logger: logging.Logger,
+    servicer: HubServicer,
 ) -> bool:
     """Wait (NOT_SERVING) until the database can be served and the pool holds a connection,
     or ``stop``; whether it is ready. A database still starting or not yet migrated is
@@ -228,8 +250,9 @@ def _wait_ready(
     load balancer meanwhile)."""
     delay = RETRY_FIRST_SECONDS
     while not stop.is_set():
-        problem = _not_ready(conninfo)
+        problem, no_walks = _not_ready(conninfo)
         if problem is None:
+            _choose_scans(servicer, no_walks, logger)
             pool.open(wait=False)
             try:
                 pool.wait(timeout=30)
@@ -271,8 +294,7 @@ def serve(
     try:
         with stop_signals(on_signal) if install_signals else no_signals():
             logger.info("starting: listening at %s, connecting to the database", shown)
-            if _wait_ready(pool, options.database_url, stop, logger):
-                _choose_scans(pool, hub_servicer, logger)
+            if _wait_ready(pool, options.database_url, stop, logger, hub_servicer):
                 set_health(health_servicer, SERVING)
                 logger.info("serving at %s", shown)
                 stop.wait()

@@ -752,11 +752,14 @@ def test_without_index_walks_every_search_scans_exactly(
     centres, rng = clustered_stores
     exact = hub_db.memories("A", "alice")
     unwalked = HubMemories(exact.conn, exact.who, hub_db.clock, exact_scan_max=None)
+    walked = HubMemories(exact.conn, exact.who, hub_db.clock, exact_scan_max=2000)
     for query in clustered(rng, centres, 3, 0.3):
         assert answer(unwalked.search(["proj", "other"], query)) == answer(
             exact.search(["proj", "other"], query)
         )
+        walked.search(["proj", "other"], query)
     assert unwalked.screens == {"exact": 3}
+    assert walked.screens == {"hnsw": 3}  # the same stores are past a threshold of 2,000
 
 
 def test_the_guard_scans_exactly_when_the_index_walk_gives_up(

@@ -131,3 +131,52 @@ def test_a_pgvector_without_iterative_index_scans_is_named(postgres: Any) -> Non
             f"the server's pgvector (the vector extension {version}) has no iterative index "
             "scans: the hub needs pgvector 0.8.0 or newer"
         )
+
+
+def test_a_hub_whose_pgvector_cannot_walk_serves_every_call_with_exact_scans(
+    hub_db: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The readiness wait asks the server's pgvector before the pool opens: when it cannot
+    walk, every call's memories scan exactly and the log says why, with the fix; when it
+    can, the threshold stays. (The server's answer is replaced here: the run's pgvector
+    walks; ``vector_problem`` itself is tested above on the real server.)"""
+    import logging
+    import threading
+
+    from thatch.hub import server as hub_server
+    from thatch.hub.memories import EXACT_SCAN_MAX
+    from thatch.hub.pool import new_pool
+    from thatch.hub.servicer import Caller, HubServicer
+
+    token = hub_db.add_member("A", "alice")
+    conninfo = hub_db.server.conninfo(hub_db.name, user=HUB_ROLE)
+
+    class Context:
+        def invocation_metadata(self) -> list[tuple[str, str]]:
+            return [("authorization", f"Bearer {token}")]
+
+    def scan_limit(caller: Caller) -> int | None:
+        with caller.memories() as memories:
+            return memories.exact_scan_max
+
+    logger = logging.getLogger("test.hub")
+    for answer, limit in (("pgvector says no", None), (None, EXACT_SCAN_MAX)):
+        monkeypatch.setattr(hub_server, "vector_problem", lambda conn, said=answer: said)
+        pool = new_pool(conninfo, min_size=1, max_size=2)
+        servicer = HubServicer(pool, None, hub_db.clock, logger=logger)  # type: ignore[arg-type]
+        caplog.clear()
+        try:
+            assert hub_server._wait_ready(pool, conninfo, threading.Event(), logger, servicer)
+            assert servicer._as_member(Context(), scan_limit) == limit  # type: ignore[arg-type]
+        finally:
+            pool.close()
+        warned = [r.getMessage() for r in caplog.records if "exactly" in r.getMessage()]
+        if answer is None:
+            assert warned == []
+        else:
+            assert warned == [
+                "pgvector says no; until then every recall scans its stores exactly (slower "
+                "past 10,000 memories a store): install pgvector 0.8.0 or newer on the database "
+                "server, then run ALTER EXTENSION vector UPDATE in the hub's database as its "
+                "owner, and restart the hub"
+            ]
