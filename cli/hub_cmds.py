@@ -260,20 +260,15 @@ def migrate(hub_role: str) -> None:
     Safe to run again, and from several replicas at once: each migration runs once.
     """
     with _as_owner() as conn:
-        import psycopg
-
-        from thatch.hub.admin import AdminError, migrate_database
+        from thatch.hub.admin import AdminError, migrate_database, vector_warning
         from thatch.hub.memories import EXACT_SCAN_MAX
-        from thatch.hub.schema import VECTOR_FIX, vector_problem
+        from thatch.hub.schema import VECTOR_FIX
 
         try:
             applied = migrate_database(conn, hub_role, _now())
         except AdminError as error:
             raise FixableError(str(error), error.fix) from None
-        try:
-            problem = vector_problem(conn)
-        except psycopg.DatabaseError:
-            problem = None  # says nothing of the version; the hub checks when it starts
+        problem = vector_warning(conn)
     if applied:
         click.echo("Applied: " + ", ".join(applied))
     else:

@@ -18,7 +18,7 @@ from psycopg import Connection
 from psycopg.rows import TupleRow
 
 from thatch.common.shell_words import shell_quote
-from thatch.hub.schema import migrate
+from thatch.hub.schema import migrate, vector_problem
 from thatch.hub.session import token_digest
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "no_team_fix",
     "owner_connection",
     "revoke_member",
+    "vector_warning",
 ]
 
 
@@ -81,6 +82,16 @@ def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) ->
             f"the owner's connection may not migrate ({str(error).strip().splitlines()[0]})",
             FIX_OWNER_ROLE,
         ) from None
+
+
+def vector_warning(conn: Connection[TupleRow]) -> str | None:
+    """``schema.vector_problem`` after ``thatch hub migrate``: None also when the check
+    cannot run (a database error says nothing of the version; the hub asks again when it
+    starts)."""
+    try:
+        return vector_problem(conn)
+    except psycopg.DatabaseError:
+        return None
 
 
 def create_role_fix(hub_role: str) -> str:
