@@ -261,7 +261,7 @@ def migrate(hub_role: str) -> None:
     """
     with _as_owner() as conn:
         from thatch.hub.admin import AdminError, migrate_database, vector_warning
-        from thatch.hub.memories import EXACT_SCAN_MAX
+        from thatch.hub.memories import EXACT_SCANS_ONLY
         from thatch.hub.schema import VECTOR_FIX
 
         try:
@@ -274,11 +274,7 @@ def migrate(hub_role: str) -> None:
     else:
         click.echo("Up to date: nothing to apply.")
     if problem is not None:
-        click.echo(
-            f"Warning: {problem}; until then the hub scans every store exactly (slower past "
-            f"{EXACT_SCAN_MAX:,} memories a store).\nFix: {VECTOR_FIX}, and restart the hub",
-            err=True,
-        )
+        click.echo(f"Warning: {problem}; {EXACT_SCANS_ONLY}.\nFix: {VECTOR_FIX}", err=True)
 
 
 @hub.group()

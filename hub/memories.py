@@ -49,6 +49,7 @@ from thatch.hub.values import Outcome, Written
 
 __all__ = [
     "DIMENSION",
+    "EXACT_SCANS_ONLY",
     "EXACT_SCAN_MAX",
     "HALF_MARGIN",
     "HNSW_EF_SEARCH",
@@ -81,6 +82,11 @@ HALF_MARGIN = 4e-3
 # tens of ms); above it the HNSW index screens (docs/team.md §vectors: at 100,000 per store
 # the exact scan took 0.4-1.1 s, the hub with the index 14-19 ms).
 EXACT_SCAN_MAX = 10_000
+# What a hub whose pgvector cannot walk the index does instead (schema.vector_problem).
+EXACT_SCANS_ONLY = (
+    f"until then every recall scans its stores exactly (slower past {EXACT_SCAN_MAX:,} "
+    "memories a store)"
+)
 # Rows beyond the limit the index returns to be rescored in float64, and the graph's search
 # breadth: measured (bench/team.py) to find 0.97-0.99 of the exact top 10 at 100,000.
 HNSW_OVERFETCH = 20
@@ -558,8 +564,8 @@ class HubMemories:
         with as_member(self.conn, self.who) as conn:
             # None: the server's pgvector cannot walk the index as the screen needs
             # (schema.vector_problem), so every search scans exactly: slower, never wrong.
-            walk = self.exact_scan_max is not None
-            if walk and self._live_over(conn, names, self.exact_scan_max or 0):
+            most = self.exact_scan_max
+            if most is not None and self._live_over(conn, names, most):
                 found = self._hnsw_screen(conn, params, query, limit)
                 self.screens["hnsw" if found is not None else "hnsw fell back"] += 1
                 if found is not None:

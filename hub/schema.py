@@ -111,7 +111,7 @@ def migrate(conn: Connection[TupleRow], hub_role: str, applied_at: datetime) -> 
 
 VECTOR_FIX = (
     "install pgvector 0.8.0 or newer on the database server, then run "
-    "ALTER EXTENSION vector UPDATE in the hub's database as its owner"
+    "ALTER EXTENSION vector UPDATE in the hub's database as its owner, and restart the hub"
 )
 
 

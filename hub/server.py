@@ -32,7 +32,7 @@ from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address
 from thatch.frontend.timefmt import Clock
 from thatch.hub.client import MAX_MESSAGE_BYTES, is_loopback, parse_hub_address
-from thatch.hub.memories import EXACT_SCAN_MAX
+from thatch.hub.memories import EXACT_SCAN_MAX, EXACT_SCANS_ONLY
 from thatch.hub.pool import new_pool
 from thatch.hub.schema import (
     VECTOR_FIX,
@@ -228,13 +228,7 @@ def _choose_scans(servicer: HubServicer, no_walks: str | None, logger: logging.L
     the pool opens, so no call walks meanwhile."""
     servicer.exact_scan_max = EXACT_SCAN_MAX if no_walks is None else None
     if no_walks is not None:
-        logger.warning(
-            "%s; until then every recall scans its stores exactly (slower past %s memories "
-            "a store): %s, and restart the hub",
-            no_walks,
-            f"{EXACT_SCAN_MAX:,}",
-            VECTOR_FIX,
-        )
+        logger.warning("%s; %s: %s", no_walks, EXACT_SCANS_ONLY, VECTOR_FIX)
 
 
 def _wait_ready(
