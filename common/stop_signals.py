@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -10,7 +12,11 @@ from types import FrameType
 __all__ = [
     "no_signals",
     "stop_signals",
+    "wait_for_stop",
 ]
+
+# The longest a stop asked by signal waits to be seen (see wait_for_stop).
+SIGNAL_CHECK_SECONDS = 0.5
 
 
 @contextmanager
@@ -41,3 +47,20 @@ def stop_signals(
 def no_signals() -> Iterator[None]:
     """In place of ``stop_signals`` where the caller owns the signals (tests, threads)."""
     yield
+
+
+def wait_for_stop(stop: threading.Event, seconds: float | None = None) -> bool:
+    """``stop.wait(seconds)`` that sees a stop asked by signal within
+    ``SIGNAL_CHECK_SECONDS``; whether ``stop`` is set.
+
+    The kernel gives a process's signal to any thread not blocking it, and Python runs the
+    handler on the main thread only when that thread next runs: one blocked in a plain
+    ``Event.wait`` sleeps on while a grpc thread took the SIGTERM (for ever, without a
+    timeout). Waking to check is what lets the handler run."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while True:
+        left = SIGNAL_CHECK_SECONDS if deadline is None else deadline - time.monotonic()
+        if stop.wait(max(0.0, min(left, SIGNAL_CHECK_SECONDS))) or (
+            deadline is not None and time.monotonic() >= deadline
+        ):
+            return stop.is_set()

@@ -26,7 +26,7 @@ import psycopg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from thatch.common.stop_signals import no_signals, stop_signals
+from thatch.common.stop_signals import no_signals, stop_signals, wait_for_stop
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address
@@ -254,7 +254,7 @@ def _wait_ready(
             except PoolTimeout:
                 problem = "the connection pool could not connect within 30 s"
         logger.warning("not serving yet: %s; trying again in %g s", problem, delay)
-        stop.wait(delay)
+        wait_for_stop(stop, delay)
         delay = min(delay * 2, RETRY_MAX_SECONDS)
     return False
 
@@ -291,7 +291,7 @@ def serve(
             if _wait_ready(pool, options.database_url, stop, logger, hub_servicer):
                 set_health(health_servicer, SERVING)
                 logger.info("serving at %s", shown)
-                stop.wait()
+                wait_for_stop(stop)
             health_servicer.enter_graceful_shutdown()
             server.stop(options.grace_seconds).wait()
     finally:

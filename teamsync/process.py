@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 
 from thatch.common.environment import default_db_path, socket_dir, thatch_cache_dir
+from thatch.common.stop_signals import wait_for_stop
 from thatch.frontend.store.db import atomic
 from thatch.hub.client import (
     HubClient,
@@ -209,7 +210,7 @@ def run_loop(
         failing = any(outcome.error for outcome in outcomes)
         wait = min(max(wait * 2, interval), max(max_wait, interval)) if failing else interval
         if failing:
-            stop.wait(wait)
+            wait_for_stop(stop, wait)
         else:
             _wait_unless_woken(stop, wait, wake)
     return passes

@@ -33,6 +33,7 @@ from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.hub_proc import HubProcess, hub_command, hub_process
 from tests.support.hubdb import HubDatabase, hub_database
 from tests.support.postgres import HUB_ROLE, PostgresServer
+from tests.support.thread_signal import signal_a_worker_thread
 from tests.support.tls_certs import make_certs
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.kind import Kind
@@ -487,6 +488,20 @@ def test_sigterm_stops_the_hub_cleanly(
         with pytest.raises(HubUnavailable) as down:
             client.stores()
         assert "nothing was lost" in str(down.value)
+
+
+def test_a_sigterm_taken_by_any_thread_of_the_hub_stops_it(
+    database: HubDatabase, minilm: EmbedderProcess, certs: Path, tmp_path: Path
+) -> None:
+    """The kernel gives a process's signal to whichever thread it likes; grpc and the pool
+    run many. Python runs the handler on the main thread, which must wake to do so."""
+    with hub_process(hub_url(database), minilm.address, tmp_path, certs=certs) as proc:
+        client = proc.client(database.add_member(f"t{next(_teams)}", "alice"))
+        assert client.health() == "SERVING"
+        signal_a_worker_thread(proc.process.pid, signal.SIGTERM)
+        assert proc.process.wait(60) == 0
+        assert "received SIGTERM: shutting down" in proc.stderr()
+        assert "hub stopped" in proc.stderr()
 
 
 def test_an_unreachable_embedder_fails_the_push_and_stores_nothing(

@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2
 
 from tests.support.embedder_proc import EmbedderProcess, embedder_process
 from tests.support.polling import poll
+from tests.support.thread_signal import signal_a_worker_thread
 from thatch.embedder.__main__ import main
 from thatch.embedder.server.serve_cmd import setup_logging
 from thatch.embedder.v1 import embedder_pb2 as pb
@@ -154,6 +155,18 @@ def test_sigterm_during_a_burst_finishes_in_flight_calls(short_tmp: Path, minilm
         log = proc.log_text()
     assert all(response.count == 8 for response in responses)
     assert log.index("received SIGTERM") < log.rindex("DEBUG Embed 8 passage texts")
+    assert not proc.socket_path.exists() and not proc.pid_path.exists()
+
+
+def test_a_sigterm_taken_by_a_worker_thread_stops_the_embedder(
+    short_tmp: Path, minilm_dir: Path
+) -> None:
+    """The kernel may give SIGTERM to any of grpc's threads; the embedder still stops."""
+    with embedder_process(str(minilm_dir), socket_dir=short_tmp) as proc:
+        assert embed(proc, ["hello"]).count == 1
+        signal_a_worker_thread(proc.process.pid, signal.SIGTERM)
+        assert proc.process.wait(60) == 0
+        assert "received SIGTERM" in proc.log_text()
     assert not proc.socket_path.exists() and not proc.pid_path.exists()
 
 

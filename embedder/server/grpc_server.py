@@ -23,7 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, socket_dir
-from thatch.common.stop_signals import no_signals, stop_signals
+from thatch.common.stop_signals import no_signals, stop_signals, wait_for_stop
 from thatch.embedder.client.errors import (
     ALREADY_RUNNING_FIX,
     AddressError,
@@ -464,7 +464,7 @@ def _wait_for_exit(
                 logger.info("no Embed or Info call for %g s: shutting down", exit_after)
                 return
             timeout = min(timeout, exit_after - quiet)
-        stop.wait(timeout)
+        wait_for_stop(stop, timeout)
 
 
 def _shutdown(
