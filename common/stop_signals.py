@@ -13,9 +13,10 @@ __all__ = [
     "no_signals",
     "stop_signals",
     "wait_for_stop",
+    "wait_in_slices",
 ]
 
-# The longest a stop asked by signal waits to be seen (see wait_for_stop).
+# The longest a signal taken by another thread waits for its handler (see wait_in_slices).
 SIGNAL_CHECK_SECONDS = 0.5
 
 
@@ -49,18 +50,27 @@ def no_signals() -> Iterator[None]:
     yield
 
 
-def wait_for_stop(stop: threading.Event, seconds: float | None = None) -> bool:
-    """``stop.wait(seconds)`` that sees a stop asked by signal within
-    ``SIGNAL_CHECK_SECONDS``; whether ``stop`` is set.
+def wait_in_slices(wait: Callable[[float], bool], seconds: float | None = None) -> bool:
+    """Call ``wait(timeout)`` (an ``Event.wait``, a ``join`` answering whether it is over)
+    with timeouts of at most ``SIGNAL_CHECK_SECONDS`` until it answers True or ``seconds``
+    have passed (None: until it answers True); whether it did.
 
     The kernel gives a process's signal to any thread not blocking it, and Python runs the
-    handler on the main thread only when that thread next runs: one blocked in a plain
-    ``Event.wait`` sleeps on while a grpc thread took the SIGTERM (for ever, without a
+    handler on the main thread only when that thread next runs: a main thread blocked in
+    one long wait sleeps on while a grpc thread took the SIGTERM (for ever, without a
     timeout). Waking to check is what lets the handler run."""
+    if seconds is not None and not seconds >= 0:  # NaN included: no wait, as Event.wait
+        seconds = 0.0
     deadline = None if seconds is None else time.monotonic() + seconds
     while True:
         left = SIGNAL_CHECK_SECONDS if deadline is None else deadline - time.monotonic()
-        if stop.wait(max(0.0, min(left, SIGNAL_CHECK_SECONDS))) or (
-            deadline is not None and time.monotonic() >= deadline
-        ):
-            return stop.is_set()
+        if wait(max(0.0, min(left, SIGNAL_CHECK_SECONDS))):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+
+
+def wait_for_stop(stop: threading.Event, seconds: float | None = None) -> bool:
+    """``stop.wait(seconds)`` that sees a stop asked by a signal any thread took within
+    ``SIGNAL_CHECK_SECONDS``; whether ``stop`` is set."""
+    return wait_in_slices(stop.wait, seconds)

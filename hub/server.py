@@ -26,7 +26,12 @@ import psycopg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from thatch.common.stop_signals import no_signals, stop_signals, wait_for_stop
+from thatch.common.stop_signals import (
+    no_signals,
+    stop_signals,
+    wait_for_stop,
+    wait_in_slices,
+)
 from thatch.embedder.client.embedder_client import EmbedderClient
 from thatch.embedder.client.listen import add_port
 from thatch.embedder.client.settings import Address
@@ -59,6 +64,7 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 # Waiting for a database that is starting or not yet migrated: the first retry, the longest.
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 15.0
+POOL_CONNECT_SECONDS = 30.0  # how long a ready database's pool may take to connect
 
 
 class HubStartError(Exception):
@@ -231,28 +237,37 @@ def _choose_scans(servicer: HubServicer, no_walks: str | None, logger: logging.L
         logger.warning("%s; %s: %s", no_walks, EXACT_SCANS_ONLY, VECTOR_FIX)
 
 
+def _pool_connects(pool: ConnectionPool, timeout: float) -> bool:
+    try:
+        with pool.connection(timeout=timeout):
+            return True
+    except PoolTimeout:
+        return False
+
+
 def _wait_ready(
     pool: ConnectionPool,
     conninfo: str,
     stop: threading.Event,
     logger: logging.Logger,
     servicer: HubServicer,
+    pool_seconds: float = POOL_CONNECT_SECONDS,
 ) -> bool:
-    """Wait (NOT_SERVING) until the database can be served and the pool holds a connection,
-    or ``stop``; whether it is ready. A database still starting or not yet migrated is
-    waited for, so replicas may start before it (a readiness probe keeps them out of the
-    load balancer meanwhile)."""
+    """Wait (NOT_SERVING) until the database can be served and the pool lends a
+    connection, or ``stop``; whether it is ready. A database still starting or not yet
+    migrated is waited for, so replicas may start before it (a readiness probe keeps them
+    out of the load balancer meanwhile)."""
     delay = RETRY_FIRST_SECONDS
     while not stop.is_set():
         problem, no_walks = _not_ready(conninfo)
         if problem is None:
             _choose_scans(servicer, no_walks, logger)
+            # Not pool.wait(): its timeout closes the pool for good, and the next try
+            # would fail to reopen it. Opening an open pool does nothing.
             pool.open(wait=False)
-            try:
-                pool.wait(timeout=30)
-                return True
-            except PoolTimeout:
-                problem = "the connection pool could not connect within 30 s"
+            if wait_in_slices(lambda t: stop.is_set() or _pool_connects(pool, t), pool_seconds):
+                return not stop.is_set()
+            problem = f"the connection pool could not connect within {pool_seconds:g} s"
         logger.warning("not serving yet: %s; trying again in %g s", problem, delay)
         wait_for_stop(stop, delay)
         delay = min(delay * 2, RETRY_MAX_SECONDS)

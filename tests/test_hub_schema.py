@@ -180,3 +180,40 @@ def test_a_hub_whose_pgvector_cannot_walk_serves_every_call_with_exact_scans(
                 "server, then run ALTER EXTENSION vector UPDATE in the hub's database as its "
                 "owner, and restart the hub"
             ]
+
+
+def test_a_pool_that_cannot_connect_in_time_is_waited_for_again(hub_db: Any) -> None:
+    """The database answers the probe but the pool cannot connect (here: a role that does
+    not exist): the wait says so and tries again with the same pool, until stopped."""
+    import logging
+    import threading
+
+    from thatch.hub import server as hub_server
+    from thatch.hub.pool import new_pool
+    from thatch.hub.servicer import HubServicer
+
+    conninfo = hub_db.server.conninfo(hub_db.name, user=HUB_ROLE)
+    pool = new_pool(hub_db.server.conninfo(hub_db.name, user="nobody"), min_size=1, max_size=1)
+    stop = threading.Event()
+    said: list[str] = []
+
+    class Second(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+            if len(said) == 2:
+                stop.set()
+
+    logger = logging.getLogger("test.hub.pool")
+    handler = Second()
+    logger.addHandler(handler)
+    servicer = HubServicer(pool, None, hub_db.clock, logger=logger)  # type: ignore[arg-type]
+    try:
+        assert not hub_server._wait_ready(pool, conninfo, stop, logger, servicer, pool_seconds=1)
+        assert not pool.closed
+    finally:
+        pool.close()
+        logger.removeHandler(handler)
+    assert said == [
+        "not serving yet: the connection pool could not connect within 1 s; trying again in 1 s",
+        "not serving yet: the connection pool could not connect within 1 s; trying again in 2 s",
+    ]

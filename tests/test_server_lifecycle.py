@@ -188,6 +188,23 @@ def test_a_second_signal_exits_at_once(short_tmp: Path, minilm_dir: Path) -> Non
         assert not proc.socket_path.exists() and not proc.pid_path.exists()
 
 
+def test_a_second_signal_taken_by_a_worker_thread_exits_at_once(
+    short_tmp: Path, minilm_dir: Path
+) -> None:
+    """The drain's waits wake to run the second signal's handler, whichever thread took
+    it: the one call in flight, seconds of work, is not finished first."""
+    texts = [f"text {i} " + "about a server that is told twice to stop " * 24 for i in range(256)]
+    with embedder_process(str(minilm_dir), socket_dir=short_tmp) as proc:
+        call = proc.stub().Embed.future(pb.EmbedRequest(texts=texts, kind=pb.PASSAGE), timeout=120)
+        assert proc.wait_for_log("DEBUG Embed call: 256 passage texts queued")
+        proc.process.send_signal(signal.SIGTERM)
+        assert proc.wait_for_log("received SIGTERM: shutting down")
+        signal_a_worker_thread(proc.process.pid, signal.SIGTERM)
+        assert proc.process.wait(30) == 1
+        assert call.exception() is not None
+        assert not proc.socket_path.exists() and not proc.pid_path.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -20,14 +20,13 @@ CHILD = textwrap.dedent(
 
     stop = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: stop.set())
-    waiting = threading.Event()
 
     def take_the_signal():
-        waiting.wait()
+        while not stop._cond._waiters:  # until the main thread is inside Event.wait
+            threading.Event().wait(0.001)
         signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
 
     threading.Thread(target=take_the_signal).start()
-    waiting.set()
     print(wait_for_stop(stop, None if sys.argv[1] == "none" else float(sys.argv[1])))
     """
 )
@@ -35,6 +34,7 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("seconds", ["none", "3600"])
 def test_a_signal_taken_by_another_thread_ends_the_wait(seconds: str) -> None:
+    """With no time and with an hour: the handler's stop is seen, not slept through."""
     child = subprocess.run(
         [sys.executable, "-c", CHILD, seconds], capture_output=True, text=True, timeout=60
     )
@@ -42,6 +42,7 @@ def test_a_signal_taken_by_another_thread_ends_the_wait(seconds: str) -> None:
 
 
 def test_a_wait_with_nothing_asked_ends_at_its_time_unset() -> None:
+    """Slices add up to the time asked, and the answer is False."""
     child = subprocess.run(
         [sys.executable, "-c", CHILD.replace("signal.pthread_kill", "(lambda *_: None)"), "0.2"],
         capture_output=True,

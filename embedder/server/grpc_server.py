@@ -23,7 +23,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from thatch.common.environment import env_get, socket_dir
-from thatch.common.stop_signals import no_signals, stop_signals, wait_for_stop
+from thatch.common.stop_signals import (
+    no_signals,
+    stop_signals,
+    wait_for_stop,
+    wait_in_slices,
+)
 from thatch.embedder.client.errors import (
     ALREADY_RUNNING_FIX,
     AddressError,
@@ -479,8 +484,9 @@ def _shutdown(
     deadline = time.monotonic() + grace
     health_servicer.enter_graceful_shutdown()
     state.begin_shutdown()
-    if not state.wait_inflight_done(grace):
+    # In slices: a second signal (exit at once) taken by another thread runs its handler.
+    if not wait_in_slices(state.wait_inflight_done, grace):
         logger.warning("in-flight calls did not finish within %g s", grace)
     if batcher is not None:
-        batcher.stop(max(deadline - time.monotonic(), 0))
-    server.stop(max(deadline - time.monotonic(), 0)).wait()
+        wait_in_slices(batcher.stop, max(deadline - time.monotonic(), 0))
+    wait_in_slices(server.stop(max(deadline - time.monotonic(), 0)).wait)

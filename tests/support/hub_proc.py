@@ -75,7 +75,12 @@ class HubProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        return self.process.wait(timeout)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the hub did not exit within {timeout:g} s of {sig!r}:\n{self.stderr()}"
+            ) from None
 
     def shut_down(self) -> None:
         for client in self._clients:
