@@ -17,6 +17,7 @@ import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from thatch.common.error_text import first_line
 from thatch.common.shell_words import shell_quote
 from thatch.hub.schema import migrate, vector_problem
 from thatch.hub.session import token_digest
@@ -56,9 +57,8 @@ def owner_connection(conninfo: str) -> Iterator[Connection[TupleRow]]:
     try:
         conn = psycopg.connect(conninfo, autocommit=True)
     except psycopg.Error as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise AdminError(
-            f"cannot connect to the hub's database as its owner ({reason})",
+            f"cannot connect to the hub's database as its owner ({first_line(error)})",
             "check THATCH_HUB_OWNER_URL (the password in PGPASSWORD or ~/.pgpass)",
         ) from None
     with conn:
@@ -79,7 +79,7 @@ def migrate_database(conn: Connection[TupleRow], hub_role: str, at: datetime) ->
         return migrate(conn, hub_role, at)
     except psycopg.errors.InsufficientPrivilege as error:
         raise AdminError(
-            f"the owner's connection may not migrate ({str(error).strip().splitlines()[0]})",
+            f"the owner's connection may not migrate ({first_line(error)})",
             FIX_OWNER_ROLE,
         ) from None
 

@@ -26,6 +26,7 @@ import psycopg
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from thatch.common.error_text import first_line
 from thatch.common.stop_signals import (
     no_signals,
     stop_signals,
@@ -208,7 +209,7 @@ def _not_ready(conninfo: str) -> tuple[str | None, str | None]:
                 raise
             except psycopg.DatabaseError as error:
                 return (
-                    f"the hub's role cannot use the vector extension ({_first_line(error)}): "
+                    f"the hub's role cannot use the vector extension ({first_line(error)}): "
                     "install it in the hub's database, in a schema on the role's search_path",
                     None,
                 )
@@ -216,15 +217,10 @@ def _not_ready(conninfo: str) -> tuple[str | None, str | None]:
         raise HubStartError(str(error)) from None
     except psycopg.OperationalError as error:
         return (
-            f"cannot connect to the hub's database ({_first_line(error)}): check "
+            f"cannot connect to the hub's database ({first_line(error)}): check "
             "THATCH_HUB_DATABASE_URL",
             None,
         )
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _choose_scans(servicer: HubServicer, no_walks: str | None, logger: logging.Logger) -> None:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from thatch.common.error_text import first_line
 from thatch.embedder.client.errors import ModelError
 
 __all__ = ["Unusable", "unusable_because"]
@@ -85,7 +86,7 @@ def _open_tokenizer(path: Path) -> None:
     try:
         Tokenizer.from_file(str(path))
     except Exception as error:  # the tokenizers library raises bare Exceptions
-        raise _Unsupported(f"tokenizers cannot read it ({_first_line(error)})") from None
+        raise _Unsupported(f"tokenizers cannot read it ({first_line(error)})") from None
 
 
 def _open_json(path: Path) -> None:
@@ -119,7 +120,7 @@ def _open_onnx(path: Path) -> None:
         ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own unexported exception types
         # "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from <path> failed:<why>"
-        first = _first_line(error)
+        first = first_line(error)
         why = first.rpartition(" failed:")[2].strip() or type(error).__name__
         why = _SOURCE_PLACE.sub("", why)
         if any(sign in first for sign in _NEWER_ONNX):
@@ -134,8 +135,3 @@ def _open_safetensors(path: Path) -> None:
         read_header(path)
     except ModelError as error:
         raise ModelError(str(error).replace(f"{path} is ", "")) from None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from thatch.common.environment import Env, env_get
+from thatch.common.error_text import first_line
 from thatch.common.pip_line import pip_install
 from thatch.common.shell_words import shell_quote
 from thatch.embedder.client.errors import ModelError, ModelUnavailable
@@ -268,25 +269,25 @@ def hub_errors(ref: HubRef, endpoint: str) -> Iterator[None]:
         raise ModelError(f"revision {rev} of model {model} was not found on {endpoint}") from None
     except errors.RemoteEntryNotFoundError as error:
         raise ModelError(
-            f"downloading model {model} failed{_file_of(error)}: {_first_line(error)}"
+            f"downloading model {model} failed{_file_of(error)}: {first_line(error)}"
         ) from None
     except errors.HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else "?"
         raise ModelError(
             f"downloading model {model} from {endpoint} failed{_file_of(error)}: HTTP {status}"
-            f" ({_first_line(error)})"
+            f" ({first_line(error)})"
         ) from None
     except errors.LocalEntryNotFoundError as error:
         cause = error.__cause__ or error.__context__ or error
         raise ModelUnavailable(
-            f"cannot download model {model} from {endpoint}: {_first_line(cause)}"
+            f"cannot download model {model} from {endpoint}: {first_line(cause)}"
         ) from None
     except OSError as error:
-        raise ModelError(f"downloading model {model} failed: {_first_line(error)}") from None
+        raise ModelError(f"downloading model {model} failed: {first_line(error)}") from None
     except Exception as error:  # httpx connection errors and anything unforeseen
         raise ModelUnavailable(
             f"cannot download model {model} from {endpoint}: "
-            f"{type(error).__name__}: {_first_line(error)}"
+            f"{type(error).__name__}: {first_line(error)}"
         ) from None
 
 
@@ -297,8 +298,3 @@ def _file_of(error: BaseException) -> str:
     _, marker, rest = url.partition("/resolve/")
     name = rest.partition("/")[2].partition("?")[0] if marker else ""
     return f" at {unquote(name)}" if name else ""
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
